@@ -1,0 +1,1 @@
+"""MPI collectives for xladist: groups, communicators, one module per collective family."""

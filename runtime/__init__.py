@@ -1,0 +1,1 @@
+"""One rank's life in xladist: device assignment, executor, feeds, deadlock check, watchdog."""
