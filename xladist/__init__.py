@@ -1,3 +1,50 @@
-"""xladist: run XLA HLO programs across MPI ranks, one device per rank."""
+"""xladist: run XLA HLO programs across MPI ranks, one device per rank.
+
+Public API (imported lazily so that `import xladist` stays cheap and never loads MPI):
+  parse_hlo(text) -> Module          load_hlo(path) -> Module
+  verify(module)                      compile(module, backend=...) -> Executable
+  run(module, inputs, n=N, ...)       HloParseError, VerifierError, XlaDistError
+"""
+
+from __future__ import annotations
+
+from .errors import (DeadlockError, ExecutionError, HloParseError, InputError,
+                     UnsupportedError, VerifierError, XlaDistError)
 
 __version__ = "0.1.0"
+
+__all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "HloParseError",
+           "VerifierError", "XlaDistError", "InputError", "ExecutionError",
+           "UnsupportedError", "DeadlockError", "__version__"]
+
+
+def parse_hlo(text: str, filename: str | None = None):
+    """Parse XLA HLO text (either print style) into a Module; raises HloParseError."""
+    from .hlo.parser import parse_module
+    return parse_module(text, filename=filename)
+
+
+def load_hlo(path):
+    """Read and parse an HLO text file."""
+    from .hlo.parser import parse_module
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return parse_module(text, filename=str(path))
+
+
+def verify(module):
+    """Check every instruction's shape and attributes; raises VerifierError."""
+    from .hlo.verifier import verify_module
+    return verify_module(module)
+
+
+def compile(module, backend: str = "interpreter", **options):
+    """Compile a module for one device; returns an Executable called with numpy arrays."""
+    from .executable import compile as _compile
+    return _compile(module, backend=backend, **options)
+
+
+def run(module, inputs=None, n: int = 1, **options):
+    """Run a module on n devices (MPI ranks); returns per-device outputs."""
+    from runtime.api import run as _run
+    return _run(module, inputs, n=n, **options)

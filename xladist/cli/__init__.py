@@ -1,0 +1,79 @@
+"""The `xladist` command: one module per subcommand, registered in SUBCOMMANDS.
+
+Each subcommand module defines HELP (one line), EPILOG (examples),
+`add_arguments(parser)` and `run(args) -> int` (the exit code). Errors derived from
+XlaDistError are printed without a traceback and exit with their exit_code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from ..errors import XlaDistError
+
+# name -> module under xladist.cli; imported lazily so `xladist fmt` never loads MPI.
+SUBCOMMANDS = {
+    "fmt": "fmt",
+    "check": "check",
+    "run": "run",
+    "ops": "ops",
+    "explain": "explain",
+    "bench": "bench",
+    "demo": "demo",
+}
+
+
+def _load(name: str):
+    return importlib.import_module(f"xladist.cli.{SUBCOMMANDS[name]}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="xladist",
+        description="Run XLA HLO programs across MPI ranks, one device per rank.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run `xladist COMMAND --help` for a command's options and examples.",
+    )
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"xladist {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        if only is not None and name != only:
+            # Still list every command in --help, without importing its module.
+            sub.add_parser(name, add_help=False)
+            continue
+        try:
+            mod = _load(name)
+        except ModuleNotFoundError:
+            continue  # a subcommand not built yet
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, epilog=mod.EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in SUBCOMMANDS else None)
+    args = parser.parse_args(argv)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return 0 if not argv else 2
+    try:
+        return int(args._module.run(args) or 0)
+    except XlaDistError as e:
+        print(f"xladist {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"xladist {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

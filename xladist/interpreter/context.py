@@ -1,0 +1,55 @@
+"""The interpreter's window onto other devices and the host.
+
+Ops that need another device or the host (collectives, send/recv, infeed/outfeed,
+replica-id, partition-id) call a DeviceContext. `SingleDeviceContext` implements
+them for one device (collectives over a group of one, ids 0); the MPI runtime
+(runtime/) provides the real one. Values are interpreter values (registry.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DeviceContext:
+    """Interface; every method receives the instruction for error messages and attributes."""
+
+    replica_id: int = 0
+    partition_id: int = 0
+    replica_count: int = 1
+    num_partitions: int = 1
+
+    # Synchronous collectives: all-reduce, all-gather, reduce-scatter, all-to-all,
+    # collective-permute, collective-broadcast, ragged-all-to-all.
+    # `reducer(a, b)` is the to_apply computation applied element-wise to arrays
+    # (None for collectives without one).
+    def collective(self, instr, args: list, reducer=None) -> Any:
+        raise NotImplementedError
+
+    # Async forms: *-start returns an opaque handle that *-done turns into the result.
+    def collective_start(self, instr, args: list, reducer=None) -> Any:
+        return ("done", self.collective(instr, args, reducer))
+
+    def collective_done(self, instr, handle) -> Any:
+        return handle[1]
+
+    # Channels: send(data) -> handle; send_done(handle); recv() -> handle;
+    # recv_done(handle) -> data.
+    def send(self, instr, data) -> Any:
+        raise NotImplementedError
+
+    def send_done(self, instr, handle) -> None:
+        raise NotImplementedError
+
+    def recv(self, instr) -> Any:
+        raise NotImplementedError
+
+    def recv_done(self, instr, handle) -> Any:
+        raise NotImplementedError
+
+    def infeed(self, instr) -> Any:
+        """The next item of this device's infeed, matching instr.shape's data part."""
+        raise NotImplementedError
+
+    def outfeed(self, instr, data) -> None:
+        raise NotImplementedError
