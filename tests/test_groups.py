@@ -1,0 +1,247 @@
+"""collectives.groups: group modes, iota groups, expansion per mode, validity errors."""
+
+import pytest
+
+import collectives
+from collectives.groups import (
+    DeviceAssignment,
+    GroupError,
+    GroupMode,
+    check_replica_groups,
+    collective_permute_pairs,
+    device_groups,
+    group_mode,
+    groups_for_device,
+    iota_replica_groups,
+    permute_device_groups,
+)
+
+CR = GroupMode.CROSS_REPLICA
+CP = GroupMode.CROSS_PARTITION
+CRP = GroupMode.CROSS_REPLICA_AND_PARTITION
+FID = GroupMode.FLATTENED_ID
+
+
+def test_collectives_imports_from_this_repository():
+    # `collectives` is also a PyPI name; make sure we test our own package.
+    import pathlib
+
+    assert pathlib.Path(collectives.__file__).resolve().parent == (
+        pathlib.Path(__file__).resolve().parents[1] / "collectives"
+    )
+
+
+# --- A.1 / A.2 mode selection -----------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "has_channel, flag, mode",
+    [
+        (False, None, CR),
+        (False, False, CR),
+        (True, None, CP),
+        (True, False, CRP),
+        (True, True, FID),
+    ],
+)
+def test_group_mode_table(has_channel, flag, mode):
+    assert group_mode(has_channel, flag) is mode
+
+
+def test_group_mode_flag_without_channel_is_an_error():
+    with pytest.raises(GroupError, match="requires a channel_id"):
+        group_mode(False, True)
+
+
+# --- B.8 iota groups ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "g, s, dims, perm, expected",
+    [
+        (2, 2, [4], None, [[0, 1], [2, 3]]),
+        (2, 2, [2, 2], [1, 0], [[0, 2], [1, 3]]),
+        (4, 2, [2, 4], [1, 0], [[0, 4], [1, 5], [2, 6], [3, 7]]),
+        (1, 8, None, None, [list(range(8))]),
+        (2, 4, [2, 2, 2], [2, 1, 0], [[0, 4, 2, 6], [1, 5, 3, 7]]),
+        (4, 2, [2, 2, 2], [0, 2, 1], [[0, 2], [1, 3], [4, 6], [5, 7]]),
+    ],
+)
+def test_iota_worked_examples(g, s, dims, perm, expected):
+    assert iota_replica_groups(g, s, dims, perm) == expected
+
+
+def test_iota_matches_numpy_transpose():
+    np = pytest.importorskip("numpy")
+    dims, perm = [2, 3, 4], [1, 2, 0]
+    want = np.arange(24).reshape(dims).transpose(perm).reshape(6, 4).tolist()
+    assert iota_replica_groups(6, 4, dims, perm) == want
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((2, 2, [3]), "iota has 3 ids"),
+        ((2, 2, [2, 2], [0, 0]), "must be a permutation"),
+        ((2, 2, [2, 2], [0, 1, 2]), "must be a permutation"),
+    ],
+)
+def test_iota_errors(args, match):
+    with pytest.raises(GroupError, match=match):
+        iota_replica_groups(*args)
+
+
+# --- A.7 device assignment ----------------------------------------------------------------------
+
+def test_default_assignment_is_partition_major():
+    da = DeviceAssignment.default(2, 3)
+    assert da.table() == [[0, 2, 4], [1, 3, 5]]
+    assert da(1, 2) == 5
+    assert da.logical_id(3) == (1, 1)
+
+
+def test_assignment_errors():
+    with pytest.raises(GroupError, match="listed twice"):
+        DeviceAssignment([[0, 1], [1, 2]])
+    with pytest.raises(GroupError, match="rectangular"):
+        DeviceAssignment([[0, 1], [2]])
+    with pytest.raises(GroupError, match="not in the device assignment"):
+        DeviceAssignment.default(2, 2).logical_id(7)
+
+
+# --- A.3 / A.5 expansion per mode ----------------------------------------------------------------
+# R=2 replicas, P=2 partitions, default assignment: da(r, p) = 2p + r.
+
+def test_cross_replica_copies_groups_per_partition():
+    assert device_groups([[0, 1]], CR, 2, 2) == [[0, 1], [2, 3]]
+    assert device_groups([], CR, 2, 2) == [[0, 1], [2, 3]]
+    assert device_groups([[1, 0]], CR, 2, 1) == [[1, 0]]
+
+
+def test_cross_partition_copies_groups_per_replica():
+    assert device_groups([[0, 1]], CP, 2, 2) == [[0, 2], [1, 3]]
+    assert device_groups([], CP, 2, 2) == [[0, 2], [1, 3]]
+    assert device_groups([[0], [1]], CP, 2, 2) == [[0], [1], [2], [3]]
+
+
+def test_cross_replica_and_partition_is_replica_major():
+    # A.4: XLA gives [(r0,p0),(r0,p1),(r1,p0),(r1,p1)]; StableHLO's spec text would give
+    # [(r0,p0),(r1,p0),(r0,p1),(r1,p1)].  We follow XLA.
+    da = DeviceAssignment.default(2, 2)
+    groups = device_groups([[0, 1]], CRP, 2, 2, da)
+    assert groups == [[da(0, 0), da(0, 1), da(1, 0), da(1, 1)]] == [[0, 2, 1, 3]]
+    stablehlo_order = [da(0, 0), da(1, 0), da(0, 1), da(1, 1)]
+    assert groups[0] != stablehlo_order
+    assert device_groups([], CRP, 2, 2) == [[0, 2, 1, 3]]
+    assert device_groups([[0], [1]], CRP, 2, 2) == [[0, 2], [1, 3]]
+
+
+def test_flattened_id_uses_r_times_p_plus_p():
+    # flattened f = r*P + p; with the default assignment device = p*R + r -> not the identity.
+    assert device_groups([[0, 1, 2, 3]], FID, 2, 2) == [[0, 2, 1, 3]]
+    assert device_groups([[0, 2], [1, 3]], FID, 2, 2) == [[0, 1], [2, 3]]
+
+
+def test_custom_device_assignment():
+    da = [[3, 1], [0, 2]]
+    assert device_groups([], CR, 2, 2, da) == [[3, 0], [1, 2]]
+    assert device_groups([], CP, 2, 2, da) == [[3, 1], [0, 2]]
+    assert device_groups([], CRP, 2, 2, da) == [[3, 1, 0, 2]]
+    assert device_groups([[3, 2, 1, 0]], FID, 2, 2, da) == [[2, 0, 1, 3]]
+
+
+def test_groups_for_device_returns_group_and_position():
+    assert groups_for_device(3, [[0, 1]], CRP, 2, 2) == ([0, 2, 1, 3], 3)
+    assert groups_for_device(1, [[0, 1]], CRP, 2, 2) == ([0, 2, 1, 3], 2)
+    assert groups_for_device(1, [[1, 0]], CR, 2, 2) == ([1, 0], 0)
+    assert groups_for_device(2, [], CP, 2, 2) == ([0, 2], 1)
+
+
+def test_broadcast_groups_need_not_cover():
+    assert device_groups([[1, 0]], CR, 3, 1, op="collective-broadcast",
+                         require_cover=False) == [[1, 0]]
+    assert groups_for_device(2, [[1, 0]], CR, 3, 1, op="collective-broadcast",
+                             require_cover=False) is None
+
+
+# --- A.6 / B.9 errors -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "groups, mode, R, P, op, match",
+    [
+        ([], FID, 2, 2, "all-reduce", "must be explicit"),
+        ([[0, 1], []], CR, 2, 1, "all-reduce", "group 1 is empty"),
+        ([[0, 1], [1]], CR, 2, 1, "all-reduce", "replica id 1 appears twice"),
+        ([[0, 1]], CR, 4, 1, "all-reduce", r"missing \[2, 3\]"),
+        ([[0, 4]], CR, 4, 1, "all-reduce", r"out of range \[0, 4\)"),
+        ([[0, 1], [2]], CR, 3, 1, "all-gather", "same size"),
+        ([[0, 1, 2]], CP, 1, 2, "all-gather", r"partition id 2 is out of range \[0, 2\)"),
+        ([[0, 1, 2]], FID, 2, 2, "reduce-scatter", r"missing \[3\]"),
+    ],
+)
+def test_replica_group_errors(groups, mode, R, P, op, match):
+    with pytest.raises(GroupError, match=match):
+        check_replica_groups(groups, mode, R, P, op=op)
+
+
+def test_all_reduce_allows_ragged_groups():
+    assert device_groups([[0, 1, 2], [3]], CR, 4, 1) == [[0, 1, 2], [3]]
+
+
+def test_count_check_skipped_when_only_one_id():
+    # XLA skips the "union is 0..n-1" check when n == 1.
+    check_replica_groups([[0]], CR, 1, 4, op="all-gather")
+
+
+def test_error_message_names_op_and_groups():
+    with pytest.raises(GroupError) as info:
+        check_replica_groups([[0, 1]], CR, 4, 1, op="all-gather")
+    msg = str(info.value)
+    assert "all-gather" in msg and "{{0,1}}" in msg and "CrossReplica" in msg
+
+
+def test_device_missing_from_groups():
+    # With validation on, a device outside every group is caught as a coverage error.
+    with pytest.raises(GroupError, match=r"missing \[2\]"):
+        groups_for_device(2, [[1, 0]], CR, 3, 1)
+    with pytest.raises(GroupError, match="not in the device assignment"):
+        groups_for_device(9, [], CR, 2, 2)
+
+
+def test_mismatched_assignment_shape():
+    with pytest.raises(GroupError, match="replica_count=2, num_partitions=2"):
+        device_groups([], CR, 2, 2, [[0, 1, 2, 3]])
+
+
+# --- collective-permute --------------------------------------------------------------------------
+
+def test_permute_pairs_cross_replica_apply_per_partition():
+    pairs = collective_permute_pairs([[0, 1], [1, 0]], False, 2, 2)
+    assert pairs == [(0, 1), (1, 0), (2, 3), (3, 2)]
+
+
+def test_permute_pairs_cross_partition_apply_per_replica():
+    pairs = collective_permute_pairs([[0, 1]], True, 2, 2)
+    assert pairs == [(0, 2), (1, 3)]
+
+
+def test_permute_self_pair_kept():
+    assert collective_permute_pairs([[0, 0]], False, 1, 1) == [(0, 0)]
+
+
+@pytest.mark.parametrize(
+    "pairs, ch, match",
+    [
+        ([[0, 1], [0, 2]], False, "source 0 appears more than once"),
+        ([[0, 1], [2, 1]], False, "target 1 appears more than once"),
+        ([[0, 3]], False, r"replica id 3 is out of range \[0, 3\)"),
+        ([[0, 1]], True, r"partition id 1 is out of range \[0, 1\)"),
+    ],
+)
+def test_permute_pair_errors(pairs, ch, match):
+    with pytest.raises(GroupError, match=match):
+        collective_permute_pairs(pairs, ch, 3, 1)
+
+
+def test_permute_device_groups_positions_equal_ids():
+    da = DeviceAssignment.default(2, 2)
+    assert permute_device_groups(False, 2, 2, da) == [[0, 1], [2, 3]]
+    assert permute_device_groups(True, 2, 2, da) == [[0, 2], [1, 3]]
