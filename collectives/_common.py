@@ -1,0 +1,101 @@
+"""Helpers shared by the collective families: pending handles and block layouts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .communicator import Communicator, Request
+
+__all__ = ["Pending", "contiguous", "normalize_dim", "split_dim", "to_block_major",
+           "from_block_major", "zeros"]
+
+
+class Pending:
+    """Handle of a started collective: ``wait()`` completes it and returns the result.
+
+    Waiting twice returns the same result.  The operand arrays must not be modified between
+    start and wait (MPI reads them in the background).
+    """
+
+    __slots__ = ("_reqs", "_finish", "_result", "_done")
+
+    def __init__(self, reqs: Sequence[Request], finish: Callable[[], object]):
+        self._reqs = reqs
+        self._finish = finish
+        self._result = None
+        self._done = False
+
+    @classmethod
+    def ready(cls, result) -> Pending:
+        p = cls((), lambda: result)
+        return p
+
+    def wait(self):
+        if not self._done:
+            for r in self._reqs:
+                r.wait()
+            self._result = self._finish()
+            self._done = True
+            self._reqs = ()
+            self._finish = None
+        return self._result
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """``x`` itself if C-contiguous, else a C-contiguous copy (keeps 0-d arrays 0-d, unlike
+    ``np.ascontiguousarray``)."""
+    return x if x.flags.c_contiguous else np.array(x, order="C")
+
+
+def zeros(shape, dtype) -> np.ndarray:
+    return np.zeros(shape, dtype)
+
+
+def normalize_dim(op: str, x: np.ndarray, dim: int) -> int:
+    if x.ndim == 0:
+        raise ValueError(f"{op}: a scalar has no dimension {dim} to split or concatenate; "
+                         "reshape it to [1] first")
+    if not -x.ndim <= dim < x.ndim:
+        raise ValueError(f"{op}: dimension {dim} is out of range for an operand of shape "
+                         f"{x.shape}")
+    return dim % x.ndim
+
+
+def split_dim(shape: tuple[int, ...], dim: int) -> tuple[int, int, int]:
+    """(pre, extent, post): element counts before, at and after ``dim``."""
+    pre = 1
+    for s in shape[:dim]:
+        pre *= s
+    post = 1
+    for s in shape[dim + 1:]:
+        post *= s
+    return pre, shape[dim], post
+
+
+def to_block_major(x: np.ndarray, dim: int, n: int, dst: np.ndarray) -> np.ndarray:
+    """Copy ``x`` split into n blocks along ``dim`` into ``dst`` laid out [n, block...].
+
+    Block j is contiguous in ``dst`` so MPI can send it to member j.
+    """
+    pre, extent, post = split_dim(x.shape, dim)
+    b = extent // n
+    dst = dst.reshape(n, pre, b * post)
+    np.copyto(dst, x.reshape(pre, n, b * post).transpose(1, 0, 2))
+    return dst
+
+
+def from_block_major(src: np.ndarray, out: np.ndarray, dim: int, n: int) -> np.ndarray:
+    """Inverse of :func:`to_block_major`: ``src`` [n, block...] -> ``out`` concatenated along
+    ``dim``."""
+    pre, extent, post = split_dim(out.shape, dim)
+    b = extent // n
+    np.copyto(out.reshape(pre, n, b * post), src.reshape(n, pre, b * post).transpose(1, 0, 2))
+    return out
+
+
+def check_comm(op: str, comm: Communicator) -> None:
+    if not isinstance(comm, Communicator):
+        raise TypeError(f"{op}: expected a collectives Communicator, got {type(comm).__name__}; "
+                        "get one from CommunicatorCache.get(group)")

@@ -1,0 +1,68 @@
+"""all-gather (collective-semantics.md C.11): concatenate every member's operand along ``dim``.
+
+Same outline as :mod:`collectives.all_reduce`.  Member i's operand becomes slice i of the
+result, so the result's ``dim`` is ``n`` times the operand's.  When ``dim`` is the outermost
+non-trivial dimension MPI writes straight into the fresh result; otherwise it gathers into a
+reused staging buffer laid out [member, ...] and one strided copy produces the result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import Pending, contiguous, from_block_major, normalize_dim, split_dim
+from .communicator import Communicator
+
+__all__ = ["all_gather", "all_gather_start"]
+
+
+def _out_shape(x: np.ndarray, dim: int, n: int) -> tuple[int, ...]:
+    shape = list(x.shape)
+    shape[dim] *= n
+    return tuple(shape)
+
+
+def all_gather(comm: Communicator, x, dim: int = 0, *, label: str | None = None):
+    """Gather ``x`` from every member of ``comm`` and concatenate along ``dim``.
+
+    ``x`` may be a list/tuple of arrays (variadic all-gather): each is gathered on its own.
+    Returns a fresh array (or list) with ``shape[dim] * comm.size``.
+    """
+    if type(x) is list or type(x) is tuple:
+        return [all_gather(comm, xi, dim, label=label) for xi in x]
+    x = np.asarray(x)
+    dim = normalize_dim("all-gather", x, dim)
+    n = comm.size
+    out = np.empty(_out_shape(x, dim, n), x.dtype)
+    if n == 1 or x.size == 0:
+        np.copyto(out, x)
+        return out
+    send = contiguous(x)
+    if split_dim(x.shape, dim)[0] == 1:
+        comm.allgather(send, out, label or "all-gather")
+        return out
+    stage = comm.scratch("recv", n * x.nbytes).view(x.dtype)
+    comm.allgather(send, stage, label or "all-gather")
+    return from_block_major(stage, out, dim, n)
+
+
+def all_gather_start(comm: Communicator, x, dim: int = 0, *,
+                     label: str | None = None) -> Pending:
+    """Start an all-gather; ``.wait()`` returns what :func:`all_gather` would."""
+    if type(x) is list or type(x) is tuple:
+        parts = [all_gather_start(comm, xi, dim, label=label) for xi in x]
+        return Pending((), lambda: [p.wait() for p in parts])
+    x = np.asarray(x)
+    dim = normalize_dim("all-gather", x, dim)
+    n = comm.size
+    out = np.empty(_out_shape(x, dim, n), x.dtype)
+    if n == 1 or x.size == 0:
+        np.copyto(out, x)
+        return Pending.ready(out)
+    send = contiguous(x)
+    label = label or "all-gather"
+    if split_dim(x.shape, dim)[0] == 1:
+        return Pending((comm.iallgather(send, out, label),), lambda: out)
+    stage = np.empty(n * x.size, x.dtype)
+    req = comm.iallgather(send, stage, label)
+    return Pending((req,), lambda: from_block_major(stage, out, dim, n))

@@ -1,0 +1,131 @@
+"""all-reduce (collective-semantics.md C.10): element-wise reduction over the group.
+
+Outline shared by every family module: ``<op>(comm, x, ...)`` blocks and returns a fresh
+result; ``<op>_start(comm, x, ...)`` returns a :class:`~collectives._common.Pending` whose
+``wait()`` returns the same result.  ``x`` may be any-shaped numpy array (non-contiguous views,
+scalars, zero-size) or a list/tuple of arrays (variadic form, reduced independently).
+``label`` names the instruction for the deadline message ("all-reduce.7").
+
+Builtin reductions run as one MPI_Allreduce.  The generic path (see :mod:`reduction`) is a
+reduce-scatter done as all-to-all + a left fold in rank order, followed by an all-gather: the
+same bandwidth as a ring all-reduce, and each element is combined on exactly one rank, so all
+members get bit-identical results for any ``fn``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import Pending, contiguous
+from .communicator import Communicator
+from .reduction import SUM, Reducer, builtin_op, fold
+
+__all__ = ["all_reduce", "all_reduce_start"]
+
+_PLANS: dict[tuple[Reducer, np.dtype], tuple[str, np.dtype] | None] = {}
+
+
+def _plan(reducer: Reducer, dtype: np.dtype):
+    key = (reducer, dtype)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        plan = _PLANS[key] = builtin_op(reducer, dtype)
+        return plan
+
+
+def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | None = None):
+    """Reduce ``x`` element-wise over all members of ``comm`` with ``reducer``.
+
+    Returns a fresh array of ``x``'s shape and dtype (a list for a list/tuple ``x``), identical
+    bit for bit on every member.
+    """
+    if type(x) is list or type(x) is tuple:
+        return [all_reduce(comm, xi, reducer, label=label) for xi in x]
+    x = np.asarray(x)
+    dtype = x.dtype
+    out = np.empty(x.shape, dtype)
+    if comm.size == 1 or x.size == 0:
+        # Every member has the same static shape, so all of them skip the call together.
+        np.copyto(out, x)
+        return out
+    plan = _plan(reducer, dtype)
+    if plan is None:
+        return _generic(comm, x, reducer, out, label)
+    op, wire = plan
+    send = contiguous(x)
+    if wire is not dtype and wire != dtype:
+        send, recv = send.view(wire), out.view(wire)
+    else:
+        recv = out
+    comm.allreduce(send, recv, op, label or "all-reduce")
+    return out
+
+
+def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,
+                     label: str | None = None) -> Pending:
+    """Start an all-reduce; ``.wait()`` returns what :func:`all_reduce` would."""
+    if type(x) is list or type(x) is tuple:
+        parts = [all_reduce_start(comm, xi, reducer, label=label) for xi in x]
+        return Pending((), lambda: [p.wait() for p in parts])
+    x = np.asarray(x)
+    out = np.empty(x.shape, x.dtype)
+    if comm.size == 1 or x.size == 0:
+        np.copyto(out, x)
+        return Pending.ready(out)
+    plan = _plan(reducer, x.dtype)
+    label = label or "all-reduce"
+    if plan is None:
+        return _generic_start(comm, x, reducer, out, label)
+    op, wire = plan
+    send = contiguous(x)
+    recv = out
+    if wire != x.dtype:
+        send, recv = send.view(wire), out.view(wire)
+    req = comm.iallreduce(send, recv, op, label)
+    return Pending((req,), lambda: out)
+
+
+def _blocks(count: int, n: int) -> int:
+    return -(-count // n)
+
+
+def _generic(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.ndarray,
+             label) -> np.ndarray:
+    n, count, dtype = comm.size, x.size, x.dtype
+    blk = _blocks(count, n)
+    nbytes = n * blk * dtype.itemsize
+    # Pad the flat operand to n equal blocks; padding lanes are folded and then dropped.
+    send = comm.scratch("send", nbytes).view(dtype)
+    send[:count] = x.reshape(-1)
+    send[count:] = np.zeros(1, dtype)
+    recv = comm.scratch("recv", nbytes).view(dtype)
+    comm.alltoall(send, recv, label or "all-reduce")
+    mine = fold(reducer, recv.reshape(n, blk))
+    if n * blk == count:
+        comm.allgather(mine, out, label or "all-reduce")
+        return out
+    gathered = np.empty(n * blk, dtype)
+    comm.allgather(mine, gathered, label or "all-reduce")
+    np.copyto(out.reshape(-1), gathered[:count])
+    return out
+
+
+def _generic_start(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.ndarray,
+                   label: str) -> Pending:
+    n, count, dtype = comm.size, x.size, x.dtype
+    blk = _blocks(count, n)
+    send = np.zeros(n * blk, dtype)
+    send[:count] = x.reshape(-1)
+    recv = np.empty(n * blk, dtype)
+    req = comm.ialltoall(send, recv, label)
+
+    def finish():
+        # Second phase runs inside wait(): fold my block, then share it (blocking, deadline'd).
+        mine = fold(reducer, recv.reshape(n, blk))
+        gathered = np.empty(n * blk, dtype)
+        comm.allgather(mine, gathered, label)
+        np.copyto(out.reshape(-1), gathered[:count])
+        return out
+
+    return Pending((req,), finish)

@@ -1,0 +1,653 @@
+"""One interface over which the collective families run, with an MPI and an in-process twin.
+
+Shaped like XLA's CPU ``Communicator`` (in-process / gloo / MPI implementations) and mpi4jax:
+the collective modules (``all_reduce.py`` ...) deal with HLO semantics -- dimensions, tuples,
+dtypes, reducers -- and call the small set of buffer primitives below, which only move bytes
+or apply an MPI builtin reduction.
+
+Buffer conventions for every primitive:
+
+* ``send``/``recv`` are C-contiguous numpy arrays; data-movement primitives (allgather,
+  alltoall, permute, bcast) treat them as raw bytes, so any dtype (bf16, f8, bool) works;
+* reductions (allreduce, reduce_scatter_block) take a dtype MPI knows natively and an op name
+  from :func:`collectives.reduction.builtin_op`;
+* the ``i*`` variants return a :class:`Request` whose ``wait()`` completes the operation; the
+  buffers must stay untouched until then (the request keeps them alive);
+* every member of the communicator calls every primitive in the same order (collective-permute
+  included: members that neither send nor receive still call ``permute`` with ``None``s).
+
+:class:`MpiCommunicator` puts every blocking call and every ``wait()`` under the process
+deadline (:mod:`collectives.deadline`).  :class:`InProcessCommunicator` runs ranks as threads in
+one process for fast unit tests; its waits raise :class:`CollectiveError` on timeout or when
+members disagree on which collective comes next.
+
+:class:`CommunicatorCache` builds one sub-communicator per distinct device group, by
+``split`` over the world communicator, and maps device ids to world ranks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from . import deadline as _deadline
+from .groups import GroupError
+
+__all__ = [
+    "CollectiveError",
+    "Request",
+    "Communicator",
+    "MpiCommunicator",
+    "InProcessCommunicator",
+    "in_process_world",
+    "run_in_threads",
+    "CommunicatorCache",
+]
+
+
+class CollectiveError(RuntimeError):
+    """A collective could not run: misuse, mismatch between members, or a timeout."""
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    """Flat uint8 view of a C-contiguous array (works for 0-d and extension dtypes)."""
+    return a.reshape(-1).view(np.uint8)
+
+
+class Request(ABC):
+    """A started operation; ``wait()`` blocks until it is complete."""
+
+    @abstractmethod
+    def wait(self) -> None: ...
+
+
+class _Done(Request):
+    def wait(self) -> None:
+        return None
+
+
+DONE = _Done()
+
+
+class Communicator(ABC):
+    """An ordered group of ranks.  ``rank`` is this member's position in ``devices``."""
+
+    rank: int
+    size: int
+    devices: list[int] | None
+
+    def __init__(self, rank: int, size: int, devices: Sequence[int] | None):
+        self.rank = rank
+        self.size = size
+        self.devices = list(devices) if devices is not None else None
+        self._scratch: dict[str, np.ndarray] = {}
+
+    def __str__(self) -> str:
+        if self.devices is not None:
+            return f"group {self.devices}"
+        return f"communicator of {self.size} ranks"
+
+    def scratch(self, slot: str, nbytes: int) -> np.ndarray:
+        """A reusable uint8 buffer of at least ``nbytes`` for staging in blocking calls.
+
+        Reusing staging memory avoids page-faulting fresh pages on every large message, which
+        costs more than the copy itself.  Only for data that is dead once the call returns.
+        """
+        buf = self._scratch.get(slot)
+        if buf is None or buf.nbytes < nbytes:
+            buf = np.empty(max(nbytes, 64), np.uint8)
+            self._scratch[slot] = buf
+        return buf[:nbytes]
+
+    # -- primitives ------------------------------------------------------------------------
+    @abstractmethod
+    def iallreduce(self, send: np.ndarray, recv: np.ndarray, op: str, label=None) -> Request:
+        ...
+
+    @abstractmethod
+    def iallgather(self, send: np.ndarray, recv: np.ndarray, label=None) -> Request: ...
+
+    @abstractmethod
+    def ialltoall(self, send: np.ndarray, recv: np.ndarray, label=None) -> Request: ...
+
+    @abstractmethod
+    def ireduce_scatter_block(self, send: np.ndarray, recv: np.ndarray, op: str,
+                              label=None) -> Request: ...
+
+    @abstractmethod
+    def ipermute(self, send: np.ndarray, recv: np.ndarray, dest: int | None,
+                 source: int | None, label=None) -> Request:
+        """Send ``send`` to ``dest`` and receive ``recv`` from ``source`` (either may be None)."""
+
+    @abstractmethod
+    def ibcast(self, buf: np.ndarray, root: int, label=None) -> Request: ...
+
+    @abstractmethod
+    def split(self, color: int | None, key: int,
+              devices: Sequence[int] | None = None) -> Communicator | None:
+        """Collective over this communicator; members with equal color form a new one, ordered
+        by key.  ``color=None`` opts out (returns None)."""
+
+    # Blocking forms; implementations override them where a blocking call is cheaper.
+    def allreduce(self, send, recv, op, label=None) -> None:
+        self.iallreduce(send, recv, op, label).wait()
+
+    def allgather(self, send, recv, label=None) -> None:
+        self.iallgather(send, recv, label).wait()
+
+    def alltoall(self, send, recv, label=None) -> None:
+        self.ialltoall(send, recv, label).wait()
+
+    def reduce_scatter_block(self, send, recv, op, label=None) -> None:
+        self.ireduce_scatter_block(send, recv, op, label).wait()
+
+    def permute(self, send, recv, dest, source, label=None) -> None:
+        self.ipermute(send, recv, dest, source, label).wait()
+
+    def bcast(self, buf, root, label=None) -> None:
+        self.ibcast(buf, root, label).wait()
+
+    @abstractmethod
+    def barrier(self, label=None) -> None: ...
+
+
+# ================================================================================================
+# MPI
+# ================================================================================================
+
+_MPI = None
+_MPI_OPS: dict[str, object] = {}
+
+
+def _mpi():
+    global _MPI
+    if _MPI is None:
+        from mpi4py import MPI
+
+        _MPI = MPI
+        _MPI_OPS.update(sum=MPI.SUM, prod=MPI.PROD, min=MPI.MIN, max=MPI.MAX,
+                        band=MPI.BAND, bor=MPI.BOR, bxor=MPI.BXOR)
+    return _MPI
+
+
+class _MpiRequest(Request):
+    __slots__ = ("reqs", "label", "comm", "keep")
+
+    def __init__(self, reqs, label, comm, keep):
+        self.reqs = reqs
+        self.label = label
+        self.comm = comm
+        self.keep = keep  # buffers must outlive the MPI request
+
+    def wait(self) -> None:
+        reqs = self.reqs
+        if reqs is None:
+            return
+        wd = _deadline.watchdog
+        token = wd.begin(self.label, self.comm)
+        try:
+            if len(reqs) == 1:
+                reqs[0].Wait()
+            else:
+                _MPI.Request.Waitall(reqs)
+        finally:
+            wd.end(token)
+        self.reqs = None
+        self.keep = None
+
+
+class MpiCommunicator(Communicator):
+    """A Communicator over an mpi4py intracommunicator."""
+
+    def __init__(self, comm=None, devices: Sequence[int] | None = None):
+        MPI = _mpi()
+        comm = MPI.COMM_WORLD if comm is None else comm
+        super().__init__(comm.Get_rank(), comm.Get_size(), devices)
+        self.comm = comm
+        self._wd = _deadline.watchdog
+
+    # Each blocking call is bracketed by watchdog begin/end: two attribute stores, no syscall.
+    def allreduce(self, send, recv, op, label=None):
+        token = self._wd.begin(label or "all-reduce", self)
+        try:
+            self.comm.Allreduce(send, recv, _MPI_OPS[op])
+        finally:
+            self._wd.end(token)
+
+    def iallreduce(self, send, recv, op, label=None):
+        r = self.comm.Iallreduce(send, recv, _MPI_OPS[op])
+        return _MpiRequest([r], label or "all-reduce", self, (send, recv))
+
+    def allgather(self, send, recv, label=None):
+        token = self._wd.begin(label or "all-gather", self)
+        try:
+            self.comm.Allgather(_bytes(send), _bytes(recv))
+        finally:
+            self._wd.end(token)
+
+    def iallgather(self, send, recv, label=None):
+        s, r = _bytes(send), _bytes(recv)
+        return _MpiRequest([self.comm.Iallgather(s, r)], label or "all-gather", self, (s, r))
+
+    def alltoall(self, send, recv, label=None):
+        token = self._wd.begin(label or "all-to-all", self)
+        try:
+            self.comm.Alltoall(_bytes(send), _bytes(recv))
+        finally:
+            self._wd.end(token)
+
+    def ialltoall(self, send, recv, label=None):
+        s, r = _bytes(send), _bytes(recv)
+        return _MpiRequest([self.comm.Ialltoall(s, r)], label or "all-to-all", self, (s, r))
+
+    def reduce_scatter_block(self, send, recv, op, label=None):
+        token = self._wd.begin(label or "reduce-scatter", self)
+        try:
+            self.comm.Reduce_scatter_block(send, recv, _MPI_OPS[op])
+        finally:
+            self._wd.end(token)
+
+    def ireduce_scatter_block(self, send, recv, op, label=None):
+        r = self.comm.Ireduce_scatter_block(send, recv, _MPI_OPS[op])
+        return _MpiRequest([r], label or "reduce-scatter", self, (send, recv))
+
+    def permute(self, send, recv, dest, source, label=None):
+        MPI = _MPI
+        token = self._wd.begin(label or "collective-permute", self)
+        try:
+            # PROC_NULL turns the missing half into a no-op, so one call covers every case.
+            self.comm.Sendrecv(_bytes(send), MPI.PROC_NULL if dest is None else dest, 0,
+                               _bytes(recv), MPI.PROC_NULL if source is None else source, 0)
+        finally:
+            self._wd.end(token)
+
+    def ipermute(self, send, recv, dest, source, label=None):
+        reqs = []
+        s, r = _bytes(send), _bytes(recv)
+        if source is not None:
+            reqs.append(self.comm.Irecv(r, source, 0))
+        if dest is not None:
+            reqs.append(self.comm.Isend(s, dest, 0))
+        if not reqs:
+            return DONE
+        return _MpiRequest(reqs, label or "collective-permute", self, (s, r))
+
+    def bcast(self, buf, root, label=None):
+        token = self._wd.begin(label or "collective-broadcast", self)
+        try:
+            self.comm.Bcast(_bytes(buf), root)
+        finally:
+            self._wd.end(token)
+
+    def ibcast(self, buf, root, label=None):
+        b = _bytes(buf)
+        return _MpiRequest([self.comm.Ibcast(b, root)], label or "collective-broadcast", self,
+                           (b,))
+
+    def barrier(self, label=None):
+        token = self._wd.begin(label or "barrier", self)
+        try:
+            self.comm.Barrier()
+        finally:
+            self._wd.end(token)
+
+    def split(self, color, key, devices=None):
+        MPI = _MPI
+        token = self._wd.begin("communicator split", self)
+        try:
+            sub = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
+        finally:
+            self._wd.end(token)
+        if sub == MPI.COMM_NULL:
+            return None
+        return MpiCommunicator(sub, devices)
+
+    def free(self) -> None:
+        """Release the MPI communicator (not for COMM_WORLD / COMM_SELF)."""
+        MPI = _MPI
+        if self.comm not in (MPI.COMM_WORLD, MPI.COMM_SELF) and self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+
+
+# ================================================================================================
+# In-process twin: ranks are threads
+# ================================================================================================
+
+_NP_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+           "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+
+
+class _Slot:
+    __slots__ = ("payloads", "ops", "arrived", "done", "result", "error", "readers")
+
+    def __init__(self, size: int):
+        self.payloads = [None] * size
+        self.ops: list[str | None] = [None] * size
+        self.arrived = 0
+        self.done = False
+        self.result = None
+        self.error: str | None = None
+        self.readers = 0
+
+
+class _Rendezvous:
+    """Shared by the N members of one in-process communicator.  The k-th call of every member
+    meets in slot k; the last to arrive combines the payloads once, under the lock, so every
+    member reads the same result object."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.cond = threading.Condition()
+        self.slots: dict[int, _Slot] = {}
+
+
+class _InProcRequest(Request):
+    __slots__ = ("comm", "seq", "slot", "label", "extract", "_result")
+
+    def __init__(self, comm, seq, slot, label, extract):
+        self.comm, self.seq, self.slot, self.label, self.extract = comm, seq, slot, label, extract
+
+    def wait(self):
+        if self.slot is None:
+            return self._result
+        result = self.comm._wait(self.seq, self.slot, self.label)
+        self.slot = None
+        out = self.extract(result)
+        self._result = out
+        return out
+
+
+class InProcessCommunicator(Communicator):
+    """Threads-as-ranks twin of MpiCommunicator (see :func:`in_process_world`)."""
+
+    def __init__(self, rendezvous: _Rendezvous, rank: int, devices=None, timeout_s=None):
+        super().__init__(rank, rendezvous.size, devices)
+        self._rv = rendezvous
+        self._seq = 0
+        self.timeout_s = (_deadline.watchdog.timeout_s or 60.0) if timeout_s is None \
+            else timeout_s
+
+    def _post(self, op: str, label, payload, combine: Callable, extract: Callable) -> Request:
+        rv = self._rv
+        seq = self._seq
+        self._seq += 1
+        with rv.cond:
+            slot = rv.slots.get(seq)
+            if slot is None:
+                slot = rv.slots[seq] = _Slot(rv.size)
+            slot.payloads[self.rank] = payload
+            slot.ops[self.rank] = op
+            slot.arrived += 1
+            if slot.arrived == rv.size:
+                if len(set(slot.ops)) > 1:
+                    runs = ", ".join(f"rank {r} runs {o}" for r, o in enumerate(slot.ops))
+                    slot.error = f"members disagree on collective #{seq} of {self}: {runs}"
+                else:
+                    try:
+                        slot.result = combine(slot.payloads)
+                    except Exception as e:  # reported to every member, not only the combiner
+                        slot.error = f"{op} failed while combining: {type(e).__name__}: {e}"
+                slot.done = True
+                rv.cond.notify_all()
+        return _InProcRequest(self, seq, slot, label or op, extract)
+
+    def _wait(self, seq: int, slot: _Slot, label: str):
+        rv = self._rv
+        end = time.monotonic() + self.timeout_s
+        with rv.cond:
+            while not slot.done:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    missing = [r for r, o in enumerate(slot.ops) if o is None]
+                    raise CollectiveError(
+                        f"rank {self.rank}: timed out after {self.timeout_s:g} s waiting in "
+                        f"{label} over {self}; ranks {missing} never arrived")
+                rv.cond.wait(remaining)
+            slot.readers += 1
+            if slot.readers == rv.size:
+                del rv.slots[seq]
+        if slot.error:
+            raise CollectiveError(f"rank {self.rank}: {slot.error}")
+        return slot.result
+
+    # -- primitives ------------------------------------------------------------------------
+    def iallreduce(self, send, recv, op, label=None):
+        ufunc = _NP_OPS[op]
+
+        def combine(ps):
+            acc = ps[0]
+            for p in ps[1:]:
+                acc = ufunc(acc, p)
+            return acc
+
+        return self._post("all-reduce", label, send.copy(), combine,
+                          lambda res: np.copyto(recv, res))
+
+    def iallgather(self, send, recv, label=None):
+        return self._post("all-gather", label, _bytes(send).copy(), list,
+                          lambda ps: np.copyto(_bytes(recv), np.concatenate(ps)))
+
+    def ialltoall(self, send, recv, label=None):
+        n, me = self.size, self.rank
+
+        def extract(ps):
+            out = _bytes(recv).reshape(n, -1)
+            for i, p in enumerate(ps):
+                out[i] = p.reshape(n, -1)[me]
+
+        return self._post("all-to-all", label, _bytes(send).copy(), list, extract)
+
+    def ireduce_scatter_block(self, send, recv, op, label=None):
+        ufunc = _NP_OPS[op]
+        n, me = self.size, self.rank
+
+        def combine(ps):
+            acc = ps[0]
+            for p in ps[1:]:
+                acc = ufunc(acc, p)
+            return acc.reshape(n, -1)
+
+        return self._post("reduce-scatter", label, send.reshape(-1).copy(), combine,
+                          lambda res: np.copyto(recv.reshape(-1), res[me]))
+
+    def ipermute(self, send, recv, dest, source, label=None):
+        me = self.rank
+
+        def extract(ps):
+            if source is None:
+                return
+            data, their_dest = ps[source]
+            if their_dest != me:
+                raise CollectiveError(
+                    f"rank {me}: collective-permute over {self}: expected data from rank "
+                    f"{source}, but it sends to {their_dest}")
+            np.copyto(_bytes(recv), data)
+
+        payload = (_bytes(send).copy() if dest is not None else None, dest)
+        return self._post("collective-permute", label, payload, list, extract)
+
+    def ibcast(self, buf, root, label=None):
+        me = self.rank
+        payload = _bytes(buf).copy() if me == root else None
+
+        def extract(ps):
+            if me != root:
+                np.copyto(_bytes(buf), ps[root])
+
+        return self._post("collective-broadcast", label, payload, list, extract)
+
+    def barrier(self, label=None):
+        self._post("barrier", label, None, lambda ps: None, lambda r: None).wait()
+
+    def split(self, color, key, devices=None):
+        timeout = self.timeout_s
+
+        def combine(ps):
+            members: dict[int, list[tuple[int, int]]] = {}
+            for r, (c, k) in enumerate(ps):
+                if c is not None:
+                    members.setdefault(c, []).append((k, r))
+            return {c: (_Rendezvous(len(m)), [r for _, r in sorted(m)])
+                    for c, m in members.items()}
+
+        def extract(groups):
+            if color is None:
+                return None
+            rv, ranks = groups[color]
+            return InProcessCommunicator(rv, ranks.index(self.rank), devices, timeout)
+
+        return self._post("split", None, (color, key), combine, extract).wait()
+
+
+def in_process_world(n: int, timeout_s: float | None = None) -> list[InProcessCommunicator]:
+    """N communicators sharing one rendezvous: hand ``comms[i]`` to the thread playing rank i."""
+    rv = _Rendezvous(n)
+    return [InProcessCommunicator(rv, r, list(range(n)), timeout_s) for r in range(n)]
+
+
+def run_in_threads(n: int, fn: Callable[[InProcessCommunicator], object],
+                   timeout_s: float = 30.0) -> list:
+    """Run ``fn(comm)`` on n threads over an in-process world; return the per-rank results.
+
+    The first exception raised by any rank is re-raised here (after all threads finish).
+    """
+    comms = in_process_world(n, timeout_s)
+    results: list = [None] * n
+    errors: list = [None] * n
+
+    def body(r):
+        try:
+            results[r] = fn(comms[r])
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the caller
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s + 5)
+    for r, e in enumerate(errors):
+        if e is not None:
+            raise e
+    if any(t.is_alive() for t in threads):
+        raise CollectiveError(f"in-process ranks still running after {timeout_s + 5:g} s")
+    return results
+
+
+# ================================================================================================
+# Sub-communicator cache
+# ================================================================================================
+
+class CommunicatorCache:
+    """One communicator per distinct ordered device group, created collectively by ``prepare``.
+
+    ``world`` is the communicator over all ranks (an MpiCommunicator over a duplicate of
+    COMM_WORLD by default, so our traffic never matches user messages on COMM_WORLD).
+    ``device_to_rank`` maps global device ids to world ranks; by default rank = device id.
+    """
+
+    def __init__(self, world: Communicator | None = None,
+                 device_to_rank: Mapping[int, int] | Sequence[int] | None = None):
+        if world is None:
+            MPI = _mpi()
+            world = MpiCommunicator(MPI.COMM_WORLD.Dup())
+        self.world = world
+        if device_to_rank is None:
+            rank_of = {d: d for d in range(world.size)}
+        elif isinstance(device_to_rank, Mapping):
+            rank_of = {int(d): int(r) for d, r in device_to_rank.items()}
+        else:
+            rank_of = {d: int(r) for d, r in enumerate(device_to_rank)}
+        device_of: dict[int, int] = {}
+        for d, r in rank_of.items():
+            if not 0 <= r < world.size:
+                raise GroupError(f"device {d} maps to rank {r}, but the world has "
+                                 f"{world.size} ranks")
+            if r in device_of:
+                raise GroupError(f"devices {device_of[r]} and {d} both map to rank {r}; "
+                                 "xladist runs one device per rank")
+            device_of[r] = d
+        self._rank_of = rank_of
+        self._device_of = device_of
+        # group tuple -> communicator, or None when this rank is not a member.
+        self._comms: dict[tuple[int, ...], Communicator | None] = {}
+        self.world.devices = [device_of.get(r) for r in range(world.size)]
+
+    @property
+    def device(self) -> int | None:
+        """The device this rank plays (None if the mapping leaves this rank out)."""
+        return self._device_of.get(self.world.rank)
+
+    def rank_of(self, device: int) -> int:
+        try:
+            return self._rank_of[device]
+        except KeyError:
+            raise GroupError(f"device {device} is not mapped to any rank (known devices: "
+                             f"{sorted(self._rank_of)})") from None
+
+    def device_of(self, rank: int) -> int:
+        try:
+            return self._device_of[rank]
+        except KeyError:
+            raise GroupError(f"rank {rank} plays no device") from None
+
+    def prepare(self, groupings: Sequence[Sequence[Sequence[int]]]) -> None:
+        """Create the communicators of every device group, collectively over the world.
+
+        ``groupings`` is a list of groupings, each the device groups of one collective (the
+        output of :func:`collectives.groups.device_groups`).  Every rank must pass the same list
+        in the same order: each grouping that still has an uncached group costs one Split,
+        with color = group index and key = position in the group, so the sub-communicator's
+        rank order is the group's member order.
+        """
+        me = self.device
+        for gi, grouping in enumerate(groupings):
+            groups = [tuple(int(d) for d in g) for g in grouping]
+            seen: dict[int, int] = {}
+            for i, g in enumerate(groups):
+                for d in g:
+                    self.rank_of(d)
+                    if d in seen:
+                        raise GroupError(f"grouping #{gi} {[list(x) for x in groups]}: device "
+                                         f"{d} is in groups {seen[d]} and {i}")
+                    seen[d] = i
+            new = list(dict.fromkeys(g for g in groups if g not in self._comms))
+            if not new:
+                continue  # same decision on every rank: the caches evolve identically
+            color, key = None, 0
+            for i, g in enumerate(new):
+                if me in g:
+                    color, key = i, g.index(me)
+            comm = self.world.split(color, key, list(new[color]) if color is not None else None)
+            for i, g in enumerate(new):
+                self._comms[g] = comm if i == color else None
+
+    def get(self, group: Sequence[int]) -> Communicator:
+        """The communicator of a prepared group this rank belongs to."""
+        key = tuple(int(d) for d in group)
+        try:
+            comm = self._comms[key]
+        except KeyError:
+            raise CollectiveError(
+                f"no communicator for device group {list(key)}: call prepare() with every "
+                "group the program uses, on all ranks, before running collectives") from None
+        if comm is None:
+            raise CollectiveError(f"device {self.device} (rank {self.world.rank}) is not a "
+                                  f"member of device group {list(key)}")
+        return comm
+
+    def find(self, grouping: Sequence[Sequence[int]]) -> Communicator | None:
+        """The communicator of the group in ``grouping`` that contains this rank's device, or
+        None if it is in none of them (collective-broadcast then yields zeros)."""
+        me = self.device
+        for g in grouping:
+            if me in g:
+                return self.get(g)
+        return None
+
+    def __len__(self) -> int:
+        return len(self._comms)

@@ -1,0 +1,213 @@
+"""Deadlines for blocking collective calls: nothing hangs silently (ARCHITECTURE rule 3).
+
+The main thread makes blocking MPI calls.  Before each one it stores *what* it is waiting in
+(a tuple assignment: no lock, no syscall -- ``time.monotonic`` is served from the vDSO), and
+clears it afterwards.  One daemon thread per process sleeps on a Condition with a timeout and,
+when it wakes, checks whether the operation that is in progress has been running for longer
+than the deadline; if so it prints ``rank R: timed out after T s waiting in <description>`` to
+stderr and aborts the whole MPI job, so that no rank is left waiting forever.
+
+The watchdog sleeps until the current operation's own deadline, or for half the deadline when
+idle, so it wakes a handful of times per deadline period, never in a tight loop.  A hang is
+reported between T and 1.5 T seconds after it starts.
+
+Configuration: ``XLADIST_COLLECTIVE_TIMEOUT`` (seconds, default 300; 0 disables) or
+:func:`configure`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Watchdog",
+    "watchdog",
+    "configure",
+    "waiting",
+    "abort_job",
+    "abort_on_exception",
+]
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def _env_timeout() -> float:
+    raw = os.environ.get("XLADIST_COLLECTIVE_TIMEOUT")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(raw)
+    except ValueError:
+        print(f"xladist: ignoring XLADIST_COLLECTIVE_TIMEOUT={raw!r} (not a number of seconds); "
+              f"using {DEFAULT_TIMEOUT_S:g} s", file=sys.stderr)
+        return DEFAULT_TIMEOUT_S
+
+
+def _world_rank() -> int:
+    """This process's rank in MPI_COMM_WORLD, without initializing MPI if nobody else has."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank()
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+_abort_lock = threading.Lock()
+_aborting = False
+
+
+def abort_job(message: str, code: int = 1) -> None:
+    """Print ``rank R: message`` once to stderr and abort every rank of the job.
+
+    Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
+    exits this process.  Safe to call from any thread (mpi4py initializes MPI with
+    MPI_THREAD_MULTIPLE); only the first caller prints.
+    """
+    global _aborting
+    with _abort_lock:
+        first = not _aborting
+        _aborting = True
+    if first:
+        try:
+            sys.stderr.write(f"rank {_world_rank()}: {message}\n")
+            sys.stderr.flush()
+        except Exception:  # stderr closed: still abort
+            pass
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+class Watchdog:
+    """Per-process deadline for the operation the main thread is blocked in."""
+
+    def __init__(self, timeout_s: float | None = None):
+        self.timeout_s = _env_timeout() if timeout_s is None else float(timeout_s)
+        # (what, where, start) or None.  One attribute so the daemon never sees a torn update.
+        self.current: tuple[str, object, float] | None = None
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._generation = 0
+
+    # -- hot path -------------------------------------------------------------------------------
+    def begin(self, what: str, where: object = None):
+        """Mark the start of a wait; returns a token for :meth:`end`.
+
+        ``where`` is formatted with ``str()`` only if the deadline fires, so callers can pass a
+        communicator object instead of building a string on every call.
+        """
+        prev = self.current
+        self.current = (what, where, time.monotonic())
+        if self._thread is None and self.timeout_s > 0:
+            self._start_thread()
+        return prev
+
+    def end(self, token) -> None:
+        self.current = token
+
+    # -- daemon --------------------------------------------------------------------------------
+    def _start_thread(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="xladist-deadline",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                timeout = self.timeout_s
+                if timeout <= 0:
+                    self._cond.wait()
+                    continue
+                cur = self.current
+                now = time.monotonic()
+                if cur is None:
+                    sleep = timeout / 2
+                else:
+                    elapsed = now - cur[2]
+                    if elapsed >= timeout:
+                        self._fire(cur, elapsed)
+                        return
+                    # Wake right at this operation's deadline (plus a hair for clock rounding).
+                    sleep = timeout - elapsed + 0.01
+                self._cond.wait(sleep)
+
+    def _fire(self, cur, elapsed: float) -> None:
+        what, where, _ = cur
+        desc = what if where is None else f"{what} over {where}"
+        abort_job(f"timed out after {elapsed:.1f} s waiting in {desc} "
+                  f"(deadline {self.timeout_s:g} s; set XLADIST_COLLECTIVE_TIMEOUT to change it)")
+
+    def configure(self, timeout_s: float) -> None:
+        with self._cond:
+            self.timeout_s = float(timeout_s)
+            self._cond.notify_all()
+
+    def describe_current(self) -> str | None:
+        cur = self.current
+        if cur is None:
+            return None
+        what, where, start = cur
+        desc = what if where is None else f"{what} over {where}"
+        return f"{desc} (for {time.monotonic() - start:.1f} s)"
+
+
+watchdog = Watchdog()
+
+
+def configure(timeout_s: float) -> None:
+    """Set the per-wait deadline in seconds for this process (0 disables)."""
+    watchdog.configure(timeout_s)
+
+
+@contextlib.contextmanager
+def waiting(what: str, where: object = None):
+    """``with waiting("all-reduce.7 over group [0,1,2,3]"): comm.Allreduce(...)``.
+
+    If the body has not finished after the deadline, the job is aborted with a message naming
+    ``what`` (and ``where``, when given).
+    """
+    token = watchdog.begin(what, where)
+    try:
+        yield
+    finally:
+        watchdog.end(token)
+
+
+class abort_on_exception(contextlib.ContextDecorator):
+    """Turn an exception on one rank into a job-wide abort, so no other rank is orphaned.
+
+    Use as ``with abort_on_exception(): ...`` or as a decorator.  Prints ``rank r: <error>``
+    once (type and message; set ``traceback=True`` for the full traceback) and calls MPI Abort.
+    ``SystemExit(0)`` and ``KeyboardInterrupt`` pass through unchanged.
+    """
+
+    def __init__(self, traceback: bool = False, code: int = 1):
+        self.traceback = traceback
+        self.code = code
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or exc_type is KeyboardInterrupt:
+            return False
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return False
+        if self.traceback:
+            import traceback as _tb
+
+            sys.stderr.write("".join(_tb.format_exception(exc_type, exc, tb)))
+        msg = str(exc)
+        abort_job(f"{exc_type.__name__}: {msg}" if msg else exc_type.__name__, self.code)
+        return False

@@ -1,0 +1,96 @@
+"""reduce-scatter (collective-semantics.md C.12): all-reduce, then member i keeps part i.
+
+Same outline as :mod:`collectives.all_reduce`.  The operand's ``dim`` must be divisible by the
+group size n; the result's ``dim`` is that divided by n.  Builtin reductions run as one
+MPI_Reduce_scatter_block.  The generic path is an all-to-all of the n parts followed by a left
+fold in rank order: each member folds only its own part, in a fixed order, so the result is
+deterministic for any ``fn`` and moves no more data than MPI's own algorithm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import Pending, contiguous, normalize_dim, split_dim, to_block_major
+from .all_reduce import _plan
+from .communicator import Communicator
+from .reduction import SUM, Reducer, fold
+
+__all__ = ["reduce_scatter", "reduce_scatter_start"]
+
+
+def _check(x: np.ndarray, dim: int, n: int) -> tuple[int, tuple[int, ...]]:
+    dim = normalize_dim("reduce-scatter", x, dim)
+    if x.shape[dim] % n:
+        raise ValueError(f"reduce-scatter: dimension {dim} of the operand (shape {x.shape}) is "
+                         f"{x.shape[dim]}, not divisible by the group size {n}")
+    shape = list(x.shape)
+    shape[dim] //= n
+    return dim, tuple(shape)
+
+
+def _stage(comm: Communicator, x: np.ndarray, dim: int, n: int, reuse: bool) -> np.ndarray:
+    """The operand laid out [part, ...], each part contiguous (x itself when it already is)."""
+    if split_dim(x.shape, dim)[0] == 1:
+        return contiguous(x)
+    dst = (comm.scratch("send", x.nbytes).view(x.dtype) if reuse
+           else np.empty(x.size, x.dtype))
+    return to_block_major(x, dim, n, dst)
+
+
+def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, *,
+                   label: str | None = None):
+    """Reduce ``x`` over ``comm`` and return this member's part along ``dim`` (fresh array).
+
+    A list/tuple ``x`` is the variadic form: each operand is reduce-scattered on its own.
+    """
+    if type(x) is list or type(x) is tuple:
+        return [reduce_scatter(comm, xi, reducer, dim, label=label) for xi in x]
+    x = np.asarray(x)
+    n = comm.size
+    dim, out_shape = _check(x, dim, n)
+    out = np.empty(out_shape, x.dtype)
+    if n == 1 or x.size == 0:
+        np.copyto(out, x)
+        return out
+    label = label or "reduce-scatter"
+    send = _stage(comm, x, dim, n, reuse=True)
+    plan = _plan(reducer, x.dtype)
+    if plan is None:
+        recv = comm.scratch("recv", x.nbytes).view(x.dtype)
+        comm.alltoall(send, recv, label)
+        return fold(reducer, recv.reshape(n, -1), out=out)
+    op, wire = plan
+    if wire != x.dtype:
+        comm.reduce_scatter_block(send.view(wire), out.view(wire), op, label)
+    else:
+        comm.reduce_scatter_block(send, out, op, label)
+    return out
+
+
+def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, *,
+                         label: str | None = None) -> Pending:
+    """Start a reduce-scatter; ``.wait()`` returns what :func:`reduce_scatter` would."""
+    if type(x) is list or type(x) is tuple:
+        parts = [reduce_scatter_start(comm, xi, reducer, dim, label=label) for xi in x]
+        return Pending((), lambda: [p.wait() for p in parts])
+    x = np.asarray(x)
+    n = comm.size
+    dim, out_shape = _check(x, dim, n)
+    out = np.empty(out_shape, x.dtype)
+    if n == 1 or x.size == 0:
+        np.copyto(out, x)
+        return Pending.ready(out)
+    label = label or "reduce-scatter"
+    send = _stage(comm, x, dim, n, reuse=False)
+    plan = _plan(reducer, x.dtype)
+    if plan is None:
+        recv = np.empty(x.size, x.dtype)
+        req = comm.ialltoall(send, recv, label)
+        return Pending((req,), lambda: fold(reducer, recv.reshape(n, -1), out=out))
+    op, wire = plan
+    if wire != x.dtype:
+        req = comm.ireduce_scatter_block(send.view(wire), out.view(wire), op, label)
+    else:
+        req = comm.ireduce_scatter_block(send, out, op, label)
+    return Pending((req,), lambda: out)

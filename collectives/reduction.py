@@ -1,0 +1,172 @@
+"""Reducers: what an all-reduce / reduce-scatter combines with, and how it maps onto MPI.
+
+A :class:`Reducer` is ``(kind, fn)``: ``kind`` names a recognized reduction ('sum', 'prod',
+'min', 'max', 'and', 'or', 'xor') or is ``None`` for an arbitrary computation; ``fn(a, b)`` is the
+numpy element-wise meaning, always authoritative.  The runtime builds one from the HLO
+``to_apply`` computation (collective-semantics.md C.10: a root that is a binary op of
+(param0, param1)).
+
+Two paths:
+
+* **builtin** -- :func:`builtin_op` maps (kind, dtype) to an MPI builtin op when the MPI op
+  computes exactly ``fn`` on that dtype.  Integers and bool are exact in any order; float and
+  complex sum/prod are commutative in IEEE arithmetic, so every MPICH algorithm (each of which
+  uses one combining tree for all ranks) yields identical bits on all members.
+* **generic** -- everything else: bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
+  is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas
+  HLO minimum propagates NaN), complex min/max (MPI has none), and any custom reducer.  The
+  collective moves bytes with MPI and applies ``fn`` in numpy with :func:`fold`, a left fold in
+  group-rank order; each element is folded on exactly one rank and then distributed, so every
+  participant gets bit-identical results even for a non-commutative ``fn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Reducer",
+    "SUM",
+    "PROD",
+    "MIN",
+    "MAX",
+    "AND",
+    "OR",
+    "XOR",
+    "KINDS",
+    "reducer_for_kind",
+    "builtin_op",
+    "fold",
+]
+
+KINDS = ("sum", "prod", "min", "max", "and", "or", "xor")
+
+
+@dataclass(frozen=True, eq=False)
+class Reducer:
+    """A binary element-wise reduction: ``kind`` (or None) and its numpy meaning ``fn(a, b)``.
+
+    ``fn`` receives two arrays of the operand dtype (``a`` from the lower group rank) and returns
+    an array of the same shape; the result is cast back to the operand dtype.  Reducers compare
+    by identity, so build them once (e.g. per HLO computation) and reuse them.
+    """
+
+    kind: str | None
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    name: str = field(default="")
+
+    def __post_init__(self):
+        if self.kind is not None and self.kind not in KINDS:
+            raise ValueError(f"unknown reduction kind {self.kind!r}; expected one of {KINDS} "
+                             "or None for a custom reducer")
+        if not callable(self.fn):
+            raise TypeError(f"Reducer.fn must be callable, got {self.fn!r}")
+
+    def __str__(self) -> str:
+        return self.name or self.kind or getattr(self.fn, "__name__", "custom")
+
+
+SUM = Reducer("sum", np.add, "sum")
+PROD = Reducer("prod", np.multiply, "prod")
+MIN = Reducer("min", np.minimum, "min")
+MAX = Reducer("max", np.maximum, "max")
+# Bitwise ufuncs are also the logical ops on bool arrays.
+AND = Reducer("and", np.bitwise_and, "and")
+OR = Reducer("or", np.bitwise_or, "or")
+XOR = Reducer("xor", np.bitwise_xor, "xor")
+
+_BY_KIND = {r.kind: r for r in (SUM, PROD, MIN, MAX, AND, OR, XOR)}
+
+
+def reducer_for_kind(kind: str) -> Reducer:
+    """The standard Reducer of a kind name."""
+    try:
+        return _BY_KIND[kind]
+    except KeyError:
+        raise ValueError(f"unknown reduction kind {kind!r}; expected one of {KINDS}") from None
+
+
+# Dtypes MPI moves and reduces natively (numpy char -> same width MPI type via mpi4py).
+_INT_CHARS = set(np.typecodes["AllInteger"])
+_FLOAT_CHARS = {"f", "d"}
+_COMPLEX_CHARS = {"F", "D"}
+
+# Which of our kinds MPI computes exactly, per dtype class.  Float min/max are left out on
+# purpose (NaN and signed-zero semantics differ from HLO's minimum/maximum, see module doc).
+_INT_OPS = {"sum": "sum", "prod": "prod", "min": "min", "max": "max",
+            "and": "band", "or": "bor", "xor": "bxor"}
+_FLOAT_OPS = {"sum": "sum", "prod": "prod"}
+# Bool travels as uint8 0/1: and/min -> BAND, or/max -> BOR, xor -> BXOR are exact there.
+# (XLA itself matches and/or on PRED as MIN/MAX, C.10.)  sum/prod on bool go generic so that
+# whatever ``fn`` means for PRED is what happens.
+_BOOL_OPS = {"and": "band", "min": "band", "or": "bor", "max": "bor", "xor": "bxor"}
+
+
+_STANDARD_FNS = {
+    "sum": (np.add,),
+    "prod": (np.multiply,),
+    "min": (np.minimum,),
+    "max": (np.maximum,),
+    "and": (np.bitwise_and, np.logical_and),
+    "or": (np.bitwise_or, np.logical_or),
+    "xor": (np.bitwise_xor, np.logical_xor),
+}
+
+
+def builtin_op(reducer: Reducer, dtype: np.dtype) -> tuple[str, np.dtype] | None:
+    """``(mpi_op_name, wire_dtype)`` if MPI can do this reduction exactly, else None (generic).
+
+    ``mpi_op_name`` is one of 'sum', 'prod', 'min', 'max', 'band', 'bor', 'bxor'; ``wire_dtype``
+    is the dtype to view the buffers as (bool travels as uint8).  A Reducer whose ``fn`` is not
+    the standard ufunc of its kind always takes the generic path: ``fn`` is the truth.
+    """
+    kind = reducer.kind
+    if kind is None or reducer.fn not in _STANDARD_FNS[kind]:
+        return None
+    dtype = np.dtype(dtype)
+    ch = dtype.char
+    known = ch == "?" or ch in _INT_CHARS or ch in _FLOAT_CHARS or ch in _COMPLEX_CHARS
+    if not known or dtype != np.dtype(ch):
+        return None  # extension dtype (ml_dtypes bf16/f8), float16, or non-native byte order
+    if ch == "?":
+        op = _BOOL_OPS.get(kind)
+        return (op, np.dtype(np.uint8)) if op else None
+    if ch in _INT_CHARS:
+        return (_INT_OPS[kind], dtype)
+    if ch in _FLOAT_CHARS or ch in _COMPLEX_CHARS:
+        op = _FLOAT_OPS.get(kind)
+        return (op, dtype) if op else None
+    return None  # float16, longdouble, bf16/f8 (ml_dtypes), object, ...
+
+
+def fold(reducer: Reducer, blocks: np.ndarray | Sequence[np.ndarray],
+         out: np.ndarray | None = None) -> np.ndarray:
+    """Left fold ``fn(...fn(fn(b0, b1), b2)..., b_{N-1})`` over the leading axis, in order.
+
+    The fixed order is what makes the generic path deterministic: the caller folds each element
+    on exactly one rank.  The result has the dtype of the blocks; it is written to ``out`` if
+    given.
+    """
+    n = len(blocks)
+    if n == 0:
+        raise ValueError("fold needs at least one block")
+    dtype = blocks[0].dtype
+    acc = blocks[0]
+    fn = reducer.fn
+    # A generic reducer applied to padding (see all_reduce's generic path) may divide by zero
+    # or overflow; those lanes are discarded, so silence numpy's warnings for them.
+    with np.errstate(all="ignore"):
+        for i in range(1, n):
+            acc = fn(acc, blocks[i])
+    acc = np.asarray(acc)
+    if acc.dtype != dtype:
+        acc = acc.astype(dtype)
+    if out is not None:
+        np.copyto(out, acc.reshape(out.shape), casting="unsafe")
+        return out
+    if n == 1:
+        acc = acc.copy()
+    return acc
