@@ -35,7 +35,8 @@ def all_gather(comm: Communicator, x, dim: int = 0, *, label: str | None = None)
     n = comm.size
     out = np.empty(_out_shape(x, dim, n), x.dtype)
     if n == 1 or x.size == 0:
-        np.copyto(out, x)
+        if out.size:
+            np.copyto(out, x)
         return out
     send = contiguous(x)
     if split_dim(x.shape, dim)[0] == 1:
@@ -57,7 +58,8 @@ def all_gather_start(comm: Communicator, x, dim: int = 0, *,
     n = comm.size
     out = np.empty(_out_shape(x, dim, n), x.dtype)
     if n == 1 or x.size == 0:
-        np.copyto(out, x)
+        if out.size:
+            np.copyto(out, x)
         return Pending.ready(out)
     send = contiguous(x)
     label = label or "all-gather"

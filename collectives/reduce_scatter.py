@@ -51,7 +51,8 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
     dim, out_shape = _check(x, dim, n)
     out = np.empty(out_shape, x.dtype)
     if n == 1 or x.size == 0:
-        np.copyto(out, x)
+        if out.size:
+            np.copyto(out, x)
         return out
     label = label or "reduce-scatter"
     send = _stage(comm, x, dim, n, reuse=True)
@@ -79,7 +80,8 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
     dim, out_shape = _check(x, dim, n)
     out = np.empty(out_shape, x.dtype)
     if n == 1 or x.size == 0:
-        np.copyto(out, x)
+        if out.size:
+            np.copyto(out, x)
         return Pending.ready(out)
     label = label or "reduce-scatter"
     send = _stage(comm, x, dim, n, reuse=False)

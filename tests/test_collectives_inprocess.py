@@ -1,0 +1,177 @@
+"""The collective families over the in-process (threads-as-ranks) twin.
+
+Fast, MPI-free coverage of the semantics; tests/mpi runs the same cases over real MPI.
+"""
+
+import numpy as np
+import pytest
+
+import collectives as C
+from collectives.communicator import CollectiveError, CommunicatorCache, in_process_world
+from collectives.reduction import builtin_op, fold
+from tests.mpi.cases import (
+    DTYPES,
+    NONCOMMUTATIVE,
+    assert_same,
+    make_input,
+    permute_pairs,
+    reducers_for,
+    reference,
+    run,
+    shapes_for,
+)
+
+OPS = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "all-to-all-tuple",
+       "collective-permute", "collective-broadcast"]
+SEED = 1234
+
+
+def _inputs(op, n, shape, dtype, device):
+    if op == "all-to-all-tuple":
+        return [make_input(SEED, device * 64 + j, shape, dtype) for j in range(n)]
+    return make_input(SEED, device, shape, dtype)
+
+
+def _check_all(comm, op, dtype):
+    """Run every shape x sync x reducer case of op on this rank; return result bytes."""
+    n, me = comm.size, comm.rank
+    out = []
+    reducers = reducers_for(dtype) if op in ("all-reduce", "reduce-scatter") else [None]
+    pairs = permute_pairs(n)
+    for shape, dim in shapes_for(op, n):
+        for sync in (True, False):
+            for red in reducers:
+                x = _inputs(op, n, shape, dtype, me)
+                if op == "collective-permute" or op == "all-reduce":
+                    x = x if x.ndim < 2 else x[:, ::-1]  # non-contiguous operand
+                got = run(op, comm, x, sync=sync, reducer=red, dim=dim, pairs=pairs)
+                xs = [_inputs(op, n, shape, dtype, r) for r in range(n)]
+                if op == "collective-permute" or op == "all-reduce":
+                    xs = [a if a.ndim < 2 else a[:, ::-1] for a in xs]
+                want = reference(op, xs, me, reducer=red, dim=dim, pairs=pairs)
+                assert_same(got, want, f"rank {me}/{n} {op} {dtype} {shape} dim={dim} "
+                                       f"sync={sync} reducer={red}")
+                if op in ("all-reduce", "all-gather", "collective-broadcast"):
+                    out.append(got.tobytes())
+    return out
+
+
+@pytest.mark.parametrize("dt", list(DTYPES))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n", [1, 3, 4])
+def test_matches_reference(n, op, dt):
+    results = C.run_in_threads(n, lambda comm: _check_all(comm, op, DTYPES[dt]))
+    # Every member of a reducing/gathering collective holds the same bytes.
+    for r in range(1, n):
+        assert results[r] == results[0]
+
+
+def test_generic_fold_order_is_left_to_right_in_rank_order():
+    def body(comm):
+        x = np.array([comm.rank + 1], np.int64)
+        return C.all_reduce(comm, x, NONCOMMUTATIVE)[0]
+
+    # ((1*2 + 2)*2 + 3)*2 + 4 = 26
+    assert C.run_in_threads(4, body) == [26] * 4
+
+
+def test_float_min_propagates_nan():
+    def body(comm):
+        x = np.array([1.0, -0.0, 2.0], np.float32)
+        if comm.rank == 1:
+            x[0] = np.nan
+        return C.all_reduce(comm, x, C.MIN)
+
+    for got in C.run_in_threads(3, body):
+        assert np.isnan(got[0]) and got[2] == 2.0
+
+
+def test_builtin_op_table():
+    import ml_dtypes
+
+    assert builtin_op(C.SUM, np.float32) == ("sum", np.float32)
+    assert builtin_op(C.MIN, np.float32) is None  # NaN semantics differ from MPI_MIN
+    assert builtin_op(C.AND, np.bool_) == ("band", np.uint8)
+    assert builtin_op(C.SUM, np.bool_) is None
+    assert builtin_op(C.MAX, np.complex64) is None
+    assert builtin_op(C.SUM, ml_dtypes.bfloat16) is None
+    assert builtin_op(C.Reducer("sum", lambda a, b: a - b), np.int32) is None  # fn is truth
+
+
+def test_fold_casts_back_to_operand_dtype():
+    blocks = np.ones((3, 2), np.int8) * 100
+    assert fold(C.SUM, blocks).dtype == np.int8
+
+
+def test_cache_orders_ranks_by_group_position():
+    def body(world):
+        cache = CommunicatorCache(world)
+        n = world.size
+        groupings = [[list(range(n))[::-1]], [[d] for d in range(n)], [[0, 1], [2, 3]]]
+        cache.prepare(groupings)
+        cache.prepare(groupings)  # idempotent: no second split
+        rev = cache.get(list(range(n))[::-1])
+        pair = cache.find([[0, 1], [2, 3]])
+        got = C.all_gather(rev, np.array([world.rank]))
+        return rev.rank, got.tolist(), pair.devices, len(cache)
+
+    res = C.run_in_threads(4, body)
+    for r, (rank, got, devices, count) in enumerate(res):
+        assert rank == 3 - r
+        assert got == [3, 2, 1, 0]
+        assert devices == ([0, 1] if r < 2 else [2, 3])
+        assert count == 1 + 4 + 2
+
+
+def test_cache_errors():
+    world = in_process_world(1)[0]
+    cache = CommunicatorCache(world)
+    with pytest.raises(CollectiveError, match="call prepare"):
+        cache.get([0])
+    with pytest.raises(C.GroupError, match="not mapped to any rank"):
+        cache.prepare([[[0, 5]]])
+    with pytest.raises(C.GroupError, match="is in groups 0 and 1"):
+        cache.prepare([[[0], [0]]])
+    with pytest.raises(C.GroupError, match="both map to rank 0"):
+        CommunicatorCache(world, {0: 0, 1: 0})
+
+
+def test_desync_is_reported_with_both_ops():
+    def body(comm):
+        if comm.rank == 0:
+            return C.all_reduce(comm, np.ones(2))
+        return C.all_gather(comm, np.ones(2))
+
+    with pytest.raises(CollectiveError, match="rank 0 runs all-reduce, rank 1 runs all-gather"):
+        C.run_in_threads(2, body)
+
+
+def test_missing_rank_times_out_with_names():
+    def body(comm):
+        if comm.rank == 1:
+            return None
+        return C.all_reduce(comm, np.ones(2), label="all-reduce.7")
+
+    with pytest.raises(CollectiveError, match=r"all-reduce.7 over group \[0, 1\]; ranks \[1\]"):
+        C.run_in_threads(2, body, timeout_s=0.5)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c: C.all_gather(c, np.float32(1)), "a scalar has no dimension"),
+        (lambda c: C.reduce_scatter(c, np.ones((3,)), C.SUM, 0), "not divisible by the group"),
+        (lambda c: C.all_to_all(c, [np.ones(2)]), "one operand per group member"),
+        (lambda c: C.all_to_all(c, [np.ones(2), np.ones(3)]), "share one shape"),
+        (lambda c: C.collective_permute(c, np.ones(2), 5, None), "is not a rank"),
+    ],
+)
+def test_argument_errors(call, match):
+    comm = in_process_world(2)[0]
+    with pytest.raises(ValueError, match=match):
+        call(comm)
+
+
+def test_broadcast_outside_any_group_gives_zeros():
+    got = C.collective_broadcast(None, np.ones((2, 2), np.float16))
+    assert got.dtype == np.float16 and not got.any()
