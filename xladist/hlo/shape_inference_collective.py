@@ -1,0 +1,316 @@
+"""Shape rules of collectives, point-to-point channels, feeds, tokens and device ids
+(collective-semantics.md C.10-C.17, D.18, E.21, F.23; operation semantics AllReduce,
+AllGather, ReduceScatter, AllToAll, CollectivePermute, Send/Recv, Infeed/Outfeed, AfterAll).
+
+Shape inference sees only the instruction, not the module, so the group size of all-gather,
+reduce-scatter and all-to-all comes from explicit replica_groups; with `replica_groups={}` it
+depends on the device count and the declared shape is checked for divisibility only (the
+verifier checks the exact size against replica_count / num_partitions).
+"""
+
+from __future__ import annotations
+
+from .shape import Shape
+from .shape_inference_base import (U32, ShapeError, attr, check_reducer, expect_array,
+                                   expect_count, expect_token, fmt, fmt_all, fmt_dims, like, make,
+                                   need_declared, tuple_or_single)
+
+_TOKEN = Shape.token()
+
+
+def explicit_group_size(attrs) -> int | None:
+    """The size of the first explicit replica group, None for `{}` (device-count dependent)."""
+    groups = attrs.get("replica_groups")
+    if groups is None or not groups.groups:
+        return None
+    return len(groups.groups[0])
+
+
+def _arrays(shapes, what="operand"):
+    if not shapes:
+        raise ShapeError("expects at least one operand")
+    for s in shapes:
+        expect_array(s, what)
+
+
+def _scalar_reducer(attrs, shapes):
+    """all-reduce / reduce-scatter apply one binary scalar computation to every operand."""
+    for s in shapes:
+        check_reducer(attrs.get("to_apply"), "to_apply", [make(s.element_type, ())],
+                      [s.element_type])
+
+
+def _collective_dim(attrs, shapes) -> int:
+    dims = tuple(attr(attrs, "dimensions"))
+    if len(dims) != 1:
+        raise ShapeError(f"dimensions={fmt_dims(dims)} must name exactly one dimension")
+    (d,) = dims
+    for s in shapes:
+        if not 0 <= d < s.rank:
+            raise ShapeError(f"dimension {d} is out of range for operand {fmt(s)}")
+    return d
+
+
+def _scaled(shapes, d, declared, attrs, grow: bool) -> Shape:
+    """all-gather (grow) multiplies dimension d by the group size, reduce-scatter divides it."""
+    n = explicit_group_size(attrs)
+    if n is None:
+        d_shape = need_declared(declared, "replica_groups={} makes the group size depend on the "
+                                "device count")
+        outs = list(d_shape.tuple_shapes) if d_shape.is_tuple else [d_shape]
+        if len(outs) != len(shapes):
+            raise ShapeError(f"result {fmt(d_shape)} must have one array per operand "
+                             f"({fmt_all(shapes)})")
+        for s, o in zip(shapes, outs):
+            a, b = (o.dims[d], s.dims[d]) if grow else (s.dims[d], o.dims[d])
+            others_same = o.rank == s.rank and all(
+                o.dims[i] == s.dims[i] for i in range(s.rank) if i != d)
+            if not others_same or b == 0 or a % b or o.element_type != s.element_type:
+                raise ShapeError(f"result {fmt(o)} and operand {fmt(s)} must differ only in "
+                                 f"dimension {d}, by a whole factor (the group size)")
+        return d_shape
+    outs = []
+    for s in shapes:
+        dims = list(s.dims)
+        if grow:
+            dims[d] *= n
+        elif dims[d] % n:
+            raise ShapeError(f"dimension {d} of operand {fmt(s)} (size {dims[d]}) is not "
+                             f"divisible by the group size {n}")
+        else:
+            dims[d] //= n
+        outs.append(make(s.element_type, dims))
+    return tuple_or_single(outs)
+
+
+def all_reduce(op, shapes, attrs, declared):
+    _arrays(shapes)
+    _scalar_reducer(attrs, shapes)
+    return tuple_or_single([like(s) for s in shapes])
+
+
+def all_reduce_done(op, shapes, attrs, declared):
+    expect_count(shapes, 1)
+    return shapes[0]
+
+
+def all_gather(op, shapes, attrs, declared):
+    _arrays(shapes)
+    return _scaled(shapes, _collective_dim(attrs, shapes), declared, attrs, grow=True)
+
+
+def all_gather_start(op, shapes, attrs, declared):
+    """(operand(s), gathered result(s)); done returns element 1."""
+    _arrays(shapes)
+    inner = None
+    if declared is not None:
+        if not declared.is_tuple or len(declared.tuple_shapes) != 2:
+            raise ShapeError(f"result must be (operands, results), got {fmt(declared)}")
+        inner = declared.tuple_shapes[1]
+    result = _scaled(shapes, _collective_dim(attrs, shapes), inner, attrs, grow=True)
+    return Shape.tuple_of([tuple_or_single(list(shapes)), result])
+
+
+def element_1(op, shapes, attrs, declared):
+    """all-gather-done / collective-permute-done: the result half of the start's state."""
+    expect_count(shapes, 1)
+    (s,) = shapes
+    if not s.is_tuple or len(s.tuple_shapes) < 2:
+        raise ShapeError(f"operand must be the start instruction's tuple, got {fmt(s)}")
+    return s.tuple_shapes[1]
+
+
+def reduce_scatter(op, shapes, attrs, declared):
+    _arrays(shapes)
+    _scalar_reducer(attrs, shapes)
+    return _scaled(shapes, _collective_dim(attrs, shapes), declared, attrs, grow=False)
+
+
+def all_to_all(op, shapes, attrs, declared):
+    """Array form (dimensions={d}, one operand): same shape, d divisible by the group size.
+    Tuple form (no dimensions): N same-shape operands -> a tuple of N arrays."""
+    _arrays(shapes)
+    dims = attrs.get("dimensions")
+    n = explicit_group_size(attrs)
+    if dims:
+        expect_count(shapes, 1)
+        d = _collective_dim(attrs, shapes)
+        x = shapes[0]
+        if n is not None and x.dims[d] % n:
+            raise ShapeError(f"dimension {d} of operand {fmt(x)} (size {x.dims[d]}) is not "
+                             f"divisible by the group size {n}")
+        return like(x)
+    for s in shapes:
+        if not s.compatible(shapes[0]):
+            raise ShapeError(f"the tuple form needs operands of one shape, got {fmt_all(shapes)}")
+    if n is not None and len(shapes) != n:
+        raise ShapeError(f"the tuple form needs one operand per group member ({n}), got "
+                         f"{len(shapes)}")
+    return Shape.tuple_of(list(shapes))
+
+
+def ragged_all_to_all(op, shapes, attrs, declared):
+    """(input, output, input_offsets, send_sizes, output_offsets, recv_sizes) -> output."""
+    expect_count(shapes, 6)
+    _arrays(shapes)
+    x, out = shapes[0], shapes[1]
+    if x.element_type != out.element_type or x.rank != out.rank or x.dims[1:] != out.dims[1:]:
+        raise ShapeError(f"input {fmt(x)} and output {fmt(out)} must agree in element type "
+                         "and in every dimension but the first")
+    meta = shapes[2:]
+    for s in meta:
+        if not s.element_type.is_integer or s.element_type != meta[0].element_type \
+                or s.dims != meta[0].dims:
+            raise ShapeError(f"offsets and sizes must be integer arrays of one shape and type, "
+                             f"got {fmt_all(meta)}")
+    return like(out)
+
+
+def collective_broadcast(op, shapes, attrs, declared):
+    _arrays(shapes)
+    return tuple_or_single([like(s) for s in shapes])
+
+
+def _in_place(shapes, attrs) -> bool:
+    """The 4-operand in-place form: slice_sizes given, or tuples of start indices."""
+    return attrs.get("slice_sizes") is not None or (len(shapes) == 4 and shapes[2].is_tuple)
+
+
+def collective_permute(op, shapes, attrs, declared):
+    """One operand -> its shape; the in-place form (input, output, input offsets, output
+    offsets with slice_sizes) -> the output's shape; several plain operands -> a tuple."""
+    if not shapes:
+        raise ShapeError("expects at least one operand")
+    if _in_place(shapes, attrs):
+        expect_count(shapes, 4)
+        return shapes[1]
+    _arrays(shapes)
+    return tuple_or_single([like(s) for s in shapes])
+
+
+def collective_permute_start(op, shapes, attrs, declared):
+    """(input, output, u32[], u32[]) where output has the input's shape (or the in-place
+    form's output operand)."""
+    u = make(U32, ())
+    if _in_place(shapes, attrs):
+        expect_count(shapes, 4)
+        return Shape.tuple_of([shapes[0], shapes[1], u, u])
+    _arrays(shapes)
+    x = tuple_or_single([like(s) for s in shapes])
+    return Shape.tuple_of([x, x, u, u])
+
+
+def copy_start(op, shapes, attrs, declared):
+    """(destination, source, u32[] context); copy-done returns the destination."""
+    expect_count(shapes, 1)
+    return Shape.tuple_of([shapes[0], shapes[0], make(U32, ())])
+
+
+def copy_done(op, shapes, attrs, declared):
+    expect_count(shapes, 1)
+    (s,) = shapes
+    if not s.is_tuple or len(s.tuple_shapes) != 3:
+        raise ShapeError(f"operand must be a copy-start's (dest, src, u32[]), got {fmt(s)}")
+    return s.tuple_shapes[0]
+
+
+def send(op, shapes, attrs, declared):
+    expect_count(shapes, 2)
+    data, token = shapes
+    expect_token(token, "operand 1")
+    return Shape.tuple_of([data, make(U32, ()), _TOKEN])
+
+
+def _p2p_state(shapes, role):
+    expect_count(shapes, 1)
+    (s,) = shapes
+    if not (s.is_tuple and len(s.tuple_shapes) == 3 and s.tuple_shapes[2].is_token
+            and s.tuple_shapes[1].compatible(make(U32, ()))):
+        raise ShapeError(f"operand must be a {role}'s (data, u32[], token[]), got {fmt(s)}")
+    return s
+
+
+def send_done(op, shapes, attrs, declared):
+    _p2p_state(shapes, "send")
+    return _TOKEN
+
+
+def recv(op, shapes, attrs, declared):
+    expect_count(shapes, 1)
+    expect_token(shapes[0], "operand")
+    d = need_declared(declared, "the received data's shape is only in the result shape")
+    if not (d.is_tuple and len(d.tuple_shapes) == 3 and d.tuple_shapes[2].is_token
+            and d.tuple_shapes[1].compatible(make(U32, ()))):
+        raise ShapeError(f"result must be (data, u32[], token[]), got {fmt(d)}")
+    return d
+
+
+def recv_done(op, shapes, attrs, declared):
+    s = _p2p_state(shapes, "recv")
+    return Shape.tuple_of([s.tuple_shapes[0], _TOKEN])
+
+
+def infeed(op, shapes, attrs, declared):
+    expect_count(shapes, 1)
+    expect_token(shapes[0], "operand")
+    d = need_declared(declared, "the fed data's shape is only in the result shape")
+    if not (d.is_tuple and len(d.tuple_shapes) == 2 and d.tuple_shapes[1].is_token):
+        raise ShapeError(f"result must be (data, token[]), got {fmt(d)}")
+    return d
+
+
+def outfeed(op, shapes, attrs, declared):
+    expect_count(shapes, 2)
+    data, token = shapes
+    expect_token(token, "operand 1")
+    declared_data = attrs.get("outfeed_shape")
+    if declared_data is not None and not declared_data.compatible(data):
+        raise ShapeError(f"outfeed_shape={fmt(declared_data)} must equal the operand's shape "
+                         f"{fmt(data)}")
+    return _TOKEN
+
+
+def after_all(op, shapes, attrs, declared):
+    for i, s in enumerate(shapes):
+        expect_token(s, f"operand {i}")
+    return _TOKEN
+
+
+def add_dependency(op, shapes, attrs, declared):
+    expect_count(shapes, 2)
+    expect_token(shapes[1], "operand 1")
+    return shapes[0]
+
+
+def device_id(op, shapes, attrs, declared):
+    expect_count(shapes, 0)
+    return make(U32, ())
+
+
+RULES = {
+    "all-reduce": all_reduce,
+    "all-reduce-start": all_reduce,
+    "all-reduce-done": all_reduce_done,
+    "all-gather": all_gather,
+    "all-gather-start": all_gather_start,
+    "all-gather-done": element_1,
+    "reduce-scatter": reduce_scatter,
+    "all-to-all": all_to_all,
+    "ragged-all-to-all": ragged_all_to_all,
+    "collective-broadcast": collective_broadcast,
+    "collective-permute": collective_permute,
+    "collective-permute-start": collective_permute_start,
+    "collective-permute-done": element_1,
+    "copy-start": copy_start,
+    "copy-done": copy_done,
+    "send": send,
+    "send-done": send_done,
+    "recv": recv,
+    "recv-done": recv_done,
+    "infeed": infeed,
+    "outfeed": outfeed,
+    "after-all": after_all,
+    "add-dependency": add_dependency,
+    "replica-id": device_id,
+    "partition-id": device_id,
+}
