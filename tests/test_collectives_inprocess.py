@@ -1,7 +1,14 @@
-"""The collective families over the in-process (threads-as-ranks) twin.
+"""The collective families over the in-process (threads-as-ranks) twin; deadline aborts.
 
 Fast, MPI-free coverage of the semantics; tests/mpi runs the same cases over real MPI.
 """
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -175,3 +182,43 @@ def test_argument_errors(call, match):
 def test_broadcast_outside_any_group_gives_zeros():
     got = C.collective_broadcast(None, np.ones((2, 2), np.float16))
     assert got.dtype == np.float16 and not got.any()
+
+
+# --- Nothing hangs: real mpiexec in a subprocess ---------------------------------------------------
+# (Here rather than in tests/mpi because pytest-mpi skips everything under a folder named "mpi"
+# without --with-mpi, and these tests must start their own mpiexec from a plain pytest.)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
+needs_mpiexec = pytest.mark.skipif(UNDER_MPI or shutil.which("mpiexec") is None,
+                                   reason="starts its own mpiexec")
+
+
+def _run(mode: str, timeout_s: float):
+    env = dict(os.environ, XLADIST_COLLECTIVE_TIMEOUT=str(timeout_s),
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["mpiexec", "-n", "2", sys.executable, "-m", "tests.mpi.deadline_script", mode],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    return proc, time.monotonic() - t0
+
+
+@needs_mpiexec
+def test_rank_that_never_joins_aborts_job_after_deadline():
+    proc, elapsed = _run("hang", 2)
+    assert proc.returncode != 0
+    assert "rank 0: timed out after" in proc.stderr
+    assert "waiting in all-reduce.7 over group [0, 1]" in proc.stderr
+    assert "unreachable" not in proc.stdout
+    # Detection happens between T and 1.5 T; allow a few seconds for start-up and teardown.
+    assert elapsed < 2 * 1.5 + 8, f"took {elapsed:.1f} s"
+
+
+@needs_mpiexec
+def test_rank_that_raises_aborts_job_at_once():
+    proc, elapsed = _run("raise", 120)
+    assert proc.returncode != 0
+    assert "rank 1: ValueError: boom: bad operand on purpose" in proc.stderr
+    assert proc.stderr.count("rank 1: ValueError") == 1
+    assert elapsed < 30, f"took {elapsed:.1f} s (should not wait for the 120 s deadline)"
