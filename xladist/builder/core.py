@@ -1,0 +1,392 @@
+"""The builder's core: XlaOp values, instruction creation, sub-computations, module assembly.
+
+Op families live in sibling modules as mixins of XlaBuilder (elementwise.py, shaping.py,
+reductions.py, linalg.py, control.py, collectives.py); everything they create goes through
+`XlaBuilder._add`, which asks shape inference (xladist.hlo.shape_inference.infer_shape)
+for the result shape, names the instruction `<base>.<id>` with one id counter per module
+(as XLA's builder does) and gives array shapes their default layout.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..hlo.attrs import Literal
+from ..hlo.ir import Computation, Instruction, Module
+from ..hlo.shape import PrimitiveType, Shape, primitive_type, primitive_type_of_dtype
+
+
+class BuilderError(ValueError):
+    """Misuse of the builder: ops from another builder, a missing root, a reused builder..."""
+
+
+ShapeLike = Any  # Shape | ("f32", [2, 3]) | "f32[2,3]" | list of ShapeLike (a tuple shape)
+
+_SHAPE_TEXT = re.compile(r"^\s*([a-z][a-z0-9]*)\[([0-9,\s]*)\]\s*$")
+
+
+def as_shape(spec: ShapeLike) -> Shape:
+    """A Shape from a Shape, ("f32", [2, 3]), "f32[2,3]", or a list of those (a tuple)."""
+    if isinstance(spec, Shape):
+        return spec
+    if isinstance(spec, str):
+        m = _SHAPE_TEXT.match(spec)
+        if not m:
+            raise BuilderError(f"cannot read shape {spec!r}; write it like 'f32[2,3]' or "
+                               "pass a Shape")
+        name, body = m.groups()
+        dims = [int(d) for d in body.split(",") if d.strip()]
+        if name == "token":
+            return Shape.token()
+        return Shape.array(name, dims)
+    if (isinstance(spec, tuple) and len(spec) == 2
+            and isinstance(spec[0], (str, PrimitiveType, np.dtype, type))):
+        return Shape.array(as_type(spec[0]), spec[1])
+    if isinstance(spec, (list, tuple)):
+        return Shape.tuple_of(as_shape(s) for s in spec)
+    raise BuilderError(f"cannot make a shape from {spec!r}")
+
+
+def as_type(t) -> PrimitiveType:
+    """An element type from 'f32', a PrimitiveType or a numpy dtype."""
+    if isinstance(t, PrimitiveType):
+        return t
+    if isinstance(t, str):
+        try:
+            return primitive_type(t)
+        except ValueError:
+            pass
+    return primitive_type_of_dtype(t)
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+    if not name or not (name[0].isalpha() or name[0] == "_"):
+        name = "_" + name
+    return name
+
+
+class _ModuleState:
+    """What a builder and all its sub-builders share: ids, names, cached reducers."""
+
+    def __init__(self):
+        self.next_id = 1
+        self.computation_names: set[str] = set()
+        self.reducers: dict[tuple[str, str], Computation] = {}
+        self.next_channel_id = 1
+
+    def take_id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+    def computation_name(self, name: str) -> str:
+        base = _sanitize(name)
+        name, k = base, 1
+        while name in self.computation_names:
+            name = f"{base}.{k}"
+            k += 1
+        self.computation_names.add(name)
+        return name
+
+
+class XlaOp:
+    """A value under construction: one instruction of one builder.
+
+    Supports `+ - * / % ** @`, unary `-`, `~`, `& | ^ << >>` (with Python scalars taking
+    the other operand's element type) and comparisons through methods (`x.lt(y)`), since
+    `==` keeps Python identity semantics. A tuple-shaped op can be indexed (`t[1]`) and
+    unpacked (`a, b = t`) into get-tuple-element ops.
+    """
+
+    __slots__ = ("builder", "instruction")
+
+    def __init__(self, builder: "XlaBuilder", instruction: Instruction):
+        self.builder = builder
+        self.instruction = instruction
+
+    # ---- queries ---------------------------------------------------------
+    @property
+    def shape(self) -> Shape:
+        return self.instruction.shape
+
+    @property
+    def element_type(self) -> PrimitiveType:
+        return self.instruction.shape.element_type
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.instruction.shape.dtype
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.instruction.shape.dims
+
+    @property
+    def rank(self) -> int:
+        return self.instruction.shape.rank
+
+    @property
+    def name(self) -> str:
+        return self.instruction.name
+
+    def __repr__(self) -> str:
+        return (f"<XlaOp {self.instruction.name}: {self.shape.to_text(layout=False)} "
+                f"in {self.builder.name}>")
+
+    def __bool__(self):
+        raise TypeError(f"{self!r} is a value of the program being built and has no Python "
+                        "truth value; use select/conditional/while_loop")
+
+    # ---- tuples -----------------------------------------------------------
+    def __getitem__(self, index):
+        if not self.shape.is_tuple:
+            raise TypeError(f"{self!r} is not a tuple; use builder.slice / dynamic_slice to "
+                            "index arrays")
+        return self.builder.get_tuple_element(self, index)
+
+    def __len__(self) -> int:
+        if not self.shape.is_tuple:
+            raise TypeError(f"{self!r} is not a tuple")
+        return len(self.shape.tuple_shapes)
+
+    def __iter__(self):
+        if not self.shape.is_tuple:
+            raise TypeError(f"{self!r} is not a tuple and cannot be unpacked")
+        return iter([self[i] for i in range(len(self.shape.tuple_shapes))])
+
+    # ---- conveniences mirroring builder methods --------------------------
+    def reshape(self, *dims):
+        if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+            dims = dims[0]
+        return self.builder.reshape(self, dims)
+
+    def transpose(self, permutation):
+        return self.builder.transpose(self, permutation)
+
+    def astype(self, element_type):
+        return self.builder.convert(self, element_type)
+
+    @property
+    def T(self):
+        return self.builder.transpose(self, tuple(range(self.rank))[::-1])
+
+
+def _binary_operator(method: str, reflected: bool = False):
+    def op(self, other):
+        b = self.builder
+        other = b._coerce(other, like=self)
+        return getattr(b, method)(other, self) if reflected else getattr(b, method)(self, other)
+    op.__name__ = method
+    return op
+
+
+# Python operators -> builder methods (shift right picks arithmetic or logical by signedness).
+for _py, _method in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                     ("mod", "rem"), ("pow", "pow"), ("matmul", "dot"), ("and", "and_"),
+                     ("or", "or_"), ("xor", "xor"), ("lshift", "shift_left"),
+                     ("rshift", "shift_right")):
+    setattr(XlaOp, f"__{_py}__", _binary_operator(_method))
+    setattr(XlaOp, f"__r{_py}__", _binary_operator(_method, reflected=True))
+# Comparison methods on values: x.lt(y) == builder.lt(x, y).
+for _cmp in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(XlaOp, _cmp, _binary_operator(_cmp))
+XlaOp.__neg__ = lambda self: self.builder.neg(self)
+XlaOp.__invert__ = lambda self: self.builder.not_(self)
+XlaOp.__abs__ = lambda self: self.builder.abs(self)
+
+
+class BuilderCore:
+    """Instruction creation, parameters, constants, sub-builders and `build`."""
+
+    def __init__(self, name: str = "main", *, _state: _ModuleState | None = None,
+                 _parent: "BuilderCore | None" = None):
+        self.name = name
+        self._state = _state or _ModuleState()
+        self._parent = _parent
+        self._instructions: list[Instruction] = []
+        self._built: Computation | None = None
+
+    # ---- creation ----------------------------------------------------------
+    def _check_operand(self, op, opcode: str) -> Instruction:
+        if not isinstance(op, XlaOp):
+            raise BuilderError(f"{opcode} in computation {self.name}: operand {op!r} is not an "
+                               "XlaOp (wrap numbers with constant()/constant_r0())")
+        if op.builder is not self:
+            raise BuilderError(
+                f"{opcode} in computation {self.name}: operand {op.name} belongs to computation "
+                f"{op.builder.name}; values cross into a sub-computation only as its parameters")
+        return op.instruction
+
+    def _add(self, opcode: str, operands: Sequence[XlaOp] = (), attrs: dict | None = None, *,
+             declared: Shape | None = None, name: str | None = None, **fields) -> XlaOp:
+        """Append one instruction; its shape comes from shape inference (or `declared`)."""
+        if self._built is not None:
+            raise BuilderError(f"computation {self.name} was already built; start a new builder")
+        instrs = [self._check_operand(o, opcode) for o in operands]
+        attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        if opcode in ("parameter", "constant"):
+            shape = declared
+        else:
+            shape = self._infer(opcode, [i.shape for i in instrs], attrs, declared)
+        ident = self._state.take_id()
+        instr = Instruction(f"{_sanitize(name or opcode)}.{ident}", opcode,
+                            shape.with_default_layouts(), instrs, attrs, **fields)
+        self._instructions.append(instr)
+        return XlaOp(self, instr)
+
+    def _infer(self, opcode, shapes, attrs, declared) -> Shape:
+        from ..hlo.shape_inference import infer_shape
+        try:
+            return infer_shape(opcode, shapes, attrs, declared)
+        except ValueError as e:
+            # Say where, keeping the error's class (ShapeError) for callers that catch it.
+            try:
+                err = type(e)(f"{e} (building in computation {self.name})")
+            except Exception:  # an error class with another constructor: keep it as it is
+                raise e from None
+            raise err from None
+
+    def _coerce(self, value, like: XlaOp | None = None) -> XlaOp:
+        """An XlaOp for `value`; Python numbers take `like`'s element type (weak typing)."""
+        if isinstance(value, XlaOp):
+            return value
+        if isinstance(value, (bool, int, float, complex)) and like is not None:
+            return self.constant_r0(value, like.element_type)
+        return self.constant(np.asarray(value))
+
+    # ---- leaves ------------------------------------------------------------
+    def parameter(self, number: int, shape: ShapeLike, name: str | None = None) -> XlaOp:
+        """Parameter `number` of this computation (numbers must end up 0..n-1)."""
+        for i in self._instructions:
+            if i.opcode == "parameter" and i.parameter_number == number:
+                raise BuilderError(f"computation {self.name} already has parameter {number} "
+                                   f"({i.name})")
+        return self._add("parameter", declared=as_shape(shape), name=name or "parameter",
+                         parameter_number=int(number))
+
+    def constant(self, value, dtype=None) -> XlaOp:
+        """A constant from a numpy array / Python value (element type from its dtype)."""
+        arr = np.asarray(value, dtype=as_type(dtype).dtype if dtype is not None else None)
+        if arr.dtype == np.float64 and dtype is None and not isinstance(value, np.ndarray):
+            arr = arr.astype(np.float32)  # Python floats: f32 like jax's default, not f64
+        elif arr.dtype == np.int64 and dtype is None and not isinstance(value, np.ndarray):
+            arr = arr.astype(np.int32)
+        t = primitive_type_of_dtype(arr.dtype)
+        shape = Shape.array(t, arr.shape)
+        arr = np.ascontiguousarray(arr)
+        return self._add("constant", declared=shape, literal=Literal(shape, arr))
+
+    def constant_r0(self, value, element_type) -> XlaOp:
+        """A scalar constant of the given element type."""
+        t = as_type(element_type)
+        return self.constant(np.asarray(value).astype(t.dtype), t)
+
+    def zeros(self, shape: ShapeLike) -> XlaOp:
+        """A zero of the shape's element type broadcast to its dims."""
+        s = as_shape(shape)
+        zero = self.constant_r0(0, s.element_type)
+        return self.broadcast_in_dim(zero, s.dims, ()) if s.dims else zero
+
+    # ---- sub-computations ------------------------------------------------------
+    def create_subbuilder(self, name: str) -> "XlaBuilder":
+        """A builder for a computation this one calls (ids and names stay module-unique)."""
+        return type(self)(name, _state=self._state, _parent=self)
+
+    def _root_op(self, root) -> Instruction:
+        if root is None:
+            if not self._instructions:
+                raise BuilderError(f"computation {self.name} is empty: nothing to return")
+            return self._instructions[-1]
+        if isinstance(root, (list, tuple)):
+            root = self.tuple(*root)
+        return self._check_operand(root, "root")
+
+    def build_computation(self, root=None) -> Computation:
+        """Finish this builder as one Computation; root defaults to the last op added.
+
+        A list/tuple root is returned as an HLO tuple.
+        """
+        if self._built is not None:
+            return self._built
+        root_instr = self._root_op(root)
+        numbers = sorted(i.parameter_number for i in self._instructions
+                         if i.opcode == "parameter")
+        if numbers != list(range(len(numbers))):
+            raise BuilderError(f"computation {self.name}: parameter numbers {numbers} must be "
+                               f"0..{len(numbers) - 1} without gaps")
+        comp = Computation(self._state.computation_name(self.name), self._instructions,
+                           root_instr)
+        self._built = comp
+        return comp
+
+    def build(self, root=None, *, replica_count: int = 1, num_partitions: int = 1):
+        """Finish the builder. A sub-builder returns its Computation; the top builder
+        returns the Module: entry plus every called computation, callees first, with
+        `entry_computation_layout` set."""
+        if self._parent is not None:
+            return self.build_computation(root)
+        entry = self.build_computation(root)
+        module = Module(_sanitize(self.name))
+        for comp in _callee_first(entry):
+            module.add_computation(comp, entry=comp is entry)
+        module.replica_count = int(replica_count)
+        module.num_partitions = int(num_partitions)
+        module.entry_computation_layout = (
+            [p.shape.with_default_layouts() for p in entry.parameters],
+            entry.root.shape.with_default_layouts())
+        return module
+
+    def _computation(self, fn, param_shapes: Sequence[Shape], name: str,
+                     unpack: bool = False) -> Computation:
+        """A called computation from a Computation or a Python callable.
+
+        A callable receives (sub_builder, *parameters) and returns an XlaOp or a list of
+        them (made a tuple). With `unpack`, one tuple parameter is passed as its elements.
+        """
+        if isinstance(fn, Computation):
+            return fn
+        if not callable(fn):
+            raise BuilderError(f"{name}: expected a Computation or a callable, got {fn!r}")
+        sub = self.create_subbuilder(name)
+        params = [sub.parameter(i, s, name="p") for i, s in enumerate(param_shapes)]
+        if unpack and len(params) == 1 and params[0].shape.is_tuple:
+            params = list(params[0])
+        out = fn(sub, *params)
+        return sub.build_computation(out)
+
+    def next_channel_id(self) -> int:
+        """A channel id not yet handed out by this module's builders."""
+        c = self._state.next_channel_id
+        self._state.next_channel_id += 1
+        return c
+
+
+def _callee_first(entry: Computation) -> list[Computation]:
+    """Every computation reachable from entry, each after the computations it calls."""
+    order: list[Computation] = []
+    seen: set[int] = set()
+
+    def visit(c: Computation):
+        if id(c) in seen:
+            return
+        seen.add(id(c))
+        for callee in c.called_computations():
+            visit(callee)
+        order.append(c)
+
+    visit(entry)
+    names: set[str] = set()
+    for c in order:
+        # Computations built by unrelated builders may share a name; keep module names unique.
+        base, k = c.name, 1
+        while c.name in names:
+            c.name = f"{base}.{k}"
+            k += 1
+        names.add(c.name)
+    return order
+
+
