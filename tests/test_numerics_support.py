@@ -1,0 +1,167 @@
+"""Shared helpers for the numerics tests (no tests here).
+
+- `StandInEvaluator`: a tiny evaluator for the scalar computations that reducers,
+  comparators and scatter combiners use, with the two methods the interpreter's
+  Evaluator provides (`call`, `call_vectorized`). It is deliberately independent of
+  xladist's element-wise rules so the heavy ops are tested on their own.
+- builders for scalar computations and for one instruction over parameters.
+- `run(instr, *args)`: evaluates one instruction through the registered rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xladist.hlo.attrs import Literal
+from xladist.hlo.ir import Computation, Instruction
+from xladist.hlo.shape import Shape, primitive_type_of_dtype
+from xladist.interpreter import registry
+
+# Importing the families registers them.
+from xladist.interpreter import (batchnorm, convolution, dot, fft_linalg,  # noqa: F401
+                                 gather_scatter, reduce, rng, sort)
+
+
+def _total_order_key(x: np.ndarray) -> np.ndarray:
+    """Floats as signed integers ordered like XLA's TOTALORDER comparison."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f" and x.dtype.name not in ("bfloat16", "float16"):
+        return x
+    bits = x.dtype.itemsize * 8
+    i = x.view(np.dtype(f"int{bits}")).astype(np.int64)
+    return np.where(i < 0, -(i & ((1 << (bits - 1)) - 1)) - 1, i)
+
+
+_CMP = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+        "GT": np.greater, "GE": np.greater_equal}
+
+_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+           "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum,
+           "and": np.logical_and, "or": np.logical_or}
+
+
+class StandInEvaluator:
+    """Evaluates scalar computations element-wise over whole arrays."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def call(self, computation, args):
+        out = self.call_vectorized(computation, [np.asarray(a) for a in args])
+        return out
+
+    def call_vectorized(self, computation, arrays):
+        self.calls += 1
+        env = {}
+        with np.errstate(all="ignore"):
+            for ins in computation.instructions:
+                env[ins] = self._eval(ins, env, arrays)
+        return env[computation.root]
+
+    def _eval(self, ins, env, arrays):
+        ops = [env[o] for o in ins.operands]
+        op = ins.opcode
+        dt = ins.shape.dtype if ins.shape.is_array else None
+        if op == "parameter":
+            return arrays[ins.parameter_number]
+        if op == "constant":
+            return ins.literal.value
+        if op in _BINARY:
+            if op in ("and", "or") and dt != np.bool_:
+                fn = np.bitwise_and if op == "and" else np.bitwise_or
+                return fn(*ops).astype(dt)
+            return _BINARY[op](*ops).astype(dt)
+        if op == "compare":
+            a, b = ops
+            if ins.attrs.get("type") == "TOTALORDER":
+                a, b = _total_order_key(a), _total_order_key(b)
+            return _CMP[ins.attrs["direction"]](a, b)
+        if op == "select":
+            return np.where(*ops).astype(dt)
+        if op == "negate":
+            return np.negative(ops[0]).astype(dt)
+        if op == "not":
+            return np.logical_not(ops[0]) if dt == np.bool_ else np.invert(ops[0])
+        if op == "convert":
+            return ops[0].astype(dt)
+        if op == "tuple":
+            return tuple(ops)
+        if op == "get-tuple-element":
+            return ops[0][ins.attrs["index"]]
+        raise NotImplementedError(f"stand-in evaluator has no {op}")
+
+
+# ---- building computations and instructions -----------------------------------------
+
+def S(type_name: str, *dims) -> Shape:
+    return Shape.array(type_name, dims)
+
+
+def type_name(dtype) -> str:
+    return primitive_type_of_dtype(dtype).name
+
+
+def param(n: int, shape: Shape, name: str | None = None) -> Instruction:
+    return Instruction(name or f"p{n}", "parameter", shape, parameter_number=n)
+
+
+def constant(value, type_name: str, name="c") -> Instruction:
+    shape = S(type_name)
+    return Instruction(name, "constant", shape,
+                       literal=Literal(shape, np.asarray(value, shape.dtype)))
+
+
+def computation(name, instructions, root) -> Computation:
+    return Computation(name, instructions, root)
+
+
+def binary(op: str, t: str, n: int = 1) -> Computation:
+    """(a0..an-1, b0..bn-1) -> op applied pairwise; a tuple for n > 1."""
+    ps = [param(i, S(t)) for i in range(2 * n)]
+    outs = [Instruction(f"r{i}", op, S(t), [ps[i], ps[n + i]]) for i in range(n)]
+    if n == 1:
+        return computation(f"{op}_{t}", ps + outs, outs[0])
+    root = Instruction("t", "tuple", Shape.tuple_of([S(t)] * n), outs)
+    return computation(f"{op}_{t}_x{n}", ps + outs + [root], root)
+
+
+def comparator(direction: str, types: list[str], key: int = 0,
+               total_order: bool = False) -> Computation:
+    """A sort comparator over len(types) operands comparing operand `key`."""
+    ps = [param(i, S(types[i // 2])) for i in range(2 * len(types))]
+    attrs = {"direction": direction}
+    if total_order:
+        attrs["type"] = "TOTALORDER"
+    root = Instruction("lt", "compare", S("pred"), [ps[2 * key], ps[2 * key + 1]], attrs)
+    return computation(f"cmp_{direction}", ps + [root], root)
+
+
+def argmax_reducer(t: str, it: str = "s32") -> Computation:
+    """(v0, i0, v1, i1) in XLA's variadic order (acc values..., x values...):
+    params (a_v, a_i, b_v, b_i) -> larger value, lower index on ties."""
+    av, ai, bv, bi = param(0, S(t)), param(1, S(it)), param(2, S(t)), param(3, S(it))
+    gt = Instruction("gt", "compare", S("pred"), [av, bv], {"direction": "GT"})
+    eq = Instruction("eq", "compare", S("pred"), [av, bv], {"direction": "EQ"})
+    lt_i = Instruction("lti", "compare", S("pred"), [ai, bi], {"direction": "LT"})
+    tie = Instruction("tie", "and", S("pred"), [eq, lt_i])
+    pick = Instruction("pick", "or", S("pred"), [gt, tie])
+    v = Instruction("v", "select", S(t), [pick, av, bv])
+    i = Instruction("i", "select", S(it), [pick, ai, bi])
+    root = Instruction("t", "tuple", Shape.tuple_of([S(t), S(it)]), [v, i])
+    return computation("argmax", [av, ai, bv, bi, gt, eq, lt_i, tie, pick, v, i, root], root)
+
+
+def instr(opcode: str, shape: Shape, operand_shapes, **attrs) -> Instruction:
+    ops = [param(i, s) for i, s in enumerate(operand_shapes)]
+    ins = Instruction(f"{opcode}.1", opcode, shape, ops, attrs)
+    Computation("entry", ops + [ins], ins)
+    return ins
+
+
+def run(ins: Instruction, *args, ev=None):
+    ev = ev or StandInEvaluator()
+    return registry.EVAL_RULES[ins.opcode](ins, [np.asarray(a) for a in args], ev)
+
+
+def shape_of(a: np.ndarray) -> Shape:
+    return Shape.array(type_name(a.dtype), a.shape)
