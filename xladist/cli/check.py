@@ -1,0 +1,168 @@
+"""`xladist check FILE`: parse and verify an HLO module, then check it for cross-device deadlocks.
+
+Exit codes: 0 the module is valid, 1 a problem was found (a deadlock, or a warning under
+--strict), 2 invalid input (parse or verifier error, bad options). Parse and verifier errors
+are raised to the dispatcher, which prints them; with --json they are printed as JSON instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from ..errors import XlaDistError
+
+HELP = "parse and verify an HLO module (shapes, attributes, collective groups, deadlocks)"
+
+EPILOG = """\
+examples:
+  xladist check module.hlo                 verify; devices from replica_count x num_partitions
+  xladist check module.hlo -n 4            verify for 4 devices (a module without a device
+                                           count runs as 4 replicas)
+  xladist check module.hlo --json          machine-readable result on stdout
+  xladist check module.hlo --strict        warnings (e.g. elided constants) count as problems
+
+exit codes: 0 ok, 1 problem found, 2 invalid input (parse or verifier error)
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="HLO text file ('-' reads stdin)")
+    parser.add_argument("-n", "--num-devices", type=int, default=None, metavar="N",
+                        help="number of devices the module will run on "
+                             "(default: replica_count x num_partitions)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--strict", action="store_true",
+                        help="treat warnings as problems (exit 1)")
+    parser.add_argument("--no-deadlock-check", action="store_true",
+                        help="skip the cross-device deadlock check")
+
+
+def _read(path: str) -> str:
+    from ..errors import InputError
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _deadlock_checker():
+    """runtime.deadlock.check_module if the scheduler's module is installed, else None."""
+    try:
+        mod = importlib.import_module("runtime.deadlock")
+    except ImportError:
+        return None
+    return getattr(mod, "check_module", None)
+
+
+def _report_problems(report) -> list[str]:
+    """Problems listed by a deadlock report, whatever shape the report takes."""
+    if report is None:
+        return []
+    for attr in ("problems", "deadlocks", "errors", "findings"):
+        items = getattr(report, attr, None)
+        if items is not None and not callable(items):
+            return [str(i) for i in items]
+    ok = getattr(report, "ok", None)
+    if ok is not None:
+        return [] if ok else [str(report)]
+    if isinstance(report, (list, tuple)):
+        return [str(i) for i in report]
+    return []
+
+
+def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool) -> dict:
+    if skip:
+        return {"status": "skipped"}
+    if not has_channels:
+        return {"status": "not needed", "reason": "no collectives or channels"}
+    check = _deadlock_checker()
+    if check is None:
+        return {"status": "not available"}
+    from ..errors import DeadlockError
+    try:
+        report = check(module, num_devices)
+    except DeadlockError as e:
+        return {"status": "problem", "problems": [str(e)]}
+    problems = _report_problems(report)
+    return {"status": "problem" if problems else "ok", "problems": problems,
+            "report": str(report) if report is not None else ""}
+
+
+def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = True) -> dict:
+    """Parse, verify and deadlock-check one file; returns the result as a dict.
+
+    Raises HloParseError, VerifierError or InputError for invalid input.
+    """
+    from ..hlo.parser import parse_module
+    from ..hlo.verifier import verify_module
+    text = _read(path)
+    module = parse_module(text, filename=path if path != "-" else "<stdin>")
+    report = verify_module(module, num_devices=num_devices)
+    dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock)
+    return {
+        "file": path,
+        "module": module.name,
+        "computations": report.computations,
+        "instructions": report.instructions,
+        "replica_count": report.replica_count,
+        "num_partitions": report.num_partitions,
+        "num_devices": report.num_devices,
+        "has_collectives": report.has_collectives,
+        "verified": True,
+        "warnings": list(report.warnings),
+        "deadlock_check": dl,
+    }
+
+
+def _exit_code(result: dict, strict: bool) -> int:
+    if result["deadlock_check"].get("status") == "problem":
+        return 1
+    if strict and result["warnings"]:
+        return 1
+    return 0
+
+
+def _print_text(result: dict, strict: bool) -> None:
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    dl = result["deadlock_check"]
+    summary = (f"{result['module']} — {result['computations']} computations, "
+               f"{result['instructions']} instructions, verified")
+    if _exit_code(result, strict) == 0:
+        print(f"OK: {summary}")
+    else:
+        print(f"FAIL: {summary}")
+    if dl["status"] == "problem":
+        print(f"deadlock check: {len(dl['problems'])} problem(s) on "
+              f"{result['num_devices']} devices")
+        for p in dl["problems"]:
+            print(f"  {p}")
+    elif dl["status"] != "not needed":
+        print(f"deadlock check: {dl['status']}")
+    if strict and result["warnings"]:
+        print(f"--strict: {len(result['warnings'])} warning(s) count as problems")
+
+
+def run(args) -> int:
+    if args.num_devices is not None and args.num_devices < 1:
+        from ..errors import InputError
+        raise InputError(f"-n must be at least 1, got {args.num_devices}")
+    try:
+        result = check_file(args.file, args.num_devices, deadlock=not args.no_deadlock_check)
+    except XlaDistError as e:
+        if not args.json:
+            raise
+        print(json.dumps({"file": args.file, "verified": False, "error": str(e),
+                          "error_type": type(e).__name__}, indent=2))
+        return e.exit_code
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_text(result, args.strict)
+    return _exit_code(result, args.strict)
