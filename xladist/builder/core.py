@@ -277,7 +277,7 @@ class BuilderCore:
             arr = arr.astype(np.int32)
         t = primitive_type_of_dtype(arr.dtype)
         shape = Shape.array(t, arr.shape)
-        arr = np.ascontiguousarray(arr)
+        arr = np.array(arr, order="C")  # ascontiguousarray would make scalars rank 1
         return self._add("constant", declared=shape, literal=Literal(shape, arr))
 
     def constant_r0(self, value, element_type) -> XlaOp:

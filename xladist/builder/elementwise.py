@@ -138,7 +138,8 @@ class ElementwiseMixin:
 
     def select(self, pred, on_true, on_false) -> XlaOp:
         """Element-wise choice; a scalar predicate or branch value is broadcast."""
-        ops = self.broadcast_to_common(pred, on_true, on_false, what="select")
+        on_true, on_false = self._coerce_pair(on_true, on_false)
+        ops = self.broadcast_to_common(self._coerce(pred), on_true, on_false, what="select")
         return self._add("select", ops)
 
     def clamp(self, min_value, operand, max_value) -> XlaOp:

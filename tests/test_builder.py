@@ -1,0 +1,321 @@
+"""XlaBuilder: module structure, naming, layouts, and XLA's broadcasting semantics.
+
+Broadcasting expectations are the worked examples of XLA's "Broadcasting semantics" page;
+values are checked against numpy through a tiny evaluator of the few opcodes broadcasting
+emits (parameter, constant, reshape, broadcast, element-wise), written here independently
+of the builder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xladist.builder import BroadcastError, BuilderError, XlaBuilder
+from xladist.builder.broadcasting import binary_plan
+from xladist.hlo.ir import Module
+from xladist.hlo.shape import Shape
+
+# ---------------------------------------------------------------------------
+# A minimal evaluator for the opcodes broadcasting produces (test reference).
+
+_ELEMENTWISE = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+                "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum,
+                "negate": np.negative}
+
+
+def _broadcast(x, out_dims, dims):
+    # out[i_0..i_n] = x[i_dims[0], ..., i_dims[k]]: move x's axes to `dims`, size 1 elsewhere.
+    shape = [1] * len(out_dims)
+    for k, d in enumerate(dims):
+        shape[d] = x.shape[k]
+    return np.broadcast_to(x.reshape(shape), out_dims)
+
+
+def mini_eval(module: Module, *args):
+    values = {}
+    entry = module.entry
+    for instr in entry.instructions:
+        if instr.opcode == "parameter":
+            v = np.asarray(args[instr.parameter_number])
+        elif instr.opcode == "constant":
+            v = instr.literal.value
+        elif instr.opcode == "reshape":
+            v = values[instr.operands[0].name].reshape(instr.shape.dims)
+        elif instr.opcode == "broadcast":
+            v = _broadcast(values[instr.operands[0].name], instr.shape.dims,
+                           instr.attrs["dimensions"])
+        elif instr.opcode == "tuple":
+            v = tuple(values[o.name] for o in instr.operands)
+        else:
+            v = _ELEMENTWISE[instr.opcode](*[values[o.name] for o in instr.operands])
+        assert tuple(np.shape(v)) == instr.shape.dims or instr.shape.is_tuple, instr
+        values[instr.name] = v
+    return values[entry.root.name]
+
+
+def build_binary(lhs_shape, rhs_shape, op="add", **kw):
+    b = XlaBuilder("bcast")
+    x = b.parameter(0, lhs_shape, name="x")
+    y = b.parameter(1, rhs_shape, name="y")
+    return b.build(getattr(b, op)(x, y, **kw))
+
+
+# ---------------------------------------------------------------------------
+# Structure
+
+
+def test_module_structure_names_and_entry_layout():
+    b = XlaBuilder("axpy")
+    a = b.parameter(0, ("f32", []), name="a")
+    x = b.parameter(1, "f32[4]", name="x")
+    y = b.parameter(2, Shape.array("f32", (4,)), name="y")
+    m = b.build(a * x + y)
+    assert isinstance(m, Module) and m.name == "axpy"
+    assert m.entry is m.computations[-1] and m.entry.is_entry
+    names = [i.name for i in m.entry.instructions]
+    assert len(set(names)) == len(names)
+    assert names[:3] == ["a.1", "x.2", "y.3"]
+    assert [i.opcode for i in m.entry.instructions[3:]] == ["broadcast", "multiply", "add"]
+    assert m.entry.root.opcode == "add"
+    params, result = m.entry_computation_layout
+    assert [p.to_text() for p in params] == ["f32[]", "f32[4]{0}", "f32[4]{0}"]
+    assert result.to_text() == "f32[4]{0}"
+    # Every array instruction of rank >= 1 carries the default layout.
+    for i in m.all_instructions():
+        if i.shape.is_array and i.shape.rank:
+            assert i.shape.layout is not None and i.shape.layout.is_default()
+
+
+def test_subcomputations_come_before_their_callers_and_reducers_are_shared():
+    b = XlaBuilder("main")
+    x = b.parameter(0, "f32[2,3]")
+    s1 = b.reduce_sum(x, [1])
+    s2 = b.reduce_sum(x, [0])
+    m = b.build([s1, s2])
+    assert [c.name for c in m.computations] == ["add_f32", "main"]
+    reducers = {id(i.attrs["to_apply"]) for i in m.entry.instructions if i.opcode == "reduce"}
+    assert len(reducers) == 1
+    add = m.computation("add_f32")
+    assert [p.shape.to_text() for p in add.parameters] == ["f32[]", "f32[]"]
+    assert add.root.opcode == "add"
+    # Instruction ids are unique module-wide, as XLA's builder numbers them.
+    names = [i.name for i in m.all_instructions()]
+    assert len(set(names)) == len(names)
+
+
+def test_tuple_root_and_tuple_indexing():
+    b = XlaBuilder("t")
+    x = b.parameter(0, "f32[2]")
+    n = b.parameter(1, "s32[]")
+    t = b.tuple(x, n)
+    first, second = t
+    assert first.shape.to_text() == "f32[2]{0}" and second.shape.to_text() == "s32[]"
+    assert t[-1].instruction.attrs["index"] == 1
+    m = b.build([t[0], t[1]])
+    assert m.entry.root.opcode == "tuple"
+    assert m.entry_computation_layout[1].to_text() == "(f32[2]{0}, s32[])"
+
+
+def test_python_scalars_take_the_other_operands_type():
+    b = XlaBuilder("s")
+    x = b.parameter(0, "s32[3]")
+    y = 2 * x - 1
+    assert y.shape.to_text() == "s32[3]{0}"
+    consts = [i for i in b._instructions if i.opcode == "constant"]
+    assert [c.literal.value.dtype for c in consts] == [np.int32, np.int32]
+    np.testing.assert_array_equal(mini_eval(b.build(y), np.array([1, 2, 3], np.int32)),
+                                  [1, 3, 5])
+
+
+def test_constant_literal_and_dtype_defaults():
+    b = XlaBuilder("c")
+    c1 = b.constant(np.arange(6, dtype=np.int64).reshape(2, 3))
+    c2 = b.constant([1.5, 2.5])
+    c3 = b.constant_r0(3, "bf16")
+    assert c1.shape.to_text() == "s64[2,3]{1,0}"
+    assert c2.shape.to_text() == "f32[2]{0}"  # Python floats default to f32
+    assert c3.shape.to_text() == "bf16[]"
+    np.testing.assert_array_equal(c1.instruction.literal.value, np.arange(6).reshape(2, 3))
+
+
+def test_subbuilder_returns_computation_and_parameters_need_no_gaps():
+    b = XlaBuilder("m")
+    sub = b.create_subbuilder("f")
+    p = sub.parameter(0, "f32[]")
+    comp = sub.build(p * p)
+    assert comp.name == "f" and comp.root.opcode == "multiply"
+    gap = b.create_subbuilder("g")
+    gap.parameter(1, "f32[]")
+    with pytest.raises(BuilderError, match="0..0 without gaps"):
+        gap.build()
+
+
+def test_ops_from_another_builder_are_rejected_with_names():
+    b = XlaBuilder("outer")
+    x = b.parameter(0, "f32[2]", name="x")
+    sub = b.create_subbuilder("inner")
+    y = sub.parameter(0, "f32[2]", name="y")
+    with pytest.raises(BuilderError, match=r"x\.1 belongs to computation outer"):
+        sub.add(x, y)
+
+
+def test_built_builder_refuses_new_ops():
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[]")
+    b.build(x)
+    with pytest.raises(BuilderError, match="already built"):
+        b.neg(x)
+
+
+def test_xlaop_has_no_truth_value():
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[]")
+    with pytest.raises(TypeError, match="truth value"):
+        bool(x.lt(1.0))
+
+
+# ---------------------------------------------------------------------------
+# Broadcasting: plans (pure) — the examples of XLA's broadcasting semantics page.
+
+
+@pytest.mark.parametrize("lhs, rhs, bd, out", [
+    ((2, 3), (3,), (1,), (2, 3)),          # vector along rows
+    ((2, 3), (2,), (0,), (2, 3)),          # vector along columns
+    ((3, 3), (3,), (0,), (3, 3)),
+    ((3, 3), (3,), (1,), (3, 3)),
+    ((2, 3, 4), (3, 4), (1, 2), (2, 3, 4)),
+    ((2, 3, 4), (2, 4), (0, 2), (2, 3, 4)),
+    ((2, 3), (), None, (2, 3)),            # matrix + scalar
+    ((2, 1), (1, 3), None, (2, 3)),        # degenerate both ways: outer sum
+    ((1, 2, 5), (7, 2, 5), None, (7, 2, 5)),
+    ((7, 2, 5), (7, 1, 5), None, (7, 2, 5)),
+    ((7, 2, 3), (2, 1), (1, 2), (7, 2, 3)),  # lower rank and degenerate at once
+    ((2, 3), (2, 3), (0, 1), (2, 3)),      # identity mapping on equal ranks is allowed
+])
+def test_broadcast_plan_result_dims(lhs, rhs, bd, out):
+    assert binary_plan(lhs, rhs, bd)[0] == out
+    assert binary_plan(rhs, lhs, bd)[0] == out  # symmetric
+
+
+@pytest.mark.parametrize("lhs, rhs, bd, message", [
+    ((2, 3), (3,), (0,), "dimension 0 .size 3. of the lower-rank operand is mapped to "
+                         "dimension 0 .size 2."),
+    ((2, 3), (3,), None, "need broadcast_dimensions"),
+    ((2, 3, 4), (3, 4), (2, 1), "strictly increasing"),
+    ((2, 3, 4), (3, 4), (1,), "has 1 entries but the lower-rank operand has rank 2"),
+    ((2, 3), (3,), (2,), "out of range"),
+    ((7, 2, 5), (7, 2, 6), None, "dimension 2 has size 5 in one operand and 6"),
+    ((2, 3), (2, 3), (1, 0), "must be empty or the identity"),
+])
+def test_broadcast_plan_errors(lhs, rhs, bd, message):
+    with pytest.raises(BroadcastError, match=message):
+        binary_plan(lhs, rhs, bd)
+
+
+# ---------------------------------------------------------------------------
+# Broadcasting: built IR evaluated against numpy.
+
+X23 = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+
+
+def test_vector_along_rows_matches_the_page_example():
+    m = build_binary("f32[2,3]", "f32[3]", broadcast_dimensions=(1,))
+    out = mini_eval(m, X23, np.array([7, 8, 9], np.float32))
+    np.testing.assert_array_equal(out, [[8, 10, 12], [11, 13, 15]])
+    bc = [i for i in m.entry.instructions if i.opcode == "broadcast"]
+    assert len(bc) == 1 and bc[0].attrs["dimensions"] == (1,)
+
+
+def test_vector_along_columns():
+    m = build_binary("f32[2,3]", "f32[2]", broadcast_dimensions=(0,))
+    out = mini_eval(m, X23, np.array([10, 20], np.float32))
+    np.testing.assert_array_equal(out, X23 + np.array([[10], [20]]))
+
+
+def test_matrix_plus_scalar_uses_empty_broadcast_dimensions():
+    m = build_binary("f32[2,3]", "f32[]")
+    bc = [i for i in m.entry.instructions if i.opcode == "broadcast"]
+    assert [i.attrs["dimensions"] for i in bc] == [()]
+    np.testing.assert_array_equal(mini_eval(m, X23, np.float32(7)), X23 + 7)
+
+
+def test_degenerate_outer_sum_reshapes_then_broadcasts():
+    m = build_binary("f32[2,1]", "f32[1,3]")
+    ops = [i.opcode for i in m.entry.instructions]
+    assert ops == ["parameter", "parameter", "reshape", "broadcast", "reshape", "broadcast",
+                   "add"]
+    a = np.array([[1], [2]], np.float32)
+    c = np.array([[10, 20, 30]], np.float32)
+    np.testing.assert_array_equal(mini_eval(m, a, c), a + c)
+
+
+def test_rank3_plus_matrix_with_broadcast_dimensions():
+    m = build_binary("f32[2,3,4]", "f32[3,4]", broadcast_dimensions=(1, 2), op="mul")
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    y = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    np.testing.assert_array_equal(mini_eval(m, x, y), x * y[None])
+    # The other orientation: (2,4) mapped to dims 0 and 2.
+    m = build_binary("f32[2,4]", "f32[2,3,4]", broadcast_dimensions=(0, 2), op="sub")
+    z = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(mini_eval(m, z, x), z[:, None, :] - x)
+
+
+def test_lower_rank_with_degenerate_dimension():
+    m = build_binary("f32[7,2,3]", "f32[2,1]", broadcast_dimensions=(1, 2))
+    x = np.random.default_rng(0).normal(size=(7, 2, 3)).astype(np.float32)
+    y = np.array([[1], [2]], np.float32)
+    np.testing.assert_allclose(mini_eval(m, x, y), x + y[None])
+
+
+def test_same_shapes_need_no_broadcast():
+    m = build_binary("f32[2,3]", "f32[2,3]")
+    assert [i.opcode for i in m.entry.instructions] == ["parameter", "parameter", "add"]
+
+
+def test_broadcast_errors_name_both_shapes_and_the_op():
+    b = XlaBuilder("err")
+    x = b.parameter(0, "f32[2,3]")
+    v = b.parameter(1, "f32[3]")
+    with pytest.raises(ValueError, match=r"add in err of f32\[2,3\] and f32\[3\]"):
+        b.add(x, v)
+    with pytest.raises(ValueError, match=r"f32\[2,3\] and f32\[3\].*sizes must be equal"):
+        b.add(x, v, broadcast_dimensions=(0,))
+    w = b.parameter(2, "f32[3,2]")
+    with pytest.raises(ValueError, match=r"maximum in err of f32\[2,3\] and f32\[3,2\]"):
+        b.max(x, w)
+
+
+def test_element_type_mismatch_is_a_shape_error():
+    b = XlaBuilder("types")
+    x = b.parameter(0, "f32[2]")
+    n = b.parameter(1, "s32[2]")
+    with pytest.raises(ValueError, match=r"f32\[2\].*s32\[2\]|s32\[2\].*f32\[2\]"):
+        b.add(x, n)
+
+
+def test_select_and_clamp_broadcast_scalars():
+    b = XlaBuilder("sel")
+    x = b.parameter(0, "f32[2,3]")
+    p = b.parameter(1, "pred[]")
+    s = b.select(p, x, 0.0)
+    c = b.clamp(-1.0, x, 1.0)
+    assert s.shape.to_text() == c.shape.to_text() == "f32[2,3]{1,0}"
+    assert [o.shape.to_text() for o in s.instruction.operands] == [
+        "pred[2,3]{1,0}", "f32[2,3]{1,0}", "f32[2,3]{1,0}"]
+    with pytest.raises(BroadcastError, match="same rank"):
+        b.select(b.parameter(2, "pred[2]"), x, x)
+
+
+def test_compare_builds_pred_with_direction_and_optional_type():
+    b = XlaBuilder("cmp")
+    x = b.parameter(0, "f32[2,3]")
+    v = b.parameter(1, "f32[3]")
+    lt = b.lt(x, v, broadcast_dimensions=(1,))
+    assert lt.shape.to_text() == "pred[2,3]{1,0}"
+    assert lt.instruction.attrs == {"direction": "LT"}
+    tot = b.compare(x, 0.0, "ge", compare_type="totalorder")
+    assert tot.instruction.attrs == {"direction": "GE", "type": "TOTALORDER"}
+    assert x.ge(1.0).instruction.attrs["direction"] == "GE"
+    with pytest.raises(ValueError, match="direction"):
+        b.compare(x, x, "LESS")
