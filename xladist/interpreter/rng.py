@@ -263,11 +263,11 @@ def _eval_rng(instr, args, ev):
 
 @register("rng-get-and-update-state")
 def _eval_rng_get_and_update_state(instr, args, ev):
-    """Returns the current u64[2] state and advances it by `delta` (XLA:CPU's global state)."""
+    """Returns the current u64[2] state and advances it by `delta` (XLA:CPU keeps one
+    global counter); the counter lives on the evaluator (`ev.rng_state`)."""
+    lo = int(getattr(ev, "rng_state", 0) or 0)
     try:
-        counts = _CALL_COUNTS.setdefault(ev, {})
-    except TypeError:
-        counts = {}
-    lo = counts.get("rng-state", 0)
-    counts["rng-state"] = (lo + int(instr.attrs.get("delta", 0))) & 0xFFFFFFFFFFFFFFFF
+        ev.rng_state = (lo + int(instr.attrs.get("delta", 0))) & 0xFFFFFFFFFFFFFFFF
+    except AttributeError:  # an evaluator without room for state: a fixed stream
+        pass
     return np.array([lo, 0], dtype=_U64)
