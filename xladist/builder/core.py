@@ -256,7 +256,7 @@ class BuilderCore:
             return value
         if isinstance(value, (bool, int, float, complex)) and like is not None:
             return self.constant_r0(value, like.element_type)
-        return self.constant(np.asarray(value))
+        return self.constant(value)
 
     # ---- leaves ------------------------------------------------------------
     def parameter(self, number: int, shape: ShapeLike, name: str | None = None) -> XlaOp:

@@ -171,3 +171,8 @@ class ShapingMixin:
 
     def get_dimension_size(self, operand: XlaOp, dimension: int) -> XlaOp:
         return self._add("get-dimension-size", [operand], {"dimensions": (int(dimension),)})
+
+    def bitcast(self, operand: XlaOp, shape) -> XlaOp:
+        """Reinterpret the operand's buffer as `shape` (same byte size; layouts matter)."""
+        from .core import as_shape
+        return self._add("bitcast", [operand], declared=as_shape(shape))
