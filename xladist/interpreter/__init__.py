@@ -1,0 +1,56 @@
+"""The numpy reference interpreter: xladist's executable specification of every opcode.
+
+Importing the package registers every rule family in `registry.EVAL_RULES`:
+element-wise (elementwise, compare), conversion, shaping, control (+ custom_calls),
+device_ops, and the numerics families (dot, convolution, reduce, sort, gather_scatter,
+fft_linalg, rng, batchnorm). A numerics module that does not exist yet is skipped and
+listed in `MISSING_FAMILIES`; once the file exists it is imported normally, so an error
+in it surfaces instead of silently dropping its ops.
+
+Public names: Evaluator, check_supported, SingleDeviceContext, DeviceContext,
+register_custom_call, EVAL_RULES, UNSUPPORTED, TOKEN.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from . import compare, control, conversion, device_ops, elementwise, shaping  # noqa: F401
+from .context import DeviceContext
+from .custom_calls import register_custom_call
+from .evaluator import Evaluator, check_supported
+from .registry import EVAL_RULES, TOKEN, UNSUPPORTED, register
+from .single_device import SingleDeviceContext
+
+# Written by the numerics engineer (heavy ops); imported when present.
+NUMERICS_FAMILIES = ("dot", "convolution", "reduce", "sort", "gather_scatter", "fft_linalg",
+                     "rng", "batchnorm")
+MISSING_FAMILIES: list[str] = []
+
+for _name in NUMERICS_FAMILIES:
+    if importlib.util.find_spec(f"{__name__}.{_name}") is None:
+        MISSING_FAMILIES.append(_name)
+    else:
+        importlib.import_module(f"{__name__}.{_name}")
+
+# Opcodes no family implements, with the reason `xladist ops` shows. Applied only where
+# no rule was registered, so a family that later implements one simply wins.
+_NOT_IMPLEMENTED = {
+    "stochastic-convert": "stochastic rounding is not implemented by the interpreter",
+    "dynamic-reshape": "dynamic shapes are not supported (shapes are static on this runtime)",
+    "set-dimension-size": "dynamic shapes are not supported (shapes are static on this runtime)",
+    "shuffle": "shuffle is not implemented by the interpreter",
+    "scan": "scan is not implemented by the interpreter (XLA lowers it to while loops)",
+    "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
+                                "modules run",
+    "ragged-dot": "ragged-dot is not implemented by the interpreter",
+    "scaled-dot": "scaled-dot is not implemented by the interpreter",
+}
+for _op, _reason in _NOT_IMPLEMENTED.items():
+    if _op not in EVAL_RULES:
+        UNSUPPORTED.setdefault(_op, _reason)
+
+__all__ = ["Evaluator", "check_supported", "SingleDeviceContext", "DeviceContext",
+           "register_custom_call", "register", "EVAL_RULES", "UNSUPPORTED", "TOKEN",
+           "MISSING_FAMILIES", "NUMERICS_FAMILIES"]

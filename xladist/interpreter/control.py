@@ -1,0 +1,121 @@
+"""Control flow and calls (operation semantics: While, Conditional, Call, Fusion, async
+ops, CustomCall).
+
+- while: run `condition` on the state; while it is true, state = body(state);
+- conditional: the pred form runs true_computation(operand 1) or
+  false_computation(operand 2); the indexed form runs branch_computations[i](operand
+  i + 1) where an index outside [0, N) selects the last branch, as XLA does;
+- call and fusion evaluate the called computation (a fusion's kind and backend_config
+  are scheduling hints only);
+- async-start runs the wrapped computation at once (hlo-text-format.md section 8) and
+  holds ((operands...), result, context...); async-update passes the value through;
+  async-done yields the result;
+- copy-start/copy-done: (dest, src, u32 context), then dest;
+- custom-call dispatches on custom_call_target through custom_calls.CUSTOM_CALLS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..hlo.shape import Shape
+from .custom_calls import CUSTOM_CALLS
+from .registry import TOKEN, register
+
+
+def _describe(instr):
+    from .evaluator import describe
+    return describe(instr)
+
+
+def zeros_value(shape: Shape):
+    """A value of `shape` filled with zeros (tokens for token leaves)."""
+    if shape.is_tuple:
+        return tuple(zeros_value(s) for s in shape.tuple_shapes)
+    if shape.is_token:
+        return TOKEN
+    if shape.is_opaque:
+        return None
+    return np.zeros(shape.dims, dtype=shape.dtype)
+
+
+def _truth(value) -> bool:
+    return bool(np.asarray(value).reshape(()))
+
+
+@register("while")
+def while_rule(instr, args, ev):
+    cond = instr.attrs["condition"]
+    body = instr.attrs["body"]
+    state = args[0]
+    while _truth(ev.call(cond, [state])):
+        state = ev.call(body, [state])
+    return state
+
+
+@register("conditional")
+def conditional_rule(instr, args, ev):
+    selector = args[0]
+    branches = instr.attrs.get("branch_computations")
+    if branches:
+        index = int(np.asarray(selector).reshape(()))
+        if not 0 <= index < len(branches):
+            index = len(branches) - 1  # XLA: an out-of-range index runs the last branch
+        return ev.call(branches[index], [args[1 + index]])
+    true_comp = instr.attrs.get("true_computation")
+    false_comp = instr.attrs.get("false_computation")
+    if true_comp is None or false_comp is None:
+        raise UnsupportedError(f"{_describe(instr)}: conditional has neither "
+                               f"branch_computations nor true/false computations")
+    if _truth(selector):
+        return ev.call(true_comp, [args[1]])
+    return ev.call(false_comp, [args[2]])
+
+
+@register("call")
+def call_rule(instr, args, ev):
+    return ev.call(instr.attrs["to_apply"], args)
+
+
+@register("fusion")
+def fusion_rule(instr, args, ev):
+    return ev.call(instr.attrs["calls"], args)
+
+
+@register("async-start")
+def async_start_rule(instr, args, ev):
+    result = ev.call(instr.attrs["calls"], args)
+    contexts = tuple(zeros_value(s) for s in instr.shape.tuple_shapes[2:])
+    return (tuple(args), result) + contexts
+
+
+@register("async-update")
+def async_update_rule(instr, args, ev):
+    return args[0]
+
+
+@register("async-done")
+def async_done_rule(instr, args, ev):
+    return args[0][1]
+
+
+@register("copy-start")
+def copy_start_rule(instr, args, ev):
+    x = args[0]
+    return (x, x, np.zeros((), instr.shape.tuple_shapes[2].dtype))
+
+
+@register("copy-done")
+def copy_done_rule(instr, args, ev):
+    return args[0][0]
+
+
+@register("custom-call")
+def custom_call_rule(instr, args, ev):
+    target = instr.attrs.get("custom_call_target")
+    fn = CUSTOM_CALLS.get(target)
+    if fn is None:
+        raise UnsupportedError(f"{_describe(instr)}: custom-call target {target!r} is not "
+                               f"registered (known: {', '.join(sorted(CUSTOM_CALLS))})")
+    return fn(instr, args)

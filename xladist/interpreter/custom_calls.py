@@ -1,0 +1,69 @@
+"""Custom-call targets the interpreter knows: `register_custom_call(target, fn)`.
+
+`fn(instr, args) -> value` receives the custom-call instruction (its attributes,
+backend_config and result shape) and the operand values, and returns a value of exactly
+instr.shape. A target nobody registered is refused by `evaluator.check_supported` before
+a module starts, naming the target and the instruction.
+
+Registered here:
+- `TopK` (XLA's CPU runtime, runtime_topk.cc): operand [batch, n] or [n]; result
+  (values [.., k], s32 indices [.., k]) with k from the result shape; the k largest in
+  descending order under the total order -NaN < -inf < ... < -0 < +0 < ... < NaN,
+  ties broken by the smaller index;
+- `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` when shapes are unchanged:
+  annotations, the identity on one device.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from .dtypes import kind_of, total_order_key
+
+CUSTOM_CALLS: dict[str, Callable] = {}
+
+
+def register_custom_call(target: str, fn: Callable, *, replace: bool = False) -> Callable:
+    """Make custom-call `target` executable by the interpreter."""
+    if target in CUSTOM_CALLS and not replace:
+        raise RuntimeError(f"custom-call target {target!r} registered twice "
+                           f"(pass replace=True to override)")
+    CUSTOM_CALLS[target] = fn
+    return fn
+
+
+def top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest along the last axis (values, int32 indices), XLA TopK's order."""
+    x = np.asarray(x)
+    key = total_order_key(x) if kind_of(x.dtype) == "float" else x
+    # A stable sort of the negated order keeps equal keys in index order.
+    descending = np.iinfo(key.dtype).max - key if key.dtype.kind == "u" else ~key
+    order = np.argsort(descending, axis=-1, kind="stable")
+    idx = order[..., :k]
+    return np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)
+
+
+def _topk_call(instr, args):
+    shape = instr.shape
+    if not shape.is_tuple or len(shape.tuple_shapes) != 2:
+        raise UnsupportedError(f"TopK custom-call {instr.name} must return (values, indices), "
+                               f"got {shape}")
+    k = shape.tuple_shapes[0].dims[-1]
+    values, indices = top_k(args[0], k)
+    return values, indices.astype(shape.tuple_shapes[1].dtype)
+
+
+def _annotation(instr, args):
+    if len(args) != 1 or args[0].shape != tuple(instr.shape.dims):
+        raise UnsupportedError(f"custom-call {instr.name} ({instr.attrs.get('custom_call_target')}"
+                               f") changes the shape {instr.operands[0].shape} -> {instr.shape}; "
+                               f"only partitioned (per-device) modules can run")
+    return args[0]
+
+
+register_custom_call("TopK", _topk_call)
+for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):
+    register_custom_call(_target, _annotation)

@@ -1,0 +1,78 @@
+"""Element-type helpers shared by the interpreter's rule families.
+
+numpy's dtype.kind cannot tell ml_dtypes apart (bfloat16, float8_* and int4 are all
+kind 'V'), so rules ask `kind_of(dtype)` for the HLO kind: pred, sint, uint, float,
+complex.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ..hlo.shape import primitive_type_of_dtype
+
+F32 = np.dtype(np.float32)
+
+
+@lru_cache(maxsize=None)
+def kind_of(dtype) -> str:
+    """HLO kind of a numpy dtype: pred, sint, uint, float or complex."""
+    return primitive_type_of_dtype(np.dtype(dtype)).kind
+
+
+@lru_cache(maxsize=None)
+def bits_of(dtype) -> int:
+    return np.dtype(dtype).itemsize * 8
+
+
+@lru_cache(maxsize=None)
+def compute_dtype(dtype) -> np.dtype:
+    """The type a float op computes in: f32 for floats narrower than f32 (f16, bf16, f8),
+    as XLA's CPU backend upcasts them and rounds the result back once."""
+    dtype = np.dtype(dtype)
+    if kind_of(dtype) == "float" and dtype.itemsize < 4:
+        return F32
+    return dtype
+
+
+def upcast(x: np.ndarray) -> np.ndarray:
+    """x in its compute dtype (exact: every narrow float is representable in f32)."""
+    c = compute_dtype(x.dtype)
+    return x if x.dtype == c else x.astype(c)
+
+
+@lru_cache(maxsize=None)
+def unsigned_of(dtype) -> np.dtype:
+    """The unsigned integer dtype of the same width (for bit manipulation)."""
+    return np.dtype(f"uint{np.dtype(dtype).itemsize * 8}")
+
+
+@lru_cache(maxsize=None)
+def signed_of(dtype) -> np.dtype:
+    return np.dtype(f"int{np.dtype(dtype).itemsize * 8}")
+
+
+def as_unsigned(x: np.ndarray) -> np.ndarray:
+    """Reinterpret the bits of x as the unsigned integer of the same width."""
+    return np.asarray(x).view(unsigned_of(x.dtype)) if x.dtype != np.bool_ else \
+        np.asarray(x).view(np.uint8)
+
+
+def as_signed(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).view(signed_of(x.dtype)) if x.dtype != np.bool_ else \
+        np.asarray(x).view(np.int8)
+
+
+def int_limits(dtype) -> tuple[int, int]:
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers ordered like XLA's TOTALORDER on floats:
+    -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (by bit pattern)."""
+    s = as_signed(np.asarray(x))
+    flip = np.array(np.iinfo(s.dtype).max, s.dtype)
+    return np.where(s < 0, s ^ flip, s)
