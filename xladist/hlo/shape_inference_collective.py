@@ -11,9 +11,9 @@ verifier checks the exact size against replica_count / num_partitions).
 from __future__ import annotations
 
 from .shape import Shape
-from .shape_inference_base import (U32, ShapeError, attr, check_reducer, expect_array,
-                                   expect_count, expect_token, fmt, fmt_all, fmt_dims, like, make,
-                                   need_declared, tuple_or_single)
+from .shape_inference_base import (U32, ShapeError, attr, expect_array, expect_count,
+                                   expect_token, fmt, fmt_all, fmt_dims, like, make, need_declared,
+                                   program_shape, signature, tuple_or_single)
 
 _TOKEN = Shape.token()
 
@@ -34,10 +34,16 @@ def _arrays(shapes, what="operand"):
 
 
 def _scalar_reducer(attrs, shapes):
-    """all-reduce / reduce-scatter apply one binary scalar computation to every operand."""
+    """all-reduce / reduce-scatter apply one binary scalar computation (T[], T[]) -> T[] to
+    every operand, T being the operand's element type."""
+    comp = attrs.get("to_apply")
+    params, result = program_shape(comp, "to_apply")
     for s in shapes:
-        check_reducer(attrs.get("to_apply"), "to_apply", [make(s.element_type, ())],
-                      [s.element_type])
+        t = make(s.element_type, ())
+        if len(params) != 2 or not all(p.compatible(t) for p in params) \
+                or not result.compatible(t):
+            raise ShapeError(f"to_apply={signature(comp)} must be a binary scalar computation "
+                             f"({fmt(t)}, {fmt(t)}) -> {fmt(t)} for operand {fmt(s)}")
 
 
 def _collective_dim(attrs, shapes) -> int:

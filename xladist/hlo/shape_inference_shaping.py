@@ -335,6 +335,8 @@ def scatter(op, shapes, attrs, declared):
         where = (f"operand {fmt(x)}, indices {fmt(indices)}, updates {fmt(u)}, "
                  f"update_window_dims={fmt_dims(uwd)}, inserted_window_dims={fmt_dims(inserted)},"
                  f" scatter_dims_to_operand_dims={fmt_dims(to_operand)}, index_vector_dim={ivd}")
+        if u.rank != len(idims) - 1 + len(uwd):
+            raise ShapeError(f"updates must have rank {len(idims) - 1 + len(uwd)} ({where})")
         _sorted_unique(uwd, "update_window_dims", u.rank, u)
         _sorted_unique(inserted, "inserted_window_dims", x.rank, x)
         _sorted_unique(in_batch, "input_batching_dims", x.rank, x)
@@ -347,8 +349,6 @@ def scatter(op, shapes, attrs, declared):
         if len(to_operand) != idims[ivd]:
             raise ShapeError(f"scatter_dims_to_operand_dims has {len(to_operand)} entries but "
                              f"indices dimension {ivd} has size {idims[ivd]} ({where})")
-        if u.rank != len(idims) - 1 + len(uwd):
-            raise ShapeError(f"updates must have rank {len(idims) - 1 + len(uwd)} ({where})")
         if len(idx_batch) != len(in_batch):
             raise ShapeError(f"input_batching_dims={fmt_dims(in_batch)} and "
                              f"scatter_indices_batching_dims={fmt_dims(idx_batch)} differ in "
