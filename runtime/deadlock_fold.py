@@ -1,0 +1,364 @@
+"""A small constant folder over the IR: the values that decide control flow on one device.
+
+The deadlock check must know, per device, how often a while loop runs and which branch a
+conditional takes.  Those decisions are usually functions of constants, replica-id,
+partition-id and loop counters; this folder computes exactly such values and answers
+`Unknown` for everything else (parameters of the entry, infeed, received data, big arrays,
+ops it has no rule for).  An `Unknown` remembers the instruction it came from so a report can
+say what the control decision depends on.
+
+Values: numpy arrays (0-d for scalars) in the element type of the instruction's shape, tuples
+of values, `TOKEN`, or `Unknown`.  Rules are registered by opcode in FOLD_RULES; a rule gets
+the already-folded operand values (never Unknown unless the rule is marked lazy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from xladist.hlo.ir import Computation, Instruction
+
+__all__ = ["Unknown", "TOKEN", "Frame", "Folder", "FOLD_RULES", "MAX_FOLD_ELEMENTS"]
+
+# Control values are scalars or tiny vectors; anything bigger is data, not control.
+MAX_FOLD_ELEMENTS = 4096
+# A loop folded only for its value (it has no collectives) stops being folded after this.
+MAX_FOLD_ITERATIONS = 100_000
+
+
+class Unknown:
+    """A value the folder cannot compute; `origin` is the instruction it first came from."""
+
+    __slots__ = ("origin", "reason")
+
+    def __init__(self, origin: Instruction | None, reason: str):
+        self.origin = origin
+        self.reason = reason
+
+    def describe(self) -> str:
+        if self.origin is None:
+            return self.reason
+        where = f" (line {self.origin.line})" if self.origin.line else ""
+        return f"{self.origin.name}{where}: {self.reason}"
+
+    def __repr__(self) -> str:
+        return f"Unknown({self.describe()})"
+
+
+class _Token:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "TOKEN"
+
+
+TOKEN = _Token()
+
+
+class Frame:
+    """One activation of a computation: lazily bound parameters and memoized values."""
+
+    __slots__ = ("comp", "params", "memo")
+
+    def __init__(self, comp: Computation, params: list):
+        self.comp = comp
+        # Each parameter is a value or a zero-argument callable producing it (lazy binding).
+        self.params = params
+        self.memo: dict[Instruction, object] = {}
+
+    def param(self, n: int):
+        if n >= len(self.params):
+            return Unknown(None, f"parameter {n} of {self.comp.name} is not bound")
+        p = self.params[n]
+        if callable(p):
+            p = p()
+            self.params[n] = p
+        return p
+
+
+FoldRule = Callable[[Instruction, list, "Folder", Frame], object]
+FOLD_RULES: dict[str, FoldRule] = {}
+# Rules that receive Unknown operands themselves (tuple building, selection, calls).
+_LAZY: set[str] = set()
+
+
+def _rule(*opcodes: str, lazy: bool = False):
+    def wrap(fn):
+        for op in opcodes:
+            FOLD_RULES[op] = fn
+            if lazy:
+                _LAZY.add(op)
+        return fn
+    return wrap
+
+
+class Folder:
+    """Folds instruction values for one device (its replica id and partition id)."""
+
+    def __init__(self, replica_id: int, partition_id: int):
+        self.replica_id = replica_id
+        self.partition_id = partition_id
+
+    def eval(self, instr: Instruction, frame: Frame):
+        memo = frame.memo
+        if instr in memo:
+            return memo[instr]
+        rule = FOLD_RULES.get(instr.opcode)
+        if rule is None:
+            value = Unknown(instr, f"{instr.opcode} is computed from data at run time")
+        elif instr.shape.is_array and instr.shape.size > MAX_FOLD_ELEMENTS:
+            value = Unknown(instr, f"{instr.shape.size} elements: data, not control")
+        else:
+            args = [self.eval(op, frame) for op in instr.operands]
+            if instr.opcode not in _LAZY:
+                bad = next((a for a in args if isinstance(a, Unknown)), None)
+                if bad is not None:
+                    memo[instr] = bad
+                    return bad
+            with np.errstate(all="ignore"):
+                try:
+                    value = rule(instr, args, self, frame)
+                except (ValueError, TypeError, IndexError, ZeroDivisionError) as e:
+                    value = Unknown(instr, f"cannot fold: {e}")
+        memo[instr] = value
+        return value
+
+    def call(self, comp: Computation, args: list):
+        frame = Frame(comp, list(args))
+        return self.eval(comp.root, frame)
+
+
+def _dtype(instr: Instruction):
+    return instr.shape.dtype
+
+
+def _arr(instr: Instruction, value) -> np.ndarray:
+    return np.asarray(value).astype(_dtype(instr), copy=False).reshape(instr.shape.dims)
+
+
+@_rule("constant")
+def _constant(instr, args, folder, frame):
+    lit = instr.literal
+    if lit is None or lit.value is None:
+        return Unknown(instr, "constant without data")
+    return _literal_value(lit)
+
+
+def _literal_value(lit):
+    if isinstance(lit.value, tuple):
+        return tuple(_literal_value(v) for v in lit.value)
+    return np.asarray(lit.value)
+
+
+@_rule("parameter", lazy=True)
+def _parameter(instr, args, folder, frame):
+    return frame.param(instr.parameter_number)
+
+
+@_rule("replica-id")
+def _replica_id(instr, args, folder, frame):
+    return np.asarray(folder.replica_id, np.uint32)
+
+
+@_rule("partition-id")
+def _partition_id(instr, args, folder, frame):
+    return np.asarray(folder.partition_id, np.uint32)
+
+
+@_rule("tuple", lazy=True)
+def _tuple(instr, args, folder, frame):
+    return tuple(args)
+
+
+@_rule("get-tuple-element", lazy=True)
+def _gte(instr, args, folder, frame):
+    t = args[0]
+    if isinstance(t, Unknown):
+        return t
+    return t[instr.attrs["index"]]
+
+
+@_rule("after-all")
+def _after_all(instr, args, folder, frame):
+    return TOKEN
+
+
+@_rule("add-dependency", "opt-barrier", "copy", "bitcast", "reshape", lazy=True)
+def _identity(instr, args, folder, frame):
+    v = args[0]
+    if isinstance(v, np.ndarray) and instr.shape.is_array:
+        return v.reshape(instr.shape.dims)
+    return v
+
+
+# numpy functions of the element-wise ops control code uses (counters, ids, comparisons).
+_UNARY = {"negate": np.negative, "abs": np.abs, "sign": np.sign,
+          "not": lambda a: np.logical_not(a) if a.dtype == bool else np.invert(a)}
+
+
+def _int_divide(a, b):
+    if a.dtype.kind in "iu":
+        q = np.abs(a) // np.abs(b)  # XLA integer division truncates toward zero
+        return np.where((a < 0) != (b < 0), -q, q)
+    return a / b
+
+
+_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+           "divide": _int_divide, "remainder": np.fmod,  # sign of the dividend, as XLA
+           "maximum": np.maximum,
+           "minimum": np.minimum, "power": np.power,
+           "and": lambda a, b: np.logical_and(a, b) if a.dtype == bool else a & b,
+           "or": lambda a, b: np.logical_or(a, b) if a.dtype == bool else a | b,
+           "xor": lambda a, b: np.logical_xor(a, b) if a.dtype == bool else a ^ b,
+           "shift-left": np.left_shift, "shift-right-arithmetic": np.right_shift}
+
+
+def _register_unary(name, fn):
+    @_rule(name)
+    def _unary(instr, args, folder, frame):
+        return _arr(instr, fn(args[0]))
+
+
+def _register_binary(name, fn):
+    @_rule(name)
+    def _binary(instr, args, folder, frame):
+        a, b = args
+        if instr.opcode in ("divide", "remainder") and a.dtype.kind in "iu" and np.any(b == 0):
+            return Unknown(instr, "integer division by zero")
+        return _arr(instr, fn(a, b))
+
+
+for _name, _fn in _UNARY.items():
+    _register_unary(_name, _fn)
+for _name, _fn in _BINARY.items():
+    _register_binary(_name, _fn)
+
+_COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+            "GT": np.greater, "GE": np.greater_equal}
+
+
+@_rule("compare")
+def _compare(instr, args, folder, frame):
+    return _arr(instr, _COMPARE[instr.attrs["direction"]](args[0], args[1]))
+
+
+@_rule("convert")
+def _convert(instr, args, folder, frame):
+    return _arr(instr, args[0])
+
+
+@_rule("select", lazy=True)
+def _select(instr, args, folder, frame):
+    pred, on_true, on_false = args
+    if isinstance(pred, Unknown):
+        return pred
+    if pred.ndim == 0:
+        return on_true if bool(pred) else on_false
+    for a in (on_true, on_false):
+        if isinstance(a, Unknown):
+            return a
+    return _arr(instr, np.where(pred, on_true, on_false))
+
+
+@_rule("clamp")
+def _clamp(instr, args, folder, frame):
+    lo, x, hi = args
+    return _arr(instr, np.minimum(np.maximum(x, lo), hi))
+
+
+@_rule("broadcast")
+def _broadcast(instr, args, folder, frame):
+    x = args[0]
+    dims = instr.attrs.get("dimensions", ())
+    out_shape = instr.shape.dims
+    shape = [1] * len(out_shape)
+    for i, d in enumerate(dims):
+        shape[d] = x.shape[i]
+    return _arr(instr, np.broadcast_to(x.reshape(shape), out_shape))
+
+
+@_rule("iota")
+def _iota(instr, args, folder, frame):
+    dims = instr.shape.dims
+    d = instr.attrs["iota_dimension"]
+    shape = [1] * len(dims)
+    shape[d] = dims[d]
+    return _arr(instr, np.broadcast_to(np.arange(dims[d]).reshape(shape), dims))
+
+
+@_rule("slice")
+def _slice(instr, args, folder, frame):
+    spec = instr.attrs["slice"]
+    return _arr(instr, args[0][tuple(slice(a, b, s) for a, b, s in spec.dims)])
+
+
+@_rule("dynamic-slice")
+def _dynamic_slice(instr, args, folder, frame):
+    x, starts = args[0], args[1:]
+    sizes = instr.attrs["dynamic_slice_sizes"]
+    if len(starts) == 1 and starts[0].ndim == 1:
+        starts = list(starts[0])
+    idx = []
+    for dim, (s, size) in enumerate(zip(starts, sizes)):
+        s = int(np.clip(int(s), 0, x.shape[dim] - size))  # XLA clamps start indices
+        idx.append(slice(s, s + size))
+    return _arr(instr, x[tuple(idx)])
+
+
+@_rule("concatenate")
+def _concatenate(instr, args, folder, frame):
+    return _arr(instr, np.concatenate(args, axis=instr.attrs["dimensions"][0]))
+
+
+@_rule("transpose")
+def _transpose(instr, args, folder, frame):
+    return _arr(instr, np.transpose(args[0], instr.attrs["dimensions"]))
+
+
+@_rule("call", "fusion", lazy=True)
+def _call(instr, args, folder, frame):
+    comp = instr.attrs.get("to_apply") or instr.attrs.get("calls")
+    return folder.call(comp, args)
+
+
+@_rule("conditional", lazy=True)
+def _conditional(instr, args, folder, frame):
+    index = args[0]
+    if isinstance(index, Unknown):
+        return index
+    comp, k = pick_branch(instr, index)
+    return folder.call(comp, [args[1 + k]])
+
+
+def pick_branch(instr: Instruction, index) -> tuple[Computation, int]:
+    """The branch a conditional runs for a folded index (operation semantics: Conditional).
+
+    A pred index picks true_computation (branch 0) or false_computation (branch 1); an integer
+    index outside [0, N) runs the last branch.
+    """
+    branches = instr.attrs.get("branch_computations")
+    if branches is None:
+        branches = [instr.attrs["true_computation"], instr.attrs["false_computation"]]
+    if index.dtype == bool:
+        k = 0 if bool(index) else 1
+    else:
+        k = int(index)
+        if not 0 <= k < len(branches):
+            k = len(branches) - 1
+    return branches[k], k
+
+
+@_rule("while", lazy=True)
+def _while(instr, args, folder, frame):
+    state = args[0]
+    cond, body = instr.attrs["condition"], instr.attrs["body"]
+    for _ in range(MAX_FOLD_ITERATIONS):
+        go = folder.call(cond, [state])
+        if isinstance(go, Unknown):
+            return go
+        if not bool(go):
+            return state
+        state = folder.call(body, [state])
+    return Unknown(instr, f"runs more than {MAX_FOLD_ITERATIONS} iterations")

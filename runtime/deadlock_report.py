@@ -1,0 +1,167 @@
+"""What the deadlock check tells a person (text) and a program (JSON).
+
+A Report holds Problems; each names its kind (deadlock | mismatch | unmatched | unproven),
+the devices involved, the instructions with line numbers and the context (loop iteration,
+branch) in which each device reached them, and detail lines:
+
+  deadlock   the cycle, one line per device:
+               device 1 waits at recv-done.3 (line 42) for device 2 to issue its send ...,
+               which waits at ... for device 1: none of them can proceed.
+  mismatch   the two devices' instructions side by side, the differing field marked
+  unmatched  the devices that reach a collective or channel end and those that never do
+  unproven   where control depends on data around communication (warning unless strict)
+"""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["Problem", "Report", "event_ref", "mismatch_problem", "side_by_side"]
+
+
+def event_ref(ev, instr=None, ctx=()) -> dict:
+    """The JSON-able description of where a device is: instruction, line, computation, context."""
+    if ev is not None:
+        instr, ctx = ev.instr, ev.ctx
+    ref = {"name": instr.name, "opcode": instr.opcode, "line": instr.line,
+           "computation": instr.parent.name if instr.parent is not None else None,
+           "context": list(ctx)}
+    if ev is not None:
+        ref["device"] = ev.device
+    return ref
+
+
+class Problem:
+    """One reason the module may hang or desynchronize."""
+
+    KINDS = ("deadlock", "mismatch", "unmatched", "unproven")
+
+    def __init__(self, kind: str, message: str, devices, instructions, *, detail=None,
+                 severity: str = "error", field: str | None = None):
+        assert kind in self.KINDS, kind
+        self.kind = kind
+        self.message = message
+        self.devices = list(devices)
+        self.instructions = list(instructions)
+        self.detail = list(detail or [])
+        self.severity = severity
+        self.field = field  # mismatch: the first field the devices disagree on
+
+    def to_text(self) -> str:
+        label = self.kind if self.severity == "error" else f"{self.kind} (warning)"
+        lines = [f"{label}: {self.message}"]
+        lines.extend("  " + d for d in self.detail)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "severity": self.severity, "message": self.message,
+             "devices": self.devices, "instructions": self.instructions, "detail": self.detail}
+        if self.field is not None:
+            d["field"] = self.field
+        return d
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<Problem {self.kind} devices={self.devices}: {self.message}>"
+
+
+def side_by_side(heads, rows, differs=None) -> list[str]:
+    """Rows of (field, left, right) as aligned columns; the differing field is marked."""
+    w0 = max(len("field"), *(len(r[0]) for r in rows))
+    w1 = max(len(heads[0]), *(len(str(r[1])) for r in rows))
+    out = [f"{'field':<{w0}}  {heads[0]:<{w1}}  {heads[1]}"]
+    for name, a, b in rows:
+        mark = "   <-- differs" if name == differs else ""
+        out.append(f"{name:<{w0}}  {str(a):<{w1}}  {b}{mark}")
+    return out
+
+
+def mismatch_problem(ref, ev, field: str, k: int, group) -> Problem:
+    """Two devices issue different collectives as their k-th one on `group`."""
+    rows = [("instruction", ref.where(), ev.where())]
+    for f in ref.sig.FIELDS:
+        a, b = ref.sig.show(f), ev.sig.show(f)
+        if f == field or a != "-" or b != "-":
+            rows.append((f, a, b))
+    g = "{" + ",".join(map(str, group)) + "}"
+    nth = k + 1
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(nth if nth < 20 else nth % 10, "th")
+    msg = (f"devices {ref.device} and {ev.device} disagree on their {nth}{suffix} collective on "
+           f"group {g}: {field} differ ({ref.sig.show(field)} vs {ev.sig.show(field)})")
+    return Problem("mismatch", msg, [ref.device, ev.device], [event_ref(ref), event_ref(ev)],
+                   detail=side_by_side((f"device {ref.device}", f"device {ev.device}"), rows,
+                                       field), field=field)
+
+
+class Report:
+    """The outcome of `check_module`: ok, problems, to_text(), to_json(), exit_code."""
+
+    def __init__(self, module_name: str, da, problems, traces, seconds: float, *,
+                 strict: bool = False):
+        self.module_name = module_name
+        self.device_assignment = da
+        self.num_devices = da.replica_count * da.num_partitions
+        self.problems: list[Problem] = list(problems)
+        self.strict = strict
+        self.seconds = seconds
+        self.events = {tr.device: len(tr.events) for tr in traces}
+        self.traces = traces
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity != "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI convention: 0 proven (warnings allowed unless strict), 1 problem found."""
+        return 0 if self.ok else 1
+
+    def of_kind(self, kind: str) -> list[Problem]:
+        return [p for p in self.problems if p.kind == kind]
+
+    def _devices_text(self) -> str:
+        da = self.device_assignment
+        return (f"{self.num_devices} device{'s' if self.num_devices != 1 else ''} "
+                f"({da.replica_count} replica{'s' if da.replica_count != 1 else ''} x "
+                f"{da.num_partitions} partition{'s' if da.num_partitions != 1 else ''})")
+
+    def to_text(self) -> str:
+        total = sum(self.events.values())
+        head = f"deadlock check of {self.module_name} on {self._devices_text()}: "
+        if not self.problems:
+            head += f"proven deadlock-free ({total} communication events simulated)"
+            return head
+        if self.ok:
+            head += (f"no deadlock found, but {len(self.warnings)} part(s) could not be proven "
+                     "(control depends on data)")
+        else:
+            head += f"{len(self.errors)} problem(s) found"
+        return "\n".join([head] + [p.to_text() for p in self.problems])
+
+    def to_dict(self) -> dict:
+        da = self.device_assignment
+        return {"module": self.module_name, "ok": self.ok, "strict": self.strict,
+                "num_devices": self.num_devices, "replica_count": da.replica_count,
+                "num_partitions": da.num_partitions, "device_assignment": da.table(),
+                "events_per_device": {str(d): n for d, n in self.events.items()},
+                "seconds": round(self.seconds, 6),
+                "problems": [p.to_dict() for p in self.problems]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<Report {self.module_name}: ok={self.ok}, {len(self.problems)} problem(s)>"

@@ -1,0 +1,449 @@
+"""Per-device communication traces: what one device does that another device must answer.
+
+`trace_device` walks the module's schedule as one device would run it: while loops are
+unrolled (trip count from `known_trip_count` in backend_config, else by folding the condition
+over the loop state), conditionals follow the branch their folded index picks, calls, fusions
+and async wrappers are entered.  The result is the ordered list of `Event`s the device issues:
+
+  sync       a synchronous collective: blocks until every member of its group arrives
+  start      an async collective's start: issues it, never blocks
+  done       an async collective's done: blocks until every member has issued the start
+  send/recv  issue a transfer on a channel to/from one peer, never block
+  send-done  blocks until the peer has issued the matching recv (channels are unbuffered)
+  recv-done  blocks until the peer has issued the matching send
+
+Ends of a channel that no source-target pair names complete at once and produce no event
+(collective-semantics.md 21a).  A loop or branch whose control cannot be folded, and that
+contains communication, stops the trace there: the device's later behaviour is unproven.
+
+Rules are registered by opcode in TRACE_RULES; only instructions that communicate are visited.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+
+from collectives.groups import (DeviceAssignment, GroupError, collective_permute_pairs,
+                                device_groups, group_mode, permute_device_groups)
+from xladist.errors import InputError
+from xladist.hlo.ir import Computation, Instruction, Module
+
+from .deadlock_fold import Folder, Frame, Unknown, pick_branch
+from .schedule import communicates, computation_communicates
+
+__all__ = ["Event", "Signature", "DeviceTrace", "ModuleFacts", "trace_device", "TRACE_RULES",
+           "where", "PAIRS_ATTR"]
+
+PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
+DEFAULT_MAX_UNROLL = 100_000
+
+
+def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
+    """`name (line N, iteration 2 of while.3)` for messages."""
+    parts = [f"line {instr.line}"] if instr.line else []
+    parts.extend(ctx)
+    return f"{instr.name} ({', '.join(parts)})" if parts else instr.name
+
+
+class Signature:
+    """What all members of one collective must agree on (collective-semantics.md G.24-25, 21b)."""
+
+    FIELDS = ("kind", "groups", "types", "shapes", "reducer", "dimensions", "pairs")
+    __slots__ = FIELDS
+
+    def __init__(self, kind, groups, types, shapes, reducer, dimensions, pairs):
+        self.kind = kind
+        self.groups = groups
+        self.types = types
+        self.shapes = shapes
+        self.reducer = reducer
+        self.dimensions = dimensions
+        self.pairs = pairs
+
+    def first_difference(self, other: "Signature") -> str | None:
+        if self is other:
+            return None
+        for f in self.FIELDS:
+            if getattr(self, f) != getattr(other, f):
+                return f
+        return None
+
+    def show(self, field: str) -> str:
+        v = getattr(self, field)
+        if v is None:
+            return "-"
+        if field == "groups":
+            return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in v) + "}"
+        if field == "pairs":
+            return "{" + ",".join(f"{{{s},{t}}}" for s, t in v) + "}"
+        if isinstance(v, tuple):
+            return ", ".join(map(str, v)) if v else "()"
+        return str(v)
+
+
+class Event:
+    __slots__ = ("kind", "instr", "device", "ctx", "sig", "group", "channel", "peer", "shape",
+                 "link", "inst", "partner", "issued", "index")
+
+    def __init__(self, kind: str, instr: Instruction, device: int, ctx: tuple[str, ...]):
+        self.kind = kind
+        self.instr = instr
+        self.device = device
+        self.ctx = ctx
+        self.sig: Signature | None = None
+        self.group: tuple[int, ...] = ()
+        self.channel = None
+        self.peer: int | None = None
+        self.shape: str | None = None
+        self.link: Event | None = None      # done -> its start / send / recv
+        self.inst = None                    # the matched collective instance
+        self.partner: Event | None = None   # send <-> matched recv
+        self.issued = False
+        self.index = 0                      # position in the device's trace
+
+    def where(self) -> str:
+        return where(self.instr, self.ctx)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.instr.name} on device {self.device}>"
+
+
+class DeviceTrace:
+    def __init__(self, device: int, replica: int, partition: int):
+        self.device = device
+        self.replica = replica
+        self.partition = partition
+        self.events: list[Event] = []
+        # (instruction, reason, ctx) where the trace stopped because control depends on data.
+        self.unproven: tuple[Instruction, str, tuple[str, ...]] | None = None
+
+
+def _reducer(comp: Computation | None) -> str | None:
+    """A comparable name for a reducer: the root op when it combines the two parameters."""
+    if comp is None:
+        return None
+    root = comp.root
+    if root is not None and len(root.operands) == 2 and all(
+            o.opcode == "parameter" for o in root.operands):
+        return f"{root.opcode} ({root.shape.to_text(layout=False)})"
+    return f"computation {comp.name}"
+
+
+def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    types, dims = [], []
+    for op in instrs:
+        for _, leaf in op.shape.leaves():
+            types.append(leaf.element_type.name)
+            dims.append("[" + ",".join(map(str, leaf.dims)) + "]")
+    return tuple(types), tuple(dims)
+
+
+_PAIR_RE = re.compile(r"\{\s*(-?\d+)\s*,\s*(-?\d+)\s*\}")
+_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+
+# all-reduce, all-gather and reduce-scatter have a real use_global_device_ids flag (A.2).
+_HAS_GLOBAL_FLAG = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
+
+
+class ModuleFacts:
+    """Device-independent facts, computed once per check: groups, signatures, channel peers."""
+
+    def __init__(self, module: Module, da: DeviceAssignment):
+        self.module = module
+        self.da = da
+        self.R, self.P = da.replica_count, da.num_partitions
+        self._groups: dict[Instruction, tuple[dict[int, tuple[int, ...]], Signature]] = {}
+        self._peers: dict[Instruction, tuple[dict[int, int], dict[int, int]]] = {}
+
+    def _bad(self, instr: Instruction, message: str) -> InputError:
+        comp = instr.parent.name if instr.parent else "?"
+        return InputError(f"computation {comp}, instruction {where(instr)}: {message}")
+
+    def collective(self, instr: Instruction, op: Instruction | None = None):
+        """(device -> its group, Signature) of a collective; `op` is the wrapped op if any."""
+        hit = self._groups.get(instr)
+        if hit is not None:
+            return hit
+        op = op or instr
+        kind = op.opcode.removesuffix("-start")
+        has_channel = op.attrs.get("channel_id") is not None
+        try:
+            if kind == "collective-permute":
+                groups = permute_device_groups(has_channel, self.R, self.P, self.da)
+                raw = op.attrs.get("source_target_pairs", ())
+                pairs = tuple(collective_permute_pairs(raw, has_channel, self.R, self.P, self.da))
+            else:
+                flag = bool(op.attrs.get("use_global_device_ids", False)) \
+                    if kind in _HAS_GLOBAL_FLAG else None
+                mode = group_mode(has_channel, flag)
+                rg = op.attrs.get("replica_groups")
+                ids = [list(g) for g in rg.groups] if rg is not None else []
+                groups = device_groups(ids, mode, self.R, self.P, self.da, op=kind,
+                                       require_cover=kind != "collective-broadcast")
+                pairs = None
+        except GroupError as e:
+            raise self._bad(instr, str(e)) from None
+        groups_t = tuple(tuple(g) for g in groups)
+        member = {d: g for g in groups_t for d in g}
+        operands = op.operands
+        types, shapes = _leaf_shapes(operands)
+        sig = Signature(kind, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
+                        tuple(op.attrs["dimensions"]) if "dimensions" in op.attrs else None,
+                        pairs)
+        self._groups[instr] = (member, sig)
+        return member, sig
+
+    def peers(self, instr: Instruction) -> tuple[dict[int, int], dict[int, int]]:
+        """(source device -> target, target device -> source) of a send/recv's channel."""
+        hit = self._peers.get(instr)
+        if hit is not None:
+            return hit
+        text = instr.frontend_attributes.get(PAIRS_ATTR)
+        if text is None:
+            raise self._bad(instr, f"a device-to-device {instr.opcode} needs the frontend "
+                            f"attribute {PAIRS_ATTR}=" '"{{source,target},...}" to name its '
+                            "peers; without it no device can be matched with it")
+        raw = [(int(a), int(b)) for a, b in _PAIR_RE.findall(text)]
+        # Ids are partition ids inside each replica (like a collective-permute with a channel);
+        # a module with one partition and several replicas names replica ids instead.
+        by_partition = self.P > 1 or self.R == 1
+        try:
+            pairs = collective_permute_pairs(raw, by_partition, self.R, self.P, self.da)
+        except GroupError as e:
+            raise self._bad(instr, f"{PAIRS_ATTR}: {e}") from None
+        hit = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
+        self._peers[instr] = hit
+        return hit
+
+
+class _Unproven(Exception):
+    def __init__(self, instr: Instruction, reason: str, ctx: tuple[str, ...]):
+        super().__init__(reason)
+        self.instr, self.reason, self.ctx = instr, reason, ctx
+
+
+TraceRule = Callable[["_Tracer", Instruction, Frame, tuple], None]
+TRACE_RULES: dict[str, TraceRule] = {}
+
+
+def _rule(*opcodes: str):
+    def wrap(fn):
+        for op in opcodes:
+            TRACE_RULES[op] = fn
+        return fn
+    return wrap
+
+
+def known_trip_count(instr: Instruction) -> int | None:
+    """The `known_trip_count` XLA's loop analysis stored in a while's backend_config."""
+    m = _TRIP_RE.search(instr.backend_config or "")
+    return int(m.group(1)) if m else None
+
+
+def _needs_values(comp: Computation, seen=None) -> bool:
+    """Whether tracing `comp` may fold values: it holds a communicating while/conditional."""
+    seen = set() if seen is None else seen
+    if comp in seen:
+        return False
+    seen.add(comp)
+    for i in comp.instructions:
+        if not communicates(i):
+            continue
+        if i.opcode in ("while", "conditional"):
+            return True
+        if any(_needs_values(c, seen) for c in i.called_computations()):
+            return True
+    return False
+
+
+class _Tracer:
+    def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int):
+        self.facts = facts
+        self.schedule = schedule
+        self.trace = trace
+        self.device = trace.device
+        self.folder = Folder(trace.replica, trace.partition)
+        self.max_unroll = max_unroll
+        self.channels: dict[tuple, deque] = {}
+        self.pending_async: dict[Instruction, Event | None] = {}
+
+    def emit(self, kind: str, instr: Instruction, ctx) -> Event:
+        ev = Event(kind, instr, self.device, ctx)
+        ev.index = len(self.trace.events)
+        self.trace.events.append(ev)
+        return ev
+
+    def walk(self, comp: Computation, frame: Frame, ctx: tuple) -> None:
+        for instr in self.schedule[comp]:
+            if not communicates(instr):
+                continue
+            rule = TRACE_RULES.get(instr.opcode)
+            if rule is None:
+                names = ", ".join(c.name for c in instr.called_computations())
+                raise _Unproven(instr, f"{instr.opcode} runs {names}, which communicates, and the "
+                                "check cannot tell how often", ctx)
+            rule(self, instr, frame, ctx)
+
+    def lazy_operands(self, instr: Instruction, frame: Frame, operands=None) -> list:
+        folder = self.folder
+        return [lambda op=op: folder.eval(op, frame)
+                for op in (instr.operands if operands is None else operands)]
+
+
+@_rule("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+       "collective-broadcast", "collective-permute")
+def _sync(t: _Tracer, instr, frame, ctx):
+    member, sig = t.facts.collective(instr)
+    group = member.get(t.device)
+    if group is None:
+        return  # collective-broadcast: a device in no group gets zeros at once (C.15)
+    ev = t.emit("sync", instr, ctx)
+    ev.sig, ev.group = sig, group
+
+
+@_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
+def _start(t: _Tracer, instr, frame, ctx, op=None):
+    member, sig = t.facts.collective(instr, op)
+    group = member.get(t.device)
+    ev = None
+    if group is not None:
+        ev = t.emit("start", instr, ctx)
+        ev.sig, ev.group = sig, group
+    t.pending_async[instr] = ev
+
+
+@_rule("all-reduce-done", "all-gather-done", "collective-permute-done", "async-done")
+def _done(t: _Tracer, instr, frame, ctx):
+    start = instr.operands[0] if instr.operands else None
+    while start is not None and start.opcode == "async-update":
+        start = start.operands[0] if start.operands else None
+    if start is None or start not in t.pending_async:
+        return  # a start we did not trace as a collective (e.g. a synchronously walked wrapper)
+    ev_start = t.pending_async.pop(start)
+    if ev_start is None:
+        return
+    ev = t.emit("done", instr, ctx)
+    ev.sig, ev.group, ev.link = ev_start.sig, ev_start.group, ev_start
+
+
+@_rule("async-start")
+def _async_start(t: _Tracer, instr, frame, ctx):
+    wrapped = instr.attrs["calls"]
+    root = wrapped.root
+    if root is not None and root.family == "collective" and all(
+            i is root or i.opcode == "parameter" for i in wrapped.instructions):
+        _start(t, instr, frame, ctx, op=root)
+    else:
+        # Anything else that communicates runs in the wrapper as if it were called here.
+        t.walk(wrapped, Frame(wrapped, t.lazy_operands(instr, frame)), ctx)
+
+
+@_rule("async-update")
+def _async_update(t: _Tracer, instr, frame, ctx):
+    return None
+
+
+def _channel_queue(t: _Tracer, instr: Instruction, op: str) -> deque:
+    return t.channels.setdefault((instr.attrs.get("channel_id"), op), deque())
+
+
+@_rule("send", "recv")
+def _issue(t: _Tracer, instr, frame, ctx):
+    to_target, to_source = t.facts.peers(instr)
+    is_send = instr.opcode == "send"
+    peer = (to_target if is_send else to_source).get(t.device)
+    queue = _channel_queue(t, instr, instr.opcode)
+    if peer is None:
+        queue.append(None)  # an end no pair names completes at once (21a)
+        return
+    ev = t.emit(instr.opcode, instr, ctx)
+    ev.channel = instr.attrs.get("channel_id")
+    ev.peer = peer
+    data = instr.operands[0].shape if is_send else instr.shape.subshape((0,))
+    ev.shape = data.to_text(layout=False)
+    queue.append(ev)
+
+
+@_rule("send-done", "recv-done")
+def _complete(t: _Tracer, instr, frame, ctx):
+    op = instr.opcode.removesuffix("-done")
+    queue = _channel_queue(t, instr, op)
+    if not queue:
+        raise t.facts._bad(instr, f"device {t.device} reaches this {instr.opcode} on channel "
+                           f"{instr.attrs.get('channel_id')} with no {op} issued before it")
+    issued = queue.popleft()
+    if issued is None:
+        return
+    ev = t.emit(instr.opcode, instr, ctx)
+    ev.channel, ev.peer, ev.link, ev.shape = issued.channel, issued.peer, issued, issued.shape
+
+
+@_rule("call", "fusion")
+def _call(t: _Tracer, instr, frame, ctx):
+    comp = instr.attrs.get("to_apply") or instr.attrs.get("calls")
+    t.walk(comp, Frame(comp, t.lazy_operands(instr, frame)), ctx)
+
+
+@_rule("conditional")
+def _conditional(t: _Tracer, instr, frame, ctx):
+    index = t.folder.eval(instr.operands[0], frame)
+    if isinstance(index, Unknown):
+        raise _Unproven(instr, "its branch contains collectives or channels and is chosen by "
+                        f"data: the index depends on {index.describe()}", ctx)
+    comp, k = pick_branch(instr, index)
+    args = t.lazy_operands(instr, frame, [instr.operands[1 + k]])
+    t.walk(comp, Frame(comp, args), ctx + (f"branch {k} of {instr.name}",))
+
+
+@_rule("while")
+def _while(t: _Tracer, instr, frame, ctx):
+    cond, body = instr.attrs["condition"], instr.attrs["body"]
+    folder = t.folder
+    n = known_trip_count(instr)
+    cond_comm = computation_communicates(cond)
+    eager = n is None or cond_comm or _needs_values(body)
+    state = t.lazy_operands(instr, frame)[0]
+    if eager:
+        state = state()
+    k = 0
+    while True:
+        if n is None or cond_comm:
+            cframe = Frame(cond, [state])
+            if cond_comm:
+                t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
+            if n is None:
+                go = folder.eval(cond.root, cframe)
+                if isinstance(go, Unknown):
+                    raise _Unproven(instr, "its body contains collectives or channels and its "
+                                    f"trip count depends on data: {go.describe()}", ctx)
+                if not bool(go):
+                    break
+        if n is not None and k >= n:
+            break
+        if k >= t.max_unroll:
+            raise _Unproven(instr, f"runs more than {t.max_unroll} iterations, the most the check "
+                            "unrolls", ctx)
+        bframe = Frame(body, [state])
+        t.walk(body, bframe, ctx + (f"iteration {k + 1} of {instr.name}",))
+        if eager:
+            state = folder.eval(body.root, bframe)
+        else:
+            state = (lambda bf=bframe: folder.eval(body.root, bf))
+        k += 1
+
+
+def trace_device(facts: ModuleFacts, schedule, device: int, *,
+                 max_unroll: int = DEFAULT_MAX_UNROLL) -> DeviceTrace:
+    """The ordered communication events of `device` running the module's entry computation."""
+    replica, partition = facts.da.logical_id(device)
+    trace = DeviceTrace(device, replica, partition)
+    tracer = _Tracer(facts, schedule, trace, max_unroll)
+    entry = facts.module.entry
+    params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
+    try:
+        tracer.walk(entry, Frame(entry, params), ())
+    except _Unproven as u:
+        trace.unproven = (u.instr, u.reason, u.ctx)
+    return trace
