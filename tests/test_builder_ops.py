@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import xladist
 from xladist.builder import BuilderError, XlaBuilder
 from xladist.hlo.attrs import ReplicaGroups
 from xladist.hlo.opcodes import OPCODES
@@ -36,7 +37,9 @@ def text(op) -> str:
 
 
 def record(module):
+    """Collect the opcodes built and check the module with the verifier."""
     BUILT_OPCODES.update(i.opcode for i in module.all_instructions())
+    xladist.verify(module)
     return module
 
 
@@ -332,39 +335,43 @@ def test_collectives_and_async_pairs():
     assert text(two) == "(f32[4,2]{1,0}, f32[4,2]{1,0})"
     ag = b.all_gather(x, 0, replica_groups=[[0, 1, 2, 3]])
     assert text(ag) == "f32[16,2]{1,0}"
-    ag2 = b.all_gather(x, 1, shard_count=4, channel_id=1, use_global_device_ids=True)
+    ag2 = b.all_gather(x, 1, replica_groups=[[0, 1, 2, 3]], channel_id=1,
+                       use_global_device_ids=True)
     assert text(ag2) == "f32[4,8]{1,0}"
     assert ag2.instruction.attrs["use_global_device_ids"] is True
     rs = b.reduce_scatter(x, "add", 0, shard_count=4)
     assert text(rs) == "f32[1,2]{1,0}"
-    a2a = b.all_to_all(x, 0, replica_groups=[[0, 1]])
+    pairs = [[0, 1], [2, 3]]
+    a2a = b.all_to_all(x, 0, replica_groups=pairs)
     assert text(a2a) == "f32[4,2]{1,0}"
-    a2a_t = b.all_to_all([x, x], replica_groups=[[0, 1]])
+    a2a_t = b.all_to_all([x, x], replica_groups=pairs)
     assert text(a2a_t) == "(f32[4,2]{1,0}, f32[4,2]{1,0})"
     cp = b.collective_permute(x, [(0, 1), (1, 0)])
     assert cp.instruction.attrs["source_target_pairs"] == ((0, 1), (1, 0))
-    cb = b.collective_broadcast(x, [[0, 1]])
+    cb = b.collective_broadcast(x, pairs)
     ars = b.all_reduce_start(x)
     ard = b.async_done(ars)
-    ags = b.all_gather_start(x, 0, shard_count=2)
+    ags = b.all_gather_start(x, 0, replica_groups=pairs)
     assert text(ags) == "(f32[4,2]{1,0}, f32[8,2]{1,0})"
     agd = b.all_gather_done(ags)
     cps = b.collective_permute_start(x, [(0, 1)])
     assert text(cps) == "(f32[4,2]{1,0}, f32[4,2]{1,0}, u32[], u32[])"
     cpd = b.collective_permute_done(cps)
-    a2s = b.all_to_all_start(x, 0, replica_groups=[[0, 1]])
+    a2s = b.all_to_all_start(x, 0, replica_groups=pairs)
     assert text(a2s) == "((f32[4,2]{1,0}), f32[4,2]{1,0})"
     wrapped = a2s.instruction.attrs["calls"]
     assert wrapped.is_async_wrapper and wrapped.root.opcode == "all-to-all"
     a2d = b.async_done(a2s)
     assert text(a2d) == "f32[4,2]{1,0}" and a2d.instruction.attrs["calls"] is wrapped
-    rss = b.reduce_scatter_start(x, "add", 0, shard_count=2)
+    rss = b.reduce_scatter_start(x, "add", 0, replica_groups=pairs)
     rsd = b.async_done(rss)
     assert text(rsd) == "f32[2,2]{1,0}"
     rid, pid = b.replica_id(), b.partition_id()
     assert text(rid) == text(pid) == "u32[]"
     with pytest.raises(BuilderError, match="shard_count"):
         b.all_gather(x, 0)
+    with pytest.raises(BuilderError, match="explicit replica_groups"):
+        b.all_reduce(x, channel_id=2, use_global_device_ids=True)
     with pytest.raises(BuilderError, match="needs a channel_id"):
         b.all_reduce(x, use_global_device_ids=True)
     with pytest.raises(BuilderError, match="not an async start"):

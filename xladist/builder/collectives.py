@@ -56,6 +56,10 @@ class CollectiveMixin:
             if channel_id is None:
                 raise BuilderError("use_global_device_ids=True needs a channel_id (XLA rejects "
                                    "it for cross-replica collectives)")
+            if not attrs["replica_groups"].groups:
+                raise BuilderError("use_global_device_ids=True needs explicit replica_groups of "
+                                   "flattened ids (replica * num_partitions + partition); "
+                                   "XLA rejects replica_groups={} in that mode")
             attrs["use_global_device_ids"] = True
         return attrs
 
