@@ -1,0 +1,180 @@
+"""Tokenizer for XLA's HLO text (hlo-text-format.md section 1).
+
+The whole text is cut into tokens in one pass of a single compiled regular
+expression; the parser then walks three parallel lists (kinds, texts, start
+offsets). Whitespace and `/* */` / `//` comments are skipped by the same
+expression, so comments may sit anywhere between tokens.
+
+Besides XLA's token classes, two composite tokens exist purely for speed, since
+they make up most of a real module's text:
+  SHAPE    an array shape with an optional plain layout, `f32[4,2]{1,0}`;
+  INTLIST  a brace list of integers without spaces, `{1,0}`.
+Anything that does not fit them (spaces inside, layout extras such as
+`{1,0:T(8,128)}`) is lexed piece by piece and handled by the parser's general path.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from ..errors import HloParseError
+from .shape import PRIMITIVE_TYPES
+
+# Token kinds (small ints: the parser compares them in its hot loops).
+EOF = 0
+SHAPE = 1       # f32[4,2]{1,0}   (text kept whole)
+NAME = 2        # %add.3          (text keeps the '%')
+ATTR = 3        # dimensions=     (text keeps the '=')
+LABEL = 4       # p0:             (text keeps the ':')
+DIMLABELS = 5   # b01f_01io->b01f
+SPECIAL = 6     # inf, -inf, nan, -nan, nan(0x7)
+IDENT = 7       # add, ROOT, kLoop, f32 (when not followed by '[')
+FLOAT = 8       # 1.5, 1e-05, -0.5
+DXD = 9         # 3x3
+PAD = 10        # 0_1x2_2, 1_1_0
+INTLIST = 11    # {1,0}
+INT = 12        # 42, -1
+STRING = 13     # "..." or '...' (text keeps the quotes and escapes)
+PUNCT = 14      # { } ( ) [ ] , = : -> <= ...
+OTHER = 15      # any other single character (# * + ~ < > @ ...), legal only in raw text
+
+KIND_NAMES = {EOF: "end of input", SHAPE: "shape", NAME: "name", ATTR: "attribute name",
+              LABEL: "parameter name", DIMLABELS: "dim labels", SPECIAL: "float value",
+              IDENT: "identifier", FLOAT: "float", DXD: "window sizes", PAD: "padding",
+              INTLIST: "integer list", INT: "integer", STRING: "string", PUNCT: "punctuation",
+              OTHER: "character"}
+
+_ID = r"[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*"
+_TYPES = "|".join(sorted(PRIMITIVE_TYPES, key=len, reverse=True))
+_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)*"
+
+# Group order = token kind number; alternatives are tried left to right, so the
+# more specific patterns (shape, name=, dim labels, special floats) come first.
+_MASTER = re.compile(
+    _SKIP + "(?:"
+    rf"((?:{_TYPES})\[[0-9,<=?]*\](?:\{{\d+(?:,\d+)*\}})?)"                  # 1 SHAPE
+    rf"|(%{_ID})"                                                            # 2 NAME
+    rf"|({_ID}=)"                                                            # 3 ATTR
+    rf"|({_ID}:)"                                                            # 4 LABEL
+    r"|([0-9bf?]{2,}_[0-9io?]{2,}->[0-9bf?]{2,}(?![A-Za-z0-9_.]))"           # 5 DIMLABELS
+    r"|(-?(?:inf|nan)(?:\(0x[0-9a-fA-F]+\))?(?![A-Za-z0-9_.\-]))"            # 6 SPECIAL
+    rf"|({_ID})"                                                             # 7 IDENT
+    r"|(-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))"  # 8 FLOAT
+    r"|(\d+(?:x\d+)+)"                                                       # 9 DXD
+    r"|(-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*)"                 # 10 PAD
+    r"|(\{-?\d+(?:,-?\d+)*\})"                                               # 11 INTLIST
+    r"|(-?\d+)"                                                              # 12 INT
+    r"|(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')"                             # 13 STRING
+    r"|(->|<=|\.\.\.|[{}()\[\],=:])"                                         # 14 PUNCT
+    r"|(\S))",                                                               # 15 OTHER
+    re.S)
+
+
+class LineIndex:
+    """Maps character offsets to (line, column, line text), 1-based, for messages."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+
+    def line_of(self, offset: int) -> int:
+        return bisect.bisect_left(self.newlines, offset) + 1
+
+    def locate(self, offset: int) -> tuple[int, int, str]:
+        line = self.line_of(offset)
+        begin = self.newlines[line - 2] + 1 if line > 1 else 0
+        end = self.newlines[line - 1] if line - 1 < len(self.newlines) else len(self.text)
+        return line, offset - begin + 1, self.text[begin:end]
+
+    def error(self, message: str, offset: int, filename: str | None = None) -> HloParseError:
+        line, col, line_text = self.locate(offset)
+        return HloParseError(message, line, col, line_text, filename)
+
+
+def tokenize(text: str, lines: LineIndex | None = None, filename: str | None = None):
+    """Cut `text` into tokens: returns (kinds, texts, starts), terminated by an EOF token.
+
+    Raises HloParseError for an unterminated string or comment.
+    """
+    kinds: list[int] = []
+    texts: list[str] = []
+    starts: list[int] = []
+    add_kind, add_text, add_start = kinds.append, texts.append, starts.append
+    for m in _MASTER.finditer(text):
+        g = m.lastindex
+        add_kind(g)
+        add_text(m.group(g))
+        add_start(m.start(g))
+    # A lone quote or '/*' can only come out as OTHER: report them precisely.
+    for j, k in enumerate(kinds):
+        if k == OTHER:
+            t = texts[j]
+            if t in "\"'":
+                raise (lines or LineIndex(text)).error(
+                    f"unterminated string starting with {t}", starts[j], filename)
+            if t == "/" and text.startswith("/*", starts[j]):
+                raise (lines or LineIndex(text)).error(
+                    "unterminated comment: '/*' without '*/'", starts[j], filename)
+    add_kind(EOF)
+    add_text("")
+    add_start(len(text))
+    return kinds, texts, starts
+
+
+# ---- strings -----------------------------------------------------------------
+_ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", '"': b'"', "'": b"'", "\\": b"\\",
+            "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v", "?": b"?"}
+_ESCAPE_RE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3}|.)", re.S)
+
+
+def unquote(token: str) -> str:
+    """The value of a quoted string token, C escapes resolved (XLA uses absl::CUnescape).
+
+    Escapes produce bytes (`\\303\\251` is UTF-8 for e-acute), so the result is decoded
+    as UTF-8; bytes that are not valid UTF-8 survive as surrogate escapes.
+    Raises ValueError for an unknown escape.
+    """
+    body = token[1:-1]
+    if "\\" not in body:
+        return body
+    out = bytearray()
+    pos = 0
+    for m in _ESCAPE_RE.finditer(body):
+        out += body[pos:m.start()].encode("utf-8", "surrogateescape")
+        esc = m.group(1)
+        if esc[0] == "x":
+            out.append(int(esc[1:], 16))
+        elif esc[0] in "01234567":
+            value = int(esc, 8)
+            if value > 255:
+                raise ValueError(f"octal escape \\{esc} is larger than a byte")
+            out.append(value)
+        elif esc in _ESCAPES:
+            out += _ESCAPES[esc]
+        else:
+            raise ValueError(f"unknown escape sequence \\{esc}")
+        pos = m.end()
+    out += body[pos:].encode("utf-8", "surrogateescape")
+    return out.decode("utf-8", "surrogateescape")
+
+
+_PRINTABLE = frozenset(range(0x20, 0x7F))
+_C_ESCAPE = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", ord('"'): '\\"',
+             ord("'"): "\\'", ord("\\"): "\\\\"}
+
+
+def quote(value: str) -> str:
+    """`value` as a double-quoted string with absl::CEscape's rules (octal for other bytes)."""
+    if value.isascii() and value.isprintable() and not any(c in value for c in "\"'\\"):
+        return '"' + value + '"'
+    parts = []
+    for b in value.encode("utf-8", "surrogateescape"):
+        esc = _C_ESCAPE.get(b)
+        if esc is not None:
+            parts.append(esc)
+        elif b in _PRINTABLE:
+            parts.append(chr(b))
+        else:
+            parts.append(f"\\{b:03o}")
+    return '"' + "".join(parts) + '"'
