@@ -1,0 +1,109 @@
+"""`xladist run MODULE -n N --inputs in.npz --outputs out.npz`: run a module.
+
+The single-device path lives here (`run_single`); multi-device runs (N > 1) go through
+the MPI runtime, which is wired in separately. Argument parsing (`add_arguments`, `run`)
+is kept apart from execution so the runtime can reuse `run_single` and the npz helpers.
+
+Exit codes: 0 success, 1 execution failure, 2 invalid input (bad module, bad inputs,
+unsupported backend or op).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from ..errors import InputError, UnsupportedError
+
+HELP = "run an HLO module on N devices and write its outputs"
+
+EPILOG = """\
+examples:
+  xladist run module.hlo --inputs in.npz --outputs out.npz
+  xladist run module.hlo -n 1 --backend interpreter --inputs in.npz
+                                        print the outputs instead of writing them
+  xladist run module.hlo                a module without parameters
+
+npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
+(one per flattened result). With -n N every array has a leading device axis of size N
+(row d = device d); with -n 1 inputs may also omit it. bf16 arrays are uint16 bit
+patterns.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("module", metavar="MODULE", help="HLO text file")
+    parser.add_argument("-n", "--num-devices", type=int, default=1, metavar="N",
+                        help="number of devices (MPI ranks); default 1")
+    parser.add_argument("--backend", default="interpreter",
+                        help="interpreter (numpy reference) or cpu (LLVM); default interpreter")
+    parser.add_argument("--inputs", metavar="IN.npz",
+                        help="arguments arg0.. (required when the module has parameters)")
+    parser.add_argument("--outputs", metavar="OUT.npz",
+                        help="write results out0.. here (default: print them)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the verifier (for modules it does not understand yet)")
+
+
+def load_module(path: str):
+    from .. import load_hlo
+    try:
+        return load_hlo(path)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+
+def run_single(module, inputs: list, backend: str = "interpreter", *, verify: bool = True,
+               **options) -> list[np.ndarray]:
+    """Run `module` on one device with `inputs` (one array per entry parameter);
+    returns the flattened outputs."""
+    from ..executable import compile as compile_module
+    exe = compile_module(module, backend=backend, verify=verify, **options)
+    return exe(*inputs)
+
+
+def _check_device_count(module, n: int) -> None:
+    if n < 1:
+        raise InputError(f"-n must be at least 1, got {n}")
+    needed = module.num_devices
+    if needed > 1 and n != needed:
+        raise InputError(f"module {module.name} is written for {needed} devices "
+                         f"(replica_count={module.replica_count}, "
+                         f"num_partitions={module.num_partitions}); run it with -n {needed}")
+    if n > 1:
+        raise UnsupportedError("multi-device runs need the MPI runtime, which is not wired "
+                               "into `xladist run` yet; use -n 1")
+
+
+def run(args) -> int:
+    from ..io import read_inputs, write_outputs
+    module = load_module(args.module)
+    _check_device_count(module, args.num_devices)
+    params = module.entry.parameters
+    shapes = [p.shape for p in params]
+    if args.inputs:
+        try:
+            per_device = read_inputs(args.inputs, shapes, num_devices=args.num_devices,
+                                     device_axis=None, names=[p.name for p in params])
+        except OSError as e:
+            raise InputError(f"cannot read inputs {args.inputs}: {e}") from None
+    elif any(not s.is_token for s in shapes):
+        raise InputError(f"module {module.name} has {len(shapes)} parameters; pass --inputs "
+                         f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
+    else:
+        per_device = [[None] * len(shapes)]
+    outputs = run_single(module, per_device[0], args.backend, verify=not args.no_verify)
+    if args.outputs:
+        write_outputs(args.outputs, [outputs], device_axis=True)
+    else:
+        _print_outputs(outputs)
+    return 0
+
+
+def _print_outputs(outputs) -> None:
+    with np.printoptions(threshold=200, edgeitems=4):
+        for i, a in enumerate(outputs):
+            print(f"out{i}: {a.dtype}{list(a.shape)}")
+            print(np.array2string(np.asarray(a), prefix="  "), file=sys.stdout)

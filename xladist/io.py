@@ -1,0 +1,129 @@
+"""npz files of program inputs and outputs, shared by the CLI and the runtime.
+
+Format (the corpus format, tests/data/corpus/README.md):
+- inputs: `arg0`, `arg1`, ... one array per entry parameter, in parameter order;
+- outputs: `out0`, `out1`, ... one array per flattened result leaf;
+- bf16 arrays are stored as uint16 bit patterns (numpy cannot round-trip bfloat16 through
+  npz); pred arrays are numpy bool;
+- with a device axis, every array has a leading dimension of size N and row d belongs to
+  device d.
+
+Token parameters have no key (they are supplied automatically); tuple-shaped parameters
+cannot be stored in npz and are refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError
+from .hlo.shape import Shape
+
+
+def encode(array: np.ndarray) -> np.ndarray:
+    """An array as stored in npz: bf16 -> uint16 bits, everything else unchanged."""
+    array = np.asarray(array)
+    if array.dtype.name == "bfloat16":
+        return array.view(np.uint16)
+    return array
+
+
+def decode(array: np.ndarray, shape: Shape) -> np.ndarray:
+    """An npz array as a value of `shape`'s element type (uint16 bits -> bf16)."""
+    array = np.asarray(array)
+    if shape.element_type.name == "bf16" and array.dtype == np.uint16:
+        return array.view(shape.dtype)
+    return array
+
+
+def _param_label(i: int, name: str | None, shape: Shape) -> str:
+    label = f"parameter {i}"
+    if name:
+        label += f" ({name}: {shape.to_text(layout=False)})"
+    else:
+        label += f" ({shape.to_text(layout=False)})"
+    return label
+
+
+def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
+                device_axis: bool | None = True, names: list[str] | None = None
+                ) -> list[list]:
+    """Read `arg{i}` arrays for parameters of `shapes`; returns one argument list per device.
+
+    `device_axis`: True = every array has a leading axis of size num_devices; False = no
+    device axis (only with num_devices == 1); None = accept either when num_devices == 1.
+    Errors (missing, extra, wrongly shaped or typed arrays) are InputErrors naming the
+    parameter.
+    """
+    from .interpreter.registry import TOKEN
+    names = names or [None] * len(shapes)
+    with np.load(source, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    expected = {f"arg{i}" for i, s in enumerate(shapes) if not s.is_token}
+    extra = sorted(set(arrays) - expected, key=_key_order)
+    if extra:
+        raise InputError(f"inputs have arrays the module does not take: {', '.join(extra)} "
+                         f"(the module has {len(shapes)} parameters: arg0..arg{len(shapes) - 1})")
+    per_device: list[list] = [[] for _ in range(num_devices)]
+    for i, shape in enumerate(shapes):
+        label = _param_label(i, names[i], shape)
+        if shape.is_token:
+            for args in per_device:
+                args.append(TOKEN)
+            continue
+        if shape.is_tuple:
+            raise InputError(f"{label} is a tuple; npz inputs hold arrays only")
+        key = f"arg{i}"
+        if key not in arrays:
+            raise InputError(f"inputs have no array {key!r} for {label}")
+        a = decode(arrays[key], shape)
+        dims = tuple(shape.dims)
+        with_axis = (num_devices,) + dims
+        if device_axis is None and num_devices == 1 and a.shape == dims:
+            rows = [a]
+        elif device_axis is False:
+            if a.shape != dims:
+                raise InputError(f"{key} for {label}: expected dims {list(dims)}, got "
+                                 f"{list(a.shape)}")
+            rows = [a]
+        else:
+            if a.shape != with_axis:
+                hint = "" if a.shape != dims else \
+                    f" (it lacks the leading device axis of size {num_devices})"
+                raise InputError(f"{key} for {label}: expected dims {list(with_axis)} "
+                                 f"(device axis first), got {list(a.shape)}{hint}")
+            rows = [a[d] for d in range(num_devices)]
+        if a.dtype != shape.dtype:
+            npz = "uint16 bf16 bits or " if shape.element_type.name == "bf16" else ""
+            raise InputError(f"{key} for {label}: expected element type {npz}{shape.dtype}, "
+                             f"got {arrays[key].dtype}; convert it explicitly")
+        for args, row in zip(per_device, rows):
+            args.append(np.ascontiguousarray(row))
+    return per_device
+
+
+def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bool = True
+                  ) -> None:
+    """Write `out{i}`: result leaf i of every device, stacked on a leading device axis
+    (device_axis=True) or, for one device, as is."""
+    if not per_device:
+        raise ValueError("write_outputs needs at least one device's outputs")
+    if not device_axis and len(per_device) != 1:
+        raise ValueError("outputs of several devices need the device axis")
+    arrays = {}
+    for i in range(len(per_device[0])):
+        rows = [encode(outs[i]) for outs in per_device]
+        arrays[f"out{i}"] = np.stack(rows) if device_axis else rows[0]
+    np.savez(target, **arrays)
+
+
+def read_outputs(source) -> list[np.ndarray]:
+    """`out0..` of an npz file in order (bf16 stays uint16 bits)."""
+    with np.load(source, allow_pickle=False) as data:
+        keys = sorted((k for k in data.files if k.startswith("out")), key=_key_order)
+        return [data[k] for k in keys]
+
+
+def _key_order(key: str):
+    digits = "".join(c for c in key if c.isdigit())
+    return (key.rstrip("0123456789"), int(digits) if digits else -1)
