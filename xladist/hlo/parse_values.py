@@ -1,0 +1,709 @@
+"""Token-level reading of HLO values: shapes, layouts, literals, attribute values.
+
+`TokenCursor` walks the token lists of lexer.tokenize and knows how to read every
+value syntax of hlo-text-format.md sections 3, 4.6 and 5; parser.py builds modules,
+computations and instructions on top of it. Each attribute kind of opcodes.py has
+one reader method, listed in `KIND_READERS`.
+"""
+
+from __future__ import annotations
+
+from ..errors import HloParseError
+from . import lexer as lx
+from .attrs import (ConvDimensionNumbers, Literal, PaddingConfig, RawAttr, ReplicaGroups,
+                    SliceSpec, Window, WindowDim)
+from .ir import Computation
+from .lexer import (ATTR, DIMLABELS, DXD, EOF, FLOAT, IDENT, INT, INTLIST, NAME, OTHER, PAD,
+                    PUNCT, SHAPE, SPECIAL, STRING)
+from .literals import LiteralValueError, build_array
+from .shape import PRIMITIVE_TYPES, UNBOUNDED, Layout, Shape
+
+# Nesting limit for tuple shapes / tuple literals / layouts' P(...): deeper text is
+# certainly not from XLA, and the limit keeps recursion far from Python's own.
+MAX_DEPTH = 64
+
+_OPEN = {"{": "}", "(": ")", "[": "]"}
+_CLOSE = frozenset("})]")
+_SCALAR_KINDS = frozenset({INT, FLOAT, SPECIAL, IDENT})
+
+
+class TokenCursor:
+    """A position in the token lists of one text, with readers for value syntaxes."""
+
+    def __init__(self, text: str, filename: str | None):
+        self.text = text
+        self.filename = filename
+        self.lines = lx.LineIndex(text)
+        self.i = 0
+        self.K, self.V, self.S = lx.tokenize(text, self.lines, filename)
+        self.comps: dict[str, Computation] = {}
+        self.shape_cache: dict[str, Shape] = {}
+
+    # ---- errors and small helpers ---------------------------------------------
+    def error(self, message: str, i: int | None = None) -> HloParseError:
+        i = self.i if i is None else min(i, len(self.S) - 1)
+        return self.lines.error(message, self.S[i], self.filename)
+
+    def found(self, i: int | None = None) -> str:
+        i = self.i if i is None else i
+        if self.K[i] == EOF:
+            return "end of input"
+        t = self.V[i]
+        return repr(t if len(t) <= 40 else t[:37] + "...")
+
+    def at(self, p: str) -> bool:
+        return self.K[self.i] == PUNCT and self.V[self.i] == p
+
+    def expect(self, p: str, context: str) -> None:
+        if self.K[self.i] != PUNCT or self.V[self.i] != p:
+            raise self.error(f"expected '{p}' {context}, found {self.found()}")
+        self.i += 1
+
+    def end_of(self, j: int) -> int:
+        return self.S[j] + len(self.V[j])
+
+    def line_of(self, j: int) -> int:
+        return self.lines.line_of(self.S[j])
+
+    # ---- shapes -----------------------------------------------------------------
+    def shape(self, what: str, depth: int = 0) -> Shape:
+        K, V = self.K, self.V
+        i = self.i
+        k = K[i]
+        if k == SHAPE:
+            t = V[i]
+            s = self.shape_cache.get(t)
+            if s is None:
+                s = self.shape_cache[t] = self.shape_from_token(t, i)
+            self.i = i + 1
+            if t[-1] == "]" and (
+                    K[i + 1] == INTLIST or (K[i + 1] == PUNCT and V[i + 1] == "{" and (
+                        K[i + 2] == INT or (K[i + 2] == PUNCT and V[i + 2] == ":")))):
+                s = s.with_layout(self.layout(s))
+            return s
+        if depth > MAX_DEPTH:
+            raise self.error(f"shape nested more than {MAX_DEPTH} levels deep")
+        if k == PUNCT and V[i] == "(":
+            self.i += 1
+            elems = []
+            if not self.at(")"):
+                while True:
+                    elems.append(self.shape(what, depth + 1))
+                    if not self.at(","):
+                        break
+                    self.i += 1
+            self.expect(")", "to close a tuple shape")
+            return Shape.tuple_of(elems)
+        if k == IDENT and K[i + 1] == PUNCT:
+            t = V[i]
+            if t in PRIMITIVE_TYPES and V[i + 1] == "[":
+                return self.array_shape()
+            if t == "b" and V[i + 1] == "(":
+                self.i += 2
+                inner = self.shape(what, depth + 1)
+                self.expect(")", "to close a buffer shape b(...)")
+                if not inner.is_array:
+                    raise self.error("a buffer shape b(...) must wrap an array shape", i)
+                return Shape(inner.element_type, inner.dims, inner.layout, inner.dynamic,
+                             buffer=True)
+        raise self.error(f"expected a shape {what}, found {self.found(i)}", i)
+
+    def shape_from_token(self, t: str, i: int) -> Shape:
+        tname, _, rest = t.partition("[")
+        dims_text, _, layout_text = rest.partition("]")
+        dims, dynamic = [], []
+        if dims_text:
+            for d in dims_text.split(","):
+                if d.isdigit():
+                    dims.append(int(d))
+                    dynamic.append(False)
+                elif d == "?":
+                    dims.append(UNBOUNDED)
+                    dynamic.append(True)
+                elif d.startswith("<=") and d[2:].isdigit():
+                    dims.append(int(d[2:]))
+                    dynamic.append(True)
+                else:
+                    raise self.error(f"malformed dimension '{d}' in shape {t}", i)
+        return self.make_array(tname, dims, dynamic, layout_text and tuple(
+            int(x) for x in layout_text[1:-1].split(",")), i)
+
+    def make_array(self, tname, dims, dynamic, m2m, i, extras=None) -> Shape:
+        ptype = PRIMITIVE_TYPES[tname]
+        if not ptype.is_array_type and dims:
+            raise self.error(f"{tname} shapes have no dimensions, found {tname}[...]", i)
+        layout = None
+        if m2m or extras:
+            m2m = tuple(m2m or ())
+            if sorted(m2m) != list(range(len(dims))) and (m2m or dims):
+                raise self.error(f"layout {{{','.join(map(str, m2m))}}} is not a permutation of "
+                                 f"the {len(dims)} dimension(s) of {tname}[...]", i)
+            layout = Layout(m2m, **(extras or {}))
+        return Shape(ptype, tuple(dims), layout,
+                     tuple(dynamic) if any(dynamic) else (False,) * len(dims))
+
+    def array_shape(self) -> Shape:
+        """TYPE '[' dims ']' [layout], written with spaces or comments inside."""
+        K, V = self.K, self.V
+        i = self.i
+        tname = V[i]
+        self.i += 2
+        dims, dynamic = [], []
+        if not self.at("]"):
+            while True:
+                k, t = K[self.i], V[self.i]
+                if k == INT and not t.startswith("-"):
+                    dims.append(int(t))
+                    dynamic.append(False)
+                elif k == OTHER and t == "?":
+                    dims.append(UNBOUNDED)
+                    dynamic.append(True)
+                elif k == PUNCT and t == "<=" and K[self.i + 1] == INT:
+                    self.i += 1
+                    dims.append(int(V[self.i]))
+                    dynamic.append(True)
+                else:
+                    raise self.error(f"expected a dimension size in shape {tname}[...], found "
+                                     f"{self.found()}")
+                self.i += 1
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("]", f"to close the dimensions of shape {tname}[...]")
+        base = self.make_array(tname, dims, dynamic, None, i)
+        if K[self.i] == INTLIST or (self.at("{") and (
+                K[self.i + 1] == INT or (K[self.i + 1] == PUNCT and V[self.i + 1] == ":"))):
+            return base.with_layout(self.layout(base))
+        return base
+
+    def layout(self, shape: Shape) -> Layout:
+        K, V = self.K, self.V
+        start = self.i
+        if K[start] == INTLIST:
+            m2m = tuple(int(x) for x in V[start][1:-1].split(","))
+            self.i += 1
+            extras = {}
+        else:
+            self.i += 1
+            m2m = []
+            while K[self.i] == INT:
+                m2m.append(int(V[self.i]))
+                self.i += 1
+                if not self.at(","):
+                    break
+                self.i += 1
+            extras = {}
+            if self.at(":"):
+                self.i += 1
+                extras = self.layout_extras()
+            self.expect("}", "to close the layout")
+        if sorted(m2m) != list(range(shape.rank)):
+            raise self.error(f"layout {{{','.join(map(str, m2m))}}} is not a permutation of the "
+                             f"{shape.rank} dimension(s) of {shape.to_text(False)}", start)
+        return Layout(tuple(m2m), **extras)
+
+    def layout_extras(self) -> dict:
+        """The fields after ':' in a layout: D T L # * E S SC P M (section 3.3)."""
+        K, V = self.K, self.V
+        out: dict = {}
+
+        def paren_int(field):
+            self.expect("(", f"after layout field {field}")
+            if K[self.i] != INT:
+                raise self.error(f"expected an integer in layout field {field}(...), found "
+                                 f"{self.found()}")
+            value = int(V[self.i])
+            self.i += 1
+            self.expect(")", f"to close layout field {field}(...)")
+            return value
+
+        def paren_type(field):
+            self.expect("(", f"after layout field {field}")
+            if K[self.i] != IDENT or V[self.i] not in PRIMITIVE_TYPES:
+                raise self.error(f"expected a primitive type in layout field {field}(...), "
+                                 f"found {self.found()}")
+            value = V[self.i]
+            self.i += 1
+            self.expect(")", f"to close layout field {field}(...)")
+            return value
+
+        while not self.at("}"):
+            i = self.i
+            t = V[i]
+            if K[i] not in (IDENT, OTHER):
+                raise self.error(f"expected a layout field (T, L, E, S, ...) found {self.found()}")
+            self.i += 1
+            if t == "T":
+                tiles = []
+                while self.at("("):
+                    self.i += 1
+                    tile = []
+                    while True:
+                        if K[self.i] == INT:
+                            tile.append(int(V[self.i]))
+                        elif K[self.i] == OTHER and V[self.i] == "*":
+                            tile.append(-1)
+                        else:
+                            raise self.error(f"expected a tile size in T(...), found "
+                                             f"{self.found()}")
+                        self.i += 1
+                        if not self.at(","):
+                            break
+                        self.i += 1
+                    self.expect(")", "to close a tile T(...)")
+                    tiles.append(tuple(tile))
+                if not tiles:
+                    raise self.error(f"expected '(' after layout field T, found {self.found()}")
+                out["tiles"] = tuple(tiles)
+            elif t == "L":
+                out["tail_padding_alignment"] = paren_int(t)
+            elif t == "#":
+                out["index_type"] = paren_type(t)
+            elif t == "*":
+                out["pointer_type"] = paren_type(t)
+            elif t == "E":
+                out["element_size_in_bits"] = paren_int(t)
+            elif t == "S":
+                out["memory_space"] = paren_int(t)
+            elif t == "M":
+                out["dynamic_shape_metadata_prefix_bytes"] = paren_int(t)
+            elif t == "SC":
+                configs = []
+                while self.at("("):
+                    self.i += 1
+                    if K[self.i] != INT:
+                        raise self.error(f"expected a dimension in SC(...), found {self.found()}")
+                    dim = int(V[self.i])
+                    self.i += 1
+                    self.expect(":", "after the dimension in SC(dim:indices)")
+                    idx = self.int_run("SC(...)")
+                    self.expect(")", "to close SC(...)")
+                    configs.append((dim, tuple(idx)))
+                out["split_configs"] = tuple(configs)
+            elif t == "P":
+                self.expect("(", "after layout field P")
+                out["physical_shape"] = self.shape("in layout field P(...)", MAX_DEPTH // 2)
+                self.expect(")", "to close layout field P(...)")
+            elif t == "D":
+                if not self.at("("):
+                    raise self.error(f"expected '(' after layout field D, found {self.found()}")
+                start = self.i
+                self.skip_balanced()
+                out["dim_level_types"] = self.text[self.S[start] + 1:self.S[self.i - 1]]
+            else:
+                raise self.error(f"unknown layout field '{t}'", i)
+        return out
+
+    def int_run(self, what: str) -> list[int]:
+        """INT (',' INT)* — at least one."""
+        out = []
+        while True:
+            if self.K[self.i] != INT:
+                raise self.error(f"expected an integer in {what}, found {self.found()}")
+            out.append(int(self.V[self.i]))
+            self.i += 1
+            if not self.at(","):
+                return out
+            self.i += 1
+
+    # ---- literals ---------------------------------------------------------------
+    def literal(self, shape: Shape, name: str, depth: int) -> Literal:
+        K, V = self.K, self.V
+        i = self.i
+        if K[i] == PUNCT and V[i] == "{" and K[i + 1] == PUNCT and V[i + 1] == "..." \
+                and K[i + 2] == PUNCT and V[i + 2] == "}":
+            self.i = i + 3
+            return Literal(shape, None)
+        if depth > MAX_DEPTH:
+            raise self.error(f"constant {name} is nested more than {MAX_DEPTH} levels deep")
+        if shape.is_tuple:
+            self.expect("(", f"to open the tuple value of constant {name}")
+            elems = []
+            for n, sub in enumerate(shape.tuple_shapes):
+                if n:
+                    self.expect(",", f"between tuple elements of constant {name}")
+                elems.append(self.literal(sub, name, depth + 1))
+            self.expect(")", f"to close the tuple value of constant {name} "
+                        f"({len(shape.tuple_shapes)} elements)")
+            return Literal(shape, tuple(elems))
+        if not shape.is_array:
+            raise self.error(f"constant {name} has shape {shape}; only array and tuple constants "
+                             "are supported")
+        if shape.is_dynamic:
+            raise self.error(f"constant {name} has dynamic dimensions ({shape}); constants need "
+                             "static shapes")
+        items: list = []
+        where: list[int] = []
+        is_complex = shape.element_type.is_complex
+        if shape.rank == 0:
+            self.scalar_item(items, where, is_complex, name)
+        else:
+            self.array_items(shape, 0, items, where, is_complex, name)
+        try:
+            value = build_array(shape.element_type, shape.dims, items)
+        except LiteralValueError as e:
+            raise self.error(f"constant {name}: {e}", where[e.index] if where else i) from None
+        return Literal(shape, value)
+
+    def scalar_item(self, items, where, is_complex, name) -> None:
+        K, V = self.K, self.V
+        if is_complex:
+            where.append(self.i)
+            self.expect("(", f"to open a complex value (re, im) in constant {name}")
+            parts = []
+            for n in range(2):
+                if n:
+                    self.expect(",", f"between the parts of a complex value in constant {name}")
+                if K[self.i] not in _SCALAR_KINDS:
+                    raise self.error(f"expected a number in constant {name}, found "
+                                     f"{self.found()}")
+                parts.append(V[self.i])
+                self.i += 1
+            self.expect(")", f"to close a complex value (re, im) in constant {name}")
+            items.append((parts[0], parts[1]))
+            return
+        if K[self.i] not in _SCALAR_KINDS:
+            raise self.error(f"expected a value in constant {name}, found {self.found()}")
+        items.append(V[self.i])
+        where.append(self.i)
+        self.i += 1
+
+    def array_items(self, shape, level, items, where, is_complex, name) -> None:
+        K, V = self.K, self.V
+        dims = shape.dims
+        innermost = level == len(dims) - 1
+        open_i = self.i
+        if innermost and K[open_i] == INTLIST and not is_complex:
+            values = V[open_i][1:-1].split(",")
+            items.extend(values)
+            where.extend([open_i] * len(values))
+            count = len(values)
+            self.i += 1
+        else:
+            self.expect("{", f"to open dimension {level} of constant {name} "
+                        f"({shape.to_text(False)})")
+            count = 0
+            if not self.at("}"):
+                while True:
+                    if innermost:
+                        self.scalar_item(items, where, is_complex, name)
+                    else:
+                        self.array_items(shape, level + 1, items, where, is_complex, name)
+                    count += 1
+                    if not self.at(","):
+                        break
+                    self.i += 1
+            self.expect("}", f"to close dimension {level} of constant {name}")
+        if count != dims[level]:
+            raise self.error(f"constant {name}: dimension {level} has {count} element"
+                             f"{'s' if count != 1 else ''} but the shape "
+                             f"{shape.to_text(False)} needs {dims[level]}", open_i)
+
+    # ---- raw text values -------------------------------------------------------
+    def skip_balanced(self) -> None:
+        """Skip from an opening bracket to its partner (strings are single tokens)."""
+        K, V = self.K, self.V
+        stack = []
+        j = self.i
+        while True:
+            k = K[j]
+            if k == PUNCT:
+                t = V[j]
+                if t in _OPEN:
+                    stack.append(j)
+                elif t in _CLOSE:
+                    if not stack or _OPEN[V[stack[-1]]] != t:
+                        raise self.error(f"unbalanced '{t}'" + (
+                            f": expected '{_OPEN[V[stack[-1]]]}'" if stack else ""), j)
+                    stack.pop()
+                    if not stack:
+                        self.i = j + 1
+                        return
+            elif k == EOF:
+                raise self.error(f"expected '{_OPEN[V[stack[-1]]]}' to match the "
+                                 f"'{V[stack[-1]]}' on line {self.line_of(stack[-1])}, found "
+                                 "end of input", j)
+            j += 1
+
+    def raw_value(self, what: str) -> str:
+        """A value kept as text: a bracketed group, a string or a token, plus anything
+        glued to it without spaces (`[2,2]<=[4]`)."""
+        K, V = self.K, self.V
+        start = self.i
+        while True:
+            k, t = K[self.i], V[self.i]
+            if k == EOF or (k == PUNCT and (t == "," or t in _CLOSE)):
+                if self.i == start:
+                    raise self.error(f"expected a value for {what}, found {self.found()}")
+                break
+            if k == PUNCT and t in _OPEN:
+                self.skip_balanced()
+            else:
+                self.i += 1
+            if self.S[self.i] != self.end_of(self.i - 1):
+                break
+        return self.text[self.S[start]:self.end_of(self.i - 1)]
+
+    # ---- typed attribute values (one method per opcodes.py kind) -------------------
+    def v_int(self, what: str) -> int:
+        if self.K[self.i] != INT:
+            raise self.error(f"{what} expects an integer, found {self.found()}")
+        self.i += 1
+        return int(self.V[self.i - 1])
+
+    def v_bool(self, what: str) -> bool:
+        t = self.V[self.i]
+        if self.K[self.i] != IDENT or t not in ("true", "false"):
+            raise self.error(f"{what} expects true or false, found {self.found()}")
+        self.i += 1
+        return t == "true"
+
+    def v_float(self, what: str) -> float:
+        if self.K[self.i] not in (INT, FLOAT, SPECIAL) or "(" in self.V[self.i]:
+            raise self.error(f"{what} expects a number, found {self.found()}")
+        self.i += 1
+        return float(self.V[self.i - 1])
+
+    def v_word(self, what: str) -> str:
+        if self.K[self.i] != IDENT:
+            raise self.error(f"{what} expects a word like kLoop or LT, found {self.found()}")
+        self.i += 1
+        return self.V[self.i - 1]
+
+    def v_string(self, what: str) -> str:
+        if self.K[self.i] != STRING:
+            raise self.error(f"{what} expects a quoted string, found {self.found()}")
+        try:
+            value = lx.unquote(self.V[self.i])
+        except ValueError as e:
+            raise self.error(f"{what}: {e}") from None
+        self.i += 1
+        return value
+
+    def v_ints(self, what: str) -> tuple[int, ...]:
+        K, V = self.K, self.V
+        i = self.i
+        if K[i] == INTLIST:
+            self.i = i + 1
+            return tuple(int(x) for x in V[i][1:-1].split(","))
+        if K[i] == PUNCT and V[i] == "{":
+            if K[i + 1] == PUNCT and V[i + 1] == "}":
+                self.i = i + 2
+                return ()
+            if K[i + 1] == INT:
+                self.i = i + 1
+                values = self.int_run(what)
+                if self.at("}"):
+                    self.i += 1
+                    return tuple(values)
+        raise self.error(f"{what} expects an integer list like {{0,1}}, found {self.found()}")
+
+    def v_intss(self, what: str) -> tuple[tuple[int, ...], ...]:
+        self.expect("{", f"to open {what} (a list of integer lists like {{{{0,1}},{{2,3}}}})")
+        out = []
+        if not self.at("}"):
+            while True:
+                out.append(self.v_ints(what))
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("}", f"to close {what}")
+        return tuple(out)
+
+    def v_replica_groups(self, what: str) -> ReplicaGroups:
+        if not self.at("["):
+            return ReplicaGroups(self.v_intss(what))
+        start = self.i
+        self.i += 1
+        gs = self.int_run(what)
+        self.expect("]", f"after [groups,size] in {what}")
+        if len(gs) != 2:
+            raise self.error(f"{what}: the iota form needs [num_groups,group_size], found "
+                             f"{len(gs)} number(s)", start)
+        self.expect("<=", f"in the iota form of {what} ([G,S]<=[dims])")
+        self.expect("[", f"in the iota form of {what} ([G,S]<=[dims])")
+        dims = self.int_run(what)
+        self.expect("]", f"to close the iota dimensions of {what}")
+        perm = None
+        if self.K[self.i] == IDENT and self.V[self.i] == "T" and self.at_next("("):
+            self.i += 2
+            perm = self.int_run(what)
+            self.expect(")", f"to close T(...) in {what}")
+        try:
+            return ReplicaGroups.from_iota(gs[0], gs[1], dims, perm)
+        except ValueError as e:
+            raise self.error(f"{what}: {e}", start) from None
+
+    def at_next(self, p: str) -> bool:
+        return self.K[self.i + 1] == PUNCT and self.V[self.i + 1] == p
+
+    def v_pairs(self, what: str):
+        start = self.i
+        pairs = self.v_intss(what)
+        for p in pairs:
+            if len(p) != 2:
+                raise self.error(f"{what} expects {{source,target}} pairs, found "
+                                 f"{{{','.join(map(str, p))}}}", start)
+        return pairs
+
+    def v_window(self, what: str) -> Window:
+        K, V = self.K, self.V
+        start = self.i
+        self.expect("{", f"to open {what} (like {{size=3x3 stride=2x2}})")
+        fields: dict[str, list] = {}
+        while not self.at("}"):
+            i = self.i
+            if K[i] != ATTR:
+                raise self.error(f"expected a window field like size= in {what}, found "
+                                 f"{self.found()}")
+            key = V[i][:-1]
+            self.i += 1
+            k, t = K[self.i], V[self.i]
+            if key == "pad":
+                if k not in (PAD,):
+                    raise self.error(f"window pad expects low_high per dimension like 1_1x0_0, "
+                                     f"found {self.found()}")
+                fields[key] = [tuple(int(x) for x in d.split("_")) for d in t.split("x")]
+                if any(len(d) != 2 for d in fields[key]):
+                    raise self.error(f"window pad expects low_high per dimension, found {t}")
+            elif key in ("size", "stride", "lhs_dilate", "rhs_dilate", "rhs_reversal"):
+                if k == INT or k == DXD:
+                    fields[key] = [int(x) for x in t.split("x")]
+                else:
+                    raise self.error(f"window {key} expects sizes like 3x3, found {self.found()}")
+            else:
+                raise self.error(f"unknown window field {key}= in {what}", i)
+            self.i += 1
+        self.i += 1
+        if not fields:
+            return Window(())
+        if "size" not in fields:
+            raise self.error(f"{what} has no size=", start)
+        n = len(fields["size"])
+        for key, values in fields.items():
+            if len(values) != n:
+                raise self.error(f"{what}: {key} has {len(values)} dimension(s) but size has "
+                                 f"{n}", start)
+        dims = []
+        for d in range(n):
+            lo, hi = fields["pad"][d] if "pad" in fields else (0, 0)
+            dims.append(WindowDim(
+                size=fields["size"][d],
+                stride=fields["stride"][d] if "stride" in fields else 1,
+                padding_low=lo, padding_high=hi,
+                window_dilation=fields["rhs_dilate"][d] if "rhs_dilate" in fields else 1,
+                base_dilation=fields["lhs_dilate"][d] if "lhs_dilate" in fields else 1,
+                window_reversal=bool(fields["rhs_reversal"][d]) if "rhs_reversal" in fields
+                else False))
+        return Window(tuple(dims))
+
+    def v_dim_labels(self, what: str) -> ConvDimensionNumbers:
+        if self.K[self.i] != DIMLABELS:
+            raise self.error(f"{what} expects labels like b01f_01io->b01f, found {self.found()}")
+        try:
+            value = ConvDimensionNumbers.from_text(self.V[self.i])
+        except ValueError as e:
+            raise self.error(f"{what}: {e}") from None
+        self.i += 1
+        return value
+
+    def v_padding(self, what: str) -> PaddingConfig:
+        if self.K[self.i] != PAD:
+            raise self.error(f"{what} expects low_high[_interior] per dimension like 0_1x2_2, "
+                             f"found {self.found()}")
+        dims = []
+        for d in self.V[self.i].split("x"):
+            parts = [int(x) for x in d.split("_")]
+            dims.append((parts[0], parts[1], parts[2] if len(parts) > 2 else 0))
+        self.i += 1
+        return PaddingConfig(tuple(dims))
+
+    def v_slice(self, what: str) -> SliceSpec:
+        self.expect("{", f"to open {what} (like {{[0:2], [1:5:2]}})")
+        dims = []
+        if not self.at("}"):
+            while True:
+                self.expect("[", f"to open a dimension of {what}")
+                parts = []
+                while True:
+                    if self.K[self.i] != INT:
+                        raise self.error(f"expected an integer in {what}, found {self.found()}")
+                    parts.append(int(self.V[self.i]))
+                    self.i += 1
+                    if not self.at(":") or len(parts) == 3:
+                        break
+                    self.i += 1
+                if len(parts) < 2:
+                    raise self.error(f"{what} expects [start:limit] or [start:limit:stride], "
+                                     f"found {self.found()}")
+                self.expect("]", f"to close a dimension of {what}")
+                dims.append((parts[0], parts[1], parts[2] if len(parts) == 3 else 1))
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("}", f"to close {what}")
+        return SliceSpec(tuple(dims))
+
+    def v_computation(self, what: str) -> Computation:
+        k, t = self.K[self.i], self.V[self.i]
+        if k not in (NAME, IDENT):
+            raise self.error(f"{what} expects a computation name, found {self.found()}")
+        comp = self.comps.get(t[1:] if k == NAME else t)
+        if comp is None:
+            raise self.error(f"computation {t} used by {what} is not defined; computations must "
+                             "be defined before they are used")
+        self.i += 1
+        return comp
+
+    def v_computations(self, what: str) -> list[Computation]:
+        self.expect("{", f"to open {what}")
+        out = []
+        if not self.at("}"):
+            while True:
+                out.append(self.v_computation(what))
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("}", f"to close {what}")
+        return out
+
+    def v_shape(self, what: str) -> Shape:
+        return self.shape(f"for {what}")
+
+    def v_shapes(self, what: str) -> tuple[Shape, ...]:
+        self.expect("{", f"to open {what}")
+        out = []
+        if not self.at("}"):
+            while True:
+                out.append(self.shape(f"in {what}"))
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("}", f"to close {what}")
+        return tuple(out)
+
+    def v_words(self, what: str) -> tuple[str, ...]:
+        self.expect("{", f"to open {what} (like {{default,high}})")
+        out = []
+        if not self.at("}"):
+            while True:
+                out.append(self.v_word(what))
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("}", f"to close {what}")
+        return tuple(out)
+
+    def v_raw(self, what: str) -> RawAttr:
+        return RawAttr(self.raw_value(what))
+
+
+# Attribute kind (opcodes.py) -> TokenCursor method that reads a value of that kind.
+KIND_READERS = {
+    "int": "v_int", "bool": "v_bool", "float": "v_float", "word": "v_word",
+    "string": "v_string", "ints": "v_ints", "intss": "v_intss",
+    "replica_groups": "v_replica_groups", "pairs": "v_pairs", "window": "v_window",
+    "dim_labels": "v_dim_labels", "padding": "v_padding", "slice": "v_slice",
+    "computation": "v_computation", "computations": "v_computations", "shape": "v_shape",
+    "shapes": "v_shapes", "words": "v_words", "raw": "v_raw",
+}
