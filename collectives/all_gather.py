@@ -33,7 +33,7 @@ def all_gather(comm: Communicator, x, dim: int = 0, *, label: str | None = None)
     x = np.asarray(x)
     dim = normalize_dim("all-gather", x, dim)
     n = comm.size
-    out = np.empty(_out_shape(x, dim, n), x.dtype)
+    out = comm.result(_out_shape(x, dim, n), x.dtype)
     if n == 1 or x.size == 0:
         if out.size:
             np.copyto(out, x)
@@ -56,7 +56,7 @@ def all_gather_start(comm: Communicator, x, dim: int = 0, *,
     x = np.asarray(x)
     dim = normalize_dim("all-gather", x, dim)
     n = comm.size
-    out = np.empty(_out_shape(x, dim, n), x.dtype)
+    out = comm.result(_out_shape(x, dim, n), x.dtype)
     if n == 1 or x.size == 0:
         if out.size:
             np.copyto(out, x)

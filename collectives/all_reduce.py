@@ -44,7 +44,7 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
         return [all_reduce(comm, xi, reducer, label=label) for xi in x]
     x = np.asarray(x)
     dtype = x.dtype
-    out = np.empty(x.shape, dtype)
+    out = comm.result(x.shape, dtype)
     if comm.size == 1 or x.size == 0:
         # Every member has the same static shape, so all of them skip the call together.
         np.copyto(out, x)
@@ -69,7 +69,7 @@ def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,
         parts = [all_reduce_start(comm, xi, reducer, label=label) for xi in x]
         return Pending((), lambda: [p.wait() for p in parts])
     x = np.asarray(x)
-    out = np.empty(x.shape, x.dtype)
+    out = comm.result(x.shape, x.dtype)
     if comm.size == 1 or x.size == 0:
         np.copyto(out, x)
         return Pending.ready(out)

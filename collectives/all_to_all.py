@@ -55,7 +55,7 @@ def all_to_all(comm: Communicator, x, dim: int | None = 0, *, label: str | None 
         if n == 1:
             return [xs[0].copy()]
         shape, dtype = xs[0].shape, xs[0].dtype
-        recv = np.empty((n, *shape), dtype)
+        recv = comm.result((n, *shape), dtype)
         if xs[0].size == 0:
             return list(recv)
         send = comm.scratch("send", recv.nbytes).view(dtype).reshape(recv.shape)
@@ -65,7 +65,7 @@ def all_to_all(comm: Communicator, x, dim: int | None = 0, *, label: str | None 
         return list(recv)
     x = np.asarray(x)
     dim = _check_array(x, dim, n)
-    out = np.empty(x.shape, x.dtype)
+    out = comm.result(x.shape, x.dtype)
     if n == 1 or x.size == 0:
         np.copyto(out, x)
         return out
@@ -87,7 +87,7 @@ def all_to_all_start(comm: Communicator, x, dim: int | None = 0, *,
         xs = _check_tuple(x, n)
         if n == 1:
             return Pending.ready([xs[0].copy()])
-        recv = np.empty((n, *xs[0].shape), xs[0].dtype)
+        recv = comm.result((n, *xs[0].shape), xs[0].dtype)
         if xs[0].size == 0:
             return Pending.ready(list(recv))
         send = np.stack(xs)
@@ -95,7 +95,7 @@ def all_to_all_start(comm: Communicator, x, dim: int | None = 0, *,
         return Pending((req,), lambda: list(recv))
     x = np.asarray(x)
     dim = _check_array(x, dim, n)
-    out = np.empty(x.shape, x.dtype)
+    out = comm.result(x.shape, x.dtype)
     if n == 1 or x.size == 0:
         np.copyto(out, x)
         return Pending.ready(out)

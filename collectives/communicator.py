@@ -27,6 +27,8 @@ members disagree on which collective comes next.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -47,6 +49,12 @@ __all__ = [
     "run_in_threads",
     "CommunicatorCache",
 ]
+
+
+# Result arrays at least this large are recycled (see Communicator.result).
+REUSE_MIN_BYTES = 1 << 16
+REUSE_RESULTS = os.environ.get("XLADIST_REUSE_RESULTS", "1") != "0"
+_POOL_ENTRIES = 4
 
 
 class CollectiveError(RuntimeError):
@@ -85,6 +93,7 @@ class Communicator(ABC):
         self.size = size
         self.devices = list(devices) if devices is not None else None
         self._scratch: dict[str, np.ndarray] = {}
+        self._results: dict[tuple, np.ndarray] = {}
 
     def __str__(self) -> str:
         if self.devices is not None:
@@ -102,6 +111,35 @@ class Communicator(ABC):
             buf = np.empty(max(nbytes, 64), np.uint8)
             self._scratch[slot] = buf
         return buf[:nbytes]
+
+    def result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A result array nobody else references: recycled if large and free, else new.
+
+        For large messages MPI into a recycled buffer is measurably faster than into a fresh
+        allocation (about 15% at 16 MiB here), so the last large result of each (shape, dtype)
+        is kept and handed out again once the caller has dropped every reference to it
+        (including views and buffer exports, which hold a reference).  Callers therefore see
+        fresh arrays; code that keeps only a raw pointer to a result must keep the array
+        alive too.  XLADIST_REUSE_RESULTS=0 turns recycling off.
+        """
+        dtype = np.dtype(dtype)
+        size = 1
+        for d in shape:
+            size *= d
+        if size * dtype.itemsize < REUSE_MIN_BYTES or not REUSE_RESULTS:
+            return np.empty(shape, dtype)
+        key = (shape, dtype)
+        pool = self._results
+        arr = pool.get(key)
+        # References: the pool, `arr`, getrefcount's argument -> 3 means nobody else has it.
+        if arr is not None and sys.getrefcount(arr) == 3:
+            return arr
+        arr = np.empty(shape, dtype)
+        pool.pop(key, None)
+        if len(pool) >= _POOL_ENTRIES:
+            pool.pop(next(iter(pool)))
+        pool[key] = arr
+        return arr
 
     # -- primitives ------------------------------------------------------------------------
     @abstractmethod
@@ -413,6 +451,35 @@ class InProcessCommunicator(Communicator):
         if slot.error:
             raise CollectiveError(f"rank {self.rank}: {slot.error}")
         return slot.result
+
+    def result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """A result array nobody else references: recycled if large and free, else new.
+
+        For large messages MPI into a recycled buffer is measurably faster than into a fresh
+        allocation (about 15% at 16 MiB here), so the last large result of each (shape, dtype)
+        is kept and handed out again once the caller has dropped every reference to it
+        (including views and buffer exports, which hold a reference).  Callers therefore see
+        fresh arrays; code that keeps only a raw pointer to a result must keep the array
+        alive too.  XLADIST_REUSE_RESULTS=0 turns recycling off.
+        """
+        dtype = np.dtype(dtype)
+        size = 1
+        for d in shape:
+            size *= d
+        if size * dtype.itemsize < REUSE_MIN_BYTES or not REUSE_RESULTS:
+            return np.empty(shape, dtype)
+        key = (shape, dtype)
+        pool = self._results
+        arr = pool.get(key)
+        # References: the pool, `arr`, getrefcount's argument -> 3 means nobody else has it.
+        if arr is not None and sys.getrefcount(arr) == 3:
+            return arr
+        arr = np.empty(shape, dtype)
+        pool.pop(key, None)
+        if len(pool) >= _POOL_ENTRIES:
+            pool.pop(next(iter(pool)))
+        pool[key] = arr
+        return arr
 
     # -- primitives ------------------------------------------------------------------------
     def iallreduce(self, send, recv, op, label=None):

@@ -56,7 +56,7 @@ def collective_permute(comm: Communicator, x, send_to: int | None, recv_from: in
     if recv_from is None:
         out = np.zeros(x.shape, x.dtype)
     else:
-        out = np.empty(x.shape, x.dtype)
+        out = comm.result(x.shape, x.dtype)
     if send_to == me:
         np.copyto(out, x)
         return out
@@ -75,7 +75,7 @@ def collective_permute_start(comm: Communicator, x, send_to: int | None,
         return Pending((), lambda: [p.wait() for p in parts])
     x = np.asarray(x)
     me = _prepare(comm, x, send_to, recv_from)
-    out = np.zeros(x.shape, x.dtype) if recv_from is None else np.empty(x.shape, x.dtype)
+    out = np.zeros(x.shape, x.dtype) if recv_from is None else comm.result(x.shape, x.dtype)
     if send_to == me:
         np.copyto(out, x)
         return Pending.ready(out)

@@ -49,7 +49,7 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
     x = np.asarray(x)
     n = comm.size
     dim, out_shape = _check(x, dim, n)
-    out = np.empty(out_shape, x.dtype)
+    out = comm.result(out_shape, x.dtype)
     if n == 1 or x.size == 0:
         if out.size:
             np.copyto(out, x)
@@ -78,7 +78,7 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
     x = np.asarray(x)
     n = comm.size
     dim, out_shape = _check(x, dim, n)
-    out = np.empty(out_shape, x.dtype)
+    out = comm.result(out_shape, x.dtype)
     if n == 1 or x.size == 0:
         if out.size:
             np.copyto(out, x)

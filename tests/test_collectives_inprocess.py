@@ -222,3 +222,31 @@ def test_rank_that_raises_aborts_job_at_once():
     assert "rank 1: ValueError: boom: bad operand on purpose" in proc.stderr
     assert proc.stderr.count("rank 1: ValueError") == 1
     assert elapsed < 30, f"took {elapsed:.1f} s (should not wait for the 120 s deadline)"
+
+
+def test_large_results_are_recycled_only_when_unreferenced():
+    comm = in_process_world(1)[0]
+    shape = (1 << 15,)
+    a = comm.result(shape, np.float32)
+    addr = a.ctypes.data
+    del a
+    b = comm.result(shape, np.float32)
+    assert b.ctypes.data == addr  # dropped by the caller: recycled
+    c = comm.result(shape, np.float32)
+    assert c.ctypes.data != addr  # b still held: a new array
+    view = c[1:]
+    del c
+    d = comm.result(shape, np.float32)
+    assert not np.shares_memory(d, view)  # a view keeps its base in use
+    assert comm.result((4,), np.float32) is not comm.result((4,), np.float32)  # small: never
+
+
+def test_recycled_results_do_not_alias_across_calls():
+    def body(comm):
+        x = np.ones(1 << 15, np.float32) * (comm.rank + 1)
+        r1 = C.all_reduce(comm, x)
+        r2 = C.all_reduce(comm, x * 2)
+        return r1[0], r2[0], np.shares_memory(r1, r2)
+
+    for first, second, shared in C.run_in_threads(2, body):
+        assert (first, second, shared) == (3.0, 6.0, False)

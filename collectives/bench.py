@@ -1,0 +1,285 @@
+"""``xladist bench collectives``: xladist's collectives against raw mpi4py, nccl-tests style.
+
+For all-reduce, all-gather, all-to-all, reduce-scatter and collective-permute at each message
+size, times xladist's function and the same operation done directly with mpi4py buffer calls
+on preallocated buffers, in the same run, and prints time, algorithm bandwidth, bus bandwidth
+(nccl-tests' definitions), the number of wrong elements in xladist's result, and the ratio
+xladist/raw.
+
+Run ``python -m collectives.bench [-n N] [--sizes 8,1K,64M] [--iters K]``.  Outside mpiexec it
+re-launches itself as ``mpiexec -n N python -m collectives.bench ...`` with an environment
+tuned for this machine:
+
+* ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` = 1 GiB: glibc otherwise mmaps and
+  unmaps every large buffer -- MPICH's 32 MiB scratch of each large all-reduce/reduce-scatter
+  and our fresh result arrays -- and page-faults them in again each call (measured 1.5-2x);
+* BLAS/OpenMP single-threaded: with more ranks than cores extra threads only contend;
+* MPICH's async progress thread stays off (far slower on an oversubscribed machine).
+
+Size = bytes of the buffer nccl-tests names: all-reduce the buffer, all-gather the output,
+reduce-scatter the input, all-to-all the send buffer, permute the buffer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["main", "parse_size", "DEFAULT_SIZES"]
+
+DEFAULT_SIZES = ("8,32,128,512,2K,8K,32K,128K,512K,1M,4M,16M,64M")
+OPS = ("all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-permute")
+_CHILD_FLAG = "XLADIST_BENCH_CHILD"
+_RANK_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", _CHILD_FLAG)
+RANK_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": "1073741824",
+    "MALLOC_TRIM_THRESHOLD_": "1073741824",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MPIR_CVAR_ASYNC_PROGRESS": "0",
+}
+
+
+def parse_size(text: str) -> int:
+    """'8', '32K', '1M', '64MiB' -> bytes (binary units)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = 1
+    if t and t[-1] in "KMG":
+        mult = 1024 ** ("KMG".index(t[-1]) + 1)
+        t = t[:-1]
+    try:
+        value = int(t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 32K, 1M)")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _fmt_size(b: int) -> str:
+    for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= m and b % m == 0:
+            return f"{b // m}{unit}"
+    return str(b)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xladist bench collectives", description=__doc__.split(
+        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
+    p.add_argument("--sizes", default=DEFAULT_SIZES,
+                   help=f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " +
+                   ",".join(OPS))
+    p.add_argument("--iters", type=int, default=0,
+                   help="timed iterations per size (default: scaled to the size)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="alternating xladist/raw timing rounds; the best of each is shown")
+    p.add_argument("--mpiexec", default="mpiexec", help="launcher used when not under MPI")
+    return p
+
+
+def _under_mpi() -> bool:
+    return any(v in os.environ for v in _RANK_VARS)
+
+
+def _relaunch(args, argv) -> int:
+    env = dict(os.environ)
+    env.update(RANK_ENV)
+    env[_CHILD_FLAG] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    cmd = [args.mpiexec, "-n", str(args.ranks), sys.executable, "-m", "collectives.bench",
+           *argv]
+    try:
+        return subprocess.call(cmd, env=env)
+    except FileNotFoundError:
+        print(f"xladist bench: cannot run {args.mpiexec!r}; install the 'mpich' package or pass "
+              "--mpiexec PATH", file=sys.stderr)
+        return 2
+
+
+# ------------------------------------------------------------------------------------------------
+
+class _Case:
+    """Buffers and the two implementations (xladist, raw mpi4py) of one op at one size."""
+
+    def __init__(self, op: str, nbytes: int, comm, xcomm):
+        from mpi4py import MPI
+
+        import collectives as C
+
+        n, r = comm.Get_size(), comm.Get_rank()
+        count = max(nbytes // 4, n)
+        count -= count % n  # every op here needs a multiple of n elements
+        self.op, self.count, self.n = op, count, n
+        self.nbytes = count * 4
+        pattern = (np.arange(count, dtype=np.int64) % 7).astype(np.float32)
+        if op == "all-reduce":
+            x = pattern + r
+            self.expected = pattern * n + n * (n - 1) / 2
+            rbuf = np.empty_like(x)
+            self.raw = lambda: comm.Allreduce(x, rbuf, MPI.SUM)
+            self.xla = lambda: C.all_reduce(xcomm, x, C.SUM, label="bench")
+            self.busbw = 2 * (n - 1) / n
+        elif op == "all-gather":
+            part = count // n
+            x = pattern[:part] + r
+            self.expected = np.concatenate([pattern[:part] + i for i in range(n)])
+            rbuf = np.empty(count, np.float32)
+            self.raw = lambda: comm.Allgather(x, rbuf)
+            self.xla = lambda: C.all_gather(xcomm, x, 0, label="bench")
+            self.busbw = (n - 1) / n
+        elif op == "reduce-scatter":
+            part = count // n
+            x = pattern + r
+            self.expected = (pattern * n + n * (n - 1) / 2)[r * part:(r + 1) * part]
+            rbuf = np.empty(part, np.float32)
+            self.raw = lambda: comm.Reduce_scatter_block(x, rbuf, MPI.SUM)
+            self.xla = lambda: C.reduce_scatter(xcomm, x, C.SUM, 0, label="bench")
+            self.busbw = (n - 1) / n
+        elif op == "all-to-all":
+            part = count // n
+            # element value encodes (sender, position) so misplaced blocks are caught
+            x = pattern + 8 * r
+            self.expected = np.concatenate(
+                [(pattern + 8 * s)[r * part:(r + 1) * part] for s in range(n)])
+            rbuf = np.empty(count, np.float32)
+            self.raw = lambda: comm.Alltoall(x, rbuf)
+            self.xla = lambda: C.all_to_all(xcomm, x, 0, label="bench")
+            self.busbw = (n - 1) / n
+        elif op == "collective-permute":
+            dest, src = (r + 1) % n, (r - 1) % n
+            x = pattern + r
+            self.expected = pattern + src
+            rbuf = np.empty_like(x)
+            self.raw = lambda: comm.Sendrecv(x, dest, 0, rbuf, src, 0)
+            self.xla = lambda: C.collective_permute(xcomm, x, dest, src, label="bench")
+            self.busbw = 1.0
+        else:
+            raise ValueError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
+
+    def wrong(self) -> int:
+        got = self.xla()
+        return int(np.count_nonzero(got != self.expected)) + abs(got.size - self.expected.size)
+
+
+def _time(fn, iters: int, comm) -> float:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    dt = (time.perf_counter() - t0) / iters
+    # The slowest rank defines the collective's time.
+    from mpi4py import MPI
+
+    return comm.allreduce(dt, MPI.MAX)
+
+
+def _iters_for(nbytes: int, requested: int) -> int:
+    if requested:
+        return requested
+    # ~0.4 GB moved per round for big messages, many iterations for latency-bound ones.
+    return int(min(2000, max(8, 4e8 / max(nbytes, 1))))
+
+
+def _run(args) -> int:
+    from mpi4py import MPI
+
+    from collectives.communicator import MpiCommunicator
+
+    comm = MPI.COMM_WORLD.Dup()
+    xcomm = MpiCommunicator(MPI.COMM_WORLD.Dup(), devices=list(range(comm.Get_size())))
+    n, rank = comm.Get_size(), comm.Get_rank()
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    out = sys.stdout if rank == 0 else None
+    summary = []
+
+    def say(line=""):
+        if out:
+            print(line, file=out, flush=True)
+
+    say(f"# xladist bench collectives: {n} ranks, float32, sum; times are the slowest rank's "
+        f"mean, best of {args.repeats} alternating rounds")
+    say(f"# {MPI.Get_library_version().splitlines()[0].strip()}, mpi4py "
+        f"{__import__('mpi4py').__version__}, numpy {np.__version__}")
+    for op in ops:
+        say()
+        say(f"# {op}")
+        say(f"# {'size':>8} {'count':>10} {'type':>6} | {'time(us)':>10} {'algbw':>7} "
+            f"{'busbw':>7} {'#wrong':>6} | {'raw(us)':>10} {'algbw':>7} {'busbw':>7} | "
+            f"{'ratio':>6}")
+        for nbytes in sizes:
+            case = _Case(op, nbytes, comm, xcomm)
+            iters = _iters_for(case.nbytes, args.iters)
+            for f in (case.raw, case.xla):  # warm-up: connections, caches, allocator
+                for _ in range(min(iters, 20)):
+                    f()
+            best_raw = best_xla = float("inf")
+            for _ in range(args.repeats):
+                best_raw = min(best_raw, _time(case.raw, iters, comm))
+                best_xla = min(best_xla, _time(case.xla, iters, comm))
+            wrong = comm.allreduce(case.wrong(), MPI.SUM)
+            alg_x = case.nbytes / best_xla / 1e9
+            alg_r = case.nbytes / best_raw / 1e9
+            ratio = best_xla / best_raw
+            say(f"  {_fmt_size(case.nbytes):>8} {case.count:>10} {'float':>6} | "
+                f"{best_xla * 1e6:>10.2f} {alg_x:>7.3f} {alg_x * case.busbw:>7.3f} {wrong:>6} | "
+                f"{best_raw * 1e6:>10.2f} {alg_r:>7.3f} {alg_r * case.busbw:>7.3f} | "
+                f"{ratio:>6.3f}")
+            summary.append((op, case.nbytes, best_xla, best_raw, wrong))
+            del case
+    if rank == 0:
+        _verdict(summary, say)
+    bad = any(w for *_, w in summary)
+    return 1 if bad else 0
+
+
+def _verdict(summary, say) -> None:
+    """Targets (at n=2): <= 1.10x raw from 1 MiB up, <= raw + 20 us at 8 B."""
+    say()
+    misses = []
+    for op, nbytes, tx, tr, wrong in summary:
+        if wrong:
+            misses.append(f"{op} {_fmt_size(nbytes)}: {wrong} wrong elements")
+        if nbytes >= 1 << 20 and tx > 1.10 * tr:
+            misses.append(f"{op} {_fmt_size(nbytes)}: {tx / tr:.2f}x raw (target <= 1.10x)")
+        if nbytes <= 8 and tx - tr > 20e-6:
+            misses.append(f"{op} {_fmt_size(nbytes)}: +{(tx - tr) * 1e6:.1f} us over raw "
+                          "(target <= +20 us)")
+    if misses:
+        say("# targets missed: " + "; ".join(misses))
+    else:
+        say("# all targets met (<= 1.10x raw from 1 MiB, <= +20 us at 8 B, no wrong results)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    if args.ranks < 1:
+        print("xladist bench: -n must be >= 1", file=sys.stderr)
+        return 2
+    for s in args.sizes.split(","):
+        if s.strip():
+            try:
+                parse_size(s)
+            except argparse.ArgumentTypeError as e:
+                print(f"xladist bench: {e}", file=sys.stderr)
+                return 2
+    if not _under_mpi():
+        return _relaunch(args, argv)
+    from . import deadline
+
+    with deadline.abort_on_exception(traceback=True):
+        return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
