@@ -199,8 +199,8 @@ def test_broadcast_plan_result_dims(lhs, rhs, bd, out):
 
 
 @pytest.mark.parametrize("lhs, rhs, bd, message", [
-    ((2, 3), (3,), (0,), "dimension 0 .size 3. of the lower-rank operand is mapped to "
-                         "dimension 0 .size 2."),
+    ((2, 3), (3,), (0,), ("dimension 0 .size 3. of the lower-rank operand is mapped to "
+                          "dimension 0 .size 2.")),
     ((2, 3), (3,), None, "need broadcast_dimensions"),
     ((2, 3, 4), (3, 4), (2, 1), "strictly increasing"),
     ((2, 3, 4), (3, 4), (1,), "has 1 entries but the lower-rank operand has rank 2"),

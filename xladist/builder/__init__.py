@@ -24,9 +24,19 @@ from .linalg import LinalgMixin, conv_dimension_numbers
 from .reductions import ReductionMixin, make_window
 from .shaping import ShapingMixin
 
-__all__ = ["XlaBuilder", "XlaOp", "BuilderError", "BroadcastError", "as_shape", "as_type",
-           "make_window", "replica_groups", "conv_dimension_numbers", "UNARY_OPS",
-           "BINARY_OPS"]
+__all__ = [
+    "BINARY_OPS",
+    "UNARY_OPS",
+    "BroadcastError",
+    "BuilderError",
+    "XlaBuilder",
+    "XlaOp",
+    "as_shape",
+    "as_type",
+    "conv_dimension_numbers",
+    "make_window",
+    "replica_groups",
+]
 
 
 class XlaBuilder(ElementwiseMixin, ShapingMixin, ReductionMixin, LinalgMixin, ControlMixin,

@@ -17,8 +17,9 @@ This module is pure (dims in, plans out) so the rules are testable without IR.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from itertools import pairwise
 
 
 class BroadcastError(ValueError):
@@ -122,7 +123,7 @@ def binary_plan(lhs: Sequence[int], rhs: Sequence[int],
                 raise BroadcastError(
                     f"{where}: broadcast dimension {d} is out of range for the rank-"
                     f"{len(large)} operand")
-        for a, b in zip(bd, bd[1:]):
+        for a, b in pairwise(bd):
             if b <= a:
                 raise BroadcastError(
                     f"{where}: broadcast_dimensions={bd} must be strictly increasing "

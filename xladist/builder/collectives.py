@@ -9,7 +9,8 @@ collective-semantics.md section A). Result shapes that depend on the group size
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 from ..hlo.attrs import ReplicaGroups
 from ..hlo.shape import Shape
@@ -206,7 +207,7 @@ class CollectiveMixin:
                                               replica_groups, channel_id,
                                               use_global_device_ids), ops, "reduce_scatter")
 
-    _DONE = {"all-reduce-start": "all-reduce-done", "all-gather-start": "all-gather-done",
+    _DONE: ClassVar[dict[str, str]] = {"all-reduce-start": "all-reduce-done", "all-gather-start": "all-gather-done",
              "collective-permute-start": "collective-permute-done",
              "copy-start": "copy-done", "async-start": "async-done"}
 

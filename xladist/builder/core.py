@@ -10,13 +10,17 @@ for the result shape, names the instruction `<base>.<id>` with one id counter pe
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..hlo.attrs import Literal
 from ..hlo.ir import Computation, Instruction, Module
 from ..hlo.shape import PrimitiveType, Shape, primitive_type, primitive_type_of_dtype
+
+if TYPE_CHECKING:
+    from . import XlaBuilder
 
 
 class BuilderError(ValueError):
@@ -104,7 +108,7 @@ class XlaOp:
 
     __slots__ = ("builder", "instruction")
 
-    def __init__(self, builder: "XlaBuilder", instruction: Instruction):
+    def __init__(self, builder: XlaBuilder, instruction: Instruction):
         self.builder = builder
         self.instruction = instruction
 
@@ -203,7 +207,7 @@ class BuilderCore:
     """Instruction creation, parameters, constants, sub-builders and `build`."""
 
     def __init__(self, name: str = "main", *, _state: _ModuleState | None = None,
-                 _parent: "BuilderCore | None" = None):
+                 _parent: BuilderCore | None = None):
         self.name = name
         self._state = _state or _ModuleState()
         self._parent = _parent
@@ -246,7 +250,7 @@ class BuilderCore:
             # Say where, keeping the error's class (ShapeError) for callers that catch it.
             try:
                 err = type(e)(f"{e} (building in computation {self.name})")
-            except Exception:  # an error class with another constructor: keep it as it is
+            except TypeError:  # an error class with another constructor: keep it as it is
                 raise e from None
             raise err from None
 
@@ -292,7 +296,7 @@ class BuilderCore:
         return self.broadcast_in_dim(zero, s.dims, ()) if s.dims else zero
 
     # ---- sub-computations ------------------------------------------------------
-    def create_subbuilder(self, name: str) -> "XlaBuilder":
+    def create_subbuilder(self, name: str) -> XlaBuilder:
         """A builder for a computation this one calls (ids and names stay module-unique)."""
         return type(self)(name, _state=self._state, _parent=self)
 

@@ -8,7 +8,7 @@ broadcasting rules (broadcasting.py) before emitting the same-shape HLO instruct
 from __future__ import annotations
 
 import keyword
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..hlo.shape import Shape
 from .broadcasting import binary_plan, nary_plan

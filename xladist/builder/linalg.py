@@ -3,7 +3,7 @@ triangular solve, batch norm."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..hlo.attrs import ConvDimensionNumbers
 from .core import BuilderError, XlaOp, as_type

@@ -4,7 +4,7 @@ sort, top-k; plus the standard scalar reducers and window helpers."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -185,7 +185,7 @@ class ReductionMixin:
         t = operand.element_type
         if isinstance(select, str):
             direction = select
-            select = lambda sb, a, b: sb.compare(a, b, direction)  # noqa: E731
+            select = lambda sb, a, b: sb.compare(a, b, direction)
         select_comp = self._computation(select, [Shape.scalar(t)] * 2, "select")
         scatter_comp = self._reducer(scatter, [t], "scatter")
         window = make_window(window_dimensions, window_strides, padding,
@@ -211,7 +211,7 @@ class ReductionMixin:
         if dimension < 0:
             dimension += ops[0].rank
         if comparator is None:
-            comparator = lambda sb, a, b, *rest: sb.lt(a, b)  # noqa: E731
+            comparator = lambda sb, a, b, *rest: sb.lt(a, b)
         params = []
         for o in ops:
             params += [Shape.scalar(o.element_type)] * 2

@@ -3,7 +3,7 @@ iota, gather/scatter, tuples."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
