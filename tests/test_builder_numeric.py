@@ -10,6 +10,8 @@ import pytest
 import xladist
 from xladist.builder import XlaBuilder
 
+from .test_builder import check_text
+
 pytest.importorskip("xladist.executable")
 pytest.importorskip("xladist.interpreter.evaluator")
 
@@ -24,7 +26,12 @@ B2 = RNG.normal(size=(C,)).astype(np.float32) * 0.1
 
 
 def run(module, *args, **options):
-    return xladist.compile(module, backend="interpreter", **options)(*args)
+    """Run the module, and its printed-and-reparsed twin, which must agree exactly."""
+    got = xladist.compile(module, backend="interpreter", **options)(*args)
+    again = xladist.compile(check_text(module), backend="interpreter", **options)(*args)
+    for a, b in zip(got, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+    return got
 
 
 def mlp_loss_and_grads(b, x, y, w1, b1, w2, b2):
@@ -183,7 +190,7 @@ def test_training_loop_with_infeed_outfeed_and_all_reduce():
     m = b.build(list(state)[2:])
     batches = [(RNG.normal(size=(B, D)).astype(np.float32),
                 RNG.normal(size=(B, C)).astype(np.float32)) for _ in range(steps)]
-    exe = xladist.compile(m, backend="interpreter", infeed=batches)
+    exe = xladist.compile(check_text(m), backend="interpreter", infeed=batches)
     final = exe(W1, B1, W2, B2)
 
     # numpy reference: the same SGD with hand-derived gradients in float64
