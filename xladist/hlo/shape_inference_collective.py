@@ -23,7 +23,11 @@ def explicit_group_size(attrs) -> int | None:
     groups = attrs.get("replica_groups")
     if groups is None or not groups.groups:
         return None
-    return len(groups.groups[0])
+    sizes = sorted({len(g) for g in groups.groups})
+    if len(sizes) > 1:
+        raise ShapeError(f"replica_groups={groups.to_text()} has groups of sizes {sizes}; this "
+                         "collective needs groups of one size")
+    return sizes[0]
 
 
 def _arrays(shapes, what="operand"):

@@ -187,9 +187,10 @@ def _check_scaled_dim(comp, instr, size, grow: bool):
                   f"divisible by the group size {size}", comp, instr)
         if y.dims[d] != expected:
             verb = "gathers" if grow else "scatters"
+            want = y.with_dims(y.dims[:d] + (expected,) + y.dims[d + 1:])
             _fail(f"{instr.opcode} {verb} over groups of {size}, so dimension {d} of the result "
                   f"must be {expected} for operand {fmt(x)}", comp, instr,
-                  expected=f"dimension {d} = {expected}", actual=fmt(y))
+                  expected=fmt(want), actual=fmt(y))
 
 
 def _check_all_to_all(comp, instr, size):
@@ -335,7 +336,13 @@ def _devices(module: Module, num_devices: int | None) -> tuple[int, int]:
     if num_devices is None or num_devices == r * p:
         return r, p
     if r * p == 1:
-        # A module without a device count runs as num_devices replicas (data parallel).
+        # A module without a device count (e.g. JAX's pre-partitioning SPMD text) gets one.
+        # A channel_id makes all-to-all / collective-permute ids partition ids and without one
+        # all ids are replica ids (A.1), so the only valid reading is partitions when any
+        # collective carries a channel, replicas otherwise.
+        if any(i.attrs.get("channel_id") is not None for i in module.all_instructions()
+               if i.opcode in _COLLECTIVES):
+            return 1, num_devices
         return num_devices, 1
     raise InputError(f"module {module.name} is built for replica_count={r} x num_partitions={p}"
                      f" = {r * p} devices, but {num_devices} devices were requested")
@@ -355,6 +362,10 @@ def _check_instruction(comp, instr, report, r, p):
               instr)
     _check_attrs(comp, instr)
     _check_pairing(comp, instr)
+    if instr.opcode in _COLLECTIVES:
+        # Group problems first: they explain a wrong group size better than a shape does.
+        report.has_collectives = True
+        _check_collective(comp, instr, r, p)
     operand_shapes = [o.shape for o in instr.operands]
     try:
         inferred = infer_shape(instr.opcode, operand_shapes, instr.attrs, declared=instr.shape)
@@ -375,17 +386,15 @@ def _check_instruction(comp, instr, report, r, p):
     if instr.opcode in UNSUPPORTED:
         report.warnings.append(f"computation {comp.name}: %{instr.name} ({instr.opcode}): shape "
                                f"not checked ({UNSUPPORTED[instr.opcode]})")
-    if instr.opcode in _COLLECTIVES:
-        report.has_collectives = True
-        _check_collective(comp, instr, r, p)
 
 
 def verify_module(module: Module, *, num_devices: int | None = None) -> VerifyReport:
     """Verify `module`; returns a VerifyReport or raises VerifierError at the first problem.
 
     `num_devices` is the number of devices the module will run on; it must equal
-    replica_count * num_partitions, except that a module declaring neither runs as
-    `num_devices` replicas. Collectives are checked against that device layout.
+    replica_count * num_partitions. A module declaring neither runs as `num_devices`
+    partitions if any collective has a channel_id (SPMD programs), else as `num_devices`
+    replicas. Collectives are checked against that device layout.
     """
     r, p = _devices(module, num_devices)
     report = VerifyReport(module.name, replica_count=r, num_partitions=p)
