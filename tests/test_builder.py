@@ -343,3 +343,19 @@ def test_compare_builds_pred_with_direction_and_optional_type():
     assert x.ge(1.0).instruction.attrs["direction"] == "GE"
     with pytest.raises(ValueError, match="direction"):
         b.compare(x, x, "LESS")
+
+
+def test_frontend_attribute_scopes_nest_and_end():
+    b = XlaBuilder("fa")
+    x = b.parameter(0, "f32[]")
+    with b.frontend_attributes({"_xla_compute_type": "host"}):
+        inner = b.neg(x)
+        with b.frontend_attributes({"stage": 1}):
+            nested = b.exp(inner)
+    after = b.abs(nested)
+    assert inner.instruction.frontend_attributes == {"_xla_compute_type": "host"}
+    assert nested.instruction.frontend_attributes == {"_xla_compute_type": "host",
+                                                      "stage": "1"}
+    assert after.instruction.frontend_attributes == {}
+    text = check_text(b.build(after)).to_text()
+    assert 'frontend_attributes={_xla_compute_type="host",stage="1"}' in text

@@ -10,7 +10,8 @@ for the result shape, names the instruction `<base>.<id>` with one id counter pe
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -213,6 +214,18 @@ class BuilderCore:
         self._parent = _parent
         self._instructions: list[Instruction] = []
         self._built: Computation | None = None
+        self._frontend_attributes: dict[str, str] = {}
+
+    @contextmanager
+    def frontend_attributes(self, attributes: dict[str, str]) -> Iterator[None]:
+        """Attach frontend attributes to every op created inside the block (XLA's
+        FrontendAttributesScope), e.g. `_xla_send_recv_pipeline`; blocks nest."""
+        saved = self._frontend_attributes
+        self._frontend_attributes = {**saved, **{str(k): str(v) for k, v in attributes.items()}}
+        try:
+            yield
+        finally:
+            self._frontend_attributes = saved
 
     # ---- creation ----------------------------------------------------------
     def _check_operand(self, op, opcode: str) -> Instruction:
@@ -239,6 +252,7 @@ class BuilderCore:
         ident = self._state.take_id()
         instr = Instruction(f"{_sanitize(name or opcode)}.{ident}", opcode,
                             shape.with_default_layouts(), instrs, attrs, **fields)
+        instr.frontend_attributes.update(self._frontend_attributes)
         self._instructions.append(instr)
         return XlaOp(self, instr)
 
