@@ -1,0 +1,161 @@
+"""convert, bitcast-convert and reduce-precision against XLA:CPU's recorded results and
+exact bit-level references."""
+
+from __future__ import annotations
+
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.interp_ir import bits, op1
+from xladist.errors import ExecutionError, UnsupportedError
+
+nan, inf = np.nan, np.inf
+BF16 = ml_dtypes.bfloat16
+
+
+def test_float_to_int_truncates_and_saturates_recorded_from_xla_cpu():
+    x = np.array([nan, 3e9, -3e9, -1.7, 2.9, inf, -inf, 2147483520.0], np.float32)
+    assert op1("convert", "s32[8]", x).tolist() == \
+        [0, 2**31 - 1, -2**31, -1, 2, 2**31 - 1, -2**31, 2147483520]
+    x = np.array([nan, 5e9, -3e9, -1.7, 2.9, inf, -0.5], np.float32)
+    assert op1("convert", "u32[7]", x).tolist() == [0, 2**32 - 1, 0, 0, 2, 2**32 - 1, 0]
+    x = np.array([nan, 1e20, -1e19, 1.8e19], np.float64)
+    assert op1("convert", "u64[4]", x).tolist() == [0, 2**64 - 1, 0, 18000000000000000000]
+    x = np.array([nan, 1e19, -1e19, 9.3e18], np.float64)
+    assert op1("convert", "s64[4]", x).tolist() == [0, 2**63 - 1, -2**63, 2**63 - 1]
+    x = np.array([nan, 300, -3, 255.9], np.float32)
+    assert op1("convert", "u8[4]", x).tolist() == [0, 255, 0, 255]
+    x = np.array([nan, 300, -300, 127.9, -128.9], np.float32)
+    assert op1("convert", "s8[5]", x).tolist() == [0, 127, -128, 127, -128]
+
+
+def test_narrow_float_to_int():
+    x = np.array([-2.5, 65504.0, -inf], np.float16)
+    assert op1("convert", "s32[3]", x).tolist() == [-2, 65504, -2**31]
+    b = np.array([1e10, -1.5], BF16)
+    assert op1("convert", "s32[2]", b).tolist() == [2**31 - 1, -1]
+
+
+def test_conversions_to_and_from_pred():
+    x = np.array([nan, 0.0, -0.0, 1e-30], np.float32)
+    assert op1("convert", "pred[4]", x).tolist() == [True, False, False, True]
+    assert op1("convert", "pred[3]", np.array([0, -1, 256], np.int32)).tolist() == \
+        [False, True, True]
+    p = np.array([True, False])
+    assert op1("convert", "f32[2]", p).tolist() == [1.0, 0.0]
+    assert op1("convert", "s8[2]", p).tolist() == [1, 0]
+
+
+def test_integer_to_integer_wraps():
+    x = np.array([300, -1, 2**31 - 1], np.int32)
+    assert op1("convert", "u8[3]", x).tolist() == [44, 255, 255]
+    assert op1("convert", "s8[3]", x).tolist() == [44, -1, -1]
+    assert op1("convert", "u64[3]", x).tolist() == [300, 2**64 - 1, 2**31 - 1]
+
+
+def test_integer_to_float_rounds_to_nearest_even():
+    # 2^24 + 1 is a tie between 2^24 and 2^24 + 2: even mantissa wins.
+    x = np.array([2**24 + 1, 2**24 + 3, -(2**24 + 1)], np.int32)
+    assert op1("convert", "f32[3]", x).tolist() == [2**24, 2**24 + 4, -2**24]
+    # Recorded from XLA:CPU (int -> bf16 goes through f32).
+    big = np.array([2**60 + 2**52 + 1, 2**24 + 1, -(2**60 + 2**52 + 1)], np.int64)
+    assert bits(op1("convert", "bf16[3]", big)).tolist() == [23936, 19328, 56704]
+    u = np.array([2**64 - 1], np.uint64)
+    assert op1("convert", "f64[1]", u).tolist() == [2.0**64]
+
+
+def test_float_narrowing_recorded_from_xla_cpu():
+    d = np.array([1.0 + 2**-8 + 2**-40, 1 + 2**-8, 1 + 2**-8 + 2**-30], np.float64)
+    assert bits(op1("convert", "bf16[3]", d)).tolist() == [16256, 16256, 16256]
+    d2 = np.array([1.0 + 2**-11 + 2**-40, 1 + 2**-11], np.float64)
+    assert bits(op1("convert", "f16[2]", d2)).tolist() == [15361, 15360]
+    f = np.array([1e6, 500.0, 449.0, 464.0, nan, -inf, 1e-10, 2**-9, 2**-10, 0.0017],
+                 np.float32)
+    assert bits(op1("convert", "f8e4m3fn[10]", f)).tolist() == \
+        [127, 127, 126, 126, 127, 255, 0, 1, 0, 1]
+    assert bits(op1("convert", "f8e5m2[10]", f)).tolist() == \
+        [124, 96, 95, 95, 126, 252, 0, 24, 20, 23]
+
+
+def test_f8_widening_is_exact():
+    every = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
+    got = op1("convert", "f32[256]", every)
+    finite = np.isfinite(got)
+    # Every finite e4m3fn value converts exactly (check by converting back).
+    assert (bits(got[finite].astype(ml_dtypes.float8_e4m3fn), 8) ==
+            np.arange(256, dtype=np.uint8)[finite]).all()
+    assert np.isnan(got[~finite]).all() and (~finite).sum() == 2  # 0x7f and 0xff
+
+
+def test_complex_conversions():
+    z = np.array([1.5 - 2j, -3 + 0.5j], np.complex64)
+    assert op1("convert", "f32[2]", z).tolist() == [1.5, -3.0]
+    assert op1("convert", "s32[2]", z).tolist() == [1, -3]
+    c = op1("convert", "c128[2]", np.array([1.25, -2.0], np.float32))
+    assert c.dtype == np.complex128 and c.tolist() == [1.25 + 0j, -2 + 0j]
+    assert op1("convert", "c64[1]", np.array([7], np.int32)).tolist() == [7 + 0j]
+
+
+# ---- bitcast-convert -----------------------------------------------------------------------
+def test_bitcast_convert_same_width():
+    x = np.array([1.0, -0.0, inf], np.float32)
+    got = op1("bitcast-convert", "s32[3]", x)
+    assert got.tolist() == [0x3F800000, -2**31, 0x7F800000]
+    back = op1("bitcast-convert", "f32[3]", got)
+    assert bits(back).tolist() == bits(x).tolist()
+
+
+def test_bitcast_convert_to_narrower_adds_a_little_endian_minor_dim():
+    x = np.array([1.0, 2.5], np.float32)
+    got = op1("bitcast-convert", "u8[2,4]", x)
+    want = [list(struct.pack("<f", 1.0)), list(struct.pack("<f", 2.5))]
+    assert got.tolist() == want
+    x16 = np.array([[0x0201, 0x0403]], np.uint16)
+    assert op1("bitcast-convert", "u8[1,2,2]", x16).tolist() == [[[1, 2], [3, 4]]]
+
+
+def test_bitcast_convert_to_wider_removes_the_minor_dim():
+    b = np.array([[0, 0, 128, 63], [0, 0, 32, 64]], np.uint8)
+    assert op1("bitcast-convert", "f32[2]", b).tolist() == [1.0, 2.5]
+    with pytest.raises((UnsupportedError, ExecutionError)):
+        op1("bitcast-convert", "f32[2]", np.zeros((2, 3), np.uint8))
+
+
+# ---- reduce-precision ----------------------------------------------------------------------
+def test_reduce_precision_to_f16_format_recorded_from_xla_cpu():
+    x = np.array([1.0009765625, 3.14159, 1e30, 1e-30, nan, -nan, inf, 65504.0, 65520.0,
+                  2**-24, -1.5e-5], np.float32)
+    got = op1("reduce-precision", "f32[11]", x, exponent_bits=5, mantissa_bits=10)
+    assert bits(got).tolist() == [1065361408, 1078525952, 2139095040, 0, 2143289344,
+                                  4290772992, 2139095040, 1199562752, 2139095040, 0,
+                                  2147483648]
+
+
+@pytest.mark.parametrize("e,m,want", [
+    (8, 0, ["0x7fc00000", "0xffc00000", "0x7f800001", "0xffbfffff", "0x7f800000",
+            "0x40800000", "0x40000000"]),
+    (2, 1, ["0x7fc00000", "0xffc00000", "0x7f800001", "0xffbfffff", "0x7f800000",
+            "0x7f800000", "0x40000000"]),
+    (1, 0, ["0x7fc00000", "0xffc00000", "0x7f800001", "0xffbfffff", "0x7f800000",
+            "0x7f800000", "0x7f800000"]),
+    (3, 0, ["0x7fc00000", "0xffc00000", "0x7f800001", "0xffbfffff", "0x7f800000",
+            "0x40800000", "0x40000000"]),
+])
+def test_reduce_precision_nans_pass_through_recorded_from_xla_cpu(e, m, want):
+    x = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFBFFFFF, 0x7F800000, 0x40600000,
+                  0x3FE00000], np.uint32).view(np.float32)  # NaNs, inf, 3.5, 1.75
+    got = op1("reduce-precision", "f32[7]", x, exponent_bits=e, mantissa_bits=m)
+    assert [hex(v) for v in bits(got).tolist()] == want
+
+
+def test_reduce_precision_to_bf16_equals_bf16_rounding_for_normals():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(200) * 10.0 ** rng.integers(-20, 20, 200)).astype(np.float32)
+    got = op1("reduce-precision", "f32[200]", x, exponent_bits=8, mantissa_bits=7)
+    assert (bits(got) == bits(x.astype(BF16).astype(np.float32))).all()
+    x64 = x.astype(np.float64)
+    got64 = op1("reduce-precision", "f64[200]", x64, exponent_bits=8, mantissa_bits=23)
+    assert (got64 == x64).all()  # an f32 value is already representable
