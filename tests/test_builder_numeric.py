@@ -209,3 +209,32 @@ def test_training_loop_with_infeed_outfeed_and_all_reduce():
                                rtol=1e-4)
     for got, want in zip(final, ps):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("strides, padding, rhs_dilation", [
+    ((1, 1), "SAME", (1, 1)), ((2, 2), "SAME", (1, 1)), ((2, 1), "VALID", (1, 1)),
+    ((1, 2), "SAME", (2, 1)), ((1, 1), [(1, 0), (2, 1)], (1, 1))])
+def test_conv_padding_modes_match_jax(strides, padding, rhs_dilation):
+    lax = pytest.importorskip("jax.lax")
+    lhs = RNG.normal(size=(2, 6, 7, 3)).astype(np.float32)   # NHWC
+    rhs = RNG.normal(size=(3, 2, 3, 4)).astype(np.float32)   # HWIO
+    dn = ("NHWC", "HWIO", "NHWC")
+    b = XlaBuilder("conv")
+    x = b.parameter(0, ("f32", lhs.shape))
+    k = b.parameter(1, ("f32", rhs.shape))
+    m = b.build(b.conv_general_dilated(x, k, strides, padding, rhs_dilation=rhs_dilation,
+                                       dimension_numbers=dn))
+    want = lax.conv_general_dilated(lhs, rhs, strides, padding, rhs_dilation=rhs_dilation,
+                                    dimension_numbers=dn)
+    (got,) = run(m, lhs, rhs)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-4)
+
+
+def test_reduce_window_same_padding_matches_jax():
+    lax = pytest.importorskip("jax.lax")
+    x0 = RNG.normal(size=(5, 7)).astype(np.float32)
+    b = XlaBuilder("pool")
+    x = b.parameter(0, "f32[5,7]")
+    m = b.build(b.reduce_window(x, -np.inf, "max", (3, 2), (2, 2), "SAME"))
+    want = lax.reduce_window(x0, -np.inf, lax.max, (3, 2), (2, 2), "SAME")
+    np.testing.assert_array_equal(run(m, x0)[0], np.asarray(want))
