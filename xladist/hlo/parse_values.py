@@ -128,19 +128,18 @@ class TokenCursor:
         return self.make_array(tname, dims, dynamic, layout_text and tuple(
             int(x) for x in layout_text[1:-1].split(",")), i)
 
-    def make_array(self, tname, dims, dynamic, m2m, i, extras=None) -> Shape:
+    def make_array(self, tname, dims, dynamic, m2m, i) -> Shape:
         ptype = PRIMITIVE_TYPES[tname]
         if not ptype.is_array_type and dims:
             raise self.error(f"{tname} shapes have no dimensions, found {tname}[...]", i)
-        layout = None
-        if m2m or extras:
-            m2m = tuple(m2m or ())
-            if sorted(m2m) != list(range(len(dims))) and (m2m or dims):
+        shape = Shape(ptype, tuple(dims), None,
+                      tuple(dynamic) if any(dynamic) else (False,) * len(dims))
+        if m2m:
+            if sorted(m2m) != list(range(len(dims))):
                 raise self.error(f"layout {{{','.join(map(str, m2m))}}} is not a permutation of "
-                                 f"the {len(dims)} dimension(s) of {tname}[...]", i)
-            layout = Layout(m2m, **(extras or {}))
-        return Shape(ptype, tuple(dims), layout,
-                     tuple(dynamic) if any(dynamic) else (False,) * len(dims))
+                                 f"the {len(dims)} dimension(s) of {shape.to_text(False)}", i)
+            shape = shape.with_layout(Layout(tuple(m2m)))
+        return shape
 
     def array_shape(self) -> Shape:
         """TYPE '[' dims ']' [layout], written with spaces or comments inside."""

@@ -67,6 +67,7 @@ class _Parser(TokenCursor):
     def __init__(self, text: str, filename: str | None):
         super().__init__(text, filename)
         self.wrappers: list[Computation] = []
+        self.wrapper_names: set[str] = set()
 
     # ---- module -------------------------------------------------------------
     def parse(self) -> Module:
@@ -492,7 +493,12 @@ class _Parser(TokenCursor):
             if not shape.is_tuple or len(shape.tuple_shapes) < 2:
                 raise self.error(f"{base}{suffix} {name} must have a tuple shape "
                                  "((operands...), result, ...)", name_i)
-            wrapped = Computation(f"{name}.wrapped_computation")
+            # Never printed nor referenced by name; unique so module.computation() works.
+            wname = f"{name}.wrapped_computation"
+            while wname in self.comps or wname in self.wrapper_names:
+                wname += ".1"
+            self.wrapper_names.add(wname)
+            wrapped = Computation(wname)
             wrapped.is_async_wrapper = True
             wrapped.line = instr.line
             ps = []
@@ -516,7 +522,7 @@ class _Parser(TokenCursor):
         calls = src.attrs.get("calls") if src.opcode in ("async-start", "async-update") else None
         if not isinstance(calls, Computation) or calls.root is None \
                 or calls.root.opcode != base:
-            raise self.error(f"{base}{suffix} {name} expects the result of a {base}-start or "
+            raise self.error(f"{base}{suffix} {name} expects the result of {base}-start or "
                              f"{base}-update as its operand, found {src.name} ({src.opcode})",
                              op_i)
         instr.attrs["calls"] = calls
