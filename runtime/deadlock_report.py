@@ -89,7 +89,7 @@ def mismatch_problem(ref, ev, field: str, k: int, group) -> Problem:
     nth = k + 1
     suffix = {1: "st", 2: "nd", 3: "rd"}.get(nth if nth < 20 else nth % 10, "th")
     msg = (f"devices {ref.device} and {ev.device} disagree on their {nth}{suffix} collective on "
-           f"group {g}: {field} differ ({ref.sig.show(field)} vs {ev.sig.show(field)})")
+           f"group {g}: they differ in {field} ({ref.sig.show(field)} vs {ev.sig.show(field)})")
     return Problem("mismatch", msg, [ref.device, ev.device], [event_ref(ref), event_ref(ev)],
                    detail=side_by_side((f"device {ref.device}", f"device {ev.device}"), rows,
                                        field), field=field)
