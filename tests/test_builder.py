@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xladist.builder import BroadcastError, BuilderError, XlaBuilder
 from xladist.builder.broadcasting import binary_plan
@@ -359,3 +361,27 @@ def test_frontend_attribute_scopes_nest_and_end():
     assert after.instruction.frontend_attributes == {}
     text = check_text(b.build(after)).to_text()
     assert 'frontend_attributes={_xla_compute_type="host",stage="1"}' in text
+
+
+# Property: where numpy's rules apply (trailing alignment = broadcast_dimensions on the
+# trailing dims), XLA's result dims and values agree with numpy's.
+
+
+@st.composite
+def _compatible_shapes(draw):
+    out = draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    lhs = [d if draw(st.booleans()) else 1 for d in out]
+    k = draw(st.integers(0, len(out)))
+    rhs = [d if draw(st.booleans()) else 1 for d in out[len(out) - k:]]
+    return tuple(lhs), tuple(rhs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_compatible_shapes())
+def test_broadcasting_agrees_with_numpy_on_trailing_alignment(shapes):
+    lhs, rhs = shapes
+    bd = tuple(range(len(lhs) - len(rhs), len(lhs))) if 0 < len(rhs) < len(lhs) else None
+    m = build_binary(("f32", lhs), ("f32", rhs), **({"broadcast_dimensions": bd} if bd else {}))
+    a = np.arange(np.prod(lhs), dtype=np.float32).reshape(lhs)
+    c = np.arange(np.prod(rhs), dtype=np.float32).reshape(rhs) * 10
+    np.testing.assert_array_equal(mini_eval(m, a, c), a + c)
