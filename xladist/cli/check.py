@@ -60,23 +60,14 @@ def _deadlock_checker():
     return getattr(mod, "check_module", None)
 
 
-def _report_problems(report) -> list[str]:
-    """Problems listed by a deadlock report, whatever shape the report takes."""
-    if report is None:
-        return []
-    for attr in ("problems", "deadlocks", "errors", "findings"):
-        items = getattr(report, attr, None)
-        if items is not None and not callable(items):
-            return [str(i) for i in items]
-    ok = getattr(report, "ok", None)
-    if ok is not None:
-        return [] if ok else [str(report)]
-    if isinstance(report, (list, tuple)):
-        return [str(i) for i in report]
-    return []
+def _text(item) -> str:
+    to_text = getattr(item, "to_text", None)
+    return to_text() if callable(to_text) else str(item)
 
 
-def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool) -> dict:
+def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
+                    strict: bool) -> dict:
+    """Run runtime.deadlock.check_module; its Report has ok, errors, warnings, to_dict()."""
     if skip:
         return {"status": "skipped"}
     if not has_channels:
@@ -86,15 +77,24 @@ def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool) ->
         return {"status": "not available"}
     from ..errors import DeadlockError
     try:
-        report = check(module, num_devices)
+        report = check(module, num_devices, strict=strict)
     except DeadlockError as e:
-        return {"status": "problem", "problems": [str(e)]}
-    problems = _report_problems(report)
-    return {"status": "problem" if problems else "ok", "problems": problems,
-            "report": str(report) if report is not None else ""}
+        return {"status": "problem", "problems": [str(e)], "warnings": []}
+    ok = bool(getattr(report, "ok", True))
+    result = {
+        "status": "ok" if ok else "problem",
+        "problems": [] if ok else [_text(p) for p in getattr(report, "errors", [report])],
+        "warnings": [_text(p) for p in getattr(report, "warnings", [])],
+        "summary": _text(report).splitlines()[0] if report is not None else "",
+    }
+    to_dict = getattr(report, "to_dict", None)
+    if callable(to_dict):
+        result["report"] = to_dict()
+    return result
 
 
-def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = True) -> dict:
+def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = True,
+               strict: bool = False) -> dict:
     """Parse, verify and deadlock-check one file; returns the result as a dict.
 
     Raises HloParseError, VerifierError or InputError for invalid input.
@@ -104,7 +104,9 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     text = _read(path)
     module = parse_module(text, filename=path if path != "-" else "<stdin>")
     report = verify_module(module, num_devices=num_devices)
-    dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock)
+    dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock,
+                         strict)
+    warnings = list(report.warnings) + [f"deadlock check: {w}" for w in dl.get("warnings", [])]
     return {
         "file": path,
         "module": module.name,
@@ -115,7 +117,7 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
         "num_devices": report.num_devices,
         "has_collectives": report.has_collectives,
         "verified": True,
-        "warnings": list(report.warnings),
+        "warnings": warnings,
         "deadlock_check": dl,
     }
 
@@ -142,7 +144,9 @@ def _print_text(result: dict, strict: bool) -> None:
         print(f"deadlock check: {len(dl['problems'])} problem(s) on "
               f"{result['num_devices']} devices")
         for p in dl["problems"]:
-            print(f"  {p}")
+            print("  " + p.replace("\n", "\n  "))
+    elif dl.get("summary"):
+        print(dl["summary"])
     elif dl["status"] != "not needed":
         print(f"deadlock check: {dl['status']}")
     if strict and result["warnings"]:
@@ -154,7 +158,8 @@ def run(args) -> int:
         from ..errors import InputError
         raise InputError(f"-n must be at least 1, got {args.num_devices}")
     try:
-        result = check_file(args.file, args.num_devices, deadlock=not args.no_deadlock_check)
+        result = check_file(args.file, args.num_devices, deadlock=not args.no_deadlock_check,
+                            strict=args.strict)
     except XlaDistError as e:
         if not args.json:
             raise
