@@ -450,7 +450,7 @@ def test_map_sort_topk():
         infer("topk", ["f32[3,10]"], k=11)
 
 
-# ---- linear algebra -------------------------------------------------------------------------------
+# ---- linear algebra -----------------------------------------------------------------------------
 
 def test_dot_dimension_numbers_match_einsum():
     # Batch dims first, then lhs free dims, then rhs free dims.
@@ -545,7 +545,7 @@ def test_cholesky_triangular_solve_batch_norm():
               feature_index=2)
 
 
-# ---- control flow ---------------------------------------------------------------------------------
+# ---- control flow -------------------------------------------------------------------------------
 
 def test_while_loop_state():
     state = "(s32[], f32[3])"
@@ -610,7 +610,7 @@ def test_rng_ops():
     assert_shape(infer("rng-get-and-update-state", [], delta=1), "u64[2]")
 
 
-# ---- collectives, channels, feeds ------------------------------------------------------------------
+# ---- collectives, channels, feeds ---------------------------------------------------------------
 
 def groups(*gs):
     return ReplicaGroups(tuple(tuple(g) for g in gs))

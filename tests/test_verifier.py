@@ -235,7 +235,7 @@ def test_num_devices_must_fit_the_module():
         verify_module(m, num_devices=8)
 
 
-# ---- collectives (collective-semantics.md A.1-A.6, B.9, C.11-C.14) --------------------------------
+# ---- collectives (collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
 
 def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -> Module:
     add = binary_comp()
@@ -375,3 +375,44 @@ def test_corpus_mutations_are_caught():
     w = next(i for i in m.all_instructions() if i.opcode == "while")
     w.attrs["condition"], w.attrs["body"] = w.attrs["body"], w.attrs["condition"]
     assert "must return pred[]" in str(verify_error(m))
+
+
+ASYNC = """HloModule a, num_partitions=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[4,8]) -> (f32[4,8], f32[4,8], f32[4,8], f32[2,8], f32[4,8]) {
+  %x = f32[4,8]{1,0} parameter(0)
+  %a2a-start = ((f32[4,8]{1,0}), f32[4,8]{1,0}) all-to-all-start(%x), channel_id=3, replica_groups={{0,1}}, dimensions={0}
+  %a2a-done = f32[4,8]{1,0} all-to-all-done(%a2a-start)
+  %ars = f32[4,8]{1,0} all-reduce-start(%x), channel_id=4, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add
+  %ard = f32[4,8]{1,0} all-reduce-done(%ars)
+  %cps = (f32[4,8]{1,0}, f32[4,8]{1,0}, u32[], u32[]) collective-permute-start(%x), channel_id=5, source_target_pairs={{0,1},{1,0}}
+  %cpd = f32[4,8]{1,0} collective-permute-done(%cps)
+  %rss = ((f32[4,8]{1,0}), f32[2,8]{1,0}) reduce-scatter-start(%x), channel_id=6, replica_groups={{0,1}}, use_global_device_ids=true, dimensions={0}, to_apply=%add
+  %rsd = f32[2,8]{1,0} reduce-scatter-done(%rss)
+  %cs = (f32[4,8]{1,0}, f32[4,8]{1,0}, u32[]) copy-start(%x)
+  %cd = f32[4,8]{1,0} copy-done(%cs)
+  ROOT %t = (f32[4,8]{1,0}, f32[4,8]{1,0}, f32[4,8]{1,0}, f32[2,8]{1,0}, f32[4,8]{1,0}) tuple(%a2a-done, %ard, %cpd, %rsd, %cd)
+}
+"""
+
+
+def test_async_forms_including_sugared_wrappers():
+    parser = pytest.importorskip("xladist.hlo.parser")
+    m = parser.parse_module(ASYNC)
+    report = verify_module(m)
+    assert report.has_collectives
+    # The wrapped all-to-all lives in a synthesized computation and is checked there.
+    bad = parser.parse_module(ASYNC.replace("replica_groups={{0,1}}, dimensions={0}\n",
+                                            "replica_groups={{0,1,2}}, dimensions={0}\n"))
+    err = verify_error(bad)
+    assert "partition id 2 is out of range [0, 2)" in str(err) and err.line == 11
+    bad = parser.parse_module(ASYNC.replace("f32[2,8]{1,0}) reduce-scatter-start",
+                                            "f32[4,8]{1,0}) reduce-scatter-start"))
+    err = verify_error(bad)
+    assert "must be 2 for operand f32[4,8]" in str(err) and err.actual == "f32[4,8]"
