@@ -8,8 +8,7 @@ import pytest
 
 from tests.test_numerics_support import S, instr, run
 from xladist.hlo.shape import Shape
-from xladist.interpreter.batchnorm import (batch_norm_grad, batch_norm_inference,
-                                          batch_norm_training)
+from xladist.interpreter.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 
 EPS = 1e-3
 

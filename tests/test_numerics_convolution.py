@@ -23,7 +23,7 @@ def naive_conv(lhs, rhs, dn, wdims, G=1, B=1, acc=np.float64):
                     range(lhs.ndim))
     k = np.moveaxis(rhs, [dn.kernel_output_feature, dn.kernel_input_feature]
                     + list(dn.kernel_spatial), range(rhs.ndim))
-    N, C = x.shape[:2]
+    N = x.shape[0]
     O, Cg = k.shape[:2]
     ins, ks = x.shape[2:], k.shape[2:]
     out_sp = []
@@ -66,32 +66,32 @@ def W(*dims):
 CASES = [
     # name, labels, lhs shape, rhs shape, window dims (kwargs), G, B
     ("2d_basic", "b01f_01io->b01f", (2, 5, 5, 3), (3, 3, 3, 4),
-     [dict(size=3), dict(size=3)], 1, 1),
+     [{"size": 3}, {"size": 3}], 1, 1),
     ("2d_stride_pad", "bf01_oi01->bf01", (1, 2, 6, 7), (3, 2, 3, 2),
-     [dict(size=3, stride=2, padding_low=1, padding_high=1),
-      dict(size=2, stride=3, padding_low=0, padding_high=2)], 1, 1),
+     [{"size": 3, "stride": 2, "padding_low": 1, "padding_high": 1},
+      {"size": 2, "stride": 3, "padding_low": 0, "padding_high": 2}], 1, 1),
     ("2d_negative_pad", "b01f_01io->b01f", (1, 7, 6, 2), (2, 2, 2, 2),
-     [dict(size=2, padding_low=-1, padding_high=-2), dict(size=2, padding_low=2,
-                                                          padding_high=-1)], 1, 1),
+     [{"size": 2, "padding_low": -1, "padding_high": -2}, {"size": 2, "padding_low": 2,
+                                                          "padding_high": -1}], 1, 1),
     ("2d_lhs_rhs_dilation", "bf01_oi01->bf01", (2, 2, 4, 5), (2, 2, 2, 3),
-     [dict(size=2, base_dilation=2, padding_low=1, padding_high=1),
-      dict(size=3, window_dilation=2)], 1, 1),
+     [{"size": 2, "base_dilation": 2, "padding_low": 1, "padding_high": 1},
+      {"size": 3, "window_dilation": 2}], 1, 1),
     ("2d_reversal", "b01f_01io->b01f", (1, 4, 4, 1), (2, 3, 1, 1),
-     [dict(size=2, window_reversal=True), dict(size=3, window_reversal=True)], 1, 1),
+     [{"size": 2, "window_reversal": True}, {"size": 3, "window_reversal": True}], 1, 1),
     ("feature_groups", "b01f_01io->b01f", (2, 4, 4, 6), (2, 2, 2, 9),
-     [dict(size=2), dict(size=2)], 3, 1),
+     [{"size": 2}, {"size": 2}], 3, 1),
     ("depthwise", "bf01_oi01->bf01", (1, 4, 5, 5), (8, 1, 3, 3),
-     [dict(size=3, padding_low=1, padding_high=1), dict(size=3, padding_low=1,
-                                                        padding_high=1)], 4, 1),
+     [{"size": 3, "padding_low": 1, "padding_high": 1}, {"size": 3, "padding_low": 1,
+                                                        "padding_high": 1}], 4, 1),
     ("batch_groups", "bf01_oi01->bf01", (4, 2, 5, 5), (6, 2, 2, 2),
-     [dict(size=2), dict(size=2, stride=2)], 1, 2),
+     [{"size": 2}, {"size": 2, "stride": 2}], 1, 2),
     ("odd_labels", "f01b_i10o->0bf1", (3, 5, 4, 2), (3, 2, 3, 4),
-     [dict(size=3), dict(size=2)], 1, 1),
-    ("1d", "bf0_oi0->bf0", (2, 3, 9), (4, 3, 3), [dict(size=3, stride=2, padding_low=2)], 1, 1),
+     [{"size": 3}, {"size": 2}], 1, 1),
+    ("1d", "bf0_oi0->bf0", (2, 3, 9), (4, 3, 3), [{"size": 3, "stride": 2, "padding_low": 2}], 1, 1),
     ("0d", "bf_oi->bf", (3, 4), (5, 4), [], 1, 1),
     ("3d", "b012f_012io->b012f", (1, 4, 3, 4, 2), (2, 2, 2, 2, 3),
-     [dict(size=2), dict(size=2, padding_low=1), dict(size=2, stride=2)], 1, 1),
-    ("window_larger_than_input", "bf0_oi0->bf0", (1, 1, 2), (1, 1, 4), [dict(size=4)], 1, 1),
+     [{"size": 2}, {"size": 2, "padding_low": 1}, {"size": 2, "stride": 2}], 1, 1),
+    ("window_larger_than_input", "bf0_oi0->bf0", (1, 1, 2), (1, 1, 4), [{"size": 4}], 1, 1),
 ]
 
 
@@ -103,7 +103,7 @@ def test_convolution_matches_naive_reference(name, labels, ls, rs_, wd, G, B):
     lhs = rng.randn(*ls)
     rhs = rng.randn(*rs_)
     ref = naive_conv(lhs, rhs, dn, window.dims, G, B)
-    attrs = dict(dim_labels=dn, feature_group_count=G, batch_group_count=B)
+    attrs = {"dim_labels": dn, "feature_group_count": G, "batch_group_count": B}
     if wd:
         attrs["window"] = window
     ins = instr("convolution", shape_of(ref), [shape_of(lhs), shape_of(rhs)], **attrs)
@@ -116,11 +116,11 @@ def test_integer_convolution_is_exact_and_wraps():
     dn = ConvDimensionNumbers.from_text("bf0_oi0->bf0")
     lhs = np.array([[[2**30, 2**30, 1]]], np.int32)
     rhs = np.array([[[2, 2]]], np.int32)
-    got = conv_general(lhs, rhs, dn, W(dict(size=2)), result_dtype=np.int32)
+    got = conv_general(lhs, rhs, dn, W({"size": 2}), result_dtype=np.int32)
     # 2*2**30 + 2*2**30 = 2**32 -> wraps to 0; 2*2**30 + 2 = 2**31 + 2 -> wraps negative.
     np.testing.assert_array_equal(got, [[[0, -2**31 + 2]]])
     s8 = conv_general(np.full((1, 1, 3), 127, np.int8), np.full((1, 1, 3), 127, np.int8), dn,
-                      W(dict(size=3)), result_dtype=np.int32)
+                      W({"size": 3}), result_dtype=np.int32)
     assert s8.dtype == np.int32 and s8[0, 0, 0] == 3 * 127 * 127
 
 
@@ -129,7 +129,7 @@ def test_complex_convolution():
     rng = np.random.RandomState(7)
     lhs = rng.randn(1, 2, 6) + 1j * rng.randn(1, 2, 6)
     rhs = rng.randn(3, 2, 2) + 1j * rng.randn(3, 2, 2)
-    window = W(dict(size=2, padding_low=1))
+    window = W({"size": 2, "padding_low": 1})
     ref = naive_conv(lhs, rhs, dn, window.dims, acc=np.complex128)
     np.testing.assert_allclose(conv_general(lhs, rhs, dn, window), ref, rtol=1e-12)
 
@@ -139,13 +139,13 @@ def test_bf16_convolution_accumulates_in_f32():
     dn = ConvDimensionNumbers.from_text("bf0_oi0->bf0")
     lhs = np.array([[[1.0] + [2.0**-8] * 256]], bf16)
     rhs = np.ones((1, 1, 257), bf16)
-    got = conv_general(lhs, rhs, dn, W(dict(size=257)), result_dtype=bf16)
+    got = conv_general(lhs, rhs, dn, W({"size": 257}), result_dtype=bf16)
     assert got.dtype == bf16 and float(got.reshape(-1)[0]) == 2.0
 
 
 @pytest.mark.parametrize("name,labels,ls,rs_,wd,G,B", CASES[:9], ids=[c[0] for c in CASES[:9]])
 def test_convolution_matches_jax(name, labels, ls, rs_, wd, G, B):
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     from jax import lax
     dn = ConvDimensionNumbers.from_text(labels)
     window = W(*wd)

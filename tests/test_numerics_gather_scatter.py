@@ -96,23 +96,23 @@ def test_gather_clamps_start_indices():
 GATHER_CASES = [
     # operand shape, indices (shape, high), dnums
     ("gather_nd_points", (4, 5), ((6, 2), 5),
-     dict(offset_dims=(), collapsed=(0, 1), start_index_map=(0, 1), ivd=1, slice_sizes=(1, 1))),
+     {"offset_dims": (), "collapsed": (0, 1), "start_index_map": (0, 1), "ivd": 1, "slice_sizes": (1, 1)}),
     ("windows_2d", (6, 7), ((2, 3, 2), 7),
-     dict(offset_dims=(2, 3), collapsed=(), start_index_map=(1, 0), ivd=2, slice_sizes=(2, 3))),
+     {"offset_dims": (2, 3), "collapsed": (), "start_index_map": (1, 0), "ivd": 2, "slice_sizes": (2, 3)}),
     ("index_vector_first", (5, 6), ((2, 4), 6),
-     dict(offset_dims=(1,), collapsed=(0,), start_index_map=(0, 1), ivd=0,
-          slice_sizes=(1, 2))),
+     {"offset_dims": (1,), "collapsed": (0,), "start_index_map": (0, 1), "ivd": 0,
+          "slice_sizes": (1, 2)}),
     ("implicit_index_vector", (8, 3), ((2, 5), 8),
-     dict(offset_dims=(2,), collapsed=(0,), start_index_map=(0,), ivd=2, slice_sizes=(1, 3))),
+     {"offset_dims": (2,), "collapsed": (0,), "start_index_map": (0,), "ivd": 2, "slice_sizes": (1, 3)}),
     ("offset_dims_in_front", (5, 4, 3), ((6, 1), 5),
-     dict(offset_dims=(0, 1), collapsed=(0,), start_index_map=(0,), ivd=1,
-          slice_sizes=(1, 2, 3))),
+     {"offset_dims": (0, 1), "collapsed": (0,), "start_index_map": (0,), "ivd": 1,
+          "slice_sizes": (1, 2, 3)}),
     ("batching_dims", (3, 7, 4), ((3, 5, 1), 7),
-     dict(offset_dims=(2,), collapsed=(1,), start_index_map=(1,), ivd=2, slice_sizes=(1, 1, 4),
-          obatch=(0,), ibatch=(0,))),
+     {"offset_dims": (2,), "collapsed": (1,), "start_index_map": (1,), "ivd": 2, "slice_sizes": (1, 1, 4),
+          "obatch": (0,), "ibatch": (0,)}),
     ("batching_dims_not_leading", (6, 2, 3), ((4, 2, 1), 6),
-     dict(offset_dims=(2,), collapsed=(0,), start_index_map=(0,), ivd=2,
-          slice_sizes=(1, 1, 3), obatch=(1,), ibatch=(1,))),
+     {"offset_dims": (2,), "collapsed": (0,), "start_index_map": (0,), "ivd": 2,
+          "slice_sizes": (1, 1, 3), "obatch": (1,), "ibatch": (1,)}),
 ]
 
 
@@ -134,7 +134,7 @@ def test_gather_matches_naive(name, oshape, ispec, dn):
 
 
 def test_gather_matches_jax_with_batching_dims():
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     from jax import lax
     rng = np.random.RandomState(9)
     operand = rng.randn(3, 7, 4).astype(np.float32)
@@ -195,12 +195,12 @@ def test_scatter_skips_out_of_bounds_windows_entirely():
 
 SCATTER_CASES = [
     ("rows", (5, 3), (4, 1), (4, 3), 5,
-     dict(uwd=(1,), iwd=(0,), sdod=(0,), ivd=1)),
-    ("points", (4, 5), (6, 2), (6,), 5, dict(uwd=(), iwd=(0, 1), sdod=(0, 1), ivd=1)),
-    ("windows", (6, 6), (3, 2), (3, 2, 3), 6, dict(uwd=(1, 2), iwd=(), sdod=(1, 0), ivd=1)),
-    ("implicit_ivd", (7,), (2, 3), (2, 3), 7, dict(uwd=(), iwd=(0,), sdod=(0,), ivd=2)),
+     {"uwd": (1,), "iwd": (0,), "sdod": (0,), "ivd": 1}),
+    ("points", (4, 5), (6, 2), (6,), 5, {"uwd": (), "iwd": (0, 1), "sdod": (0, 1), "ivd": 1}),
+    ("windows", (6, 6), (3, 2), (3, 2, 3), 6, {"uwd": (1, 2), "iwd": (), "sdod": (1, 0), "ivd": 1}),
+    ("implicit_ivd", (7,), (2, 3), (2, 3), 7, {"uwd": (), "iwd": (0,), "sdod": (0,), "ivd": 2}),
     ("batching", (3, 6, 2), (3, 4, 1), (3, 4, 2), 6,
-     dict(uwd=(2,), iwd=(1,), sdod=(1,), ivd=2, ibatch=(0,), sibatch=(0,))),
+     {"uwd": (2,), "iwd": (1,), "sdod": (1,), "ivd": 2, "ibatch": (0,), "sibatch": (0,)}),
 ]
 
 
@@ -248,7 +248,7 @@ def test_variadic_scatter():
 
 
 def test_scatter_matches_jax():
-    jax = pytest.importorskip("jax")
+    pytest.importorskip("jax")
     from jax import lax
     rng = np.random.RandomState(12)
     operand = rng.randn(5, 4).astype(np.float32)

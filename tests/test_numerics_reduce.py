@@ -8,8 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import (S, StandInEvaluator, argmax_reducer, binary,
-                                         comparator, instr, run, shape_of)
+from tests.test_numerics_support import (
+    S,
+    StandInEvaluator,
+    argmax_reducer,
+    binary,
+    comparator,
+    instr,
+    run,
+    shape_of,
+)
 from xladist.hlo.attrs import Window, WindowDim
 from xladist.hlo.shape import Shape
 
@@ -94,13 +102,13 @@ def naive_reduce_window(x, init, fn, wdims):
 
 
 RW_CASES = [
-    ("pool2x2", [dict(size=2, stride=2), dict(size=2, stride=2)]),
-    ("same_pad", [dict(size=3, padding_low=1, padding_high=1),
-                  dict(size=3, padding_low=1, padding_high=1)]),
-    ("dilations", [dict(size=2, base_dilation=2, padding_low=1),
-                   dict(size=2, window_dilation=2, stride=2)]),
-    ("negative_pad", [dict(size=2, padding_low=-1), dict(size=1, padding_high=-2)]),
-    ("cumsum_like", [dict(size=5, padding_low=4), dict(size=1)]),
+    ("pool2x2", [{"size": 2, "stride": 2}, {"size": 2, "stride": 2}]),
+    ("same_pad", [{"size": 3, "padding_low": 1, "padding_high": 1},
+                  {"size": 3, "padding_low": 1, "padding_high": 1}]),
+    ("dilations", [{"size": 2, "base_dilation": 2, "padding_low": 1},
+                   {"size": 2, "window_dilation": 2, "stride": 2}]),
+    ("negative_pad", [{"size": 2, "padding_low": -1}, {"size": 1, "padding_high": -2}]),
+    ("cumsum_like", [{"size": 5, "padding_low": 4}, {"size": 1}]),
 ]
 
 
@@ -160,10 +168,10 @@ def naive_select_and_scatter(operand, source, init, wdims, ge=True):
 
 
 SAS_CASES = [
-    ("maxpool_grad", (4, 6), [dict(size=2, stride=2), dict(size=3, stride=3)]),
-    ("overlapping", (5, 5), [dict(size=3, stride=1), dict(size=2, stride=1)]),
-    ("padded", (4, 5), [dict(size=3, stride=2, padding_low=1, padding_high=1),
-                        dict(size=3, stride=2, padding_low=1, padding_high=1)]),
+    ("maxpool_grad", (4, 6), [{"size": 2, "stride": 2}, {"size": 3, "stride": 3}]),
+    ("overlapping", (5, 5), [{"size": 3, "stride": 1}, {"size": 2, "stride": 1}]),
+    ("padded", (4, 5), [{"size": 3, "stride": 2, "padding_low": 1, "padding_high": 1},
+                        {"size": 3, "stride": 2, "padding_low": 1, "padding_high": 1}]),
 ]
 
 

@@ -80,7 +80,7 @@ def test_philox4x32_known_answer_vectors():
 
 def test_threefry_counter_wraps_and_state_advances_by_half_size():
     state = np.array([7, 2**64 - 2], np.uint64)
-    new, bits = rng_bit_generator(state, "rng_three_fry", np.uint32, (4, 3))
+    new, _ = rng_bit_generator(state, "rng_three_fry", np.uint32, (4, 3))
     assert int(new[0]) == 7 and int(new[1]) == (2**64 - 2 + 6) % 2**64
     # 64-bit outputs: one counter per element.
     new64, _ = rng_bit_generator(state, "rng_three_fry", np.uint64, (4, 3))

@@ -90,7 +90,7 @@ def test_total_order_key_bf16():
 def _topk(x, k, largest=True, comp=None):
     out = Shape.tuple_of([S(shape_of(x).element_type.name, *x.shape[:-1], k),
                           S("s32", *x.shape[:-1], k)])
-    attrs = dict(k=k, largest=largest)
+    attrs = {"k": k, "largest": largest}
     if comp is not None:
         attrs["to_apply"] = comp
     return instr("topk", out, [shape_of(x)], **attrs)
@@ -115,6 +115,8 @@ def test_topk_float_total_order_puts_nan_first():
     x = np.array([1.0, np.nan, 3.0, -np.inf], np.float32)
     v, i = run(_topk(x, 3), x)
     np.testing.assert_array_equal(i, [1, 2, 0])
+    np.testing.assert_array_equal(v[1:], [3.0, 1.0])
+    assert np.isnan(v[0])
 
 
 def test_topk_with_comparator():

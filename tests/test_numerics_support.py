@@ -15,11 +15,19 @@ import numpy as np
 from xladist.hlo.attrs import Literal
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.shape import Shape, primitive_type_of_dtype
-from xladist.interpreter import registry
 
 # Importing the families registers them.
-from xladist.interpreter import (batchnorm, convolution, dot, fft_linalg,  # noqa: F401
-                                 gather_scatter, reduce, rng, sort)
+from xladist.interpreter import (  # noqa: F401
+    batchnorm,
+    convolution,
+    dot,
+    fft_linalg,
+    gather_scatter,
+    reduce,
+    registry,
+    rng,
+    sort,
+)
 
 
 def _total_order_key(x: np.ndarray) -> np.ndarray:

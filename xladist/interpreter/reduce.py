@@ -44,7 +44,7 @@ def _apply(ev, comp, arrays, dtypes):
 
 def reduce_arrays(ev, comp, operands, inits, dims) -> tuple:
     """Variadic reduce of same-shaped `operands` over `dims`; returns a tuple of arrays."""
-    dims = sorted(set(int(d) for d in dims))
+    dims = sorted({int(d) for d in dims})
     shape = operands[0].shape
     keep = [d for d in range(len(shape)) if d not in dims]
     out_shape = tuple(shape[d] for d in keep)

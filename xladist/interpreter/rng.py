@@ -201,7 +201,7 @@ def _eval_rng_bit_generator(instr, args, ev):
 # instruction name and a call counter, so a while loop draws fresh numbers each trip
 # while two runs of one program give identical results.
 
-_CALL_COUNTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CALL_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _counter(ev, key: str) -> int:
