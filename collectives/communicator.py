@@ -199,14 +199,18 @@ class Communicator(ABC):
 
 _MPI = None
 _MPI_OPS: dict[str, object] = {}
+_BYTE = None
 
 
 def _mpi():
-    global _MPI
+    global _MPI, _BYTE
     if _MPI is None:
         from mpi4py import MPI
 
         _MPI = MPI
+        # Data moves as [array, MPI.BYTE]: works for every dtype (bf16, f8, 0-d) without
+        # making view objects, which cost several us per large call in mpi4py/MPICH here.
+        _BYTE = MPI.BYTE
         _MPI_OPS.update(sum=MPI.SUM, prod=MPI.PROD, min=MPI.MIN, max=MPI.MAX,
                         band=MPI.BAND, bor=MPI.BOR, bxor=MPI.BXOR)
     return _MPI
@@ -263,23 +267,23 @@ class MpiCommunicator(Communicator):
     def allgather(self, send, recv, label=None):
         token = self._wd.begin(label or "all-gather", self)
         try:
-            self.comm.Allgather(_bytes(send), _bytes(recv))
+            self.comm.Allgather([send, _BYTE], [recv, _BYTE])
         finally:
             self._wd.end(token)
 
     def iallgather(self, send, recv, label=None):
-        s, r = _bytes(send), _bytes(recv)
+        s, r = [send, _BYTE], [recv, _BYTE]
         return _MpiRequest([self.comm.Iallgather(s, r)], label or "all-gather", self, (s, r))
 
     def alltoall(self, send, recv, label=None):
         token = self._wd.begin(label or "all-to-all", self)
         try:
-            self.comm.Alltoall(_bytes(send), _bytes(recv))
+            self.comm.Alltoall([send, _BYTE], [recv, _BYTE])
         finally:
             self._wd.end(token)
 
     def ialltoall(self, send, recv, label=None):
-        s, r = _bytes(send), _bytes(recv)
+        s, r = [send, _BYTE], [recv, _BYTE]
         return _MpiRequest([self.comm.Ialltoall(s, r)], label or "all-to-all", self, (s, r))
 
     def reduce_scatter_block(self, send, recv, op, label=None):
@@ -298,14 +302,14 @@ class MpiCommunicator(Communicator):
         token = self._wd.begin(label or "collective-permute", self)
         try:
             # PROC_NULL turns the missing half into a no-op, so one call covers every case.
-            self.comm.Sendrecv(_bytes(send), MPI.PROC_NULL if dest is None else dest, 0,
-                               _bytes(recv), MPI.PROC_NULL if source is None else source, 0)
+            self.comm.Sendrecv([send, _BYTE], MPI.PROC_NULL if dest is None else dest, 0,
+                               [recv, _BYTE], MPI.PROC_NULL if source is None else source, 0)
         finally:
             self._wd.end(token)
 
     def ipermute(self, send, recv, dest, source, label=None):
         reqs = []
-        s, r = _bytes(send), _bytes(recv)
+        s, r = [send, _BYTE], [recv, _BYTE]
         if source is not None:
             reqs.append(self.comm.Irecv(r, source, 0))
         if dest is not None:
@@ -317,12 +321,12 @@ class MpiCommunicator(Communicator):
     def bcast(self, buf, root, label=None):
         token = self._wd.begin(label or "collective-broadcast", self)
         try:
-            self.comm.Bcast(_bytes(buf), root)
+            self.comm.Bcast([buf, _BYTE], root)
         finally:
             self._wd.end(token)
 
     def ibcast(self, buf, root, label=None):
-        b = _bytes(buf)
+        b = [buf, _BYTE]
         return _MpiRequest([self.comm.Ibcast(b, root)], label or "collective-broadcast", self,
                            (b,))
 

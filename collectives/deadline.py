@@ -63,8 +63,8 @@ _abort_lock = threading.Lock()
 _aborting = False
 
 
-def abort_job(message: str, code: int = 1) -> None:
-    """Print ``rank R: message`` once to stderr and abort every rank of the job.
+def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
+    """Print ``rank R: message`` (or just ``message``) once to stderr and abort every rank.
 
     Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
     exits this process.  Safe to call from any thread (mpi4py initializes MPI with
@@ -76,7 +76,8 @@ def abort_job(message: str, code: int = 1) -> None:
         _aborting = True
     if first:
         try:
-            sys.stderr.write(f"rank {_world_rank()}: {message}\n")
+            prefix = f"rank {_world_rank()}: " if with_rank else ""
+            sys.stderr.write(f"{prefix}{message}\n")
             sys.stderr.flush()
         except Exception:  # stderr closed: still abort
             pass

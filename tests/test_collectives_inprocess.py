@@ -250,3 +250,26 @@ def test_recycled_results_do_not_alias_across_calls():
 
     for first, second, shared in C.run_in_threads(2, body):
         assert (first, second, shared) == (3.0, 6.0, False)
+
+
+def test_bench_parse_size():
+    from collectives.bench import parse_size
+
+    assert [parse_size(s) for s in ("8", "32K", "1M", "64MiB", "2kb")] == \
+        [8, 32768, 1 << 20, 64 << 20, 2048]
+    with pytest.raises(Exception, match="not a size"):
+        parse_size("lots")
+
+
+@needs_mpiexec
+def test_bench_relaunches_itself_under_mpiexec():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "collectives.bench", "-n", "2", "--sizes", "8,4K",
+         "--iters", "3", "--repeats", "1", "--ops", "all-reduce,all-to-all"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip().endswith(
+        tuple("0123456789")) and not line.startswith("#")]
+    assert len(rows) == 4
+    assert all(row[7] == "0" for row in rows)  # #wrong column
