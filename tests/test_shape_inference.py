@@ -646,6 +646,17 @@ def test_all_gather_reduce_scatter_group_size():
     assert_shape(infer_shape("all-gather-done", [start], {}), "f32[8,3]")
 
 
+def test_cross_replica_and_partition_group_size_needs_the_module():
+    # channel_id without use_global_device_ids: each replica id brings all its partitions, so
+    # the gathered size depends on num_partitions and only the declared shape can tell.
+    attrs = dict(channel_id=1, replica_groups=groups((0, 1)), dimensions=(0,))
+    with pytest.raises(ShapeError, match="group size depends on the device count"):
+        infer("all-gather", ["f32[2]"], **attrs)
+    assert_shape(infer("all-gather", ["f32[2]"], "f32[8]", **attrs), "f32[8]")
+    attrs["use_global_device_ids"] = True
+    assert_shape(infer("all-gather", ["f32[2]"], **attrs), "f32[4]")
+
+
 def test_all_to_all_forms():
     g = groups((0, 1, 2, 3))
     assert_shape(infer("all-to-all", ["f32[8,3]"], replica_groups=g, dimensions=(0,)),

@@ -299,6 +299,17 @@ def test_all_gather_and_reduce_scatter_sizes_follow_the_group():
     assert "not divisible by the group size 4" in str(err)
 
 
+def test_cross_replica_and_partition_groups_span_partitions():
+    # R=2, P=2, channel_id without use_global_device_ids: group {0,1} of replica ids is the 4
+    # devices (r0,p0),(r0,p1),(r1,p0),(r1,p1) (A.3), so all-gather multiplies by 4.
+    attrs = dict(channel_id=1, replica_groups=groups((0, 1)), dimensions=(0,))
+    verify_module(_collective("all-gather", "f32[2]", "f32[8]", replicas=2, partitions=2,
+                              **attrs))
+    err = verify_error(_collective("all-gather", "f32[2]", "f32[4]", replicas=2, partitions=2,
+                                   **attrs))
+    assert "gathers over groups of 4" in str(err) and err.expected == "f32[8]"
+
+
 def test_all_to_all_group_size():
     b = Comp("main")
     ps = [b.param("f32[4,2]") for _ in range(3)]

@@ -11,8 +11,8 @@ and B.8-B.9:
   expanded to one group of every id (A.5);
 * `check_groups(...)` / `check_source_target_pairs(...)` - the verifier's rules, raising
   GroupError with a message that names the op, the groups and the offending id;
-* `group_size(...)` - the uniform size of the groups, used for all-gather, reduce-scatter and
-  all-to-all shape checks.
+* `group_size(...)` / `device_group_size(...)` - the uniform size of the id groups and of the
+  device groups they stand for, used for all-gather, reduce-scatter and all-to-all shapes.
 
 Mapping ids to devices (device assignment, member order per mode) lives in collectives/groups.py;
 this module stays inside xladist.hlo because imports only point down.
@@ -162,6 +162,16 @@ def group_size(replica_groups, mode: GroupMode, replica_count: int,
     groups = group_ids(replica_groups, mode, replica_count, num_partitions)
     sizes = {len(g) for g in groups}
     return sizes.pop() if len(sizes) == 1 else None
+
+
+def device_group_size(replica_groups, mode: GroupMode, replica_count: int,
+                      num_partitions: int) -> int | None:
+    """Devices per group: the id-group size, times num_partitions in CrossReplicaAndPartition
+    mode (each replica id stands for all partitions of that replica, A.3)."""
+    size = group_size(replica_groups, mode, replica_count, num_partitions)
+    if size is not None and mode is GroupMode.CROSS_REPLICA_AND_PARTITION:
+        size *= num_partitions
+    return size
 
 
 def check_source_target_pairs(opcode: str, pairs: Sequence[Sequence[int]], has_channel: bool,

@@ -10,6 +10,7 @@ verifier checks the exact size against replica_count / num_partitions).
 
 from __future__ import annotations
 
+from .collective_groups import has_global_ids_flag
 from .shape import Shape
 from .shape_inference_base import (U32, ShapeError, attr, expect_array, expect_count,
                                    expect_token, fmt, fmt_all, fmt_dims, like, make, need_declared,
@@ -18,10 +19,15 @@ from .shape_inference_base import (U32, ShapeError, attr, expect_array, expect_c
 _TOKEN = Shape.token()
 
 
-def explicit_group_size(attrs) -> int | None:
-    """The size of the first explicit replica group, None for `{}` (device-count dependent)."""
+def explicit_group_size(op, attrs) -> int | None:
+    """Devices per group when explicit groups say it alone; None when it depends on the device
+    count: `{}`, or CrossReplicaAndPartition mode (channel_id without use_global_device_ids on
+    all-gather / reduce-scatter / all-reduce, where each replica id brings all partitions)."""
     groups = attrs.get("replica_groups")
     if groups is None or not groups.groups:
+        return None
+    if (has_global_ids_flag(op) and attrs.get("channel_id") is not None
+            and not attrs.get("use_global_device_ids")):
         return None
     sizes = sorted({len(g) for g in groups.groups})
     if len(sizes) > 1:
@@ -61,12 +67,12 @@ def _collective_dim(attrs, shapes) -> int:
     return d
 
 
-def _scaled(shapes, d, declared, attrs, grow: bool) -> Shape:
+def _scaled(op, shapes, d, declared, attrs, grow: bool) -> Shape:
     """all-gather (grow) multiplies dimension d by the group size, reduce-scatter divides it."""
-    n = explicit_group_size(attrs)
+    n = explicit_group_size(op, attrs)
     if n is None:
-        d_shape = need_declared(declared, "replica_groups={} makes the group size depend on the "
-                                "device count")
+        d_shape = need_declared(declared, "the group size depends on the device count (replica_"
+                                "groups={} or channel_id without use_global_device_ids)")
         outs = list(d_shape.tuple_shapes) if d_shape.is_tuple else [d_shape]
         if len(outs) != len(shapes):
             raise ShapeError(f"result {fmt(d_shape)} must have one array per operand "
@@ -106,7 +112,7 @@ def all_reduce_done(op, shapes, attrs, declared):
 
 def all_gather(op, shapes, attrs, declared):
     _arrays(shapes)
-    return _scaled(shapes, _collective_dim(attrs, shapes), declared, attrs, grow=True)
+    return _scaled(op, shapes, _collective_dim(attrs, shapes), declared, attrs, grow=True)
 
 
 def all_gather_start(op, shapes, attrs, declared):
@@ -117,7 +123,7 @@ def all_gather_start(op, shapes, attrs, declared):
         if not declared.is_tuple or len(declared.tuple_shapes) != 2:
             raise ShapeError(f"result must be (operands, results), got {fmt(declared)}")
         inner = declared.tuple_shapes[1]
-    result = _scaled(shapes, _collective_dim(attrs, shapes), inner, attrs, grow=True)
+    result = _scaled(op, shapes, _collective_dim(attrs, shapes), inner, attrs, grow=True)
     return Shape.tuple_of([tuple_or_single(list(shapes)), result])
 
 
@@ -133,7 +139,7 @@ def element_1(op, shapes, attrs, declared):
 def reduce_scatter(op, shapes, attrs, declared):
     _arrays(shapes)
     _scalar_reducer(attrs, shapes)
-    return _scaled(shapes, _collective_dim(attrs, shapes), declared, attrs, grow=False)
+    return _scaled(op, shapes, _collective_dim(attrs, shapes), declared, attrs, grow=False)
 
 
 def all_to_all(op, shapes, attrs, declared):
@@ -141,7 +147,7 @@ def all_to_all(op, shapes, attrs, declared):
     Tuple form (no dimensions): N same-shape operands -> a tuple of N arrays."""
     _arrays(shapes)
     dims = attrs.get("dimensions")
-    n = explicit_group_size(attrs)
+    n = explicit_group_size(op, attrs)
     if dims:
         expect_count(shapes, 1)
         d = _collective_dim(attrs, shapes)

@@ -230,7 +230,7 @@ def _check_collective(comp, instr, replica_count, num_partitions):
             groups = instr.attrs.get("replica_groups")
             cg.check_groups(op, groups, mode, replica_count, num_partitions,
                             require_cover=require_cover)
-            size = cg.group_size(groups, mode, replica_count, num_partitions)
+            size = cg.device_group_size(groups, mode, replica_count, num_partitions)
             if size_check is not None and size:
                 size_check(comp, instr, size)
         elif op in ("collective-permute", "collective-permute-start"):
