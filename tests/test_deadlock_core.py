@@ -221,3 +221,42 @@ def test_device_assignment_changes_partition_count():
     assert report.ok and report.num_devices == 4
     # devices 2 and 3 are in no pair: their channel ends complete at once (21a)
     assert report.events[2] == 0 and report.events[0] == 4
+
+
+def test_branch_on_loop_counter_is_followed_each_iteration():
+    """for i in 0..2: if i % 2 == 0: all-reduce -- folded per iteration: 2 all-reduces."""
+    add = add_computation()
+    with_ar, without = IR("with_ar"), IR("without")
+    p = with_ar("parameter", "f32[4]", param=0)
+    with_ar("all-reduce", "f32[4]", p, replica_groups=ReplicaGroups(()), to_apply=add.comp,
+            name="ar.even")
+    q = without("parameter", "f32[4]", param=0)
+    without("copy", "f32[4]", q)
+    body = IR("body")
+    st = body("parameter", ["s32[]", "f32[4]"], param=0)
+    i = body("get-tuple-element", "s32[]", st, index=0)
+    v = body("get-tuple-element", "f32[4]", st, index=1)
+    two = body("constant", "s32[]", value=2)
+    zero = body("constant", "s32[]", value=0)
+    rem = body("remainder", "s32[]", i, two)
+    even = body("compare", "pred[]", rem, zero, direction="EQ")
+    w = body("conditional", "f32[4]", even, v, v, true_computation=with_ar.comp,
+             false_computation=without.comp, name="if_even")
+    one = body("constant", "s32[]", value=1)
+    i1 = body("add", "s32[]", i, one)
+    body("tuple", ["s32[]", "f32[4]"], i1, w)
+    cond = IR("cond")
+    cs = cond("parameter", ["s32[]", "f32[4]"], param=0)
+    ci = cond("get-tuple-element", "s32[]", cs, index=0)
+    three = cond("constant", "s32[]", value=3)
+    cond("compare", "pred[]", ci, three, direction="LT")
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0)
+    z = e("constant", "s32[]", value=0)
+    init = e("tuple", ["s32[]", "f32[4]"], z, x)
+    e("while", ["s32[]", "f32[4]"], init, condition=cond.comp, body=body.comp, name="loop")
+    report = check_module(module(e, add, with_ar, without, body, cond, replica_count=2))
+    assert report.ok, report.to_text()
+    ctxs = [ev.ctx for ev in report.traces[1].events]
+    assert ctxs == [("iteration 1 of loop", "branch 0 of if_even"),
+                    ("iteration 3 of loop", "branch 0 of if_even")]

@@ -205,3 +205,36 @@ def test_corpus_module_is_proven(case):
     assert report.ok and report.problems == [], report.to_text()
     collectives = sum(report.events.values())
     assert collectives >= meta["num_devices"]  # every device issues at least one collective
+
+
+def test_corpus_while_loop_unrolls_by_known_trip_count_or_by_folding():
+    path = CORPUS / "while_loop_psum_mesh4" / "module.hlo"
+    report = check_module(xladist.load_hlo(path), 4)
+    assert report.events == {0: 4, 1: 4, 2: 4, 3: 4}
+    # Without XLA's known_trip_count the condition (a fusion comparing i < 4) is folded.
+    text = path.read_text().replace('"known_trip_count":{"n":"4"}', '"x":{}')
+    assert "known_trip_count" not in text
+    report = check_module(xladist.parse_hlo(text), 4)
+    assert report.events == {0: 4, 1: 4, 2: 4, 3: 4}
+    assert [e.ctx for e in report.traces[0].events][-1] == ("iteration 4 of while.9",)
+
+
+# ---- the CLI: exit codes 0 proven, 1 problem found, 2 invalid input ---------------------------
+
+@pytest.mark.parametrize("args,code", [
+    (["ring_send_recv.n4.hlo"], 0),
+    (["recv_done_first.hlo"], 1),
+    (["send_without_recv.hlo", "--json"], 1),
+    (["data_dependent_loop.hlo"], 0),
+    (["data_dependent_loop.hlo", "--strict"], 1),
+    (["ring_send_recv.n4.hlo", "-n", "3"], 2),
+])
+def test_cli_exit_codes(args, code, capsys):
+    from xladist.cli import main
+    assert main(["check", str(DATA / args[0]), *args[1:]]) == code
+    out = capsys.readouterr()
+    if args[0] == "recv_done_first.hlo":
+        assert "device 0 waits at recv-done.a (line 12" in out.out
+    if "--json" in args:
+        data = json.loads(out.out)
+        assert data["deadlock_check"]["report"]["problems"][0]["kind"] == "unmatched"
