@@ -231,8 +231,13 @@ class Evaluator:
         try:
             value = rule(instr, operands, self)
         except XlaDistError as e:
-            if isinstance(e, ExecutionError) and e.instruction is None:
-                e.instruction = describe(instr)
+            if isinstance(e, ExecutionError):  # locate it: rank, device, instruction
+                if e.instruction is None:
+                    e.instruction = describe(instr)
+                if e.rank is None:
+                    d = self.device
+                    e.rank = getattr(d, "rank", None)
+                    e.replica, e.partition = d.replica_id, d.partition_id
                 e.args = (e._format(),)
             raise
         except Exception as e:  # a bug in a rule: say which instruction tripped it
