@@ -8,8 +8,15 @@ import numpy as np
 
 from .communicator import Communicator, Request
 
-__all__ = ["Pending", "contiguous", "normalize_dim", "split_dim", "to_block_major",
-           "from_block_major", "zeros"]
+__all__ = [
+    "Pending",
+    "contiguous",
+    "from_block_major",
+    "normalize_dim",
+    "split_dim",
+    "to_block_major",
+    "zeros",
+]
 
 
 class Pending:
@@ -19,7 +26,7 @@ class Pending:
     start and wait (MPI reads them in the background).
     """
 
-    __slots__ = ("_reqs", "_finish", "_result", "_done")
+    __slots__ = ("_done", "_finish", "_reqs", "_result")
 
     def __init__(self, reqs: Sequence[Request], finish: Callable[[], object]):
         self._reqs = reqs

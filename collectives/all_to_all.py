@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import Pending, contiguous, from_block_major, normalize_dim, split_dim, \
-    to_block_major
+from ._common import Pending, contiguous, from_block_major, normalize_dim, split_dim, to_block_major
 from .communicator import Communicator
 
 __all__ = ["all_to_all", "all_to_all_start"]

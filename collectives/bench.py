@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-__all__ = ["main", "parse_size", "DEFAULT_SIZES"]
+__all__ = ["DEFAULT_SIZES", "main", "parse_size"]
 
 DEFAULT_SIZES = ("8,32,128,512,2K,8K,32K,128K,512K,1M,4M,16M,64M")
 OPS = ("all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-permute")

@@ -41,13 +41,13 @@ from .groups import GroupError
 
 __all__ = [
     "CollectiveError",
-    "Request",
     "Communicator",
-    "MpiCommunicator",
+    "CommunicatorCache",
     "InProcessCommunicator",
+    "MpiCommunicator",
+    "Request",
     "in_process_world",
     "run_in_threads",
-    "CommunicatorCache",
 ]
 
 
@@ -217,7 +217,7 @@ def _mpi():
 
 
 class _MpiRequest(Request):
-    __slots__ = ("reqs", "label", "comm", "keep")
+    __slots__ = ("comm", "keep", "label", "reqs")
 
     def __init__(self, reqs, label, comm, keep):
         self.reqs = reqs
@@ -364,7 +364,7 @@ _NP_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maxi
 
 
 class _Slot:
-    __slots__ = ("payloads", "ops", "arrived", "done", "result", "error", "readers")
+    __slots__ = ("arrived", "done", "error", "ops", "payloads", "readers", "result")
 
     def __init__(self, size: int):
         self.payloads = [None] * size
@@ -388,7 +388,7 @@ class _Rendezvous:
 
 
 class _InProcRequest(Request):
-    __slots__ = ("comm", "seq", "slot", "label", "extract", "_result")
+    __slots__ = ("_result", "comm", "extract", "label", "seq", "slot")
 
     def __init__(self, comm, seq, slot, label, extract):
         self.comm, self.seq, self.slot, self.label, self.extract = comm, seq, slot, label, extract
@@ -431,7 +431,7 @@ class InProcessCommunicator(Communicator):
                 else:
                     try:
                         slot.result = combine(slot.payloads)
-                    except Exception as e:  # reported to every member, not only the combiner
+                    except Exception as e:  # noqa: BLE001 -- reported to every member, not only the combiner
                         slot.error = f"{op} failed while combining: {type(e).__name__}: {e}"
                 slot.done = True
                 rv.cond.notify_all()

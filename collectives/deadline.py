@@ -26,11 +26,11 @@ import time
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Watchdog",
-    "watchdog",
-    "configure",
-    "waiting",
     "abort_job",
     "abort_on_exception",
+    "configure",
+    "waiting",
+    "watchdog",
 ]
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -79,7 +79,7 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
             prefix = f"rank {_world_rank()}: " if with_rank else ""
             sys.stderr.write(f"{prefix}{message}\n")
             sys.stderr.flush()
-        except Exception:  # stderr closed: still abort
+        except Exception:  # noqa: BLE001, S110 -- stderr closed: still abort
             pass
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():

@@ -22,15 +22,15 @@ import enum
 from collections.abc import Sequence
 
 __all__ = [
+    "DeviceAssignment",
     "GroupError",
     "GroupMode",
-    "DeviceAssignment",
-    "group_mode",
-    "iota_replica_groups",
     "check_replica_groups",
-    "device_groups",
-    "groups_for_device",
     "collective_permute_pairs",
+    "device_groups",
+    "group_mode",
+    "groups_for_device",
+    "iota_replica_groups",
     "permute_device_groups",
 ]
 
@@ -123,7 +123,7 @@ def iota_replica_groups(
 class DeviceAssignment:
     """A ``[replica][partition] -> device id`` table with reverse lookup (A.7)."""
 
-    __slots__ = ("replica_count", "num_partitions", "_table", "_logical")
+    __slots__ = ("_logical", "_table", "num_partitions", "replica_count")
 
     def __init__(self, table: Sequence[Sequence[int]]):
         rows = [[int(d) for d in row] for row in table]
@@ -373,7 +373,7 @@ def _check_pairs(pairs: Sequence[Sequence[int]], n: int, what: str) -> list[tupl
     out: list[tuple[int, int]] = []
     sources: set[int] = set()
     targets: set[int] = set()
-    shown = "{" + ",".join("{%s}" % ",".join(map(str, p)) for p in pairs) + "}"
+    shown = _fmt(pairs)
     for pair in pairs:
         if len(pair) != 2:
             raise GroupError(f"source_target_pairs={shown}: {list(pair)} is not a (source, target)")

@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
-    "Reducer",
-    "SUM",
-    "PROD",
-    "MIN",
-    "MAX",
     "AND",
-    "OR",
-    "XOR",
     "KINDS",
-    "reducer_for_kind",
+    "MAX",
+    "MIN",
+    "OR",
+    "PROD",
+    "SUM",
+    "XOR",
+    "Reducer",
     "builtin_op",
     "fold",
+    "reducer_for_kind",
 ]
 
 KINDS = ("sum", "prod", "min", "max", "and", "or", "xor")
