@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import xladist  # noqa: E402
-from runtime.deadlock import check_module  # noqa: E402
-from runtime.schedule import schedule_module  # noqa: E402
+import xladist
+from runtime.deadlock import check_module
+from runtime.schedule import schedule_module
 
 PAIRS = "_xla_send_recv_source_target_pairs"
 
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     t1 = time.perf_counter()
     module = xladist.parse_hlo(text)
     t2 = time.perf_counter()
-    schedule = schedule_module(module)
+    schedule_module(module)
     t3 = time.perf_counter()
     best, report = float("inf"), None
     for _ in range(args.repeat):

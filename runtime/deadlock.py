@@ -27,17 +27,16 @@ from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
 from .deadlock_report import Problem, Report, event_ref, mismatch_problem, side_by_side
-from .deadlock_trace import (DEFAULT_MAX_UNROLL, DeviceTrace, Event, ModuleFacts, trace_device,
-                             where)
+from .deadlock_trace import DEFAULT_MAX_UNROLL, DeviceTrace, Event, ModuleFacts, trace_device, where
 from .schedule import schedule_module
 
-__all__ = ["check_module", "Report", "Problem", "resolve_devices"]
+__all__ = ["Problem", "Report", "check_module", "resolve_devices"]
 
 
 class _Instance:
     """One collective as all members of a group run it together."""
 
-    __slots__ = ("group", "arrived", "issued")
+    __slots__ = ("arrived", "group", "issued")
 
     def __init__(self, group):
         self.group = group
@@ -93,7 +92,7 @@ def _match_collectives(traces: list[DeviceTrace], problems: list[Problem]) -> No
         for k in range(longest):
             present = [(d, s[k]) for d, s in zip(group, seqs) if k < len(s)]
             inst = _Instance(group) if len(present) == len(group) else None
-            ref_dev, ref = present[0]
+            ref = present[0][1]
             for d, ev in present:
                 ev.inst = inst
                 field = ref.sig.first_difference(ev.sig)
@@ -144,7 +143,7 @@ def _match_channels(traces: list[DeviceTrace], problems: list[Problem]) -> None:
                     f"channel {channel}: device {src} sends {s.shape} at {s.where()} but device "
                     f"{dst} receives {r.shape} at {r.where()}",
                     [src, dst], [event_ref(s), event_ref(r)],
-                    detail=side_by_side(("device %d" % src, "device %d" % dst),
+                    detail=side_by_side((f"device {src}", f"device {dst}"),
                                          [("instruction", s.where(), r.where()),
                                           ("shape", s.shape, r.shape)], differs="shape")))
         if len(ss) > len(rs) and dst not in truncated:

@@ -20,7 +20,7 @@ import numpy as np
 
 from xladist.hlo.ir import Computation, Instruction
 
-__all__ = ["Unknown", "TOKEN", "Frame", "Folder", "FOLD_RULES", "MAX_FOLD_ELEMENTS"]
+__all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "Unknown"]
 
 # Control values are scalars or tiny vectors; anything bigger is data, not control.
 MAX_FOLD_ELEMENTS = 4096
@@ -60,7 +60,7 @@ TOKEN = _Token()
 class Frame:
     """One activation of a computation: lazily bound parameters and memoized values."""
 
-    __slots__ = ("comp", "params", "memo")
+    __slots__ = ("comp", "memo", "params")
 
     def __init__(self, comp: Computation, params: list):
         self.comp = comp

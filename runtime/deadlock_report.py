@@ -74,7 +74,7 @@ def side_by_side(heads, rows, differs=None) -> list[str]:
     out = [f"{'field':<{w0}}  {heads[0]:<{w1}}  {heads[1]}"]
     for name, a, b in rows:
         mark = "   <-- differs" if name == differs else ""
-        out.append(f"{name:<{w0}}  {str(a):<{w1}}  {b}{mark}")
+        out.append(f"{name:<{w0}}  {a!s:<{w1}}  {b}{mark}")
     return out
 
 

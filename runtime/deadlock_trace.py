@@ -25,16 +25,30 @@ import re
 from collections import deque
 from collections.abc import Callable
 
-from collectives.groups import (DeviceAssignment, GroupError, collective_permute_pairs,
-                                device_groups, group_mode, permute_device_groups)
+from collectives.groups import (
+    DeviceAssignment,
+    GroupError,
+    collective_permute_pairs,
+    device_groups,
+    group_mode,
+    permute_device_groups,
+)
 from xladist.errors import InputError
 from xladist.hlo.ir import Computation, Instruction, Module
 
 from .deadlock_fold import Folder, Frame, Unknown, pick_branch
 from .schedule import communicates, computation_communicates
 
-__all__ = ["Event", "Signature", "DeviceTrace", "ModuleFacts", "trace_device", "TRACE_RULES",
-           "where", "PAIRS_ATTR"]
+__all__ = [
+    "PAIRS_ATTR",
+    "TRACE_RULES",
+    "DeviceTrace",
+    "Event",
+    "ModuleFacts",
+    "Signature",
+    "trace_device",
+    "where",
+]
 
 PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
 DEFAULT_MAX_UNROLL = 100_000
@@ -62,7 +76,7 @@ class Signature:
         self.dimensions = dimensions
         self.pairs = pairs
 
-    def first_difference(self, other: "Signature") -> str | None:
+    def first_difference(self, other: Signature) -> str | None:
         if self is other:
             return None
         for f in self.FIELDS:
@@ -84,8 +98,22 @@ class Signature:
 
 
 class Event:
-    __slots__ = ("kind", "instr", "device", "ctx", "sig", "group", "channel", "peer", "shape",
-                 "link", "inst", "partner", "issued", "index")
+    __slots__ = (
+        "channel",
+        "ctx",
+        "device",
+        "group",
+        "index",
+        "inst",
+        "instr",
+        "issued",
+        "kind",
+        "link",
+        "partner",
+        "peer",
+        "shape",
+        "sig",
+    )
 
     def __init__(self, kind: str, instr: Instruction, device: int, ctx: tuple[str, ...]):
         self.kind = kind
@@ -430,7 +458,8 @@ def _while(t: _Tracer, instr, frame, ctx):
         if eager:
             state = folder.eval(body.root, bframe)
         else:
-            state = (lambda bf=bframe: folder.eval(body.root, bf))
+            def state(bf=bframe):  # forced only if something later asks for the loop state
+                return folder.eval(body.root, bf)
         k += 1
 
 

@@ -21,15 +21,24 @@ text goes first, so a module already in a valid order keeps it.  A module with
 from __future__ import annotations
 
 import heapq
+import itertools
 import weakref
 from collections.abc import Iterable
 
 from xladist.errors import VerifierError
 from xladist.hlo.ir import Computation, Instruction, Module
 
-__all__ = ["ScheduleError", "schedule_module", "schedule_computation", "check_order",
-           "communicates", "computation_communicates", "is_cross_device_p2p", "channel_chains",
-           "Chain"]
+__all__ = [
+    "Chain",
+    "ScheduleError",
+    "channel_chains",
+    "check_order",
+    "communicates",
+    "computation_communicates",
+    "is_cross_device_p2p",
+    "schedule_computation",
+    "schedule_module",
+]
 
 # Async forms that stay on one device: they never wait for another device.
 _LOCAL_ASYNC = frozenset({"copy-start", "copy-done"})
@@ -49,7 +58,7 @@ def is_cross_device_p2p(instr: Instruction) -> bool:
 
 
 # Computations are not edited once scheduling starts, so the answer can be remembered.
-_COMM_CACHE: "weakref.WeakKeyDictionary[Computation, bool]" = weakref.WeakKeyDictionary()
+_COMM_CACHE: weakref.WeakKeyDictionary[Computation, bool] = weakref.WeakKeyDictionary()
 
 
 def computation_communicates(comp: Computation) -> bool:
@@ -82,7 +91,7 @@ class Chain:
     skipped).
     """
 
-    __slots__ = ("channel", "recv", "send", "recv_done", "send_done")
+    __slots__ = ("channel", "recv", "recv_done", "send", "send_done")
 
     def __init__(self, channel, recv, send, recv_done, send_done):
         self.channel = channel
@@ -149,7 +158,7 @@ class _Graph:
         self.chains = channel_chains(comp)
         for chain in self.chains:
             members = chain.members
-            for a, b in zip(members, members[1:]):
+            for a, b in itertools.pairwise(members):
                 self._edge(a, b, f"channel {chain.channel} order recv, send, recv-done, send-done")
         self.comm = [communicates(i) for i in self.instrs]
         self.chain_of: dict[int, Chain] = {}
@@ -201,7 +210,7 @@ class _Graph:
             path.append(nxt)
         cycle.reverse()  # now each element must run before the next
         lines = [f"  {_where(self.instrs[a])} must run before {_where(self.instrs[b])} "
-                 f"({self.reason.get((a, b), 'dependency')})" for a, b in zip(cycle, cycle[1:])]
+                 f"({self.reason.get((a, b), 'dependency')})" for a, b in itertools.pairwise(cycle)]
         return ("no order satisfies the dependencies and channel rules; they form a cycle:\n"
                 + "\n".join(lines))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from collectives.groups import DeviceAssignment
@@ -16,8 +17,6 @@ from runtime.deadlock import check_module
 from xladist.hlo.attrs import Literal, ReplicaGroups
 from xladist.hlo.ir import Computation, Instruction, Module
 from xladist.hlo.shape import Shape
-
-import numpy as np
 
 PAIRS = "_xla_send_recv_source_target_pairs"
 

@@ -13,10 +13,10 @@ import pytest
 
 pytest.importorskip("xladist.hlo.parser")
 
-import xladist  # noqa: E402
-from collectives.groups import DeviceAssignment  # noqa: E402
-from runtime.deadlock import check_module  # noqa: E402
-from runtime.schedule import ScheduleError  # noqa: E402
+import xladist
+from collectives.groups import DeviceAssignment
+from runtime.deadlock import check_module
+from runtime.schedule import ScheduleError
 
 DATA = Path(__file__).parent / "data" / "deadlock"
 CORPUS = Path(__file__).parent / "data" / "corpus" / "jax"

@@ -10,8 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime.schedule import (ScheduleError, channel_chains, check_order, schedule_computation,
-                              schedule_module)
+from runtime.schedule import (
+    ScheduleError,
+    channel_chains,
+    check_order,
+    schedule_computation,
+    schedule_module,
+)
 from tests.test_deadlock_core import IR, add_computation, module
 from xladist.hlo.attrs import ReplicaGroups
 
