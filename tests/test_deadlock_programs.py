@@ -42,7 +42,8 @@ def check(name: str, n: int | None = None, **kw):
 
 # ---- valid programs pass at 2 and 4 devices ---------------------------------------------------
 
-VALID = ["ring_send_recv", "bidirectional_exchange", "pipeline_while", "async_overlap"]
+VALID = ["ring_send_recv", "bidirectional_exchange", "pipeline_while", "pipelined_ring",
+         "async_overlap"]
 
 
 @pytest.mark.parametrize("n", [2, 4])
