@@ -47,7 +47,9 @@ KIND_NAMES = {EOF: "end of input", SHAPE: "shape", NAME: "name", ATTR: "attribut
 
 _ID = r"[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*"
 _TYPES = "|".join(sorted(PRIMITIVE_TYPES, key=len, reverse=True))
-_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)*"
+# Possessive: a comment is never given back to the token alternatives (else text
+# ending in `// done` would backtrack into a token 'e').
+_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)*+"
 
 # Group order = token kind number; alternatives are tried left to right, so the
 # more specific patterns (shape, name=, dim labels, special floats) come first.
@@ -67,8 +69,10 @@ _MASTER = re.compile(
     r"|(-?\d+)"                                                              # 12 INT
     r"|(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')"                             # 13 STRING
     r"|(->|<=|\.\.\.|[{}()\[\],=:])"                                         # 14 PUNCT
-    r"|(\S))",                                                               # 15 OTHER
+    r"|(\S)"                                                                 # 15 OTHER
+    r"|(\Z))",       # end of text: only whitespace/comments left; stops the scan
     re.S)
+_END_GROUP = 16
 
 
 class LineIndex:
@@ -101,8 +105,12 @@ def tokenize(text: str, lines: LineIndex | None = None, filename: str | None = N
     texts: list[str] = []
     starts: list[int] = []
     add_kind, add_text, add_start = kinds.append, texts.append, starts.append
+    # Every position matches (OTHER takes any character, the last group the end), so
+    # finditer never skips text.
     for m in _MASTER.finditer(text):
         g = m.lastindex
+        if g == _END_GROUP:
+            break
         add_kind(g)
         add_text(m.group(g))
         add_start(m.start(g))

@@ -1,0 +1,567 @@
+"""Parsing HLO text: shapes, layouts, attributes, literals, styles, sugar, errors.
+
+Expected values are written out by hand from hlo-text-format.md and XLA's
+operation semantics; literal values are checked bit for bit with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from xladist import parse_hlo
+from xladist.errors import HloParseError
+from xladist.hlo.attrs import (ConvDimensionNumbers, PaddingConfig, RawAttr, ReplicaGroups,
+                               SliceSpec, Window, WindowDim)
+from xladist.hlo.ir import Computation, Instruction
+from xladist.hlo.parser import parse_module
+from xladist.hlo.shape import PRIMITIVE_TYPES, UNBOUNDED, Layout, Shape
+
+ADD = """
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+"""
+
+
+def entry(body: str, extra: str = ADD, header: str = "HloModule m") -> str:
+    return f"{header}\n{extra}\nENTRY %main {{\n{body}\n}}\n"
+
+
+def instr(body: str, name: str, **kw) -> Instruction:
+    return parse_module(entry(body, **kw)).entry.instruction(name)
+
+
+def value_of(type_and_literal: str):
+    """The numpy value of `constant(...)` with the given result shape."""
+    shape, _, lit = type_and_literal.partition(" ")
+    return instr(f"ROOT %c = {shape} constant({lit})", "c").literal.value
+
+
+# ---- shapes and layouts --------------------------------------------------------------
+ARRAY_TYPES = [t for t in PRIMITIVE_TYPES.values() if t.is_array_type]
+
+
+@pytest.mark.parametrize("ptype", ARRAY_TYPES, ids=lambda t: t.name)
+def test_every_primitive_type_parses_as_array_and_scalar(ptype):
+    m = parse_module(entry(f"%x = {ptype.name}[3,2]{{0,1}} parameter(0)\n"
+                           f"ROOT %y = {ptype.name}[] parameter(1)"))
+    x, y = m.entry.parameters
+    assert x.shape.element_type is ptype and x.shape.dims == (3, 2)
+    assert x.shape.layout.minor_to_major == (0, 1)
+    assert y.shape == Shape.scalar(ptype)
+
+
+def test_token_and_tuple_shapes():
+    i = instr("%t = token[] after-all()\n"
+              "ROOT %p = ((f32[], u32[]), token[], ()) parameter(0)", "p")
+    s = i.shape
+    assert s.is_tuple and len(s.tuple_shapes) == 3
+    assert s.tuple_shapes[0].tuple_shapes[1] == Shape.scalar("u32")
+    assert s.tuple_shapes[1].is_token and s.tuple_shapes[2].tuple_shapes == ()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("f32[2,3]{1,0}", Layout((1, 0))),
+    ("f32[2,3]{0,1}", Layout((0, 1))),
+    ("f32[2,3,4,5]{0,3,2,1}", Layout((0, 3, 2, 1))),
+    ("f32[2,3,4]{1,2,0:T(1,128)}", Layout((1, 2, 0), tiles=((1, 128),))),
+    ("f32[8,128]{1,0:T(8,128)(2,1)}", Layout((1, 0), tiles=((8, 128), (2, 1)))),
+    ("f32[8,128]{1,0:T(*,128)}", Layout((1, 0), tiles=((-1, 128),))),
+    ("u32[]{:S(2)}", Layout((), memory_space=2)),
+    ("f32[4]{0:S(1)}", Layout((0,), memory_space=1)),
+    ("s4[8]{0:E(4)}", Layout((0,), element_size_in_bits=4)),
+    ("f32[4]{0:T(4)L(2)#(u16)*(u32)E(32)S(5)}", Layout(
+        (0,), tiles=((4,),), tail_padding_alignment=2, index_type="u16", pointer_type="u32",
+        element_size_in_bits=32, memory_space=5)),
+    ("f32[1024]{0:SC(0:512)}", Layout((0,), split_configs=((0, (512,)),))),
+    ("f32[4]{0:M(8)}", Layout((0,), dynamic_shape_metadata_prefix_bytes=8)),
+    ("f32[4]{0:D(D+~)}", Layout((0,), dim_level_types="D+~")),
+    ("f32[2, 3] {1,0}", Layout((1, 0))),
+    ("f32[2, 3]{ 0, 1 }", Layout((0, 1))),
+])
+def test_layout_forms(text, expected):
+    assert instr(f"ROOT %x = {text} parameter(0)", "x").shape.layout == expected
+
+
+def test_physical_shape_in_layout():
+    lay = instr("ROOT %x = s4[8]{0:P(s8[4]{0})} parameter(0)", "x").shape.layout
+    assert lay.physical_shape == Shape.array("s8", (4,), (0,))
+
+
+def test_missing_layout_is_none_and_scalar_layout_is_omitted():
+    i = instr("ROOT %x = f32[2,3] parameter(0)", "x")
+    assert i.shape.layout is None and i.shape.dims == (2, 3)
+
+
+@pytest.mark.parametrize("text, dims, dynamic", [
+    ("f32[<=8,4]{1,0}", (8, 4), (True, False)),
+    ("f32[?,4]{1,0}", (UNBOUNDED, 4), (True, False)),
+    ("s32[3, <=5]", (3, 5), (False, True)),
+    ("f32[0]{0}", (0,), (False,)),
+])
+def test_dynamic_and_zero_dims(text, dims, dynamic):
+    s = instr(f"ROOT %x = {text} parameter(0)", "x").shape
+    assert s.dims == dims and s.dynamic == dynamic
+
+
+def test_buffer_shape():
+    s = instr("ROOT %x = b(f32[4]{0}) parameter(0)", "x").shape
+    assert s.buffer and s.dims == (4,)
+
+
+# ---- attribute syntaxes ---------------------------------------------------------------
+def test_every_attribute_syntax_becomes_its_typed_value():
+    text = entry("""
+  %p = f32[1,4,4,2]{3,2,1,0} parameter(0)
+  %k = f32[3,3,2,2]{3,2,1,0} parameter(1)
+  %z = f32[] constant(0)
+  %cv = f32[1,4,4,2]{3,2,1,0} convolution(%p, %k), window={size=3x3 stride=2x1 pad=1_1x0_-1 lhs_dilate=1x2 rhs_dilate=2x1 rhs_reversal=0x1}, dim_labels=b01f_01io->b01f, feature_group_count=1, operand_precision={high,default}
+  %rw = f32[1,2,4,2]{3,2,1,0} reduce-window(%p, %z), window={size=1x2x1x1 stride=1x2x1x1}, to_apply=%add
+  %pd = f32[3,6,9,2]{3,2,1,0} pad(%p, %z), padding=1_1x0_2x-1_2_2x0_0
+  %sl = f32[1,2,2,2]{3,2,1,0} slice(%p), slice={[0:1], [0:4:2], [1:3], [0:2]}
+  %ar = f32[1,4,4,2]{3,2,1,0} all-reduce(%p), channel_id=7, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add
+  %ag = f32[2,4,4,2]{3,2,1,0} all-gather(%p), replica_groups=[2,2]<=[2,2]T(1,0), dimensions={0}
+  %a2 = f32[1,4,4,2]{3,2,1,0} all-to-all(%p), replica_groups={}, dimensions={3}
+  %cp = f32[1,4,4,2]{3,2,1,0} collective-permute(%p), channel_id=2, source_target_pairs={{0,1},{1,2},{3,0}}
+  %cc = (f32[4]{0}, s32[]) custom-call(%p, %z), custom_call_target="my\\ttarget\\"x", operand_layout_constraints={f32[1,4,4,2]{0,1,2,3}, f32[]}, api_version=API_VERSION_TYPED_FFI, output_to_operand_aliasing={{0}: (0, {})}
+  %bn = f32[1,4,4,2]{3,2,1,0} batch-norm-inference(%p, %z, %z, %z, %z), epsilon=0.001, feature_index=3
+  %cmp = pred[] compare(%z, %z), direction=LT, type=TOTALORDER
+  %of = token[] outfeed(%z, %tk), outfeed_shape=f32[], outfeed_config="cfg"
+  %tk = token[] after-all()
+  ROOT %t = () tuple()
+""".replace("  %of = token[] outfeed(%z, %tk), outfeed_shape=f32[], outfeed_config=\"cfg\"\n"
+            "  %tk = token[] after-all()",
+            "  %tk = token[] after-all()\n"
+            "  %of = token[] outfeed(%z, %tk), outfeed_shape=f32[], outfeed_config=\"cfg\""))
+    e = parse_module(text).entry
+    add = parse_module(text).computation("add")
+    cv = e.instruction("cv").attrs
+    assert cv["window"] == Window((
+        WindowDim(3, 2, 1, 1, window_dilation=2, base_dilation=1, window_reversal=False),
+        WindowDim(3, 1, 0, -1, window_dilation=1, base_dilation=2, window_reversal=True)))
+    assert cv["dim_labels"] == ConvDimensionNumbers(0, 3, (1, 2), 2, 3, (0, 1), 0, 3, (1, 2))
+    assert cv["feature_group_count"] == 1 and cv["operand_precision"] == ("high", "default")
+    assert e.instruction("rw").attrs["window"].dims[1] == WindowDim(2, 2)
+    assert e.instruction("pd").attrs["padding"] == PaddingConfig(
+        ((1, 1, 0), (0, 2, 0), (-1, 2, 2), (0, 0, 0)))
+    assert e.instruction("sl").attrs["slice"] == SliceSpec(
+        ((0, 1, 1), (0, 4, 2), (1, 3, 1), (0, 2, 1)))
+    ar = e.instruction("ar").attrs
+    assert ar["channel_id"] == 7 and ar["use_global_device_ids"] is True
+    assert ar["replica_groups"] == ReplicaGroups(((0, 1), (2, 3)))
+    assert ar["to_apply"].name == "add"
+    # [2,2]<=[2,2]T(1,0): iota(4) reshaped 2x2, transposed -> {{0,2},{1,3}}
+    assert e.instruction("ag").attrs["replica_groups"].groups == ((0, 2), (1, 3))
+    assert e.instruction("a2").attrs["replica_groups"].groups == ()
+    assert e.instruction("cp").attrs["source_target_pairs"] == ((0, 1), (1, 2), (3, 0))
+    cc = e.instruction("cc").attrs
+    assert cc["custom_call_target"] == 'my\ttarget"x'
+    assert cc["operand_layout_constraints"] == (
+        Shape.array("f32", (1, 4, 4, 2), (0, 1, 2, 3)), Shape.scalar("f32"))
+    assert cc["api_version"] == "API_VERSION_TYPED_FFI"
+    assert cc["output_to_operand_aliasing"] == RawAttr("{{0}: (0, {})}")
+    bn = e.instruction("bn").attrs
+    assert bn["epsilon"] == 0.001 and bn["feature_index"] == 3
+    assert e.instruction("cmp").attrs == {"direction": "LT", "type": "TOTALORDER"}
+    assert e.instruction("of").attrs == {"outfeed_shape": Shape.scalar("f32"),
+                                         "outfeed_config": "cfg"}
+    assert add.root.opcode == "add"
+
+
+def test_common_attributes_go_to_instruction_fields():
+    i = instr("""
+  %a = f32[4]{0} parameter(0)
+  %b = f32[4]{0} negate(%a)
+  ROOT %r = f32[4]{0} add(%a, %b), sharding={{replicated}, /*index=1*/{maximal device=0} metadata={op_name="s"}}, frontend_attributes={_xla_compute_type="host",mlir={n = 1 : i32, s = "}"},esc="a\\"b"}, control-predecessors={%b, %a}, statistics={visualizing_index=0,stat=1.5}, result_accuracy={mode=highest}, origin={{"x"}}, metadata={op_type="add" op_name="jit(f)/add" source_file="f.py" source_line=3}, backend_config={"key":"va}l{ue","n":[1,2]}""", "r")
+    assert i.sharding == ('{{replicated}, /*index=1*/{maximal device=0} '
+                          'metadata={op_name="s"}}')
+    assert i.frontend_attributes == {"_xla_compute_type": "host",
+                                     "mlir": '{n = 1 : i32, s = "}"}', "esc": 'a"b'}
+    assert [p.name for p in i.control_predecessors] == ["b", "a"]
+    assert i.statistics == "{visualizing_index=0,stat=1.5}"
+    assert i.result_accuracy == "{mode=highest}" and i.origin == '{{"x"}}'
+    assert i.metadata == 'op_type="add" op_name="jit(f)/add" source_file="f.py" source_line=3'
+    assert i.backend_config == '{"key":"va}l{ue","n":[1,2]}'
+    assert i.attrs == {}
+
+
+def test_quoted_backend_config_keeps_its_quotes_and_escapes():
+    i = instr('%a = f32[] parameter(0)\nROOT %r = f32[] negate(%a), '
+              'backend_config="opaque \\"text\\""', "r")
+    assert i.backend_config == '"opaque \\"text\\""'
+
+
+def test_unknown_attributes_are_kept_raw():
+    i = instr("%a = f32[] parameter(0)\nROOT %r = f32[] negate(%a), new_thing={a=[1,2]<=[2]}, "
+              "glued=[2,2]<=[4]T(1,0), word=FOO", "r")
+    assert i.attrs == {"new_thing": RawAttr("{a=[1,2]<=[2]}"),
+                       "glued": RawAttr("[2,2]<=[4]T(1,0)"), "word": RawAttr("FOO")}
+
+
+# ---- literals ----------------------------------------------------------------------
+def bits(value, dtype):
+    return np.asarray(value).view(dtype).tolist()
+
+
+def test_float_literal_edge_cases_bit_exact():
+    assert bits(value_of("f32[] -0"), np.uint32) == 0x80000000
+    assert bits(value_of("f32[] 0"), np.uint32) == 0
+    assert bits(value_of("f64[] -0"), np.uint64) == 1 << 63
+    assert bits(value_of("f32[] nan"), np.uint32) == 0x7FC00000
+    assert bits(value_of("f32[] -nan"), np.uint32) == 0xFFC00000
+    assert bits(value_of("f32[] nan(0x7)"), np.uint32) == 0x7F800007
+    assert bits(value_of("f32[] -nan(0x400001)"), np.uint32) == 0xFFC00001
+    assert bits(value_of("f64[] nan(0x1)"), np.uint64) == 0x7FF0000000000001
+    assert bits(value_of("bf16[] -nan"), np.uint16) == 0xFFC0
+    assert bits(value_of("f16[] nan(0x1)"), np.uint16) == 0x7C01
+    assert value_of("f32[] inf") == np.inf and value_of("f32[] -inf") == -np.inf
+    assert value_of("f32[] 1E+3") == 1000.0 and value_of("f32[] 42") == 42.0
+    assert value_of("f32[] 1.17549435e-38") == np.float32(1.17549435e-38)
+    assert value_of("f64[] 0.1") == 0.1 and value_of("f32[] .5") == 0.5
+
+
+@pytest.mark.parametrize("text, dtype, expected", [
+    ("bf16[3] {1.5, -2, 0.1}", ml_dtypes.bfloat16, [1.5, -2, 0.1]),
+    ("f16[2] {65504, -0.099976}", np.float16, [65504, -0.099976]),
+    ("f8e4m3fn[2] {448, -0.5}", ml_dtypes.float8_e4m3fn, [448, -0.5]),
+    ("f8e5m2[2] {57344, 0.09375}", ml_dtypes.float8_e5m2, [57344, 0.09375]),
+    ("s4[3] {-8, 7, 0}", ml_dtypes.int4, [-8, 7, 0]),
+    ("u4[2] {15, 0}", ml_dtypes.uint4, [15, 0]),
+    ("u64[2] {18446744073709551615, 9223372036854775808}", np.uint64,
+     [2**64 - 1, 2**63]),
+    ("s64[1] {-9223372036854775808}", np.int64, [-2**63]),
+    ("s8[2] {-128, 127}", np.int8, [-128, 127]),
+    ("pred[4] {0, 1, true, false}", np.bool_, [False, True, True, False]),
+])
+def test_typed_literals(text, dtype, expected):
+    v = value_of(text)
+    assert v.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(v.astype(np.float64 if v.dtype.kind == "V" or
+                                           "float" in str(v.dtype) else v.dtype),
+                                  np.array(expected, dtype=dtype))
+
+
+def test_complex_literals():
+    v = value_of("c64[3] {(1, -2.5), (inf, nan), (-0, 0)}")
+    assert v.dtype == np.complex64
+    assert v[0] == 1 - 2.5j and v[1].real == np.inf and math.isnan(v[1].imag)
+    assert math.copysign(1, v[2].real) == -1
+    s = value_of("c128[] (0.5, 0)")
+    assert s.shape == () and s == 0.5 + 0j and s.dtype == np.complex128
+
+
+def test_nested_tuple_and_rank4_literals():
+    t = instr("ROOT %c = (s32[2,1]{1,0}, (u32[2]{0}, pred[])) constant(( { {7}, {8} }, "
+              "( {1, 5}, true ) ))", "c").literal
+    assert t.value[0].value.tolist() == [[7], [8]]
+    assert t.value[1].value[0].value.tolist() == [1, 5] and t.value[1].value[1].value
+    v = value_of("f32[1,2,2,1]{3,2,1,0} { { /*i0=0*/ { /*i1=0*/ {1}, {2} }, "
+                 "{ /*i1=1*/ {3}, {4} } } }")
+    np.testing.assert_array_equal(v, np.arange(1, 5, dtype=np.float32).reshape(1, 2, 2, 1))
+
+
+def test_zero_size_and_elided_literals():
+    assert value_of("f32[0]{0} {}").shape == (0,)
+    assert value_of("f32[2,0]{1,0} { {}, {} }").shape == (2, 0)
+    assert value_of("f32[0,3]{1,0} {  }").shape == (0, 3)
+    lit = instr("ROOT %c = f32[12]{0} constant({...})", "c").literal
+    assert lit.elided and lit.value is None
+    assert instr("ROOT %c = (f32[], s32[]) constant({...})", "c").literal.elided
+
+
+def test_literal_values_match_numpy_layout():
+    v = value_of("s32[2,3]{1,0} { { 1, 2, 3 }, { 4, 5, 6 } }")
+    np.testing.assert_array_equal(v, np.arange(1, 7, dtype=np.int32).reshape(2, 3))
+    v = value_of("s32[2,3]{0,1} { {1,2,3}, {4,5,6} }")  # values are logical, whatever the layout
+    np.testing.assert_array_equal(v, np.arange(1, 7, dtype=np.int32).reshape(2, 3))
+
+
+# ---- styles, comments, structure -----------------------------------------------------
+LONG = """HloModule m, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}
+
+%sum.1 (a.1: f32[], b.1: f32[]) -> f32[] {
+  %a.1 = f32[] parameter(0)
+  %b.1 = f32[] parameter(1)
+  ROOT %add.1 = f32[] add(f32[] %a.1, f32[] %b.1)
+}
+
+ENTRY %main.2 (x: f32[4], y: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %y = f32[4]{0} parameter(1)
+  %m = f32[4]{0} multiply(f32[4]{0} %x, f32[4]{0} %y)
+  ROOT %r = f32[4]{0} all-reduce(f32[4]{0} %m), replica_groups={}, to_apply=%sum.1
+}
+"""
+SHORT = """HloModule m, entry_computation_layout={(f32[4]{0}, f32[4]{0})->f32[4]{0}}
+
+sum.1 {
+  a.1 = f32[] parameter(0)
+  b.1 = f32[] parameter(1)
+  ROOT add.1 = f32[] add(a.1, b.1)
+}
+
+ENTRY main.2 {
+  x = f32[4]{0} parameter(0)
+  y = f32[4]{0} parameter(1)
+  m = f32[4]{0} multiply(x, y)
+  ROOT r = f32[4]{0} all-reduce(m), replica_groups={}, to_apply=sum.1
+}
+"""
+
+
+def test_both_styles_give_the_same_module():
+    a, b = parse_module(LONG), parse_module(SHORT)
+    assert a.to_text() == b.to_text()
+    assert [c.name for c in a.computations] == ["sum.1", "main.2"]
+    assert a.entry.root.attrs["to_apply"] is a.computation("sum.1")
+
+
+def test_operands_and_calls_resolve_to_objects_and_lines_are_recorded():
+    m = parse_module(LONG)
+    r = m.entry.root
+    mul = m.entry.instruction("m")
+    assert r.operands == [mul] and mul.operands == [m.entry.parameter(0), m.entry.parameter(1)]
+    assert isinstance(r.attrs["to_apply"], Computation)
+    assert m.computation("sum.1").line == 3 and m.entry.line == 9
+    assert mul.line == 12 and r.line == 13
+
+
+def test_comments_everywhere_and_multiline_instructions():
+    text = """// leading comment
+HloModule m /* c */ , /* c */ replica_count=2
+ENTRY /* c */ main {
+  /* c */ a = f32[2] /* c */ {0} parameter(/* c */ 0) // trailing
+  ROOT
+    t = (f32[2]{0}, /*index=1*/ f32[2]{0})
+      tuple(a, // one
+            /*index=1*/a)  , metadata={op_name="x" /* c */}
+}  // done
+"""
+    m = parse_module(text)
+    assert m.replica_count == 2
+    t = m.entry.root
+    assert t.name == "t" and len(t.operands) == 2 and t.line == 5
+    assert t.metadata == 'op_name="x" /* c */'
+
+
+def test_header_less_module_and_entry_choice():
+    m = parse_module("c { ROOT x = f32[] constant(1) }\nd { ROOT y = f32[] constant(2) }")
+    assert m.entry.name == "d" and m.name == "d" and m.entry.is_entry
+    m = parse_module("ENTRY c { ROOT x = f32[] constant(1) }\nd { ROOT y = f32[] constant(2) }")
+    assert m.entry.name == "c"
+
+
+def test_header_attributes():
+    m = parse_module(
+        "HloModule m, is_scheduled=true, input_output_alias={ {0}: (0, {}, may-alias) }, "
+        "entry_computation_layout={(f32[2,3]{0,1}, s32[])->(f32[2,3]{1,0})}, "
+        "allow_spmd_sharding_propagation_to_output={true}, replica_count=2, "
+        "num_partitions=4, frontend_attributes={a=\"b\"}\n"
+        "ENTRY e { ROOT p = f32[2,3]{0,1} parameter(0) }")
+    assert m.is_scheduled and m.replica_count == 2 and m.num_partitions == 4
+    params, result = m.entry_computation_layout
+    assert params == [Shape.array("f32", (2, 3), (0, 1)), Shape.scalar("s32")]
+    assert result == Shape.tuple_of([Shape.array("f32", (2, 3), (1, 0))])
+    assert list(m.header_attrs.items()) == [
+        ("input_output_alias", "{ {0}: (0, {}, may-alias) }"),
+        ("allow_spmd_sharding_propagation_to_output", "{true}"),
+        ("frontend_attributes", '{a="b"}')]
+
+
+def test_stack_frame_sections_are_kept_raw():
+    frames = ('FileNames\n1 "a.py"\n\nFunctionNames\n1 "f"\n\nFileLocations\n'
+              '1 {file_name_id=1 function_name_id=1 line=3 end_line=3 column=1 end_column=9}'
+              '\n\nStackFrames\n1 {file_location_id=1 parent_frame_id=0}')
+    m = parse_module(f"HloModule m\n\n{frames}\n\n\nENTRY e {{ ROOT x = f32[] constant(1) }}")
+    assert m.stack_frames == frames
+
+
+def test_execution_thread_and_names_with_dots_dashes_and_opcode_names():
+    m = parse_module("""HloModule m
+%host.1-a (p: f32[]) -> f32[] {
+  %p = f32[] parameter(0)
+  ROOT %add = f32[] add(%p, %p)
+}, execution_thread="host"
+ENTRY %e {
+  %get-tuple-element.4 = f32[] parameter(0)
+  %copy = f32[] copy(%get-tuple-element.4)
+  ROOT %call = f32[] call(%copy), to_apply=%host.1-a
+}""")
+    assert m.computation("host.1-a").execution_thread == "host"
+    assert m.entry.root.operands[0].name == "copy"
+
+
+def test_root_anywhere_and_unused_parameters():
+    c = parse_module("ENTRY e {\n ROOT r = f32[] add(a, a)\n}".replace(
+        "ROOT r = f32[] add(a, a)", "a = f32[] parameter(1)\n ROOT r = f32[] add(a, a)\n"
+        " u = f32[] parameter(0)")).entry
+    assert c.root.name == "r" and c.instructions[-1].name == "u"
+    assert [p.name for p in c.parameters] == ["u", "a"]
+
+
+def test_async_sugar_synthesizes_a_wrapped_computation():
+    m = parse_module(entry("""
+  %p = f32[4,8]{1,0} parameter(0)
+  %s = ((f32[4,8]{1,0}), f32[4,8]{1,0}) all-to-all-start(%p), channel_id=3, replica_groups={{0,1}}, dimensions={0}, metadata={op_name="a"}
+  %u = ((f32[4,8]{1,0}), f32[4,8]{1,0}) all-to-all-update(%s)
+  %d = f32[4,8]{1,0} all-to-all-done(%u)
+  %rs = ((f32[4,8]{1,0}), f32[2,8]{1,0}) reduce-scatter-start(%d), dimensions={0}, to_apply=%add
+  %rd = f32[2,8]{1,0} reduce-scatter-done(%rs)
+  %ags = (f32[2,8]{1,0}, f32[4,8]{1,0}) all-gather-start(%rd), dimensions={0}
+  ROOT %agd = f32[4,8]{1,0} all-gather-done(%ags)"""))
+    e = m.entry
+    s, u, d = e.instruction("s"), e.instruction("u"), e.instruction("d")
+    assert (s.opcode, u.opcode, d.opcode) == ("async-start", "async-update", "async-done")
+    wrapped = s.attrs["calls"]
+    assert wrapped.is_async_wrapper and wrapped in m.computations
+    assert u.attrs["calls"] is wrapped and d.attrs["calls"] is wrapped
+    root = wrapped.root
+    assert root.opcode == "all-to-all" and root.shape == Shape.array("f32", (4, 8), (1, 0))
+    assert root.attrs == {"channel_id": 3, "replica_groups": ReplicaGroups(((0, 1),)),
+                          "dimensions": (0,)}
+    assert [p.opcode for p in root.operands] == ["parameter"]
+    assert s.metadata == 'op_name="a"' and "channel_id" not in s.attrs
+    assert e.instruction("rs").attrs["calls"].root.attrs["to_apply"] is m.computation("add")
+    # Dedicated opcodes are looked up first.
+    assert e.instruction("ags").opcode == "all-gather-start"
+    assert e.instruction("agd").opcode == "all-gather-done"
+
+
+def test_generic_async_with_named_computation():
+    m = parse_module("""HloModule m
+%w (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %n = f32[8]{0} negate(%p)
+}
+ENTRY %e {
+  %x = f32[8]{0} parameter(0)
+  %s = ((f32[8]{0}), f32[8]{0}, u32[]) async-start(%x), async_execution_thread="t", calls=%w
+  ROOT %d = f32[8]{0} async-done(%s), calls=%w
+}""")
+    s = m.entry.instruction("s")
+    assert s.attrs == {"async_execution_thread": "t", "calls": m.computation("w")}
+    assert not m.computation("w").is_async_wrapper
+
+
+def test_tricky_real_dump_forms():
+    """hlo-text-format.md section 10: forms seen in real dumps."""
+    m = parse_module(entry("""
+  %p0 = s32[] parameter(0)
+  %p1 = f32[4,5]{1,0} parameter(1)
+  %idx = s32[2]{0} parameter(2)
+  %ds = f32[2,5]{1,0} dynamic-slice(%p1, %idx), dynamic_slice_sizes={2,5}
+  %init = f32[] constant(0)
+  %i0 = s32[] constant(0)
+  %red = (f32[], s32[]) reduce(%p1, %idx, %init, %i0), dimensions={0,1}, to_apply=%add
+  %cond = f32[4,5]{1,0} conditional(%p0, %p1, %p1), branch_computations={%b0, %b1}
+  %mh = s32[] mulhi(%p0, %p0)
+  ROOT %t = (f32[2,5]{1,0}, f32[4,5]{1,0}) tuple(%ds, %cond)""",
+        extra=ADD + """
+%b0 (x: f32[4,5]) -> f32[4,5] {
+  ROOT %x = f32[4,5]{1,0} parameter(0)
+}
+%b1 (x: f32[4,5]{0,1}) -> f32[4,5] {
+  %x = f32[4,5]{1,0} parameter(0)
+  ROOT %n = f32[4,5]{1,0} negate(%x)
+}
+"""))
+    e = m.entry
+    assert e.instruction("ds").operands[1].shape.dims == (2,)
+    assert len(e.instruction("red").operands) == 4
+    assert e.instruction("cond").attrs["branch_computations"] == [m.computation("b0"),
+                                                                  m.computation("b1")]
+    assert e.instruction("mh").opcode == "mulhi"
+
+
+def test_public_api_parse_hlo():
+    m = parse_hlo(SHORT, filename="x.hlo")
+    assert m.entry.name == "main.2"
+
+
+# ---- errors ------------------------------------------------------------------------
+ERRORS = [
+    ("ROOT r = f32[4]{0} add(p, p foo)", "expected ')' after operands of r, found 'foo'", 5, 31),
+    ("ROOT r = f32[4]{0} ad(p, p)", "unknown opcode 'ad'", 5, 22),
+    ("ROOT r = f32[4]{0} add(p, %x)", "operand %x of r is not defined in computation main",
+     5, 29),
+    ("ROOT r = f32[4,4]{1,0} broadcast(p), dimensions=1",
+     "attribute dimensions of r expects an integer list like {0,1}, found '1'", 5, 51),
+    ("ROOT r = f32[] reduce(p, c), dimensions={0}",
+     "missing required attribute to_apply on r", 5, 8),
+    ("ROOT r = f32[] reduce(p, c), dimensions={0}, to_apply=%nope",
+     "computation %nope used by attribute to_apply of r is not defined", 5, 57),
+    ("ROOT r = f32[4]{0} add(p)", "add r takes 2 operands, found 1", 5, 22),
+    ("ROOT r = f32[4]{0,1} add(p, p)", "layout {0,1} is not a permutation", 5, 12),
+    ("ROOT r = f32[4] constant({1, 2, 3})",
+     "constant r: dimension 0 has 3 elements but the shape f32[4] needs 4", 5, 28),
+    ("ROOT r = u8[] constant(256)", "value 256 is out of range for u8", 5, 26),
+    ("ROOT r = f16[] constant(65520)", "value 65520 is out of range for f16", 5, 27),
+    ("ROOT r = f32[4]{0} add(p, p), dimensions={0}, dimensions={1}",
+     "attribute dimensions is given twice on r", 5, 49),
+    ("ROOT r = f32[4]{0} add(p, p), backend_config=\"abc", "unterminated string", 5, 48),
+    ("ROOT r = f32[4]{0} add(f32[3]{0} p, p)",
+     "operand p of r is written with shape f32[3] but p has shape f32[4]", 5, 36),
+    ("ROOT r = f32[4]{0} add(p, p) /* open", "unterminated comment", 5, 32),
+    ("ROOT r = f32[4]{0} all-to-all-done(p)", "expects the result of all-to-all-start", 5, 22),
+    ("ROOT r = f32[4]{0} parameter(0)", "parameter number 0 of r is already used by p", 5, 32),
+    ("ROOT r = f32[4]{0} all-reduce(p), replica_groups=[2,3]<=[4], to_apply=add",
+     "does not hold the 4 ids", 5, 52),
+    ("ROOT r = f32[4]{0} custom-call(p), custom_call_target=\"x\\q\"",
+     "unknown escape sequence \\q", 5, 57),
+    ("ROOT r = f32[4]{0} convolution(p, p), dim_labels=b01f_01io->bf",
+     "spatial dimension counts differ", 5, 52),
+    ("ROOT r = f32[4]{0} reduce-window(p, c), window={size=2 stride=1x1}, to_apply=add",
+     "stride has 2 dimension(s) but size has 1", 5, 50),
+    ("ROOT r = f32[4]{0} copy(p), sharding={devices=[2]0,1)}", "unbalanced ')': expected '}'",
+     5, 55),
+    ("ROOT r = f32[4]{0} copy(p), sharding={devices=[2]0,1", "to close computation main",
+     7, 1),
+    ("ROOT = f32[4]{0} copy(p)", "expected an instruction", 5, 8),
+    ("ROOT r f32[4]{0} copy(p)", "expected '=' after instruction name r, found 'f32[4]{0}'",
+     5, 10),
+    ("ROOT r = add(p, p)", "expected a shape as the result of r (after '='), found 'add'",
+     5, 12),
+]
+
+
+@pytest.mark.parametrize("body, message, line, column", ERRORS, ids=[e[1][:40] for e in ERRORS])
+def test_errors_point_at_the_offending_token(body, message, line, column):
+    text = ("HloModule m\nadd { a = f32[] parameter(0)\nROOT s = f32[] add(a, a) }\n"
+            f"ENTRY main {{ p = f32[4]{{0}} parameter(0), c = f32[] constant(0)\n  {body}\n}}\n")
+    text = text.replace(", c = f32[] constant(0)", " c = f32[] constant(0)")
+    with pytest.raises(HloParseError) as info:
+        parse_module(text, filename="t.hlo")
+    e = info.value
+    assert message in e.message
+    assert (e.line, e.column) == (line, column), str(e)
+    lines = text.splitlines()
+    assert e.line_text == (lines[line - 1] if line <= len(lines) else "")
+    assert str(e).startswith(f"t.hlo:{line}:{column}: ")
+    if e.line_text:
+        assert str(e).endswith("\n  " + " " * (column - 1) + "^")
+
+
+def test_structural_errors():
+    cases = [
+        ("ENTRY e { ROOT a = f32[] constant(1)\nROOT b = f32[] constant(2) }", "two ROOT"),
+        ("e { ROOT a = f32[] constant(1) }\ne { ROOT a = f32[] constant(1) }", "defined twice"),
+        ("ENTRY e { a = f32[] constant(1)\na = f32[] constant(1) }", "defined twice"),
+        ("ENTRY e { }", "has no instructions"),
+        ("ENTRY e { ROOT a = f32[] constant(1) }\nENTRY f { ROOT a = f32[] constant(1) }",
+         "second ENTRY"),
+        ("e (p: f32[]) -> s32[] { ROOT a = f32[] parameter(0) }", "declares result shape s32[]"),
+        ("HloModule m, replica_count=0\nENTRY e { ROOT a = f32[] constant(1) }",
+         "at least 1"),
+        ("HloModule m\nFileNames\n1 \"a\"\nStackFrames\n", "FunctionNames"),
+        ("", "expected at least one computation"),
+    ]
+    for text, message in cases:
+        with pytest.raises(HloParseError, match=re.escape(message)):
+            parse_module(text)
