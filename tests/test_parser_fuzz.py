@@ -91,8 +91,8 @@ def mutated(draw):
         elif op == "truncate":
             text = text[:a]
         else:
-            junk = draw(st.sampled_from(list("{}()[],=:%\"'/*<>-?.x0_") + ["/*", "->", "<=",
-                                                                            "nan(0x", "-0"]))
+            junk = draw(st.sampled_from(list("{}()[],=:%\"'/*<>-?.x0_") + [
+                "/*", "->", "<=", "nan(0x", "-0", "// c\n", "/* c */", "ROOT ", "{...}"]))
             text = text[:a] + junk + text[a:]
     return text
 
