@@ -109,7 +109,9 @@ def flatten_result(value, shape: Shape) -> list[np.ndarray]:
         return out
     if not shape.is_array:
         return []
-    return [np.ascontiguousarray(value)]
+    a = np.asarray(value)
+    # Own, writable, C-ordered results (rules may return broadcast or transposed views).
+    return [a if a.flags.c_contiguous and a.flags.writeable else a.copy()]
 
 
 class Executable:

@@ -88,17 +88,21 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
             rows = [a]
         else:
             if a.shape != with_axis:
+                if device_axis is None and num_devices == 1:
+                    wanted = f"{list(dims)} (or {list(with_axis)} with the device axis)"
+                else:
+                    wanted = f"{list(with_axis)} (device axis first)"
                 hint = "" if a.shape != dims else \
                     f" (it lacks the leading device axis of size {num_devices})"
-                raise InputError(f"{key} for {label}: expected dims {list(with_axis)} "
-                                 f"(device axis first), got {list(a.shape)}{hint}")
+                raise InputError(f"{key} for {label}: expected dims {wanted}, got "
+                                 f"{list(a.shape)}{hint}")
             rows = [a[d] for d in range(num_devices)]
         if a.dtype != shape.dtype:
             npz = "uint16 bf16 bits or " if shape.element_type.name == "bf16" else ""
             raise InputError(f"{key} for {label}: expected element type {npz}{shape.dtype}, "
                              f"got {arrays[key].dtype}; convert it explicitly")
         for args, row in zip(per_device, rows):
-            args.append(np.ascontiguousarray(row))
+            args.append(np.array(row, copy=True))  # 0-d rows stay 0-d
     return per_device
 
 
