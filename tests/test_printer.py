@@ -218,3 +218,24 @@ def test_frontend_attribute_values_raw_or_quoted():
     m = parse_module('ENTRY e { ROOT p = f32[] parameter(0), '
                      'frontend_attributes={k={a = "}"},j="x y",i="{"} }')
     assert 'frontend_attributes={i="{",j="x y",k={a = "}"}}' in m.to_text()
+
+
+# Lines printed by XLA itself (jax 0.10 `lower(...).as_text(dialect="hlo")`), kept as text:
+# parsing and printing them must reproduce them exactly.
+XLA_PRINTED = [
+    "c = f32[9]{0} constant({0.333333343, 0.1, -0, 1e-05, 1e+06, inf, nan, 3.40282347e+38, "
+    "65504})",
+    "c = s32[2,3]{1,0} constant({ { 1, 2, 3 }, { 4, 5, 6 } })",
+    "c = f64[1,2,1,2]{3,2,1,0} constant({ { /*i0=0*/ { /*i1=0*/ { 0, 0.33333333333333331 } }, "
+    "{ /*i1=1*/ { 0.66666666666666663, 1 } } } })",
+    "c = bf16[2]{0} constant({0.1001, -nan})",
+    "c = f16[2]{0} constant({0.099976, 0.33325})",
+    "c = c64[2]{0} constant({(1, 2), (0.5, 0.333333343)})",
+    "c = pred[2,1]{1,0} constant({ {1}, {0} })",
+]
+
+
+@pytest.mark.parametrize("line", XLA_PRINTED, ids=lambda s: s.split()[2])
+def test_constants_print_exactly_as_xla_printed_them(line):
+    m = parse_module(f"ENTRY e {{\n  ROOT {line}\n}}\n")
+    assert print_instruction(m.entry.root, sigils=False) == line
