@@ -6,11 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import xladist
 from tests.interp_ir import Comp, S, run, scalar_binary
 from xladist.errors import ExecutionError, UnsupportedError
-import xladist
-from xladist.interpreter import (EVAL_RULES, Evaluator, SingleDeviceContext, check_supported,
-                                 register_custom_call)
+from xladist.interpreter import (
+    EVAL_RULES,
+    Evaluator,
+    SingleDeviceContext,
+    check_supported,
+    register_custom_call,
+)
 from xladist.interpreter.custom_calls import CUSTOM_CALLS, top_k
 
 

@@ -159,3 +159,13 @@ def test_reduce_precision_to_bf16_equals_bf16_rounding_for_normals():
     x64 = x.astype(np.float64)
     got64 = op1("reduce-precision", "f64[200]", x64, exponent_bits=8, mantissa_bits=23)
     assert (got64 == x64).all()  # an f32 value is already representable
+
+
+def test_reduce_precision_of_bf16_operands_recorded_from_xla_cpu():
+    with np.errstate(invalid="ignore"):
+        x = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFBFFFFF, 0x7F800000, 0x40600000,
+                      0x3FE00000], np.uint32).view(np.float32).astype(BF16)
+    got = op1("reduce-precision", "bf16[7]", x, exponent_bits=5, mantissa_bits=2)
+    assert got.dtype == BF16
+    f = got.astype(np.float32)
+    assert np.isnan(f[:4]).all() and f[4:].tolist() == [inf, 3.5, 1.75]

@@ -180,7 +180,8 @@ def test_infeed_and_outfeed():
 
 
 def test_infeed_errors_name_the_instruction():
-    with pytest.raises(ExecutionError, match=r"rank 0 .*infeed\.\d+ = .*infeed queue is empty.*item #1"):
+    with pytest.raises(ExecutionError,
+                       match=r"rank 0 .*infeed\.\d+ = .*infeed queue is empty.*item #1"):
         run(feed_module(), device=SingleDeviceContext(
             [(np.zeros(2, np.float32), np.array(0, np.int32))]))
     with pytest.raises(ExecutionError, match=r"infeed item #0\[1\] is int64\[\], expected s32"):

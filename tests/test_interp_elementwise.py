@@ -157,7 +157,7 @@ def test_popcnt_and_count_leading_zeros(ty):
     clz = op1("count-leading-zeros", f"{ty}[{a.size}]", a).tolist()
     for x, p, c in zip(a.tolist(), pop, clz):
         u = x & ((1 << n) - 1)
-        assert p == bin(u).count("1")
+        assert p == u.bit_count()
         assert c == n - u.bit_length()
 
 
@@ -375,3 +375,17 @@ def test_select_and_clamp():
 def test_results_keep_exact_bits():
     got = op1("negate", "f32[2]", np.array([0.0, -0.0], np.float32))
     assert bits(got).tolist() == [0x80000000, 0]
+
+
+def test_f8_arithmetic_rounds_once_to_the_f8_type():
+    e4 = ml_dtypes.float8_e4m3fn
+    # e4m3fn has 3 mantissa bits: 1 + 1/16 is a tie between 1 and 1.125 -> even (1).
+    got = op1("add", "f8e4m3fn[3]", np.array([1.0, 1.0, 448.0], e4),
+              np.array([0.0625, 0.1875, 64.0], e4))
+    assert got.dtype == np.dtype(e4)
+    assert got[:2].astype(np.float32).tolist() == [1.0, 1.25]
+    assert np.isnan(got[2].astype(np.float32))  # 512 overflows e4m3fn, which has no inf
+    e5 = ml_dtypes.float8_e5m2
+    got = op1("multiply", "f8e5m2[2]", np.array([3.0, 40000.0], e5), np.array([5.0, 4.0], e5))
+    assert got.astype(np.float32).tolist() == [16.0, np.inf]  # 15 -> 16 (2 mantissa bits)
+    assert op1("sqrt", "f8e5m2[1]", np.array([16.0], e5)).astype(np.float32).tolist() == [4.0]

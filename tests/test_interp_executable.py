@@ -155,7 +155,7 @@ def test_cli_run_writes_outputs(tmp_path):
     np.savez(tmp_path / "in.npz", arg0=np.array([[1.5, -2.0]], np.float32),
              arg1=np.array([-15], np.int32))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "xladist", "run", str(hlo), "-n", "1",
+    proc = subprocess.run(check=False, args=[sys.executable, "-m", "xladist", "run", str(hlo), "-n", "1",
                            "--backend", "interpreter", "--inputs", str(tmp_path / "in.npz"),
                            "--outputs", str(tmp_path / "out.npz")],
                           capture_output=True, text=True, env=env, timeout=120)

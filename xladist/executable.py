@@ -15,7 +15,7 @@ root gives one array per array leaf, in order (token leaves are dropped).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

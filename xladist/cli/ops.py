@@ -69,8 +69,8 @@ def _coverage_column(module_name, not_built):
 
 def coverage_matrix() -> dict[str, dict[str, str]]:
     """{opcode: {phase: "yes" | reason}} for every opcode in OPCODES."""
-    from ..hlo.opcodes import OPCODES
     from .. import interpreter
+    from ..hlo.opcodes import OPCODES
 
     si = _optional("xladist.hlo.shape_inference")
     verify = (_table_column(si.SHAPE_RULES, si.UNSUPPORTED, "no shape rule") if si is not None

@@ -51,6 +51,16 @@ for _op, _reason in _NOT_IMPLEMENTED.items():
     if _op not in EVAL_RULES:
         UNSUPPORTED.setdefault(_op, _reason)
 
-__all__ = ["Evaluator", "check_supported", "SingleDeviceContext", "DeviceContext",
-           "register_custom_call", "register", "EVAL_RULES", "UNSUPPORTED", "TOKEN",
-           "MISSING_FAMILIES", "NUMERICS_FAMILIES"]
+__all__ = [
+    "EVAL_RULES",
+    "MISSING_FAMILIES",
+    "NUMERICS_FAMILIES",
+    "TOKEN",
+    "UNSUPPORTED",
+    "DeviceContext",
+    "Evaluator",
+    "SingleDeviceContext",
+    "check_supported",
+    "register",
+    "register_custom_call",
+]

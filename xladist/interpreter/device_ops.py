@@ -39,7 +39,7 @@ class Pending:
 class Reducer:
     """A to_apply computation as a binary function on arrays."""
 
-    __slots__ = ("computation", "_ev")
+    __slots__ = ("_ev", "computation")
 
     def __init__(self, computation, ev):
         self.computation = computation

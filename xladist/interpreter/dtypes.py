@@ -7,7 +7,7 @@ complex.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -16,18 +16,18 @@ from ..hlo.shape import primitive_type_of_dtype
 F32 = np.dtype(np.float32)
 
 
-@lru_cache(maxsize=None)
+@cache
 def kind_of(dtype) -> str:
     """HLO kind of a numpy dtype: pred, sint, uint, float or complex."""
     return primitive_type_of_dtype(np.dtype(dtype)).kind
 
 
-@lru_cache(maxsize=None)
+@cache
 def bits_of(dtype) -> int:
     return np.dtype(dtype).itemsize * 8
 
 
-@lru_cache(maxsize=None)
+@cache
 def compute_dtype(dtype) -> np.dtype:
     """The type a float op computes in: f32 for floats narrower than f32 (f16, bf16, f8),
     as XLA's CPU backend upcasts them and rounds the result back once."""
@@ -43,13 +43,13 @@ def upcast(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == c else x.astype(c)
 
 
-@lru_cache(maxsize=None)
+@cache
 def unsigned_of(dtype) -> np.dtype:
     """The unsigned integer dtype of the same width (for bit manipulation)."""
     return np.dtype(f"uint{np.dtype(dtype).itemsize * 8}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def signed_of(dtype) -> np.dtype:
     return np.dtype(f"int{np.dtype(dtype).itemsize * 8}")
 

@@ -29,8 +29,16 @@ import numpy as np
 import scipy.special
 
 from ..errors import UnsupportedError
-from .dtypes import (as_signed, as_unsigned, bits_of, compute_dtype, int_limits, kind_of,
-                     signed_of, upcast)
+from .dtypes import (
+    as_signed,
+    as_unsigned,
+    bits_of,
+    compute_dtype,
+    int_limits,
+    kind_of,
+    signed_of,
+    upcast,
+)
 from .registry import register
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError, XlaDistError
 from ..hlo.shape import Shape
+from .device_ops import Pending
 from .registry import EVAL_RULES, TOKEN, UNSUPPORTED
 
 # Opcodes whose rule is element-wise whatever the array shape: a scalar computation made
@@ -74,7 +75,6 @@ def value_matches(value, shape: Shape, batch: tuple[int, ...] | None = None) -> 
 
     `batch`: in vectorized mode array leaves may carry these leading dims (or be scalars).
     """
-    from .device_ops import Pending
     if isinstance(value, Pending):
         return None
     if shape.is_tuple:
