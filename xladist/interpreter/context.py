@@ -12,7 +12,25 @@ from typing import Any
 
 
 class DeviceContext:
-    """Interface; every method receives the instruction for error messages and attributes."""
+    """Interface; every method receives the instruction for error messages and attributes.
+
+    Contract the interpreter relies on (device_ops.py calls these):
+    - `collective(instr, args, reducer)` returns the value of the collective's result:
+      instr.shape for the sync ops (a tuple for variadic/tuple forms); for a `*-start`
+      instr (the default collective_start calls collective with it) the result part of the
+      start's shape (tuple element 1 for all-gather-start / collective-permute-start). The
+      base opcode is `instr.opcode.removesuffix("-start")`. A generic async-start wrapping a
+      collective runs the wrapped computation, so the sync op reaches `collective`.
+    - `reducer` is a device_ops.Reducer: `reducer(a, b)` applies to_apply element-wise and
+      `reducer.computation` is the HLO computation (for mapping onto MPI builtin ops).
+    - `collective_start` / `send` / `recv` return opaque handles; the interpreter keeps them
+      in device_ops.Pending slots and passes them back to collective_done / send_done /
+      recv_done with the *done* instruction.
+    - `recv_done` returns the data (recv's shape element 0); `infeed` returns the data part
+      (infeed's shape element 0).
+    - Raise xladist.errors.ExecutionError on failure; the evaluator adds the rank (from an
+      optional `rank` attribute), replica, partition and the instruction.
+    """
 
     replica_id: int = 0
     partition_id: int = 0
