@@ -12,10 +12,12 @@ here once, from measured facts on small machines:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from xladist.errors import InputError
@@ -80,24 +82,52 @@ def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
     return cmd + [sys.executable, *argv]
 
 
+# MPICH's own line after MPI_Abort: our ranks have already said what went wrong.
+_MPICH_NOISE = re.compile(r"^(Abort\(\d+\) on node \d+.*MPI_Abort.*|\s*)$")
+
+
+def clean_stderr(text: str | None) -> str:
+    """stderr of a job without MPICH's abort boilerplate."""
+    return "\n".join(line for line in (text or "").splitlines()
+                     if not _MPICH_NOISE.match(line))
+
+
 def launch(n: int, argv: list[str], *, hostfile: str | None = None,
            env: dict[str, str] | None = None, timeout: float | None = None,
            capture: bool = False) -> subprocess.CompletedProcess:
     """Run `python argv...` on n ranks and wait; Ctrl-C and timeouts kill the whole job.
 
-    The job runs in its own process group so that nothing is orphaned when we stop it.
+    Without `capture`, the ranks' stdout passes straight through and their stderr is
+    forwarded line by line minus MPICH's abort boilerplate. The job runs in its own
+    process group so that nothing is orphaned when we stop it.
     """
     cmd = mpiexec_command(n, argv, hostfile=hostfile)
     kwargs = dict(env=rank_environment(env), start_new_session=True)
     if capture:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    else:
+        kwargs.update(stderr=subprocess.PIPE, text=True, bufsize=1)
     proc = subprocess.Popen(cmd, **kwargs)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        if capture:
+            out, err = proc.communicate(timeout=timeout)
+        else:
+            out, err = None, None
+            pump = threading.Thread(target=_forward_stderr, args=(proc.stderr,), daemon=True)
+            pump.start()
+            proc.wait(timeout=timeout)
+            pump.join(timeout=5)
     except BaseException:
         _kill_group(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _forward_stderr(stream) -> None:
+    for line in stream:
+        if not _MPICH_NOISE.match(line.rstrip("\n")):
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
+    args._argv = argv  # ranks re-run the same command under mpiexec
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 0 if not argv else 2

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from ..errors import InputError, UnsupportedError
+from ..errors import InputError
 
 HELP = "run an HLO module on N devices and write its outputs"
 
@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write results out0.. here (default: print them)")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the verifier (for modules it does not understand yet)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="deadline of every wait for another rank (default 300); when "
+                             "it passes, the job reports where each rank waits and aborts")
+    parser.add_argument("--hostfile", metavar="FILE",
+                        help="MPICH hostfile passed to mpiexec (-f) for multi-host runs")
 
 
 def load_module(path: str):
@@ -72,15 +77,19 @@ def _check_device_count(module, n: int) -> None:
         raise InputError(f"module {module.name} is written for {needed} devices "
                          f"(replica_count={module.replica_count}, "
                          f"num_partitions={module.num_partitions}); run it with -n {needed}")
-    if n > 1:
-        raise UnsupportedError("multi-device runs need the MPI runtime, which is not wired "
-                               "into `xladist run` yet; use -n 1")
 
 
 def run(args) -> int:
+    from runtime import launcher
+    if launcher.under_mpi():
+        return _run_as_rank(args)
     from ..io import read_inputs, write_outputs
     module = load_module(args.module)
     _check_device_count(module, args.num_devices)
+    if args.num_devices > 1 or args.hostfile:
+        # Validate everything a rank would refuse before starting any rank (exit 2).
+        _read_per_device(module, args)
+        return _launch(args)
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     if args.inputs:
@@ -99,6 +108,62 @@ def run(args) -> int:
         write_outputs(args.outputs, [outputs], device_axis=True)
     else:
         _print_outputs(outputs)
+    return 0
+
+
+def _read_per_device(module, args) -> list[list]:
+    from ..io import read_inputs
+    params = module.entry.parameters
+    shapes = [p.shape for p in params]
+    n = args.num_devices
+    if args.inputs:
+        try:
+            return read_inputs(args.inputs, shapes, num_devices=n,
+                               device_axis=None if n == 1 else True,
+                               names=[p.name for p in params])
+        except OSError as e:
+            raise InputError(f"cannot read inputs {args.inputs}: {e}") from None
+    if any(not s.is_token for s in shapes):
+        raise InputError(f"module {module.name} has {len(shapes)} parameters; pass --inputs "
+                         f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
+    from ..interpreter.registry import TOKEN
+    return [[TOKEN] * len(shapes) for _ in range(n)]
+
+
+def _launch(args) -> int:
+    """Start `mpiexec -n N` on this same command; ranks print their own errors."""
+    from runtime import launcher
+    argv = ["-m", "xladist", *args._argv]
+    proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile)
+    return proc.returncode
+
+
+def _run_as_rank(args) -> int:
+    """One rank of an MPI job: run this rank's device; rank 0 writes or prints outputs."""
+    from runtime.rank import execute_on_this_rank, report_and_abort, world
+    from ..io import write_outputs
+    comm = world()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        if args.num_devices not in (1, size):
+            raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
+        args.num_devices = size
+        module = load_module(args.module)
+        _check_device_count(module, size)
+        per_device = _read_per_device(module, args)
+        result = execute_on_this_rank(module, per_device, backend=args.backend,
+                                      timeout=args.timeout, verify=not args.no_verify,
+                                      gather_to=0)
+    except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down
+        report_and_abort(e, rank, prefix="xladist run")
+        return 1
+    if rank == 0:
+        if args.outputs:
+            write_outputs(args.outputs, result.all_outputs, device_axis=True)
+        else:
+            for d, outs in enumerate(result.all_outputs):
+                print(f"device {d}:")
+                _print_outputs(outs)
     return 0
 
 

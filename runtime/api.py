@@ -1,0 +1,113 @@
+"""`xladist.run(module, inputs, n=N)`: run a module on N devices from Python.
+
+Inside an MPI job of N ranks (the script was started with `mpiexec -n N`), every
+rank runs its device directly and every rank gets all devices' outputs back. From a
+plain Python process, the module and inputs are written to a temporary folder and
+`mpiexec -n N` runs `python -m runtime.rank_main` on it; the outputs come back the
+same way. Either way the result is a list over devices of lists of output arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from xladist.errors import ExecutionError, InputError
+
+from . import launcher
+from .device import device_counts
+
+
+def _as_module(module):
+    if isinstance(module, (str, os.PathLike)):
+        text = str(module)
+        if "\n" not in text and Path(text).exists():
+            from xladist import load_hlo
+            return load_hlo(text)
+        from xladist import parse_hlo
+        return parse_hlo(text)
+    return module
+
+
+def _per_device(module, inputs, n: int) -> list[list]:
+    """inputs: a list with one array per parameter, each with a leading device axis of N,
+    or an npz path, or a list over devices of argument lists."""
+    from xladist.interpreter.registry import TOKEN
+    from xladist.io import decode, read_inputs
+    params = module.entry.parameters
+    shapes = [p.shape for p in params]
+    if inputs is None:
+        inputs = []
+    if isinstance(inputs, (str, os.PathLike)):
+        return read_inputs(inputs, shapes, num_devices=n, names=[p.name for p in params])
+    inputs = list(inputs)
+    if len(inputs) == n and n > 0 and all(isinstance(x, (list, tuple)) for x in inputs):
+        return [list(x) for x in inputs]
+    arrays = [a for a in inputs]
+    wanted = [s for s in shapes if not s.is_token]
+    if len(arrays) != len(wanted):
+        raise InputError(f"{module.name} takes {len(wanted)} array arguments, got "
+                         f"{len(arrays)}")
+    per_device: list[list] = [[] for _ in range(n)]
+    it = iter(arrays)
+    for i, (p, shape) in enumerate(zip(params, shapes)):
+        if shape.is_token:
+            for args in per_device:
+                args.append(TOKEN)
+            continue
+        a = decode(np.asarray(next(it)), shape)
+        expected = (n, *shape.dims)
+        if a.shape != expected:
+            raise InputError(f"argument {i} ({p.name}: {shape.to_text(layout=False)}): expected "
+                             f"dims {list(expected)} (device axis first), got {list(a.shape)}")
+        for d in range(n):
+            per_device[d].append(np.ascontiguousarray(a[d]))
+    return per_device
+
+
+def run(module, inputs=None, n: int = 1, *, backend: str = "interpreter",
+        timeout: float = 300.0, device_assignment=None, verify: bool = True,
+        job_timeout: float | None = None) -> list[list[np.ndarray]]:
+    """Run `module` (an ir.Module, HLO text or a path) on n devices.
+
+    `inputs`: one array per entry parameter with a leading device axis of size n (row d
+    for device d), or a list over devices of argument lists, or an npz path.
+    Returns `outputs[d][i]`: flattened result i of device d.
+    """
+    module = _as_module(module)
+    device_counts(module, n)  # validates n against the module first
+    per_device = _per_device(module, inputs, n)
+    if launcher.under_mpi():
+        return _run_here(module, per_device, backend=backend, timeout=timeout,
+                         device_assignment=device_assignment, verify=verify)
+    return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
+                        device_assignment=device_assignment, verify=verify,
+                        job_timeout=job_timeout)
+
+
+def _run_here(module, per_device, **options):
+    from .rank import execute_on_this_rank, world
+    comm = world()
+    result = execute_on_this_rank(module, per_device, gather_to=None, **options)
+    return comm.allgather(result.outputs)
+
+
+def _run_spawned(module, per_device, n, *, job_timeout, **options):
+    with tempfile.TemporaryDirectory(prefix="xladist-") as tmp:
+        job = Path(tmp)
+        (job / "module.hlo").write_text(module.to_text())
+        with open(job / "job.pkl", "wb") as f:
+            pickle.dump({"inputs": per_device, "options": options}, f)
+        proc = launcher.launch(n, ["-m", "runtime.rank_main", str(job)], capture=True,
+                               timeout=job_timeout)
+        out = job / "outputs.pkl"
+        if proc.returncode != 0 or not out.exists():
+            detail = launcher.clean_stderr(proc.stderr).strip()
+            raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
+                                 + (f":\n{detail}" if detail else ""))
+        with open(out, "rb") as f:
+            return pickle.load(f)

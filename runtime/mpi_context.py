@@ -1,0 +1,283 @@
+"""`MpiDeviceContext`: the DeviceContext of one rank in an MPI job.
+
+Both backends (interpreter and cpu) call this for every op that needs another device
+or the host. When the executable is loaded, `prepare()` walks the whole module once,
+expands every collective's replica groups into device groups (collectives/groups.py)
+and creates the sub-communicators collectively, in text order, on every rank — never
+per call. Each collective instruction gets a `_Plan` (its communicator, this device's
+position, dimension, peers) so running it is one dictionary lookup and one MPI call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from collectives.all_gather import all_gather, all_gather_start
+from collectives.all_reduce import all_reduce, all_reduce_start
+from collectives.all_to_all import all_to_all, all_to_all_start
+from collectives.broadcast import collective_broadcast, collective_broadcast_start
+from collectives.permute import collective_permute, collective_permute_start, peers
+from collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
+from collectives.communicator import CommunicatorCache, Communicator
+from collectives.groups import (GroupError, collective_permute_pairs, device_groups,
+                                group_mode, permute_device_groups)
+from collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
+from xladist.errors import ExecutionError, VerifierError
+from xladist.interpreter.context import DeviceContext
+
+from .device import Placement
+
+# Opcodes (after stripping -start) that this context runs, and whether the op has a
+# use_global_device_ids flag (collective-semantics.md A.2).
+_HAS_GLOBAL_FLAG = {"all-reduce": True, "all-gather": True, "reduce-scatter": True,
+                    "all-to-all": False, "collective-broadcast": False,
+                    "ragged-all-to-all": False, "collective-permute": False}
+
+# Root opcode of a to_apply computation -> builtin reduction (C.10).
+_BUILTIN_REDUCERS = {"add": SUM, "multiply": PROD, "maximum": MAX, "minimum": MIN,
+                     "and": AND, "or": OR, "xor": XOR}
+
+
+def match_reducer(computation) -> Reducer | None:
+    """The builtin Reducer a to_apply computation is, or None for any other computation.
+
+    Recognized: exactly two scalar parameters and a root that is one binary op of them.
+    """
+    params = computation.parameters
+    root = computation.root
+    if len(params) != 2 or root is None or len(computation.instructions) != 3:
+        return None
+    if set(root.operands) != set(params) or len(root.operands) != 2:
+        return None
+    return _BUILTIN_REDUCERS.get(root.opcode)
+
+
+class _Proxy:
+    """A reducer function that forwards to the backend's current one (set per call)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self):
+        self.target = None
+
+    def __call__(self, a, b):
+        return self.target(a, b)
+
+
+@dataclass
+class _Plan:
+    run: Callable
+    label: str
+    comm: Communicator | None = None
+    dim: int | None = None
+    send_to: int | None = None
+    recv_from: int | None = None
+    group: tuple[int, ...] = ()
+    custom: tuple[Reducer, _Proxy] | None = field(default=None)
+
+
+def _base(opcode: str) -> str:
+    return opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+
+
+class MpiDeviceContext(DeviceContext):
+    """One device of a multi-device run; see the module docstring."""
+
+    def __init__(self, module, placement: Placement, cache: CommunicatorCache, *,
+                 feeds=None, channels=None):
+        self.module = module
+        self.placement = placement
+        self.replica_id = placement.replica
+        self.partition_id = placement.partition
+        self.replica_count = placement.replica_count
+        self.num_partitions = placement.num_partitions
+        self.rank = placement.rank
+        self.cache = cache
+        self.feeds = feeds
+        self.channels = channels
+        self.plans: dict[object, _Plan] = {}
+
+    # ---- loading ---------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Plan every collective and create its communicators (collective over all ranks)."""
+        todo = []
+        for comp in self.module.computations:
+            for instr in comp.instructions:
+                base = _base(instr.opcode)
+                if base in _HAS_GLOBAL_FLAG and not instr.opcode.endswith("-done"):
+                    todo.append((instr, base, self._grouping(instr, base)))
+        self.cache.prepare([g for _, _, g in todo])
+        for instr, base, grouping in todo:
+            self.plans[instr] = self._plan(instr, base, grouping)
+
+    def _error(self, instr, message: str) -> ExecutionError:
+        p = self.placement
+        return ExecutionError(message, rank=p.rank, replica=p.replica, partition=p.partition,
+                              instruction=f"{instr.name} (line {instr.line})")
+
+    def _grouping(self, instr, base: str) -> list[list[int]]:
+        p = self.placement
+        R, P, da = p.replica_count, p.num_partitions, p.assignment
+        has_channel = instr.attrs.get("channel_id") is not None
+        try:
+            if base == "collective-permute":
+                return permute_device_groups(has_channel, R, P, da)
+            flag = instr.attrs.get("use_global_device_ids", False) \
+                if _HAS_GLOBAL_FLAG[base] else None
+            mode = group_mode(has_channel, flag)
+            rg = instr.attrs.get("replica_groups")
+            groups = [list(g) for g in rg.groups] if rg is not None else []
+            return device_groups(groups, mode, R, P, da, op=base,
+                                 require_cover=base != "collective-broadcast")
+        except GroupError as e:
+            raise VerifierError(str(e), computation=instr.parent.name if instr.parent else None,
+                                instruction=instr.name, line=instr.line) from None
+
+    def _plan(self, instr, base: str, grouping) -> _Plan:
+        me = self.placement.device
+        comm = self.cache.find(grouping)
+        group = next((tuple(g) for g in grouping if me in g), ())
+        label = f"{instr.name} (line {instr.line}) over devices {list(group)}"
+        plan = _Plan(_RUNNERS[base], label, comm, group=group)
+        dims = instr.attrs.get("dimensions")
+        if dims:
+            plan.dim = int(dims[0])
+        if base == "collective-permute":
+            has_channel = instr.attrs.get("channel_id") is not None
+            pairs = collective_permute_pairs(
+                [tuple(p) for p in instr.attrs.get("source_target_pairs", ())], has_channel,
+                self.replica_count, self.num_partitions, self.placement.assignment)
+            send_to, recv_from = peers(pairs, me)
+            # Communicator ranks follow the group's member order.
+            plan.send_to = group.index(send_to) if send_to is not None else None
+            plan.recv_from = group.index(recv_from) if recv_from is not None else None
+        return plan
+
+    # ---- reducers --------------------------------------------------------------------
+    def _reducer(self, plan: _Plan, reducer) -> Reducer:
+        if reducer is None:
+            return SUM
+        builtin = match_reducer(reducer.computation)
+        if builtin is not None:
+            return builtin
+        if plan.custom is None:
+            proxy = _Proxy()
+            plan.custom = (Reducer(None, proxy, reducer.computation.name), proxy)
+        plan.custom[1].target = reducer
+        return plan.custom[0]
+
+    # ---- DeviceContext ---------------------------------------------------------------
+    def collective(self, instr, args, reducer=None):
+        return self._start(instr, args, reducer, start=False)
+
+    def collective_start(self, instr, args, reducer=None):
+        return self._start(instr, args, reducer, start=True)
+
+    def collective_done(self, instr, handle):
+        try:
+            return _as_value(handle.wait())
+        except GroupError as e:
+            raise self._error(instr, str(e)) from None
+
+    def _start(self, instr, args, reducer, *, start: bool):
+        plan = self.plans.get(instr)
+        if plan is None:
+            raise self._error(instr, f"{instr.opcode} was not planned when the program was "
+                                     "loaded (internal error: prepare() missed it)")
+        try:
+            result = plan.run(self, plan, instr, list(args), reducer, start)
+        except (ValueError, GroupError) as e:
+            raise self._error(instr, str(e)) from None
+        return result if start else _as_value(result)
+
+    # Channels and feeds are served by their own components (p2p.py, feeds.py).
+    def send(self, instr, data):
+        return self._need(self.channels, instr, "channels").send(instr, data)
+
+    def send_done(self, instr, handle):
+        return self.channels.send_done(instr, handle)
+
+    def recv(self, instr):
+        return self._need(self.channels, instr, "channels").recv(instr)
+
+    def recv_done(self, instr, handle):
+        return self.channels.recv_done(instr, handle)
+
+    def infeed(self, instr):
+        return self._need(self.feeds, instr, "an infeed source").infeed(instr)
+
+    def outfeed(self, instr, data):
+        return self._need(self.feeds, instr, "an outfeed sink").outfeed(instr, data)
+
+    def _need(self, component, instr, what):
+        if component is None:
+            raise self._error(instr, f"{instr.opcode} needs {what}, and this run has none")
+        return component
+
+
+def _as_value(result):
+    """Collective results as interpreter values: lists (variadic forms) become tuples."""
+    if isinstance(result, list):
+        return tuple(result)
+    return result
+
+
+def _operand(args):
+    return args[0] if len(args) == 1 else list(args)
+
+
+def _run_all_reduce(ctx, plan, instr, args, reducer, start):
+    red = ctx._reducer(plan, reducer)
+    fn = all_reduce_start if start else all_reduce
+    return fn(plan.comm, _operand(args), red, label=plan.label)
+
+
+def _run_all_gather(ctx, plan, instr, args, reducer, start):
+    fn = all_gather_start if start else all_gather
+    return fn(plan.comm, _operand(args), plan.dim, label=plan.label)
+
+
+def _run_reduce_scatter(ctx, plan, instr, args, reducer, start):
+    red = ctx._reducer(plan, reducer)
+    fn = reduce_scatter_start if start else reduce_scatter
+    return fn(plan.comm, _operand(args), red, plan.dim, label=plan.label)
+
+
+def _run_all_to_all(ctx, plan, instr, args, reducer, start):
+    fn = all_to_all_start if start else all_to_all
+    if "dimensions" in instr.attrs:
+        return fn(plan.comm, args[0], plan.dim, label=plan.label)
+    return fn(plan.comm, list(args), None, label=plan.label)
+
+
+def _run_permute(ctx, plan, instr, args, reducer, start):
+    fn = collective_permute_start if start else collective_permute
+    return fn(plan.comm, _operand(args), plan.send_to, plan.recv_from, label=plan.label)
+
+
+def _run_broadcast(ctx, plan, instr, args, reducer, start):
+    fn = collective_broadcast_start if start else collective_broadcast
+    return fn(plan.comm, _operand(args), label=plan.label)
+
+
+def _run_ragged(ctx, plan, instr, args, reducer, start):
+    raise ctx._error(instr, "ragged-all-to-all is not supported by the MPI runtime yet "
+                            "(XLA:CPU has no implementation either)")
+
+
+_RUNNERS = {
+    "all-reduce": _run_all_reduce,
+    "all-gather": _run_all_gather,
+    "reduce-scatter": _run_reduce_scatter,
+    "all-to-all": _run_all_to_all,
+    "collective-permute": _run_permute,
+    "collective-broadcast": _run_broadcast,
+    "ragged-all-to-all": _run_ragged,
+}
+
+
+def zeros_like_shape(shape) -> np.ndarray:
+    return np.zeros(tuple(shape.dims), shape.dtype)

@@ -1,0 +1,91 @@
+"""One rank's life: place the device, prepare communicators, compile, run, gather.
+
+`execute_on_this_rank` is what every rank of an MPI job calls (from the CLI or from
+`xladist.run` inside mpiexec). Failures are turned into one printed report and an
+MPI abort, so no rank is left waiting for a peer that died (ARCHITECTURE rule 3).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from collectives import deadline
+from xladist.errors import ExecutionError, XlaDistError
+
+from .device import make_assignment, placement_for
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass
+class RankResult:
+    """What a finished rank hands back: its outputs and, on rank 0, everybody's."""
+
+    rank: int
+    outputs: list[np.ndarray]
+    all_outputs: list[list[np.ndarray]] | None = None
+    outfeed: list = field(default_factory=list)
+
+
+def world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpreter",
+                         timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
+                         feeds=None, verify: bool = True, gather_to: int | None = 0,
+                         compile_options: dict | None = None) -> RankResult:
+    """Run this rank's device of `module`.
+
+    `per_device_inputs[d]` is device d's argument list (every rank receives all of them
+    and takes its own row, so inputs are validated identically everywhere). With
+    `gather_to` set, that rank also receives every device's outputs.
+    """
+    from collectives.communicator import CommunicatorCache, MpiCommunicator
+
+    from .mpi_context import MpiDeviceContext
+
+    comm = world()
+    n = comm.Get_size()
+    rank = comm.Get_rank()
+    deadline.configure(timeout)
+    assignment = make_assignment(module, n, device_assignment)
+    placement = placement_for(rank, assignment)
+    cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
+    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds)
+    if feeds is not None:
+        feeds.start(placement)
+    ctx.prepare()
+    from xladist.executable import compile as compile_module
+    exe = compile_module(module, backend=backend, verify=verify, device=ctx,
+                         **(compile_options or {}))
+    outputs = exe(*per_device_inputs[placement.device])
+    if feeds is not None:
+        feeds.finish()
+    result = RankResult(rank, outputs)
+    if gather_to is not None:
+        with deadline.waiting(f"gathering outputs on rank {gather_to}"):
+            gathered = comm.gather(outputs, root=gather_to)
+        if rank == gather_to:
+            result.all_outputs = gathered
+    return result
+
+
+def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:
+    """Print one rank's failure once and take the whole job down (no orphaned ranks)."""
+    if isinstance(error, XlaDistError):
+        text = str(error)
+        if not isinstance(error, ExecutionError) or error.rank is None:
+            text = f"rank {rank}: {text}"
+        code = error.exit_code
+    else:
+        import traceback
+        text = f"rank {rank}: internal error: {type(error).__name__}: {error}\n" + "".join(
+            traceback.format_exception(error)[-6:])
+        code = 1
+    deadline.abort_job(f"{prefix}: error: {text}", code, with_rank=False)
+    sys.exit(code)
