@@ -1,0 +1,20 @@
+"""The `cpu` backend: HLO compiled to native code with llvmlite.
+
+Pipeline (one pass per module): inline.py (flatten fusions/calls) ->
+fusion.py (what becomes one kernel) -> buffers.py (slots, arena reuse) ->
+emit.py (thunk lists) -> codegen/ (LLVM IR per kernel) -> jit.py (O3, host
+CPU, on-disk object cache) -> program.py (CpuExecutable).
+
+    exe = xladist.compile(module, backend="cpu")
+    outputs = exe(x, y)
+"""
+
+from __future__ import annotations
+
+from ..executable import register_backend
+from .coverage import coverage
+from .program import CpuExecutable, CpuProgram, compile_module
+
+register_backend("cpu", CpuExecutable, replace=True)
+
+__all__ = ["compile_module", "CpuExecutable", "CpuProgram", "coverage"]

@@ -1,0 +1,235 @@
+"""One LLVM function per fused kernel.
+
+Every kernel has the signature `void name(ptr argv)`: argv holds the addresses of
+the kernel's output buffers then its input buffers (KernelSpec.inputs order).
+KERNEL_EMITTERS maps a kernel kind to the function that emits its loop nest:
+  loop    elemental loop over the root's output in physical order (flat when no
+          fused instruction needs a multi-dimensional index, so LLVM sees one
+          unit-stride loop and vectorizes it)
+  reduce  loop nest over the input in physical order with the reducer inlined;
+          trailing reduced dims accumulate in registers (vectorized with
+          reassociation), other reduced dims accumulate into the output
+  scatter, sort, select-and-scatter: kernels_special.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from llvmlite import ir
+
+from ...hlo.ir import Instruction
+from . import ir_array
+from .elemental import ElementalContext, reduce_window_values
+from .ir_array import Index, c64, layout_of
+from .loops import for_range, loop_nest
+from .types import I64, PTR, VOID
+
+
+@dataclass
+class KernelSpec:
+    """What the planner hands to codegen: a root, what is fused, what is read."""
+
+    name: str
+    kind: str
+    root: Instruction
+    fused: list[Instruction]
+    inputs: list[Instruction]
+    outputs: list = field(default_factory=list)  # leaf shapes of the root, in order
+    scratch: int = 0  # bytes of scratch memory passed as the last argv entry
+
+
+KERNEL_EMITTERS: dict[str, Callable] = {}
+
+
+def kernel_kind(kind: str):
+    def wrap(fn):
+        KERNEL_EMITTERS[kind] = fn
+        return fn
+    return wrap
+
+
+class _Tracker:
+    multi_used = False
+
+
+def begin_function(module: ir.Module, name: str, nptrs: int):
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name=name)
+    fn.attributes.add("nounwind")
+    argv = fn.args[0]
+    argv.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ptrs = []
+    for i in range(nptrs):
+        p = b.load(b.gep(argv, [c64(i)], inbounds=True, source_etype=PTR), typ=PTR,
+                   name=f"buf{i}")
+        ptrs.append(p)
+    return fn, b, ptrs
+
+
+def make_context(b, spec: KernelSpec, ptrs):
+    nout = len(spec.outputs)
+    inputs = {instr: ("buffer", p) for instr, p in zip(spec.inputs, ptrs[nout:])}
+    return ElementalContext(b, inputs), ptrs[:nout]
+
+
+def root_values(ctx, root, index):
+    if root.opcode == "reduce-window" and root.shape.is_tuple:
+        return reduce_window_values(ctx, root, index)
+    return [ctx.gen(root, index)]
+
+
+def emit_kernel(module: ir.Module, spec: KernelSpec) -> None:
+    KERNEL_EMITTERS[spec.kind](module, spec)
+
+
+@kernel_kind("loop")
+def _emit_loop(module, spec: KernelSpec):
+    shape = spec.outputs[0]
+    # Try one flat loop first; if any fused instruction needed a multi-index,
+    # nested loops (in physical order) are cheaper than div/mod per element.
+    scratch = ir.Module(name="scratch")
+    tracker = _Tracker()
+    _loop_body(scratch, spec, shape, flat=True, tracker=tracker)
+    _loop_body(module, spec, shape, flat=not tracker.multi_used, tracker=_Tracker())
+
+
+def _loop_body(module, spec, shape, flat, tracker):
+    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    ctx, outs = make_context(b, spec, ptrs)
+    dims, layout = shape.dims, layout_of(shape)
+    if flat:
+        with for_range(b, max(shape.size, 1), name="i") as loop:
+            idx = Index(b, dims, None, loop.iv, layout)
+            idx.tracker = tracker
+            _write_all(b, ctx, spec, outs, idx)
+    else:
+        order = list(reversed(layout))
+        with loop_nest(b, dims, order) as (multi, linear):
+            idx = Index(b, dims, multi, linear, layout)
+            idx.tracker = tracker
+            _write_all(b, ctx, spec, outs, idx)
+    b.ret_void()
+
+
+def _write_all(b, ctx, spec, outs, idx):
+    values = root_values(ctx, spec.root, idx)
+    for p, s, v in zip(outs, spec.outputs, values):
+        ir_array.write(b, p, s, idx, v)
+
+
+@kernel_kind("reduce")
+def _emit_reduce(module, spec: KernelSpec):
+    root = spec.root
+    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    ctx, outs = make_context(b, spec, ptrs)
+    n = len(root.operands) // 2
+    inputs, inits = root.operands[:n], root.operands[n:]
+    reducer = root.attrs["to_apply"]
+    red = set(root.attrs["dimensions"])
+    in_shape = inputs[0].shape
+    in_dims = in_shape.dims
+    out_shapes = spec.outputs
+    out_dims = out_shapes[0].dims
+    kept = [d for d in range(len(in_dims)) if d not in red]
+    scalar = Index.scalar(b)
+    init_vals = [ctx.gen(i, scalar) for i in inits]
+    ctx.fast_reduce = _is_simple_float_reducer(reducer)
+
+    def write_init():
+        with loop_nest(b, out_dims, list(reversed(layout_of(out_shapes[0])))) as (m, lin):
+            idx = Index(b, out_dims, m, lin, layout_of(out_shapes[0]))
+            for p, s, v in zip(outs, out_shapes, init_vals):
+                ir_array.write(b, p, s, idx, v)
+
+    if any(in_dims[d] == 0 for d in red) or in_shape.size == 0:
+        if out_shapes[0].size:
+            write_init()
+        b.ret_void()
+        return
+    phys = list(reversed(layout_of(in_shape)))  # major to minor
+    trailing = []
+    for d in reversed(phys):
+        if d in red:
+            trailing.insert(0, d)
+        else:
+            break
+    trailing = [d for d in trailing if in_dims[d] > 1] if any(
+        in_dims[d] > 1 for d in trailing) else []
+    outer = [d for d in phys if d not in trailing]
+    init_pass = any(d in red and in_dims[d] > 1 for d in outer)
+    if init_pass:
+        write_init()
+    with loop_nest(b, in_dims, outer, name="o") as (multi, _lin):
+        out_idx = Index(b, out_dims, [multi[d] for d in kept])
+        if init_pass:
+            start = [ir_array.read(b, p, s, out_idx) for p, s in zip(outs, out_shapes)]
+        else:
+            start = init_vals
+        base = list(multi)
+
+        def nest(level, acc):
+            if level == len(trailing):
+                ctx.push()
+                idx = Index(b, in_dims, list(base))
+                vals = [ctx.gen(i, idx) for i in inputs]
+                out = ctx.inline(reducer, list(acc) + vals)
+                ctx.pop()
+                return out
+            d = trailing[level]
+            with for_range(b, in_dims[d], name=f"r{d}", carried=acc) as loop:
+                base[d] = loop.iv
+                nxt = nest(level + 1, loop.phis)
+                loop.update(nxt)
+            return loop.results
+
+        ctx.push()
+        final = nest(0, start)
+        ctx.pop()
+        for p, s, v in zip(outs, out_shapes, final):
+            ir_array.write(b, p, s, out_idx, v)
+    b.ret_void()
+
+
+def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
+    """`void name(ptr argv, i64 n)`: out[i] = comp(a[i], b[i]) over flat arrays.
+    Collective reducers use it: the runtime hands it whole buffers to combine."""
+    from .types import load_element, store_element, storage_type
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64]), name=name)
+    argv, n = fn.args
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    ptrs = [b.load(b.gep(argv, [c64(i)], source_etype=PTR), typ=PTR) for i in range(3)]
+    params = comp.parameters
+    t_in = params[0].shape.element_type
+    t_out = comp.root.shape.element_type if comp.root.shape.is_array else t_in
+    body = fn.append_basic_block("body")
+    done = fn.append_basic_block("done")
+    b.cbranch(b.icmp_signed(">", n, c64(0)), body, done)
+    b.position_at_end(body)
+    with for_range(b, n, name="i") as loop:
+        vals = [load_element(b, t_in, b.gep(p, [loop.iv], source_etype=storage_type(t_in)))
+                for p in ptrs[1:]]
+        ctx = ElementalContext(b, {})
+        r = ctx.inline(comp, vals)[0]
+        store_element(b, t_out, r, b.gep(ptrs[0], [loop.iv], source_etype=storage_type(t_out)))
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+
+
+_ASSOCIATIVE = {"add", "multiply", "maximum", "minimum"}
+
+
+def _is_simple_float_reducer(comp) -> bool:
+    """A single associative float op of the two parameters: safe to reassociate
+    (XLA:CPU vectorizes such reductions the same way)."""
+    root = comp.root
+    return (root.opcode in _ASSOCIATIVE and root.shape.is_array
+            and root.shape.element_type.is_float
+            and all(op.opcode == "parameter" for op in root.operands))
+
+
+# Register the special kernels (scatter, sort, select-and-scatter).
+from . import kernels_special  # noqa: E402,F401

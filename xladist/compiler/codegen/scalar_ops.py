@@ -1,0 +1,554 @@
+"""Element-wise operations on scalar registers: one emitter per opcode.
+
+SCALAR_RULES[opcode](b, instr, values) -> value, where values are the operands'
+compute-type registers (types.py) and instr gives the HLO element types.
+Families are registered together from tables (float math from mathlib, integer
+and float arithmetic from small dicts). Semantics follow XLA's operation
+semantics: integer division by zero gives -1 (unsigned: all ones) and the
+remainder the dividend; INT_MIN / -1 = INT_MIN; shifts by >= bit width give 0
+(arithmetic: the sign); max/min propagate NaN; float->int converts saturate, NaN -> 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from llvmlite import ir
+
+from ...errors import UnsupportedError
+from ...hlo.shape import PrimitiveType
+from . import intrinsics as intr
+from . import mathlib
+from .types import (C64, C128, F32, F64, I1, compute_type, float_type_of_complex,
+                    is_narrow_float, round_to_storage)
+
+SCALAR_RULES: dict[str, Callable] = {}
+
+
+def _register(*names):
+    def wrap(fn):
+        for n in names:
+            SCALAR_RULES[n] = fn
+        return fn
+    return wrap
+
+
+def _etype(instr) -> PrimitiveType:
+    return instr.shape.element_type
+
+
+def _otype(instr, i=0) -> PrimitiveType:
+    return instr.operands[i].shape.element_type
+
+
+def _c(t, v):
+    return ir.Constant(t, v)
+
+
+def _finish(b, instr, v):
+    """Round f16/bf16 results to storage precision (ops compute in f32)."""
+    t = _etype(instr)
+    return round_to_storage(b, t, v) if is_narrow_float(t) else v
+
+
+def _unsupported(instr, what):
+    raise UnsupportedError(f"instruction `{instr.name}` ({instr.opcode}): {what} is not "
+                           "compiled by the cpu backend")
+
+
+# ---- complex helpers ----------------------------------------------------------
+
+def _re(b, z):
+    return b.extract_value(z, 0)
+
+
+def _im(b, z):
+    return b.extract_value(z, 1)
+
+
+def _cplx(b, re, im):
+    t = C64 if re.type == F32 else C128
+    z = b.insert_value(ir.Constant(t, ir.Undefined), re, 0)
+    return b.insert_value(z, im, 1)
+
+
+def _cmul(b, x, y):
+    a, bb, c, d = _re(b, x), _im(b, x), _re(b, y), _im(b, y)
+    return _cplx(b, b.fsub(b.fmul(a, c), b.fmul(bb, d)), b.fadd(b.fmul(a, d), b.fmul(bb, c)))
+
+
+def _cdiv(b, x, y):
+    # Smith's algorithm keeps intermediate magnitudes bounded.
+    a, bb, c, d = _re(b, x), _im(b, x), _re(b, y), _im(b, y)
+    use_c = b.fcmp_ordered(">=", intr.fabs(b, c), intr.fabs(b, d))
+    r1 = b.fdiv(d, c)
+    den1 = b.fadd(c, b.fmul(d, r1))
+    re1 = b.fdiv(b.fadd(a, b.fmul(bb, r1)), den1)
+    im1 = b.fdiv(b.fsub(bb, b.fmul(a, r1)), den1)
+    r2 = b.fdiv(c, d)
+    den2 = b.fadd(d, b.fmul(c, r2))
+    re2 = b.fdiv(b.fadd(b.fmul(a, r2), bb), den2)
+    im2 = b.fdiv(b.fsub(b.fmul(bb, r2), a), den2)
+    return _cplx(b, b.select(use_c, re1, re2), b.select(use_c, im1, im2))
+
+
+def _cabs(b, z):
+    x, y = intr.fabs(b, _re(b, z)), intr.fabs(b, _im(b, z))
+    mx, mn = intr.maxnum(b, x, y), intr.minnum(b, x, y)
+    r = b.fdiv(mn, mx)
+    h = b.fmul(mx, intr.sqrt(b, intr.fmuladd(b, r, r, _c(mx.type, 1.0))))
+    h = b.select(b.fcmp_ordered("==", mx, _c(mx.type, 0.0)), mx, h)
+    inf = b.fcmp_ordered("==", mx, _c(mx.type, math.inf))
+    return b.select(inf, mx, h)
+
+
+# ---- arithmetic ---------------------------------------------------------------
+
+_FLOAT_BIN = {"add": "fadd", "subtract": "fsub", "multiply": "fmul", "divide": "fdiv",
+              "remainder": "frem"}
+_INT_BIN = {"add": "add", "subtract": "sub", "multiply": "mul"}
+
+
+@_register("add", "subtract", "multiply")
+def _arith(b, instr, v):
+    t = _etype(instr)
+    x, y = v
+    if t.is_complex:
+        if instr.opcode == "multiply":
+            return _cmul(b, x, y)
+        op = getattr(b, _FLOAT_BIN[instr.opcode])
+        return _cplx(b, op(_re(b, x), _re(b, y)), op(_im(b, x), _im(b, y)))
+    if t.is_float:
+        flags = ("reassoc", "nsz") if getattr(b, "fast_reassoc", False) else ()
+        return _finish(b, instr, getattr(b, _FLOAT_BIN[instr.opcode])(x, y, flags=flags))
+    if t.name == "pred":
+        return {"add": b.or_, "subtract": b.xor, "multiply": b.and_}[instr.opcode](x, y)
+    return getattr(b, _INT_BIN[instr.opcode])(x, y)
+
+
+@_register("divide", "remainder")
+def _div_rem(b, instr, v):
+    t = _etype(instr)
+    x, y = v
+    div = instr.opcode == "divide"
+    if t.is_complex:
+        if not div:
+            _unsupported(instr, "complex remainder")
+        return _cdiv(b, x, y)
+    if t.is_float:
+        return _finish(b, instr, b.fdiv(x, y) if div else b.frem(x, y))
+    it = x.type
+    zero, one = _c(it, 0), _c(it, 1)
+    y_zero = b.icmp_unsigned("==", y, zero)
+    if t.kind == "uint" or t.name == "pred":
+        safe_y = b.select(y_zero, one, y)
+        q = b.udiv(x, safe_y) if div else b.urem(x, safe_y)
+        return b.select(y_zero, _c(it, -1) if div else x, q)
+    # Signed: guard /0 and INT_MIN / -1 (both trap on x86).
+    int_min = _c(it, -(1 << (it.width - 1)))
+    overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, _c(it, -1)))
+    bad = b.or_(y_zero, overflow)
+    safe_y = b.select(bad, one, y)
+    q = b.sdiv(x, safe_y) if div else b.srem(x, safe_y)
+    if div:
+        return b.select(y_zero, _c(it, -1), b.select(overflow, int_min, q))
+    return b.select(y_zero, x, b.select(overflow, zero, q))
+
+
+@_register("maximum", "minimum")
+def _max_min(b, instr, v):
+    t = _etype(instr)
+    x, y = v
+    is_max = instr.opcode == "maximum"
+    if t.is_float:
+        return (intr.maximum if is_max else intr.minimum)(b, x, y)
+    if t.is_complex:
+        _unsupported(instr, "complex maximum/minimum")
+    signed = t.kind == "sint"
+    op = (">" if is_max else "<")
+    cmp = b.icmp_signed(op, x, y) if signed else b.icmp_unsigned(op, x, y)
+    return b.select(cmp, x, y)
+
+
+@_register("power")
+def _power(b, instr, v):
+    t = _etype(instr)
+    x, y = v
+    if t.is_float:
+        return _finish(b, instr, mathlib.pow(b, x, y))
+    if t.is_complex:
+        _unsupported(instr, "complex power")
+    # Integer power by squaring over every exponent bit (branch-free); negative
+    # exponents give 0 except for bases 1 and -1, as in XLA.
+    it = x.type
+    acc, base, e = _c(it, 1), x, y
+    for _ in range(it.width):
+        odd = b.trunc(e, I1)
+        acc = b.select(odd, b.mul(acc, base), acc)
+        base = b.mul(base, base)
+        e = b.lshr(e, _c(it, 1))
+    if t.kind == "sint":
+        neg = b.icmp_signed("<", y, _c(it, 0))
+        is_one = b.icmp_signed("==", x, _c(it, 1))
+        is_m1 = b.icmp_signed("==", x, _c(it, -1))
+        odd_y = b.trunc(y, I1)
+        neg_val = b.select(is_one, _c(it, 1),
+                           b.select(is_m1, b.select(odd_y, _c(it, -1), _c(it, 1)), _c(it, 0)))
+        acc = b.select(neg, neg_val, acc)
+    return acc
+
+
+@_register("atan2")
+def _atan2(b, instr, v):
+    if not _etype(instr).is_float:
+        _unsupported(instr, f"atan2 of {_etype(instr)}")
+    return _finish(b, instr, mathlib.atan2(b, v[0], v[1]))
+
+
+@_register("and", "or", "xor")
+def _bitwise(b, instr, v):
+    return {"and": b.and_, "or": b.or_, "xor": b.xor}[instr.opcode](v[0], v[1])
+
+
+@_register("not")
+def _not(b, instr, v):
+    return b.not_(v[0])
+
+
+@_register("shift-left", "shift-right-logical", "shift-right-arithmetic")
+def _shift(b, instr, v):
+    x, y = v
+    it = x.type
+    too_big = b.icmp_unsigned(">=", y, _c(it, it.width))
+    safe = b.select(too_big, _c(it, 0), y)
+    if instr.opcode == "shift-left":
+        return b.select(too_big, _c(it, 0), b.shl(x, safe))
+    if instr.opcode == "shift-right-logical":
+        return b.select(too_big, _c(it, 0), b.lshr(x, safe))
+    fill = b.ashr(x, _c(it, it.width - 1))
+    return b.select(too_big, fill, b.ashr(x, safe))
+
+
+@_register("mulhi")
+def _mulhi(b, instr, v):
+    x, y = v
+    it = x.type
+    wide = ir.IntType(it.width * 2)
+    ext = b.sext if _etype(instr).kind == "sint" else b.zext
+    p = b.mul(ext(x, wide), ext(y, wide))
+    return b.trunc(b.lshr(p, _c(wide, it.width)), it)
+
+
+@_register("complex")
+def _complex(b, instr, v):
+    return _cplx(b, v[0], v[1])
+
+
+@_register("real", "imag")
+def _real_imag(b, instr, v):
+    if not _otype(instr).is_complex:
+        return v[0] if instr.opcode == "real" else _c(v[0].type, 0.0)
+    return (_re if instr.opcode == "real" else _im)(b, v[0])
+
+
+# ---- unary --------------------------------------------------------------------
+
+@_register("negate")
+def _negate(b, instr, v):
+    t = _etype(instr)
+    x = v[0]
+    if t.is_complex:
+        return _cplx(b, b.fneg(_re(b, x)), b.fneg(_im(b, x)))
+    return b.fneg(x) if t.is_float else b.neg(x)
+
+
+@_register("abs")
+def _abs(b, instr, v):
+    t = _otype(instr)
+    x = v[0]
+    if t.is_complex:
+        return _cabs(b, x)
+    if t.is_float:
+        return intr.fabs(b, x)
+    if t.kind == "uint":
+        return x
+    return b.select(b.icmp_signed("<", x, _c(x.type, 0)), b.neg(x), x)
+
+
+@_register("sign")
+def _sign(b, instr, v):
+    t = _etype(instr)
+    x = v[0]
+    if t.is_float:
+        one = _c(x.type, 1.0)
+        s = b.select(b.fcmp_ordered(">", x, _c(x.type, 0.0)), one,
+                     b.select(b.fcmp_ordered("<", x, _c(x.type, 0.0)), b.fneg(one), x))
+        return s
+    if t.is_complex:
+        mag = _cabs(b, x)
+        zero = b.fcmp_ordered("==", mag, _c(mag.type, 0.0))
+        safe = b.select(zero, _c(mag.type, 1.0), mag)
+        return _cplx(b, b.fdiv(_re(b, x), safe), b.fdiv(_im(b, x), safe))
+    it = x.type
+    if t.kind == "uint":
+        return b.zext(b.icmp_unsigned("!=", x, _c(it, 0)), it)
+    pos = b.zext(b.icmp_signed(">", x, _c(it, 0)), it)
+    neg = b.zext(b.icmp_signed("<", x, _c(it, 0)), it)
+    return b.sub(pos, neg)
+
+
+_ROUNDING = {"ceil": "ceil", "floor": "floor", "round-nearest-afz": "round",
+             "round-nearest-even": "roundeven"}
+
+
+@_register(*_ROUNDING)
+def _round(b, instr, v):
+    if not _etype(instr).is_float:
+        return v[0]
+    return intr.intrinsic(b, _ROUNDING[instr.opcode], [v[0]])
+
+
+@_register("is-finite")
+def _is_finite(b, instr, v):
+    x = v[0]
+    return b.fcmp_ordered("<", intr.fabs(b, x), _c(x.type, math.inf))
+
+
+@_register("popcnt")
+def _popcnt(b, instr, v):
+    return intr.intrinsic(b, "ctpop", [v[0]])
+
+
+@_register("count-leading-zeros")
+def _clz(b, instr, v):
+    return intr.intrinsic(b, "ctlz", [v[0], _c(I1, 0)])
+
+
+@_register("copy")
+def _copy(b, instr, v):
+    return v[0]
+
+
+def _complex_unary(b, instr, x):
+    op = instr.opcode
+    re, im = _re(b, x), _im(b, x)
+    if op == "exponential":
+        e = mathlib.exp(b, re)
+        return _cplx(b, b.fmul(e, mathlib.cos(b, im)), b.fmul(e, mathlib.sin(b, im)))
+    if op == "log":
+        return _cplx(b, mathlib.log(b, _cabs(b, x)), mathlib.atan2(b, im, re))
+    if op == "sqrt":
+        # sqrt(z) = sqrt((|z| + re)/2) + i sign(im) sqrt((|z| - re)/2)
+        m = _cabs(b, x)
+        half = _c(re.type, 0.5)
+        r = intr.sqrt(b, b.fmul(half, b.fadd(m, re)))
+        i = intr.sqrt(b, b.fmul(half, b.fsub(m, re)))
+        return _cplx(b, r, intr.copysign(b, i, im))
+    _unsupported(instr, f"complex {op}")
+
+
+@_register(*mathlib.FLOAT_FUNCTIONS)
+def _float_fn(b, instr, v):
+    t = _etype(instr)
+    if t.is_complex:
+        return _complex_unary(b, instr, v[0])
+    if not t.is_float:
+        _unsupported(instr, f"{instr.opcode} of {t}")
+    return _finish(b, instr, mathlib.FLOAT_FUNCTIONS[instr.opcode](b, v[0]))
+
+
+# ---- compare, select, clamp ---------------------------------------------------
+
+_CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def compare_values(b, t: PrimitiveType, direction: str, x, y, cmp_type: str | None = None):
+    """XLA compare: ordered for floats except NE; TOTALORDER via integer keys."""
+    op = _CMP[direction]
+    if t.is_complex:
+        eq = b.and_(b.fcmp_ordered("==", _re(b, x), _re(b, y)),
+                    b.fcmp_ordered("==", _im(b, x), _im(b, y)))
+        return eq if direction == "EQ" else b.not_(eq)
+    if t.is_float:
+        if cmp_type == "TOTALORDER":
+            return b.icmp_signed(op, _total_order_key(b, t, x), _total_order_key(b, t, y))
+        if direction == "NE":
+            return b.fcmp_unordered("!=", x, y)
+        return b.fcmp_ordered(op, x, y)
+    if t.kind == "sint":
+        return b.icmp_signed(op, x, y)
+    return b.icmp_unsigned(op, x, y)
+
+
+def _total_order_key(b, t, x):
+    # Order -nan < -inf < ... < -0 < +0 < ... < inf < nan by flipping the
+    # magnitude bits of negative numbers (sign-magnitude -> two's complement).
+    ft = x.type
+    it = ir.IntType(64 if ft == F64 else 32)
+    if t.name in ("f16", "bf16"):
+        # Compare at storage precision: f32 keys order exactly like 16-bit ones.
+        pass
+    bits = b.bitcast(x, it)
+    mask = b.lshr(b.ashr(bits, _c(it, it.width - 1)), _c(it, 1))
+    return b.xor(bits, mask)
+
+
+@_register("compare")
+def _compare(b, instr, v):
+    return compare_values(b, _otype(instr), instr.attrs["direction"], v[0], v[1],
+                          instr.attrs.get("type"))
+
+
+@_register("select")
+def _select(b, instr, v):
+    return b.select(v[0], v[1], v[2])
+
+
+@_register("clamp")
+def _clamp(b, instr, v):
+    lo, x, hi = v
+    t = _etype(instr)
+    if t.is_float:
+        return intr.minimum(b, intr.maximum(b, x, lo), hi)
+    signed = t.kind == "sint"
+    gt = (lambda a, c: b.icmp_signed(">", a, c)) if signed else \
+        (lambda a, c: b.icmp_unsigned(">", a, c))
+    x = b.select(gt(lo, x), lo, x)
+    return b.select(gt(x, hi), hi, x)
+
+
+# ---- conversions --------------------------------------------------------------
+
+def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
+    """XLA convert: ints wrap, float->int saturates (NaN -> 0), x->pred is x != 0."""
+    st, dt = compute_type(src), compute_type(dst)
+    if src.is_complex:
+        if dst.is_complex:
+            ft = float_type_of_complex(dst)
+            re, im = _re(b, x), _im(b, x)
+            conv = (lambda z: b.fpext(z, ft)) if ft == F64 and re.type == F32 else \
+                (lambda z: b.fptrunc(z, ft)) if ft == F32 and re.type == F64 else (lambda z: z)
+            return _cplx(b, conv(re), conv(im))
+        x = _re(b, x)
+        src = {"c64": _PT_F32, "c128": _PT_F64}[src.name]
+        st = x.type
+    if dst.is_complex:
+        ft = float_type_of_complex(dst)
+        re = convert_value(b, src, _PT_F32 if ft == F32 else _PT_F64, x)
+        return _cplx(b, re, _c(ft, 0.0))
+    if dst.name == "pred":
+        if src.is_float:
+            return b.fcmp_unordered("!=", x, _c(st, 0.0))
+        if src.name == "pred":
+            return x
+        return b.icmp_unsigned("!=", x, _c(st, 0))
+    if src.name == "pred":
+        return b.uitofp(x, dt) if dst.is_float else b.zext(x, dt)
+    if src.is_float and dst.is_float:
+        if st == dt:
+            v = x
+        elif dt == F64:
+            v = b.fpext(x, dt)
+        else:
+            v = b.fptrunc(x, dt)
+        return round_to_storage(b, dst, v) if is_narrow_float(dst) else v
+    if src.is_float:
+        name = "fptosi.sat" if dst.kind == "sint" else "fptoui.sat"
+        return intr.intrinsic(b, name, [x], dt, dt, st)
+    if dst.is_float:
+        v = b.sitofp(x, dt) if src.kind == "sint" else b.uitofp(x, dt)
+        return round_to_storage(b, dst, v) if is_narrow_float(dst) else v
+    if st.width == dt.width:
+        return x
+    if st.width > dt.width:
+        return b.trunc(x, dt)
+    return b.sext(x, dt) if src.kind == "sint" else b.zext(x, dt)
+
+
+from ...hlo.shape import PRIMITIVE_TYPES as _PT  # noqa: E402
+
+_PT_F32, _PT_F64 = _PT["f32"], _PT["f64"]
+
+
+@_register("convert")
+def _convert(b, instr, v):
+    return convert_value(b, _otype(instr), _etype(instr), v[0])
+
+
+def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
+    """Same-width bit reinterpretation between compute-type registers."""
+    from .types import I16, I32, I64, bf16_to_f32, f32_to_bf16
+    if src.bits != dst.bits:
+        raise UnsupportedError(f"bitcast-convert {src}->{dst} changes the element width")
+
+    def to_bits(t, v):
+        if t.name == "pred":
+            return b.zext(v, ir.IntType(8))
+        if t.name == "bf16":
+            return f32_to_bf16(b, v)
+        if t.name == "f16":
+            return b.bitcast(b.fptrunc(v, ir.HalfType()), I16)
+        if t.is_float:
+            return b.bitcast(v, {32: I32, 64: I64}[t.bits])
+        if t.is_complex:
+            raise UnsupportedError("bitcast-convert of complex values is not compiled")
+        return v
+
+    def from_bits(t, v):
+        if t.name == "pred":
+            return b.icmp_unsigned("!=", v, _c(v.type, 0))
+        if t.name == "bf16":
+            return bf16_to_f32(b, v)
+        if t.name == "f16":
+            return b.fpext(b.bitcast(v, ir.HalfType()), F32)
+        if t.is_float:
+            return b.bitcast(v, compute_type(t))
+        if t.is_complex:
+            raise UnsupportedError("bitcast-convert of complex values is not compiled")
+        return v
+
+    return from_bits(dst, to_bits(src, x))
+
+
+@_register("bitcast-convert")
+def _bitcast_convert(b, instr, v):
+    return bitcast_value(b, _otype(instr), _etype(instr), v[0])
+
+
+@_register("reduce-precision")
+def _reduce_precision(b, instr, v):
+    """Round the mantissa to `mantissa_bits` (nearest even) and clamp the exponent
+    range to `exponent_bits`, as XLA's reduce-precision does."""
+    t = _etype(instr)
+    x = v[0]
+    if not t.is_float:
+        _unsupported(instr, f"reduce-precision of {t}")
+    ft = x.type
+    from .types import I32, I64
+    it = I64 if ft == F64 else I32
+    src_mant, src_exp = (52, 11) if ft == F64 else (23, 8)
+    mbits = instr.attrs["mantissa_bits"]
+    ebits = instr.attrs["exponent_bits"]
+    bits = b.bitcast(x, it)
+    if mbits < src_mant:
+        drop = src_mant - mbits
+        last = b.and_(b.lshr(bits, _c(it, drop)), _c(it, 1))
+        bias = b.add(_c(it, (1 << (drop - 1)) - 1), last)
+        bits = b.and_(b.add(bits, bias), _c(it, ~((1 << drop) - 1)))
+    if ebits < src_exp:
+        sign = b.and_(bits, _c(it, 1 << (it.width - 1)))
+        mag = b.and_(bits, _c(it, (1 << (it.width - 1)) - 1))
+        src_bias = (1 << (src_exp - 1)) - 1
+        dst_bias = (1 << (ebits - 1)) - 1
+        max_exp = src_bias + dst_bias
+        min_exp = src_bias - dst_bias
+        exp_field = b.lshr(mag, _c(it, src_mant))
+        overflow = b.icmp_unsigned(">", exp_field, _c(it, max_exp))
+        underflow = b.icmp_unsigned("<=", exp_field, _c(it, min_exp))
+        inf_bits = _c(it, ((1 << src_exp) - 1) << src_mant)
+        mag = b.select(overflow, inf_bits, b.select(underflow, _c(it, 0), mag))
+        bits = b.or_(sign, mag)
+    y = b.bitcast(bits, ft)
+    y = b.select(b.fcmp_unordered("uno", x, x), x, y)
+    return _finish(b, instr, y)

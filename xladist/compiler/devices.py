@@ -1,0 +1,201 @@
+"""Device thunks: collectives, channels, feeds and ids through the DeviceContext.
+
+The DeviceContext (xladist/interpreter/context.py) is the one interface both
+backends call, so the MPI runtime serves compiled programs unchanged. Values
+handed to it are the interpreter's: logical numpy arrays (views of our
+buffers), tuples, TOKEN. Async starts keep their handle in the frame until the
+matching done runs (start and done must be in the same computation).
+Reducers are compiled element-wise kernels (CompiledReducer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ExecutionError
+from .thunks import Thunk, _value, address, physical_leaf
+
+MAP_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+
+
+class CompiledReducer:
+    """A to_apply computation as a binary function on arrays (compiled map kernel).
+    `.computation` lets a runtime map it onto an MPI builtin op instead."""
+
+    def __init__(self, computation, kernel_name: str):
+        self.computation = computation
+        self.kernel_name = kernel_name
+        params = computation.parameters
+        self.in_dtype = params[0].shape.dtype
+        root = computation.root
+        self.out_dtype = root.shape.dtype if root.shape.is_array else self.in_dtype
+        self.fn = None
+
+    def bind(self, code) -> None:
+        self.fn = MAP_KERNEL_TYPE(code.address(self.kernel_name))
+
+    def __call__(self, a, b):
+        shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+        a = np.ascontiguousarray(np.broadcast_to(np.asarray(a, self.in_dtype), shape))
+        b = np.ascontiguousarray(np.broadcast_to(np.asarray(b, self.in_dtype), shape))
+        out = np.empty(shape, self.out_dtype)
+        argv = (ctypes.c_uint64 * 3)(address(out), address(a), address(b))
+        self.fn(ctypes.addressof(argv), out.size)
+        return out
+
+    def __repr__(self) -> str:
+        return f"CompiledReducer({self.computation.name})"
+
+
+class DeviceThunk(Thunk):
+    kind = "device"
+
+    def __init__(self, instr, operand_slots, out_slots, reducer=None):
+        super().__init__()
+        self.instr = instr
+        self.operand_slots = operand_slots
+        self.out_slots = out_slots
+        self.reducer = reducer
+        self.reads = [s for slots in operand_slots for s in slots if s is not None]
+        self.writes = [s for s in out_slots if s is not None]
+        self.runner = DEVICE_RUNNERS[instr.opcode]
+
+    def args(self, frame) -> list:
+        return [_value(frame, op.shape, slots)
+                for op, slots in zip(self.instr.operands, self.operand_slots)]
+
+    def write(self, frame, shape, value, slots=None) -> None:
+        """Store an interpreter value into the result leaves (flat, depth first)."""
+        slots = self.out_slots if slots is None else slots
+        leaves = []
+
+        def walk(s, v):
+            if s.is_tuple:
+                for ss, vv in zip(s.tuple_shapes, v):
+                    walk(ss, vv)
+            else:
+                leaves.append((s, v))
+
+        walk(shape, value)
+        for slot, (s, v) in zip(slots, leaves):
+            if slot is not None and s.is_array:
+                frame.set(slot, physical_leaf(slot.shape, np.asarray(v)))
+
+    def zeros(self, frame, slots) -> None:
+        for s in slots:
+            if s is not None:
+                frame.set(s, np.zeros(s.nbytes, np.uint8))
+
+    def run(self, frame) -> None:
+        self.runner(self, frame)
+
+    def describe(self) -> str:
+        return f"device {self.instr.opcode}"
+
+
+DEVICE_RUNNERS: dict[str, Callable] = {}
+
+
+def _runner(*opcodes):
+    def wrap(fn):
+        for op in opcodes:
+            DEVICE_RUNNERS[op] = fn
+        return fn
+    return wrap
+
+
+@_runner("replica-id", "partition-id")
+def _ids(t, frame):
+    v = frame.device.replica_id if t.instr.opcode == "replica-id" else frame.device.partition_id
+    frame.set(t.out_slots[0], np.array([v], np.uint32).view(np.uint8))
+
+
+@_runner("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+         "collective-broadcast", "ragged-all-to-all")
+def _collective(t, frame):
+    result = frame.device.collective(t.instr, t.args(frame), t.reducer)
+    t.write(frame, t.instr.shape, result)
+
+
+def _pending_key(instr):
+    return id(instr)
+
+
+@_runner("all-reduce-start")
+def _all_reduce_start(t, frame):
+    frame.pending[_pending_key(t.instr)] = frame.device.collective_start(
+        t.instr, t.args(frame), t.reducer)
+    t.zeros(frame, t.out_slots)
+
+
+@_runner("all-gather-start", "collective-permute-start")
+def _two_slot_start(t, frame):
+    frame.pending[_pending_key(t.instr)] = frame.device.collective_start(
+        t.instr, t.args(frame), t.reducer)
+    # (operands, result, contexts...): the operand part is the operands themselves.
+    n_operand_leaves = sum(len(s) for s in t.operand_slots)
+    for slot, src in zip(t.out_slots[:n_operand_leaves],
+                         [s for ss in t.operand_slots for s in ss]):
+        if slot is not None and src is not None:
+            frame.set(slot, frame.bufs[src.id])
+    t.zeros(frame, t.out_slots[n_operand_leaves:])
+
+
+def _take_pending(t, frame):
+    start = t.instr.operands[0]
+    try:
+        return frame.pending.pop(_pending_key(start))
+    except KeyError:
+        raise ExecutionError(
+            f"{t.instr.opcode} `{t.instr.name}` has no matching start in the same computation; "
+            "the cpu backend runs async pairs only within one computation",
+            instruction=t.instr.name) from None
+
+
+@_runner("all-reduce-done", "all-gather-done", "collective-permute-done")
+def _done(t, frame):
+    result = frame.device.collective_done(t.instr, _take_pending(t, frame))
+    t.write(frame, t.instr.shape, result)
+
+
+@_runner("send")
+def _send(t, frame):
+    data = t.args(frame)[0]
+    frame.pending[_pending_key(t.instr)] = frame.device.send(t.instr, data)
+    n = len(t.operand_slots[0])
+    for slot, src in zip(t.out_slots[:n], t.operand_slots[0]):
+        if slot is not None and src is not None:
+            frame.set(slot, frame.bufs[src.id])
+    t.zeros(frame, t.out_slots[n:])
+
+
+@_runner("send-done")
+def _send_done(t, frame):
+    frame.device.send_done(t.instr, _take_pending(t, frame))
+
+
+@_runner("recv")
+def _recv(t, frame):
+    frame.pending[_pending_key(t.instr)] = frame.device.recv(t.instr)
+    t.zeros(frame, t.out_slots)
+
+
+@_runner("recv-done")
+def _recv_done(t, frame):
+    data = frame.device.recv_done(t.instr, _take_pending(t, frame))
+    t.write(frame, t.instr.shape.tuple_shapes[0], data,
+            t.out_slots[:len(t.out_slots) - 1])
+
+
+@_runner("infeed")
+def _infeed(t, frame):
+    data = frame.device.infeed(t.instr)
+    t.write(frame, t.instr.shape.tuple_shapes[0], data, t.out_slots[:len(t.out_slots) - 1])
+
+
+@_runner("outfeed")
+def _outfeed(t, frame):
+    frame.device.outfeed(t.instr, t.args(frame)[0])

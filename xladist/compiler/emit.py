@@ -1,0 +1,168 @@
+"""Pass 4: thunk list emission — per computation, an ordered list of thunks.
+
+Runs the earlier passes (inline -> fusion -> buffer slots), turns every
+non-fused instruction into its thunk (THUNK_BUILDERS by kind), then places the
+temporaries in the arena (buffers.place). Kernels are only *named* here; their
+LLVM code is generated later (or loaded from the cache) by program.py.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import UnsupportedError
+from ..hlo.ir import Computation, Instruction
+from .buffers import Assignment, assign_slots, place
+from .control import ConditionalThunk, WhileThunk
+from .devices import CompiledReducer, DeviceThunk
+from .fusion import FusionPlan, plan_fusion
+from .inline import flatten
+from .library import LIBRARY_THUNKS, UNSUPPORTED
+from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
+
+
+class ProgramBuilder:
+    """Builds CompiledComputations for a module, collecting the kernels to generate."""
+
+    def __init__(self, module):
+        self.module = module
+        self.compiled: dict[int, CompiledComputation] = {}
+        self.kernels = []           # KernelSpecs, in a deterministic order
+        self.kernel_thunks: list[KernelThunk] = []
+        self.reducers: dict[int, CompiledReducer] = {}
+        self.plans: dict[str, tuple] = {}  # computation name -> (flat, plan, asg)
+
+    def computation(self, comp: Computation) -> CompiledComputation:
+        key = id(comp)
+        if key in self.compiled:
+            return self.compiled[key]
+        flat = flatten(comp)
+        prefix = f"c{len(self.plans)}"
+        plan = plan_fusion(flat, prefix)
+        asg = assign_slots(flat, plan.kind)
+        self.plans[comp.name] = (flat, plan, asg)
+        thunks: list[Thunk] = []
+        for instr in flat.instructions:
+            kind = plan.kind[instr]
+            builder = THUNK_BUILDERS.get(kind)
+            if builder is None:
+                continue
+            t = builder(self, instr, plan, asg)
+            if t is not None:
+                thunks.append(t)
+        params = [s for p in flat.parameters for s in asg.leaves[p]]
+        root = asg.leaves[flat.root]
+        place(asg, _liveness_io(thunks, root))
+        cc = CompiledComputation(comp.name, asg, thunks, params, root)
+        self.compiled[key] = cc
+        return cc
+
+    def reducer(self, comp: Computation) -> CompiledReducer:
+        r = self.reducers.get(id(comp))
+        if r is None:
+            r = CompiledReducer(comp, f"reducer{len(self.reducers)}_{_clean(comp.name)}")
+            self.reducers[id(comp)] = r
+        return r
+
+
+def _clean(name: str) -> str:
+    import re
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)[:40]
+
+
+def _liveness_io(thunks, root_slots):
+    """(reads, writes) per thunk. A control thunk's results may be its inputs
+    passed through a nested computation, so its inputs stay live as long as its
+    results do."""
+    io = [(list(t.reads), list(t.writes)) for t in thunks]
+    last_read: dict[int, int] = {}
+    for i, (reads, _) in enumerate(io):
+        for s in reads:
+            last_read[s.id] = i
+    end = len(io) - 1
+    for s in root_slots:
+        if s is not None:
+            last_read[s.id] = end
+    for i, t in enumerate(thunks):
+        if t.kind != "control":
+            continue
+        until = max([last_read.get(s.id, i) for s in t.writes] + [i])
+        if until > i:
+            io[until][0].extend(t.reads)
+    return io
+
+
+THUNK_BUILDERS: dict[str, Callable] = {}
+
+
+def _builder(kind):
+    def wrap(fn):
+        THUNK_BUILDERS[kind] = fn
+        return fn
+    return wrap
+
+
+@_builder("kernel")
+def _kernel(pb: ProgramBuilder, instr, plan: FusionPlan, asg: Assignment):
+    spec = plan.kernels[instr]
+    outs = asg.leaves[instr]
+    if all(s is None or s.nbytes == 0 for s in outs):
+        return None
+    ins = [asg.leaves[i][0] for i in spec.inputs]
+    slots = list(outs) + ins
+    if spec.scratch:
+        slots.append(asg.new("temp", None, spec.scratch, name=f"{instr.name}.scratch"))
+    writes = list(outs) + slots[len(outs) + len(ins):]
+    t = KernelThunk(spec, slots, ins, writes)
+    pb.kernels.append(spec)
+    pb.kernel_thunks.append(t)
+    return t
+
+
+@_builder("library")
+def _library(pb, instr, plan, asg):
+    fn = LIBRARY_THUNKS.get(instr.opcode)
+    if fn is None:
+        reason = UNSUPPORTED.get(instr.opcode, "no library thunk")
+        raise UnsupportedError(f"instruction `{instr.name}` ({instr.opcode}) in computation "
+                               f"{instr.parent.name if instr.parent else '?'}: {reason}")
+    if instr.opcode == "custom-call":
+        raise UnsupportedError(UNSUPPORTED["custom-call"])
+    return LibraryThunk(instr, fn, instr.opcode, [asg.leaves[o] for o in instr.operands],
+                        asg.leaves[instr])
+
+
+@_builder("control")
+def _control(pb, instr, plan, asg):
+    op = instr.opcode
+    if op == "while":
+        cond = pb.computation(instr.attrs["condition"])
+        body = pb.computation(instr.attrs["body"])
+        return WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr])
+    if op == "conditional":
+        a = instr.attrs
+        if "branch_computations" in a:
+            comps = list(a["branch_computations"])
+        else:
+            comps = [a["true_computation"], a["false_computation"]]
+        branches = [pb.computation(c) for c in comps]
+        operand_slots = [asg.leaves[o] for o in instr.operands[1:]]
+        return ConditionalThunk(instr, branches, asg.leaves[instr.operands[0]][0],
+                                operand_slots, asg.leaves[instr])
+    raise UnsupportedError(f"instruction `{instr.name}` ({op}): {CONTROL_UNSUPPORTED[op]}")
+
+
+CONTROL_UNSUPPORTED = {
+    "call": "composite calls are not compiled (plain calls are inlined)",
+    "async-start": "generic async wrappers are not compiled by the cpu backend",
+    "async-update": "generic async wrappers are not compiled by the cpu backend",
+    "async-done": "generic async wrappers are not compiled by the cpu backend",
+}
+
+
+@_builder("device")
+def _device(pb, instr, plan, asg):
+    comp = instr.attrs.get("to_apply")
+    reducer = pb.reducer(comp) if comp is not None else None
+    return DeviceThunk(instr, [asg.leaves[o] for o in instr.operands], asg.leaves[instr],
+                       reducer)

@@ -1,0 +1,233 @@
+"""Pass 2: fusion planning — which instructions become one kernel.
+
+Every instruction of a flattened computation gets a *kind* (the table KINDS, by
+opcode) and element-wise-able instructions are either fused into their users'
+kernels or *materialized* as the root of a kernel of their own:
+
+  alias     no code: parameter, tuple, get-tuple-element, bitcast, opt-barrier,
+            tokens, and reshape/copy/transpose that keep the physical bytes when
+            their operand is already in a buffer
+  const     a static buffer (small constants are also inlined into kernels)
+  elemental fusible: element-wise ops, broadcast, reshape, slice, dynamic-slice,
+            dynamic-update-slice, concatenate, pad, iota, convert, select, compare,
+            clamp, reverse, gather, map, copy
+  root      a kernel root that absorbs its producers but is never fused into a
+            consumer: reduce, reduce-window, transpose, scatter, sort,
+            select-and-scatter
+  library / control / device: thunks of their own (library.py, thunks.py)
+
+An elemental instruction is materialized when a user cannot fuse it (library,
+control, device, tuple, the computation's result), when it is expensive and
+its users would recompute it (broadcast/reduce-window/gather reuse elements, or
+more than two users), or when duplicating a large fused subgraph into several
+users would cost more than a buffer (XLA's InstructionFusion makes the same calls).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..hlo.ir import Computation, Instruction
+from .codegen.ir_array import layout_of
+from .codegen.kernels import KernelSpec
+from .codegen.kernels_special import sort_scratch_bytes
+from .codegen.scalar_ops import SCALAR_RULES
+from .codegen import mathlib
+
+ELEMENTAL = set(SCALAR_RULES) | {
+    "broadcast", "reshape", "copy", "reverse", "slice", "dynamic-slice",
+    "dynamic-update-slice", "concatenate", "pad", "iota", "map", "gather"}
+ROOT_KERNELS = {"reduce": "reduce", "reduce-window": "loop", "transpose": "loop",
+                "scatter": "scatter", "sort": "sort", "select-and-scatter": "select-and-scatter"}
+ALIAS = {"parameter", "tuple", "get-tuple-element", "bitcast", "opt-barrier", "domain",
+         "after-all", "add-dependency"}
+CONTROL = {"while", "conditional", "call", "async-start", "async-update", "async-done"}
+DEVICE_FAMILIES = ("collective", "collective_async", "p2p", "feed")
+DEVICE = {"replica-id", "partition-id"}
+
+EXPENSIVE = set(mathlib.FLOAT_FUNCTIONS) | set(mathlib.FLOAT_BINARY_FUNCTIONS) | {
+    "divide", "remainder", "gather", "map"}
+# Inlining constants bigger than this into kernel code would bloat the object.
+INLINE_CONSTANT_LIMIT = 4096
+# A fused subgraph this large is not duplicated into several consumers.
+DUPLICATION_LIMIT = 12
+
+
+def physical_bitcast(instr: Instruction) -> bool:
+    """reshape/copy/transpose whose result has exactly the operand's bytes."""
+    op = instr.operands[0] if instr.operands else None
+    if op is None or not instr.shape.is_array or not op.shape.is_array:
+        return False
+    out, src = instr.shape, op.shape
+    if out.element_type != src.element_type:
+        return False
+    if instr.opcode == "copy":
+        return out.rank <= 1 or layout_of(out) == layout_of(src)
+    if instr.opcode == "reshape":
+        return (out.rank <= 1 or out.has_default_layout()) and \
+            (src.rank <= 1 or src.has_default_layout())
+    if instr.opcode == "transpose":
+        perm = instr.attrs["dimensions"]
+        if out.rank <= 1:
+            return True
+        return tuple(perm[d] for d in layout_of(out)) == layout_of(src)
+    return False
+
+
+def base_kind(instr: Instruction) -> str:
+    op = instr.opcode
+    if op == "constant":
+        return "const"
+    if op in ALIAS:
+        return "alias"
+    if op in ELEMENTAL:
+        if op == "bitcast-convert" and instr.shape.element_type.bits != \
+                instr.operands[0].shape.element_type.bits:
+            return "library"
+        return "elemental"
+    if op in ROOT_KERNELS:
+        return "root"
+    if op in CONTROL:
+        return "control"
+    if op in DEVICE or (instr.family in DEVICE_FAMILIES):
+        return "device"
+    if op == "get-dimension-size":
+        return "library"
+    return "library"
+
+
+@dataclass
+class FusionPlan:
+    computation: Computation
+    kind: dict[Instruction, str] = field(default_factory=dict)
+    kernels: dict[Instruction, KernelSpec] = field(default_factory=dict)
+
+    def buffered(self, instr: Instruction) -> bool:
+        return self.kind[instr] not in ("fused",)
+
+
+def _users(comp: Computation) -> dict[Instruction, list[Instruction]]:
+    users: dict[Instruction, list[Instruction]] = {i: [] for i in comp.instructions}
+    for i in comp.instructions:
+        for op in i.operands:
+            if i not in users[op]:
+                users[op].append(i)
+    return users
+
+
+def plan_fusion(comp: Computation, name_prefix: str) -> FusionPlan:
+    """Kinds for every instruction and one KernelSpec per kernel root.
+
+    Resulting kinds: alias, const, fused (inside other kernels), kernel, library,
+    control, device.
+    """
+    plan = FusionPlan(comp)
+    users = _users(comp)
+    root = comp.root
+
+    def can_fuse_into(u: Instruction) -> bool:
+        k = base_kind(u)
+        return k in ("elemental", "root") or (
+            u.opcode in ("reshape", "copy", "transpose", "bitcast") and k != "alias")
+
+    def effective_users(i, seen=None):
+        """Users, looking through reshape/bitcast/copy chains (they fuse or alias
+        depending on this very decision)."""
+        out = []
+        for u in users[i]:
+            same_width = u.opcode != "bitcast" or \
+                u.shape.element_type.bits == i.shape.element_type.bits
+            if u.opcode in ("reshape", "bitcast", "copy") and u.shape.is_array and same_width:
+                if u is root:
+                    out.append(None)
+                out.extend(effective_users(u))
+            else:
+                out.append(u)
+        if i is root:
+            out.append(None)
+        return out
+
+    def reuses(u: Instruction, operand: Instruction) -> bool:
+        if u.opcode == "broadcast":
+            return u.shape.size > operand.shape.size
+        if u.opcode in ("reduce-window", "select-and-scatter"):
+            return True
+        if u.opcode == "gather":
+            return u.operands[0] is operand
+        if u.opcode in ("reshape", "bitcast", "copy", "convert", "transpose", "slice",
+                        "reverse"):
+            return any(reuses(v, u) for v in users[u])
+        return False
+
+    cost: dict[Instruction, int] = {}
+    for instr in comp.instructions:
+        k = base_kind(instr)
+        if k == "elemental" or instr.opcode in ("reshape", "copy", "transpose", "bitcast"):
+            operand_buffered = bool(instr.operands) and plan.kind.get(
+                instr.operands[0]) not in ("fused", None)
+            if instr.opcode in ("reshape", "copy", "transpose") and operand_buffered \
+                    and physical_bitcast(instr):
+                plan.kind[instr] = "alias"
+                continue
+            if instr.opcode == "bitcast":
+                if operand_buffered or instr.shape.element_type.bits != \
+                        instr.operands[0].shape.element_type.bits:
+                    plan.kind[instr] = "alias"
+                    continue
+            if instr.opcode == "transpose":
+                plan.kind[instr] = "kernel"
+                continue
+            eff = effective_users(instr)
+            c = 1 + sum(cost.get(o, 0) for o in instr.operands
+                        if plan.kind.get(o) == "fused")
+            materialize = (
+                any(u is None or not can_fuse_into(u) for u in eff)
+                or (instr.opcode in EXPENSIVE
+                    and (len(eff) > 2 or any(reuses(u, instr) for u in users[instr])))
+                or (len(eff) > 1 and c > DUPLICATION_LIMIT)
+                or not instr.shape.is_array
+            )
+            plan.kind[instr] = "kernel" if materialize else "fused"
+            cost[instr] = 0 if materialize else c
+        elif k == "root":
+            plan.kind[instr] = "kernel"
+        else:
+            plan.kind[instr] = k
+    # Kernel specs: each kernel fuses the closure of its unmaterialized producers.
+    for n, instr in enumerate(comp.instructions):
+        if plan.kind[instr] != "kernel":
+            continue
+        plan.kernels[instr] = _kernel_spec(plan, instr, f"{name_prefix}_{n}_{_clean(instr.name)}")
+    return plan
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)[:48]
+
+
+def _kernel_spec(plan: FusionPlan, root: Instruction, name: str) -> KernelSpec:
+    fused: list[Instruction] = []
+    inputs: list[Instruction] = []
+    seen: set[int] = set()
+
+    def visit(i: Instruction):
+        if id(i) in seen:
+            return
+        seen.add(id(i))
+        k = plan.kind[i]
+        small_const = (i.opcode == "constant" and i.shape.is_array
+                       and i.shape.size <= INLINE_CONSTANT_LIMIT)
+        if i is root or k == "fused" or small_const:
+            for op in i.operands:
+                visit(op)
+            fused.append(i)
+        else:
+            inputs.append(i)
+
+    visit(root)
+    kind = ROOT_KERNELS.get(root.opcode, "loop")
+    outputs = [s for _, s in root.shape.leaves()]
+    spec = KernelSpec(name, kind, root, fused, inputs, outputs)
+    spec.scratch = sort_scratch_bytes(root) if kind == "sort" else 0
+    return spec

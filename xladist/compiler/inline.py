@@ -1,0 +1,106 @@
+"""Pass 1: a private, flattened copy of each computation the compiler runs.
+
+JAX/XLA `fusion` instructions (kLoop and kCustom) and plain `call`s are inlined:
+the compiler re-plans fusion itself (fusion.py), and calls disappear so producers
+and consumers on both sides of a call can fuse. The user's Module is never
+modified: instructions are cloned, called computations (reducers, loop bodies)
+stay shared references.
+"""
+
+from __future__ import annotations
+
+from ..hlo.ir import Computation, Instruction
+
+# Opcodes whose called computation is inlined into the caller.
+INLINED = {"fusion", "call"}
+
+
+def _clone(instr: Instruction, name: str, operands) -> Instruction:
+    c = Instruction(name, instr.opcode, instr.shape, operands, dict(instr.attrs),
+                    parameter_number=instr.parameter_number, literal=instr.literal)
+    c.frontend_attributes = dict(instr.frontend_attributes)
+    c.backend_config = instr.backend_config
+    c.metadata = instr.metadata
+    c.line = instr.line
+    return c
+
+
+def _inlinable(instr: Instruction) -> bool:
+    if instr.opcode == "fusion":
+        return True
+    return instr.opcode == "call" and not instr.attrs.get("is_composite", False)
+
+
+def flatten(comp: Computation) -> Computation:
+    """A copy of comp with every fusion and call inlined (recursively), in a
+    topological order, parameters first, dead pure instructions dropped."""
+    out = Computation(comp.name)
+    out.module = comp.module
+    mapping: dict[Instruction, Instruction] = {}
+
+    def emit(src: Computation, prefix: str, bound: dict[Instruction, Instruction]):
+        for instr in _topological(src):
+            if instr.opcode == "parameter" and instr in bound:
+                mapping[instr] = bound[instr]
+                continue
+            ops = [mapping[o] for o in instr.operands]
+            if _inlinable(instr):
+                callee = instr.attrs["calls" if instr.opcode == "fusion" else "to_apply"]
+                inner = {p: ops[p.parameter_number] for p in callee.parameters}
+                mapping[instr] = emit(callee, f"{prefix}{instr.name}/", inner)
+                continue
+            c = _clone(instr, prefix + instr.name, ops)
+            out.add(c)
+            mapping[instr] = c
+        return mapping[src.root]
+
+    out.root = emit(comp, "", {})
+    _drop_dead(out)
+    return out
+
+
+def _topological(comp: Computation) -> list[Instruction]:
+    """Operands before users; parameters first; side-effecting roots kept."""
+    seen: set[int] = set()
+    order: list[Instruction] = []
+    for p in comp.parameters:
+        seen.add(id(p))
+        order.append(p)
+
+    def visit(i: Instruction):
+        stack = [(i, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for pred in reversed(list(node.operands) + list(node.control_predecessors)):
+                if id(pred) not in seen:
+                    stack.append((pred, False))
+
+    # Text order first keeps side effects (outfeed, send) in program order.
+    for instr in comp.instructions:
+        visit(instr)
+    return order
+
+
+def _drop_dead(comp: Computation) -> None:
+    live: set[int] = set()
+    stack = [comp.root]
+    for i in comp.instructions:
+        info = i.info
+        if i.opcode == "parameter" or (info is not None and info.side_effect) or \
+                i.opcode in ("custom-call", "infeed", "outfeed", "send", "recv", "send-done",
+                             "recv-done"):
+            stack.append(i)
+    while stack:
+        i = stack.pop()
+        if id(i) in live:
+            continue
+        live.add(id(i))
+        stack.extend(i.operands)
+    comp.instructions = [i for i in comp.instructions if id(i) in live]

@@ -1,0 +1,338 @@
+"""Library thunks: operations where a library is the right tool, as XLA:CPU
+calls Eigen/oneDNN. Each is an explicit thunk kind registered by opcode in
+LIBRARY_THUNKS — never a silent fallback.
+
+  dot                 numpy matmul (BLAS), written straight into the result buffer
+  convolution         im2col (sliding windows) + BLAS tensordot, any dim_labels,
+                      padding, dilation, reversal, feature/batch groups
+  fft                 numpy.fft in double precision, rounded once
+  cholesky            scipy.linalg.cholesky per matrix
+  triangular-solve    scipy.linalg.solve_triangular per matrix
+  topk                numpy stable argsort
+  rng                 numpy Generator (uniform / normal)
+  batch-norm-*        numpy formulas of the operation semantics
+  bitcast-convert     width-changing reinterpretation (a byte copy)
+  get-dimension-size  the static dimension
+  copy-start          a copy (copy-done then aliases the copy)
+
+fn(instr, args, outs): args are the operands' logical arrays; outs the logical
+views of the result leaves, written in place.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..errors import UnsupportedError
+
+LIBRARY_THUNKS: dict[str, Callable] = {}
+
+
+def library(*opcodes):
+    def wrap(fn):
+        for op in opcodes:
+            LIBRARY_THUNKS[op] = fn
+        return fn
+    return wrap
+
+
+def _compute_dtype(dtype) -> np.dtype:
+    """BLAS-friendly dtype: narrow floats compute in f32."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16":
+        return np.dtype(np.float32)
+    if dtype == np.bool_:
+        return np.dtype(np.int32)
+    return dtype
+
+
+def _store(out: np.ndarray, value) -> None:
+    np.copyto(out, np.asarray(value).astype(out.dtype, copy=False), casting="unsafe")
+
+
+@library("dot")
+def _dot(instr, args, outs):
+    """DotGeneral: batch dims first, then lhs free dims, then rhs free dims."""
+    lhs, rhs = args
+    out = outs[0]
+    a = instr.attrs
+    lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
+    rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
+    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+    ct = _compute_dtype(out.dtype)
+    bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
+    m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
+    k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
+    n = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
+    lm = lhs.transpose(lb + lf + lc).astype(ct, copy=False).reshape(bsz, m, k)
+    rm = rhs.transpose(rb + rc + rf).astype(ct, copy=False).reshape(bsz, k, n)
+    if out.dtype == ct and out.flags.c_contiguous:
+        # BLAS writes straight into the result buffer.
+        np.matmul(lm, rm, out=out.reshape(bsz, m, n))
+        return
+    _store(out, np.matmul(lm, rm).reshape(out.shape))
+
+
+def _dilate(x, axis, factor):
+    if factor == 1 or x.shape[axis] == 0:
+        return x
+    shape = list(x.shape)
+    shape[axis] = (shape[axis] - 1) * factor + 1
+    out = np.zeros(shape, x.dtype)
+    idx = [slice(None)] * x.ndim
+    idx[axis] = slice(None, None, factor)
+    out[tuple(idx)] = x
+    return out
+
+
+def _pad_axis(x, axis, lo, hi):
+    if lo < 0:
+        x = np.take(x, range(-lo, x.shape[axis]), axis=axis)
+        lo = 0
+    if hi < 0:
+        x = np.take(x, range(0, x.shape[axis] + hi), axis=axis)
+        hi = 0
+    if lo or hi:
+        width = [(0, 0)] * x.ndim
+        width[axis] = (lo, hi)
+        x = np.pad(x, width)
+    return x
+
+
+@library("convolution")
+def _convolution(instr, args, outs):
+    lhs, rhs = args
+    out = outs[0]
+    a = instr.attrs
+    dn = a["dim_labels"]
+    nsp = len(dn.input_spatial)
+    window = a.get("window")
+    groups = int(a.get("feature_group_count", 1) or 1)
+    bgroups = int(a.get("batch_group_count", 1) or 1)
+    ct = _compute_dtype(out.dtype)
+    x = lhs.transpose([dn.input_batch, dn.input_feature, *dn.input_spatial]).astype(ct)
+    w = rhs.transpose([dn.kernel_output_feature, dn.kernel_input_feature,
+                       *dn.kernel_spatial]).astype(ct)
+    strides = []
+    for i in range(nsp):
+        wd = window.dims[i] if window is not None else None
+        ax = 2 + i
+        if wd is None:
+            strides.append(1)
+            continue
+        x = _dilate(x, ax, wd.base_dilation)
+        x = _pad_axis(x, ax, wd.padding_low, wd.padding_high)
+        if wd.window_reversal:
+            w = np.flip(w, axis=ax)
+        w = _dilate(w, ax, wd.window_dilation)
+        strides.append(wd.stride)
+    ksz = w.shape[2:]
+    out_sp = [max((x.shape[2 + i] - ksz[i]) // strides[i] + 1, 0) for i in range(nsp)]
+    nb, cin = x.shape[0], x.shape[1]
+    o = w.shape[0]
+    result = np.zeros((nb // bgroups, o) + tuple(out_sp), ct)
+    if all(s > 0 for s in out_sp) and result.size:
+        patches = np.lib.stride_tricks.sliding_window_view(x, ksz, axis=tuple(range(2, 2 + nsp)))
+        sl = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+        patches = patches[sl]  # [N, C, out..., k...]
+        sp_axes = tuple(range(2 + nsp, 2 + 2 * nsp))
+        if bgroups > 1:
+            nb_g, o_g = nb // bgroups, o // bgroups
+            for g in range(bgroups):
+                p = patches[g * nb_g:(g + 1) * nb_g]
+                wg = w[g * o_g:(g + 1) * o_g]
+                r = np.tensordot(p, wg, axes=((1,) + sp_axes, (1,) + tuple(range(2, 2 + nsp))))
+                result[:, g * o_g:(g + 1) * o_g] = np.moveaxis(r, -1, 1)
+        else:
+            cg, og = cin // groups, o // groups
+            for g in range(groups):
+                p = patches[:, g * cg:(g + 1) * cg]
+                wg = w[g * og:(g + 1) * og]
+                r = np.tensordot(p, wg, axes=((1,) + sp_axes, (1,) + tuple(range(2, 2 + nsp))))
+                result[:, g * og:(g + 1) * og] = np.moveaxis(r, -1, 1)
+    # Canonical [N, O, spatial...] -> the output's dimension numbering.
+    perm = [0] * (2 + nsp)
+    perm[dn.output_batch] = 0
+    perm[dn.output_feature] = 1
+    for i, d in enumerate(dn.output_spatial):
+        perm[d] = 2 + i
+    _store(out, result.transpose(perm))
+
+
+@library("fft")
+def _fft(instr, args, outs):
+    x = args[0]
+    kind = str(instr.attrs["fft_type"]).upper()
+    n = tuple(int(v) for v in instr.attrs["fft_length"])
+    axes = tuple(range(-len(n), 0))
+    wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+    if 0 in n or x.size == 0:
+        outs[0][...] = 0
+        return
+    fn = {"FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn,
+          "IRFFT": np.fft.irfftn}.get(kind)
+    if fn is None:
+        raise UnsupportedError(f"fft `{instr.name}`: unknown fft_type {kind}")
+    _store(outs[0], fn(wide, s=n, axes=axes))
+
+
+@library("cholesky")
+def _cholesky(instr, args, outs):
+    import scipy.linalg
+    lower = bool(instr.attrs.get("lower", False))
+    a = args[0]
+    ct = _compute_dtype(a.dtype)
+    x = a.astype(ct)
+    batch = x.reshape((-1,) + x.shape[-2:])
+    res = np.zeros_like(batch)
+    for i, m in enumerate(batch):
+        tri = np.tril(m) if lower else np.triu(m)
+        herm = tri + np.conj(np.swapaxes(tri, -1, -2)) - np.diag(np.diag(tri))
+        try:
+            res[i] = scipy.linalg.cholesky(herm, lower=lower)
+        except (np.linalg.LinAlgError, ValueError):
+            res[i] = np.nan
+    _store(outs[0], res.reshape(x.shape))
+
+
+@library("triangular-solve")
+def _triangular_solve(instr, args, outs):
+    import scipy.linalg
+    at = instr.attrs
+    a, b = args
+    ct = _compute_dtype(outs[0].dtype)
+    left = bool(at.get("left_side", False))
+    lower = bool(at.get("lower", False))
+    unit = bool(at.get("unit_diagonal", False))
+    trans = {"NO_TRANSPOSE": 0, "TRANSPOSE": 1, "ADJOINT": 2}[
+        str(at.get("transpose_a", "NO_TRANSPOSE")).upper()]
+    A = a.astype(ct).reshape((-1,) + a.shape[-2:])
+    B = b.astype(ct).reshape((-1,) + b.shape[-2:])
+    X = np.empty_like(B)
+    for i in range(A.shape[0]):
+        if left:
+            X[i] = scipy.linalg.solve_triangular(A[i], B[i], trans=trans, lower=lower,
+                                                 unit_diagonal=unit, check_finite=False)
+        else:
+            # x op(a) = b  <=>  op(a)^T x^T = b^T
+            t = {0: 1, 1: 0, 2: 0}[trans]
+            ai = np.conj(A[i]) if trans == 2 else A[i]
+            X[i] = scipy.linalg.solve_triangular(ai, B[i].T, trans=t, lower=lower,
+                                                 unit_diagonal=unit, check_finite=False).T
+    _store(outs[0], X.reshape(b.shape))
+
+
+@library("topk")
+def _topk(instr, args, outs):
+    x = args[0]
+    k = int(instr.attrs["k"])
+    largest = bool(instr.attrs.get("largest", True))
+    key = x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
+    order = np.argsort(-key if largest else key, axis=-1, kind="stable")[..., :k]
+    _store(outs[0], np.take_along_axis(x, order, axis=-1))
+    _store(outs[1], order)
+
+
+_RNG = np.random.default_rng()
+
+
+@library("rng")
+def _rng(instr, args, outs):
+    dist = str(instr.attrs["distribution"]).lower()
+    a, b = args[0], args[1]
+    shape = outs[0].shape
+    if "uniform" in dist:
+        if outs[0].dtype.kind in "iu":
+            v = _RNG.integers(a, b, size=shape, endpoint=False)
+        else:
+            v = _RNG.uniform(a.astype(np.float64), b.astype(np.float64), size=shape)
+    elif "normal" in dist:
+        v = _RNG.normal(a.astype(np.float64), b.astype(np.float64), size=shape)
+    else:
+        raise UnsupportedError(f"rng `{instr.name}`: unknown distribution {dist}")
+    _store(outs[0], v)
+
+
+@library("bitcast-convert")
+def _bitcast_convert(instr, args, outs):
+    _store(outs[0], np.ascontiguousarray(args[0]).view(outs[0].dtype).reshape(outs[0].shape))
+
+
+@library("get-dimension-size")
+def _get_dimension_size(instr, args, outs):
+    outs[0][...] = instr.operands[0].shape.dims[instr.attrs["dimensions"][0]]
+
+
+@library("copy-start")
+def _copy_start(instr, args, outs):
+    for o in outs:
+        if o is not None and o.shape == args[0].shape:
+            _store(o, args[0])
+
+
+def _bn_axes(x, fi):
+    return tuple(d for d in range(x.ndim) if d != fi)
+
+
+def _bcast(v, x, fi):
+    shape = [1] * x.ndim
+    shape[fi] = -1
+    return v.reshape(shape)
+
+
+@library("batch-norm-training")
+def _bn_training(instr, args, outs):
+    x, scale, offset = (np.asarray(v, np.float64) for v in args)
+    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
+    axes = _bn_axes(x, fi)
+    mean = x.mean(axis=axes)
+    var = x.var(axis=axes)
+    y = (x - _bcast(mean, x, fi)) / np.sqrt(_bcast(var, x, fi) + eps) * \
+        _bcast(scale, x, fi) + _bcast(offset, x, fi)
+    for o, v in zip(outs, (y, mean, var)):
+        _store(o, v)
+
+
+@library("batch-norm-inference")
+def _bn_inference(instr, args, outs):
+    x, scale, offset, mean, var = (np.asarray(v, np.float64) for v in args)
+    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
+    y = (x - _bcast(mean, x, fi)) / np.sqrt(_bcast(var, x, fi) + eps) * \
+        _bcast(scale, x, fi) + _bcast(offset, x, fi)
+    _store(outs[0], y)
+
+
+@library("batch-norm-grad")
+def _bn_grad(instr, args, outs):
+    x, scale, mean, var, dy = (np.asarray(v, np.float64) for v in args)
+    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
+    axes = _bn_axes(x, fi)
+    n = x.size / x.shape[fi]
+    inv = 1.0 / np.sqrt(var + eps)
+    xc = x - _bcast(mean, x, fi)
+    dscale = (dy * xc).sum(axis=axes) * inv
+    doffset = dy.sum(axis=axes)
+    dx = _bcast(scale * inv, x, fi) * (dy - _bcast(doffset / n, x, fi)
+                                       - xc * _bcast(dscale * inv / n, x, fi))
+    for o, v in zip(outs, (dx, dscale, doffset)):
+        _store(o, v)
+
+
+# Opcodes that the cpu backend does not run, with the reason `xladist ops` shows.
+UNSUPPORTED = {
+    "custom-call": "custom-call targets are backend-specific; no target is registered "
+                   "with the cpu backend",
+    "dynamic-reshape": "dynamic shapes are not supported (shapes are static on this runtime)",
+    "set-dimension-size": "dynamic shapes are not supported (shapes are static on this "
+                          "runtime)",
+    "shuffle": "shuffle has no defined semantics in XLA's operation semantics",
+    "scan": "scan is lowered to while loops by XLA before it reaches a backend",
+    "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
+                                "modules run",
+    "ragged-dot": "ragged-dot is not compiled by the cpu backend",
+    "scaled-dot": "scaled-dot is not compiled by the cpu backend",
+    "stochastic-convert": "stochastic rounding is not compiled by the cpu backend",
+}

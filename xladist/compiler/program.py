@@ -1,0 +1,113 @@
+"""compile_module(module) -> CpuExecutable: the whole pipeline, with timings.
+
+  flatten (inline.py) -> fusion plan (fusion.py) -> buffer slots (buffers.py)
+  -> thunk lists (emit.py) -> LLVM IR for every kernel (codegen/) -> object
+  code (jit.py, cached on disk) -> bound thunks.
+
+On a cache hit no IR is generated and LLVM does not run: only the planning
+passes (pure Python, milliseconds) and loading the object file.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from llvmlite import ir
+
+from ..executable import Executable
+from ..hlo.shape import Shape
+from . import jit
+from .codegen.constants import logical_view
+from .codegen.kernels import emit_kernel, emit_map_kernel
+from .emit import ProgramBuilder
+from .thunks import physical_leaf
+
+
+class CpuProgram:
+    def __init__(self, module):
+        t0 = time.perf_counter()
+        self.module = module
+        self.builder = ProgramBuilder(module)
+        self.entry = self.builder.computation(module.entry)
+        t1 = time.perf_counter()
+        self.fingerprint = module.to_text(metadata=False)
+        self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
+        t2 = time.perf_counter()
+        for t in self.builder.kernel_thunks:
+            t.bind(self.code)
+        for r in self.builder.reducers.values():
+            r.bind(self.code)
+        self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
+                        "total": time.perf_counter() - t0}
+
+    def llvm_ir(self) -> str:
+        """LLVM IR text of every kernel of the module (pure llvmlite.ir)."""
+        mod = ir.Module(name=self.module.name)
+        for spec in self.builder.kernels:
+            emit_kernel(mod, spec)
+        for r in self.builder.reducers.values():
+            emit_map_kernel(mod, r.kernel_name, r.computation)
+        return str(mod)
+
+
+def to_leaves(value, shape: Shape) -> list:
+    """Interpreter value (logical arrays, tuples) -> flat physical leaves."""
+    if shape.is_tuple:
+        out = []
+        for v, s in zip(value, shape.tuple_shapes):
+            out.extend(to_leaves(v, s))
+        return out
+    if not shape.is_array:
+        return [None]
+    return [physical_leaf(shape, value)]
+
+
+def from_leaves(leaves, shape: Shape, copy_mask):
+    it = iter(zip(leaves, copy_mask))
+
+    def build(s):
+        if s.is_tuple:
+            return tuple(build(t) for t in s.tuple_shapes)
+        buf, copy = next(it)
+        if not s.is_array:
+            from ..interpreter.registry import TOKEN
+            return TOKEN
+        v = logical_view(s, buf)
+        return v.copy() if copy else v
+
+    return build(shape)
+
+
+class CpuExecutable(Executable):
+    """A module compiled to native code; same call interface as the interpreter.
+
+    Options: `device` (a DeviceContext; default SingleDeviceContext(infeed)),
+    `infeed` (items for the default SingleDeviceContext).
+    """
+
+    backend = "cpu"
+
+    def __init__(self, module, *, device=None, infeed=()):
+        super().__init__(module)
+        self.program = CpuProgram(module)
+        if device is None:
+            from ..interpreter import SingleDeviceContext
+            device = SingleDeviceContext(infeed)
+        self.device = device
+        entry = self.program.entry
+        # Results the caller may keep: copy anything not freshly allocated.
+        self._copy_mask = [s is not None and s.kind != "out" for s in entry.root_slots]
+        self._param_shapes = [p.shape for p in module.entry.parameters]
+
+    def execute(self, args):
+        leaves = []
+        for v, s in zip(args, self._param_shapes):
+            leaves.extend(to_leaves(v, s))
+        out = self.program.entry.run(leaves, self.device)
+        return from_leaves(out, self.result_shape, self._copy_mask)
+
+
+def compile_module(module, **options) -> CpuExecutable:
+    """Compile every computation of `module` for this CPU; see CpuExecutable."""
+    return CpuExecutable(module, **options)

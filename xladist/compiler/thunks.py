@@ -1,0 +1,223 @@
+"""Thunks and the per-computation runtime: what a compiled computation runs.
+
+A CompiledComputation owns an ordered thunk list, its buffer assignment and its
+arena. Values cross computation boundaries as flat lists of leaves (one
+contiguous uint8 array per array leaf in its physical layout, None for tokens).
+Thunk kinds: kernel (a native function called with raw buffer pointers),
+library (numpy/scipy on views of the buffers), control (while, conditional over
+nested CompiledComputations) and device (the DeviceContext interface the
+interpreter also uses, so the MPI runtime plugs into both backends).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from ..errors import ExecutionError, XlaDistError
+from ..hlo.ir import Instruction
+from .buffers import Assignment, Slot
+from .codegen.constants import logical_view, to_physical
+
+
+def address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def physical_leaf(shape, value) -> np.ndarray:
+    """An interpreter value (logical numpy array) as a flat uint8 physical buffer."""
+    phys = to_physical(shape, value)
+    return phys.reshape(-1).view(np.uint8)
+
+
+class Frame:
+    """One run of one computation: the buffer of every slot and its address."""
+
+    __slots__ = ("bufs", "addrs", "device", "pending", "comp")
+
+    def __init__(self, comp, bufs, addrs, device):
+        self.comp = comp
+        self.bufs = bufs
+        self.addrs = addrs
+        self.device = device
+        self.pending = {}
+
+    def set(self, slot: Slot, array: np.ndarray) -> None:
+        self.bufs[slot.id] = array
+        self.addrs[slot.id] = address(array)
+
+    def view(self, slot: Slot | None):
+        """The logical array of a slot (None for tokens)."""
+        if slot is None:
+            return None
+        return logical_view(slot.shape, self.bufs[slot.id])
+
+
+class Thunk:
+    kind = "?"
+    instr: Instruction | None = None
+
+    def __init__(self):
+        self.reads: list[Slot] = []
+        self.writes: list[Slot] = []
+
+    def run(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.kind
+
+    def fail(self, message: str) -> ExecutionError:
+        what = None
+        if self.instr is not None:
+            what = f"{self.instr.name} = {self.instr.opcode} ({self.instr.shape.to_text()})"
+        return ExecutionError(message, instruction=what)
+
+
+class KernelThunk(Thunk):
+    kind = "kernel"
+
+    def __init__(self, spec, slots: list[Slot], reads, writes):
+        super().__init__()
+        self.spec = spec
+        self.instr = spec.root
+        self.slots = slots
+        self.reads, self.writes = reads, writes
+        self.fn = None
+        self.argv = (ctypes.c_uint64 * max(len(slots), 1))()
+        self.argv_addr = ctypes.addressof(self.argv)
+        self.ids = [s.id for s in slots]
+
+    def bind(self, code) -> None:
+        self.fn = code.kernel(self.spec.name)
+
+    def run(self, frame: Frame) -> None:
+        argv = self.argv
+        addrs = frame.addrs
+        for i, s in enumerate(self.ids):
+            argv[i] = addrs[s]
+        self.fn(self.argv_addr)
+
+    def describe(self) -> str:
+        fused = [i.name for i in self.spec.fused if i is not self.spec.root]
+        return f"kernel {self.spec.name} [{self.spec.kind}] fuses {len(fused)}: " + \
+            ", ".join(fused[:12]) + (" ..." if len(fused) > 12 else "")
+
+
+class LibraryThunk(Thunk):
+    """fn(instr, args, outs): args are the operands' logical arrays (tuples for
+    tuple operands), outs the logical views of the result leaves to fill."""
+
+    kind = "library"
+
+    def __init__(self, instr, fn, name, operand_slots, out_slots):
+        super().__init__()
+        self.instr = instr
+        self.fn = fn
+        self.name = name
+        self.operand_slots = operand_slots
+        self.out_slots = out_slots
+        self.reads = [s for slots in operand_slots for s in slots if s is not None]
+        self.writes = [s for s in out_slots if s is not None]
+
+    def run(self, frame: Frame) -> None:
+        args = [_value(frame, op.shape, slots)
+                for op, slots in zip(self.instr.operands, self.operand_slots)]
+        outs = [frame.view(s) for s in self.out_slots]
+        try:
+            with np.errstate(all="ignore"):
+                self.fn(self.instr, args, outs)
+        except XlaDistError:
+            raise
+        except (ValueError, np.linalg.LinAlgError) as e:
+            raise self.fail(f"library call {self.name} failed: {e}") from e
+
+    def describe(self) -> str:
+        return f"library {self.name}"
+
+
+def _value(frame: Frame, shape, slots: list):
+    """Interpreter-style value of an operand from its leaf slots."""
+    it = iter(slots)
+
+    def build(s):
+        if s.is_tuple:
+            return tuple(build(t) for t in s.tuple_shapes)
+        slot = next(it)
+        if slot is None:
+            from ..interpreter.registry import TOKEN
+            return TOKEN
+        return frame.view(slot)
+
+    return build(shape)
+
+
+def leaf_values(frame: Frame, slots) -> list:
+    return [frame.bufs[s.id] if s is not None else None for s in slots]
+
+
+class CompiledComputation:
+    """A computation's thunks, slots and arena; `run(leaves)` -> result leaves."""
+
+    def __init__(self, name: str, asg: Assignment, thunks: list[Thunk], param_slots,
+                 root_slots):
+        self.name = name
+        self.asg = asg
+        self.thunks = thunks
+        self.param_slots = param_slots      # flat, in parameter-then-leaf order
+        self.root_slots = root_slots        # flat result leaves
+        self._arena = None
+        self._template = None
+
+    def _prepare(self):
+        n = len(self.asg.slots)
+        self._arena = np.empty(max(self.asg.arena_size, 64), dtype=np.uint8)
+        bufs: list = [None] * n
+        addrs = [0] * n
+        base = address(self._arena)
+        self._arena_range = (base, base + self._arena.nbytes)
+        self._out_slots = []
+        for s in self.asg.slots:
+            if s.kind == "temp":
+                if s.offset < 0:
+                    bufs[s.id] = np.empty(s.nbytes, dtype=np.uint8)
+                else:
+                    bufs[s.id] = self._arena[s.offset:s.offset + s.nbytes]
+                addrs[s.id] = address(bufs[s.id])
+            elif s.kind == "const":
+                data = s.data if s.data is not None else np.zeros(s.nbytes, np.uint8)
+                bufs[s.id] = data
+                addrs[s.id] = address(data)
+            elif s.kind == "out":
+                self._out_slots.append(s)
+        self._template = (bufs, addrs)
+
+    def run(self, leaves: list, device) -> list:
+        if self._template is None:
+            self._prepare()
+        bufs, addrs = self._template
+        frame = Frame(self, list(bufs), list(addrs), device)
+        for slot, value in zip(self.param_slots, leaves):
+            if slot is not None and value is not None:
+                frame.bufs[slot.id] = value
+                frame.addrs[slot.id] = address(value)
+        for s in self._out_slots:
+            a = np.empty(s.nbytes, dtype=np.uint8)
+            frame.bufs[s.id] = a
+            frame.addrs[s.id] = address(a)
+        for t in self.thunks:
+            t.run(frame)
+        out = []
+        lo, hi = self._arena_range
+        for s in self.root_slots:
+            if s is None:
+                out.append(None)
+                continue
+            v = frame.bufs[s.id]
+            # A result that passed through from this arena (via a nested
+            # computation) must not be overwritten by the next run.
+            if s.kind == "dyn" and v.nbytes and lo <= address(v) < hi:
+                v = v.copy()
+            out.append(v)
+        return out
