@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .communicator import Communicator, Request
+from .communicator import Request
 
 __all__ = [
     "Pending",
@@ -15,7 +15,6 @@ __all__ = [
     "normalize_dim",
     "split_dim",
     "to_block_major",
-    "zeros",
 ]
 
 
@@ -54,10 +53,6 @@ def contiguous(x: np.ndarray) -> np.ndarray:
     """``x`` itself if C-contiguous, else a C-contiguous copy (keeps 0-d arrays 0-d, unlike
     ``np.ascontiguousarray``)."""
     return x if x.flags.c_contiguous else np.array(x, order="C")
-
-
-def zeros(shape, dtype) -> np.ndarray:
-    return np.zeros(shape, dtype)
 
 
 def normalize_dim(op: str, x: np.ndarray, dim: int) -> int:
@@ -100,9 +95,3 @@ def from_block_major(src: np.ndarray, out: np.ndarray, dim: int, n: int) -> np.n
     b = extent // n
     np.copyto(out.reshape(pre, n, b * post), src.reshape(n, pre, b * post).transpose(1, 0, 2))
     return out
-
-
-def check_comm(op: str, comm: Communicator) -> None:
-    if not isinstance(comm, Communicator):
-        raise TypeError(f"{op}: expected a collectives Communicator, got {type(comm).__name__}; "
-                        "get one from CommunicatorCache.get(group)")
