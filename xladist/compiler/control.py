@@ -9,7 +9,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from .codegen.constants import logical_view, to_physical
 from .thunks import Thunk, leaf_values
+
+
+def leaf_shapes(shape):
+    return [s for _, s in shape.leaves()]
+
+
+class Relayout:
+    """Converts leaves between two layouts of the same logical shapes (HLO that
+    has not been through layout assignment may disagree across a call boundary;
+    XLA would insert copies there). Identity when every layout agrees."""
+
+    def __init__(self, src, dst):
+        self.pairs = [(i, a, b) for i, (a, b) in enumerate(zip(src, dst))
+                      if a.is_array and b.is_array and a.rank > 1
+                      and tuple(a.minor_to_major()) != tuple(b.minor_to_major())]
+
+    def __call__(self, leaves):
+        if not self.pairs:
+            return leaves
+        leaves = list(leaves)
+        for i, a, b in self.pairs:
+            leaves[i] = to_physical(b, logical_view(a, leaves[i])).reshape(-1).view(np.uint8)
+        return leaves
 
 
 class WhileThunk(Thunk):
@@ -22,13 +46,21 @@ class WhileThunk(Thunk):
         self.in_slots, self.out_slots = in_slots, out_slots
         self.reads = [s for s in in_slots if s is not None]
         self.writes = [s for s in out_slots if s is not None]
+        init = leaf_shapes(instr.operands[0].shape)
+        body_out = body.root_shapes
+        self.init_to_state = Relayout(init, body.param_shapes)
+        self.state_to_cond = Relayout(body.param_shapes, cond.param_shapes)
+        self.result_to_state = Relayout(body_out, body.param_shapes)
+        self.state_to_out = Relayout(body.param_shapes, leaf_shapes(instr.shape))
 
     def run(self, frame) -> None:
-        state = leaf_values(frame, self.in_slots)
+        state = self.init_to_state(leaf_values(frame, self.in_slots))
         device = frame.device
         cond, body = self.cond, self.body
-        while cond.run(state, device)[0][0]:
-            state = body.run(state, device)
+        to_cond, back = self.state_to_cond, self.result_to_state
+        while cond.run(to_cond(state), device)[0][0]:
+            state = back(body.run(state, device))
+        state = self.state_to_out(state)
         for s, v in zip(self.out_slots, state):
             if s is not None:
                 frame.set(s, v)
@@ -50,6 +82,9 @@ class ConditionalThunk(Thunk):
         self.is_pred = instr.operands[0].shape.element_type.name == "pred"
         self.reads = [index_slot] + [s for ops in operand_slots for s in ops if s is not None]
         self.writes = [s for s in out_slots if s is not None]
+        self.into = [Relayout(leaf_shapes(op.shape), b.param_shapes)
+                     for op, b in zip(instr.operands[1:], branches)]
+        self.out_of = [Relayout(b.root_shapes, leaf_shapes(instr.shape)) for b in branches]
 
     def run(self, frame) -> None:
         raw = frame.bufs[self.index_slot.id]
@@ -59,7 +94,8 @@ class ConditionalThunk(Thunk):
         else:
             i = int(raw.view(np.int32)[0])
             k = i if 0 <= i < n else n - 1  # out of range selects the last branch
-        result = self.branches[k].run(leaf_values(frame, self.operand_slots[k]), frame.device)
+        args = self.into[k](leaf_values(frame, self.operand_slots[k]))
+        result = self.out_of[k](self.branches[k].run(args, frame.device))
         for s, v in zip(self.out_slots, result):
             if s is not None:
                 frame.set(s, v)

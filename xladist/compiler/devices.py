@@ -53,9 +53,10 @@ class CompiledReducer:
 class DeviceThunk(Thunk):
     kind = "device"
 
-    def __init__(self, instr, operand_slots, out_slots, reducer=None):
+    def __init__(self, instr, operand_slots, out_slots, reducer=None, original=None):
         super().__init__()
         self.instr = instr
+        self.orig = original if original is not None else instr
         self.operand_slots = operand_slots
         self.out_slots = out_slots
         self.reducer = reducer
@@ -116,7 +117,7 @@ def _ids(t, frame):
 @_runner("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
          "collective-broadcast", "ragged-all-to-all")
 def _collective(t, frame):
-    result = frame.device.collective(t.instr, t.args(frame), t.reducer)
+    result = frame.device.collective(t.orig, t.args(frame), t.reducer)
     t.write(frame, t.instr.shape, result)
 
 
@@ -127,14 +128,14 @@ def _pending_key(instr):
 @_runner("all-reduce-start")
 def _all_reduce_start(t, frame):
     frame.pending[_pending_key(t.instr)] = frame.device.collective_start(
-        t.instr, t.args(frame), t.reducer)
+        t.orig, t.args(frame), t.reducer)
     t.zeros(frame, t.out_slots)
 
 
 @_runner("all-gather-start", "collective-permute-start")
 def _two_slot_start(t, frame):
     frame.pending[_pending_key(t.instr)] = frame.device.collective_start(
-        t.instr, t.args(frame), t.reducer)
+        t.orig, t.args(frame), t.reducer)
     # (operands, result, contexts...): the operand part is the operands themselves.
     n_operand_leaves = sum(len(s) for s in t.operand_slots)
     for slot, src in zip(t.out_slots[:n_operand_leaves],
@@ -157,14 +158,14 @@ def _take_pending(t, frame):
 
 @_runner("all-reduce-done", "all-gather-done", "collective-permute-done")
 def _done(t, frame):
-    result = frame.device.collective_done(t.instr, _take_pending(t, frame))
+    result = frame.device.collective_done(t.orig, _take_pending(t, frame))
     t.write(frame, t.instr.shape, result)
 
 
 @_runner("send")
 def _send(t, frame):
     data = t.args(frame)[0]
-    frame.pending[_pending_key(t.instr)] = frame.device.send(t.instr, data)
+    frame.pending[_pending_key(t.instr)] = frame.device.send(t.orig, data)
     n = len(t.operand_slots[0])
     for slot, src in zip(t.out_slots[:n], t.operand_slots[0]):
         if slot is not None and src is not None:
@@ -174,28 +175,28 @@ def _send(t, frame):
 
 @_runner("send-done")
 def _send_done(t, frame):
-    frame.device.send_done(t.instr, _take_pending(t, frame))
+    frame.device.send_done(t.orig, _take_pending(t, frame))
 
 
 @_runner("recv")
 def _recv(t, frame):
-    frame.pending[_pending_key(t.instr)] = frame.device.recv(t.instr)
+    frame.pending[_pending_key(t.instr)] = frame.device.recv(t.orig)
     t.zeros(frame, t.out_slots)
 
 
 @_runner("recv-done")
 def _recv_done(t, frame):
-    data = frame.device.recv_done(t.instr, _take_pending(t, frame))
+    data = frame.device.recv_done(t.orig, _take_pending(t, frame))
     t.write(frame, t.instr.shape.tuple_shapes[0], data,
             t.out_slots[:len(t.out_slots) - 1])
 
 
 @_runner("infeed")
 def _infeed(t, frame):
-    data = frame.device.infeed(t.instr)
+    data = frame.device.infeed(t.orig)
     t.write(frame, t.instr.shape.tuple_shapes[0], data, t.out_slots[:len(t.out_slots) - 1])
 
 
 @_runner("outfeed")
 def _outfeed(t, frame):
-    frame.device.outfeed(t.instr, t.args(frame)[0])
+    frame.device.outfeed(t.orig, t.args(frame)[0])

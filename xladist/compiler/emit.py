@@ -53,7 +53,10 @@ class ProgramBuilder:
         params = [s for p in flat.parameters for s in asg.leaves[p]]
         root = asg.leaves[flat.root]
         place(asg, _liveness_io(thunks, root))
-        cc = CompiledComputation(comp.name, asg, thunks, params, root)
+        param_shapes = [s for p in flat.parameters for _, s in p.shape.leaves()]
+        root_shapes = [s for _, s in flat.root.shape.leaves()]
+        cc = CompiledComputation(comp.name, asg, thunks, params, root, param_shapes,
+                                 root_shapes)
         self.compiled[key] = cc
         return cc
 
@@ -164,5 +167,6 @@ CONTROL_UNSUPPORTED = {
 def _device(pb, instr, plan, asg):
     comp = instr.attrs.get("to_apply")
     reducer = pb.reducer(comp) if comp is not None else None
+    original = getattr(instr.parent, "original_of", {}).get(instr)
     return DeviceThunk(instr, [asg.leaves[o] for o in instr.operands], asg.leaves[instr],
-                       reducer)
+                       reducer, original)

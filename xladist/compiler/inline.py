@@ -36,6 +36,9 @@ def flatten(comp: Computation) -> Computation:
     topological order, parameters first, dead pure instructions dropped."""
     out = Computation(comp.name)
     out.module = comp.module
+    # clone -> the user's instruction: device ops are keyed by the original
+    # (the runtime plans collectives per instruction when the program loads).
+    out.original_of = {}
     mapping: dict[Instruction, Instruction] = {}
 
     def emit(src: Computation, prefix: str, bound: dict[Instruction, Instruction]):
@@ -50,6 +53,7 @@ def flatten(comp: Computation) -> Computation:
                 mapping[instr] = emit(callee, f"{prefix}{instr.name}/", inner)
                 continue
             c = _clone(instr, prefix + instr.name, ops)
+            out.original_of[c] = instr
             out.add(c)
             mapping[instr] = c
         return mapping[src.root]

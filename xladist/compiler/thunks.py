@@ -148,7 +148,9 @@ def _value(frame: Frame, shape, slots: list):
         if slot is None:
             from ..interpreter.registry import TOKEN
             return TOKEN
-        return frame.view(slot)
+        # The reading instruction's shape describes the bytes: an aliasing
+        # transpose/reshape shares its operand's slot with other dims.
+        return logical_view(s, frame.bufs[slot.id])
 
     return build(shape)
 
@@ -161,8 +163,10 @@ class CompiledComputation:
     """A computation's thunks, slots and arena; `run(leaves)` -> result leaves."""
 
     def __init__(self, name: str, asg: Assignment, thunks: list[Thunk], param_slots,
-                 root_slots):
+                 root_slots, param_shapes=(), root_shapes=()):
         self.name = name
+        self.param_shapes = list(param_shapes)  # flat leaf shapes (layouts of the bytes)
+        self.root_shapes = list(root_shapes)
         self.asg = asg
         self.thunks = thunks
         self.param_slots = param_slots      # flat, in parameter-then-leaf order

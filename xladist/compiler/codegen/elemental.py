@@ -384,6 +384,16 @@ def _map(ctx, instr, index):
     return ctx.inline(instr.attrs["to_apply"], values)[0]
 
 
+@register("call", "fusion")
+def _call(ctx, instr, index):
+    """A call inside a scalar computation (reducers, comparators): inline it.
+    Calls in computations the compiler runs are inlined earlier (inline.py)."""
+    values = _index_values(ctx, instr.operands, index)
+    comp = instr.attrs["to_apply" if instr.opcode == "call" else "calls"]
+    out = ctx.inline(comp, values)
+    return out[0]
+
+
 @register("get-tuple-element")
 def _gte(ctx, instr, index):
     op = instr.operands[0]
