@@ -18,6 +18,7 @@ from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
 from .library import LIBRARY_THUNKS, UNSUPPORTED
+from . import library_rng  # noqa: F401  (registers rng-bit-generator)
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
 
 
