@@ -32,8 +32,9 @@ def _init() -> None:
     llvm.initialize_native_asmprinter()
 
 
-@lru_cache(maxsize=1)
 def target_machine():
+    """A fresh target machine for the host (MCJIT takes ownership of the one it
+    is given, so each engine gets its own)."""
     _init()
     target = llvm.Target.from_triple(llvm.get_process_triple())
     return target.create_target_machine(
