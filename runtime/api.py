@@ -71,22 +71,25 @@ def _per_device(module, inputs, n: int) -> list[list]:
 
 def run(module, inputs=None, n: int = 1, *, backend: str = "interpreter",
         timeout: float = 300.0, device_assignment=None, verify: bool = True,
-        job_timeout: float | None = None) -> list[list[np.ndarray]]:
+        job_timeout: float | None = None, trace: str | None = None) -> list[list[np.ndarray]]:
     """Run `module` (an ir.Module, HLO text or a path) on n devices.
 
     `inputs`: one array per entry parameter with a leading device axis of size n (row d
     for device d), or a list over devices of argument lists, or an npz path.
-    Returns `outputs[d][i]`: flattened result i of device d.
+    Returns `outputs[d][i]`: flattened result i of device d. `trace`: path of a
+    Chrome/Perfetto timeline with one track per rank (runtime/trace.py).
     """
     module = _as_module(module)
     device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
     if launcher.under_mpi():
         return _run_here(module, per_device, backend=backend, timeout=timeout,
-                         device_assignment=device_assignment, verify=verify)
+                         device_assignment=device_assignment, verify=verify, trace=trace)
+    if trace:
+        trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
     return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
-                        job_timeout=job_timeout)
+                        job_timeout=job_timeout, trace=trace)
 
 
 def _run_here(module, per_device, **options):
@@ -106,6 +109,9 @@ def _run_spawned(module, per_device, n, *, job_timeout, **options):
                                timeout=job_timeout)
         out = job / "outputs.pkl"
         if proc.returncode != 0 or not out.exists():
+            if options.get("trace"):
+                from .trace import merge_partials
+                merge_partials(options["trace"])
             detail = launcher.clean_stderr(proc.stderr).strip()
             raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
                                  + (f":\n{detail}" if detail else ""))

@@ -8,6 +8,7 @@ MPI abort, so no rank is left waiting for a peer that died (ARCHITECTURE rule 3)
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ class RankResult:
     outputs: list[np.ndarray]
     all_outputs: list[list[np.ndarray]] | None = None
     outfeed: list = field(default_factory=list)
+    tracer: object = None  # runtime.trace.Tracer of this rank, when the run was traced
 
 
 def world():
@@ -38,12 +40,15 @@ def world():
 def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpreter",
                          timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
                          feeds=None, verify: bool = True, gather_to: int | None = 0,
-                         compile_options: dict | None = None) -> RankResult:
+                         compile_options: dict | None = None, trace: str | None = None,
+                         tracer=None) -> RankResult:
     """Run this rank's device of `module`.
 
     `per_device_inputs[d]` is device d's argument list (every rank receives all of them
     and takes its own row, so inputs are validated identically everywhere). With
-    `gather_to` set, that rank also receives every device's outputs.
+    `gather_to` set, that rank also receives every device's outputs. `trace`: write a
+    Perfetto timeline of all ranks there (runtime/trace.py); `tracer`: a Tracer to fill
+    (for progress and timing summaries) instead of a new one.
     """
     from collectives.communicator import CommunicatorCache, MpiCommunicator
 
@@ -60,10 +65,26 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     if feeds is not None:
         feeds.start(placement)
     ctx.prepare()
+    device, spans = ctx, _untraced
+    if trace and tracer is None:
+        from .trace import Tracer
+        tracer = Tracer(rank)
+    if tracer is not None:
+        from .trace import TracedDevice
+        tracer.watch(module, placement)
+        tracer.align(comm)
+        device, spans = TracedDevice(ctx, tracer), tracer
     from xladist.executable import compile as compile_module
-    exe = compile_module(module, backend=backend, verify=verify, device=ctx,
-                         **(compile_options or {}))
-    outputs = exe(*per_device_inputs[placement.device])
+    try:
+        with spans.span("compile", backend=backend):
+            exe = compile_module(module, backend=backend, verify=verify, device=device,
+                                 **(compile_options or {}))
+        with spans.execute():
+            outputs = exe(*per_device_inputs[placement.device])
+    except BaseException:
+        if trace:  # keep this rank's timeline; the launcher merges the parts it finds
+            tracer.write_partial(trace)
+        raise
     if feeds is not None:
         feeds.finish()
     result = RankResult(rank, outputs)
@@ -72,7 +93,23 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
             gathered = comm.gather(outputs, root=gather_to)
         if rank == gather_to:
             result.all_outputs = gathered
+    if trace:
+        tracer.write_merged(comm, trace, root=gather_to or 0)
+    result.tracer = tracer
     return result
+
+
+class _Untraced:
+    """Stands in for a Tracer when the run is not traced: spans that do nothing."""
+
+    @contextmanager
+    def span(self, *args, **kwargs):
+        yield
+
+    execute = span
+
+
+_untraced = _Untraced()
 
 
 def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:

@@ -25,6 +25,8 @@ rules must never write into an operand array (copy first).
 
 from __future__ import annotations
 
+from time import perf_counter_ns
+
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError, XlaDistError
@@ -138,6 +140,9 @@ class Evaluator:
         self._batch: tuple[int, ...] | None = None
         self._vector_ok: dict[int, bool] = {}
         self.rng_state = 0  # rng-get-and-update-state's counter, if a rule uses it
+        # Timeline hook (runtime/trace.py): a device that carries a tracer gets
+        # `tracer.instruction(instr, t0_ns, t1_ns)` after each instruction; None costs nothing.
+        self.tracer = getattr(device, "tracer", None)
 
     # ---- public API ----------------------------------------------------------------
     def run(self, args):
@@ -165,11 +170,16 @@ class Evaluator:
                 f"parameters, called with {len(arrays)} arrays")
         batch = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
         arrays = [np.broadcast_to(a, batch) for a in arrays]
-        with np.errstate(all="ignore"):
-            if self._vectorizable(computation):
-                out = self._call(computation, arrays, tuple(batch))
-                return _broadcast_leaves(out, batch)
-            return self._per_element(computation, arrays, tuple(batch))
+        # A scalar computation applied element-wise is part of its caller's slice: untraced.
+        tracer, self.tracer = self.tracer, None
+        try:
+            with np.errstate(all="ignore"):
+                if self._vectorizable(computation):
+                    out = self._call(computation, arrays, tuple(batch))
+                    return _broadcast_leaves(out, batch)
+                return self._per_element(computation, arrays, tuple(batch))
+        finally:
+            self.tracer = tracer
 
     def parameter_value(self, instr):
         """The value bound to a `parameter` instruction in the computation being run."""
@@ -198,6 +208,7 @@ class Evaluator:
         self._batch = batch
         self._frames.append(args)
         env: dict[int, object] = {}
+        tracer = self.tracer
         try:
             for instr in self._order(computation):
                 operands = []
@@ -209,7 +220,12 @@ class Evaluator:
                             f"operand {o.name} is used before it is computed (the instruction "
                             f"order of computation {computation.name} is not a valid schedule)",
                             instruction=describe(instr)) from None
-                env[id(instr)] = self._eval(instr, operands)
+                if tracer is None:
+                    env[id(instr)] = self._eval(instr, operands)
+                else:
+                    t0 = perf_counter_ns()
+                    env[id(instr)] = self._eval(instr, operands)
+                    tracer.instruction(instr, t0, perf_counter_ns())
             return env[id(computation.root)]
         finally:
             self._frames.pop()
