@@ -33,6 +33,7 @@ from collectives.groups import (
     group_mode,
     permute_device_groups,
 )
+from collectives.p2p import PAIRS_ATTR, send_recv_pairs
 from xladist.errors import InputError
 from xladist.hlo.ir import Computation, Instruction, Module
 
@@ -50,7 +51,6 @@ __all__ = [
     "where",
 ]
 
-PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
 DEFAULT_MAX_UNROLL = 100_000
 
 
@@ -168,7 +168,6 @@ def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(types), tuple(dims)
 
 
-_PAIR_RE = re.compile(r"\{\s*(-?\d+)\s*,\s*(-?\d+)\s*\}")
 _TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 
 # all-reduce, all-gather and reduce-scatter have a real use_global_device_ids flag (A.2).
@@ -228,19 +227,14 @@ class ModuleFacts:
         hit = self._peers.get(instr)
         if hit is not None:
             return hit
-        text = instr.frontend_attributes.get(PAIRS_ATTR)
-        if text is None:
+        try:
+            pairs = send_recv_pairs(instr, self.R, self.P, self.da)
+        except GroupError as e:
+            raise self._bad(instr, f"{PAIRS_ATTR}: {e}") from None
+        if pairs is None:
             raise self._bad(instr, f"a device-to-device {instr.opcode} needs the frontend "
                             f"attribute {PAIRS_ATTR}=" '"{{source,target},...}" to name its '
                             "peers; without it no device can be matched with it")
-        raw = [(int(a), int(b)) for a, b in _PAIR_RE.findall(text)]
-        # Ids are partition ids inside each replica (like a collective-permute with a channel);
-        # a module with one partition and several replicas names replica ids instead.
-        by_partition = self.P > 1 or self.R == 1
-        try:
-            pairs = collective_permute_pairs(raw, by_partition, self.R, self.P, self.da)
-        except GroupError as e:
-            raise self._bad(instr, f"{PAIRS_ATTR}: {e}") from None
         hit = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
         self._peers[instr] = hit
         return hit
