@@ -13,6 +13,15 @@ reported between T and 1.5 T seconds after it starts.
 
 Configuration: ``XLADIST_COLLECTIVE_TIMEOUT`` (seconds, default 300; 0 disables) or
 :func:`configure`.
+
+Two extensions serve the job-wide report of :mod:`runtime.watchdog`:
+
+* ``watchdog.loops`` is the main thread's stack of ``[while name, iteration]`` entries, kept by
+  the executor only around loops that communicate (one list append per loop, one integer
+  increment per iteration), so a report can say ``iteration 5 of while.2``;
+* ``watchdog.monitor`` (an object with ``publish(position)`` and ``fire(position)``), when set,
+  is told by the daemon -- never by the waiting thread -- about waits that last longer than
+  ``PUBLISH_AFTER_S``, about their end, and asked for the text to print when a deadline passes.
 """
 
 from __future__ import annotations
@@ -34,6 +43,10 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 300.0
+# A wait this long is published to the monitor; the daemon then re-checks every REFRESH_S so
+# that the end of the wait is published promptly too.
+PUBLISH_AFTER_S = 1.0
+REFRESH_S = 1.0
 
 
 def _env_timeout() -> float:
@@ -74,7 +87,7 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     with _abort_lock:
         first = not _aborting
         _aborting = True
-    if first:
+    if first and message:
         try:
             prefix = f"rank {_world_rank()}: " if with_rank else ""
             sys.stderr.write(f"{prefix}{message}\n")
@@ -97,6 +110,9 @@ class Watchdog:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._generation = 0
+        # [[while name, iteration], ...] of the main thread, outermost first (see module doc).
+        self.loops: list[list] = []
+        self.monitor = None
 
     # -- hot path -------------------------------------------------------------------------------
     def begin(self, what: str, where: object = None):
@@ -124,34 +140,100 @@ class Watchdog:
             self._thread.start()
 
     def _run(self) -> None:
+        published = None  # the `current` tuple last published to the monitor as a long wait
         with self._cond:
             while True:
                 timeout = self.timeout_s
+                mon = self.monitor
+                cur = self.current
+                now = time.monotonic()
+                if published is not None and cur is not published:
+                    published = None
+                    self._publish(mon, None, 0.0)  # that wait is over
                 if timeout <= 0:
                     self._cond.wait()
                     continue
-                cur = self.current
-                now = time.monotonic()
-                if cur is None:
-                    sleep = timeout / 2
-                else:
+                # With a monitor, wake every REFRESH_S so long waits are published promptly.
+                sleep = min(timeout / 2, REFRESH_S) if mon is not None else timeout / 2
+                if cur is not None:
                     elapsed = now - cur[2]
                     if elapsed >= timeout:
                         self._fire(cur, elapsed)
                         return
                     # Wake right at this operation's deadline (plus a hair for clock rounding).
                     sleep = timeout - elapsed + 0.01
+                    if mon is not None:
+                        after = min(PUBLISH_AFTER_S, timeout / 2)
+                        if elapsed >= after:
+                            self._publish(mon, cur, elapsed)
+                            published = cur
+                            sleep = min(sleep, REFRESH_S)
+                        else:
+                            sleep = min(sleep, after - elapsed + 0.01)
                 self._cond.wait(sleep)
 
+    def position(self, cur=None, elapsed: float | None = None) -> dict:
+        """What the main thread is doing: a dict for the monitor (see runtime.watchdog)."""
+        if cur is None:
+            return {"state": "computing", "loops": [list(e) for e in list(self.loops)]}
+        what, where, start = cur
+        if elapsed is None:
+            elapsed = time.monotonic() - start
+        return {"state": "waiting", "what": what, "where": where, "elapsed": elapsed,
+                "loops": [list(e) for e in list(self.loops)]}
+
+    def _publish(self, mon, cur, elapsed: float) -> None:
+        if mon is None:
+            return
+        try:
+            mon.publish(self.position(cur, elapsed))
+        except Exception:  # noqa: BLE001, S110 -- a report aid must never kill the deadline
+            pass
+
     def _fire(self, cur, elapsed: float) -> None:
+        mon = self.monitor
+        if mon is not None:
+            try:
+                message = mon.fire(self.position(cur, elapsed), self.timeout_s)
+            except Exception as e:  # noqa: BLE001 -- fall back to this rank's own message
+                message = f"{self._message(cur, elapsed)}\n(job report failed: {e})"
+            abort_job(message, with_rank=False)
+            return
+        abort_job(self._message(cur, elapsed))
+
+    def _message(self, cur, elapsed: float) -> str:
         what, where, _ = cur
         desc = what if where is None else f"{what} over {where}"
-        abort_job(f"timed out after {elapsed:.1f} s waiting in {desc} "
-                  f"(deadline {self.timeout_s:g} s; set XLADIST_COLLECTIVE_TIMEOUT to change it)")
+        ctx = self.loop_context()
+        if ctx:
+            desc += f" ({ctx})"
+        return (f"timed out after {elapsed:.1f} s waiting in {desc} "
+                f"(deadline {self.timeout_s:g} s; set XLADIST_COLLECTIVE_TIMEOUT to change it)")
+
+    # -- loop context (main thread only) ---------------------------------------------------------
+    def enter_loop(self, name: str) -> list:
+        """Push a loop; bump ``entry[1]`` at the start of each iteration; then `exit_loop`."""
+        entry = [name, 0]
+        self.loops.append(entry)
+        return entry
+
+    def exit_loop(self) -> None:
+        if self.loops:
+            self.loops.pop()
+
+    def loop_context(self) -> str:
+        """``iteration 5 of while.2, iteration 1 of while.7`` (outermost first), or ''."""
+        return ", ".join(f"iteration {k} of {name}" for name, k in list(self.loops))
 
     def configure(self, timeout_s: float) -> None:
         with self._cond:
             self.timeout_s = float(timeout_s)
+            self._cond.notify_all()
+
+    def set_monitor(self, monitor) -> None:
+        """Install (or, with None, remove) the job-wide monitor; see the module docstring."""
+        with self._cond:
+            self.monitor = monitor
             self._cond.notify_all()
 
     def describe_current(self) -> str | None:
@@ -160,6 +242,9 @@ class Watchdog:
             return None
         what, where, start = cur
         desc = what if where is None else f"{what} over {where}"
+        ctx = self.loop_context()
+        if ctx:
+            desc += f" ({ctx})"
         return f"{desc} (for {time.monotonic() - start:.1f} s)"
 
 
