@@ -72,15 +72,7 @@ class DeviceThunk(Thunk):
         """Store an interpreter value into the result leaves (flat, depth first)."""
         slots = self.out_slots if slots is None else slots
         leaves = []
-
-        def walk(s, v):
-            if s.is_tuple:
-                for ss, vv in zip(s.tuple_shapes, v):
-                    walk(ss, vv)
-            else:
-                leaves.append((s, v))
-
-        walk(shape, value)
+        _walk(shape, value, leaves)
         for slot, (s, v) in zip(slots, leaves):
             if slot is not None and s.is_array:
                 frame.set(slot, physical_leaf(slot.shape, np.asarray(v)))
@@ -95,6 +87,14 @@ class DeviceThunk(Thunk):
 
     def describe(self) -> str:
         return f"device {self.instr.opcode}"
+
+
+def _walk(shape, value, out):
+    if shape.is_tuple:
+        for s, v in zip(shape.tuple_shapes, value):
+            _walk(s, v, out)
+    else:
+        out.append((shape, value))
 
 
 DEVICE_RUNNERS: dict[str, Callable] = {}

@@ -64,19 +64,21 @@ def to_leaves(value, shape: Shape) -> list:
 
 
 def from_leaves(leaves, shape: Shape, copy_mask):
-    it = iter(zip(leaves, copy_mask))
+    """Flat leaves -> interpreter value (logical views; copies where masked)."""
+    return _build(shape, iter(leaves), iter(copy_mask))
 
-    def build(s):
-        if s.is_tuple:
-            return tuple(build(t) for t in s.tuple_shapes)
-        buf, copy = next(it)
-        if not s.is_array:
-            from ..interpreter.registry import TOKEN
-            return TOKEN
-        v = logical_view(s, buf)
-        return v.copy() if copy else v
 
-    return build(shape)
+def _build(s: Shape, leaves, copies):
+    # A module-level recursion: a self-referencing closure would form a cycle
+    # that keeps result buffers alive until the garbage collector runs.
+    if s.is_tuple:
+        return tuple(_build(t, leaves, copies) for t in s.tuple_shapes)
+    buf, copy = next(leaves), next(copies)
+    if not s.is_array:
+        from ..interpreter.registry import TOKEN
+        return TOKEN
+    v = logical_view(s, buf)
+    return v.copy() if copy else v
 
 
 class CpuExecutable(Executable):

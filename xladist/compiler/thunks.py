@@ -12,6 +12,7 @@ interpreter also uses, so the MPI runtime plugs into both backends).
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numpy as np
 
@@ -139,20 +140,19 @@ class LibraryThunk(Thunk):
 
 def _value(frame: Frame, shape, slots: list):
     """Interpreter-style value of an operand from its leaf slots."""
-    it = iter(slots)
+    return _build_value(frame, shape, iter(slots))
 
-    def build(s):
-        if s.is_tuple:
-            return tuple(build(t) for t in s.tuple_shapes)
-        slot = next(it)
-        if slot is None:
-            from ..interpreter.registry import TOKEN
-            return TOKEN
-        # The reading instruction's shape describes the bytes: an aliasing
-        # transpose/reshape shares its operand's slot with other dims.
-        return logical_view(s, frame.bufs[slot.id])
 
-    return build(shape)
+def _build_value(frame, s, it):
+    if s.is_tuple:
+        return tuple(_build_value(frame, t, it) for t in s.tuple_shapes)
+    slot = next(it)
+    if slot is None:
+        from ..interpreter.registry import TOKEN
+        return TOKEN
+    # The reading instruction's shape describes the bytes: an aliasing
+    # transpose/reshape shares its operand's slot with other dims.
+    return logical_view(s, frame.bufs[slot.id])
 
 
 def leaf_values(frame: Frame, slots) -> list:
@@ -196,6 +196,7 @@ class CompiledComputation:
             elif s.kind == "out":
                 self._out_slots.append(s)
         self._template = (bufs, addrs)
+        self._out_pool = {}
 
     def run(self, leaves: list, device) -> list:
         if self._template is None:
@@ -206,8 +207,15 @@ class CompiledComputation:
             if slot is not None and value is not None:
                 frame.bufs[slot.id] = value
                 frame.addrs[slot.id] = address(value)
+        pool = self._out_pool
         for s in self._out_slots:
-            a = np.empty(s.nbytes, dtype=np.uint8)
+            a = pool.get(s.id)
+            # Reuse last run's result buffer when nobody holds it any more (the
+            # pool's reference + getrefcount's argument): fresh large buffers
+            # cost a page fault per 4 KiB on first touch.
+            if a is None or sys.getrefcount(a) > 2:
+                a = np.empty(s.nbytes, dtype=np.uint8)
+                pool[s.id] = a
             frame.bufs[s.id] = a
             frame.addrs[s.id] = address(a)
         for t in self.thunks:

@@ -1,0 +1,293 @@
+"""Compute benchmarks of the cpu backend, side by side with numpy and jax.jit.
+
+    OPENBLAS_NUM_THREADS=1 taskset -c 0 python benchmarks/compute.py [--quick] [--rows NAME,...]
+
+Every row is measured in one run, interleaving the contenders: median of
+`--repeats` timed calls after a warm-up. Single-threaded everywhere: BLAS via
+OPENBLAS_NUM_THREADS=1 (set below before numpy loads), XLA via XLA_FLAGS, and the
+process pinned to one core when possible. Columns: xladist cpu, numpy, jax.jit
+(when installed), ratios numpy/xladist and xladist/jax (targets: >= 2x numpy and
+<= 1.5x jax on element-wise, row-sum, softmax; <= 1.1x numpy on matmul), and two
+compile-time rows for the MLP training step (cold, and from the kernel cache).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_cpu_multi_thread_eigen=false"
+                           " intra_op_parallelism_threads=1").strip()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import xladist  # noqa: E402
+
+try:  # jax is a reference only; the project never imports it
+    import jax  # noqa: E402
+    import jax.numpy as jnp  # noqa: E402
+    jax.config.update("jax_platforms", "cpu")
+except Exception:  # pragma: no cover - jax missing
+    jax = None
+
+
+def _pin() -> None:
+    try:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    except (AttributeError, OSError):
+        pass
+
+
+def median_time(fn, repeats: int, min_time: float = 0.02) -> float:
+    fn()  # warm-up (compiles, caches, page faults)
+    # Batch fast calls so timer resolution does not dominate.
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    inner = max(1, int(min_time / max(one, 1e-7)))
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples)
+
+
+# ---- modules (HLO text) -----------------------------------------------------------
+
+ADD = "add { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
+MAX = "max { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] maximum(x, y) }\n"
+
+
+def chain_hlo(n: int) -> str:
+    return f"""HloModule chain
+ENTRY main {{
+  a = f32[{n}] parameter(0)
+  b = f32[{n}] parameter(1)
+  c = f32[{n}] parameter(2)
+  m = f32[{n}] multiply(a, b)
+  s = f32[{n}] add(m, c)
+  t = f32[{n}] tanh(s)
+  h = f32[] constant(0.5)
+  hb = f32[{n}] broadcast(h), dimensions={{}}
+  u = f32[{n}] multiply(t, hb)
+  ROOT r = f32[{n}] add(u, a)
+}}
+"""
+
+
+def rowsum_hlo(n: int, m: int) -> str:
+    return f"""HloModule rowsum
+{ADD}
+ENTRY main {{
+  a = f32[{n},{m}] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[{n}] reduce(a, z), dimensions={{1}}, to_apply=add
+}}
+"""
+
+
+def softmax_hlo(n: int, m: int) -> str:
+    return f"""HloModule softmax
+{ADD}
+{MAX}
+ENTRY main {{
+  x = f32[{n},{m}] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[{n}] reduce(x, ninf), dimensions={{1}}, to_apply=max
+  mb = f32[{n},{m}] broadcast(mx), dimensions={{0}}
+  d = f32[{n},{m}] subtract(x, mb)
+  e = f32[{n},{m}] exponential(d)
+  z = f32[] constant(0)
+  s = f32[{n}] reduce(e, z), dimensions={{1}}, to_apply=add
+  sb = f32[{n},{m}] broadcast(s), dimensions={{0}}
+  ROOT r = f32[{n},{m}] divide(e, sb)
+}}
+"""
+
+
+def matmul_hlo(n: int) -> str:
+    return f"""HloModule matmul
+ENTRY main {{
+  a = f32[{n},{n}] parameter(0)
+  b = f32[{n},{n}] parameter(1)
+  ROOT d = f32[{n},{n}] dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+MLP_PATH = Path(__file__).parent / "mlp_train_step.hlo"
+
+
+def mlp_numpy(w1, b1, w2, b2, x, y):
+    """The same training step written by hand (forward, backward, SGD)."""
+    h_pre = x @ w1 + b1
+    h = np.maximum(h_pre, 0)
+    out = h @ w2 + b2
+    diff = out - y
+    loss = np.mean(diff * diff)
+    g_out = diff * (2.0 / diff.size)
+    g_w2 = h.T @ g_out
+    g_b2 = g_out.sum(0)
+    g_h = (g_out @ w2.T) * (h_pre > 0)
+    g_w1 = x.T @ g_h
+    g_b1 = g_h.sum(0)
+    lr = np.float32(0.01)
+    return loss, w1 - lr * g_w1, b1 - lr * g_b1, w2 - lr * g_w2, b2 - lr * g_b2
+
+
+def mlp_jax(w1, b1, w2, b2, x, y):
+    def loss(params):
+        a1, c1, a2, c2 = params
+        h = jnp.maximum(x @ a1 + c1, 0.0)
+        return jnp.mean((h @ a2 + c2 - y) ** 2)
+    val, g = jax.value_and_grad(loss)((w1, b1, w2, b2))
+    return (val, *[p - 0.01 * gp for p, gp in zip((w1, b1, w2, b2), g)])
+
+
+# ---- rows -------------------------------------------------------------------------
+
+def compile_cpu(text: str):
+    return xladist.compile(xladist.parse_hlo(text), backend="cpu")
+
+
+def _jit(fn):
+    if jax is None:
+        return None
+    j = jax.jit(fn)
+
+    def run(*args):
+        return jax.block_until_ready(j(*args))
+    return run
+
+
+def rows(quick: bool):
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+
+    def chain(n):
+        a, b, c = (rng.standard_normal(n).astype(f32) for _ in range(3))
+        return (f"elementwise tanh(a*b+c)*0.5+a {n // (1 << 20)}M f32", compile_cpu(chain_hlo(n)),
+                lambda a, b, c: np.tanh(a * b + c) * f32(0.5) + a,
+                _jit(lambda a, b, c: jnp.tanh(a * b + c) * 0.5 + a), (a, b, c), "fast")
+
+    yield chain(1 << 20)
+    yield chain((1 << 22) if quick else (1 << 24))
+    n = 1024 if quick else 4096
+    a = rng.standard_normal((n, n)).astype(f32)
+    yield (f"row-sum {n}x{n} f32", compile_cpu(rowsum_hlo(n, n)), lambda a: a.sum(axis=1),
+           _jit(lambda a: jnp.sum(a, axis=1)), (a,), "fast")
+    x = rng.standard_normal((1024, 4096)).astype(f32)
+
+    def np_softmax(x):
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    yield ("softmax 1024x4096 f32", compile_cpu(softmax_hlo(1024, 4096)), np_softmax,
+           _jit(lambda x: jax.nn.softmax(x, axis=1)), (x,), "fast")
+    for m in (512, 1024):
+        p, q = (rng.standard_normal((m, m)).astype(f32) for _ in range(2))
+        yield (f"matmul {m}x{m} f32", compile_cpu(matmul_hlo(m)), lambda p, q: p @ q,
+               _jit(lambda p, q: p @ q), (p, q), "blas")
+    w1 = (rng.standard_normal((512, 1024)) * 0.05).astype(f32)
+    b1 = np.zeros(1024, f32)
+    w2 = (rng.standard_normal((1024, 128)) * 0.05).astype(f32)
+    b2 = np.zeros(128, f32)
+    xb = rng.standard_normal((256, 512)).astype(f32)
+    yb = rng.standard_normal((256, 128)).astype(f32)
+    yield ("MLP training step (256x512->1024->128)", compile_cpu(MLP_PATH.read_text()),
+           mlp_numpy, _jit(mlp_jax), (w1, b1, w2, b2, xb, yb), "module")
+    corpus = ROOT / "tests" / "data" / "corpus" / "single" / "reduce_window_pooling"
+    module = xladist.load_hlo(corpus / "module.hlo")
+    with np.load(corpus / "inputs.npz") as npz:
+        args = tuple(npz[f"arg{p.parameter_number}"] for p in module.entry.parameters)
+    interp = xladist.compile(module, backend="interpreter")
+    yield ("corpus single/reduce_window_pooling (numpy col = interpreter)",
+           xladist.compile(module, backend="cpu"), lambda *a: interp(*a), None, args, "module")
+
+
+def compile_rows(repeats: int):
+    text = MLP_PATH.read_text()
+    cold = []
+    for _ in range(max(3, repeats // 3)):
+        with tempfile.TemporaryDirectory() as d:
+            os.environ["XLADIST_CACHE_DIR"] = d
+            t0 = time.perf_counter()
+            compile_cpu(text)
+            cold.append(time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["XLADIST_CACHE_DIR"] = d
+        compile_cpu(text)
+        warm = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            exe = compile_cpu(text)
+            warm.append(time.perf_counter() - t0)
+            assert exe.program.cached
+    os.environ.pop("XLADIST_CACHE_DIR", None)
+    return statistics.median(cold), statistics.median(warm)
+
+
+def check(got, want, name):
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    for g, w in zip(got, want):
+        if not np.allclose(np.asarray(g), np.asarray(w), rtol=2e-3, atol=2e-4):
+            raise SystemExit(f"{name}: xladist result differs from the reference")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--json", help="also write the table as JSON to this file")
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (5 if args.quick else 11)
+    _pin()
+    table = []
+    hdr = f"{'benchmark':<58} {'xladist':>10} {'numpy':>10} {'jax.jit':>10} " \
+          f"{'np/xla-d':>9} {'xla-d/jax':>9}"
+    print(hdr)
+    print("-" * len(hdr))
+    for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick):
+        ours = exe(*inputs)
+        check(ours, np_fn(*inputs), name)
+        t_x = median_time(lambda: exe(*inputs), repeats)
+        t_n = median_time(lambda: np_fn(*inputs), repeats)
+        # jax gets device arrays: the transfer from numpy is not part of its compute.
+        j_inputs = [jax.device_put(x) for x in inputs] if jax_fn else None
+        t_j = median_time(lambda: jax_fn(*j_inputs), repeats) if jax_fn else None
+        row = {"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
+               "numpy_over_xladist": t_n / t_x,
+               "xladist_over_jax": (t_x / t_j) if t_j else None}
+        table.append(row)
+        jt = f"{t_j * 1e3:9.3f}ms" if t_j else f"{'-':>10}"
+        jr = f"{t_x / t_j:8.2f}x" if t_j else f"{'-':>9}"
+        print(f"{name:<58} {t_x * 1e3:8.3f}ms {t_n * 1e3:8.3f}ms {jt} {t_n / t_x:8.2f}x {jr}",
+              flush=True)
+    cold, warm = compile_rows(repeats)
+    table.append({"name": "MLP training step compile, cold", "xladist_s": cold})
+    table.append({"name": "MLP training step compile, from cache", "xladist_s": warm})
+    print(f"{'MLP training step compile, cold (target < 2 s)':<58} {cold * 1e3:8.1f}ms")
+    print(f"{'MLP training step compile, from cache (target < 100 ms)':<58} {warm * 1e3:8.1f}ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps(table, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
