@@ -124,10 +124,39 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
 
 
 def _forward_stderr(stream) -> None:
-    for line in stream:
-        if not _MPICH_NOISE.match(line.rstrip("\n")):
-            sys.stderr.write(line)
-            sys.stderr.flush()
+    """Copy the ranks' stderr to ours as it arrives, minus MPICH's abort lines.
+
+    Raw bytes, not text lines: a progress line redrawn with `\r` (runtime/progress.py) has
+    no newline and must pass at once; text mode would also turn each `\r` into a newline.
+    """
+    fd, out = stream.fileno(), getattr(sys.stderr, "buffer", None) or _TextSink(sys.stderr)
+    pending = b""
+    while chunk := os.read(fd, 65536):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not _MPICH_NOISE.match(line.decode(errors="replace")):
+                out.write(line + b"\n")
+        if pending.startswith(b"\r"):  # an in-place status update: show it now
+            out.write(pending)
+            pending = b""
+        out.flush()
+    if pending:
+        out.write(pending)
+        out.flush()
+
+
+class _TextSink:
+    """Bytes in, text out: for a sys.stderr without a buffer (replaced by a test harness)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data.decode(errors="replace"))
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

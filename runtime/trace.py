@@ -310,20 +310,18 @@ class TracedDevice:
 
 
 def format_summary(summaries: list[dict], *, steps: int | None = None) -> str:
-    """The per-rank table `xladist demo` (and `xladist run --stats`) prints."""
+    """The per-rank table that `xladist demo` and `xladist run --stats` print."""
     lines = []
     wall = max((s["wall_s"] for s in summaries), default=0.0)
     if steps:
         lines.append(f"{steps} steps in {wall:.2f} s: {1e3 * wall / steps:.1f} ms per step")
-    lines.append(f"{'rank':>4}  {'wall s':>7}  {'compute':>14}  {'collective wait':>16}  "
-                 f"{'infeed wait':>14}  {'other waits':>12}")
+    heads = ("compute", "collective wait", "infeed wait", "other waits")
+    lines.append(f"{'rank':>4}  {'wall':>8}  " + "  ".join(f"{h:>15}" for h in heads))
     for s in summaries:
         w = s["wall_s"] or 1e-12
-        coll, inf = s["wait_s"]["collective"], s["wait_s"]["infeed"]
-        other = s["wait_s"]["outfeed"] + s["wait_s"]["send/recv"]
-        lines.append(f"{s['rank']:>4}  {s['wall_s']:>7.2f}  "
-                     f"{s['compute_s']:>6.2f} s {100 * s['compute_s'] / w:>4.0f}%  "
-                     f"{coll:>8.2f} s {100 * coll / w:>4.0f}%  "
-                     f"{inf:>6.2f} s {100 * inf / w:>4.0f}%  "
-                     f"{other:>5.2f} s {100 * other / w:>3.0f}%")
+        waits = s["wait_s"]
+        cells = (s["compute_s"], waits["collective"], waits["infeed"],
+                 waits["outfeed"] + waits["send/recv"])
+        lines.append(f"{s['rank']:>4}  {s['wall_s']:>6.2f} s  " + "  ".join(
+            f"{c:>7.2f} s {100 * c / w:>4.0f}%" for c in cells))
     return "\n".join(lines)

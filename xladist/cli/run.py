@@ -11,6 +11,7 @@ unsupported backend or op).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -25,16 +26,33 @@ examples:
   xladist run module.hlo -n 1 --backend interpreter --inputs in.npz
                                         print the outputs instead of writing them
   xladist run module.hlo                a module without parameters
+  xladist run module.hlo -n 4 --inputs in.npz --trace trace.json --stats
+                                        4 ranks; a Perfetto timeline and per-rank times
+  xladist run --config configs/psum_basic_mesh4.toml --timeout 30
+                                        settings from a TOML file; flags override it
+  xladist run module.hlo -n 4 --hostfile launch/hostfile.example --inputs in.npz
+                                        ranks on the hosts listed in the hostfile
+  xladist run m.hlo -n 4 --replica-count 2 --num-partitions 2 --device-assignment "0,2;1,3"
+                                        a 2 x 2 run with a custom device assignment
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
 (one per flattened result). With -n N every array has a leading device axis of size N
 (row d = device d); with -n 1 inputs may also omit it. bf16 arrays are uint16 bit
 patterns.
+
+Runs longer than a second show a progress line on stderr (rank 0: loop iterations,
+outfeed items, elapsed; plain log lines every 5 s when stderr is not a terminal);
+--quiet silences it. Open a --trace file at https://ui.perfetto.dev.
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("module", metavar="MODULE", help="HLO text file")
+    parser.add_argument("module", metavar="MODULE", nargs="?",
+                        help="HLO text file (or `module` in the --config file)")
+    parser.add_argument("--config", metavar="FILE.toml",
+                        help="read settings from a TOML run configuration (keys: "
+                             "runtime/config.py SCHEMA; see configs/); options given here "
+                             "override it")
     parser.add_argument("-n", "--num-devices", type=int, default=1, metavar="N",
                         help="number of devices (MPI ranks); default 1")
     parser.add_argument("--backend", default="interpreter",
@@ -50,6 +68,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it passes, the job reports where each rank waits and aborts")
     parser.add_argument("--hostfile", metavar="FILE",
                         help="MPICH hostfile passed to mpiexec (-f) for multi-host runs")
+    parser.add_argument("--trace", metavar="TRACE.json",
+                        help="write a Chrome/Perfetto timeline: one track per rank, every "
+                             "instruction, collective, send/recv and feed wait")
+    parser.add_argument("--stats", action="store_true",
+                        help="print per-rank time split (compute, collective wait, infeed "
+                             "wait) at the end")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress line while the job runs")
+    parser.add_argument("--replica-count", type=int, metavar="R",
+                        help="replicas, for a module whose header declares no counts")
+    parser.add_argument("--num-partitions", type=int, metavar="P",
+                        help="partitions, for a module whose header declares no counts")
+    from runtime.config import parse_assignment
+    parser.add_argument("--device-assignment", type=parse_assignment, metavar="IDS",
+                        help="device id per replica (rows, ';') and partition (columns, ','),"
+                             " e.g. \"0,2;1,3\"; default: partition x replicas + replica")
 
 
 def load_module(path: str):
@@ -79,14 +113,36 @@ def _check_device_count(module, n: int) -> None:
                          f"num_partitions={module.num_partitions}); run it with -n {needed}")
 
 
+def _apply_config(args) -> None:
+    """--config FILE fills what the command line did not set; MODULE is then required."""
+    if getattr(args, "config", None):
+        from runtime import config
+        argv = list(args._argv)
+        argv = argv[argv.index("run") + 1:] if "run" in argv else argv
+        config.apply(args, add_arguments, argv)
+    if args.module is None:
+        raise InputError("no module to run: give MODULE or --config FILE with "
+                         "module = \"path/to/module.hlo\"")
+
+
+def load_run_module(args):
+    """The module with the run's replica/partition counts applied."""
+    from runtime.config import override_device_counts
+    module = load_module(args.module)
+    override_device_counts(module, getattr(args, "replica_count", None),
+                           getattr(args, "num_partitions", None))
+    return module
+
+
 def run(args) -> int:
     from runtime import launcher
+    _apply_config(args)
     if launcher.under_mpi():
         return _run_as_rank(args)
     from ..io import read_inputs, write_outputs
-    module = load_module(args.module)
+    module = load_run_module(args)
     _check_device_count(module, args.num_devices)
-    if args.num_devices > 1 or args.hostfile:
+    if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
         # Validate everything a rank would refuse before starting any rank (exit 2).
         _read_per_device(module, args)
         return _launch(args)
@@ -132,9 +188,21 @@ def _read_per_device(module, args) -> list[list]:
 
 def _launch(args) -> int:
     """Start `mpiexec -n N` on this same command; ranks print their own errors."""
-    from runtime import launcher
+    from runtime import launcher, progress
+    if args.hostfile and not os.path.isfile(args.hostfile):
+        raise InputError(f"hostfile {args.hostfile} does not exist")
     argv = ["-m", "xladist", *args._argv]
-    proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile)
+    proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
+                           env=progress.launch_env(args.quiet))
+    if proc.returncode != 0 and args.trace:
+        from runtime.trace import merge_partials
+        if merge_partials(args.trace):
+            print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
+                  file=sys.stderr)
+    if proc.returncode == 255 and args.hostfile:
+        print(f"xladist run: mpiexec could not start ranks on the hosts of {args.hostfile}: "
+              f"every host needs passwordless ssh from here and this same Python at "
+              f"{sys.executable} (see launch/README.md)", file=sys.stderr)
     return proc.returncode
 
 
@@ -148,12 +216,17 @@ def _run_as_rank(args) -> int:
         if args.num_devices not in (1, size):
             raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
         args.num_devices = size
-        module = load_module(args.module)
+        module = load_run_module(args)
         _check_device_count(module, size)
         per_device = _read_per_device(module, args)
-        result = execute_on_this_rank(module, per_device, backend=args.backend,
-                                      timeout=args.timeout, verify=not args.no_verify,
-                                      gather_to=0)
+        tracer, shown = _watchers(args, rank)
+        with shown:
+            result = execute_on_this_rank(module, per_device, backend=args.backend,
+                                          timeout=args.timeout, verify=not args.no_verify,
+                                          gather_to=0, trace=args.trace, tracer=tracer,
+                                          device_assignment=args.device_assignment)
+        if args.stats:
+            _print_stats(comm, result.tracer)
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down
         report_and_abort(e, rank, prefix="xladist run")
         return 1
@@ -165,6 +238,26 @@ def _run_as_rank(args) -> int:
                 print(f"device {d}:")
                 _print_outputs(outs)
     return 0
+
+
+def _watchers(args, rank: int):
+    """The rank's Tracer (None when nothing needs one) and rank 0's progress line."""
+    from runtime import progress
+    from runtime.trace import Tracer
+    how = progress.mode(args.quiet) if rank == 0 else "off"
+    tracer = None
+    if args.trace or args.stats or how != "off":
+        tracer = Tracer(rank, record=bool(args.trace))
+    return tracer, progress.Progress(tracer, how)
+
+
+def _print_stats(comm, tracer) -> None:
+    from collectives import deadline
+    from runtime.trace import format_summary
+    with deadline.waiting("gathering per-rank timings on rank 0"):
+        summaries = comm.gather(tracer.summary(), root=0)
+    if comm.Get_rank() == 0:
+        print(format_summary(summaries), file=sys.stderr)
 
 
 def _print_outputs(outputs) -> None:
