@@ -63,7 +63,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
     ctx = MpiDeviceContext(module, placement, cache, feeds=feeds)
     if feeds is not None:
-        feeds.start(placement)
+        feeds.start(placement, module)  # checks the infeed order, starts the producer
     ctx.prepare()
     device, spans = ctx, _untraced
     if trace and tracer is None:
@@ -84,6 +84,8 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     except BaseException:
         if trace:  # keep this rank's timeline; the launcher merges the parts it finds
             tracer.write_partial(trace)
+        if feeds is not None:  # deliver every item outfed so far before the job aborts
+            feeds.abort()
         raise
     if feeds is not None:
         feeds.finish()

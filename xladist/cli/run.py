@@ -68,6 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it passes, the job reports where each rank waits and aborts")
     parser.add_argument("--hostfile", metavar="FILE",
                         help="MPICH hostfile passed to mpiexec (-f) for multi-host runs")
+    feeds = parser.add_argument_group(
+        "infeed and outfeed (runtime/feeds.py)",
+        "PATH may use {rank}, {replica} and {partition}; items are item0, item1, ... and "
+        "a tuple item's elements item{k}_0, item{k}_1, ...")
+    feeds.add_argument("--infeed", metavar="PATH.npz",
+                       help="each rank's infeed items, e.g. 'feeds/rank{rank}.npz'")
+    feeds.add_argument("--infeed-fn", metavar="PKG.MOD:FN",
+                       help="each rank's infeed: FN(rank, replica, partition) -> iterable of "
+                            "items (arrays, or tuples of arrays), imported in every rank")
+    feeds.add_argument("--outfeed", metavar="PATH.npz",
+                       help="write each rank's outfeed items here, e.g. 'out/rank{rank}.npz' "
+                            "(also after a failure: nothing outfed is lost)")
+    feeds.add_argument("--prefetch", type=int, default=8, metavar="N",
+                       help="infeed items each rank reads ahead of the program (default 8)")
     parser.add_argument("--trace", metavar="TRACE.json",
                         help="write a Chrome/Perfetto timeline: one track per rank, every "
                              "instruction, collective, send/recv and feed wait")
@@ -145,7 +159,12 @@ def run(args) -> int:
     if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
         # Validate everything a rank would refuse before starting any rank (exit 2).
         _read_per_device(module, args)
-        return _launch(args)
+        from runtime import feeds
+        placements = feeds.check_args(args, module)
+        code = _launch(args)
+        if code != 0:  # ranks killed by another's abort left their outfeed logs
+            feeds.recover_outfeeds(feeds.from_args(args), placements)
+        return code
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     if args.inputs:
@@ -159,7 +178,10 @@ def run(args) -> int:
                          f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
     else:
         per_device = [[None] * len(shapes)]
-    outputs = run_single(module, per_device[0], args.backend, verify=not args.no_verify)
+    from runtime.feeds import from_args, running_single
+    with running_single(from_args(args), module) as device:
+        outputs = run_single(module, per_device[0], args.backend, verify=not args.no_verify,
+                             **({"device": device} if device is not None else {}))
     if args.outputs:
         write_outputs(args.outputs, [outputs], device_axis=True)
     else:
@@ -208,6 +230,7 @@ def _launch(args) -> int:
 
 def _run_as_rank(args) -> int:
     """One rank of an MPI job: run this rank's device; rank 0 writes or prints outputs."""
+    from runtime.feeds import from_args as feeds_from_args
     from runtime.rank import execute_on_this_rank, report_and_abort, world
     from ..io import write_outputs
     comm = world()
@@ -224,7 +247,8 @@ def _run_as_rank(args) -> int:
             result = execute_on_this_rank(module, per_device, backend=args.backend,
                                           timeout=args.timeout, verify=not args.no_verify,
                                           gather_to=0, trace=args.trace, tracer=tracer,
-                                          device_assignment=args.device_assignment)
+                                          device_assignment=args.device_assignment,
+                                          feeds=feeds_from_args(args))
         if args.stats:
             _print_stats(comm, result.tracer)
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down

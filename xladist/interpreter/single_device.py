@@ -14,7 +14,8 @@ transfers (is_host_transfer=true) read from `host_recv` and append to `host_sent
 
 Feeds: infeed items come from the iterable given at construction, one item per infeed
 (an array, or a tuple of arrays for a tuple-shaped infeed; an empty-tuple infeed takes
-no item, E.22a); outfeed values are appended to `outfeed_values`.
+no item, E.22a); outfeed values are appended to `outfeed_values`. With `feeds=` (a
+runtime.feeds.Feeds, as `xladist run -n 1 --infeed/--outfeed` passes) both go there.
 """
 
 from __future__ import annotations
@@ -121,7 +122,9 @@ class SingleDeviceContext(DeviceContext):
 
     rank = 0
 
-    def __init__(self, infeed=(), *, host_recv=(), replica_id: int = 0, partition_id: int = 0):
+    def __init__(self, infeed=(), *, host_recv=(), replica_id: int = 0, partition_id: int = 0,
+                 feeds=None):
+        self.feeds = feeds  # runtime Feeds (files, functions, callbacks): replaces infeed=
         self.replica_id = replica_id
         self.partition_id = partition_id
         self.replica_count = 1
@@ -179,6 +182,8 @@ class SingleDeviceContext(DeviceContext):
 
     # ---- feeds -----------------------------------------------------------------------
     def infeed(self, instr):
+        if self.feeds is not None:
+            return self.feeds.infeed(instr)
         shape = instr.shape.tuple_shapes[0]
         if shape.is_tuple and not shape.tuple_shapes:
             return ()  # an empty-tuple infeed consumes nothing (E.22a)
@@ -192,6 +197,8 @@ class SingleDeviceContext(DeviceContext):
         return self._conform(instr, item, shape, f"infeed item #{self._infeed_taken - 1}")
 
     def outfeed(self, instr, data):
+        if self.feeds is not None:
+            return self.feeds.outfeed(instr, data)
         self.outfeed_values.append(data)
 
     def _conform(self, instr, item, shape: Shape, what: str):
