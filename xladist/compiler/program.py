@@ -41,6 +41,27 @@ class CpuProgram:
         self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
                         "total": time.perf_counter() - t0}
 
+    def explain(self) -> list[dict]:
+        """Every compiled computation: its thunks (kind, what they run, fused
+        instructions, buffers read and written) and its arena size."""
+        out = []
+        for cc in self.builder.compiled.values():
+            thunks = []
+            for t in cc.thunks:
+                entry = {"kind": t.kind, "what": t.describe(),
+                         "instruction": t.instr.name if t.instr is not None else None,
+                         "reads": [s.describe() for s in t.reads],
+                         "writes": [s.describe() for s in t.writes]}
+                spec = getattr(t, "spec", None)
+                if spec is not None:
+                    entry["kernel"] = spec.name
+                    entry["loop"] = spec.kind
+                    entry["fused"] = [i.name for i in spec.fused]
+                thunks.append(entry)
+            out.append({"computation": cc.name, "arena_bytes": cc.asg.arena_size,
+                        "slots": len(cc.asg.slots), "thunks": thunks})
+        return out
+
     def llvm_ir(self) -> str:
         """LLVM IR text of every kernel of the module (pure llvmlite.ir)."""
         mod = ir.Module(name=self.module.name)

@@ -204,13 +204,20 @@ def logistic(b, x):
     return b.fdiv(_c(t, 1.0), b.fadd(_c(t, 1.0), e))
 
 
+def _half_exp(b, ax):
+    """exp(ax) / 2 without overflowing early: (exp(ax/2) / 2) * exp(ax/2); both
+    halvings are exact, unlike exp(ax - ln 2) whose argument rounds."""
+    e = exp(b, b.fmul(ax, _c(ax.type, 0.5)))
+    return b.fmul(b.fmul(e, _c(ax.type, 0.5)), e)
+
+
 @_via_f64
 def sinh(b, x):
     t = x.type
     ax = intr.fabs(b, x)
     u = expm1(b, ax)
     small = b.fmul(_c(t, 0.5), b.fadd(u, b.fdiv(u, b.fadd(u, _c(t, 1.0)))))
-    large = exp(b, b.fsub(ax, _c(t, math.log(2.0))))
+    large = _half_exp(b, ax)
     y = b.select(b.fcmp_ordered("<", ax, _c(t, 22.0)), small, large)
     return intr.copysign(b, y, x)
 
@@ -221,7 +228,7 @@ def cosh(b, x):
     ax = intr.fabs(b, x)
     e = exp(b, ax)
     small = b.fmul(_c(t, 0.5), b.fadd(e, b.fdiv(_c(t, 1.0), e)))
-    large = exp(b, b.fsub(ax, _c(t, math.log(2.0))))
+    large = _half_exp(b, ax)
     return b.select(b.fcmp_ordered("<", ax, _c(t, 22.0)), small, large)
 
 

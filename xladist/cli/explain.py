@@ -1,0 +1,69 @@
+"""`xladist explain MODULE`: what the cpu backend made of a module.
+
+Prints, per compiled computation, the thunk list in execution order: the thunk
+kind (kernel / library / control / device), the kernel and its loop kind, the
+instructions fused into it, and the buffers it reads and writes (slot id, shape,
+bytes, where it lives: arena offset, parameter, result, static, dynamic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "show the cpu backend's thunk list for a module (kernels, fusion, buffers)"
+
+EPILOG = """\
+examples:
+  xladist explain module.hlo               thunk list of every computation
+  xladist explain module.hlo --json        the same as JSON
+  xladist explain module.hlo --ir          the LLVM IR of every kernel (before optimization)
+  xladist explain module.hlo --no-buffers  kernels and fusion only
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="MODULE", help="HLO text file")
+    parser.add_argument("--json", action="store_true", help="print the thunk lists as JSON")
+    parser.add_argument("--ir", action="store_true", help="print the kernels' LLVM IR")
+    parser.add_argument("--no-buffers", action="store_true", help="omit buffer lists")
+
+
+def run(args) -> int:
+    import xladist
+    from xladist.compiler import CpuProgram
+
+    module = xladist.load_hlo(args.file)
+    xladist.verify(module)
+    program = CpuProgram(module)
+    if args.ir:
+        print(program.llvm_ir())
+        return 0
+    data = program.explain()
+    if args.json:
+        print(json.dumps({"module": module.name, "cached": program.cached,
+                          "timings_s": program.timings, "computations": data}, indent=1))
+        return 0
+    t = program.timings
+    source = "kernel cache" if program.cached else "compiled"
+    print(f"module {module.name}: {sum(len(c['thunks']) for c in data)} thunks, "
+          f"{len(program.builder.kernels)} kernels ({source}, "
+          f"{t['total'] * 1e3:.1f} ms)")
+    for comp in data:
+        print(f"\ncomputation {comp['computation']}  (arena {comp['arena_bytes']} B, "
+              f"{comp['slots']} buffers)")
+        for i, th in enumerate(comp["thunks"]):
+            if "kernel" in th:
+                fused = [f for f in th["fused"] if f != th["instruction"]]
+                head = f"kernel  {th['kernel']} [{th['loop']}] root {th['instruction']}"
+                print(f"  {i:3d} {head}")
+                if fused:
+                    print(f"        fuses: {', '.join(fused)}")
+            else:
+                print(f"  {i:3d} {th['kind']:<7} {th['what']} ({th['instruction']})")
+            if not args.no_buffers:
+                if th["reads"]:
+                    print(f"        reads:  {'; '.join(th['reads'])}")
+                if th["writes"]:
+                    print(f"        writes: {'; '.join(th['writes'])}")
+    return 0
