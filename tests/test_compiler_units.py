@@ -1,0 +1,432 @@
+"""The cpu backend's passes and semantics, each against an independent reference
+(numpy, ml_dtypes, hand-computed values from XLA's operation semantics)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import xladist
+from xladist.compiler import coverage
+from xladist.compiler.program import CpuProgram
+from xladist.hlo.opcodes import OPCODES
+
+ADD = "add { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
+IADD = "iadd { x = s32[] parameter(0)\n y = s32[] parameter(1)\n ROOT s = s32[] add(x, y) }\n"
+MAX = "max { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] maximum(x, y) }\n"
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
+
+
+def run(text, *args):
+    return xladist.compile(xladist.parse_hlo(text), backend="cpu")(*args)
+
+
+def thunks(text):
+    return CpuProgram(xladist.parse_hlo(text)).entry.thunks
+
+
+# ---- fusion planning and buffers ----------------------------------------------------
+
+def test_elementwise_chain_fuses_into_one_kernel():
+    ts = thunks("""HloModule m
+ENTRY main {
+  a = f32[100] parameter(0)
+  b = f32[100] parameter(1)
+  m = f32[100] multiply(a, b)
+  t = f32[100] tanh(m)
+  r = f32[10,10] reshape(t)
+  ROOT n = f32[10,10] negate(r)
+}
+""")
+    assert [t.kind for t in ts] == ["kernel"]
+    assert {i.name for i in ts[0].spec.fused} == {"m", "t", "r", "n"}
+
+
+def test_expensive_producer_of_a_broadcast_is_materialized():
+    ts = thunks("""HloModule m
+ENTRY main {
+  a = f32[100] parameter(0)
+  e = f32[100] exponential(a)
+  ROOT b = f32[50,100] broadcast(e), dimensions={1}
+}
+""")
+    assert [t.spec.root.name for t in ts] == ["e", "b"]
+
+
+def test_reshape_of_parameter_and_tuple_are_aliases_and_dot_is_a_library_call():
+    ts = thunks("""HloModule m
+ENTRY main {
+  a = f32[4,6] parameter(0)
+  b = f32[6,3] parameter(1)
+  r = f32[24] reshape(a)
+  c = f32[4,6] reshape(r)
+  d = f32[4,3] dot(c, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = (f32[4,3], f32[24]) tuple(d, r)
+}
+""")
+    assert [(t.kind, t.instr.name) for t in ts] == [("library", "d")]
+
+
+def test_dead_temporaries_share_arena_space():
+    text = """HloModule m
+ENTRY main {
+  a = f32[64,64] parameter(0)
+  d1 = f32[64,64] dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e1 = f32[64,64] exponential(d1)
+  d2 = f32[64,64] dot(e1, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  e2 = f32[64,64] exponential(d2)
+  d3 = f32[64,64] dot(e2, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT e3 = f32[64,64] tanh(d3)
+}
+"""
+    prog = CpuProgram(xladist.parse_hlo(text))
+    temps = [s for s in prog.entry.asg.slots if s.kind == "temp"]
+    assert len(temps) == 5
+    assert prog.entry.asg.arena_size <= 3 * 64 * 64 * 4  # not 5 buffers
+    a = (np.random.default_rng(0).standard_normal((64, 64)) * 0.1).astype(np.float32)
+    with np.errstate(over="ignore"):
+        want = np.tanh(np.exp(np.exp(a @ a) @ a) @ a)
+    np.testing.assert_allclose(run(text, a)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_second_compile_is_a_cache_hit_and_compiles_nothing(monkeypatch):
+    from xladist.compiler import jit
+    calls = []
+    real = jit.compile_ir
+    monkeypatch.setattr(jit, "compile_ir", lambda text: calls.append(1) or real(text))
+    text = "HloModule c\nENTRY e {\n a = f32[7] parameter(0)\n ROOT n = f32[7] negate(a)\n}\n"
+    first = CpuProgram(xladist.parse_hlo(text))
+    second = CpuProgram(xladist.parse_hlo(text))
+    assert (first.cached, second.cached) == (False, True) and len(calls) == 1
+    # Another CPU (target description) must not reuse the object code.
+    monkeypatch.setattr(jit, "target_description", lambda: "another-cpu")
+    third = CpuProgram(xladist.parse_hlo(text))
+    assert not third.cached and len(calls) == 2
+
+
+def test_coverage_lists_every_opcode_with_yes_or_a_reason():
+    cov = coverage()
+    assert set(cov) == set(OPCODES)
+    assert all(v == "yes" or (isinstance(v, str) and len(v) > 10) for v in cov.values())
+    for op in ("add", "tanh", "reduce", "dot", "convolution", "sort", "scatter", "gather",
+               "while", "conditional", "all-reduce", "rng-bit-generator", "fft"):
+        assert cov[op] == "yes", op
+
+
+# ---- semantics --------------------------------------------------------------------------
+
+def test_integer_division_edge_cases_follow_xla():
+    text = """HloModule m
+ENTRY main {
+  x = s32[5] parameter(0)
+  y = s32[5] parameter(1)
+  q = s32[5] divide(x, y)
+  r = s32[5] remainder(x, y)
+  ROOT t = (s32[5], s32[5]) tuple(q, r)
+}
+"""
+    x = np.array([7, -7, 5, -2147483648, 7], np.int32)
+    y = np.array([2, 2, 0, -1, -3], np.int32)
+    q, r = run(text, x, y)
+    np.testing.assert_array_equal(q, [3, -3, -1, -2147483648, -2])  # truncating, x/0 = -1
+    np.testing.assert_array_equal(r, [1, -1, 5, 0, 1])              # sign of dividend, x%0 = x
+
+
+def test_shifts_by_the_bit_width_or_more():
+    text = """HloModule m
+ENTRY main {
+  x = s32[3] parameter(0)
+  y = s32[3] parameter(1)
+  a = s32[3] shift-left(x, y)
+  b = s32[3] shift-right-arithmetic(x, y)
+  c = s32[3] shift-right-logical(x, y)
+  ROOT t = (s32[3], s32[3], s32[3]) tuple(a, b, c)
+}
+"""
+    a, b, c = run(text, np.array([-8, 8, -8], np.int32), np.array([1, 32, 40], np.int32))
+    np.testing.assert_array_equal(a, [-16, 0, 0])
+    np.testing.assert_array_equal(b, [-4, 0, -1])
+    np.testing.assert_array_equal(c, [2147483644, 0, 0])
+
+
+def test_float_to_int_convert_saturates_and_maps_nan_to_zero():
+    text = """HloModule m
+ENTRY main {
+  x = f32[6] parameter(0)
+  a = s32[6] convert(x)
+  b = u8[6] convert(x)
+  ROOT t = (s32[6], u8[6]) tuple(a, b)
+}
+"""
+    x = np.array([1.9, -1.9, 3e9, -3e9, np.nan, 300.0], np.float32)
+    a, b = run(text, x)
+    np.testing.assert_array_equal(a, [1, -1, 2147483647, -2147483648, 0, 300])
+    np.testing.assert_array_equal(b, [1, 0, 255, 0, 0, 255])
+
+
+@pytest.mark.parametrize("t,dt", [("bf16", ml_dtypes.bfloat16), ("f16", np.float16)])
+def test_narrow_floats_round_after_every_op(t, dt):
+    text = f"""HloModule m
+ENTRY main {{
+  x = {t}[256] parameter(0)
+  y = {t}[256] parameter(1)
+  m = {t}[256] multiply(x, y)
+  a = {t}[256] add(m, x)
+  ROOT d = {t}[256] divide(a, y)
+}}
+"""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(256).astype(dt)
+    y = (rng.standard_normal(256) + 3).astype(dt)
+    want = ((x * y) + x) / y  # ml_dtypes/numpy round each op to the narrow type
+    got = run(text, x, y)[0]
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+def test_non_default_layouts_transpose_and_copy():
+    text = """HloModule m
+ENTRY main {
+  x = f32[3,4,5] parameter(0)
+  t = f32[5,3,4]{0,2,1} transpose(x), dimensions={2,0,1}
+  c = f32[5,3,4]{2,1,0} copy(t)
+  e = f32[5,3,4]{2,1,0} exponential(c)
+  ROOT r = f32[4,3,5]{0,1,2} transpose(e), dimensions={2,1,0}
+}
+"""
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5) / 60
+    got = run(text, x)[0]
+    np.testing.assert_allclose(got, np.exp(x.transpose(2, 0, 1)).transpose(2, 1, 0), rtol=1e-6)
+
+
+def test_sort_is_stable_and_carries_values():
+    text = """HloModule m
+cmp { a = f32[] parameter(0)
+ b = f32[] parameter(1)
+ c = s32[] parameter(2)
+ d = s32[] parameter(3)
+ ROOT lt = pred[] compare(a, b), direction=LT }
+ENTRY main {
+  k = f32[3,200] parameter(0)
+  v = s32[3,200] parameter(1)
+  ROOT s = (f32[3,200], s32[3,200]) sort(k, v), dimensions={1}, is_stable=true, to_apply=cmp
+}
+"""
+    rng = np.random.default_rng(4)
+    k = rng.integers(0, 10, (3, 200)).astype(np.float32)
+    v = np.tile(np.arange(200, dtype=np.int32), (3, 1))
+    ks, vs = run(text, k, v)
+    order = np.argsort(k, axis=1, kind="stable")
+    np.testing.assert_array_equal(ks, np.take_along_axis(k, order, 1))
+    np.testing.assert_array_equal(vs, np.take_along_axis(v, order, 1))
+
+
+def test_scatter_add_skips_out_of_bounds_windows_and_accumulates_duplicates():
+    text = f"""HloModule m
+{IADD}
+ENTRY main {{
+  o = s32[6,2] parameter(0)
+  i = s32[4,1] parameter(1)
+  u = s32[4,2] parameter(2)
+  ROOT s = s32[6,2] scatter(o, i, u), update_window_dims={{1}}, inserted_window_dims={{0}},
+      scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=iadd
+}}
+"""
+    o = np.zeros((6, 2), np.int32)
+    i = np.array([[1], [1], [6], [-1]], np.int32)
+    u = np.array([[1, 2], [10, 20], [100, 100], [1000, 1000]], np.int32)
+    want = o.copy()
+    want[1] += u[0] + u[1]  # rows 6 and -1 are out of bounds: skipped, not clamped
+    np.testing.assert_array_equal(run(text, o, i, u)[0], want)
+
+
+def test_gather_clamps_start_indices():
+    text = """HloModule m
+ENTRY main {
+  o = f32[5,3] parameter(0)
+  i = s32[4] parameter(1)
+  ROOT g = f32[4,2,3] gather(o, i), offset_dims={1,2}, collapsed_slice_dims={},
+      start_index_map={0}, index_vector_dim=1, slice_sizes={2,3}
+}
+"""
+    o = np.arange(15, dtype=np.float32).reshape(5, 3)
+    i = np.array([0, 2, 4, -3], np.int32)
+    starts = np.clip(i, 0, 3)
+    want = np.stack([o[s:s + 2] for s in starts])
+    np.testing.assert_array_equal(run(text, o, i)[0], want)
+
+
+def test_reduce_window_max_pool_with_padding():
+    text = f"""HloModule m
+{MAX}
+ENTRY main {{
+  x = f32[1,5,5,1] parameter(0)
+  ninf = f32[] constant(-inf)
+  ROOT r = f32[1,3,3,1] reduce-window(x, ninf), window={{size=1x3x3x1 stride=1x2x2x1 pad=0_0x1_1x1_1x0_0}}, to_apply=max
+}}
+"""
+    x = np.random.default_rng(5).standard_normal((1, 5, 5, 1)).astype(np.float32)
+    p = np.pad(x[0, :, :, 0], 1, constant_values=-np.inf)
+    want = np.array([[p[2 * r:2 * r + 3, 2 * c:2 * c + 3].max() for c in range(3)]
+                     for r in range(3)], np.float32)
+    np.testing.assert_array_equal(run(text, x)[0][0, :, :, 0], want)
+
+
+def test_select_and_scatter_routes_to_the_window_maximum():
+    text = f"""HloModule m
+{ADD}
+ge {{ a = f32[] parameter(0)
+ b = f32[] parameter(1)
+ ROOT c = pred[] compare(a, b), direction=GE }}
+ENTRY main {{
+  x = f32[4,4] parameter(0)
+  s = f32[2,2] parameter(1)
+  z = f32[] constant(0)
+  ROOT r = f32[4,4] select-and-scatter(x, s, z), window={{size=2x2 stride=2x2}}, select=ge, scatter=add
+}}
+"""
+    x = np.random.default_rng(6).permutation(16).astype(np.float32).reshape(4, 4)
+    s = np.array([[1, 2], [3, 4]], np.float32)
+    want = np.zeros((4, 4), np.float32)
+    for r in range(2):
+        for c in range(2):
+            w = x[2 * r:2 * r + 2, 2 * c:2 * c + 2]
+            i, j = np.unravel_index(np.argmax(w), (2, 2))
+            want[2 * r + i, 2 * c + j] += s[r, c]
+    np.testing.assert_array_equal(run(text, x, s)[0], want)
+
+
+def test_pad_with_interior_and_negative_edges_and_concatenate():
+    text = """HloModule m
+ENTRY main {
+  x = s32[4] parameter(0)
+  z = s32[] constant(-1)
+  p = s32[8] pad(x, z), padding=2_-1_1
+  ROOT c = s32[12] concatenate(p, x), dimensions={0}
+}
+"""
+    x = np.array([1, 2, 3, 4], np.int32)
+    np.testing.assert_array_equal(run(text, x)[0],
+                                  [-1, -1, 1, -1, 2, -1, 3, -1, 1, 2, 3, 4])
+
+
+def test_dynamic_slice_clamps_and_dynamic_update_slice():
+    text = """HloModule m
+ENTRY main {
+  x = f32[6] parameter(0)
+  i = s32[] parameter(1)
+  d = f32[3] dynamic-slice(x, i), dynamic_slice_sizes={3}
+  u = f32[6] dynamic-update-slice(x, d, i)
+  ROOT t = (f32[3], f32[6]) tuple(d, u)
+}
+"""
+    x = np.arange(6, dtype=np.float32)
+    d, u = run(text, x, np.int32(5))
+    np.testing.assert_array_equal(d, [3, 4, 5])  # start 5 clamped to 3
+    np.testing.assert_array_equal(u, x)
+
+
+def test_dot_general_with_batch_dims_matches_einsum():
+    text = """HloModule m
+ENTRY main {
+  a = f32[2,3,4] parameter(0)
+  b = f32[2,5,4] parameter(1)
+  ROOT d = f32[2,3,5] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}
+}
+"""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((2, 3, 4), np.float32), rng.standard_normal((2, 5, 4), np.float32)
+    np.testing.assert_allclose(run(text, a, b)[0], np.einsum("bik,bjk->bij", a, b), rtol=1e-5)
+
+
+def test_grouped_strided_convolution_matches_a_direct_loop():
+    text = """HloModule m
+ENTRY main {
+  x = f32[2,7,7,4] parameter(0)
+  w = f32[3,3,2,6] parameter(1)
+  ROOT c = f32[2,4,4,6] convolution(x, w), window={size=3x3 stride=2x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, feature_group_count=2
+}
+"""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 7, 7, 4)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 2, 6)).astype(np.float32)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros((2, 4, 4, 6), np.float32)
+    for o in range(6):
+        g = o // 3
+        for i in range(4):
+            for j in range(4):
+                patch = xp[:, 2 * i:2 * i + 3, 2 * j:2 * j + 3, 2 * g:2 * g + 2]
+                want[:, i, j, o] = np.einsum("bhwc,hwc->b", patch, w[:, :, :, o])
+    np.testing.assert_allclose(run(text, x, w)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_while_loop_and_conditional():
+    text = f"""HloModule m
+{IADD}
+cond {{ p = (s32[], f32[3]) parameter(0)
+ i = s32[] get-tuple-element(p), index=0
+ n = s32[] constant(5)
+ ROOT lt = pred[] compare(i, n), direction=LT }}
+body {{ p = (s32[], f32[3]) parameter(0)
+ i = s32[] get-tuple-element(p), index=0
+ v = f32[3] get-tuple-element(p), index=1
+ one = s32[] constant(1)
+ j = s32[] add(i, one)
+ two = f32[] constant(2)
+ tb = f32[3] broadcast(two), dimensions={{}}
+ w = f32[3] multiply(v, tb)
+ ROOT t = (s32[], f32[3]) tuple(j, w) }}
+neg {{ a = f32[3] parameter(0)
+ ROOT n = f32[3] negate(a) }}
+ident {{ a = f32[3] parameter(0)
+ ROOT c = f32[3] copy(a) }}
+ENTRY main {{
+  v = f32[3] parameter(0)
+  k = s32[] parameter(1)
+  z = s32[] constant(0)
+  t = (s32[], f32[3]) tuple(z, v)
+  w = (s32[], f32[3]) while(t), condition=cond, body=body
+  r = f32[3] get-tuple-element(w), index=1
+  ROOT c = f32[3] conditional(k, r, r), branch_computations={{neg, ident}}
+}}
+"""
+    v = np.array([1, 2, 3], np.float32)
+    np.testing.assert_array_equal(run(text, v, np.int32(0))[0], -32 * v)
+    np.testing.assert_array_equal(run(text, v, np.int32(7))[0], 32 * v)  # out of range: last
+
+
+class _RecordingDevice:
+    """A DeviceContext for one device whose all-reduce combines with a fixed peer value."""
+
+    replica_id = partition_id = 0
+    replica_count = num_partitions = 1
+
+    def __init__(self, peer):
+        self.peer = peer
+        self.reducers = []
+
+    def collective(self, instr, args, reducer=None):
+        self.reducers.append(reducer)
+        return reducer(args[0], self.peer)
+
+
+def test_collectives_call_the_device_context_with_a_compiled_reducer():
+    text = f"""HloModule m
+{MAX}
+ENTRY main {{
+  x = f32[4] parameter(0)
+  e = f32[4] exponential(x)
+  ROOT r = f32[4] all-reduce(e), replica_groups={{}}, to_apply=max
+}}
+"""
+    peer = np.array([5, 0, 5, -1], np.float32)
+    dev = _RecordingDevice(peer)
+    exe = xladist.compile(xladist.parse_hlo(text), backend="cpu", device=dev)
+    x = np.array([0, 1, 2, 3], np.float32)
+    np.testing.assert_allclose(exe(x)[0], np.maximum(np.exp(x), peer), rtol=1e-6)
+    assert dev.reducers[0].computation.name == "max"
