@@ -72,7 +72,8 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     if tracer is not None:
         from .trace import TracedDevice
         tracer.watch(module, placement)
-        tracer.align(comm)
+        if trace:  # collective: every rank traces or none (progress-only tracers don't)
+            tracer.align(comm)
         device, spans = TracedDevice(ctx, tracer), tracer
     from xladist.executable import compile as compile_module
     try:
