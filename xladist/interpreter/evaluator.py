@@ -125,17 +125,22 @@ class Evaluator:
     `device` is the DeviceContext for ids, collectives, channels and feeds (default: a
     fresh SingleDeviceContext). `check` asserts every rule's result shape (cheap; on by
     default because the interpreter is the specification). `schedule` optionally maps a
-    computation name to the instruction order to use.
+    computation (or its name) to the instruction order to use -- the MPI runtime passes
+    runtime.schedule.schedule_module's, the order the deadlock check proved. `rules`
+    optionally overrides opcode rules for this evaluator only (the runtime's while rule
+    records loop iterations for the watchdog).
     """
 
-    def __init__(self, module, device=None, *, check: bool = True, schedule=None):
+    def __init__(self, module, device=None, *, check: bool = True, schedule=None,
+                 rules=None):
         if device is None:
             from .single_device import SingleDeviceContext
             device = SingleDeviceContext()
         self.module = module
         self.device = device
         self.check = check
-        self.schedule = schedule or {}
+        self.schedule = {getattr(c, "name", c): order for c, order in (schedule or {}).items()}
+        self._rules = {**EVAL_RULES, **rules} if rules else EVAL_RULES
         self._frames: list[list] = []
         self._batch: tuple[int, ...] | None = None
         self._vector_ok: dict[int, bool] = {}
@@ -236,7 +241,7 @@ class Evaluator:
             override = _VECTOR_OVERRIDES.get(instr.opcode)
             if override is not None:
                 return override
-        rule = EVAL_RULES.get(instr.opcode)
+        rule = self._rules.get(instr.opcode)
         if rule is None:
             reason = UNSUPPORTED.get(instr.opcode, "no interpreter rule is registered")
             raise UnsupportedError(f"{describe(instr)}: opcode {instr.opcode}: {reason}")
