@@ -7,6 +7,7 @@ MPI abort, so no rank is left waiting for a peer that died (ARCHITECTURE rule 3)
 
 from __future__ import annotations
 
+import atexit
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import numpy as np
 from collectives import deadline
 from xladist.errors import ExecutionError, XlaDistError
 
+from . import watchdog
 from .device import make_assignment, placement_for
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -41,14 +43,18 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
                          timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
                          feeds=None, verify: bool = True, gather_to: int | None = 0,
                          compile_options: dict | None = None, trace: str | None = None,
-                         tracer=None) -> RankResult:
+                         tracer=None, host=None, schedule: bool = True) -> RankResult:
     """Run this rank's device of `module`.
 
     `per_device_inputs[d]` is device d's argument list (every rank receives all of them
     and takes its own row, so inputs are validated identically everywhere). With
     `gather_to` set, that rank also receives every device's outputs. `trace`: write a
     Perfetto timeline of all ranks there (runtime/trace.py); `tracer`: a Tracer to fill
-    (for progress and timing summaries) instead of a new one.
+    (for progress and timing summaries) instead of a new one. `host`: the host end of
+    host-transfer channels (runtime/channels_host.py). `schedule`: run every computation in
+    the order of runtime.schedule.schedule_module (the order the deadlock check proves), on
+    backends that accept one. While this runs, a wait that passes `timeout` prints where every
+    rank is (runtime/watchdog.py) and aborts the job.
     """
     from collectives.communicator import CommunicatorCache, MpiCommunicator
 
@@ -60,8 +66,16 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     deadline.configure(timeout)
     assignment = make_assignment(module, n, device_assignment)
     placement = placement_for(rank, assignment)
+    jdir, created = watchdog.job_dir(comm)
+    if created:
+        atexit.register(watchdog.remove_job_dir, jdir)
+    monitor = watchdog.install(jdir, placement, n)
     cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
-    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds)
+    channels = None
+    if any(i.family == "p2p" for i in module.all_instructions()):
+        from collectives.p2p import Channels
+        channels = Channels(comm.Dup(), placement, host=host)
+    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
     if feeds is not None:
         feeds.start(placement, module)  # checks the infeed order, starts the producer
     ctx.prepare()
@@ -78,10 +92,14 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     from xladist.executable import compile as compile_module
     try:
         with spans.span("compile", backend=backend):
+            options = _executor_options(module, backend, schedule)
+            options.update(compile_options or {})
             exe = compile_module(module, backend=backend, verify=verify, device=device,
-                                 **(compile_options or {}))
+                                 **options)
+        monitor.mark("computing")
         with spans.execute():
             outputs = exe(*per_device_inputs[placement.device])
+        monitor.mark("finished")
     except BaseException:
         if trace:  # keep this rank's timeline; the launcher merges the parts it finds
             tracer.write_partial(trace)
@@ -90,16 +108,44 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
         raise
     if feeds is not None:
         feeds.finish()
+    if channels is not None:
+        channels.close()
+    if host is not None and hasattr(host, "finish"):
+        host.finish()
     result = RankResult(rank, outputs)
     if gather_to is not None:
-        with deadline.waiting(f"gathering outputs on rank {gather_to}"):
+        with deadline.waiting(f"gathering outputs on rank {gather_to}",
+                              watchdog.Members(range(n), "all ranks")):
             gathered = comm.gather(outputs, root=gather_to)
         if rank == gather_to:
             result.all_outputs = gathered
     if trace:
         tracer.write_merged(comm, trace, root=gather_to or 0)
     result.tracer = tracer
+    watchdog.uninstall()
     return result
+
+
+def _executor_options(module, backend: str, schedule: bool) -> dict:
+    """The scheduled order and loop tracking, for backends whose executable accepts them.
+
+    The interpreter takes `schedule` (computation -> instruction order) and `rules` (per-run
+    rule overrides: the while rule that keeps the watchdog's iteration context).
+    """
+    import inspect
+
+    from xladist.executable import _load_backend
+    try:
+        params = inspect.signature(_load_backend(backend)).parameters
+    except (TypeError, ValueError):
+        return {}
+    options = {}
+    if schedule and "schedule" in params:
+        from .schedule import schedule_module
+        options["schedule"] = schedule_module(module)
+    if "rules" in params:
+        options["rules"] = watchdog.loop_tracking_rules()
+    return options
 
 
 class _Untraced:
