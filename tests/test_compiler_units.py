@@ -430,3 +430,21 @@ ENTRY main {{
     x = np.array([0, 1, 2, 3], np.float32)
     np.testing.assert_allclose(exe(x)[0], np.maximum(np.exp(x), peer), rtol=1e-6)
     assert dev.reducers[0].computation.name == "max"
+
+
+def test_transpose_of_a_dot_becomes_the_swapped_dot():
+    text = """HloModule m
+ENTRY main {
+  a = f32[8,5] parameter(0)
+  b = f32[8,3] parameter(1)
+  d = f32[5,3] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  t = f32[3,5]{0,1} transpose(d), dimensions={1,0}
+  ROOT n = f32[3,5] negate(t)
+}
+"""
+    ts = thunks(text)
+    assert [t.kind for t in ts] == ["library", "kernel"]
+    assert ts[0].instr.shape.has_default_layout()
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((8, 5), np.float32), rng.standard_normal((8, 3), np.float32)
+    np.testing.assert_allclose(run(text, a, b)[0], -(a.T @ b).T, rtol=1e-5)

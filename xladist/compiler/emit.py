@@ -17,6 +17,7 @@ from .control import ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
+from .simplify import simplify
 from .library import LIBRARY_THUNKS, UNSUPPORTED
 from . import library_rng  # noqa: F401  (registers rng-bit-generator)
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
@@ -38,6 +39,7 @@ class ProgramBuilder:
         if key in self.compiled:
             return self.compiled[key]
         flat = flatten(comp)
+        simplify(flat)
         prefix = f"c{len(self.plans)}"
         plan = plan_fusion(flat, prefix)
         asg = assign_slots(flat, plan.kind)

@@ -63,6 +63,18 @@ def _dot(instr, args, outs):
     lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
     ct = _compute_dtype(out.dtype)
+    if not lb and len(lf) <= 1 and len(lc) == 1 and len(rf) <= 1 and out.dtype == ct:
+        # Plain matrix product: hand BLAS the (possibly transposed) views directly;
+        # numpy passes the transposition flags instead of copying.
+        lm = lhs.transpose(lf + lc).astype(ct, copy=False).reshape(-1, lhs.shape[lc[0]])
+        rm = rhs.transpose(rc + rf).astype(ct, copy=False).reshape(rhs.shape[rc[0]], -1)
+        o2 = out.reshape(lm.shape[0], rm.shape[1])
+        if o2.flags.c_contiguous:
+            np.matmul(lm, rm, out=o2)
+            return
+        if o2.T.flags.c_contiguous:  # a transposed result layout: (A B)^T = B^T A^T
+            np.matmul(rm.T, lm.T, out=o2.T)
+            return
     bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
     m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
     k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
