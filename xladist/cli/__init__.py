@@ -25,6 +25,22 @@ SUBCOMMANDS = {
 }
 
 
+EPILOG = """\
+examples:
+  xladist demo                                  train a small MLP data-parallel on 4 ranks
+  xladist run module.hlo -n 4 --inputs in.npz --outputs out.npz
+                                                run on 4 devices (one MPI rank each)
+  xladist run --config configs/psum_basic_mesh4.toml --trace trace.json
+                                                settings from a file; a Perfetto timeline
+  xladist check module.hlo -n 4                 verify and prove it cannot deadlock
+  xladist fmt module.hlo                        print it in canonical HLO text
+  xladist explain module.hlo                    the cpu backend's kernels and buffers
+  xladist ops --missing                         which opcodes a phase does not support
+
+Run `xladist COMMAND --help` for a command's options and examples.
+"""
+
+
 def _load(name: str):
     return importlib.import_module(f"xladist.cli.{SUBCOMMANDS[name]}")
 
@@ -34,7 +50,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="xladist",
         description="Run XLA HLO programs across MPI ranks, one device per rank.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run `xladist COMMAND --help` for a command's options and examples.",
+        epilog=EPILOG,
     )
     from .. import __version__
     parser.add_argument("--version", action="version", version=f"xladist {__version__}")

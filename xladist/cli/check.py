@@ -23,6 +23,8 @@ examples:
                                            count runs as 4 replicas)
   xladist check module.hlo --json          machine-readable result on stdout
   xladist check module.hlo --strict        warnings (e.g. elided constants) count as problems
+  xladist check module.hlo --no-deadlock-check
+                                           verifier only (no cross-device schedule proof)
 
 exit codes: 0 ok, 1 problem found, 2 invalid input (parse or verifier error)
 """

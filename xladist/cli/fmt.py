@@ -12,6 +12,8 @@ EPILOG = """examples:
   xladist fmt --short module.hlo      XLA's short style: no %, no metadata
   cat module.hlo | xladist fmt -      read standard input
   xladist fmt --check module.hlo      exit 1 if the file is not already canonical
+  xladist fmt --operand-shapes m.hlo  add(f32[4] %x, f32[4] %y): shapes before operands
+  xladist fmt --no-metadata m.hlo     drop metadata={...} and the stack frame table
 
 A parse error prints FILE:LINE:COL, the line and a caret, and exits with status 2.
 """

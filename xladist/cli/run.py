@@ -34,6 +34,12 @@ examples:
                                         ranks on the hosts listed in the hostfile
   xladist run m.hlo -n 4 --replica-count 2 --num-partitions 2 --device-assignment "0,2;1,3"
                                         a 2 x 2 run with a custom device assignment
+  xladist run train.hlo -n 4 --infeed 'data/rank{rank}.npz' --outfeed 'out/rank{rank}.npz'
+                                        per-rank infeed items in, outfeed items out
+  xladist run train.hlo -n 4 --infeed-fn mypkg.data:batches --prefetch 16
+                                        items from FN(rank, replica, partition), 16 ahead
+  xladist run module.hlo -n 2 --inputs in.npz --no-verify -q
+                                        skip the verifier, no progress line
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
 (one per flattened result). With -n N every array has a leading device axis of size N

@@ -1,0 +1,172 @@
+"""Starting jobs: `xladist run --hostfile`, the mpiexec command line, and what a run shows.
+
+The hostfile runs use launch/hostfile.localhost (this machine twice), so they need no
+cluster; a hostfile naming a host that does not exist proves the file really reaches
+mpiexec. Results are checked against the corpus's expected outputs (computed by XLA).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime import launcher
+
+ROOT = Path(__file__).resolve().parent.parent
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+HOSTFILE = ROOT / "launch" / "hostfile.localhost"
+
+
+def _xladist(*args, cwd=ROOT, timeout=120, progress="off"):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS=progress)
+    return subprocess.run([sys.executable, "-m", "xladist", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _check_outputs(path):
+    got = np.load(path)
+    expected = np.load(CASE / "expected.npz")
+    assert sorted(got.files) == sorted(expected.files)
+    for k in expected.files:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+
+
+def test_hostfile_localhost_runs_corpus_case(tmp_path):
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile", str(HOSTFILE),
+                    "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
+def test_hostfile_from_config(tmp_path):
+    out = tmp_path / "out.npz"
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'module = "{CASE}/module.hlo"\ninputs = "{CASE}/inputs.npz"\nranks = 2\n'
+                   f'hostfile = "{os.path.relpath(HOSTFILE, tmp_path)}"\n')
+    proc = _xladist("run", "--config", str(cfg), "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
+def test_hostfile_reaches_mpiexec(tmp_path):
+    # A host that cannot exist: mpiexec fails to start a proxy there, which it could only
+    # try if it read the file; xladist adds what to check.
+    bad = tmp_path / "hosts"
+    bad.write_text("no-such-host.invalid\nno-such-host.invalid\n")
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile", str(bad),
+                    "--inputs", str(CASE / "inputs.npz"), timeout=90)
+    assert proc.returncode != 0
+    assert "no-such-host.invalid" in proc.stderr
+    assert f"could not start ranks on the hosts of {bad}" in proc.stderr
+
+
+def test_missing_hostfile_is_input_error(tmp_path):
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile",
+                    str(tmp_path / "absent"), "--inputs", str(CASE / "inputs.npz"))
+    assert proc.returncode == 2
+    assert "hostfile" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_mpiexec_command_passes_hostfile():
+    cmd = launcher.mpiexec_command(2, ["-m", "xladist"], hostfile="hosts")
+    i = cmd.index("-f")
+    assert cmd[i + 1] == "hosts" and cmd[cmd.index("-n") + 1] == "2"
+
+
+def test_progress_on_does_not_change_results(tmp_path):
+    # Progress in log mode gives rank 0 alone a tracer: the run must still complete
+    # (no collective that only rank 0 enters) and give the same numbers.
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2",
+                    "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out),
+                    progress="log", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
+def test_forward_stderr_passes_status_updates_and_drops_mpich_noise(monkeypatch):
+    import io
+    r, w = os.pipe()
+    sink = io.BytesIO()
+
+    class Err:
+        buffer = sink
+
+    monkeypatch.setattr(sys, "stderr", Err)
+    data = (b"\rstep 1\rstep 2 | outfeed 3"
+            b"\r             \rrank 1: error: boom\n"
+            b"Abort(1) on node 1: application called MPI_Abort(MPI_COMM_WORLD, 1)\n"
+            b"last line without newline")
+    os.write(w, data)
+    os.close(w)
+    with os.fdopen(r, "rb") as stream:
+        launcher._forward_stderr(stream)
+    text = sink.getvalue()
+    assert b"\rstep 1\rstep 2 | outfeed 3" in text     # \r updates pass unchanged
+    assert b"rank 1: error: boom\n" in text
+    assert b"MPI_Abort" not in text
+    assert text.endswith(b"last line without newline")
+
+
+SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo"]
+
+
+def _subparser(sub):
+    import argparse
+
+    from xladist.cli import SUBCOMMANDS, _load
+    if sub not in SUBCOMMANDS:
+        pytest.skip(f"{sub} is not registered")
+    try:
+        mod = _load(sub)
+    except ModuleNotFoundError:
+        pytest.skip(f"xladist {sub} is not built yet")
+    p = argparse.ArgumentParser(prog=f"xladist {sub}")
+    mod.add_arguments(p)
+    return mod, p
+
+
+@pytest.mark.parametrize("sub", SUBS)
+def test_every_option_of_every_subcommand_has_an_example(sub):
+    mod, parser = _subparser(sub)
+    examples = mod.EPILOG.split("example", 1)[1]
+    assert f"xladist {sub}" in examples
+    lines = [ln for ln in examples.splitlines() if f"xladist {sub}" in ln]
+    for action in parser._actions:
+        if not action.option_strings or "-h" in action.option_strings:
+            continue
+        assert any(o in ln.split() or any(w.startswith(o + "=") for w in ln.split())
+                   for o in action.option_strings for ln in lines), \
+            f"xladist {sub}: no example uses {'/'.join(action.option_strings)}"
+
+
+@pytest.mark.parametrize("sub", SUBS)
+def test_subcommand_help_runs(sub):
+    _subparser(sub)
+    proc = _xladist(sub, "--help", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "examples:" in proc.stdout
+
+
+def test_top_level_help_lists_subcommands_and_examples():
+    from xladist.cli import SUBCOMMANDS, _load
+    proc = _xladist("--help", timeout=60)
+    assert proc.returncode == 0
+    built = []
+    for sub in SUBCOMMANDS:
+        try:
+            _load(sub)
+        except ModuleNotFoundError:
+            continue
+        built.append(sub)
+        assert f"    {sub} " in proc.stdout, sub
+    examples = proc.stdout.split("examples:", 1)[1]
+    for sub in built:
+        if sub != "bench":
+            assert f"xladist {sub}" in examples, sub
