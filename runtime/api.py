@@ -71,42 +71,77 @@ def _per_device(module, inputs, n: int) -> list[list]:
 
 def run(module, inputs=None, n: int = 1, *, backend: str = "interpreter",
         timeout: float = 300.0, device_assignment=None, verify: bool = True,
-        job_timeout: float | None = None, trace: str | None = None) -> list[list[np.ndarray]]:
+        job_timeout: float | None = None, trace: str | None = None, check: bool = True,
+        strict: bool = False, host_send=None, host_recv=None) -> list[list[np.ndarray]]:
     """Run `module` (an ir.Module, HLO text or a path) on n devices.
 
     `inputs`: one array per entry parameter with a leading device axis of size n (row d
     for device d), or a list over devices of argument lists, or an npz path.
     Returns `outputs[d][i]`: flattened result i of device d. `trace`: path of a
     Chrome/Perfetto timeline with one track per rank (runtime/trace.py).
+
+    Before any rank starts, the deadlock check (runtime/precheck.py) refuses a program that
+    would hang (DeadlockError with the report); `check=False` skips it, `strict=True` also
+    refuses what it cannot prove. `timeout`: a wait for another rank longer than this ends
+    the job with a report of where every rank is (runtime/watchdog.py).
+    Host transfers (`is_host_transfer=true` channels): `host_send(rank, channel_id, array)`
+    receives what a device sends to the host, `host_recv(rank, channel_id) -> array` supplies
+    what a device receives from it; both are called in this process, one call at a time.
     """
     module = _as_module(module)
     device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
+    if check:
+        from .precheck import precheck
+        quiet = launcher.under_mpi() and _world_rank() != 0
+        precheck(module, n, device_assignment=device_assignment, strict=strict,
+                 warn=(lambda text: None) if quiet else None, prefix="xladist.run")
+    hosts = (host_send, host_recv) if host_send or host_recv else None
     if launcher.under_mpi():
+        from .channels_host import CallbackHost
         return _run_here(module, per_device, backend=backend, timeout=timeout,
-                         device_assignment=device_assignment, verify=verify, trace=trace)
+                         device_assignment=device_assignment, verify=verify, trace=trace,
+                         host=CallbackHost(*hosts) if hosts else None)
     if trace:
         trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
     return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
-                        job_timeout=job_timeout, trace=trace)
+                        job_timeout=job_timeout, trace=trace, hosts=hosts)
+
+
+def _world_rank() -> int:
+    from .rank import world
+    return world().Get_rank()
 
 
 def _run_here(module, per_device, **options):
+    from collectives import deadline
+
     from .rank import execute_on_this_rank, world
     comm = world()
     result = execute_on_this_rank(module, per_device, gather_to=None, **options)
-    return comm.allgather(result.outputs)
+    with deadline.waiting("exchanging outputs between all ranks"):
+        return comm.allgather(result.outputs)
 
 
-def _run_spawned(module, per_device, n, *, job_timeout, **options):
+def _run_spawned(module, per_device, n, *, job_timeout, hosts=None, **options):
+    from .watchdog import JOB_DIR_ENV
     with tempfile.TemporaryDirectory(prefix="xladist-") as tmp:
         job = Path(tmp)
         (job / "module.hlo").write_text(module.to_text())
+        relay = None
+        if hosts:  # the callbacks stay here; ranks reach them over a socket in the job dir
+            from .channels_host import HostRelay
+            relay = HostRelay(job, *hosts)
+            options["host"] = relay.client()
         with open(job / "job.pkl", "wb") as f:
             pickle.dump({"inputs": per_device, "options": options}, f)
-        proc = launcher.launch(n, ["-m", "runtime.rank_main", str(job)], capture=True,
-                               timeout=job_timeout)
+        try:
+            proc = launcher.launch(n, ["-m", "runtime.rank_main", str(job)], capture=True,
+                                   timeout=job_timeout, env={JOB_DIR_ENV: str(job)})
+        finally:
+            if relay is not None:
+                relay.close()
         out = job / "outputs.pkl"
         if proc.returncode != 0 or not out.exists():
             if options.get("trace"):
