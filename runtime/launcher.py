@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -102,7 +103,22 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     process group so that nothing is orphaned when we stop it.
     """
     cmd = mpiexec_command(n, argv, hostfile=hostfile)
-    kwargs = dict(env=rank_environment(env), start_new_session=True)
+    env = rank_environment(env)
+    # The watchdog's job directory (runtime/watchdog.py): where every rank publishes its
+    # position so the first rank whose deadline passes can say where all of them are.
+    own_dir = None
+    if not env.get("XLADIST_JOB_DIR"):
+        own_dir = tempfile.mkdtemp(prefix="xladist-job-")
+        env["XLADIST_JOB_DIR"] = own_dir
+    try:
+        return _launch(cmd, env, timeout, capture)
+    finally:
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)
+
+
+def _launch(cmd, env, timeout, capture) -> subprocess.CompletedProcess:
+    kwargs = dict(env=env, start_new_session=True)
     if capture:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     else:
