@@ -40,6 +40,10 @@ examples:
                                         items from FN(rank, replica, partition), 16 ahead
   xladist run module.hlo -n 2 --inputs in.npz --no-verify -q
                                         skip the verifier, no progress line
+  xladist run module.hlo -n 4 --inputs in.npz --strict
+                                        refuse what the deadlock check cannot prove
+  xladist run module.hlo -n 4 --inputs in.npz --no-check --timeout 20
+                                        no deadlock proof first; a hang ends after 20 s
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
 (one per flattened result). With -n N every array has a leading device axis of size N
@@ -74,6 +78,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it passes, the job reports where each rank waits and aborts")
     parser.add_argument("--hostfile", metavar="FILE",
                         help="MPICH hostfile passed to mpiexec (-f) for multi-host runs")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the deadlock check that runs before any rank starts (a "
+                             "hang is then ended by --timeout, with a report)")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse to run a program the deadlock check cannot prove "
+                             "(control that depends on data around communication)")
+    parser.add_argument("--host-recv", metavar="PATTERN",
+                        help="data for recvs from the host (is_host_transfer=true): one .npz "
+                             "per rank and channel, e.g. 'host/rank{rank}_ch{channel}.npz'; "
+                             "the k-th recv on a channel takes the file's k-th array")
+    parser.add_argument("--host-send", metavar="PATTERN",
+                        help="write what each rank sends to the host, one .npz per rank and "
+                             "channel (arrays in send order), e.g. 'out/rank{rank}_ch{channel}.npz'")
     feeds = parser.add_argument_group(
         "infeed and outfeed (runtime/feeds.py)",
         "PATH may use {rank}, {replica} and {partition}; items are item0, item1, ... and "
@@ -167,6 +184,7 @@ def run(args) -> int:
         _read_per_device(module, args)
         from runtime import feeds
         placements = feeds.check_args(args, module)
+        _deadlock_check(module, args)
         code = _launch(args)
         if code != 0:  # ranks killed by another's abort left their outfeed logs
             feeds.recover_outfeeds(feeds.from_args(args), placements)
@@ -248,13 +266,16 @@ def _run_as_rank(args) -> int:
         module = load_run_module(args)
         _check_device_count(module, size)
         per_device = _read_per_device(module, args)
+        if rank == 0 and not os.environ.get("XLADIST_CHECKED"):
+            _deadlock_check(module, args)  # started by hand under mpiexec: check here, once
         tracer, shown = _watchers(args, rank)
         with shown:
             result = execute_on_this_rank(module, per_device, backend=args.backend,
                                           timeout=args.timeout, verify=not args.no_verify,
                                           gather_to=0, trace=args.trace, tracer=tracer,
                                           device_assignment=args.device_assignment,
-                                          feeds=feeds_from_args(args))
+                                          feeds=feeds_from_args(args),
+                                          host=_host_files(args))
         if args.stats:
             _print_stats(comm, result.tracer)
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down
@@ -268,6 +289,25 @@ def _run_as_rank(args) -> int:
                 print(f"device {d}:")
                 _print_outputs(outs)
     return 0
+
+
+def _deadlock_check(module, args) -> None:
+    """runtime.precheck before any rank runs (raises DeadlockError, exit 1, with the report);
+    tells the ranks about to start that it was done."""
+    if getattr(args, "no_check", False):
+        return
+    from runtime.precheck import CHECKED_ENV, precheck
+    precheck(module, args.num_devices, device_assignment=args.device_assignment,
+             strict=args.strict)
+    os.environ[CHECKED_ENV] = "1"  # inherited by the ranks mpiexec starts
+
+
+def _host_files(args):
+    """The host end of host-transfer channels: .npz files (runtime/channels_host.py)."""
+    if not (args.host_recv or args.host_send):
+        return None
+    from runtime.channels_host import FileHost
+    return FileHost(args.host_recv, args.host_send)
 
 
 def _watchers(args, rank: int):
