@@ -232,14 +232,14 @@ def _int_remainder(a, b):
 def _int_power(a, b):
     dt = a.dtype
     a, b = np.broadcast_arrays(a, b)
-    e = as_unsigned(np.ascontiguousarray(b))
+    e = as_unsigned(np.asarray(b))
     acc = np.ones(a.shape, dt)
     base = a.copy()
     for i in range(6):  # XLA unrolls 6 squarings: the exponent's bits above 2^5 are ignored
         bit = ((e >> np.array(i, e.dtype)) & np.array(1, e.dtype)) == 1
         acc = np.where(bit, acc * base, acc)
         base = base * base
-    negative = as_signed(np.ascontiguousarray(b)) < 0
+    negative = as_signed(np.asarray(b)) < 0
     minus_one = np.array(-1, signed_of(dt)).view(dt)
     odd = (e & np.array(1, e.dtype)) == 1
     neg_result = np.where(a == 1, np.ones_like(a),
@@ -250,7 +250,7 @@ def _int_power(a, b):
 
 def _shift_amount(a, b):
     n = bits_of(a.dtype)
-    ub = as_unsigned(np.ascontiguousarray(b))
+    ub = as_unsigned(np.asarray(b))
     in_range = ub < n
     return in_range, np.where(in_range, ub, 0).astype(a.dtype)
 
@@ -262,14 +262,14 @@ def _shift_left(a, b):
 
 def _shift_right_logical(a, b):
     ok, s = _shift_amount(a, b)
-    ua = as_unsigned(np.ascontiguousarray(a))
+    ua = as_unsigned(np.asarray(a))
     r = np.right_shift(ua, s.astype(ua.dtype)).view(a.dtype)
     return np.where(ok, r, np.zeros_like(a))
 
 
 def _shift_right_arithmetic(a, b):
     ok, s = _shift_amount(a, b)
-    sa = as_signed(np.ascontiguousarray(a))
+    sa = as_signed(np.asarray(a))
     r = np.right_shift(sa, s.astype(sa.dtype))
     fill = np.where(sa < 0, np.array(-1, sa.dtype), np.zeros_like(sa))
     return np.where(ok, r, fill).view(a.dtype)
@@ -292,7 +292,7 @@ def _mulhi(a, b):
         wide = np.int64 if signed else np.uint64
         p = a.astype(wide) * b.astype(wide)
         return (p >> np.array(n, wide)).astype(dt)
-    ua, ub = as_unsigned(np.ascontiguousarray(a)), as_unsigned(np.ascontiguousarray(b))
+    ua, ub = as_unsigned(np.asarray(a)), as_unsigned(np.asarray(b))
     hi = _umulhi64(ua, ub)
     if signed:  # signed high half from the unsigned one: subtract b if a<0, a if b<0
         hi = hi - np.where(a < 0, ub, np.uint64(0)) - np.where(b < 0, ua, np.uint64(0))
