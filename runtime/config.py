@@ -75,8 +75,18 @@ SCHEMA: dict[str, Key] = {
                  "trace", "--trace"),
     "hostfile": Key("path", "MPICH hostfile for a multi-host run", None, "hostfile",
                     "--hostfile"),
+    "host_recv": Key("path", "npz per rank and channel with the data of recvs from the host "
+                     "({rank}, {channel} filled in)", None, "host_recv", "--host-recv"),
+    "host_send": Key("path", "npz per rank and channel to write sends to the host to", None,
+                     "host_send", "--host-send"),
     "verify": Key("bool", "run the verifier before running (default true)", True,
                   "no_verify", "--no-verify", invert=True),
+    "check": Key("bool", "prove the program cannot deadlock before starting (default true)",
+                 True, "no_check", "--no-check", invert=True),
+    "strict": Key("bool", "refuse programs the deadlock check cannot prove", False, "strict",
+                  "--strict"),
+    "stats": Key("bool", "print each rank's compute / collective wait / infeed wait split",
+                 False, "stats", "--stats"),
     "quiet": Key("bool", "no progress line", False, "quiet", "--quiet"),
 }
 

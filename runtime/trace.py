@@ -171,7 +171,7 @@ class Tracer:
 
 
 class _Span:
-    __slots__ = ("tracer", "name", "cat", "args", "is_run", "t0")
+    __slots__ = ("args", "cat", "is_run", "name", "t0", "tracer")
 
     def __init__(self, tracer, name, cat, args, is_run):
         self.tracer, self.name, self.cat, self.args = tracer, name, cat, args
