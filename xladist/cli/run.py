@@ -44,8 +44,10 @@ examples:
                                         refuse what the deadlock check cannot prove
   xladist run module.hlo -n 4 --inputs in.npz --no-check --timeout 20
                                         no deadlock proof first; a hang ends after 20 s
-  xladist run m.hlo -n 2 --host-recv 'host/rank{rank}_ch{channel}.npz' --host-send 'out/rank{rank}_ch{channel}.npz'
-                                        data for recvs from the host; what sends to it write
+  xladist run m.hlo -n 2 --host-recv 'host/rank{rank}_ch{channel}.npz'
+                                        data for recvs from the host, per rank and channel
+  xladist run m.hlo -n 2 --host-send 'out/rank{rank}_ch{channel}.npz'
+                                        write what each rank sends to the host
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
 (one per flattened result). With -n N every array has a leading device axis of size N
