@@ -72,13 +72,23 @@ def _per_device(module, inputs, n: int) -> list[list]:
 def run(module, inputs=None, n: int = 1, *, backend: str = "interpreter",
         timeout: float = 300.0, device_assignment=None, verify: bool = True,
         job_timeout: float | None = None, trace: str | None = None, check: bool = True,
-        strict: bool = False, host_send=None, host_recv=None) -> list[list[np.ndarray]]:
+        strict: bool = False, host_send=None, host_recv=None,
+        infeed=None, outfeed=None, infeed_fn: str | None = None, prefetch: int = 8
+        ) -> list[list[np.ndarray]]:
     """Run `module` (an ir.Module, HLO text or a path) on n devices.
 
     `inputs`: one array per entry parameter with a leading device axis of size n (row d
     for device d), or a list over devices of argument lists, or an npz path.
     Returns `outputs[d][i]`: flattened result i of device d. `trace`: path of a
     Chrome/Perfetto timeline with one track per rank (runtime/trace.py).
+
+    Feeds (runtime/feeds.py): `infeed` is `f(rank, replica, partition) -> iterable of
+    items` (arrays, or tuples of arrays for tuple infeeds), a list with one iterable per
+    rank, or an npz path template such as "feeds/rank{rank}.npz"; `infeed_fn` names such a
+    function as "package.module:function" (imported in the ranks); `outfeed` is
+    `g(rank, replica, partition, item)`, called in program order, or an npz path template.
+    From a plain Python process the callables run here, in this process, and items stream
+    to and from the ranks (runtime/feeds_host.py). `prefetch`: items each rank reads ahead.
 
     Before any rank starts, the deadlock check (runtime/precheck.py) refuses a program that
     would hang (DeadlockError with the report); `check=False` skips it, `strict=True` also
@@ -97,16 +107,22 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "interpreter",
         precheck(module, n, device_assignment=device_assignment, strict=strict,
                  warn=(lambda text: None) if quiet else None, prefix="xladist.run")
     hosts = (host_send, host_recv) if host_send or host_recv else None
+    feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
+                        prefetch=prefetch, timeout=timeout)
     if launcher.under_mpi():
+        from .feeds import make_feeds
+        options_here = dict(feeds=make_feeds(**feed_options))
         from .channels_host import CallbackHost
         return _run_here(module, per_device, backend=backend, timeout=timeout,
                          device_assignment=device_assignment, verify=verify, trace=trace,
+                         **options_here,
                          host=CallbackHost(*hosts) if hosts else None)
     if trace:
         trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
     return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
-                        job_timeout=job_timeout, trace=trace, hosts=hosts)
+                        job_timeout=job_timeout, trace=trace, hosts=hosts,
+                        feed_options=feed_options)
 
 
 def _world_rank() -> int:
@@ -124,8 +140,9 @@ def _run_here(module, per_device, **options):
         return comm.allgather(result.outputs)
 
 
-def _run_spawned(module, per_device, n, *, job_timeout, hosts=None, **options):
+def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None, **options):
     from .watchdog import JOB_DIR_ENV
+    from .feeds_host import spawned_feeds
     with tempfile.TemporaryDirectory(prefix="xladist-") as tmp:
         job = Path(tmp)
         (job / "module.hlo").write_text(module.to_text())
@@ -134,6 +151,9 @@ def _run_spawned(module, per_device, n, *, job_timeout, hosts=None, **options):
             from .channels_host import HostRelay
             relay = HostRelay(job, *hosts)
             options["host"] = relay.client()
+        # Python feeds stay in this process, served to the ranks over a socket.
+        feeds = spawned_feeds(job, module, n, options.get("device_assignment"), **feed_options)
+        options["feeds"] = feeds.rank_feeds
         with open(job / "job.pkl", "wb") as f:
             pickle.dump({"inputs": per_device, "options": options}, f)
         try:
@@ -142,6 +162,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, hosts=None, **options):
         finally:
             if relay is not None:
                 relay.close()
+        feeds.after_job(proc.returncode)  # every outfeed item is delivered before we go on
         out = job / "outputs.pkl"
         if proc.returncode != 0 or not out.exists():
             if options.get("trace"):
@@ -149,6 +170,8 @@ def _run_spawned(module, per_device, n, *, job_timeout, hosts=None, **options):
                 merge_partials(options["trace"])
             detail = launcher.clean_stderr(proc.stderr).strip()
             raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
-                                 + (f":\n{detail}" if detail else ""))
+                                 + (f":\n{detail}" if detail else "")
+                                 + feeds.error_text()) from feeds.first_error()
+        feeds.raise_errors()
         with open(out, "rb") as f:
             return pickle.load(f)

@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from xladist.errors import InputError
+
 from .feeds_items import from_tree, tree_of
 
 _HEADER = struct.Struct("<BIQ")
@@ -338,3 +340,65 @@ class FeedHost:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+# ---- xladist.run from a plain Python process --------------------------------------------------
+class SpawnedFeeds:
+    """The feeds of one spawned job as the launching process sees them.
+
+    `rank_feeds` is what every rank receives (None without feeds). Python iterables and
+    callbacks are served by a FeedHost here; npz paths and named functions go to the
+    ranks as they are.
+    """
+
+    def __init__(self, job_dir, module, n, device_assignment, *, infeed=None, outfeed=None,
+                 infeed_fn=None, prefetch=8, timeout=None):
+        from .feeds import Feeds, check_paths, make_sink, make_source, placements_of
+        hosted_in = infeed is not None and (callable(infeed) or isinstance(infeed, (list, tuple)))
+        hosted_out = outfeed is not None and callable(outfeed)
+        self.placements = placements_of(module, n, device_assignment)
+        self.host = FeedHost(job_dir, infeed if hosted_in else None,
+                             outfeed if hosted_out else None) \
+            if hosted_in or hosted_out else None
+        source = SocketSource(self.host.path) if hosted_in else make_source(infeed, infeed_fn)
+        sink = SocketSink(self.host.path, timeout) if hosted_out else make_sink(outfeed)
+        self.rank_feeds = None
+        if source is not None or sink is not None:
+            self.rank_feeds = Feeds(source, sink, prefetch=prefetch, timeout=timeout)
+            if self.rank_feeds.prefetch < 1:
+                raise InputError(f"prefetch must be at least 1, got {prefetch}")
+            check_paths(self.rank_feeds, self.placements)
+
+    def after_job(self, returncode: int) -> None:
+        """The ranks have ended: deliver every outfeed item, finish killed ranks' files."""
+        if self.host is not None:
+            self.host.close()
+        if returncode != 0:
+            from .feeds import recover_outfeeds
+            recover_outfeeds(self.rank_feeds, self.placements)
+
+    def first_error(self):
+        return self.host.errors[0][2] if self.host is not None and self.host.errors else None
+
+    def error_text(self) -> str:
+        """Failures of this process's callbacks (the ranks' report names the infeed ones)."""
+        if self.host is None:
+            return ""
+        return "".join(f"\n(in this process: the outfeed callback for rank {rank} raised "
+                       f"{type(e).__name__}: {e})"
+                       for rank, what, e in self.host.errors if what == "outfeed")
+
+    def raise_errors(self) -> None:
+        """A callback that failed although every rank finished is still an error."""
+        # (An infeed source that raised only while reading ahead of a program that needed
+        # no more items did no harm: the ranks report the ones they reached.)
+        failed = [x for x in (self.host.errors if self.host else ()) if x[1] == "outfeed"]
+        if failed:
+            from xladist.errors import ExecutionError
+            rank, _, e = failed[0]
+            raise ExecutionError(f"the outfeed callback for rank {rank} raised "
+                                 f"{type(e).__name__}: {e}", rank=rank) from e
+
+
+def spawned_feeds(job_dir, module, n, device_assignment=None, **options) -> SpawnedFeeds:
+    return SpawnedFeeds(job_dir, module, n, device_assignment, **options)
