@@ -68,7 +68,6 @@ def test_bidirectional_exchange():
 
 
 def _pipeline_reference(bias: np.ndarray, micro_batches: int = 4) -> np.ndarray:
-    n = bias.shape[0]
     carry = np.zeros_like(bias)
     acc = np.zeros_like(bias)
     for _ in range(micro_batches):
