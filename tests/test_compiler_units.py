@@ -448,3 +448,48 @@ ENTRY main {
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((8, 5), np.float32), rng.standard_normal((8, 3), np.float32)
     np.testing.assert_allclose(run(text, a, b)[0], -(a.T @ b).T, rtol=1e-5)
+
+
+SOFTMAX = f"""HloModule softmax
+{ADD}
+{MAX}
+ENTRY main {{
+  x = f32[16,256] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[16] reduce(x, ninf), dimensions={{1}}, to_apply=max
+  mb = f32[16,256] broadcast(mx), dimensions={{0}}
+  d = f32[16,256] subtract(x, mb)
+  e = f32[16,256] exponential(d)
+  z = f32[] constant(0)
+  s = f32[16] reduce(e, z), dimensions={{1}}, to_apply=add
+  sb = f32[16,256] broadcast(s), dimensions={{0}}
+  ROOT r = f32[16,256] divide(e, sb)
+}}
+"""
+
+
+def test_row_reductions_fuse_into_their_broadcast_consumer():
+    ts = thunks(SOFTMAX)
+    assert len(ts) == 1 and {"mx", "s"} <= {i.name for i in ts[0].spec.fused}
+    x = (np.random.default_rng(10).standard_normal((16, 256)) * 5).astype(np.float32)
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    np.testing.assert_allclose(run(SOFTMAX, x)[0], e / e.sum(1, keepdims=True), rtol=5e-6,
+                               atol=1e-9)
+
+
+def test_a_reduce_broadcast_along_the_minor_dim_stays_a_kernel():
+    text = f"""HloModule m
+{ADD}
+ENTRY main {{
+  x = f32[16,256] parameter(0)
+  z = f32[] constant(0)
+  s = f32[256] reduce(x, z), dimensions={{0}}, to_apply=add
+  sb = f32[16,256] broadcast(s), dimensions={{1}}
+  ROOT r = f32[16,256] subtract(x, sb)
+}}
+"""
+    ts = thunks(text)
+    assert [t.spec.root.name for t in ts] == ["s", "r"]
+    x = np.random.default_rng(11).standard_normal((16, 256)).astype(np.float32)
+    np.testing.assert_allclose(run(text, x)[0], x - x.sum(0), rtol=1e-5, atol=1e-5)

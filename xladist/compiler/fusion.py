@@ -116,7 +116,8 @@ def _users(comp: Computation) -> dict[Instruction, list[Instruction]]:
     return users
 
 
-def plan_fusion(comp: Computation, name_prefix: str) -> FusionPlan:
+def plan_fusion(comp: Computation, name_prefix: str,
+                materialize_reduces: frozenset = frozenset()) -> FusionPlan:
     """Kinds for every instruction and one KernelSpec per kernel root.
 
     Resulting kinds: alias, const, fused (inside other kernels), kernel, library,
@@ -191,15 +192,56 @@ def plan_fusion(comp: Computation, name_prefix: str) -> FusionPlan:
             plan.kind[instr] = "kernel" if materialize else "fused"
             cost[instr] = 0 if materialize else c
         elif k == "root":
-            plan.kind[instr] = "kernel"
+            fusible_reduce = (instr.opcode == "reduce" and instr not in materialize_reduces
+                              and _row_broadcast_users(instr, users[instr], root))
+            plan.kind[instr] = "fused" if fusible_reduce else "kernel"
         else:
             plan.kind[instr] = k
     # Kernel specs: each kernel fuses the closure of its unmaterialized producers.
     for n, instr in enumerate(comp.instructions):
         if plan.kind[instr] != "kernel":
             continue
-        plan.kernels[instr] = _kernel_spec(plan, instr, f"{name_prefix}_{n}_{_clean(instr.name)}")
+        spec = _kernel_spec(plan, instr, f"{name_prefix}_{n}_{_clean(instr.name)}")
+        bad = _unhoistable_reduces(spec)
+        if bad:
+            # A fused reduce that its kernel cannot compute once per row would be
+            # recomputed per element: plan again with it as a kernel of its own.
+            return plan_fusion(comp, name_prefix, materialize_reduces | bad)
+        plan.kernels[instr] = spec
     return plan
+
+
+def _row_broadcast_users(r: Instruction, users, root) -> bool:
+    """A reduce whose every user broadcasts it along the minor (innermost loop)
+    dimension: fused into the consumer, it is computed once per row, before the
+    row's inner loop (softmax: max, sum and the division in one kernel, each row
+    staying in cache)."""
+    if r is root or not r.shape.is_array or not users:
+        return False
+    for u in users:
+        if u.opcode != "broadcast" or not u.shape.has_default_layout() or u.shape.rank < 2:
+            return False
+        minor = u.shape.rank - 1
+        if minor in u.attrs["dimensions"] or u.shape.dims[minor] < 2:
+            return False
+    return True
+
+
+def _unhoistable_reduces(spec: KernelSpec) -> set:
+    fused = set(spec.fused)
+    reduces = {i for i in spec.fused if i.opcode == "reduce" and i is not spec.root}
+    if not reduces:
+        return set()
+    root = spec.root
+    ok_kernel = (spec.kind == "loop" and root.shape.is_array and root.shape.rank >= 2
+                 and root.shape.has_default_layout())
+    bad = set()
+    for r in reduces:
+        for b in spec.fused:
+            if b.opcode == "broadcast" and b.operands[0] is r and b in fused:
+                if not ok_kernel or b.shape.dims != root.shape.dims:
+                    bad.add(r)
+    return bad
 
 
 def _clean(name: str) -> str:

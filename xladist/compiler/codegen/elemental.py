@@ -57,7 +57,7 @@ class ElementalContext:
 
     # ---- generation ------------------------------------------------------
     def gen(self, instr: Instruction, index: Index):
-        key = (instr, id(index))
+        key = (instr, _index_key(index))
         for scope in reversed(self.scopes):
             hit = scope.get(key)
             if hit is not None:
@@ -118,6 +118,27 @@ class ElementalContext:
         if root.opcode == "tuple":
             return [sub.gen(op, idx) for op in root.operands]
         return [sub.gen(root, idx)]
+
+
+_ASSOCIATIVE = {"add", "multiply", "maximum", "minimum"}
+
+
+def simple_float_reducer(comp) -> bool:
+    """A single associative float op of the two parameters: safe to reassociate
+    (XLA:CPU vectorizes such reductions the same way)."""
+    root = comp.root
+    return (root.opcode in _ASSOCIATIVE and root.shape.is_array
+            and root.shape.element_type.is_float
+            and all(op.opcode == "parameter" for op in root.operands))
+
+
+def _index_key(index: Index):
+    """Memo key naming *which* element: the identities of the index registers.
+    Two Index objects built from the same loop variables hit the same entry, so
+    values generated outside an inner loop are reused inside it (hoisting)."""
+    if index._multi is not None:
+        return tuple(map(id, index._multi))
+    return ("linear", id(index.linear), index.dims, index.layout)
 
 
 def _scalar_index(index: Index) -> Index:
@@ -476,7 +497,9 @@ def _reduce_elemental(ctx, instr, index):
             ctx.push()
             idx = index.derive(in_dims, list(base))
             vals = [ctx.gen(i, idx) for i in inputs]
+            saved, ctx.fast_reduce = ctx.fast_reduce, simple_float_reducer(reducer)
             out = ctx.inline(reducer, list(acc) + vals)
+            ctx.fast_reduce = saved
             ctx.pop()
             return out
         d = loops[level]

@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ...hlo.ir import Instruction
 from . import ir_array
-from .elemental import ElementalContext, reduce_window_values
+from .elemental import ElementalContext, reduce_window_values, simple_float_reducer
 from .ir_array import Index, c64, layout_of
 from .loops import for_range, loop_nest
 from .types import I64, PTR, VOID
@@ -38,6 +38,10 @@ class KernelSpec:
     inputs: list[Instruction]
     outputs: list = field(default_factory=list)  # leaf shapes of the root, in order
     scratch: int = 0  # bytes of scratch memory passed as the last argv entry
+
+    @property
+    def fused_set(self) -> set:
+        return set(self.fused)
 
 
 KERNEL_EMITTERS: dict[str, Callable] = {}
@@ -105,12 +109,38 @@ def _loop_body(module, spec, shape, flat, tracker):
             idx.tracker = tracker
             _write_all(b, ctx, spec, outs, idx)
     else:
-        order = list(reversed(layout))
-        with loop_nest(b, dims, order) as (multi, linear):
-            idx = Index(b, dims, multi, linear, layout)
-            idx.tracker = tracker
-            _write_all(b, ctx, spec, outs, idx)
+        order = [d for d in reversed(layout) if dims[d] > 1]
+        inner = order[-1:] if order else []
+        with loop_nest(b, dims, order[:-1]) as (outer, outer_lin):
+            _hoist(ctx, spec, outer, inner)
+            with loop_nest(b, dims, inner, name="j") as (inner_multi, inner_lin):
+                multi = [inner_multi[d] if d in inner else outer[d] for d in range(len(dims))]
+                linear = inner_lin if not order[:-1] else (
+                    b.add(b.mul(outer_lin, c64(dims[inner[0]])), inner_lin) if inner
+                    else outer_lin)
+                idx = Index(b, dims, multi, linear, layout)
+                idx.tracker = tracker
+                _write_all(b, ctx, spec, outs, idx)
     b.ret_void()
+
+
+def _hoist(ctx, spec, outer, inner):
+    """Generate, before the innermost loop, the operands of broadcasts that do not
+    depend on the innermost dimension and are worth hoisting (fused reductions,
+    expensive values); the memo then serves them inside the loop."""
+    root = spec.root
+    if not inner or not root.shape.is_array:
+        return
+    d_inner = inner[0]
+    fused = spec.fused_set
+    for instr in spec.fused:
+        if instr.opcode != "broadcast" or instr.shape.dims != root.shape.dims:
+            continue
+        dims = tuple(instr.attrs["dimensions"])
+        op = instr.operands[0]
+        if d_inner in dims or op.opcode != "reduce" or op not in fused:
+            continue
+        ctx.gen(op, Index(ctx.b, op.shape.dims, [outer[d] for d in dims]))
 
 
 def _write_all(b, ctx, spec, outs, idx):
@@ -135,7 +165,7 @@ def _emit_reduce(module, spec: KernelSpec):
     kept = [d for d in range(len(in_dims)) if d not in red]
     scalar = Index.scalar(b)
     init_vals = [ctx.gen(i, scalar) for i in inits]
-    ctx.fast_reduce = _is_simple_float_reducer(reducer)
+    ctx.fast_reduce = simple_float_reducer(reducer)
 
     def write_init():
         with loop_nest(b, out_dims, list(reversed(layout_of(out_shapes[0])))) as (m, lin):
@@ -217,18 +247,6 @@ def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
     b.branch(done)
     b.position_at_end(done)
     b.ret_void()
-
-
-_ASSOCIATIVE = {"add", "multiply", "maximum", "minimum"}
-
-
-def _is_simple_float_reducer(comp) -> bool:
-    """A single associative float op of the two parameters: safe to reassociate
-    (XLA:CPU vectorizes such reductions the same way)."""
-    root = comp.root
-    return (root.opcode in _ASSOCIATIVE and root.shape.is_array
-            and root.shape.element_type.is_float
-            and all(op.opcode == "parameter" for op in root.operands))
 
 
 # Register the special kernels (scatter, sort, select-and-scatter).
