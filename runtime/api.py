@@ -65,7 +65,8 @@ def _per_device(module, inputs, n: int) -> list[list]:
             raise InputError(f"argument {i} ({p.name}: {shape.to_text(layout=False)}): expected "
                              f"dims {list(expected)} (device axis first), got {list(a.shape)}")
         for d in range(n):
-            per_device[d].append(np.ascontiguousarray(a[d]))
+            # np.array, not np.ascontiguousarray: that turns a 0-d row into shape [1].
+            per_device[d].append(np.array(a[d], order="C"))
     return per_device
 
 
