@@ -493,3 +493,20 @@ ENTRY main {{
     assert [t.spec.root.name for t in ts] == ["s", "r"]
     x = np.random.default_rng(11).standard_normal((16, 256)).astype(np.float32)
     np.testing.assert_allclose(run(text, x)[0], x - x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_generic_async_wrapper_and_copy_start_done():
+    text = """HloModule m
+wrapped { a = f32[4] parameter(0)
+ ROOT e = f32[4] exponential(a) }
+ENTRY main {
+  x = f32[4] parameter(0)
+  s = ((f32[4]), f32[4], s32[]) async-start(x), calls=wrapped
+  d = f32[4] async-done(s)
+  cs = (f32[4], f32[4], u32[]) copy-start(d)
+  c = f32[4] copy-done(cs)
+  ROOT n = f32[4] negate(c)
+}
+"""
+    x = np.array([0, 1, 2, 3], np.float32)
+    np.testing.assert_allclose(run(text, x)[0], -np.exp(x), rtol=1e-6)

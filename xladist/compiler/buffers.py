@@ -124,6 +124,13 @@ def _alias_leaves(asg: Assignment, instr: Instruction) -> list[Slot | None]:
         return asg.leaves[src][start:start + leaf_count(src.shape.tuple_shapes[i])]
     if op in ("after-all",):
         return [None]
+    if op in ("async-done", "copy-done"):
+        # async-done: the result part (index 1) of the start's value;
+        # copy-done: the destination (index 0) of copy-start's (dest, src, context).
+        src = instr.operands[0]
+        k = 1 if op == "async-done" else 0
+        start = sum(leaf_count(s) for s in src.shape.tuple_shapes[:k])
+        return asg.leaves[src][start:start + leaf_count(src.shape.tuple_shapes[k])]
     if op == "add-dependency":
         return asg.leaves[instr.operands[0]]
     # bitcast, reshape/copy/transpose (physical), opt-barrier, domain.

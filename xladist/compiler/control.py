@@ -102,3 +102,35 @@ class ConditionalThunk(Thunk):
 
     def describe(self) -> str:
         return "conditional " + " | ".join(b.name for b in self.branches)
+
+
+class AsyncStartThunk(Thunk):
+    """Generic async-start: runs the wrapped computation synchronously. Its value
+    is ((operands), result, context): operands pass through, the context is 0;
+    async-update and async-done are aliases of it (buffers.py)."""
+
+    kind = "control"
+
+    def __init__(self, instr, comp, operand_slots, out_slots):
+        super().__init__()
+        self.instr = instr
+        self.comp = comp
+        self.operand_slots = [s for ops in operand_slots for s in ops]
+        self.out_slots = out_slots
+        self.n_result = len(comp.root_slots)
+        self.reads = [s for s in self.operand_slots if s is not None]
+        self.writes = [s for s in out_slots if s is not None]
+
+    def run(self, frame) -> None:
+        args = leaf_values(frame, self.operand_slots)
+        result = self.comp.run(args, frame.device)
+        n = len(self.operand_slots)
+        values = list(args) + list(result)
+        for i, s in enumerate(self.out_slots):
+            if s is None:
+                continue
+            v = values[i] if i < n + self.n_result else None
+            frame.set(s, v if v is not None else np.zeros(s.nbytes, np.uint8))
+
+    def describe(self) -> str:
+        return f"async {self.comp.name}"

@@ -17,7 +17,7 @@ def coverage() -> dict[str, str]:
     from .fusion import ALIAS, ROOT_KERNELS
     from .library import LIBRARY_THUNKS, UNSUPPORTED
 
-    control = {"while", "conditional", "fusion", "call"}
+    control = {"while", "conditional", "fusion", "call", "async-start"}
     aliases = ALIAS | {"constant", "copy-done"}
     out = {}
     for op in OPCODES:

@@ -13,7 +13,7 @@ from typing import Callable
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation, Instruction
 from .buffers import Assignment, assign_slots, place
-from .control import ConditionalThunk, WhileThunk
+from .control import AsyncStartThunk, ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
@@ -155,14 +155,15 @@ def _control(pb, instr, plan, asg):
         operand_slots = [asg.leaves[o] for o in instr.operands[1:]]
         return ConditionalThunk(instr, branches, asg.leaves[instr.operands[0]][0],
                                 operand_slots, asg.leaves[instr])
+    if op == "async-start":
+        comp = pb.computation(instr.attrs["calls"])
+        return AsyncStartThunk(instr, comp, [asg.leaves[o] for o in instr.operands],
+                               asg.leaves[instr])
     raise UnsupportedError(f"instruction `{instr.name}` ({op}): {CONTROL_UNSUPPORTED[op]}")
 
 
 CONTROL_UNSUPPORTED = {
     "call": "composite calls are not compiled (plain calls are inlined)",
-    "async-start": "generic async wrappers are not compiled by the cpu backend",
-    "async-update": "generic async wrappers are not compiled by the cpu backend",
-    "async-done": "generic async wrappers are not compiled by the cpu backend",
 }
 
 

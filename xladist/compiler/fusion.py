@@ -41,8 +41,8 @@ ELEMENTAL = set(SCALAR_RULES) | {
 ROOT_KERNELS = {"reduce": "reduce", "reduce-window": "loop", "transpose": "loop",
                 "scatter": "scatter", "sort": "sort", "select-and-scatter": "select-and-scatter"}
 ALIAS = {"parameter", "tuple", "get-tuple-element", "bitcast", "opt-barrier", "domain",
-         "after-all", "add-dependency"}
-CONTROL = {"while", "conditional", "call", "async-start", "async-update", "async-done"}
+         "after-all", "add-dependency", "async-update", "async-done", "copy-done"}
+CONTROL = {"while", "conditional", "call", "async-start"}
 DEVICE_FAMILIES = ("collective", "collective_async", "p2p", "feed")
 DEVICE = {"replica-id", "partition-id"}
 
@@ -90,7 +90,8 @@ def base_kind(instr: Instruction) -> str:
         return "root"
     if op in CONTROL:
         return "control"
-    if op in DEVICE or (instr.family in DEVICE_FAMILIES):
+    # copy-start/copy-done sit in the async family but move data on this device.
+    if op in DEVICE or (instr.family in DEVICE_FAMILIES and op != "copy-start"):
         return "device"
     if op == "get-dimension-size":
         return "library"
