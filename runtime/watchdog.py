@@ -221,7 +221,13 @@ def format_report(positions: dict[int, dict], me: int, timeout: float) -> str:
     for key, waiting in groups.items():
         rec = positions[waiting[0]]
         member_ranks = {rank_of.get(d, d) for d in rec["members"]}
-        absent = sorted(member_ranks - set(waiting))
+        arrived = set(waiting)
+        if rec.get("finished"):
+            # A wait after the program (the final gather): a rank whose program finished and
+            # that waits no more has been through it (a gather's leaves return at once).
+            arrived |= {r for r in member_ranks
+                        if positions.get(r, {}).get("state") == "finished"}
+        absent = sorted(member_ranks - arrived)
         if absent:
             missing_lines.append(f"  {_op(rec)}: {_ranks(waiting)} "
                                  f"wait{'s' if len(waiting) == 1 else ''} there; "

@@ -1,0 +1,285 @@
+"""The run-time watchdog: a hang that the check was told to skip ends with a job-wide report.
+
+The data-dependent case of collective-semantics.md G.24 -- a while loop whose trip count comes
+from per-rank data, around an all-reduce -- runs with --no-check and a small --timeout: the job
+must exit non-zero soon after the deadline, printing where every rank is and naming the ranks
+that never arrived.  Unit tests cover the report text, the daemon's publishing and the loop
+iteration context.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import xladist
+from collectives import deadline
+from runtime import watchdog
+from runtime.api import run
+from tests.test_channels_cli import DATA, write_inputs, xladist_cli
+from xladist.errors import ExecutionError
+from xladist.interpreter import SingleDeviceContext
+
+TIMEOUT = 3.0
+# Job start-up (mpiexec, imports) on a loaded 2-core machine, on top of the deadline.
+SLACK = 60.0
+
+
+def _waited(stderr: str) -> float:
+    m = re.search(r"waited (\d+\.\d) s \(the deadline, --timeout", stderr)
+    assert m, f"no watchdog report in:\n{stderr}"
+    return float(m.group(1))
+
+
+def _data_loop(tmp_path, steps):
+    n = len(steps)
+    x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+    return write_inputs(tmp_path / "in.npz", DATA / "data_dependent_loop.hlo", n,
+                        {0: x, 1: np.array(steps, np.int32)})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("steps", [[2, 3], [2, 3, 3, 2]], ids=["n2", "n4"])
+def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps):
+    n = len(steps)
+    text = (DATA / "data_dependent_loop.hlo").read_text().replace(
+        "num_partitions=2", f"num_partitions={n}")
+    module = tmp_path / "loop.hlo"
+    module.write_text(text)
+    inputs = _data_loop(tmp_path, steps)
+    t0 = time.monotonic()
+    proc = xladist_cli("run", module, "-n", n, "--inputs", inputs, "-q", "--no-check",
+                       "--timeout", TIMEOUT, timeout=TIMEOUT + SLACK)
+    elapsed = time.monotonic() - t0
+    err = proc.stderr
+    assert proc.returncode != 0, err
+    assert elapsed < TIMEOUT + SLACK
+    # The deadline fired at the deadline, not later.
+    assert TIMEOUT <= _waited(err) < TIMEOUT + 2.0, err
+    long = [r for r in range(n) if steps[r] == 3]
+    short = [r for r in range(n) if steps[r] == 2]
+    for r in long:
+        assert re.search(rf"rank {r} \(replica 0, partition {r}\): psum \(line 17\) over "
+                         rf"devices \[{', '.join(map(str, range(n)))}\] \(iteration 3 of "
+                         r"data_loop\), waiting \d+\.\d s", err), err
+    for r in short:
+        # Rank 0 waits in the final gather; the others' part of it may already be done.
+        assert re.search(rf"rank {r} \(replica 0, partition {r}\): (gathering outputs on rank "
+                         r"0 over all ranks \(its program finished\), waiting|finished its "
+                         r"program)", err), err
+    who = ("rank " if len(long) == 1 else "ranks ") + ", ".join(map(str, long))
+    absent = ("rank " if len(short) == 1 else "ranks ") + ", ".join(map(str, short))
+    assert (f"psum (line 17) over devices [{', '.join(map(str, range(n)))}] (iteration 3 of "
+            f"data_loop): {who} wait{'s' if len(long) == 1 else ''} there; {absent} never "
+            "arrived") in err, err
+    assert err.count("Where every rank is:") == 1  # one report, not one per rank
+    assert (f"gathering outputs on rank 0 over all ranks: rank 0 waits there; {who} never "
+            "arrived") in err, err
+
+
+@pytest.mark.timeout(300)
+def test_python_api_raises_with_the_report(tmp_path):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError) as info:
+        run(DATA / "data_dependent_loop.hlo", [x, np.array([1, 2], np.int32)], n=2,
+            check=False, timeout=TIMEOUT, job_timeout=TIMEOUT + SLACK)
+    assert time.monotonic() - t0 < TIMEOUT + SLACK
+    text = str(info.value)
+    assert "(iteration 2 of data_loop): rank 1 waits there; rank 0 never arrived" in text
+
+
+def test_check_refuses_it_unless_told_not_to():
+    # The same program through xladist.run: the check warns (cannot prove) but does not refuse;
+    # strict=True refuses before any rank starts.
+    from xladist.errors import DeadlockError
+    x = np.zeros((2, 4), np.float32)
+    with pytest.raises(DeadlockError, match="unproven"):
+        run(DATA / "data_dependent_loop.hlo", [x, np.array([1, 2], np.int32)], n=2,
+            strict=True)
+
+
+# ---- the report text -----------------------------------------------------------------------------
+
+def _rec(rank, state, **kw):
+    rec = {"rank": rank, "device": rank, "replica": 0, "partition": rank, "state": state,
+           "finished": False, "loops": [], "updated": time.time(), "world_size": 4}
+    rec.update(kw)
+    return rec
+
+
+def test_report_names_every_rank_and_who_never_arrived():
+    now = time.time()
+    positions = {
+        0: _rec(0, "waiting", what="all-reduce.7 (line 9) over devices [0, 1, 2, 3]",
+                where="group [0, 1, 2, 3]", members=[0, 1, 2, 3], p2p=False,
+                since=now - 12.0, loops=[["while.2", 5]]),
+        1: _rec(1, "waiting", what="all-reduce.7 (line 9) over devices [0, 1, 2, 3]",
+                where="group [0, 1, 2, 3]", members=[0, 1, 2, 3], p2p=False,
+                since=now - 11.5, loops=[["while.2", 5]]),
+        2: _rec(2, "computing", updated=now - 10.0),
+        # rank 3 never published anything
+    }
+    text = watchdog.format_report(positions, 0, 12.0)
+    assert text.startswith("xladist: rank 0 (replica 0, partition 0) waited 12.0 s")
+    assert ("rank 0 (replica 0, partition 0): all-reduce.7 (line 9) over devices "
+            "[0, 1, 2, 3] (iteration 5 of while.2), waiting 12.0 s") in text
+    assert "waiting 11.5 s" in text
+    assert "rank 2 (replica 0, partition 2): computing, not waiting for another rank " \
+           "(last heard 10.0 s ago)" in text
+    assert "rank 3: no news" in text
+    assert ("all-reduce.7 (line 9) over devices [0, 1, 2, 3] (iteration 5 of while.2): "
+            "ranks 0, 1 wait there; ranks 2, 3 never arrived") in text
+
+
+def test_report_channel_wait_and_finished_rank():
+    now = time.time()
+    positions = {
+        0: _rec(0, "waiting", what="send-done.lonely (line 10)", where="channel 3 to device 1",
+                members=[0, 1], p2p=True, since=now - 3.0, world_size=2),
+        1: _rec(1, "finished", finished=True, world_size=2),
+    }
+    text = watchdog.format_report(positions, 0, 3.0)
+    assert "rank 0 (replica 0, partition 0): send-done.lonely (line 10) on channel 3 to " \
+           "device 1, waiting 3.0 s" in text
+    assert "rank 1 (replica 0, partition 1): finished its program" in text
+    assert "rank 0 waits for rank 1, which never arrived at the other end" in text
+    assert "rank 2" not in text and "rank 3" not in text  # only the ranks of the job
+
+
+# ---- the daemon publishes long waits and their end, off the hot path --------------------------
+
+class _Monitor:
+    def __init__(self):
+        self.positions = []
+        self.event = threading.Event()
+
+    def publish(self, pos):
+        self.positions.append(dict(pos))
+        self.event.set()
+
+    def fire(self, pos, timeout):  # pragma: no cover - the deadline is long here
+        raise AssertionError("deadline fired")
+
+
+def test_daemon_publishes_a_long_wait_and_its_end():
+    wd = deadline.Watchdog(timeout_s=30.0)
+    mon = _Monitor()
+    wd.set_monitor(mon)
+    entry = wd.enter_loop("while.9")
+    entry[1] = 4
+    token = wd.begin("all-reduce.3 (line 5)", "group [0, 1]")
+    assert mon.event.wait(deadline.PUBLISH_AFTER_S + 2.0), "the long wait was never published"
+    wd.end(token)
+    wd.exit_loop()
+    waiting = mon.positions[0]
+    assert waiting["state"] == "waiting" and waiting["what"] == "all-reduce.3 (line 5)"
+    assert waiting["loops"] == [["while.9", 4]]
+    assert waiting["elapsed"] >= deadline.PUBLISH_AFTER_S - 0.05
+    end = time.monotonic() + deadline.REFRESH_S + 2.0
+    while time.monotonic() < end and mon.positions[-1]["state"] != "computing":
+        time.sleep(0.1)
+    assert mon.positions[-1]["state"] == "computing"
+
+
+def test_short_waits_are_never_published():
+    wd = deadline.Watchdog(timeout_s=30.0)
+    mon = _Monitor()
+    wd.set_monitor(mon)
+    for _ in range(1000):
+        wd.end(wd.begin("all-reduce.1", None))
+    time.sleep(0.3)
+    assert mon.positions == []
+
+
+# ---- loop iteration context in the interpreter -----------------------------------------------
+
+NESTED = """\
+HloModule nested, num_partitions=1
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%inner_body (p: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %p = (s32[], f32[2]{0}) parameter(0)
+  %j = s32[] get-tuple-element(%p), index=0
+  %v = f32[2]{0} get-tuple-element(%p), index=1
+  %r = f32[2]{0} all-reduce(%v), channel_id=1, replica_groups={}, to_apply=%add
+  %one = s32[] constant(1)
+  %j.1 = s32[] add(%j, %one)
+  ROOT %t = (s32[], f32[2]{0}) tuple(%j.1, %r)
+}
+
+%inner_cond (q: (s32[], f32[2])) -> pred[] {
+  %q = (s32[], f32[2]{0}) parameter(0)
+  %jj = s32[] get-tuple-element(%q), index=0
+  %two = s32[] constant(2)
+  ROOT %lt = pred[] compare(%jj, %two), direction=LT
+}
+
+%quiet_body (w: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %w = (s32[], f32[2]{0}) parameter(0)
+  %k = s32[] get-tuple-element(%w), index=0
+  %u = f32[2]{0} get-tuple-element(%w), index=1
+  %one.q = s32[] constant(1)
+  %k.1 = s32[] add(%k, %one.q)
+  ROOT %tq = (s32[], f32[2]{0}) tuple(%k.1, %u)
+}
+
+%outer_body (o: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %o = (s32[], f32[2]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%o), index=0
+  %x = f32[2]{0} get-tuple-element(%o), index=1
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[2]{0}) tuple(%zero, %x)
+  %quiet = (s32[], f32[2]{0}) while(%init), condition=%inner_cond, body=%quiet_body
+  %inner = (s32[], f32[2]{0}) while(%init), condition=%inner_cond, body=%inner_body
+  %y = f32[2]{0} get-tuple-element(%inner), index=1
+  %one.o = s32[] constant(1)
+  %i.1 = s32[] add(%i, %one.o)
+  ROOT %out = (s32[], f32[2]{0}) tuple(%i.1, %y)
+}
+
+%outer_cond (c: (s32[], f32[2])) -> pred[] {
+  %c = (s32[], f32[2]{0}) parameter(0)
+  %ii = s32[] get-tuple-element(%c), index=0
+  %three = s32[] constant(3)
+  ROOT %lt.o = pred[] compare(%ii, %three), direction=LT
+}
+
+ENTRY %main (x0: f32[2]) -> f32[2] {
+  %x0 = f32[2]{0} parameter(0)
+  %z = s32[] constant(0)
+  %s0 = (s32[], f32[2]{0}) tuple(%z, %x0)
+  %loop = (s32[], f32[2]{0}) while(%s0), condition=%outer_cond, body=%outer_body
+  ROOT %res = f32[2]{0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+class _Contexts(SingleDeviceContext):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def collective(self, instr, args, reducer=None):
+        self.seen.append(deadline.watchdog.loop_context())
+        return super().collective(instr, args, reducer)
+
+
+def test_loop_rules_record_iterations_of_communicating_loops_only():
+    module = xladist.parse_hlo(NESTED)
+    device = _Contexts()
+    exe = xladist.compile(module, device=device, rules=watchdog.loop_tracking_rules())
+    out = exe(np.array([1.5, -2.0], np.float32))
+    np.testing.assert_array_equal(out[0], [1.5, -2.0])  # all-reduce over one device
+    assert device.seen == [f"iteration {i} of loop, iteration {j} of inner"
+                           for i in (1, 2, 3) for j in (1, 2)]
+    assert deadline.watchdog.loops == []  # every loop popped its entry
