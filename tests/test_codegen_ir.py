@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 
-import xladist
-from xladist.compiler.program import CpuProgram
-from xladist.compiler.emit import ProgramBuilder
-from xladist.compiler.codegen.kernels import emit_kernel
 from llvmlite import ir
+
+import xladist
+from xladist.compiler.codegen.kernels import emit_kernel
+from xladist.compiler.emit import ProgramBuilder
+from xladist.compiler.program import CpuProgram
 
 
 def kernels_ir(text: str) -> dict[str, str]:
@@ -116,6 +117,7 @@ ENTRY main {
 
 def test_llvm_ir_of_a_module_parses_and_verifies():
     import llvmlite.binding as llvm
+
     from xladist.compiler import jit
     jit._init()
     text = CpuProgram(xladist.parse_hlo(CHAIN)).llvm_ir()

@@ -17,4 +17,4 @@ from .program import CpuExecutable, CpuProgram, compile_module
 
 register_backend("cpu", CpuExecutable, replace=True)
 
-__all__ = ["compile_module", "CpuExecutable", "CpuProgram", "coverage"]
+__all__ = ["CpuExecutable", "CpuProgram", "compile_module", "coverage"]

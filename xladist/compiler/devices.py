@@ -11,7 +11,7 @@ Reducers are compiled element-wise kernels (CompiledReducer).
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

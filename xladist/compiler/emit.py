@@ -8,18 +8,18 @@ LLVM code is generated later (or loaded from the cache) by program.py.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import UnsupportedError
-from ..hlo.ir import Computation, Instruction
+from ..hlo.ir import Computation
+from . import library_rng  # noqa: F401  (registers rng-bit-generator)
 from .buffers import Assignment, assign_slots, place
 from .control import AsyncStartThunk, ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
-from .simplify import simplify
 from .library import LIBRARY_THUNKS, UNSUPPORTED
-from . import library_rng  # noqa: F401  (registers rng-bit-generator)
+from .simplify import simplify
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
 
 

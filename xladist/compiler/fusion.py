@@ -29,11 +29,11 @@ import re
 from dataclasses import dataclass, field
 
 from ..hlo.ir import Computation, Instruction
+from .codegen import mathlib
 from .codegen.ir_array import layout_of
 from .codegen.kernels import KernelSpec
 from .codegen.kernels_special import sort_scratch_bytes
 from .codegen.scalar_ops import SCALAR_RULES
-from .codegen import mathlib
 
 ELEMENTAL = set(SCALAR_RULES) | {
     "broadcast", "reshape", "copy", "reverse", "slice", "dynamic-slice",
@@ -172,11 +172,11 @@ def plan_fusion(comp: Computation, name_prefix: str,
                     and physical_bitcast(instr):
                 plan.kind[instr] = "alias"
                 continue
-            if instr.opcode == "bitcast":
-                if operand_buffered or instr.shape.element_type.bits != \
-                        instr.operands[0].shape.element_type.bits:
-                    plan.kind[instr] = "alias"
-                    continue
+            if instr.opcode == "bitcast" and (
+                    operand_buffered or instr.shape.element_type.bits
+                    != instr.operands[0].shape.element_type.bits):
+                plan.kind[instr] = "alias"
+                continue
             if instr.opcode == "transpose":
                 plan.kind[instr] = "kernel"
                 continue
@@ -239,9 +239,9 @@ def _unhoistable_reduces(spec: KernelSpec) -> set:
     bad = set()
     for r in reduces:
         for b in spec.fused:
-            if b.opcode == "broadcast" and b.operands[0] is r and b in fused:
-                if not ok_kernel or b.shape.dims != root.shape.dims:
-                    bad.add(r)
+            if b.opcode == "broadcast" and b.operands[0] is r and b in fused \
+                    and (not ok_kernel or b.shape.dims != root.shape.dims):
+                bad.add(r)
     return bad
 
 

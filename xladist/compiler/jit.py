@@ -109,7 +109,7 @@ def store_cached(key: str, obj: bytes) -> None:
         pass  # a read-only cache is not an error, only slower
 
 
-def optimize(llvm_ir: str) -> "llvm.ModuleRef":
+def optimize(llvm_ir: str) -> llvm.ModuleRef:
     _init()
     mod = llvm.parse_assembly(llvm_ir)
     mod.verify()

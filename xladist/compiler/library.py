@@ -21,7 +21,7 @@ views of the result leaves, written in place.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def _pad_axis(x, axis, lo, hi):
         x = np.take(x, range(-lo, x.shape[axis]), axis=axis)
         lo = 0
     if hi < 0:
-        x = np.take(x, range(0, x.shape[axis] + hi), axis=axis)
+        x = np.take(x, range(x.shape[axis] + hi), axis=axis)
         hi = 0
     if lo or hi:
         width = [(0, 0)] * x.ndim

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 from llvmlite import ir
 
 from ..executable import Executable

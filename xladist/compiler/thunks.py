@@ -35,7 +35,7 @@ def physical_leaf(shape, value) -> np.ndarray:
 class Frame:
     """One run of one computation: the buffer of every slot and its address."""
 
-    __slots__ = ("bufs", "addrs", "device", "pending", "comp")
+    __slots__ = ("addrs", "bufs", "comp", "device", "pending")
 
     def __init__(self, comp, bufs, addrs, device):
         self.comp = comp

@@ -9,7 +9,7 @@ are inlined through the same rules with their parameters bound to registers.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
@@ -19,9 +19,8 @@ from ...hlo.ir import Computation, Instruction
 from . import ir_array
 from .ir_array import Index, c64, layout_of
 from .loops import for_range
-from .scalar_ops import SCALAR_RULES, bitcast_value, convert_value
-from .types import I1, I64, compute_type, constant, round_to_storage, is_narrow_float, \
-    storage_type
+from .scalar_ops import SCALAR_RULES, bitcast_value
+from .types import I1, I64, compute_type, constant, is_narrow_float, round_to_storage
 
 EMIT_RULES: dict[str, Callable] = {}
 
@@ -203,8 +202,8 @@ def _iota(ctx, instr, index):
         v = ctx.b.uitofp(i, ct)
         return round_to_storage(ctx.b, t, v) if is_narrow_float(t) else v
     if t.is_complex:
-        from .scalar_ops import convert_value as cv
         from ...hlo.shape import PRIMITIVE_TYPES
+        from .scalar_ops import convert_value as cv
         return cv(ctx.b, PRIMITIVE_TYPES["s64"], t, i)
     if t.name == "pred":
         return ctx.b.icmp_unsigned("!=", i, c64(0))
@@ -265,9 +264,9 @@ def _transpose(ctx, instr, index):
     perm = instr.attrs["dimensions"]
     out, src = instr.shape, op.shape
     # A transpose whose layouts make it a physical no-op keeps the linear index.
-    if index.linear is not None and out.rank > 1 and index.layout == layout_of(out):
-        if tuple(perm[d] for d in layout_of(out)) == layout_of(src):
-            return ctx.gen(op, index.with_linear(src.dims, index.linear, layout_of(src)))
+    if index.linear is not None and out.rank > 1 and index.layout == layout_of(out) \
+            and tuple(perm[d] for d in layout_of(out)) == layout_of(src):
+        return ctx.gen(op, index.with_linear(src.dims, index.linear, layout_of(src)))
     multi = index.multi
     src_multi = [None] * src.rank
     for i, p in enumerate(perm):
@@ -481,7 +480,7 @@ def _reduce_elemental(ctx, instr, index):
     in_dims = inputs[0].shape.dims
     kept = [d for d in range(len(in_dims)) if d not in red]
     acc = [ctx.gen(i, _scalar_index(index)) for i in inits]
-    out_multi = index.multi if instr.shape.is_array else index.multi
+    out_multi = index.multi
     if any(in_dims[d] == 0 for d in red):
         return acc[0] if n == 1 else acc
     base = [None] * len(in_dims)
@@ -520,7 +519,6 @@ def _reduce_elemental(ctx, instr, index):
 @register("reduce-window")
 def _reduce_window(ctx, instr, index):
     """One output element of reduce-window: loop over the window, skip padding."""
-    b = ctx.b
     n = len(instr.operands) // 2
     if n != 1 and instr.shape.is_tuple:
         raise UnsupportedError(f"variadic reduce-window `{instr.name}` is compiled only as "

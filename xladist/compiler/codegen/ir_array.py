@@ -13,7 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...hlo.shape import Shape
-from .types import I64, load_element, store_element, storage_type
+from .types import I64, load_element, storage_type, store_element
 
 
 def physical_strides(dims, minor_to_major) -> list[int]:
@@ -51,7 +51,7 @@ class Index:
         self.tracker = None  # set by the kernel builder to observe delinearization
 
     @staticmethod
-    def scalar(builder) -> "Index":
+    def scalar(builder) -> Index:
         return Index(builder, (), [], c64(0), ())
 
     @property
@@ -72,13 +72,13 @@ class Index:
             return c64(0)
         return None
 
-    def derive(self, dims, multi) -> "Index":
+    def derive(self, dims, multi) -> Index:
         """A new index (of another shape) computed from this one; shares the tracker."""
         out = Index(self.b, dims, multi)
         out.tracker = self.tracker
         return out
 
-    def with_linear(self, dims, linear, layout) -> "Index":
+    def with_linear(self, dims, linear, layout) -> Index:
         out = Index(self.b, dims, None, linear, layout)
         out.tracker = self.tracker
         return out

@@ -14,8 +14,8 @@ KERNEL_EMITTERS maps a kernel kind to the function that emits its loop nest:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from llvmlite import ir
 
@@ -100,7 +100,7 @@ def _emit_loop(module, spec: KernelSpec):
 
 
 def _loop_body(module, spec, shape, flat, tracker):
-    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    _fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
     ctx, outs = make_context(b, spec, ptrs)
     dims, layout = shape.dims, layout_of(shape)
     if flat:
@@ -152,7 +152,7 @@ def _write_all(b, ctx, spec, outs, idx):
 @kernel_kind("reduce")
 def _emit_reduce(module, spec: KernelSpec):
     root = spec.root
-    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    _fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
     ctx, outs = make_context(b, spec, ptrs)
     n = len(root.operands) // 2
     inputs, inits = root.operands[:n], root.operands[n:]
@@ -225,7 +225,7 @@ def _emit_reduce(module, spec: KernelSpec):
 def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
     """`void name(ptr argv, i64 n)`: out[i] = comp(a[i], b[i]) over flat arrays.
     Collective reducers use it: the runtime hands it whole buffers to combine."""
-    from .types import load_element, store_element, storage_type
+    from .types import load_element, storage_type, store_element
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64]), name=name)
     argv, n = fn.args
     entry = fn.append_basic_block("entry")
@@ -250,4 +250,4 @@ def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
 
 
 # Register the special kernels (scatter, sort, select-and-scatter).
-from . import kernels_special  # noqa: E402,F401
+from . import kernels_special  # noqa: F401

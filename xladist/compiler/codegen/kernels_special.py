@@ -35,7 +35,7 @@ def _as_i64(b, v, t):
 def _emit_scatter(module, spec):
     root = spec.root
     a = root.attrs
-    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    _fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
     ctx, outs = make_context(b, spec, ptrs)
     n = (len(root.operands) - 1) // 2
     operands, indices, updates = root.operands[:n], root.operands[n], root.operands[n + 1:]
@@ -113,7 +113,7 @@ def _emit_sort(module, spec):
     the permutation is then applied to every operand."""
     root = spec.root
     nptr = len(spec.outputs) + len(spec.inputs) + 1
-    fn, b, ptrs = begin_function(module, spec.name, nptr)
+    _fn, b, ptrs = begin_function(module, spec.name, nptr)
     ctx, outs = make_context(b, spec, ptrs[:-1])
     scratch = ptrs[-1]
     out_shapes = spec.outputs
@@ -247,7 +247,7 @@ def _merge_passes(b, ctx, n, src_slot, dst_slot, less):
 @kernel_kind("select-and-scatter")
 def _emit_select_and_scatter(module, spec):
     root = spec.root
-    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    _fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
     ctx, outs = make_context(b, spec, ptrs)
     operand, source, init = root.operands
     out_shape = spec.outputs[0]

@@ -19,7 +19,7 @@ import math
 from llvmlite import ir
 
 from . import intrinsics as intr
-from .types import F32, F64, I1, I32, I64
+from .types import F32, F64, I32, I64
 
 
 def _c(t, v) -> ir.Constant:

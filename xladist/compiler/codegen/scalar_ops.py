@@ -12,7 +12,7 @@ remainder the dividend; INT_MIN / -1 = INT_MIN; shifts by >= bit width give 0
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from llvmlite import ir
 
@@ -20,8 +20,17 @@ from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
 from . import mathlib
-from .types import (C64, C128, F32, F64, I1, compute_type, float_type_of_complex,
-                    is_narrow_float, round_to_storage)
+from .types import (
+    C64,
+    C128,
+    F32,
+    F64,
+    I1,
+    compute_type,
+    float_type_of_complex,
+    is_narrow_float,
+    round_to_storage,
+)
 
 SCALAR_RULES: dict[str, Callable] = {}
 
@@ -466,7 +475,7 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     return b.sext(x, dt) if src.kind == "sint" else b.zext(x, dt)
 
 
-from ...hlo.shape import PRIMITIVE_TYPES as _PT  # noqa: E402
+from ...hlo.shape import PRIMITIVE_TYPES as _PT
 
 _PT_F32, _PT_F64 = _PT["f32"], _PT["f64"]
 
