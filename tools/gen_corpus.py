@@ -1,0 +1,419 @@
+"""Generate real-client multi-device cases with JAX, in the corpus format.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python tools/gen_corpus.py [CASE ...]
+
+Each case is a `jax.jit(jax.shard_map(prog, mesh, in_specs, out_specs))` program on N of the
+8 host CPU devices. Written to tests/data/corpus/jax_extra/<case>/ in exactly the format of
+tests/data/corpus/jax/ (see tests/data/corpus/README.md):
+
+- module.hlo: `f.lower(*args).compile().as_text()`, the per-device SPMD module XLA:CPU ran;
+- module.unoptimized.hlo: `f.lower(*args).as_text(dialect="hlo")`, for reference;
+- inputs.npz / expected.npz: arg{i} / out{i} with a leading device axis, row d = the buffer
+  that device d (== partition d) received / produced; bf16 as uint16 bits;
+- case.json: the fields the tests read (num_devices, rtol, atol, out_tol, arrays...).
+
+JAX is needed only here: the generated data is committed, so the tests never import jax.
+Inputs are drawn from a per-case seed (crc32 of the case name), so re-running reproduces the
+same files for the same JAX version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+NUM_HOST_DEVICES = 8
+_FLAG = f"--xla_force_host_platform_device_count={NUM_HOST_DEVICES}"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402 - XLA_FLAGS must be set before jax starts its backend
+import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT_DIR = ROOT / "tests" / "data" / "corpus" / "jax_extra"
+
+DEVICE_ORDER = ("Leading axis index d of every array == device id d == partition id d (mesh "
+                "devices are jax.devices()[:N] in row-major mesh order; verified by an "
+                "axis_index probe and the executable's device assignment).")
+
+# numpy dtype name -> HLO element type
+_HLO_TYPES = {"bool": "pred", "int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32",
+              "int64": "s64", "uint32": "u32", "float16": "f16", "bfloat16": "bf16",
+              "float32": "f32", "float64": "f64", "complex64": "c64"}
+
+
+@dataclass
+class Case:
+    """One program: mesh, specs, the per-device body and how to draw its global inputs."""
+
+    name: str
+    description: str
+    mesh_shape: tuple[int, ...]
+    axis_names: tuple[str, ...]
+    prog: Callable
+    in_specs: tuple
+    out_specs: object
+    make_inputs: Callable[[np.random.Generator], list[np.ndarray]]
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    check_vma: bool = True
+    out_tol: dict = field(default_factory=dict)
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(**kw):
+    def register(fn):
+        c = Case(name=fn.__name__, prog=fn, **kw)
+        CASES[c.name] = c
+        return fn
+    return register
+
+
+def normal(rng, shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def ints(rng, shape, lo=-50, hi=50, dtype=np.int32):
+    return rng.integers(lo, hi, shape).astype(dtype)
+
+
+# ---- the cases ------------------------------------------------------------------------------
+# Each exercises something the owners' jax/ set does not: subgroups of a 2-D mesh, gathers and
+# scatters along dim 1 (non-default layouts), all-to-all on other axes, partial permutations,
+# bf16 and integer reductions, collectives under control flow, a training step.
+
+@case(description="2x4 mesh: psum over 'c' (subgroups {0..3},{4..7}) and over 'r' "
+                  "(subgroups {0,4},{1,5},..), and a psum over both axes.",
+      mesh_shape=(2, 4), axis_names=("r", "c"),
+      in_specs=(P("r", "c"),), out_specs=(P("r", None), P(None, "c"), P()),
+      make_inputs=lambda rng: [normal(rng, (4, 12))], check_vma=False)
+def psum_subgroups_mesh2x4(x):
+    return lax.psum(x, "c"), lax.psum(x, "r"), lax.psum(x, ("r", "c"))
+
+
+@case(description="all_gather along dim 1, tiled (3,2)->(3,8) and untiled (3,2)->(3,4,2), "
+                  "and a gather of a transposed block (non-default layouts).",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P(None, "d"),), out_specs=(P(), P(), P()),
+      make_inputs=lambda rng: [normal(rng, (3, 8))], check_vma=False)
+def all_gather_dim1_mesh4(x):
+    tiled = lax.all_gather(x, "d", axis=1, tiled=True)
+    stacked = lax.all_gather(x, "d", axis=1, tiled=False)
+    transposed = lax.all_gather(jnp.transpose(x) * 2.0, "d", axis=1, tiled=True)
+    return tiled, stacked, transposed
+
+
+@case(description="psum_scatter tiled along dim 1 (3,16)->(3,2) and untiled along dim 0 "
+                  "(8,3)->(3,) on 8 devices.",
+      mesh_shape=(8,), axis_names=("d",),
+      in_specs=(P("d"), P("d")), out_specs=(P(None, "d"), P("d")),
+      make_inputs=lambda rng: [normal(rng, (24, 16)), normal(rng, (64, 3))])
+def psum_scatter_dims_mesh8(x, y):
+    a = lax.psum_scatter(x, "d", scatter_dimension=1, tiled=True)
+    b = lax.psum_scatter(y, "d", scatter_dimension=0, tiled=False)
+    return a, b[None]
+
+
+@case(description="all_to_all on 2 devices: split 1/concat 2 and split 0/concat 1 of a "
+                  "(4,6,2) block, and split 2/concat 2 (an in-place exchange).",
+      mesh_shape=(2,), axis_names=("d",),
+      in_specs=(P("d"),), out_specs=(P("d"), P("d"), P("d")),
+      make_inputs=lambda rng: [normal(rng, (8, 6, 2))])
+def all_to_all_axes_mesh2(x):
+    a = lax.all_to_all(x, "d", split_axis=1, concat_axis=2, tiled=True)
+    b = lax.all_to_all(x, "d", split_axis=0, concat_axis=1, tiled=True)
+    c = lax.all_to_all(x, "d", split_axis=2, concat_axis=2, tiled=True)
+    return a, b, c
+
+
+@case(description="int32 all_to_all on 8 devices: split 2/concat 0 of a (2,3,8) block, and "
+                  "untiled (split 0 of size 8, concat 1).",
+      mesh_shape=(8,), axis_names=("d",),
+      in_specs=(P("d"),), out_specs=(P("d"), P("d")),
+      make_inputs=lambda rng: [ints(rng, (16, 3, 8))], rtol=0.0, atol=0.0)
+def all_to_all_int_mesh8(x):
+    a = lax.all_to_all(x, "d", split_axis=2, concat_axis=0, tiled=True)
+    b = lax.all_to_all(jnp.transpose(x, (2, 0, 1)), "d", split_axis=0, concat_axis=1)
+    return a, b
+
+
+@case(description="ppermute with non-cyclic pairs on 4 devices: {0->2,1->3} (devices 0,1 "
+                  "get zeros), a shift without wrap (device 0 gets zeros), a swap {0<->3}.",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"),), out_specs=(P("d"), P("d"), P("d")),
+      make_inputs=lambda rng: [normal(rng, (8, 3))])
+def ppermute_partial_mesh4(x):
+    a = lax.ppermute(x, "d", perm=[(0, 2), (1, 3)])
+    b = lax.ppermute(x * 2.0, "d", perm=[(0, 1), (1, 2), (2, 3)])
+    c = lax.ppermute(x + 1.0, "d", perm=[(0, 3), (3, 0)])
+    return a, b, c
+
+
+@case(description="bf16 psum (XLA promotes the reducer to f32), bf16 pmax and an f16 psum "
+                  "on 2 devices.",
+      mesh_shape=(2,), axis_names=("d",),
+      in_specs=(P("d"), P("d")), out_specs=(P(), P(), P()),
+      make_inputs=lambda rng: [normal(rng, (2, 16), ml_dtypes.bfloat16),
+                               normal(rng, (2, 5), np.float16)],
+      rtol=1e-2, atol=1e-2, check_vma=False)
+def psum_bf16_mesh2(x, h):
+    return lax.psum(x, "d"), lax.pmax(x, "d"), lax.psum(h, "d")
+
+
+@case(description="pmax/pmin of f32 and int32, an int8 psum (wraps) and pmean on 8 devices.",
+      mesh_shape=(8,), axis_names=("d",),
+      in_specs=(P("d"), P("d"), P("d")), out_specs=(P(), P(), P(), P(), P(), P()),
+      make_inputs=lambda rng: [normal(rng, (8, 5)), ints(rng, (8, 4)),
+                               ints(rng, (8, 6), -100, 100, np.int8)],
+      rtol=1e-5, atol=1e-6, check_vma=False)
+def pmax_pmin_mesh8(x, i, b):
+    return (lax.pmax(x, "d"), lax.pmin(x, "d"), lax.pmax(i, "d"), lax.pmin(i, "d"),
+            lax.psum(b, "d"), lax.pmean(x, "d"))
+
+
+@case(description="2x2 mesh: lax.cond on the row index with psum('c') in one branch and "
+                  "pmax('c') in the other, and a 3-way lax.switch whose index is a psum over "
+                  "'c' (uniform within each 'c' group): the two rows run different branches.",
+      mesh_shape=(2, 2), axis_names=("r", "c"),
+      in_specs=(P("r", "c"), P("r", "c")), out_specs=(P("r", "c"), P("r", "c")),
+      # k sums to 3 in row 0 (switch branch 0: psum on devices 0,1) and to 1 in row 1 (branch
+      # 1: all_gather on devices 2,3). Branch 2's ppermute is never taken: its pairs span
+      # both rows, and XLA:CPU makes all four devices rendezvous for it (a real hang).
+      make_inputs=lambda rng: [normal(rng, (4, 6)), np.array([[1, 2], [1, 0]], np.int32)],
+      check_vma=False)
+def cond_switch_collectives_mesh2x2(x, k):
+    row = lax.axis_index("r")
+    a = lax.cond(row == 0, lambda v: lax.psum(v, "c"), lambda v: lax.pmax(v, "c") * 2.0, x)
+    idx = lax.psum(k[0, 0], "c") % 3
+    b = lax.switch(idx, [lambda v: lax.psum(v * v, "c"),
+                         lambda v: lax.all_gather(v, "c", axis=0, tiled=True)[:2] + 1.0,
+                         lambda v: lax.ppermute(v, "c", perm=[(0, 1), (1, 0)])], x)
+    return a, b
+
+
+@case(description="lax.scan of 4 steps on a 4-device ring: each step ppermutes the carry, "
+                  "adds the local block and accumulates a psum (collectives inside a while).",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"),), out_specs=(P("d"), P()),
+      make_inputs=lambda rng: [normal(rng, (4, 5))], rtol=1e-5, atol=1e-5, check_vma=False)
+def scan_ring_mesh4(x):
+    ring = [(j, (j + 1) % 4) for j in range(4)]
+
+    def step(carry, _):
+        c, acc = carry
+        c = lax.ppermute(c, "d", perm=ring) + x
+        acc = acc + lax.psum(jnp.sum(c), "d")
+        return (c, acc), jnp.max(c)
+
+    (c, acc), _ = lax.scan(step, (x, jnp.float32(0)), None, length=4)
+    return c, acc
+
+
+def _mlp_loss(params, x, t):
+    w1, b1, w2 = params
+    h = jax.nn.relu(x @ w1 + b1)
+    y = h @ w2
+    return jnp.mean((y - t) ** 2)
+
+
+@case(description="Data-parallel MLP training step on 8 devices: per-device loss and grads, "
+                  "grads pmean'd (all-reduce of a tuple), SGD update; replicated new params.",
+      mesh_shape=(8,), axis_names=("d",),
+      in_specs=(P("d"), P("d"), P(), P(), P()), out_specs=(P(), P(), P(), P()),
+      make_inputs=lambda rng: [normal(rng, (32, 6)), normal(rng, (32, 2)),
+                               normal(rng, (6, 16)) * 0.5, normal(rng, (16,)) * 0.1,
+                               normal(rng, (16, 2)) * 0.5],
+      rtol=1e-4, atol=1e-5, check_vma=False)
+def mlp_train_step_dp_mesh8(x, t, w1, b1, w2):
+    loss, grads = jax.value_and_grad(_mlp_loss)((w1, b1, w2), x, t)
+    grads = lax.pmean(grads, "d")
+    loss = lax.pmean(loss, "d")
+    new = [p - 0.1 * g for p, g in zip((w1, b1, w2), grads)]
+    return (loss, *new)
+
+
+@case(description="Data-parallel MLP training step on 2 devices with a 2x2 batch split "
+                  "(psum of the grads, then an int32 step counter psum).",
+      mesh_shape=(2,), axis_names=("d",),
+      in_specs=(P("d"), P("d"), P(), P(), P()), out_specs=(P(), P(), P(), P()),
+      make_inputs=lambda rng: [normal(rng, (8, 4)), normal(rng, (8, 3)),
+                               normal(rng, (4, 8)) * 0.5, normal(rng, (8,)) * 0.1,
+                               normal(rng, (8, 3)) * 0.5],
+      rtol=1e-4, atol=1e-5, check_vma=False)
+def mlp_train_step_dp_mesh2(x, t, w1, b1, w2):
+    loss, grads = jax.value_and_grad(_mlp_loss)((w1, b1, w2), x, t)
+    grads = lax.psum(grads, "d")
+    new = [p - 0.05 * g for p, g in zip((w1, b1, w2), grads)]
+    return (lax.psum(loss, "d"), *new)
+
+
+# ---- generation -----------------------------------------------------------------------------
+def _mesh(c: Case) -> Mesh:
+    n = int(np.prod(c.mesh_shape))
+    return Mesh(np.array(jax.devices()[:n]).reshape(c.mesh_shape), c.axis_names)
+
+
+def _check_device_order(mesh: Mesh) -> None:
+    """Device d (row d of every array) must have flat mesh index d."""
+    names = mesh.axis_names
+
+    def probe():
+        idx = jnp.int32(0)
+        for name in names:
+            idx = idx * mesh.shape[name] + lax.axis_index(name)
+        return idx[None]
+
+    f = jax.jit(jax.shard_map(probe, mesh=mesh, in_specs=(), out_specs=P(names)))
+    out = f()
+    for shard in out.addressable_shards:
+        assert int(np.asarray(shard.data)[0]) == shard.device.id, (shard.device, shard.data)
+
+
+def _rows(array, n: int) -> np.ndarray:
+    """Per-device buffers of a global jax array, stacked in device-id order."""
+    by_device = {s.device.id: np.asarray(s.data) for s in array.addressable_shards}
+    assert sorted(by_device) == list(range(n)), sorted(by_device)
+    return np.stack([by_device[d] for d in range(n)])
+
+
+def _encode(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a
+
+
+def _spec_text(spec) -> str:
+    return repr(spec).replace("PartitionSpec", "P")
+
+
+def _module_facts(text: str) -> dict:
+    from xladist import parse_hlo
+    module = parse_hlo(text)
+    instrs = list(module.all_instructions())
+    ops = sorted({i.opcode for i in instrs})
+    collectives = sorted(o for o in ops if o.replace("-start", "").replace("-done", "") in (
+        "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+        "collective-broadcast", "ragged-all-to-all") and not o.endswith("-done"))
+    fusions = sorted({str(i.attrs.get("kind")) for i in instrs if i.opcode == "fusion"})
+    kcustom = sorted({i.backend_config for i in instrs if i.opcode == "fusion"
+                      and str(i.attrs.get("kind")) == "kCustom" and i.backend_config})
+    targets = sorted({str(i.attrs.get("custom_call_target")) for i in instrs
+                      if i.opcode == "custom-call"})
+    layout = re.search(r"entry_computation_layout=\{(.*?)\}(?:, [a-z_]+=|$)",
+                       text.splitlines()[0])
+    return {"module": module, "ops": ops, "collectives": collectives,
+            "fusion_kinds": [k.replace("kind.", "") for k in fusions],
+            "kcustom_backend_configs": kcustom, "custom_call_targets": targets,
+            "entry_computation_layout": layout.group(1) if layout else None}
+
+
+def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
+    mesh = _mesh(c)
+    n = mesh.size
+    _check_device_order(mesh)
+    seed = zlib.crc32(c.name.encode())
+    host = c.make_inputs(np.random.default_rng(seed))
+    args = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(host, c.in_specs)]
+    f = jax.jit(jax.shard_map(c.prog, mesh=mesh, in_specs=c.in_specs, out_specs=c.out_specs,
+                              check_vma=c.check_vma))
+    lowered = f.lower(*args)
+    compiled = lowered.compile()
+    text = compiled.as_text()
+    results = compiled(*args)
+    leaves = jax.tree_util.tree_leaves(results)
+    out_specs = jax.tree_util.tree_leaves(c.out_specs, is_leaf=lambda s: isinstance(s, P))
+    if len(out_specs) == 1 and len(leaves) > 1:
+        out_specs = out_specs * len(leaves)
+    folder = out_root / c.name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "module.hlo").write_text(text)
+    (folder / "module.unoptimized.hlo").write_text(lowered.as_text(dialect="hlo"))
+    ins = {f"arg{i}": _rows(a, n) for i, a in enumerate(args)}
+    outs = {f"out{i}": _rows(a, n) for i, a in enumerate(leaves)}
+    np.savez(folder / "inputs.npz", **{k: _encode(v) for k, v in ins.items()})
+    np.savez(folder / "expected.npz", **{k: _encode(v) for k, v in outs.items()})
+
+    facts = _module_facts(text)
+    module = facts["module"]
+    assert module.num_partitions == n, (module.num_partitions, n)
+    params = module.entry.parameters
+    arrays = {}
+    for i, (k, v) in enumerate(ins.items()):
+        arrays[k] = _array_meta(v, in_spec=_spec_text(c.in_specs[i]))
+        arrays[k]["entry_param"] = params[i].name
+    for i, (k, v) in enumerate(outs.items()):
+        arrays[k] = _array_meta(v, out_spec=_spec_text(out_specs[i]))
+    meta = {
+        "name": c.name, "num_devices": n, "num_partitions": n, "replica_count": 1,
+        "mesh": {"shape": list(c.mesh_shape), "axis_names": list(c.axis_names),
+                 "device_ids": np.arange(n).reshape(c.mesh_shape).tolist()},
+        "device_order": DEVICE_ORDER, "description": c.description,
+        "ops": facts["ops"], "collectives": facts["collectives"],
+        "dtypes": sorted({a["hlo_type"] for a in arrays.values()}),
+        "rtol": c.rtol, "atol": c.atol, "x64": bool(jax.config.jax_enable_x64),
+        "check_vma": c.check_vma,
+        "num_inputs": len(ins), "num_outputs": len(outs),
+        "result_is_tuple": module.entry.root.shape.is_tuple,
+        "entry_computation": module.entry.name,
+        "entry_computation_layout": facts["entry_computation_layout"],
+        "arrays": arrays,
+        "custom_call_targets": facts["custom_call_targets"],
+        "fusion_kinds": facts["fusion_kinds"],
+        "kcustom_backend_configs": facts["kcustom_backend_configs"],
+        "generator": {"tool": "tools/gen_corpus.py", "jax": jax.__version__,
+                      "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
+                      else jax.__version__, "numpy": np.__version__, "seed": seed,
+                      "xla_flags": os.environ["XLA_FLAGS"]},
+    }
+    if c.out_tol:
+        meta["out_tol"] = c.out_tol
+    (folder / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return folder
+
+
+def _array_meta(rows: np.ndarray, **spec) -> dict:
+    name = rows.dtype.name
+    return {"hlo_type": _HLO_TYPES[name], "local_shape": list(rows.shape[1:]),
+            "npz_dtype": "uint16" if name == "bfloat16" else name,
+            "encoding": "bf16_bits_as_uint16" if name == "bfloat16" else None, **spec}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="*", help=f"cases to generate (default all: "
+                                             f"{', '.join(CASES)})")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help="output folder")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for c in CASES.values():
+            print(f"{c.name}: {c.description}")
+        return 0
+    unknown = [n for n in args.cases if n not in CASES]
+    if unknown:
+        ap.error(f"unknown cases: {', '.join(unknown)}")
+    if len(jax.devices()) < NUM_HOST_DEVICES:
+        ap.error(f"jax sees {len(jax.devices())} devices; run with XLA_FLAGS={_FLAG}")
+    for name in args.cases or list(CASES):
+        folder = generate(CASES[name], args.out)
+        print(f"wrote {folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
