@@ -1,6 +1,6 @@
 """What a long run shows while it runs: one status line on rank 0.
 
-    xladist run: 12.4 s | step 37/100 (3.0/s) | outfeed 37 | waiting in all-reduce.3 ...
+    xladist run: 12.4 s | step 37/100 (3.0/s) | outfeed 37 | waiting 4 s in all-reduce.3
 
 On a terminal the line is redrawn in place (`\\r`, at most 10 times a second) from the
 first second on; when stderr is a file or a pipe, a plain log line is written every few
@@ -8,8 +8,9 @@ seconds instead, so logs stay readable. Short runs print nothing. `--quiet` turn
 
 The numbers come from rank 0's Tracer (runtime/trace.py): iterations of the entry
 computation's while loops (the training steps of a training loop; the interpreter counts
-them, the cpu backend does not yet), outfeed items, and, from the deadline watchdog, the
-wait rank 0 is blocked in right now. A daemon thread draws the line: it sleeps on an Event
+them, the cpu backend does not yet; the total when XLA recorded a known_trip_count),
+outfeed items, and, from the deadline watchdog, the wait rank 0 has been blocked in for
+more than LONG_WAIT_S. A daemon thread draws the line: it sleeps on an Event
 between updates and never touches MPI.
 
 Ranks do not know whether the user's stderr is a terminal (mpiexec hands them pipes), so
@@ -30,6 +31,7 @@ MODES = ("tty", "log", "off")
 TTY_INTERVAL_S = 0.1   # 10 Hz: smooth enough, and redraws cost nothing measurable
 TTY_DELAY_S = 1.0      # runs shorter than this show no line at all
 LOG_INTERVAL_S = 5.0   # one plain line per this many seconds when not on a terminal
+LONG_WAIT_S = 2.0      # a wait of rank 0 this long is named on the line
 
 
 def mode(quiet: bool = False, stream=None) -> str:
@@ -116,9 +118,9 @@ class Progress:
             parts.append(f"step {tr.iterations}{total} ({rate:.1f}/s)")
         if tr.outfeed_items:
             parts.append(f"outfeed {tr.outfeed_items}")
-        waiting = deadline.watchdog.describe_current()
-        if waiting and self.how == "tty":
-            parts.append(f"waiting in {waiting}")
+        waiting = _long_wait()
+        if waiting:
+            parts.append(waiting)
         return " | ".join(parts)
 
     def _run(self) -> None:
@@ -151,6 +153,19 @@ class Progress:
             except (OSError, ValueError):
                 pass
             self._shown = 0
+
+
+def _long_wait() -> str | None:
+    """`waiting 3 s in all-reduce.60 (line 62)` when rank 0 has been blocked for a while
+    (short waits would only flicker)."""
+    cur = deadline.watchdog.current
+    if cur is None:
+        return None
+    what, _where, start = cur
+    waited = time.monotonic() - start
+    if waited < LONG_WAIT_S:
+        return None
+    return f"waiting {waited:.0f} s in {str(what).split(' over ')[0]}"
 
 
 def _columns() -> int:

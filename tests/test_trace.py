@@ -307,3 +307,17 @@ def test_progress_mode(monkeypatch):
     assert progress.mode(quiet=True) == "off"
     monkeypatch.delenv(progress.ENV)
     assert progress.mode(stream=io.StringIO()) == "log"  # not a terminal
+
+
+def test_progress_names_a_long_wait_of_rank_0():
+    from collectives import deadline
+    p = progress.Progress(_FakeTracer(), "tty", stream=io.StringIO())
+    token = deadline.watchdog.begin("all-reduce.3 (line 4)", "devices [0, 1]")
+    try:
+        assert "waiting" not in p.status()  # a short wait is not worth a mention
+        what, where, _ = deadline.watchdog.current
+        deadline.watchdog.current = (what, where, time.monotonic() - 5)
+        assert p.status().endswith("| waiting 5 s in all-reduce.3 (line 4)")
+    finally:
+        deadline.watchdog.end(token)
+    assert "waiting" not in p.status()
