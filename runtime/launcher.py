@@ -11,6 +11,7 @@ here once, from measured facts on small machines:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -123,20 +124,41 @@ def _launch(cmd, env, timeout, capture) -> subprocess.CompletedProcess:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     else:
         kwargs.update(stderr=subprocess.PIPE, text=True, bufsize=1)
-    proc = subprocess.Popen(cmd, **kwargs)
-    try:
-        if capture:
-            out, err = proc.communicate(timeout=timeout)
-        else:
-            out, err = None, None
-            pump = threading.Thread(target=_forward_stderr, args=(proc.stderr,), daemon=True)
-            pump.start()
-            proc.wait(timeout=timeout)
-            pump.join(timeout=5)
-    except BaseException:
-        _kill_group(proc)
-        raise
+    with _stop_on_signals():
+        proc = subprocess.Popen(cmd, **kwargs)
+        try:
+            if capture:
+                out, err = proc.communicate(timeout=timeout)
+            else:
+                out, err = None, None
+                pump = threading.Thread(target=_forward_stderr, args=(proc.stderr,),
+                                        daemon=True)
+                pump.start()
+                proc.wait(timeout=timeout)
+                pump.join(timeout=5)
+        except BaseException:
+            _kill_group(proc)
+            raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """SIGTERM / SIGHUP to the launching process (`timeout`, a batch system, a closed
+    terminal) stop the job too: the ranks run in their own session and would outlive us."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def _forward_stderr(stream) -> None:

@@ -170,3 +170,49 @@ def test_top_level_help_lists_subcommands_and_examples():
     for sub in built:
         if sub != "bench":
             assert f"xladist {sub}" in examples, sub
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
+    # A job killed from outside (timeout, a batch system) must not leave ranks behind.
+    import signal
+    import time
+
+    from xladist.examples.train_mlp import Config, write_example
+    paths = write_example(tmp_path / "data", Config(replicas=2, steps=400))
+    marker = str(tmp_path / "marker.npz")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off")
+    proc = subprocess.Popen([sys.executable, "-m", "xladist", "run",
+                             paths["module"],
+                             "-n", "2", "--inputs", paths["inputs"], "--infeed",
+                             paths["infeed"], "--outputs", marker, "--no-check"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the launcher, mpiexec, its proxy and the ranks
+        assert len(_processes_with(marker)) >= 3, "the job did not start"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        for _ in range(50):
+            if not _processes_with(marker):
+                break
+            time.sleep(0.2)
+        assert _processes_with(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
