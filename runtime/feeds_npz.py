@@ -137,8 +137,8 @@ class PartLog:
         # Header: (leaf count, 1 for a tuple item); nested tuples are flattened.
         np.lib.format.write_array(buf, np.array([len(leaves), isinstance(item, tuple)],
                                                 np.int64))
-        for a in leaves:
-            np.lib.format.write_array(buf, np.ascontiguousarray(a), allow_pickle=False)
+        for a in leaves:  # (write_array keeps 0-d arrays 0-d; any strides)
+            np.lib.format.write_array(buf, a, allow_pickle=False)
         data = buf.getbuffer()
         while data:
             written = os.write(self.fd, data)

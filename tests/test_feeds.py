@@ -320,7 +320,7 @@ def test_part_log_of_a_killed_rank_is_recovered(tmp_path):
     sink = NpzSink(str(tmp_path / "out{rank}.npz"))
     sink.open(P0)
     sink.write(np.arange(3, dtype=np.float32))
-    sink.write((np.int32(1), np.ones(2, np.float64)))
+    sink.write((np.array(1, np.int32), np.ones(2, np.float64)))
     # Killed here: no close(). A record cut short by the kill is dropped.
     with open(feeds_npz.part_path(sink.path), "ab") as f:
         f.write(b"\x93NUMPY\x01\x00garbage")
@@ -330,7 +330,8 @@ def test_part_log_of_a_killed_rank_is_recovered(tmp_path):
     with np.load(tmp_path / "out0.npz") as f:
         assert sorted(f.files) == ["item0", "item1_0", "item1_1"]
         np.testing.assert_array_equal(f["item0"], [0, 1, 2])
-        assert f["item1_0"] == 1 and f["item1_1"].dtype == np.float64
+        assert f["item1_0"].shape == () and f["item1_0"] == 1
+        assert f["item1_1"].dtype == np.float64
     assert not (tmp_path / "out0.npz.part").exists()
 
 
