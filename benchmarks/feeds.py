@@ -1,0 +1,124 @@
+"""Infeed throughput of one rank: items/s and GB/s for 4 KiB, 1 MiB and 16 MiB items.
+
+    python benchmarks/feeds.py [--quick] [--repeats R]
+
+Rows, per item size:
+- numpy copy: `np.copyto` of the same bytes into a preallocated buffer -- the ceiling,
+  since every path hands the device a private copy of each item;
+- iterable: runtime.feeds with a Python iterable source (the producer thread copies each
+  item, the device side takes it from the bounded queue and checks it against the
+  infeed's shape) -- what `xladist run` ranks and in-MPI `xladist.run` do per rank;
+- npz file: the same with an npz source (each item read from an uncompressed .npz);
+- socket: a lambda hosted by the launching process (runtime/feeds_host.py) streaming to a
+  rank over a Unix socket; here both ends share one process (and its GIL), so this is a
+  lower bound for the real two-process case.
+"per-item overhead" is the time per item minus the numpy copy's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import xladist  # noqa: E402
+from runtime.device import DeviceAssignment, Placement  # noqa: E402
+from runtime.feeds import Feeds, IterableSource, NpzSource  # noqa: E402
+from runtime.feeds_host import FeedHost, SocketSource  # noqa: E402
+from runtime.feeds_npz import write_items  # noqa: E402
+
+SIZES = [("4 KiB", 4 << 10, 20000), ("1 MiB", 1 << 20, 600), ("16 MiB", 16 << 20, 40)]
+P0 = Placement(0, 0, 0, 0, DeviceAssignment.default(1, 1))
+
+
+def infeed_instr(nbytes: int):
+    n = nbytes // 4
+    module = xladist.parse_hlo(f"""HloModule bench
+ENTRY main {{
+  t = token[] after-all()
+  in = (f32[{n}], token[]) infeed(t)
+  ROOT d = f32[{n}] get-tuple-element(in), index=0
+}}
+""")
+    return next(i for i in module.entry.instructions if i.opcode == "infeed")
+
+
+def time_copy(src: np.ndarray, count: int) -> float:
+    dst = np.empty_like(src)
+    t0 = time.perf_counter()
+    for _ in range(count):
+        np.copyto(dst, src)
+    return time.perf_counter() - t0
+
+
+def time_feeds(source, instr, count: int, prefetch: int = 8) -> float:
+    feeds = Feeds(source, None, prefetch=prefetch, timeout=60)
+    feeds.start(P0)
+    t0 = time.perf_counter()
+    for _ in range(count):
+        feeds.infeed(instr)
+    elapsed = time.perf_counter() - t0
+    feeds.finish()
+    return elapsed
+
+
+def repeat(fn, repeats: int) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer items (a smoke run)")
+    ap.add_argument("--repeats", type=int, default=3, help="best of R runs (default 3)")
+    args = ap.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, nbytes, count in SIZES:
+            if args.quick:
+                count = max(4, count // 20)
+            instr = infeed_instr(nbytes)
+            item = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+            results = {"numpy copy": repeat(lambda: time_copy(item, count), args.repeats)}
+            results["iterable"] = repeat(lambda: time_feeds(
+                IterableSource(lambda r, rep, part: (item for _ in range(count))), instr,
+                count), args.repeats)
+            path = os.path.join(tmp, f"items{nbytes}.npz")
+            write_items(path, [item] * min(count, 64))
+            reps = -(-count // 64)
+
+            def npz_items(r, rep, part):
+                for _ in range(reps):
+                    yield from NpzSource(path).open(P0)
+            src = IterableSource(npz_items)
+            src.copies = False  # np.load already returns fresh arrays
+            results["npz file"] = repeat(lambda: time_feeds(src, instr, count), args.repeats)
+
+            def socket_run():
+                host = FeedHost(tmp, lambda r, rep, part: (item for _ in range(count)))
+                try:
+                    return time_feeds(SocketSource(host.path), instr, count)
+                finally:
+                    host.close()
+            results["socket"] = repeat(socket_run, args.repeats)
+            base = results["numpy copy"] / count
+            for name, secs in results.items():
+                per = secs / count
+                over = "" if name == "numpy copy" else f"{(per - base) * 1e6:9.1f}"
+                rows.append((label, name, count / secs, nbytes * count / secs / 1e9,
+                             per * 1e6, over))
+    print(f"{'item':>7} {'path':<11} {'items/s':>10} {'GB/s':>7} {'us/item':>9} "
+          f"{'overhead us':>11}")
+    for label, name, ips, gbs, us, over in rows:
+        print(f"{label:>7} {name:<11} {ips:10.0f} {gbs:7.2f} {us:9.1f} {over:>11}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
