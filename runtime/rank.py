@@ -74,7 +74,8 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
     channels = None
     if any(i.family == "p2p" for i in module.all_instructions()):
         from collectives.p2p import Channels
-        channels = Channels(comm.Dup(), placement, host=host)
+        with deadline.waiting("creating the channels' communicator"):
+            channels = Channels(comm.Dup(), placement, host=host)
     ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
     if feeds is not None:
         feeds.start(placement, module)  # checks the infeed order, starts the producer

@@ -285,3 +285,27 @@ def test_executor_runs_the_schedule_not_the_text_order():
     unscheduled = _Recorder()
     xladist.compile(module, device=unscheduled)(x)
     assert unscheduled.log == text
+
+
+# ---- host callbacks of the Python API, relayed from the launching process ---------------------
+
+@pytest.mark.timeout(300)
+def test_python_api_host_callbacks_run_in_the_launching_process():
+    from runtime.api import run
+    x = np.array([[1, 2, 3], [10, 20, 30]], np.float32)
+    sent = []
+
+    def host_recv(rank, channel):
+        assert channel == 7
+        k = sum(1 for r, _, _ in sent if r == rank)  # how many items this rank sent so far
+        return np.full(3, 100 * rank + k, np.float32)
+
+    def host_send(rank, channel, array):
+        sent.append((rank, channel, array))
+
+    got = run(HOST_LOOP, [x], n=2, host_send=host_send, host_recv=host_recv, timeout=60)
+    for r in range(2):
+        mine = [a for rank, c, a in sent if rank == r and c == 8]
+        want = x[r] + np.cumsum([np.full(3, 100 * r + k, np.float32) for k in range(3)], axis=0)
+        np.testing.assert_array_equal(np.stack(mine), want)
+        np.testing.assert_array_equal(got[r][0], want[-1])

@@ -113,3 +113,25 @@ def test_channel_end_never_posted(tmp_path):
             "device 1, waiting") in err, err
     assert "rank 0 waits for rank 1, which never arrived at the other end of the channel" \
         in err, err
+
+
+@pytest.mark.timeout(300)
+def test_failing_host_callback_ends_the_job_naming_rank_and_channel():
+    from runtime.api import run
+    from tests.test_channels_cli import HOST_LOOP
+    from xladist.errors import ExecutionError
+
+    def host_recv(rank, channel):
+        if rank == 1:
+            raise KeyError(f"no data for rank {rank}")
+        return np.zeros(3, np.float32)
+
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError) as info:
+        run(HOST_LOOP, [np.zeros((2, 3), np.float32)], n=2, host_recv=host_recv,
+            host_send=lambda rank, channel, array: None, timeout=60, job_timeout=60 + SLACK)
+    assert time.monotonic() - t0 < 60  # the error ended it, not the deadline
+    text = str(info.value)
+    assert "rank 1 (replica 0, partition 1)" in text
+    assert "recv-done" in text and "host_recv callback failed on channel 7" in text
+    assert "no data for rank 1" in text
