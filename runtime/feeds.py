@@ -368,7 +368,7 @@ class Feeds:
             self.sink.write(owned(data))
         except ExecutionError:
             raise
-        except Exception as e:  # noqa: BLE001 - a sink failure is this rank's failure
+        except Exception as e:
             raise self._error(instr, f"the outfeed sink failed on item {self.outfed}: "
                                      f"{type(e).__name__}: {e}") from e
         self.outfed += 1

@@ -14,8 +14,8 @@ import pytest
 
 import xladist
 from runtime import feeds_npz
-from runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
 from runtime.device import DeviceAssignment, Placement
+from runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
 from xladist.errors import ExecutionError, VerifierError
 
 RNG = np.random.default_rng(6)
@@ -147,7 +147,7 @@ def test_raw_bytes_item_is_the_buffer_in_layout_order():
 def test_empty_tuple_infeed_takes_no_item():
     a, b, c = chain_items()
     # Exactly three items for four infeeds: the empty tuple must not take one.
-    outs, got = run_one(xladist.parse_hlo(CHAIN), lambda r, rep, part: iter([a, b, c]))
+    _, got = run_one(xladist.parse_hlo(CHAIN), lambda r, rep, part: iter([a, b, c]))
     np.testing.assert_array_equal(got[0], a + c)
 
 
@@ -250,9 +250,9 @@ def test_empty_queue_waits_with_a_deadline():
 
 def test_no_source_and_no_sink_are_reported():
     feeds = Feeds(None, None, timeout=1)
-    with running_single(feeds, loop_module(1)) as device:
-        with pytest.raises(ExecutionError, match="this run has no infeed source"):
-            xladist.compile(loop_module(1), device=device)()
+    with running_single(feeds, loop_module(1)) as device, \
+            pytest.raises(ExecutionError, match="this run has no infeed source"):
+        xladist.compile(loop_module(1), device=device)()
 
 
 def test_prefetch_bounds_how_far_the_source_is_read():
@@ -308,9 +308,9 @@ def test_npz_source_refuses_gaps_and_mixed_keys(tmp_path):
 def test_outfeed_is_written_when_the_program_fails(tmp_path):
     xs = [np.full(3, k, np.float32) for k in range(3)]
     feeds = make_feeds(lambda r, rep, part: xs, str(tmp_path / "o.npz"), timeout=10)
-    with pytest.raises(ExecutionError, match="infeed exhausted on rank 0 at in \\(item 3\\)"):
-        with running_single(feeds, loop_module(6)) as device:
-            xladist.compile(loop_module(6), device=device)()
+    with pytest.raises(ExecutionError, match="infeed exhausted on rank 0 at in \\(item 3\\)"), \
+            running_single(feeds, loop_module(6)) as device:
+        xladist.compile(loop_module(6), device=device)()
     with np.load(tmp_path / "o.npz") as f:
         assert len(f.files) == 6  # three (step, acc) items outfed before the failure
         np.testing.assert_array_equal(f["item2_1"], [3, 3, 3])
@@ -340,5 +340,5 @@ def test_bf16_items_from_uint16_bits():
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")
     module = xladist.parse_hlo(text)
     xs = [np.array([1, 2, 3], ml_dtypes.bfloat16).view(np.uint16)] * 2
-    outs, got = run_one(module, lambda r, rep, part: xs)
+    outs, _ = run_one(module, lambda r, rep, part: xs)
     np.testing.assert_array_equal(outs[0].astype(np.float32), [2, 4, 6])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from xladist.examples.train_mlp import Config, build_module  # noqa: E402
+from xladist.examples.train_mlp import Config, build_module
 
 
 def main() -> None:

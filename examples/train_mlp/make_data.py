@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from xladist.examples.train_mlp import Config, write_example  # noqa: E402
+from xladist.examples.train_mlp import Config, write_example
 
 
 def main() -> None:

@@ -61,7 +61,7 @@ def test_chain_with_per_rank_items_and_tuple_outfeeds():
                infeed=lambda rank, replica, partition: list(items(rank)),
                outfeed=lambda rank, replica, partition, x: got.append((rank, x)))
     total = sum(items(r)[0] for r in range(n))
-    a, b = items(me)
+    _, b = items(me)
     assert [r for r, _ in got] == [me, me]  # each rank's callback sees its own items
     np.testing.assert_allclose(got[0][1], total + b[1], rtol=1e-5)
     np.testing.assert_array_equal(got[1][1][0], b[0])
