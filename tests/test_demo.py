@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _demo(*args, timeout=150, cwd=ROOT):
     env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="log")
     return subprocess.run([sys.executable, "-m", "xladist", "demo", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _reference_losses(ranks: int, steps: int):
@@ -39,13 +39,13 @@ def test_demo_prints_losses_and_summary(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     printed = [(int(m[1]), float(m[2])) for m in re.finditer(r"^step +(\d+) +loss ([\d.]+)",
-                                                             out, re.M)]
+                                                             out, re.MULTILINE)]
     assert [s for s, _ in printed] == list(range(1, steps + 1))
     want = _reference_losses(ranks, steps)[0]  # rank 0's batches
     np.testing.assert_allclose([v for _, v in printed], want, rtol=1e-3)
-    assert re.search(rf"^{steps} steps in [\d.]+ s: [\d.]+ ms per step$", out, re.M)
+    assert re.search(rf"^{steps} steps in [\d.]+ s: [\d.]+ ms per step$", out, re.MULTILINE)
     assert "compute" in out and "collective wait" in out and "infeed wait" in out
-    rows = re.findall(r"^ +(\d+) +[\d.]+ s +[\d.]+ s +\d+%", out, re.M)
+    rows = re.findall(r"^ +(\d+) +[\d.]+ s +[\d.]+ s +\d+%", out, re.MULTILINE)
     assert rows == [str(r) for r in range(ranks)]
     assert "-> OK" in out
     # The timeline has both ranks, one all-reduce and one infeed per step on each.
@@ -64,7 +64,7 @@ def test_demo_default_is_four_ranks_under_30_s():
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "on 4 rank(s)" in proc.stdout and "-> OK" in proc.stdout
-    assert len(re.findall(r"^ +[0-3] +[\d.]+ s ", proc.stdout, re.M)) == 4
+    assert len(re.findall(r"^ +[0-3] +[\d.]+ s ", proc.stdout, re.MULTILINE)) == 4
     # The issue's budget is 30 s on 2 free cores; a loaded test machine gets slack.
     assert took < 90, f"xladist demo took {took:.1f} s"
 

@@ -25,7 +25,7 @@ HOSTFILE = ROOT / "launch" / "hostfile.localhost"
 def _xladist(*args, cwd=ROOT, timeout=120, progress="off"):
     env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS=progress)
     return subprocess.run([sys.executable, "-m", "xladist", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _check_outputs(path):
