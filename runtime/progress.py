@@ -6,11 +6,12 @@ On a terminal the line is redrawn in place (`\\r`, at most 10 times a second) fr
 first second on; when stderr is a file or a pipe, a plain log line is written every few
 seconds instead, so logs stay readable. Short runs print nothing. `--quiet` turns it off.
 
-The numbers come from rank 0's Tracer (runtime/trace.py): iterations of the entry
-computation's while loops (the training steps of a training loop; the interpreter counts
-them, the cpu backend does not yet; the total when XLA recorded a known_trip_count),
-outfeed items, and, from the deadline watchdog, the wait rank 0 has been blocked in for
-more than LONG_WAIT_S. A daemon thread draws the line: it sleeps on an Event
+The numbers come from what rank 0 keeps anyway: the iteration of its outermost loop
+that communicates (the deadline watchdog's loop stack, kept for hang reports; for a
+training loop, the step; the total when XLA recorded a known_trip_count) or, when the
+run is traced, the Tracer's count of top-level loop iterations; outfeed items (rank 0's
+counters-only Tracer, runtime/trace.py); and the wait rank 0 has been blocked in for more
+than LONG_WAIT_S. A daemon thread draws the line: it sleeps on an Event
 between updates and never touches MPI.
 
 Ranks do not know whether the user's stderr is a terminal (mpiexec hands them pipes), so
@@ -112,10 +113,11 @@ class Progress:
         tr = self.tracer
         elapsed = time.monotonic() - self._t0
         parts = [f"{self.label}: {elapsed:.1f} s"]
-        if tr.iterations:
+        step = _loop_iteration() or tr.iterations
+        if step:
             total = f"/{tr.trip_count}" if tr.trip_count else ""
-            rate = tr.iterations / elapsed if elapsed > 0 else 0.0
-            parts.append(f"step {tr.iterations}{total} ({rate:.1f}/s)")
+            rate = step / elapsed if elapsed > 0 else 0.0
+            parts.append(f"step {step}{total} ({rate:.1f}/s)")
         if tr.outfeed_items:
             parts.append(f"outfeed {tr.outfeed_items}")
         waiting = _long_wait()
@@ -153,6 +155,16 @@ class Progress:
             except (OSError, ValueError):
                 pass
             self._shown = 0
+
+
+def _loop_iteration() -> int:
+    """The iteration rank 0's outermost communicating loop is in (the watchdog keeps it for
+    its reports at no extra cost), or 0."""
+    loops = deadline.watchdog.loops
+    try:
+        return int(loops[0][1]) if loops else 0
+    except (IndexError, TypeError, ValueError):  # popped while we looked: no loop now
+        return 0
 
 
 def _long_wait() -> str | None:

@@ -51,8 +51,10 @@ _now = time.perf_counter_ns
 class Tracer:
     """One rank's timeline and counters (see the module docstring).
 
-    `record=False` keeps only the counters and totals (for progress and the demo summary)
-    and stores no slices.
+    `record=False` keeps only the wait totals and counters (for progress and the demo
+    summary): no slices, and no per-instruction hook (TracedDevice does not offer the
+    tracer to the Evaluator), so it costs one clock read per wait and nothing per
+    instruction.
     """
 
     def __init__(self, rank: int = 0, *, record: bool = True, max_events: int = MAX_EVENTS):
@@ -236,12 +238,14 @@ class TracedDevice:
     """A DeviceContext that times every call of the one it wraps into `tracer`.
 
     Everything else (ids, plans, attributes) is forwarded unchanged, so both backends use it
-    as they would use the wrapped context; the Evaluator finds `tracer` on it.
+    as they would use the wrapped context. The Evaluator finds `tracer` on it (and then
+    reports every instruction) only when the tracer records slices.
     """
 
     def __init__(self, inner, tracer: Tracer):
         self._inner = inner
-        self.tracer = tracer
+        self._tracer = tracer
+        self.tracer = tracer if tracer.record else None
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -259,7 +263,7 @@ class TracedDevice:
         try:
             return self._inner.collective(instr, args, reducer)
         finally:
-            self.tracer.wait("collective", instr.name, t0, _now(),
+            self._tracer.wait("collective", instr.name, t0, _now(),
                              self._collective_args(instr, args))
 
     def collective_start(self, instr, args, reducer=None):
@@ -267,7 +271,7 @@ class TracedDevice:
         try:
             return self._inner.collective_start(instr, args, reducer)
         finally:
-            self.tracer.wait("collective", instr.name, t0, _now(),
+            self._tracer.wait("collective", instr.name, t0, _now(),
                              self._collective_args(instr, args))
 
     def collective_done(self, instr, handle):
@@ -275,7 +279,7 @@ class TracedDevice:
         try:
             return self._inner.collective_done(instr, handle)
         finally:
-            self.tracer.wait("collective", instr.name, t0, _now(),
+            self._tracer.wait("collective", instr.name, t0, _now(),
                              {"opcode": instr.opcode, "group": self._group(instr)})
 
     def send(self, instr, data):
@@ -297,7 +301,7 @@ class TracedDevice:
         return self._timed("infeed", instr, self._inner.infeed, instr)
 
     def outfeed(self, instr, data):
-        self.tracer.outfeed_items += 1
+        self._tracer.outfeed_items += 1
         return self._timed("outfeed", instr, self._inner.outfeed, instr, data,
                            args={"bytes": _nbytes([data])})
 
@@ -306,7 +310,7 @@ class TracedDevice:
         try:
             return fn(*call_args)
         finally:
-            self.tracer.wait(kind, instr.name, t0, _now(), args or {"opcode": instr.opcode})
+            self._tracer.wait(kind, instr.name, t0, _now(), args or {"opcode": instr.opcode})
 
 
 def format_summary(summaries: list[dict], *, steps: int | None = None) -> str:
