@@ -322,3 +322,17 @@ def test_progress_names_a_long_wait_of_rank_0():
     finally:
         deadline.watchdog.end(token)
     assert "waiting" not in p.status()
+
+
+def test_python_api_writes_a_trace(tmp_path):
+    import xladist
+    d = CORPUS / "psum_basic_mesh4"
+    trace = tmp_path / "api.json"
+    outs = xladist.run(d / "module.hlo", d / "inputs.npz", n=4, trace=str(trace),
+                       job_timeout=120)
+    expected = np.load(d / "expected.npz")["out0"]
+    np.testing.assert_allclose(np.stack([o[0] for o in outs]), expected, rtol=1e-5)
+    events = json.loads(trace.read_text())["traceEvents"]
+    reduces = [e for e in events if e.get("cat") == "collective"]
+    assert sorted(e["pid"] for e in reduces) == [0, 1, 2, 3]
+    assert all(e["args"]["bytes"] == 40 for e in reduces)  # f32[10] on each device
