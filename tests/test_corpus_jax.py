@@ -81,8 +81,8 @@ def _cpu_skip_reason(folder: Path) -> str | None:
     """Why the cpu backend cannot run this module yet (None: it compiles)."""
     if folder not in _cpu_verdicts:
         proc = subprocess.run([sys.executable, "-c", _PROBE, str(folder / "module.hlo")],
-                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                              capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+                              check=False, cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
         if proc.returncode == 3:
             _cpu_verdicts[folder] = (f"cpu backend cannot compile {folder.name} yet: "
                                      f"{proc.stdout.strip()}")
@@ -103,7 +103,7 @@ def run_cli(module: Path, n: int, inputs: Path, outputs: Path, *extra: str,
            "--inputs", str(inputs), "--outputs", str(outputs), *extra]
     try:
         return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout, start_new_session=True)
+                              check=False, timeout=timeout, start_new_session=True)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{' '.join(cmd)} did not finish in {timeout}s:\n{e.stdout}\n{e.stderr}")
 
