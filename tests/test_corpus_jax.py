@@ -82,7 +82,8 @@ def _cpu_skip_reason(folder: Path) -> str | None:
     if folder not in _cpu_verdicts:
         proc = subprocess.run([sys.executable, "-c", _PROBE, str(folder / "module.hlo")],
                               check=False, cwd=ROOT,
-                              env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                              text=True, timeout=JOB_TIMEOUT_S)
         if proc.returncode == 3:
             _cpu_verdicts[folder] = (f"cpu backend cannot compile {folder.name} yet: "
                                      f"{proc.stdout.strip()}")
