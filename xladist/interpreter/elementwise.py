@@ -26,7 +26,6 @@ reference the instruction's dims.
 from __future__ import annotations
 
 import numpy as np
-import scipy.special
 
 from ..errors import UnsupportedError
 from .dtypes import (
@@ -80,7 +79,13 @@ def _rsqrt(x):
 
 
 def _logistic(x):
+    import scipy.special  # lazily: importing scipy costs ~0.8 s per rank
     return scipy.special.expit(x)
+
+
+def _erf(x):
+    import scipy.special  # lazily, as above
+    return scipy.special.erf(x)
 
 
 def _complex_logistic(z):
@@ -166,7 +171,7 @@ UNARY: dict[str, dict[str, callable]] = {
     "cosine": _fc(np.cos, np.cos),
     "tan": _fc(np.tan, np.tan),
     "tanh": _fc(np.tanh, np.tanh),
-    "erf": _fc(scipy.special.erf),
+    "erf": _fc(_erf),
     "acos": _fc(np.arccos, np.arccos),
     "acosh": _fc(np.arccosh, np.arccosh),
     "asin": _fc(np.arcsin, np.arcsin),
