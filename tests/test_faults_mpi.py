@@ -121,7 +121,8 @@ BAD_COLLECTIVES = {
     "group-misses-a-device": (
         "replica_groups={{0,1}}", "replica_groups={{0}}", ["instruction s", "missing [1]"]),
     "device-in-two-groups": (
-        "replica_groups={{0,1}}", "replica_groups={{0,1},{1}}", ["instruction s", "id 1 appears twice"]),
+        "replica_groups={{0,1}}", "replica_groups={{0,1},{1}}",
+        ["instruction s", "id 1 appears twice"]),
     "id-out-of-range": (
         "replica_groups={{0,1}}", "replica_groups={{0,2}}", ["instruction s", "2 is out of range"]),
 }
