@@ -720,5 +720,17 @@ class CommunicatorCache:
                 return self.get(g)
         return None
 
+    def free(self) -> None:
+        """Release every sub-communicator and the world duplicate (every rank calls it, after
+        the program's last collective). MPICH has about 2,000 context ids per process, so a
+        process that runs many programs (xladist.run in a loop under MPI) must give them back.
+        """
+        comms = {id(c): c for c in self._comms.values() if c is not None}
+        comms[id(self.world)] = self.world
+        self._comms.clear()
+        for comm in comms.values():
+            if hasattr(comm, "free"):  # the in-process twin has nothing to release
+                comm.free()
+
     def __len__(self) -> int:
         return len(self._comms)

@@ -111,6 +111,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpret
         feeds.finish()
     if channels is not None:
         channels.close()
+    cache.free()  # communicators are per run: a process running many programs reuses ids
     if host is not None and hasattr(host, "finish"):
         host.finish()
     result = RankResult(rank, outputs)

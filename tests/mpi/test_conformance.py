@@ -420,10 +420,9 @@ def test_collective_conformance(R, P, op):
     problems = check_outputs(prog, outs)
     assert not problems, (f"{len(problems)} wrong results in {prog.name} "
                           f"({len(prog.checks)} collectives):\n" + "\n".join(problems[:15]))
-    # Data must really have crossed devices: some device's result is not its own input.
-    assert any(not np.array_equal(c.expected(d)[0], prog.inputs(d)[0])
-               for c in prog.checks for d in range(prog.n)
-               if c.expected(d) and c.expected(d)[0].shape == prog.inputs(d)[0].shape)
+    # Not vacuous: many collectives, and some over groups of several devices.
+    assert len(prog.checks) >= 40
+    assert any(len(g) > 1 for v in variants(op, R, P) for g in v.device_groups(R, P))
 
 
 # Tolerances of an inexact sum of WORLD normal samples against the float64 sum.
@@ -460,3 +459,26 @@ def test_inexact_sums_bit_identical_across_members():
                 problems.append(f"{c.name}: relative error {err:.3g} > {INEXACT_TOL[dt]}")
     assert not problems, "\n".join(problems[:15])
     assert len(prog.checks) >= 10
+
+
+def test_runs_release_their_communicators(monkeypatch):
+    """Each run's communicators are freed at its end: MPICH has ~2,000 context ids per
+    process, so a process that calls xladist.run in a loop would otherwise run out."""
+    from collectives.communicator import CommunicatorCache
+
+    caches = []
+    prepare = CommunicatorCache.prepare
+
+    def recording(self, groupings):
+        caches.append(self)
+        return prepare(self, groupings)
+
+    monkeypatch.setattr(CommunicatorCache, "prepare", recording)
+    prog = build("all-reduce", 1, WORLD, full=False)
+    for _ in range(2):
+        xladist.run(prog.text(), prog.per_device_inputs(), n=WORLD,
+                    timeout=COLLECTIVE_TIMEOUT_S)
+    assert len(caches) == 2 and caches[0] is not caches[1]
+    for cache in caches:
+        assert len(cache) == 0
+        assert cache.world.comm == MPI.COMM_NULL
