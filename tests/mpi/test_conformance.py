@@ -1,7 +1,7 @@
 """Collective conformance through the real runtime: HLO programs run by `xladist.run` under MPI.
 
 Run as `mpiexec -n N python -m pytest --with-mpi tests/mpi/test_conformance.py` (N = 2 or 4;
-tests/test_mpi_suites.py does both). For every (replica_count, num_partitions) that the world
+tests/test_mpi_suites.py does both), with both backends (interpreter and cpu). For every (replica_count, num_partitions) that the world
 size allows (R=N,P=1 / R=1,P=N / R=2,P=N/2) and every collective, ONE module holds many
 collectives: every group mode the op has (cross-replica, cross-partition,
 cross-replica-and-partition, flattened-id) x replica groups (empty, explicit reversed, iota with
@@ -409,14 +409,34 @@ def check_outputs(prog: Program, outs: list[list[np.ndarray]]) -> list[str]:
 
 
 _PARAMS = [(R, P, op) for R, P in CONFIGS for op in OPS]
+BACKENDS = ("interpreter", "cpu")
 
 
+@pytest.fixture(scope="session")
+def backend_skip():
+    """backend -> why it cannot run here (the same answer on every rank), or None."""
+    from xladist.errors import UnsupportedError
+    reasons = {}
+    tiny = xladist.parse_hlo("HloModule t\nENTRY %e {\n  ROOT %c = f32[] constant(1)\n}\n")
+    for b in BACKENDS:
+        try:
+            xladist.compile(tiny, backend=b)
+            reasons[b] = None
+        except UnsupportedError as e:
+            reasons[b] = f"backend {b} is not available: {e}"
+    return reasons
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("R,P,op", _PARAMS, ids=[f"R{R}xP{P}-{op}" for R, P, op in _PARAMS])
-def test_collective_conformance(R, P, op):
+def test_collective_conformance(R, P, op, backend, backend_skip):
+    if backend_skip[backend]:
+        pytest.skip(backend_skip[backend])
     full = (R, P) == CONFIGS[0]
     prog = build(op, R, P, full)
     text = prog.text()
-    outs = xladist.run(text, prog.per_device_inputs(), n=WORLD, timeout=COLLECTIVE_TIMEOUT_S)
+    outs = xladist.run(text, prog.per_device_inputs(), n=WORLD, timeout=COLLECTIVE_TIMEOUT_S,
+                       backend=backend)
     problems = check_outputs(prog, outs)
     assert not problems, (f"{len(problems)} wrong results in {prog.name} "
                           f"({len(prog.checks)} collectives):\n" + "\n".join(problems[:15]))
