@@ -3,9 +3,19 @@
 Nested computations take and return flat leaf lists (thunks.CompiledComputation),
 so loop state moves between iterations without copies: a body's results become
 the next iteration's parameters.
+
+Loops that communicate keep the watchdog's loop stack exactly as the interpreter
+does under the MPI runtime (runtime/watchdog.py `loop_tracking_rules`): enter the
+loop, bump the iteration before each condition evaluation, exit; so a hang report
+says "iteration k of while.N" with either backend. The stack lives in
+collectives.deadline, which the runtime has loaded whenever a watchdog runs: the
+compiler only looks it up in sys.modules (no import, no cost without MPI).
 """
 
 from __future__ import annotations
+
+import sys
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -36,12 +46,50 @@ class Relayout:
         return leaves
 
 
+# Async forms that stay on one device (runtime.schedule's _LOCAL_ASYNC).
+_LOCAL_ASYNC = frozenset({"copy-start", "copy-done"})
+
+
+def communicates(comp, _memo: dict | None = None) -> bool:
+    """Whether running `comp` (and what it calls) may wait for another device: the rule
+    of runtime.schedule.computation_communicates, which decides the interpreter's loop
+    tracking (collectives, async collectives, cross-device send/recv)."""
+    memo = {} if _memo is None else _memo
+    key = id(comp)
+    if key in memo:
+        return memo[key]
+    memo[key] = False
+    result = False
+    for i in comp.instructions:
+        family = i.family
+        if family == "collective" or (family == "collective_async"
+                                      and i.opcode not in _LOCAL_ASYNC) \
+                or (family == "p2p" and not i.attrs.get("is_host_transfer", False)) \
+                or any(communicates(c, memo) for c in i.called_computations()):
+            result = True
+            break
+    memo[key] = result
+    return result
+
+
+def _loop_stack():
+    """collectives.deadline.watchdog when the runtime has loaded it, else None."""
+    mod = sys.modules.get("collectives.deadline")
+    return getattr(mod, "watchdog", None)
+
+
 class WhileThunk(Thunk):
     kind = "control"
 
-    def __init__(self, instr, cond, body, in_slots, out_slots):
+    def __init__(self, instr, cond, body, in_slots, out_slots, original=None):
         super().__init__()
         self.instr = instr
+        # The user's while (flatten clones it, prefixing names inside inlined calls).
+        self.orig = original if original is not None else instr
+        a = self.orig.attrs
+        self.tracked = communicates(a["condition"]) or communicates(a["body"])
+        # The body's ROOT: the Tracer counts iterations by it, as with the interpreter.
+        self.body_root = a["body"].root
         self.cond, self.body = cond, body
         self.in_slots, self.out_slots = in_slots, out_slots
         self.reads = [s for s in in_slots if s is not None]
@@ -55,15 +103,42 @@ class WhileThunk(Thunk):
 
     def run(self, frame) -> None:
         state = self.init_to_state(leaf_values(frame, self.in_slots))
-        device = frame.device
-        cond, body = self.cond, self.body
-        to_cond, back = self.state_to_cond, self.result_to_state
-        while cond.run(to_cond(state), device)[0][0]:
-            state = back(body.run(state, device))
+        rs = frame.rs
+        wd = _loop_stack() if self.tracked else None
+        if wd is None and rs.tracer is None:
+            cond, body = self.cond, self.body
+            to_cond, back = self.state_to_cond, self.result_to_state
+            while cond.run(to_cond(state), rs)[0][0]:
+                state = back(body.run(state, rs))
+        else:
+            state = self._run_observed(state, rs, wd)
         state = self.state_to_out(state)
         for s, v in zip(self.out_slots, state):
             if s is not None:
                 frame.set(s, v)
+
+    def _run_observed(self, state, rs, wd):
+        """The loop with the watchdog's iteration context and/or the timeline: one slice
+        per iteration named after the body's ROOT (the Tracer counts iterations by it)."""
+        cond, body = self.cond, self.body
+        to_cond, back = self.state_to_cond, self.result_to_state
+        tracer = rs.tracer
+        entry = wd.enter_loop(self.orig.name) if wd is not None else None
+        try:
+            while True:
+                if entry is not None:
+                    entry[1] += 1  # the condition before body k belongs to iteration k
+                if not cond.run(to_cond(state), rs)[0][0]:
+                    return state
+                if tracer is None:
+                    state = back(body.run(state, rs))
+                else:
+                    t0 = perf_counter_ns()
+                    state = back(body.run(state, rs))
+                    tracer.instruction(self.body_root, t0, perf_counter_ns())
+        finally:
+            if entry is not None:
+                wd.exit_loop()
 
     def describe(self) -> str:
         return f"while cond={self.cond.name} body={self.body.name}"
@@ -95,7 +170,7 @@ class ConditionalThunk(Thunk):
             i = int(raw.view(np.int32)[0])
             k = i if 0 <= i < n else n - 1  # out of range selects the last branch
         args = self.into[k](leaf_values(frame, self.operand_slots[k]))
-        result = self.out_of[k](self.branches[k].run(args, frame.device))
+        result = self.out_of[k](self.branches[k].run(args, frame.rs))
         for s, v in zip(self.out_slots, result):
             if s is not None:
                 frame.set(s, v)
@@ -123,7 +198,7 @@ class AsyncStartThunk(Thunk):
 
     def run(self, frame) -> None:
         args = leaf_values(frame, self.operand_slots)
-        result = self.comp.run(args, frame.device)
+        result = self.comp.run(args, frame.rs)
         n = len(self.operand_slots)
         values = list(args) + list(result)
         for i, s in enumerate(self.out_slots):

@@ -3,8 +3,8 @@
 The DeviceContext (xladist/interpreter/context.py) is the one interface both
 backends call, so the MPI runtime serves compiled programs unchanged. Values
 handed to it are the interpreter's: logical numpy arrays (views of our
-buffers), tuples, TOKEN. Async starts keep their handle in the frame until the
-matching done runs (start and done must be in the same computation).
+buffers), tuples, TOKEN. Async starts keep their handle in the RunState until the
+matching done runs, wherever the start's value travelled (see "async pairs").
 Reducers are compiled element-wise kernels (CompiledReducer).
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ExecutionError
+from ..errors import ExecutionError, UnsupportedError
 from .thunks import Thunk, _value, address, physical_leaf
 
 MAP_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
@@ -63,6 +63,7 @@ class DeviceThunk(Thunk):
         self.reads = [s for slots in operand_slots for s in slots if s is not None]
         self.writes = [s for s in out_slots if s is not None]
         self.runner = DEVICE_RUNNERS[instr.opcode]
+        self.key = _async_key(instr)
 
     def args(self, frame) -> list:
         return [_value(frame, op.shape, slots)
@@ -87,6 +88,28 @@ class DeviceThunk(Thunk):
 
     def describe(self) -> str:
         return f"device {self.instr.opcode}"
+
+
+# Async starts and dones whose handle travels in a key leaf (_key_leaf).
+_STARTS = {"all-reduce-start", "all-gather-start", "collective-permute-start", "send", "recv"}
+_DONES = {"all-reduce-done", "all-gather-done", "collective-permute-done", "send-done",
+          "recv-done"}
+
+
+def _async_key(instr):
+    """The key leaf's index in a start's result (or a done's operand), else None."""
+    if instr.opcode in _STARTS:
+        start_op, shape = instr.opcode, instr.shape
+    elif instr.opcode in _DONES:
+        start_op = instr.opcode.replace("-done", "-start") if not instr.opcode.startswith(
+            ("send", "recv")) else instr.opcode[:-5]
+        shape = instr.operands[0].shape
+    else:
+        return None
+    if start_op in ("all-gather-start", "collective-permute-start", "send"):
+        # Skip the operand part (the start's first tuple element: send's data).
+        return _key_leaf(start_op, shape, sum(1 for _ in shape.tuple_shapes[0].leaves()))
+    return _key_leaf(start_op, shape)
 
 
 def _walk(shape, value, out):
@@ -121,39 +144,72 @@ def _collective(t, frame):
     t.write(frame, t.instr.shape, result)
 
 
-def _pending_key(instr):
-    return id(instr)
+# ---- async pairs -------------------------------------------------------------------------
+# A start's handle is kept in the RunState under the identity of one leaf buffer of its
+# result that the start allocates itself (the "key leaf"). Tuples, get-tuple-element,
+# while-loop state and conditionals pass leaf buffers on without copying, so the done
+# finds its start through the same leaf of its operand wherever the value travelled: a
+# pipelined send/recv started in one iteration completes in the next (the interpreter's
+# Pending values in tuples). The entry keeps the buffer alive, so its id stays unique.
+
+def _key_leaf(opcode: str, start_shape, n_operand_leaves: int = 0) -> int:
+    """Index of the key leaf among the flat leaves of a start's result shape."""
+    leaves = [s for _, s in start_shape.leaves()]
+    first = {"all-reduce-start": 0, "recv": 0}.get(opcode, n_operand_leaves)
+    for i in range(first, len(leaves)):
+        if leaves[i].is_array:
+            return i
+    raise UnsupportedError(f"`{opcode}` with result {start_shape.to_text()} has no array "
+                           "leaf to carry its handle")
+
+
+def _fresh(frame, slot):
+    """A new zero buffer for `slot` (a start's result part, or its key leaf)."""
+    a = np.zeros(max(slot.nbytes, 1), np.uint8)[:slot.nbytes]
+    frame.set(slot, a)
+    return a
+
+
+def _keep(t, frame, handle) -> None:
+    key = t.out_slots[t.key]
+    buf = frame.bufs[key.id]
+    frame.pending[id(buf)] = (buf, handle)
+
+
+def _take_pending(t, frame):
+    slot = t.operand_slots[0][t.key]
+    buf = frame.bufs[slot.id] if slot is not None else None
+    entry = frame.pending.pop(id(buf), None) if buf is not None else None
+    if entry is None or entry[0] is not buf:
+        raise ExecutionError(
+            f"{t.instr.opcode} `{t.orig.name}`: its operand is not the result of a start that "
+            "is still in flight (already completed, or not produced by a start of this run)",
+            instruction=t.orig.name)
+    return entry[1]
 
 
 @_runner("all-reduce-start")
 def _all_reduce_start(t, frame):
-    frame.pending[_pending_key(t.instr)] = frame.device.collective_start(
-        t.orig, t.args(frame), t.reducer)
-    t.zeros(frame, t.out_slots)
+    handle = frame.device.collective_start(t.orig, t.args(frame), t.reducer)
+    for s in t.out_slots:
+        if s is not None:
+            _fresh(frame, s)
+    _keep(t, frame, handle)
 
 
 @_runner("all-gather-start", "collective-permute-start")
 def _two_slot_start(t, frame):
-    frame.pending[_pending_key(t.instr)] = frame.device.collective_start(
-        t.orig, t.args(frame), t.reducer)
+    handle = frame.device.collective_start(t.orig, t.args(frame), t.reducer)
     # (operands, result, contexts...): the operand part is the operands themselves.
     n_operand_leaves = sum(len(s) for s in t.operand_slots)
     for slot, src in zip(t.out_slots[:n_operand_leaves],
                          [s for ss in t.operand_slots for s in ss]):
         if slot is not None and src is not None:
             frame.set(slot, frame.bufs[src.id])
-    t.zeros(frame, t.out_slots[n_operand_leaves:])
-
-
-def _take_pending(t, frame):
-    start = t.instr.operands[0]
-    try:
-        return frame.pending.pop(_pending_key(start))
-    except KeyError:
-        raise ExecutionError(
-            f"{t.instr.opcode} `{t.instr.name}` has no matching start in the same computation; "
-            "the cpu backend runs async pairs only within one computation",
-            instruction=t.instr.name) from None
+    for s in t.out_slots[n_operand_leaves:]:
+        if s is not None:
+            _fresh(frame, s)
+    _keep(t, frame, handle)
 
 
 @_runner("all-reduce-done", "all-gather-done", "collective-permute-done")
@@ -165,12 +221,15 @@ def _done(t, frame):
 @_runner("send")
 def _send(t, frame):
     data = t.args(frame)[0]
-    frame.pending[_pending_key(t.instr)] = frame.device.send(t.orig, data)
+    handle = frame.device.send(t.orig, data)
     n = len(t.operand_slots[0])
     for slot, src in zip(t.out_slots[:n], t.operand_slots[0]):
         if slot is not None and src is not None:
             frame.set(slot, frame.bufs[src.id])
-    t.zeros(frame, t.out_slots[n:])
+    for s in t.out_slots[n:]:
+        if s is not None:
+            _fresh(frame, s)
+    _keep(t, frame, handle)
 
 
 @_runner("send-done")
@@ -180,8 +239,11 @@ def _send_done(t, frame):
 
 @_runner("recv")
 def _recv(t, frame):
-    frame.pending[_pending_key(t.instr)] = frame.device.recv(t.orig)
-    t.zeros(frame, t.out_slots)
+    handle = frame.device.recv(t.orig)
+    for s in t.out_slots:
+        if s is not None:
+            _fresh(frame, s)
+    _keep(t, frame, handle)
 
 
 @_runner("recv-done")

@@ -18,7 +18,7 @@ from .control import AsyncStartThunk, ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
-from .library import LIBRARY_THUNKS, UNSUPPORTED
+from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk
 from .simplify import simplify
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
 
@@ -26,8 +26,11 @@ from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
 class ProgramBuilder:
     """Builds CompiledComputations for a module, collecting the kernels to generate."""
 
-    def __init__(self, module):
+    def __init__(self, module, schedule: dict | None = None):
         self.module = module
+        # computation name -> instruction order (keys may be Computations or names).
+        self.schedule = {getattr(c, "name", c): list(order)
+                         for c, order in (schedule or {}).items()}
         self.compiled: dict[int, CompiledComputation] = {}
         self.kernels = []           # KernelSpecs, in a deterministic order
         self.kernel_thunks: list[KernelThunk] = []
@@ -38,7 +41,7 @@ class ProgramBuilder:
         key = id(comp)
         if key in self.compiled:
             return self.compiled[key]
-        flat = flatten(comp)
+        flat = flatten(comp, self.schedule)
         simplify(flat)
         prefix = f"c{len(self.plans)}"
         plan = plan_fusion(flat, prefix)
@@ -133,7 +136,9 @@ def _library(pb, instr, plan, asg):
         raise UnsupportedError(f"instruction `{instr.name}` ({instr.opcode}) in computation "
                                f"{instr.parent.name if instr.parent else '?'}: {reason}")
     if instr.opcode == "custom-call":
-        raise UnsupportedError(UNSUPPORTED["custom-call"])
+        original = getattr(instr.parent, "original_of", {}).get(instr, instr)
+        return CustomCallThunk(instr, original, [asg.leaves[o] for o in instr.operands],
+                               asg.leaves[instr])
     return LibraryThunk(instr, fn, instr.opcode, [asg.leaves[o] for o in instr.operands],
                         asg.leaves[instr])
 
@@ -144,7 +149,9 @@ def _control(pb, instr, plan, asg):
     if op == "while":
         cond = pb.computation(instr.attrs["condition"])
         body = pb.computation(instr.attrs["body"])
-        return WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr])
+        original = getattr(instr.parent, "original_of", {}).get(instr)
+        return WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr],
+                          original)
     if op == "conditional":
         a = instr.attrs
         if "branch_computations" in a:

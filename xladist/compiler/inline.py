@@ -31,9 +31,15 @@ def _inlinable(instr: Instruction) -> bool:
     return instr.opcode == "call" and not instr.attrs.get("is_composite", False)
 
 
-def flatten(comp: Computation) -> Computation:
+def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
     """A copy of comp with every fusion and call inlined (recursively), in a
-    topological order, parameters first, dead pure instructions dropped."""
+    topological order, parameters first, dead pure instructions dropped.
+
+    `schedule` (computation name -> instruction order, e.g. runtime.schedule's) gives
+    the order to keep: every computation, inlined ones included, is walked in its
+    scheduled order, so the thunks run it exactly (fusion only moves pure producers
+    into their consumers' kernels, never a communicating op)."""
+    schedule = schedule or {}
     out = Computation(comp.name)
     out.module = comp.module
     # clone -> the user's instruction: device ops are keyed by the original
@@ -42,7 +48,7 @@ def flatten(comp: Computation) -> Computation:
     mapping: dict[Instruction, Instruction] = {}
 
     def emit(src: Computation, prefix: str, bound: dict[Instruction, Instruction]):
-        for instr in _topological(src):
+        for instr in _topological(src, schedule.get(src.name)):
             if instr.opcode == "parameter" and instr in bound:
                 mapping[instr] = bound[instr]
                 continue
@@ -63,8 +69,9 @@ def flatten(comp: Computation) -> Computation:
     return out
 
 
-def _topological(comp: Computation) -> list[Instruction]:
-    """Operands before users; parameters first; side-effecting roots kept."""
+def _topological(comp: Computation, given=None) -> list[Instruction]:
+    """Operands before users; parameters first; side-effecting roots kept. A `given`
+    order that is itself topological comes out unchanged."""
     seen: set[int] = set()
     order: list[Instruction] = []
     for p in comp.parameters:
@@ -86,8 +93,9 @@ def _topological(comp: Computation) -> list[Instruction]:
                 if id(pred) not in seen:
                     stack.append((pred, False))
 
-    # Text order first keeps side effects (outfeed, send) in program order.
-    for instr in comp.instructions:
+    # The schedule's (else the text's) order first keeps side effects (outfeed, send)
+    # in program order; anything it leaves out follows in text order.
+    for instr in list(given or ()) + list(comp.instructions):
         visit(instr)
     return order
 

@@ -14,6 +14,9 @@ LIBRARY_THUNKS — never a silent fallback.
   bitcast-convert     width-changing reinterpretation (a byte copy)
   get-dimension-size  the static dimension
   copy-start          a copy (copy-done then aliases the copy)
+  custom-call         the target's function from the user registry
+                      (xladist.interpreter.custom_calls.register_custom_call), as
+                      XLA:CPU calls registered custom-call handlers; CustomCallThunk
 
 fn(instr, args, outs): args are the operands' logical arrays; outs the logical
 views of the result leaves, written in place.
@@ -25,7 +28,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, XlaDistError
+from .thunks import LibraryThunk
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
 
@@ -333,10 +337,78 @@ def _bn_grad(instr, args, outs):
         _store(o, v)
 
 
+@library("custom-call")
+def _custom_call(instr, args, outs):  # the table's entry; CustomCallThunk does the work
+    raise AssertionError("custom-call runs through CustomCallThunk")
+
+
+def custom_call_target(instr, original=None):
+    """The registered function of a custom-call, or UnsupportedError (at compile time,
+    before anything runs) naming the target and the instruction."""
+    from ..interpreter.custom_calls import CUSTOM_CALLS
+    target = instr.attrs.get("custom_call_target")
+    fn = CUSTOM_CALLS.get(target)
+    if fn is None:
+        orig = original if original is not None else instr
+        comp = orig.parent.name if orig.parent is not None else "?"
+        raise UnsupportedError(
+            f"instruction `{orig.name}` (custom-call) in computation {comp}: custom-call "
+            f"target {target!r} is not registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
+            f"register one with xladist.interpreter.custom_calls.register_custom_call")
+    return target, fn
+
+
+class CustomCallThunk(LibraryThunk):
+    """A custom-call: `fn(instr, args) -> value of instr.shape` from the registry that the
+    interpreter uses too, called on the operands' logical arrays; the value is checked
+    against the result shape and copied into the result buffers."""
+
+    kind = "custom-call"
+
+    def __init__(self, instr, original, operand_slots, out_slots):
+        self.target, fn = custom_call_target(instr, original)
+        super().__init__(instr, fn, f"custom-call {self.target}", operand_slots, out_slots)
+        self.orig = original
+
+    def run(self, frame) -> None:
+        from .thunks import _value
+        args = [_value(frame, op.shape, slots)
+                for op, slots in zip(self.instr.operands, self.operand_slots)]
+        try:
+            with np.errstate(all="ignore"):
+                value = self.fn(self.orig, args)
+        except XlaDistError:
+            raise
+        except Exception as e:
+            raise self.fail(f"custom-call target {self.target!r} raised "
+                            f"{type(e).__name__}: {e}") from e
+        leaves: list = []
+        if not _leaves(self.instr.shape, value, leaves):
+            raise self.fail(f"custom-call target {self.target!r} returned "
+                            f"{type(value).__name__} where {self.instr.shape.to_text()} "
+                            f"was expected")
+        for slot, (shape, v) in zip(self.out_slots, leaves):
+            if slot is None or not shape.is_array:
+                continue
+            v = np.asarray(v)
+            if v.shape != tuple(shape.dims):
+                raise self.fail(f"custom-call target {self.target!r} returned dims "
+                                f"{list(v.shape)} where {shape.to_text()} was expected")
+            _store(frame.view(slot), v)
+
+
+def _leaves(shape, value, out) -> bool:
+    """Flatten `value` along `shape` into out; False when its tuple structure differs."""
+    if shape.is_tuple:
+        if not isinstance(value, (tuple, list)) or len(value) != len(shape.tuple_shapes):
+            return False
+        return all(_leaves(s, v, out) for s, v in zip(shape.tuple_shapes, value))
+    out.append((shape, value))
+    return True
+
+
 # Opcodes that the cpu backend does not run, with the reason `xladist ops` shows.
 UNSUPPORTED = {
-    "custom-call": "custom-call targets are backend-specific; no target is registered "
-                   "with the cpu backend",
     "dynamic-reshape": "dynamic shapes are not supported (shapes are static on this runtime)",
     "set-dimension-size": "dynamic shapes are not supported (shapes are static on this "
                           "runtime)",

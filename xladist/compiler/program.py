@@ -20,17 +20,21 @@ from . import jit
 from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
-from .thunks import physical_leaf
+from .thunks import RunState, physical_leaf
 
 
 class CpuProgram:
-    def __init__(self, module):
+    def __init__(self, module, schedule: dict | None = None):
         t0 = time.perf_counter()
         self.module = module
-        self.builder = ProgramBuilder(module)
+        self.builder = ProgramBuilder(module, schedule)
         self.entry = self.builder.computation(module.entry)
         t1 = time.perf_counter()
-        self.fingerprint = module.to_text(metadata=False)
+        # Kernel names carry their position in the (possibly scheduled) order: the
+        # object code's symbols depend on them as well as on the module text.
+        names = [k.name for k in self.builder.kernels] + \
+            [r.kernel_name for r in self.builder.reducers.values()]
+        self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
         self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
         t2 = time.perf_counter()
         for t in self.builder.kernel_thunks:
@@ -105,14 +109,15 @@ class CpuExecutable(Executable):
     """A module compiled to native code; same call interface as the interpreter.
 
     Options: `device` (a DeviceContext; default SingleDeviceContext(infeed)),
-    `infeed` (items for the default SingleDeviceContext).
+    `infeed` (items for the default SingleDeviceContext), `schedule` (computation ->
+    instruction order, e.g. runtime.schedule's: the thunks run in that order).
     """
 
     backend = "cpu"
 
-    def __init__(self, module, *, device=None, infeed=()):
+    def __init__(self, module, *, device=None, infeed=(), schedule=None):
         super().__init__(module)
-        self.program = CpuProgram(module)
+        self.program = CpuProgram(module, schedule)
         if device is None:
             from ..interpreter import SingleDeviceContext
             device = SingleDeviceContext(infeed)
@@ -126,7 +131,7 @@ class CpuExecutable(Executable):
         leaves = []
         for v, s in zip(args, self._param_shapes):
             leaves.extend(to_leaves(v, s))
-        out = self.program.entry.run(leaves, self.device)
+        out = self.program.entry.run(leaves, RunState(self.device))
         return from_leaves(out, self.result_shape, self._copy_mask)
 
 

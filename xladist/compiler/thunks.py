@@ -4,15 +4,21 @@ A CompiledComputation owns an ordered thunk list, its buffer assignment and its
 arena. Values cross computation boundaries as flat lists of leaves (one
 contiguous uint8 array per array leaf in its physical layout, None for tokens).
 Thunk kinds: kernel (a native function called with raw buffer pointers),
-library (numpy/scipy on views of the buffers), control (while, conditional over
+library (numpy/scipy on views of the buffers), custom-call (a target of the
+user registry xladist.interpreter.custom_calls), control (while, conditional over
 nested CompiledComputations) and device (the DeviceContext interface the
 interpreter also uses, so the MPI runtime plugs into both backends).
+
+One RunState travels through every nested computation of one execution: the
+DeviceContext, the handles of async starts still in flight (they may cross
+computation boundaries inside while-loop state) and the timeline hook.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -32,17 +38,36 @@ def physical_leaf(shape, value) -> np.ndarray:
     return phys.reshape(-1).view(np.uint8)
 
 
+class RunState:
+    """What one execution of a program shares across its nested computations.
+
+    `pending`: async starts in flight, keyed by the identity of their key leaf's
+    buffer (devices.py), so a done finds its start through tuples, while-loop state
+    and conditionals. `tracer`: runtime/trace.py's Tracer when the device carries one
+    that records slices (the interpreter's hook), else None: then the thunk loop
+    reads no clock.
+    """
+
+    __slots__ = ("device", "pending", "tracer")
+
+    def __init__(self, device):
+        self.device = device
+        self.pending: dict[int, tuple] = {}
+        self.tracer = getattr(device, "tracer", None)
+
+
 class Frame:
     """One run of one computation: the buffer of every slot and its address."""
 
-    __slots__ = ("addrs", "bufs", "comp", "device", "pending")
+    __slots__ = ("addrs", "bufs", "comp", "device", "pending", "rs")
 
-    def __init__(self, comp, bufs, addrs, device):
+    def __init__(self, comp, bufs, addrs, rs: RunState):
         self.comp = comp
         self.bufs = bufs
         self.addrs = addrs
-        self.device = device
-        self.pending = {}
+        self.rs = rs
+        self.device = rs.device
+        self.pending = rs.pending
 
     def set(self, slot: Slot, array: np.ndarray) -> None:
         self.bufs[slot.id] = array
@@ -58,10 +83,18 @@ class Frame:
 class Thunk:
     kind = "?"
     instr: Instruction | None = None
+    _slice = None
 
     def __init__(self):
         self.reads: list[Slot] = []
         self.writes: list[Slot] = []
+
+    @property
+    def trace_slice(self) -> TraceSlice:
+        """What the timeline shows for this thunk (built on first traced run)."""
+        if self._slice is None:
+            self._slice = TraceSlice(self)
+        return self._slice
 
     def run(self, frame: Frame) -> None:
         raise NotImplementedError
@@ -74,6 +107,27 @@ class Thunk:
         if self.instr is not None:
             what = f"{self.instr.name} = {self.instr.opcode} ({self.instr.shape.to_text()})"
         return ExecutionError(message, instruction=what)
+
+
+class TraceSlice:
+    """A thunk as the Tracer's `instruction` argument: `name` (kind and the fused
+    instructions), `opcode` and `parent` (the user's computation)."""
+
+    __slots__ = ("name", "opcode", "parent")
+
+    def __init__(self, thunk: Thunk):
+        instr = thunk.instr
+        orig = getattr(instr.parent, "original_of", {}).get(instr, instr) if instr else None
+        self.opcode = orig.opcode if orig is not None else thunk.kind
+        self.parent = orig.parent if orig is not None else None
+        spec = getattr(thunk, "spec", None)
+        if spec is not None:
+            names = [i.name for i in spec.fused if i.opcode not in ("parameter", "constant")]
+            shown = ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
+            self.name = f"kernel {spec.root.name} [{shown}]"
+        else:
+            what = orig.name if orig is not None else "?"
+            self.name = what if thunk.kind in ("device", "control") else f"{thunk.kind} {what}"
 
 
 class KernelThunk(Thunk):
@@ -198,11 +252,11 @@ class CompiledComputation:
         self._template = (bufs, addrs)
         self._out_pool = {}
 
-    def run(self, leaves: list, device) -> list:
+    def run(self, leaves: list, rs: RunState) -> list:
         if self._template is None:
             self._prepare()
         bufs, addrs = self._template
-        frame = Frame(self, list(bufs), list(addrs), device)
+        frame = Frame(self, list(bufs), list(addrs), rs)
         for slot, value in zip(self.param_slots, leaves):
             if slot is not None and value is not None:
                 frame.bufs[slot.id] = value
@@ -218,8 +272,15 @@ class CompiledComputation:
                 pool[s.id] = a
             frame.bufs[s.id] = a
             frame.addrs[s.id] = address(a)
-        for t in self.thunks:
-            t.run(frame)
+        tracer = rs.tracer
+        if tracer is None:
+            for t in self.thunks:
+                t.run(frame)
+        else:
+            for t in self.thunks:
+                t0 = perf_counter_ns()
+                t.run(frame)
+                tracer.instruction(t.trace_slice, t0, perf_counter_ns())
         out = []
         lo, hi = self._arena_range
         for s in self.root_slots:
