@@ -59,8 +59,11 @@ def send_recv_pairs(instr, replica_count: int, num_partitions: int,
     if text is None:
         return None
     by_partition = num_partitions > 1 or replica_count == 1
+    why = ("a module with several partitions names partition ids" if num_partitions > 1
+           else "one replica" if replica_count == 1
+           else "a module with one partition names replica ids")
     return collective_permute_pairs(parse_pairs(text), by_partition, replica_count,
-                                    num_partitions, device_assignment)
+                                    num_partitions, device_assignment, op=instr.opcode, why=why)
 
 
 def _leaf_shapes(shape) -> list:

@@ -29,9 +29,7 @@ from collectives.groups import (
     DeviceAssignment,
     GroupError,
     collective_permute_pairs,
-    device_groups,
-    group_mode,
-    permute_device_groups,
+    instruction_device_groups,
 )
 from collectives.p2p import PAIRS_ATTR, send_recv_pairs
 from xladist.errors import InputError
@@ -170,10 +168,6 @@ def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 _TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 
-# all-reduce, all-gather and reduce-scatter have a real use_global_device_ids flag (A.2).
-_HAS_GLOBAL_FLAG = frozenset({"all-reduce", "all-gather", "reduce-scatter"})
-
-
 class ModuleFacts:
     """Device-independent facts, computed once per check: groups, signatures, channel peers."""
 
@@ -197,19 +191,11 @@ class ModuleFacts:
         kind = op.opcode.removesuffix("-start")
         has_channel = op.attrs.get("channel_id") is not None
         try:
+            groups = instruction_device_groups(kind, op.attrs, self.da)
+            pairs = None
             if kind == "collective-permute":
-                groups = permute_device_groups(has_channel, self.R, self.P, self.da)
                 raw = op.attrs.get("source_target_pairs", ())
                 pairs = tuple(collective_permute_pairs(raw, has_channel, self.R, self.P, self.da))
-            else:
-                flag = bool(op.attrs.get("use_global_device_ids", False)) \
-                    if kind in _HAS_GLOBAL_FLAG else None
-                mode = group_mode(has_channel, flag)
-                rg = op.attrs.get("replica_groups")
-                ids = [list(g) for g in rg.groups] if rg is not None else []
-                groups = device_groups(ids, mode, self.R, self.P, self.da, op=kind,
-                                       require_cover=kind != "collective-broadcast")
-                pairs = None
         except GroupError as e:
             raise self._bad(instr, str(e)) from None
         groups_t = tuple(tuple(g) for g in groups)

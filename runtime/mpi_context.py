@@ -22,19 +22,16 @@ from collectives.broadcast import collective_broadcast, collective_broadcast_sta
 from collectives.permute import collective_permute, collective_permute_start, peers
 from collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
 from collectives.communicator import CommunicatorCache, Communicator
-from collectives.groups import (GroupError, collective_permute_pairs, device_groups,
-                                group_mode, permute_device_groups)
+from collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
 from collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
 from xladist.errors import ExecutionError, VerifierError
 from xladist.interpreter.context import DeviceContext
 
 from .device import Placement
 
-# Opcodes (after stripping -start) that this context runs, and whether the op has a
-# use_global_device_ids flag (collective-semantics.md A.2).
-_HAS_GLOBAL_FLAG = {"all-reduce": True, "all-gather": True, "reduce-scatter": True,
-                    "all-to-all": False, "collective-broadcast": False,
-                    "ragged-all-to-all": False, "collective-permute": False}
+# Opcodes (after stripping -start) that this context plans at load.
+_COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                          "collective-broadcast", "ragged-all-to-all", "collective-permute"})
 
 # Root opcode of a to_apply computation -> builtin reduction (C.10).
 _BUILTIN_REDUCERS = {"add": SUM, "multiply": PROD, "maximum": MAX, "minimum": MIN,
@@ -107,7 +104,7 @@ class MpiDeviceContext(DeviceContext):
         for comp in self.module.computations:
             for instr in comp.instructions:
                 base = _base(instr.opcode)
-                if base in _HAS_GLOBAL_FLAG and not instr.opcode.endswith("-done"):
+                if base in _COLLECTIVES and not instr.opcode.endswith("-done"):
                     todo.append((instr, base, self._grouping(instr, base)))
         self.cache.prepare([g for _, _, g in todo])
         for instr, base, grouping in todo:
@@ -119,19 +116,8 @@ class MpiDeviceContext(DeviceContext):
                               instruction=f"{instr.name} (line {instr.line})")
 
     def _grouping(self, instr, base: str) -> list[list[int]]:
-        p = self.placement
-        R, P, da = p.replica_count, p.num_partitions, p.assignment
-        has_channel = instr.attrs.get("channel_id") is not None
         try:
-            if base == "collective-permute":
-                return permute_device_groups(has_channel, R, P, da)
-            flag = instr.attrs.get("use_global_device_ids", False) \
-                if _HAS_GLOBAL_FLAG[base] else None
-            mode = group_mode(has_channel, flag)
-            rg = instr.attrs.get("replica_groups")
-            groups = [list(g) for g in rg.groups] if rg is not None else []
-            return device_groups(groups, mode, R, P, da, op=base,
-                                 require_cover=base != "collective-broadcast")
+            return instruction_device_groups(base, instr.attrs, self.placement.assignment)
         except GroupError as e:
             raise VerifierError(str(e), computation=instr.parent.name if instr.parent else None,
                                 instruction=instr.name, line=instr.line) from None

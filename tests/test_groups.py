@@ -245,3 +245,40 @@ def test_permute_device_groups_positions_equal_ids():
     da = DeviceAssignment.default(2, 2)
     assert permute_device_groups(False, 2, 2, da) == [[0, 1], [2, 3]]
     assert permute_device_groups(True, 2, 2, da) == [[0, 2], [1, 3]]
+
+
+# --- one instruction's groups (the runtime's and the static check's entry point) ----------------
+
+def test_instruction_device_groups_reads_mode_from_attributes():
+    from xladist.hlo.attrs import ReplicaGroups
+
+    from collectives.groups import instruction_device_groups
+
+    da = DeviceAssignment.default(2, 2)
+    everyone = ReplicaGroups(())
+    # channel_id on all-gather without the flag: CrossReplicaAndPartition, replica-major (A.3/A.4).
+    attrs = {"channel_id": 1, "replica_groups": everyone}
+    assert instruction_device_groups("all-gather", attrs, da) == [[0, 2, 1, 3]]
+    assert instruction_device_groups("all-gather-start", attrs, da) == [[0, 2, 1, 3]]
+    # all-to-all has no flag: a channel_id makes it CrossPartition (A.2).
+    assert instruction_device_groups("all-to-all", attrs, da) == [[0, 2], [1, 3]]
+    assert instruction_device_groups("all-reduce", {"replica_groups": everyone}, da) == \
+        [[0, 1], [2, 3]]
+    assert instruction_device_groups("collective-permute", {"channel_id": 1}, da) == \
+        [[0, 2], [1, 3]]
+    # collective-broadcast need not cover every id (C.15); all-reduce must (A.6).
+    part = {"replica_groups": ReplicaGroups(((1,),))}
+    assert instruction_device_groups("collective-broadcast", part, da) == [[1], [3]]
+    with pytest.raises(GroupError, match=r"all-reduce replica_groups=\{\{1\}\}.*missing \[0\]"):
+        instruction_device_groups("all-reduce", part, da)
+    with pytest.raises(GroupError, match="^all-gather: use_global_device_ids=true requires"):
+        instruction_device_groups("all-gather", {"use_global_device_ids": True}, da)
+
+
+def test_error_messages_name_the_module_sizes_and_the_op():
+    with pytest.raises(GroupError) as info:
+        device_groups([[0, 1]], CR, 4, 1, op="all-gather")
+    assert "replica_count=4, num_partitions=1" in str(info.value)
+    with pytest.raises(GroupError, match=r"^collective-permute source_target_pairs=\{\{0,3\}\} "
+                                         r"\(3 replica ids: no channel_id\)"):
+        collective_permute_pairs([[0, 3]], False, 3, 1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from .collective_groups import iota_replica_groups
 
 
 @dataclass(frozen=True)
@@ -143,18 +143,12 @@ class ReplicaGroups:
 
     @staticmethod
     def from_iota(num_groups: int, group_size: int, dims, perm=None) -> "ReplicaGroups":
+        """The iota form, expanded by collective_groups.iota_replica_groups (which raises
+        GroupError, a ValueError, naming the form and what is wrong with it)."""
         dims = tuple(int(d) for d in dims)
         perm = tuple(int(p) for p in perm) if perm else tuple(range(len(dims)))
-        total = 1
-        for d in dims:
-            total *= d
-        if sorted(perm) != list(range(len(dims))):
-            raise ValueError(f"iota replica groups: T{perm} is not a permutation of {len(dims)} dims")
-        if num_groups * group_size != total:
-            raise ValueError(f"iota replica groups: [{num_groups},{group_size}] does not hold "
-                             f"the {total} ids of <={list(dims)}")
-        ids = np.arange(total).reshape(dims).transpose(perm).reshape(num_groups, group_size)
-        groups = tuple(tuple(int(x) for x in row) for row in ids)
+        ids = iota_replica_groups(int(num_groups), int(group_size), dims, perm)
+        groups = tuple(tuple(row) for row in ids)
         return ReplicaGroups(groups, (num_groups, group_size, dims, perm))
 
     def to_text(self) -> str:

@@ -1,33 +1,66 @@
-"""Group modes and replica-group validity of HLO collectives, as the verifier reads them.
+"""Collective group modes, replica groups and device assignments: the one implementation.
 
 Pure Python over the IR's attribute values (no numpy, no MPI), so the verifier, the static
-deadlock check and the MPI layer can agree on one reading of collective-semantics.md A.1-A.6
-and B.8-B.9:
+deadlock check and the MPI layer read collective-semantics.md A (group modes, device identity),
+B (replica-group syntax and validity) and C.14 (permute pairs) the same way. It lives in
+xladist.hlo because imports only point down; collectives/groups.py re-exports it.
 
 * `group_mode(opcode, channel_id, use_global_device_ids)` - which kind of ids replica_groups
-  holds (A.1, A.2);
+  holds, from an instruction's attributes (A.1, A.2); `group_mode_from_flags(has_channel,
+  flag)` is the same table for callers that have already decided whether the op has a flag;
 * `id_count(mode, R, P)` - how many ids that kind has (B.9);
+* `iota_replica_groups(G, S, dims, perm)` - the iota form `[G,S]<=[dims]T(perm)` (B.8);
 * `group_ids(replica_groups, mode, R, P)` - explicit or iota groups as lists of ids, `{}`
   expanded to one group of every id (A.5);
 * `check_groups(...)` / `check_source_target_pairs(...)` - the verifier's rules, raising
   GroupError with a message that names the op, the groups and the offending id;
 * `group_size(...)` / `device_group_size(...)` - the uniform size of the id groups and of the
-  device groups they stand for, used for all-gather, reduce-scatter and all-to-all shapes.
+  device groups they stand for, used for all-gather, reduce-scatter and all-to-all shapes;
+* `DeviceAssignment` - the `[replica][partition] -> device id` table (A.7);
+* `device_groups(...)` / `groups_for_device(...)` - ids to ordered device groups per mode
+  (A.3, A.6), `collective_permute_pairs(...)` / `permute_device_groups(...)` for permutes;
+* `instruction_device_groups(opcode, attrs, da)` - all of the above for one instruction.
 
-Mapping ids to devices (device assignment, member order per mode) lives in collectives/groups.py;
-this module stays inside xladist.hlo because imports only point down.
+Vocabulary: *replica_groups* is what the instruction carries (ids whose meaning depends on the
+mode; `{}` means one group of everything); a *device group* is an ordered list of global
+device ids, a member's position being its collective rank (H.31); the *device assignment*
+default is `device = partition * R + replica`, which is *not* the flattened id `r * P + p`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from .attrs import ReplicaGroups
+__all__ = [
+    "DeviceAssignment",
+    "GroupError",
+    "GroupMode",
+    "as_assignment",
+    "check_groups",
+    "check_replica_groups",
+    "check_source_target_pairs",
+    "collective_permute_pairs",
+    "device_group_size",
+    "device_groups",
+    "explicit_groups",
+    "format_groups",
+    "group_ids",
+    "group_mode",
+    "group_mode_from_flags",
+    "group_size",
+    "groups_for_device",
+    "has_global_ids_flag",
+    "id_count",
+    "id_name",
+    "instruction_device_groups",
+    "iota_replica_groups",
+    "permute_device_groups",
+]
 
 
 class GroupError(ValueError):
-    """Replica groups or source-target pairs that cannot describe a valid collective."""
+    """Replica groups, pairs or a device assignment that cannot describe a valid collective."""
 
 
 class GroupMode(enum.Enum):
@@ -60,22 +93,36 @@ def has_global_ids_flag(opcode: str) -> bool:
     return opcode in _HAS_GLOBAL_IDS_FLAG
 
 
+# ---- A.1 / A.2 group mode ----------------------------------------------------------------------
+
+def group_mode_from_flags(has_channel: bool, use_global_device_ids: bool | None, *,
+                          op: str | None = None) -> GroupMode:
+    """The group mode from (channel_id present?, use_global_device_ids) (A.1).
+
+    ``use_global_device_ids`` is ``None`` for ops that have no such flag (all-to-all,
+    collective-permute, collective-broadcast); all-reduce, all-gather and reduce-scatter always
+    have one (default ``False``), so pass ``False`` for them when the flag is not printed.
+    Raises GroupError for the flag without a channel_id, which XLA rejects.
+    """
+    if not has_channel:
+        if use_global_device_ids:
+            raise GroupError(
+                (f"{op}: " if op else "")
+                + "use_global_device_ids=true requires a channel_id: without a channel the ids "
+                "in replica_groups are replica ids, so global device ids cannot be used "
+                "(XLA rejects this combination as InvalidArgument)")
+        return GroupMode.CROSS_REPLICA
+    if use_global_device_ids is None:
+        return GroupMode.CROSS_PARTITION
+    return GroupMode.FLATTENED_ID if use_global_device_ids else \
+        GroupMode.CROSS_REPLICA_AND_PARTITION
+
+
 def group_mode(opcode: str, channel_id: int | None,
                use_global_device_ids: bool | None = None) -> GroupMode:
-    """The group mode of a collective from its attributes (A.1, A.2).
-
-    Raises GroupError for use_global_device_ids=true without a channel_id, which XLA rejects.
-    """
+    """The group mode of a collective from its attributes (A.1, A.2)."""
     flag = bool(use_global_device_ids) if has_global_ids_flag(opcode) else None
-    if channel_id is None:
-        if flag:
-            raise GroupError(
-                f"{opcode}: use_global_device_ids=true requires a channel_id; without a channel "
-                "the ids in replica_groups are replica ids")
-        return GroupMode.CROSS_REPLICA
-    if flag is None:
-        return GroupMode.CROSS_PARTITION
-    return GroupMode.FLATTENED_ID if flag else GroupMode.CROSS_REPLICA_AND_PARTITION
+    return group_mode_from_flags(channel_id is not None, flag, op=opcode)
 
 
 def id_count(mode: GroupMode, replica_count: int, num_partitions: int) -> int:
@@ -91,21 +138,64 @@ def id_name(mode: GroupMode) -> str:
     return _ID_NAME[mode]
 
 
+# ---- B.8 replica-group syntax ------------------------------------------------------------------
+
+def iota_replica_groups(num_groups: int, group_size: int, dims: Sequence[int] | None = None,
+                        perm: Sequence[int] | None = None) -> list[list[int]]:
+    """Expand the iota form ``[G,S]<=[d1,...,dk]T(perm)`` into explicit groups (B.8).
+
+    Build ``iota(prod(dims))``, reshape to ``dims``, transpose by ``perm``, flatten, and cut into
+    ``num_groups`` consecutive groups of ``group_size``.  ``dims`` defaults to ``[G*S]``.
+
+    >>> iota_replica_groups(4, 2, [2, 4], [1, 0])
+    [[0, 4], [1, 5], [2, 6], [3, 7]]
+    """
+    total = num_groups * group_size
+    dims = [total] if dims is None else [int(d) for d in dims]
+    if num_groups < 0 or group_size < 0 or any(d < 0 for d in dims):
+        raise GroupError(f"iota replica groups [{num_groups},{group_size}]<={dims}: negative size")
+    count = 1
+    for d in dims:
+        count *= d
+    if count != total:
+        raise GroupError(
+            f"iota replica groups [{num_groups},{group_size}]<={dims}: "
+            f"[{num_groups},{group_size}] does not hold the {count} ids of <={dims} (the iota "
+            f"has {count} ids but {num_groups} groups of {group_size} need {total})")
+    perm = list(range(len(dims))) if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(len(dims))):
+        raise GroupError(
+            f"iota replica groups [{num_groups},{group_size}]<={dims}T({perm}): T(...) must be a "
+            f"permutation of 0..{len(dims) - 1}")
+    # Row-major strides of the untransposed array; walking the transposed shape in row-major
+    # order and summing index*stride yields the iota value at that position.
+    strides = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        strides[i] = strides[i + 1] * dims[i + 1]
+    flat: list[int] = [0]
+    for extent, stride in zip([dims[p] for p in perm], [strides[p] for p in perm]):
+        flat = [base + i * stride for base in flat for i in range(extent)]
+    if count == 0:
+        flat = []
+    return [flat[g * group_size:(g + 1) * group_size] for g in range(num_groups)]
+
+
 def explicit_groups(replica_groups) -> list[list[int]]:
-    """The groups as written: a ReplicaGroups value (explicit or iota) or nested sequences."""
+    """The groups as written: a ReplicaGroups value (explicit or iota, read through its
+    ``groups``), nested sequences, or None for none."""
     if replica_groups is None:
         return []
-    if isinstance(replica_groups, ReplicaGroups):
-        return [list(g) for g in replica_groups.groups]
-    return [list(g) for g in replica_groups]
+    return [list(g) for g in getattr(replica_groups, "groups", replica_groups)]
 
 
 def format_groups(groups: Sequence[Sequence[int]]) -> str:
     return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
 
 
+# ---- A.5 / B.9 validity ------------------------------------------------------------------------
+
 def group_ids(replica_groups, mode: GroupMode, replica_count: int,
-              num_partitions: int) -> list[list[int]]:
+              num_partitions: int, *, op: str | None = None) -> list[list[int]]:
     """The groups as id lists; `{}` becomes one group of every id of the mode (A.5).
 
     FlattenedID with `{}` is an error (it names no devices).
@@ -114,8 +204,10 @@ def group_ids(replica_groups, mode: GroupMode, replica_count: int,
     if groups:
         return groups
     if mode is GroupMode.FLATTENED_ID:
-        raise GroupError("replica_groups={} is invalid with use_global_device_ids=true "
-                         "(FlattenedID mode): the groups must list flattened ids explicitly")
+        raise GroupError((f"{op}: " if op else "")
+                         + "replica_groups={} is invalid with use_global_device_ids=true "
+                         "(FlattenedID mode): replica_groups must be explicit, listing flattened "
+                         "ids; an empty list does not name any devices")
     return [list(range(id_count(mode, replica_count, num_partitions)))]
 
 
@@ -123,9 +215,13 @@ def check_groups(opcode: str, replica_groups, mode: GroupMode, replica_count: in
                  num_partitions: int, *, require_cover: bool = True) -> list[list[int]]:
     """Validate replica_groups for one collective (A.5, B.9); returns the id lists.
 
-    No empty group in a non-empty list; ids in range; no id twice; the union covers every id
-    (skipped when there is a single id, as XLA does, and when `require_cover` is false for
-    collective-broadcast); equal group sizes except for all-reduce.
+    No empty group in a non-empty list; integer ids in range; no id twice; the union covers
+    every id (skipped when there is a single id, as XLA does, and when `require_cover` is false
+    for collective-broadcast, where a device in no group gets zeros); equal group sizes except
+    for all-reduce; FlattenedID needs explicit groups.
+
+    Ids are range-checked even where XLA's verifier skips the count check, because expanding an
+    out-of-range id would otherwise index past the device assignment.
     """
     n = id_count(mode, replica_count, num_partitions)
     groups = explicit_groups(replica_groups)
@@ -133,12 +229,14 @@ def check_groups(opcode: str, replica_groups, mode: GroupMode, replica_count: in
     where = (f"{opcode} replica_groups={format_groups(groups)} ({mode}: {n} {what}s for "
              f"replica_count={replica_count}, num_partitions={num_partitions})")
     if not groups:
-        return group_ids(groups, mode, replica_count, num_partitions)
+        return group_ids(groups, mode, replica_count, num_partitions, op=opcode)
     seen: dict[int, int] = {}
     for gi, group in enumerate(groups):
         if not group:
             raise GroupError(f"{where}: group {gi} is empty")
         for i in group:
+            if not isinstance(i, int) or isinstance(i, bool):
+                raise GroupError(f"{where}: {i!r} is not an integer id")
             if not 0 <= i < n:
                 raise GroupError(f"{where}: {what} {i} is out of range [0, {n})")
             if i in seen:
@@ -156,9 +254,17 @@ def check_groups(opcode: str, replica_groups, mode: GroupMode, replica_count: in
     return groups
 
 
+def check_replica_groups(replica_groups, mode: GroupMode, replica_count: int,
+                         num_partitions: int, *, op: str = "all-reduce",
+                         require_cover: bool = True) -> None:
+    """`check_groups` with the op as a keyword (the MPI layer's older spelling)."""
+    check_groups(op, replica_groups, mode, replica_count, num_partitions,
+                 require_cover=require_cover)
+
+
 def group_size(replica_groups, mode: GroupMode, replica_count: int,
                num_partitions: int) -> int | None:
-    """The size of every group, or None when the groups have different sizes."""
+    """The size of every id group, or None when the groups have different sizes."""
     groups = group_ids(replica_groups, mode, replica_count, num_partitions)
     sizes = {len(g) for g in groups}
     return sizes.pop() if len(sizes) == 1 else None
@@ -167,7 +273,8 @@ def group_size(replica_groups, mode: GroupMode, replica_count: int,
 def device_group_size(replica_groups, mode: GroupMode, replica_count: int,
                       num_partitions: int) -> int | None:
     """Devices per group: the id-group size, times num_partitions in CrossReplicaAndPartition
-    mode (each replica id stands for all partitions of that replica, A.3)."""
+    mode (each replica id stands for all partitions of that replica, A.3) - also for `{}`,
+    whose single group holds every replica id."""
     size = group_size(replica_groups, mode, replica_count, num_partitions)
     if size is not None and mode is GroupMode.CROSS_REPLICA_AND_PARTITION:
         size *= num_partitions
@@ -176,17 +283,20 @@ def device_group_size(replica_groups, mode: GroupMode, replica_count: int,
 
 def check_source_target_pairs(opcode: str, pairs: Sequence[Sequence[int]], has_channel: bool,
                               replica_count: int, num_partitions: int, *,
-                              max_uses: int = 1) -> list[tuple[int, int]]:
+                              max_uses: int = 1, why: str | None = None
+                              ) -> list[tuple[int, int]]:
     """Validate collective-permute pairs (C.14): ids in range, each source and target unique.
 
-    Ids are replica ids without a channel, partition ids with one. The in-place form with
-    slice_sizes lets an id appear up to once per slice (`max_uses`).
+    Ids are replica ids without a channel, partition ids with one (`why` replaces the
+    "channel_id set" / "no channel_id" explanation for callers such as send/recv that choose
+    the kind of id otherwise). The in-place form with slice_sizes lets an id appear up to once
+    per slice (`max_uses`).
     """
     n = num_partitions if has_channel else replica_count
     what = "partition id" if has_channel else "replica id"
-    shown = format_groups(pairs)
-    where = (f"{opcode} source_target_pairs={shown} ({n} {what}s: "
-             f"{'channel_id set' if has_channel else 'no channel_id'})")
+    if why is None:
+        why = "channel_id set" if has_channel else "no channel_id"
+    where = f"{opcode} source_target_pairs={format_groups(pairs)} ({n} {what}s: {why})"
     out: list[tuple[int, int]] = []
     uses_s: dict[int, int] = {}
     uses_t: dict[int, int] = {}
@@ -205,3 +315,205 @@ def check_source_target_pairs(opcode: str, pairs: Sequence[Sequence[int]], has_c
             raise GroupError(f"{where}: target {t} appears more than once")
         out.append((s, t))
     return out
+
+
+# ---- A.7 device assignment ---------------------------------------------------------------------
+
+class DeviceAssignment:
+    """A ``[replica][partition] -> device id`` table with reverse lookup (A.7)."""
+
+    __slots__ = ("_logical", "_table", "num_partitions", "replica_count")
+
+    def __init__(self, table: Sequence[Sequence[int]]):
+        rows = [[int(d) for d in row] for row in table]
+        if not rows or not rows[0]:
+            raise GroupError("a device assignment needs at least one replica and one partition")
+        width = len(rows[0])
+        for r, row in enumerate(rows):
+            if len(row) != width:
+                raise GroupError(
+                    f"device assignment row {r} has {len(row)} partitions, row 0 has {width}: "
+                    "the table must be rectangular [replica][partition]")
+        logical: dict[int, tuple[int, int]] = {}
+        for r, row in enumerate(rows):
+            for p, dev in enumerate(row):
+                if dev in logical:
+                    r0, p0 = logical[dev]
+                    raise GroupError(
+                        f"device {dev} is listed twice in the device assignment: at "
+                        f"(replica {r0}, partition {p0}) and (replica {r}, partition {p})")
+                logical[dev] = (r, p)
+        self.replica_count = len(rows)
+        self.num_partitions = width
+        self._table = rows
+        self._logical = logical
+
+    @classmethod
+    def default(cls, replica_count: int, num_partitions: int) -> DeviceAssignment:
+        """XLA's default placer: ``device = partition * R + replica`` (partition-major)."""
+        if replica_count < 1 or num_partitions < 1:
+            raise GroupError(
+                f"replica_count={replica_count} and num_partitions={num_partitions} must be >= 1")
+        return cls([[p * replica_count + r for p in range(num_partitions)]
+                    for r in range(replica_count)])
+
+    def __call__(self, replica: int, partition: int) -> int:
+        if not (0 <= replica < self.replica_count and 0 <= partition < self.num_partitions):
+            raise GroupError(
+                f"(replica {replica}, partition {partition}) is outside the device assignment "
+                f"of {self.replica_count} replicas x {self.num_partitions} partitions")
+        return self._table[replica][partition]
+
+    def logical_id(self, device: int) -> tuple[int, int]:
+        """``(replica, partition)`` of a device id."""
+        try:
+            return self._logical[device]
+        except KeyError:
+            raise GroupError(f"device {device} is not in the device assignment (devices: "
+                             f"{sorted(self._logical)})") from None
+
+    @property
+    def devices(self) -> list[int]:
+        return sorted(self._logical)
+
+    def table(self) -> list[list[int]]:
+        return [list(row) for row in self._table]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceAssignment) and self._table == other._table
+
+    def __hash__(self) -> int:
+        return hash(tuple(map(tuple, self._table)))
+
+    def __repr__(self) -> str:
+        return f"DeviceAssignment({self._table})"
+
+
+def as_assignment(replica_count: int, num_partitions: int,
+                  device_assignment=None) -> DeviceAssignment:
+    """The module's device assignment: XLA's default when None, a table converted, and a
+    GroupError when its size is not replica_count x num_partitions."""
+    if device_assignment is None:
+        return DeviceAssignment.default(replica_count, num_partitions)
+    da = (device_assignment if isinstance(device_assignment, DeviceAssignment)
+          else DeviceAssignment(device_assignment))
+    if (da.replica_count, da.num_partitions) != (replica_count, num_partitions):
+        raise GroupError(
+            f"device assignment is {da.replica_count} replicas x {da.num_partitions} partitions "
+            f"but the module has replica_count={replica_count}, num_partitions={num_partitions}")
+    return da
+
+
+# ---- A.3 / A.6 ids -> device groups ------------------------------------------------------------
+
+def device_groups(replica_groups, mode: GroupMode, replica_count: int, num_partitions: int,
+                  device_assignment: DeviceAssignment | Sequence[Sequence[int]] | None = None,
+                  *, op: str = "all-reduce", require_cover: bool = True) -> list[list[int]]:
+    """Expand replica_groups into ordered device groups (A.3, A.5), validating first.
+
+    Order of the returned list follows XLA's GetParticipatingDevicesGroups: for CrossReplica,
+    for each replica group, one device group per partition; for CrossPartition, for each group,
+    one per replica.  Member order inside a CrossReplicaAndPartition group is replica-major
+    (``for r in group: for p in 0..P-1``) -- XLA's order, not the StableHLO spec's (A.4).
+    """
+    da = as_assignment(replica_count, num_partitions, device_assignment)
+    R, P = replica_count, num_partitions
+    ids = check_groups(op, replica_groups, mode, R, P, require_cover=require_cover)
+    if mode is GroupMode.CROSS_REPLICA:
+        return [[da(r, p) for r in g] for g in ids for p in range(P)]
+    if mode is GroupMode.CROSS_PARTITION:
+        return [[da(r, p) for p in g] for g in ids for r in range(R)]
+    if mode is GroupMode.CROSS_REPLICA_AND_PARTITION:
+        return [[da(r, p) for r in g for p in range(P)] for g in ids]
+    return [[da(f // P, f % P) for f in g] for g in ids]
+
+
+def groups_for_device(device: int, replica_groups, mode: GroupMode, replica_count: int,
+                      num_partitions: int,
+                      device_assignment: DeviceAssignment | Sequence[Sequence[int]] | None = None,
+                      *, op: str = "all-reduce",
+                      require_cover: bool = True) -> tuple[list[int], int] | None:
+    """The device group containing ``device`` and the device's position (collective rank) in it.
+
+    Raises GroupError if the device is not in the device assignment, or (A.6) if it is in no
+    group -- unless ``require_cover`` is false (collective-broadcast), in which case ``None`` is
+    returned and the caller produces zeros.
+    """
+    da = as_assignment(replica_count, num_partitions, device_assignment)
+    replica, partition = da.logical_id(device)
+    shown = format_groups(explicit_groups(replica_groups))
+    found: tuple[list[int], int] | None = None
+    for group in device_groups(replica_groups, mode, replica_count, num_partitions, da,
+                               op=op, require_cover=require_cover):
+        if device in group:
+            if found is not None or group.count(device) > 1:
+                raise GroupError(
+                    f"{op}: device {device} (replica {replica}, partition {partition}) appears "
+                    f"twice in replica_groups={shown} ({mode})")
+            found = (group, group.index(device))
+    if found is None and require_cover:
+        raise GroupError(
+            f"{op}: device {device} (replica {replica}, partition {partition}) doesn't appear in "
+            f"replica_groups={shown} ({mode}); every executing device must be in exactly one "
+            "group")
+    return found
+
+
+def collective_permute_pairs(
+    source_target_pairs: Sequence[Sequence[int]],
+    has_channel: bool,
+    replica_count: int,
+    num_partitions: int,
+    device_assignment: DeviceAssignment | Sequence[Sequence[int]] | None = None,
+    *,
+    op: str = "collective-permute",
+    why: str | None = None,
+) -> list[tuple[int, int]]:
+    """Expand collective-permute source_target_pairs into (source device, target device) pairs.
+
+    Without a channel the ids are replica ids and the pairs apply inside every partition; with a
+    channel they are partition ids and apply inside every replica (C.14).  Self pairs are kept
+    (they are a local copy).  Every source and every target may appear at most once.
+    """
+    da = as_assignment(replica_count, num_partitions, device_assignment)
+    R, P = replica_count, num_partitions
+    pairs = check_source_target_pairs(op, source_target_pairs, has_channel, R, P, why=why)
+    if has_channel:
+        return [(da(r, s), da(r, t)) for r in range(R) for s, t in pairs]
+    return [(da(s, p), da(t, p)) for p in range(P) for s, t in pairs]
+
+
+def permute_device_groups(
+    has_channel: bool,
+    replica_count: int,
+    num_partitions: int,
+    device_assignment: DeviceAssignment | Sequence[Sequence[int]] | None = None,
+) -> list[list[int]]:
+    """The device groups inside which a collective-permute's pairs apply.
+
+    One group per partition (members ordered by replica id) without a channel, one per replica
+    (ordered by partition id) with a channel.  A member's position equals the id used in
+    source_target_pairs, so a communicator built for such a group can take the pairs as ranks.
+    """
+    mode = GroupMode.CROSS_PARTITION if has_channel else GroupMode.CROSS_REPLICA
+    return device_groups([], mode, replica_count, num_partitions, device_assignment,
+                         op="collective-permute")
+
+
+def instruction_device_groups(opcode: str, attrs: Mapping, device_assignment: DeviceAssignment
+                              ) -> list[list[int]]:
+    """The device groups of one collective instruction from its attributes (A.1-A.6, C.14).
+
+    `opcode` is the synchronous opcode (a `-start` suffix is ignored). collective-permute gives
+    the groups its pairs apply in; collective-broadcast does not need every device covered
+    (C.15). Raises GroupError naming the op for invalid groups.
+    """
+    op = opcode.removesuffix("-start")
+    da = device_assignment
+    R, P = da.replica_count, da.num_partitions
+    has_channel = attrs.get("channel_id") is not None
+    if op == "collective-permute":
+        return permute_device_groups(has_channel, R, P, da)
+    mode = group_mode(op, attrs.get("channel_id"), attrs.get("use_global_device_ids"))
+    return device_groups(attrs.get("replica_groups"), mode, R, P, da, op=op,
+                         require_cover=op != "collective-broadcast")

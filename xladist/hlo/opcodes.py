@@ -185,7 +185,7 @@ _row("rng-bit-generator", 1, "rng", "algorithm:word!")
 _row("rng-get-and-update-state", 0, "rng", "delta:int!", side_effect=True)
 
 # Collectives: ids in replica_groups are interpreted by the group mode
-# (channel_id and use_global_device_ids), see collectives/groups.py.
+# (channel_id and use_global_device_ids), see collective_groups.py.
 _AR = "channel_id:int replica_groups:replica_groups constrain_layout:bool " \
       "use_global_device_ids:bool to_apply:computation!"
 _AG = "channel_id:int replica_groups:replica_groups constrain_layout:bool dimensions:ints! " \
