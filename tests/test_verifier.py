@@ -310,6 +310,29 @@ def test_cross_replica_and_partition_groups_span_partitions():
     assert "gathers over groups of 4" in str(err) and err.expected == "f32[8]"
 
 
+@pytest.mark.parametrize("replicas,partitions", [(1, 2), (2, 2), (3, 2), (1, 4)])
+def test_empty_groups_with_a_channel_span_every_device(replicas, partitions):
+    # all-gather / reduce-scatter with a channel_id, no use_global_device_ids and
+    # replica_groups={}: CrossReplicaAndPartition, one group of every replica id, each bringing
+    # all P partitions (A.3, A.5), so the group is R x P devices - not R (a group of 1 at R=1).
+    n = replicas * partitions
+    attrs = dict(channel_id=1, replica_groups=groups(), dimensions=(0,))
+    mode = cg.group_mode("all-gather", 1, None)
+    assert mode is cg.GroupMode.CROSS_REPLICA_AND_PARTITION
+    assert cg.device_group_size(groups(), mode, replicas, partitions) == n
+    # The runtime's groups (the members an all-gather really concatenates) agree.
+    da = cg.DeviceAssignment.default(replicas, partitions)
+    assert [len(g) for g in cg.instruction_device_groups("all-gather", attrs, da)] == [n]
+    kw = dict(replicas=replicas, partitions=partitions, **attrs)
+    verify_module(_collective("all-gather", "f32[2,3]", f"f32[{2 * n},3]", **kw))
+    err = verify_error(_collective("all-gather", "f32[2,3]", f"f32[{2 * replicas},3]", **kw))
+    assert f"gathers over groups of {n}" in str(err) and err.expected == f"f32[{2 * n},3]"
+    verify_module(_collective("reduce-scatter", f"f32[{2 * n}]", "f32[2]", **kw))
+    err = verify_error(_collective("reduce-scatter", f"f32[{2 * n}]", f"f32[{2 * n // replicas}]",
+                                   **kw))
+    assert f"scatters over groups of {n}" in str(err) and err.expected == "f32[2]"
+
+
 def test_all_to_all_group_size():
     b = Comp("main")
     ps = [b.param("f32[4,2]") for _ in range(3)]
