@@ -456,35 +456,6 @@ class InProcessCommunicator(Communicator):
             raise CollectiveError(f"rank {self.rank}: {slot.error}")
         return slot.result
 
-    def result(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """A result array nobody else references: recycled if large and free, else new.
-
-        For large messages MPI into a recycled buffer is measurably faster than into a fresh
-        allocation (about 15% at 16 MiB here), so the last large result of each (shape, dtype)
-        is kept and handed out again once the caller has dropped every reference to it
-        (including views and buffer exports, which hold a reference).  Callers therefore see
-        fresh arrays; code that keeps only a raw pointer to a result must keep the array
-        alive too.  XLADIST_REUSE_RESULTS=0 turns recycling off.
-        """
-        dtype = np.dtype(dtype)
-        size = 1
-        for d in shape:
-            size *= d
-        if size * dtype.itemsize < REUSE_MIN_BYTES or not REUSE_RESULTS:
-            return np.empty(shape, dtype)
-        key = (shape, dtype)
-        pool = self._results
-        arr = pool.get(key)
-        # References: the pool, `arr`, getrefcount's argument -> 3 means nobody else has it.
-        if arr is not None and sys.getrefcount(arr) == 3:
-            return arr
-        arr = np.empty(shape, dtype)
-        pool.pop(key, None)
-        if len(pool) >= _POOL_ENTRIES:
-            pool.pop(next(iter(pool)))
-        pool[key] = arr
-        return arr
-
     # -- primitives ------------------------------------------------------------------------
     def iallreduce(self, send, recv, op, label=None):
         ufunc = _NP_OPS[op]
