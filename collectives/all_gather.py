@@ -22,6 +22,20 @@ def _out_shape(x: np.ndarray, dim: int, n: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def _prepare(comm: Communicator, x, dim: int):
+    """(operand, dim, n, result, local): ``local`` when no message is needed (one member or
+    an empty operand), in which case ``result`` already holds the answer.  Shared by the
+    blocking and the started form, which differ only in their MPI calls and staging."""
+    x = np.asarray(x)
+    dim = normalize_dim("all-gather", x, dim)
+    n = comm.size
+    out = comm.result(_out_shape(x, dim, n), x.dtype)
+    local = n == 1 or x.size == 0
+    if local and out.size:
+        np.copyto(out, x)
+    return x, dim, n, out, local
+
+
 def all_gather(comm: Communicator, x, dim: int = 0, *, label: str | None = None):
     """Gather ``x`` from every member of ``comm`` and concatenate along ``dim``.
 
@@ -30,13 +44,8 @@ def all_gather(comm: Communicator, x, dim: int = 0, *, label: str | None = None)
     """
     if type(x) is list or type(x) is tuple:
         return [all_gather(comm, xi, dim, label=label) for xi in x]
-    x = np.asarray(x)
-    dim = normalize_dim("all-gather", x, dim)
-    n = comm.size
-    out = comm.result(_out_shape(x, dim, n), x.dtype)
-    if n == 1 or x.size == 0:
-        if out.size:
-            np.copyto(out, x)
+    x, dim, n, out, local = _prepare(comm, x, dim)
+    if local:
         return out
     send = contiguous(x)
     if split_dim(x.shape, dim)[0] == 1:
@@ -53,13 +62,8 @@ def all_gather_start(comm: Communicator, x, dim: int = 0, *,
     if type(x) is list or type(x) is tuple:
         parts = [all_gather_start(comm, xi, dim, label=label) for xi in x]
         return Pending((), lambda: [p.wait() for p in parts])
-    x = np.asarray(x)
-    dim = normalize_dim("all-gather", x, dim)
-    n = comm.size
-    out = comm.result(_out_shape(x, dim, n), x.dtype)
-    if n == 1 or x.size == 0:
-        if out.size:
-            np.copyto(out, x)
+    x, dim, n, out, local = _prepare(comm, x, dim)
+    if local:
         return Pending.ready(out)
     send = contiguous(x)
     label = label or "all-gather"

@@ -29,6 +29,20 @@ def _check(x: np.ndarray, dim: int, n: int) -> tuple[int, tuple[int, ...]]:
     return dim, tuple(shape)
 
 
+def _prepare(comm: Communicator, x, dim: int):
+    """(operand, dim, n, result, local): ``local`` when no message is needed (one member or
+    an empty operand), in which case ``result`` already holds the answer.  Shared by the
+    blocking and the started form, which differ only in their MPI calls and staging."""
+    x = np.asarray(x)
+    n = comm.size
+    dim, out_shape = _check(x, dim, n)
+    out = comm.result(out_shape, x.dtype)
+    local = n == 1 or x.size == 0
+    if local and out.size:
+        np.copyto(out, x)
+    return x, dim, n, out, local
+
+
 def _stage(comm: Communicator, x: np.ndarray, dim: int, n: int, reuse: bool) -> np.ndarray:
     """The operand laid out [part, ...], each part contiguous (x itself when it already is)."""
     if split_dim(x.shape, dim)[0] == 1:
@@ -46,13 +60,8 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
     """
     if type(x) is list or type(x) is tuple:
         return [reduce_scatter(comm, xi, reducer, dim, label=label) for xi in x]
-    x = np.asarray(x)
-    n = comm.size
-    dim, out_shape = _check(x, dim, n)
-    out = comm.result(out_shape, x.dtype)
-    if n == 1 or x.size == 0:
-        if out.size:
-            np.copyto(out, x)
+    x, dim, n, out, local = _prepare(comm, x, dim)
+    if local:
         return out
     label = label or "reduce-scatter"
     send = _stage(comm, x, dim, n, reuse=True)
@@ -75,13 +84,8 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
     if type(x) is list or type(x) is tuple:
         parts = [reduce_scatter_start(comm, xi, reducer, dim, label=label) for xi in x]
         return Pending((), lambda: [p.wait() for p in parts])
-    x = np.asarray(x)
-    n = comm.size
-    dim, out_shape = _check(x, dim, n)
-    out = comm.result(out_shape, x.dtype)
-    if n == 1 or x.size == 0:
-        if out.size:
-            np.copyto(out, x)
+    x, dim, n, out, local = _prepare(comm, x, dim)
+    if local:
         return Pending.ready(out)
     label = label or "reduce-scatter"
     send = _stage(comm, x, dim, n, reuse=False)
