@@ -35,7 +35,8 @@ from . import deadline as _deadline
 from ._common import contiguous
 from .groups import GroupError, collective_permute_pairs
 
-__all__ = ["PAIRS_ATTR", "Channels", "parse_pairs", "send_recv_pairs"]
+__all__ = ["PAIRS_ATTR", "Channels", "parse_pairs", "required_send_recv_pairs",
+           "send_recv_pairs"]
 
 PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
 _PAIR_RE = re.compile(r"\{\s*(-?\d+)\s*,\s*(-?\d+)\s*\}")
@@ -64,6 +65,22 @@ def send_recv_pairs(instr, replica_count: int, num_partitions: int,
            else "a module with one partition names replica ids")
     return collective_permute_pairs(parse_pairs(text), by_partition, replica_count,
                                     num_partitions, device_assignment, op=instr.opcode, why=why)
+
+
+def required_send_recv_pairs(instr, replica_count: int, num_partitions: int,
+                             device_assignment=None) -> list[tuple[int, int]]:
+    """:func:`send_recv_pairs` for a device-to-device send/recv that must name its peers:
+    raises GroupError (prefixed with the attribute's name) for invalid pairs and for a missing
+    attribute.  The runtime and the static check both read a channel's peers through this."""
+    try:
+        pairs = send_recv_pairs(instr, replica_count, num_partitions, device_assignment)
+    except GroupError as e:
+        raise GroupError(f"{PAIRS_ATTR}: {e}") from None
+    if pairs is None:
+        raise GroupError(f"a device-to-device {instr.opcode} needs the frontend attribute "
+                         f'{PAIRS_ATTR}="{{{{source,target}},...}}" to name its peers; '
+                         "without it no device can be matched with it")
+    return pairs
 
 
 def _leaf_shapes(shape) -> list:
@@ -174,13 +191,10 @@ class Channels:
             raise self._error(instr, f"channel_id {channel} does not fit in an MPI tag "
                                      f"(0..{self.tag_ub})")
         try:
-            pairs = send_recv_pairs(instr, p.replica_count, p.num_partitions, p.assignment)
+            pairs = required_send_recv_pairs(instr, p.replica_count, p.num_partitions,
+                                             p.assignment)
         except GroupError as e:
-            raise self._error(instr, f"{PAIRS_ATTR}: {e}") from None
-        if pairs is None:
-            raise self._error(instr, f"a device-to-device {instr.opcode} needs the frontend "
-                                     f'attribute {PAIRS_ATTR}="{{{{source,target}},...}}" to '
-                                     "name its peers")
+            raise self._error(instr, str(e)) from None
         me = p.device
         dest = next((t for s, t in pairs if s == me), None)
         source = next((s for s, t in pairs if t == me), None)

@@ -31,7 +31,7 @@ from collectives.groups import (
     collective_permute_pairs,
     instruction_device_groups,
 )
-from collectives.p2p import PAIRS_ATTR, send_recv_pairs
+from collectives.p2p import PAIRS_ATTR, required_send_recv_pairs
 from xladist.errors import InputError
 from xladist.hlo.ir import Computation, Instruction, Module
 
@@ -214,13 +214,9 @@ class ModuleFacts:
         if hit is not None:
             return hit
         try:
-            pairs = send_recv_pairs(instr, self.R, self.P, self.da)
+            pairs = required_send_recv_pairs(instr, self.R, self.P, self.da)
         except GroupError as e:
-            raise self._bad(instr, f"{PAIRS_ATTR}: {e}") from None
-        if pairs is None:
-            raise self._bad(instr, f"a device-to-device {instr.opcode} needs the frontend "
-                            f"attribute {PAIRS_ATTR}=" '"{{source,target},...}" to name its '
-                            "peers; without it no device can be matched with it")
+            raise self._bad(instr, str(e)) from None
         hit = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
         self._peers[instr] = hit
         return hit

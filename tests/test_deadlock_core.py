@@ -259,3 +259,23 @@ def test_branch_on_loop_counter_is_followed_each_iteration():
     ctxs = [ev.ctx for ev in report.traces[1].events]
     assert ctxs == [("iteration 1 of loop", "branch 0 of if_even"),
                     ("iteration 3 of loop", "branch 0 of if_even")]
+
+
+@pytest.mark.parametrize("pairs, message", [
+    (None, 'a device-to-device recv needs the frontend attribute ' + PAIRS
+     + '="{{source,target},...}" to name its peers'),
+    ("{{0,5}}", PAIRS + ": recv source_target_pairs={{0,5}} (2 partition ids: "
+     "a module with several partitions names partition ids): partition id 5 is out of range "
+     "[0, 2)"),
+])
+def test_channel_without_valid_peers_is_refused_naming_the_instruction(pairs, message):
+    from xladist.errors import InputError
+
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0)
+    tok = e("after-all", "token[]")
+    ops = e.p2p(1, pairs, x, tok)
+    with pytest.raises(InputError) as info:
+        check_module(module(e, num_partitions=2))
+    text = str(info.value)
+    assert message in text and ops["r"].name in text, text
