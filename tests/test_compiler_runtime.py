@@ -394,3 +394,28 @@ def test_pipelined_programs_through_the_cli_on_cpu(tmp_path, name):
         want = np.roll(x, 4, axis=0)  # pipelined_ring forwards unchanged, 4 hops on 2 devices
     with np.load(out) as z:
         np.testing.assert_array_equal(z["out0"], want)
+
+
+@pytest.mark.timeout(300)
+def test_cli_trace_on_cpu_has_a_slice_per_thunk_on_every_rank(tmp_path):
+    import json
+
+    from tests.test_trace import CORPUS, _single_device_counts, _xladist
+    d = CORPUS / "elementwise_reduce_mesh2"
+    trace = tmp_path / "trace.json"
+    proc = _xladist("run", str(d / "module.hlo"), "-n", "2", "--inputs", str(d / "inputs.npz"),
+                    "--outputs", str(tmp_path / "o.npz"), "--trace", str(trace),
+                    "--backend", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    module = xladist.load_hlo(d / "module.hlo")
+    entry = CpuProgram(module).entry
+    want = Counter(t.trace_slice.name for t in entry.thunks)
+    assert any(name.startswith("kernel ") for name in want)
+    complete = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    for r in range(2):
+        mine = [e for e in complete if e["pid"] == r]
+        got = Counter(e["name"] for e in mine if e["cat"] == "instruction"
+                      and e["args"]["computation"] == module.entry.name)
+        assert got == want, f"rank {r}"
+        waits = Counter(e["name"] for e in mine if e["cat"] == "collective")
+        assert waits == _single_device_counts(d) and sum(waits.values()) > 0

@@ -105,7 +105,9 @@ class Thunk:
     def fail(self, message: str) -> ExecutionError:
         what = None
         if self.instr is not None:
-            what = f"{self.instr.name} = {self.instr.opcode} ({self.instr.shape.to_text()})"
+            # The user's instruction, not flatten's copy (whose name may carry a prefix).
+            i = getattr(self.instr.parent, "original_of", {}).get(self.instr, self.instr)
+            what = f"{i.name} = {i.opcode} ({i.shape.to_text()})"
         return ExecutionError(message, instruction=what)
 
 
@@ -119,7 +121,9 @@ class TraceSlice:
         instr = thunk.instr
         orig = getattr(instr.parent, "original_of", {}).get(instr, instr) if instr else None
         self.opcode = orig.opcode if orig is not None else thunk.kind
-        self.parent = orig.parent if orig is not None else None
+        # The computation the thunk runs in (flatten's copy has the user's name; the
+        # instruction itself may come from an inlined fusion or call).
+        self.parent = instr.parent if instr is not None else None
         spec = getattr(thunk, "spec", None)
         if spec is not None:
             names = [i.name for i in spec.fused if i.opcode not in ("parameter", "constant")]
@@ -190,6 +194,18 @@ class LibraryThunk(Thunk):
 
     def describe(self) -> str:
         return f"library {self.name}"
+
+
+def _located(e: ExecutionError, thunk, device) -> ExecutionError:
+    """Fill in the rank (replica, partition) and instruction, as the interpreter does."""
+    if e.instruction is None and thunk is not None and thunk.instr is not None:
+        e.instruction = thunk.fail("").instruction
+    if e.rank is None and device is not None:
+        e.rank = getattr(device, "rank", None)
+        e.replica = getattr(device, "replica_id", None)
+        e.partition = getattr(device, "partition_id", None)
+    e.args = (e._format(),)
+    return e
 
 
 def _value(frame: Frame, shape, slots: list):
@@ -273,14 +289,23 @@ class CompiledComputation:
             frame.bufs[s.id] = a
             frame.addrs[s.id] = address(a)
         tracer = rs.tracer
-        if tracer is None:
-            for t in self.thunks:
-                t.run(frame)
-        else:
-            for t in self.thunks:
-                t0 = perf_counter_ns()
-                t.run(frame)
-                tracer.instruction(t.trace_slice, t0, perf_counter_ns())
+        t = None
+        try:
+            if tracer is None:
+                for t in self.thunks:
+                    t.run(frame)
+            else:
+                for t in self.thunks:
+                    t0 = perf_counter_ns()
+                    t.run(frame)
+                    tracer.instruction(t.trace_slice, t0, perf_counter_ns())
+        except ExecutionError as e:
+            raise _located(e, t, rs.device) from None
+        except XlaDistError:
+            raise
+        except Exception as e:  # a bug in a thunk: say which instruction tripped it
+            err = t.fail(f"internal cpu backend error: {type(e).__name__}: {e}")
+            raise _located(err, t, rs.device) from e
         out = []
         lo, hi = self._arena_range
         for s in self.root_slots:
