@@ -70,7 +70,7 @@ def _per_device(module, inputs, n: int) -> list[list]:
     return per_device
 
 
-def run(module, inputs=None, n: int = 1, *, backend: str = "interpreter",
+def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         timeout: float = 300.0, device_assignment=None, verify: bool = True,
         job_timeout: float | None = None, trace: str | None = None, check: bool = True,
         strict: bool = False, host_send=None, host_recv=None,

@@ -67,7 +67,7 @@ SCHEMA: dict[str, Key] = {
                    None, "outfeed", "--outfeed"),
     "prefetch": Key("int", "infeed items each rank reads ahead of the program", 8,
                     "prefetch", "--prefetch"),
-    "backend": Key("str", "interpreter (numpy reference) or cpu (LLVM)", "interpreter",
+    "backend": Key("str", "cpu (LLVM, default) or interpreter (numpy reference)", "cpu",
                    "backend", "--backend"),
     "timeout": Key("float", "deadline in seconds of every wait for another rank", 300.0,
                    "timeout", "--timeout"),

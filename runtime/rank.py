@@ -39,7 +39,7 @@ def world():
     return MPI.COMM_WORLD
 
 
-def execute_on_this_rank(module, per_device_inputs, *, backend: str = "interpreter",
+def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
                          timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
                          feeds=None, verify: bool = True, gather_to: int | None = 0,
                          compile_options: dict | None = None, trace: str | None = None,
@@ -132,7 +132,8 @@ def _executor_options(module, backend: str, schedule: bool) -> dict:
     """The scheduled order and loop tracking, for backends whose executable accepts them.
 
     The interpreter takes `schedule` (computation -> instruction order) and `rules` (per-run
-    rule overrides: the while rule that keeps the watchdog's iteration context).
+    rule overrides: the while rule that keeps the watchdog's iteration context); the cpu
+    backend takes `schedule` and keeps the iteration context in its while thunk itself.
     """
     import inspect
 

@@ -7,7 +7,8 @@ A `Tracer` lives on each rank for one run. Two cheap hooks feed it:
 - `TracedDevice` wraps the rank's DeviceContext and times every call that waits on another
   device or the host: collectives (with bytes and device group), send/recv, infeed, outfeed.
 Both backends reach other devices only through the DeviceContext, so the waits are traced
-for `--backend cpu` too; only the per-instruction slices are interpreter-only.
+for both; the cpu backend reports one slice per thunk instead of per instruction (named
+after its kind and fused instructions) and one per while-loop iteration.
 
 Clocks: `align(comm)` puts a barrier at the start and takes every rank's origin right after
 it, so timestamps (microseconds since the origin) of different ranks line up to within the

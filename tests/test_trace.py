@@ -76,9 +76,11 @@ def _operand_bytes(instr) -> int:
 def test_trace_has_a_track_per_rank_and_every_collective(tmp_path, case, n):
     d = CORPUS / case
     trace = tmp_path / "trace.json"
+    # Per-instruction slices are the interpreter's (the cpu backend's per-thunk slices are
+    # tested in test_compiler_runtime.py).
     proc = _xladist("run", str(d / "module.hlo"), "-n", str(n), "--inputs",
                     str(d / "inputs.npz"), "--outputs", str(tmp_path / "o.npz"),
-                    "--trace", str(trace))
+                    "--trace", str(trace), "--backend", "interpreter")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(trace.read_text())
     events = doc["traceEvents"]
@@ -202,7 +204,8 @@ def _traced_run(record=True):
     module = parse_hlo(LOOP)
     tracer = Tracer(0, record=record)
     tracer.watch(module)
-    exe = compile_module(module, device=TracedDevice(SingleDeviceContext(), tracer))
+    exe = compile_module(module, backend="interpreter",
+                         device=TracedDevice(SingleDeviceContext(), tracer))
     with tracer.execute():
         out = exe(np.arange(8, dtype=np.float32))
     return module, tracer, out
@@ -241,7 +244,8 @@ def test_untraced_evaluator_has_no_tracer():
 def test_event_cap_counts_dropped_slices():
     module = parse_hlo(LOOP)
     tracer = Tracer(0, max_events=10)
-    exe = compile_module(module, device=TracedDevice(SingleDeviceContext(), tracer))
+    exe = compile_module(module, backend="interpreter",
+                         device=TracedDevice(SingleDeviceContext(), tracer))
     exe(np.zeros(8, np.float32))
     kept = sum(ev[1] == "instruction" for ev in tracer.events)
     assert kept <= 10 and tracer.dropped == 7 * 5 + 4 * 6 + 7 - kept

@@ -277,7 +277,8 @@ class _Contexts(SingleDeviceContext):
 def test_loop_rules_record_iterations_of_communicating_loops_only():
     module = xladist.parse_hlo(NESTED)
     device = _Contexts()
-    exe = xladist.compile(module, device=device, rules=watchdog.loop_tracking_rules())
+    exe = xladist.compile(module, backend="interpreter", device=device,
+                          rules=watchdog.loop_tracking_rules())
     out = exe(np.array([1.5, -2.0], np.float32))
     np.testing.assert_array_equal(out[0], [1.5, -2.0])  # all-reduce over one device
     assert device.seen == [f"iteration {i} of loop, iteration {j} of inner"

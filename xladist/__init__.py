@@ -38,8 +38,10 @@ def verify(module):
     return verify_module(module)
 
 
-def compile(module, backend: str = "interpreter", **options):
-    """Compile a module for one device; returns an Executable called with numpy arrays."""
+def compile(module, backend: str = "cpu", **options):
+    """Compile a module for one device (default: the cpu backend, native code via LLVM;
+    backend="interpreter" for the numpy reference); returns an Executable called with
+    numpy arrays."""
     from .executable import compile as _compile
     return _compile(module, backend=backend, **options)
 

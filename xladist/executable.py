@@ -1,6 +1,6 @@
 """`compile(module, backend=...) -> Executable`: one device's callable program.
 
-    exe = xladist.compile(module)             # backend="interpreter"
+    exe = xladist.compile(module)             # backend="cpu" (LLVM); or "interpreter"
     outputs = exe(x, y)                       # list of numpy arrays, one per result leaf
 
 Backends are a table: `BACKENDS[name] = factory(module, **options) -> Executable`.
@@ -56,7 +56,7 @@ def verify_if_available(module) -> None:
     verify_module(module)
 
 
-def compile(module, backend: str = "interpreter", *, verify: bool = True, **options):
+def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
     """Compile `module` for one device with the named backend; returns an Executable."""
     factory = _load_backend(backend)
     if verify:

@@ -21,9 +21,9 @@ HELP = "train a small MLP data-parallel on N ranks and show where the time goes"
 
 EPILOG = """\
 examples:
-  xladist demo                          4 ranks, 30 steps, interpreter backend
+  xladist demo                          4 ranks, 30 steps, cpu (LLVM) backend
   xladist demo -n 2 --steps 10          2 ranks, 10 steps
-  xladist demo --backend cpu            the LLVM backend instead of the interpreter
+  xladist demo --backend interpreter    the numpy reference instead of compiled code
   xladist demo --trace demo.json        also write a Perfetto timeline (ui.perfetto.dev)
   xladist demo -q --timeout 60          no live status line; give up on a 60 s wait
   xladist demo -n 4 --hostfile launch/hostfile.example
@@ -44,8 +44,8 @@ def add_arguments(parser) -> None:
                         help="number of ranks (data-parallel replicas); default 4")
     parser.add_argument("--steps", type=int, default=None, metavar="S",
                         help="training steps (default 30)")
-    parser.add_argument("--backend", default="interpreter",
-                        help="interpreter (numpy reference, default) or cpu (LLVM)")
+    parser.add_argument("--backend", default="cpu",
+                        help="cpu (LLVM, default) or interpreter (numpy reference)")
     parser.add_argument("--trace", metavar="TRACE.json",
                         help="write a Chrome/Perfetto timeline with one track per rank")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",

@@ -24,7 +24,7 @@ EPILOG = """\
 examples:
   xladist run module.hlo --inputs in.npz --outputs out.npz
   xladist run module.hlo -n 1 --backend interpreter --inputs in.npz
-                                        print the outputs instead of writing them
+                                        the numpy reference; print the outputs
   xladist run module.hlo                a module without parameters
   xladist run module.hlo -n 4 --inputs in.npz --trace trace.json --stats
                                         4 ranks; a Perfetto timeline and per-rank times
@@ -69,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "override it")
     parser.add_argument("-n", "--num-devices", type=int, default=1, metavar="N",
                         help="number of devices (MPI ranks); default 1")
-    parser.add_argument("--backend", default="interpreter",
-                        help="interpreter (numpy reference) or cpu (LLVM); default interpreter")
+    parser.add_argument("--backend", default="cpu",
+                        help="cpu (native code via LLVM, default) or interpreter (numpy "
+                             "reference)")
     parser.add_argument("--inputs", metavar="IN.npz",
                         help="arguments arg0.. (required when the module has parameters)")
     parser.add_argument("--outputs", metavar="OUT.npz",
@@ -135,7 +136,7 @@ def load_module(path: str):
         raise InputError(f"cannot read {path}: {e.strerror}") from None
 
 
-def run_single(module, inputs: list, backend: str = "interpreter", *, verify: bool = True,
+def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = True,
                **options) -> list[np.ndarray]:
     """Run `module` on one device with `inputs` (one array per entry parameter);
     returns the flattened outputs."""
