@@ -14,7 +14,6 @@ does not exist; once it compiles, the row runs for real and must pass.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,8 +25,9 @@ import pytest
 import xladist
 from xladist.io import decode
 
+from . import corpus_util as cu
+
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "data" / "corpus"
 SETS = ("jax", "jax_extra")
 BACKENDS = ("interpreter", "cpu")
 # A job of up to 8 ranks on 2 cores: slow to start, but never minutes.
@@ -35,32 +35,7 @@ JOB_TIMEOUT_S = 240
 COLLECTIVE_TIMEOUT_S = 120
 
 
-def _cases() -> list[Path]:
-    found = []
-    for s in SETS:
-        folder = CORPUS / s
-        if folder.is_dir():
-            found += sorted(p for p in folder.iterdir() if (p / "module.hlo").exists())
-    return found
-
-
-CASES = _cases()
-
-
-def tolerances(meta: dict, key: str) -> tuple[float, float]:
-    override = meta.get("out_tol", {}).get(key)
-    if isinstance(override, dict):
-        return override.get("rtol", meta["rtol"]), override.get("atol", meta["atol"])
-    if isinstance(override, (list, tuple)):
-        return float(override[0]), float(override[1])
-    return meta["rtol"], meta["atol"]
-
-
-def _comparable(a: np.ndarray) -> np.ndarray:
-    """Narrow floats widened exactly to f32 so allclose works on them."""
-    if a.dtype.name in ("bfloat16", "float16") or a.dtype.name.startswith("float8"):
-        return a.astype(np.float32)
-    return a
+CASES = cu.case_folders(*SETS)
 
 
 # The probe runs in its own process: a backend under construction may crash the interpreter,
@@ -119,7 +94,7 @@ def test_corpus_sets_present():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("folder", CASES, ids=[f"{p.parent.name}/{p.name}" for p in CASES])
 def test_corpus_case(folder: Path, backend: str, tmp_path: Path):
-    meta = json.loads((folder / "case.json").read_text())
+    meta = cu.meta(folder)
     if backend == "cpu":
         reason = _cpu_skip_reason(folder)
         if reason:
@@ -139,12 +114,4 @@ def test_corpus_case(folder: Path, backend: str, tmp_path: Path):
         for key, shape in zip(want_keys, leaves):
             got = decode(got_npz[key], shape)
             want = decode(want_npz[key], shape)
-            what = f"{folder.name} {key} ({backend})"
-            assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-            assert got.shape == want.shape, f"{what}: dims {got.shape} != {want.shape}"
-            if shape.element_type.is_floating_or_complex:
-                rtol, atol = tolerances(meta, key)
-                np.testing.assert_allclose(_comparable(got), _comparable(want), rtol=rtol,
-                                           atol=atol, equal_nan=True, err_msg=what)
-            else:
-                np.testing.assert_array_equal(got, want, err_msg=what)
+            cu.assert_output(got, want, meta, key, f"{folder.name} {key} ({backend})")

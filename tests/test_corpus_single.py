@@ -9,33 +9,15 @@ bf16 compared after decoding the uint16 bit patterns.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import numpy as np
 import pytest
 
 import xladist
 from xladist.io import decode
 
-CORPUS = Path(__file__).parent / "data" / "corpus" / "single"
-CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "module.hlo").exists())
+from . import corpus_util as cu
 
-
-def tolerances(meta: dict, key: str) -> tuple[float, float]:
-    override = meta.get("out_tol", {}).get(key)
-    if isinstance(override, dict):
-        return override.get("rtol", meta["rtol"]), override.get("atol", meta["atol"])
-    if isinstance(override, (list, tuple)):
-        return tuple(override)
-    return meta["rtol"], meta["atol"]
-
-
-def as_comparable(a: np.ndarray) -> np.ndarray:
-    """bf16 -> f32 (exact), other narrow floats likewise; everything else as is."""
-    if a.dtype.name in ("bfloat16", "float16") or a.dtype.name.startswith("float8"):
-        return a.astype(np.float32)
-    return a
+CASES = [p.name for p in cu.case_folders("single")]
+CORPUS = cu.CORPUS / "single"
 
 
 def test_the_corpus_is_present():
@@ -45,24 +27,13 @@ def test_the_corpus_is_present():
 @pytest.mark.parametrize("case", CASES)
 def test_corpus_case(case):
     folder = CORPUS / case
-    meta = json.loads((folder / "case.json").read_text())
+    meta = cu.meta(folder)
     module = xladist.load_hlo(folder / "module.hlo")
     exe = xladist.compile(module, backend="interpreter")
-    with np.load(folder / "inputs.npz") as npz:
-        inputs = [npz[f"arg{p.parameter_number}"] for p in module.entry.parameters]
-    outputs = exe(*inputs)  # bf16 parameters take the uint16 bits as stored
-    with np.load(folder / "expected.npz") as npz:
-        expected = {k: npz[k] for k in npz.files}
+    outputs = exe(*cu.inputs(folder, module))  # bf16 parameters take the uint16 bits as stored
+    expected = cu.expected(folder)
     assert len(outputs) == len(expected) == meta["num_outputs"]
     leaves = [s for _, s in module.entry.root.shape.leaves()]
     for i, (got, shape) in enumerate(zip(outputs, leaves)):
         key = f"out{i}"
-        want = decode(expected[key], shape)
-        assert got.dtype == want.dtype, f"{case} {key}: dtype {got.dtype} != {want.dtype}"
-        assert got.shape == want.shape, f"{case} {key}: dims {got.shape} != {want.shape}"
-        if shape.element_type.is_floating_or_complex:
-            rtol, atol = tolerances(meta, key)
-            np.testing.assert_allclose(as_comparable(got), as_comparable(want), rtol=rtol,
-                                       atol=atol, equal_nan=True, err_msg=f"{case} {key}")
-        else:
-            np.testing.assert_array_equal(got, want, err_msg=f"{case} {key}")
+        cu.assert_output(got, decode(expected[key], shape), meta, key, f"{case} {key}")

@@ -3,13 +3,12 @@ whose modules exercise them, run through the parser and the reference Evaluator.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-CORPUS = Path(__file__).parent / "data" / "corpus" / "single"
+from . import corpus_util as cu
+
+CORPUS = cu.CORPUS / "single"
 CASES = ["conv2d_variants", "dot_general_f32", "fft_complex", "gather_indexing", "reduce_basic",
          "reduce_window_pooling", "rng_bit_generator_algorithms", "scatter_updates",
          "sort_variants"]
@@ -28,7 +27,7 @@ def test_corpus_case_matches_xla(name):
     parser = pytest.importorskip("xladist.hlo.parser")
     interp = pytest.importorskip("xladist.interpreter")
     case = CORPUS / name
-    meta = json.loads((case / "case.json").read_text())
+    meta = cu.meta(case)
     assert not any(a.get("encoding") for a in meta["arrays"].values())  # no bf16 here
     module = parser.parse_module((case / "module.hlo").read_text())
     inputs = np.load(case / "inputs.npz")
@@ -37,12 +36,4 @@ def test_corpus_case_matches_xla(name):
     outs = list(_leaves(interp.Evaluator(module).run(args)))
     assert len(outs) == meta["num_outputs"]
     for i, got in enumerate(outs):
-        want = expected[f"out{i}"]
-        tol = meta.get("out_tol", {}).get(f"out{i}") or {}
-        assert got.shape == want.shape and got.dtype == want.dtype, f"out{i}"
-        if got.dtype.kind in "fc":
-            np.testing.assert_allclose(got, want, rtol=tol.get("rtol", meta["rtol"]),
-                                       atol=tol.get("atol", meta["atol"]), equal_nan=True,
-                                       err_msg=f"{name} out{i}")
-        else:
-            np.testing.assert_array_equal(got, want, err_msg=f"{name} out{i}")
+        cu.assert_output(got, expected[f"out{i}"], meta, f"out{i}", f"{name} out{i}")
