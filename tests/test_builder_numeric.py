@@ -9,6 +9,7 @@ import pytest
 
 import xladist
 from xladist.builder import XlaBuilder
+from xladist.examples.train_mlp import loss_and_grads as mlp_loss_and_grads
 
 from .test_builder import check_text
 
@@ -32,24 +33,6 @@ def run(module, *args, **options):
     for a, b in zip(got, again, strict=True):
         np.testing.assert_array_equal(a, b)
     return got
-
-
-def mlp_loss_and_grads(b, x, y, w1, b1, w2, b2):
-    """Mean squared error of tanh-MLP and its gradients, written with the builder."""
-    h = b.tanh(b.add(x @ w1, b1, broadcast_dimensions=(1,)))
-    out = b.add(h @ w2, b2, broadcast_dimensions=(1,))
-    diff = out - y
-    n = float(y.dims[0] * y.dims[1])
-    loss = b.reduce_sum(diff * diff) / n
-    dout = diff * (2.0 / n)
-    contract_batch = (((0,), (0,)), ((), ()))
-    dw2 = b.dot_general(h, dout, contract_batch)
-    db2 = b.reduce_sum(dout, [0])
-    dh = b.dot_general(dout, w2, (((1,), (1,)), ((), ())))
-    dpre = dh * (1.0 - h * h)
-    dw1 = b.dot_general(x, dpre, contract_batch)
-    db1 = b.reduce_sum(dpre, [0])
-    return loss, [dw1, db1, dw2, db2]
 
 
 def numpy_loss(x, y, w1, b1, w2, b2):

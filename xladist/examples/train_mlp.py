@@ -36,8 +36,10 @@ class Config:
     seed: int = 0
 
 
-def _loss_and_grads(b, x, y, w1, b1, w2, b2):
-    """MSE of out = tanh(x w1 + b1) w2 + b2 against y, and d loss / d (w1, b1, w2, b2)."""
+def loss_and_grads(b, x, y, w1, b1, w2, b2):
+    """MSE of out = tanh(x w1 + b1) w2 + b2 against y, and d loss / d (w1, b1, w2, b2),
+    written with builder `b` on its ops (tests/test_builder_numeric.py checks the gradients
+    against jax.grad and finite differences)."""
     h = b.tanh(b.add(x @ w1, b1, broadcast_dimensions=(1,)))
     out = b.add(h @ w2, b2, broadcast_dimensions=(1,))
     diff = out - y
@@ -69,7 +71,7 @@ def build_module(cfg: Config = Config()):
 
     def body(sb, step, token, w1, b1, w2, b2):
         (x, y), token = sb.infeed(batch_shape, token)
-        loss, grads = _loss_and_grads(sb, x, y, w1, b1, w2, b2)
+        loss, grads = loss_and_grads(sb, x, y, w1, b1, w2, b2)
         summed = list(sb.all_reduce(grads, "add"))
         token = sb.outfeed(loss, token)
         scale = cfg.lr / cfg.replicas  # mean over replicas, times the learning rate
