@@ -7,28 +7,18 @@ Jobs run as subprocesses with a timeout; programs come from tests/data/deadlock/
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import xladist
+from tests.cli_util import xladist_cli
 from xladist.interpreter import SingleDeviceContext
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "deadlock"
 JOB_TIMEOUT = 120
-
-
-def xladist_cli(*args, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    env.pop("XLADIST_CHECKED", None)
-    return subprocess.run([sys.executable, "-m", "xladist", *map(str, args)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout,
-                          check=False)
 
 
 def write_inputs(path: Path, module_path: Path, n: int, arrays=None) -> Path:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from runtime import config
+from tests.cli_util import xladist_cli
 from xladist.cli import run as run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,9 +26,7 @@ GENERATED = ROOT / "examples" / "train_mlp" / "data"
 
 
 def _xladist(*args, cwd=ROOT, timeout=120):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off")
-    return subprocess.run([sys.executable, "-m", "xladist", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return xladist_cli(*args, cwd=cwd, timeout=timeout, XLADIST_PROGRESS="off")
 
 
 def _run_parser() -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ import xladist
 from xladist.io import decode
 
 from . import corpus_util as cu
+from .cli_util import xladist_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = ("jax", "jax_extra")
@@ -73,15 +74,8 @@ def _cpu_skip_reason(folder: Path) -> str | None:
 def run_cli(module: Path, n: int, inputs: Path, outputs: Path, *extra: str,
             timeout: float = JOB_TIMEOUT_S) -> subprocess.CompletedProcess:
     """`xladist run` in a fresh process, as a user would start it."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1",
-               OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "xladist", "run", str(module), "-n", str(n),
-           "--inputs", str(inputs), "--outputs", str(outputs), *extra]
-    try:
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              check=False, timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout}s:\n{e.stdout}\n{e.stderr}")
+    return xladist_cli("run", module, "-n", n, "--inputs", inputs, "--outputs", outputs,
+                       *extra, timeout=timeout)
 
 
 def test_corpus_sets_present():

@@ -8,21 +8,18 @@ of the demo's own check.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+
+from tests.cli_util import xladist_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _demo(*args, timeout=150, cwd=ROOT):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="log")
-    return subprocess.run([sys.executable, "-m", "xladist", "demo", *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return xladist_cli("demo", *args, cwd=cwd, timeout=timeout, XLADIST_PROGRESS="log")
 
 
 def _reference_losses(ranks: int, steps: int):

@@ -10,13 +10,13 @@ of running ranks are covered by the watchdog tests.)
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.cli_util import xladist_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 HARD_TIMEOUT_S = 60
@@ -45,17 +45,11 @@ def xladist_run(tmp_path: Path, module_text: str, n: int, inputs: dict | None,
                 *extra: str) -> subprocess.CompletedProcess:
     module = tmp_path / "module.hlo"
     module.write_text(module_text)
-    cmd = [sys.executable, "-m", "xladist", "run", str(module), "-n", str(n),
-           "--timeout", "5", "--outputs", str(tmp_path / "out.npz"), *extra]
+    cmd = ["run", module, "-n", n, "--timeout", "5", "--outputs", tmp_path / "out.npz", *extra]
     if inputs is not None:
         np.savez(tmp_path / "in.npz", **inputs)
-        cmd += ["--inputs", str(tmp_path / "in.npz")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    try:
-        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              check=False, timeout=HARD_TIMEOUT_S, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"xladist run did not finish in {HARD_TIMEOUT_S}s:\n{e.stdout}\n{e.stderr}")
+        cmd += ["--inputs", tmp_path / "in.npz"]
+    return xladist_cli(*cmd, cwd=tmp_path, timeout=HARD_TIMEOUT_S)
 
 
 def assert_refused(proc: subprocess.CompletedProcess, *fragments: str) -> str:

@@ -8,9 +8,6 @@ leave every item outfed before the failure in the outfeed files.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,7 @@ import pytest
 
 from runtime.api import run as xrun
 from runtime.feeds_npz import write_items
+from tests.cli_util import xladist_cli
 from tests.feeds_fns import item
 from xladist.errors import ExecutionError
 
@@ -81,10 +79,7 @@ def expected_accs(n: int, steps: int) -> list[np.ndarray]:
 
 
 def xladist_run(*args, timeout=JOB_TIMEOUT):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "xladist", "run", *map(str, args), "-q"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return xladist_cli("run", *args, "-q", timeout=timeout)
 
 
 def write_module(tmp_path, n, steps) -> Path:

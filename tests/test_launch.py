@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from runtime import launcher
+from tests.cli_util import xladist_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
@@ -23,9 +24,7 @@ HOSTFILE = ROOT / "launch" / "hostfile.localhost"
 
 
 def _xladist(*args, cwd=ROOT, timeout=120, progress="off"):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS=progress)
-    return subprocess.run([sys.executable, "-m", "xladist", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return xladist_cli(*args, cwd=cwd, timeout=timeout, XLADIST_PROGRESS=progress)
 
 
 def _check_outputs(path):

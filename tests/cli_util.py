@@ -1,0 +1,47 @@
+"""Running `python -m xladist ...` from a test, as a user would start it.
+
+One helper for every test that drives the CLI in a subprocess: this checkout first on
+PYTHONPATH (`runtime` and `collectives` are also PyPI names), one BLAS/OpenMP thread per
+process (4+ ranks share 2 cores), no XLADIST_CHECKED inherited from an enclosing job, and a
+hard timeout after which the whole process group (mpiexec and its ranks) is killed and the
+test fails naming the command and what it printed - never an orphaned rank.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a CLI job started by a test; `extra` variables override."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("XLADIST_CHECKED", None)
+    env.update(extra)
+    return env
+
+
+def xladist_cli(*args, timeout: float = 120, cwd: Path | str = ROOT,
+            **env: str) -> subprocess.CompletedProcess:
+    """`python -m xladist ARGS` (each arg str()-ed) with output captured as text; `env` adds
+    environment variables (e.g. XLADIST_PROGRESS="off")."""
+    cmd = [sys.executable, "-m", "xladist", *map(str, args)]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=cli_env(**env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not finish in {timeout}s:\n{out}\n{err}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
