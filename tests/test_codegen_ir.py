@@ -122,3 +122,21 @@ def test_llvm_ir_of_a_module_parses_and_verifies():
     jit._init()
     text = CpuProgram(xladist.parse_hlo(CHAIN)).llvm_ir()
     llvm.parse_assembly(text).verify()
+
+
+def test_vector_width_attribute_reaches_every_function_and_the_cache_key(monkeypatch):
+    from xladist.compiler import jit
+    ir_text = ('define void @"k"(ptr noalias %".1") nounwind\n{\nentry:\n  ret void\n}\n'
+               'define void @"m"(ptr %".1", i64 %".2") nounwind\n{\nentry:\n  ret void\n}\n')
+    for width in ("512", "128"):
+        monkeypatch.setenv("XLADIST_VECTOR_WIDTH", width)
+        jit.vector_width.cache_clear()
+        jit.target_description.cache_clear()
+        try:
+            text = jit._with_vector_width(ir_text)
+            assert text.count(f'"prefer-vector-width"="{width}"') == 2
+            jit.optimize(ir_text)  # still valid IR
+            assert f"vector-width={width}" in jit.target_description()
+        finally:
+            jit.vector_width.cache_clear()
+            jit.target_description.cache_clear()
