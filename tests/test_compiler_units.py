@@ -510,3 +510,28 @@ ENTRY main {
 """
     x = np.array([0, 1, 2, 3], np.float32)
     np.testing.assert_allclose(run(text, x)[0], -np.exp(x), rtol=1e-6)
+
+
+def test_result_buffers_are_reused_only_once_the_caller_dropped_them():
+    exe = xladist.compile(xladist.parse_hlo("""HloModule m
+ENTRY main {
+  a = f32[1024] parameter(0)
+  ROOT e = f32[1024] exponential(a)
+}
+"""), backend="cpu")
+    x = np.linspace(-1, 1, 1024, dtype=np.float32)
+
+    def addr(v):
+        return v.__array_interface__["data"][0]
+
+    (first,) = exe(x)
+    kept = first.copy()
+    (second,) = exe(x + 1)  # `first` is still held: a new buffer, `first` unchanged
+    assert addr(second) != addr(first)
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_allclose(second, np.exp(x + 1), rtol=1e-6)
+    where = addr(second)
+    del first, second
+    (third,) = exe(x)  # nobody holds the last result: its buffer is written again
+    assert addr(third) == where
+    np.testing.assert_allclose(third, np.exp(x), rtol=1e-6)

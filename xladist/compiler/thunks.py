@@ -281,9 +281,9 @@ class CompiledComputation:
         for s in self._out_slots:
             a = pool.get(s.id)
             # Reuse last run's result buffer when nobody holds it any more (the
-            # pool's reference + getrefcount's argument): fresh large buffers
-            # cost a page fault per 4 KiB on first touch.
-            if a is None or sys.getrefcount(a) > 2:
+            # pool's reference, the local `a` and getrefcount's argument): fresh
+            # large buffers cost a page fault per 4 KiB on first touch.
+            if a is None or sys.getrefcount(a) > 3:
                 a = np.empty(s.nbytes, dtype=np.uint8)
                 pool[s.id] = a
             frame.bufs[s.id] = a
