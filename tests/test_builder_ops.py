@@ -381,6 +381,9 @@ def test_collectives_and_async_pairs():
         b.all_reduce(x, channel_id=2, use_global_device_ids=True)
     with pytest.raises(BuilderError, match="needs a channel_id"):
         b.all_reduce(x, use_global_device_ids=True)
+    # Cross-replica-and-partition groups span every partition: the size needs shard_count.
+    with pytest.raises(BuilderError, match="span every partition"):
+        b.all_gather(x, 0, replica_groups=pairs, channel_id=3)
     with pytest.raises(BuilderError, match="not an async start"):
         b.async_done(x)
     record(b.build([ar, two, ag, ag2, rs, a2a, a2a_t, cp, cb, ard, agd, cpd, a2d, rsd,

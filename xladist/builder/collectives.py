@@ -26,7 +26,7 @@ def replica_groups(groups) -> ReplicaGroups:
     return ReplicaGroups(tuple(tuple(int(i) for i in g) for g in groups))
 
 
-def _group_size(groups: ReplicaGroups, shard_count, what: str) -> int:
+def _group_size(groups: ReplicaGroups, shard_count, what: str, attrs: dict) -> int:
     if shard_count is not None:
         if groups.groups and any(len(g) != shard_count for g in groups.groups):
             raise BuilderError(f"{what}: shard_count={shard_count} but the replica groups "
@@ -35,6 +35,12 @@ def _group_size(groups: ReplicaGroups, shard_count, what: str) -> int:
     if not groups.groups:
         raise BuilderError(f"{what}: with replica_groups={{}} (all devices) the group size is "
                            "only known at run time; pass shard_count=<devices per group>")
+    if attrs.get("channel_id") is not None and not attrs.get("use_global_device_ids"):
+        # Cross-replica-and-partition: each group spans every partition of its replicas,
+        # and the partition count is only known when the module is built.
+        raise BuilderError(f"{what}: with a channel_id and no use_global_device_ids the groups "
+                           f"{groups.to_text()} name replicas and span every partition; pass "
+                           "shard_count=<replicas per group x num_partitions>")
     sizes = {len(g) for g in groups.groups}
     if len(sizes) != 1:
         raise BuilderError(f"{what}: replica groups {groups.to_text()} differ in size")
@@ -104,7 +110,7 @@ class CollectiveMixin:
         """Concatenate every group member's operand along `dimension`, in group order."""
         ops = _as_list(operand)
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
-        size = _group_size(attrs["replica_groups"], shard_count, _opcode)
+        size = _group_size(attrs["replica_groups"], shard_count, _opcode, attrs)
         attrs["dimensions"] = (int(dimension),)
         results = self._gathered(ops, int(dimension), size, grow=True)
         if _opcode == "all-gather-start":
@@ -129,7 +135,7 @@ class CollectiveMixin:
         """All-reduce, then member i keeps part i of the result split along `dimension`."""
         ops = _as_list(operand)
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
-        size = _group_size(attrs["replica_groups"], shard_count, "reduce-scatter")
+        size = _group_size(attrs["replica_groups"], shard_count, "reduce-scatter", attrs)
         attrs["dimensions"] = (int(dimension),)
         attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer")
         results = self._gathered(ops, int(dimension), size, grow=False)
