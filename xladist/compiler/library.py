@@ -370,6 +370,9 @@ class CustomCallThunk(LibraryThunk):
         super().__init__(instr, fn, f"custom-call {self.target}", operand_slots, out_slots)
         self.orig = original
 
+    def describe(self) -> str:
+        return f"target {self.target!r} (xladist.interpreter.custom_calls)"
+
     def run(self, frame) -> None:
         from .thunks import _value
         args = [_value(frame, op.shape, slots)
