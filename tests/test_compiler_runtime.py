@@ -19,8 +19,8 @@ from collectives import deadline
 from runtime import watchdog
 from runtime.schedule import schedule_module
 from runtime.trace import TracedDevice, Tracer
-from tests.test_channels_cli import DATA, write_inputs, xladist_cli
-from tests.test_watchdog import NESTED
+from tests.test_channels_cli import DATA, _Recorder, write_inputs, xladist_cli
+from tests.test_watchdog import NESTED, _Contexts
 from xladist.compiler.program import CpuProgram
 from xladist.errors import ExecutionError, UnsupportedError
 from xladist.interpreter import SingleDeviceContext
@@ -120,29 +120,6 @@ ENTRY main {
 
 # ---- the scheduled order -------------------------------------------------------------------
 
-class _Recorder(SingleDeviceContext):
-    """Logs channel ops in issue order; every transfer is local (recv gets zeros)."""
-
-    def __init__(self):
-        super().__init__()
-        self.log = []
-
-    def send(self, instr, data):
-        self.log.append(instr.name)
-        return data
-
-    def send_done(self, instr, handle):
-        self.log.append(instr.name)
-
-    def recv(self, instr):
-        self.log.append(instr.name)
-        return instr
-
-    def recv_done(self, instr, handle):
-        self.log.append(instr.name)
-        return np.zeros(tuple(instr.shape.tuple_shapes[0].dims), np.float32)
-
-
 # Element-wise work between the transfers: fusion must not carry a channel op across another.
 FUSED_EXCHANGE = (DATA / "bidirectional_exchange.n2.hlo").read_text().replace(
     "  %x = f32[8]{0} parameter(0)\n",
@@ -177,16 +154,6 @@ def test_runtime_hands_the_schedule_to_the_cpu_backend():
 
 
 # ---- the watchdog's loop context -----------------------------------------------------------
-
-class _Contexts(SingleDeviceContext):
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def collective(self, instr, args, reducer=None):
-        self.seen.append(deadline.watchdog.loop_context())
-        return super().collective(instr, args, reducer)
-
 
 def test_loop_context_matches_the_interpreter_under_the_runtime():
     module = xladist.parse_hlo(NESTED)
