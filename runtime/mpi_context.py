@@ -10,19 +10,17 @@ position, dimension, peers) so running it is one dictionary lookup and one MPI c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
-
-import numpy as np
 
 from collectives.all_gather import all_gather, all_gather_start
 from collectives.all_reduce import all_reduce, all_reduce_start
 from collectives.all_to_all import all_to_all, all_to_all_start
 from collectives.broadcast import collective_broadcast, collective_broadcast_start
+from collectives.communicator import Communicator, CommunicatorCache
+from collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
 from collectives.permute import collective_permute, collective_permute_start, peers
 from collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
-from collectives.communicator import CommunicatorCache, Communicator
-from collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
 from collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
 from xladist.errors import ExecutionError, VerifierError
 from xladist.interpreter.context import DeviceContext
@@ -77,7 +75,7 @@ class _Plan:
 
 
 def _base(opcode: str) -> str:
-    return opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+    return opcode.removesuffix("-start")
 
 
 class MpiDeviceContext(DeviceContext):
@@ -264,6 +262,3 @@ _RUNNERS = {
     "ragged-all-to-all": _run_ragged,
 }
 
-
-def zeros_like_shape(shape) -> np.ndarray:
-    return np.zeros(tuple(shape.dims), shape.dtype)
