@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from collectives import deadline
 from xladist.errors import InputError
 
 # Variables that tell a process it was started by an MPI launcher (Hydra/PMI, OpenMPI, Slurm).
@@ -108,17 +109,19 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     # The watchdog's job directory (runtime/watchdog.py): where every rank publishes its
     # position so the first rank whose deadline passes can say where all of them are.
     own_dir = None
-    if not env.get("XLADIST_JOB_DIR"):
+    if not env.get(deadline.JOB_DIR_ENV):
         own_dir = tempfile.mkdtemp(prefix="xladist-job-")
-        env["XLADIST_JOB_DIR"] = own_dir
+        env[deadline.JOB_DIR_ENV] = own_dir
+    notes = Path(env[deadline.JOB_DIR_ENV]) / deadline.ABORT_NOTES
+    shutil.rmtree(notes, ignore_errors=True)  # a reused job directory: not this job's words
     try:
-        return _launch(cmd, env, timeout, capture)
+        return _launch(cmd, env, timeout, capture, notes)
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
 
 
-def _launch(cmd, env, timeout, capture) -> subprocess.CompletedProcess:
+def _launch(cmd, env, timeout, capture, notes: Path) -> subprocess.CompletedProcess:
     kwargs = dict(env=env, start_new_session=True)
     if capture:
         kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -131,7 +134,8 @@ def _launch(cmd, env, timeout, capture) -> subprocess.CompletedProcess:
                 out, err = proc.communicate(timeout=timeout)
             else:
                 out, err = None, None
-                pump = threading.Thread(target=_forward_stderr, args=(proc.stderr,),
+                seen = bytearray()
+                pump = threading.Thread(target=_forward_stderr, args=(proc.stderr, seen),
                                         daemon=True)
                 pump.start()
                 proc.wait(timeout=timeout)
@@ -139,7 +143,28 @@ def _launch(cmd, env, timeout, capture) -> subprocess.CompletedProcess:
         except BaseException:
             _kill_group(proc)
             raise
+    if proc.returncode != 0:
+        # What a rank said before aborting but MPICH's launcher dropped (collectives/deadline.py).
+        shown = err if capture else bytes(seen).decode(errors="replace")
+        lost = "".join(f"{text}\n" for text in _abort_notes(notes) if text not in shown)
+        if capture:
+            err = (err or "") + lost
+        elif lost:
+            sys.stderr.write(lost)
+            sys.stderr.flush()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _abort_notes(notes: Path) -> list[str]:
+    """The ranks' abort messages left in the job directory, in rank order."""
+    def rank(path: Path) -> int:
+        digits = path.stem.removeprefix("rank")
+        return int(digits) if digits.isdigit() else -1
+    try:
+        paths = sorted(notes.glob("rank*.txt"), key=rank)
+        return [p.read_text(errors="replace") for p in paths]
+    except OSError:
+        return []
 
 
 @contextlib.contextmanager
@@ -161,8 +186,13 @@ def _stop_on_signals():
             signal.signal(s, handler)
 
 
-def _forward_stderr(stream) -> None:
-    """Copy the ranks' stderr to ours as it arrives, minus MPICH's abort lines.
+# How much forwarded stderr `_forward_stderr` keeps, to tell which abort notes were shown.
+_SEEN_BYTES = 1 << 20
+
+
+def _forward_stderr(stream, seen: bytearray) -> None:
+    """Copy the ranks' stderr to ours as it arrives, minus MPICH's abort lines; the last
+    `_SEEN_BYTES` of it are kept in `seen`.
 
     Raw bytes, not text lines: a progress line redrawn with `\r` (runtime/progress.py) has
     no newline and must pass at once; text mode would also turn each `\r` into a newline.
@@ -170,6 +200,8 @@ def _forward_stderr(stream) -> None:
     fd, out = stream.fileno(), getattr(sys.stderr, "buffer", None) or _TextSink(sys.stderr)
     pending = b""
     while chunk := os.read(fd, 65536):
+        seen += chunk
+        del seen[:-_SEEN_BYTES]
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:

@@ -46,7 +46,7 @@ from collectives import deadline
 
 __all__ = ["JOB_DIR_ENV", "JobMonitor", "Members", "job_dir", "loop_tracking_rules"]
 
-JOB_DIR_ENV = "XLADIST_JOB_DIR"
+JOB_DIR_ENV = deadline.JOB_DIR_ENV
 # A rank whose record is older than this (while it claims to wait or compute) may be dead.
 STALE_S = 3.0
 # A rank whose deadline fires while another one prints the report gives it this long.

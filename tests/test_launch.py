@@ -104,13 +104,55 @@ def test_forward_stderr_passes_status_updates_and_drops_mpich_noise(monkeypatch)
             b"last line without newline")
     os.write(w, data)
     os.close(w)
+    seen = bytearray()
     with os.fdopen(r, "rb") as stream:
-        launcher._forward_stderr(stream)
+        launcher._forward_stderr(stream, seen)
     text = sink.getvalue()
+    assert bytes(seen) == data  # what the abort-note check compares against: unfiltered
     assert b"\rstep 1\rstep 2 | outfeed 3" in text     # \r updates pass unchanged
     assert b"rank 1: error: boom\n" in text
     assert b"MPI_Abort" not in text
     assert text.endswith(b"last line without newline")
+
+
+# A rank that leaves its abort note and aborts: `say` also prints it first, as abort_job does.
+_ABORTING_RANK = """
+import sys
+from mpi4py import MPI
+from collectives import deadline
+if MPI.COMM_WORLD.Get_rank() == 1:
+    if sys.argv[1] == "say":
+        deadline.abort_job("the last words of rank 1")
+    deadline._leave_abort_note("rank 1: the last words of rank 1")  # noqa: SLF001
+    MPI.COMM_WORLD.Abort(3)
+MPI.COMM_WORLD.Barrier()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("capture", [True, False], ids=["captured", "forwarded"])
+@pytest.mark.parametrize("say", ["say", "silent"])
+def test_abort_message_reaches_the_user_exactly_once(tmp_path, capfd, capture, say):
+    # MPICH's launcher may drop what a rank printed just before MPI_Abort; the note the rank
+    # leaves in the job directory is printed by the launcher then -- and only then.  "silent"
+    # is that lost case made certain: the rank leaves the note but prints nothing.
+    script = tmp_path / "abort.py"
+    script.write_text(_ABORTING_RANK)
+    proc = launcher.launch(2, [str(script), say], capture=capture, timeout=90,
+                           env={"PYTHONPATH": str(ROOT)})
+    err = proc.stderr if capture else capfd.readouterr().err
+    assert proc.returncode != 0
+    assert err.count("rank 1: the last words of rank 1") == 1, err
+
+
+def test_abort_notes_of_a_reused_job_dir_are_not_repeated(tmp_path, capfd):
+    stale = tmp_path / "job" / "aborts"
+    stale.mkdir(parents=True)
+    (stale / "rank0.txt").write_text("an old failure")
+    proc = launcher.launch(2, ["-c", "import sys; sys.exit(1)"], capture=True, timeout=90,
+                           env={"XLADIST_JOB_DIR": str(tmp_path / "job")})
+    assert proc.returncode != 0
+    assert "an old failure" not in proc.stderr
 
 
 SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo"]
