@@ -42,6 +42,7 @@ __all__ = [
     "Watchdog",
     "abort_job",
     "abort_on_exception",
+    "on_abort",
     "configure",
     "waiting",
     "watchdog",
@@ -98,6 +99,7 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     with _abort_lock:
         first = not _aborting
         _aborting = True
+    run_abort_hooks()
     mpi = sys.modules.get("mpi4py.MPI")
     under_mpi = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
     if first and message:
@@ -113,6 +115,34 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     if under_mpi:
         mpi.COMM_WORLD.Abort(code)
     os._exit(code)
+
+
+_abort_hooks: list = []
+
+
+def on_abort(hook):
+    """Run ``hook()`` (once, from whichever thread) before this process aborts the job or its
+    deadline passes -- e.g. to save this rank's trace.  Returns a function that unregisters it."""
+    with _abort_lock:
+        _abort_hooks.append(hook)
+
+    def remove() -> None:
+        with _abort_lock:
+            if hook in _abort_hooks:
+                _abort_hooks.remove(hook)
+    return remove
+
+
+def run_abort_hooks() -> None:
+    """Run and drop the registered hooks; a failing hook never stops the abort."""
+    with _abort_lock:
+        hooks = list(_abort_hooks)
+        _abort_hooks.clear()
+    for hook in hooks:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001, S110 -- the abort matters more than the hook
+            pass
 
 
 def _leave_abort_note(text: str) -> None:
@@ -222,6 +252,9 @@ class Watchdog:
             pass
 
     def _fire(self, cur, elapsed: float) -> None:
+        # Every rank whose deadline passes saves its state now: only one of them wins the
+        # report below, and the others are taken down by its abort without another word.
+        run_abort_hooks()
         mon = self.monitor
         if mon is not None:
             try:

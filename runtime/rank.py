@@ -91,6 +91,9 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
             tracer.align(comm)
         device, spans = TracedDevice(ctx, tracer), tracer
     from xladist.executable import compile as compile_module
+    # A job aborted by a deadline or another thread never reaches the except below: save
+    # this rank's timeline then too (the launcher merges the parts it finds).
+    forget_trace = deadline.on_abort(lambda: tracer.write_partial(trace)) if trace else None
     try:
         with spans.span("compile", backend=backend):
             options = _executor_options(module, backend, schedule)
@@ -103,6 +106,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
         monitor.mark("finished")
     except BaseException:
         if trace:  # keep this rank's timeline; the launcher merges the parts it finds
+            forget_trace()
             tracer.write_partial(trace)
         if feeds is not None:  # deliver every item outfed so far before the job aborts
             feeds.abort()
@@ -123,6 +127,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
             result.all_outputs = gathered
     if trace:
         tracer.write_merged(comm, trace, root=gather_to or 0)
+        forget_trace()
     result.tracer = tracer
     watchdog.uninstall()
     return result

@@ -18,8 +18,9 @@ every rank's events on rank 0, which writes the Trace Event Format file
 one process (pid) per rank named "rank r (replica i, partition j)", one thread (tid 0)
 named after its device, and `ph: "X"` complete events.
 
-When a rank fails, `write_partial` saves what that rank has to `PATH.rank<r>.part`; the
-launching process merges the parts it finds into PATH (`merge_partials`).
+When a rank fails, `write_partial` saves what that rank has to `PATH.rank<r>.part` -- on an
+exception, and from `deadline.on_abort` when its deadline passes or another thread aborts the
+job; the launching process merges the parts it finds into PATH (`merge_partials`).
 
 The same timings give the per-rank split that `xladist demo` prints (`summary()`):
 wall time of the run, time waiting in collectives, in infeed, in outfeed and in send/recv,

@@ -82,6 +82,29 @@ def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps):
 
 
 @pytest.mark.timeout(300)
+def test_a_timed_out_job_still_writes_its_trace(tmp_path):
+    # The trace is what a user opens to see who held the others back: a deadline abort must
+    # not lose it.  Both ranks wait when the deadline passes, so both timelines are saved.
+    import json
+    module = DATA / "data_dependent_loop.hlo"
+    inputs = _data_loop(tmp_path, [2, 3])
+    trace = tmp_path / "trace.json"
+    proc = xladist_cli("run", module, "-n", 2, "--inputs", inputs, "-q", "--no-check",
+                       "--timeout", TIMEOUT, "--trace", trace, timeout=TIMEOUT + SLACK)
+    assert proc.returncode != 0, proc.stderr
+    assert "Where every rank is:" in proc.stderr
+    assert f"wrote the failed run's partial trace to {trace}" in proc.stderr
+    doc = json.loads(trace.read_text())
+    assert "partial" in doc["otherData"]["note"]
+    slices = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    assert {e["pid"] for e in slices} == {0, 1}
+    # Rank 1 finished two iterations' all-reduces before the hang; rank 0 both of its own.
+    for rank in (0, 1):
+        assert sum(1 for e in slices if e["pid"] == rank and e.get("cat") == "collective") >= 2
+    assert list(tmp_path.glob("trace.json.rank*.part")) == []
+
+
+@pytest.mark.timeout(300)
 def test_python_api_raises_with_the_report(tmp_path):
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     t0 = time.monotonic()
