@@ -55,6 +55,8 @@ ABORT_NOTES = "aborts"
 # After printing, before MPI_Abort: time for the launcher to forward the message from a rank on
 # another host, where the note file cannot help.  Paid only by a job that is failing anyway.
 ABORT_FLUSH_S = 0.2
+# The longest the on_abort hooks (saving a trace, host-transfer files) may delay an abort.
+ABORT_HOOKS_S = 10.0
 # A wait this long is published to the monitor; the daemon then re-checks every REFRESH_S so
 # that the end of the wait is published promptly too.
 PUBLISH_AFTER_S = 1.0
@@ -134,15 +136,23 @@ def on_abort(hook):
 
 
 def run_abort_hooks() -> None:
-    """Run and drop the registered hooks; a failing hook never stops the abort."""
+    """Run and drop the registered hooks, for at most ABORT_HOOKS_S: a failing or stuck hook
+    never stops the abort."""
     with _abort_lock:
         hooks = list(_abort_hooks)
         _abort_hooks.clear()
-    for hook in hooks:
-        try:
-            hook()
-        except Exception:  # noqa: BLE001, S110 -- the abort matters more than the hook
-            pass
+    if not hooks:
+        return
+
+    def run_all() -> None:
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001, S110 -- the abort matters more than the hook
+                pass
+    worker = threading.Thread(target=run_all, name="xladist-abort-hooks", daemon=True)
+    worker.start()
+    worker.join(ABORT_HOOKS_S)
 
 
 def _leave_abort_note(text: str) -> None:

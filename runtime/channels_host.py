@@ -14,7 +14,8 @@ data.  Three hosts:
   channel, with `{rank}` and `{channel}` placeholders, e.g. `host/rank{rank}_ch{channel}.npz`.
   The k-th host recv of a rank on a channel takes the k-th array of its file (the order
   `np.savez(path, a0, a1, ...)` stores them); what a rank sends to the host on a channel is
-  written, one array per send (tuple data: one per leaf), when its program has finished.
+  written, one array per send (tuple data: one per leaf), when its program has finished --
+  or fails, or is aborted: what was sent before the failure is kept.
   bf16 arrays are uint16 bit patterns, as in the other npz files.
 """
 
@@ -200,7 +201,8 @@ class FileHost:
             np.array(a, copy=True) for a in _leaves(value))
 
     def finish(self) -> None:
-        """Write what each channel sent to the host (once the rank's program has finished)."""
+        """Write what each channel sent to the host (when the rank's program has finished,
+        failed or is being aborted)."""
         for (rank, channel), arrays in self._sent.items():
             path = self._path(self.send_pattern, rank, channel)
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,9 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
     # A job aborted by a deadline or another thread never reaches the except below: save
     # this rank's timeline then too (the launcher merges the parts it finds).
     forget_trace = deadline.on_abort(lambda: tracer.write_partial(trace)) if trace else None
+    # What the program already sent to the host is kept as well (--host-send files).
+    host_finish = getattr(host, "finish", None)
+    forget_host = deadline.on_abort(host_finish) if host_finish else None
     try:
         with spans.span("compile", backend=backend):
             options = _executor_options(module, backend, schedule)
@@ -110,14 +113,18 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
             tracer.write_partial(trace)
         if feeds is not None:  # deliver every item outfed so far before the job aborts
             feeds.abort()
+        if host_finish:
+            forget_host()
+            _quietly(host_finish)
         raise
     if feeds is not None:
         feeds.finish()
     if channels is not None:
         channels.close()
     cache.free()  # communicators are per run: a process running many programs reuses ids
-    if host is not None and hasattr(host, "finish"):
-        host.finish()
+    if host_finish:
+        forget_host()
+        host_finish()
     result = RankResult(rank, outputs)
     if gather_to is not None:
         with deadline.waiting(f"gathering outputs on rank {gather_to}",
@@ -167,6 +174,15 @@ class _Untraced:
 
 
 _untraced = _Untraced()
+
+
+def _quietly(fn) -> None:
+    """Clean-up on a failure path: its own error must not hide the failure being reported."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        print(f"xladist: while cleaning up after the failure: {type(e).__name__}: {e}",
+              file=sys.stderr)
 
 
 def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:

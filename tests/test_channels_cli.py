@@ -199,6 +199,13 @@ def test_missing_host_data_names_rank_channel_and_file(tmp_path):
     assert "recv-done" in proc.stderr and "channel 7" in proc.stderr
     assert "recv number 3 from the host on channel 7 needs item 2" in proc.stderr
     assert "holds 2" in proc.stderr
+    # What a failing rank sent to the host before its failure is not lost.  (Both ranks fail
+    # alike, but the first one's abort may take the other down before it gets there.)
+    sent = sorted((tmp_path / "sent").glob("rank*_ch8.npz"))
+    assert sent, "no host-send file was written"
+    for path in sent:
+        with np.load(path) as z:
+            assert len(z.files) == 2, path
 
 
 SHAPE_MISMATCH = """\
