@@ -11,6 +11,9 @@ Buffer conventions for every primitive:
   alltoall, permute, bcast) treat them as raw bytes, so any dtype (bf16, f8, bool) works;
 * reductions (allreduce, reduce_scatter_block) take a dtype MPI knows natively and an op name
   from :func:`collectives.reduction.builtin_op`;
+* ``alltoallv`` moves whole rows of ``row_bytes`` bytes: its counts and displacements are row
+  numbers (one contiguous MPI datatype per row size), so they stay small integers for any buffer
+  size;
 * the ``i*`` variants return a :class:`Request` whose ``wait()`` completes the operation; the
   buffers must stay untouched until then (the request keeps them alive);
 * every member of the communicator calls every primitive in the same order (collective-permute
@@ -153,6 +156,14 @@ class Communicator(ABC):
     def ialltoall(self, send: np.ndarray, recv: np.ndarray, label=None) -> Request: ...
 
     @abstractmethod
+    def ialltoallv(self, send: np.ndarray, send_counts: Sequence[int],
+                   send_displs: Sequence[int], recv: np.ndarray, recv_counts: Sequence[int],
+                   recv_displs: Sequence[int], row_bytes: int, label=None) -> Request:
+        """Member j gets ``send_counts[j]`` rows from row ``send_displs[j]`` of ``send``; what
+        member i sends lands at row ``recv_displs[i]`` of ``recv`` (``recv_counts[i]`` rows, which
+        must equal what i sends).  Rows are ``row_bytes`` bytes; ``row_bytes`` > 0."""
+
+    @abstractmethod
     def ireduce_scatter_block(self, send: np.ndarray, recv: np.ndarray, op: str,
                               label=None) -> Request: ...
 
@@ -179,6 +190,11 @@ class Communicator(ABC):
 
     def alltoall(self, send, recv, label=None) -> None:
         self.ialltoall(send, recv, label).wait()
+
+    def alltoallv(self, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                  row_bytes, label=None) -> None:
+        self.ialltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                        row_bytes, label).wait()
 
     def reduce_scatter_block(self, send, recv, op, label=None) -> None:
         self.ireduce_scatter_block(send, recv, op, label).wait()
@@ -214,6 +230,18 @@ def _mpi():
         _MPI_OPS.update(sum=MPI.SUM, prod=MPI.PROD, min=MPI.MIN, max=MPI.MAX,
                         band=MPI.BAND, bor=MPI.BOR, bxor=MPI.BXOR)
     return _MPI
+
+
+# row size in bytes -> committed contiguous MPI datatype; process-wide, like MPI datatypes, and
+# never freed: a program has a handful of distinct row sizes.
+_ROW_TYPES: dict[int, object] = {}
+
+
+def _row_type(row_bytes: int):
+    t = _ROW_TYPES.get(row_bytes)
+    if t is None:
+        t = _ROW_TYPES[row_bytes] = _BYTE.Create_contiguous(row_bytes).Commit()
+    return t
 
 
 class _MpiRequest(Request):
@@ -285,6 +313,25 @@ class MpiCommunicator(Communicator):
     def ialltoall(self, send, recv, label=None):
         s, r = [send, _BYTE], [recv, _BYTE]
         return _MpiRequest([self.comm.Ialltoall(s, r)], label or "all-to-all", self, (s, r))
+
+    def _vspec(self, buf, counts, displs, row_bytes):
+        return [buf, (list(map(int, counts)), list(map(int, displs))), _row_type(row_bytes)]
+
+    def alltoallv(self, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                  row_bytes, label=None):
+        s = self._vspec(send, send_counts, send_displs, row_bytes)
+        r = self._vspec(recv, recv_counts, recv_displs, row_bytes)
+        token = self._wd.begin(label or "all-to-all-v", self)
+        try:
+            self.comm.Alltoallv(s, r)
+        finally:
+            self._wd.end(token)
+
+    def ialltoallv(self, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                   row_bytes, label=None):
+        s = self._vspec(send, send_counts, send_displs, row_bytes)
+        r = self._vspec(recv, recv_counts, recv_displs, row_bytes)
+        return _MpiRequest([self.comm.Ialltoallv(s, r)], label or "all-to-all-v", self, (s, r))
 
     def reduce_scatter_block(self, send, recv, op, label=None):
         token = self._wd.begin(label or "reduce-scatter", self)
@@ -482,6 +529,29 @@ class InProcessCommunicator(Communicator):
                 out[i] = p.reshape(n, -1)[me]
 
         return self._post("all-to-all", label, _bytes(send).copy(), list, extract)
+
+    def ialltoallv(self, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                   row_bytes, label=None):
+        me = self.rank
+        rb = int(row_bytes)
+        src = _bytes(send)
+        # What this member sends to each peer, as separate byte strings (copies: the caller may
+        # reuse its buffer as soon as the request completes).
+        payload = [src[int(d) * rb:(int(d) + int(c)) * rb].copy()
+                   for c, d in zip(send_counts, send_displs)]
+
+        def extract(ps):
+            dst = _bytes(recv)
+            for i, chunks in enumerate(ps):
+                data = chunks[me]
+                if data.size != int(recv_counts[i]) * rb:
+                    raise CollectiveError(
+                        f"rank {me}: all-to-all-v over {self}: expected {int(recv_counts[i])} "
+                        f"rows from rank {i}, but it sends {data.size // rb}")
+                start = int(recv_displs[i]) * rb
+                dst[start:start + data.size] = data
+
+        return self._post("all-to-all-v", label, payload, list, extract)
 
     def ireduce_scatter_block(self, send, recv, op, label=None):
         ufunc = _NP_OPS[op]

@@ -20,6 +20,7 @@ from collectives.broadcast import collective_broadcast, collective_broadcast_sta
 from collectives.communicator import Communicator, CommunicatorCache
 from collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
 from collectives.permute import collective_permute, collective_permute_start, peers
+from collectives.ragged_all_to_all import ragged_all_to_all
 from collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
 from collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
 from xladist.errors import ExecutionError, VerifierError
@@ -248,8 +249,8 @@ def _run_broadcast(ctx, plan, instr, args, reducer, start):
 
 
 def _run_ragged(ctx, plan, instr, args, reducer, start):
-    raise ctx._error(instr, "ragged-all-to-all is not supported by the MPI runtime yet "
-                            "(XLA:CPU has no implementation either)")
+    # No -start form exists; an async-start wrapper runs it synchronously, so start is False.
+    return ragged_all_to_all(plan.comm, *args, label=plan.label)
 
 
 _RUNNERS = {

@@ -21,6 +21,7 @@ _RUNS = {
     "collective-permute-start": "collectives.permute",
     "collective-permute-done": "collectives.permute",
     "collective-broadcast": "collectives.broadcast",
+    "ragged-all-to-all": "collectives.ragged_all_to_all",
     # local to one device: a copy needs no peer
     "copy-start": "interpreter/compiler (local copy)",
     "copy-done": "interpreter/compiler (local copy)",
@@ -31,10 +32,7 @@ _RUNS = {
     "infeed": "runtime.feeds", "outfeed": "runtime.feeds",
 }
 
-_REASONS = {
-    "ragged-all-to-all": "ragged-all-to-all is not implemented over MPI yet (XLA:CPU has no "
-                         "implementation either)",
-}
+_REASONS: dict[str, str] = {}
 
 
 def coverage() -> dict[str, str]:
