@@ -191,3 +191,20 @@ def test_infeed_errors_name_the_instruction():
 def test_device_context_interface_defaults_to_not_implemented():
     with pytest.raises(NotImplementedError):
         DeviceContext().collective(None, [])
+
+
+def test_ragged_all_to_all_one_peer_several_updates_and_bad_sizes():
+    c = Comp()
+    data, out = c.param("s32[6]"), c.param("s32[6]")
+    offs = [c.param("s32[1,2]") for _ in range(4)]
+    m = c.module(c.op("ragged-all-to-all", "s32[6]", data, out, *offs))
+    x, base = np.arange(6, dtype=np.int32), np.full(6, -1, np.int32)
+    # Two updates to ourselves: rows [0,2) -> 4, rows [3,4) -> 0; a rank-2 [1, k] form.
+    meta = [np.array([[0, 3]]), np.array([[2, 1]]), np.array([[4, 0]]), np.array([[2, 1]])]
+    got = run(m, x, base, *[a.astype(np.int32) for a in meta])
+    assert got.tolist() == [3, -1, -1, -1, 0, 1]
+    # A chunk past the input's end is refused, naming the update.
+    meta[1] = np.array([[2, 4]])
+    meta[3] = np.array([[2, 4]])
+    with pytest.raises(ExecutionError, match="update 1.*input's 6"):
+        run(m, x, base, *[a.astype(np.int32) for a in meta])

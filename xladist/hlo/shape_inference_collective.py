@@ -179,6 +179,9 @@ def ragged_all_to_all(op, shapes, attrs, declared):
                 or s.dims != meta[0].dims:
             raise ShapeError(f"offsets and sizes must be integer arrays of one shape and type, "
                              f"got {fmt_all(meta)}")
+    # rank 1 [n*k], or rank 2 [n, k]: k updates per peer (XLA's verifier allows both).
+    if meta[0].rank not in (1, 2):
+        raise ShapeError(f"offsets and sizes must have rank 1 or 2, got {fmt(meta[0])}")
     return like(out)
 
 

@@ -206,6 +206,19 @@ def _check_all_to_all(comp, instr, size):
               f"{len(instr.operands)}", comp, instr)
 
 
+def _check_ragged(comp, instr, size):
+    """The offsets and sizes hold k >= 1 entries per group member: [n*k], or [n, k]."""
+    meta = instr.operands[2].shape if len(instr.operands) == 6 else None
+    if meta is None or not meta.is_array or meta.rank not in (1, 2):
+        return  # the shape rule reports these
+    count = 1
+    for d in meta.dims:
+        count *= d
+    if (meta.rank == 2 and meta.dims[0] != size) or count == 0 or count % size:
+        _fail(f"ragged-all-to-all offsets and sizes {fmt(meta)} must hold k >= 1 entries per "
+              f"group member ([{size}*k] or [{size},k]) for groups of {size}", comp, instr)
+
+
 # opcode -> (require every id in some group, check of group size against shapes or None)
 _GROUPED = {
     "all-reduce": (True, None),
@@ -214,7 +227,7 @@ _GROUPED = {
     "all-gather-start": (True, lambda c, i, n: _check_scaled_dim(c, i, n, True)),
     "reduce-scatter": (True, lambda c, i, n: _check_scaled_dim(c, i, n, False)),
     "all-to-all": (True, _check_all_to_all),
-    "ragged-all-to-all": (True, None),
+    "ragged-all-to-all": (True, _check_ragged),
     # A device in no group of a collective-broadcast receives zeros (C.15).
     "collective-broadcast": (False, None),
 }

@@ -89,11 +89,21 @@ def _broadcast(ctx, instr, args, reducer):
 
 
 def _ragged_all_to_all(ctx, instr, args, reducer):
-    data, output, in_off, send_sizes, out_off, _recv_sizes = args
+    """Group of one: every entry e is an update to this device itself (C.16), written in
+    order; bounds are checked as over MPI (collectives/ragged_all_to_all.py)."""
+    data, output, *meta = args
     out = np.array(output, copy=True)
-    start, size, dest = int(in_off.reshape(-1)[0]), int(send_sizes.reshape(-1)[0]), \
-        int(out_off.reshape(-1)[0])
-    out[dest:dest + size] = data[start:start + size]
+    in_off, sizes, out_off, recv = (np.asarray(m).astype(np.int64).reshape(-1) for m in meta)
+    for e in range(in_off.size):
+        start, size, dest = int(in_off[e]), int(sizes[e]), int(out_off[e])
+        if min(start, size) < 0 or start + size > data.shape[0] or int(recv[e]) != size \
+                or (size and (dest < 0 or dest + size > out.shape[0])):
+            raise ExecutionError(
+                f"ragged-all-to-all update {e}: input_offsets={start}, send_sizes={size}, "
+                f"output_offsets={dest}, recv_sizes={int(recv[e])} must be >= 0, agree in "
+                f"size and stay within the input's {data.shape[0]} and the output's "
+                f"{out.shape[0]} rows", instruction=_describe(instr))
+        out[dest:dest + size] = data[start:start + size]
     return out
 
 
