@@ -2,7 +2,8 @@
 
 The files in tests/mpi/ are collected by the plain pytest run too, where pytest-mpi
 skips them; here each world size runs them for real, with a hard timeout so that a
-hang fails fast instead of stalling CI.
+hang fails fast instead of stalling CI. One job per file and size, with the file's name in
+the test id, so `-k ragged` runs tests/mpi/test_ragged_all_to_all.py alone.
 """
 
 import os
@@ -25,12 +26,14 @@ def _mpiexec() -> str:
     return exe
 
 
+FILES = sorted(MPI_DIR.glob("test_*.py"))
+
+
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 @pytest.mark.parametrize("nprocs", [2, 4])
-def test_mpi_suite(nprocs):
-    files = sorted(str(p) for p in MPI_DIR.glob("test_*.py"))
-    if not files:
-        pytest.skip("no MPI test files yet")
+def test_mpi_suite(nprocs, path):
+    files = [str(path)]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     cmd = [_mpiexec(), "-n", str(nprocs), sys.executable, "-m", "pytest", "--with-mpi",

@@ -68,20 +68,22 @@ def _layout(rng, sizes: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def make_group(n: int, k: int, row: tuple[int, ...], dt: str, rng: np.random.Generator, *,
-               index: str = "s32", rank2: bool = False, max_size: int = 4) -> list[Member]:
+               index: str = "s32", rank2: bool = False, max_size: int = 4,
+               min_rows: int = 1) -> list[Member]:
     """Operands of every member of a group of n with k updates per peer.
 
     size[s, d, u] rows go from s to d in update u; each sender lays its chunks out in a random
     order with gaps, each receiver chooses where every incoming chunk lands (also shuffled), and
     the senders' output_offsets carry those places.  Every member gets the same (padded) row
-    counts, as one HLO module's static shapes require.
+    counts, as one HLO module's static shapes require; ``min_rows`` >= 1 + n*k*max_size gives
+    every group of n the same counts.
     """
     size = rng.integers(0, max_size, (n, n, k))
     size[0, n - 1, k - 1] = max(1, size[0, n - 1, k - 1])  # never an exchange of nothing
     src = [_layout(rng, size[s]) for s in range(n)]                 # [s]: pos[j, u]
     dst = [_layout(rng, size[:, d, :]) for d in range(n)]           # [d]: pos[s, u]
-    rows_in = max(1, max(r for _, r in src))
-    rows_out = max(1, max(r for _, r in dst))
+    rows_in = max(min_rows, max(r for _, r in src))
+    rows_out = max(min_rows, max(r for _, r in dst))
     itype = INDEX_TYPES[index]
     shape = (n, k) if rank2 else (n * k,)
 
