@@ -561,3 +561,9 @@ def _reduce_precision(b, instr, v):
     y = b.bitcast(bits, ft)
     y = b.select(b.fcmp_unordered("uno", x, x), x, y)
     return _finish(b, instr, y)
+
+
+# stochastic-convert lives in its own module (its XLA semantics need a page of comments).
+from .stochastic import emit_stochastic_convert  # noqa: E402
+
+SCALAR_RULES["stochastic-convert"] = emit_stochastic_convert
