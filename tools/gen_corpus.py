@@ -12,6 +12,11 @@ tests/data/corpus/jax/ (see tests/data/corpus/README.md):
   that device d (== partition d) received / produced; bf16 as uint16 bits;
 - case.json: the fields the tests read (num_devices, rtol, atol, out_tol, arrays...).
 
+A case with a `reference` (programs XLA:CPU cannot execute, e.g. ragged-all-to-all): module.hlo
+is the module XLA:CPU optimized before its thunk emitter refused the opcode (dumped with
+xla_dump_to), and expected.npz comes from the case's numpy reference applied to the per-device
+inputs; case.json's `expected_from` says so.
+
 JAX is needed only here: the generated data is committed, so the tests never import jax.
 Inputs are drawn from a per-case seed (crc32 of the case name), so re-running reproduces the
 same files for the same JAX version.
@@ -24,6 +29,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +80,8 @@ class Case:
     atol: float = 1e-6
     check_vma: bool = True
     out_tol: dict = field(default_factory=dict)
+    # per-device input rows -> per-device output rows, for programs XLA:CPU cannot execute
+    reference: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
 
 
 CASES: dict[str, Case] = {}
@@ -265,7 +273,81 @@ def mlp_train_step_dp_mesh2(x, t, w1, b1, w2):
     return (lax.psum(loss, "d"), *new)
 
 
+def _exclusive_cumsum(a):
+    return jnp.cumsum(a) - a
+
+
+def _np_exclusive_cumsum(a: np.ndarray) -> np.ndarray:
+    return np.cumsum(a, axis=-1) - a
+
+
+def _ragged_inputs(rng, n: int = 4, tokens: int = 6, hidden: int = 3):
+    """Per device: tokens [T, H], bf16 values [2T], send sizes to each peer (sum <= T) and,
+    for the second exchange, 2 updates per peer laid out by tests/mpi/ragged_cases.py."""
+    from tests.mpi.ragged_cases import make_group
+    sizes = np.stack([rng.multinomial(int(rng.integers(1, tokens + 1)), [1 / n] * n)
+                      for _ in range(n)]).astype(np.int32)
+    group = make_group(n, 2, (), "bf16", rng, index="s32", max_size=3, min_rows=1 + n * 2 * 3)
+    return [normal(rng, (n * tokens, hidden)), sizes,
+            np.concatenate([m.x for m in group]), np.concatenate([m.output for m in group]),
+            *[np.stack([getattr(m, f) for m in group]) for f in
+              ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")]]
+
+
+def _ragged_reference(ins: list[np.ndarray]) -> list[np.ndarray]:
+    """numpy model of ragged_all_to_all_dispatch_mesh4, from tests/mpi/ragged_cases.py."""
+    from tests.mpi.ragged_cases import Member, reference
+    n = ins[0].shape[0]
+    # Row d of every array is device d's buffer; metadata buffers are [1, n*k] there.
+    x, bx, bout = ins[0], ins[2], ins[3]
+    sizes, bio, bss, boo, brs = (a.reshape(n, -1) for a in (ins[1], *ins[4:]))
+    recv = sizes.T                                          # recv[d, s] = sizes[s, d]
+    lands = _np_exclusive_cumsum(recv)                      # lands[d, s]: where s's rows go
+    tokens = [Member(x[d], np.zeros((n * x.shape[1], x.shape[2]), x.dtype),
+                     _np_exclusive_cumsum(sizes[d]), sizes[d], lands[:, d], recv[d])
+              for d in range(n)]
+    values = [Member(bx[d], bout[d], bio[d], bss[d], boo[d], brs[d]) for d in range(n)]
+    return [np.stack([reference(tokens, d) for d in range(n)]),
+            np.stack([reference(values, d) for d in range(n)])]
+
+
+@case(description="MoE-style token dispatch on 4 devices: send sizes in, input offsets by a "
+                  "cumsum, recv sizes and output offsets by all_to_all, then "
+                  "ragged_all_to_all of [T,3] f32 token rows; and a bf16 ragged_all_to_all "
+                  "with 2 updates per peer and explicit offsets. XLA:CPU cannot run it: "
+                  "expected outputs come from the numpy reference.",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"),) * 8, out_specs=(P("d"), P("d")),
+      make_inputs=_ragged_inputs, rtol=0.0, atol=0.0, check_vma=False,
+      reference=_ragged_reference)
+def ragged_all_to_all_dispatch_mesh4(x, sizes, bx, bout, bio, bss, boo, brs):
+    send = sizes[0]
+    recv = lax.all_to_all(send, "d", 0, 0, tiled=True)
+    lands = lax.all_to_all(_exclusive_cumsum(recv), "d", 0, 0, tiled=True)
+    out = jnp.zeros((4 * x.shape[0], x.shape[1]), x.dtype)  # room for every peer's tokens
+    tokens = lax.ragged_all_to_all(x, out, _exclusive_cumsum(send), send, lands, recv,
+                                   axis_name="d")
+    values = lax.ragged_all_to_all(bx, bout, bio[0], bss[0], boo[0], brs[0], axis_name="d")
+    return tokens, values
+
+
 # ---- generation -----------------------------------------------------------------------------
+def _optimized_text(lowered) -> str:
+    """The module XLA:CPU optimized, for a program its thunk emitter refuses to compile."""
+    with tempfile.TemporaryDirectory() as dump:
+        try:
+            lowered.compile(compiler_options={"xla_dump_to": dump})
+        except Exception as e:  # noqa: BLE001 -- expected: XLA:CPU has no thunk for it
+            print(f"  XLA:CPU refused to compile (expected): {str(e).splitlines()[0]}")
+        else:
+            raise RuntimeError("XLA:CPU compiled a case marked as needing a reference; "
+                               "drop its reference and record XLA's results instead")
+        found = sorted(Path(dump).glob("*cpu_after_optimizations.txt"))
+        if len(found) != 1:
+            raise RuntimeError(f"expected one optimized module in the dump, got {found}")
+        return found[0].read_text()
+
+
 def _mesh(c: Case) -> Mesh:
     n = int(np.prod(c.mesh_shape))
     return Mesh(np.array(jax.devices()[:n]).reshape(c.mesh_shape), c.axis_names)
@@ -333,19 +415,22 @@ def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
     f = jax.jit(jax.shard_map(c.prog, mesh=mesh, in_specs=c.in_specs, out_specs=c.out_specs,
                               check_vma=c.check_vma))
     lowered = f.lower(*args)
-    compiled = lowered.compile()
-    text = compiled.as_text()
-    results = compiled(*args)
-    leaves = jax.tree_util.tree_leaves(results)
+    ins = {f"arg{i}": _rows(a, n) for i, a in enumerate(args)}
+    if c.reference is None:
+        compiled = lowered.compile()
+        text = compiled.as_text()
+        leaves = jax.tree_util.tree_leaves(compiled(*args))
+        outs = {f"out{i}": _rows(a, n) for i, a in enumerate(leaves)}
+    else:
+        text = _optimized_text(lowered)
+        outs = {f"out{i}": a for i, a in enumerate(c.reference(list(ins.values())))}
     out_specs = jax.tree_util.tree_leaves(c.out_specs, is_leaf=lambda s: isinstance(s, P))
-    if len(out_specs) == 1 and len(leaves) > 1:
-        out_specs = out_specs * len(leaves)
+    if len(out_specs) == 1 and len(outs) > 1:
+        out_specs = out_specs * len(outs)
     folder = out_root / c.name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "module.hlo").write_text(text)
     (folder / "module.unoptimized.hlo").write_text(lowered.as_text(dialect="hlo"))
-    ins = {f"arg{i}": _rows(a, n) for i, a in enumerate(args)}
-    outs = {f"out{i}": _rows(a, n) for i, a in enumerate(leaves)}
     np.savez(folder / "inputs.npz", **{k: _encode(v) for k, v in ins.items()})
     np.savez(folder / "expected.npz", **{k: _encode(v) for k, v in outs.items()})
 
@@ -383,6 +468,9 @@ def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
     }
     if c.out_tol:
         meta["out_tol"] = c.out_tol
+    if c.reference is not None:
+        meta["expected_from"] = (f"numpy reference tools/gen_corpus.py:{c.reference.__name__} "
+                                 "(XLA:CPU cannot execute this module)")
     (folder / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
     return folder
 
