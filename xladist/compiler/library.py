@@ -45,8 +45,11 @@ def library(*opcodes):
 def _compute_dtype(dtype) -> np.dtype:
     """BLAS-friendly dtype: narrow floats compute in f32."""
     dtype = np.dtype(dtype)
-    if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16":
-        return np.dtype(np.float32)
+    if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16" \
+            or dtype.name.startswith(("float8", "float4")):
+        return np.dtype(np.float32)  # one rounding at the end, as the interpreter
+    if dtype.name in ("int4", "int2", "uint4", "uint2"):
+        return np.dtype(np.int64)  # the store wraps, as XLA's integer accumulation
     if dtype == np.bool_:
         return np.dtype(np.int32)
     return dtype

@@ -29,9 +29,9 @@ def accumulation_dtype(result: np.dtype) -> np.dtype:
     result = np.dtype(result)
     if result == np.bool_:
         return np.dtype(np.int64)
-    if result.kind == "i":
+    if result.kind == "i" or result.name in ("int4", "int2"):
         return np.dtype(np.int64)
-    if result.kind == "u":
+    if result.kind == "u" or result.name in ("uint4", "uint2"):
         return np.dtype(np.uint64)
     if result.kind == "c":
         return result

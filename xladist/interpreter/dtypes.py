@@ -24,7 +24,11 @@ def kind_of(dtype) -> str:
 
 @cache
 def bits_of(dtype) -> int:
-    return np.dtype(dtype).itemsize * 8
+    """The element type's bit width: 4 for int4 and float4 (stored one per byte)."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize == 1 and dtype != np.bool_:
+        return primitive_type_of_dtype(dtype).bits
+    return dtype.itemsize * 8
 
 
 @cache
@@ -55,18 +59,31 @@ def signed_of(dtype) -> np.dtype:
 
 
 def as_unsigned(x: np.ndarray) -> np.ndarray:
-    """Reinterpret the bits of x as the unsigned integer of the same width."""
-    return np.asarray(x).view(unsigned_of(x.dtype)) if x.dtype != np.bool_ else \
-        np.asarray(x).view(np.uint8)
+    """Reinterpret the bits of x as the unsigned integer of the same width (sub-byte
+    types: their own low bits only)."""
+    x = np.asarray(x)
+    if x.dtype == np.bool_:
+        return x.view(np.uint8)
+    u = x.view(unsigned_of(x.dtype))
+    n = bits_of(x.dtype)
+    return u & np.uint8((1 << n) - 1) if n < 8 else u
 
 
 def as_signed(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x).view(signed_of(x.dtype)) if x.dtype != np.bool_ else \
-        np.asarray(x).view(np.int8)
+    """The bits of x as a signed integer; sub-byte types (int4, float4, ...) are
+    sign-extended from their own top bit (ml_dtypes keeps them in a byte's low bits)."""
+    x = np.asarray(x)
+    s = x.view(signed_of(x.dtype)) if x.dtype != np.bool_ else x.view(np.int8)
+    n = bits_of(x.dtype)
+    if x.dtype != np.bool_ and n < 8:
+        k = np.int8(8 - n)
+        s = (s << k) >> k
+    return s
 
 
 def int_limits(dtype) -> tuple[int, int]:
-    info = np.iinfo(np.dtype(dtype))
+    import ml_dtypes  # its iinfo knows int4/int2 too
+    info = ml_dtypes.iinfo(np.dtype(dtype))
     return int(info.min), int(info.max)
 
 

@@ -35,7 +35,6 @@ from .dtypes import (
     compute_dtype,
     int_limits,
     kind_of,
-    signed_of,
     upcast,
 )
 from .registry import register
@@ -209,7 +208,7 @@ def _int_divide(a, b):
     zero = b == 0
     if kind_of(dt) == "uint":
         q = a // np.where(zero, np.ones_like(b), b)
-        return np.where(zero, np.array(np.iinfo(dt).max, dt), q)
+        return np.where(zero, np.array(int_limits(dt)[1], dt), q)
     lo, _ = int_limits(dt)
     ovf = (a == lo) & (b == -1)
     safe = np.where(zero | ovf, np.ones_like(b), b)
@@ -245,7 +244,7 @@ def _int_power(a, b):
         acc = np.where(bit, acc * base, acc)
         base = base * base
     negative = as_signed(np.asarray(b)) < 0
-    minus_one = np.array(-1, signed_of(dt)).view(dt)
+    minus_one = np.array(-1, np.int64).astype(dt)  # wraps; canonical for int4/int2
     odd = (e & np.array(1, e.dtype)) == 1
     neg_result = np.where(a == 1, np.ones_like(a),
                           np.where(a == minus_one, np.where(odd, minus_one, np.ones_like(a)),
@@ -277,7 +276,9 @@ def _shift_right_arithmetic(a, b):
     sa = as_signed(np.asarray(a))
     r = np.right_shift(sa, s.astype(sa.dtype))
     fill = np.where(sa < 0, np.array(-1, sa.dtype), np.zeros_like(sa))
-    return np.where(ok, r, fill).view(a.dtype)
+    r = np.where(ok, r, fill)
+    # astype wraps like view, and stores sub-byte types canonically (high bits zero).
+    return r.astype(a.dtype) if bits_of(a.dtype) < 8 else r.view(a.dtype)
 
 
 def _umulhi64(a, b):

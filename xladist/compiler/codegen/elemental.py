@@ -20,7 +20,9 @@ from . import ir_array
 from .ir_array import Index, c64, layout_of
 from .loops import for_range
 from .scalar_ops import SCALAR_RULES, bitcast_value
-from .types import I1, I64, compute_type, constant, is_narrow_float, round_to_storage
+from .lowbits import SMALL_FLOATS
+from .types import (I1, I64, compute_type, constant, is_narrow_float, is_sub_byte_int,
+                    round_to_storage, wrap_to_type)
 
 EMIT_RULES: dict[str, Callable] = {}
 
@@ -155,9 +157,16 @@ def _elementwise(ctx, instr, index):
     b = ctx.b
     b.fast_reassoc = ctx.reassoc
     try:
-        return SCALAR_RULES[instr.opcode](b, instr, values)
+        v = SCALAR_RULES[instr.opcode](b, instr, values)
     finally:
         b.fast_reassoc = False
+    t = instr.shape.element_type if instr.shape.is_array else None
+    if t is not None and (is_sub_byte_int(t) or t.name in SMALL_FLOATS):
+        # Every result of an 8/4-bit float or sub-byte integer type is brought back
+        # into the type (rounding is idempotent, so rules that already did cost only
+        # time), so -0, overflow and wrap-around match the interpreter mid-fusion.
+        v = wrap_to_type(b, t, v)
+    return v
 
 
 register(*SCALAR_RULES)(_elementwise)
@@ -207,7 +216,8 @@ def _iota(ctx, instr, index):
         return cv(ctx.b, PRIMITIVE_TYPES["s64"], t, i)
     if t.name == "pred":
         return ctx.b.icmp_unsigned("!=", i, c64(0))
-    return ctx.b.trunc(i, ct) if ct.width < 64 else i
+    v = ctx.b.trunc(i, ct) if ct.width < 64 else i
+    return wrap_to_type(ctx.b, t, v) if is_sub_byte_int(t) else v
 
 
 @register("broadcast")

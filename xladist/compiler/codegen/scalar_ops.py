@@ -19,7 +19,7 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
-from . import mathlib
+from . import lowbits, mathlib
 from .types import (
     C64,
     C128,
@@ -59,6 +59,13 @@ def _finish(b, instr, v):
     """Round f16/bf16 results to storage precision (ops compute in f32)."""
     t = _etype(instr)
     return round_to_storage(b, t, v) if is_narrow_float(t) else v
+
+
+def _int_bits(instr, i=None) -> int:
+    """The HLO bit width of an integer result (or operand i): sub-byte integers sit
+    in i8 registers, and shifts, clz and mulhi must see their real width."""
+    t = _etype(instr) if i is None else _otype(instr, i)
+    return lowbits.SUB_BYTE_INTS.get(t.name) or compute_type(t).width
 
 
 def _unsupported(instr, what):
@@ -229,7 +236,14 @@ def _not(b, instr, v):
 def _shift(b, instr, v):
     x, y = v
     it = x.type
-    too_big = b.icmp_unsigned(">=", y, _c(it, it.width))
+    width = _int_bits(instr)
+    if width < it.width:  # sub-byte: shift the value's own bits (lowbits.py)
+        y = b.and_(y, _c(it, (1 << width) - 1))
+        if instr.opcode == "shift-right-logical":
+            x = b.and_(x, _c(it, (1 << width) - 1))
+        elif instr.opcode == "shift-right-arithmetic":
+            x = lowbits.wrap_int(b, "s" + _etype(instr).name[1:], x)
+    too_big = b.icmp_unsigned(">=", y, _c(it, width))
     safe = b.select(too_big, _c(it, 0), y)
     if instr.opcode == "shift-left":
         return b.select(too_big, _c(it, 0), b.shl(x, safe))
@@ -246,7 +260,7 @@ def _mulhi(b, instr, v):
     wide = ir.IntType(it.width * 2)
     ext = b.sext if _etype(instr).kind == "sint" else b.zext
     p = b.mul(ext(x, wide), ext(y, wide))
-    return b.trunc(b.lshr(p, _c(wide, it.width)), it)
+    return b.trunc(b.lshr(p, _c(wide, _int_bits(instr))), it)
 
 
 @_register("complex")
@@ -315,7 +329,7 @@ _ROUNDING = {"ceil": "ceil", "floor": "floor", "round-nearest-afz": "round",
 def _round(b, instr, v):
     if not _etype(instr).is_float:
         return v[0]
-    return intr.intrinsic(b, _ROUNDING[instr.opcode], [v[0]])
+    return _finish(b, instr, intr.intrinsic(b, _ROUNDING[instr.opcode], [v[0]]))
 
 
 @_register("is-finite")
@@ -324,14 +338,22 @@ def _is_finite(b, instr, v):
     return b.fcmp_ordered("<", intr.fabs(b, x), _c(x.type, math.inf))
 
 
+def _own_bits(b, instr, x):
+    """x with the bits above a sub-byte type's width cleared."""
+    width = _int_bits(instr)
+    return x if width == x.type.width else b.and_(x, _c(x.type, (1 << width) - 1))
+
+
 @_register("popcnt")
 def _popcnt(b, instr, v):
-    return intr.intrinsic(b, "ctpop", [v[0]])
+    return intr.intrinsic(b, "ctpop", [_own_bits(b, instr, v[0])])
 
 
 @_register("count-leading-zeros")
 def _clz(b, instr, v):
-    return intr.intrinsic(b, "ctlz", [v[0], _c(I1, 0)])
+    x = _own_bits(b, instr, v[0])
+    n = intr.intrinsic(b, "ctlz", [x, _c(I1, 0)])
+    return b.sub(n, _c(x.type, x.type.width - _int_bits(instr)))
 
 
 @_register("copy")
@@ -393,6 +415,10 @@ def compare_values(b, t: PrimitiveType, direction: str, x, y, cmp_type: str | No
 def _total_order_key(b, t, x):
     # Order -nan < -inf < ... < -0 < +0 < ... < inf < nan by flipping the
     # magnitude bits of negative numbers (sign-magnitude -> two's complement).
+    if t.name in lowbits.SMALL_FLOATS:
+        # Keys from the storage pattern, as the interpreter orders them (fnuz NaN
+        # 0x80 sits just below +0; f8e8m0fnu has no sign bit).
+        return lowbits.total_order_key(b, lowbits.SMALL_FLOATS[t.name], x)
     ft = x.type
     it = ir.IntType(64 if ft == F64 else 32)
     if t.name in ("f16", "bf16"):
@@ -459,11 +485,19 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
             v = x
         elif dt == F64:
             v = b.fpext(x, dt)
+        elif dst.name == "f16":
+            # One rounding f64 -> f16, as numpy does (not through f32).
+            return b.fpext(b.fptrunc(x, ir.HalfType()), dt)
         else:
+            # f64 -> bf16/f8/f4 go through f32, as ml_dtypes' casts do.
             v = b.fptrunc(x, dt)
         return round_to_storage(b, dst, v) if is_narrow_float(dst) else v
     if src.is_float:
         name = "fptosi.sat" if dst.kind == "sint" else "fptoui.sat"
+        if dst.name in lowbits.SUB_BYTE_INTS:  # saturate to the type's own range
+            narrow = ir.IntType(lowbits.SUB_BYTE_INTS[dst.name])
+            v = intr.intrinsic(b, name, [x], narrow, narrow, st)
+            return b.sext(v, dt) if dst.kind == "sint" else b.zext(v, dt)
         return intr.intrinsic(b, name, [x], dt, dt, st)
     if dst.is_float:
         v = b.sitofp(x, dt) if src.kind == "sint" else b.uitofp(x, dt)
@@ -494,6 +528,10 @@ def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     def to_bits(t, v):
         if t.name == "pred":
             return b.zext(v, ir.IntType(8))
+        if t.name in lowbits.SMALL_FLOATS:
+            return lowbits.encode(b, lowbits.SMALL_FLOATS[t.name], v)
+        if t.name in lowbits.SUB_BYTE_INTS:
+            return lowbits.int_storage(b, t.name, v)
         if t.name == "bf16":
             return f32_to_bf16(b, v)
         if t.name == "f16":
@@ -507,6 +545,10 @@ def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     def from_bits(t, v):
         if t.name == "pred":
             return b.icmp_unsigned("!=", v, _c(v.type, 0))
+        if t.name in lowbits.SMALL_FLOATS:
+            return lowbits.decode(b, lowbits.SMALL_FLOATS[t.name], v)
+        if t.name in lowbits.SUB_BYTE_INTS:
+            return lowbits.wrap_int(b, t.name, v)
         if t.name == "bf16":
             return bf16_to_f32(b, v)
         if t.name == "f16":

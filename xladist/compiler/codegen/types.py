@@ -5,6 +5,8 @@ the HLO type, not in LLVM), f16 and bf16 are computed in f32 and rounded back
 after every operation (that is what numpy/ml_dtypes do, so results match the
 interpreter bit for bit), complex numbers are {re, im} literal structs.
 Memory holds the *storage* type: pred is one byte, bf16 is an i16 bit pattern.
+8/4-bit floats (computed in f32) and sub-byte integers (computed in i8) are one
+byte each in memory; lowbits.py holds their encodings.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
+from .lowbits import SMALL_FLOATS, SUB_BYTE_INTS, decode, encode, int_storage, round_f32, wrap_int
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -31,21 +34,14 @@ _INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32"
 
 # Element types without a compiled representation, with the reason shown to users.
 UNSUPPORTED_TYPES = {
-    "s1": "sub-byte integers are packed; the cpu backend stores one element per byte only",
-    "s2": "sub-byte integers are packed; the cpu backend stores one element per byte only",
-    "s4": "sub-byte integers are packed; the cpu backend stores one element per byte only",
-    "u1": "sub-byte integers are packed; the cpu backend stores one element per byte only",
-    "u2": "sub-byte integers are packed; the cpu backend stores one element per byte only",
-    "u4": "sub-byte integers are packed; the cpu backend stores one element per byte only",
+    "s1": "1-bit integers have no numpy dtype in xladist (hlo/shape.py), in either backend",
+    "u1": "1-bit integers have no numpy dtype in xladist (hlo/shape.py), in either backend",
 }
 
 
 def _check(t: PrimitiveType) -> None:
     if t.name in UNSUPPORTED_TYPES:
         raise UnsupportedError(f"element type {t.name}: {UNSUPPORTED_TYPES[t.name]}")
-    if t.name.startswith("f8") or t.name.startswith("f4"):
-        raise UnsupportedError(f"element type {t.name}: 8-bit and 4-bit floats are not "
-                               "compiled by the cpu backend (use --backend interpreter)")
     if not t.is_array_type:
         raise UnsupportedError(f"element type {t.name} has no array representation")
 
@@ -57,7 +53,9 @@ def compute_type(t: PrimitiveType) -> ir.Type:
         return I1
     if t.name in _INT_BITS:
         return ir.IntType(_INT_BITS[t.name])
-    if t.name in ("f16", "bf16", "f32"):
+    if t.name in SUB_BYTE_INTS:
+        return I8
+    if t.name in ("f16", "bf16", "f32") or t.name in SMALL_FLOATS:
         return F32
     if t.name == "f64":
         return F64
@@ -77,12 +75,27 @@ def storage_type(t: PrimitiveType) -> ir.Type:
         return HALF
     if t.name == "bf16":
         return I16
+    if t.name in SMALL_FLOATS:
+        return I8
     return compute_type(t)
 
 
 def is_narrow_float(t: PrimitiveType) -> bool:
-    """f16/bf16: computed in f32, rounded to storage precision after each op."""
-    return t.name in ("f16", "bf16")
+    """f16/bf16/f8*/f4*: computed in f32, rounded to storage precision after each op."""
+    return t.name in ("f16", "bf16") or t.name in SMALL_FLOATS
+
+
+def is_sub_byte_int(t: PrimitiveType) -> bool:
+    """s2/s4/u2/u4: computed in i8, wrapped to the type's width after each op."""
+    return t.name in SUB_BYTE_INTS
+
+
+def wrap_to_type(b: ir.IRBuilder, t: PrimitiveType, v: ir.Value) -> ir.Value:
+    """A computed register brought back into t's range: narrow floats rounded,
+    sub-byte integers wrapped; other types unchanged."""
+    if t.name in SUB_BYTE_INTS:
+        return wrap_int(b, t.name, v)
+    return round_to_storage(b, t, v)
 
 
 def float_type_of_complex(t: PrimitiveType) -> ir.Type:
@@ -111,6 +124,8 @@ def round_to_storage(b: ir.IRBuilder, t: PrimitiveType, x: ir.Value) -> ir.Value
         return b.fpext(b.fptrunc(x, HALF), F32)
     if t.name == "bf16":
         return bf16_to_f32(b, f32_to_bf16(b, x))
+    if t.name in SMALL_FLOATS:
+        return round_f32(b, SMALL_FLOATS[t.name], x)
     return x
 
 
@@ -124,6 +139,10 @@ def load_element(b: ir.IRBuilder, t: PrimitiveType, ptr: ir.Value) -> ir.Value:
         return b.fpext(v, F32)
     if t.name == "bf16":
         return bf16_to_f32(b, v)
+    if t.name in SMALL_FLOATS:
+        return decode(b, SMALL_FLOATS[t.name], v)
+    if t.name in SUB_BYTE_INTS:
+        return wrap_int(b, t.name, v)
     return v
 
 
@@ -134,6 +153,10 @@ def store_element(b: ir.IRBuilder, t: PrimitiveType, value: ir.Value, ptr: ir.Va
         value = b.fptrunc(value, HALF)
     elif t.name == "bf16":
         value = f32_to_bf16(b, value)
+    elif t.name in SMALL_FLOATS:
+        value = encode(b, SMALL_FLOATS[t.name], value)
+    elif t.name in SUB_BYTE_INTS:
+        value = int_storage(b, t.name, value)
     b.store(value, ptr)
 
 
