@@ -8,7 +8,8 @@ Layers, bottom up:
   in-process (threads-as-ranks) twin, and the per-device-group communicator cache.
 * :mod:`collectives.reduction` -- Reducer = (kind, numpy fn); builtin MPI ops vs generic path.
 * one module per family: all_reduce, all_gather, all_to_all, reduce_scatter, permute,
-  broadcast; each has ``<op>(comm, x, ...)`` and ``<op>_start(...) -> Pending``.
+  broadcast; each has ``<op>(comm, x, ...)`` and ``<op>_start(...) -> Pending``;
+  ragged_all_to_all (blocking only: HLO has no start form of it).
 * :mod:`collectives.bench` -- ``xladist bench collectives``.
 
 Importing this package does not import mpi4py (MPI initializes on first MPI use).
@@ -29,6 +30,7 @@ from .communicator import (
 )
 from .groups import GroupError, GroupMode
 from .permute import collective_permute, collective_permute_start
+from .ragged_all_to_all import ragged_all_to_all
 from .reduce_scatter import reduce_scatter, reduce_scatter_start
 from .reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
 
@@ -59,6 +61,7 @@ __all__ = [
     "collective_permute",
     "collective_permute_start",
     "in_process_world",
+    "ragged_all_to_all",
     "reduce_scatter",
     "reduce_scatter_start",
     "run_in_threads",

@@ -5,7 +5,9 @@ tests/data/corpus/jax_extra/ (made by tools/gen_corpus.py). Each one is run thro
 a subprocess, exactly as a user would (`xladist run MODULE -n N --inputs inputs.npz --outputs
 out.npz`), and every output is compared with JAX's recorded per-device results: integers and
 preds bit-exact, floats with np.allclose under case.json's rtol/atol (a per-output `out_tol`
-overrides), bf16 decoded from its uint16 bits first.
+overrides), bf16 decoded from its uint16 bits first. A case whose case.json has
+`expected_from` records a numpy reference's results instead, because XLA:CPU cannot execute
+it (ragged-all-to-all).
 
 Rows are parametrized by backend. The `cpu` rows are skipped, with the reason, while
 `xladist.compile(module, backend="cpu")` refuses the module (UnsupportedError) or the backend
