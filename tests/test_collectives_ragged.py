@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist
-from collectives.communicator import in_process_world
+from collectives.communicator import CollectiveError, in_process_world
 from collectives.ragged_all_to_all import ragged_all_to_all
 from runtime.deadlock import check_module
 from tests.cli_util import xladist_cli
@@ -152,6 +152,27 @@ def test_static_misuse_refused_on_every_member(what, fragment):
         else:
             m.output = np.zeros((4, 3), np.float32)
     _raise_on(outcomes(members), {0, 1}, fragment)
+
+
+def test_twin_alltoallv_refuses_counts_the_sender_does_not_send():
+    comms = in_process_world(2, TIMEOUT_S)
+    errors = [None, None]
+
+    def body(r):
+        send, recv = np.zeros((4, 2), np.int32), np.zeros((4, 2), np.int32)
+        rcounts = [1, 2] if r == 0 else [1, 1]  # rank 0 expects 2 rows from rank 1, gets 1
+        try:
+            comms[r].alltoallv(send, [1, 1], [0, 1], recv, rcounts, [0, 1], 8)
+        except CollectiveError as e:
+            errors[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S)
+    assert errors[1] is None
+    assert "expected 2 rows from rank 1, but it sends 1" in str(errors[0])
 
 
 # ---- verifier and deadlock check -------------------------------------------------------------

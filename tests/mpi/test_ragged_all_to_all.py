@@ -72,6 +72,29 @@ def test_bad_sizes_raise_on_the_ranks_that_see_them_and_nobody_hangs(cache):
     assert MPI.COMM_WORLD.allreduce(1) == WORLD
 
 
+@pytest.mark.parametrize("blocking", [True, False])
+def test_alltoallv_primitive_moves_rows(cache, blocking):
+    """The communicator primitive under the collective: member r sends (r + j) % 3 rows of
+    [3] f32 to member j, from row 1 + 4j; member j stores what i sends at row 5i + 1."""
+    comm = cache.get(list(range(WORLD))[::-1])
+    n, me = comm.size, comm.rank
+    send = np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3) + 1000 * me
+    counts = [(me + j) % 3 for j in range(n)]
+    recv = np.full((5 * n, 3), -1, np.float32)
+    rcounts = [(i + me) % 3 for i in range(n)]
+    args = (send, counts, [1 + 4 * j for j in range(n)], recv, rcounts,
+            [5 * i + 1 for i in range(n)], 12, "alltoallv-test")
+    if blocking:
+        comm.alltoallv(*args)
+    else:
+        comm.ialltoallv(*args).wait()
+    want = np.full((5 * n, 3), -1, np.float32)
+    for i in range(n):
+        theirs = np.arange(4 * n * 3, dtype=np.float32).reshape(4 * n, 3) + 1000 * i
+        want[5 * i + 1:5 * i + 1 + rcounts[i]] = theirs[1 + 4 * me:1 + 4 * me + rcounts[i]]
+    np.testing.assert_array_equal(recv, want)
+
+
 # ---- HLO programs through the runtime --------------------------------------------------------
 
 def _variants(n: int) -> list[tuple[str, list[list[int]]]]:
