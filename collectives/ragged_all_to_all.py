@@ -33,6 +33,8 @@ error naming the rank and the instruction.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 
 from ._common import contiguous
@@ -110,7 +112,7 @@ def _receiver_problems(comm, status, sizes, offsets, rs, rows_out: int, k: int) 
 
 def _disjoint(offsets: np.ndarray, sizes: np.ndarray) -> bool:
     spans = sorted((int(o), int(o) + int(s)) for o, s in zip(offsets, sizes) if s > 0)
-    return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    return all(a[1] <= b[0] for a, b in pairwise(spans))
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
