@@ -3,6 +3,8 @@ calls Eigen/oneDNN. Each is an explicit thunk kind registered by opcode in
 LIBRARY_THUNKS — never a silent fallback.
 
   dot                 numpy matmul (BLAS), written straight into the result buffer
+  ragged-dot          one dot per group slice (library_dot.py)
+  scaled-dot          block-dequantized operands, then the dot (library_dot.py)
   convolution         im2col (sliding windows) + BLAS tensordot, any dim_labels,
                       padding, dilation, reversal, feature/batch groups
   fft                 numpy.fft in double precision, rounded once
@@ -62,11 +64,14 @@ def _store(out: np.ndarray, value) -> None:
 @library("dot")
 def _dot(instr, args, outs):
     """DotGeneral: batch dims first, then lhs free dims, then rhs free dims."""
-    lhs, rhs = args
-    out = outs[0]
     a = instr.attrs
-    lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
-    rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    dot_into(outs[0], *args, a.get("lhs_batch_dims", ()), a.get("lhs_contracting_dims", ()),
+             a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()))
+
+
+def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
+    """DotGeneral of lhs and rhs written into the array (or view) `out`."""
+    lb, lc, rb, rc = list(lb), list(lc), list(rb), list(rc)
     lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
     ct = _compute_dtype(out.dtype)
@@ -422,7 +427,4 @@ UNSUPPORTED = {
     "scan": "scan is lowered to while loops by XLA before it reaches a backend",
     "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
                                 "modules run",
-    "ragged-dot": "ragged-dot is not compiled by the cpu backend",
-    "scaled-dot": "scaled-dot is not compiled by the cpu backend",
-    "stochastic-convert": "stochastic rounding is not compiled by the cpu backend",
 }

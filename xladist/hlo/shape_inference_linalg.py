@@ -1,5 +1,5 @@
 """Shape rules of linear algebra and signal processing (operation semantics: DotGeneral,
-RaggedDot, Conv (convolution), Fft, Cholesky, TriangularSolve, BatchNormTraining /
+RaggedDot, ScaledDot, Conv (convolution), Fft, Cholesky, TriangularSolve, BatchNormTraining /
 BatchNormInference / BatchNormGrad)."""
 
 from __future__ import annotations
@@ -66,10 +66,39 @@ def dot_dims(lhs: Shape, rhs: Shape, lb, lc, rb, rc) -> list[int]:
 
 
 def dot(op, shapes, attrs, declared):
-    expect_count(shapes, 2 if op == "dot" else 4)
+    expect_count(shapes, 2)
     lhs, rhs = shapes[0], shapes[1]
     expect_array(lhs, "lhs")
     expect_array(rhs, "rhs")
+    dims = dot_dims(lhs, rhs, *_dim_numbers(attrs))
+    return make(result_type(lhs, rhs, declared, op), dims)
+
+
+def scaled_dot(op, shapes, attrs, declared):
+    """Operands lhs, rhs, lhs_scale, rhs_scale (XLA's current order). A scale has its
+    operand's rank and every operand dimension is a multiple of the scale's: each scale
+    element covers a contiguous block of the operand (MX formats: blocks of 32 along the
+    contracting dim). Scalar scales are refused: XLA's verifier wants equal ranks while its
+    ScaledDotRewriter would skip a scalar scale, so their meaning is not settled."""
+    expect_count(shapes, 4)
+    lhs, rhs, lhs_scale, rhs_scale = shapes
+    for s, side in ((lhs, "lhs"), (rhs, "rhs"), (lhs_scale, "lhs_scale"),
+                    (rhs_scale, "rhs_scale")):
+        expect_array(s, side)
+        if not s.element_type.is_float:
+            raise ShapeError(f"{side} of scaled-dot must be floating-point, got {fmt(s)}")
+    for side, operand, scale in (("lhs", lhs, lhs_scale), ("rhs", rhs, rhs_scale)):
+        if scale.rank != operand.rank or scale.rank == 0:
+            raise ShapeError(f"{side}_scale {fmt(scale)} must have the rank of {side} "
+                             f"{fmt(operand)}, one scale per block (scalar scales are not "
+                             "supported: XLA's verifier and rewriter disagree on them)")
+        for d, (n, k) in enumerate(zip(operand.dims, scale.dims)):
+            if k == 0 and n == 0:
+                continue
+            if k == 0 or n % k:
+                raise ShapeError(f"{side} dimension {d} of size {n} is not a multiple of "
+                                 f"{side}_scale dimension {d} of size {k} ({side} {fmt(operand)}"
+                                 f", {side}_scale {fmt(scale)})")
     dims = dot_dims(lhs, rhs, *_dim_numbers(attrs))
     return make(result_type(lhs, rhs, declared, op), dims)
 
@@ -283,7 +312,7 @@ def batch_norm_grad(op, shapes, attrs, declared):
 
 RULES = {
     "dot": dot,
-    "scaled-dot": dot,
+    "scaled-dot": scaled_dot,
     "ragged-dot": ragged_dot,
     "convolution": convolution,
     "fft": fft,

@@ -37,15 +37,12 @@ for _name in NUMERICS_FAMILIES:
 # Opcodes no family implements, with the reason `xladist ops` shows. Applied only where
 # no rule was registered, so a family that later implements one simply wins.
 _NOT_IMPLEMENTED = {
-    "stochastic-convert": "stochastic rounding is not implemented by the interpreter",
     "dynamic-reshape": "dynamic shapes are not supported (shapes are static on this runtime)",
     "set-dimension-size": "dynamic shapes are not supported (shapes are static on this runtime)",
     "shuffle": "shuffle is not implemented by the interpreter",
     "scan": "scan is not implemented by the interpreter (XLA lowers it to while loops)",
     "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
                                 "modules run",
-    "ragged-dot": "ragged-dot is not implemented by the interpreter",
-    "scaled-dot": "scaled-dot is not implemented by the interpreter",
 }
 for _op, _reason in _NOT_IMPLEMENTED.items():
     if _op not in EVAL_RULES:

@@ -1,4 +1,4 @@
-"""dot and ragged-dot (operation semantics: DotGeneral, RaggedDot).
+"""dot, ragged-dot and scaled-dot (operation semantics: DotGeneral, RaggedDot, ScaledDot).
 
 Result dimension order is XLA's: batch dims, then lhs free dims, then rhs free
 dims, each group in operand dimension order.
@@ -152,7 +152,8 @@ def ragged_dot(lhs, rhs, group_sizes, lc, rc, lb, rb, ragged_dim, group_dim, res
        rows past sum(group_sizes) are 0.
     2. ragged dim is an lhs contracting dim: out[i] contracts only group i's slice;
        the result has a leading group dim.
-    3. ragged dim is a batch dim: an ordinary dot; batches past sum(group_sizes) are 0.
+    3. ragged dim is a batch dim: an ordinary dot over every batch (XLA's
+       RaggedDotRewriter emits the plain dot; jax agrees), group_sizes is not used.
     """
     lhs, rhs = np.asarray(lhs), np.asarray(rhs)
     sizes = np.asarray(group_sizes).astype(np.int64).reshape(-1)
@@ -172,8 +173,7 @@ def ragged_dot(lhs, rhs, group_sizes, lc, rc, lb, rb, ragged_dim, group_dim, res
             out.append(dot_general(lhs_masked(mask), rhs, lc, rc, lb, rb, result_dtype))
         return np.stack(out) if out else np.zeros((0,), result_dtype)
     if ragged_dim in lb:
-        mask = pos < starts[-1]
-        return dot_general(lhs_masked(mask), rhs, lc, rc, lb, rb, result_dtype)
+        return dot_general(lhs, rhs, lc, rc, lb, rb, result_dtype)
     # Mode 1: drop rhs's group dim and renumber rhs dims past it.
     if group_dim is None:
         raise UnsupportedError("ragged-dot with a ragged non-contracting lhs dim needs "
@@ -212,3 +212,42 @@ def _eval_ragged_dot(instr, args, ev):
                                f"{np.shape(group_sizes)} is not supported (only [g])")
     return ragged_dot(lhs, rhs, group_sizes, lc, rc, lb, rb, ragged[0],
                       groups[0] if groups else None, instr.shape.dtype)
+
+
+# ---- scaled-dot ------------------------------------------------------------------------
+
+def dequantize_type(operand: np.dtype, scale: np.dtype) -> np.dtype:
+    """The type an operand and its scale are multiplied in (XLA's ScaledDotRewriter): bf16
+    when both are narrower than 16 bits (f8/f4 data with f8e8m0 scales), the type itself
+    when they agree, f32 for two different types of one width, else the wider type."""
+    operand, scale = np.dtype(operand), np.dtype(scale)
+    if operand.itemsize < 2 and scale.itemsize < 2:
+        return np.dtype(ml_dtypes.bfloat16)
+    if operand == scale:
+        return operand
+    if operand.itemsize == scale.itemsize:
+        return np.dtype(np.float32)
+    return operand if operand.itemsize > scale.itemsize else scale
+
+
+def dequantize(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """x times its scale repeated over blocks (scale[i] covers x[i*b:(i+1)*b] along every
+    dimension), rounded once to dequantize_type."""
+    x, scale = np.asarray(x), np.asarray(scale)
+    t = dequantize_type(x.dtype, scale.dtype)
+    for d in range(x.ndim):
+        if scale.shape[d] != x.shape[d]:
+            scale = np.repeat(scale, x.shape[d] // scale.shape[d], axis=d)
+    wide = np.float64 if t == np.float64 else np.float32  # exact products of t values
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = x.astype(t).astype(wide) * scale.astype(t).astype(wide)
+    return prod.astype(t)
+
+
+@register("scaled-dot")
+def _eval_scaled_dot(instr, args, ev):
+    lhs, rhs, lhs_scale, rhs_scale = args
+    lc, rc, lb, rb = _dot_attrs(instr)
+    _check_dims(instr, lhs, rhs, lc, rc, lb, rb)
+    return dot_general(dequantize(lhs, lhs_scale), dequantize(rhs, rhs_scale),
+                       lc, rc, lb, rb, instr.shape.dtype)
