@@ -69,7 +69,9 @@ ENTRY main {{
 
 
 FLOATS = {"f16": (np.float16, "u16", np.uint16), "bf16": (BF16, "u16", np.uint16),
-          "f32": (np.float32, "u32", np.uint32), "f64": (np.float64, "u64", np.uint64)}
+          "f32": (np.float32, "u32", np.uint32), "f64": (np.float64, "u64", np.uint64),
+          "f8e4m3fn": (F8E4M3, "u8", np.uint8),
+          "f8e5m2": (np.dtype(ml_dtypes.float8_e5m2), "u8", np.uint8)}
 SINTS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64}
 
 
@@ -95,7 +97,8 @@ def _edge_values(fdt, rdt, nbits):
 
 @pytest.mark.parametrize("ft,dt", [("f32", "s32"), ("f32", "s8"), ("bf16", "s8"),
                                    ("bf16", "s64"), ("f16", "s16"), ("f16", "s32"),
-                                   ("f64", "s64"), ("f64", "s16")])
+                                   ("f64", "s64"), ("f64", "s16"), ("f8e4m3fn", "s8"),
+                                   ("f8e5m2", "s16")])
 def test_stochastic_convert_matches_reference_bit_for_bit(ft, dt):
     fdt, rt, rdt = FLOATS[ft]
     nbits, rbits = SINTS[dt], np.dtype(rdt).itemsize * 8
@@ -166,6 +169,19 @@ def test_stochastic_convert_to_a_non_signed_type_is_refused_by_both_backends(dt)
         xladist.compile(xladist.parse_hlo(text), backend="cpu")(x, r)
     with pytest.raises(XlaDistError, match="only to signed integer"):
         xladist.compile(xladist.parse_hlo(text), backend="interpreter")(x, r)
+
+
+@pytest.mark.parametrize("ft,rt", [("f8e4m3", "u8"), ("f4e2m1fn", "u4")])
+def test_stochastic_convert_from_a_float_that_cannot_hold_2_to_the_bits_is_refused(ft, rt):
+    # XLA multiplies the fraction by 2**bits in the operand type: 256 overflows f8e4m3
+    # (max 240) and 16 overflows f4e2m1fn (max 6), so the decomposition is meaningless.
+    text = sc_module(ft, rt, "s8", 2)
+    for backend in ("interpreter", "cpu"):
+        with pytest.raises(UnsupportedError, match="overflows"):
+            exe = xladist.compile(xladist.parse_hlo(text), backend=backend)
+            exe(np.zeros(2, getattr(ml_dtypes, {"f8e4m3": "float8_e4m3",
+                                               "f4e2m1fn": "float4_e2m1fn"}[ft])),
+                np.zeros(2, ml_dtypes.uint4 if rt == "u4" else np.uint8))
 
 
 @pytest.mark.parametrize("rt", ["u16", "s32"])
