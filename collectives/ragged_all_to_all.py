@@ -83,7 +83,7 @@ def _sender_problems(comm, io, ss, rows_in: int, k: int) -> list[str]:
     for j in range(comm.size):
         for u in range(k):
             e, start, size = j * k + u, int(io[j, u]), int(ss[j, u])
-            if size < 0 or start < 0:
+            if size < 0 or (size and start < 0):  # an empty chunk's offset is never used
                 out.append(f"input_offsets[{e}]={start}, send_sizes[{e}]={size} (update {u} "
                            f"for {_member(comm, j)}): offsets and sizes must be >= 0")
             elif start + size > rows_in:
@@ -165,7 +165,9 @@ def _exchange(comm, x, out, io, sent, sizes, offsets, k: int, row_bytes: int, pl
     wrong, and the received rows then stay in a staging buffer."""
     n = comm.size
     if k == 1:
-        send, send_counts, send_displs = x, sent[:, 0], io[:, 0]
+        # Empty chunks may carry any offset (nothing checks it): point them at row 0.
+        send, send_counts = x, sent[:, 0]
+        send_displs = np.where(send_counts > 0, io[:, 0], 0)
     else:
         send_counts = sent.sum(axis=1)
         send = np.empty((int(send_counts.sum()), *x.shape[1:]), x.dtype)
@@ -179,7 +181,7 @@ def _exchange(comm, x, out, io, sent, sizes, offsets, k: int, row_bytes: int, pl
     recv_counts = sizes.sum(axis=1)
     if place and k == 1 and _disjoint(offsets[:, 0], sizes[:, 0]):
         comm.alltoallv(_rows(send), send_counts, send_displs, _rows(out), recv_counts,
-                       offsets[:, 0], row_bytes, label)
+                       np.where(recv_counts > 0, offsets[:, 0], 0), row_bytes, label)
         return
     staged = np.empty((int(recv_counts.sum()), *x.shape[1:]), x.dtype)
     recv_displs = np.concatenate(([0], np.cumsum(recv_counts)[:-1]))

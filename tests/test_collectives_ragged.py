@@ -107,9 +107,13 @@ def test_chunk_past_the_input_sender_raises_receivers_name_it():
 def test_negative_size_and_offset():
     members = _bad()
     members[1].send_sizes[0] = -1
+    members[2].send_sizes[1] = members[1].recv_sizes[2] = 1
+    members[2].input_offsets[1] = -1
     got = outcomes(members)
     assert "must be >= 0" in str(got[1]) and "send_sizes[0]=-1" in str(got[1])
-    _raise_on(got, {0, 1, 2}, "member 1 (device 1) sent nothing")
+    assert "must be >= 0" in str(got[2]) and "input_offsets[1]=-1" in str(got[2])
+    _raise_on(got, {0, 1, 2}, "member 1 (device 1) sent nothing",
+              "member 2 (device 2) sent nothing")
 
 
 def test_chunk_past_the_receivers_output():
@@ -303,3 +307,17 @@ def test_cli_bad_recv_sizes_name_rank_and_instruction(tmp_path):
     assert "Traceback" not in err, err
     assert "rank 1 (replica 1, partition 0) | r (line" in err, err
     assert f"recv_sizes[0]={inputs['arg5'][1, 0]}, but member 0 (device 0) sends" in err, err
+
+
+def test_empty_chunks_may_carry_any_offset():
+    """An update of 0 rows writes nothing, whatever its offsets say (nothing checks them)."""
+    members = _bad(2)
+    for m in members:
+        for e in range(2):
+            if m.send_sizes[e] == 0:
+                m.input_offsets[e] = -7
+                m.output_offsets[e] = 10**6
+    assert any(m.send_sizes.min() == 0 for m in members)
+    got = outcomes(members)
+    for p in range(2):
+        assert same(got[p], reference(members, p))

@@ -96,8 +96,10 @@ def _ragged_all_to_all(ctx, instr, args, reducer):
     in_off, sizes, out_off, recv = (np.asarray(m).astype(np.int64).reshape(-1) for m in meta)
     for e in range(in_off.size):
         start, size, dest = int(in_off[e]), int(sizes[e]), int(out_off[e])
-        if min(start, size) < 0 or start + size > data.shape[0] or int(recv[e]) != size \
-                or (size and (dest < 0 or dest + size > out.shape[0])):
+        # An empty chunk's offsets are never used, so only a real chunk must fit.
+        if size < 0 or int(recv[e]) != size or (size and (
+                start < 0 or start + size > data.shape[0]
+                or dest < 0 or dest + size > out.shape[0])):
             raise ExecutionError(
                 f"ragged-all-to-all update {e}: input_offsets={start}, send_sizes={size}, "
                 f"output_offsets={dest}, recv_sizes={int(recv[e])} must be >= 0, agree in "
