@@ -23,7 +23,7 @@ NOT_BUILT = {
     "dynamic-reshape": "dynamic shapes are out of scope for the builder",
     "set-dimension-size": "dynamic shapes are out of scope for the builder",
     "ragged-dot": "XLA 2025 op; no client API in the builder yet",
-    "scaled-dot": "XLA 2025 op; operand order still in flux",
+    "scaled-dot": "XLA 2025 op; no client API in the builder yet",
     "ragged-all-to-all": "no builder API yet (6-operand ragged exchange)",
     "copy-start": "layout/memory-space prefetch made by XLA passes",
     "copy-done": "layout/memory-space prefetch made by XLA passes",
