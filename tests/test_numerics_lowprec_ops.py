@@ -440,3 +440,16 @@ def test_ragged_dot_matches_jax(name):
     want = np.asarray(jax.lax.ragged_dot_general(lhs, rhs, sizes, dn, precision="highest"))
     for got in run_both(rd_module(case), lhs, rhs, sizes):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,layout", [("rows", "{0,1}"), ("contracting", "{0,2,1}")])
+def test_ragged_dot_into_a_non_default_result_layout(name, layout):
+    case = RAGGED[name]
+    text = rd_module(case).replace(f"{','.join(map(str, case['out']))}] ragged-dot",
+                                   f"{','.join(map(str, case['out']))}]{layout} ragged-dot")
+    assert layout in text
+    lhs, rhs, sizes = _ragged_inputs(case, np.float32, 5)
+    interp, cpu = run_both(text, lhs, rhs, sizes)
+    want = ref_ragged(case, lhs, rhs, sizes)
+    np.testing.assert_array_equal(interp, want)
+    np.testing.assert_array_equal(cpu, want)
