@@ -535,3 +535,47 @@ ENTRY main {
     (third,) = exe(x)  # nobody holds the last result: its buffer is written again
     assert addr(third) == where
     np.testing.assert_allclose(third, np.exp(x), rtol=1e-6)
+
+
+RNG_STATE = """\
+HloModule rng_state
+
+%body (s: (s32[], u64[2])) -> (s32[], u64[2]) {
+  %s = (s32[], u64[2]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %st = u64[2] rng-get-and-update-state(), delta=5
+  %one = s32[] constant(1)
+  %i.1 = s32[] add(%i, %one)
+  ROOT %t = (s32[], u64[2]) tuple(%i.1, %st)
+}
+
+%cond (c: (s32[], u64[2])) -> pred[] {
+  %c = (s32[], u64[2]) parameter(0)
+  %k = s32[] get-tuple-element(%c), index=0
+  %three = s32[] constant(3)
+  ROOT %lt = pred[] compare(%k, %three), direction=LT
+}
+
+ENTRY %main () -> (u64[2], u64[2], u64[2]) {
+  %a = u64[2] rng-get-and-update-state(), delta=4
+  %b = u64[2] rng-get-and-update-state(), delta=8
+  %zero = s32[] constant(0)
+  %init = (s32[], u64[2]) tuple(%zero, %a)
+  %loop = (s32[], u64[2]) while(%init), condition=%cond, body=%body
+  %last = u64[2] get-tuple-element(%loop), index=1
+  ROOT %r = (u64[2], u64[2], u64[2]) tuple(%a, %b, %last)
+}
+"""
+
+
+def test_rng_state_counts_per_run_through_loops_like_the_interpreter():
+    # The counter starts at 0 in every run and advances by each instruction's delta, in
+    # execution order, nested computations included: 0, 4, then 12, 17, 22 in the loop.
+    module = xladist.parse_hlo(RNG_STATE)
+    cpu = xladist.compile(module, backend="cpu")
+    interp = xladist.compile(module, backend="interpreter")
+    want = [[0, 0], [4, 0], [22, 0]]
+    for _ in range(2):
+        got = [np.asarray(v).tolist() for v in cpu()]
+        assert got == want
+    assert [np.asarray(v).tolist() for v in interp()] == want

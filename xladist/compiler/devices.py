@@ -137,6 +137,15 @@ def _ids(t, frame):
     frame.set(t.out_slots[0], np.array([v], np.uint32).view(np.uint8))
 
 
+@_runner("rng-get-and-update-state")
+def _rng_state(t, frame):
+    # The interpreter's rule (interpreter/rng.py): return [counter, 0], advance by delta.
+    rs = frame.rs
+    lo = rs.rng_state
+    rs.rng_state = (lo + int(t.instr.attrs.get("delta", 0))) & 0xFFFFFFFFFFFFFFFF
+    frame.set(t.out_slots[0], np.array([lo, 0], np.uint64).view(np.uint8))
+
+
 @_runner("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
          "collective-broadcast", "ragged-all-to-all")
 def _collective(t, frame):

@@ -44,7 +44,9 @@ ALIAS = {"parameter", "tuple", "get-tuple-element", "bitcast", "opt-barrier", "d
          "after-all", "add-dependency", "async-update", "async-done", "copy-done"}
 CONTROL = {"while", "conditional", "call", "async-start"}
 DEVICE_FAMILIES = ("collective", "collective_async", "p2p", "feed")
-DEVICE = {"replica-id", "partition-id"}
+# Ids of this device, and the run's rng counter (RunState.rng_state): device thunks see
+# the run, library thunks only their operands.
+DEVICE = {"replica-id", "partition-id", "rng-get-and-update-state"}
 
 EXPENSIVE = set(mathlib.FLOAT_FUNCTIONS) | set(mathlib.FLOAT_BINARY_FUNCTIONS) | {
     "divide", "remainder", "gather", "map"}

@@ -425,6 +425,4 @@ UNSUPPORTED = {
                           "runtime)",
     "shuffle": "shuffle has no defined semantics in XLA's operation semantics",
     "scan": "scan is lowered to while loops by XLA before it reaches a backend",
-    "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
-                                "modules run",
 }

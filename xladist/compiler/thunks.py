@@ -45,15 +45,17 @@ class RunState:
     buffer (devices.py), so a done finds its start through tuples, while-loop state
     and conditionals. `tracer`: runtime/trace.py's Tracer when the device carries one
     that records slices (the interpreter's hook), else None: then the thunk loop
-    reads no clock.
+    reads no clock. `rng_state`: the counter of rng-get-and-update-state.
     """
 
-    __slots__ = ("device", "pending", "tracer")
+    __slots__ = ("device", "pending", "rng_state", "tracer")
 
     def __init__(self, device):
         self.device = device
         self.pending: dict[int, tuple] = {}
         self.tracer = getattr(device, "tracer", None)
+        # rng-get-and-update-state's counter: per run, from 0, as the interpreter's.
+        self.rng_state = 0
 
 
 class Frame:
