@@ -7,6 +7,7 @@ the test id, so `-k ragged` runs tests/mpi/test_ragged_all_to_all.py alone.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,3 +47,6 @@ def test_mpi_suite(nprocs, path):
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-60:])
     print(tail)
     assert proc.returncode == 0, f"mpiexec -n {nprocs} suite failed:\n{tail}"
+    # Not vacuous: a suite whose every test skipped (e.g. pytest-mpi inactive) is a failure.
+    passed = re.search(r"(\d+) passed", tail)
+    assert passed and int(passed.group(1)) > 0, f"no test ran under mpiexec:\n{tail}"

@@ -412,26 +412,9 @@ _PARAMS = [(R, P, op) for R, P in CONFIGS for op in OPS]
 BACKENDS = ("interpreter", "cpu")
 
 
-@pytest.fixture(scope="session")
-def backend_skip():
-    """backend -> why it cannot run here (the same answer on every rank), or None."""
-    from xladist.errors import UnsupportedError
-    reasons = {}
-    tiny = xladist.parse_hlo("HloModule t\nENTRY %e {\n  ROOT %c = f32[] constant(1)\n}\n")
-    for b in BACKENDS:
-        try:
-            xladist.compile(tiny, backend=b)
-            reasons[b] = None
-        except UnsupportedError as e:
-            reasons[b] = f"backend {b} is not available: {e}"
-    return reasons
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("R,P,op", _PARAMS, ids=[f"R{R}xP{P}-{op}" for R, P, op in _PARAMS])
-def test_collective_conformance(R, P, op, backend, backend_skip):
-    if backend_skip[backend]:
-        pytest.skip(backend_skip[backend])
+def test_collective_conformance(R, P, op, backend):
     full = (R, P) == CONFIGS[0]
     prog = build(op, R, P, full)
     text = prog.text()
