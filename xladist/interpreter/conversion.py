@@ -64,6 +64,10 @@ def _real_part(x, dtype):
 
 
 def _float_to_float(x, dtype):
+    if x.dtype.itemsize < 4 and np.dtype(dtype).itemsize < 4 and x.dtype != dtype:
+        # Between narrow floats: exact through f32, then one rounding (ml_dtypes has no
+        # direct cast for some pairs, e.g. float4_e2m1fn -> float8_e8m0fnu).
+        return upcast(x).astype(dtype)
     return x.astype(dtype)
 
 

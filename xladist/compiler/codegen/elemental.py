@@ -161,7 +161,8 @@ def _elementwise(ctx, instr, index):
     finally:
         b.fast_reassoc = False
     t = instr.shape.element_type if instr.shape.is_array else None
-    if t is not None and (is_sub_byte_int(t) or t.name in SMALL_FLOATS):
+    if t is not None and (is_sub_byte_int(t) or t.name in SMALL_FLOATS) \
+            and not _moves_unchanged(instr):
         # Every result of an 8/4-bit float or sub-byte integer type is brought back
         # into the type (rounding is idempotent, so rules that already did cost only
         # time), so -0, overflow and wrap-around match the interpreter mid-fusion.
@@ -170,6 +171,14 @@ def _elementwise(ctx, instr, index):
 
 
 register(*SCALAR_RULES)(_elementwise)
+
+
+def _moves_unchanged(instr) -> bool:
+    """copy, select and convert to the same type pass values through as the interpreter
+    passes bytes (NaN payloads included), so they are not rounded again."""
+    return instr.opcode in ("copy", "select") or (
+        instr.opcode == "convert" and instr.operands[0].shape.element_type
+        == instr.shape.element_type)
 
 
 @register("constant")

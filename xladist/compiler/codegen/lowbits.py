@@ -23,8 +23,16 @@ by tests/test_compiler_lowbits.py:
   becomes a zero whose sign is the NaN's sign inverted (ml_dtypes' behaviour);
 - "e8m0" (f8e8m0fnu, unsigned powers of two, no zero): zero, negatives, inf, NaN and
   overflow -> 0xFF (NaN); f32 subnormals up to 2^-127 -> 2^-127, above it -> 2^-126.
-Decoding is exact; NaNs decode to the canonical quiet NaN carrying the pattern's
-sign bit (0x80 of fnuz types is a negative NaN, as in ml_dtypes).
+Decoding is exact; NaNs decode to a quiet NaN carrying the pattern's sign bit (0x80
+of fnuz types is a negative NaN, as in ml_dtypes).
+
+NaN payloads: the interpreter moves bytes (copy, transpose, sort, bitcast-convert,
+TOTALORDER compare see every NaN pattern of f8e5m2/f8e4m3/f8e3m4 as distinct) but
+canonicalizes them in arithmetic and converts (through ml_dtypes' f32 cast). So a
+decoded "ieee" NaN keeps its mantissa in the f32 payload's low bits; `encode(...,
+keep_payload=True)` (stores, bitcasts, total-order keys) puts it back, the default
+encode (rounding after arithmetic, converts) gives the canonical NaN, and converts to
+wider floats drop the payload (`canonical_nan`).
 """
 
 from __future__ import annotations
@@ -106,7 +114,8 @@ def decode(b: ir.IRBuilder, fmt: SmallFloat, v: ir.Value) -> ir.Value:
     bits = b.select(b.icmp_unsigned("<", mag, _c(1 << m)), sub, normal)
     if fmt.special == "ieee":
         inf = ((1 << fmt.ebits) - 1) << m
-        special = b.select(b.icmp_unsigned("==", mag, _c(inf)), _c(_INF), _c(_QNAN))
+        nan = b.or_(_c(_QNAN), b.and_(mag, _c((1 << m) - 1)))  # payload in the low bits
+        special = b.select(b.icmp_unsigned("==", mag, _c(inf)), _c(_INF), nan)
         bits = b.select(b.icmp_unsigned(">=", mag, _c(inf)), special, bits)
     elif fmt.special == "fn":
         bits = b.select(b.icmp_unsigned("==", mag, _c((1 << nb) - 1)), _c(_QNAN), bits)
@@ -116,8 +125,11 @@ def decode(b: ir.IRBuilder, fmt: SmallFloat, v: ir.Value) -> ir.Value:
     return b.bitcast(b.or_(b.shl(sign, _c(31)), bits), _F32)
 
 
-def encode(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
-    """An f32 register -> the i8 storage pattern (the module docstring's rules)."""
+def encode(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value,
+           keep_payload: bool = False) -> ir.Value:
+    """An f32 register -> the i8 storage pattern (the module docstring's rules).
+    keep_payload: a NaN of an "ieee" type gets the mantissa decode() left in the low
+    payload bits (the canonical NaN when those are zero)."""
     bits = b.bitcast(x, _I32)
     sign = b.lshr(bits, _c(31))
     mag = b.and_(bits, _c(0x7FFFFFFF))
@@ -159,7 +171,11 @@ def encode(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
     if fmt.special == "ieee":
         inf = ((1 << fmt.ebits) - 1) << m
         is_nan = b.icmp_unsigned(">", mag, _c(_INF))
-        out_mag = b.select(is_nan, _c(inf | (1 << (m - 1))), b.select(over, _c(inf), r))
+        nan = _c(inf | (1 << (m - 1)))
+        if keep_payload:
+            low = b.and_(mag, _c((1 << m) - 1))
+            nan = b.select(b.icmp_unsigned("==", low, _c(0)), nan, b.or_(_c(inf), low))
+        out_mag = b.select(is_nan, nan, b.select(over, _c(inf), r))
         out = b.or_(signbit, out_mag)
     elif fmt.special == "fn":
         out = b.or_(signbit, b.select(over, _c((1 << nb) - 1), r))
@@ -173,6 +189,31 @@ def encode(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
     return b.trunc(out, _I8)
 
 
+def canonical_nan(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
+    """x with a NaN's payload dropped (sign kept): what ml_dtypes' widening gives."""
+    if fmt.special != "ieee":
+        return x  # decode() gives those types' NaNs no payload
+    bits = b.bitcast(x, _I32)
+    canon = b.bitcast(b.and_(bits, _c(0xFFC00000)), _F32)
+    return b.select(b.fcmp_unordered("uno", x, x), canon, x)
+
+
+def decoded_bits(fmt: SmallFloat, pattern: int) -> int:
+    """decode() of a constant pattern, in Python: the f32 bits of an LLVM constant."""
+    import numpy as np
+
+    if fmt.special == "ieee":
+        nb, m = fmt.magnitude_bits, fmt.mbits
+        mag = pattern & ((1 << nb) - 1)
+        inf = ((1 << fmt.ebits) - 1) << m
+        if mag > inf:
+            return ((pattern >> nb) & 1) << 31 | _QNAN | (mag & ((1 << m) - 1))
+    from ...hlo.shape import PRIMITIVE_TYPES
+    name = next(k for k, v in SMALL_FLOATS.items() if v == fmt)
+    x = np.array([pattern], np.uint8).view(PRIMITIVE_TYPES[name].dtype).astype(np.float32)
+    return int(x.view(np.uint32)[0])
+
+
 def round_f32(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
     """x rounded to the format, still in f32."""
     return decode(b, fmt, encode(b, fmt, x))
@@ -182,7 +223,7 @@ def total_order_key(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
     """An i8 key ordering like XLA's TOTALORDER on the storage pattern: the pattern
     sign-extended from its top bit, magnitude bits flipped when negative (as the
     interpreter's dtypes.total_order_key)."""
-    v = encode(b, fmt, x)
+    v = encode(b, fmt, x, keep_payload=True)
     width = fmt.magnitude_bits + (0 if fmt.special == "e8m0" else 1)
     v = _sign_extend(b, v, width)
     flip = b.lshr(b.ashr(v, ir.Constant(_I8, 7)), ir.Constant(_I8, 1))

@@ -457,6 +457,8 @@ def _clamp(b, instr, v):
 
 def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     """XLA convert: ints wrap, float->int saturates (NaN -> 0), x->pred is x != 0."""
+    if src == dst:
+        return x  # the interpreter returns the array as it is (NaN payloads included)
     st, dt = compute_type(src), compute_type(dst)
     if src.is_complex:
         if dst.is_complex:
@@ -481,6 +483,8 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     if src.name == "pred":
         return b.uitofp(x, dt) if dst.is_float else b.zext(x, dt)
     if src.is_float and dst.is_float:
+        if src.name in lowbits.SMALL_FLOATS:
+            x = lowbits.canonical_nan(b, lowbits.SMALL_FLOATS[src.name], x)
         if st == dt:
             v = x
         elif dt == F64:
@@ -529,7 +533,7 @@ def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
         if t.name == "pred":
             return b.zext(v, ir.IntType(8))
         if t.name in lowbits.SMALL_FLOATS:
-            return lowbits.encode(b, lowbits.SMALL_FLOATS[t.name], v)
+            return lowbits.encode(b, lowbits.SMALL_FLOATS[t.name], v, keep_payload=True)
         if t.name in lowbits.SUB_BYTE_INTS:
             return lowbits.int_storage(b, t.name, v)
         if t.name == "bf16":

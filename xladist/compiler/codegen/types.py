@@ -15,7 +15,8 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
-from .lowbits import SMALL_FLOATS, SUB_BYTE_INTS, decode, encode, int_storage, round_f32, wrap_int
+from .lowbits import (SMALL_FLOATS, SUB_BYTE_INTS, decode, decoded_bits, encode, int_storage,
+                      round_f32, wrap_int)
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -154,7 +155,7 @@ def store_element(b: ir.IRBuilder, t: PrimitiveType, value: ir.Value, ptr: ir.Va
     elif t.name == "bf16":
         value = f32_to_bf16(b, value)
     elif t.name in SMALL_FLOATS:
-        value = encode(b, SMALL_FLOATS[t.name], value)
+        value = encode(b, SMALL_FLOATS[t.name], value, keep_payload=True)
     elif t.name in SUB_BYTE_INTS:
         value = int_storage(b, t.name, value)
     b.store(value, ptr)
@@ -173,6 +174,10 @@ def constant(t: PrimitiveType, value) -> ir.Constant:
         ft = float_type_of_complex(t)
         c = complex(value)
         return ir.Constant(ct, [ir.Constant(ft, c.real), ir.Constant(ft, c.imag)])
+    if t.name in SMALL_FLOATS:  # the register decode() would give, NaN payload included
+        import numpy as np
+        pattern = int(np.asarray(value, dtype=t.dtype).reshape(1).view(np.uint8)[0])
+        return ir.Constant(I32, decoded_bits(SMALL_FLOATS[t.name], pattern)).bitcast(F32)
     return ir.Constant(ct, float(value))
 
 
