@@ -19,10 +19,18 @@ from ...hlo.ir import Computation, Instruction
 from . import ir_array
 from .ir_array import Index, c64, layout_of
 from .loops import for_range
-from .scalar_ops import SCALAR_RULES, bitcast_value
 from .lowbits import SMALL_FLOATS
-from .types import (I1, I64, compute_type, constant, is_narrow_float, is_sub_byte_int,
-                    round_to_storage, wrap_to_type)
+from .scalar_ops import SCALAR_RULES, bitcast_value
+from .types import (
+    I1,
+    I64,
+    compute_type,
+    constant,
+    is_narrow_float,
+    is_sub_byte_int,
+    round_to_storage,
+    wrap_to_type,
+)
 
 EMIT_RULES: dict[str, Callable] = {}
 
@@ -174,9 +182,9 @@ register(*SCALAR_RULES)(_elementwise)
 
 
 def _moves_unchanged(instr) -> bool:
-    """copy, select and convert to the same type pass values through as the interpreter
-    passes bytes (NaN payloads included), so they are not rounded again."""
-    return instr.opcode in ("copy", "select") or (
+    """copy, select, bitcast-convert and convert to the same type pass values through as
+    the interpreter passes bytes (NaN payloads included), so they are not rounded again."""
+    return instr.opcode in ("copy", "select", "bitcast-convert") or (
         instr.opcode == "convert" and instr.operands[0].shape.element_type
         == instr.shape.element_type)
 

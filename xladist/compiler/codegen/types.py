@@ -15,8 +15,16 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
-from .lowbits import (SMALL_FLOATS, SUB_BYTE_INTS, decode, decoded_bits, encode, int_storage,
-                      round_f32, wrap_int)
+from .lowbits import (
+    SMALL_FLOATS,
+    SUB_BYTE_INTS,
+    decode,
+    decoded_bits,
+    encode,
+    int_storage,
+    round_f32,
+    wrap_int,
+)
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
