@@ -66,7 +66,7 @@ def assert_same(got, want, nan_sign_free=False):
     assert got.dtype == want.dtype and got.shape == want.shape
     gb, wb = bits(got), bits(want)
     same = gb == wb
-    if nan_sign_free and got.dtype.kind != "V" or nan_sign_free and "float" in got.dtype.name:
+    if nan_sign_free and got.dtype != np.bool_:  # (integers are never NaN)
         with np.errstate(invalid="ignore"):
             same |= np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32))
     bad = np.nonzero(~same.ravel())[0]
@@ -146,17 +146,12 @@ def test_rounding_rules_per_format_by_hand():
         "f8e8m0fnu": [(1.0, 127), (1.5, 128), (3.0, 129), (0.0, 255), (-2.0, 255),
                       (2.0 ** 127, 254), (1.5 * 2.0 ** 127, 255)],
         "f4e2m1fn": [(0.25, 0x0), (0.75, 0x2), (5.0, 0x6), (100.0, 0x7), (-np.inf, 0xF),
-                     (np.nan, 0x8), (-np.nan, 0x0)],
+                     (np.nan, 0x8), ("-nan", 0x0)],
     }
     for t, rows in cases.items():
-        x = np.array([v for v, _ in rows], np.float32)
-        x[[i for i, (v, _) in enumerate(rows) if np.isnan(v) and str(v)[0] == "-"]] *= -1
+        x = np.array([-np.float32(np.nan) if v == "-nan" else v for v, _ in rows], np.float32)
         got = bits(run(unary_module("f32", t, x.size), x)[0])
-        want = np.array([p for _, p in rows], np.uint8)
-        if t == "f4e2m1fn":
-            x[-1] = -np.float32(np.nan)
-            got = bits(run(unary_module("f32", t, x.size), x)[0])
-        assert got.tolist() == want.tolist(), t
+        assert got.tolist() == [p for _, p in rows], t
 
 
 # ---- converts to and from every other type ---------------------------------------------
