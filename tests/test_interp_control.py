@@ -138,8 +138,8 @@ def test_unknown_custom_call_is_refused_before_running():
 def test_check_supported_names_unsupported_opcodes():
     c = Comp()
     p = c.param("f32[2]")
-    m = c.module(c.op("stochastic-convert", "bf16[2]", p, c.param("u32[2]")))
-    with pytest.raises(UnsupportedError, match=r"stochastic-convert.*not implemented"):
+    m = c.module(c.op("set-dimension-size", "f32[2]", p, c.param("s32[]"), dimensions=[0]))
+    with pytest.raises(UnsupportedError, match=r"set-dimension-size.*dynamic shapes"):
         check_supported(m)
 
 
