@@ -614,22 +614,42 @@ ENTRY main {{
         assert_same(c, i)
 
 
-def test_one_bit_integers_stay_refused_with_a_reason():
-    from xladist.compiler.codegen.types import compute_type
-    for t in ("s1", "u1"):
-        with pytest.raises(UnsupportedError, match=f"{t}: 1-bit integers have no numpy"):
-            compute_type(primitive_type(t))
-
-
-def test_every_array_type_but_one_bit_ints_has_a_compiled_representation():
+def test_every_array_type_has_a_compiled_representation():
     from xladist.compiler.codegen.types import UNSUPPORTED_TYPES, compute_type, storage_type
+    assert UNSUPPORTED_TYPES == {}
     for t in PRIMITIVE_TYPES.values():
-        if not t.is_array_type:
-            continue
-        if t.name in UNSUPPORTED_TYPES:
-            assert t.name in ("s1", "u1")
-            continue
-        compute_type(t), storage_type(t)  # no UnsupportedError
+        if t.is_array_type:
+            compute_type(t), storage_type(t)  # no UnsupportedError
+
+
+def test_one_bit_integers_by_hand():
+    # s1 holds {-1, 0} and u1 {0, 1}; XLA's integer rules worked out by hand: wrapping
+    # add, x/0 = -1 (all ones), INT_MIN/-1 = INT_MIN, x%0 = x, saturating float->int.
+    s1, u1 = ml_dtypes.int1, ml_dtypes.uint1
+    cases = {
+        ("s1", "add"): [0, -1, -1, 0], ("s1", "divide"): [-1, 0, -1, -1],
+        ("s1", "remainder"): [0, 0, -1, 0], ("s1", "shift-right-arithmetic"): [0, 0, -1, -1],
+        ("u1", "add"): [0, 1, 1, 0], ("u1", "divide"): [1, 0, 1, 1],
+        ("u1", "remainder"): [0, 0, 1, 0], ("u1", "shift-left"): [0, 0, 1, 0],
+    }
+    for (t, op), want in cases.items():
+        dt, one = (s1, -1) if t == "s1" else (u1, 1)
+        a = np.array([0, 0, one, one], dt)
+        b = np.array([0, one, 0, one], dt)
+        text = f"""HloModule m
+ENTRY %e (a: {t}[4], b: {t}[4]) -> ({t}[4], {t}[4]) {{
+  %a = {t}[4] parameter(0)
+  %b = {t}[4] parameter(1)
+  %r = {t}[4] {op}(%a, %b)
+  %f = f32[4] constant({{-1.5, 0.2, 1.7, 3}})
+  %g = {t}[4] convert(%f)
+  ROOT %t = ({t}[4], {t}[4]) tuple(%r, %g)
+}}"""
+        interp, cpu = run_both(text, a, b)
+        for got in (interp, cpu):
+            assert got[0].astype(np.int64).tolist() == want, (t, op)
+            assert got[1].astype(np.int64).tolist() == ([-1, 0, 0, 0] if t == "s1"
+                                                        else [0, 0, 1, 1])
 
 
 # ---- jax cross-check (optional) ------------------------------------------------------

@@ -70,10 +70,10 @@ class PrimitiveType:
 # One row per type the text format knows; order follows xla_data.proto loosely.
 _TYPE_ROWS = [
     ("pred", "pred", 8, "bool"),
-    ("s1", "sint", 1, None), ("s2", "sint", 2, "int2"), ("s4", "sint", 4, "int4"),
+    ("s1", "sint", 1, "int1"), ("s2", "sint", 2, "int2"), ("s4", "sint", 4, "int4"),
     ("s8", "sint", 8, "int8"), ("s16", "sint", 16, "int16"),
     ("s32", "sint", 32, "int32"), ("s64", "sint", 64, "int64"),
-    ("u1", "uint", 1, None), ("u2", "uint", 2, "uint2"), ("u4", "uint", 4, "uint4"),
+    ("u1", "uint", 1, "uint1"), ("u2", "uint", 2, "uint2"), ("u4", "uint", 4, "uint4"),
     ("u8", "uint", 8, "uint8"), ("u16", "uint", 16, "uint16"),
     ("u32", "uint", 32, "uint32"), ("u64", "uint", 64, "uint64"),
     ("f16", "float", 16, "float16"), ("bf16", "float", 16, "bfloat16"),

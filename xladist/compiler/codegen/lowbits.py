@@ -86,7 +86,7 @@ SMALL_FLOATS: dict[str, SmallFloat] = {
 
 # Sub-byte integers the backend compiles: name -> bit width. s1/u1 have no numpy
 # dtype in xladist (hlo/shape.py), so neither backend can hold them.
-SUB_BYTE_INTS: dict[str, int] = {"s2": 2, "s4": 4, "u2": 2, "u4": 4}
+SUB_BYTE_INTS: dict[str, int] = {"s1": 1, "s2": 2, "s4": 4, "u1": 1, "u2": 2, "u4": 4}
 
 
 def _c(v: int) -> ir.Constant:

@@ -42,10 +42,7 @@ C128 = ir.LiteralStructType([F64, F64])
 _INT_BITS = {"s8": 8, "s16": 16, "s32": 32, "s64": 64, "u8": 8, "u16": 16, "u32": 32, "u64": 64}
 
 # Element types without a compiled representation, with the reason shown to users.
-UNSUPPORTED_TYPES = {
-    "s1": "1-bit integers have no numpy dtype in xladist (hlo/shape.py), in either backend",
-    "u1": "1-bit integers have no numpy dtype in xladist (hlo/shape.py), in either backend",
-}
+UNSUPPORTED_TYPES: dict[str, str] = {}
 
 
 def _check(t: PrimitiveType) -> None:
