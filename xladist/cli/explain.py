@@ -4,6 +4,8 @@ Prints, per compiled computation, the thunk list in execution order: the thunk
 kind (kernel / library / control / device), the kernel and its loop kind, the
 instructions fused into it, and the buffers it reads and writes (slot id, shape,
 bytes, where it lives: arena offset, parameter, result, static, dynamic).
+Dynamic-update-slice and scatter kernels that update their operand's buffer in
+place say so; a while loop lists the carry leaves its body updates in place.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def run(args) -> int:
             if "kernel" in th:
                 fused = [f for f in th["fused"] if f != th["instruction"]]
                 head = f"kernel  {th['kernel']} [{th['loop']}] root {th['instruction']}"
+                if th.get("in_place"):
+                    head += "  (in place: writes only the update into its operand's buffer)"
                 print(f"  {i:3d} {head}")
                 if fused:
                     print(f"        fuses: {', '.join(fused)}")

@@ -9,11 +9,13 @@ Each array leaf of an instruction that produces data gets a `Slot`:
          never alias the arena that the next run reuses
   dyn    filled while running by a thunk that produces new arrays (control flow,
          device ops)
+  unused the slot of an in-place update's result, merged into its operand's
+         slot by inplace.py
 Aliasing instructions (tuple, get-tuple-element, bitcast, physical reshapes,
 opt-barrier) share their operand's slots. Arena offsets come from a best-fit
 allocator over the thunk order: a temp's region is free again after the last
-thunk that reads it (inputs are never donated to a kernel's outputs, so a
-kernel may read and write without hazards).
+thunk that reads it. Only in-place updates (inplace.py) write a buffer they
+read; every other kernel's outputs are distinct from its inputs.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class Slot:
 
     def describe(self) -> str:
         where = {"temp": f"arena+{self.offset}", "param": f"param{self.param}",
-                 "const": "static", "out": "result", "dyn": "dynamic"}[self.kind]
+                 "const": "static", "out": "result", "dyn": "dynamic",
+                 "unused": "merged"}[self.kind]
         s = self.shape.to_text() if self.shape is not None else "scratch"
         return f"#{self.id} {s} {self.nbytes}B {where}"
 

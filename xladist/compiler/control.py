@@ -2,7 +2,11 @@
 
 Nested computations take and return flat leaf lists (thunks.CompiledComputation),
 so loop state moves between iterations without copies: a body's results become
-the next iteration's parameters.
+the next iteration's parameters. A body is compiled with its parameters donated
+(inplace.py): the leaves it updates in place (`body.used`) must be owned by the
+loop, so the loop takes or copies their initial values once and, when the body
+hands back an array it does not own (`body.sources`), copies it before the next
+iteration.
 
 Loops that communicate keep the watchdog's loop stack exactly as the interpreter
 does under the MPI runtime (runtime/watchdog.py `loop_tracking_rules`): enter the
@@ -20,6 +24,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from .codegen.constants import logical_view, to_physical
+from .inplace import FRESH
 from .thunks import Thunk, leaf_values
 
 
@@ -81,7 +86,7 @@ def _loop_stack():
 class WhileThunk(Thunk):
     kind = "control"
 
-    def __init__(self, instr, cond, body, in_slots, out_slots, original=None):
+    def __init__(self, instr, cond, body, in_slots, out_slots, original=None, takes=None):
         super().__init__()
         self.instr = instr
         # The user's while (flatten clones it, prefixing names inside inlined calls).
@@ -100,12 +105,40 @@ class WhileThunk(Thunk):
         self.state_to_cond = Relayout(body.param_shapes, cond.param_shapes)
         self.result_to_state = Relayout(body_out, body.param_shapes)
         self.state_to_out = Relayout(body.param_shapes, leaf_shapes(instr.shape))
+        # Ownership of the leaves the body updates in place: initial values the
+        # enclosing computation gives away are taken, the others copied once.
+        self.used = sorted(body.used)
+        takes = takes or [False] * len(in_slots)
+        self.copy_in = [k for k in self.used if not takes[k]]
+        self.taken = [k for k in self.used if takes[k]]
+        src = body.sources
+        # Steady: the body hands every used leaf back owned (a fresh buffer or the
+        # same parameter leaf), so no iteration needs a copy.
+        self.steady = all(src[k] == FRESH or src[k] == k for k in self.used)
+
+    def _initial(self, frame) -> list:
+        state = self.init_to_state(leaf_values(frame, self.in_slots))
+        for k in self.copy_in:
+            if state[k] is not None:
+                state[k] = state[k].copy()
+        return state
+
+    def _settle(self, state, owned: set) -> set:
+        """After a body run: which leaves the loop owns; used leaves it does not own
+        (a constant, an alias the body returned) are copied."""
+        nxt = {r for r, s in enumerate(self.body.sources)
+               if s == FRESH or (s is not None and s in owned)}
+        for k in self.used:
+            if k not in nxt and state[k] is not None:
+                state[k] = state[k].copy()
+                nxt.add(k)
+        return nxt
 
     def run(self, frame) -> None:
-        state = self.init_to_state(leaf_values(frame, self.in_slots))
+        state = self._initial(frame)
         rs = frame.rs
         wd = _loop_stack() if self.tracked else None
-        if wd is None and rs.tracer is None:
+        if wd is None and rs.tracer is None and self.steady:
             cond, body = self.cond, self.body
             to_cond, back = self.state_to_cond, self.result_to_state
             while cond.run(to_cond(state), rs)[0][0]:
@@ -123,6 +156,7 @@ class WhileThunk(Thunk):
         cond, body = self.cond, self.body
         to_cond, back = self.state_to_cond, self.result_to_state
         tracer = rs.tracer
+        owned = None if self.steady else set(self.used)
         entry = wd.enter_loop(self.orig.name) if wd is not None else None
         try:
             while True:
@@ -136,12 +170,20 @@ class WhileThunk(Thunk):
                     t0 = perf_counter_ns()
                     state = back(body.run(state, rs))
                     tracer.instruction(self.body_root, t0, perf_counter_ns())
+                if owned is not None:
+                    owned = self._settle(state, owned)
         finally:
             if entry is not None:
                 wd.exit_loop()
 
     def describe(self) -> str:
-        return f"while cond={self.cond.name} body={self.body.name}"
+        text = f"while cond={self.cond.name} body={self.body.name}"
+        if self.used:
+            text += (f"; carry leaves {self.used} updated in place (taken {self.taken}, "
+                     f"copied once {self.copy_in}"
+                     + ("" if self.steady else ", re-copied when the body returns an alias")
+                     + ")")
+        return text
 
 
 class ConditionalThunk(Thunk):

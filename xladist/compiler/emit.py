@@ -1,6 +1,7 @@
 """Pass 4: thunk list emission — per computation, an ordered list of thunks.
 
-Runs the earlier passes (inline -> fusion -> buffer slots), turns every
+Runs the earlier passes (inline -> fusion -> buffer slots -> in-place updates,
+after compiling the while bodies they depend on), turns every
 non-fused instruction into its thunk (THUNK_BUILDERS by kind), then places the
 temporaries in the arena (buffers.place). Kernels are only *named* here; their
 LLVM code is generated later (or loaded from the cache) by program.py.
@@ -19,6 +20,7 @@ from .control import AsyncStartThunk, ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
+from .inplace import PASS_THROUGH, plan_in_place
 from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk
 from .simplify import simplify
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
@@ -36,10 +38,13 @@ class ProgramBuilder:
         self.kernels = []           # KernelSpecs, in a deterministic order
         self.kernel_thunks: list[KernelThunk] = []
         self.reducers: dict[int, CompiledReducer] = {}
-        self.plans: dict[str, tuple] = {}  # computation name -> (flat, plan, asg)
+        # (computation name, donated) -> (flat, plan, asg)
+        self.plans: dict[tuple, tuple] = {}
 
-    def computation(self, comp: Computation) -> CompiledComputation:
-        key = id(comp)
+    def computation(self, comp: Computation, donated: bool = False) -> CompiledComputation:
+        """Compile `comp`; donated: the caller hands over every parameter leaf (while
+        bodies), so in-place updates may write into them (inplace.py)."""
+        key = (id(comp), donated)
         if key in self.compiled:
             return self.compiled[key]
         flat = flatten(comp, self.schedule)
@@ -47,14 +52,23 @@ class ProgramBuilder:
         prefix = f"c{len(self.plans)}"
         plan = plan_fusion(flat, prefix)
         asg = assign_slots(flat, plan.kind)
-        self.plans[comp.name] = (flat, plan, asg)
+        self.plans[(comp.name, donated)] = (flat, plan, asg)
+        # Loop bodies first: what they write in place decides what their loops own.
+        loops = {i: self.computation(i.attrs["body"], donated=True)
+                 for i in flat.instructions if i.opcode == "while" and plan.kind[i] == "control"}
+        inplace = plan_in_place(flat, plan, asg, donated, loops)
+        for instr in inplace.kernels:
+            spec = plan.kernels[instr]
+            spec.inplace = True
+            if spec.kind == "loop":
+                spec.kind = "update-slice"
         thunks: list[Thunk] = []
         for instr in flat.instructions:
             kind = plan.kind[instr]
             builder = THUNK_BUILDERS.get(kind)
             if builder is None:
                 continue
-            t = builder(self, instr, plan, asg)
+            t = builder(self, instr, plan, asg, inplace)
             if t is not None:
                 thunks.append(t)
         params = [s for p in flat.parameters for s in asg.leaves[p]]
@@ -64,6 +78,7 @@ class ProgramBuilder:
         root_shapes = [s for _, s in flat.root.shape.leaves()]
         cc = CompiledComputation(comp.name, asg, thunks, params, root, param_shapes,
                                  root_shapes)
+        cc.used, cc.sources = frozenset(inplace.used), inplace.sources
         self.compiled[key] = cc
         return cc
 
@@ -81,9 +96,10 @@ def _clean(name: str) -> str:
 
 
 def _liveness_io(thunks, root_slots):
-    """(reads, writes) per thunk. A control thunk's results may be its inputs
-    passed through a nested computation, so its inputs stay live as long as its
-    results do."""
+    """(reads, writes) per thunk. A control or device thunk's results may be its
+    inputs passed through (a nested computation, a one-device collective), so its
+    inputs stay live as long as its results do; latest thunks first, so a chain of
+    pass-throughs keeps the first one's inputs live to the end of the chain."""
     io = [(list(t.reads), list(t.writes)) for t in thunks]
     last_read: dict[int, int] = {}
     for i, (reads, _) in enumerate(io):
@@ -93,12 +109,15 @@ def _liveness_io(thunks, root_slots):
     for s in root_slots:
         if s is not None:
             last_read[s.id] = end
-    for i, t in enumerate(thunks):
-        if t.kind != "control":
+    for i in range(len(thunks) - 1, -1, -1):
+        t = thunks[i]
+        if t.kind not in PASS_THROUGH:
             continue
         until = max([last_read.get(s.id, i) for s in t.writes] + [i])
         if until > i:
             io[until][0].extend(t.reads)
+            for s in t.reads:
+                last_read[s.id] = max(last_read.get(s.id, i), until)
     return io
 
 
@@ -113,7 +132,7 @@ def _builder(kind):
 
 
 @_builder("kernel")
-def _kernel(pb: ProgramBuilder, instr, plan: FusionPlan, asg: Assignment):
+def _kernel(pb: ProgramBuilder, instr, plan: FusionPlan, asg: Assignment, inplace):
     spec = plan.kernels[instr]
     outs = asg.leaves[instr]
     if all(s is None or s.nbytes == 0 for s in outs):
@@ -130,7 +149,7 @@ def _kernel(pb: ProgramBuilder, instr, plan: FusionPlan, asg: Assignment):
 
 
 @_builder("library")
-def _library(pb, instr, plan, asg):
+def _library(pb, instr, plan, asg, inplace):
     fn = LIBRARY_THUNKS.get(instr.opcode)
     if fn is None:
         reason = UNSUPPORTED.get(instr.opcode, "no library thunk")
@@ -145,14 +164,14 @@ def _library(pb, instr, plan, asg):
 
 
 @_builder("control")
-def _control(pb, instr, plan, asg):
+def _control(pb, instr, plan, asg, inplace):
     op = instr.opcode
     if op == "while":
         cond = pb.computation(instr.attrs["condition"])
-        body = pb.computation(instr.attrs["body"])
+        body = pb.computation(instr.attrs["body"], donated=True)
         original = getattr(instr.parent, "original_of", {}).get(instr)
         return WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr],
-                          original)
+                          original, inplace.takes.get(instr))
     if op == "conditional":
         a = instr.attrs
         if "branch_computations" in a:
@@ -176,7 +195,7 @@ CONTROL_UNSUPPORTED = {
 
 
 @_builder("device")
-def _device(pb, instr, plan, asg):
+def _device(pb, instr, plan, asg, inplace):
     comp = instr.attrs.get("to_apply")
     reducer = pb.reducer(comp) if comp is not None else None
     original = getattr(instr.parent, "original_of", {}).get(instr)

@@ -20,6 +20,7 @@ from . import jit
 from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
+from .inplace import FRESH
 from .thunks import RunState, physical_leaf
 
 
@@ -60,6 +61,8 @@ class CpuProgram:
                     entry["kernel"] = spec.name
                     entry["loop"] = spec.kind
                     entry["fused"] = [i.name for i in spec.fused]
+                    # The result shares operand 0's buffer: only the update is written.
+                    entry["in_place"] = spec.inplace
                 thunks.append(entry)
             out.append({"computation": cc.name, "arena_bytes": cc.asg.arena_size,
                         "slots": len(cc.asg.slots), "thunks": thunks})
@@ -123,15 +126,19 @@ class CpuExecutable(Executable):
             device = SingleDeviceContext(infeed)
         self.device = device
         entry = self.program.entry
-        # Results the caller may keep: copy anything not freshly allocated.
-        self._copy_mask = [s is not None and s.kind != "out" for s in entry.root_slots]
+        # Results the caller may keep: copy anything not freshly allocated (a
+        # result buffer, or a loop carry the loop owns: inplace.FRESH).
+        self._copy_mask = [s is not None and s.kind != "out" and src != FRESH
+                           for s, src in zip(entry.root_slots, entry.sources)]
         self._param_shapes = [p.shape for p in module.entry.parameters]
 
     def execute(self, args):
         leaves = []
         for v, s in zip(args, self._param_shapes):
             leaves.extend(to_leaves(v, s))
-        out = self.program.entry.run(leaves, RunState(self.device))
+        # Results that are not fresh buffers are copied here (_copy_mask), so the
+        # entry need not copy the ones still in its arena first.
+        out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
         return from_leaves(out, self.result_shape, self._copy_mask)
 
 

@@ -29,7 +29,15 @@ from .codegen.constants import logical_view, to_physical
 
 
 def address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+    # c_char.from_buffer is ~3x cheaper than __array_interface__ (which builds a
+    # dict): it matters in while loops, where every iteration binds its buffers.
+    try:
+        return ctypes.addressof(_CHAR.from_buffer(a))
+    except (TypeError, ValueError):  # read-only or empty
+        return a.__array_interface__["data"][0]
+
+
+_CHAR = ctypes.c_char
 
 
 def physical_leaf(shape, value) -> np.ndarray:
@@ -162,7 +170,8 @@ class KernelThunk(Thunk):
 
     def describe(self) -> str:
         fused = [i.name for i in self.spec.fused if i is not self.spec.root]
-        return f"kernel {self.spec.name} [{self.spec.kind}] fuses {len(fused)}: " + \
+        where = " in place" if self.spec.inplace else ""
+        return f"kernel {self.spec.name} [{self.spec.kind}]{where} fuses {len(fused)}: " + \
             ", ".join(fused[:12]) + (" ..." if len(fused) > 12 else "")
 
 
@@ -243,6 +252,11 @@ class CompiledComputation:
         self.thunks = thunks
         self.param_slots = param_slots      # flat, in parameter-then-leaf order
         self.root_slots = root_slots        # flat result leaves
+        # In-place facts for callers that donate the parameters (inplace.py): the
+        # parameter leaves this computation writes or gives away, and per result
+        # leaf where its array comes from (FRESH, a parameter leaf, None).
+        self.used: frozenset = frozenset()
+        self.sources: list = [None] * len(root_slots)
         self._arena = None
         self._template = None
 
@@ -269,16 +283,23 @@ class CompiledComputation:
                 self._out_slots.append(s)
         self._template = (bufs, addrs)
         self._out_pool = {}
+        self._param_ids = [s.id if s is not None else None for s in self.param_slots]
+        self._root_ids = [s.id if s is not None else None for s in self.root_slots]
+        self._root_dyn = [k for k, s in enumerate(self.root_slots)
+                          if s is not None and s.kind == "dyn"]
 
-    def run(self, leaves: list, rs: RunState) -> list:
+    def run(self, leaves: list, rs: RunState, copy_arena: bool = True) -> list:
+        """Result leaves of one run; copy_arena=False when the caller copies every
+        result that is not a fresh buffer anyway (the executable's entry)."""
         if self._template is None:
             self._prepare()
         bufs, addrs = self._template
-        frame = Frame(self, list(bufs), list(addrs), rs)
-        for slot, value in zip(self.param_slots, leaves):
-            if slot is not None and value is not None:
-                frame.bufs[slot.id] = value
-                frame.addrs[slot.id] = address(value)
+        bufs, addrs = list(bufs), list(addrs)
+        frame = Frame(self, bufs, addrs, rs)
+        for sid, value in zip(self._param_ids, leaves):
+            if sid is not None and value is not None:
+                bufs[sid] = value
+                addrs[sid] = address(value)
         pool = self._out_pool
         for s in self._out_slots:
             a = pool.get(s.id)
@@ -288,8 +309,8 @@ class CompiledComputation:
             if a is None or sys.getrefcount(a) > 3:
                 a = np.empty(s.nbytes, dtype=np.uint8)
                 pool[s.id] = a
-            frame.bufs[s.id] = a
-            frame.addrs[s.id] = address(a)
+            bufs[s.id] = a
+            addrs[s.id] = address(a)
         tracer = rs.tracer
         t = None
         try:
@@ -308,16 +329,13 @@ class CompiledComputation:
         except Exception as e:  # a bug in a thunk: say which instruction tripped it
             err = t.fail(f"internal cpu backend error: {type(e).__name__}: {e}")
             raise _located(err, t, rs.device) from e
-        out = []
-        lo, hi = self._arena_range
-        for s in self.root_slots:
-            if s is None:
-                out.append(None)
-                continue
-            v = frame.bufs[s.id]
-            # A result that passed through from this arena (via a nested
-            # computation) must not be overwritten by the next run.
-            if s.kind == "dyn" and v.nbytes and lo <= address(v) < hi:
-                v = v.copy()
-            out.append(v)
+        out = [bufs[sid] if sid is not None else None for sid in self._root_ids]
+        if copy_arena and self._root_dyn:
+            lo, hi = self._arena_range
+            for k in self._root_dyn:
+                v = out[k]
+                # A result that passed through from this arena (via a nested
+                # computation) must not be overwritten by the next run.
+                if v.nbytes and lo <= address(v) < hi:
+                    out[k] = v.copy()
         return out

@@ -38,6 +38,8 @@ class KernelSpec:
     inputs: list[Instruction]
     outputs: list = field(default_factory=list)  # leaf shapes of the root, in order
     scratch: int = 0  # bytes of scratch memory passed as the last argv entry
+    # The output is operand 0's buffer (compiler/inplace.py): write only the update.
+    inplace: bool = False
 
     @property
     def fused_set(self) -> set:

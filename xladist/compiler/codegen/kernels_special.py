@@ -43,7 +43,8 @@ def _emit_scatter(module, spec):
     if out_shapes[0].size == 0:
         b.ret_void()
         return
-    _copy_into_outputs(b, ctx, operands, outs, out_shapes)
+    if not spec.inplace:  # in place, the output already holds the operand
+        _copy_into_outputs(b, ctx, operands, outs, out_shapes)
     upd_shape = updates[0].shape
     if upd_shape.size == 0:
         b.ret_void()
