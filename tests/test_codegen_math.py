@@ -161,3 +161,38 @@ ENTRY main {
     ir_text = CpuProgram(xladist.parse_hlo(text)).llvm_ir()
     for name in ("@tanhf", "@expf", "@logf"):
         assert name not in ir_text
+
+
+_COMPLEX_UNARY = {"sine": np.sin, "cosine": np.cos, "tan": np.tan, "sinh": np.sinh,
+                  "cosh": np.cosh, "tanh": np.tanh, "exponential-minus-one": np.expm1,
+                  "log-plus-one": np.log1p}
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["c64", "c128"])
+@pytest.mark.parametrize("op", sorted(_COMPLEX_UNARY))
+def test_complex_unary_accuracy(op, dtype):
+    """Complex trig/hyperbolic functions and expm1/log1p against numpy in c128: a grid of
+    small, unit and large parts (tanh past overflow of cosh, expm1/log1p near 0)."""
+    rng = np.random.default_rng(3)
+    parts = np.array([0.0, 1e-5, -1e-5, 0.3, -0.7, 1.0, -2.0, 3.0, 15.0, -30.0])
+    if op not in ("tanh", "tan"):
+        parts = parts[np.abs(parts) < 20]  # sin/cos/sinh/cosh/expm1 overflow f32 past ~88
+    re, im = np.meshgrid(parts, parts)
+    z = np.concatenate([(re + 1j * im).ravel(),
+                        rng.uniform(-3, 3, 500) + 1j * rng.uniform(-3, 3, 500)]).astype(dtype)
+    t = "c64" if dtype == np.complex64 else "c128"
+    text = f"""HloModule m
+ENTRY main {{
+  x = {t}[{z.size}] parameter(0)
+  ROOT y = {t}[{z.size}] {op}(x)
+}}
+"""
+    got = xladist.compile(xladist.parse_hlo(text), backend="cpu")(z)[0]
+    # In long double: numpy's complex log1p/expm1 are log(1+z)/exp(z)-1, which cancel in
+    # c128 near 0 (np.log1p(1e-5+0j) is wrong from the 10th digit).
+    want = _COMPLEX_UNARY[op](z.astype(np.clongdouble)).astype(np.complex128)
+    tol = 2e-6 if dtype == np.complex64 else 1e-13
+    # Relative to |f(z)| (parts near zero of a large value carry its absolute error).
+    err = np.abs(got.astype(np.complex128) - want) / np.maximum(np.abs(want), 1e-30)
+    bad = np.flatnonzero(~(err <= tol))
+    assert bad.size == 0, f"{op}: {list(zip(z[bad[:4]], got[bad[:4]], want[bad[:4]]))}"

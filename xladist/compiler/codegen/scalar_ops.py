@@ -376,7 +376,76 @@ def _complex_unary(b, instr, x):
         r = intr.sqrt(b, b.fmul(half, b.fadd(m, re)))
         i = intr.sqrt(b, b.fmul(half, b.fsub(m, re)))
         return _cplx(b, r, intr.copysign(b, i, im))
+    if op in _COMPLEX_TRIG:
+        return _COMPLEX_TRIG[op](b, re, im)
     _unsupported(instr, f"complex {op}")
+
+
+# Complex trigonometric and hyperbolic functions from the real ones (C99 Annex G forms):
+# sin(a+ib) = sin a cosh b + i cos a sinh b, sinh(a+ib) = sinh a cos b + i cosh a sin b, ...
+def _f(name):
+    return mathlib.FLOAT_FUNCTIONS[name]
+
+
+def _csinh(b, a, y):
+    return _cplx(b, b.fmul(_f("sinh")(b, a), _f("cosine")(b, y)),
+                 b.fmul(_f("cosh")(b, a), _f("sine")(b, y)))
+
+
+def _ccosh(b, a, y):
+    return _cplx(b, b.fmul(_f("cosh")(b, a), _f("cosine")(b, y)),
+                 b.fmul(_f("sinh")(b, a), _f("sine")(b, y)))
+
+
+def _ctanh(b, a, y):
+    # Kahan's form: with t = tan y, s = sinh a, beta = 1 + t^2, rho = sqrt(1 + s^2) = cosh a,
+    # tanh(a+iy) = (beta rho s + i t) / (1 + beta s^2); no cancellation, no early overflow.
+    # Past |a| = 22 (f64; 11 for f32) cosh a swamps everything: copysign(1, a) + i 0*sin(2y).
+    one = _c(a.type, 1.0)
+    t = _f("tan")(b, y)
+    s = _f("sinh")(b, a)
+    beta = b.fadd(one, b.fmul(t, t))
+    rho = _f("cosh")(b, a)
+    den = b.fadd(one, b.fmul(beta, b.fmul(s, s)))
+    re = b.fdiv(b.fmul(beta, b.fmul(rho, s)), den)
+    im = b.fdiv(t, den)
+    big = b.fcmp_ordered(">", intr.fabs(b, a), _c(a.type, 22.0 if a.type == F64 else 11.0))
+    re = b.select(big, intr.copysign(b, one, a), re)
+    im = b.select(big, intr.copysign(b, _c(a.type, 0.0), _f("sine")(b, b.fmul(y, _c(
+        a.type, 2.0)))), im)
+    return _cplx(b, re, im)
+
+
+def _by_i(fn):
+    # f(z) = -i g(iz) for sin/tan from sinh/tanh; cos(z) = cosh(iz): iz = -y + ia.
+    def emit(b, a, y):
+        w = fn(b, b.fneg(y), a)
+        return _cplx(b, _im(b, w), b.fneg(_re(b, w)))
+    return emit
+
+
+def _ccos(b, a, y):
+    return _ccosh(b, b.fneg(y), a)
+
+
+def _cexpm1(b, a, y):
+    # exp(a)cos y - 1 = expm1(a) cos y - 2 sin^2(y/2): no cancellation near 0.
+    h = _f("sine")(b, b.fmul(y, _c(a.type, 0.5)))
+    re = b.fsub(b.fmul(_f("exponential-minus-one")(b, a), _f("cosine")(b, y)),
+                b.fmul(_c(a.type, 2.0), b.fmul(h, h)))
+    return _cplx(b, re, b.fmul(_f("exponential")(b, a), _f("sine")(b, y)))
+
+
+def _clog1p(b, a, y):
+    # |1+z|^2 = 1 + (2a + a^2 + y^2): log1p of the small part keeps digits near 0.
+    u = b.fadd(b.fmul(a, _c(a.type, 2.0)), b.fadd(b.fmul(a, a), b.fmul(y, y)))
+    re = b.fmul(_f("log-plus-one")(b, u), _c(a.type, 0.5))
+    return _cplx(b, re, mathlib.atan2(b, y, b.fadd(a, _c(a.type, 1.0))))
+
+
+_COMPLEX_TRIG = {"sinh": _csinh, "cosh": _ccosh, "tanh": _ctanh, "sine": _by_i(_csinh),
+                 "tan": _by_i(_ctanh), "cosine": _ccos, "exponential-minus-one": _cexpm1,
+                 "log-plus-one": _clog1p}
 
 
 @_register(*mathlib.FLOAT_FUNCTIONS)
