@@ -19,6 +19,7 @@ import importlib.util
 from . import compare, control, conversion, device_ops, elementwise, shaping  # noqa: F401
 from .context import DeviceContext
 from .custom_calls import register_custom_call
+from . import lapack  # noqa: F401,E402 -- registers jax's lapack_*_ffi custom-calls
 from .evaluator import Evaluator, check_supported
 from .registry import EVAL_RULES, TOKEN, UNSUPPORTED, register
 from .single_device import SingleDeviceContext

@@ -11,7 +11,9 @@ Registered here:
   descending order under the total order -NaN < -inf < ... < -0 < +0 < ... < NaN,
   ties broken by the smaller index;
 - `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` when shapes are unchanged:
-  annotations, the identity on one device.
+  annotations, the identity on one device;
+- jax's CPU LAPACK targets `lapack_<s|d|c|z><routine>_ffi` (trsm, potrf, getrf, geqrf,
+  orgqr/ungqr, syevd/heevd, gesdd): see lapack.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,126 @@
+"""jax's CPU LAPACK custom-calls (xladist/interpreter/lapack.py) on both backends, checked
+against properties and numpy.linalg rather than against scipy's LAPACK itself: the solve
+satisfies op(a) x = b, the factor rebuilds the matrix, the eigen/singular values are
+numpy's. The HLO is what jax 0.10 emits (typed FFI, backend_config bytes as chars)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import xladist
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
+
+
+BACKENDS = ["interpreter", "cpu"]
+
+
+def _run(backend, params, result, call, *args):
+    """One custom-call instruction `call` (its text after `=`) over parameters `params`."""
+    decls = "\n".join(f"  p{i} = {t} parameter({i})" for i, t in enumerate(params))
+    ops = ", ".join(f"p{i}" for i in range(len(params)))
+    text = f"HloModule m\nENTRY main {{\n{decls}\n  ROOT r = {result} custom-call({ops}), " \
+           f"{call}, api_version=API_VERSION_TYPED_FFI\n}}\n"
+    return xladist.compile(xladist.parse_hlo(text), backend=backend)(*args)
+
+
+def _cfg(**chars):
+    return "backend_config={" + ", ".join(f"{k} = {ord(v)} : ui8" for k, v in chars.items()) \
+        + "}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_trsm_every_side_uplo_transpose_and_diagonal(backend):
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((4, 4)) + 4 * np.eye(4)).astype(np.float32)
+    for side, uplo, trans, diag in itertools.product("LR", "LU", "NT", "NU"):
+        b = rng.standard_normal((4, 3) if side == "L" else (3, 4)).astype(np.float32)
+        (x,) = _run(backend, ["f32[4,4]", f"f32[{b.shape[0]},{b.shape[1]}]"],
+                    f"f32[{b.shape[0]},{b.shape[1]}]",
+                    'custom_call_target="lapack_strsm_ffi", '
+                    + _cfg(diag=diag, side=side, trans_x=trans, uplo=uplo), a, b)
+        t = np.tril(a) if uplo == "L" else np.triu(a)
+        if diag == "U":
+            np.fill_diagonal(t, 1.0)
+        op = t.T if trans == "T" else t
+        back = op @ x if side == "L" else x @ op
+        np.testing.assert_allclose(back, b, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"side={side} uplo={uplo} trans={trans} diag={diag}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_potrf_batched_keeps_the_other_triangle_and_reports_info(backend):
+    rng = np.random.default_rng(1)
+    m = rng.standard_normal((2, 3, 3))
+    a = (m @ m.transpose(0, 2, 1) + 3 * np.eye(3)).astype(np.float64)
+    a[1] = -np.eye(3)  # not positive definite: LAPACK stops at column 1
+    factor, info = _run(backend, ["f64[2,3,3]"], "(f64[2,3,3], s32[2])",
+                        'custom_call_target="lapack_dpotrf_ffi", ' + _cfg(uplo="L"), a)
+    np.testing.assert_allclose(np.tril(factor[0]), np.linalg.cholesky(a[0]), rtol=1e-12)
+    np.testing.assert_array_equal(np.triu(factor[0], 1), np.triu(a[0], 1))
+    np.testing.assert_array_equal(info, [0, 1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_getrf_pivots_are_one_based_and_rebuild_the_matrix(backend):
+    a = np.array([[1.0, 2, 3], [4, 5, 6], [7, 8, 10]], np.float32)
+    lu, piv, info = _run(backend, ["f32[3,3]"], "(f32[3,3], s32[3], s32[])",
+                         'custom_call_target="lapack_sgetrf_ffi", backend_config={}', a)
+    assert info == 0 and piv[0] == 3  # row 3 (1-based) has the largest first entry
+    perm = np.arange(3)
+    for i, p in enumerate(piv - 1):
+        perm[[i, p]] = perm[[p, i]]
+    lower = np.tril(lu, -1) + np.eye(3)
+    np.testing.assert_allclose(lower @ np.triu(lu), a[perm], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_geqrf_then_ungqr_gives_q_with_q_r_equal_a(backend):
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))).astype(np.complex64)
+    h, tau = _run(backend, ["c64[4,3]"], "(c64[4,3], c64[3])",
+                  'custom_call_target="lapack_cgeqrf_ffi", backend_config={}', a)
+    (q,) = _run(backend, ["c64[4,3]", "c64[3]"], "c64[4,3]",
+                'custom_call_target="lapack_cungqr_ffi", backend_config={}', h, tau)
+    np.testing.assert_allclose(q @ np.triu(h[:3]), a, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(q.conj().T @ q, np.eye(3), atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_syevd_values_ascending_and_vectors(backend):
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal((4, 4))
+    a = (m + m.T).astype(np.float32)
+    v, w, info = _run(backend, ["f32[4,4]"], "(f32[4,4], f32[4], s32[])",
+                      'custom_call_target="lapack_ssyevd_ffi", ' + _cfg(mode="V", uplo="L"), a)
+    assert info == 0
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(a), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a @ v, v * w, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["A", "S", "N"])
+def test_gesdd_modes(backend, mode):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 4, 3))
+    u_cols = 4 if mode in "AN" else 3
+    _, s, u, vt, info = _run(
+        backend, ["f64[2,4,3]"], f"(f64[2,4,3], f64[2,3], f64[2,4,{u_cols}], f64[2,3,3], s32[2])",
+        'custom_call_target="lapack_dgesdd_ffi", ' + _cfg(mode=mode), a)
+    np.testing.assert_array_equal(info, [0, 0])
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+    if mode != "N":
+        np.testing.assert_allclose(u[..., :3] * s[:, None] @ vt, a, atol=1e-12)
+
+
+def test_an_unregistered_lapack_target_is_refused_by_name():
+    with pytest.raises(xladist.UnsupportedError, match="lapack_sgeev_ffi"):
+        _run("cpu", ["f32[3,3]"], "(f32[3,3], f32[3], f32[3], c64[3,3], c64[3,3], s32[])",
+             'custom_call_target="lapack_sgeev_ffi", '
+             + _cfg(compute_left="N", compute_right="V"), np.eye(3, dtype=np.float32))
