@@ -132,7 +132,8 @@ class SliceSpec:
 
 @dataclass(frozen=True)
 class ReplicaGroups:
-    """`replica_groups={{0,1},{2,3}}`, `{}` or the iota form `[G,S]<=[dims]T(perm)`.
+    """`replica_groups={{0,1},{2,3}}`, `{}`, the iota form `[G,S]<=[dims]T(perm)` or the
+    mesh-axes form `mesh[...]{axes}`.
 
     `groups` is always the explicit list; `iota` keeps (G, S, dims, perm) when the
     text used the iota form so it prints back the same way.
@@ -140,6 +141,9 @@ class ReplicaGroups:
 
     groups: tuple[tuple[int, ...], ...]
     iota: tuple[int, int, tuple[int, ...], tuple[int, ...]] | None = None
+    # The mesh-axes form (`mesh['x'=2,'y'=2] {'y'}`, from Shardy) as printed, when the text
+    # used it; `groups` holds its expansion (collective_groups.mesh_axes_replica_groups).
+    mesh: str | None = None
 
     @staticmethod
     def from_iota(num_groups: int, group_size: int, dims, perm=None) -> "ReplicaGroups":
@@ -152,6 +156,8 @@ class ReplicaGroups:
         return ReplicaGroups(groups, (num_groups, group_size, dims, perm))
 
     def to_text(self) -> str:
+        if self.mesh is not None:
+            return self.mesh
         if self.iota is not None:
             g, s, dims, perm = self.iota
             text = f"[{g},{s}]<=[{','.join(map(str, dims))}]"

@@ -55,6 +55,7 @@ __all__ = [
     "id_name",
     "instruction_device_groups",
     "iota_replica_groups",
+    "mesh_axes_replica_groups",
     "permute_device_groups",
 ]
 
@@ -178,6 +179,84 @@ def iota_replica_groups(num_groups: int, group_size: int, dims: Sequence[int] | 
     if count == 0:
         flat = []
     return [flat[g * group_size:(g + 1) * group_size] for g in range(num_groups)]
+
+
+def mesh_axes_replica_groups(axis_sizes: Sequence[int], device_ids: Sequence[int] | None,
+                             axes: Sequence[tuple[int, tuple[int, int] | None]]
+                             ) -> list[list[int]]:
+    """Expand XLA's mesh-axes form ``mesh['a'=2,'b'=4], device_ids=(...) {'b','a':(1)2}``.
+
+    Shardy-partitioned modules print replica groups as the mesh axes a collective runs over.
+    `axis_sizes` are the mesh's axes, `device_ids` its ids in row-major mesh order (None: iota),
+    `axes` the grouped axes as (mesh axis index, (pre_size, size) for a sub-axis or None).
+
+    As XLA's MeshAxesReplicaGroupList does: every mesh axis with a sub-axis is split into
+    [pre_size, size, rest] (several sub-axes of one axis into the product of their pieces,
+    padding between them), the grouped pieces are moved last - in mesh-axis order, and within
+    one axis in the order written - and the transposed id array is cut into groups of the
+    product of the grouped sizes. A group's order is therefore row-major over those pieces.
+
+    >>> mesh_axes_replica_groups([2, 4], None, [(1, None)])
+    [[0, 1, 2, 3], [4, 5, 6, 7]]
+    >>> mesh_axes_replica_groups([4, 2], [0, 4, 1, 5, 2, 6, 3, 7], [(0, (2, 2))])
+    [[0, 1], [4, 5], [2, 3], [6, 7]]
+    """
+    sizes = [int(n) for n in axis_sizes]
+    total = 1
+    for n in sizes:
+        total *= n
+    where = f"mesh{sizes} axes {list(axes)}"
+    ids = list(range(total)) if device_ids is None else [int(d) for d in device_ids]
+    if len(ids) != total or sorted(ids) != list(range(total)):
+        raise GroupError(f"{where}: device_ids {ids} must be a permutation of 0..{total - 1}")
+    by_axis: dict[int, list[tuple[int, int, int]]] = {}  # axis -> [(pre, size, order)]
+    for order, (axis, sub) in enumerate(axes):
+        if not 0 <= axis < len(sizes):
+            raise GroupError(f"{where}: axis index {axis} is not an axis of the mesh")
+        pre, size = (1, sizes[axis]) if sub is None else (int(sub[0]), int(sub[1]))
+        if pre < 1 or size < 1 or sizes[axis] % (pre * size):
+            raise GroupError(f"{where}: sub-axis ({pre}){size} does not divide the mesh axis "
+                             f"of size {sizes[axis]}")
+        by_axis.setdefault(axis, []).append((pre, size, order))
+    # Reshape each mesh axis into pieces; remember which piece each grouped axis is.
+    pieces: list[int] = []
+    grouped: list[int] = []
+    for axis, n in enumerate(sizes):
+        refs = sorted(by_axis.get(axis, []))
+        if not refs:
+            pieces.append(n)
+            continue
+        mine: dict[int, int] = {}   # written order -> piece index
+        done = 1
+        for pre, size, order in refs:
+            if pre % done:
+                raise GroupError(f"{where}: sub-axes of mesh axis {axis} overlap")
+            if pre != done:
+                pieces.append(pre // done)
+                done = pre
+            mine[order] = len(pieces)
+            pieces.append(size)
+            done *= size
+        if done > n or n % done:
+            raise GroupError(f"{where}: sub-axes of mesh axis {axis} exceed its size {n}")
+        if done != n:
+            pieces.append(n // done)
+        grouped += [mine[o] for o in sorted(mine)]
+    group_size = 1
+    for g in grouped:
+        group_size *= pieces[g]
+    if group_size < 1 or total % group_size:
+        raise GroupError(f"{where}: the grouped axes do not divide the mesh")
+    # Row-major strides of the pieces; walk the transposed order (others, then grouped).
+    strides = [1] * len(pieces)
+    for i in range(len(pieces) - 2, -1, -1):
+        strides[i] = strides[i + 1] * pieces[i + 1]
+    order = [i for i in range(len(pieces)) if i not in grouped] + grouped
+    flat: list[int] = [0]
+    for i in order:
+        flat = [base + k * strides[i] for base in flat for k in range(pieces[i])]
+    out = [ids[f] for f in flat]
+    return [out[g:g + group_size] for g in range(0, total, group_size)]
 
 
 def explicit_groups(replica_groups) -> list[list[int]]:

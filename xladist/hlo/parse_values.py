@@ -12,9 +12,10 @@ from ..errors import HloParseError
 from . import lexer as lx
 from .attrs import (ConvDimensionNumbers, Literal, PaddingConfig, RawAttr, ReplicaGroups,
                     SliceSpec, Window, WindowDim)
+from .collective_groups import iota_replica_groups, mesh_axes_replica_groups
 from .ir import Computation
-from .lexer import (ATTR, DIMLABELS, DXD, EOF, FLOAT, IDENT, INT, INTLIST, NAME, OTHER, PAD,
-                    PUNCT, SHAPE, SPECIAL, STRING)
+from .lexer import (ATTR, DIMLABELS, DXD, EOF, FLOAT, IDENT, INT, INTLIST, LABEL, NAME, OTHER,
+                    PAD, PUNCT, SHAPE, SPECIAL, STRING)
 from .literals import LiteralValueError, build_array
 from .shape import PRIMITIVE_TYPES, UNBOUNDED, Layout, Shape
 
@@ -510,6 +511,8 @@ class TokenCursor:
         return tuple(out)
 
     def v_replica_groups(self, what: str) -> ReplicaGroups:
+        if self.K[self.i] == IDENT and self.V[self.i] == "mesh" and self.at_next("["):
+            return self.mesh_replica_groups(what)
         if not self.at("["):
             return ReplicaGroups(self.v_intss(what))
         start = self.i
@@ -532,6 +535,100 @@ class TokenCursor:
             return ReplicaGroups.from_iota(gs[0], gs[1], dims, perm)
         except ValueError as e:
             raise self.error(f"{what}: {e}", start) from None
+
+    def mesh_replica_groups(self, what: str) -> ReplicaGroups:
+        """XLA's mesh-axes form, printed for Shardy-partitioned collectives:
+        `mesh['a'=2,'b'=4], device_ids=([2,4]T(1,0)) {'b','a':(1)2}` - the mesh's axes (names
+        quoted or bare), its device ids when not iota (an iota `[dims]T(perm)` or a list),
+        then the grouped axes, each a name with an optional `:(pre_size)size` sub-axis."""
+        start = self.i
+        self.i += 2
+        names: list[str] = []
+        sizes: list[int] = []
+        while True:
+            if self.K[self.i] == ATTR:                    # bare name: `axis_0=`
+                names.append(self.V[self.i][:-1])
+                self.i += 1
+            elif self.K[self.i] in (STRING, IDENT):
+                names.append(self.V[self.i])
+                self.i += 1
+                self.expect("=", f"after mesh axis {names[-1]} in {what}")
+            else:
+                raise self.error(f"expected a mesh axis name in {what}, found {self.found()}")
+            sizes.append(self.v_int(f"the size of mesh axis {names[-1]} in {what}"))
+            if not self.at(","):
+                break
+            self.i += 1
+        self.expect("]", f"to close the mesh axes of {what}")
+        text = "mesh[" + ",".join(f"{n}={z}" for n, z in zip(names, sizes)) + "]"
+        device_ids = None
+        if self.at(",") and self.K[self.i + 1] == ATTR and self.V[self.i + 1] == "device_ids=":
+            self.i += 2
+            self.expect("(", f"to open the mesh device_ids of {what}")
+            device_ids, ids_text = self.mesh_device_ids(what, sizes)
+            self.expect(")", f"to close the mesh device_ids of {what}")
+            text += f", device_ids=({ids_text})"
+        self.expect("{", f"to open the grouped mesh axes of {what}")
+        axes: list[tuple[int, tuple[int, int] | None]] = []
+        refs: list[str] = []
+        while not self.at("}"):
+            if self.K[self.i] == LABEL:                   # bare name with sub-axis: `a:`
+                name, sub = self.V[self.i][:-1], True
+                self.i += 1
+            elif self.K[self.i] in (STRING, IDENT):
+                name = self.V[self.i]
+                self.i += 1
+                sub = self.at(":")
+                self.i += sub
+            else:
+                raise self.error(f"expected a mesh axis name in the groups of {what}, found "
+                                 f"{self.found()}")
+            if name not in names:
+                raise self.error(f"{what}: {name} is not an axis of the mesh "
+                                 f"({', '.join(names)})", self.i - 1)
+            info = None
+            ref = name
+            if sub:
+                self.expect("(", f"to open the sub-axis pre-size of {name} in {what}")
+                pre = self.v_int(f"the sub-axis pre-size of {name} in {what}")
+                self.expect(")", f"to close the sub-axis pre-size of {name} in {what}")
+                info = (pre, self.v_int(f"the sub-axis size of {name} in {what}"))
+                ref += f":({info[0]}){info[1]}"
+            axes.append((names.index(name), info))
+            refs.append(ref)
+            if not self.at(","):
+                break
+            self.i += 1
+        self.expect("}", f"to close the grouped mesh axes of {what}")
+        try:
+            groups = mesh_axes_replica_groups(sizes, device_ids, axes)
+        except ValueError as e:
+            raise self.error(f"{what}: {e}", start) from None
+        return ReplicaGroups(tuple(tuple(g) for g in groups),
+                             mesh=text + " {" + ",".join(refs) + "}")
+
+    def mesh_device_ids(self, what: str, sizes: list[int]) -> tuple[list[int], str]:
+        """`[dims]T(perm)` (an iota reshaped and transposed) or an explicit id list."""
+        if not self.at("["):
+            ids = self.int_run(f"the mesh device_ids of {what}")
+            return ids, ",".join(map(str, ids))
+        self.i += 1
+        dims = self.int_run(f"the mesh device_ids of {what}")
+        self.expect("]", f"to close the mesh device_ids dimensions of {what}")
+        perm = None
+        if self.K[self.i] == IDENT and self.V[self.i] == "T" and self.at_next("("):
+            self.i += 2
+            perm = self.int_run(f"T(...) of the mesh device_ids of {what}")
+            self.expect(")", f"to close T(...) in the mesh device_ids of {what}")
+        total = 1
+        for n in dims:
+            total *= n
+        try:
+            ids = iota_replica_groups(1, total, dims, perm)[0]
+        except ValueError as e:
+            raise self.error(f"{what}: mesh device_ids: {e}") from None
+        text = f"[{','.join(map(str, dims))}]"
+        return ids, text + (f"T({','.join(map(str, perm))})" if perm else "")
 
     def at_next(self, p: str) -> bool:
         return self.K[self.i + 1] == PUNCT and self.V[self.i + 1] == p
