@@ -82,6 +82,10 @@ class Case:
     out_tol: dict = field(default_factory=dict)
     # per-device input rows -> per-device output rows, for programs XLA:CPU cannot execute
     reference: Callable[[list[np.ndarray]], list[np.ndarray]] | None = None
+    # "shard_map": `prog` is the per-device body. "shardy" / "gspmd": `prog` is a global
+    # program, jitted with in/out NamedShardings from the specs and partitioned by that
+    # partitioner (XLA inserts the collectives).
+    partitioner: str = "shard_map"
 
 
 CASES: dict[str, Case] = {}
@@ -331,6 +335,14 @@ def ragged_all_to_all_dispatch_mesh4(x, sizes, bx, bout, bio, bss, boo, brs):
     return tokens, values
 
 
+# More cases (3-D meshes, multi-axis collectives, parallelism patterns, programs partitioned by
+# Shardy/GSPMD without shard_map) live in corpus_zoo_multi.py, which registers them through
+# `case` above; it imports this module by name, so the script must be that module too.
+sys.modules.setdefault("gen_corpus", sys.modules[__name__])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus_zoo_multi  # noqa: E402,F401
+
+
 # ---- generation -----------------------------------------------------------------------------
 def _optimized_text(lowered) -> str:
     """The module XLA:CPU optimized, for a program its thunk emitter refuses to compile."""
@@ -412,9 +424,27 @@ def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
     seed = zlib.crc32(c.name.encode())
     host = c.make_inputs(np.random.default_rng(seed))
     args = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(host, c.in_specs)]
-    f = jax.jit(jax.shard_map(c.prog, mesh=mesh, in_specs=c.in_specs, out_specs=c.out_specs,
-                              check_vma=c.check_vma))
-    lowered = f.lower(*args)
+    if c.partitioner == "shard_map":
+        f = jax.jit(jax.shard_map(c.prog, mesh=mesh, in_specs=c.in_specs,
+                                  out_specs=c.out_specs, check_vma=c.check_vma))
+    else:
+        def sharding(spec):
+            return NamedSharding(mesh, spec)
+        f = jax.jit(c.prog, in_shardings=tuple(sharding(s) for s in c.in_specs),
+                    out_shardings=jax.tree_util.tree_map(
+                        sharding, c.out_specs, is_leaf=lambda s: isinstance(s, P)))
+    assert c.partitioner in ("shard_map", "shardy", "gspmd"), c.partitioner
+    shardy = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", c.partitioner != "gspmd")
+    try:
+        lowered = f.lower(*args)
+        return _write(c, mesh, lowered, args, seed, out_root)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", shardy)
+
+
+def _write(c: Case, mesh: Mesh, lowered, args, seed: int, out_root: Path) -> Path:
+    n = mesh.size
     ins = {f"arg{i}": _rows(a, n) for i, a in enumerate(args)}
     if c.reference is None:
         compiled = lowered.compile()
@@ -452,7 +482,7 @@ def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
         "ops": facts["ops"], "collectives": facts["collectives"],
         "dtypes": sorted({a["hlo_type"] for a in arrays.values()}),
         "rtol": c.rtol, "atol": c.atol, "x64": bool(jax.config.jax_enable_x64),
-        "check_vma": c.check_vma,
+        "check_vma": c.check_vma, "partitioner": c.partitioner,
         "num_inputs": len(ins), "num_outputs": len(outs),
         "result_is_tuple": module.entry.root.shape.is_tuple,
         "entry_computation": module.entry.name,
