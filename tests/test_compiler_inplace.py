@@ -109,6 +109,7 @@ def test_scan_updates_the_loop_carry_in_place():
     loop = loops(cpu)["loop"]
     # The broadcast's buffer is handed to the loop (no copy) and stays owned.
     assert (loop.used, loop.taken, loop.copy_in, loop.steady) == ([1], [1], [], True)
+    assert loop.native is not None  # kernels only: one native function runs the loop
     # A second run starts from zeros again, and leaves the first result alone.
     first = np.asarray(cpu(x, p)[0])
     kept = first.copy()
@@ -483,3 +484,90 @@ def test_update_of_an_arena_temporary_that_is_returned_is_a_new_buffer():
         buf[i] = i
     np.testing.assert_array_equal(got[1], buf)
     assert "d" not in in_place(cpu)
+
+
+# ---- native loops (native_loop.py): kernels-only loops run by one native function ----------
+
+def test_native_loop_copies_results_computed_into_result_buffers():
+    """buf' = buf * 2 + i over the whole buffer: no update in place, the body's result
+    buffer is copied into the carry each iteration."""
+    body = """  %fi = f32[] convert(%i)
+  %bi = f32[3,5] broadcast(%fi), dimensions={}
+  %two = f32[] constant(2)
+  %b2 = f32[3,5] broadcast(%two), dimensions={}
+  %m = f32[3,5] multiply(%v1, %b2)
+  %d = f32[3,5] add(%m, %bi)"""
+    text = loop_hlo(6, ["f32[3,5]"], body, ["%d"], params=["f32[3,5]"])
+    base = np.arange(15, dtype=np.float32).reshape(3, 5)
+    cpu, got = run_loop(text, base)
+    buf = base.copy()
+    for i in range(6):
+        buf = buf * 2 + i
+    np.testing.assert_array_equal(got[1], buf)
+    np.testing.assert_array_equal(base, np.arange(15, dtype=np.float32).reshape(3, 5))
+    loop = loops(cpu)["loop"]
+    assert loop.native is not None and [k for k, _ in loop.native.copies] == [0, 1]
+    np.testing.assert_array_equal(np.asarray(cpu(base)[1]), buf)
+
+
+def test_loop_moving_leaves_keeps_the_python_path():
+    """(i, a, b) -> (i+1, b, a + 1): a leaf moved to another position is not a copy
+    into its own carry buffer, so the loop is not run natively."""
+    body = """  %onef = f32[] constant(1)
+  %b1 = f32[2] broadcast(%onef), dimensions={}
+  %a1 = f32[2] add(%v1, %b1)"""
+    text = loop_hlo(5, ["f32[2]", "f32[2]"], body, ["%v2", "%a1"],
+                    params=["f32[2]", "f32[2]"])
+    a, b = np.array([0, 10], np.float32), np.array([100, 1000], np.float32)
+    cpu, got = run_loop(text, a, b)
+    for _ in range(5):
+        a, b = b, a + 1
+    np.testing.assert_array_equal(got[1], a)
+    np.testing.assert_array_equal(got[2], b)
+    assert loops(cpu)["loop"].native is None
+
+
+def test_loop_returning_a_constant_keeps_the_python_path():
+    body = "  %k = f32[2] constant({7, 8})"
+    text = loop_hlo(2, ["f32[2]"], body, ["%k"], params=["f32[2]"])
+    cpu, got = run_loop(text, np.zeros(2, np.float32))
+    np.testing.assert_array_equal(got[1], [7, 8])
+    assert loops(cpu)["loop"].native is None
+
+
+def test_native_loop_whose_condition_returns_a_carried_pred():
+    """cond returns the carry's pred leaf itself (a parameter buffer of the loop)."""
+    extra = """%pbody (s: (s32[], pred[], f32[4])) -> (s32[], pred[], f32[4]) {
+  %s = (s32[], pred[], f32[4]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %v = f32[4] get-tuple-element(%s), index=2
+  %one = s32[] constant(1)
+  %i.1 = s32[] add(%i, %one)
+  %lim = s32[] constant(7)
+  %go = pred[] compare(%i.1, %lim), direction=LT
+  %fi = f32[] convert(%i)
+  %e = f32[1] broadcast(%fi), dimensions={}
+  %v.1 = f32[4] dynamic-update-slice(%v, %e, %i)
+  ROOT %t = (s32[], pred[], f32[4]) tuple(%i.1, %go, %v.1)
+}
+%pcond (c: (s32[], pred[], f32[4])) -> pred[] {
+  %c = (s32[], pred[], f32[4]) parameter(0)
+  ROOT %g = pred[] get-tuple-element(%c), index=1
+}"""
+    text = f"""HloModule carried_pred
+{extra}
+ENTRY %main (v: f32[4]) -> (s32[], pred[], f32[4]) {{
+  %v = f32[4] parameter(0)
+  %zero = s32[] constant(0)
+  %yes = pred[] constant(true)
+  %init = (s32[], pred[], f32[4]) tuple(%zero, %yes, %v)
+  ROOT %loop = (s32[], pred[], f32[4]) while(%init), condition=%pcond, body=%pbody
+}}
+"""
+    v = np.full(4, -1, np.float32)
+    cpu, got = run_loop(text, v)
+    # Seven iterations; indices 4..6 clamp to the last element.
+    np.testing.assert_array_equal(got[2], [0, 1, 2, 6])
+    assert got[0] == 7 and not got[1]
+    assert loops(cpu)["loop"].native is not None
+    np.testing.assert_array_equal(v, np.full(4, -1, np.float32))

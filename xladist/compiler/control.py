@@ -115,6 +115,7 @@ class WhileThunk(Thunk):
         # Steady: the body hands every used leaf back owned (a fresh buffer or the
         # same parameter leaf), so no iteration needs a copy.
         self.steady = all(src[k] == FRESH or src[k] == k for k in self.used)
+        self.native = None  # a NativeLoop (native_loop.py) when the loop may run natively
 
     def _initial(self, frame) -> list:
         state = self.init_to_state(leaf_values(frame, self.in_slots))
@@ -138,7 +139,9 @@ class WhileThunk(Thunk):
         state = self._initial(frame)
         rs = frame.rs
         wd = _loop_stack() if self.tracked else None
-        if wd is None and rs.tracer is None and self.steady:
+        if self.native is not None and wd is None and rs.tracer is None:
+            state = self.native.run(state, set(self.used))
+        elif wd is None and rs.tracer is None and self.steady:
             cond, body = self.cond, self.body
             to_cond, back = self.state_to_cond, self.result_to_state
             while cond.run(to_cond(state), rs)[0][0]:
@@ -176,8 +179,14 @@ class WhileThunk(Thunk):
             if entry is not None:
                 wd.exit_loop()
 
+    def identity_relayouts(self) -> bool:
+        """Whether the state goes to the condition and comes back from the body as is."""
+        return not (self.state_to_cond.pairs or self.result_to_state.pairs)
+
     def describe(self) -> str:
         text = f"while cond={self.cond.name} body={self.body.name}"
+        if self.native is not None:
+            text += f" (native loop {self.native.name})"
         if self.used:
             text += (f"; carry leaves {self.used} updated in place (taken {self.taken}, "
                      f"copied once {self.copy_in}"

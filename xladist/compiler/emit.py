@@ -22,6 +22,7 @@ from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
 from .inplace import PASS_THROUGH, plan_in_place
 from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk
+from .native_loop import NativeLoop
 from .simplify import simplify
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
 
@@ -38,6 +39,7 @@ class ProgramBuilder:
         self.kernels = []           # KernelSpecs, in a deterministic order
         self.kernel_thunks: list[KernelThunk] = []
         self.reducers: dict[int, CompiledReducer] = {}
+        self.loops: list[NativeLoop] = []  # while loops run by one native function
         # (computation name, donated) -> (flat, plan, asg)
         self.plans: dict[tuple, tuple] = {}
 
@@ -170,8 +172,12 @@ def _control(pb, instr, plan, asg, inplace):
         cond = pb.computation(instr.attrs["condition"])
         body = pb.computation(instr.attrs["body"], donated=True)
         original = getattr(instr.parent, "original_of", {}).get(instr)
-        return WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr],
-                          original, inplace.takes.get(instr))
+        t = WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr],
+                       original, inplace.takes.get(instr))
+        if NativeLoop.eligible(cond, body, t.identity_relayouts()):
+            t.native = NativeLoop(f"loop{len(pb.loops)}_{_clean(instr.name)}", cond, body)
+            pb.loops.append(t.native)
+        return t
     if op == "conditional":
         a = instr.attrs
         if "branch_computations" in a:

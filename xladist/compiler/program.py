@@ -34,7 +34,8 @@ class CpuProgram:
         # Kernel names carry their position in the (possibly scheduled) order: the
         # object code's symbols depend on them as well as on the module text.
         names = [k.name for k in self.builder.kernels] + \
-            [r.kernel_name for r in self.builder.reducers.values()]
+            [r.kernel_name for r in self.builder.reducers.values()] + \
+            [lp.name for lp in self.builder.loops]
         self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
         self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
         t2 = time.perf_counter()
@@ -42,6 +43,8 @@ class CpuProgram:
             t.bind(self.code)
         for r in self.builder.reducers.values():
             r.bind(self.code)
+        for lp in self.builder.loops:
+            lp.bind(self.code)
         self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
                         "total": time.perf_counter() - t0}
 
@@ -75,6 +78,8 @@ class CpuProgram:
             emit_kernel(mod, spec)
         for r in self.builder.reducers.values():
             emit_map_kernel(mod, r.kernel_name, r.computation)
+        for lp in self.builder.loops:  # after the kernels they call
+            lp.emit(mod)
         return str(mod)
 
 

@@ -288,6 +288,20 @@ class CompiledComputation:
         self._root_dyn = [k for k, s in enumerate(self.root_slots)
                           if s is not None and s.kind == "dyn"]
 
+    def addresses(self, leaves: list, outs: dict) -> list:
+        """The address of every slot for a run on `leaves` with result buffers `outs`
+        (slot id -> array), without running: native loops (native_loop.py) bind
+        their kernels once for the whole loop."""
+        if self._template is None:
+            self._prepare()
+        addrs = list(self._template[1])
+        for sid, value in zip(self._param_ids, leaves):
+            if sid is not None and value is not None:
+                addrs[sid] = address(value)
+        for sid, a in outs.items():
+            addrs[sid] = address(a)
+        return addrs
+
     def run(self, leaves: list, rs: RunState, copy_arena: bool = True) -> list:
         """Result leaves of one run; copy_arena=False when the caller copies every
         result that is not a fresh buffer anyway (the executable's entry)."""
