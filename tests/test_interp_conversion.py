@@ -124,6 +124,18 @@ def test_bitcast_convert_to_wider_removes_the_minor_dim():
         op1("bitcast-convert", "f32[2]", np.zeros((2, 3), np.uint8))
 
 
+def test_bitcast_convert_and_reduce_precision_of_scalars_keep_rank_0():
+    # jax's nextafter bitcasts a scalar constant NaN: f32[] -> s32[] (and f32[] -> u8[4]).
+    x = np.array(1.5, np.float32)
+    got = op1("bitcast-convert", "s32[]", x)
+    assert got.shape == () and int(got) == 0x3FC00000
+    assert op1("bitcast-convert", "u8[4]", x).tolist() == list(struct.pack("<f", 1.5))
+    assert op1("bitcast-convert", "f32[]", np.array([0, 0, 192, 63], np.uint8)) == 1.5
+    got = op1("reduce-precision", "f32[]", np.array(1.3, np.float32), exponent_bits=5,
+              mantissa_bits=2)
+    assert got.shape == () and got == 1.25
+
+
 # ---- reduce-precision ----------------------------------------------------------------------
 def test_reduce_precision_to_f16_format_recorded_from_xla_cpu():
     x = np.array([1.0009765625, 3.14159, 1e30, 1e-30, nan, -nan, inf, 65504.0, 65520.0,

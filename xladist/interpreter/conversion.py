@@ -105,7 +105,7 @@ def convert_rule(instr, args, ev):
 
 def bitcast_convert_array(x: np.ndarray, dtype) -> np.ndarray:
     """Reinterpret bits; a width change adds or removes a minor dimension (little-endian)."""
-    x = np.ascontiguousarray(x)
+    x = np.require(x, requirements="C")  # np.ascontiguousarray would make a scalar rank 1
     dtype = np.dtype(dtype)
     src, dst = x.dtype.itemsize, dtype.itemsize
     if sys.byteorder != "little":  # pragma: no cover - XLA defines the byte order
@@ -113,7 +113,7 @@ def bitcast_convert_array(x: np.ndarray, dtype) -> np.ndarray:
     if src == dst:
         return x.view(dtype)
     if src > dst:
-        return x.view(dtype).reshape(x.shape + (src // dst,))
+        return x[..., None].view(dtype)  # a scalar too: (1,) -> (src // dst,) elements
     if not x.shape or x.shape[-1] * src != dst:
         raise UnsupportedError(f"bitcast-convert {x.dtype}{list(x.shape)} -> {dtype}: the "
                                f"minor dimension must hold {dst // src} elements")
@@ -152,7 +152,7 @@ def reduce_precision_array(x: np.ndarray, exponent_bits: int, mantissa_bits: int
     def c(v):
         return u.type(v)
 
-    bits = np.ascontiguousarray(x).view(u)
+    bits = np.require(x, requirements="C").view(u)  # keeps scalars rank 0
     sign_mask = c(1 << (nbits - 1))
     exp_mask = c(((1 << se) - 1) << sm)
     is_nan = (bits & ~sign_mask) > exp_mask
