@@ -7,7 +7,8 @@ Every row is measured in one run, interleaving the contenders: median of
 OPENBLAS_NUM_THREADS=1 (set below before numpy loads), XLA via XLA_FLAGS, and the
 process pinned to one core when possible. Columns: xladist cpu, numpy, jax.jit
 (when installed), ratios numpy/xladist and xladist/jax (targets: >= 2x numpy and
-<= 1.5x jax on element-wise, row-sum, softmax; <= 1.1x numpy on matmul), and two
+<= 1.5x jax on element-wise, row-sum, softmax; <= 1.1x numpy on matmul; the scan row,
+a while loop run by Python thunks, within a small factor of numpy's loop), and two
 compile-time rows for the MLP training step (cold, and from the kernel cache).
 """
 
@@ -131,6 +132,63 @@ ENTRY main {{
 """
 
 
+def scan_hlo(n: int, m: int) -> str:
+    """lax.scan / fori_loop stacking: n iterations, each writing one row of the carry
+    with dynamic-update-slice (in place on the cpu backend: O(m) per iteration)."""
+    carry = f"(s32[], f32[{n},{m}], f32[1,{m}])"
+    return f"""HloModule scan_dus
+body {{
+  s = {carry} parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  buf = f32[{n},{m}] get-tuple-element(s), index=1
+  row = f32[1,{m}] get-tuple-element(s), index=2
+  one.f = f32[] constant(1)
+  b1 = f32[1,{m}] broadcast(one.f), dimensions={{}}
+  row.1 = f32[1,{m}] add(row, b1)
+  zero = s32[] constant(0)
+  buf.1 = f32[{n},{m}] dynamic-update-slice(buf, row.1, i, zero)
+  one = s32[] constant(1)
+  i.1 = s32[] add(i, one)
+  ROOT t = {carry} tuple(i.1, buf.1, row.1)
+}}
+cond {{
+  c = {carry} parameter(0)
+  k = s32[] get-tuple-element(c), index=0
+  lim = s32[] constant({n})
+  ROOT lt = pred[] compare(k, lim), direction=LT
+}}
+ENTRY main {{
+  x = f32[1,{m}] parameter(0)
+  z = f32[] constant(0)
+  buf = f32[{n},{m}] broadcast(z), dimensions={{}}
+  zero = s32[] constant(0)
+  init = {carry} tuple(zero, buf, x)
+  loop = {carry} while(init), condition=cond, body=body
+  ROOT r = f32[{n},{m}] get-tuple-element(loop), index=1
+}}
+"""
+
+
+def scan_numpy(x):
+    n = x.shape[1]
+    buf = np.zeros((n, n), np.float32)
+    row = x
+    for i in range(n):
+        row = row + np.float32(1)
+        buf[i] = row[0]
+    return buf
+
+
+def scan_jax(x):
+    n = x.shape[1]
+
+    def body(i, c):
+        buf, row = c
+        row = row + 1
+        return jax.lax.dynamic_update_slice(buf, row, (i, 0)), row
+    return jax.lax.fori_loop(0, n, body, (jnp.zeros((n, n), jnp.float32), x))[0]
+
+
 MLP_PATH = Path(__file__).parent / "mlp_train_step.hlo"
 
 
@@ -203,6 +261,10 @@ def rows(quick: bool):
         p, q = (rng.standard_normal((m, m)).astype(f32) for _ in range(2))
         yield (f"matmul {m}x{m} f32", compile_cpu(matmul_hlo(m)), lambda p, q: p @ q,
                _jit(lambda p, q: p @ q), (p, q), "blas")
+    n = 256 if quick else 1000
+    yield (f"scan: {n} x dynamic-update-slice of a row into {n}x{n} f32",
+           compile_cpu(scan_hlo(n, n)), scan_numpy, _jit(scan_jax),
+           (rng.standard_normal((1, n)).astype(f32),), "loop")
     w1 = (rng.standard_normal((512, 1024)) * 0.05).astype(f32)
     b1 = np.zeros(1024, f32)
     w2 = (rng.standard_normal((1024, 128)) * 0.05).astype(f32)
