@@ -173,7 +173,6 @@ def test_clamped_start_indices(index, start):
     assert "buf.1" in in_place(cpu)
 
 
-
 # ---- a generic counted loop: carry (i, v1, ..., vk) -----------------------------------------
 
 def loop_hlo(n, carry, body, results, *, params=(), entry="", init=None, extra=""):
@@ -571,3 +570,25 @@ ENTRY %main (v: f32[4]) -> (s32[], pred[], f32[4]) {{
     assert got[0] == 7 and not got[1]
     assert loops(cpu)["loop"].native is not None
     np.testing.assert_array_equal(v, np.full(4, -1, np.float32))
+
+
+def test_clamped_start_indices_in_both_dimensions():
+    """A 2x3 block at (2i - 3, 4 - 3i) in a 5x4 buffer: starts clamp to [0, 3] x [0, 1]."""
+    body = """  %two = s32[] constant(2)
+  %three = s32[] constant(3)
+  %four = s32[] constant(4)
+  %r0 = s32[] multiply(%i, %two)
+  %r = s32[] subtract(%r0, %three)
+  %c0 = s32[] multiply(%i, %three)
+  %c = s32[] subtract(%four, %c0)
+  %fi = f32[] convert(%i)
+  %blk = f32[2,3] broadcast(%fi), dimensions={}
+  %d = f32[5,4] dynamic-update-slice(%v1, %blk, %r, %c)"""
+    text = loop_hlo(4, ["f32[5,4]"], body, ["%d"], params=["f32[5,4]"])
+    cpu, got = run_loop(text, np.full((5, 4), -1, np.float32))
+    buf = np.full((5, 4), -1, np.float32)
+    for i in range(4):
+        r, c = min(max(2 * i - 3, 0), 3), min(max(4 - 3 * i, 0), 1)
+        buf[r:r + 2, c:c + 3] = i
+    np.testing.assert_array_equal(got[1], buf)
+    assert "d" in in_place(cpu)
