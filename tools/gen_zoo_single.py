@@ -6,7 +6,8 @@ Each case is `jax.jit(f)` of a small program on one CPU device, written to
 tests/data/corpus/single_zoo/<case>/ in the format of tests/data/corpus/single/:
 
 - module.hlo: `jax.jit(f).lower(*args).as_text(dialect="hlo")`, the portable unoptimized HLO;
-- module.optimized.hlo: `lowered.compile().as_text()`, what XLA:CPU compiled and ran;
+- module.optimized.hlo: the module XLA:CPU compiled and ran, printed with every constant's data
+  (`compiled.as_text()` elides large ones) and without metadata;
 - inputs.npz / expected.npz: `arg{i}` / `out{i}` without a device axis (bf16 as uint16 bits);
 - case.json: name, description, ops (of module.hlo), optimized_ops, dtypes, rtol, atol,
   out_tol, num_inputs, num_outputs, x64, arrays, custom_call_targets (of either module).
@@ -15,10 +16,11 @@ The zoo covers what the 20 hand-picked single/ cases do not: control flow from s
 while loops, cond/switch, cumulative ops, multi-operand sorts, top_k, argmax, gathers and
 scatters in every mode, convolutions, pooling, FFTs, linear algebra, both PRNGs, jax.nn,
 integer corner cases, complex, f16/bf16/f64/int8/uint32/bool, non-default layouts, and edge
-values (NaN, inf, -0) in the inputs. A case whose module needs a LAPACK custom-call records
-its target in case.json; the tests then expect xladist to refuse it by that name.
+values (NaN, inf, -0) in the inputs. The cases live in zoo_cases.py and zoo_cases_numeric.py.
+On CPU jax lowers linear algebra to LAPACK custom-calls (lapack_*_ffi); case.json lists them
+under custom_call_targets.
 
-jax is needed only here: the data is committed. Inputs are drawn from a per-case seed (crc32
+jax is needed only here: the data is committed (every case well under 100 KB). Inputs are drawn from a per-case seed (crc32
 of the case name), so re-running reproduces the same files for the same JAX version.
 """
 
