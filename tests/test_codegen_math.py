@@ -196,3 +196,28 @@ ENTRY main {{
     err = np.abs(got.astype(np.complex128) - want) / np.maximum(np.abs(want), 1e-30)
     bad = np.flatnonzero(~(err <= tol))
     assert bad.size == 0, f"{op}: {list(zip(z[bad[:4]], got[bad[:4]], want[bad[:4]]))}"
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["c64", "c128"])
+def test_complex_power(dtype):
+    """z^w against numpy in long double, with zero bases and real exponents (0^2 = 0,
+    0^0 = 1), negative real bases (principal branch) and general complex pairs."""
+    rng = np.random.default_rng(5)
+    z = np.concatenate([[0, 0, 0, -2, -2, 1j, 3 + 4j, 0.5], rng.uniform(-3, 3, 300)
+                        + 1j * rng.uniform(-3, 3, 300)]).astype(dtype)
+    w = np.concatenate([[2, 0, 0.5, 0.5, 3, 2, -1 + 0.5j, 1j], rng.uniform(-2, 2, 300)
+                        + 1j * rng.uniform(-2, 2, 300)]).astype(dtype)
+    t = "c64" if dtype == np.complex64 else "c128"
+    text = f"""HloModule m
+ENTRY main {{
+  z = {t}[{z.size}] parameter(0)
+  w = {t}[{z.size}] parameter(1)
+  ROOT p = {t}[{z.size}] power(z, w)
+}}
+"""
+    got = xladist.compile(xladist.parse_hlo(text), backend="cpu")(z, w)[0]
+    with np.errstate(all="ignore"):
+        want = np.power(z.astype(np.clongdouble), w.astype(np.clongdouble)).astype(np.complex128)
+    want[:2] = [0, 1]  # numpy's 0j**2 and 0j**0
+    tol = 1e-5 if dtype == np.complex64 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)

@@ -194,7 +194,7 @@ def _power(b, instr, v):
     if t.is_float:
         return _finish(b, instr, mathlib.pow(b, x, y))
     if t.is_complex:
-        _unsupported(instr, "complex power")
+        return _cpow(b, x, y)
     # Integer power by squaring over every exponent bit (branch-free); negative
     # exponents give 0 except for bases 1 and -1, as in XLA.
     it = x.type
@@ -441,6 +441,21 @@ def _clog1p(b, a, y):
     u = b.fadd(b.fmul(a, _c(a.type, 2.0)), b.fadd(b.fmul(a, a), b.fmul(y, y)))
     re = b.fmul(_f("log-plus-one")(b, u), _c(a.type, 0.5))
     return _cplx(b, re, mathlib.atan2(b, y, b.fadd(a, _c(a.type, 1.0))))
+
+
+def _cpow(b, z, w):
+    # z^w = |z|^c e^(-d arg z) (cos q + i sin q), q = c arg z + d ln|z|, for w = c + id.
+    # A real exponent (d = 0) skips d ln|z|, so 0^c is 0 (c > 0) or 1 (c = 0), not NaN.
+    a, y, c, d = _re(b, z), _im(b, z), _re(b, w), _im(b, w)
+    t = a.type
+    arg = mathlib.atan2(b, y, a)
+    norm = b.fadd(b.fmul(a, a), b.fmul(y, y))
+    coeff = b.fmul(mathlib.pow(b, norm, b.fmul(c, _c(t, 0.5))),
+                   _f("exponential")(b, b.fneg(b.fmul(d, arg))))
+    log_term = b.fmul(b.fmul(d, _c(t, 0.5)), _f("log")(b, norm))
+    q = b.fadd(b.fmul(c, arg), b.select(b.fcmp_ordered("==", d, _c(t, 0.0)), _c(t, 0.0),
+                                        log_term))
+    return _cplx(b, b.fmul(coeff, _f("cosine")(b, q)), b.fmul(coeff, _f("sine")(b, q)))
 
 
 _COMPLEX_TRIG = {"sinh": _csinh, "cosh": _ccosh, "tanh": _ctanh, "sine": _by_i(_csinh),
