@@ -14,7 +14,11 @@
     then reports each cycle of waits as a `deadlock`.
 
 Control that depends on data around communication stops a device's trace and is `unproven`:
-a warning, an error with strict=True.  Problems and their text live in deadlock_report.py.
+a warning, an error with strict=True.  Except a conditional whose index comes from all-reduce
+results (the same on every member of the group, e.g. `lax.cond(psum(x) > 0, ...)`): the check
+runs once per combination of its branches, devices sharing the index taking the same one, and
+a problem that only some combinations have is a warning naming them (the data decides).
+Problems and their text live in deadlock_report.py.
 """
 
 from __future__ import annotations
@@ -348,7 +352,90 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
     if schedule is None:
         schedule = schedule_module(module)
     facts = ModuleFacts(module, da)
-    traces = [trace_device(facts, schedule, d, max_unroll=max_unroll) for d in da.devices]
+    choices = _Choices()
+    runs: list[tuple[list[Problem], str | None]] = []
+    first = None
+    while True:
+        traces, found = _check_once(facts, schedule, da, strict, max_unroll, choices)
+        first = first or traces
+        runs.append((found, "; ".join(choices.describe()) if choices.made else None))
+        if not choices.advance():
+            break
+        if choices.runs >= MAX_BRANCH_RUNS:
+            runs.append(([Problem(
+                "unproven", f"more than {MAX_BRANCH_RUNS} combinations of branches chosen by "
+                "all-reduce results; the others are not checked", [], [],
+                severity="error" if strict else "warning")], None))
+            break
+    return Report(module.name, da, _merge_runs(runs, strict), first,
+                  time.perf_counter() - t0, strict=strict)
+
+
+def _merge_runs(runs, strict: bool) -> list[Problem]:
+    """The problems of all runs, once each. One found in some combinations of data-chosen
+    branches only may not happen (the data decides): a warning, unless strict."""
+    def ident(p):
+        return p.kind, p.message
+    everywhere = set.intersection(*({ident(p) for p in found} for found, _ in runs))
+    problems: list[Problem] = []
+    seen = set()
+    for found, when in runs:
+        for p in found:
+            if ident(p) in seen:
+                continue
+            seen.add(ident(p))
+            if when is not None and ident(p) not in everywhere:
+                p.detail.append(f"(only when {when}; the data decides)")
+                if not strict:
+                    p.severity = "warning"
+            problems.append(p)
+    return problems
+
+
+# Runs of the whole check over combinations of data-chosen (but uniform) branches.
+MAX_BRANCH_RUNS = 64
+
+
+class _Choices:
+    """The branches conditionals with unknown-but-keyed indices take in one run, enumerated
+    depth first over the order the keys were met (a later key may exist only for some
+    earlier choices): every device meeting a key takes the same branch."""
+
+    def __init__(self):
+        self.fixed: dict = {}
+        self.made: dict = {}        # key -> [branch, branches, where, devices]
+        self.order: list = []
+        self.runs = 0
+
+    def __call__(self, key, n: int, where: str, device: int) -> int:
+        if key not in self.made:
+            self.made[key] = [self.fixed.get(key, 0), n, where, []]
+            self.order.append(key)
+        self.made[key][3].append(device)
+        return self.made[key][0]
+
+    def describe(self) -> list[str]:
+        return [f"{w} takes branch {k} on device{'s' if len(ds) > 1 else ''} "
+                f"{', '.join(map(str, ds))}"
+                for k, _, w, ds in (self.made[key] for key in self.order)]
+
+    def advance(self) -> bool:
+        """The next combination, or False when all were run."""
+        self.runs += 1
+        for i in range(len(self.order) - 1, -1, -1):
+            k, n = self.made[self.order[i]][:2]
+            if k + 1 < n:
+                self.fixed = {key: self.made[key][0] for key in self.order[:i]}
+                self.fixed[self.order[i]] = k + 1
+                self.made, self.order = {}, []
+                return True
+        return False
+
+
+def _check_once(facts, schedule, da, strict, max_unroll, choices):
+    """Trace every device under `choices`, then match and simulate: (traces, problems)."""
+    traces = [trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices)
+              for d in da.devices]
     problems: list[Problem] = []
     for tr in traces:
         if tr.unproven is not None:
@@ -363,7 +450,7 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
     _match_channels(traces, problems)
     stuck = _simulate(traces)
     _cycles(stuck, traces, problems)
-    return Report(module.name, da, problems, traces, time.perf_counter() - t0, strict=strict)
+    return traces, problems
 
 
 def _merge_unproven(problems: list[Problem]) -> None:

@@ -29,13 +29,20 @@ MAX_FOLD_ITERATIONS = 100_000
 
 
 class Unknown:
-    """A value the folder cannot compute; `origin` is the instruction it first came from."""
+    """A value the folder cannot compute; `origin` is the instruction it first came from.
 
-    __slots__ = ("origin", "reason")
+    `key` is set when the value, though unknown, is the same on every device that computes
+    the same key: an all-reduce result (the same on its whole group) and what the same
+    instructions compute from such results and equal known values. The deadlock check may
+    then enumerate the branches such a value picks instead of giving up (deadlock_trace.py).
+    """
 
-    def __init__(self, origin: Instruction | None, reason: str):
+    __slots__ = ("key", "origin", "reason")
+
+    def __init__(self, origin: Instruction | None, reason: str, key=None):
         self.origin = origin
         self.reason = reason
+        self.key = key
 
     def describe(self) -> str:
         if self.origin is None:
@@ -97,16 +104,22 @@ def _rule(*opcodes: str, lazy: bool = False):
 class Folder:
     """Folds instruction values for one device (its replica id and partition id)."""
 
-    def __init__(self, replica_id: int, partition_id: int):
+    def __init__(self, replica_id: int, partition_id: int, uniform_key=None):
         self.replica_id = replica_id
         self.partition_id = partition_id
+        # instr -> a key naming this run of an all-reduce and this device's group (None: no
+        # key); set by the tracer, which knows the groups and how often the op has run.
+        self.uniform_key = uniform_key
 
     def eval(self, instr: Instruction, frame: Frame):
         memo = frame.memo
         if instr in memo:
             return memo[instr]
         rule = FOLD_RULES.get(instr.opcode)
-        if rule is None:
+        if instr.opcode == "all-reduce" and self.uniform_key is not None:
+            value = Unknown(instr, "all-reduce is computed from data at run time",
+                            self.uniform_key(instr))
+        elif rule is None:
             value = Unknown(instr, f"{instr.opcode} is computed from data at run time")
         elif instr.shape.is_array and instr.shape.size > MAX_FOLD_ELEMENTS:
             value = Unknown(instr, f"{instr.shape.size} elements: data, not control")
@@ -115,6 +128,7 @@ class Folder:
             if instr.opcode not in _LAZY:
                 bad = next((a for a in args if isinstance(a, Unknown)), None)
                 if bad is not None:
+                    bad = _combine(instr, args, bad)
                     memo[instr] = bad
                     return bad
             with np.errstate(all="ignore"):
@@ -128,6 +142,28 @@ class Folder:
     def call(self, comp: Computation, args: list):
         frame = Frame(comp, list(args))
         return self.eval(comp.root, frame)
+
+
+def _combine(instr: Instruction, args: list, first: Unknown) -> Unknown:
+    """The Unknown `instr` computes from `args`: keyed when every unknown operand is keyed and
+    every known one is a plain array (its bytes join the key, so devices that hold different
+    known values get different keys); else `first`, which has the origin to report."""
+    parts = []
+    for a in args:
+        if isinstance(a, Unknown):
+            if a.key is None:
+                return a
+            parts.append(a.key)
+        elif isinstance(a, np.ndarray):
+            parts.append((a.dtype.str, a.shape, a.tobytes()))
+        else:
+            return Unknown(first.origin, first.reason)
+    return Unknown(first.origin, first.reason, (id(instr), tuple(parts)))
+
+
+def _unkeyed(u: Unknown) -> Unknown:
+    """`u` as the value of an instruction that does not compute it from `u` alone."""
+    return Unknown(u.origin, u.reason)
 
 
 def _dtype(instr: Instruction):
@@ -205,6 +241,15 @@ def _int_divide(a, b):
     return a / b
 
 
+def _shift_right_logical(a, b):
+    """Zeros shifted in (the bits as unsigned); XLA gives 0 for shifts of the width or more."""
+    bits = a.dtype.itemsize * 8
+    u = a.view(a.dtype.str.replace("i", "u")) if a.dtype.kind == "i" else a
+    wide = np.asarray(b).astype(np.int64)
+    out = np.where((wide < 0) | (wide >= bits), 0, u >> np.clip(wide, 0, bits - 1).astype(u.dtype))
+    return out.astype(u.dtype).view(a.dtype)
+
+
 _BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
            "divide": _int_divide, "remainder": np.fmod,  # sign of the dividend, as XLA
            "maximum": np.maximum,
@@ -212,7 +257,8 @@ _BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
            "and": lambda a, b: np.logical_and(a, b) if a.dtype == bool else a & b,
            "or": lambda a, b: np.logical_or(a, b) if a.dtype == bool else a | b,
            "xor": lambda a, b: np.logical_xor(a, b) if a.dtype == bool else a ^ b,
-           "shift-left": np.left_shift, "shift-right-arithmetic": np.right_shift}
+           "shift-left": np.left_shift, "shift-right-arithmetic": np.right_shift,
+           "shift-right-logical": _shift_right_logical}
 
 
 def _register_unary(name, fn):
@@ -253,12 +299,12 @@ def _convert(instr, args, folder, frame):
 def _select(instr, args, folder, frame):
     pred, on_true, on_false = args
     if isinstance(pred, Unknown):
-        return pred
+        return _combine(instr, args, pred)
     if pred.ndim == 0:
         return on_true if bool(pred) else on_false
     for a in (on_true, on_false):
         if isinstance(a, Unknown):
-            return a
+            return _combine(instr, args, a)
     return _arr(instr, np.where(pred, on_true, on_false))
 
 
@@ -327,7 +373,7 @@ def _call(instr, args, folder, frame):
 def _conditional(instr, args, folder, frame):
     index = args[0]
     if isinstance(index, Unknown):
-        return index
+        return _unkeyed(index)  # the result depends on the operands too
     comp, k = pick_branch(instr, index)
     return folder.call(comp, [args[1 + k]])
 
@@ -357,7 +403,7 @@ def _while(instr, args, folder, frame):
     for _ in range(MAX_FOLD_ITERATIONS):
         go = folder.call(cond, [state])
         if isinstance(go, Unknown):
-            return go
+            return _unkeyed(go)  # the loop state, not the condition
         if not bool(go):
             return state
         state = folder.call(body, [state])

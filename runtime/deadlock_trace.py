@@ -263,15 +263,30 @@ def _needs_values(comp: Computation, seen=None) -> bool:
 
 
 class _Tracer:
-    def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int):
+    def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int,
+                 choose=None):
         self.facts = facts
         self.schedule = schedule
         self.trace = trace
         self.device = trace.device
-        self.folder = Folder(trace.replica, trace.partition)
+        self.folder = Folder(trace.replica, trace.partition,
+                             self.uniform_key if choose is not None else None)
         self.max_unroll = max_unroll
+        # (key, number of branches) -> the branch every device with that key takes, for a
+        # conditional whose index is unknown but keyed (deadlock.py enumerates the choices).
+        self.choose = choose
         self.channels: dict[tuple, deque] = {}
         self.pending_async: dict[Instruction, Event | None] = {}
+
+    def uniform_key(self, instr: Instruction):
+        """All members of a synchronous all-reduce's group get the same result: its key is
+        the op, this device's group and how many times this device has run the op."""
+        member, _ = self.facts.collective(instr)
+        group = member.get(self.device)
+        if group is None:
+            return None
+        runs = sum(1 for ev in self.trace.events if ev.instr is instr)
+        return ("all-reduce", id(instr), group, runs)
 
     def emit(self, kind: str, instr: Instruction, ctx) -> Event:
         ev = Event(kind, instr, self.device, ctx)
@@ -394,9 +409,21 @@ def _call(t: _Tracer, instr, frame, ctx):
 def _conditional(t: _Tracer, instr, frame, ctx):
     index = t.folder.eval(instr.operands[0], frame)
     if isinstance(index, Unknown):
-        raise _Unproven(instr, "its branch contains collectives or channels and is chosen by "
-                        f"data: the index depends on {index.describe()}", ctx)
-    comp, k = pick_branch(instr, index)
+        if index.key is None or t.choose is None:
+            raise _Unproven(instr, "its branch contains collectives or channels and is chosen "
+                            f"by data: the index depends on {index.describe()}", ctx)
+        # The same on every device with this key (it comes from all-reduce results): each
+        # branch is tried, in a separate run of the whole check.
+        branches = instr.attrs.get("branch_computations") or [
+            instr.attrs["true_computation"], instr.attrs["false_computation"]]
+        at = where(instr, ctx)
+        if index.origin is not None:
+            note = f"index from {index.origin.name}"
+            at = at[:-1] + f", {note})" if at.endswith(")") else f"{at} ({note})"
+        k = t.choose(index.key, len(branches), at, t.device)
+        comp = branches[k]
+    else:
+        comp, k = pick_branch(instr, index)
     args = t.lazy_operands(instr, frame, [instr.operands[1 + k]])
     t.walk(comp, Frame(comp, args), ctx + (f"branch {k} of {instr.name}",))
 
@@ -440,11 +467,14 @@ def _while(t: _Tracer, instr, frame, ctx):
 
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
-                 max_unroll: int = DEFAULT_MAX_UNROLL) -> DeviceTrace:
-    """The ordered communication events of `device` running the module's entry computation."""
+                 max_unroll: int = DEFAULT_MAX_UNROLL, choose=None) -> DeviceTrace:
+    """The ordered communication events of `device` running the module's entry computation.
+
+    `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
+    same on every device with that key; without it such a conditional stops the trace."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
-    tracer = _Tracer(facts, schedule, trace, max_unroll)
+    tracer = _Tracer(facts, schedule, trace, max_unroll, choose)
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:
