@@ -82,8 +82,8 @@ def small_int_bool(a, b, u, m, s):
 
 # ---- floating point: precision, complex, edge values ----------------------------------------
 
-@case("complex64: mul/div/abs/exp/log/sqrt/conj/real/imag/angle/expm1, complex dot and "
-      "einsum, reductions, comparisons of real parts, complex with inf.",
+@case("complex64: mul/div/abs/exp/log/sqrt/conj/real/imag/angle, tanh/sin, complex power "
+      "(complex exponents), complex dot and einsum, sum/prod reductions.",
       lambda rng: [normal(rng, (2, 4)), normal(rng, (2, 4)), normal(rng, (4, 3)),
                    normal(rng, (4, 3))],
       rtol=1e-5, atol=1e-5)
@@ -93,7 +93,7 @@ def complex_arith(ar, ai, br, bi):
     return (a * a, a / (a + 2.0), jnp.abs(a), jnp.exp(a), jnp.log(a), jnp.sqrt(a),
             jnp.conj(a), jnp.real(a) + jnp.imag(a), jnp.angle(a), a @ b,
             jnp.einsum("ij,jk->ik", jnp.conj(a), b), jnp.sum(a, axis=1), jnp.prod(a, axis=0),
-            jnp.tanh(a), a ** 2, jnp.sin(a))
+            jnp.tanh(a), a ** 2, jnp.sin(a), a ** (0.5 + 1j), jnp.power(a, b[:2, :1]))
 
 
 @case("f16 and bf16 arithmetic: add/mul/div/exp/log/tanh/sqrt in the narrow type, sum and "
