@@ -11,11 +11,6 @@ import scipy.special
 import xladist
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 def _run_unary(op, x):
     t = {np.float32: "f32", np.float64: "f64"}[x.dtype.type]
     n = x.size

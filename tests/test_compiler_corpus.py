@@ -20,11 +20,6 @@ CORPUS = cu.CORPUS / "single"
 CASES = [p.name for p in cu.case_folders("single")]
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_cpu_matches_expected_and_interpreter(case):
     folder = CORPUS / case

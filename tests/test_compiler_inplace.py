@@ -18,11 +18,6 @@ from xladist.cli import main as cli_main
 from xladist.compiler.control import WhileThunk
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 def run_both(text, *args):
     """(cpu executable, cpu results, interpreter results) for one module."""
     module = xladist.parse_hlo(text)

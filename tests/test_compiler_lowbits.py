@@ -12,16 +12,10 @@ import pytest
 
 import xladist
 from xladist.compiler.codegen.lowbits import SMALL_FLOATS, SUB_BYTE_INTS
-from xladist.errors import UnsupportedError
 from xladist.hlo.shape import PRIMITIVE_TYPES, primitive_type
 
 FLOATS = sorted(SMALL_FLOATS)
 INTS = sorted(SUB_BYTE_INTS)
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
 
 
 def dtype(t):

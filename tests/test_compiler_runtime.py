@@ -27,11 +27,6 @@ from xladist.interpreter import SingleDeviceContext
 from xladist.interpreter.custom_calls import CUSTOM_CALLS, register_custom_call
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 def cpu(module, **options):
     if isinstance(module, str):
         module = xladist.parse_hlo(module)

@@ -17,11 +17,6 @@ IADD = "iadd { x = s32[] parameter(0)\n y = s32[] parameter(1)\n ROOT s = s32[] 
 MAX = "max { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] maximum(x, y) }\n"
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 def run(text, *args):
     return xladist.compile(xladist.parse_hlo(text), backend="cpu")(*args)
 

@@ -21,11 +21,6 @@ MODULES = ["module.hlo", "module.optimized.hlo"]
 BACKENDS = ["interpreter", "cpu"]
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 def test_the_zoo_is_present_and_small():
     assert len(CASES) >= 40
     for case in CASES:

@@ -12,12 +12,6 @@ import pytest
 
 import xladist
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 BACKENDS = ["interpreter", "cpu"]
 
 

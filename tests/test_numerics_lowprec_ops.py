@@ -22,11 +22,6 @@ F8E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kcache"))
-
-
 def run_both(text, *args):
     """(interpreter result, cpu result) of a one-result module."""
     module = xladist.parse_hlo(text)
