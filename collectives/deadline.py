@@ -137,7 +137,7 @@ def on_abort(hook):
 
 def run_abort_hooks() -> None:
     """Run and drop the registered hooks, for at most ABORT_HOOKS_S: a failing or stuck hook
-    never stops the abort."""
+    never stops the abort or hides the failure being reported."""
     with _abort_lock:
         hooks = list(_abort_hooks)
         _abort_hooks.clear()
@@ -148,8 +148,12 @@ def run_abort_hooks() -> None:
         for hook in hooks:
             try:
                 hook()
-            except Exception:  # noqa: BLE001, S110 -- the abort matters more than the hook
-                pass
+            except Exception as e:  # noqa: BLE001 -- the failure being reported matters more
+                try:
+                    sys.stderr.write(f"xladist: while saving state for the abort: "
+                                     f"{type(e).__name__}: {e}\n")
+                except Exception:  # noqa: BLE001, S110 -- stderr closed
+                    pass
     worker = threading.Thread(target=run_all, name="xladist-abort-hooks", daemon=True)
     worker.start()
     worker.join(ABORT_HOOKS_S)

@@ -91,10 +91,11 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
             tracer.align(comm)
         device, spans = TracedDevice(ctx, tracer), tracer
     from xladist.executable import compile as compile_module
-    # A job aborted by a deadline or another thread never reaches the except below: save
-    # this rank's timeline then too (the launcher merges the parts it finds).
+    # What a failing rank keeps: its timeline (the launcher merges the parts it finds) and
+    # what it already sent to the host (--host-send files).  A job aborted by a deadline or by
+    # another thread never reaches the except below, so these are abort hooks; the except
+    # runs them itself.
     forget_trace = deadline.on_abort(lambda: tracer.write_partial(trace)) if trace else None
-    # What the program already sent to the host is kept as well (--host-send files).
     host_finish = getattr(host, "finish", None)
     forget_host = deadline.on_abort(host_finish) if host_finish else None
     try:
@@ -108,14 +109,9 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
             outputs = exe(*per_device_inputs[placement.device])
         monitor.mark("finished")
     except BaseException:
-        if trace:  # keep this rank's timeline; the launcher merges the parts it finds
-            forget_trace()
-            tracer.write_partial(trace)
+        deadline.run_abort_hooks()
         if feeds is not None:  # deliver every item outfed so far before the job aborts
             feeds.abort()
-        if host_finish:
-            forget_host()
-            _quietly(host_finish)
         raise
     if feeds is not None:
         feeds.finish()
@@ -174,15 +170,6 @@ class _Untraced:
 
 
 _untraced = _Untraced()
-
-
-def _quietly(fn) -> None:
-    """Clean-up on a failure path: its own error must not hide the failure being reported."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001
-        print(f"xladist: while cleaning up after the failure: {type(e).__name__}: {e}",
-              file=sys.stderr)
 
 
 def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:
