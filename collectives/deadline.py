@@ -42,8 +42,9 @@ __all__ = [
     "Watchdog",
     "abort_job",
     "abort_on_exception",
-    "on_abort",
     "configure",
+    "on_abort",
+    "run_abort_hooks",
     "waiting",
     "watchdog",
 ]
