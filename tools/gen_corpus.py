@@ -419,7 +419,6 @@ def _module_facts(text: str) -> dict:
 
 def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
     mesh = _mesh(c)
-    n = mesh.size
     _check_device_order(mesh)
     seed = zlib.crc32(c.name.encode())
     host = c.make_inputs(np.random.default_rng(seed))

@@ -187,7 +187,7 @@ def float_formatter(ptype: PrimitiveType):
     """A function (python float, raw bits) -> text, as XLA's RoundTripFpToString."""
     name = ptype.name
     ieee = name in _IEEE_FLOATS
-    bits, mant = _float_layout(ptype)
+    _, mant = _float_layout(ptype)
     quiet = 1 << (mant - 1) if mant else 0
     payload_mask = (1 << mant) - 1
 
