@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "explain": "explain",
     "bench": "bench",
     "demo": "demo",
+    "export-jax": "export_jax",
 }
 
 
@@ -36,6 +37,9 @@ examples:
   xladist fmt module.hlo                        print it in canonical HLO text
   xladist explain module.hlo                    the cpu backend's kernels and buffers
   xladist ops --missing                         which opcodes a phase does not support
+  xladist export-jax mymodel:step --args a.npz --mesh data=2,model=2 \
+      --in-specs "data,None" --out-specs "()" -o DIR
+                                                a JAX function as a folder to run (needs jax)
 
 Run `xladist COMMAND --help` for a command's options and examples.
 """

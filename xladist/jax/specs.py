@@ -122,23 +122,28 @@ def parse_specs(text: str, where: str = "specs") -> list[Spec]:
 
 
 def spec_list(specs, count: int, what: str) -> list[Spec]:
-    """in_specs/out_specs as one Spec per array: a single spec applies to all `count`."""
-    if specs is None or isinstance(specs, str) or _is_single(specs):
-        one = normalize(specs, f"{what}")
-        return [one] * count
-    specs = list(specs)
-    if len(specs) != count:
-        raise InputError(f"{what} has {len(specs)} specs for {count} "
-                         f"{'arguments' if what == 'in_specs' else 'results'}; give one "
-                         f"per {'argument' if what == 'in_specs' else 'result'} or a single "
-                         f"spec for all")
-    return [normalize(s, f"{what}[{i}]") for i, s in enumerate(specs)]
+    """in_specs/out_specs as one Spec per array. A single PartitionSpec (or None, or a text
+    with no ';') applies to all `count`; a list/tuple or a ';'-separated text has one per
+    array."""
+    if isinstance(specs, str):
+        items = parse_specs(specs, what)
+        if len(items) == 1:
+            return items * count
+    elif specs is None or _is_single(specs):
+        return [normalize(specs, what)] * count
+    else:
+        items = [normalize(s, f"{what}[{i}]") for i, s in enumerate(specs)]
+    if len(items) != count:
+        noun = "argument" if what.startswith(("in", "--in")) else "result"
+        raise InputError(f"{what} has {len(items)} specs for {count} {noun}s; give one per "
+                         f"{noun} or a single spec for all")
+    return items
 
 
 def _is_single(specs) -> bool:
-    """One PartitionSpec (jax's class is a tuple subclass); a plain list/tuple holds one spec
-    per array."""
-    return type(specs).__name__ == "PartitionSpec"
+    """One PartitionSpec (jax's class: `PartitionSpec`, named `P` since jax 0.8); a plain
+    list/tuple holds one spec per array."""
+    return type(specs).__name__ in ("PartitionSpec", "P")
 
 
 def text(spec: Spec) -> str:
