@@ -246,11 +246,22 @@ def test_cli_argument_errors(capsys, tmp_path, args_npz, argv, needle):
     assert "Traceback" not in err
 
 
-def test_cli_bad_args_file_and_function(capsys, tmp_path, args_npz):
+def test_cli_bad_args_file(capsys, tmp_path):
     np.savez(tmp_path / "keys.npz", x=np.ones(2))
     code, err = _cli(capsys, "json:dumps", "--args", tmp_path / "keys.npz", "--mesh", "d=2",
                      "-o", tmp_path / "o")
     assert code == 2 and "expected arrays named arg0..arg0, got x" in err, err
+
+
+def test_cli_without_jax(capsys, tmp_path, args_npz, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)
+    code, err = _cli(capsys, "json:dumps", "--args", args_npz, "--mesh", "d=2",
+                     "-o", tmp_path / "o")
+    assert code == 2 and "needs jax: pip install 'xladist[jax]'" in err, err
+
+
+@needs_jax
+def test_cli_bad_function(capsys, tmp_path, args_npz):
     code, err = _cli(capsys, "json:no_such_fn", "--args", args_npz, "--mesh", "d=2",
                      "-o", tmp_path / "o")
     assert code == 2 and "json has no attribute no_such_fn" in err, err

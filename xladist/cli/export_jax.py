@@ -72,12 +72,14 @@ def _read_args(path: str | None) -> list:
 
 def run(args) -> int:
     from ..jax import export, specs
+    from ..jax.lowering import import_jax
     mesh = specs.parse_mesh(args.mesh)
     arrays = _read_args(args.args)
     for i, (a, s) in enumerate(zip(arrays, specs.spec_list(args.in_specs, len(arrays),
                                                            "--in-specs"))):
         specs.check(s, mesh, a.shape, f"--in-specs item {i} (for arg{i})")
     specs.parse_specs(args.out_specs, "--out-specs")  # syntax now; counts once jax traced
+    import_jax()  # say so before the function's own `import jax` fails
     sys.path.insert(0, os.getcwd())  # as `python -m`: modules in the current folder import
     from runtime.feeds import load_function
     fn = load_function(args.function, option="export-jax")
