@@ -19,11 +19,13 @@ HELP = "lower a JAX function for a mesh of CPU devices into a folder `xladist ru
 
 EPILOG = """\
 examples:
-  xladist export-jax mymodel:step --args args.npz --mesh data=2,model=2 \\
-      --in-specs "None,model; model,None; data,None; data,None" \\
-      --out-specs "(); None,model; model,None" -o step_2x2
-  xladist run --config step_2x2/config.toml          then, in Python:
-      xladist.jax.assemble("step_2x2", "step_2x2/outputs.npz")
+  xladist export-jax mymodel:step --args args.npz --mesh data=2,model=2 --in-specs "None,model; model,None; data,None; data,None" --out-specs "(); None,model; model,None" -o step_2x2
+                                    a data- and tensor-parallel step on a 2x2 mesh
+  xladist export-jax mymodel:forward --args x.npz --mesh data=4 --in-specs data -o fwd --no-expected
+                                    every argument split over data; no jax run for expected.npz
+  xladist run --config step_2x2/config.toml
+                                    run it; then in Python
+                                    xladist.jax.assemble("step_2x2", "step_2x2/outputs.npz")
 
 specs (one per argument/result, separated by ';', or a single one for all):
   data,None        P('data', None): dimension 0 split over mesh axis data
