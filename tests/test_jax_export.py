@@ -346,6 +346,29 @@ def test_export_folder(tmp_path):
 
 
 @needs_jax
+def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
+    """float64/int64 numpy arrays become what jax makes of them (f32/s32 without x64), so
+    inputs.npz fits the module's parameters."""
+    import xladist
+    out = xj.export(lambda a, k: a * k, np.arange(4.0), np.int64(3), mesh_shape={"d": 2},
+                    in_specs=["d", None], out_specs="d", path=tmp_path / "x64")
+    ins = np.load(out / F.INPUTS)
+    params = xladist.load_hlo(out / F.MODULE).entry.parameters
+    assert [ins[f"arg{i}"].dtype for i in range(2)] == [p.shape.dtype for p in params] == [
+        np.float32, np.int32]
+    np.testing.assert_array_equal(xj.assemble(out, out / F.EXPECTED)[0], np.arange(4.0) * 3)
+
+
+@needs_jax
+def test_cli_reports_a_failing_function(capsys, tmp_path, args_npz, monkeypatch):
+    (tmp_path / "broken_fn.py").write_text("def f(a, b):\n    return a @ a  # [4,6] @ [4,6]\n")
+    monkeypatch.chdir(tmp_path)
+    code, err = _cli(capsys, "broken_fn:f", "--args", args_npz, "--mesh", "d=2", "-o", "o")
+    assert code == 2 and "broken_fn:f failed while jax traced" in err, err
+    assert "Traceback" not in err
+
+
+@needs_jax
 def test_shard_blocks_agree_with_jax():
     """specs.shard_index against jax's own NamedSharding.devices_indices_map."""
     import jax

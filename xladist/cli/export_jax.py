@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from ..errors import InputError
+from ..errors import InputError, XlaDistError
 
 HELP = "lower a JAX function for a mesh of CPU devices into a folder `xladist run` runs"
 
@@ -84,10 +84,18 @@ def run(args) -> int:
     import_jax()  # say so before the function's own `import jax` fails
     sys.path.insert(0, os.getcwd())  # as `python -m`: modules in the current folder import
     from runtime.feeds import load_function
-    fn = load_function(args.function, option="export-jax")
-    folder = export(fn, *arrays, mesh_shape=mesh, in_specs=args.in_specs,
-                    out_specs=args.out_specs, path=args.output,
-                    expected=not args.no_expected)
+    try:
+        fn = load_function(args.function, option="export-jax")
+        folder = export(fn, *arrays, mesh_shape=mesh, in_specs=args.in_specs,
+                        out_specs=args.out_specs, path=args.output,
+                        expected=not args.no_expected)
+    except XlaDistError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- the user's module or jax failed: say which
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise InputError(f"{args.function} failed while jax traced, lowered or ran it: "
+                         f"{type(e).__name__}: {first} (call xladist.jax.export from Python "
+                         f"for the full traceback)") from None
     files = "module.hlo, inputs.npz, config.toml, meta.json" + (
         "" if args.no_expected else ", expected.npz")
     print(f"wrote {folder}/: {files} ({specs.mesh_size(mesh)} devices)\n"

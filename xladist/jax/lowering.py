@@ -153,6 +153,9 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
     n = S.mesh_size(mesh_shape)
     ensure_devices(n)
     jax = import_jax()
+    # What jax makes of them (float64 -> float32, int64 -> int32 without jax_enable_x64):
+    # inputs.npz must hold the module's parameter types.
+    host = [a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False) for a in host]
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     mesh = Mesh(np.array(jax.devices("cpu")[:n]).reshape(tuple(mesh_shape.values())),
                 tuple(mesh_shape))
