@@ -290,7 +290,8 @@ def test_readme_example_runs_on_4_ranks():
 
 
 @needs_jax
-def test_shard_map_function_on_2_ranks():
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_shard_map_function_on_2_ranks(backend):
     """A function that calls jax.shard_map itself (no mesh=), with a psum and a ppermute,
     compared with the same computation in numpy."""
     import jax
@@ -306,7 +307,7 @@ def test_shard_map_function_on_2_ranks():
 
     x = np.arange(24, dtype=np.float32).reshape(6, 4)
     scaled, swapped = xj.run(fn, x, mesh_shape={"d": 2}, in_specs=P("d"), out_specs=P("d"),
-                             timeout=RUN_TIMEOUT)
+                             backend=backend, timeout=RUN_TIMEOUT)
     np.testing.assert_allclose(scaled, x * 2.0 + x.sum(axis=0), rtol=1e-6)
     np.testing.assert_array_equal(swapped, np.concatenate([x[3:], x[:3]]))
 
