@@ -84,21 +84,22 @@ class IterableSource:
         return "the infeed iterable"
 
 
-def load_function(spec: str):
-    """The callable named by `package.module:function` (dots after ':' walk attributes)."""
+def load_function(spec: str, option: str = "--infeed-fn"):
+    """The callable named by `package.module:function` (dots after ':' walk attributes);
+    errors name `option`, the flag that gave it."""
     mod_name, sep, attr = str(spec).partition(":")
     if not sep or not mod_name or not attr:
-        raise InputError(f"--infeed-fn {spec!r}: expected package.module:function")
+        raise InputError(f"{option} {spec!r}: expected package.module:function")
     try:
         obj = importlib.import_module(mod_name)
     except ImportError as e:
-        raise InputError(f"--infeed-fn {spec!r}: cannot import {mod_name}: {e}") from None
+        raise InputError(f"{option} {spec!r}: cannot import {mod_name}: {e}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise InputError(f"--infeed-fn {spec!r}: {mod_name} has no attribute {attr}")
+            raise InputError(f"{option} {spec!r}: {mod_name} has no attribute {attr}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise InputError(f"--infeed-fn {spec!r} is not callable")
+        raise InputError(f"{option} {spec!r} is not callable")
     return obj
 
 

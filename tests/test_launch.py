@@ -155,7 +155,7 @@ def test_abort_notes_of_a_reused_job_dir_are_not_repeated(tmp_path, capfd):
     assert "an old failure" not in proc.stderr
 
 
-SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo"]
+SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo", "export-jax"]
 
 
 def _subparser(sub):

@@ -17,6 +17,10 @@ is the module XLA:CPU optimized before its thunk emitter refused the opcode (dum
 xla_dump_to), and expected.npz comes from the case's numpy reference applied to the per-device
 inputs; case.json's `expected_from` says so.
 
+Jitting for the mesh, the device order, cutting the inputs into per-device rows and JAX's
+per-device results are xladist.jax's (xladist/jax/lowering.py, the steps of
+xladist.jax.export); this file adds the cases, the dump path for references and case.json.
+
 JAX is needed only here: the generated data is committed, so the tests never import jax.
 Inputs are drawn from a per-case seed (crc32 of the case name), so re-running reproduces the
 same files for the same JAX version.
@@ -47,11 +51,12 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from xladist.io import encode  # noqa: E402
+from xladist.jax import lowering as xj  # noqa: E402  (xladist.jax.export's steps)
 OUT_DIR = ROOT / "tests" / "data" / "corpus" / "jax_extra"
 
 DEVICE_ORDER = ("Leading axis index d of every array == device id d == partition id d (mesh "
@@ -360,36 +365,8 @@ def _optimized_text(lowered) -> str:
         return found[0].read_text()
 
 
-def _mesh(c: Case) -> Mesh:
-    n = int(np.prod(c.mesh_shape))
-    return Mesh(np.array(jax.devices()[:n]).reshape(c.mesh_shape), c.axis_names)
-
-
-def _check_device_order(mesh: Mesh) -> None:
-    """Device d (row d of every array) must have flat mesh index d."""
-    names = mesh.axis_names
-
-    def probe():
-        idx = jnp.int32(0)
-        for name in names:
-            idx = idx * mesh.shape[name] + lax.axis_index(name)
-        return idx[None]
-
-    f = jax.jit(jax.shard_map(probe, mesh=mesh, in_specs=(), out_specs=P(names)))
-    out = f()
-    for shard in out.addressable_shards:
-        assert int(np.asarray(shard.data)[0]) == shard.device.id, (shard.device, shard.data)
-
-
-def _rows(array, n: int) -> np.ndarray:
-    """Per-device buffers of a global jax array, stacked in device-id order."""
-    by_device = {s.device.id: np.asarray(s.data) for s in array.addressable_shards}
-    assert sorted(by_device) == list(range(n)), sorted(by_device)
-    return np.stack([by_device[d] for d in range(n)])
-
-
 def _encode(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a
+    return encode(a)
 
 
 def _spec_text(spec) -> str:
@@ -417,49 +394,49 @@ def _module_facts(text: str) -> dict:
             "entry_computation_layout": layout.group(1) if layout else None}
 
 
+def _program(c: Case):
+    """The global function xladist.jax.export jits: a shard_map of the per-device body (its
+    mesh is the one export sets with jax.set_mesh), or the global program itself."""
+    if c.partitioner == "shard_map":
+        return jax.shard_map(c.prog, in_specs=c.in_specs, out_specs=c.out_specs,
+                             check_vma=c.check_vma)
+    return c.prog
+
+
 def generate(c: Case, out_root: Path = OUT_DIR) -> Path:
-    mesh = _mesh(c)
-    _check_device_order(mesh)
+    """Jit, lower, cut and run the case with xladist.jax (the mesh, device order, shards and
+    expected rows are export's), then write the corpus files and case.json."""
+    assert c.partitioner in ("shard_map", "shardy", "gspmd"), c.partitioner
     seed = zlib.crc32(c.name.encode())
     host = c.make_inputs(np.random.default_rng(seed))
-    args = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(host, c.in_specs)]
-    if c.partitioner == "shard_map":
-        f = jax.jit(jax.shard_map(c.prog, mesh=mesh, in_specs=c.in_specs,
-                                  out_specs=c.out_specs, check_vma=c.check_vma))
-    else:
-        def sharding(spec):
-            return NamedSharding(mesh, spec)
-        f = jax.jit(c.prog, in_shardings=tuple(sharding(s) for s in c.in_specs),
-                    out_shardings=jax.tree_util.tree_map(
-                        sharding, c.out_specs, is_leaf=lambda s: isinstance(s, P)))
-    assert c.partitioner in ("shard_map", "shardy", "gspmd"), c.partitioner
+    out_specs = c.out_specs if isinstance(c.out_specs, P) else list(c.out_specs)
     shardy = jax.config.jax_use_shardy_partitioner
     jax.config.update("jax_use_shardy_partitioner", c.partitioner != "gspmd")
     try:
-        lowered = f.lower(*args)
-        return _write(c, mesh, lowered, args, seed, out_root)
+        prep = xj.prepare(_program(c), *host, mesh_shape=dict(zip(c.axis_names, c.mesh_shape)),
+                          in_specs=list(c.in_specs), out_specs=out_specs)
+        ins = {f"arg{i}": rows for i, rows in enumerate(xj.input_rows(prep))}
+        if c.reference is None:
+            text, compiled, _ = xj.compile_text(prep)
+            outs = {f"out{i}": rows for i, rows in enumerate(xj.output_rows(prep, compiled))}
+        else:
+            text = _optimized_text(prep.lowered)
+            outs = {f"out{i}": a for i, a in enumerate(c.reference(list(ins.values())))}
+        unoptimized = prep.lowered.as_text(dialect="hlo")
     finally:
         jax.config.update("jax_use_shardy_partitioner", shardy)
+    return _write(c, prep.n, text, unoptimized, ins, outs, seed, out_root)
 
 
-def _write(c: Case, mesh: Mesh, lowered, args, seed: int, out_root: Path) -> Path:
-    n = mesh.size
-    ins = {f"arg{i}": _rows(a, n) for i, a in enumerate(args)}
-    if c.reference is None:
-        compiled = lowered.compile()
-        text = compiled.as_text()
-        leaves = jax.tree_util.tree_leaves(compiled(*args))
-        outs = {f"out{i}": _rows(a, n) for i, a in enumerate(leaves)}
-    else:
-        text = _optimized_text(lowered)
-        outs = {f"out{i}": a for i, a in enumerate(c.reference(list(ins.values())))}
+def _write(c: Case, n: int, text: str, unoptimized: str, ins: dict, outs: dict, seed: int,
+           out_root: Path) -> Path:
     out_specs = jax.tree_util.tree_leaves(c.out_specs, is_leaf=lambda s: isinstance(s, P))
     if len(out_specs) == 1 and len(outs) > 1:
         out_specs = out_specs * len(outs)
     folder = out_root / c.name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "module.hlo").write_text(text)
-    (folder / "module.unoptimized.hlo").write_text(lowered.as_text(dialect="hlo"))
+    (folder / "module.unoptimized.hlo").write_text(unoptimized)
     np.savez(folder / "inputs.npz", **{k: _encode(v) for k, v in ins.items()})
     np.savez(folder / "expected.npz", **{k: _encode(v) for k, v in outs.items()})
 

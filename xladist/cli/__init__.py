@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "explain": "explain",
     "bench": "bench",
     "demo": "demo",
+    "export-jax": "export_jax",
 }
 
 
@@ -36,9 +37,22 @@ examples:
   xladist fmt module.hlo                        print it in canonical HLO text
   xladist explain module.hlo                    the cpu backend's kernels and buffers
   xladist ops --missing                         which opcodes a phase does not support
+  xladist export-jax mymodel:step --mesh data=2 --args a.npz --in-specs data -o DIR
+                                                a JAX function as a folder to run (needs jax)
 
 Run `xladist COMMAND --help` for a command's options and examples.
 """
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse sizes the help column without the subcommand names, so a long one
+    (export-jax) would push its help to the next line; count them too."""
+
+    def add_argument(self, action):
+        super().add_argument(action)
+        for sub in getattr(action, "_choices_actions", ()):
+            self._action_max_length = max(self._action_max_length,
+                                          len(sub.metavar or sub.dest) + self._current_indent + 2)
 
 
 def _load(name: str):
@@ -49,7 +63,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xladist",
         description="Run XLA HLO programs across MPI ranks, one device per rank.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
         epilog=EPILOG,
     )
     from .. import __version__
