@@ -66,6 +66,7 @@ class CpuProgram:
                     entry["fused"] = [i.name for i in spec.fused]
                     # The result shares operand 0's buffer: only the update is written.
                     entry["in_place"] = spec.inplace
+                    entry["split"] = t.split_text()
                 thunks.append(entry)
             out.append({"computation": cc.name, "arena_bytes": cc.asg.arena_size,
                         "slots": len(cc.asg.slots), "thunks": thunks})
