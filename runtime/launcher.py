@@ -6,7 +6,9 @@ here once, from measured facts on small machines:
 - glibc's mmap/trim thresholds raised: MPICH maps and unmaps a 32 MiB scratch
   buffer on every large all-reduce/reduce-scatter; keeping it on the heap made
   those 1.5-2x faster;
-- BLAS single-threaded: with more ranks than cores, threaded BLAS oversubscribes.
+- BLAS loads single-threaded: with more ranks than cores, threaded BLAS oversubscribes;
+  each rank then sets its BLAS threads to its compute thread count
+  (xladist/compiler/parallel.py: its cores shared among the ranks on its node).
 """
 
 from __future__ import annotations

@@ -149,3 +149,26 @@ def test_thread_count_sources(monkeypatch, restore_threads):
     with pytest.raises(InputError, match="XLADIST_THREADS"):
         parallel.thread_count()
     monkeypatch.delenv("XLADIST_THREADS")
+
+
+def test_cli_threads_option_and_explain(tmp_path):
+    from tests.cli_util import xladist_cli
+    text, _ref, _n = CASES["softmax"]()
+    hlo = tmp_path / "softmax.hlo"
+    hlo.write_text(text)
+    x = np.random.default_rng(0).standard_normal((257, 1100)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    outs = {}
+    for n in (1, 3):
+        r = xladist_cli("run", hlo, "--threads", n, "--inputs", tmp_path / "in.npz",
+                        "--outputs", tmp_path / f"out{n}.npz")
+        assert r.returncode == 0, r.stderr
+        with np.load(tmp_path / f"out{n}.npz") as z:
+            outs[n] = z[z.files[0]]
+    assert outs[1].tobytes() == outs[3].tobytes()
+    bad = xladist_cli("run", hlo, "--threads", 0)
+    assert bad.returncode == 2 and "--threads" in bad.stderr and "Traceback" not in bad.stderr
+    ex = xladist_cli("explain", hlo, "--no-buffers", XLADIST_THREADS="3")
+    assert ex.returncode == 0, ex.stderr
+    assert "compute threads: 3" in ex.stdout
+    assert "split: 3 threads: " in ex.stdout

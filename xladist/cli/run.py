@@ -78,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write results out0.. here (default: print them)")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the verifier (for modules it does not understand yet)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="compute threads per rank (kernels and BLAS; default: the cores "
+                             "of the rank's CPU affinity mask shared among the ranks on its "
+                             "node; also XLADIST_THREADS)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="deadline of every wait for another rank (default 300); when "
                              "it passes, the job reports where each rank waits and aborts")
@@ -179,6 +183,9 @@ def load_run_module(args):
 def run(args) -> int:
     from runtime import launcher
     _apply_config(args)
+    if getattr(args, "threads", None) is not None:
+        from ..compiler import parallel
+        parallel.set_threads(args.threads)  # checked here, before any rank starts
     if launcher.under_mpi():
         return _run_as_rank(args)
     from ..io import read_inputs, write_outputs

@@ -68,21 +68,24 @@ def _parse(text, where: str) -> int:
 def set_threads(n: int | None) -> None:
     """Fix the thread count (None: back to XLADIST_THREADS / the affinity mask)."""
     global _explicit
-    _explicit = None if n is None else _parse(n, "threads")
-    _apply_blas()
+    _explicit = None if n is None else _parse(n, "--threads (the config key `threads`)")
+    sync_blas()
 
 
 def set_local_ranks(n: int) -> None:
     """How many ranks share this node's cores (MPI_COMM_TYPE_SHARED size)."""
     global _local_ranks
     _local_ranks = max(1, int(n))
-    _apply_blas()
+    sync_blas()
 
 
 # ---- BLAS -------------------------------------------------------------------------
 
+_libs: dict[str, tuple | None] = {}
+
+
 def _openblas_libs():
-    """(library, symbol prefix+suffix) of every OpenBLAS loaded in this process
+    """(library, symbol prefix, suffix, path) of every OpenBLAS loaded in this process
     (numpy's and scipy's wheels each bring their own, with prefixed symbols)."""
     try:
         with open("/proc/self/maps") as f:
@@ -90,23 +93,38 @@ def _openblas_libs():
                             if "openblas" in line.split()[-1].lower() and ".so" in line})
     except OSError:
         return []
-    out = []
     for p in paths:
-        try:
-            lib = ctypes.CDLL(p)
-        except OSError:
-            continue
-        for pre, suf in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
-            if hasattr(lib, f"{pre}openblas_set_num_threads{suf}"):
-                out.append((lib, pre, suf, p))
-                break
-    return out
+        if p not in _libs:
+            _libs[p] = _open_blas(p)
+    return [_libs[p] for p in paths if _libs[p] is not None]
 
 
-def _apply_blas() -> None:
+def _open_blas(path):
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for pre, suf in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
+        if hasattr(lib, f"{pre}openblas_set_num_threads{suf}"):
+            return lib, pre, suf, path
+    return None
+
+
+_blas_applied: tuple | None = None
+
+
+def sync_blas() -> None:
+    """Every loaded OpenBLAS uses thread_count() threads (cheap when nothing changed:
+    compile calls it, since numpy/scipy may have loaded another BLAS meanwhile)."""
+    global _blas_applied
     n = thread_count()
-    for lib, pre, suf, _p in _openblas_libs():
+    libs = _openblas_libs()
+    key = (n, tuple(p for *_x, p in libs))
+    if key == _blas_applied:
+        return
+    for lib, pre, suf, _p in libs:
         getattr(lib, f"{pre}openblas_set_num_threads{suf}")(ctypes.c_int(n))
+    _blas_applied = key
 
 
 def blas_info() -> list[dict]:

@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from ..executable import Executable
 from ..hlo.shape import Shape
-from . import jit
+from . import jit, parallel
 from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
@@ -45,6 +45,7 @@ class CpuProgram:
             r.bind(self.code)
         for lp in self.builder.loops:
             lp.bind(self.code)
+        parallel.sync_blas()  # BLAS threads follow the kernels' thread count
         self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
                         "total": time.perf_counter() - t0}
 
