@@ -108,6 +108,12 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     """
     cmd = mpiexec_command(n, argv, hostfile=hostfile)
     env = rank_environment(env)
+    if hostfile is None and "OPENBLAS_CORETYPE" not in env:
+        # Only on this host, whose CPU we know: other hosts may lack the instructions.
+        from xladist.compiler.parallel import openblas_coretype
+        coretype = openblas_coretype()
+        if coretype:
+            env["OPENBLAS_CORETYPE"] = coretype
     # The watchdog's job directory (runtime/watchdog.py): where every rank publishes its
     # position so the first rank whose deadline passes can say where all of them are.
     own_dir = None
