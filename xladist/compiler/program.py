@@ -53,6 +53,8 @@ class CpuProgram:
         """Every compiled computation: its thunks (kind, what they run, fused
         instructions, buffers read and written) and its arena size."""
         out = []
+        # A native while loop calls its kernels whole from its own native code.
+        native = {id(c) for lp in self.builder.loops for c in (lp.cond, lp.body)}
         for cc in self.builder.compiled.values():
             thunks = []
             for t in cc.thunks:
@@ -67,7 +69,8 @@ class CpuProgram:
                     entry["fused"] = [i.name for i in spec.fused]
                     # The result shares operand 0's buffer: only the update is written.
                     entry["in_place"] = spec.inplace
-                    entry["split"] = t.split_text()
+                    entry["split"] = ("one thread: inside a native while loop"
+                                      if id(cc) in native else t.split_text())
                 thunks.append(entry)
             out.append({"computation": cc.name, "arena_bytes": cc.asg.arena_size,
                         "slots": len(cc.asg.slots), "thunks": thunks})
