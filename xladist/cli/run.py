@@ -38,6 +38,8 @@ examples:
                                         per-rank infeed items in, outfeed items out
   xladist run train.hlo -n 4 --infeed-fn mypkg.data:batches --prefetch 16
                                         items from FN(rank, replica, partition), 16 ahead
+  xladist run module.hlo -n 2 --inputs in.npz --threads 4
+                                        4 compute threads per rank (kernels and BLAS)
   xladist run module.hlo -n 2 --inputs in.npz --no-verify -q
                                         skip the verifier, no progress line
   xladist run module.hlo -n 4 --inputs in.npz --strict
