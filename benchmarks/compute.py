@@ -1,32 +1,46 @@
 """Compute benchmarks of the cpu backend, side by side with numpy and jax.jit.
 
-    OPENBLAS_NUM_THREADS=1 taskset -c 0 python benchmarks/compute.py [--quick] [--rows NAME,...]
+    python benchmarks/compute.py [--quick] [--rows NAME,...] [--no-one-thread]
 
-Every row is measured in one run, interleaving the contenders: median of
-`--repeats` timed calls after a warm-up. Single-threaded everywhere: BLAS via
-OPENBLAS_NUM_THREADS=1 (set below before numpy loads), XLA via XLA_FLAGS, and the
-process pinned to one core when possible. Columns: xladist cpu, numpy, jax.jit
-(when installed), ratios numpy/xladist and xladist/jax (targets: >= 2x numpy and
-<= 1.5x jax on element-wise, row-sum, softmax; <= 1.1x numpy on matmul; the scan row,
-a while loop run by Python thunks, within a small factor of numpy's loop), and two
-compile-time rows for the MLP training step (cold, and from the kernel cache).
+Every row is measured in one run, interleaving the contenders: median of `--repeats`
+timed calls after a warm-up. Two columns of ratios xladist/jax.jit:
+- default threading on every side, in this process (what a user sees): xladist with
+  its compute pool (XLADIST_THREADS, else the cores of the affinity mask), numpy's
+  OpenBLAS with the same count, jax with XLA:CPU's default thread pools;
+- one thread on every side, in a child process (`--one-thread`, started by this
+  script): the process pinned to one core with sched_setaffinity (what `taskset -c 0`
+  does, so no side can use a second core whatever its thread pools), XLADIST_THREADS=1,
+  OPENBLAS_NUM_THREADS=1 and XLA_FLAGS="--xla_cpu_multi_thread_eigen=false
+  intra_op_parallelism_threads=1" set before numpy and jax load. The child prints its
+  affinity and thread settings, and checks that jax's process CPU time does not exceed
+  its wall time (one core busy at most).
+Both sides use the OpenBLAS kernel parallel.openblas_coretype() names for this CPU
+(set before numpy loads). The header prints the thread counts, OpenBLAS's kernel and the
+load average: on a shared machine the ratios are noisy.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_cpu_multi_thread_eigen=false"
-                           " intra_op_parallelism_threads=1").strip()
+ONE_THREAD = "--one-thread" in sys.argv
+if ONE_THREAD:
+    os.environ["XLADIST_THREADS"] = "1"
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_cpu_multi_thread_eigen=false"
+                               " intra_op_parallelism_threads=1").strip()
+    try:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    except (AttributeError, OSError):
+        pass
 
 import argparse
 import json
 import statistics
-import sys
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +50,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import xladist
+import xladist  # noqa: E402
+from xladist.compiler import parallel  # noqa: E402
+
+if parallel.openblas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
+    # OpenBLAS reads it when it loads (numpy is loaded by now): start again with it set.
+    os.environ["OPENBLAS_CORETYPE"] = parallel.openblas_coretype()
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 try:  # jax is a reference only; the project never imports it
     import jax
@@ -44,13 +64,6 @@ try:  # jax is a reference only; the project never imports it
     jax.config.update("jax_platforms", "cpu")
 except ImportError:  # jax missing: numpy is the only reference
     jax = None
-
-
-def _pin() -> None:
-    try:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    except (AttributeError, OSError):
-        pass
 
 
 def median_time(fn, repeats: int, min_time: float = 0.02) -> float:
@@ -120,6 +133,27 @@ ENTRY main {{
   ROOT r = f32[{n},{m}] divide(e, sb)
 }}
 """
+
+
+def conv_hlo(b: int, h: int, w: int, ci: int, co: int) -> str:
+    return f"""HloModule conv
+ENTRY main {{
+  x = f32[{b},{h},{w},{ci}] parameter(0)
+  k = f32[3,3,{ci},{co}] parameter(1)
+  ROOT y = f32[{b},{h},{w},{co}] convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+}}
+"""
+
+
+def conv_numpy(x, k):
+    """3x3 'same' convolution, NHWC x HWIO: the nine shifted matmuls."""
+    b, h, w, _ = x.shape
+    p = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = np.zeros((b, h, w, k.shape[3]), np.float32)
+    for i in range(3):
+        for j in range(3):
+            out += p[:, i:i + h, j:j + w, :] @ k[i, j]
+    return out
 
 
 def matmul_hlo(n: int) -> str:
@@ -261,6 +295,12 @@ def rows(quick: bool):
         p, q = (rng.standard_normal((m, m)).astype(f32) for _ in range(2))
         yield (f"matmul {m}x{m} f32", compile_cpu(matmul_hlo(m)), lambda p, q: p @ q,
                _jit(lambda p, q: p @ q), (p, q), "blas")
+    x = rng.standard_normal((8, 56, 56, 64)).astype(f32)
+    k = (rng.standard_normal((3, 3, 64, 64)) * 0.1).astype(f32)
+    yield ("conv 3x3 NHWC 8x56x56x64->64 f32", compile_cpu(conv_hlo(8, 56, 56, 64, 64)),
+           conv_numpy, _jit(lambda x, k: jax.lax.conv_general_dilated(
+               x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))),
+           (x, k), "blas")
     n = 256 if quick else 1000
     yield (f"scan: {n} x dynamic-update-slice of a row into {n}x{n} f32",
            compile_cpu(scan_hlo(n, n)), scan_numpy, _jit(scan_jax),
@@ -312,19 +352,19 @@ def check(got, want, name):
             raise SystemExit(f"{name}: xladist result differs from the reference")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
-    ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--json", help="also write the table as JSON to this file")
-    args = ap.parse_args(argv)
-    repeats = args.repeats or (5 if args.quick else 11)
-    _pin()
+def header() -> list[str]:
+    lines = [f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+             f"on {os.cpu_count()} cpus; affinity {len(os.sched_getaffinity(0))} cpus",
+             f"xladist threads {parallel.thread_count()}; OpenBLAS " + ", ".join(
+                 f"{b['core']} x{b['threads']}" for b in parallel.blas_info()) +
+             f" (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})"]
+    if jax is not None:
+        lines.append(f"jax {jax.__version__}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    return lines
+
+
+def measure(args, repeats: int) -> list[dict]:
     table = []
-    hdr = f"{'benchmark':<58} {'xladist':>10} {'numpy':>10} {'jax.jit':>10} " \
-          f"{'np/xla-d':>9} {'xla-d/jax':>9}"
-    print(hdr)
-    print("-" * len(hdr))
     for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick):
         ours = exe(*inputs)
         check(ours, np_fn(*inputs), name)
@@ -332,20 +372,77 @@ def main(argv=None) -> int:
         t_n = median_time(lambda f=np_fn, a=inputs: f(*a), repeats)
         # jax gets device arrays: the transfer from numpy is not part of its compute.
         j_inputs = [jax.device_put(x) for x in inputs] if jax_fn else None
-        t_j = median_time(lambda f=jax_fn, a=j_inputs: f(*a), repeats) if jax_fn else None
-        row = {"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
-               "numpy_over_xladist": t_n / t_x,
-               "xladist_over_jax": (t_x / t_j) if t_j else None}
-        table.append(row)
-        jt = f"{t_j * 1e3:9.3f}ms" if t_j else f"{'-':>10}"
-        jr = f"{t_x / t_j:8.2f}x" if t_j else f"{'-':>9}"
-        print(f"{name:<58} {t_x * 1e3:8.3f}ms {t_n * 1e3:8.3f}ms {jt} {t_n / t_x:8.2f}x {jr}",
-              flush=True)
+        t_j = cpu_j = wall_j = None
+        if jax_fn:  # process CPU time over wall time: how many cores jax kept busy
+            c0, w0 = time.process_time(), time.perf_counter()
+            t_j = median_time(lambda f=jax_fn, a=j_inputs: f(*a), repeats)
+            cpu_j, wall_j = time.process_time() - c0, time.perf_counter() - w0
+        table.append({"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
+                      "jax_cores_busy": (cpu_j / wall_j) if wall_j else None, "numpy_over_xladist": t_n / t_x,
+                      "xladist_over_jax": (t_x / t_j) if t_j else None})
+        if ONE_THREAD:
+            print(f"  {name}: done", file=sys.stderr, flush=True)
+    return table
+
+
+def one_thread_table(args, repeats: int) -> dict:
+    """The same rows in a child process with one thread on every side."""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "one.json"
+        cmd = [sys.executable, __file__, "--one-thread", "--json", str(out),
+               "--repeats", str(repeats)] + (["--quick"] if args.quick else [])
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600)
+        print("one-thread child: " + proc.stdout.strip().replace("\n", "\n  "))
+        if proc.returncode != 0:
+            raise SystemExit("the one-thread child failed")
+        return {r["name"]: r for r in json.loads(out.read_text())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--json", help="also write the table as JSON to this file")
+    ap.add_argument("--one-thread", action="store_true",
+                    help="(internal) measure with one thread on every side")
+    ap.add_argument("--no-one-thread", action="store_true",
+                    help="skip the one-thread column (no child process)")
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (5 if args.quick else 11)
+    if args.one_thread:
+        print("\n".join(header()))
+        table = measure(args, repeats)
+        busy = [r["jax_cores_busy"] for r in table if r["jax_cores_busy"]]
+        if busy:  # the check that jax really ran on one core
+            print(f"jax cores busy (CPU time / wall time) at most {max(busy):.2f}")
+            if max(busy) > 1.1:
+                raise SystemExit("jax used more than one core in the one-thread run")
+        Path(args.json).write_text(json.dumps(table))
+        return 0
+    print("\n".join(header()))
+    one = {} if args.no_one_thread else one_thread_table(args, repeats)
+    hdr = f"{'benchmark':<44} {'xladist':>9} {'numpy':>9} {'jax.jit':>9} " \
+          f"{'xla-d/jax':>9} {'1-thread':>9}"
+    print(hdr)
+    print("-" * len(hdr))
+    table = measure(args, repeats)
+    for row in table:
+        o = one.get(row["name"], {})
+        row["one_thread_xladist_over_jax"] = o.get("xladist_over_jax")
+        t_j = row["jax_s"]
+        jt = f"{t_j * 1e3:7.2f}ms" if t_j else f"{'-':>9}"
+        jr = f"{row['xladist_over_jax']:8.2f}x" if t_j else f"{'-':>9}"
+        if row["jax_cores_busy"]:
+            jr += f" (jax {row['jax_cores_busy']:.1f} cores)"
+        orr = f"{o['xladist_over_jax']:8.2f}x" if o.get("xladist_over_jax") else f"{'-':>9}"
+        print(f"{row['name'][:44]:<44} {row['xladist_s'] * 1e3:7.2f}ms "
+              f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr}", flush=True)
     cold, warm = compile_rows(repeats)
     table.append({"name": "MLP training step compile, cold", "xladist_s": cold})
     table.append({"name": "MLP training step compile, from cache", "xladist_s": warm})
     print(f"{'MLP training step compile, cold (target < 2 s)':<58} {cold * 1e3:8.1f}ms")
     print(f"{'MLP training step compile, from cache (target < 100 ms)':<58} {warm * 1e3:8.1f}ms")
+    print("\n".join(header()[:1]) + "  (after)")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1))
     return 0

@@ -69,6 +69,9 @@ SCHEMA: dict[str, Key] = {
                     "prefetch", "--prefetch"),
     "backend": Key("str", "cpu (LLVM, default) or interpreter (numpy reference)", "cpu",
                    "backend", "--backend"),
+    "threads": Key("int", "compute threads per rank (default: the cores of the rank's CPU "
+                   "affinity mask shared among the ranks on its node; also XLADIST_THREADS)",
+                   None, "threads", "--threads"),
     "timeout": Key("float", "deadline in seconds of every wait for another rank", 300.0,
                    "timeout", "--timeout"),
     "trace": Key("path", "Chrome/Perfetto trace JSON to write (one track per rank)", None,

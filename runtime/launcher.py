@@ -6,7 +6,9 @@ here once, from measured facts on small machines:
 - glibc's mmap/trim thresholds raised: MPICH maps and unmaps a 32 MiB scratch
   buffer on every large all-reduce/reduce-scatter; keeping it on the heap made
   those 1.5-2x faster;
-- BLAS single-threaded: with more ranks than cores, threaded BLAS oversubscribes.
+- BLAS loads single-threaded: with more ranks than cores, threaded BLAS oversubscribes;
+  each rank then sets its BLAS threads to its compute thread count
+  (xladist/compiler/parallel.py: its cores shared among the ranks on its node).
 """
 
 from __future__ import annotations
@@ -106,6 +108,12 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     """
     cmd = mpiexec_command(n, argv, hostfile=hostfile)
     env = rank_environment(env)
+    if hostfile is None and "OPENBLAS_CORETYPE" not in env:
+        # Only on this host, whose CPU we know: other hosts may lack the instructions.
+        from xladist.compiler.parallel import openblas_coretype
+        coretype = openblas_coretype()
+        if coretype:
+            env["OPENBLAS_CORETYPE"] = coretype
     # The watchdog's job directory (runtime/watchdog.py): where every rank publishes its
     # position so the first rank whose deadline passes can say where all of them are.
     own_dir = None

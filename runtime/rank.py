@@ -39,6 +39,23 @@ def world():
     return MPI.COMM_WORLD
 
 
+_SHARED_SIZE: dict[int, int] = {}
+
+
+def _share_cores(comm) -> None:
+    """Tell the compute pool how many ranks share this node's cores (once per
+    communicator size: the split is collective, so every rank does it together)."""
+    from mpi4py import MPI
+
+    from xladist.compiler import parallel
+    if comm.Get_size() not in _SHARED_SIZE:
+        with deadline.waiting("finding the ranks that share this node"):
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        _SHARED_SIZE[comm.Get_size()] = node.Get_size()
+        node.Free()
+    parallel.set_local_ranks(_SHARED_SIZE[comm.Get_size()])
+
+
 def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
                          timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
                          feeds=None, verify: bool = True, gather_to: int | None = 0,
@@ -64,6 +81,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
     n = comm.Get_size()
     rank = comm.Get_rank()
     deadline.configure(timeout)
+    _share_cores(comm)
     assignment = make_assignment(module, n, device_assignment)
     placement = placement_for(rank, assignment)
     jdir, created = watchdog.job_dir(comm)

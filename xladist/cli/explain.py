@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import xladist
     from xladist.compiler import CpuProgram
+    from xladist.compiler.parallel import thread_count
 
     module = xladist.load_hlo(args.file)
     xladist.verify(module)
@@ -44,6 +45,7 @@ def run(args) -> int:
     data = program.explain()
     if args.json:
         print(json.dumps({"module": module.name, "cached": program.cached,
+                          "threads": thread_count(),
                           "timings_s": program.timings, "computations": data}, indent=1))
         return 0
     t = program.timings
@@ -51,6 +53,8 @@ def run(args) -> int:
     print(f"module {module.name}: {sum(len(c['thunks']) for c in data)} thunks, "
           f"{len(program.builder.kernels)} kernels ({source}, "
           f"{t['total'] * 1e3:.1f} ms)")
+    print(f"compute threads: {thread_count()} (XLADIST_THREADS, or the cores of this "
+          f"process's CPU affinity mask)")
     for comp in data:
         print(f"\ncomputation {comp['computation']}  (arena {comp['arena_bytes']} B, "
               f"{comp['slots']} buffers)")
@@ -61,6 +65,7 @@ def run(args) -> int:
                 if th.get("in_place"):
                     head += "  (in place: writes only the update into its operand's buffer)"
                 print(f"  {i:3d} {head}")
+                print(f"        split: {th['split']}")
                 if fused:
                     print(f"        fuses: {', '.join(fused)}")
             else:

@@ -38,6 +38,8 @@ examples:
                                         per-rank infeed items in, outfeed items out
   xladist run train.hlo -n 4 --infeed-fn mypkg.data:batches --prefetch 16
                                         items from FN(rank, replica, partition), 16 ahead
+  xladist run module.hlo -n 2 --inputs in.npz --threads 4
+                                        4 compute threads per rank (kernels and BLAS)
   xladist run module.hlo -n 2 --inputs in.npz --no-verify -q
                                         skip the verifier, no progress line
   xladist run module.hlo -n 4 --inputs in.npz --strict
@@ -78,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write results out0.. here (default: print them)")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the verifier (for modules it does not understand yet)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="compute threads per rank (kernels and BLAS; default: the cores "
+                             "of the rank's CPU affinity mask shared among the ranks on its "
+                             "node; also XLADIST_THREADS)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="deadline of every wait for another rank (default 300); when "
                              "it passes, the job reports where each rank waits and aborts")
@@ -179,6 +185,9 @@ def load_run_module(args):
 def run(args) -> int:
     from runtime import launcher
     _apply_config(args)
+    if getattr(args, "threads", None) is not None:
+        from ..compiler import parallel
+        parallel.set_threads(args.threads)  # checked here, before any rank starts
     if launcher.under_mpi():
         return _run_as_rank(args)
     from ..io import read_inputs, write_outputs

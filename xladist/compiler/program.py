@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from ..executable import Executable
 from ..hlo.shape import Shape
-from . import jit
+from . import jit, parallel
 from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
@@ -45,6 +45,7 @@ class CpuProgram:
             r.bind(self.code)
         for lp in self.builder.loops:
             lp.bind(self.code)
+        parallel.sync_blas()  # BLAS threads follow the kernels' thread count
         self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
                         "total": time.perf_counter() - t0}
 
@@ -52,6 +53,8 @@ class CpuProgram:
         """Every compiled computation: its thunks (kind, what they run, fused
         instructions, buffers read and written) and its arena size."""
         out = []
+        # A native while loop calls its kernels whole from its own native code.
+        native = {id(c) for lp in self.builder.loops for c in (lp.cond, lp.body)}
         for cc in self.builder.compiled.values():
             thunks = []
             for t in cc.thunks:
@@ -66,6 +69,8 @@ class CpuProgram:
                     entry["fused"] = [i.name for i in spec.fused]
                     # The result shares operand 0's buffer: only the update is written.
                     entry["in_place"] = spec.inplace
+                    entry["split"] = ("one thread: inside a native while loop"
+                                      if id(cc) in native else t.split_text())
                 thunks.append(entry)
             out.append({"computation": cc.name, "arena_bytes": cc.asg.arena_size,
                         "slots": len(cc.asg.slots), "thunks": thunks})

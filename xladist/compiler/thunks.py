@@ -26,6 +26,9 @@ from ..errors import ExecutionError, XlaDistError
 from ..hlo.ir import Instruction
 from .buffers import Assignment, Slot
 from .codegen.constants import logical_view, to_physical
+from .codegen.kernels import RANGE_SUFFIX
+from .codegen.split import blocks_of, split_of
+from .parallel import RANGE_TYPE, describe_split, run_blocks
 
 
 def address(a: np.ndarray) -> int:
@@ -154,19 +157,31 @@ class KernelThunk(Thunk):
         self.slots = slots
         self.reads, self.writes = reads, writes
         self.fn = None
+        # Fixed blocks of the outer dimension when the kernel is split (parallel.py).
+        self.split = split_of(spec)
+        self.blocks = blocks_of(*self.split) if self.split is not None else None
+        self.range_fn = None
         self.argv = (ctypes.c_uint64 * max(len(slots), 1))()
         self.argv_addr = ctypes.addressof(self.argv)
         self.ids = [s.id for s in slots]
 
     def bind(self, code) -> None:
         self.fn = code.kernel(self.spec.name)
+        if self.blocks is not None:
+            self.range_fn = RANGE_TYPE(code.address(self.spec.name + RANGE_SUFFIX))
 
     def run(self, frame: Frame) -> None:
         argv = self.argv
         addrs = frame.addrs
         for i, s in enumerate(self.ids):
             argv[i] = addrs[s]
-        self.fn(self.argv_addr)
+        if self.blocks is None:
+            self.fn(self.argv_addr)
+        else:
+            run_blocks(self.range_fn, self.argv_addr, self.blocks)
+
+    def split_text(self) -> str:
+        return describe_split(self.split)
 
     def describe(self) -> str:
         fused = [i.name for i in self.spec.fused if i is not self.spec.root]

@@ -2,6 +2,12 @@
 
 Every kernel has the signature `void name(ptr argv)`: argv holds the addresses of
 the kernel's output buffers then its input buffers (KernelSpec.inputs order).
+A kernel that runs in blocks (split.py: loop kernels, and reductions whose outer
+loops visit only kept dimensions, with enough work) is emitted as
+`void name__range(ptr argv, i64 begin, i64 end)` over [begin, end) of its outermost
+physical dimension, plus `name(argv)` calling it over the whole dimension; each
+value of that dimension writes its own outputs, so blocks may run on any threads
+(parallel.py).
 KERNEL_EMITTERS maps a kernel kind to the function that emits its loop nest:
   loop    elemental loop over the root's output in physical order (flat when no
           fused instruction needs a multi-dimensional index, so LLVM sees one
@@ -24,6 +30,7 @@ from . import ir_array
 from .elemental import ElementalContext, reduce_window_values, simple_float_reducer
 from .ir_array import Index, c64, layout_of
 from .loops import for_range, loop_nest
+from .split import blocks_of, reduce_plan, split_of
 from .types import I64, PTR, VOID
 
 
@@ -60,8 +67,16 @@ class _Tracker:
     multi_used = False
 
 
-def begin_function(module: ir.Module, name: str, nptrs: int):
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name=name)
+RANGE_SUFFIX = "__range"
+
+
+def begin_function(module: ir.Module, name: str, nptrs: int, ranged: bool = False):
+    """The kernel's function and its buffer pointers; ranged: `name__range(argv,
+    begin, end)`, whose body (emitted after this returns) runs only when begin < end;
+    fn.range holds (begin, end)."""
+    args = [PTR, I64, I64] if ranged else [PTR]
+    fn = ir.Function(module, ir.FunctionType(VOID, args),
+                     name=name + RANGE_SUFFIX if ranged else name)
     fn.attributes.add("nounwind")
     argv = fn.args[0]
     argv.add_attribute("noalias")
@@ -71,7 +86,31 @@ def begin_function(module: ir.Module, name: str, nptrs: int):
         p = b.load(b.gep(argv, [c64(i)], inbounds=True, source_etype=PTR), typ=PTR,
                    name=f"buf{i}")
         ptrs.append(p)
+    fn.range = None
+    if ranged:
+        fn.range = (fn.args[1], fn.args[2])
+        run, empty = fn.append_basic_block("run"), fn.append_basic_block("empty")
+        b.cbranch(b.icmp_signed("<", fn.range[0], fn.range[1]), run, empty)
+        b.position_at_end(empty)
+        b.ret_void()
+        b.position_at_end(run)
     return fn, b, ptrs
+
+
+def _ranged(spec: KernelSpec):
+    """split_of(spec) when the kernel runs in blocks, else None: small kernels keep
+    their constant trip counts (a whole-range entry would only cost them)."""
+    split = split_of(spec)
+    return split if split is not None and blocks_of(*split) is not None else None
+
+
+def _whole_range_wrapper(module: ir.Module, name: str, ranged_fn, units: int) -> None:
+    """`name(argv)` = `name__range(argv, 0, units)` (LLVM inlines it)."""
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name=name)
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.call(ranged_fn, [fn.args[0], c64(0), c64(units)])
+    b.ret_void()
 
 
 def make_context(b, spec: KernelSpec, ptrs):
@@ -97,25 +136,37 @@ def _emit_loop(module, spec: KernelSpec):
     # nested loops (in physical order) are cheaper than div/mod per element.
     scratch = ir.Module(name="scratch")
     tracker = _Tracker()
-    _loop_body(scratch, spec, shape, flat=True, tracker=tracker)
-    _loop_body(module, spec, shape, flat=not tracker.multi_used, tracker=_Tracker())
+    split = _ranged(spec)
+    _loop_body(scratch, spec, shape, flat=True, tracker=tracker, split=split)
+    fn = _loop_body(module, spec, shape, flat=not tracker.multi_used, tracker=_Tracker(),
+                    split=split)
+    if split is not None:
+        _whole_range_wrapper(module, spec.name, fn, split[0])
 
 
-def _loop_body(module, spec, shape, flat, tracker):
-    _fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+def _loop_body(module, spec, shape, flat, tracker, split):
+    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs),
+                                 ranged=split is not None)
     ctx, outs = make_context(b, spec, ptrs)
     dims, layout = shape.dims, layout_of(shape)
     if flat:
-        with for_range(b, max(shape.size, 1), name="i") as loop:
+        count, start = max(shape.size, 1), None
+        if split is not None:  # units of the outermost dim are runs of `per` elements
+            per = c64(split[1])
+            count, start = b.mul(fn.range[1], per), b.mul(fn.range[0], per)
+        with for_range(b, count, name="i", start=start) as loop:
             idx = Index(b, dims, None, loop.iv, layout)
             idx.tracker = tracker
             _write_all(b, ctx, spec, outs, idx)
     else:
         order = [d for d in reversed(layout) if dims[d] > 1]
         inner = order[-1:] if order else []
-        with loop_nest(b, dims, order[:-1]) as (outer, outer_lin):
+        outer_range = fn.range if order[:-1] else None
+        inner_range = fn.range if not order[:-1] else None
+        with loop_nest(b, dims, order[:-1], first_range=outer_range) as (outer, outer_lin):
             _hoist(ctx, spec, outer, inner)
-            with loop_nest(b, dims, inner, name="j") as (inner_multi, inner_lin):
+            with loop_nest(b, dims, inner, name="j",
+                           first_range=inner_range) as (inner_multi, inner_lin):
                 multi = [inner_multi[d] if d in inner else outer[d] for d in range(len(dims))]
                 linear = inner_lin if not order[:-1] else (
                     b.add(b.mul(outer_lin, c64(dims[inner[0]])), inner_lin) if inner
@@ -124,6 +175,7 @@ def _loop_body(module, spec, shape, flat, tracker):
                 idx.tracker = tracker
                 _write_all(b, ctx, spec, outs, idx)
     b.ret_void()
+    return fn
 
 
 def _hoist(ctx, spec, outer, inner):
@@ -154,7 +206,9 @@ def _write_all(b, ctx, spec, outs, idx):
 @kernel_kind("reduce")
 def _emit_reduce(module, spec: KernelSpec):
     root = spec.root
-    _fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs))
+    split = _ranged(spec)
+    fn, b, ptrs = begin_function(module, spec.name, len(spec.outputs) + len(spec.inputs),
+                                 ranged=split is not None)
     ctx, outs = make_context(b, spec, ptrs)
     n = len(root.operands) // 2
     inputs, inits = root.operands[:n], root.operands[n:]
@@ -175,25 +229,16 @@ def _emit_reduce(module, spec: KernelSpec):
             for p, s, v in zip(outs, out_shapes, init_vals):
                 ir_array.write(b, p, s, idx, v)
 
-    if any(in_dims[d] == 0 for d in red) or in_shape.size == 0:
+    plan = reduce_plan(root)
+    if plan is None:
         if out_shapes[0].size:
             write_init()
         b.ret_void()
         return
-    phys = list(reversed(layout_of(in_shape)))  # major to minor
-    trailing = []
-    for d in reversed(phys):
-        if d in red:
-            trailing.insert(0, d)
-        else:
-            break
-    trailing = [d for d in trailing if in_dims[d] > 1] if any(
-        in_dims[d] > 1 for d in trailing) else []
-    outer = [d for d in phys if d not in trailing]
-    init_pass = any(d in red and in_dims[d] > 1 for d in outer)
+    trailing, outer, init_pass = plan
     if init_pass:
         write_init()
-    with loop_nest(b, in_dims, outer, name="o") as (multi, _lin):
+    with loop_nest(b, in_dims, outer, name="o", first_range=fn.range) as (multi, _lin):
         out_idx = Index(b, out_dims, [multi[d] for d in kept])
         if init_pass:
             start = [ir_array.read(b, p, s, out_idx) for p, s in zip(outs, out_shapes)]
@@ -222,6 +267,8 @@ def _emit_reduce(module, spec: KernelSpec):
         for p, s, v in zip(outs, out_shapes, final):
             ir_array.write(b, p, s, out_idx, v)
     b.ret_void()
+    if split is not None:
+        _whole_range_wrapper(module, spec.name, fn, split[0])
 
 
 def emit_map_kernel(module: ir.Module, name: str, comp) -> None:

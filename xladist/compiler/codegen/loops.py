@@ -14,8 +14,10 @@ from .types import I64
 
 
 @contextmanager
-def for_range(b: ir.IRBuilder, count, name: str = "i", carried=()):
-    """`for i in range(count)`; yields (i, phis) where phis carry loop values.
+def for_range(b: ir.IRBuilder, count, name: str = "i", carried=(), start=None):
+    """`for i in range(start or 0, count)`; yields (i, phis) where phis carry loop
+    values. The body runs at least once: a caller passing a runtime `start` makes
+    sure start < count.
 
     carried: initial values of loop-carried registers; the caller sets the next
     values with `loop.update(values)` before the body ends.
@@ -28,7 +30,7 @@ def for_range(b: ir.IRBuilder, count, name: str = "i", carried=()):
     b.branch(head)
     b.position_at_end(head)
     iv = b.phi(I64, name=name)
-    iv.add_incoming(ir.Constant(I64, 0), pre)
+    iv.add_incoming(ir.Constant(I64, 0) if start is None else start, pre)
     phis = []
     for v in carried:
         p = b.phi(v.type, name=f"{name}.acc")
@@ -60,11 +62,13 @@ class _Loop:
 
 
 @contextmanager
-def loop_nest(b: ir.IRBuilder, dims, order, name: str = "d"):
+def loop_nest(b: ir.IRBuilder, dims, order, name: str = "d", first_range=None):
     """Nested loops over `dims`, outermost first in `order` (a list of dimensions).
 
     Yields the multi-index (i64 per dimension; size-1 dims are constant 0) and the
-    row-major linear position over the visited dims in `order`.
+    row-major linear position over the visited dims in `order`. first_range: a
+    (begin, end) pair of i64 values bounding the outermost visited loop (a split
+    kernel's block, parallel.py).
     """
     multi = [ir.Constant(I64, 0)] * len(dims)
     linear = ir.Constant(I64, 0)
@@ -73,7 +77,10 @@ def loop_nest(b: ir.IRBuilder, dims, order, name: str = "d"):
         for d in order:
             if dims[d] == 1:
                 continue
-            cm = for_range(b, dims[d], name=f"{name}{d}")
+            bounds = (dims[d], None)
+            if first_range is not None and not stack:
+                bounds = (first_range[1], first_range[0])
+            cm = for_range(b, bounds[0], name=f"{name}{d}", start=bounds[1])
             loop = cm.__enter__()
             stack.append(cm)
             multi[d] = loop.iv

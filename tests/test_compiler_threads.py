@@ -1,0 +1,174 @@
+"""Intra-op parallelism (compiler/parallel.py, codegen/split.py): large kernels run
+in fixed blocks on the pool; the results are bit-identical for every thread count
+and match numpy; small kernels run whole."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.compiler import parallel
+from xladist.compiler.codegen.split import MIN_WORK
+from xladist.errors import InputError
+
+ADD = "add { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
+MAX = "max { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] maximum(x, y) }\n"
+
+
+def chain(shape):
+    s = f"f32[{','.join(map(str, shape))}]"
+    return (f"HloModule m\nENTRY main {{\n a = {s} parameter(0)\n b = {s} parameter(1)\n"
+            f" m = {s} multiply(a, b)\n t = {s} tanh(m)\n ROOT r = {s} add(t, a)\n}}\n",
+            lambda a, b: np.tanh(a * b) + a, 2)
+
+
+def row_broadcast(n, m):
+    # A multi-index kernel (nested loops): a + v broadcast along the rows, then exp.
+    return (f"HloModule m\nENTRY main {{\n a = f32[{n},{m}] parameter(0)\n"
+            f" v = f32[{m}] parameter(1)\n vb = f32[{n},{m}] broadcast(v), dimensions={{1}}\n"
+            f" s = f32[{n},{m}] add(a, vb)\n ROOT e = f32[{n},{m}] exponential(s)\n}}\n",
+            lambda a, v: np.exp(a + v), 2)
+
+
+def transpose(n, m):
+    return (f"HloModule m\nENTRY main {{\n a = f32[{n},{m}] parameter(0)\n"
+            f" t = f32[{m},{n}] transpose(a), dimensions={{1,0}}\n"
+            f" ROOT r = f32[{m},{n}] negate(t)\n}}\n", lambda a: -a.T, 1)
+
+
+def row_sum(n, m):
+    return (f"HloModule m\n{ADD}ENTRY main {{\n a = f32[{n},{m}] parameter(0)\n"
+            f" z = f32[] constant(0)\n"
+            f" ROOT r = f32[{n}] reduce(a, z), dimensions={{1}}, to_apply=add\n}}\n",
+            lambda a: a.sum(axis=1), 1)
+
+
+def col_sum(n, m):
+    return (f"HloModule m\n{ADD}ENTRY main {{\n a = f32[{n},{m}] parameter(0)\n"
+            f" z = f32[] constant(0)\n"
+            f" ROOT r = f32[{m}] reduce(a, z), dimensions={{0}}, to_apply=add\n}}\n",
+            lambda a: a.sum(axis=0), 1)
+
+
+def softmax(n, m):
+    return (f"""HloModule m
+{ADD}{MAX}ENTRY main {{
+  x = f32[{n},{m}] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[{n}] reduce(x, ninf), dimensions={{1}}, to_apply=max
+  mb = f32[{n},{m}] broadcast(mx), dimensions={{0}}
+  d = f32[{n},{m}] subtract(x, mb)
+  e = f32[{n},{m}] exponential(d)
+  z = f32[] constant(0)
+  s = f32[{n}] reduce(e, z), dimensions={{1}}, to_apply=add
+  sb = f32[{n},{m}] broadcast(s), dimensions={{0}}
+  ROOT r = f32[{n},{m}] divide(e, sb)
+}}
+""", lambda x: (lambda e: e / e.sum(1, keepdims=True))(np.exp(x - x.max(1, keepdims=True))), 1)
+
+
+CASES = {
+    "chain-1d": lambda: chain((300_001,)),
+    "chain-3d": lambda: chain((7, 211, 301)),
+    "row-broadcast": lambda: row_broadcast(515, 1021),
+    "transpose": lambda: transpose(640, 513),
+    "row-sum": lambda: row_sum(1031, 509),
+    "col-sum": lambda: col_sum(1031, 509),
+    "softmax": lambda: softmax(257, 1100),
+}
+
+
+@pytest.fixture
+def restore_threads():
+    yield
+    parallel.set_threads(None)
+
+
+def _inputs(text, nargs, seed=0):
+    module = xladist.parse_hlo(text)
+    rng = np.random.default_rng(seed)
+    shapes = [p.shape.dims for p in module.entry.parameters]
+    return module, [rng.standard_normal(s).astype(np.float32) for s in shapes[:nargs]]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bit_identical_for_every_thread_count(case, restore_threads):
+    text, ref, nargs = CASES[case]()
+    module, args = _inputs(text, nargs)
+    exe = xladist.compile(module, backend="cpu")
+    results = {}
+    for n in (1, 2, 16):
+        parallel.set_threads(n)
+        results[n] = np.array(exe(*args)[0])
+    for n in (2, 16):
+        assert results[n].tobytes() == results[1].tobytes(), f"{n} threads differ from 1"
+    np.testing.assert_allclose(results[1], ref(*args), rtol=2e-5, atol=2e-5)
+
+
+def test_large_kernels_split_small_ones_do_not(restore_threads):
+    parallel.set_threads(2)
+    big = xladist.compile(xladist.parse_hlo(CASES["softmax"]()[0]), backend="cpu")
+    (t,) = big.program.builder.kernel_thunks
+    assert t.blocks is not None and len(t.blocks) > 2
+    assert t.split_text().startswith("2 threads:")
+    # Blocks tile the outer dimension exactly, in order.
+    assert t.blocks[0][0] == 0 and t.blocks[-1][1] == t.split[0]
+    assert all(a[1] == b[0] for a, b in zip(t.blocks, t.blocks[1:]))
+    small = xladist.compile(xladist.parse_hlo(chain((MIN_WORK // 2,))[0]), backend="cpu")
+    (s,) = small.program.builder.kernel_thunks
+    assert s.blocks is None and "below threshold" in s.split_text()
+    col = xladist.compile(xladist.parse_hlo(CASES["col-sum"]()[0]), backend="cpu")
+    assert col.program.builder.kernel_thunks[0].blocks is None  # reduces across blocks
+
+
+def test_pool_threads_run_the_blocks(restore_threads):
+    parallel.set_threads(2)
+    text, _ref, nargs = CASES["chain-1d"]()
+    module, args = _inputs(text, nargs)
+    xladist.compile(module, backend="cpu")(*args)
+    assert any(t.name == "xladist-compute" for t in threading.enumerate())
+
+
+def test_thread_count_sources(monkeypatch, restore_threads):
+    monkeypatch.setenv("XLADIST_THREADS", "3")
+    assert parallel.thread_count() == 3
+    parallel.set_threads(5)
+    assert parallel.thread_count() == 5
+    parallel.set_threads(None)
+    monkeypatch.delenv("XLADIST_THREADS")
+    parallel.set_local_ranks(parallel.available_cores() * 2)
+    try:
+        assert parallel.thread_count() == 1  # more ranks than cores: one thread each
+    finally:
+        parallel.set_local_ranks(1)
+    assert parallel.thread_count() == parallel.available_cores()
+    monkeypatch.setenv("XLADIST_THREADS", "zero")
+    with pytest.raises(InputError, match="XLADIST_THREADS"):
+        parallel.thread_count()
+    monkeypatch.delenv("XLADIST_THREADS")
+
+
+def test_cli_threads_option_and_explain(tmp_path):
+    from tests.cli_util import xladist_cli
+    text, _ref, _n = CASES["softmax"]()
+    hlo = tmp_path / "softmax.hlo"
+    hlo.write_text(text)
+    x = np.random.default_rng(0).standard_normal((257, 1100)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    outs = {}
+    for n in (1, 3):
+        r = xladist_cli("run", hlo, "--threads", n, "--inputs", tmp_path / "in.npz",
+                        "--outputs", tmp_path / f"out{n}.npz")
+        assert r.returncode == 0, r.stderr
+        with np.load(tmp_path / f"out{n}.npz") as z:
+            outs[n] = z[z.files[0]]
+    assert outs[1].tobytes() == outs[3].tobytes()
+    bad = xladist_cli("run", hlo, "--threads", 0)
+    assert bad.returncode == 2 and "--threads" in bad.stderr and "Traceback" not in bad.stderr
+    ex = xladist_cli("explain", hlo, "--no-buffers", XLADIST_THREADS="3")
+    assert ex.returncode == 0, ex.stderr
+    assert "compute threads: 3" in ex.stdout
+    assert "split: 3 threads: " in ex.stdout

@@ -1,0 +1,252 @@
+"""Intra-op parallelism: how many threads this process computes with, and the pool
+that runs a split kernel's blocks on them.
+
+A kernel that runs in blocks (codegen/split.py) has a second entry point
+`name__range(argv, begin, end)` over a range of its outermost physical dimension.
+Blocks are fixed by the kernel's shape alone, never by the thread count, and every
+block writes disjoint outputs: so 1, 2 or 16 threads run the same native calls on
+the same ranges and give bit-identical results. Kernels below MIN_WORK elements
+run whole, on the calling thread.
+
+The pool is Python threads calling ctypes function pointers: ctypes releases the GIL
+for the duration of each native call, so the blocks run truly in parallel; the
+dispatch costs ~10-30 us per kernel (a queue hand-off per worker).
+
+Thread count, first that applies: `set_threads(n)` (the CLI's `--threads`, the
+config key `threads`), `XLADIST_THREADS`, else the cores of this process's CPU
+affinity mask divided among the ranks on its node (`set_local_ranks`, from
+MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under
+numpy/scipy) is set to the same count, so kernels and BLAS never oversubscribe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import queue
+import threading
+
+from .codegen.split import MIN_WORK, blocks_of
+
+RANGE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+_explicit: int | None = None
+_local_ranks = 1
+_pool: _Pool | None = None
+_lock = threading.Lock()
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_count() -> int:
+    """The threads this process computes with (see the module docstring)."""
+    if _explicit is not None:
+        return _explicit
+    env = os.environ.get("XLADIST_THREADS", "").strip()
+    if env:
+        return _parse(env, "XLADIST_THREADS")
+    return max(1, available_cores() // max(1, _local_ranks))
+
+
+def _parse(text, where: str) -> int:
+    from ..errors import InputError
+    try:
+        n = int(text)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1:
+        raise InputError(f"{where} must be a whole number of threads >= 1, got {text!r}")
+    return n
+
+
+def set_threads(n: int | None) -> None:
+    """Fix the thread count (None: back to XLADIST_THREADS / the affinity mask)."""
+    global _explicit
+    _explicit = None if n is None else _parse(n, "--threads (the config key `threads`)")
+    sync_blas()
+
+
+def set_local_ranks(n: int) -> None:
+    """How many ranks share this node's cores (MPI_COMM_TYPE_SHARED size)."""
+    global _local_ranks
+    _local_ranks = max(1, int(n))
+    sync_blas()
+
+
+# ---- BLAS -------------------------------------------------------------------------
+
+_libs: dict[str, tuple | None] = {}
+
+
+def _openblas_libs():
+    """(library, symbol prefix, suffix, path) of every OpenBLAS loaded in this process
+    (numpy's and scipy's wheels each bring their own, with prefixed symbols)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f
+                            if "openblas" in line.split()[-1].lower() and ".so" in line})
+    except OSError:
+        return []
+    for p in paths:
+        if p not in _libs:
+            _libs[p] = _open_blas(p)
+    return [_libs[p] for p in paths if _libs[p] is not None]
+
+
+def _open_blas(path):
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for pre, suf in (("scipy_", "64_"), ("scipy_", ""), ("", "64_"), ("", "")):
+        if hasattr(lib, f"{pre}openblas_set_num_threads{suf}"):
+            return lib, pre, suf, path
+    return None
+
+
+_blas_applied: tuple | None = None
+
+
+def sync_blas() -> None:
+    """Every loaded OpenBLAS uses thread_count() threads (cheap when nothing changed:
+    compile calls it, since numpy/scipy may have loaded another BLAS meanwhile)."""
+    global _blas_applied
+    n = thread_count()
+    libs = _openblas_libs()
+    key = (n, tuple(p for *_x, p in libs))
+    if key == _blas_applied:
+        return
+    for lib, pre, suf, _p in libs:
+        getattr(lib, f"{pre}openblas_set_num_threads{suf}")(ctypes.c_int(n))
+    _blas_applied = key
+
+
+# OpenBLAS kernels by the CPU features they need, best first. Some OpenBLAS builds pick
+# their AVX2 (Zen/Haswell) kernels on AVX-512 AMD CPUs: matmul 1024 f32 single-threaded
+# measured 15.3 ms with the Zen kernel and 8.3 ms with OPENBLAS_CORETYPE=SKYLAKEX on a
+# Zen 4 EPYC (XLA: 8.0 ms). A kernel the CPU cannot run dies with SIGILL, so it is only
+# named when every feature is present.
+_CORETYPES = (("SKYLAKEX", {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"}),)
+
+
+def openblas_coretype() -> str | None:
+    """The OPENBLAS_CORETYPE to set before OpenBLAS loads (in a new process: ranks,
+    benchmarks), or None to keep OpenBLAS's own choice."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f
+                          if line.startswith("flags")), set())
+    except OSError:
+        return None
+    for name, needs in _CORETYPES:
+        if needs <= flags:
+            return name
+    return None
+
+
+def blas_info() -> list[dict]:
+    """What each loaded OpenBLAS runs: library, kernel (core) name, threads."""
+    out = []
+    for lib, pre, suf, path in _openblas_libs():
+        core = getattr(lib, f"{pre}openblas_get_corename{suf}", None)
+        nth = getattr(lib, f"{pre}openblas_get_num_threads{suf}", None)
+        if core is not None:
+            core.restype = ctypes.c_char_p
+        out.append({"library": os.path.basename(path),
+                    "core": core().decode() if core is not None else "?",
+                    "threads": nth() if nth is not None else None})
+    return out
+
+
+# ---- splitting --------------------------------------------------------------------
+
+def describe_split(split, threads: int | None = None) -> str:
+    """What `xladist explain` prints for a kernel's split."""
+    if split is None:
+        return "one thread: not splittable"
+    units, work = split
+    blocks = blocks_of(units, work)
+    if blocks is None:
+        return f"one thread: below threshold ({units * work} < {MIN_WORK} elements)"
+    threads = thread_count() if threads is None else threads
+    per = blocks[0][1] - blocks[0][0]
+    return (f"{min(threads, len(blocks))} threads: {len(blocks)} blocks of {per} "
+            f"x {work} elements")
+
+
+def run_blocks(fn, argv: int, blocks) -> None:
+    """Run fn(argv, begin, end) over every block, on the pool when it has threads."""
+    n = thread_count()
+    pool = _get_pool(n) if n > 1 else None
+    if pool is None or not pool.busy.acquire(blocking=False):
+        for lo, hi in blocks:
+            fn(argv, lo, hi)
+        return
+    try:
+        pool.run(fn, argv, blocks, min(n, len(blocks)))
+    finally:
+        pool.busy.release()
+
+
+def _get_pool(n: int):
+    global _pool
+    if _pool is None or _pool.size != n:
+        with _lock:
+            if _pool is None or _pool.size != n:
+                _pool = _Pool(n)
+    return _pool
+
+
+def _work(fn, argv, blocks, counter):
+    nb = len(blocks)
+    while True:
+        i = next(counter)  # itertools.count: atomic under the GIL
+        if i >= nb:
+            return
+        lo, hi = blocks[i]
+        fn(argv, lo, hi)
+
+
+class _Pool:
+    """size-1 daemon workers; the calling thread is the size-th participant."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.busy = threading.Lock()
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox = [queue.SimpleQueue() for _ in range(size - 1)]
+        for q in self.inbox:
+            threading.Thread(target=self._loop, args=(q,), daemon=True,
+                             name="xladist-compute").start()
+
+    def _loop(self, q) -> None:
+        while True:
+            task = q.get()
+            try:
+                _work(*task)
+                self.done.put(None)
+            except BaseException as e:  # handed to the caller, who raises it
+                self.done.put(e)
+
+    def run(self, fn, argv, blocks, participants: int) -> None:
+        counter = itertools.count()
+        task = (fn, argv, blocks, counter)
+        helpers = self.inbox[:participants - 1]
+        for q in helpers:
+            q.put(task)
+        error = None
+        try:
+            _work(*task)
+        except BaseException as e:
+            error = e
+        for _ in helpers:
+            r = self.done.get()
+            error = error or r
+        if error is not None:
+            raise error
