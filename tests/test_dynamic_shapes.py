@@ -1,0 +1,156 @@
+"""Bounded dynamic shapes (hlo/dynamic_padder.py): text round trip, the verifier, padder
+results against numpy on both backends, refusals, and how dynamic results leave the runtime
+(Executable, npz files with a device axis, `xladist run -n 2`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import xladist
+from tests.cli_util import xladist_cli
+from xladist.errors import UnsupportedError
+from xladist.hlo.dynamic_padder import pad_dynamic
+from xladist.hlo.parser import parse_module
+from xladist.hlo.verifier import verify_module
+from xladist.io import read_outputs, write_outputs
+
+_REDUCERS = """
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+
+lt {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = pred[] compare(a, b), direction=LT
+}
+"""
+
+
+def module(body: str, header: str = "HloModule m") -> str:
+    return f"{header}\n{_REDUCERS}\nENTRY e {{\n{body.strip()}\n}}\n"
+
+
+SUM_SORT = module("""
+  v = f32[10] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=10] set-dimension-size(v, n), dimensions={0}
+  z = f32[] constant(0)
+  r = f32[] reduce(d, z), dimensions={0}, to_apply=add
+  s = f32[<=10] sort(d), dimensions={0}, to_apply=lt
+  ROOT t = (f32[], f32[<=10]) tuple(r, s)
+""")
+
+
+def test_bounded_shapes_print_back_exactly():
+    text = module("""
+  x = f32[4,3] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=4,3] set-dimension-size(x, n), dimensions={0}
+  ROOT f = f32[<=12] dynamic-reshape(d, n)
+""")
+    printed = parse_module(text).to_text()
+    assert "%d = f32[<=4,3]{1,0} set-dimension-size(%x, %n), dimensions={0}" in printed
+    assert "%f = f32[<=12]{0} dynamic-reshape(%d, %n)" in printed
+    assert parse_module(printed).to_text() == printed
+
+
+def test_the_verifier_accepts_a_sort_with_a_dynamic_result():
+    verify_module(parse_module(SUM_SORT))
+
+
+def test_padding_leaves_the_input_module_unchanged():
+    m = parse_module(SUM_SORT)
+    before = m.to_text()
+    static, results = pad_dynamic(m)
+    assert m.to_text() == before
+    assert "<=" not in static.to_text() and "set-dimension-size" not in static.to_text()
+    assert results.num_sizes == 1 and results.cuts == ((), (0,))
+
+
+def test_a_static_module_is_not_copied():
+    m = parse_module(module("""
+  ROOT v = f32[3] parameter(0)
+"""))
+    assert pad_dynamic(m) == (m, None)
+
+
+@pytest.fixture(scope="module", params=["interpreter", "cpu"])
+def sum_sort(request):
+    return xladist.compile(parse_module(SUM_SORT), backend=request.param)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(0, 10), seed=st.integers(0, 2**16))
+def test_sum_and_sort_see_only_the_valid_elements(sum_sort, n, seed):
+    v = np.random.default_rng(seed).uniform(-5, 5, 10).astype(np.float32)
+    r, s = sum_sort(v, np.int32(n))
+    np.testing.assert_allclose(r, v[:n].sum(dtype=np.float32), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(s, np.sort(v[:n]))
+
+
+def test_a_size_beyond_the_bound_is_clamped_to_it():
+    exe = xladist.compile(parse_module(SUM_SORT), backend="interpreter")
+    v = np.arange(10, dtype=np.float32)
+    assert exe(v, np.int32(99))[1].shape == (10,)
+    assert exe(v, np.int32(-3))[1].shape == (0,)
+
+
+@pytest.mark.parametrize("body, words", [
+    ("""
+  v = f32[4] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=4] set-dimension-size(v, n), dimensions={0}
+  ROOT s = f32[<=4] all-reduce(d), replica_groups={}, to_apply=add
+""", ["instruction s (all-reduce)", "collective", "dynamic dimension"]),
+    ("""
+  ROOT v = f32[<=4] parameter(0)
+""", ["instruction v (parameter)", "dynamic entry parameters are not supported"]),
+    ("""
+  v = f32[4] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=4] set-dimension-size(v, n), dimensions={0}
+  ROOT r = f32[<=4] reverse(d), dimensions={0}
+""", ["instruction r (reverse)", "not supported yet"]),
+])
+def test_unsupported_dynamic_programs_are_refused_naming_the_instruction(body, words):
+    with pytest.raises(UnsupportedError) as e:
+        xladist.compile(parse_module(module(body)), backend="interpreter")
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_npz_outputs_of_different_sizes_are_padded_with_their_sizes(tmp_path):
+    f = tmp_path / "out.npz"
+    write_outputs(f, [[np.array([1, 2], np.float32)], [np.array([3, 4, 5], np.float32)]])
+    with np.load(f) as npz:
+        np.testing.assert_array_equal(npz["out0"], [[1, 2, 0], [3, 4, 5]])
+        np.testing.assert_array_equal(npz["out0_sizes"], [[2], [3]])
+    assert len(read_outputs(f)) == 1
+
+
+@pytest.mark.timeout(300)
+def test_xladist_run_writes_each_devices_dynamic_result(tmp_path):
+    hlo = tmp_path / "m.hlo"
+    hlo.write_text(module("""
+  v = f32[6] parameter(0)
+  r = u32[] replica-id()
+  c = s32[] convert(r)
+  two = s32[] constant(2)
+  n = s32[] add(c, two)
+  d = f32[<=6] set-dimension-size(v, n), dimensions={0}
+  ROOT s = f32[<=6] sort(d), dimensions={0}, to_apply=lt
+""", "HloModule m, replica_count=2"))
+    v = np.array([[5, 4, 3, 2, 1, 0], [9, 8, 7, 6, 5, 4]], np.float32)
+    np.savez(tmp_path / "in.npz", arg0=v)
+    proc = xladist_cli("run", hlo, "-n", 2, "--inputs", tmp_path / "in.npz",
+                       "--outputs", tmp_path / "out.npz", "-q")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(tmp_path / "out.npz") as npz:
+        np.testing.assert_array_equal(npz["out0_sizes"], [[2], [3]])
+        np.testing.assert_array_equal(npz["out0"], [[4, 5, 0], [7, 8, 9]])

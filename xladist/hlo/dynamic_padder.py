@@ -1,0 +1,395 @@
+"""Bounded dynamic shapes, run the way XLA's dynamic padder runs them.
+
+`pad_dynamic(module)` rewrites a module whose entry uses bounded dynamic dimensions
+(`f32[<=10]`, set-dimension-size, get-dimension-size, dynamic-reshape) into a module with
+static shapes only, so every backend runs it unchanged: a dynamic dimension is stored at its
+bound, and the pass tracks its size as an s32[] value through the data flow.
+
+- set-dimension-size records the size (clamped to [0, bound]) and passes its operand through;
+  get-dimension-size becomes the tracked size (or the static bound).
+- Element-wise ops, broadcast, transpose, tuple and get-tuple-element propagate sizes.
+- reduce and dot over a dynamic dimension first replace the padded elements by the reducer's
+  init value (dot: zero), with a select on an `iota < size` mask: padding never contributes.
+- sort over a dynamic dimension sorts an extra s32 key first (0 valid, 1 padding), so the
+  valid elements come first, sorted by the original comparator.
+- concatenate along a dynamic dimension writes each operand at the running sum of the sizes
+  before it (a dynamic-update-slice chain), so the valid elements are packed at the front.
+- dynamic-reshape moves the valid elements, in row-major order, to the front of the result's
+  row-major valid region (a gather from the flattened operand).
+- Entry results: the root becomes `(root, size_0, ..., size_k)`; `DynamicResults.cut`
+  slices each flattened result leaf to its dynamic sizes (Executable.__call__ applies it).
+
+Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
+shapes inside called computations (while, conditional, call), and any other opcode whose
+operand has a dynamic dimension (reshape, slice, pad, reverse, reduce-window, convolution,
+gather, scatter, collectives — XLA:CPU refuses an all-reduce of a dynamic operand too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from .attrs import Literal
+from .ir import Computation, Instruction, Module
+from .shape import Shape
+from .shape_inference import infer_shape
+
+_S32 = "s32"
+_ELEMENTWISE = ("elementwise_unary", "elementwise_binary", "elementwise_ternary", "compare",
+                "conversion")
+_PASS_THROUGH = ("copy", "optimization-barrier")
+
+
+@dataclass(frozen=True)
+class DynamicResults:
+    """How to cut the flattened results of a padded module back to their dynamic sizes.
+
+    `cuts[j][d]` is the index (among the trailing size outputs) of leaf j's dimension d size,
+    or None for a static dimension; `num_sizes` trailing outputs hold the sizes.
+    """
+
+    cuts: tuple[tuple[int | None, ...], ...]
+    num_sizes: int
+
+    def cut(self, leaves: list[np.ndarray]) -> list[np.ndarray]:
+        values, sizes = leaves[:-self.num_sizes], leaves[-self.num_sizes:]
+        out = []
+        for a, cut in zip(values, self.cuts):
+            index = tuple(slice(0, int(sizes[k])) if k is not None else slice(None)
+                          for k in cut)
+            out.append(np.ascontiguousarray(a[index]) if index else a)
+        return out
+
+
+def module_is_dynamic(module: Module) -> bool:
+    return any(i.shape.has_dynamic or i.opcode in _DYNAMIC_OPCODES
+               for i in module.all_instructions())
+
+
+_DYNAMIC_OPCODES = ("set-dimension-size", "dynamic-reshape")
+# Opcodes that never reach a backend: this pass rewrites them (`xladist ops` shows "yes").
+REWRITTEN = frozenset(_DYNAMIC_OPCODES)
+
+
+def pad_dynamic(module: Module) -> tuple[Module, DynamicResults | None]:
+    """A static copy of `module` and the result cutter, or (module, None) when nothing is
+    dynamic. The input module is never changed."""
+    if not module_is_dynamic(module):
+        return module, None
+    from .parser import parse_module  # a private copy to rewrite
+    copy = parse_module(module.to_text())
+    for comp in copy.computations:
+        if comp is not copy.entry:
+            for instr in comp.instructions:
+                if instr.shape.has_dynamic or instr.opcode in _DYNAMIC_OPCODES:
+                    raise _refuse(instr, "dynamic shapes inside a called computation "
+                                  f"({comp.name}) are not supported yet; only the ENTRY "
+                                  "computation may carry them")
+    results = _Padder(copy, copy.entry).run()
+    return copy, results
+
+
+def _refuse(instr: Instruction, why: str) -> UnsupportedError:
+    return UnsupportedError(f"instruction {instr.name} ({instr.opcode}): {why}")
+
+
+def _dynamic(sizes) -> bool:
+    if isinstance(sizes, list):
+        return any(_dynamic(s) for s in sizes)
+    return any(s is not None for s in sizes)
+
+
+class _Padder:
+    def __init__(self, module: Module, comp: Computation):
+        self.module = module
+        self.comp = comp
+        self.out: list[Instruction] = []
+        self.repl: dict[Instruction, Instruction] = {}
+        # per instruction: a tuple (one s32[] instruction or None per dimension) for arrays,
+        # a list of such structures for tuples
+        self.sizes: dict[Instruction, object] = {}
+        self.count = 0
+        self.consts: dict[tuple, Instruction] = {}
+
+    # ---- building -------------------------------------------------------------------------
+    def emit(self, opcode: str, operands, attrs=None, shape: Shape | None = None) -> Instruction:
+        attrs = attrs or {}
+        shape = infer_shape(opcode, [o.shape for o in operands], attrs, declared=shape)
+        self.count += 1
+        instr = Instruction(f"dynpad.{self.count}", opcode, shape.with_default_layouts(),
+                            operands, attrs)
+        instr.parent = self.comp
+        self.out.append(instr)
+        return instr
+
+    def const(self, etype, value) -> Instruction:
+        key = (str(etype), repr(value))
+        if key not in self.consts:
+            shape = Shape.scalar(etype)
+            self.count += 1
+            c = Instruction(f"dynpad.{self.count}", "constant", shape,
+                            literal=Literal(shape, np.asarray(value, dtype=shape.dtype)))
+            c.parent = self.comp
+            self.out.append(c)
+            self.consts[key] = c
+        return self.consts[key]
+
+    def bcast(self, scalar: Instruction, like: Shape) -> Instruction:
+        return self.emit("broadcast", [scalar], {"dimensions": ()},
+                         Shape.array(scalar.shape.element_type, like.dims))
+
+    def size_of(self, sizes, d: int, bound: int) -> Instruction:
+        return sizes[d] if sizes[d] is not None else self.const(_S32, bound)
+
+    def mask(self, shape: Shape, dims: dict[int, Instruction]) -> Instruction:
+        """pred[shape]: true where every index along `dims` is below its size."""
+        m = None
+        for d, size in dims.items():
+            iota = self.emit("iota", [], {"iota_dimension": d}, Shape.array(_S32, shape.dims))
+            lt = self.emit("compare", [iota, self.bcast(size, shape)], {"direction": "LT"})
+            m = lt if m is None else self.emit("and", [m, lt])
+        return m
+
+    def fill(self, x: Instruction, dims: dict[int, Instruction], value: Instruction):
+        """x with every element outside the valid region along `dims` replaced by value."""
+        return self.emit("select", [self.mask(x.shape, dims), x, self.bcast(value, x.shape)])
+
+    # ---- the walk -------------------------------------------------------------------------
+    def run(self) -> DynamicResults | None:
+        for instr in list(self.comp.instructions):
+            if instr.opcode == "parameter" and instr.shape.has_dynamic:
+                raise _refuse(instr, "dynamic entry parameters are not supported; pass the "
+                              "padded array and its size and use set-dimension-size")
+            ops = [self.repl.get(o, o) for o in instr.operands]
+            szs = [self.sizes[o] for o in instr.operands]
+            if (instr.opcode in _DYNAMIC_OPCODES or instr.opcode == "get-dimension-size"
+                    or any(_dynamic(s) for s in szs)):
+                new, sizes = self.rewrite(instr, ops, szs)
+            else:
+                new, sizes = self.keep(instr, ops), _static(instr.shape)
+            self.repl[instr] = new
+            self.sizes[instr] = sizes  # keyed by the original: `new` may be shared
+        root = self.repl.get(self.comp.root, self.comp.root)
+        root_sizes = self.sizes[self.comp.root]
+        results = None
+        if _dynamic(root_sizes):
+            extra, cuts = [], []
+            for leaf_sizes in _leaves(root_sizes, root.shape):
+                cut = []
+                for s in leaf_sizes:
+                    cut.append(None if s is None else len(extra))
+                    if s is not None:
+                        extra.append(s)
+                cuts.append(tuple(cut))
+            root = self.emit("tuple", [root] + extra)
+            results = DynamicResults(tuple(cuts), len(extra))
+        self.comp.instructions = self.out
+        self.comp.root = root
+        self.module.entry_computation_layout = None
+        return results
+
+    def keep(self, instr: Instruction, ops) -> Instruction:
+        instr.operands = ops
+        instr.shape = instr.shape.static()
+        self.out.append(instr)
+        return instr
+
+    def rewrite(self, instr: Instruction, ops, szs):
+        op = instr.opcode
+        fam = instr.family
+        if op == "set-dimension-size":
+            (d,) = instr.attrs["dimensions"]
+            bound = ops[0].shape.dims[d]
+            size = self.emit("clamp", [self.const(_S32, 0), ops[1], self.const(_S32, bound)])
+            sizes = list(szs[0])
+            sizes[d] = size
+            return ops[0], tuple(sizes)
+        if op == "get-dimension-size":
+            (d,) = instr.attrs["dimensions"]
+            return self.size_of(szs[0], d, ops[0].shape.dims[d]), ()
+        if op == "dynamic-reshape":
+            return self.dynamic_reshape(instr, ops, szs)
+        if fam in _ELEMENTWISE or op in _PASS_THROUGH:
+            rank = instr.shape.rank
+            sizes = [None] * rank
+            for s in szs:
+                if len(s) == rank:
+                    sizes = [a if a is not None else b for a, b in zip(sizes, s)]
+            return self.keep(instr, ops), tuple(sizes)
+        if op == "broadcast":
+            sizes = [None] * instr.shape.rank
+            for k, r in enumerate(instr.attrs["dimensions"]):
+                sizes[r] = szs[0][k]
+            return self.keep(instr, ops), tuple(sizes)
+        if op == "transpose":
+            perm = instr.attrs["dimensions"]
+            return self.keep(instr, ops), tuple(szs[0][p] for p in perm)
+        if op == "tuple":
+            return self.keep(instr, ops), list(szs)
+        if op == "get-tuple-element":
+            return self.keep(instr, ops), szs[0][instr.attrs["index"]]
+        if op == "reduce":
+            return self.reduce(instr, ops, szs)
+        if op == "dot":
+            return self.dot(instr, ops, szs)
+        if op == "sort":
+            return self.sort(instr, ops, szs)
+        if op == "concatenate":
+            return self.concatenate(instr, ops, szs)
+        if fam == "collective" or op.startswith("all-") or "collective" in op:
+            raise _refuse(instr, "a collective of an operand with a dynamic dimension is not "
+                          "supported (XLA:CPU refuses it too); set the size after the collective")
+        raise _refuse(instr, f"{op} of an operand with a dynamic dimension is not supported yet "
+                      "by xladist's dynamic padder")
+
+    def reduce(self, instr, ops, szs):
+        n = len(ops) // 2
+        reduced = instr.attrs["dimensions"]
+        for k in range(n):
+            dims = {d: szs[k][d] for d in reduced if szs[k][d] is not None}
+            if dims:
+                ops[k] = self.fill(ops[k], dims, ops[n + k])
+        kept = tuple(s for d, s in enumerate(_merge(szs[:n])) if d not in reduced)
+        new = self.keep(instr, ops)
+        return new, (kept if n == 1 else [kept] * n)
+
+    def dot(self, instr, ops, szs):
+        a = instr.attrs
+        lc, rc = a.get("lhs_contracting_dims", ()), a.get("rhs_contracting_dims", ())
+        lb, rb = a.get("lhs_batch_dims", ()), a.get("rhs_batch_dims", ())
+        lhs_dims, rhs_dims = {}, {}
+        for dl, dr in zip(lc, rc):
+            size = szs[0][dl] if szs[0][dl] is not None else szs[1][dr]
+            if size is not None:
+                lhs_dims[dl], rhs_dims[dr] = size, size
+        for k, dims in ((0, lhs_dims), (1, rhs_dims)):
+            if dims:
+                zero = self.const(ops[k].shape.element_type, 0)
+                ops[k] = self.fill(ops[k], dims, zero)
+        free_l = [d for d in range(ops[0].shape.rank) if d not in lc and d not in lb]
+        free_r = [d for d in range(ops[1].shape.rank) if d not in rc and d not in rb]
+        sizes = ([szs[0][d] if szs[0][d] is not None else szs[1][e] for d, e in zip(lb, rb)]
+                 + [szs[0][d] for d in free_l] + [szs[1][d] for d in free_r])
+        return self.keep(instr, ops), tuple(sizes)
+
+    def sort(self, instr, ops, szs):
+        (d,) = instr.attrs["dimensions"]
+        sizes = _merge(szs)
+        if sizes[d] is None:
+            return self.keep(instr, ops), (tuple(sizes) if len(ops) == 1 else [sizes] * len(ops))
+        shape = ops[0].shape
+        valid = self.mask(shape, {d: sizes[d]})
+        flag = self.emit("convert", [self.emit("not", [valid])], {},
+                         Shape.array(_S32, shape.dims))
+        comparator = self.padded_comparator(instr.attrs["to_apply"])
+        attrs = dict(instr.attrs, to_apply=comparator)
+        shapes = [o.shape for o in [flag] + ops]
+        sorted_ = self.emit("sort", [flag] + ops, attrs, Shape.tuple_of(shapes))
+        parts = [self.emit("get-tuple-element", [sorted_], {"index": k + 1})
+                 for k in range(len(ops))]
+        sizes = tuple(sizes)
+        if len(ops) == 1:
+            return parts[0], sizes
+        return self.emit("tuple", parts), [sizes] * len(ops)
+
+    def padded_comparator(self, orig: Computation) -> Computation:
+        """(flag_a, flag_b, *orig params) -> flags differ ? flag_a < flag_b : orig(...)."""
+        self.count += 1
+        comp = Computation(f"{orig.name}.dynpad{self.count}")
+        flag = Shape.scalar(_S32)
+        fa = comp.add(Instruction("flag.a", "parameter", flag, parameter_number=0))
+        fb = comp.add(Instruction("flag.b", "parameter", flag, parameter_number=1))
+        mapping: dict[Instruction, Instruction] = {}
+        for i in orig.instructions:
+            c = Instruction(i.name, i.opcode, i.shape, [mapping[o] for o in i.operands], i.attrs,
+                            parameter_number=(i.parameter_number + 2
+                                              if i.parameter_number is not None else None),
+                            literal=i.literal)
+            mapping[i] = comp.add(c)
+        pred = Shape.scalar("pred")
+        ne = comp.add(Instruction("flag.ne", "compare", pred, [fa, fb], {"direction": "NE"}))
+        lt = comp.add(Instruction("flag.lt", "compare", pred, [fa, fb], {"direction": "LT"}))
+        root = comp.add(Instruction("flag.select", "select", pred,
+                                    [ne, lt, mapping[orig.root]]))
+        comp.root = root
+        comp.module = self.module
+        self.module.computations.insert(self.module.computations.index(self.comp), comp)
+        return comp
+
+    def concatenate(self, instr, ops, szs):
+        (d,) = instr.attrs["dimensions"]
+        sizes = _merge(szs)
+        if all(s[d] is None for s in szs):
+            return self.keep(instr, ops), tuple(sizes)
+        shape = instr.shape.static()
+        zero = self.const(shape.element_type, 0)
+        acc = self.emit("broadcast", [zero], {"dimensions": ()}, shape)
+        offset = self.const(_S32, 0)
+        for x, s in zip(ops, szs):
+            starts = [offset if k == d else self.const(_S32, 0) for k in range(shape.rank)]
+            acc = self.emit("dynamic-update-slice", [acc, x] + starts)
+            offset = self.emit("add", [offset, self.size_of(s, d, x.shape.dims[d])])
+        sizes[d] = offset
+        return acc, tuple(sizes)
+
+    def dynamic_reshape(self, instr, ops, szs):
+        """out[i] = x[unravel(ravel(i, result sizes), operand sizes)] in row-major order."""
+        x, new_sizes = ops[0], ops[1:]
+        out = instr.shape.static()
+        xs = [self.size_of(szs[0], d, b) for d, b in enumerate(x.shape.dims)]
+        index_shape = Shape.array(_S32, out.dims)
+        linear = self.bcast(self.const(_S32, 0), index_shape)
+        stride = self.const(_S32, 1)
+        for d in reversed(range(out.rank)):
+            iota = self.emit("iota", [], {"iota_dimension": d}, index_shape)
+            term = self.emit("multiply", [iota, self.bcast(stride, index_shape)])
+            linear = self.emit("add", [linear, term])
+            stride = self.emit("multiply", [stride, new_sizes[d]])
+        one = self.const(_S32, 1)
+        flat_index = self.bcast(self.const(_S32, 0), index_shape)
+        rest = linear
+        bound_stride = 1
+        for d in reversed(range(x.shape.rank)):
+            size = self.bcast(self.emit("maximum", [xs[d], one]), index_shape)
+            digit = self.emit("remainder", [rest, size])
+            rest = self.emit("divide", [rest, size])
+            term = self.emit("multiply", [digit, self.bcast(self.const(_S32, bound_stride),
+                                                            index_shape)])
+            flat_index = self.emit("add", [flat_index, term])
+            bound_stride *= x.shape.dims[d]
+        flat = self.emit("reshape", [x], {}, Shape.array(x.shape.element_type,
+                                                         (x.shape.size,)))
+        indices = self.emit("reshape", [flat_index], {},
+                            Shape.array(_S32, out.dims + (1,)))
+        gathered = self.emit("gather", [flat, indices], {
+            "offset_dims": (), "collapsed_slice_dims": (0,), "start_index_map": (0,),
+            "index_vector_dim": out.rank, "slice_sizes": (1,)}, out)
+        return gathered, tuple(new_sizes)
+
+
+def _static(shape: Shape):
+    if shape.is_tuple:
+        return [_static(s) for s in shape.tuple_shapes]
+    return (None,) * (shape.rank if shape.is_array else 0)
+
+
+def _merge(szs) -> list:
+    """Per dimension, the first tracked size among same-rank operands."""
+    rank = max(len(s) for s in szs)
+    out = [None] * rank
+    for s in szs:
+        if len(s) == rank:
+            out = [a if a is not None else b for a, b in zip(out, s)]
+    return out
+
+
+def _leaves(sizes, shape: Shape):
+    """Per-dimension sizes of each array leaf, in flatten_result's order (tokens dropped)."""
+    if shape.is_tuple:
+        for s, sub in zip(sizes, shape.tuple_shapes):
+            yield from _leaves(s, sub)
+    elif shape.is_array:
+        yield sizes
