@@ -52,12 +52,38 @@ class Case:
     # numpy (args) -> outputs, for a program XLA:CPU's jaxlib path cannot compile
     reference: Callable | None = None
     reference_why: str = ""
+    # sizes at which the generator also runs XLA:CPU and checks the reference against it
+    xla_check: list[tuple[int, ...]] = field(default_factory=list)
 
 
 def _flatten_rows(x, n):
     flat = x[:n].reshape(-1)
     return [flat, np.int32(flat.size), np.float32(flat.sum(dtype=np.float32)),
             flat.reshape(-1, 2), np.int32(flat.size // 2)]
+
+
+_SEGV = ("XLA:CPU (jaxlib 0.4.30) crashes with a segmentation fault at small sizes of this "
+         "program; the numpy reference of the operation semantics is checked against XLA:CPU "
+         "at the sizes where it runs (case.json xla_checked_sizes)")
+
+
+def _slice_reverse(v, n):
+    n = max(0, min(n, v.size))
+    r = v[:n][::-1]
+    return [r, v[2:5], np.float32(r.sum(dtype=np.float32)), np.int32(n)]
+
+
+def _windows(x, n):
+    d = x[:n]
+    padded = np.concatenate([np.zeros((1, 2), np.float32), d, np.zeros((1, 2), np.float32)])
+    # XLA counts VALID windows over the dynamic size (padding adds none), but their values
+    # are those of the padded windows
+    k = max(n - 2, 0)
+    s = np.array([padded[i:i + 3].sum(0, dtype=np.float32) for i in range(k)],
+                 np.float32).reshape(k, 2)
+    m = np.array([d[2 * i:2 * i + 2].max(0) for i in range(n // 2)],
+                 np.float32).reshape(n // 2, 2)
+    return [s, m, np.int32(k), np.int32(n // 2)]
 
 
 def _module(name: str, comps: str, entry: str) -> str:
@@ -227,4 +253,51 @@ CASES = [
   g = s32[] get-dimension-size(t), dimensions={1}
   ROOT o = (f32[4,<=6], f32[4], s32[]) tuple(t, r, g)"""),
          [("f32", (6, 4)), ("f32", (6,))], [(0,), (4,), (6,)], cuts={0: (None, 2)}),
+    Case("slice_reverse", "a whole and a partial slice, and reverse, of a dynamic vector",
+         _module("slice_reverse", _ADD, """
+  v = f32[8] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=8] set-dimension-size(v, n), dimensions={0}
+  w = f32[<=8] slice(d), slice={[0:8]}
+  p = f32[3] slice(d), slice={[2:5]}
+  r = f32[<=8] reverse(w), dimensions={0}
+  z = f32[] constant(0)
+  s = f32[] reduce(r, z), dimensions={0}, to_apply=add
+  g = s32[] get-dimension-size(r), dimensions={0}
+  ROOT t = (f32[<=8], f32[3], f32[], s32[]) tuple(r, p, s, g)"""),
+         [("f32", (8,))], [(0,), (1,), (5,), (8,)], cuts={0: (3,)},
+         reference=lambda v, n: _slice_reverse(v, int(n)), xla_check=[(5,), (8,)],
+         reference_why=_SEGV),
+    Case("reduce_window", "a sliding-window sum and a strided max pool over a dynamic length",
+         _module("reduce_window", _ADD + _MAX, """
+  x = f32[9,2] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=9,2] set-dimension-size(x, n), dimensions={0}
+  z = f32[] constant(0)
+  i = f32[] constant(-inf)
+  s = f32[<=9,2] reduce-window(d, z), window={size=3x1 pad=1_1x0_0}, to_apply=add
+  m = f32[<=4,2] reduce-window(d, i), window={size=2x1 stride=2x1}, to_apply=max
+  gs = s32[] get-dimension-size(s), dimensions={0}
+  gm = s32[] get-dimension-size(m), dimensions={0}
+  ROOT t = (f32[<=9,2], f32[<=4,2], s32[], s32[]) tuple(s, m, gs, gm)"""),
+         [("f32", (9, 2))], [(0,), (1,), (4,), (5,), (9,)], cuts={0: (2, None), 1: (3, None)},
+         reference=lambda x, n: _windows(x, int(n)), xla_check=[(4,), (5,), (9,)],
+         reference_why=_SEGV),
+    Case("convolution", "1-D convolutions with a dynamic batch and with dynamic input features "
+         "(XLA:CPU refuses a dynamic spatial dimension: 'Dynamic Spatial Convolution is not "
+         "supported')",
+         _module("convolution", "", """
+  x = f32[4,8,3] parameter(0)
+  k = f32[3,3,4] parameter(1)
+  n = s32[] parameter(2)
+  d = f32[<=4,8,3] set-dimension-size(x, n), dimensions={0}
+  c = f32[<=4,6,4] convolution(d, k), window={size=3}, dim_labels=b0f_0io->b0f
+  g = s32[] get-dimension-size(c), dimensions={0}
+  m = s32[] constant(2)
+  f = f32[4,8,<=3] set-dimension-size(x, m), dimensions={2}
+  kf = f32[3,<=3,4] set-dimension-size(k, m), dimensions={1}
+  cf = f32[4,6,4] convolution(f, kf), window={size=3}, dim_labels=b0f_0io->b0f
+  ROOT t = (f32[<=4,6,4], s32[], f32[4,6,4]) tuple(c, g, cf)"""),
+         [("f32", (4, 8, 3)), ("f32", (3, 3, 4))], [(0,), (2,), (4,)],
+         cuts={0: (1, None, None)}, rtol=1e-4, atol=1e-4),
 ]

@@ -9,7 +9,9 @@ later jaxlibs no longer expose it) -> XlaComputation -> MLIR -> `client.compile`
 XLA returns a dynamic result in its padded buffer, so each case's `cuts` names the outputs that
 hold the get-dimension-size of each dynamic dimension, and the buffer is cut with XLA's own
 sizes (XLA packs the valid elements row-major at the front of the buffer). A case with a `reference` (dynamic-reshape: that jaxlib cannot lower it) gets its
-expected values from that numpy function instead, and case.json's `expected_from` says so.
+expected values from that numpy function instead, and case.json's `expected_from` says so;
+where XLA:CPU runs the program at some sizes (`xla_check`), the reference is checked against
+it there.
 
 Files per case (see tests/data/corpus/README.md, "dynamic/"): module.hlo (the program as
 written, in xladist's canonical text, which XLA parses too), inputs.npz (`run{r}_arg{i}`, one run per size tuple; the sizes are the last
@@ -91,6 +93,11 @@ def generate(case: Case, xc, client, version: str) -> None:
         args = inputs_for(case, sizes, rng)
         if case.reference is not None:
             outs = [np.asarray(o) for o in case.reference(*args)]
+            if sizes in case.xla_check:
+                xla = cut(run_on_xla(xc, client, text, args), case.cuts)
+                for j, (a, b) in enumerate(zip(outs, xla)):
+                    np.testing.assert_allclose(a, b, case.rtol, case.atol,
+                                               err_msg=f"{case.name} {sizes} out{j}")
         else:
             outs = cut(run_on_xla(xc, client, text, args), case.cuts)
         num_outputs = len(outs)
@@ -104,6 +111,7 @@ def generate(case: Case, xc, client, version: str) -> None:
             "num_outputs": num_outputs, "rtol": case.rtol, "atol": case.atol,
             "expected_from": ("numpy reference: " + case.reference_why
                               if case.reference is not None else "XLA:CPU"),
+            "xla_checked_sizes": [list(c) for c in case.xla_check],
             "generator": {"tool": "tools/gen_dynamic_corpus.py", "jax_version": version,
                           "backend": "XLA:CPU via jaxlib hlo_module_from_text"}}
     (folder / "case.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -19,10 +19,17 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 - Entry results: the root becomes `(root, size_0, ..., size_k)`; `DynamicResults.cut`
   slices each flattened result leaf to its dynamic sizes (Executable.__call__ applies it).
 
+- slice keeps the size of a dimension it takes whole; a partial slice makes it static.
+- reverse reverses the buffer and slices the valid part back to the front.
+- reduce-window and convolution over dynamic dimensions fill the padding with the init
+  value (convolution: zero) and count the windows from the size as XLA does (VALID
+  windows: padding adds none, observed on XLA:CPU); a dynamic input
+  feature dimension of a convolution is contracted like dot's.
+
 Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
 shapes inside called computations (while, conditional, call), and any other opcode whose
-operand has a dynamic dimension (reshape, slice, pad, reverse, reduce-window, convolution,
-gather, scatter, collectives — XLA:CPU refuses an all-reduce of a dynamic operand too).
+operand has a dynamic dimension (reshape, pad, gather, scatter, collectives — XLA:CPU
+refuses an all-reduce of a dynamic operand too).
 """
 
 from __future__ import annotations
@@ -239,11 +246,97 @@ class _Padder:
             return self.sort(instr, ops, szs)
         if op == "concatenate":
             return self.concatenate(instr, ops, szs)
+        if op == "slice":
+            return self.slice(instr, ops, szs)
+        if op == "reverse":
+            return self.reverse(instr, ops, szs)
+        if op == "reduce-window":
+            return self.reduce_window(instr, ops, szs)
+        if op == "convolution":
+            return self.convolution(instr, ops, szs)
         if fam == "collective" or op.startswith("all-") or "collective" in op:
             raise _refuse(instr, "a collective of an operand with a dynamic dimension is not "
                           "supported (XLA:CPU refuses it too); set the size after the collective")
         raise _refuse(instr, f"{op} of an operand with a dynamic dimension is not supported yet "
                       "by xladist's dynamic padder")
+
+    def slice(self, instr, ops, szs):
+        """As XLA's dynamic dimension inference: a slice over the whole dimension keeps its
+        size; a partial slice makes it static (it takes the buffer's elements as they are)."""
+        sizes = []
+        for d, (start, limit, stride) in enumerate(instr.attrs["slice"].dims):
+            whole = start == 0 and stride == 1 and limit == ops[0].shape.dims[d]
+            sizes.append(szs[0][d] if whole else None)
+        return self.keep(instr, ops), tuple(sizes)
+
+    def reverse(self, instr, ops, szs):
+        """Reverse the padded buffer, then slice the valid elements back to the front: the
+        reversed valid part starts at bound - size (XLA's padder does the same)."""
+        x = ops[0]
+        dims = [d for d in instr.attrs["dimensions"] if szs[0][d] is not None]
+        rev = self.keep(instr, ops)
+        if not dims:
+            return rev, szs[0]
+        out = rev
+        for d in dims:
+            bound = x.shape.dims[d]
+            doubled = self.emit("concatenate", [out, out], {"dimensions": (d,)})
+            start = self.emit("subtract", [self.const(_S32, bound), szs[0][d]])
+            starts = [start if k == d else self.const(_S32, 0) for k in range(x.shape.rank)]
+            out = self.emit("dynamic-slice", [doubled] + starts,
+                            {"dynamic_slice_sizes": x.shape.dims})
+        return out, szs[0]
+
+    def window_size(self, size: Instruction, w) -> Instruction:
+        """The number of windows over `size` valid elements, as XLA's dynamic dimension
+        inference counts them: VALID windows (the padding does not add any), with the
+        dilations and stride. The values stay those of the padded window."""
+        def c(v):
+            return self.const(_S32, v)
+        dilated = self.emit("maximum", [c(0), self.emit("add", [
+            self.emit("multiply", [size, c(w.base_dilation)]), c(1 - w.base_dilation)])])
+        span = self.emit("add", [dilated, c(w.stride - ((w.size - 1) * w.window_dilation + 1))])
+        return self.emit("divide", [self.emit("maximum", [span, c(0)]), c(w.stride)])
+
+    def reduce_window(self, instr, ops, szs):
+        """Padding holds the init value, which is what the window's own padding holds, so
+        windows over the valid region see what XLA's dynamic semantics give them."""
+        n = len(ops) // 2
+        window = instr.attrs["window"]
+        sizes = _merge(szs[:n])
+        dims = {d: s for d, s in enumerate(sizes) if s is not None}
+        for k in range(n):
+            ops[k] = self.fill(ops[k], dims, ops[n + k])
+        out = tuple(None if s is None else self.window_size(s, window.dims[d])
+                    for d, s in enumerate(sizes))
+        return self.keep(instr, ops), (out if n == 1 else [out] * n)
+
+    def convolution(self, instr, ops, szs):
+        dn = instr.attrs["dim_labels"]
+        window = instr.attrs["window"]
+        lhs, rhs = szs
+        if (szs[1][dn.kernel_output_feature] is not None or any(
+                rhs[d] is not None for d in dn.kernel_spatial)
+                or instr.attrs.get("feature_group_count", 1) != 1
+                or instr.attrs.get("batch_group_count", 1) != 1) and _dynamic(szs):
+            raise _refuse(instr, "a convolution with a dynamic kernel spatial or output "
+                          "feature dimension, or with feature/batch groups, is not supported "
+                          "yet by xladist's dynamic padder")
+        feature = lhs[dn.input_feature] or rhs[dn.kernel_input_feature]
+        lhs_dims = {d: lhs[d] for d in dn.input_spatial if lhs[d] is not None}
+        rhs_dims = {}
+        if feature is not None:
+            lhs_dims[dn.input_feature] = feature
+            rhs_dims[dn.kernel_input_feature] = feature
+        for k, dims in ((0, lhs_dims), (1, rhs_dims)):
+            if dims:
+                ops[k] = self.fill(ops[k], dims, self.const(ops[k].shape.element_type, 0))
+        out = [None] * instr.shape.rank
+        out[dn.output_batch] = lhs[dn.input_batch]
+        for k, (di, do) in enumerate(zip(dn.input_spatial, dn.output_spatial)):
+            if lhs[di] is not None:
+                out[do] = self.window_size(lhs[di], window.dims[k])
+        return self.keep(instr, ops), tuple(out)
 
     def reduce(self, instr, ops, szs):
         n = len(ops) // 2
