@@ -300,4 +300,43 @@ CASES = [
   ROOT t = (f32[<=4,6,4], s32[], f32[4,6,4]) tuple(c, g, cf)"""),
          [("f32", (4, 8, 3)), ("f32", (3, 3, 4))], [(0,), (2,), (4,)],
          cuts={0: (1, None, None)}, rtol=1e-4, atol=1e-4),
+    Case("while_loop", "a dynamic vector carried through a while loop: doubled and summed "
+         "three times",
+         _module("while_loop", _ADD + """
+body {
+  p = (s32[], f32[<=8], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[<=8] get-tuple-element(p), index=1
+  acc = f32[] get-tuple-element(p), index=2
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  two = f32[] constant(2)
+  tb = f32[8] broadcast(two), dimensions={}
+  v2 = f32[<=8] multiply(v, tb)
+  z = f32[] constant(0)
+  s = f32[] reduce(v2, z), dimensions={0}, to_apply=add
+  acc1 = f32[] add(acc, s)
+  ROOT t = (s32[], f32[<=8], f32[]) tuple(i1, v2, acc1)
+}
+
+cond {
+  p = (s32[], f32[<=8], f32[]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  three = s32[] constant(3)
+  ROOT lt = pred[] compare(i, three), direction=LT
+}
+
+""", """
+  x = f32[8] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=8] set-dimension-size(x, n), dimensions={0}
+  zero = s32[] constant(0)
+  fz = f32[] constant(0)
+  init = (s32[], f32[<=8], f32[]) tuple(zero, d, fz)
+  w = (s32[], f32[<=8], f32[]) while(init), condition=cond, body=body
+  v = f32[<=8] get-tuple-element(w), index=1
+  acc = f32[] get-tuple-element(w), index=2
+  g = s32[] get-dimension-size(v), dimensions={0}
+  ROOT r = (f32[<=8], f32[], s32[]) tuple(v, acc, g)"""),
+         [("f32", (8,))], [(0,), (1,), (3,), (8,)], cuts={0: (2,)}),
 ]

@@ -26,8 +26,12 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
   windows: padding adds none, observed on XLA:CPU); a dynamic input
   feature dimension of a convolution is contracted like dot's.
 
+- while: the sizes of the dynamic dimensions of the initial state ride along as extra s32
+  elements of the loop state; body and condition are padded with them.
+
 Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
-shapes inside called computations (while, conditional, call), and any other opcode whose
+shapes inside other called computations (conditional, call), a loop body that makes a
+dimension dynamic that its initial state has static, and any other opcode whose
 operand has a dynamic dimension (reshape, pad, gather, scatter, collectives — XLA:CPU
 refuses an all-reduce of a dynamic operand too).
 """
@@ -88,14 +92,15 @@ def pad_dynamic(module: Module) -> tuple[Module, DynamicResults | None]:
         return module, None
     from .parser import parse_module  # a private copy to rewrite
     copy = parse_module(module.to_text())
+    padded: set[Computation] = set()
+    results = _Padder(copy, copy.entry, padded).run()
     for comp in copy.computations:
-        if comp is not copy.entry:
+        if comp is not copy.entry and comp not in padded:
             for instr in comp.instructions:
                 if instr.shape.has_dynamic or instr.opcode in _DYNAMIC_OPCODES:
-                    raise _refuse(instr, "dynamic shapes inside a called computation "
-                                  f"({comp.name}) are not supported yet; only the ENTRY "
-                                  "computation may carry them")
-    results = _Padder(copy, copy.entry).run()
+                    raise _refuse(instr, "dynamic shapes inside a computation called by "
+                                  f"anything but a while loop ({comp.name}) are not "
+                                  "supported yet")
     return copy, results
 
 
@@ -110,9 +115,15 @@ def _dynamic(sizes) -> bool:
 
 
 class _Padder:
-    def __init__(self, module: Module, comp: Computation):
+    """Pads one computation. `loop_dims` is set for a while body or condition: the (tuple
+    element, dimension) pairs whose sizes ride along as extra s32 elements of the state."""
+
+    def __init__(self, module: Module, comp: Computation, padded: set,
+                 loop_dims: list[tuple[int, int]] | None = None):
         self.module = module
         self.comp = comp
+        self.padded = padded
+        self.loop_dims = loop_dims
         self.out: list[Instruction] = []
         self.repl: dict[Instruction, Instruction] = {}
         # per instruction: a tuple (one s32[] instruction or None per dimension) for arrays,
@@ -167,13 +178,16 @@ class _Padder:
     # ---- the walk -------------------------------------------------------------------------
     def run(self) -> DynamicResults | None:
         for instr in list(self.comp.instructions):
+            if instr.opcode == "parameter" and self.loop_dims is not None:
+                self.loop_parameter(instr)
+                continue
             if instr.opcode == "parameter" and instr.shape.has_dynamic:
                 raise _refuse(instr, "dynamic entry parameters are not supported; pass the "
                               "padded array and its size and use set-dimension-size")
             ops = [self.repl.get(o, o) for o in instr.operands]
             szs = [self.sizes[o] for o in instr.operands]
             if (instr.opcode in _DYNAMIC_OPCODES or instr.opcode == "get-dimension-size"
-                    or any(_dynamic(s) for s in szs)):
+                    or any(_dynamic(s) for s in szs) or self.loop_makes_dynamic(instr)):
                 new, sizes = self.rewrite(instr, ops, szs)
             else:
                 new, sizes = self.keep(instr, ops), _static(instr.shape)
@@ -182,7 +196,9 @@ class _Padder:
         root = self.repl.get(self.comp.root, self.comp.root)
         root_sizes = self.sizes[self.comp.root]
         results = None
-        if _dynamic(root_sizes):
+        if self.loop_dims is not None:
+            root = self.loop_root(root, root_sizes)
+        elif _dynamic(root_sizes):
             extra, cuts = [], []
             for leaf_sizes in _leaves(root_sizes, root.shape):
                 cut = []
@@ -197,6 +213,70 @@ class _Padder:
         self.comp.root = root
         self.module.entry_computation_layout = None
         return results
+
+    # ---- while loops: sizes ride along in the loop state ----------------------------------
+    def loop_parameter(self, param: Instruction) -> None:
+        elems = param.shape.tuple_shapes
+        param.shape = Shape.tuple_of([e.static() for e in elems]
+                                     + [Shape.scalar(_S32)] * len(self.loop_dims))
+        self.out.append(param)
+        sizes = [list(_static(e)) for e in elems]
+        for j, (e, d) in enumerate(self.loop_dims):
+            sizes[e][d] = self.emit("get-tuple-element", [param], {"index": len(elems) + j})
+        self.repl[param] = param
+        self.sizes[param] = [tuple(s) for s in sizes]
+
+    def loop_root(self, root: Instruction, root_sizes) -> Instruction:
+        n = len(root_sizes)
+        tracked = set(self.loop_dims)
+        for e, es in enumerate(root_sizes):
+            for d, s in enumerate(es if isinstance(es, tuple) else ()):
+                if s is not None and (e, d) not in tracked:
+                    raise _refuse(self.comp.root, f"this while loop computation makes "
+                                  f"dimension {d} of state element {e} dynamic, which the "
+                                  "loop's initial value does not have; not supported yet")
+        if root.shape.is_array:  # the condition: a pred, sizes are not passed on
+            return root
+        parts = [self.emit("get-tuple-element", [root], {"index": i}) for i in range(n)]
+        sizes = [self.size_of(root_sizes[e], d, root.shape.tuple_shapes[e].dims[d])
+                 for e, d in self.loop_dims]
+        return self.emit("tuple", parts + sizes)
+
+    def while_(self, instr, ops, szs):
+        init_sizes = szs[0]
+        loop_dims = []
+        for e, es in enumerate(init_sizes):
+            if isinstance(es, list):
+                if _dynamic(es):
+                    raise _refuse(instr, "a nested tuple with dynamic dimensions in a while "
+                                  "loop state is not supported yet")
+                continue
+            loop_dims += [(e, d) for d, s in enumerate(es) if s is not None]
+        body, cond = instr.attrs["body"], instr.attrs["condition"]
+        for comp in (body, cond):
+            if comp in self.padded:
+                raise _refuse(instr, f"computation {comp.name} is used by several while "
+                              "loops with dynamic shapes; not supported yet")
+            self.padded.add(comp)
+            _Padder(self.module, comp, self.padded, loop_dims).run()
+        init = ops[0]
+        n = len(init.shape.tuple_shapes)
+        parts = [self.emit("get-tuple-element", [init], {"index": i}) for i in range(n)]
+        sizes = [self.size_of(init_sizes[e], d, init.shape.tuple_shapes[e].dims[d])
+                 for e, d in loop_dims]
+        new_init = self.emit("tuple", parts + sizes)
+        loop = self.emit("while", [new_init], dict(instr.attrs), body.root.shape)
+        outs = [self.emit("get-tuple-element", [loop], {"index": i}) for i in range(n)]
+        out_sizes = [list(s) if isinstance(s, tuple) else s for s in init_sizes]
+        for j, (e, d) in enumerate(loop_dims):
+            out_sizes[e][d] = self.emit("get-tuple-element", [loop], {"index": n + j})
+        return self.emit("tuple", outs), [tuple(s) if isinstance(init_sizes[e], tuple) else s
+                                          for e, s in enumerate(out_sizes)]
+
+    def loop_makes_dynamic(self, instr: Instruction) -> bool:
+        return instr.opcode == "while" and any(
+            i.shape.has_dynamic or i.opcode in _DYNAMIC_OPCODES
+            for c in (instr.attrs["body"], instr.attrs["condition"]) for i in c.instructions)
 
     def keep(self, instr: Instruction, ops) -> Instruction:
         instr.operands = ops
@@ -246,6 +326,8 @@ class _Padder:
             return self.sort(instr, ops, szs)
         if op == "concatenate":
             return self.concatenate(instr, ops, szs)
+        if op == "while":
+            return self.while_(instr, ops, szs)
         if op == "slice":
             return self.slice(instr, ops, szs)
         if op == "reverse":
