@@ -116,8 +116,14 @@ def test_a_size_beyond_the_bound_is_clamped_to_it():
   n = s32[] parameter(1)
   d = f32[<=4] set-dimension-size(v, n), dimensions={0}
   z = f32[] constant(0)
-  ROOT r = f32[<=6] pad(d, z), padding=1_1
-""", ["instruction r (pad)", "not supported yet"]),
+  ROOT r = f32[<=4] pad(d, z), padding=-1_1
+""", ["instruction r (pad)", "negative padding", "not supported yet"]),
+    ("""
+  v = f32[4] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=4] set-dimension-size(v, n), dimensions={0}
+  ROOT r = f32[<=2,<=2] reshape(d)
+""", ["instruction r (reshape)", "exactly one dynamic result dimension"]),
 ])
 def test_unsupported_dynamic_programs_are_refused_naming_the_instruction(body, words):
     with pytest.raises(UnsupportedError) as e:

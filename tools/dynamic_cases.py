@@ -86,6 +86,16 @@ def _windows(x, n):
     return [s, m, np.int32(k), np.int32(n // 2)]
 
 
+_NO_MLIR_RESHAPE = ("jaxlib 0.4.30's only compile path (HLO -> MHLO -> StableHLO) refuses a "
+                    "reshape to a bounded dynamic shape, so the expected values follow the "
+                    "operation semantics: the valid elements, row-major")
+
+
+def _reshape(x, n):
+    flat = x[:n].reshape(-1)
+    return [flat, flat.reshape(-1, 2), np.int32(flat.size), np.int32(flat.size // 2)]
+
+
 def _module(name: str, comps: str, entry: str) -> str:
     return f"HloModule {name}\n\n{comps}\nENTRY main {{\n{entry.strip()}\n}}\n"
 
@@ -339,4 +349,28 @@ cond {
   g = s32[] get-dimension-size(v), dimensions={0}
   ROOT r = (f32[<=8], f32[], s32[]) tuple(v, acc, g)"""),
          [("f32", (8,))], [(0,), (1,), (3,), (8,)], cuts={0: (2,)}),
+    Case("reshape", "reshape of a dynamic row count: merge into one dimension, split again",
+         _module("reshape", "", """
+  x = f32[4,3] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=4,3] set-dimension-size(x, n), dimensions={0}
+  f = f32[<=12] reshape(d)
+  h = f32[<=6,2] reshape(f)
+  gf = s32[] get-dimension-size(f), dimensions={0}
+  gh = s32[] get-dimension-size(h), dimensions={0}
+  ROOT t = (f32[<=12], f32[<=6,2], s32[], s32[]) tuple(f, h, gf, gh)"""),
+         [("f32", (4, 3))], [(0,), (2,), (4,)], cuts={0: (2,), 1: (3, None)},
+         reference=lambda x, n: _reshape(x, int(n)), reference_why=_NO_MLIR_RESHAPE),
+    Case("pad", "pad of a dynamic vector with low, high and interior padding",
+         _module("pad", _ADD, """
+  x = f32[4] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=4] set-dimension-size(x, n), dimensions={0}
+  c = f32[] constant(7)
+  p = f32[<=13] pad(d, c), padding=1_2_2
+  g = s32[] get-dimension-size(p), dimensions={0}
+  z = f32[] constant(0)
+  s = f32[] reduce(p, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[<=13], s32[], f32[]) tuple(p, g, s)"""),
+         [("f32", (4,))], [(0,), (1,), (2,), (4,)], cuts={0: (1,)}),
 ]

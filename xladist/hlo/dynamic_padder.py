@@ -21,6 +21,9 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 
 - slice keeps the size of a dimension it takes whole; a partial slice makes it static.
 - reverse reverses the buffer and slices the valid part back to the front.
+- reshape: the one result dimension declared dynamic gets count / (other dims), and the
+  valid elements move row-major (as dynamic-reshape); pad fills the operand's padding with
+  the pad value first, so the high padding follows the valid elements.
 - reduce-window and convolution over dynamic dimensions fill the padding with the init
   value (convolution: zero) and count the windows from the size as XLA does (VALID
   windows: padding adds none, observed on XLA:CPU); a dynamic input
@@ -32,7 +35,7 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
 shapes inside other called computations (conditional, call), a loop body that makes a
 dimension dynamic that its initial state has static, and any other opcode whose
-operand has a dynamic dimension (reshape, pad, gather, scatter, collectives — XLA:CPU
+operand has a dynamic dimension (gather, scatter, conditional, collectives — XLA:CPU
 refuses an all-reduce of a dynamic operand too).
 """
 
@@ -330,6 +333,10 @@ class _Padder:
             return self.while_(instr, ops, szs)
         if op == "slice":
             return self.slice(instr, ops, szs)
+        if op == "reshape":
+            return self.reshape(instr, ops, szs)
+        if op == "pad":
+            return self.pad(instr, ops, szs)
         if op == "reverse":
             return self.reverse(instr, ops, szs)
         if op == "reduce-window":
@@ -509,6 +516,47 @@ class _Padder:
             offset = self.emit("add", [offset, self.size_of(s, d, x.shape.dims[d])])
         sizes[d] = offset
         return acc, tuple(sizes)
+
+    def reshape(self, instr, ops, szs):
+        """A reshape of a dynamic operand: the result dimension declared dynamic (`<=`) gets
+        the valid element count over the product of the other result dimensions, and the
+        valid elements move row-major as for dynamic-reshape."""
+        dyn = [d for d, flag in enumerate(instr.shape.dynamic) if flag]
+        if len(dyn) != 1:
+            raise _refuse(instr, "a reshape of an operand with a dynamic dimension needs "
+                          f"exactly one dynamic result dimension, {instr.shape} has {len(dyn)} "
+                          "(use dynamic-reshape to give every size)")
+        x = ops[0]
+        count = self.const(_S32, 1)
+        for d, bound in enumerate(x.shape.dims):
+            count = self.emit("multiply", [count, self.size_of(szs[0], d, bound)])
+        rest = 1
+        for d, bound in enumerate(instr.shape.dims):
+            rest *= bound if d != dyn[0] else 1
+        sizes = [self.const(_S32, b) for b in instr.shape.dims]
+        sizes[dyn[0]] = self.emit("divide", [count, self.const(_S32, max(rest, 1))])
+        return self.dynamic_reshape(instr, [x] + sizes, szs)
+
+    def pad(self, instr, ops, szs):
+        """Fill the operand's padding with the pad value, then pad the buffer: every element
+        between the last valid one and the high edge is the pad value, as in the dynamic
+        array. The size is low + high + the interior-dilated size."""
+        config = instr.attrs["padding"].dims
+        dims = {d: s for d, s in enumerate(szs[0]) if s is not None}
+        for d in dims:
+            if config[d][0] < 0 or config[d][1] < 0:
+                raise _refuse(instr, f"negative padding of dynamic dimension {d} is not "
+                              "supported yet")
+        ops[0] = self.fill(ops[0], dims, ops[1])
+        out = list(szs[0])
+        for d, size in dims.items():
+            lo, hi, interior = config[d]
+            gaps = self.emit("maximum", [self.emit("subtract", [size, self.const(_S32, 1)]),
+                                         self.const(_S32, 0)])
+            extra = self.emit("multiply", [gaps, self.const(_S32, interior)])
+            out[d] = self.emit("add", [self.emit("add", [size, extra]),
+                                       self.const(_S32, lo + hi)])
+        return self.keep(instr, ops), tuple(out)
 
     def dynamic_reshape(self, instr, ops, szs):
         """out[i] = x[unravel(ravel(i, result sizes), operand sizes)] in row-major order."""
