@@ -180,3 +180,47 @@ def test_shape_inference_keeps_the_dynamic_dimensions_xla_declares():
             assert inferred.compatible(instr.shape), (folder.name, instr.name)
             checked += instr.shape.has_dynamic
     assert checked > 40
+
+
+COND_DYNAMIC_OPERAND = module("""
+  x = f32[8] parameter(0)
+  n = s32[] parameter(1)
+  b = pred[] parameter(2)
+  d = f32[<=8] set-dimension-size(x, n), dimensions={0}
+  td = (f32[<=8]) tuple(d)
+  tx = (f32[8]) tuple(x)
+  r = f32[<=8] conditional(b, td, tx), true_computation=neg, false_computation=grow
+  z = f32[] constant(0)
+  s = f32[] reduce(r, z), dimensions={0}, to_apply=add
+  g = s32[] get-dimension-size(r), dimensions={0}
+  ROOT t = (f32[<=8], f32[], s32[]) tuple(r, s, g)
+""").replace("ENTRY e", """neg {
+  t = (f32[<=8]) parameter(0)
+  p = f32[<=8] get-tuple-element(t), index=0
+  ROOT n = f32[<=8] negate(p)
+}
+
+grow {
+  t = (f32[8]) parameter(0)
+  p = f32[8] get-tuple-element(t), index=0
+  three = s32[] constant(3)
+  ROOT d = f32[<=8] set-dimension-size(p, three), dimensions={0}
+}
+
+ENTRY e""")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_dynamic_operand_passes_into_a_conditional_branch(backend):
+    """Branch operands with dynamic dimensions (jaxlib's path to XLA:CPU cannot compile this
+    one, so numpy is the reference): the true branch negates the valid elements, the false
+    branch keeps the first 3 of the static operand."""
+    exe = xladist.compile(parse_module(COND_DYNAMIC_OPERAND), backend=backend)
+    x = np.arange(1, 9, dtype=np.float32)
+    for n in (0, 5, 8):
+        r, s, g = exe(x, np.int32(n), np.bool_(True))
+        np.testing.assert_array_equal(r, -x[:n])
+        assert s == -x[:n].sum() and g == n
+        r, s, g = exe(x, np.int32(n), np.bool_(False))
+        np.testing.assert_array_equal(r, x[:3])
+        assert s == 6 and g == 3

@@ -373,4 +373,33 @@ cond {
   s = f32[] reduce(p, z), dimensions={0}, to_apply=add
   ROOT t = (f32[<=13], s32[], f32[]) tuple(p, g, s)"""),
          [("f32", (4,))], [(0,), (1,), (2,), (4,)], cuts={0: (1,)}),
+    Case("conditional", "a conditional whose branches return different dynamic sizes (the "
+         "last argument picks the branch: 0 negates the first n, 1 keeps the first 3)",
+         _module("conditional", _ADD + """
+neg {
+  t = (f32[8], s32[]) parameter(0)
+  p = f32[8] get-tuple-element(t), index=0
+  n = s32[] get-tuple-element(t), index=1
+  d = f32[<=8] set-dimension-size(p, n), dimensions={0}
+  ROOT r = f32[<=8] negate(d)
+}
+
+grow {
+  t = (f32[8], s32[]) parameter(0)
+  p = f32[8] get-tuple-element(t), index=0
+  three = s32[] constant(3)
+  ROOT d = f32[<=8] set-dimension-size(p, three), dimensions={0}
+}
+
+""", """
+  x = f32[8] parameter(0)
+  n = s32[] parameter(1)
+  b = s32[] parameter(2)
+  tx = (f32[8], s32[]) tuple(x, n)
+  r = f32[<=8] conditional(b, tx, tx), branch_computations={neg, grow}
+  z = f32[] constant(0)
+  s = f32[] reduce(r, z), dimensions={0}, to_apply=add
+  g = s32[] get-dimension-size(r), dimensions={0}
+  ROOT t = (f32[<=8], f32[], s32[]) tuple(r, s, g)"""),
+         [("f32", (8,))], [(0, 0), (0, 1), (5, 0), (5, 1), (8, 0), (8, 1)], cuts={0: (2,)}),
 ]

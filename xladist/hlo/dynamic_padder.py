@@ -31,11 +31,13 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 
 - while: the sizes of the dynamic dimensions of the initial state ride along as extra s32
   elements of the loop state; body and condition are padded with them.
+- conditional: each branch takes `(operand, its sizes...)` and returns `(result, the size
+  of every dimension some branch makes dynamic...)`.
 
 Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
-shapes inside other called computations (conditional, call), a loop body that makes a
+shapes inside other called computations (call, fusion), a loop body that makes a
 dimension dynamic that its initial state has static, and any other opcode whose
-operand has a dynamic dimension (gather, scatter, conditional, collectives — XLA:CPU
+operand has a dynamic dimension (gather, scatter, collectives — XLA:CPU
 refuses an all-reduce of a dynamic operand too).
 """
 
@@ -122,11 +124,15 @@ class _Padder:
     element, dimension) pairs whose sizes ride along as extra s32 elements of the state."""
 
     def __init__(self, module: Module, comp: Computation, padded: set,
-                 loop_dims: list[tuple[int, int]] | None = None):
+                 loop_dims: list[tuple[int, int]] | None = None,
+                 branch_dims: list | None = None):
         self.module = module
         self.comp = comp
         self.padded = padded
         self.loop_dims = loop_dims
+        # a conditional branch: the (path, dimension) pairs of its parameter whose sizes come
+        # as extra elements, `(param, size...)`; its root is wrapped by the caller
+        self.branch_dims = branch_dims
         self.out: list[Instruction] = []
         self.repl: dict[Instruction, Instruction] = {}
         # per instruction: a tuple (one s32[] instruction or None per dimension) for arrays,
@@ -184,6 +190,9 @@ class _Padder:
             if instr.opcode == "parameter" and self.loop_dims is not None:
                 self.loop_parameter(instr)
                 continue
+            if instr.opcode == "parameter" and self.branch_dims is not None:
+                self.branch_parameter(instr)
+                continue
             if instr.opcode == "parameter" and instr.shape.has_dynamic:
                 raise _refuse(instr, "dynamic entry parameters are not supported; pass the "
                               "padded array and its size and use set-dimension-size")
@@ -201,6 +210,8 @@ class _Padder:
         results = None
         if self.loop_dims is not None:
             root = self.loop_root(root, root_sizes)
+        elif self.branch_dims is not None:
+            self.root_sizes = root_sizes  # the caller wraps the root with the union of sizes
         elif _dynamic(root_sizes):
             extra, cuts = [], []
             for leaf_sizes in _leaves(root_sizes, root.shape):
@@ -245,6 +256,52 @@ class _Padder:
                  for e, d in self.loop_dims]
         return self.emit("tuple", parts + sizes)
 
+    # ---- conditionals: sizes travel as extra tuple elements of operands and results -------
+    def branch_parameter(self, param: Instruction) -> None:
+        original = param.shape.static()
+        param.shape = Shape.tuple_of([original] + [Shape.scalar(_S32)] * len(self.branch_dims))
+        self.out.append(param)
+        value = self.emit("get-tuple-element", [param], {"index": 0})
+        sizes = _static(original)
+        for j, (path, d) in enumerate(self.branch_dims):
+            size = self.emit("get-tuple-element", [param], {"index": 1 + j})
+            sizes = _set_size(sizes, path, d, size)
+        self.repl[param] = value
+        self.sizes[param] = sizes
+
+    def conditional(self, instr, ops, szs):
+        comps = instr.called_computations()
+        results = []
+        for k, comp in enumerate(comps):
+            if comp in self.padded:
+                raise _refuse(instr, f"computation {comp.name} is used by several "
+                              "conditionals or loops with dynamic shapes; not supported yet")
+            self.padded.add(comp)
+            dims = [(path, d) for path, d, _ in _paths(szs[k + 1])]
+            padder = _Padder(self.module, comp, self.padded, branch_dims=dims)
+            padder.run()
+            results.append(padder)
+            sizes = [s for _, _, s in _paths(szs[k + 1])]
+            ops[k + 1] = self.emit("tuple", [ops[k + 1]] + sizes)
+        out_dims = sorted({(path, d) for p in results for path, d, _ in _paths(p.root_sizes)})
+        result_shape = instr.shape.static()
+        for p in results:  # every branch returns (value, the size of each result dimension)
+            comp = p.comp
+            found = {(path, d): s for path, d, s in _paths(p.root_sizes)}
+            p.out = comp.instructions
+            sizes = [found.get((path, d)) or p.const(_S32, _dim(result_shape, path, d))
+                     for path, d in out_dims]
+            comp.root = p.emit("tuple", [comp.root] + sizes)
+            comp.instructions = p.out
+        shape = Shape.tuple_of([result_shape] + [Shape.scalar(_S32)] * len(out_dims))
+        new = self.emit("conditional", ops, dict(instr.attrs), shape)
+        value = self.emit("get-tuple-element", [new], {"index": 0})
+        sizes = _static(result_shape)
+        for j, (path, d) in enumerate(out_dims):
+            sizes = _set_size(sizes, path, d,
+                              self.emit("get-tuple-element", [new], {"index": 1 + j}))
+        return value, sizes
+
     def while_(self, instr, ops, szs):
         init_sizes = szs[0]
         loop_dims = []
@@ -277,9 +334,10 @@ class _Padder:
                                           for e, s in enumerate(out_sizes)]
 
     def loop_makes_dynamic(self, instr: Instruction) -> bool:
-        return instr.opcode == "while" and any(
+        """A while or conditional whose computations use dynamic shapes themselves."""
+        return instr.opcode in ("while", "conditional") and any(
             i.shape.has_dynamic or i.opcode in _DYNAMIC_OPCODES
-            for c in (instr.attrs["body"], instr.attrs["condition"]) for i in c.instructions)
+            for c in instr.called_computations() for i in c.instructions)
 
     def keep(self, instr: Instruction, ops) -> Instruction:
         instr.operands = ops
@@ -331,6 +389,8 @@ class _Padder:
             return self.concatenate(instr, ops, szs)
         if op == "while":
             return self.while_(instr, ops, szs)
+        if op == "conditional":
+            return self.conditional(instr, ops, szs)
         if op == "slice":
             return self.slice(instr, ops, szs)
         if op == "reshape":
@@ -597,6 +657,32 @@ def _static(shape: Shape):
     if shape.is_tuple:
         return [_static(s) for s in shape.tuple_shapes]
     return (None,) * (shape.rank if shape.is_array else 0)
+
+
+def _paths(sizes, path=()):
+    """(path, dimension, size) of every tracked size; path indexes nested tuples."""
+    if isinstance(sizes, list):
+        for i, s in enumerate(sizes):
+            yield from _paths(s, path + (i,))
+    else:
+        for d, s in enumerate(sizes):
+            if s is not None:
+                yield path, d, s
+
+
+def _set_size(sizes, path, d, size):
+    """A copy of the sizes structure with (path, d) set to size."""
+    if path:
+        out = list(sizes)
+        out[path[0]] = _set_size(sizes[path[0]], path[1:], d, size)
+        return out
+    out = list(sizes)
+    out[d] = size
+    return tuple(out)
+
+
+def _dim(shape: Shape, path, d) -> int:
+    return shape.subshape(path).dims[d]
 
 
 def _merge(szs) -> list:
