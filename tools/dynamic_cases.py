@@ -402,4 +402,24 @@ grow {
   g = s32[] get-dimension-size(r), dimensions={0}
   ROOT t = (f32[<=8], f32[], s32[]) tuple(r, s, g)"""),
          [("f32", (8,))], [(0, 0), (0, 1), (5, 0), (5, 1), (8, 0), (8, 1)], cuts={0: (2,)}),
+    Case("gather_scatter", "a gather with a dynamic number of indices of a dynamic table, "
+         "and a scatter-add into a dynamic vector",
+         _module("gather_scatter", _ADD, """
+  t = f32[6,3] parameter(0)
+  i = s32[5,1] parameter(1)
+  u = f32[2] parameter(2)
+  n = s32[] parameter(3)
+  dt = f32[<=6,3] set-dimension-size(t, n), dimensions={0}
+  di = s32[<=5,1] set-dimension-size(i, n), dimensions={0}
+  g = f32[<=5,3] gather(dt, di), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,3}
+  gg = s32[] get-dimension-size(g), dimensions={0}
+  c = f32[6,1] slice(t), slice={[0:6], [0:1]}
+  v = f32[6] reshape(c)
+  dv = f32[<=6] set-dimension-size(v, n), dimensions={0}
+  si = s32[2,1] constant({ {0}, {1} })
+  s = f32[<=6] scatter(dv, si, u), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  gs = s32[] get-dimension-size(s), dimensions={0}
+  ROOT o = (f32[<=5,3], s32[], f32[<=6], s32[]) tuple(g, gg, s, gs)"""),
+         [("f32", (6, 3)), ("idx5", (5, 1)), ("f32", (2,))], [(0,), (2,), (5,)],
+         cuts={0: (1, None), 2: (3,)}),
 ]

@@ -64,7 +64,9 @@ def run_on_xla(xc, client, text: str, args: list[np.ndarray]) -> list[np.ndarray
 def inputs_for(case: Case, sizes: tuple[int, ...], rng) -> list[np.ndarray]:
     arrays = []
     for dtype, dims in case.args:
-        if dtype == "s32":
+        if dtype == "idx5":  # indices into the first rows of a table (valid for n >= 5)
+            arrays.append(rng.integers(0, 5, size=dims).astype(np.int32))
+        elif dtype == "s32":
             arrays.append(rng.integers(-50, 50, size=dims).astype(np.int32))
         else:
             arrays.append(rng.uniform(-2, 2, size=dims).astype(dtype.replace("f", "float")))

@@ -31,13 +31,15 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 
 - while: the sizes of the dynamic dimensions of the initial state ride along as extra s32
   elements of the loop state; body and condition are padded with them.
+- gather: dynamic index batch dimensions and operand dimensions taken whole keep their
+  sizes; scatter keeps its operand's sizes.
 - conditional: each branch takes `(operand, its sizes...)` and returns `(result, the size
   of every dimension some branch makes dynamic...)`.
 
 Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
 shapes inside other called computations (call, fusion), a loop body that makes a
 dimension dynamic that its initial state has static, and any other opcode whose
-operand has a dynamic dimension (gather, scatter, collectives — XLA:CPU
+operand has a dynamic dimension (scatter indices or updates, collectives — XLA:CPU
 refuses an all-reduce of a dynamic operand too).
 """
 
@@ -395,6 +397,10 @@ class _Padder:
             return self.slice(instr, ops, szs)
         if op == "reshape":
             return self.reshape(instr, ops, szs)
+        if op == "gather":
+            return self.gather(instr, ops, szs)
+        if op == "scatter":
+            return self.scatter(instr, ops, szs)
         if op == "pad":
             return self.pad(instr, ops, szs)
         if op == "reverse":
@@ -596,6 +602,36 @@ class _Padder:
         sizes = [self.const(_S32, b) for b in instr.shape.dims]
         sizes[dyn[0]] = self.emit("divide", [count, self.const(_S32, max(rest, 1))])
         return self.dynamic_reshape(instr, [x] + sizes, szs)
+
+    def gather(self, instr, ops, szs):
+        """Indices' dynamic batch dimensions become the output's batch dimensions; an operand
+        dimension taken whole (slice size == bound) keeps its size in its offset dimension.
+        Indices address the buffer, as in XLA (out-of-size indices read padding)."""
+        a = instr.attrs
+        operand, indices = szs
+        ivd = a["index_vector_dim"]
+        offset_dims = a["offset_dims"]
+        out = [None] * instr.shape.rank
+        batch_out = [d for d in range(instr.shape.rank) if d not in offset_dims]
+        batch_in = [d for d in range(ops[1].shape.rank) if d != ivd]
+        for o, i in zip(batch_out, batch_in):
+            out[o] = indices[i]
+        dropped = set(a["collapsed_slice_dims"]) | set(a.get("operand_batching_dims") or ())
+        kept = [d for d in range(ops[0].shape.rank) if d not in dropped]
+        for o, d in zip(offset_dims, kept):
+            if operand[d] is not None and a["slice_sizes"][d] == ops[0].shape.dims[d]:
+                out[o] = operand[d]
+        return self.keep(instr, ops), tuple(out)
+
+    def scatter(self, instr, ops, szs):
+        """A dynamic operand keeps its sizes; dynamic indices or updates would scatter their
+        padding, which XLA's padder masks: not supported yet."""
+        n = (len(ops) - 1) // 2
+        if any(_dynamic(s) for s in szs[n:]):
+            raise _refuse(instr, "scatter indices or updates with a dynamic dimension are not "
+                          "supported yet by xladist's dynamic padder")
+        sizes = [tuple(s) for s in szs[:n]]
+        return self.keep(instr, ops), (sizes[0] if n == 1 else sizes)
 
     def pad(self, instr, ops, szs):
         """Fill the operand's padding with the pad value, then pad the buffer: every element
