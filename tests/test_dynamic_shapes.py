@@ -224,3 +224,10 @@ def test_a_dynamic_operand_passes_into_a_conditional_branch(backend):
         r, s, g = exe(x, np.int32(n), np.bool_(False))
         np.testing.assert_array_equal(r, x[:3])
         assert s == 6 and g == 3
+
+
+def test_explain_shows_the_padded_module(capsys):
+    from tests import corpus_util as cu
+    from xladist.cli import main
+    assert main(["explain", str(cu.CORPUS / "dynamic" / "sort" / "module.hlo")]) == 0
+    assert "dynpad" in capsys.readouterr().out
