@@ -17,7 +17,7 @@ CASES = [p.name for p in cu.case_folders("dynamic")]
 
 
 def test_the_corpus_is_present():
-    assert len(CASES) == 21
+    assert len(CASES) == 22
 
 
 def _runs(folder):

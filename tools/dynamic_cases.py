@@ -422,4 +422,15 @@ grow {
   ROOT o = (f32[<=5,3], s32[], f32[<=6], s32[]) tuple(g, gg, s, gs)"""),
          [("f32", (6, 3)), ("idx5", (5, 1)), ("f32", (2,))], [(0,), (2,), (5,)],
          cuts={0: (1, None), 2: (3,)}),
+    Case("scatter_dynamic_updates", "a scatter-add whose number of index vectors and updates "
+         "is dynamic: padded ones must not land",
+         _module("scatter_dynamic_updates", _ADD, """
+  v = f32[6] parameter(0)
+  i = s32[5,1] parameter(1)
+  u = f32[5] parameter(2)
+  n = s32[] parameter(3)
+  di = s32[<=5,1] set-dimension-size(i, n), dimensions={0}
+  du = f32[<=5] set-dimension-size(u, n), dimensions={0}
+  ROOT s = f32[6] scatter(v, di, du), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add"""),
+         [("f32", (6,)), ("idx5", (5, 1)), ("f32", (5,))], [(0,), (1,), (3,), (5,)]),
 ]

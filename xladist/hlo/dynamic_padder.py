@@ -32,14 +32,14 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 - while: the sizes of the dynamic dimensions of the initial state ride along as extra s32
   elements of the loop state; body and condition are padded with them.
 - gather: dynamic index batch dimensions and operand dimensions taken whole keep their
-  sizes; scatter keeps its operand's sizes.
+  sizes; scatter keeps its operand's sizes and skips the updates of padded index vectors.
 - conditional: each branch takes `(operand, its sizes...)` and returns `(result, the size
   of every dimension some branch makes dynamic...)`.
 
 Not handled (UnsupportedError naming the instruction): dynamic entry parameters, dynamic
 shapes inside other called computations (call, fusion), a loop body that makes a
 dimension dynamic that its initial state has static, and any other opcode whose
-operand has a dynamic dimension (scatter indices or updates, collectives — XLA:CPU
+operand has a dynamic dimension (scatter update windows, collectives — XLA:CPU
 refuses an all-reduce of a dynamic operand too).
 """
 
@@ -624,12 +624,30 @@ class _Padder:
         return self.keep(instr, ops), tuple(out)
 
     def scatter(self, instr, ops, szs):
-        """A dynamic operand keeps its sizes; dynamic indices or updates would scatter their
-        padding, which XLA's padder masks: not supported yet."""
+        """A dynamic operand keeps its sizes. Dynamic scatter (batch) dimensions of the indices
+        or updates: the padded index vectors are pointed out of bounds, so the scatter skips
+        their updates (XLA's padder does the same)."""
+        a = instr.attrs
         n = (len(ops) - 1) // 2
-        if any(_dynamic(s) for s in szs[n:]):
-            raise _refuse(instr, "scatter indices or updates with a dynamic dimension are not "
+        indices, ivd = ops[n], a["index_vector_dim"]
+        window_dims = a["update_window_dims"]
+        update = szs[n + 1]
+        if any(update[d] is not None for d in window_dims) or any(
+                szs[n + 1 + k] != update for k in range(n)):
+            raise _refuse(instr, "scatter updates with a dynamic window dimension are not "
                           "supported yet by xladist's dynamic padder")
+        if ivd < indices.shape.rank and szs[n][ivd] is not None:
+            raise _refuse(instr, "a dynamic index vector dimension is not supported")
+        batch_idx = [d for d in range(indices.shape.rank) if d != ivd]
+        batch_upd = [d for d in range(len(update)) if d not in window_dims]
+        dims = {}
+        for di, du in zip(batch_idx, batch_upd):
+            size = szs[n][di] if szs[n][di] is not None else update[du]
+            if size is not None:
+                dims[di] = size
+        if dims:
+            beyond = self.const(indices.shape.element_type, max(ops[0].shape.dims) + 1)
+            ops[n] = self.fill(indices, dims, beyond)
         sizes = [tuple(s) for s in szs[:n]]
         return self.keep(instr, ops), (sizes[0] if n == 1 else sizes)
 
