@@ -231,3 +231,20 @@ def test_explain_shows_the_padded_module(capsys):
     from xladist.cli import main
     assert main(["explain", str(cu.CORPUS / "dynamic" / "sort" / "module.hlo")]) == 0
     assert "dynpad" in capsys.readouterr().out
+
+
+def test_the_builder_makes_dynamic_programs():
+    from xladist.builder import XlaBuilder
+    b = XlaBuilder("dyn")
+    x = b.parameter(0, "f32[4,3]")
+    n = b.parameter(1, "s32[]")
+    d = b.set_dimension_size(x, n, 0)
+    assert d.shape.to_text(layout=False) == "f32[<=4,3]"
+    count = b.mul(n, b.constant_r0(3, "s32"))
+    f = b.dynamic_reshape(d, [count], "f32[<=12]")
+    b.tuple(f, b.get_dimension_size(f, 0))
+    exe = xladist.compile(b.build(), backend="interpreter")
+    x_ = np.arange(12, dtype=np.float32).reshape(4, 3)
+    flat, size = exe(x_, np.int32(2))
+    np.testing.assert_array_equal(flat, x_[:2].reshape(-1))
+    assert size == 6
