@@ -248,3 +248,27 @@ def test_the_builder_makes_dynamic_programs():
     flat, size = exe(x_, np.int32(2))
     np.testing.assert_array_equal(flat, x_[:2].reshape(-1))
     assert size == 6
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_dynamic_slice_update_slice_and_map_keep_the_size(backend):
+    text = module("""
+  v = f32[6] parameter(0)
+  n = s32[] parameter(1)
+  d = f32[<=6] set-dimension-size(v, n), dimensions={0}
+  zero = s32[] constant(0)
+  ds = f32[<=6] dynamic-slice(d, zero), dynamic_slice_sizes={6}
+  part = f32[2] dynamic-slice(d, zero), dynamic_slice_sizes={2}
+  one = s32[] constant(1)
+  u = f32[<=6] dynamic-update-slice(ds, part, one)
+  m = f32[<=6] map(u, u), dimensions={0}, to_apply=add
+  ROOT t = (f32[<=6], f32[2]) tuple(m, part)
+""")
+    exe = xladist.compile(parse_module(text), backend=backend)
+    v = np.arange(1, 7, dtype=np.float32)
+    for n in (0, 3, 6):
+        m, part = exe(v, np.int32(n))
+        want = v.copy()
+        want[1:3] = v[:2]
+        np.testing.assert_array_equal(m, 2 * want[:n])
+        np.testing.assert_array_equal(part, v[:2])

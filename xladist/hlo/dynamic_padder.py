@@ -19,7 +19,8 @@ bound, and the pass tracks its size as an s32[] value through the data flow.
 - Entry results: the root becomes `(root, size_0, ..., size_k)`; `DynamicResults.cut`
   slices each flattened result leaf to its dynamic sizes (Executable.__call__ applies it).
 
-- slice keeps the size of a dimension it takes whole; a partial slice makes it static.
+- slice and dynamic-slice keep the size of a dimension they take whole; a partial slice
+  makes it static. dynamic-update-slice keeps its operand's sizes (a static update).
 - reverse reverses the buffer and slices the valid part back to the front.
 - reshape: the one result dimension declared dynamic gets count / (other dims), and the
   valid elements move row-major (as dynamic-reshape); pad fills the operand's padding with
@@ -58,7 +59,7 @@ from .shape_inference import infer_shape
 _S32 = "s32"
 _ELEMENTWISE = ("elementwise_unary", "elementwise_binary", "elementwise_ternary", "compare",
                 "conversion")
-_PASS_THROUGH = ("copy", "optimization-barrier")
+_PASS_THROUGH = ("copy", "map")
 
 
 @dataclass(frozen=True)
@@ -369,6 +370,17 @@ class _Padder:
                 if len(s) == rank:
                     sizes = [a if a is not None else b for a, b in zip(sizes, s)]
             return self.keep(instr, ops), tuple(sizes)
+        if op == "opt-barrier":
+            return self.keep(instr, ops), szs[0]
+        if op == "dynamic-slice":
+            sizes = tuple(s if n == b else None for s, n, b in zip(
+                szs[0], instr.attrs["dynamic_slice_sizes"], ops[0].shape.dims))
+            return self.keep(instr, ops), sizes
+        if op == "dynamic-update-slice":
+            if _dynamic(szs[1]):
+                raise _refuse(instr, "a dynamic-update-slice whose update has a dynamic "
+                              "dimension is not supported yet by xladist's dynamic padder")
+            return self.keep(instr, ops), szs[0]
         if op == "broadcast":
             sizes = [None] * instr.shape.rank
             for k, r in enumerate(instr.attrs["dimensions"]):
