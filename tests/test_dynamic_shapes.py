@@ -272,3 +272,30 @@ def test_dynamic_slice_update_slice_and_map_keep_the_size(backend):
         want[1:3] = v[:2]
         np.testing.assert_array_equal(m, 2 * want[:n])
         np.testing.assert_array_equal(part, v[:2])
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_convolution_over_a_dynamic_spatial_dimension(backend):
+    """XLA:CPU refuses this one ("Dynamic Spatial Convolution is not supported"); xladist
+    runs it with the padder's rule for windows (VALID windows over the size), against numpy."""
+    text = module("""
+  x = f32[2,8,3] parameter(0)
+  k = f32[3,3,4] parameter(1)
+  n = s32[] parameter(2)
+  d = f32[2,<=8,3] set-dimension-size(x, n), dimensions={1}
+  c = f32[2,<=6,4] convolution(d, k), window={size=3}, dim_labels=b0f_0io->b0f
+  g = s32[] get-dimension-size(c), dimensions={1}
+  ROOT t = (f32[2,<=6,4], s32[]) tuple(c, g)
+""")
+    exe = xladist.compile(parse_module(text), backend=backend)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (2, 8, 3)).astype(np.float32)
+    k = rng.uniform(-1, 1, (3, 3, 4)).astype(np.float32)
+    for n in (0, 2, 3, 5, 8):
+        c, g = exe(x, k, np.int32(n))
+        windows = max(n - 2, 0)
+        want = np.zeros((2, windows, 4), np.float32)
+        for i in range(windows):
+            want[:, i] = np.einsum("bkc,kco->bo", x[:, i:i + 3], k)
+        assert g == windows
+        np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
