@@ -61,7 +61,15 @@ def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
     factory = _load_backend(backend)
     if verify:
         verify_if_available(module)
-    return factory(module, **options)
+    from .hlo.dynamic_padder import pad_dynamic
+    static, dynamic_results = pad_dynamic(module)
+    if dynamic_results is not None or static is not module:
+        # A schedule names the original module's instructions; the padded copy runs in
+        # text order (every rank pads the same way, so collectives still line up).
+        options.pop("schedule", None)
+    exe = factory(static, **options)
+    exe.dynamic_results = dynamic_results
+    return exe
 
 
 # ---- arguments and results ---------------------------------------------------------------
@@ -118,6 +126,9 @@ class Executable:
     """A compiled single-device program; call it with one array per entry parameter."""
 
     backend = "?"
+    # Set by compile() for a module with bounded dynamic shapes (hlo.dynamic_padder): the
+    # padded results are cut back to their dynamic sizes.
+    dynamic_results = None
 
     def __init__(self, module):
         self.module = module
@@ -134,7 +145,10 @@ class Executable:
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         args = self.check_arguments(arrays)
-        return flatten_result(self.execute(args), self.result_shape)
+        leaves = flatten_result(self.execute(args), self.result_shape)
+        if self.dynamic_results is not None:
+            leaves = self.dynamic_results.cut(leaves)
+        return leaves
 
     def execute(self, args):
         """Run on checked arguments; returns the root value (tuples unflattened)."""

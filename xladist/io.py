@@ -109,7 +109,12 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
 def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bool = True
                   ) -> None:
     """Write `out{i}`: result leaf i of every device, stacked on a leading device axis
-    (device_axis=True) or, for one device, as is."""
+    (device_axis=True) or, for one device, as is.
+
+    Results with dynamic dimensions may differ in dims between devices: then `out{i}` holds
+    each device's array zero-padded to the largest dims, and `out{i}_sizes` (int64
+    [devices, rank]) each device's own dims, so row d is `out{i}[d][tuple(map(slice, sizes[d]))]`.
+    """
     if not per_device:
         raise ValueError("write_outputs needs at least one device's outputs")
     if not device_axis and len(per_device) != 1:
@@ -117,14 +122,23 @@ def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bo
     arrays = {}
     for i in range(len(per_device[0])):
         rows = [encode(outs[i]) for outs in per_device]
+        if device_axis and len({r.shape for r in rows}) > 1:
+            arrays[f"out{i}_sizes"] = np.array([r.shape for r in rows], dtype=np.int64)
+            rows = _pad_to_largest(rows)
         arrays[f"out{i}"] = np.stack(rows) if device_axis else rows[0]
     np.savez(target, **arrays)
 
 
+def _pad_to_largest(rows: list[np.ndarray]) -> list[np.ndarray]:
+    largest = tuple(max(dims) for dims in zip(*(r.shape for r in rows)))
+    return [np.pad(r, [(0, b - d) for d, b in zip(r.shape, largest)]) for r in rows]
+
+
 def read_outputs(source) -> list[np.ndarray]:
-    """`out0..` of an npz file in order (bf16 stays uint16 bits)."""
+    """`out0..` of an npz file in order (bf16 stays uint16 bits; `out{i}_sizes` skipped)."""
     with np.load(source, allow_pickle=False) as data:
-        keys = sorted((k for k in data.files if k.startswith("out")), key=_key_order)
+        keys = sorted((k for k in data.files if k.startswith("out") and k[3:].isdigit()),
+                      key=_key_order)
         return [data[k] for k in keys]
 
 

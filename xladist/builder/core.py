@@ -30,7 +30,7 @@ class BuilderError(ValueError):
 
 ShapeLike = Any  # Shape | ("f32", [2, 3]) | "f32[2,3]" | list of ShapeLike (a tuple shape)
 
-_SHAPE_TEXT = re.compile(r"^\s*([a-z][a-z0-9]*)\[([0-9,\s]*)\]\s*$")
+_SHAPE_TEXT = re.compile(r"^\s*([a-z][a-z0-9]*)\[([0-9,<=\s]*)\]\s*$")
 
 
 def as_shape(spec: ShapeLike) -> Shape:
@@ -43,10 +43,14 @@ def as_shape(spec: ShapeLike) -> Shape:
             raise BuilderError(f"cannot read shape {spec!r}; write it like 'f32[2,3]' or "
                                "pass a Shape")
         name, body = m.groups()
-        dims = [int(d) for d in body.split(",") if d.strip()]
+        parts = [d.strip() for d in body.split(",") if d.strip()]
+        if not all(p.removeprefix("<=").isdigit() for p in parts):
+            raise BuilderError(f"cannot read shape {spec!r}; dimensions are N or <=N (bounded "
+                               "dynamic)")
+        dims = [int(p.removeprefix("<=")) for p in parts]
         if name == "token":
             return Shape.token()
-        return Shape.array(name, dims)
+        return Shape.array(name, dims, dynamic=[p.startswith("<=") for p in parts])
     if (isinstance(spec, tuple) and len(spec) == 2
             and isinstance(spec[0], (str, PrimitiveType, np.dtype, type))):
         return Shape.array(as_type(spec[0]), spec[1])

@@ -172,6 +172,19 @@ class ShapingMixin:
     def get_dimension_size(self, operand: XlaOp, dimension: int) -> XlaOp:
         return self._add("get-dimension-size", [operand], {"dimensions": (int(dimension),)})
 
+    def set_dimension_size(self, operand: XlaOp, size: XlaOp, dimension: int) -> XlaOp:
+        """Make `dimension` dynamic with `size` (an s32[] value) valid elements, bounded by
+        its static size (run through hlo.dynamic_padder)."""
+        return self._add("set-dimension-size", [operand, self._coerce(size)],
+                         {"dimensions": (int(dimension),)})
+
+    def dynamic_reshape(self, operand: XlaOp, sizes, shape) -> XlaOp:
+        """Reshape the valid elements (row-major) into `shape` (bounds, `<=` for dynamic
+        dimensions) with one s32[] size per result dimension."""
+        from .core import as_shape
+        return self._add("dynamic-reshape", [operand] + [self._coerce(s) for s in sizes],
+                         declared=as_shape(shape))
+
     def bitcast(self, operand: XlaOp, shape) -> XlaOp:
         """Reinterpret the operand's buffer as `shape` (same byte size; layouts matter)."""
         from .core import as_shape

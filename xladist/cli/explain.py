@@ -36,8 +36,11 @@ def run(args) -> int:
     from xladist.compiler import CpuProgram
     from xladist.compiler.parallel import thread_count
 
+    from xladist.hlo.dynamic_padder import pad_dynamic
+
     module = xladist.load_hlo(args.file)
     xladist.verify(module)
+    module, _ = pad_dynamic(module)  # what the cpu backend compiles: the padded module
     program = CpuProgram(module)
     if args.ir:
         print(program.llvm_ir())

@@ -5,6 +5,8 @@ Each column reads its phase's own tables, so the matrix cannot drift from the co
 - verify: hlo/shape_inference.SHAPE_RULES, else its UNSUPPORTED reason;
 - interpreter: interpreter.EVAL_RULES, else interpreter.UNSUPPORTED's reason;
 - cpu: xladist.compiler.coverage() -> {opcode: "yes" | reason}, when the compiler exists;
+- the opcodes hlo.dynamic_padder rewrites into static ones before any backend runs
+  (set-dimension-size, dynamic-reshape) count as "yes" for the interpreter and cpu;
 - runtime: "yes" for ops that stay on the device; collectives, p2p and feeds from the MPI
   runtime's runtime.coverage() when it exists.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+
+from ..hlo.dynamic_padder import REWRITTEN
 
 HELP = "print which opcodes each phase supports (parse, verify, interpreter, cpu, runtime)"
 
@@ -50,7 +54,7 @@ def _optional(module: str):
 
 def _table_column(rules, unsupported, missing_reason):
     def cell(op):
-        if op in rules:
+        if op in rules or op in REWRITTEN:
             return "yes"
         return unsupported.get(op, missing_reason)
     return cell
@@ -63,6 +67,8 @@ def _coverage_column(module_name, not_built):
     def cell(op):
         if table is None:
             return not_built
+        if op in REWRITTEN:
+            return "yes"
         return table.get(op, "not listed by the phase's coverage()")
     return cell
 

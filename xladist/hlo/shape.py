@@ -300,14 +300,30 @@ class Shape:
         return s
 
     # ---- comparison -----------------------------------------------------
-    def compatible(self, other: "Shape") -> bool:
-        """Equal ignoring layouts (and the buffer marker); dynamic-ness must match."""
+    def compatible(self, other: "Shape", ignore_dynamic: bool = False) -> bool:
+        """Equal ignoring layouts (and the buffer marker); dynamic-ness must match unless
+        ignore_dynamic (XLA's ShapeUtil::Compatible, which the verifier uses, ignores it)."""
         if self.element_type != other.element_type:
             return False
         if self.is_tuple:
             return len(self.tuple_shapes) == len(other.tuple_shapes) and all(
-                a.compatible(b) for a, b in zip(self.tuple_shapes, other.tuple_shapes))
-        return self.dims == other.dims and self.dynamic == other.dynamic
+                a.compatible(b, ignore_dynamic)
+                for a, b in zip(self.tuple_shapes, other.tuple_shapes))
+        return self.dims == other.dims and (ignore_dynamic or self.dynamic == other.dynamic)
+
+    def static(self) -> "Shape":
+        """The same shape with every bounded dynamic dimension made static at its bound."""
+        if self.is_tuple:
+            return Shape(TUPLE, tuple_shapes=tuple(s.static() for s in self.tuple_shapes))
+        if not self.is_dynamic:
+            return self
+        return Shape(self.element_type, self.dims, self.layout, (False,) * len(self.dims),
+                     (), self.buffer)
+
+    @property
+    def has_dynamic(self) -> bool:
+        """Whether any array leaf has a dynamic dimension."""
+        return any(s.is_dynamic for _, s in self.leaves())
 
     def same_dims(self, other: "Shape") -> bool:
         """Same dimensions (array shapes), element type ignored."""

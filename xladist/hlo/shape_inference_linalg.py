@@ -70,8 +70,13 @@ def dot(op, shapes, attrs, declared):
     lhs, rhs = shapes[0], shapes[1]
     expect_array(lhs, "lhs")
     expect_array(rhs, "rhs")
-    dims = dot_dims(lhs, rhs, *_dim_numbers(attrs))
-    return make(result_type(lhs, rhs, declared, op), dims)
+    lb, lc, rb, rc = _dim_numbers(attrs)
+    dims = dot_dims(lhs, rhs, lb, lc, rb, rc)
+    # Batch and free dimensions keep their dynamic-ness; contracting ones are summed away.
+    dyn = [lhs.dynamic[a] or rhs.dynamic[b] for a, b in zip(lb, rb)]
+    dyn += [lhs.dynamic[i] for i in range(lhs.rank) if i not in lb and i not in lc]
+    dyn += [rhs.dynamic[i] for i in range(rhs.rank) if i not in rb and i not in rc]
+    return make(result_type(lhs, rhs, declared, op), dims, dyn)
 
 
 def scaled_dot(op, shapes, attrs, declared):
@@ -185,11 +190,15 @@ def convolution(op, shapes, attrs, declared):
     base = tuple(lhs.dims[d] for d in dn.input_spatial)
     spatial = window_output_dims(base, window, "convolution", lhs) if nsp else ()
     out = [0] * (nsp + 2)
+    dyn = [False] * (nsp + 2)
     out[dn.output_batch] = batch // bgc
     out[dn.output_feature] = k_out
-    for d, n in zip(dn.output_spatial, spatial):
+    dyn[dn.output_batch] = lhs.dynamic[dn.input_batch]
+    dyn[dn.output_feature] = rhs.dynamic[dn.kernel_output_feature]
+    for d, n, di in zip(dn.output_spatial, spatial, dn.input_spatial):
         out[d] = n
-    return make(result_type(lhs, rhs, declared, op), out)
+        dyn[d] = lhs.dynamic[di]
+    return make(result_type(lhs, rhs, declared, op), out, dyn)
 
 
 _FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")

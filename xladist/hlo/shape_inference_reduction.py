@@ -46,7 +46,8 @@ def reduce_window(op, shapes, attrs, declared):
     check_reducer(attrs.get("to_apply"), "to_apply", list(inits),
                   [s.element_type for s in inputs])
     out_dims = window_output_dims(x.dims, window, "reduce-window", x)
-    return tuple_or_single([make(init.element_type, out_dims) for init in inits])
+    # A windowed dynamic dimension stays dynamic (XLA's dynamic dimension inference).
+    return tuple_or_single([make(init.element_type, out_dims, x.dynamic) for init in inits])
 
 
 def select_and_scatter(op, shapes, attrs, declared):
@@ -122,7 +123,7 @@ def sort(op, shapes, attrs, declared):
                          f"({fmt_all(want)}): two scalars per operand")
     if not result.compatible(make(PRED, ())):
         raise ShapeError(f"comparator to_apply={signature(comp)} must return pred[]")
-    return tuple_or_single([make(s.element_type, s.dims) for s in shapes])
+    return tuple_or_single([make(s.element_type, s.dims, s.dynamic) for s in shapes])
 
 
 def topk(op, shapes, attrs, declared):

@@ -303,12 +303,15 @@ def gather(op, shapes, attrs, declared):
         if x.dims[od] != idims[idd]:
             raise ShapeError(f"batching dimension {od} of the operand (size {x.dims[od]}) and "
                              f"{idd} of the indices (size {idims[idd]}) differ ({where})")
-    window = [sizes[i] for i in range(x.rank) if i not in collapsed and i not in op_batch]
-    batch = [n for i, n in enumerate(idims) if i != ivd]
+    # Index batch dimensions keep their dynamic-ness, as do operand dimensions sliced whole.
+    window = [(sizes[i], x.dynamic[i] and sizes[i] == x.dims[i]) for i in range(x.rank)
+              if i not in collapsed and i not in op_batch]
+    idyn = tuple(indices.dynamic) + (False,) * (len(idims) - indices.rank)
+    batch = [(n, idyn[i]) for i, n in enumerate(idims) if i != ivd]
     out, w, b = [], iter(window), iter(batch)
     for i in range(out_rank):
         out.append(next(w) if i in offset_dims else next(b))
-    return make(x.element_type, out)
+    return make(x.element_type, [n for n, _ in out], [dyn for _, dyn in out])
 
 
 def scatter(op, shapes, attrs, declared):

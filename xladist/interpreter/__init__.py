@@ -38,8 +38,9 @@ for _name in NUMERICS_FAMILIES:
 # Opcodes no family implements, with the reason `xladist ops` shows. Applied only where
 # no rule was registered, so a family that later implements one simply wins.
 _NOT_IMPLEMENTED = {
-    "dynamic-reshape": "dynamic shapes are not supported (shapes are static on this runtime)",
-    "set-dimension-size": "dynamic shapes are not supported (shapes are static on this runtime)",
+    # hlo.dynamic_padder rewrites these away in xladist.compile(), before any backend runs
+    "dynamic-reshape": "run through hlo.dynamic_padder (xladist.compile applies it)",
+    "set-dimension-size": "run through hlo.dynamic_padder (xladist.compile applies it)",
     "shuffle": "shuffle is not implemented by the interpreter",
     "scan": "scan is not implemented by the interpreter (XLA lowers it to while loops)",
     "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
