@@ -190,7 +190,7 @@ def run(args) -> int:
         from runtime import feeds
         placements = feeds.check_args(args, module)
         _deadlock_check(module, args)
-        code = _launch(args)
+        code = _launch(args, module)
         if code != 0:  # ranks killed by another's abort left their outfeed logs
             feeds.recover_outfeeds(feeds.from_args(args), placements)
         return code
@@ -237,14 +237,16 @@ def _read_per_device(module, args) -> list[list]:
     return [[TOKEN] * len(shapes) for _ in range(n)]
 
 
-def _launch(args) -> int:
-    """Start `mpiexec -n N` on this same command; ranks print their own errors."""
-    from runtime import launcher, progress
+def _launch(args, module) -> int:
+    """Start `mpiexec -n N` on this same command; ranks print their own errors. The module
+    is compiled here once and the ranks load it (runtime/compile_once.py)."""
+    from runtime import compile_once, launcher, progress
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise InputError(f"hostfile {args.hostfile} does not exist")
     argv = ["-m", "xladist", *args._argv]
-    proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
-                           env=progress.launch_env(args.quiet))
+    with compile_once.compiled_for_ranks(module, args.backend) as code_env:
+        proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
+                               env={**progress.launch_env(args.quiet), **code_env})
     if proc.returncode != 0 and args.trace:
         from runtime.trace import merge_partials
         if merge_partials(args.trace):
