@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "explain": "explain",
     "bench": "bench",
     "demo": "demo",
+    "aot": "aot",
 }
 
 
@@ -35,6 +36,7 @@ examples:
   xladist check module.hlo -n 4                 verify and prove it cannot deadlock
   xladist fmt module.hlo                        print it in canonical HLO text
   xladist explain module.hlo                    the cpu backend's kernels and buffers
+  xladist aot module.hlo --name f -o build/    f.o + f.h: the module as a C function
   xladist ops --missing                         which opcodes a phase does not support
 
 Run `xladist COMMAND --help` for a command's options and examples.

@@ -1,0 +1,265 @@
+"""Ahead-of-time compilation (xladist/compiler/aot.py, `xladist aot`): the object file and
+header are linked with examples/aot/main.c by the system C compiler, run on random inputs,
+and compared with the reference interpreter. What the AOT path cannot compile must be
+refused with an UnsupportedError naming the instruction."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.compiler.aot import AotProgram
+from xladist.errors import UnsupportedError
+
+ROOT = Path(__file__).resolve().parent.parent
+MAIN_C = ROOT / "examples" / "aot" / "main.c"
+CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+ADD = """
+add {
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}
+"""
+
+MODULES = {
+    "elementwise_reduce_tuple": "HloModule m\n" + ADD + """
+ENTRY main {
+  x = f32[5,7] parameter(0)
+  y = f32[5,7] parameter(1)
+  e = f32[5,7] exponential(x)
+  a = f32[5,7] multiply(e, y)
+  t = f32[7,5] transpose(a), dimensions={1,0}
+  c = f32[] constant(0)
+  r = f32[5] reduce(a, c), dimensions={1}, to_apply=add
+  ROOT out = (f32[7,5], f32[5], f32[5,7]) tuple(t, r, x)
+}
+""",
+    "while_loop": "HloModule m\n" + ADD + """
+cond {
+  s = (s32[], f32[4,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[4,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  v = f32[4,3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  h = f32[] constant(0.5)
+  hb = f32[4,3] broadcast(h), dimensions={}
+  v1 = f32[4,3] multiply(v, hb)
+  v2 = f32[4,3] tanh(v1)
+  w = f32[4,3] add(v2, v)
+  ROOT t = (s32[], f32[4,3]) tuple(i1, w)
+}
+
+ENTRY main {
+  x = f32[4,3] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[4,3]) tuple(z, x)
+  loop = (s32[], f32[4,3]) while(init), condition=cond, body=body
+  v = f32[4,3] get-tuple-element(loop), index=1
+  c = f32[] constant(0)
+  ROOT r = f32[4] reduce(v, c), dimensions={1}, to_apply=add
+}
+""",
+    "scan_in_place": """HloModule m
+
+cond {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  acc = f32[6,3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  f = f32[] convert(i)
+  row = f32[1,3] broadcast(f), dimensions={}
+  z = s32[] constant(0)
+  u = f32[6,3] dynamic-update-slice(acc, row, i, z)
+  ROOT t = (s32[], f32[6,3]) tuple(i1, u)
+}
+
+ENTRY main {
+  x = f32[6,3] parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[6,3]) tuple(z, x)
+  loop = (s32[], f32[6,3]) while(init), condition=cond, body=body
+  ROOT v = f32[6,3] get-tuple-element(loop), index=1
+}
+""",
+    "conditional_index": """HloModule m
+
+b0 {
+  p = f32[8] parameter(0)
+  ROOT r = f32[8] negate(p)
+}
+
+b1 {
+  p = f32[8] parameter(0)
+  ROOT r = f32[8] exponential(p)
+}
+
+b2 {
+  p = f32[8] parameter(0)
+  ROOT r = f32[8] multiply(p, p)
+}
+
+ENTRY main {
+  k = s32[] parameter(0)
+  x = f32[8] parameter(1)
+  ROOT c = f32[8] conditional(k, x, x, x), branch_computations={b0, b1, b2}
+}
+""",
+    "conditional_pred": """HloModule m
+
+t {
+  p = (f32[3], s32[3]) parameter(0)
+  a = f32[3] get-tuple-element(p), index=0
+  ROOT r = f32[3] sine(a)
+}
+
+f {
+  p = (f32[3], s32[3]) parameter(0)
+  b = s32[3] get-tuple-element(p), index=1
+  ROOT r = f32[3] convert(b)
+}
+
+ENTRY main {
+  c = pred[] parameter(0)
+  a = f32[3] parameter(1)
+  b = s32[3] parameter(2)
+  tp = (f32[3], s32[3]) tuple(a, b)
+  ROOT r = f32[3] conditional(c, tp, tp), true_computation=t, false_computation=f
+}
+""",
+}
+
+
+def _random(shape, rng):
+    dt = np.dtype(shape.dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, shape.dims).astype(np.bool_)
+    if dt.kind in "iu":
+        return rng.integers(-3, 4, shape.dims).astype(dt)
+    return rng.standard_normal(shape.dims).astype(dt)
+
+
+def _build_and_run(module, name, tmp_path, args):
+    """The C program linked with NAME.o, run on args; returns its results."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    prog = AotProgram(module, name)
+    (tmp_path / f"{name}.o").write_bytes(prog.compile())
+    (tmp_path / f"{name}.h").write_text(prog.header())
+    exe = tmp_path / "main"
+    subprocess.run([CC, "-O1", "-std=c11", f"-DAOT_NAME={name}", f'-DAOT_HEADER="{name}.h"',
+                    f"-I{tmp_path}", str(MAIN_C), str(tmp_path / f"{name}.o"), "-lm", "-o",
+                    str(exe)], check=True, timeout=120)
+    data = tmp_path / "data"
+    data.mkdir()
+    for i, a in enumerate(args):
+        (data / f"arg{i}.bin").write_bytes(np.ascontiguousarray(a).tobytes())
+    subprocess.run([str(exe), str(data)], check=True, timeout=60, capture_output=True)
+    return [np.frombuffer((data / f"result{j}.bin").read_bytes(), dtype=r.shape.dtype)
+            .reshape(r.shape.dims) for j, r in enumerate(prog.results)]
+
+
+needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc, gcc, clang) on PATH")
+
+
+@needs_cc
+@pytest.mark.parametrize("case", sorted(MODULES))
+def test_aot_matches_interpreter(case, tmp_path):
+    module = xladist.parse_hlo(MODULES[case])
+    rng = np.random.default_rng(len(case))
+    params = module.entry.parameters
+    for trial in range(2):
+        args = [_random(p.shape, rng) for p in params]
+        if case == "conditional_index":  # every branch, and out of range (the last one)
+            args[0] = np.int32([0, 7][trial] if trial else 1)
+        if case == "conditional_pred":
+            args[0] = np.bool_(trial == 0)
+        expected = xladist.compile(module, backend="interpreter")(*args)
+        got = _build_and_run(xladist.parse_hlo(MODULES[case]), "m", tmp_path / str(trial), args)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=2e-6, atol=2e-6)
+
+
+def test_object_needs_only_libc_and_libm(tmp_path):
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm on PATH to list the object's undefined symbols")
+    for case in MODULES:
+        obj = tmp_path / f"{case}.o"
+        obj.write_bytes(AotProgram(xladist.parse_hlo(MODULES[case]), "m").compile())
+        out = subprocess.run([nm, "-u", str(obj)], capture_output=True, text=True,
+                             check=True).stdout.split()
+        undefined = {s for s in out if s != "U"}
+        assert undefined <= {"memcpy", "memset", "memmove", "expf", "logf", "powf", "sinf",
+                             "cosf", "tanhf", "exp", "log", "fmodf", "fmod"}, (case, undefined)
+        defined = subprocess.run([nm, "-g", "--defined-only", str(obj)], capture_output=True,
+                                 text=True, check=True).stdout.split()[2::3]
+        assert sorted(defined) == ["m_arg_bytes", "m_result_bytes", "m_run", "m_temp_bytes"]
+
+
+REFUSED = {
+    "all-reduce": ("HloModule m\n" + ADD + """
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT s = f32[4] all-reduce(x), to_apply=add
+}
+""", "`s` (all-reduce)"),
+    "custom-call": ("""HloModule m
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT c = f32[4] custom-call(x), custom_call_target="TopK"
+}
+""", "`c` (custom-call)"),
+    "half": ("""HloModule m
+ENTRY main {
+  x = f16[4] parameter(0)
+  ROOT n = f16[4] negate(x)
+}
+""", "f16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_with_the_instruction(case):
+    text, named = REFUSED[case]
+    with pytest.raises(UnsupportedError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        AotProgram(xladist.parse_hlo(text), "m").compile()
+
+
+@needs_cc
+def test_example_makefile_builds_and_runs(tmp_path):
+    import os
+    import sys
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make on PATH")
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=str(ROOT))
+    proc = subprocess.run([make, "-C", str(ROOT / "examples" / "aot"), "run",
+                           f"BUILD={tmp_path / 'build'}", f"PYTHON={sys.executable}",
+                           f"XLADIST={sys.executable} -m xladist", f"CC={CC}"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 results match the interpreter" in proc.stdout
