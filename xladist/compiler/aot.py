@@ -16,7 +16,8 @@ kernels in order with buffer addresses fixed at compile time:
     loop's own, and it writes R while reading C, so there is no hazard;
   * a conditional branches to one of its branch instances, which write the results;
   * root leaves not computed directly into their destination are copied there.
-Anything else (library thunks: dot, convolution, fft, rng-bit-generator, ...; device
+dot becomes generated loops (aot_dot.py) instead of the BLAS library thunk.
+Anything else (library thunks: convolution, fft, rng-bit-generator, ...; device
 thunks: collectives, channels, feeds; custom calls; async) is refused with an
 UnsupportedError naming the instruction: never wrong code. Half-precision types are
 refused too: their conversions may become calls to compiler-runtime helpers
@@ -31,13 +32,14 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import UnsupportedError
+from .aot_dot import emit_dot
 from .buffers import ALIGN
 from .codegen.ir_array import c64
 from .codegen.kernels import emit_kernel
 from .codegen.types import I1, I8, I32, I64, PTR
 from .control import ConditionalThunk, WhileThunk
 from .emit import ProgramBuilder
-from .thunks import KernelThunk
+from .thunks import KernelThunk, LibraryThunk
 
 # Types whose conversions LLVM may lower to libgcc/compiler-rt calls.
 REFUSED_TYPES = {"f16": "half-precision conversions may call __extendhfsf2/__truncsfhf2",
@@ -84,6 +86,7 @@ class AotProgram:
         self.entry = self.pb.computation(module.entry)
         self.temp = 0       # bytes of temp laid out so far
         self._consts: dict[int, ir.GlobalVariable] = {}
+        self._dots = 0
 
     # ---- what the C API sees ---------------------------------------------------
     @staticmethod
@@ -203,6 +206,8 @@ class AotProgram:
                 b = self._while(b, t, addr)
             elif isinstance(t, ConditionalThunk):
                 b = self._conditional(b, t, addr)
+            elif type(t) is LibraryThunk and t.name == "dot":
+                self._dot(b, t, addr)
             else:
                 where = _where(t.instr) if t.instr is not None else t.kind
                 raise UnsupportedError(
@@ -222,11 +227,22 @@ class AotProgram:
             raise UnsupportedError(f"ahead-of-time compilation: buffer {s.describe()} of "
                                    f"computation {cc.name} has no static address") from None
 
-    def _kernel(self, b, t: KernelThunk, addr) -> None:
-        argv = self._temp(b, 8 * len(t.slots))
-        for i, s in enumerate(t.slots):
+    def _call(self, b, fn_name: str, slots, addr) -> None:
+        """fn(argv): argv, in temp, holds the slots' addresses."""
+        argv = self._temp(b, 8 * len(slots))
+        for i, s in enumerate(slots):
             b.store(addr[s.id], b.gep(argv, [c64(i)], inbounds=True, source_etype=PTR))
-        b.call(self.mod.get_global(t.spec.name), [argv])
+        b.call(self.mod.get_global(fn_name), [argv])
+
+    def _kernel(self, b, t: KernelThunk, addr) -> None:
+        self._call(b, t.spec.name, t.slots, addr)
+
+    def _dot(self, b, t: LibraryThunk, addr) -> None:
+        name = f"aot_dot{self._dots}"
+        self._dots += 1
+        emit_dot(self.mod, name, t.instr, _where(t.instr))
+        self._call(b, name, [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]],
+                   addr)
 
     def _while(self, b, t: WhileThunk, addr) -> ir.IRBuilder:
         if any(r.pairs for r in (t.init_to_state, t.state_to_cond, t.result_to_state,
