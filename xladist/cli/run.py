@@ -11,6 +11,7 @@ unsupported backend or op).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -129,11 +130,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_module(path: str):
+    if path.endswith(".xlx"):
+        return serialized(path).module
     from .. import load_hlo
     try:
         return load_hlo(path)
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def serialized(path: str):
+    """A `.xlx` file of `xladist compile` (validated once per process)."""
+    from ..compiler.serialized import SerializedExecutable
+    return SerializedExecutable(path)
+
+
+def precompiled_options(args) -> dict:
+    """Backend options that run a `.xlx` module without compiling ({} for HLO text)."""
+    if not args.module.endswith(".xlx"):
+        return {}
+    if args.backend != "cpu":
+        raise InputError(f"{args.module} holds cpu code; it runs with --backend cpu only")
+    return serialized(args.module).options()
 
 
 def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = True,
@@ -210,6 +229,7 @@ def run(args) -> int:
     from runtime.feeds import from_args, running_single
     with running_single(from_args(args), module) as device:
         outputs = run_single(module, per_device[0], args.backend, verify=not args.no_verify,
+                             **precompiled_options(args),
                              **({"device": device} if device is not None else {}))
     if args.outputs:
         write_outputs(args.outputs, [outputs], device_axis=True)
@@ -244,7 +264,9 @@ def _launch(args, module) -> int:
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise InputError(f"hostfile {args.hostfile} does not exist")
     argv = ["-m", "xladist", *args._argv]
-    with compile_once.compiled_for_ranks(module, args.backend) as code_env:
+    precompiled = args.module.endswith(".xlx")
+    with compile_once.compiled_for_ranks(module, None if precompiled else args.backend) \
+            as code_env:
         proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
                                env={**progress.launch_env(args.quiet), **code_env})
     if proc.returncode != 0 and args.trace:
@@ -282,7 +304,8 @@ def _run_as_rank(args) -> int:
                                           gather_to=0, trace=args.trace, tracer=tracer,
                                           device_assignment=args.device_assignment,
                                           feeds=feeds_from_args(args),
-                                          host=_host_files(args))
+                                          host=_host_files(args),
+                                          compile_options=precompiled_options(args))
         if args.stats:
             _print_stats(comm, result.tracer)
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down
