@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 
 from xladist.errors import XlaDistError
 
@@ -31,40 +32,51 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def compiled_for_ranks(module, backend: str):
+def compiled_for_ranks(module, backend: str | None, background: bool = True):
     """Compile `module` here; yields the environment additions the ranks need ({} when
-    nothing was compiled). The job-private cache, if one was made, is removed on exit."""
+    nothing is compiled). The job-private cache, if one was made, is removed on exit.
+
+    `background`: compile in a thread while mpiexec starts the ranks (their Python and MPI
+    start-up takes longer than the compile), so the launch waits for nothing; a rank that
+    gets to its compile before the object is stored misses the cache and compiles itself,
+    as it would without this (the cache writes whole files by rename, so it never sees half
+    an object)."""
     if backend != "cpu" or not enabled():
         yield {}
         return
     from xladist.compiler import jit
     private = None
     env: dict[str, str] = {}
+    old = os.environ.get(CACHE_ENV)
     if jit.cache_dir() is None:
+        # This process uses the job's private cache until the job ends (set here, in the
+        # main thread, since the compile may run in another).
         private = tempfile.mkdtemp(prefix="xladist-code-")
-        env[CACHE_ENV] = private
+        env[CACHE_ENV] = os.environ[CACHE_ENV] = private
+    worker = threading.Thread(target=_compile, args=(module,), daemon=True,
+                              name="xladist-compile-once")
     try:
-        _compile(module, private)
+        if background:
+            worker.start()
+        else:
+            worker.run()
         yield env
     finally:
+        if background:
+            worker.join()
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
-
-
-def _compile(module, cache: str | None) -> None:
-    from xladist.compiler.program import CpuProgram
-
-    from .schedule import schedule_module
-    old = os.environ.get(CACHE_ENV)
-    if cache is not None:
-        os.environ[CACHE_ENV] = cache
-    try:
-        CpuProgram(module, schedule_module(module))
-    except XlaDistError:
-        pass  # the ranks compile and report it themselves, with their rank
-    finally:
-        if cache is not None:
             if old is None:
                 os.environ.pop(CACHE_ENV, None)
             else:
                 os.environ[CACHE_ENV] = old
+
+
+def _compile(module) -> None:
+    from xladist.compiler.program import CpuProgram
+
+    from .schedule import schedule_module
+    try:
+        CpuProgram(module, schedule_module(module))  # stores the object in the kernel cache
+    except XlaDistError:
+        pass  # the ranks compile and report it themselves, with their rank

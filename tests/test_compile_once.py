@@ -65,9 +65,10 @@ def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
     from xladist.compiler.program import CpuProgram
     module = xladist.load_hlo(CASE / "module.hlo")
     monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
-    with compile_once.compiled_for_ranks(module, "cpu") as env:
+    with compile_once.compiled_for_ranks(module, "cpu", background=False) as env:
         assert set(env) == {"XLADIST_CACHE_DIR"}
         monkeypatch.setenv("XLADIST_CACHE_DIR", env["XLADIST_CACHE_DIR"])
         fresh = xladist.load_hlo(CASE / "module.hlo")  # a rank loads its own copy
         assert CpuProgram(fresh, schedule_module(fresh)).cached
     assert not Path(env["XLADIST_CACHE_DIR"]).exists()
+    assert compile_once.os.environ["XLADIST_CACHE_DIR"] == "off"  # restored

@@ -26,14 +26,16 @@ refused too: their conversions may become calls to compiler-runtime helpers
 
 from __future__ import annotations
 
+import re
+import threading
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..errors import UnsupportedError
+from ..errors import InputError, UnsupportedError
 from .aot_dot import emit_dot
-from .buffers import ALIGN
+from .buffers import ALIGN, _round
 from .codegen.ir_array import c64
 from .codegen.kernels import emit_kernel
 from .codegen.types import I1, I8, I32, I64, PTR
@@ -61,10 +63,6 @@ class Leaf:
         return self.shape.nbytes
 
 
-def _round(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
 def _where(instr) -> str:
     orig = getattr(instr.parent, "original_of", {}).get(instr, instr)
     comp = instr.parent.name if instr.parent is not None else "?"
@@ -75,8 +73,8 @@ class AotProgram:
     """The driver of one module: check what it can compile, then emit and compile."""
 
     def __init__(self, module, name: str):
-        if not name.isidentifier():
-            raise UnsupportedError(f"--name {name!r} is not a C identifier")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(f"--name {name!r} is not a C identifier")
         self.module = module
         self.name = name
         self._check_types(module)
@@ -350,8 +348,6 @@ class AotProgram:
                   "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
         return "\n".join(lines)
 
-
-import threading  # noqa: E402
 
 _LOCK = threading.Lock()
 
