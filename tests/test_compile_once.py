@@ -72,3 +72,24 @@ def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
         assert CpuProgram(fresh, schedule_module(fresh)).cached
     assert not Path(env["XLADIST_CACHE_DIR"]).exists()
     assert compile_once.os.environ["XLADIST_CACHE_DIR"] == "off"  # restored
+
+
+def test_xladist_run_api_hands_its_object_to_the_ranks(tmp_path, monkeypatch):
+    import xladist
+    from runtime import compile_once
+    cache = tmp_path / "kcache"
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(cache))
+    compiled = []
+    real = compile_once._compile
+    monkeypatch.setattr(compile_once, "_compile", lambda m: (compiled.append(m), real(m)))
+    module = xladist.load_hlo(CASE / "module.hlo")
+    inputs = np.load(CASE / "inputs.npz")
+    per_device = [[inputs[k][d] for k in sorted(inputs.files, key=lambda s: int(s[3:]))]
+                  for d in range(2)]
+    outs = xladist.run(module, per_device, n=2, timeout=60)
+    expected = np.load(CASE / "expected.npz")
+    for d in range(2):
+        for j, k in enumerate(sorted(expected.files, key=lambda s: int(s.lstrip("out")))):
+            np.testing.assert_allclose(outs[d][j], expected[k][d], rtol=1e-5, atol=1e-5)
+    # This process compiled, and the ranks used its key (else a second object).
+    assert len(compiled) == 1 and len(_objects(cache)) == 1
