@@ -165,6 +165,21 @@ ENTRY main {
 }
 """,
 }
+MODULES["convolutions"] = """HloModule m
+
+ENTRY main {
+  x = f32[2,5,6,4] parameter(0)
+  k = f32[3,2,4,6] parameter(1)
+  a = f32[2,3,2,6] convolution(x, k), window={size=3x2 stride=2x3 pad=1_1x0_1 rhs_dilate=1x2}, dim_labels=b01f_01io->b01f
+  y = f32[2,4,5,5] parameter(2)
+  w = f32[6,2,3,3] parameter(3)
+  g = f32[2,6,9,5] convolution(y, w), window={size=3x3 pad=1_1x1_1 lhs_dilate=2x1 rhs_reversal=1x0}, dim_labels=bf01_oi01->bf01, feature_group_count=2
+  z = f32[4,3,7] parameter(4)
+  v = f32[3,3,4] parameter(5)
+  h = f32[4,5,2] convolution(z, v), window={size=3 pad=-1_1}, dim_labels=bf0_i0o->f0b, batch_group_count=2
+  ROOT t = (f32[2,3,2,6], f32[2,6,9,5], f32[4,5,2]) tuple(a, g, h)
+}
+"""
 MODULES["mlp_train_step"] = (ROOT / "benchmarks" / "mlp_train_step.hlo").read_text()
 
 
@@ -255,13 +270,6 @@ ENTRY main {
   ROOT r = (u64[2], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry
 }
 """, "`r` (rng-bit-generator)"),
-    "convolution": ("""HloModule m
-ENTRY main {
-  x = f32[1,4,4,1] parameter(0)
-  k = f32[2,2,1,1] parameter(1)
-  ROOT c = f32[1,3,3,1] convolution(x, k), window={size=2x2}, dim_labels=b01f_01io->b01f
-}
-""", "`c` (convolution)"),
     "half": ("""HloModule m
 ENTRY main {
   x = f16[4] parameter(0)

@@ -16,8 +16,8 @@ kernels in order with buffer addresses fixed at compile time:
     loop's own, and it writes R while reading C, so there is no hazard;
   * a conditional branches to one of its branch instances, which write the results;
   * root leaves not computed directly into their destination are copied there.
-dot becomes generated loops (aot_dot.py) instead of the BLAS library thunk.
-Anything else (library thunks: convolution, fft, rng-bit-generator, ...; device
+dot and convolution become generated loops (aot_dot.py, aot_conv.py) instead of their
+library thunks. Anything else (library thunks: fft, rng-bit-generator, ...; device
 thunks: collectives, channels, feeds; custom calls; async) is refused with an
 UnsupportedError naming the instruction: never wrong code. Half-precision types are
 refused too: their conversions may become calls to compiler-runtime helpers
@@ -34,6 +34,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..errors import InputError, UnsupportedError
+from .aot_conv import emit_conv
 from .aot_dot import emit_dot
 from .buffers import ALIGN, _round
 from .codegen.ir_array import c64
@@ -46,6 +47,9 @@ from .thunks import KernelThunk, LibraryThunk
 # Types whose conversions LLVM may lower to libgcc/compiler-rt calls.
 REFUSED_TYPES = {"f16": "half-precision conversions may call __extendhfsf2/__truncsfhf2",
                  "bf16": "bfloat16 conversions may call __truncsfbf2"}
+
+# Library thunks replaced by generated loops: opcode -> emitter(module, name, instr, where).
+GENERATED = {"dot": emit_dot, "convolution": emit_conv}
 
 # The exported symbols of NAME.o; everything else in it is internal.
 EXPORTS = ("run", "temp_bytes", "arg_bytes", "result_bytes")
@@ -84,7 +88,7 @@ class AotProgram:
         self.entry = self.pb.computation(module.entry)
         self.temp = 0       # bytes of temp laid out so far
         self._consts: dict[int, ir.GlobalVariable] = {}
-        self._dots = 0
+        self._n_generated = 0
 
     # ---- what the C API sees ---------------------------------------------------
     @staticmethod
@@ -204,8 +208,8 @@ class AotProgram:
                 b = self._while(b, t, addr)
             elif isinstance(t, ConditionalThunk):
                 b = self._conditional(b, t, addr)
-            elif type(t) is LibraryThunk and t.name == "dot":
-                self._dot(b, t, addr)
+            elif type(t) is LibraryThunk and t.name in GENERATED:
+                self._generated(b, t, addr)
             else:
                 where = _where(t.instr) if t.instr is not None else t.kind
                 raise UnsupportedError(
@@ -235,10 +239,11 @@ class AotProgram:
     def _kernel(self, b, t: KernelThunk, addr) -> None:
         self._call(b, t.spec.name, t.slots, addr)
 
-    def _dot(self, b, t: LibraryThunk, addr) -> None:
-        name = f"aot_dot{self._dots}"
-        self._dots += 1
-        emit_dot(self.mod, name, t.instr, _where(t.instr))
+    def _generated(self, b, t: LibraryThunk, addr) -> None:
+        """dot / convolution: a generated loop nest instead of the library call."""
+        name = f"aot_{t.name}{self._n_generated}"
+        self._n_generated += 1
+        GENERATED[t.name](self.mod, name, t.instr, _where(t.instr))
         self._call(b, name, [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]],
                    addr)
 

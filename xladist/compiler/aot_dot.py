@@ -25,7 +25,7 @@ from .codegen.types import storage_type
 DOT_TYPES = frozenset({"f32", "f64", "s32", "s64", "u32", "u64"})
 
 
-def _strides(shape) -> list[int]:
+def strides_of(shape) -> list[int]:
     return physical_strides(shape.dims, layout_of(shape))
 
 
@@ -46,7 +46,7 @@ def emit_dot(module: ir.Module, name: str, instr, where: str) -> None:
     if any(lhs.dims[d] == 0 for d in lc):
         raise UnsupportedError(f"ahead-of-time compilation cannot compile {where}: an empty "
                                f"contracting dimension")
-    ls, rs, os_ = _strides(lhs), _strides(rhs), _strides(out)
+    ls, rs, os_ = strides_of(lhs), strides_of(rhs), strides_of(out)
     # Result dim k -> (lhs dim, rhs dim) it indexes (None: not that operand's).
     result_dims = [(x, y) for x, y in zip(lb, rb)] + [(x, None) for x in lf] + \
         [(None, y) for y in rf]
