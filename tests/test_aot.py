@@ -302,3 +302,59 @@ def test_example_makefile_builds_and_runs(tmp_path):
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 results match the interpreter" in proc.stdout
+
+
+THREADS_C = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "m.h"
+/* Four threads run the same inputs with their own temp buffers, many times; every result
+   must equal a first, single-threaded run (the header promises reentrancy). */
+static const void *args[m_NUM_ARGS];
+static void *expected[m_NUM_RESULTS];
+static void *buf(size_t n) { return aligned_alloc(64, (n + 63) / 64 * 64 + 64); }
+static void *worker(void *arg) {
+  void *res[m_NUM_RESULTS];
+  for (int j = 0; j < m_NUM_RESULTS; j++) res[j] = buf(m_result_bytes[j]);
+  void *temp = buf(m_temp_bytes());
+  for (int it = 0; it < 20; it++) {
+    if (m_run(args, res, temp)) return (void *)1;
+    for (int j = 0; j < m_NUM_RESULTS; j++)
+      if (memcmp(res[j], expected[j], m_result_bytes[j])) return (void *)1;
+  }
+  return NULL;
+}
+int main(void) {
+  srand(1);
+  for (int i = 0; i < m_NUM_ARGS; i++) {
+    unsigned char *a = buf(m_arg_bytes[i]);
+    float *f = (float *)a;
+    for (size_t k = 0; k < m_arg_bytes[i] / 4; k++) f[k] = (float)(rand() % 200 - 100) / 50.0f;
+    args[i] = a;
+  }
+  for (int j = 0; j < m_NUM_RESULTS; j++) expected[j] = buf(m_result_bytes[j]);
+  if (m_run(args, expected, buf(m_temp_bytes()))) return 1;
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, NULL);
+  int bad = 0;
+  for (int i = 0; i < 4; i++) { void *r; pthread_join(t[i], &r); bad |= r != NULL; }
+  puts(bad ? "MISMATCH" : "OK");
+  return bad;
+}
+"""
+
+
+@needs_cc
+def test_concurrent_calls_with_distinct_temps(tmp_path):
+    prog = AotProgram(xladist.parse_hlo(MODULES["while_loop"]), "m")
+    (tmp_path / "m.o").write_bytes(prog.compile())
+    (tmp_path / "m.h").write_text(prog.header())
+    (tmp_path / "threads.c").write_text(THREADS_C)
+    exe = tmp_path / "threads"
+    subprocess.run([CC, "-O1", "-std=c11", f"-I{tmp_path}", str(tmp_path / "threads.c"),
+                    str(tmp_path / "m.o"), "-lm", "-lpthread", "-o", str(exe)], check=True,
+                   timeout=120)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
