@@ -63,7 +63,8 @@ outfeed items, elapsed; plain log lines every 5 s when stderr is not a terminal)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("module", metavar="MODULE", nargs="?",
-                        help="HLO text file (or `module` in the --config file)")
+                        help="HLO text file, or a .xlx file of `xladist compile` (runs "
+                             "without compiling); or `module` in the --config file")
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML run configuration (keys: "
                              "runtime/config.py SCHEMA; see configs/); options given here "
