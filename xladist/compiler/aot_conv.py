@@ -20,22 +20,15 @@ from contextlib import ExitStack
 from llvmlite import ir
 
 from ..errors import UnsupportedError
-from .aot_dot import DOT_TYPES, strides_of
+from .aot_dot import Contraction, strides_of
 from .codegen.ir_array import c64
-from .codegen.kernels import begin_function
 from .codegen.loops import for_range
-from .codegen.types import I1, storage_type
+from .codegen.types import I1
 
 
 def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
     lhs, rhs = (o.shape for o in instr.operands)
     out = instr.shape
-    t = out.element_type
-    if {lhs.element_type.name, rhs.element_type.name, t.name} != {t.name} or t.name not in DOT_TYPES:
-        raise UnsupportedError(
-            f"ahead-of-time compilation cannot compile {where}: convolution is generated for "
-            f"one element type among {', '.join(sorted(DOT_TYPES))} "
-            f"(got {lhs.element_type.name} x {rhs.element_type.name} -> {t.name})")
     dn = instr.attrs["dim_labels"]
     ns = len(dn.input_spatial)
     window = instr.attrs.get("window")
@@ -59,12 +52,8 @@ def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
         return (1, 0, 1, 1, False)
 
     ls, rs, os_ = strides_of(lhs), strides_of(rhs), strides_of(out)
-    fn, b, (po, pl, pr) = begin_function(module, name, 3)
-    fn.linkage = "internal"
-    et = storage_type(t)
-    is_float = t.name.startswith("f")
-    zero = ir.Constant(et, 0.0 if is_float else 0)
-    acc = b.alloca(et, name="acc")
+    f = Contraction(module, name, instr, where)
+    b, pl, pr = f.b, f.pl, f.pr
     if out.size == 0:
         b.ret_void()
         return
@@ -78,7 +67,7 @@ def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
         group = b.udiv(o, c64(og))                      # b_index * G + g
         g = b.urem(group, c64(G))
         n_in = b.add(b.mul(b.udiv(group, c64(G)), c64(n_out)), n)
-        b.store(zero, acc)
+        b.store(f.zero, f.acc)
         with ExitStack() as inner:
             c = inner.enter_context(for_range(b, cg, name="c")).iv
             feat = b.add(b.mul(g, c64(cg)), c)
@@ -103,10 +92,6 @@ def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
                 q = b.select(ok, q, c64(0))  # an in-bounds address even for padding taps
                 valid = b.and_(valid, ok)
                 loff = b.add(loff, b.mul(q, c64(ls[dn.input_spatial[i]])))
-            u = b.load(b.gep(pl, [loff], inbounds=True, source_etype=et), typ=et)
-            u = b.select(valid, u, zero)
-            v = b.load(b.gep(pr, [roff], inbounds=True, source_etype=et), typ=et)
-            s = b.load(acc, typ=et)
-            b.store(b.fadd(s, b.fmul(u, v)) if is_float else b.add(s, b.mul(u, v)), acc)
-        b.store(b.load(acc, typ=et), b.gep(po, [ooff], inbounds=True, source_etype=et))
+            f.accumulate(b.select(valid, f.load(pl, loff), f.zero), f.load(pr, roff))
+        f.store_result(ooff)
     b.ret_void()

@@ -29,15 +29,43 @@ def strides_of(shape) -> list[int]:
     return physical_strides(shape.dims, layout_of(shape))
 
 
+class Contraction:
+    """The shared frame of a generated dot or convolution: `void name(argv)` with argv =
+    [out, lhs, rhs] (po, pl, pr), the element type `et` and an accumulator `acc`."""
+
+    def __init__(self, module: ir.Module, name: str, instr, where: str):
+        lhs, rhs = (o.shape for o in instr.operands)
+        t = instr.shape.element_type
+        if {lhs.element_type.name, rhs.element_type.name, t.name} != {t.name} \
+                or t.name not in DOT_TYPES:
+            raise UnsupportedError(
+                f"ahead-of-time compilation cannot compile {where}: {instr.opcode} is "
+                f"generated for one element type among {', '.join(sorted(DOT_TYPES))} "
+                f"(got {lhs.element_type.name} x {rhs.element_type.name} -> {t.name})")
+        fn, self.b, (self.po, self.pl, self.pr) = begin_function(module, name, 3)
+        fn.linkage = "internal"
+        self.et = storage_type(t)
+        self.is_float = t.name.startswith("f")
+        self.zero = ir.Constant(self.et, 0.0 if self.is_float else 0)
+        self.acc = self.b.alloca(self.et, name="acc")
+
+    def load(self, base, offset):
+        return self.b.load(self.b.gep(base, [offset], inbounds=True, source_etype=self.et),
+                           typ=self.et)
+
+    def accumulate(self, u, v) -> None:
+        b, s = self.b, self.b.load(self.acc, typ=self.et)
+        b.store(b.fadd(s, b.fmul(u, v)) if self.is_float else b.add(s, b.mul(u, v)), self.acc)
+
+    def store_result(self, offset) -> None:
+        b = self.b
+        b.store(b.load(self.acc, typ=self.et),
+                b.gep(self.po, [offset], inbounds=True, source_etype=self.et))
+
+
 def emit_dot(module: ir.Module, name: str, instr, where: str) -> None:
     lhs, rhs = (o.shape for o in instr.operands)
     out = instr.shape
-    t = out.element_type
-    if {lhs.element_type.name, rhs.element_type.name, t.name} != {t.name} or t.name not in DOT_TYPES:
-        raise UnsupportedError(
-            f"ahead-of-time compilation cannot compile {where}: dot is generated for one "
-            f"element type among {', '.join(sorted(DOT_TYPES))} "
-            f"(got {lhs.element_type.name} x {rhs.element_type.name} -> {t.name})")
     a = instr.attrs
     lb, lc = list(a.get("lhs_batch_dims", ())), list(a.get("lhs_contracting_dims", ()))
     rb, rc = list(a.get("rhs_batch_dims", ())), list(a.get("rhs_contracting_dims", ()))
@@ -50,12 +78,8 @@ def emit_dot(module: ir.Module, name: str, instr, where: str) -> None:
     # Result dim k -> (lhs dim, rhs dim) it indexes (None: not that operand's).
     result_dims = [(x, y) for x, y in zip(lb, rb)] + [(x, None) for x in lf] + \
         [(None, y) for y in rf]
-    fn, b, (po, pl, pr) = begin_function(module, name, 3)
-    fn.linkage = "internal"
-    et = storage_type(t)
-    is_float = t.name.startswith("f")
-    zero = ir.Constant(et, 0.0 if is_float else 0)
-    acc = b.alloca(et, name="acc")
+    f = Contraction(module, name, instr, where)
+    b, pl, pr = f.b, f.pl, f.pr
     if out.size == 0:
         b.ret_void()
         return
@@ -68,16 +92,13 @@ def emit_dot(module: ir.Module, name: str, instr, where: str) -> None:
                 loff = b.add(loff, b.mul(iv, c64(ls[x])))
             if y is not None:
                 roff = b.add(roff, b.mul(iv, c64(rs[y])))
-        b.store(zero, acc)
+        b.store(f.zero, f.acc)
         with ExitStack() as inner:
             li, ri = loff, roff
             for j, (x, y) in enumerate(zip(lc, rc)):
                 iv = inner.enter_context(for_range(b, lhs.dims[x], name=f"c{j}")).iv
                 li = b.add(li, b.mul(iv, c64(ls[x])))
                 ri = b.add(ri, b.mul(iv, c64(rs[y])))
-            u = b.load(b.gep(pl, [li], inbounds=True, source_etype=et), typ=et)
-            v = b.load(b.gep(pr, [ri], inbounds=True, source_etype=et), typ=et)
-            s = b.load(acc, typ=et)
-            b.store(b.fadd(s, b.fmul(u, v)) if is_float else b.add(s, b.mul(u, v)), acc)
-        b.store(b.load(acc, typ=et), b.gep(po, [ooff], inbounds=True, source_etype=et))
+            f.accumulate(f.load(pl, li), f.load(pr, ri))
+        f.store_result(ooff)
     b.ret_void()
