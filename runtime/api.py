@@ -158,8 +158,10 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None
         with open(job / "job.pkl", "wb") as f:
             pickle.dump({"inputs": per_device, "options": options}, f)
         try:
-            proc = launcher.launch(n, ["-m", "runtime.rank_main", str(job)], capture=True,
-                                   timeout=job_timeout, env={JOB_DIR_ENV: str(job)})
+            with _compiled_once(job, options) as code_env:
+                proc = launcher.launch(n, ["-m", "runtime.rank_main", str(job)], capture=True,
+                                       timeout=job_timeout,
+                                       env={JOB_DIR_ENV: str(job), **code_env})
         finally:
             if relay is not None:
                 relay.close()
@@ -176,3 +178,15 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None
         feeds.raise_errors()
         with open(out, "rb") as f:
             return pickle.load(f)
+
+
+def _compiled_once(job: Path, options: dict):
+    """compile_once for the ranks of rank_main: the module as they parse it (module.hlo),
+    unless the run changes how they compile (compile options, no schedule)."""
+    from . import compile_once
+    backend = options.get("backend", "cpu")
+    if options.get("compile_options") or options.get("schedule") is False:
+        backend = None
+    from xladist import load_hlo
+    module = load_hlo(job / "module.hlo") if backend == "cpu" else None
+    return compile_once.compiled_for_ranks(module, backend)

@@ -4,6 +4,7 @@ Public API (imported lazily so that `import xladist` stays cheap and never loads
   parse_hlo(text) -> Module          load_hlo(path) -> Module
   verify(module)                      compile(module, backend=...) -> Executable
   run(module, inputs, n=N, ...)       HloParseError, VerifierError, XlaDistError
+  load_executable(path) -> Executable (a `.xlx` file from `xladist compile`, not recompiled)
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from .errors import (DeadlockError, ExecutionError, HloParseError, InputError,
 
 __version__ = "0.1.0"
 
-__all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "HloParseError",
+__all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "load_executable", "HloParseError",
            "VerifierError", "XlaDistError", "InputError", "ExecutionError",
            "UnsupportedError", "DeadlockError", "__version__"]
 
@@ -50,3 +51,11 @@ def run(module, inputs=None, n: int = 1, **options):
     """Run a module on n devices (MPI ranks); returns per-device outputs."""
     from runtime.api import run as _run
     return _run(module, inputs, n=n, **options)
+
+
+def load_executable(path, **options):
+    """Run a serialized executable (`xladist compile MODULE -o NAME.xlx`) without compiling:
+    the file is validated (magic, version, checksum) and refused if it was made for another
+    CPU or xladist version. Options as the cpu backend's (device, infeed)."""
+    from .compiler.serialized import load_executable as load
+    return load(path, **options)

@@ -4,7 +4,9 @@
     outputs = exe(x, y)                       # list of numpy arrays, one per result leaf
 
 Backends are a table: `BACKENDS[name] = factory(module, **options) -> Executable`.
-The interpreter is built in; the compiler registers "cpu" with `register_backend`.
+The interpreter is built in; the compiler registers "cpu" with `register_backend`; an
+installed package registers more through the `xladist.backends` entry-point group, loaded
+when first named (docs/BACKENDS.md).
 
 Arguments are checked against the entry parameters before anything runs: count, element
 type and dims must match exactly (no silent casting), except that a bf16 parameter also
@@ -32,6 +34,32 @@ def register_backend(name: str, factory: Callable, *, replace: bool = False) -> 
     BACKENDS[name] = factory
 
 
+# Installed packages add backends through this entry-point group (docs/BACKENDS.md):
+#   [project.entry-points."xladist.backends"]
+#   mybackend = "my_package:MyExecutable"     # factory(module, **options) -> Executable
+ENTRY_POINT_GROUP = "xladist.backends"
+
+
+def _plugins() -> dict:
+    from importlib.metadata import entry_points
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_plugin(name: str) -> None:
+    ep = _plugins().get(name)
+    if ep is None:
+        return
+    try:
+        factory = ep.load()
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not look like a crash here
+        raise UnsupportedError(f"backend {name!r} from the installed package entry point "
+                               f"{ep.value!r} failed to load: {type(e).__name__}: {e}") from e
+    if not callable(factory):
+        raise UnsupportedError(f"backend {name!r}: entry point {ep.value!r} is not callable "
+                               f"(it must be factory(module, **options) -> Executable)")
+    BACKENDS.setdefault(name, factory)
+
+
 def _load_backend(name: str) -> Callable:
     if name not in BACKENDS and name == "cpu":
         try:  # the compiler registers itself on import
@@ -40,7 +68,9 @@ def _load_backend(name: str) -> Callable:
             if e.name is None or not e.name.startswith("xladist.compiler"):
                 raise
     if name not in BACKENDS:
-        known = ", ".join(sorted(BACKENDS)) or "none"
+        _load_plugin(name)
+    if name not in BACKENDS:
+        known = ", ".join(sorted(set(BACKENDS) | {"cpu"} | set(_plugins()))) or "none"
         raise UnsupportedError(f"backend {name!r} is not available (available: {known})")
     return BACKENDS[name]
 

@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "bench": "bench",
     "demo": "demo",
     "export-jax": "export_jax",
+    "aot": "aot",
+    "compile": "compile",
 }
 
 
@@ -36,6 +38,8 @@ examples:
   xladist check module.hlo -n 4                 verify and prove it cannot deadlock
   xladist fmt module.hlo                        print it in canonical HLO text
   xladist explain module.hlo                    the cpu backend's kernels and buffers
+  xladist compile module.hlo -o m.xlx          compile once; `xladist run m.xlx` loads it
+  xladist aot module.hlo --name f -o build/    f.o + f.h: the module as a C function
   xladist ops --missing                         which opcodes a phase does not support
   xladist export-jax mymodel:step --mesh data=2 --args a.npz --in-specs data -o DIR
                                                 a JAX function as a folder to run (needs jax)

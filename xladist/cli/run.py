@@ -11,6 +11,7 @@ unsupported backend or op).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -64,7 +65,8 @@ outfeed items, elapsed; plain log lines every 5 s when stderr is not a terminal)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("module", metavar="MODULE", nargs="?",
-                        help="HLO text file (or `module` in the --config file)")
+                        help="HLO text file, or a .xlx file of `xladist compile` (runs "
+                             "without compiling); or `module` in the --config file")
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML run configuration (keys: "
                              "runtime/config.py SCHEMA; see configs/); options given here "
@@ -135,11 +137,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_module(path: str):
+    if path.endswith(".xlx"):
+        return serialized(path).module
     from .. import load_hlo
     try:
         return load_hlo(path)
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def serialized(path: str):
+    """A `.xlx` file of `xladist compile` (validated once per process)."""
+    from ..compiler.serialized import SerializedExecutable
+    return SerializedExecutable(path)
+
+
+def precompiled_options(args) -> dict:
+    """Backend options that run a `.xlx` module without compiling ({} for HLO text)."""
+    if not args.module.endswith(".xlx"):
+        return {}
+    if args.backend != "cpu":
+        raise InputError(f"{args.module} holds cpu code; it runs with --backend cpu only")
+    return serialized(args.module).options()
 
 
 def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = True,
@@ -199,7 +219,7 @@ def run(args) -> int:
         from runtime import feeds
         placements = feeds.check_args(args, module)
         _deadlock_check(module, args)
-        code = _launch(args)
+        code = _launch(args, module)
         if code != 0:  # ranks killed by another's abort left their outfeed logs
             feeds.recover_outfeeds(feeds.from_args(args), placements)
         return code
@@ -219,6 +239,7 @@ def run(args) -> int:
     from runtime.feeds import from_args, running_single
     with running_single(from_args(args), module) as device:
         outputs = run_single(module, per_device[0], args.backend, verify=not args.no_verify,
+                             **precompiled_options(args),
                              **({"device": device} if device is not None else {}))
     if args.outputs:
         write_outputs(args.outputs, [outputs], device_axis=True)
@@ -246,14 +267,18 @@ def _read_per_device(module, args) -> list[list]:
     return [[TOKEN] * len(shapes) for _ in range(n)]
 
 
-def _launch(args) -> int:
-    """Start `mpiexec -n N` on this same command; ranks print their own errors."""
-    from runtime import launcher, progress
+def _launch(args, module) -> int:
+    """Start `mpiexec -n N` on this same command; ranks print their own errors. The module
+    is compiled here once and the ranks load it (runtime/compile_once.py)."""
+    from runtime import compile_once, launcher, progress
     if args.hostfile and not os.path.isfile(args.hostfile):
         raise InputError(f"hostfile {args.hostfile} does not exist")
     argv = ["-m", "xladist", *args._argv]
-    proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
-                           env=progress.launch_env(args.quiet))
+    precompiled = args.module.endswith(".xlx")
+    with compile_once.compiled_for_ranks(module, None if precompiled else args.backend) \
+            as code_env:
+        proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
+                               env={**progress.launch_env(args.quiet), **code_env})
     if proc.returncode != 0 and args.trace:
         from runtime.trace import merge_partials
         if merge_partials(args.trace):
@@ -289,7 +314,8 @@ def _run_as_rank(args) -> int:
                                           gather_to=0, trace=args.trace, tracer=tracer,
                                           device_assignment=args.device_assignment,
                                           feeds=feeds_from_args(args),
-                                          host=_host_files(args))
+                                          host=_host_files(args),
+                                          compile_options=precompiled_options(args))
         if args.stats:
             _print_stats(comm, result.tracer)
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down

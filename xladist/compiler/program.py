@@ -14,6 +14,7 @@ import time
 
 from llvmlite import ir
 
+from ..errors import UnsupportedError
 from ..executable import Executable
 from ..hlo.shape import Shape
 from . import jit, parallel
@@ -25,7 +26,10 @@ from .thunks import RunState, physical_leaf
 
 
 class CpuProgram:
-    def __init__(self, module, schedule: dict | None = None):
+    def __init__(self, module, schedule: dict | None = None, code: bytes | None = None,
+                 fingerprint: str | None = None):
+        """`code`: object code made before for the kernels named by `fingerprint` (a
+        serialized executable, serialized.py): loaded as is, no codegen and no LLVM."""
         t0 = time.perf_counter()
         self.module = module
         self.builder = ProgramBuilder(module, schedule)
@@ -37,7 +41,15 @@ class CpuProgram:
             [r.kernel_name for r in self.builder.reducers.values()] + \
             [lp.name for lp in self.builder.loops]
         self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
-        self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
+        if code is None:
+            self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
+        elif fingerprint != self.fingerprint:
+            raise UnsupportedError(
+                "the stored object code was made for other kernels: this xladist plans the "
+                "module differently (another version, or the module's device counts were "
+                "changed); recompile it with `xladist compile`")
+        else:
+            self.code, self.cached = jit.LoadedCode(code), True
         t2 = time.perf_counter()
         for t in self.builder.kernel_thunks:
             t.bind(self.code)
@@ -123,14 +135,17 @@ class CpuExecutable(Executable):
 
     Options: `device` (a DeviceContext; default SingleDeviceContext(infeed)),
     `infeed` (items for the default SingleDeviceContext), `schedule` (computation ->
-    instruction order, e.g. runtime.schedule's: the thunks run in that order).
+    instruction order, e.g. runtime.schedule's: the thunks run in that order), `code`
+    and `fingerprint` (object code and the kernels it was made for: serialized.py's
+    executables).
     """
 
     backend = "cpu"
 
-    def __init__(self, module, *, device=None, infeed=(), schedule=None):
+    def __init__(self, module, *, device=None, infeed=(), schedule=None, code=None,
+                 fingerprint=None):
         super().__init__(module)
-        self.program = CpuProgram(module, schedule)
+        self.program = CpuProgram(module, schedule, code, fingerprint)
         if device is None:
             from ..interpreter import SingleDeviceContext
             device = SingleDeviceContext(infeed)

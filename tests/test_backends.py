@@ -1,0 +1,72 @@
+"""Pluggable backends: a package registers one through the `xladist.backends` entry-point
+group (docs/BACKENDS.md). tests/backend_plugin/ is such a package with its dist-info (no pip
+call): on sys.path, `--backend toy` finds it; results are compared with XLA's expected
+outputs from the corpus, and the plugin's own counter proves its code ran."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist import executable
+from xladist.errors import UnsupportedError
+from tests.cli_util import xladist_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "tests" / "backend_plugin"
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+
+MODULE = """HloModule m
+
+ENTRY main {
+  x = f32[3] parameter(0)
+  y = f32[3] parameter(1)
+  a = f32[3] add(x, y)
+  ROOT m = f32[3] multiply(a, y)
+}
+"""
+
+
+@pytest.fixture
+def plugin_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    yield
+    executable.BACKENDS.pop("toy", None)
+    sys.modules.pop("xladist_toy_backend", None)
+
+
+def test_entry_point_backend_runs_a_module(plugin_on_path):
+    exe = xladist.compile(xladist.parse_hlo(MODULE), backend="toy")
+    assert exe.backend == "toy"
+    before = type(exe).adds
+    x, y = np.float32([1, 2, 3]), np.float32([4, 5, 6])
+    (got,) = exe(x, y)
+    np.testing.assert_array_equal(got, (x + y) * y)
+    assert type(exe).adds == before + 1  # the plugin's own add rule ran
+
+
+def test_unknown_backend_lists_the_plugins(plugin_on_path):
+    with pytest.raises(UnsupportedError, match=r"backend 'nope' is not available.*toy"):
+        xladist.compile(xladist.parse_hlo(MODULE), backend="nope")
+
+
+def test_without_the_package_the_backend_is_unknown():
+    with pytest.raises(UnsupportedError, match="backend 'toy' is not available"):
+        xladist.compile(xladist.parse_hlo(MODULE), backend="toy")
+
+
+def test_cli_runs_a_collective_module_on_two_ranks_with_the_plugin(tmp_path):
+    out = tmp_path / "out.npz"
+    proc = xladist_cli("run", str(CASE / "module.hlo"), "-n", "2", "--backend", "toy",
+                       "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out),
+                       cwd=ROOT, timeout=120, XLADIST_PROGRESS="off",
+                       PYTHONPATH=os.pathsep.join([str(ROOT), str(PLUGIN)]))
+    assert proc.returncode == 0, proc.stderr
+    got, expected = np.load(out), np.load(CASE / "expected.npz")
+    for k in expected.files:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)

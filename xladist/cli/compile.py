@@ -1,0 +1,43 @@
+"""`xladist compile MODULE -o NAME.xlx`: compile once into a file that runs without compiling.
+
+The file (xladist/compiler/serialized.py) holds the module text, the schedule every rank
+uses (runtime.schedule), the thunk plan, the object code and what it was compiled for.
+`xladist run NAME.xlx -n N` and `xladist.load_executable(NAME.xlx)` run it; a file made for
+another CPU (features) or xladist version is refused, saying what differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError, UnsupportedError
+
+HELP = "compile a module into a serialized executable (.xlx) that runs without compiling"
+
+EPILOG = """\
+examples:
+  xladist compile step.hlo -o step.xlx          compile for this host
+  xladist run step.xlx -n 4 --inputs in.npz     run it: no rank compiles
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="MODULE", help="HLO text file")
+    parser.add_argument("-o", "--output", required=True, metavar="NAME.xlx",
+                        help="the executable file to write")
+    parser.add_argument("--backend", default="cpu", help="backend (only cpu writes files)")
+
+
+def run(args) -> int:
+    from runtime.schedule import schedule_module
+    from xladist.compiler.serialized import write_executable
+    if args.backend != "cpu":
+        raise UnsupportedError(f"backend {args.backend!r} cannot be serialized; only cpu can")
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise InputError(f"cannot read {args.file}: {e.strerror}") from None
+    size = write_executable(args.output, text, schedule_module)
+    print(f"wrote {args.output} ({size} bytes)")
+    return 0

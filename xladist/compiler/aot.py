@@ -1,0 +1,375 @@
+"""Ahead-of-time compilation (tfcompile): a module as an object file a C program links.
+
+    obj = AotProgram(module, "step").compile(target_cpu=None, triple=None)
+
+The thunk lists of the cpu backend (emit.py) become one generated driver function,
+`int NAME_run(const void *const *args, void *const *results, void *temp)`, that calls the
+kernels in order with buffer addresses fixed at compile time:
+  * every computation *instance* (the entry; each while's condition and body; each
+    conditional branch) gets its own region of the caller's `temp` buffer, laid out once
+    here: its arena (buffers.py offsets), the argv array of each kernel call, and the
+    buffers control flow owns (a loop's carry C and body results R, a conditional's
+    results, a condition's predicate). Nothing is global but read-only constants, so
+    calls with distinct temp buffers may run concurrently;
+  * a while loop is native control flow: C <- init; loop { cond(C) -> pred; body(C) -> R;
+    C <- R }: the body may update its carry in place (inplace.py) because C is the
+    loop's own, and it writes R while reading C, so there is no hazard;
+  * a conditional branches to one of its branch instances, which write the results;
+  * root leaves not computed directly into their destination are copied there.
+dot and convolution become generated loops (aot_dot.py, aot_conv.py) instead of their
+library thunks. Anything else (library thunks: fft, rng-bit-generator, ...; device
+thunks: collectives, channels, feeds; custom calls; async) is refused with an
+UnsupportedError naming the instruction: never wrong code. Half-precision types are
+refused too: their conversions may become calls to compiler-runtime helpers
+(__extendhfsf2, __truncsfhf2) outside libc/libm, which the object must not need.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..errors import InputError, UnsupportedError
+from .aot_conv import emit_conv
+from .aot_dot import emit_dot
+from .buffers import ALIGN, _round
+from .codegen.ir_array import c64
+from .codegen.kernels import emit_kernel
+from .codegen.types import I1, I8, I32, I64, PTR
+from .control import ConditionalThunk, WhileThunk
+from .emit import ProgramBuilder
+from .thunks import KernelThunk, LibraryThunk
+
+# Types whose conversions LLVM may lower to libgcc/compiler-rt calls.
+REFUSED_TYPES = {"f16": "half-precision conversions may call __extendhfsf2/__truncsfhf2",
+                 "bf16": "bfloat16 conversions may call __truncsfbf2"}
+
+# Library thunks replaced by generated loops: opcode -> emitter(module, name, instr, where).
+GENERATED = {"dot": emit_dot, "convolution": emit_conv}
+
+# The exported symbols of NAME.o; everything else in it is internal.
+EXPORTS = ("run", "temp_bytes", "arg_bytes", "result_bytes")
+
+
+@dataclass
+class Leaf:
+    """One argument or result of the C API."""
+
+    name: str
+    shape: object  # hlo Shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape.nbytes
+
+
+def _where(instr) -> str:
+    orig = getattr(instr.parent, "original_of", {}).get(instr, instr)
+    comp = instr.parent.name if instr.parent is not None else "?"
+    return f"`{orig.name}` ({orig.opcode}) in computation {comp}"
+
+
+class AotProgram:
+    """The driver of one module: check what it can compile, then emit and compile."""
+
+    def __init__(self, module, name: str):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise InputError(f"--name {name!r} is not a C identifier")
+        self.module = module
+        self.name = name
+        self._check_types(module)
+        self.args = self._args(module)
+        self.results = self._results(module)
+        self.pb = ProgramBuilder(module)
+        self.entry = self.pb.computation(module.entry)
+        self.temp = 0       # bytes of temp laid out so far
+        self._consts: dict[int, ir.GlobalVariable] = {}
+        self._n_generated = 0
+
+    # ---- what the C API sees ---------------------------------------------------
+    @staticmethod
+    def _check_types(module) -> None:
+        for comp in module.computations:
+            for instr in comp.instructions:
+                for _, s in instr.shape.leaves():
+                    why = REFUSED_TYPES.get(s.element_type.name) if s.is_array else None
+                    if why:
+                        raise UnsupportedError(
+                            f"ahead-of-time compilation does not support {s.element_type.name} "
+                            f"yet ({_where(instr)}): {why}, outside libc/libm")
+
+    @staticmethod
+    def _args(module) -> list[Leaf]:
+        out = []
+        for p in module.entry.parameters:
+            if not p.shape.is_array:
+                raise UnsupportedError(f"parameter {p.parameter_number} ({p.name}: {p.shape}) "
+                                       f"is not an array: the C API takes one dense buffer per "
+                                       f"parameter (tuple and token parameters are not supported)")
+            out.append(Leaf(p.name, p.shape))
+        return out
+
+    @staticmethod
+    def _results(module) -> list[Leaf]:
+        root = module.entry.root
+        out = []
+        for index, s in root.shape.leaves():
+            if not s.is_array:
+                raise UnsupportedError(f"result leaf {list(index)} of {root.name} is a {s}: "
+                                       f"the C API returns arrays only")
+            out.append(Leaf(f"{root.name}{list(index) if index else ''}", s))
+        return out
+
+    # ---- layout of temp ----------------------------------------------------------
+    def _alloc(self, nbytes: int) -> int:
+        off = self.temp
+        self.temp += _round(max(nbytes, 1))
+        return off
+
+    # ---- emission ----------------------------------------------------------------
+    def llvm_module(self) -> ir.Module:
+        mod = ir.Module(name=self.name)
+        for spec in self.pb.kernels:
+            emit_kernel(mod, spec)
+        for fn in mod.functions:
+            if fn.blocks:
+                fn.linkage = "internal"
+        self.mod = mod
+        self.memcpy = mod.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        run = ir.Function(mod, ir.FunctionType(I32, [PTR, PTR, PTR]), name=f"{self.name}_run")
+        run.attributes.add("nounwind")
+        self.fn = run
+        args_p, results_p, temp = run.args
+        b = ir.IRBuilder(run.append_basic_block("entry"))
+        self.temp_base = temp
+
+        def ptr_at(table, i):
+            return b.load(b.gep(table, [c64(i)], inbounds=True, source_etype=PTR), typ=PTR)
+
+        b = self._computation(b, self.entry, [ptr_at(args_p, i) for i in range(len(self.args))],
+                              [ptr_at(results_p, j) for j in range(len(self.results))])
+        b.ret(ir.Constant(I32, 0))
+        temp_fn = ir.Function(mod, ir.FunctionType(I64, []), name=f"{self.name}_temp_bytes")
+        ir.IRBuilder(temp_fn.append_basic_block("entry")).ret(c64(self.temp))
+        for what, leaves in (("arg_bytes", self.args), ("result_bytes", self.results)):
+            ty = ir.ArrayType(I64, len(leaves))
+            g = ir.GlobalVariable(mod, ty, name=f"{self.name}_{what}")
+            g.global_constant = True
+            g.initializer = ir.Constant(ty, [c64(x.nbytes) for x in leaves])
+        return mod
+
+    def _const(self, slot) -> ir.GlobalVariable:
+        g = self._consts.get(slot.id)
+        if g is None:
+            data = bytes(slot.data) if slot.data is not None else bytes(slot.nbytes)
+            ty = ir.ArrayType(I8, max(len(data), 1))
+            g = ir.GlobalVariable(self.mod, ty, name=f"const{len(self._consts)}")
+            g.global_constant = True
+            g.linkage = "internal"
+            g.align = ALIGN
+            g.initializer = ir.Constant(ty, bytearray(data or b"\0"))
+            self._consts[slot.id] = g
+        return g
+
+    def _temp(self, b, nbytes: int):
+        return b.gep(self.temp_base, [c64(self._alloc(nbytes))], inbounds=True, source_etype=I8)
+
+    def _copy(self, b, dst, src, nbytes: int) -> None:
+        if nbytes and dst is not src:
+            b.call(self.memcpy, [dst, src, c64(nbytes), ir.Constant(I1, 0)])
+
+    def _computation(self, b: ir.IRBuilder, cc, params: list, outs: list) -> ir.IRBuilder:
+        """Emit one instance of `cc` reading `params` (one pointer per parameter leaf) and
+        leaving its result leaves in `outs`; returns the builder positioned after it."""
+        base = self._alloc(cc.asg.arena_size)
+        addr: dict[int, ir.Value] = {}
+        for k, s in enumerate(cc.param_slots):
+            if s is not None:
+                addr[s.id] = params[k]
+        first_out: dict[int, int] = {}
+        for j, s in enumerate(cc.root_slots):
+            if s is not None and s.kind == "out" and s.id not in first_out:
+                first_out[s.id] = j
+                addr[s.id] = outs[j]
+        for s in cc.asg.slots:
+            if s.kind == "temp":
+                off = base + s.offset if s.offset >= 0 else self._alloc(s.nbytes)
+                addr[s.id] = b.gep(self.temp_base, [c64(off)], inbounds=True, source_etype=I8)
+            elif s.kind == "const":
+                addr[s.id] = self._const(s)
+        for t in cc.thunks:
+            if type(t) is KernelThunk:
+                self._kernel(b, t, addr)
+            elif isinstance(t, WhileThunk):
+                b = self._while(b, t, addr)
+            elif isinstance(t, ConditionalThunk):
+                b = self._conditional(b, t, addr)
+            elif type(t) is LibraryThunk and t.name in GENERATED:
+                self._generated(b, t, addr)
+            else:
+                where = _where(t.instr) if t.instr is not None else t.kind
+                raise UnsupportedError(
+                    f"ahead-of-time compilation cannot compile {where}: {t.describe()} runs "
+                    f"in Python or needs a device runtime (library calls, collectives, "
+                    f"channels, feeds, host callbacks and custom calls are refused)")
+        for j, s in enumerate(cc.root_slots):
+            if s is not None and first_out.get(s.id) != j:
+                self._copy(b, outs[j], self._slot(addr, s, cc), s.nbytes)
+        return b
+
+    @staticmethod
+    def _slot(addr, s, cc):
+        try:
+            return addr[s.id]
+        except KeyError:
+            raise UnsupportedError(f"ahead-of-time compilation: buffer {s.describe()} of "
+                                   f"computation {cc.name} has no static address") from None
+
+    def _call(self, b, fn_name: str, slots, addr) -> None:
+        """fn(argv): argv, in temp, holds the slots' addresses."""
+        argv = self._temp(b, 8 * len(slots))
+        for i, s in enumerate(slots):
+            b.store(addr[s.id], b.gep(argv, [c64(i)], inbounds=True, source_etype=PTR))
+        b.call(self.mod.get_global(fn_name), [argv])
+
+    def _kernel(self, b, t: KernelThunk, addr) -> None:
+        self._call(b, t.spec.name, t.slots, addr)
+
+    def _generated(self, b, t: LibraryThunk, addr) -> None:
+        """dot / convolution: a generated loop nest instead of the library call."""
+        name = f"aot_{t.name}{self._n_generated}"
+        self._n_generated += 1
+        GENERATED[t.name](self.mod, name, t.instr, _where(t.instr))
+        self._call(b, name, [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]],
+                   addr)
+
+    def _while(self, b, t: WhileThunk, addr) -> ir.IRBuilder:
+        if any(r.pairs for r in (t.init_to_state, t.state_to_cond, t.result_to_state,
+                                 t.state_to_out)):
+            raise UnsupportedError(f"ahead-of-time compilation cannot compile {_where(t.instr)}: "
+                                   f"its state changes layout between condition and body")
+        shapes = t.body.param_shapes
+        carry = [self._temp(b, s.nbytes) if s.is_array else None for s in shapes]
+        results = [self._temp(b, s.nbytes) if s.is_array else None for s in shapes]
+        for c, s, shape in zip(carry, t.in_slots, shapes):
+            if c is not None:
+                self._copy(b, c, addr[s.id], shape.nbytes)
+        pred = self._temp(b, 1)
+        head = self.fn.append_basic_block("while_cond")
+        body = self.fn.append_basic_block("while_body")
+        done = self.fn.append_basic_block("while_done")
+        b.branch(head)
+        b = ir.IRBuilder(head)
+        b = self._computation(b, t.cond, carry, [pred])
+        b.cbranch(b.icmp_unsigned("!=", b.load(pred, typ=I8), ir.Constant(I8, 0)), body, done)
+        b = ir.IRBuilder(body)
+        b = self._computation(b, t.body, carry, results)
+        for c, r, shape in zip(carry, results, shapes):
+            if c is not None:
+                self._copy(b, c, r, shape.nbytes)
+        b.branch(head)
+        b = ir.IRBuilder(done)
+        for s, c in zip(t.out_slots, carry):
+            if s is not None:
+                addr[s.id] = c
+        return b
+
+    def _conditional(self, b, t: ConditionalThunk, addr) -> ir.IRBuilder:
+        if any(r.pairs for r in list(t.into) + list(t.out_of)):
+            raise UnsupportedError(f"ahead-of-time compilation cannot compile {_where(t.instr)}: "
+                                   f"a branch takes or returns another layout")
+        outs = [self._temp(b, s.nbytes) if s is not None else None for s in t.out_slots]
+        raw = addr[t.index_slot.id]
+        n = len(t.branches)
+        if t.is_pred:  # true selects branch 0
+            k = b.select(b.icmp_unsigned("!=", b.load(raw, typ=I8), ir.Constant(I8, 0)),
+                         ir.Constant(I32, 0), ir.Constant(I32, 1))
+        else:  # out of range selects the last branch
+            i = b.load(raw, typ=I32)
+            ok = b.and_(b.icmp_signed(">=", i, ir.Constant(I32, 0)),
+                        b.icmp_signed("<", i, ir.Constant(I32, n)))
+            k = b.select(ok, i, ir.Constant(I32, n - 1))
+        merge = self.fn.append_basic_block("cond_merge")
+        blocks = [self.fn.append_basic_block(f"branch{j}") for j in range(n)]
+        sw = b.switch(k, blocks[-1])
+        for j, blk in enumerate(blocks):
+            sw.add_case(ir.Constant(I32, j), blk)
+        for blk, branch, ops in zip(blocks, t.branches, t.operand_slots):
+            bb = self._computation(ir.IRBuilder(blk), branch,
+                                   [addr[s.id] if s is not None else None for s in ops], outs)
+            bb.branch(merge)
+        for s, o in zip(t.out_slots, outs):
+            if s is not None:
+                addr[s.id] = o
+        return ir.IRBuilder(merge)
+
+    # ---- compiling ---------------------------------------------------------------
+    def compile(self, target_cpu: str | None = None, triple: str | None = None) -> bytes:
+        """Object code for `triple` (default: this host) and `target_cpu` (default: this
+        host's CPU and features when the triple is the host's, else generic)."""
+        text = str(self.llvm_module())
+        tm, triple = target_machine(target_cpu, triple)
+        with _LOCK:
+            mod = llvm.parse_assembly(text)
+            mod.verify()
+            mod.triple = triple
+            mod.data_layout = str(tm.target_data)
+            pto = llvm.PipelineTuningOptions(speed_level=3)
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = llvm.create_pass_builder(tm, pto)
+            pb.getModulePassManager().run(mod, pb)
+            return tm.emit_object(mod)
+
+    # ---- the C header ----------------------------------------------------------------
+    def header(self) -> str:
+        n = self.name
+        lines = [f"/* {n}.h: generated by `xladist aot` from HLO module {self.module.name}.",
+                 f"   Link {n}.o (plus the flags in {n}.ldflags); it needs only libc and libm. */",
+                 f"#ifndef {n.upper()}_H", f"#define {n.upper()}_H", "#include <stddef.h>",
+                 "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+        for what, leaves in (("args", self.args), ("results", self.results)):
+            for i, x in enumerate(leaves):
+                lines.append(f"/* {what}[{i}]: {x.name} {x.shape.to_text()} "
+                             f"({x.shape.element_type.name} = {x.shape.dtype}, {x.nbytes} bytes) */")
+        lines += ["",
+                  f"#define {n}_NUM_ARGS {len(self.args)}       /* entry parameters */",
+                  f"#define {n}_NUM_RESULTS {len(self.results)}    "
+                  f"/* leaves of the flattened result */",
+                  f"extern const size_t {n}_arg_bytes[{n}_NUM_ARGS];",
+                  f"extern const size_t {n}_result_bytes[{n}_NUM_RESULTS];",
+                  f"size_t {n}_temp_bytes(void);  /* scratch the caller provides, 64-byte "
+                  f"aligned; may be 0 */",
+                  "/* args[i], results[j]: dense buffers in the parameter's / result's layout "
+                  "(row-major",
+                  "   for the default layout), 64-byte aligned. Returns 0 on success. Reentrant: "
+                  "calls",
+                  "   with distinct temp buffers may run concurrently. */",
+                  f"int {n}_run(const void *const *args, void *const *results, void *temp);",
+                  "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+        return "\n".join(lines)
+
+
+_LOCK = threading.Lock()
+
+
+def target_machine(cpu: str | None, triple: str | None):
+    """(TargetMachine, triple) for position-independent object code."""
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    host = llvm.get_process_triple()
+    triple = triple or host
+    try:
+        target = llvm.Target.from_triple(triple)
+    except RuntimeError as e:
+        raise UnsupportedError(f"unknown target triple {triple!r}: {e}") from None
+    if cpu is None and triple == host:
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    else:
+        cpu, features = cpu or "generic", ""
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                        codemodel="default"), triple

@@ -1,0 +1,187 @@
+"""Serialized executables (`.xlx`): a module compiled once, run later without compiling.
+
+    write_executable(path, module_text, schedule_of)     # `xladist compile`
+    exe = load_executable(path)                           # `xladist.load_executable`
+
+File layout (all integers little-endian):
+    magic  b"XLADIST\\x00X"          9 bytes
+    format version                   u32 (FORMAT)
+    payload length                   u64
+    sha256 of the payload            32 bytes
+    payload = u32 length + JSON header, then the object code
+The JSON header holds the module text (as written by the user), the schedule (computation
+name -> instruction names), the thunk plan (CpuProgram.explain(), for people and tools),
+the kernel fingerprint (module text + kernel names: what the object was built from), the
+target it was compiled for (triple, CPU, CPU features, LLVM version, vector width, as
+jit.target_description) and the xladist and compiler versions.
+
+Loading checks magic, format version, length and checksum (a damaged or truncated file is an
+InputError, never a crash), then the target and versions: a file made for another CPU,
+another CPU feature set, another LLVM or another xladist/compiler version is refused with an
+UnsupportedError saying what differs (recompile it from its module with `xladist compile`);
+it is never silently recompiled, so a deployed file either runs the code it holds or fails.
+Planning (fusion, buffers: pure Python, milliseconds) runs again on load and must reproduce
+the stored fingerprint, so the object always matches the thunks that call it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+
+from ..errors import InputError, UnsupportedError
+
+MAGIC = b"XLADIST\x00X"
+FORMAT = 1
+_HEAD = struct.Struct("<9sIQ32s")
+SUFFIX = ".xlx"
+
+
+def _target() -> dict:
+    from .. import __version__
+    from . import jit
+    triple, cpu, features, llvm_version, width = jit.target_description().split("|")
+    return {"triple": triple, "cpu": cpu, "cpu_features": features, "llvm": llvm_version,
+            "vector_width": width, "xladist": __version__, "compiler": jit.compiler_version()}
+
+
+def _schedule_names(schedule) -> dict:
+    return {getattr(c, "name", c): [i.name for i in order] for c, order in schedule.items()}
+
+
+def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
+    """The `.xlx` bytes of a module, compiled for this host; `schedule_of(module)` gives the
+    instruction order (the cli passes runtime.schedule's: the order every rank of
+    `xladist run` uses; default: the text order)."""
+    from .. import parse_hlo
+    from ..executable import verify_if_available
+    from . import jit
+    from .program import CpuProgram
+    module = parse_hlo(module_text)
+    verify_if_available(module)
+    schedule = schedule_of(module) if schedule_of is not None else {}
+    prog = CpuProgram(module, schedule)
+    # The object the program just loaded: from the kernel cache, or (cache off) built again.
+    obj = jit.load_cached(jit.cache_key(prog.fingerprint)) or jit.compile_ir(prog.llvm_ir())
+    header = {"module_text": module_text, "schedule": _schedule_names(schedule),
+              "fingerprint": prog.fingerprint, "plan": prog.explain(), "backend": "cpu",
+              "target": _target()}
+    hjson = json.dumps(header).encode()
+    payload = struct.pack("<I", len(hjson)) + hjson + obj
+    return _HEAD.pack(MAGIC, FORMAT, len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def write_executable(path, module_text: str, schedule_of=None) -> int:
+    data = compile_to_bytes(module_text, schedule_of)
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+    return len(data)
+
+
+class SerializedExecutable:
+    """A validated `.xlx` file: its module, schedule and object code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+        self.header, self.object = _parse(data, self.path)
+        _check_target(self.header.get("target", {}), self.path)
+        from .. import parse_hlo
+        self.module_text = self.header["module_text"]
+        self.module = parse_hlo(self.module_text, filename=self.path)
+        self.schedule = _schedule_from_names(self.module, self.header.get("schedule", {}),
+                                             self.path)
+
+    def options(self) -> dict:
+        """What the cpu backend needs to run this file without compiling."""
+        return {"schedule": self.schedule, "code": self.object,
+                "fingerprint": self.header["fingerprint"]}
+
+    def executable(self, **options):
+        from .program import CpuExecutable
+        return CpuExecutable(self.module, **self.options(), **options)
+
+
+def _parse(data: bytes, path: str) -> tuple[dict, bytes]:
+    def damaged(why: str) -> InputError:
+        return InputError(f"{path} is not a valid xladist executable ({why}); write it again "
+                          f"with `xladist compile MODULE.hlo -o {os.path.basename(path)}`")
+    if len(data) < _HEAD.size:
+        raise damaged(f"{len(data)} bytes, shorter than the {_HEAD.size}-byte header")
+    magic, fmt, length, digest = _HEAD.unpack_from(data)
+    if magic != MAGIC:
+        raise damaged("wrong magic bytes")
+    if fmt != FORMAT:
+        raise damaged(f"format version {fmt}, this xladist reads version {FORMAT}")
+    payload = data[_HEAD.size:]
+    if len(payload) != length:
+        raise damaged(f"truncated or extended: payload of {len(payload)} bytes, the header "
+                      f"says {length}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise damaged("checksum mismatch: the file is damaged")
+    try:
+        (hlen,) = struct.unpack_from("<I", payload)
+        header = json.loads(payload[4:4 + hlen].decode())
+        header["module_text"], header["fingerprint"]  # noqa: B018 - required fields
+    except (struct.error, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise damaged(f"unreadable header: {e}") from None
+    return header, payload[4 + hlen:]
+
+
+_WHAT = {"triple": "target triple", "cpu": "CPU", "cpu_features": "CPU features",
+         "llvm": "LLVM version", "vector_width": "vector width", "xladist": "xladist version",
+         "compiler": "compiler version"}
+
+
+def _check_target(stored: dict, path: str) -> None:
+    here = _target()
+    diffs = []
+    for key, what in _WHAT.items():
+        if stored.get(key) != here[key]:
+            a, b = stored.get(key), here[key]
+            if key == "cpu_features" and a and b:
+                fa, fb = set(a.split(",")), set(b.split(","))
+                a, b = ",".join(sorted(fa - fb)) or "-", ",".join(sorted(fb - fa)) or "-"
+                diffs.append(f"{what}: the file has {a} where this host has {b}")
+            else:
+                diffs.append(f"{what}: file {a!r}, here {b!r}")
+    if diffs:
+        raise UnsupportedError(f"{path} was compiled for another machine or xladist and is not "
+                               f"run (recompile it here with `xladist compile`): "
+                               + "; ".join(diffs))
+
+
+def _schedule_from_names(module, names: dict, path: str) -> dict:
+    out = {}
+    comps = {c.name: c for c in module.computations}
+    for cname, order in names.items():
+        comp = comps.get(cname)
+        if comp is None:
+            raise InputError(f"{path}: the schedule names computation {cname!r}, which the "
+                             f"module does not have")
+        by_name = {i.name: i for i in comp.instructions}
+        try:
+            out[comp] = [by_name[n] for n in order]
+        except KeyError as e:
+            raise InputError(f"{path}: the schedule of {cname} names instruction {e}, which "
+                             f"the computation does not have") from None
+    return out
+
+
+def load_executable(path, **options):
+    """A CpuExecutable from a `.xlx` file, compiling nothing; options as CpuExecutable's
+    (device, infeed)."""
+    return SerializedExecutable(path).executable(**options)
