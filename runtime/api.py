@@ -9,6 +9,7 @@ same way. Either way the result is a list over devices of lists of output arrays
 
 from __future__ import annotations
 
+import operator
 import os
 import pickle
 import tempfile
@@ -100,8 +101,17 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     what a device receives from it; both are called in this process, one call at a time.
     """
     module = _as_module(module)
+    try:
+        count = operator.index(n)
+    except TypeError:
+        count = 0
+    if count < 1:
+        raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
+    n = count
     device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
+    _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
+                 prefetch=prefetch, timeout=timeout)
     if check:
         from .precheck import precheck
         quiet = launcher.under_mpi() and _world_rank() != 0
@@ -124,6 +134,19 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
                         device_assignment=device_assignment, verify=verify,
                         job_timeout=job_timeout, trace=trace, hosts=hosts,
                         feed_options=feed_options)
+
+
+def _check_files(module, n, device_assignment, **settings) -> None:
+    """The path settings (npz templates, the trace) checked like `xladist run`'s, before
+    any rank starts (runtime/run_args.py); callables pass untouched."""
+    from types import SimpleNamespace
+
+    from .run_args import check as check_run
+    given = {k: v for k, v in settings.items()
+             if not (k in ("infeed", "outfeed") and not isinstance(v, (str, os.PathLike)))}
+    given = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in given.items()}
+    check_run(SimpleNamespace(num_devices=n, device_assignment=device_assignment, **given),
+              module, options=False)
 
 
 def _world_rank() -> int:
@@ -164,6 +187,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None
             if relay is not None:
                 relay.close()
         feeds.after_job(proc.returncode)  # every outfeed item is delivered before we go on
+        rescued = _keep_rescued(job)
         out = job / "outputs.pkl"
         if proc.returncode != 0 or not out.exists():
             if options.get("trace"):
@@ -172,7 +196,29 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None
             detail = launcher.clean_stderr(proc.stderr).strip()
             raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
                                  + (f":\n{detail}" if detail else "")
-                                 + feeds.error_text()) from feeds.first_error()
+                                 + feeds.error_text() + rescued) from feeds.first_error()
         feeds.raise_errors()
+        if rescued:
+            from xladist.errors import OutputError
+            raise OutputError(rescued.strip())
         with open(out, "rb") as f:
             return pickle.load(f)
+
+
+def _keep_rescued(job: Path) -> str:
+    """Results a rank could not write where asked (xladist/files.py) are in the job's
+    `rescued` folder, about to be deleted with it: move them out; returns a note saying
+    where ("" when there are none)."""
+    import shutil
+
+    from xladist.files import RESCUE_SUBDIR
+    rescued = job / RESCUE_SUBDIR
+    if not rescued.is_dir() or not any(rescued.iterdir()):
+        return ""
+    keep = Path(tempfile.mkdtemp(prefix="xladist-rescued-"))
+    names = []
+    for f in sorted(rescued.iterdir()):
+        shutil.move(str(f), keep / f.name)
+        names.append(f.name)
+    return (f"\nsome results could not be written where asked; they are saved in {keep}: "
+            f"{', '.join(names)}")

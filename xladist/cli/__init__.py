@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 
-from ..errors import XlaDistError
+from ..errors import InputError, OutputError, XlaDistError
+from ..files import rescued
 
 # name -> module under xladist.cli; imported lazily so `xladist fmt` never loads MPI.
 SUBCOMMANDS = {
@@ -39,6 +40,22 @@ examples:
 
 Run `xladist COMMAND --help` for a command's options and examples.
 """
+
+
+def read_module_text(path: str) -> tuple[str, str]:
+    """The HLO text of FILE ('-': standard input) and the name to show in messages; every
+    problem with the file is an InputError naming it (xladist/files.py)."""
+    if path == "-":
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        if isinstance(data, bytes):
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"standard input: not UTF-8 text (byte 0x{data[e.start]:02x}"
+                                 f" at offset {e.start}); expected HLO text") from None
+        return data, "<stdin>"
+    from ..files import read_text
+    return read_text(path, "FILE", kind="HLO text"), path
 
 
 def _load(name: str):
@@ -81,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if not argv else 2
     try:
-        return int(args._module.run(args) or 0)
+        code = int(args._module.run(args) or 0)
+        # A result that could not be written where asked was saved elsewhere and said so
+        # (xladist/files.py); the command still failed.
+        return code or (OutputError.exit_code if rescued() else 0)
     except XlaDistError as e:
         print(f"xladist {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -35,7 +35,7 @@ def run(args) -> int:
     import xladist
     from xladist.compiler import CpuProgram
 
-    module = xladist.load_hlo(args.file)
+    module = xladist.load_hlo(args.file, "MODULE")
     xladist.verify(module)
     program = CpuProgram(module)
     if args.ir:
