@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xladist.errors import InputError
+from xladist.errors import InputError, OutputError
 from xladist.files import NPZ_ERRORS, check_npz, deliver
 from xladist.io import encode
 
@@ -135,8 +135,11 @@ class PartLog:
 
     def __init__(self, path: str):
         self.path = part_path(path)
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise OutputError(f"cannot write --outfeed {path}: {e.strerror or e}") from None
 
     def append(self, item) -> None:
         buf = io.BytesIO()

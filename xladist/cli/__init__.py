@@ -97,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 0 if not argv else 2
+    before = len(rescued())
     try:
         code = int(args._module.run(args) or 0)
         # A result that could not be written where asked was saved elsewhere and said so
         # (xladist/files.py); the command still failed.
-        return code or (OutputError.exit_code if rescued() else 0)
+        return code or (OutputError.exit_code if len(rescued()) > before else 0)
     except XlaDistError as e:
         print(f"xladist {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
