@@ -300,6 +300,14 @@ def _check(args) -> str | None:
     if unknown or not ops:
         return f"--ops {args.ops!r}: unknown {', '.join(unknown) or 'empty list'}; choose from " \
                f"{', '.join(OPS)}"
+    if args.mpiexec and not _under_mpi():
+        from xladist.errors import XlaDistError
+
+        from .mpiexec import find_mpiexec
+        try:
+            find_mpiexec(args.mpiexec)
+        except XlaDistError as e:
+            return str(e)
     return None
 
 
