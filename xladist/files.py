@@ -55,7 +55,7 @@ def check_source(path, what: str) -> Path:
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError(f"{what} {p}: no such file") from None
+        raise InputError(f"{what} {p}: does not exist") from None
     except OSError as e:
         raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
     if p.is_dir():
