@@ -54,20 +54,26 @@ def _host_channels(module, opcode: str) -> list:
                   key=str)
 
 
-def _paths(key: str, value: str, module, placements, name: str) -> list[str]:
-    """The files a setting names: itself, or its template filled in for every rank."""
+def _paths(key: str, value: str, module, placements, name: str) -> dict[str, str]:
+    """The files a setting names, each with how messages name it: the path itself, or its
+    template filled in for every rank (and host channel)."""
     spec = SCHEMA[key]
     if not spec.template:
-        return [value]
+        return {value: name}
+    out: dict[str, str] = {}
     if key in ("host_recv", "host_send"):
         channels = _host_channels(module, "recv" if key == "host_recv" else "send")
-        return list(dict.fromkeys(
-            _fill(name, value, "{rank} and {channel}", dict(rank=p.rank, channel=c))
-            for p in placements for c in channels))
-    return list(dict.fromkeys(
-        _fill(name, value, "{rank}, {replica} and {partition}",
-              dict(rank=p.rank, replica=p.replica, partition=p.partition))
-        for p in placements))
+        for p in placements:
+            for c in channels:
+                path = _fill(name, value, "{rank} and {channel}", dict(rank=p.rank, channel=c))
+                out.setdefault(path, f"{name} {value!r} for rank {p.rank}, channel {c}:")
+        return out
+    for p in placements:
+        path = _fill(name, value, "{rank}, {replica} and {partition}",
+                     dict(rank=p.rank, replica=p.replica, partition=p.partition))
+        out.setdefault(path, f"{name} {value!r} for rank {p.rank} (replica {p.replica}, "
+                             f"partition {p.partition}):")
+    return out
 
 
 def check_files(args, module, placements, *, options: bool = True) -> None:
@@ -79,8 +85,7 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
         name = _name(key, options)
         if not isinstance(value, str):
             raise InputError(f"{name} must be a path, got {type(value).__name__}")
-        for path in _paths(key, value, module, placements, name):
-            what = name if path == value else f"{name} {value!r}:"
+        for path, what in _paths(key, value, module, placements, name).items():
             if spec.file == "npz":
                 check_npz(path, what)
             elif spec.file == "text":

@@ -215,5 +215,5 @@ def test_feed_templates_are_checked_for_every_rank(tmp_path):
     (tmp_path / "in" / "rank1.npz").write_bytes(b"garbage")
     proc = xladist_cli("run", module, "-n", 2, "--infeed", infeed, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"--infeed '{infeed}': {tmp_path / 'in' / 'rank1.npz'}: not an npz file" in \
-        proc.stderr
+    assert f"--infeed '{infeed}' for rank 1 (replica 1, partition 0): " \
+           f"{tmp_path / 'in' / 'rank1.npz'}: not an npz file" in proc.stderr
