@@ -23,6 +23,7 @@ from runtime.launcher import find_mpiexec
 from tests.cli_util import ROOT, cli_env, xladist_cli
 from tests.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
 from xladist import files
+from xladist.cli import main
 from xladist.errors import InputError, OutputError
 
 CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
@@ -143,6 +144,51 @@ def test_results_written_after_their_folder_vanished_are_saved_in_the_job_direct
     finally:
         for p in {p.parent.parent for p in saved.values()}:
             shutil.rmtree(p, ignore_errors=True)
+
+
+def test_one_device_run_saves_its_results_in_a_fresh_folder(tmp_path, monkeypatch, capsys):
+    """No job directory (one device, no mpiexec): a new xladist-rescued-* folder."""
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(1, 3))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.delenv(files.JOB_DIR_ENV, raising=False)
+    code = main(["run", str(module), "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
+                 "--outputs", str(dest / "out.npz"), "--backend", "interpreter"])
+    err = capsys.readouterr().err
+    saved = _rescued_paths(err)
+    try:
+        assert code == 1 and set(saved) == {"out.npz", "o0.npz"}, err
+        assert saved["out.npz"].parent.name.startswith("xladist-rescued-")
+        with np.load(saved["out.npz"]) as z:
+            np.testing.assert_allclose(z["out0"], [expected_accs(1, 3)[-1]], rtol=1e-6)
+        check_outfeed(read_outfeed(saved["o0.npz"]), 1, 3)
+    finally:
+        for p in {p.parent for p in saved.values()}:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def test_python_api_moves_rescued_results_out_of_its_job_folder(tmp_path, monkeypatch):
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    with pytest.raises(OutputError, match="could not be written where asked") as info:
+        xladist.run(str(module), None, n=2, backend="interpreter", prefetch=1, timeout=60,
+                    infeed_fn="tests.feeds_fns:steps_then_block_dir",
+                    outfeed=str(dest / "o{rank}.npz"), trace=str(dest / "t.json"),
+                    job_timeout=120)
+    folder = Path(str(info.value).split("saved in ")[1].split(":")[0])
+    try:
+        assert sorted(p.name for p in folder.iterdir()) == ["o0.npz", "o1.npz", "t.json"]
+        for r in range(2):
+            check_outfeed(read_outfeed(folder / f"o{r}.npz"), 2, 3)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_deliver_falls_back_to_the_job_directory(tmp_path, monkeypatch, capsys):
