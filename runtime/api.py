@@ -111,7 +111,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
     _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
-                 prefetch=prefetch, timeout=timeout)
+                 prefetch=prefetch, timeout=timeout, backend=backend)
     if check:
         from .precheck import precheck
         quiet = launcher.under_mpi() and _world_rank() != 0
@@ -137,8 +137,9 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
 
 
 def _check_files(module, n, device_assignment, **settings) -> None:
-    """The path settings (npz templates, the trace) checked like `xladist run`'s, before
-    any rank starts (runtime/run_args.py); callables pass untouched."""
+    """The settings (npz templates, the trace, numbers, the backend) checked like
+    `xladist run`'s, before any rank starts (runtime/run_args.py); callables pass
+    untouched."""
     from types import SimpleNamespace
 
     from .run_args import check as check_run
