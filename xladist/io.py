@@ -130,10 +130,14 @@ def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bo
     arrays = output_arrays(per_device, device_axis=device_axis)
     if hasattr(target, "write"):
         np.savez(target, **arrays)
-    else:  # np.savez's naming: a path without .npz gets it appended
-        target = os.fspath(target)
-        target = target if str(target).endswith(".npz") else f"{target}.npz"
-        write_atomic(target, lambda f: np.savez(f, **arrays), "outputs")
+    else:
+        write_atomic(npz_path(target), lambda f: np.savez(f, **arrays), "outputs")
+
+
+def npz_path(target) -> str:
+    """np.savez's naming, kept for atomic writes: a path without .npz gets it appended."""
+    target = os.fspath(target)
+    return target if str(target).endswith(".npz") else f"{target}.npz"
 
 
 def read_outputs(source, what: str = "outputs") -> list[np.ndarray]:

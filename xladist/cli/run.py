@@ -218,9 +218,9 @@ def run(args) -> int:
 def _write_outputs(path, per_device) -> None:
     """--outputs, atomically; rescued to the job directory when that fails (xladist/files.py)."""
     from ..files import deliver
-    from ..io import output_arrays
+    from ..io import npz_path, output_arrays
     arrays = output_arrays(per_device, device_axis=True)
-    deliver(path, lambda f: np.savez(f, **arrays), "--outputs")
+    deliver(npz_path(path), lambda f: np.savez(f, **arrays), "--outputs")
 
 
 def _read_per_device(module, args) -> list[list]:
