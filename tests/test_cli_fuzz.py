@@ -20,6 +20,9 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -29,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cli_util import xladist_cli
+from tests.cli_util import ROOT, cli_env
 from xladist.cli import main
 
 EXAMPLES = int(os.environ.get("XLADIST_FUZZ_EXAMPLES", "15"))
@@ -353,7 +356,29 @@ def test_bad_values_in_a_real_process(files, case):
         "bench": (["bench", "collectives", "-n", 2, "--sizes", "8X"], "--sizes"),
         "demo": (["demo", "-n", 2, "--trace", files["dir"]], "--trace"),
     }[case]
-    proc = xladist_cli(*argv, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stdout + proc.stderr
-    assert word in proc.stdout + proc.stderr
+    cmd = [sys.executable, "-m", "xladist", *map(str, argv)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        leftover = _session_alive(proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in out + err and word in out + err
+    assert not leftover, "processes of the command outlived it"
+
+
+def _session_alive(sid: int) -> bool:
+    """Any process left in the session the command ran in."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                return True
+    return False

@@ -183,11 +183,11 @@ def run(args) -> int:
     _check_device_count(module, args.num_devices)
     from runtime import run_args
     run_args.check(args, module)  # every option and file, before anything runs (exit 2)
+    from runtime import feeds
+    placements = feeds.check_args(args, module)  # e.g. --infeed-fn imports
     if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
         # Validate everything a rank would refuse before starting any rank (exit 2).
         _read_per_device(module, args)
-        from runtime import feeds
-        placements = feeds.check_args(args, module)
         _deadlock_check(module, args)
         code = _launch(args)
         if code != 0:  # ranks killed by another's abort left their outfeed logs
