@@ -123,11 +123,17 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     if launcher.under_mpi():
         from .feeds import make_feeds
         options_here = dict(feeds=make_feeds(**feed_options))
+        from xladist.files import rescued
         from .channels_host import CallbackHost
-        return _run_here(module, per_device, backend=backend, timeout=timeout,
-                         device_assignment=device_assignment, verify=verify, trace=trace,
-                         **options_here,
-                         host=CallbackHost(*hosts) if hosts else None)
+        before = len(rescued())
+        outputs = _run_here(module, per_device, backend=backend, timeout=timeout,
+                            device_assignment=device_assignment, verify=verify, trace=trace,
+                            **options_here, host=CallbackHost(*hosts) if hosts else None)
+        if len(rescued()) > before:  # a trace or outfeed written elsewhere (said on stderr)
+            from xladist.errors import OutputError
+            raise OutputError("; ".join(f"{what} {wanted} is saved as {saved}"
+                                        for what, wanted, saved in rescued()[before:]))
+        return outputs
     if trace:
         trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
     return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,

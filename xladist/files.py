@@ -96,9 +96,11 @@ def check_npz(path, what: str) -> None:
                                      "(.npy); not an npz file of arrays")
                 with z.open(info) as f:
                     version = np.lib.format.read_magic(f)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    _, _, dtype = read_header(f)
+                    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                                   (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                    # (format 3.0, UTF-8 field names: np.load's allow_pickle=False still
+                    # refuses object arrays when the data is read)
+                    dtype = read_header(f)[2] if read_header else np.dtype(np.uint8)
                 if dtype.hasobject:
                     raise InputError(f"{what} {p}: array {info.filename[:-4]!r} holds Python "
                                      "objects (pickled data); xladist reads only plain "
