@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="timed iterations per size (default: scaled to the size)")
     p.add_argument("--repeats", type=int, default=5,
                    help="alternating xladist/raw timing rounds; the best of each is shown")
-    p.add_argument("--mpiexec", default="mpiexec", help="launcher used when not under MPI")
+    p.add_argument("--mpiexec", default=None,
+                   help="launcher used when not under MPI (default: the mpich wheel's "
+                        "mpiexec, else the one on PATH; collectives/mpiexec.py)")
     return p
 
 
@@ -89,20 +91,28 @@ def _under_mpi() -> bool:
     return any(v in os.environ for v in _RANK_VARS)
 
 
+def rank_env() -> dict[str, str]:
+    """What the benchmark's ranks add to the environment (see the module docstring)."""
+    return {**RANK_ENV, _CHILD_FLAG: "1"}
+
+
 def _relaunch(args, argv) -> int:
+    """`python -m collectives.bench` outside MPI: the same command under mpiexec.
+    (`xladist bench collectives` launches through runtime/launcher.py instead.)"""
+    from xladist.errors import XlaDistError
+
+    from .mpiexec import find_mpiexec
     env = dict(os.environ)
-    env.update(RANK_ENV)
-    env[_CHILD_FLAG] = "1"
+    env.update(rank_env())
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    cmd = [args.mpiexec, "-n", str(args.ranks), sys.executable, "-m", "collectives.bench",
-           *argv]
     try:
-        return subprocess.call(cmd, env=env)
-    except FileNotFoundError:
-        print(f"xladist bench: cannot run {args.mpiexec!r}; install the 'mpich' package or pass "
-              "--mpiexec PATH", file=sys.stderr)
+        mpiexec = find_mpiexec(args.mpiexec)
+    except XlaDistError as e:
+        print(f"xladist bench: error: {e}", file=sys.stderr)
         return 2
+    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "collectives.bench", *argv]
+    return subprocess.call(cmd, env=env)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,21 +275,53 @@ def _verdict(summary, say) -> None:
         say("# all targets met (<= 1.10x raw from 1 MiB, <= +20 us at 8 B, no wrong results)")
 
 
-def main(argv: list[str] | None = None) -> int:
+# The largest message a run may ask for: the ranks hold several buffers of it each.
+MAX_SIZE = 1 << 30
+
+
+def _check(args) -> str | None:
+    """What is wrong with the options, before any rank starts (None: nothing)."""
+    if args.ranks < 1:
+        return f"-n must be at least 1, got {args.ranks}"
+    if args.iters < 0 or args.repeats < 1:
+        return f"--iters must be >= 0 and --repeats >= 1, got {args.iters} and {args.repeats}"
+    sizes = [s for s in args.sizes.split(",") if s.strip()]
+    if not sizes:
+        return f"--sizes {args.sizes!r}: no sizes"
+    for s in sizes:
+        try:
+            size = parse_size(s)
+        except argparse.ArgumentTypeError as e:
+            return f"--sizes: {e}"
+        if size > MAX_SIZE:
+            return f"--sizes: {s} is over the limit of {_fmt_size(MAX_SIZE)}"
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown or not ops:
+        return f"--ops {args.ops!r}: unknown {', '.join(unknown) or 'empty list'}; choose from " \
+               f"{', '.join(OPS)}"
+    if args.mpiexec and not _under_mpi():
+        from xladist.errors import XlaDistError
+
+        from .mpiexec import find_mpiexec
+        try:
+            find_mpiexec(args.mpiexec)
+        except XlaDistError as e:
+            return str(e)
+    return None
+
+
+def main(argv: list[str] | None = None, relaunch=None) -> int:
+    """Run the benchmark; outside MPI `relaunch(args, argv)` (default: under mpiexec here)
+    starts the ranks and returns the job's exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    if args.ranks < 1:
-        print("xladist bench: -n must be >= 1", file=sys.stderr)
+    problem = _check(args)
+    if problem:
+        print(f"xladist bench: error: {problem}", file=sys.stderr)
         return 2
-    for s in args.sizes.split(","):
-        if s.strip():
-            try:
-                parse_size(s)
-            except argparse.ArgumentTypeError as e:
-                print(f"xladist bench: {e}", file=sys.stderr)
-                return 2
     if not _under_mpi():
-        return _relaunch(args, argv)
+        return (relaunch or _relaunch)(args, argv)
     from . import deadline
 
     with deadline.abort_on_exception(traceback=True):

@@ -9,6 +9,7 @@ same way. Either way the result is a list over devices of lists of output arrays
 
 from __future__ import annotations
 
+import operator
 import os
 import pickle
 import tempfile
@@ -100,8 +101,17 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     what a device receives from it; both are called in this process, one call at a time.
     """
     module = _as_module(module)
+    try:
+        count = operator.index(n)
+    except TypeError:
+        count = 0
+    if count < 1:
+        raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
+    n = count
     device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
+    _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
+                 prefetch=prefetch, timeout=timeout, backend=backend)
     if check:
         from .precheck import precheck
         quiet = launcher.under_mpi() and _world_rank() != 0
@@ -113,17 +123,37 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     if launcher.under_mpi():
         from .feeds import make_feeds
         options_here = dict(feeds=make_feeds(**feed_options))
+        from xladist.files import rescued
         from .channels_host import CallbackHost
-        return _run_here(module, per_device, backend=backend, timeout=timeout,
-                         device_assignment=device_assignment, verify=verify, trace=trace,
-                         **options_here,
-                         host=CallbackHost(*hosts) if hosts else None)
+        before = len(rescued())
+        outputs = _run_here(module, per_device, backend=backend, timeout=timeout,
+                            device_assignment=device_assignment, verify=verify, trace=trace,
+                            **options_here, host=CallbackHost(*hosts) if hosts else None)
+        if len(rescued()) > before:  # a trace or outfeed written elsewhere (said on stderr)
+            from xladist.errors import OutputError
+            raise OutputError("; ".join(f"{what} {wanted} is saved as {saved}"
+                                        for what, wanted, saved in rescued()[before:]))
+        return outputs
     if trace:
         trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
     return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
                         job_timeout=job_timeout, trace=trace, hosts=hosts,
                         feed_options=feed_options)
+
+
+def _check_files(module, n, device_assignment, **settings) -> None:
+    """The settings (npz templates, the trace, numbers, the backend) checked like
+    `xladist run`'s, before any rank starts (runtime/run_args.py); callables pass
+    untouched."""
+    from types import SimpleNamespace
+
+    from .run_args import check as check_run
+    given = {k: v for k, v in settings.items()
+             if not (k in ("infeed", "outfeed") and not isinstance(v, (str, os.PathLike)))}
+    given = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in given.items()}
+    check_run(SimpleNamespace(num_devices=n, device_assignment=device_assignment, **given),
+              module, options=False)
 
 
 def _world_rank() -> int:
@@ -166,6 +196,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None
             if relay is not None:
                 relay.close()
         feeds.after_job(proc.returncode)  # every outfeed item is delivered before we go on
+        rescued = _keep_rescued(job)
         out = job / "outputs.pkl"
         if proc.returncode != 0 or not out.exists():
             if options.get("trace"):
@@ -174,8 +205,11 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None
             detail = launcher.clean_stderr(proc.stderr).strip()
             raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
                                  + (f":\n{detail}" if detail else "")
-                                 + feeds.error_text()) from feeds.first_error()
+                                 + feeds.error_text() + rescued) from feeds.first_error()
         feeds.raise_errors()
+        if rescued:
+            from xladist.errors import OutputError
+            raise OutputError(rescued.strip())
         with open(out, "rb") as f:
             return pickle.load(f)
 
@@ -190,3 +224,22 @@ def _compiled_once(job: Path, options: dict):
     from xladist import load_hlo
     module = load_hlo(job / "module.hlo") if backend == "cpu" else None
     return compile_once.compiled_for_ranks(module, backend)
+
+
+def _keep_rescued(job: Path) -> str:
+    """Results a rank could not write where asked (xladist/files.py) are in the job's
+    `rescued` folder, about to be deleted with it: move them out; returns a note saying
+    where ("" when there are none)."""
+    import shutil
+
+    from xladist.files import RESCUE_SUBDIR
+    rescued = job / RESCUE_SUBDIR
+    if not rescued.is_dir() or not any(rescued.iterdir()):
+        return ""
+    keep = Path(tempfile.mkdtemp(prefix="xladist-rescued-"))
+    names = []
+    for f in sorted(rescued.iterdir()):
+        shutil.move(str(f), keep / f.name)
+        names.append(f.name)
+    return (f"\nsome results could not be written where asked; they are saved in {keep}: "
+            f"{', '.join(names)}")

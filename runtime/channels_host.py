@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from xladist.files import deliver, load_npz
+
 __all__ = ["CallbackHost", "FileHost", "HostRelay", "RelayHost"]
 
 
@@ -181,12 +183,8 @@ class FileHost:
         key = (rank, channel)
         if key not in self._recv_items:
             path = self._path(self.recv_pattern, rank, channel)
-            try:
-                with np.load(path) as z:
-                    items = [z[name] for name in z.files]
-            except OSError as e:
-                raise ValueError(f"cannot read host data for rank {rank}, channel {channel} "
-                                 f"from {path}: {e}") from None
+            items = list(load_npz(path, f"--host-recv (rank {rank}, channel {channel})")
+                         .values())
             self._recv_items[key] = (path, items)
         path, items = self._recv_items[key]
         k = self._recv_next.get(key, 0)
@@ -205,6 +203,10 @@ class FileHost:
         failed or is being aborted)."""
         for (rank, channel), arrays in self._sent.items():
             path = self._path(self.send_pattern, rank, channel)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(path, *[_storable(a) for a in arrays])
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                pass  # deliver reports it and saves the data in the job directory
+            stored = [_storable(a) for a in arrays]
+            deliver(path, lambda f, stored=stored: np.savez(f, *stored), "--host-send")
         self._sent.clear()

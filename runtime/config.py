@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xladist.errors import InputError
+from xladist.files import read_text
 
 
 class ConfigError(InputError):
@@ -40,11 +41,16 @@ class Key:
     dest: str          # the attribute of `xladist run`'s parsed arguments it sets
     option: str        # the command-line option that overrides it
     invert: bool = False  # a bool stored inverted in `dest` (verify -> no_verify)
+    # What a path names, for the checks before a run (runtime/run_files.py): "hlo", "npz",
+    # "text" (sources), "out" (a destination), "out_dirs" (a per-rank destination whose
+    # folders are created); "template" when {rank}-style placeholders are filled in.
+    file: str | None = None
+    template: bool = False
 
 
 # The one table of run settings. Defaults equal `xladist run`'s (a test checks it).
 SCHEMA: dict[str, Key] = {
-    "module": Key("path", "HLO text file to run", None, "module", "MODULE"),
+    "module": Key("path", "HLO text file to run", None, "module", "MODULE", file="hlo"),
     "ranks": Key("int", "number of MPI ranks, one device each", 1, "num_devices", "-n"),
     # Counts for a module whose header declares neither (both 1); must agree if it does.
     "replica_count": Key("int", "replicas (rows of the device assignment)", None,
@@ -55,16 +61,17 @@ SCHEMA: dict[str, Key] = {
                              "[[0, 1], [2, 3]]; default device = partition x replicas + "
                              "replica", None, "device_assignment", "--device-assignment"),
     "inputs": Key("path", "npz of entry arguments arg0.. (leading device axis)", None,
-                  "inputs", "--inputs"),
+                  "inputs", "--inputs", file="npz"),
     "outputs": Key("path", "npz to write the outputs out0.. to (default: print)", None,
-                   "outputs", "--outputs"),
+                   "outputs", "--outputs", file="out"),
     "infeed": Key("path", "npz of each rank's infeed items ({rank}, {replica}, {partition} "
-                  "in the path are filled in)", None, "infeed", "--infeed"),
+                  "in the path are filled in)", None, "infeed", "--infeed", file="npz",
+                  template=True),
     "infeed_fn": Key("str", "infeed source function 'package.module:function' called as "
                      "f(rank, replica, partition) -> iterable of items", None, "infeed_fn",
                      "--infeed-fn"),
     "outfeed": Key("path", "npz to write each rank's outfeed items to (same templates)",
-                   None, "outfeed", "--outfeed"),
+                   None, "outfeed", "--outfeed", file="out_dirs", template=True),
     "prefetch": Key("int", "infeed items each rank reads ahead of the program", 8,
                     "prefetch", "--prefetch"),
     "backend": Key("str", "cpu (LLVM, default) or interpreter (numpy reference)", "cpu",
@@ -75,13 +82,14 @@ SCHEMA: dict[str, Key] = {
     "timeout": Key("float", "deadline in seconds of every wait for another rank", 300.0,
                    "timeout", "--timeout"),
     "trace": Key("path", "Chrome/Perfetto trace JSON to write (one track per rank)", None,
-                 "trace", "--trace"),
+                 "trace", "--trace", file="out"),
     "hostfile": Key("path", "MPICH hostfile for a multi-host run", None, "hostfile",
-                    "--hostfile"),
+                    "--hostfile", file="text"),
     "host_recv": Key("path", "npz per rank and channel with the data of recvs from the host "
-                     "({rank}, {channel} filled in)", None, "host_recv", "--host-recv"),
+                     "({rank}, {channel} filled in)", None, "host_recv", "--host-recv",
+                     file="npz", template=True),
     "host_send": Key("path", "npz per rank and channel to write sends to the host to", None,
-                     "host_send", "--host-send"),
+                     "host_send", "--host-send", file="out_dirs", template=True),
     "verify": Key("bool", "run the verifier before running (default true)", True,
                   "no_verify", "--no-verify", invert=True),
     "check": Key("bool", "prove the program cannot deadlock before starting (default true)",
@@ -133,10 +141,9 @@ def load(path) -> dict:
     """The settings in a config file, checked, paths made absolute: {key: value}."""
     file = Path(path)
     try:
-        with open(file, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise ConfigError(f"cannot read config {file}: {e.strerror}") from None
+        raw = tomllib.loads(read_text(file, "--config", kind="TOML"))
+    except InputError as e:
+        raise ConfigError(str(e)) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: not valid TOML: {e}") from None
     out = {}

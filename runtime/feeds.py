@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import queue
 import threading
 import traceback
@@ -416,14 +415,15 @@ def make_feeds(infeed=None, outfeed=None, *, infeed_fn=None, prefetch=DEFAULT_PR
 
 
 def check_paths(feeds: Feeds | None, placements) -> None:
-    """Before a launch: every rank's infeed file exists (InputError otherwise)."""
+    """Before a launch: every rank's infeed file is a readable npz (InputError otherwise,
+    xladist/files.py)."""
     if feeds is None or not isinstance(feeds.source, NpzSource):
         return
+    from xladist.files import check_npz
     for p in placements:
         path = feeds_npz.format_path(feeds.source.template, p)
-        if not os.path.exists(path):
-            raise InputError(f"infeed file for rank {p.rank} (replica {p.replica}, partition "
-                             f"{p.partition}) does not exist: {path}")
+        check_npz(path, f"infeed file for rank {p.rank} (replica {p.replica}, partition "
+                        f"{p.partition})")
 
 
 def recover_outfeeds(feeds: Feeds | None, placements) -> None:

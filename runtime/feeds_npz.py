@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xladist.errors import InputError
+from xladist.errors import InputError, OutputError
+from xladist.files import NPZ_ERRORS, check_npz, deliver
 from xladist.io import encode
 
 _KEY = re.compile(r"^item(\d+)(?:_(\d+))?$")
@@ -71,21 +72,26 @@ def _index(files) -> dict[int, list[str] | str]:
 
 def read_items(path: str):
     """Yield the items of an npz file in order, reading each member only when needed."""
+    what = "infeed file"
+    check_npz(path, what)
     try:
         data = np.load(path, allow_pickle=False)
-    except OSError as e:
-        raise OSError(f"cannot read infeed file {path}: {e.strerror or e}") from None
+    except NPZ_ERRORS as e:
+        raise InputError(f"{what} {path}: cannot read it ({type(e).__name__}: {e})") from None
     with data:
         try:
             index = _index(data.files)
         except ValueError as e:
-            raise ValueError(f"infeed file {path}: {e}") from None
+            raise InputError(f"{what} {path}: {e}") from None
         for k in range(len(index)):
             keys = index[k]
-            if isinstance(keys, list):
-                yield tuple(data[key] for key in keys)
-            else:
-                yield data[keys]
+            try:
+                item = tuple(data[key] for key in keys) if isinstance(keys, list) \
+                    else data[keys]
+            except NPZ_ERRORS as e:
+                raise InputError(f"{what} {path}: item {k} is damaged "
+                                 f"({type(e).__name__}: {e})") from None
+            yield item
 
 
 def _leaves(item) -> list[np.ndarray]:
@@ -104,17 +110,18 @@ def item_arrays(k: int, item) -> dict[str, np.ndarray]:
     return {f"item{k}": encode(np.asarray(item))}
 
 
-def write_items(path: str, items) -> None:
-    """Write items to `path` atomically (a temporary file renamed into place)."""
+def write_items(path: str, items, what: str = "--outfeed") -> None:
+    """Write items to `path` atomically (a temporary file renamed into place); when that
+    fails, to the job directory, saying where (xladist/files.py `deliver`)."""
     arrays: dict[str, np.ndarray] = {}
     for k, item in enumerate(items):
         arrays.update(item_arrays(k, item))
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # deliver reports it and rescues the items
+    deliver(target, lambda f: np.savez(f, **arrays), what)
 
 
 def part_path(path: str) -> str:
@@ -128,8 +135,11 @@ class PartLog:
 
     def __init__(self, path: str):
         self.path = part_path(path)
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise OutputError(f"cannot write --outfeed {path}: {e.strerror or e}") from None
 
     def append(self, item) -> None:
         buf = io.BytesIO()
@@ -151,8 +161,8 @@ class PartLog:
         if remove:
             try:
                 os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+            except OSError:
+                pass  # gone with its folder: the items were delivered from memory
 
 
 def read_part(path: str) -> list:

@@ -25,7 +25,8 @@ import threading
 from pathlib import Path
 
 from collectives import deadline
-from xladist.errors import InputError
+from collectives.mpiexec import find_mpiexec
+from xladist.files import RESCUE_SUBDIR
 
 # Variables that tell a process it was started by an MPI launcher (Hydra/PMI, OpenMPI, Slurm).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -51,20 +52,6 @@ def mpi_world_size() -> int | None:
     return None
 
 
-def find_mpiexec() -> str:
-    """The mpiexec next to this Python (the mpich wheel's), else the one on PATH."""
-    here = Path(sys.executable).parent
-    for name in ("mpiexec", "mpiexec.hydra", "mpirun"):
-        cand = here / name
-        if cand.exists() and os.access(cand, os.X_OK):
-            return str(cand)
-    found = shutil.which("mpiexec")
-    if found is None:
-        raise InputError("mpiexec not found: install xladist with pip (it brings the `mpich` "
-                         "wheel, which provides mpiexec) or put an MPI launcher on PATH")
-    return found
-
-
 def rank_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for k, v in RANK_ENV_DEFAULTS.items():
@@ -79,8 +66,9 @@ def rank_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
-                    mpiexec_args: list[str] | None = None) -> list[str]:
-    cmd = [find_mpiexec(), "-n", str(n)]
+                    mpiexec_args: list[str] | None = None,
+                    mpiexec: str | None = None) -> list[str]:
+    cmd = [find_mpiexec(mpiexec), "-n", str(n)]
     if hostfile:
         cmd += ["-f", hostfile]
     cmd += list(mpiexec_args or [])
@@ -99,14 +87,14 @@ def clean_stderr(text: str | None) -> str:
 
 def launch(n: int, argv: list[str], *, hostfile: str | None = None,
            env: dict[str, str] | None = None, timeout: float | None = None,
-           capture: bool = False) -> subprocess.CompletedProcess:
+           capture: bool = False, mpiexec: str | None = None) -> subprocess.CompletedProcess:
     """Run `python argv...` on n ranks and wait; Ctrl-C and timeouts kill the whole job.
 
     Without `capture`, the ranks' stdout passes straight through and their stderr is
     forwarded line by line minus MPICH's abort boilerplate. The job runs in its own
     process group so that nothing is orphaned when we stop it.
     """
-    cmd = mpiexec_command(n, argv, hostfile=hostfile)
+    cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
     env = rank_environment(env)
     if hostfile is None and "OPENBLAS_CORETYPE" not in env:
         # Only on this host, whose CPU we know: other hosts may lack the instructions.
@@ -126,7 +114,23 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
         return _launch(cmd, env, timeout, capture, notes)
     finally:
         if own_dir is not None:
-            shutil.rmtree(own_dir, ignore_errors=True)
+            _remove_job_dir(Path(own_dir))
+
+
+def _remove_job_dir(job: Path) -> None:
+    """Remove the job directory, except results a rank could not write where asked
+    (xladist/files.py saved them in its `rescued` folder and said so)."""
+    rescued = job / RESCUE_SUBDIR
+    if not rescued.is_dir():
+        shutil.rmtree(job, ignore_errors=True)
+        return
+    for entry in job.iterdir():
+        if entry == rescued:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _launch(cmd, env, timeout, capture, notes: Path) -> subprocess.CompletedProcess:

@@ -38,6 +38,7 @@ from collections import defaultdict
 import numpy as np
 
 from collectives import deadline
+from xladist.files import deliver
 
 # A rank keeps at most this many slices (the waits are always kept and always counted);
 # beyond it instruction slices are counted in `dropped` instead, so a long loop cannot
@@ -169,9 +170,8 @@ class Tracer:
     def write_partial(self, path: str) -> str:
         """After a failure: this rank's events alone, in `PATH.rank<r>.part`."""
         part = f"{path}.rank{self.rank}.part"
-        with open(part, "w") as f:
-            json.dump(self.trace_events(), f)
-        return part
+        data = json.dumps(self.trace_events()).encode()
+        return str(deliver(part, lambda f: f.write(data), "--trace (this rank's part)"))
 
 
 class _Span:
@@ -197,15 +197,15 @@ class _Span:
 
 def write_trace(path: str, events: list[dict], ranks: int | None = None,
                 note: str | None = None) -> None:
-    """Write a Trace Event Format JSON object file (atomically: no half-written trace)."""
+    """Write a Trace Event Format JSON object file (atomically: no half-written trace;
+    saved in the job directory, with a message, when `path` cannot be written)."""
     doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {"producer": "xladist", "ranks": ranks}}
     if note:
         doc["otherData"]["note"] = note
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    # Atomic; when the folder is gone by now, the trace goes to the job directory instead.
+    deliver(path, lambda f: f.write(data), "--trace")
 
 
 def merge_partials(path: str) -> bool:

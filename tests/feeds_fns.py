@@ -22,3 +22,19 @@ def raising_on_rank1(rank, replica, partition):
         if rank == 1 and k == 2:
             raise ValueError(f"shard {rank} is corrupt at record {k}")
         yield item(rank, k)
+
+
+def steps_then_block_dir(rank, replica, partition):
+    """`steps`, but before item 2 rank 0 replaces the folder $XLADIST_TEST_BLOCK_DIR with a
+    plain file, so nothing can be written there any more (tests/test_cli_files.py). With
+    --prefetch 1, item 2 is produced only once the program took item 1: every rank is
+    running by then."""
+    import os
+    import shutil
+    for k in range(1000):
+        target = os.environ.get("XLADIST_TEST_BLOCK_DIR")
+        if rank == 0 and k == 2 and target and os.path.isdir(target):
+            shutil.rmtree(target)
+            with open(target, "w") as f:
+                f.write("not a folder any more\n")
+        yield item(rank, k)

@@ -109,8 +109,12 @@ def test_invalid_toml_and_missing_file(tmp_path):
     path = _write(tmp_path, "module = \n")
     with pytest.raises(config.ConfigError, match=f"{path}: not valid TOML"):
         config.load(path)
-    with pytest.raises(config.ConfigError, match="cannot read config"):
+    with pytest.raises(config.ConfigError, match="--config .*absent.toml: does not exist"):
         config.load(tmp_path / "absent.toml")
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xbf\x00\xff module")
+    with pytest.raises(config.ConfigError, match="not UTF-8 text .*expected TOML"):
+        config.load(binary)
 
 
 def test_paths_resolve_against_the_file(tmp_path):

@@ -183,7 +183,8 @@ def test_missing_infeed_file_is_refused_before_launch(tmp_path):
     module = write_module(tmp_path, 2, 1)
     proc = xladist_run(module, "-n", 2, "--infeed", tmp_path / "nope{rank}.npz")
     assert proc.returncode == 2
-    assert "infeed file for rank 0 (replica 0, partition 0) does not exist" in proc.stderr
+    assert "for rank 0 (replica 0, partition 0)" in proc.stderr
+    assert "nope0.npz: does not exist" in proc.stderr
 
 
 def test_single_device_cli(tmp_path):

@@ -116,4 +116,4 @@ def test_deadlock_check_not_available(monkeypatch, capsys):
 
 def test_unreadable_file_is_invalid_input(capsys):
     assert main(["check", "/no/such/module.hlo"]) == 2
-    assert "cannot read /no/such/module.hlo" in capsys.readouterr().err
+    assert "FILE /no/such/module.hlo: does not exist" in capsys.readouterr().err

@@ -9,27 +9,30 @@ Public API (imported lazily so that `import xladist` stays cheap and never loads
 
 from __future__ import annotations
 
-from .errors import (DeadlockError, ExecutionError, HloParseError, InputError,
+from .errors import (DeadlockError, ExecutionError, HloParseError, InputError, OutputError,
                      UnsupportedError, VerifierError, XlaDistError)
 
 __version__ = "0.1.0"
 
 __all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "load_executable", "HloParseError",
            "VerifierError", "XlaDistError", "InputError", "ExecutionError",
-           "UnsupportedError", "DeadlockError", "__version__"]
+           "UnsupportedError", "DeadlockError", "OutputError", "__version__"]
 
 
 def parse_hlo(text: str, filename: str | None = None):
     """Parse XLA HLO text (either print style) into a Module; raises HloParseError."""
     from .hlo.parser import parse_module
+    if not isinstance(text, (str, bytes)):
+        raise InputError(f"parse_hlo takes HLO text, got {type(text).__name__}")
     return parse_module(text, filename=filename)
 
 
-def load_hlo(path):
-    """Read and parse an HLO text file."""
+def load_hlo(path, what: str = "module file"):
+    """Read and parse an HLO text file; InputError when it cannot be read (`what` names it
+    in the message), HloParseError when it is not HLO."""
+    from .files import read_text
     from .hlo.parser import parse_module
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text(path, what, kind="HLO text")
     return parse_module(text, filename=str(path))
 
 

@@ -115,3 +115,10 @@ class DeadlockError(XlaDistError):
     """The static cross-device check found a program that would hang or mismatch."""
 
     exit_code = 1
+
+
+class OutputError(XlaDistError):
+    """A result that could not be written where it was asked for (the message says why and,
+    when it was saved elsewhere, where)."""
+
+    exit_code = 1

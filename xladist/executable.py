@@ -70,7 +70,7 @@ def _load_backend(name: str) -> Callable:
     if name not in BACKENDS:
         _load_plugin(name)
     if name not in BACKENDS:
-        known = ", ".join(sorted(set(BACKENDS) | {"cpu"} | set(_plugins()))) or "none"
+        known = ", ".join(sorted(set(BACKENDS) | {"cpu", "interpreter"} | set(_plugins()))) or "none"
         raise UnsupportedError(f"backend {name!r} is not available (available: {known})")
     return BACKENDS[name]
 
@@ -88,6 +88,12 @@ def verify_if_available(module) -> None:
 
 def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
     """Compile `module` for one device with the named backend; returns an Executable."""
+    from .hlo.ir import Module
+    if not isinstance(module, Module):
+        raise InputError(f"compile takes a parsed module (xladist.load_hlo(path) or "
+                         f"xladist.parse_hlo(text)), got {type(module).__name__}")
+    if not isinstance(backend, str):
+        raise InputError(f"backend must be a name (cpu or interpreter), got {backend!r}")
     factory = _load_backend(backend)
     if verify:
         verify_if_available(module)

@@ -14,9 +14,12 @@ cannot be stored in npz and are refused.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .errors import InputError
+from .files import load_npz, write_atomic
 from .hlo.shape import Shape
 
 
@@ -46,23 +49,22 @@ def _param_label(i: int, name: str | None, shape: Shape) -> str:
 
 
 def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
-                device_axis: bool | None = True, names: list[str] | None = None
-                ) -> list[list]:
+                device_axis: bool | None = True, names: list[str] | None = None,
+                what: str = "inputs") -> list[list]:
     """Read `arg{i}` arrays for parameters of `shapes`; returns one argument list per device.
 
     `device_axis`: True = every array has a leading axis of size num_devices; False = no
     device axis (only with num_devices == 1); None = accept either when num_devices == 1.
-    Errors (missing, extra, wrongly shaped or typed arrays) are InputErrors naming the
-    parameter.
+    Errors (an unreadable or damaged file, missing, extra, wrongly shaped or typed arrays)
+    are InputErrors naming the parameter; `what` names the file's option in messages.
     """
     from .interpreter.registry import TOKEN
     names = names or [None] * len(shapes)
-    with np.load(source, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
+    arrays = load_npz(source, what)
     expected = {f"arg{i}" for i, s in enumerate(shapes) if not s.is_token}
     extra = sorted(set(arrays) - expected, key=_key_order)
     if extra:
-        raise InputError(f"inputs have arrays the module does not take: {', '.join(extra)} "
+        raise InputError(f"{what} {source}: arrays the module does not take: {', '.join(extra)} "
                          f"(the module has {len(shapes)} parameters: arg0..arg{len(shapes) - 1})")
     per_device: list[list] = [[] for _ in range(num_devices)]
     for i, shape in enumerate(shapes):
@@ -75,7 +77,7 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
             raise InputError(f"{label} is a tuple; npz inputs hold arrays only")
         key = f"arg{i}"
         if key not in arrays:
-            raise InputError(f"inputs have no array {key!r} for {label}")
+            raise InputError(f"{what} {source}: no array {key!r} for {label}")
         a = decode(arrays[key], shape)
         dims = tuple(shape.dims)
         with_axis = (num_devices,) + dims
@@ -106,19 +108,19 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
     return per_device
 
 
-def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bool = True
-                  ) -> None:
-    """Write `out{i}`: result leaf i of every device, stacked on a leading device axis
-    (device_axis=True) or, for one device, as is.
+def output_arrays(per_device: list[list[np.ndarray]], *, device_axis: bool = True
+                  ) -> dict[str, np.ndarray]:
+    """The npz arrays `out{i}`: result leaf i of every device, stacked on a leading device
+    axis (device_axis=True) or, for one device, as is.
 
     Results with dynamic dimensions may differ in dims between devices: then `out{i}` holds
     each device's array zero-padded to the largest dims, and `out{i}_sizes` (int64
     [devices, rank]) each device's own dims, so row d is `out{i}[d][tuple(map(slice, sizes[d]))]`.
     """
     if not per_device:
-        raise ValueError("write_outputs needs at least one device's outputs")
+        raise InputError("write_outputs needs at least one device's outputs")
     if not device_axis and len(per_device) != 1:
-        raise ValueError("outputs of several devices need the device axis")
+        raise InputError("outputs of several devices need the device axis")
     arrays = {}
     for i in range(len(per_device[0])):
         rows = [encode(outs[i]) for outs in per_device]
@@ -126,7 +128,7 @@ def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bo
             arrays[f"out{i}_sizes"] = np.array([r.shape for r in rows], dtype=np.int64)
             rows = _pad_to_largest(rows)
         arrays[f"out{i}"] = np.stack(rows) if device_axis else rows[0]
-    np.savez(target, **arrays)
+    return arrays
 
 
 def _pad_to_largest(rows: list[np.ndarray]) -> list[np.ndarray]:
@@ -134,12 +136,29 @@ def _pad_to_largest(rows: list[np.ndarray]) -> list[np.ndarray]:
     return [np.pad(r, [(0, b - d) for d, b in zip(r.shape, largest)]) for r in rows]
 
 
-def read_outputs(source) -> list[np.ndarray]:
+def write_outputs(target, per_device: list[list[np.ndarray]], *, device_axis: bool = True
+                  ) -> None:
+    """Write `output_arrays(...)` to `target` (a path: atomically, OutputError when that
+    fails; or an open binary file)."""
+    arrays = output_arrays(per_device, device_axis=device_axis)
+    if hasattr(target, "write"):
+        np.savez(target, **arrays)
+    else:
+        write_atomic(npz_path(target), lambda f: np.savez(f, **arrays), "outputs")
+
+
+def npz_path(target) -> str:
+    """np.savez's naming, kept for atomic writes: a path without .npz gets it appended."""
+    target = os.fspath(target)
+    return target if str(target).endswith(".npz") else f"{target}.npz"
+
+
+def read_outputs(source, what: str = "outputs") -> list[np.ndarray]:
     """`out0..` of an npz file in order (bf16 stays uint16 bits; `out{i}_sizes` skipped)."""
-    with np.load(source, allow_pickle=False) as data:
-        keys = sorted((k for k in data.files if k.startswith("out") and k[3:].isdigit()),
-                      key=_key_order)
-        return [data[k] for k in keys]
+    data = load_npz(source, what)
+    keys = sorted((k for k in data if k.startswith("out") and k[3:].isdigit()),
+                  key=_key_order)
+    return [data[k] for k in keys]
 
 
 def _key_order(key: str):

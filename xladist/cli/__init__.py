@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 
-from ..errors import XlaDistError
+from ..errors import InputError, OutputError, XlaDistError
+from ..files import rescued
 
 # name -> module under xladist.cli; imported lazily so `xladist fmt` never loads MPI.
 SUBCOMMANDS = {
@@ -59,6 +60,22 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
                                           len(sub.metavar or sub.dest) + self._current_indent + 2)
 
 
+def read_module_text(path: str) -> tuple[str, str]:
+    """The HLO text of FILE ('-': standard input) and the name to show in messages; every
+    problem with the file is an InputError naming it (xladist/files.py)."""
+    if path == "-":
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        if isinstance(data, bytes):
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"standard input: not UTF-8 text (byte 0x{data[e.start]:02x}"
+                                 f" at offset {e.start}); expected HLO text") from None
+        return data, "<stdin>"
+    from ..files import read_text
+    return read_text(path, "FILE", kind="HLO text"), path
+
+
 def _load(name: str):
     return importlib.import_module(f"xladist.cli.{SUBCOMMANDS[name]}")
 
@@ -98,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 0 if not argv else 2
+    before = len(rescued())
     try:
-        return int(args._module.run(args) or 0)
+        code = int(args._module.run(args) or 0)
+        # A result that could not be written where asked was saved elsewhere and said so
+        # (xladist/files.py); the command still failed.
+        return code or (OutputError.exit_code if len(rescued()) > before else 0)
     except XlaDistError as e:
         print(f"xladist {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -31,5 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     if args.what == "collectives":
         from collectives.bench import main
-        return main(list(args.options))
+        return main(list(args.options), relaunch=_launch)
     raise InputError(f"unknown benchmark {args.what!r}")
+
+
+def _launch(bench_args, argv: list[str]) -> int:
+    """The benchmark's ranks, started like every other job (runtime/launcher.py: the same
+    mpiexec, a process group that Ctrl-C or a timeout stops as a whole)."""
+    from collectives.bench import rank_env
+    from runtime import launcher
+    proc = launcher.launch(bench_args.ranks, ["-m", "collectives.bench", *argv],
+                           env=rank_env(), mpiexec=bench_args.mpiexec)
+    return proc.returncode

@@ -42,17 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the cross-device deadlock check")
 
 
-def _read(path: str) -> str:
-    from ..errors import InputError
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}") from None
-
-
 def _deadlock_checker():
     """runtime.deadlock.check_module if the scheduler's module is installed, else None."""
     try:
@@ -103,8 +92,9 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     """
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
-    text = _read(path)
-    module = parse_module(text, filename=path if path != "-" else "<stdin>")
+    from . import read_module_text
+    text, name = read_module_text(path)
+    module = parse_module(text, filename=name)
     report = verify_module(module, num_devices=num_devices)
     dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock,
                          strict)

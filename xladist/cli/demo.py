@@ -64,6 +64,17 @@ def run(args) -> int:
         raise InputError(f"-n must be at least 1, got {args.num_devices}")
     if args.steps is not None and args.steps < 1:
         raise InputError(f"--steps must be at least 1, got {args.steps}")
+    if not args.timeout >= 0:  # also NaN
+        raise InputError(f"--timeout must be a number of seconds >= 0 (0: no deadline), got "
+                         f"{args.timeout}")
+    if not launcher.under_mpi():  # the files, checked once before any rank starts
+        from ..files import check_destination, read_text
+        if args.trace:
+            check_destination(args.trace, "--trace")
+        if args.hostfile:
+            read_text(args.hostfile, "--hostfile", kind="hostfile text")
+        from ..executable import _load_backend
+        _load_backend(args.backend)  # UnsupportedError (exit 2) here, not in every rank
     if launcher.under_mpi():
         return _run_as_rank(args)
     from runtime import progress

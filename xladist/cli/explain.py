@@ -38,7 +38,7 @@ def run(args) -> int:
 
     from xladist.hlo.dynamic_padder import pad_dynamic
 
-    module = xladist.load_hlo(args.file)
+    module = xladist.load_hlo(args.file, "MODULE")
     xladist.verify(module)
     module, _ = pad_dynamic(module)  # what the cpu backend compiles: the padded module
     program = CpuProgram(module)

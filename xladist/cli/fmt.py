@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import InputError
 
 HELP = "print an HLO module in canonical text form (checks that it parses)"
 EPILOG = """examples:
@@ -31,21 +30,12 @@ def add_arguments(parser) -> None:
                         help="print nothing; exit 1 if FILE differs from its canonical form")
 
 
-def _read(path: str) -> tuple[str, str]:
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from None
-
-
 def run(args) -> int:
     from ..hlo.parser import parse_module
     from ..hlo.printer import print_module
 
-    text, name = _read(args.file)
+    from . import read_module_text
+    text, name = read_module_text(args.file)
     module = parse_module(text, filename=name)
     out = print_module(module, sigils=not args.short, operand_shapes=args.operand_shapes,
                        metadata=not (args.short or args.no_metadata))

@@ -140,10 +140,7 @@ def load_module(path: str):
     if path.endswith(".xlx"):
         return serialized(path).module
     from .. import load_hlo
-    try:
-        return load_hlo(path)
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}") from None
+    return load_hlo(path, "MODULE")
 
 
 @functools.lru_cache(maxsize=4)
@@ -210,14 +207,16 @@ def run(args) -> int:
         parallel.set_threads(args.threads)  # checked here, before any rank starts
     if launcher.under_mpi():
         return _run_as_rank(args)
-    from ..io import read_inputs, write_outputs
+    from ..io import read_inputs
     module = load_run_module(args)
     _check_device_count(module, args.num_devices)
+    from runtime import run_args
+    run_args.check(args, module)  # every option and file, before anything runs (exit 2)
+    from runtime import feeds
+    placements = feeds.check_args(args, module)  # e.g. --infeed-fn imports
     if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
         # Validate everything a rank would refuse before starting any rank (exit 2).
         _read_per_device(module, args)
-        from runtime import feeds
-        placements = feeds.check_args(args, module)
         _deadlock_check(module, args)
         code = _launch(args, module)
         if code != 0:  # ranks killed by another's abort left their outfeed logs
@@ -226,11 +225,9 @@ def run(args) -> int:
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     if args.inputs:
-        try:
-            per_device = read_inputs(args.inputs, shapes, num_devices=args.num_devices,
-                                     device_axis=None, names=[p.name for p in params])
-        except OSError as e:
-            raise InputError(f"cannot read inputs {args.inputs}: {e}") from None
+        per_device = read_inputs(args.inputs, shapes, num_devices=args.num_devices,
+                                 device_axis=None, names=[p.name for p in params],
+                                 what="--inputs")
     elif any(not s.is_token for s in shapes):
         raise InputError(f"module {module.name} has {len(shapes)} parameters; pass --inputs "
                          f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
@@ -242,10 +239,18 @@ def run(args) -> int:
                              **precompiled_options(args),
                              **({"device": device} if device is not None else {}))
     if args.outputs:
-        write_outputs(args.outputs, [outputs], device_axis=True)
+        _write_outputs(args.outputs, [outputs])
     else:
         _print_outputs(outputs)
     return 0
+
+
+def _write_outputs(path, per_device) -> None:
+    """--outputs, atomically; rescued to the job directory when that fails (xladist/files.py)."""
+    from ..files import deliver
+    from ..io import npz_path, output_arrays
+    arrays = output_arrays(per_device, device_axis=True)
+    deliver(npz_path(path), lambda f: np.savez(f, **arrays), "--outputs")
 
 
 def _read_per_device(module, args) -> list[list]:
@@ -254,12 +259,9 @@ def _read_per_device(module, args) -> list[list]:
     shapes = [p.shape for p in params]
     n = args.num_devices
     if args.inputs:
-        try:
-            return read_inputs(args.inputs, shapes, num_devices=n,
-                               device_axis=None if n == 1 else True,
-                               names=[p.name for p in params])
-        except OSError as e:
-            raise InputError(f"cannot read inputs {args.inputs}: {e}") from None
+        return read_inputs(args.inputs, shapes, num_devices=n,
+                           device_axis=None if n == 1 else True,
+                           names=[p.name for p in params], what="--inputs")
     if any(not s.is_token for s in shapes):
         raise InputError(f"module {module.name} has {len(shapes)} parameters; pass --inputs "
                          f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
@@ -271,8 +273,6 @@ def _launch(args, module) -> int:
     """Start `mpiexec -n N` on this same command; ranks print their own errors. The module
     is compiled here once and the ranks load it (runtime/compile_once.py)."""
     from runtime import compile_once, launcher, progress
-    if args.hostfile and not os.path.isfile(args.hostfile):
-        raise InputError(f"hostfile {args.hostfile} does not exist")
     argv = ["-m", "xladist", *args._argv]
     precompiled = args.module.endswith(".xlx")
     with compile_once.compiled_for_ranks(module, None if precompiled else args.backend) \
@@ -295,7 +295,6 @@ def _run_as_rank(args) -> int:
     """One rank of an MPI job: run this rank's device; rank 0 writes or prints outputs."""
     from runtime.feeds import from_args as feeds_from_args
     from runtime.rank import execute_on_this_rank, report_and_abort, world
-    from ..io import write_outputs
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
@@ -323,7 +322,7 @@ def _run_as_rank(args) -> int:
         return 1
     if rank == 0:
         if args.outputs:
-            write_outputs(args.outputs, result.all_outputs, device_axis=True)
+            _write_outputs(args.outputs, result.all_outputs)
         else:
             for d, outs in enumerate(result.all_outputs):
                 print(f"device {d}:")

@@ -1,0 +1,241 @@
+"""Files a user names: checked before anything runs, written so that no result is lost.
+
+Every file a command reads or writes passes through here, so bad input is handled by one
+set of rules rather than case by case (README "Error formats"):
+
+* sources (`check_source`, `read_text`, `check_npz`, `load_npz`): a missing path, a
+  directory, an unreadable or empty file, text that is not UTF-8, an npz that is not a zip
+  archive, is cut short, or holds pickled (object) members - each one InputError (exit 2)
+  naming the option (`what`) and the file. npz files are always read with
+  allow_pickle=False: loading a file must never run code from it;
+* destinations (`check_destination`): before a run starts, the folder exists (or, for
+  per-rank templates, can be created) and is writable, and the path is not a folder;
+* writing (`write_atomic`): a temporary file in the destination's folder renamed over the
+  target, so a reader never sees half a file; a failure is an OutputError;
+* rescue (`deliver`): when a result still cannot be written after a run (disk full, folder
+  removed meanwhile), it is written to the job directory ($XLADIST_JOB_DIR/rescued, or a
+  fresh temporary folder) instead, one line on stderr says where, and `rescued()` lists it
+  so that the command exits non-zero. Results are never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+
+from .errors import InputError, OutputError
+
+__all__ = ["check_destination", "check_npz", "check_source", "deliver", "load_npz",
+           "read_text", "rescued", "write_atomic"]
+
+# Where the launcher's job directory is announced (collectives/deadline.py JOB_DIR_ENV).
+JOB_DIR_ENV = "XLADIST_JOB_DIR"
+RESCUE_SUBDIR = "rescued"
+
+# Errors numpy / zipfile raise for a damaged npz (a member cut short, bad compression, a
+# header numpy cannot parse).
+NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError,
+               NotImplementedError, SyntaxError)
+
+
+def _is_path(source) -> bool:
+    return isinstance(source, (str, bytes, os.PathLike))
+
+
+# ---- sources ---------------------------------------------------------------------------
+def check_source(path, what: str) -> Path:
+    """`path` is a readable, non-empty regular file (InputError naming `what` otherwise)."""
+    p = Path(os.fsdecode(path))
+    if not str(path):
+        raise InputError(f"{what}: the path is empty")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{what} {p}: does not exist") from None
+    except OSError as e:
+        raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
+    if p.is_dir():
+        raise InputError(f"{what} {p}: is a directory, not a file")
+    if not p.is_file():
+        raise InputError(f"{what} {p}: is not a regular file")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{what} {p}: cannot read it (permission denied)")
+    if st.st_size == 0:
+        raise InputError(f"{what} {p}: the file is empty")
+    return p
+
+
+def read_text(path, what: str, kind: str = "text") -> str:
+    """The UTF-8 text of a source file; `kind` names the expected format in messages."""
+    p = check_source(path, what)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} {p}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
+                         f"{e.start}); expected {kind}") from None
+
+
+def check_npz(path, what: str) -> None:
+    """`path` is an npz archive of plain arrays: a zip whose members are .npy arrays with
+    a dtype that holds no Python objects. Reads only the headers."""
+    import numpy as np
+    p = check_source(path, what)
+    try:
+        with zipfile.ZipFile(p) as z:
+            for info in z.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise InputError(f"{what} {p}: member {info.filename!r} is not an array "
+                                     "(.npy); not an npz file of arrays")
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                                   (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                    # (format 3.0, UTF-8 field names: np.load's allow_pickle=False still
+                    # refuses object arrays when the data is read)
+                    dtype = read_header(f)[2] if read_header else np.dtype(np.uint8)
+                if dtype.hasobject:
+                    raise InputError(f"{what} {p}: array {info.filename[:-4]!r} holds Python "
+                                     "objects (pickled data); xladist reads only plain "
+                                     "numeric arrays and never unpickles")
+    except InputError:
+        raise
+    except zipfile.BadZipFile as e:
+        raise InputError(f"{what} {p}: not an npz file ({e})") from None
+    except NPZ_ERRORS as e:
+        raise InputError(f"{what} {p}: a damaged npz file ({type(e).__name__}: {e})") from None
+
+
+def load_npz(source, what: str) -> dict:
+    """Every array of an npz file (a path or an open binary file): {name: array}."""
+    import numpy as np
+    if _is_path(source):
+        check_npz(source, what)
+    try:
+        with np.load(source, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise InputError(f"{what} {source}: a single .npy array, not an npz file")
+            return {k: data[k] for k in data.files}
+    except InputError:
+        raise
+    except NPZ_ERRORS as e:
+        raise InputError(f"{what} {source}: not a readable npz file "
+                         f"({type(e).__name__}: {e})") from None
+
+
+# ---- destinations ----------------------------------------------------------------------
+def check_destination(path, what: str, *, create_dirs: bool = False) -> Path:
+    """Before a run: `path` can be written. Its folder must exist and be writable; with
+    `create_dirs` (per-rank templates, whose folders are made on the way) the nearest
+    existing folder above it must be writable instead."""
+    p = Path(os.fsdecode(path))
+    if not str(path):
+        raise InputError(f"{what}: the path is empty")
+    if p.is_dir():
+        raise InputError(f"{what} {p}: is a directory; give a file name")
+    parent = p.parent
+    if create_dirs:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    if not parent.exists():
+        raise InputError(f"{what} {p}: the folder {parent} does not exist (create it first)")
+    if not parent.is_dir():
+        raise InputError(f"{what} {p}: {parent} is not a folder")
+    # Try it: permission bits say little to root or on a read-only or special file system.
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".xladist-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(f"{what} {p}: cannot write to the folder {parent} "
+                         f"({e.strerror or e})") from None
+    return p
+
+
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
+def write_atomic(path, write, what: str = "file") -> Path:
+    """Call `write(f)` on a temporary binary file next to `path`, then rename it to `path`.
+    OutputError (with the reason) when that fails; no temporary file is left behind."""
+    p = Path(os.fsdecode(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a result gets the usual mode
+        os.replace(tmp, p)
+        tmp = None
+    except OSError as e:
+        raise OutputError(f"cannot write {what} {p}: {e.strerror or e}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return p
+
+
+# ---- rescue ----------------------------------------------------------------------------
+_rescued: list[tuple[str, str, str]] = []   # (what, wanted path, where it went)
+_fallback_dir: Path | None = None
+
+
+def rescue_dir() -> Path:
+    """Where results that could not be written go: the job directory's `rescued` folder
+    (the launcher keeps a job directory that has one), else a folder made for this process."""
+    global _fallback_dir
+    job = os.environ.get(JOB_DIR_ENV)
+    if job and os.path.isdir(job):
+        d = Path(job) / RESCUE_SUBDIR
+        try:
+            d.mkdir(exist_ok=True)
+            return d
+        except OSError:
+            pass
+    if _fallback_dir is None or not _fallback_dir.is_dir():
+        _fallback_dir = Path(tempfile.mkdtemp(prefix="xladist-rescued-"))
+    return _fallback_dir
+
+
+def deliver(path, write, what: str) -> Path:
+    """Write a result atomically to `path`; if that fails, to the rescue folder, saying so
+    on stderr. Returns where it was written. Raises OutputError only when both fail."""
+    try:
+        return write_atomic(path, write, what)
+    except OutputError as first:
+        d = rescue_dir()
+        target = d / Path(os.fsdecode(path)).name
+        k = 1
+        while target.exists():
+            target = d / f"{Path(os.fsdecode(path)).name}.{k}"
+            k += 1
+        try:
+            write_atomic(target, write, what)
+        except OutputError as second:
+            raise OutputError(f"{first}; saving it in {d} failed too: {second}") from None
+        _rescued.append((what, os.fsdecode(path), str(target)))
+        # One write: ranks share stderr, and print() would write the newline separately.
+        sys.stderr.write(f"xladist: error: {first}; saved it as {target} instead\n")
+        sys.stderr.flush()
+        return target
+
+
+def rescued() -> list[tuple[str, str, str]]:
+    """(what, wanted path, saved path) of every result this process had to rescue."""
+    return list(_rescued)
