@@ -117,21 +117,73 @@ def _larger_magnitude(a, b):
     return np.where(np.abs(a) >= np.abs(b), a, b)
 
 
+_REDUCER_HLO = """HloModule bench_reducers
+add_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+add_bf16 {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT r = bf16[] add(a, b)
+}
+max_f32 {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] maximum(a, b)
+}
+larger_magnitude {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  aa = f32[] abs(a)
+  ab = f32[] abs(b)
+  ge = pred[] compare(aa, ab), direction=GE
+  ROOT r = f32[] select(ge, a, b)
+}
+ENTRY e {
+  x = f32[4] parameter(0)
+  y = bf16[4] parameter(1)
+  s = f32[4] all-reduce(x), replica_groups={}, to_apply=add_f32
+  h = bf16[4] all-reduce(y), replica_groups={}, to_apply=add_bf16
+  m = f32[4] all-reduce(x), replica_groups={}, to_apply=max_f32
+  c = f32[4] all-reduce(x), replica_groups={}, to_apply=larger_magnitude
+  ROOT t = (f32[4], bf16[4], f32[4], f32[4]) tuple(s, h, m, c)
+}
+"""
+
+
 # --reducer name -> (operand dtype, xladist reducer, raw builtin op name, raw wire dtype).
 # The raw column is MPI's builtin op on the same bytes and element count: the speed a
-# reducer MPI lacks (NaN-propagating max, bf16 sum, any computation) is held against.
+# reducer MPI lacks (NaN-propagating max, bf16 sum, any computation) is held against.  The
+# reducers carry the cpu backend's compiled kernels, as in a compiled program's run
+# (runtime/mpi_context.py).
 def _reducers():
     import ml_dtypes
 
     import collectives as C
     from collectives.reduction import Reducer
+    from xladist.compiler.program import compiled_reducers
+    from xladist.hlo.parser import parse_module
+
+    k = compiled_reducers(parse_module(_REDUCER_HLO))
+
+    def into(kernel):
+        def run(a, b, out):
+            if not kernel.combine_into(a, b, out):
+                np.copyto(out, kernel(a, b), casting="unsafe")
+        return run
 
     return {
         "sum": (np.dtype(np.float32), C.SUM, "SUM", np.dtype(np.float32)),
-        "max": (np.dtype(np.float32), C.MAX, "MAX", np.dtype(np.float32)),
-        "bf16-sum": (np.dtype(ml_dtypes.bfloat16), C.SUM, "SUM", np.dtype(np.int16)),
-        "custom": (np.dtype(np.float32), Reducer(None, _larger_magnitude, "larger-magnitude"),
-                   "MAX", np.dtype(np.float32)),
+        "max": (np.dtype(np.float32), Reducer("max", np.maximum, "max", into(k["max_f32"])),
+                "MAX", np.dtype(np.float32)),
+        "bf16-sum": (np.dtype(ml_dtypes.bfloat16),
+                     Reducer("sum", np.add, "sum", into(k["add_bf16"])),
+                     "SUM", np.dtype(np.int16)),
+        "custom": (np.dtype(np.float32),
+                   Reducer(None, _larger_magnitude, "larger-magnitude",
+                           into(k["larger_magnitude"])), "MAX", np.dtype(np.float32)),
     }
 
 
@@ -141,12 +193,12 @@ REDUCERS = ("sum", "max", "bf16-sum", "custom")
 class _Case:
     """Buffers and the two implementations (xladist, raw mpi4py) of one op at one size."""
 
-    def __init__(self, op: str, nbytes: int, comm, xcomm, reducer: str = "sum"):
+    def __init__(self, op: str, nbytes: int, comm, xcomm, reducer: str, reducers: dict):
         from mpi4py import MPI
 
         import collectives as C
 
-        dtype, red, raw_op, wire = _reducers()[reducer]
+        dtype, red, raw_op, wire = reducers[reducer]
         raw_op = getattr(MPI, raw_op)
         n, r = comm.Get_size(), comm.Get_rank()
         count = max(nbytes // dtype.itemsize, n)
@@ -243,6 +295,7 @@ def _run(args) -> int:
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     out = sys.stdout if rank == 0 else None
     summary = []
+    reducers = _reducers()
 
     def say(line=""):
         if out:
@@ -260,7 +313,7 @@ def _run(args) -> int:
             f"{'busbw':>7} {'#wrong':>6} | {'raw(us)':>10} {'algbw':>7} {'busbw':>7} | "
             f"{'ratio':>6}")
         for nbytes in sizes:
-            case = _Case(op, nbytes, comm, xcomm, args.reducer)
+            case = _Case(op, nbytes, comm, xcomm, args.reducer, reducers)
             iters = _iters_for(case.nbytes, args.iters)
             for f in (case.raw, case.xla):  # warm-up: connections, caches, allocator
                 for _ in range(min(iters, 20)):

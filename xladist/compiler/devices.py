@@ -36,6 +36,7 @@ class CompiledReducer:
 
     def bind(self, code) -> None:
         self.fn = MAP_KERNEL_TYPE(code.address(self.kernel_name))
+        self._code = code  # the machine code must outlive every holder of this reducer
 
     def __call__(self, a, b):
         shape = np.broadcast_shapes(np.shape(a), np.shape(b))
