@@ -295,25 +295,30 @@ class MpiCommunicator(Communicator):
         self._wd = _deadline.watchdog
 
     # Each blocking call is bracketed by watchdog begin/end: two attribute stores, no syscall.
-    def allreduce(self, send, recv, op, label=None):
-        token = self._wd.begin(label or "all-reduce", self)
+    def _reduce(self, call, send, recv, op, label):
+        """A blocking MPI reduction with a builtin op name or a Reducer (user-defined op)."""
+        token = self._wd.begin(label, self)
         try:
             if type(op) is str:
-                self.comm.Allreduce(send, recv, _MPI_OPS[op])
+                call(send, recv, _MPI_OPS[op])
             else:
                 mop, dt = _user_op(_MPI, op, send.dtype)
-                self.comm.Allreduce([send, dt], [recv, dt], mop)
-                _raise_pending(label or "all-reduce")
+                call([send, dt], [recv, dt], mop)
+                _raise_pending(label)
         finally:
             self._wd.end(token)
 
-    def iallreduce(self, send, recv, op, label=None):
+    def _ireduce(self, call, send, recv, op, label):
         if type(op) is str:
-            r = self.comm.Iallreduce(send, recv, _MPI_OPS[op])
-            return _MpiRequest([r], label or "all-reduce", self, (send, recv))
+            return _MpiRequest([call(send, recv, _MPI_OPS[op])], label, self, (send, recv))
         mop, dt = _user_op(_MPI, op, send.dtype)
-        r = self.comm.Iallreduce([send, dt], [recv, dt], mop)
-        return _MpiUserRequest([r], label or "all-reduce", self, (send, recv))
+        return _MpiUserRequest([call([send, dt], [recv, dt], mop)], label, self, (send, recv))
+
+    def allreduce(self, send, recv, op, label=None):
+        self._reduce(self.comm.Allreduce, send, recv, op, label or "all-reduce")
+
+    def iallreduce(self, send, recv, op, label=None):
+        return self._ireduce(self.comm.Iallreduce, send, recv, op, label or "all-reduce")
 
     def allgather(self, send, recv, label=None):
         token = self._wd.begin(label or "all-gather", self)
@@ -357,24 +362,11 @@ class MpiCommunicator(Communicator):
         return _MpiRequest([self.comm.Ialltoallv(s, r)], label or "all-to-all-v", self, (s, r))
 
     def reduce_scatter_block(self, send, recv, op, label=None):
-        token = self._wd.begin(label or "reduce-scatter", self)
-        try:
-            if type(op) is str:
-                self.comm.Reduce_scatter_block(send, recv, _MPI_OPS[op])
-            else:
-                mop, dt = _user_op(_MPI, op, send.dtype)
-                self.comm.Reduce_scatter_block([send, dt], [recv, dt], mop)
-                _raise_pending(label or "reduce-scatter")
-        finally:
-            self._wd.end(token)
+        self._reduce(self.comm.Reduce_scatter_block, send, recv, op, label or "reduce-scatter")
 
     def ireduce_scatter_block(self, send, recv, op, label=None):
-        if type(op) is str:
-            r = self.comm.Ireduce_scatter_block(send, recv, _MPI_OPS[op])
-            return _MpiRequest([r], label or "reduce-scatter", self, (send, recv))
-        mop, dt = _user_op(_MPI, op, send.dtype)
-        r = self.comm.Ireduce_scatter_block([send, dt], [recv, dt], mop)
-        return _MpiUserRequest([r], label or "reduce-scatter", self, (send, recv))
+        return self._ireduce(self.comm.Ireduce_scatter_block, send, recv, op,
+                             label or "reduce-scatter")
 
     def permute(self, send, recv, dest, source, label=None):
         MPI = _MPI
