@@ -6,7 +6,9 @@ result; ``<op>_start(comm, x, ...)`` returns a :class:`~collectives._common.Pend
 scalars, zero-size) or a list/tuple of arrays (variadic form, reduced independently).
 ``label`` names the instruction for the deadline message ("all-reduce.7").
 
-Builtin reductions run as one MPI_Allreduce.  The generic path (see :mod:`reduction`) is a
+Builtin reductions run as one MPI_Allreduce, and so do the reducers
+:func:`reduction.user_op_ok` admits, with an MPI user-defined op (collectives/user_op.py)
+that runs ``fn`` on whole buffers.  The generic path (see :mod:`reduction`) is a
 reduce-scatter done as all-to-all + a left fold in rank order, followed by an all-gather: the
 same bandwidth as a ring all-reduce, and each element is combined on exactly one rank, so all
 members get bit-identical results for any ``fn``.
@@ -18,19 +20,24 @@ import numpy as np
 
 from ._common import Pending, contiguous
 from .communicator import Communicator
-from .reduction import SUM, Reducer, builtin_op, fold
+from .reduction import SUM, Reducer, builtin_op, fold, user_op_ok
 
 __all__ = ["all_reduce", "all_reduce_start"]
 
-_PLANS: dict[tuple[Reducer, np.dtype], tuple[str, np.dtype] | None] = {}
+_PLANS: dict[tuple[Reducer, np.dtype, bool], tuple[str | Reducer, np.dtype] | None] = {}
 
 
-def _plan(reducer: Reducer, dtype: np.dtype):
-    key = (reducer, dtype)
+def _plan(reducer: Reducer, dtype: np.dtype, size: int):
+    """``(op, wire_dtype)`` or None for the generic path; ``op`` is a builtin op name or the
+    Reducer itself, which the communicator runs as an MPI user-defined op."""
+    key = (reducer, dtype, size > 2)
     try:
         return _PLANS[key]
     except KeyError:
-        plan = _PLANS[key] = builtin_op(reducer, dtype)
+        plan = builtin_op(reducer, dtype)
+        if plan is None and user_op_ok(reducer, dtype, size):
+            plan = (reducer, dtype)
+        _PLANS[key] = plan
         return plan
 
 
@@ -49,7 +56,7 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
         # Every member has the same static shape, so all of them skip the call together.
         np.copyto(out, x)
         return out
-    plan = _plan(reducer, dtype)
+    plan = _plan(reducer, dtype, comm.size)
     if plan is None:
         return _generic(comm, x, reducer, out, label)
     op, wire = plan
@@ -73,7 +80,7 @@ def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,
     if comm.size == 1 or x.size == 0:
         np.copyto(out, x)
         return Pending.ready(out)
-    plan = _plan(reducer, x.dtype)
+    plan = _plan(reducer, x.dtype, comm.size)
     label = label or "all-reduce"
     if plan is None:
         return _generic_start(comm, x, reducer, out, label)

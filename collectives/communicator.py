@@ -3,14 +3,15 @@
 Shaped like XLA's CPU ``Communicator`` (in-process / gloo / MPI implementations) and mpi4jax:
 the collective modules (``all_reduce.py`` ...) deal with HLO semantics -- dimensions, tuples,
 dtypes, reducers -- and call the small set of buffer primitives below, which only move bytes
-or apply an MPI builtin reduction.
+or apply an MPI reduction.
 
 Buffer conventions for every primitive:
 
 * ``send``/``recv`` are C-contiguous numpy arrays; data-movement primitives (allgather,
   alltoall, permute, bcast) treat them as raw bytes, so any dtype (bf16, f8, bool) works;
 * reductions (allreduce, reduce_scatter_block) take a dtype MPI knows natively and an op name
-  from :func:`collectives.reduction.builtin_op`;
+  from :func:`collectives.reduction.builtin_op`, or any dtype and a Reducer, which runs as an
+  MPI user-defined op (collectives/user_op.py);
 * ``alltoallv`` moves whole rows of ``row_bytes`` bytes: its counts and displacements are row
   numbers (one contiguous MPI datatype per row size), so they stay small integers for any buffer
   size;
@@ -41,6 +42,8 @@ import numpy as np
 
 from . import deadline as _deadline
 from .groups import GroupError
+from .user_op import raise_pending as _raise_pending
+from .user_op import user_op as _user_op
 
 __all__ = [
     "CollectiveError",
@@ -270,6 +273,17 @@ class _MpiRequest(Request):
         self.keep = None
 
 
+class _MpiUserRequest(_MpiRequest):
+    """A reduction with a user-defined op: its callback's error surfaces at wait()."""
+
+    __slots__ = ()
+
+    def wait(self) -> None:
+        label = self.label
+        super().wait()
+        _raise_pending(label)
+
+
 class MpiCommunicator(Communicator):
     """A Communicator over an mpi4py intracommunicator."""
 
@@ -281,16 +295,30 @@ class MpiCommunicator(Communicator):
         self._wd = _deadline.watchdog
 
     # Each blocking call is bracketed by watchdog begin/end: two attribute stores, no syscall.
-    def allreduce(self, send, recv, op, label=None):
-        token = self._wd.begin(label or "all-reduce", self)
+    def _reduce(self, call, send, recv, op, label):
+        """A blocking MPI reduction with a builtin op name or a Reducer (user-defined op)."""
+        token = self._wd.begin(label, self)
         try:
-            self.comm.Allreduce(send, recv, _MPI_OPS[op])
+            if type(op) is str:
+                call(send, recv, _MPI_OPS[op])
+            else:
+                mop, dt = _user_op(_MPI, op, send.dtype)
+                call([send, dt], [recv, dt], mop)
+                _raise_pending(label)
         finally:
             self._wd.end(token)
 
+    def _ireduce(self, call, send, recv, op, label):
+        if type(op) is str:
+            return _MpiRequest([call(send, recv, _MPI_OPS[op])], label, self, (send, recv))
+        mop, dt = _user_op(_MPI, op, send.dtype)
+        return _MpiUserRequest([call([send, dt], [recv, dt], mop)], label, self, (send, recv))
+
+    def allreduce(self, send, recv, op, label=None):
+        self._reduce(self.comm.Allreduce, send, recv, op, label or "all-reduce")
+
     def iallreduce(self, send, recv, op, label=None):
-        r = self.comm.Iallreduce(send, recv, _MPI_OPS[op])
-        return _MpiRequest([r], label or "all-reduce", self, (send, recv))
+        return self._ireduce(self.comm.Iallreduce, send, recv, op, label or "all-reduce")
 
     def allgather(self, send, recv, label=None):
         token = self._wd.begin(label or "all-gather", self)
@@ -334,15 +362,11 @@ class MpiCommunicator(Communicator):
         return _MpiRequest([self.comm.Ialltoallv(s, r)], label or "all-to-all-v", self, (s, r))
 
     def reduce_scatter_block(self, send, recv, op, label=None):
-        token = self._wd.begin(label or "reduce-scatter", self)
-        try:
-            self.comm.Reduce_scatter_block(send, recv, _MPI_OPS[op])
-        finally:
-            self._wd.end(token)
+        self._reduce(self.comm.Reduce_scatter_block, send, recv, op, label or "reduce-scatter")
 
     def ireduce_scatter_block(self, send, recv, op, label=None):
-        r = self.comm.Ireduce_scatter_block(send, recv, _MPI_OPS[op])
-        return _MpiRequest([r], label or "reduce-scatter", self, (send, recv))
+        return self._ireduce(self.comm.Ireduce_scatter_block, send, recv, op,
+                             label or "reduce-scatter")
 
     def permute(self, send, recv, dest, source, label=None):
         MPI = _MPI
@@ -408,6 +432,20 @@ class MpiCommunicator(Communicator):
 
 _NP_OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
            "band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+
+
+def _np_op(op):
+    """A builtin op name's ufunc, or a Reducer's ``fn`` cast back to the operand dtype (the
+    user-op path: left fold in rank order, which is what MPI's tree computes there)."""
+    if type(op) is str:
+        return _NP_OPS[op]
+    fn = op.fn
+
+    def combine(a, b):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(a, b)).astype(a.dtype, copy=False)
+
+    return combine
 
 
 class _Slot:
@@ -505,7 +543,7 @@ class InProcessCommunicator(Communicator):
 
     # -- primitives ------------------------------------------------------------------------
     def iallreduce(self, send, recv, op, label=None):
-        ufunc = _NP_OPS[op]
+        ufunc = _np_op(op)
 
         def combine(ps):
             acc = ps[0]
@@ -554,7 +592,7 @@ class InProcessCommunicator(Communicator):
         return self._post("all-to-all-v", label, payload, list, extract)
 
     def ireduce_scatter_block(self, send, recv, op, label=None):
-        ufunc = _NP_OPS[op]
+        ufunc = _np_op(op)
         n, me = self.size, self.rank
 
         def combine(ps):

@@ -1,7 +1,8 @@
 """reduce-scatter (collective-semantics.md C.12): all-reduce, then member i keeps part i.
 
 Same outline as :mod:`collectives.all_reduce`.  The operand's ``dim`` must be divisible by the
-group size n; the result's ``dim`` is that divided by n.  Builtin reductions run as one
+group size n; the result's ``dim`` is that divided by n.  Builtin reductions (and the
+reducers that run as MPI user-defined ops, see :mod:`collectives.all_reduce`) run as one
 MPI_Reduce_scatter_block.  The generic path is an all-to-all of the n parts followed by a left
 fold in rank order: each member folds only its own part, in a fixed order, so the result is
 deterministic for any ``fn`` and moves no more data than MPI's own algorithm.
@@ -65,7 +66,7 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
         return out
     label = label or "reduce-scatter"
     send = _stage(comm, x, dim, n, reuse=True)
-    plan = _plan(reducer, x.dtype)
+    plan = _plan(reducer, x.dtype, n)
     if plan is None:
         recv = comm.scratch("recv", x.nbytes).view(x.dtype)
         comm.alltoall(send, recv, label)
@@ -89,7 +90,7 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
         return Pending.ready(out)
     label = label or "reduce-scatter"
     send = _stage(comm, x, dim, n, reuse=False)
-    plan = _plan(reducer, x.dtype)
+    plan = _plan(reducer, x.dtype, n)
     if plan is None:
         recv = np.empty(x.size, x.dtype)
         req = comm.ialltoall(send, recv, label)

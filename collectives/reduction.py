@@ -6,13 +6,20 @@ numpy element-wise meaning, always authoritative.  The runtime builds one from t
 ``to_apply`` computation (collective-semantics.md C.10: a root that is a binary op of
 (param0, param1)).
 
-Two paths:
+Three paths:
 
 * **builtin** -- :func:`builtin_op` maps (kind, dtype) to an MPI builtin op when the MPI op
   computes exactly ``fn`` on that dtype.  Integers and bool are exact in any order; float and
   complex sum/prod are commutative in IEEE arithmetic, so every MPICH algorithm (each of which
   uses one combining tree for all ranks) yields identical bits on all members.
-* **generic** -- everything else: bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
+* **user op** -- :func:`user_op_ok`: any other reducer runs as an MPI user-defined operation
+  whose callback applies ``fn`` to whole buffers (collectives/user_op.py), so MPI's own
+  algorithms do the rest at builtin speed.  Used where MPI's combining tree gives exactly the
+  left fold below: for reducers whose result does not depend on the bracketing (min/max/and/
+  or/xor and integer arithmetic: :func:`order_free`) at any group size, and for every reducer
+  over two members (one combination, ``fn(rank0, rank1)``).
+* **generic** -- everything else (non-associative reducers -- bf16/f16 sums, custom
+  computations -- over three or more members): bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
   is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas
   HLO minimum propagates NaN), complex min/max (MPI has none), and any custom reducer.  The
   collective moves bytes with MPI and applies ``fn`` in numpy with :func:`fold`, a left fold in
@@ -39,7 +46,9 @@ __all__ = [
     "Reducer",
     "builtin_op",
     "fold",
+    "order_free",
     "reducer_for_kind",
+    "user_op_ok",
 ]
 
 KINDS = ("sum", "prod", "min", "max", "and", "or", "xor")
@@ -57,6 +66,10 @@ class Reducer:
     kind: str | None
     fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
     name: str = field(default="")
+    # Optional faster form of ``fn`` on whole C-contiguous buffers, same bits:
+    # ``into(a, b, out)`` writes fn(a, b) to ``out`` (which may be ``b``).  The cpu backend
+    # passes its compiled reducer kernel here; MPI user-defined ops call it (user_op.py).
+    into: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = field(default=None)
 
     def __post_init__(self):
         if self.kind is not None and self.kind not in KINDS:
@@ -140,6 +153,26 @@ def builtin_op(reducer: Reducer, dtype: np.dtype) -> tuple[str, np.dtype] | None
         op = _FLOAT_OPS.get(kind)
         return (op, dtype) if op else None
     return None  # float16, longdouble, bf16/f8 (ml_dtypes), object, ...
+
+
+# Kinds whose standard fn selects or combines bits so that any bracketing of a rank-ordered
+# reduction gives the same bits: selections (min/max keep one of their operands, ties and NaNs
+# resolved by position, which a rank-ordered tree preserves) and bitwise ops.
+_ORDER_FREE_KINDS = {"min", "max", "and", "or", "xor"}
+
+
+def order_free(reducer: Reducer, dtype: np.dtype) -> bool:
+    """True if every bracketing of the rank-ordered reduction gives bit-identical results."""
+    kind = reducer.kind
+    if kind is None or reducer.fn not in _STANDARD_FNS[kind]:
+        return False
+    return kind in _ORDER_FREE_KINDS or np.dtype(dtype).kind in "biu"
+
+
+def user_op_ok(reducer: Reducer, dtype: np.dtype, group_size: int) -> bool:
+    """Whether the reduction may run as an MPI user-defined op (see the module doc): MPI's
+    tree then computes exactly the left fold in rank order that the generic path does."""
+    return group_size <= 2 or order_free(reducer, dtype)
 
 
 def fold(reducer: Reducer, blocks: np.ndarray | Sequence[np.ndarray],

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from collectives.all_gather import all_gather, all_gather_start
 from collectives.all_reduce import all_reduce, all_reduce_start
 from collectives.all_to_all import all_to_all, all_to_all_start
@@ -62,6 +64,13 @@ class _Proxy:
     def __call__(self, a, b):
         return self.target(a, b)
 
+    def into(self, a, b, out):
+        """Reducer.into: the backend's compiled kernel in place when it fits the buffers."""
+        target = self.target
+        combine = getattr(target, "combine_into", None)
+        if combine is None or not combine(a, b, out):
+            np.copyto(out, target(a, b), casting="unsafe")
+
 
 @dataclass
 class _Plan:
@@ -72,7 +81,7 @@ class _Plan:
     send_to: int | None = None
     recv_from: int | None = None
     group: tuple[int, ...] = ()
-    custom: tuple[Reducer, _Proxy] | None = field(default=None)
+    reducer: tuple[Reducer, _Proxy] | None = field(default=None)
 
 
 def _base(opcode: str) -> str:
@@ -143,16 +152,27 @@ class MpiDeviceContext(DeviceContext):
 
     # ---- reducers --------------------------------------------------------------------
     def _reducer(self, plan: _Plan, reducer) -> Reducer:
+        """The collectives' Reducer of this instruction's to_apply, decided once per plan.
+
+        A computation that is one builtin op keeps that kind and numpy fn (so MPI's builtin
+        ops and the order-free rules of collectives/reduction.py apply); a compiled backend's
+        kernel rides along as ``into``, which MPI user-defined ops run on whole buffers.
+        """
         if reducer is None:
             return SUM
-        builtin = match_reducer(reducer.computation)
-        if builtin is not None:
-            return builtin
-        if plan.custom is None:
+        if plan.reducer is None:
             proxy = _Proxy()
-            plan.custom = (Reducer(None, proxy, reducer.computation.name), proxy)
-        plan.custom[1].target = reducer
-        return plan.custom[0]
+            into = proxy.into if hasattr(reducer, "combine_into") else None
+            builtin = match_reducer(reducer.computation)
+            if builtin is None:
+                red = Reducer(None, proxy, reducer.computation.name, into)
+            elif into is None:
+                red = builtin
+            else:
+                red = Reducer(builtin.kind, builtin.fn, builtin.name, into)
+            plan.reducer = (red, proxy)
+        plan.reducer[1].target = reducer
+        return plan.reducer[0]
 
     # ---- DeviceContext ---------------------------------------------------------------
     def collective(self, instr, args, reducer=None):

@@ -36,6 +36,7 @@ class CompiledReducer:
 
     def bind(self, code) -> None:
         self.fn = MAP_KERNEL_TYPE(code.address(self.kernel_name))
+        self._code = code  # the machine code must outlive every holder of this reducer
 
     def __call__(self, a, b):
         shape = np.broadcast_shapes(np.shape(a), np.shape(b))
@@ -45,6 +46,18 @@ class CompiledReducer:
         argv = (ctypes.c_uint64 * 3)(address(out), address(a), address(b))
         self.fn(ctypes.addressof(argv), out.size)
         return out
+
+    def combine_into(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+        """``out = self(a, b)`` without allocating, for flat C-contiguous arrays of the
+        kernel's dtypes (``out`` may be ``b``: the kernel reads element i before writing it).
+        False, with nothing written, when the arrays do not fit the kernel."""
+        if not (a.dtype == b.dtype == self.in_dtype and out.dtype == self.out_dtype
+                and a.size == b.size == out.size and a.flags.c_contiguous
+                and b.flags.c_contiguous and out.flags.c_contiguous):
+            return False
+        argv = (ctypes.c_uint64 * 3)(address(out), address(a), address(b))
+        self.fn(ctypes.addressof(argv), out.size)
+        return True
 
     def __repr__(self) -> str:
         return f"CompiledReducer({self.computation.name})"

@@ -100,6 +100,13 @@ class CpuProgram:
         return str(mod)
 
 
+def compiled_reducers(module) -> dict:
+    """Every to_apply computation of ``module`` as a bound CompiledReducer, by computation
+    name (what a compiled program hands the runtime; used by the collectives benchmark)."""
+    prog = CpuProgram(module)
+    return {r.computation.name: r for r in prog.builder.reducers.values()}
+
+
 def to_leaves(value, shape: Shape) -> list:
     """Interpreter value (logical arrays, tuples) -> flat physical leaves."""
     if shape.is_tuple:
