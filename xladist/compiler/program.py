@@ -25,7 +25,9 @@ from .thunks import RunState, physical_leaf
 
 
 class CpuProgram:
-    def __init__(self, module, schedule: dict | None = None):
+    def __init__(self, module, schedule: dict | None = None, *, compile_code: bool = True):
+        """compile_code=False plans and stops before LLVM: llvm_ir() then gives the text
+        (the cross-target tests compile it for other CPUs)."""
         t0 = time.perf_counter()
         self.module = module
         self.builder = ProgramBuilder(module, schedule)
@@ -37,6 +39,8 @@ class CpuProgram:
             [r.kernel_name for r in self.builder.reducers.values()] + \
             [lp.name for lp in self.builder.loops]
         self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
+        if not compile_code:
+            return
         self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
         t2 = time.perf_counter()
         for t in self.builder.kernel_thunks:
