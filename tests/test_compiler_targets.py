@@ -230,3 +230,86 @@ def test_f64_to_f16_on_a_cpu_without_f16c_runs(tmp_path):
     r = subprocess.run([sys.executable, "-c", _REPRO], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+
+
+# ---- the builtins themselves, over many bit patterns -----------------------------------
+
+_CALLERS = {  # builtin -> (IR source type, IR destination type, ctypes src, ctypes dst)
+    "__truncdfhf2": ("double", "half", "c_double", "c_uint16"),
+    "__truncsfhf2": ("float", "half", "c_float", "c_uint16"),
+    "__extendhfsf2": ("half", "float", "c_uint16", "c_float"),
+    "__extendhfdf2": ("half", "double", "c_uint16", "c_double"),
+    "__truncsfbf2": ("float", "bfloat", "c_float", "c_uint16"),
+    "__truncdfbf2": ("double", "bfloat", "c_double", "c_uint16"),
+    "__extendbfsf2": ("bfloat", "float", "c_uint16", "c_float"),
+}
+
+
+def _caller(name: str):
+    """A function calling the builtin through LLVM's own ABI for its float types, with
+    16-bit types passed as integers so ctypes can call it."""
+    import ctypes
+    st, dt, cs, cd = _CALLERS[name]
+    arg = f"bitcast i16 %x to {st}" if cs == "c_uint16" else None
+    body = [f"declare {dt} @{name}({st})",
+            f"define {'i16' if cd == 'c_uint16' else dt} @call({'i16' if arg else st} %x) {{"]
+    body.append(f"  %a = {arg}" if arg else f"  %a = fadd {st} %x, 0.0")
+    body.append(f"  %r = call {dt} @{name}({st} %a)")
+    if cd == "c_uint16":
+        body += ["  %b = bitcast half %r to i16".replace("half", dt), "  ret i16 %b", "}"]
+    else:
+        body += [f"  ret {dt} %r", "}"]
+    if not arg:  # fadd 0.0 would turn -0.0 into +0.0: pass the argument straight on
+        body[2] = f"  %a = bitcast {st} %x to {st}"
+    obj = jit.compile_ir("\n".join(body) + "\n", jit.Target(X86, "x86-64"))
+    code = jit.LoadedCode(obj)
+    return ctypes.CFUNCTYPE(getattr(ctypes, cd), getattr(ctypes, cs))(code.address("call")), code
+
+
+def _wide_values(bits: int, n: int = 20000) -> np.ndarray:
+    rng = np.random.default_rng(bits)
+    u = np.uint64 if bits == 64 else np.uint32
+    raw = rng.integers(0, np.iinfo(u).max, n, dtype=u, endpoint=True)
+    f = np.float64 if bits == 64 else np.float32
+    # plus values on and next to every f16/bf16 rounding boundary and the subnormal range
+    near = np.concatenate([np.arange(-2100, 2100, 0.5 ** 3), np.arange(65400, 65600, 0.5 ** 4),
+                           2.0 ** np.arange(-30, 17)])
+    near = near.astype(f)
+    return np.concatenate([raw.view(f), near, np.nextafter(near, f(np.inf)),
+                           np.nextafter(near, f(-np.inf)), np.array([0, -0.0], f)])
+
+
+@pytest.mark.skipif(llvm.get_process_triple() != X86, reason="calls x86-64 code")
+@pytest.mark.parametrize("name", sorted(_CALLERS))
+def test_builtin_conversions_round_like_numpy_and_ml_dtypes(name):
+    fn, _code = _caller(name)
+    st, dt = _CALLERS[name][:2]
+    target = {"half": np.float16, "bfloat": ml_dtypes.bfloat16, "float": np.float32,
+              "double": np.float64}
+    if st in ("half", "bfloat"):
+        x = np.arange(1 << 16, dtype=np.uint16)
+        got = np.array([fn(int(v)) for v in x], dtype=target[dt])
+        want = x.view(target[st]).astype(target[dt])
+    else:
+        x = _wide_values(64 if st == "double" else 32)
+        got = np.array([fn(float(v)) for v in x], dtype=np.uint16).view(target[dt])
+        with np.errstate(all="ignore"):
+            if st == "double" and dt == "bfloat":
+                # ml_dtypes rounds f64 through f32; exact reference: the f32 cast with
+                # round-to-odd keeps one rounding (f32 has > 2 x 8 + 2 mantissa bits)
+                f32 = x.astype(np.float32)
+                back = f32.astype(np.float64)
+                odd = (back != x) & np.isfinite(f32) & ((f32.view(np.uint32) & 1) == 0)
+                fix = np.where(np.abs(back) < np.abs(x), 1, -1).astype(np.int64)
+                # (sign-magnitude bits: +1 moves away from zero whatever the sign)
+                bitsf = f32.view(np.uint32).astype(np.int64) + np.where(odd, fix, 0)
+                want = bitsf.astype(np.uint32).view(np.float32).astype(target[dt])
+            else:
+                want = x.astype(target[dt])
+    nan = np.isnan(want.astype(np.float64))
+    assert (np.isnan(got.astype(np.float64)) == nan).all()
+    gb = got.view(np.uint16 if got.itemsize == 2 else
+                  {4: np.uint32, 8: np.uint64}[got.itemsize])
+    wb = want.view(gb.dtype)
+    bad = np.nonzero((gb != wb) & ~nan)[0]
+    assert bad.size == 0, (name, x[bad[:5]], gb[bad[:5]], wb[bad[:5]])

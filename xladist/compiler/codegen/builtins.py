@@ -131,18 +131,27 @@ def _emit_extend(fn: ir.Function, src: IeeeFormat, dst: IeeeFormat) -> None:
     nan_or_inf = b.or_(_c(t, dst.emax << dst.mbits), b.shl(mant, _c(t, widen)))
     nan_or_inf = b.select(b.icmp_unsigned("!=", mant, _c(t, 0)),
                           b.or_(nan_or_inf, quiet), nan_or_inf)
-    # Subnormal source: the leading one at bit p becomes the implicit bit.
-    ctlz = b.module.globals.get(f"llvm.ctlz.i{t.width}") or ir.Function(
-        b.module, ir.FunctionType(t, [t, _I1]), name=f"llvm.ctlz.i{t.width}")
-    p = b.sub(_c(t, dst.bits - 1), b.call(ctlz, [mant, ir.Constant(_I1, 0)]))
-    sub_exp = b.add(p, _c(t, dst.bias - src.bias - src.mbits + 1))
-    sub_mant = b.and_(b.shl(mant, b.sub(_c(t, dst.mbits), p)), _c(t, (1 << dst.mbits) - 1))
-    subnormal = b.or_(b.shl(sub_exp, _c(t, dst.mbits)), sub_mant)
+    if dst.bias == src.bias:  # bf16 -> f32: same exponent range, subnormal stays one
+        subnormal = b.shl(mant, _c(t, widen))
+    else:
+        subnormal = _normalize(b, mant, src, dst)
     is_zero_exp = b.icmp_unsigned("==", exp, _c(t, 0))
     tiny = b.select(b.icmp_unsigned("==", mant, _c(t, 0)), _c(t, 0), subnormal)
     mag = b.select(is_zero_exp, tiny,
                    b.select(b.icmp_unsigned("==", exp, _c(t, src.emax)), nan_or_inf, normal))
     b.ret(b.or_(mag, sign))
+
+
+def _normalize(b: ir.IRBuilder, mant, src: IeeeFormat, dst: IeeeFormat):
+    """A subnormal source's mantissa as a normal destination number: the leading one at
+    bit p becomes the implicit bit."""
+    t = dst.int_type
+    ctlz = b.module.globals.get(f"llvm.ctlz.i{t.width}") or ir.Function(
+        b.module, ir.FunctionType(t, [t, _I1]), name=f"llvm.ctlz.i{t.width}")
+    p = b.sub(_c(t, dst.bits - 1), b.call(ctlz, [mant, ir.Constant(_I1, 0)]))
+    sub_exp = b.add(p, _c(t, dst.bias - src.bias - src.mbits + 1))
+    sub_mant = b.and_(b.shl(mant, b.sub(_c(t, dst.mbits), p)), _c(t, (1 << dst.mbits) - 1))
+    return b.or_(b.shl(sub_exp, _c(t, dst.mbits)), sub_mant)
 
 
 def _emit_udivmod(fn: ir.Function, want_rem: bool, signed: bool) -> None:
