@@ -206,6 +206,11 @@ class LoadedCode:
         return KERNEL_TYPE(self.address(name))
 
 
+# The checked cache, under the names other modules (serialized.py on main) call.
+load_cached = kernel_cache.load
+store_cached = kernel_cache.store
+
+
 def get_code(module_text: str, build_ir) -> tuple[LoadedCode, bool]:
     """Compiled code for a module: from the cache (kernel_cache.py checks the entry), or
     build_ir() -> IR text compiled and stored. Returns (code, was_cached)."""
