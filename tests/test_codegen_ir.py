@@ -130,13 +130,10 @@ def test_vector_width_attribute_reaches_every_function_and_the_cache_key(monkeyp
                'define void @"m"(ptr %".1", i64 %".2") nounwind\n{\nentry:\n  ret void\n}\n')
     for width in ("512", "128"):
         monkeypatch.setenv("XLADIST_VECTOR_WIDTH", width)
-        jit.vector_width.cache_clear()
-        jit.target_description.cache_clear()
         try:
             text = jit._with_vector_width(ir_text)
             assert text.count(f'"prefer-vector-width"="{width}"') == 2
             jit.optimize(ir_text)  # still valid IR
             assert f"vector-width={width}" in jit.target_description()
         finally:
-            jit.vector_width.cache_clear()
-            jit.target_description.cache_clear()
+            monkeypatch.delenv("XLADIST_VECTOR_WIDTH")

@@ -574,3 +574,30 @@ def test_rng_state_counts_per_run_through_loops_like_the_interpreter():
         got = [np.asarray(v).tolist() for v in cpu()]
         assert got == want
     assert [np.asarray(v).tolist() for v in interp()] == want
+
+
+@pytest.mark.parametrize("t,dt", [("c64", np.complex64), ("c128", np.complex128)])
+def test_complex_rsqrt_compiles_and_matches_numpy(t, dt):
+    text = f"HloModule r\nENTRY e {{\n a = {t}[6] parameter(0)\n ROOT r = {t}[6] rsqrt(a)\n}}\n"
+    x = np.array([1 + 1j, -4, 2j, -3 - 0.5j, 1e-3 + 7j, 5], dt)
+    got = xladist.compile(xladist.parse_hlo(text), backend="cpu")(x)[0]
+    np.testing.assert_allclose(got, 1 / np.sqrt(x), rtol=1e-6 if t == "c64" else 1e-14)
+
+
+def test_composite_call_runs_its_decomposition():
+    text = """HloModule comp
+my_gelu {
+  x = f32[5] parameter(0)
+  t = f32[5] tanh(x)
+  ROOT m = f32[5] multiply(x, t)
+}
+ENTRY e {
+  a = f32[5] parameter(0)
+  ROOT r = f32[5] call(a), to_apply=my_gelu, is_composite=true, frontend_attributes={composite.attributes={},composite.name="my.gelu",composite.version="1"}
+}
+"""
+    x = np.linspace(-2, 2, 5, dtype=np.float32)
+    got = xladist.compile(xladist.parse_hlo(text), backend="cpu")(x)[0]
+    want = xladist.compile(xladist.parse_hlo(text), backend="interpreter")(x)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(got, x * np.tanh(x), rtol=1e-6)

@@ -26,9 +26,10 @@ def _clone(instr: Instruction, name: str, operands) -> Instruction:
 
 
 def _inlinable(instr: Instruction) -> bool:
-    if instr.opcode == "fusion":
-        return True
-    return instr.opcode == "call" and not instr.attrs.get("is_composite", False)
+    # A composite call (is_composite=true, composite.name/attributes/version in its
+    # frontend attributes) means exactly its decomposition, the called computation
+    # (CompositeCall in XLA's operation semantics): inlined like any call.
+    return instr.opcode in ("fusion", "call")
 
 
 def flatten(comp: Computation, schedule: dict | None = None) -> Computation:

@@ -13,14 +13,16 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import tempfile
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import llvmlite.binding as llvm
 
 from .. import __version__
+from ..errors import UnsupportedError
+from . import elf, kernel_cache, runtime_symbols
 
 _LOCK = threading.Lock()
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -32,22 +34,47 @@ def _init() -> None:
     llvm.initialize_native_asmprinter()
 
 
-def target_machine():
-    """A fresh target machine for the host (MCJIT takes ownership of the one it
-    is given, so each engine gets its own)."""
+@dataclass(frozen=True)
+class Target:
+    """What code is generated for: LLVM triple, CPU name and feature string ("" = the
+    CPU's own defaults)."""
+
+    triple: str
+    cpu: str
+    features: str = ""
+
+    def machine(self):
+        """A fresh target machine (MCJIT takes ownership of the one it is given, so
+        each engine gets its own)."""
+        _init()
+        if self.triple != llvm.get_process_triple():
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+        target = llvm.Target.from_triple(self.triple)
+        return target.create_target_machine(cpu=self.cpu, features=self.features,
+                                            opt=3, codemodel="jitdefault")
+
+
+def host_target() -> Target:
+    """The host, or the CPU named by `XLADIST_TARGET_CPU` (e.g. `x86-64` for the baseline
+    every x86-64 runs, `haswell`): code for a subset of the host's features runs here,
+    which is how the tests reproduce other users' machines."""
     _init()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-        opt=3, codemodel="jitdefault")
+    cpu = os.environ.get("XLADIST_TARGET_CPU", "").strip()
+    if cpu and cpu != "host":
+        return Target(llvm.get_process_triple(), cpu, "")
+    return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                  llvm.get_host_cpu_features().flatten())
 
 
-@lru_cache(maxsize=1)
+def target_machine():
+    return host_target().machine()
+
+
 def target_description() -> str:
     """Triple, CPU and feature string: what the cached code depends on."""
-    _init()
-    return "|".join([llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                     llvm.get_host_cpu_features().flatten(), llvm.llvm_version_info.__repr__(),
+    t = host_target()
+    return "|".join([t.triple, t.cpu, t.features, llvm.llvm_version_info.__repr__(),
                      f"vector-width={vector_width()}"])
 
 
@@ -64,12 +91,7 @@ def compiler_version() -> str:
 
 
 def cache_dir() -> Path | None:
-    """The kernel cache directory, or None when caching is disabled
-    (XLADIST_CACHE_DIR set to an empty string or 'off')."""
-    env = os.environ.get("XLADIST_CACHE_DIR")
-    if env is not None and env.strip().lower() in ("", "off", "none", "0"):
-        return None
-    return Path(env) if env else Path.home() / ".cache" / "xladist"
+    return kernel_cache.cache_dir()
 
 
 def cache_key(module_text: str) -> str:
@@ -80,37 +102,6 @@ def cache_key(module_text: str) -> str:
     return h.hexdigest()
 
 
-def _cache_path(key: str) -> Path | None:
-    d = cache_dir()
-    return None if d is None else d / key[:2] / f"{key}.o"
-
-
-def load_cached(key: str) -> bytes | None:
-    path = _cache_path(key)
-    if path is None or not path.exists():
-        return None
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
-
-
-def store_cached(key: str, obj: bytes) -> None:
-    path = _cache_path(key)
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename: concurrent ranks never read a half-written file.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(obj)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache is not an error, only slower
-
-
-@lru_cache(maxsize=1)
 def vector_width() -> int | None:
     """The vector width (bits) the vectorizers may use, when it differs from LLVM's choice.
 
@@ -123,8 +114,15 @@ def vector_width() -> int | None:
     env = os.environ.get("XLADIST_VECTOR_WIDTH", "").strip()
     if env:
         return int(env)
+    if os.environ.get("XLADIST_TARGET_CPU", "host").strip() not in ("", "host"):
+        return None  # a named CPU gets LLVM's own tuning for it
+    return 512 if _host_has_avx512() else None
+
+
+@lru_cache(maxsize=1)
+def _host_has_avx512() -> bool:
     _init()
-    return 512 if llvm.get_host_cpu_features().get("avx512f", False) else None
+    return llvm.get_host_cpu_features().get("avx512f", False)
 
 
 def _with_vector_width(llvm_ir: str) -> str:
@@ -138,12 +136,13 @@ def _with_vector_width(llvm_ir: str) -> str:
                      for line in llvm_ir.split("\n"))
 
 
-def optimize(llvm_ir: str) -> llvm.ModuleRef:
+def optimize(llvm_ir: str, target: Target | None = None) -> llvm.ModuleRef:
     _init()
+    target = target or host_target()
     mod = llvm.parse_assembly(_with_vector_width(llvm_ir))
     mod.verify()
-    tm = target_machine()
-    mod.triple = llvm.get_process_triple()
+    tm = target.machine()
+    mod.triple = target.triple
     mod.data_layout = str(tm.target_data)
     pto = llvm.PipelineTuningOptions(speed_level=3)
     pto.loop_vectorization = True
@@ -154,18 +153,40 @@ def optimize(llvm_ir: str) -> llvm.ModuleRef:
     return mod
 
 
-def compile_ir(llvm_ir: str) -> bytes:
-    """LLVM IR text -> optimized native object code."""
+def check_symbols(obj: bytes, allowed) -> None:
+    """UnsupportedError unless every undefined symbol of `obj` is in `allowed`."""
+    stray = {name: users for name, users in elf.undefined_symbols(obj).items()
+             if name not in allowed}
+    if stray:
+        lines = [f"kernel {', '.join(users) or '<data>'} calls {name!r}"
+                 for name, users in stray.items()]
+        raise UnsupportedError(
+            "the compiled code calls functions xladist does not provide on this CPU "
+            f"({host_target().cpu}): " + "; ".join(lines) + ". Kernels are named "
+            "after the HLO instruction they compute; `XLADIST_TARGET_CPU=x86-64` compiles "
+            "for the baseline CPU instead.")
+
+
+def compile_ir(llvm_ir: str, target: Target | None = None) -> bytes:
+    """LLVM IR text -> optimized native object code whose every external call is on the
+    allowlist (runtime_symbols.py)."""
     with _LOCK:
-        mod = optimize(llvm_ir)
-        return target_machine().emit_object(mod)
+        target = target or host_target()
+        mod = optimize(llvm_ir, target)
+        obj = target.machine().emit_object(mod)
+    check_symbols(obj, runtime_symbols.allowlist())
+    return obj
 
 
 class LoadedCode:
-    """Object code loaded into an MCJIT engine; hands out kernel addresses."""
+    """Object code loaded into an MCJIT engine; hands out kernel addresses.
+
+    Every undefined symbol is checked against what runtime_symbols registered with LLVM
+    before MCJIT links it: an unresolved one would be a call to address 0."""
 
     def __init__(self, obj: bytes):
         _init()
+        check_symbols(obj, runtime_symbols.resolved())
         with _LOCK:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -185,13 +206,18 @@ class LoadedCode:
         return KERNEL_TYPE(self.address(name))
 
 
+# The checked cache, under the names other modules (serialized.py on main) call.
+load_cached = kernel_cache.load
+store_cached = kernel_cache.store
+
+
 def get_code(module_text: str, build_ir) -> tuple[LoadedCode, bool]:
-    """Compiled code for a module: from the cache, or build_ir() -> IR text compiled
-    and stored. Returns (code, was_cached)."""
+    """Compiled code for a module: from the cache (kernel_cache.py checks the entry), or
+    build_ir() -> IR text compiled and stored. Returns (code, was_cached)."""
     key = cache_key(module_text)
-    obj = load_cached(key)
+    obj = kernel_cache.load(key)
     cached = obj is not None
     if obj is None:
         obj = compile_ir(build_ir())
-        store_cached(key, obj)
+        kernel_cache.store(key, obj)
     return LoadedCode(obj), cached

@@ -27,9 +27,11 @@ from .thunks import RunState, physical_leaf
 
 class CpuProgram:
     def __init__(self, module, schedule: dict | None = None, code: bytes | None = None,
-                 fingerprint: str | None = None):
+                 fingerprint: str | None = None, *, compile_code: bool = True):
         """`code`: object code made before for the kernels named by `fingerprint` (a
-        serialized executable, serialized.py): loaded as is, no codegen and no LLVM."""
+        serialized executable, serialized.py): loaded as is, no codegen and no LLVM.
+        compile_code=False plans and stops before LLVM: llvm_ir() then gives the text
+        (the cross-target tests compile it for other CPUs)."""
         t0 = time.perf_counter()
         self.module = module
         self.builder = ProgramBuilder(module, schedule)
@@ -42,6 +44,8 @@ class CpuProgram:
             [lp.name for lp in self.builder.loops]
         self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
         if code is None:
+            if not compile_code:
+                return
             self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
         elif fingerprint != self.fingerprint:
             raise UnsupportedError(

@@ -369,13 +369,16 @@ def _complex_unary(b, instr, x):
         return _cplx(b, b.fmul(e, mathlib.cos(b, im)), b.fmul(e, mathlib.sin(b, im)))
     if op == "log":
         return _cplx(b, mathlib.log(b, _cabs(b, x)), mathlib.atan2(b, im, re))
-    if op == "sqrt":
+    if op in ("sqrt", "rsqrt"):
         # sqrt(z) = sqrt((|z| + re)/2) + i sign(im) sqrt((|z| - re)/2)
         m = _cabs(b, x)
         half = _c(re.type, 0.5)
         r = intr.sqrt(b, b.fmul(half, b.fadd(m, re)))
         i = intr.sqrt(b, b.fmul(half, b.fsub(m, re)))
-        return _cplx(b, r, intr.copysign(b, i, im))
+        root = _cplx(b, r, intr.copysign(b, i, im))
+        # rsqrt is 1 / sqrt(z), as the interpreter computes it (Smith's division)
+        return root if op == "sqrt" else _cdiv(b, _cplx(b, _c(re.type, 1.0), _c(re.type, 0.0)),
+                                               root)
     if op in _COMPLEX_TRIG:
         return _COMPLEX_TRIG[op](b, re, im)
     _unsupported(instr, f"complex {op}")

@@ -1,0 +1,122 @@
+"""On-disk cache of compiled object code, each entry checked before anything is loaded.
+
+An entry is `<dir>/<key[:2]>/<key>.o`:
+
+  offset  size  field
+       0     8  magic b"XLDKCACH"
+       8     4  format version (little-endian u32, FORMAT_VERSION)
+      12    32  cache key (sha256 digest; the file name says the same in hex)
+      44     8  payload length (u64)
+      52    32  sha256 of the payload
+      84     n  payload: the ELF object LLVM emitted
+
+A file that is empty, truncated, random bytes, another format version or another key's
+entry (copied or renamed) fails the check: it gives one warning (KernelCacheWarning), the
+module is recompiled and the entry replaced. Loading damaged object code into MCJIT would
+crash the process, on every later run, on every rank.
+
+Entries are written to a temporary file in the same directory and renamed over the
+target (os.replace is atomic), so ranks compiling the same module at once each write a
+whole entry and readers see an old whole entry or a new whole one, never a mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+import warnings
+from pathlib import Path
+
+MAGIC = b"XLDKCACH"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sI32sQ32s")
+HEADER_SIZE = _HEADER.size
+
+
+class KernelCacheWarning(UserWarning):
+    """A cache entry could not be used; it is being recompiled and replaced."""
+
+
+def cache_dir() -> Path | None:
+    """The kernel cache directory, or None when caching is disabled
+    (XLADIST_CACHE_DIR set to an empty string or 'off')."""
+    env = os.environ.get("XLADIST_CACHE_DIR")
+    if env is not None and env.strip().lower() in ("", "off", "none", "0"):
+        return None
+    return Path(env) if env else Path.home() / ".cache" / "xladist"
+
+
+def entry_path(key: str) -> Path | None:
+    d = cache_dir()
+    return None if d is None else d / key[:2] / f"{key}.o"
+
+
+def encode(key: str, payload: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, bytes.fromhex(key), len(payload),
+                        hashlib.sha256(payload).digest()) + payload
+
+
+def decode(key: str, data: bytes) -> bytes:
+    """The payload of a whole, matching entry; ValueError saying what is wrong otherwise."""
+    if not data:
+        raise ValueError("the file is empty")
+    if len(data) < HEADER_SIZE:
+        raise ValueError(f"the file is truncated ({len(data)} bytes, shorter than its header)")
+    magic, version, entry_key, length, digest = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError("the file is not an xladist kernel cache entry")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"format version {version}, this xladist reads {FORMAT_VERSION}")
+    if entry_key != bytes.fromhex(key):
+        raise ValueError("the entry belongs to another cache key")
+    payload = data[HEADER_SIZE:]
+    if len(payload) != length:
+        raise ValueError(f"the payload is {len(payload)} bytes, the header says {length}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise ValueError("the payload's checksum does not match")
+    return payload
+
+
+def load(key: str) -> bytes | None:
+    """The cached object code for `key`, or None (absent, unreadable or damaged)."""
+    path = entry_path(key)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        warnings.warn(f"kernel cache entry {path} cannot be read ({e}); recompiling",
+                      KernelCacheWarning, stacklevel=2)
+        return None
+    try:
+        return decode(key, data)
+    except ValueError as e:
+        warnings.warn(f"kernel cache entry {path} is damaged ({e}); recompiling and "
+                      f"replacing it", KernelCacheWarning, stacklevel=2)
+        return None
+
+
+def store(key: str, payload: bytes) -> None:
+    path = entry_path(key)
+    if path is None:
+        return
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(encode(key, payload))
+        os.replace(tmp, path)
+        tmp = None
+    except OSError:
+        pass  # a read-only or full cache is not an error, only slower
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
