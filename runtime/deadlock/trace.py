@@ -35,8 +35,8 @@ from collectives.p2p import PAIRS_ATTR, required_send_recv_pairs
 from xladist.errors import InputError
 from xladist.hlo.ir import Computation, Instruction, Module
 
-from .deadlock_fold import Folder, Frame, Unknown, pick_branch
-from .schedule import communicates, computation_communicates
+from .fold import Folder, Frame, Unknown, pick_branch
+from ..schedule import communicates, computation_communicates
 
 __all__ = [
     "PAIRS_ATTR",
@@ -273,7 +273,7 @@ class _Tracer:
                              self.uniform_key if choose is not None else None)
         self.max_unroll = max_unroll
         # (key, number of branches) -> the branch every device with that key takes, for a
-        # conditional whose index is unknown but keyed (deadlock.py enumerates the choices).
+        # conditional whose index is unknown but keyed (check.py enumerates the choices).
         self.choose = choose
         self.channels: dict[tuple, deque] = {}
         self.pending_async: dict[Instruction, Event | None] = {}

@@ -34,7 +34,7 @@ class Unknown:
     `key` is set when the value, though unknown, is the same on every device that computes
     the same key: an all-reduce result (the same on its whole group) and what the same
     instructions compute from such results and equal known values. The deadlock check may
-    then enumerate the branches such a value picks instead of giving up (deadlock_trace.py).
+    then enumerate the branches such a value picks instead of giving up (trace.py).
     """
 
     __slots__ = ("key", "origin", "reason")

@@ -1,6 +1,6 @@
 """The static cross-device check: prove, before any rank blocks, that a module cannot hang.
 
-`check_module(module, num_devices)` traces every device's schedule (deadlock_trace.py), then:
+`check_module(module, num_devices)` traces every device's schedule (trace.py), then:
 
 (a) matches collectives: on every device group, the k-th collective each member issues must be
     the same collective (kind, groups, element types, shapes, reducer, dimensions, pairs) --
@@ -18,7 +18,7 @@ a warning, an error with strict=True.  Except a conditional whose index comes fr
 results (the same on every member of the group, e.g. `lax.cond(psum(x) > 0, ...)`): the check
 runs once per combination of its branches, devices sharing the index taking the same one, and
 a problem that only some combinations have is a warning naming them (the data decides).
-Problems and their text live in deadlock_report.py.
+Problems and their text live in report.py.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from collectives.groups import DeviceAssignment, GroupError
 from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
-from .deadlock_report import Problem, Report, event_ref, mismatch_problem, side_by_side
-from .deadlock_trace import DEFAULT_MAX_UNROLL, DeviceTrace, Event, ModuleFacts, trace_device, where
-from .schedule import schedule_module
+from .report import Problem, Report, event_ref, mismatch_problem, side_by_side
+from .trace import DEFAULT_MAX_UNROLL, DeviceTrace, Event, ModuleFacts, trace_device, where
+from ..schedule import schedule_module
 
 __all__ = ["Problem", "Report", "check_module", "resolve_devices"]
 
