@@ -31,10 +31,21 @@ from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
 from .report import Problem, Report, event_ref, mismatch_problem, side_by_side
-from .trace import DEFAULT_MAX_UNROLL, DeviceTrace, Event, ModuleFacts, trace_device, where
 from ..schedule import schedule_module
+from .trace import (
+    DEFAULT_MAX_UNROLL,
+    DeviceTrace,
+    Event,
+    ModuleFacts,
+    OverBudget,
+    trace_device,
+    where,
+)
 
-__all__ = ["Problem", "Report", "check_module", "resolve_devices"]
+__all__ = ["DEFAULT_BUDGET", "Problem", "Report", "check_module", "resolve_devices"]
+
+# Seconds the check may take before it says "cannot prove within the budget" (--check-budget).
+DEFAULT_BUDGET = 10.0
 
 
 class _Instance:
@@ -328,7 +339,8 @@ def _group(group) -> str:
 
 def check_module(module: Module, num_devices: int | None = None, *, device_assignment=None,
                  strict: bool = False, schedule=None,
-                 max_unroll: int = DEFAULT_MAX_UNROLL) -> Report:
+                 max_unroll: int = DEFAULT_MAX_UNROLL, budget: float | None = DEFAULT_BUDGET,
+                 engine: str = "induction") -> Report:
     """Prove that `module` cannot hang or desynchronize on `num_devices` devices.
 
     Arguments:
@@ -341,6 +353,11 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
       schedule: the per-computation order to check (default: `schedule_module(module)`, the
         order the executor runs).
       max_unroll: the most iterations of one loop the check unrolls.
+      budget: seconds the check may take (None: no limit); past it the check stops and says
+        "cannot prove within the budget" (a warning, an error with strict), naming where.
+      engine: "induction" (default) traces loops whose communication does not depend on the
+        iteration a constant number of times (induction.py); "unroll" unrolls every
+        iteration, the reference the property tests compare against.
 
     Returns a Report; `report.ok` is True when the module is proven to finish on every device.
     Raises InputError / ScheduleError (exit code 2) for modules that are not valid input.
@@ -351,12 +368,30 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
     da = resolve_devices(module, num_devices, device_assignment)
     if schedule is None:
         schedule = schedule_module(module)
+    if engine not in ("induction", "unroll"):
+        raise InputError(f"unknown deadlock check engine {engine!r} (induction or unroll)")
     facts = ModuleFacts(module, da)
+    deadline = None if budget is None else t0 + budget
+    induction = engine == "induction"
     choices = _Choices()
     runs: list[tuple[list[Problem], str | None]] = []
     first = None
     while True:
-        traces, found = _check_once(facts, schedule, da, strict, max_unroll, choices)
+        try:
+            traces, found = _check_once(facts, schedule, da, strict, max_unroll, choices,
+                                        induction, deadline)
+        except OverBudget as e:
+            traces, found = [], [_over_budget(e, budget, strict)]
+            first = first or traces
+            runs.append((found, None))
+            break
+        if traces is None:
+            # Devices shortened different loops or trip counts: induction does not apply to
+            # this program as a whole; the reference unrolling decides (within the budget).
+            induction = False
+            choices = _Choices()
+            runs, first = [], None
+            continue
         first = first or traces
         runs.append((found, "; ".join(choices.describe()) if choices.made else None))
         if not choices.advance():
@@ -415,9 +450,16 @@ class _Choices:
         return self.made[key][0]
 
     def describe(self) -> list[str]:
-        return [f"{w} takes branch {k} on device{'s' if len(ds) > 1 else ''} "
-                f"{', '.join(map(str, ds))}"
-                for k, _, w, ds in (self.made[key] for key in self.order)]
+        out = []
+        for key in self.order:
+            k, n, w, ds = self.made[key]
+            on = f"on device{'s' if len(ds) > 1 else ''} {', '.join(map(str, ds))}"
+            if key[0] == "trip":  # a loop's uniform trip count (trace.py)
+                runs = f"{k} or more" if k == n - 1 else str(k)
+                out.append(f"{w} runs {runs} iteration{'' if k == 1 else 's'} {on}")
+            else:
+                out.append(f"{w} takes branch {k} {on}")
+        return out
 
     def advance(self) -> bool:
         """The next combination, or False when all were run."""
@@ -432,10 +474,22 @@ class _Choices:
         return False
 
 
-def _check_once(facts, schedule, da, strict, max_unroll, choices):
-    """Trace every device under `choices`, then match and simulate: (traces, problems)."""
-    traces = [trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices)
+def _over_budget(e: OverBudget, budget: float, strict: bool) -> Problem:
+    return Problem(
+        "unproven", f"cannot prove within the budget of {budget:g} s: the check was tracing "
+        f"device {e.device} at {e.where} (--check-budget raises it)", [e.device], [],
+        severity="error" if strict else "warning")
+
+
+def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=False,
+                deadline=None):
+    """Trace every device under `choices`, then match and simulate: (traces, problems);
+    (None, None) when devices traced loops by induction differently (then unroll)."""
+    traces = [trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
+                           induction=induction, deadline=deadline)
               for d in da.devices]
+    if induction and len({tuple(tr.shortened) for tr in traces}) > 1:
+        return None, None
     problems: list[Problem] = []
     for tr in traces:
         if tr.unproven is not None:
