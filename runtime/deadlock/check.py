@@ -411,7 +411,10 @@ def _merge_runs(runs, strict: bool) -> list[Problem]:
     branches only may not happen (the data decides): a warning, unless strict."""
     def ident(p):
         return p.kind, p.message
-    everywhere = set.intersection(*({ident(p) for p in found} for found, _ in runs))
+
+    def kind_on(p):  # the same kind of problem on the same devices, wherever it shows
+        return p.kind, tuple(sorted(set(p.devices)))
+    everywhere = set.intersection(*({kind_on(p) for p in found} for found, _ in runs))
     problems: list[Problem] = []
     seen = set()
     for found, when in runs:
@@ -419,7 +422,7 @@ def _merge_runs(runs, strict: bool) -> list[Problem]:
             if ident(p) in seen:
                 continue
             seen.add(ident(p))
-            if when is not None and ident(p) not in everywhere:
+            if when is not None and kind_on(p) not in everywhere:
                 p.detail.append(f"(only when {when}; the data decides)")
                 if not strict:
                     p.severity = "warning"

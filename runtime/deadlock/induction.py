@@ -25,13 +25,17 @@ count on every device whose initial slice is the same, whatever its value.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from xladist.hlo.ir import Computation, Instruction
 
+from ..schedule import communicates
 from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, Unknown
 
-__all__ = ["INDUCTION_ITERATIONS", "closed_form_trip_count", "control_slice", "slice_key"]
+__all__ = ["INDUCTION_ITERATIONS", "body_period", "closed_form_trip_count", "control_slice",
+           "slice_key"]
 
 # Iterations of an iteration-independent loop the check traces: entry, transition, the rest.
 INDUCTION_ITERATIONS = 3
@@ -195,3 +199,87 @@ def _count(i0: int, bound: int, step: int, direction: str, dtype) -> int | None:
     if n is None or not info.min <= i0 + n * step <= info.max:
         return None
     return int(n)
+
+
+# A loop whose decisions repeat with a longer period than this is unrolled instead.
+MAX_PERIOD = 16
+
+
+def body_period(body: Computation, state, needs_values) -> int | None:
+    """The period p of a body whose communicating decisions depend on the iteration only
+    through `counter % m` (m constant; the counter steps by a constant and stays >= 0 from
+    its folded initial value in `state`): iterations k and k + p issue the same events.
+    1 when the body's events cannot depend on the iteration; None when neither is shown.
+
+    `needs_values(comp)` says whether tracing `comp` folds values (trace.py): the decisions
+    must sit at the top level of the body, each conditional's branches free of decisions.
+    """
+    if not needs_values(body):
+        return 1
+    root, param = body.root, body.parameters[0] if body.parameters else None
+    if root is None or root.opcode != "tuple" or param is None or not isinstance(state, tuple):
+        return None
+    period = 1
+    for i in body.instructions:
+        if not communicates(i):
+            continue
+        if i.opcode != "conditional":
+            if needs_values_of(i, needs_values):
+                return None  # a communicating loop or nested decision: unroll
+            continue
+        if any(needs_values(c) for c in i.called_computations()):
+            return None
+        p = _decision_period(i.operands[0], body, param, state)
+        if p is None:
+            return None
+        period = period * p // math.gcd(period, p)
+        if period > MAX_PERIOD:
+            return None
+    return period
+
+
+def needs_values_of(instr: Instruction, needs_values) -> bool:
+    return instr.opcode == "while" or any(needs_values(c) for c in instr.called_computations())
+
+
+def _invariant(body: Computation, j: int) -> bool:
+    keep = body.root.operands[j] if j < len(body.root.operands) else None
+    return (keep is not None and keep.opcode == "get-tuple-element"
+            and keep.operands[0] is body.parameters[0] and keep.attrs["index"] == j)
+
+
+def _decision_period(index: Instruction, body, param, state) -> int | None:
+    """The period in iterations of `index`, built by pure ops from constants, device ids,
+    loop-invariant state and `counter % m` only; None otherwise."""
+    period = 1
+    seen: set[Instruction] = set()
+    stack = [index]
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i.opcode in ("replica-id", "partition-id", "constant"):
+            continue
+        if i.opcode == "get-tuple-element" and i.operands[0] is param:
+            if not _invariant(body, i.attrs["index"]):
+                return None  # the counter outside a remainder, or state the body changes
+            continue
+        if i.opcode == "remainder":
+            x, m = i.operands
+            if (x.opcode == "get-tuple-element" and x.operands[0] is param
+                    and m.opcode == "constant" and m.literal is not None
+                    and m.literal.value is not None and np.asarray(m.literal.value).ndim == 0):
+                j, modulus = x.attrs["index"], abs(int(np.asarray(m.literal.value)))
+                step = _step(body, j) if j < len(body.root.operands) else None
+                i0 = state[j] if j < len(state) else None
+                if (step is None or step <= 0 or modulus == 0 or not isinstance(i0, np.ndarray)
+                        or i0.ndim != 0 or i0.dtype.kind not in "iu" or int(i0) < 0):
+                    return None  # a counter that may cross zero flips remainder's sign
+                p = modulus // math.gcd(step, modulus)
+                period = period * p // math.gcd(period, p)
+                continue
+        if i.opcode not in _PURE:
+            return None
+        stack.extend(i.operands)
+    return period

@@ -40,6 +40,7 @@ from ..schedule import communicates, computation_communicates
 from .fold import Folder, Frame, Unknown, pick_branch
 from .induction import (
     INDUCTION_ITERATIONS,
+    body_period,
     closed_form_trip_count,
     control_slice,
     slice_key,
@@ -457,14 +458,16 @@ def _conditional(t: _Tracer, instr, frame, ctx):
     t.walk(comp, Frame(comp, args), ctx + (f"branch {k} of {instr.name}",))
 
 
-def _trip_by_induction(t: _Tracer, instr, frame, ctx):
-    """(trips to trace, the trip count or trip key to record, label of the last traced
-    iteration) for a loop whose body issues the same events every iteration; None when the
-    trip count cannot be had without unrolling (the caller unrolls)."""
+def _plan_by_induction(t: _Tracer, instr, frame, ctx):
+    """(iterations to trace, what to record in trace.shortened or None, period) for a loop
+    whose events repeat with a period (induction.py); None: unroll it in full."""
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     n = known_trip_count(instr)
+    state = t.lazy_operands(instr, frame)[0]() if n is None or _needs_values(body) else None
+    p = body_period(body, state, _needs_values)
+    if p is None:
+        return None
     if n is None:
-        state = t.lazy_operands(instr, frame)[0]()
         indices = control_slice(cond, body)
         if indices is None:
             return None
@@ -476,15 +479,28 @@ def _trip_by_induction(t: _Tracer, instr, frame, ctx):
                 return None
             # The slice holds all-reduce results and equal constants, and computes only from
             # itself: every device with this key runs the same number of iterations, whatever
-            # it is.  Enumerated like a data-chosen branch: 0, 1, 2, or INDUCTION_ITERATIONS
-            # and more.
+            # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
+            # the counts from 3p on by their remainder modulo p.
             at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
                 where(instr, ctx)
-            k = t.choose(("trip", id(instr), key), INDUCTION_ITERATIONS + 1, at, t.device)
-            return k, ("uniform", key, k), "from" if k == INDUCTION_ITERATIONS else None
-    if n <= UNROLL_BELOW:
-        return n, None, None  # cheap to trace in full: exact iteration numbers in reports
-    return INDUCTION_ITERATIONS, n, "from"
+            options = (INDUCTION_ITERATIONS + 1) * p
+            k = t.choose(("trip", id(instr), key), options, at, t.device)
+            return k, ("uniform", key, k, p), p
+    reps = INDUCTION_ITERATIONS * p
+    if n <= max(UNROLL_BELOW, reps):
+        return n, None, p  # cheap to trace in full: exact iteration numbers in reports
+    return reps + (n - reps) % p, (n, p), p
+
+
+def _label(instr, k: int, trips: int, record, p: int) -> str:
+    """Iteration k (1-based) of a loop traced by induction: from iteration 2p + 1 on, one
+    traced iteration stands for itself and every p-th one after it."""
+    if record is None or k <= (INDUCTION_ITERATIONS - 1) * p or (
+            record[0] == "uniform" and record[2] < INDUCTION_ITERATIONS * p):
+        return f"iteration {k} of {instr.name}"
+    if p == 1:
+        return f"from iteration {k} of {instr.name}"
+    return f"iteration {k} of {instr.name} and every {p}th after it"
 
 
 @_rule("while")
@@ -492,24 +508,21 @@ def _while(t: _Tracer, instr, frame, ctx):
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     folder = t.folder
     cond_comm = computation_communicates(cond)
-    if t.induction and not cond_comm and not _needs_values(body):
-        plan = _trip_by_induction(t, instr, frame, ctx)
-        if plan is not None:
-            trips, record, last = plan
-            if record is not None:
-                t.trace.shortened.append((id(instr), ctx, record))
-            state = t.lazy_operands(instr, frame)[0]
-            for k in range(trips):
-                t.tick(instr, ctx)
-                label = (f"from iteration {k + 1} of {instr.name}"
-                         if last == "from" and k + 1 == trips
-                         else f"iteration {k + 1} of {instr.name}")
-                bframe = Frame(body, [state])
-                t.walk(body, bframe, ctx + (label,))
+    plan = _plan_by_induction(t, instr, frame, ctx) if t.induction and not cond_comm else None
+    if plan is not None:
+        trips, record, p = plan
+        if record is not None:
+            t.trace.shortened.append((id(instr), ctx, record))
+        state = t.lazy_operands(instr, frame)[0]
+        for k in range(trips):
+            label = _label(instr, k + 1, trips, record, p)
+            t.tick(instr, ctx + (label,))
+            bframe = Frame(body, [state])
+            t.walk(body, bframe, ctx + (label,))
 
-                def state(bf=bframe):  # forced only if the body asks for the loop state
-                    return folder.eval(body.root, bf)
-            return
+            def state(bf=bframe):  # forced only if the body asks for the loop state
+                return folder.eval(body.root, bf)
+        return
     n = known_trip_count(instr)
     eager = n is None or cond_comm or _needs_values(body)
     state = t.lazy_operands(instr, frame)[0]
@@ -530,7 +543,7 @@ def _while(t: _Tracer, instr, frame, ctx):
                     break
         if n is not None and k >= n:
             break
-        t.tick(instr, ctx)
+        t.tick(instr, ctx + (f"iteration {k + 1} of {instr.name}",))
         if k >= t.max_unroll:
             raise _Unproven(instr, f"runs more than {t.max_unroll} iterations, the most the check "
                             "unrolls", ctx)
