@@ -209,11 +209,12 @@ def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body,
     per_count = [_verdict(check_module(xladist.parse_hlo(
         _Gen(replicas).module(prologue, body, "uniform_as", k)), engine="unroll"))[1]
         for k in range(6)]
-    union = {(kind, devs) for found in per_count for kind, _, devs in found}
-    everywhere = set.intersection(*({(kind, devs) for kind, _, devs in f} for f in per_count))
-    got = {(p.kind, tuple(sorted(set(p.devices)))) for p in fast.problems}
-    errors = {(p.kind, tuple(sorted(set(p.devices)))) for p in fast.problems
-              if p.severity == "error"}
+    # By kind: a problem with the same text in several runs is reported once, naming the
+    # devices of the first run it showed in (those blocked behind a cycle vary by count).
+    union = {kind for found in per_count for kind, _, _ in found}
+    everywhere = set.intersection(*({kind for kind, _, _ in f} for f in per_count))
+    got = {p.kind for p in fast.problems}
+    errors = {p.kind for p in fast.problems if p.severity == "error"}
     assert got == union and errors == everywhere, (text, fast.to_text(), per_count)
 
 

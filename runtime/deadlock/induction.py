@@ -32,7 +32,7 @@ import numpy as np
 from xladist.hlo.ir import Computation, Instruction
 
 from ..schedule import communicates
-from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, Unknown
+from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, key_part
 
 __all__ = ["INDUCTION_ITERATIONS", "body_period", "closed_form_trip_count", "control_slice",
            "slice_key"]
@@ -100,18 +100,8 @@ def slice_key(state, indices) -> tuple | None:
     values, keys of all-reduce results; None when some element is data of one device."""
     if not isinstance(state, tuple):
         return None
-    parts = []
-    for j in indices:
-        v = state[j]
-        if isinstance(v, Unknown):
-            if v.key is None:
-                return None
-            parts.append(v.key)
-        elif isinstance(v, np.ndarray):
-            parts.append((v.dtype.str, v.shape, v.tobytes()))
-        else:
-            return None
-    return tuple(parts)
+    parts = tuple(key_part(state[j]) for j in indices)
+    return None if any(p is None for p in parts) else parts
 
 
 def _step(body: Computation, j: int) -> int | None:
