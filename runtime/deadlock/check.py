@@ -488,9 +488,14 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
                 deadline=None):
     """Trace every device under `choices`, then match and simulate: (traces, problems);
     (None, None) when devices traced loops by induction differently (then unroll)."""
-    traces = [trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
-                           induction=induction, deadline=deadline)
-              for d in da.devices]
+    traces = []
+    for d in da.devices:
+        # Loops check the deadline per iteration; straight-line code per device.
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OverBudget(d, f"the start of its trace ({len(traces)} of "
+                             f"{len(da.devices)} devices traced)")
+        traces.append(trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
+                                   induction=induction, deadline=deadline))
     if induction and len({tuple(tr.shortened) for tr in traces}) > 1:
         return None, None
     problems: list[Problem] = []
