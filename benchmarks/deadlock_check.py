@@ -1,6 +1,8 @@
 """Time the static deadlock check on a generated module: 1,000 collectives and channels, N=64.
 
     python benchmarks/deadlock_check.py [--ops 1000] [--devices 64] [--repeat 3]
+    python benchmarks/deadlock_check.py --sweep trips     # 10^3..10^6 iterations, 2 replicas
+    python benchmarks/deadlock_check.py --sweep devices   # 600 ops at 64..16,384 partitions
 
 The module (SPMD over N partitions) cycles through: an all-reduce over every device, an
 all-reduce over groups of 8 (flattened ids, iota groups), an all-to-all, a collective-permute
@@ -13,6 +15,7 @@ times; the goal is a check under 2 s.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,12 +116,100 @@ ENTRY %main (x: f32[64]) -> f32[64] {{
 """
 
 
+def loop_module(trips: int, replicas: int = 2) -> str:
+    """A while loop of `trips` iterations around one f32[4] all-reduce (no known_trip_count:
+    the check derives the count from the condition)."""
+    return f"""HloModule loop_bench, replica_count={replicas}
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%cond (p: (s32[], f32[4])) -> pred[] {{
+  %p = (s32[], f32[4]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant({trips})
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}}
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  %p = (s32[], f32[4]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[4]{{0}} get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %i2 = s32[] add(%i, %one)
+  %x2 = f32[4]{{0}} all-reduce(%x), replica_groups={{}}, to_apply=%add
+  ROOT %t = (s32[], f32[4]{{0}}) tuple(%i2, %x2)
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4]{{0}} parameter(0)
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[4]{{0}}) tuple(%z, %x)
+  %w = (s32[], f32[4]{{0}}) while(%t0), condition=%cond, body=%body
+  ROOT %r = f32[4]{{0}} get-tuple-element(%w), index=1
+}}
+"""
+
+
+def _timed(module, **kw) -> tuple[float, object]:
+    s = time.perf_counter()
+    report = check_module(module, **kw)
+    return time.perf_counter() - s, report
+
+
+def _verdict(report) -> str:
+    if any("within the budget" in p.message for p in report.problems):
+        return "over budget"
+    return "proven" if report.ok and not report.problems else "NOT proven"
+
+
+def sweep_trips() -> None:
+    """Induction against full unrolling (engine='unroll', the pre-induction algorithm) at
+    growing trip counts; unrolling is measured only where it finishes in a minute."""
+    print("| iterations | induction | unroll (reference) | ratio |")
+    print("|---|---|---|---|")
+    for trips in (1_000, 10_000, 100_000, 1_000_000):
+        module = xladist.parse_hlo(loop_module(trips))
+        fast, rf = _timed(module)
+        if trips <= 10_000:
+            slow, rs = _timed(module, engine="unroll", budget=60)
+            ref = f"{slow:.3f} s ({_verdict(rs)})"
+            ratio = f"{slow / max(fast, 1e-6):,.0f}x"
+        else:
+            ref, ratio = "not run", "-"
+        print(f"| {trips:,} | {fast:.4f} s ({_verdict(rf)}) | {ref} | {ratio} |")
+
+
+def sweep_devices(counts=(64, 256, 1024, 16384)) -> None:
+    """600 ops at growing partition counts, default budget (10 s)."""
+    print("| partitions | parse | check | verdict |")
+    print("|---|---|---|---|")
+    base = None
+    for n in counts:
+        s = time.perf_counter()
+        module = xladist.parse_hlo(generate(600, n))
+        parse = time.perf_counter() - s
+        t, report = _timed(module)
+        base = base or t
+        print(f"| {n:,} | {parse:.2f} s | {t:.2f} s ({t / base:.1f}x of {counts[0]}) | "
+              f"{_verdict(report)} |", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", type=int, default=1000)
     ap.add_argument("--devices", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sweep", choices=("trips", "devices"))
     args = ap.parse_args(argv)
+    if args.sweep:
+        load = os.getloadavg()[0]
+        print(f"load average {load:.1f} on {os.cpu_count()} cores (timings are noisy)")
+        sweep_trips() if args.sweep == "trips" else sweep_devices()
+        return 0
     t0 = time.perf_counter()
     text = generate(args.ops, args.devices)
     t1 = time.perf_counter()

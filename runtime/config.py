@@ -96,6 +96,9 @@ SCHEMA: dict[str, Key] = {
                  True, "no_check", "--no-check", invert=True),
     "strict": Key("bool", "refuse programs the deadlock check cannot prove", False, "strict",
                   "--strict"),
+    "check_budget": Key("float", "seconds the deadlock check may take before it says it "
+                        "cannot prove the program within the budget", 10.0, "check_budget",
+                        "--check-budget"),
     "stats": Key("bool", "print each rank's compute / collective wait / infeed wait split",
                  False, "stats", "--stats"),
     "quiet": Key("bool", "no progress line", False, "quiet", "--quiet"),

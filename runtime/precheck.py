@@ -27,9 +27,11 @@ _HINT = "(--no-check / check=False skips the check; the run-time watchdog still 
 
 
 def precheck(module, num_devices: int, *, device_assignment=None, strict: bool = False,
-             warn=None, prefix: str = "xladist run"):
+             warn=None, prefix: str = "xladist run", budget: float | None = 10.0):
     """Check `module` on `num_devices`; returns the Report (None if nothing communicates).
 
+    `budget` bounds the check's seconds (None: unbounded); past it the check warns that it
+    cannot prove the program within the budget (an error when strict).
     Raises DeadlockError (its `report` attribute holds the Report) when a problem is found.
     `warn(text)` prints warnings (default: stderr).
     """
@@ -39,7 +41,7 @@ def precheck(module, num_devices: int, *, device_assignment=None, strict: bool =
                                        for c in module.computations):
         return None
     report = check_module(module, num_devices, device_assignment=device_assignment,
-                          strict=strict)
+                          strict=strict, budget=budget)
     if not report.ok:
         err = DeadlockError(f"refusing to run: {report.to_text()}\n{_HINT}")
         err.report = report

@@ -97,7 +97,7 @@ class _FakeReport:
 def test_deadlock_problem_exits_1(monkeypatch, capsys):
     calls = []
 
-    def fake_check(module, num_devices, strict=False):
+    def fake_check(module, num_devices, strict=False, budget=None):
         calls.append((module.name, num_devices, strict))
         return _FakeReport(ok=False)
 

@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="treat warnings as problems (exit 1)")
     parser.add_argument("--no-deadlock-check", action="store_true",
                         help="skip the cross-device deadlock check")
+    parser.add_argument("--check-budget", type=float, default=10.0, metavar="S",
+                        help="seconds the deadlock check may take before it says it cannot "
+                             "prove the program within the budget (default 10)")
 
 
 def _deadlock_checker():
@@ -57,7 +60,7 @@ def _text(item) -> str:
 
 
 def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
-                    strict: bool) -> dict:
+                    strict: bool, budget: float | None = None) -> dict:
     """Run runtime.deadlock.check_module; its Report has ok, errors, warnings, to_dict()."""
     if skip:
         return {"status": "skipped"}
@@ -68,7 +71,8 @@ def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
         return {"status": "not available"}
     from ..errors import DeadlockError
     try:
-        report = check(module, num_devices, strict=strict)
+        report = (check(module, num_devices, strict=strict) if budget is None
+                  else check(module, num_devices, strict=strict, budget=budget))
     except DeadlockError as e:
         return {"status": "problem", "problems": [str(e)], "warnings": []}
     ok = bool(getattr(report, "ok", True))
@@ -85,7 +89,7 @@ def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
 
 
 def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = True,
-               strict: bool = False) -> dict:
+               strict: bool = False, budget: float | None = None) -> dict:
     """Parse, verify and deadlock-check one file; returns the result as a dict.
 
     Raises HloParseError, VerifierError or InputError for invalid input.
@@ -97,7 +101,7 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     module = parse_module(text, filename=name)
     report = verify_module(module, num_devices=num_devices)
     dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock,
-                         strict)
+                         strict, budget)
     warnings = list(report.warnings) + [f"deadlock check: {w}" for w in dl.get("warnings", [])]
     return {
         "file": path,
@@ -151,7 +155,7 @@ def run(args) -> int:
         raise InputError(f"-n must be at least 1, got {args.num_devices}")
     try:
         result = check_file(args.file, args.num_devices, deadlock=not args.no_deadlock_check,
-                            strict=args.strict)
+                            strict=args.strict, budget=args.check_budget)
     except XlaDistError as e:
         if not args.json:
             raise

@@ -94,6 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-check", action="store_true",
                         help="skip the deadlock check that runs before any rank starts (a "
                              "hang is then ended by --timeout, with a report)")
+    parser.add_argument("--check-budget", type=float, default=10.0, metavar="S",
+                        help="seconds the deadlock check may take; past it the check says it "
+                             "cannot prove the program within the budget (a warning, refused "
+                             "with --strict; default 10)")
     parser.add_argument("--strict", action="store_true",
                         help="refuse to run a program the deadlock check cannot prove "
                              "(control that depends on data around communication)")
@@ -337,7 +341,7 @@ def _deadlock_check(module, args) -> None:
         return
     from runtime.precheck import CHECKED_ENV, precheck
     precheck(module, args.num_devices, device_assignment=args.device_assignment,
-             strict=args.strict)
+             strict=args.strict, budget=getattr(args, "check_budget", 10.0))
     os.environ[CHECKED_ENV] = "1"  # inherited by the ranks mpiexec starts
 
 

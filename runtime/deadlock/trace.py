@@ -22,6 +22,7 @@ Rules are registered by opcode in TRACE_RULES; only instructions that communicat
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -35,14 +36,22 @@ from collectives.p2p import PAIRS_ATTR, required_send_recv_pairs
 from xladist.errors import InputError
 from xladist.hlo.ir import Computation, Instruction, Module
 
-from .deadlock_fold import Folder, Frame, Unknown, pick_branch
-from .schedule import communicates, computation_communicates
+from ..schedule import communicates, computation_communicates
+from .fold import Folder, Frame, Unknown, pick_branch
+from .induction import (
+    INDUCTION_ITERATIONS,
+    body_period,
+    closed_form_trip_count,
+    control_slice,
+    slice_key,
+)
 
 __all__ = [
     "PAIRS_ATTR",
     "TRACE_RULES",
     "DeviceTrace",
     "Event",
+    "OverBudget",
     "ModuleFacts",
     "Signature",
     "trace_device",
@@ -50,6 +59,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_UNROLL = 100_000
+# Loops of at most this many iterations are traced in full even when induction applies.
+UNROLL_BELOW = 16
 
 
 def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
@@ -144,6 +155,8 @@ class DeviceTrace:
         self.events: list[Event] = []
         # (instruction, reason, ctx) where the trace stopped because control depends on data.
         self.unproven: tuple[Instruction, str, tuple[str, ...]] | None = None
+        # Loops traced by induction (induction.py): (while, ctx, trip count or trip key).
+        self.shortened: list[tuple] = []
 
 
 def _reducer(comp: Computation | None) -> str | None:
@@ -222,6 +235,14 @@ class ModuleFacts:
         return hit
 
 
+class OverBudget(Exception):
+    """The check's time budget ran out while this device was being traced at `where`."""
+
+    def __init__(self, device: int, where: str):
+        super().__init__(where)
+        self.device, self.where = device, where
+
+
 class _Unproven(Exception):
     def __init__(self, instr: Instruction, reason: str, ctx: tuple[str, ...]):
         super().__init__(reason)
@@ -264,7 +285,7 @@ def _needs_values(comp: Computation, seen=None) -> bool:
 
 class _Tracer:
     def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int,
-                 choose=None):
+                 choose=None, induction: bool = True, deadline: float | None = None):
         self.facts = facts
         self.schedule = schedule
         self.trace = trace
@@ -273,10 +294,18 @@ class _Tracer:
                              self.uniform_key if choose is not None else None)
         self.max_unroll = max_unroll
         # (key, number of branches) -> the branch every device with that key takes, for a
-        # conditional whose index is unknown but keyed (deadlock.py enumerates the choices).
+        # conditional whose index is unknown but keyed (check.py enumerates the choices).
         self.choose = choose
         self.channels: dict[tuple, deque] = {}
         self.pending_async: dict[Instruction, Event | None] = {}
+        self.runs: dict[Instruction, int] = {}  # events per instruction, for uniform_key
+        self.induction = induction
+        self.deadline = deadline
+
+    def tick(self, instr: Instruction, ctx) -> None:
+        """Stop with OverBudget once the check's deadline has passed (called per iteration)."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise OverBudget(self.device, where(instr, ctx))
 
     def uniform_key(self, instr: Instruction):
         """All members of a synchronous all-reduce's group get the same result: its key is
@@ -285,13 +314,14 @@ class _Tracer:
         group = member.get(self.device)
         if group is None:
             return None
-        runs = sum(1 for ev in self.trace.events if ev.instr is instr)
+        runs = self.runs.get(instr, 0)
         return ("all-reduce", id(instr), group, runs)
 
     def emit(self, kind: str, instr: Instruction, ctx) -> Event:
         ev = Event(kind, instr, self.device, ctx)
         ev.index = len(self.trace.events)
         self.trace.events.append(ev)
+        self.runs[instr] = self.runs.get(instr, 0) + 1
         return ev
 
     def walk(self, comp: Computation, frame: Frame, ctx: tuple) -> None:
@@ -428,12 +458,72 @@ def _conditional(t: _Tracer, instr, frame, ctx):
     t.walk(comp, Frame(comp, args), ctx + (f"branch {k} of {instr.name}",))
 
 
+def _plan_by_induction(t: _Tracer, instr, frame, ctx):
+    """(iterations to trace, what to record in trace.shortened or None, period) for a loop
+    whose events repeat with a period (induction.py); None: unroll it in full."""
+    cond, body = instr.attrs["condition"], instr.attrs["body"]
+    n = known_trip_count(instr)
+    state = t.lazy_operands(instr, frame)[0]() if n is None or _needs_values(body) else None
+    p = body_period(body, state, _needs_values)
+    if p is None:
+        return None
+    if n is None:
+        indices = control_slice(cond, body)
+        if indices is None:
+            return None
+        n = closed_form_trip_count(cond, body, state)
+        if n is None:
+            key = slice_key(state, indices)
+            go = t.folder.eval(cond.root, Frame(cond, [state]))
+            if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
+                return None
+            # The slice holds all-reduce results and equal constants, and computes only from
+            # itself: every device with this key runs the same number of iterations, whatever
+            # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
+            # the counts from 3p on by their remainder modulo p.
+            at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
+                where(instr, ctx)
+            options = (INDUCTION_ITERATIONS + 1) * p
+            k = t.choose(("trip", id(instr), key), options, at, t.device)
+            return k, ("uniform", key, k, p), p
+    reps = INDUCTION_ITERATIONS * p
+    if n <= max(UNROLL_BELOW, reps):
+        return n, None, p  # cheap to trace in full: exact iteration numbers in reports
+    return reps + (n - reps) % p, (n, p), p
+
+
+def _label(instr, k: int, trips: int, record, p: int) -> str:
+    """Iteration k (1-based) of a loop traced by induction: from iteration 2p + 1 on, one
+    traced iteration stands for itself and every p-th one after it."""
+    if record is None or k <= (INDUCTION_ITERATIONS - 1) * p or (
+            record[0] == "uniform" and record[2] < INDUCTION_ITERATIONS * p):
+        return f"iteration {k} of {instr.name}"
+    if p == 1:
+        return f"from iteration {k} of {instr.name}"
+    return f"iteration {k} of {instr.name} and every {p}th after it"
+
+
 @_rule("while")
 def _while(t: _Tracer, instr, frame, ctx):
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     folder = t.folder
-    n = known_trip_count(instr)
     cond_comm = computation_communicates(cond)
+    plan = _plan_by_induction(t, instr, frame, ctx) if t.induction and not cond_comm else None
+    if plan is not None:
+        trips, record, p = plan
+        if record is not None:
+            t.trace.shortened.append((id(instr), ctx, record))
+        state = t.lazy_operands(instr, frame)[0]
+        for k in range(trips):
+            label = _label(instr, k + 1, trips, record, p)
+            t.tick(instr, ctx + (label,))
+            bframe = Frame(body, [state])
+            t.walk(body, bframe, ctx + (label,))
+
+            def state(bf=bframe):  # forced only if the body asks for the loop state
+                return folder.eval(body.root, bf)
+        return
+    n = known_trip_count(instr)
     eager = n is None or cond_comm or _needs_values(body)
     state = t.lazy_operands(instr, frame)[0]
     if eager:
@@ -453,6 +543,7 @@ def _while(t: _Tracer, instr, frame, ctx):
                     break
         if n is not None and k >= n:
             break
+        t.tick(instr, ctx + (f"iteration {k + 1} of {instr.name}",))
         if k >= t.max_unroll:
             raise _Unproven(instr, f"runs more than {t.max_unroll} iterations, the most the check "
                             "unrolls", ctx)
@@ -467,14 +558,15 @@ def _while(t: _Tracer, instr, frame, ctx):
 
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
-                 max_unroll: int = DEFAULT_MAX_UNROLL, choose=None) -> DeviceTrace:
+                 max_unroll: int = DEFAULT_MAX_UNROLL, choose=None, induction: bool = True,
+                 deadline: float | None = None) -> DeviceTrace:
     """The ordered communication events of `device` running the module's entry computation.
 
     `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
     same on every device with that key; without it such a conditional stops the trace."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
-    tracer = _Tracer(facts, schedule, trace, max_unroll, choose)
+    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline)
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:

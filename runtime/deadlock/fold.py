@@ -20,7 +20,7 @@ import numpy as np
 
 from xladist.hlo.ir import Computation, Instruction
 
-__all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "Unknown"]
+__all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "Unknown", "key_part"]
 
 # Control values are scalars or tiny vectors; anything bigger is data, not control.
 MAX_FOLD_ELEMENTS = 4096
@@ -34,7 +34,7 @@ class Unknown:
     `key` is set when the value, though unknown, is the same on every device that computes
     the same key: an all-reduce result (the same on its whole group) and what the same
     instructions compute from such results and equal known values. The deadlock check may
-    then enumerate the branches such a value picks instead of giving up (deadlock_trace.py).
+    then enumerate the branches such a value picks instead of giving up (trace.py).
     """
 
     __slots__ = ("key", "origin", "reason")
@@ -150,15 +150,21 @@ def _combine(instr: Instruction, args: list, first: Unknown) -> Unknown:
     known values get different keys); else `first`, which has the origin to report."""
     parts = []
     for a in args:
-        if isinstance(a, Unknown):
-            if a.key is None:
-                return a
-            parts.append(a.key)
-        elif isinstance(a, np.ndarray):
-            parts.append((a.dtype.str, a.shape, a.tobytes()))
-        else:
-            return Unknown(first.origin, first.reason)
+        part = key_part(a)
+        if part is None:
+            return a if isinstance(a, Unknown) else Unknown(first.origin, first.reason)
+        parts.append(part)
     return Unknown(first.origin, first.reason, (id(instr), tuple(parts)))
+
+
+def key_part(v):
+    """What a value adds to a uniform key: an all-reduce result's key, a known array's
+    bytes; None when the value may differ between devices (or is not comparable)."""
+    if isinstance(v, Unknown):
+        return v.key
+    if isinstance(v, np.ndarray):
+        return (v.dtype.str, v.shape, v.tobytes())
+    return None
 
 
 def _unkeyed(u: Unknown) -> Unknown:

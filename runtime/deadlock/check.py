@@ -1,6 +1,6 @@
 """The static cross-device check: prove, before any rank blocks, that a module cannot hang.
 
-`check_module(module, num_devices)` traces every device's schedule (deadlock_trace.py), then:
+`check_module(module, num_devices)` traces every device's schedule (trace.py), then:
 
 (a) matches collectives: on every device group, the k-th collective each member issues must be
     the same collective (kind, groups, element types, shapes, reducer, dimensions, pairs) --
@@ -18,7 +18,7 @@ a warning, an error with strict=True.  Except a conditional whose index comes fr
 results (the same on every member of the group, e.g. `lax.cond(psum(x) > 0, ...)`): the check
 runs once per combination of its branches, devices sharing the index taking the same one, and
 a problem that only some combinations have is a warning naming them (the data decides).
-Problems and their text live in deadlock_report.py.
+Problems and their text live in report.py.
 """
 
 from __future__ import annotations
@@ -30,11 +30,22 @@ from collectives.groups import DeviceAssignment, GroupError
 from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
-from .deadlock_report import Problem, Report, event_ref, mismatch_problem, side_by_side
-from .deadlock_trace import DEFAULT_MAX_UNROLL, DeviceTrace, Event, ModuleFacts, trace_device, where
-from .schedule import schedule_module
+from .report import Problem, Report, event_ref, mismatch_problem, side_by_side
+from ..schedule import schedule_module
+from .trace import (
+    DEFAULT_MAX_UNROLL,
+    DeviceTrace,
+    Event,
+    ModuleFacts,
+    OverBudget,
+    trace_device,
+    where,
+)
 
-__all__ = ["Problem", "Report", "check_module", "resolve_devices"]
+__all__ = ["DEFAULT_BUDGET", "Problem", "Report", "check_module", "resolve_devices"]
+
+# Seconds the check may take before it says "cannot prove within the budget" (--check-budget).
+DEFAULT_BUDGET = 10.0
 
 
 class _Instance:
@@ -328,7 +339,8 @@ def _group(group) -> str:
 
 def check_module(module: Module, num_devices: int | None = None, *, device_assignment=None,
                  strict: bool = False, schedule=None,
-                 max_unroll: int = DEFAULT_MAX_UNROLL) -> Report:
+                 max_unroll: int = DEFAULT_MAX_UNROLL, budget: float | None = DEFAULT_BUDGET,
+                 engine: str = "induction") -> Report:
     """Prove that `module` cannot hang or desynchronize on `num_devices` devices.
 
     Arguments:
@@ -341,6 +353,11 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
       schedule: the per-computation order to check (default: `schedule_module(module)`, the
         order the executor runs).
       max_unroll: the most iterations of one loop the check unrolls.
+      budget: seconds the check may take (None: no limit); past it the check stops and says
+        "cannot prove within the budget" (a warning, an error with strict), naming where.
+      engine: "induction" (default) traces loops whose communication does not depend on the
+        iteration a constant number of times (induction.py); "unroll" unrolls every
+        iteration, the reference the property tests compare against.
 
     Returns a Report; `report.ok` is True when the module is proven to finish on every device.
     Raises InputError / ScheduleError (exit code 2) for modules that are not valid input.
@@ -351,12 +368,30 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
     da = resolve_devices(module, num_devices, device_assignment)
     if schedule is None:
         schedule = schedule_module(module)
+    if engine not in ("induction", "unroll"):
+        raise InputError(f"unknown deadlock check engine {engine!r} (induction or unroll)")
     facts = ModuleFacts(module, da)
+    deadline = None if budget is None else t0 + budget
+    induction = engine == "induction"
     choices = _Choices()
     runs: list[tuple[list[Problem], str | None]] = []
     first = None
     while True:
-        traces, found = _check_once(facts, schedule, da, strict, max_unroll, choices)
+        try:
+            traces, found = _check_once(facts, schedule, da, strict, max_unroll, choices,
+                                        induction, deadline)
+        except OverBudget as e:
+            traces, found = [], [_over_budget(e, budget, strict)]
+            first = first or traces
+            runs.append((found, None))
+            break
+        if traces is None:
+            # Devices shortened different loops or trip counts: induction does not apply to
+            # this program as a whole; the reference unrolling decides (within the budget).
+            induction = False
+            choices = _Choices()
+            runs, first = [], None
+            continue
         first = first or traces
         runs.append((found, "; ".join(choices.describe()) if choices.made else None))
         if not choices.advance():
@@ -376,7 +411,10 @@ def _merge_runs(runs, strict: bool) -> list[Problem]:
     branches only may not happen (the data decides): a warning, unless strict."""
     def ident(p):
         return p.kind, p.message
-    everywhere = set.intersection(*({ident(p) for p in found} for found, _ in runs))
+
+    def kind_on(p):  # the same kind of problem on the same devices, wherever it shows
+        return p.kind, tuple(sorted(set(p.devices)))
+    everywhere = set.intersection(*({kind_on(p) for p in found} for found, _ in runs))
     problems: list[Problem] = []
     seen = set()
     for found, when in runs:
@@ -384,7 +422,7 @@ def _merge_runs(runs, strict: bool) -> list[Problem]:
             if ident(p) in seen:
                 continue
             seen.add(ident(p))
-            if when is not None and ident(p) not in everywhere:
+            if when is not None and kind_on(p) not in everywhere:
                 p.detail.append(f"(only when {when}; the data decides)")
                 if not strict:
                     p.severity = "warning"
@@ -415,9 +453,16 @@ class _Choices:
         return self.made[key][0]
 
     def describe(self) -> list[str]:
-        return [f"{w} takes branch {k} on device{'s' if len(ds) > 1 else ''} "
-                f"{', '.join(map(str, ds))}"
-                for k, _, w, ds in (self.made[key] for key in self.order)]
+        out = []
+        for key in self.order:
+            k, n, w, ds = self.made[key]
+            on = f"on device{'s' if len(ds) > 1 else ''} {', '.join(map(str, ds))}"
+            if key[0] == "trip":  # a loop's uniform trip count (trace.py)
+                runs = f"{k} or more" if k == n - 1 else str(k)
+                out.append(f"{w} runs {runs} iteration{'' if k == 1 else 's'} {on}")
+            else:
+                out.append(f"{w} takes branch {k} {on}")
+        return out
 
     def advance(self) -> bool:
         """The next combination, or False when all were run."""
@@ -432,10 +477,27 @@ class _Choices:
         return False
 
 
-def _check_once(facts, schedule, da, strict, max_unroll, choices):
-    """Trace every device under `choices`, then match and simulate: (traces, problems)."""
-    traces = [trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices)
-              for d in da.devices]
+def _over_budget(e: OverBudget, budget: float, strict: bool) -> Problem:
+    return Problem(
+        "unproven", f"cannot prove within the budget of {budget:g} s: the check was tracing "
+        f"device {e.device} at {e.where} (--check-budget raises it)", [e.device], [],
+        severity="error" if strict else "warning")
+
+
+def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=False,
+                deadline=None):
+    """Trace every device under `choices`, then match and simulate: (traces, problems);
+    (None, None) when devices traced loops by induction differently (then unroll)."""
+    traces = []
+    for d in da.devices:
+        # Loops check the deadline per iteration; straight-line code per device.
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OverBudget(d, f"the start of its trace ({len(traces)} of "
+                             f"{len(da.devices)} devices traced)")
+        traces.append(trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
+                                   induction=induction, deadline=deadline))
+    if induction and len({tuple(tr.shortened) for tr in traces}) > 1:
+        return None, None
     problems: list[Problem] = []
     for tr in traces:
         if tr.unproven is not None:

@@ -1,0 +1,275 @@
+"""Loops by induction: what lets the check trace a few iterations of a loop instead of all.
+
+A while loop's body whose communication cannot depend on the iteration -- it holds no
+communicating while or conditional (the only places where a folded value changes which
+events a device issues; groups and peers are fixed per instruction and device) -- issues
+the same events every iteration.  Tracing it `INDUCTION_ITERATIONS` times then covers
+every trip count n >= that bound: iteration 1 (the entry, which may consume an async start
+or channel end from before the loop), iteration 2 (the transition from one iteration to
+the next, which consumes what iteration 1 left pending) and iteration 3, which stands for
+all later ones ("from iteration 3 of while.2"); fewer iterations are traced as they are.
+check.py only accepts such a shortened trace when every device shortened the same loops
+with the same trip counts (else it unrolls in full): then all devices repeat the same
+per-iteration sequences the same number of times, and the matching and the joint
+simulation from one iteration boundary to the next are the same for every later
+iteration (docs/ARCHITECTURE.md argues it in full).
+
+The trip count itself must then be known without unrolling.  `control_slice` finds the
+loop-state elements the condition reads, closed under what the body computes them from;
+when that slice reads nothing but itself and constants (no replica-id, partition-id,
+collective or data), the trip count is a function of the slice's initial value:
+`closed_form_trip_count` computes it for a counter stepping by a constant against a bound,
+and a slice made of all-reduce results (the same on every member) gives the same trip
+count on every device whose initial slice is the same, whatever its value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from xladist.hlo.ir import Computation, Instruction
+
+from ..schedule import communicates
+from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, key_part
+
+__all__ = ["INDUCTION_ITERATIONS", "body_period", "closed_form_trip_count", "control_slice",
+           "slice_key"]
+
+# Iterations of an iteration-independent loop the check traces: entry, transition, the rest.
+INDUCTION_ITERATIONS = 3
+
+# Opcodes a control slice may compute with: pure folds of their operands (no device ids,
+# no data sources, no nested control whose cost the analysis would have to bound).
+_PURE = frozenset(FOLD_RULES) - {"replica-id", "partition-id", "parameter", "while",
+                                 "conditional", "call", "fusion", "tuple",
+                                 "get-tuple-element"}
+
+
+def _reads(root: Instruction, param: Instruction) -> set[int] | None:
+    """The tuple indices of `param` that `root` reads through pure ops; None if it reads
+    anything else (the whole parameter, device ids, data)."""
+    out: set[int] = set()
+    seen: set[Instruction] = set()
+    stack = [root]
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i.shape.is_array and i.shape.size > MAX_FOLD_ELEMENTS:
+            return None
+        if i.opcode == "get-tuple-element" and i.operands[0] is param:
+            out.add(i.attrs["index"])
+            continue
+        if i.opcode not in _PURE:
+            return None
+        stack.extend(i.operands)
+    return out
+
+
+def control_slice(cond: Computation, body: Computation) -> tuple[int, ...] | None:
+    """The loop-state indices that decide the trip count, closed under the body; None when
+    they depend on anything but themselves and constants."""
+    if len(cond.parameters) != 1 or len(body.parameters) != 1:
+        return None
+    root = body.root
+    if root is None or root.opcode != "tuple" or cond.root is None:
+        return None
+    todo = _reads(cond.root, cond.parameters[0])
+    if todo is None:
+        return None
+    done: set[int] = set()
+    while todo:
+        j = todo.pop()
+        if j in done:
+            continue
+        if j >= len(root.operands):
+            return None
+        done.add(j)
+        more = _reads(root.operands[j], body.parameters[0])
+        if more is None:
+            return None
+        todo |= more - done
+    return tuple(sorted(done))
+
+
+def slice_key(state, indices) -> tuple | None:
+    """A key equal on two devices exactly when their slices are known equal: bytes of known
+    values, keys of all-reduce results; None when some element is data of one device."""
+    if not isinstance(state, tuple):
+        return None
+    parts = tuple(key_part(state[j]) for j in indices)
+    return None if any(p is None for p in parts) else parts
+
+
+def _step(body: Computation, j: int) -> int | None:
+    """c when the body computes element j as element j + constant c."""
+    elem = body.root.operands[j]
+    if elem.opcode not in ("add", "subtract") or len(elem.operands) != 2:
+        return None
+    a, b = elem.operands
+    p = body.parameters[0]
+
+    def is_counter(x):
+        return x.opcode == "get-tuple-element" and x.operands[0] is p and x.attrs["index"] == j
+
+    def const(x):
+        lit = x.literal if x.opcode == "constant" else None
+        return None if lit is None or lit.value is None else np.asarray(lit.value)
+
+    if is_counter(a) and const(b) is not None and const(b).ndim == 0:
+        c = int(const(b))
+        return c if elem.opcode == "add" else -c
+    if elem.opcode == "add" and is_counter(b) and const(a) is not None and const(a).ndim == 0:
+        return int(const(a))
+    return None
+
+
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE"}
+
+
+def closed_form_trip_count(cond: Computation, body: Computation, state) -> int | None:
+    """The trip count of `i CMP bound` with i stepping by a constant and the bound a constant
+    or an element the body leaves unchanged, from the folded initial `state`; else None."""
+    root = cond.root
+    if root is None or root.opcode != "compare" or not isinstance(state, tuple):
+        return None
+    p = cond.parameters[0]
+    direction = root.attrs.get("direction")
+    a, b = root.operands
+
+    def gte_index(x):
+        return (x.attrs["index"] if x.opcode == "get-tuple-element" and x.operands[0] is p
+                else None)
+
+    def bound_value(x):
+        if x.opcode == "constant" and x.literal is not None and x.literal.value is not None:
+            return np.asarray(x.literal.value)
+        m = gte_index(x)
+        if m is None or m >= len(body.root.operands):
+            return None
+        keep = body.root.operands[m]
+        if not (keep.opcode == "get-tuple-element" and keep.operands[0] is body.parameters[0]
+                and keep.attrs["index"] == m):
+            return None  # the body changes it
+        return state[m]
+
+    for counter, other, d in ((a, b, direction), (b, a, _FLIP.get(direction))):
+        j = gte_index(counter)
+        if j is None or d is None or j >= len(state):
+            continue
+        step = _step(body, j)
+        i0, bound = state[j], bound_value(other)
+        if step is None or not all(isinstance(v, np.ndarray) and v.ndim == 0
+                                   and v.dtype.kind in "iu" for v in (i0, bound)):
+            continue
+        return _count(int(i0), int(bound), step, d, i0.dtype)
+    return None
+
+
+def _count(i0: int, bound: int, step: int, direction: str, dtype) -> int | None:
+    info = np.iinfo(dtype)
+    if direction == "LT":
+        n = 0 if i0 >= bound else (-(-(bound - i0) // step) if step > 0 else None)
+    elif direction == "LE":
+        n = 0 if i0 > bound else ((bound - i0) // step + 1 if step > 0 else None)
+    elif direction == "GT":
+        n = 0 if i0 <= bound else (-(-(i0 - bound) // -step) if step < 0 else None)
+    elif direction == "GE":
+        n = 0 if i0 < bound else ((i0 - bound) // -step + 1 if step < 0 else None)
+    elif direction == "NE":
+        n = 0 if i0 == bound else (
+            (bound - i0) // step if step and (bound - i0) % step == 0
+            and (bound - i0) // step > 0 else None)
+    else:
+        return None
+    # The counter must not wrap around on the way (the folded loop would not stop there).
+    if n is None or not info.min <= i0 + n * step <= info.max:
+        return None
+    return int(n)
+
+
+# A loop whose decisions repeat with a longer period than this is unrolled instead.
+MAX_PERIOD = 16
+
+
+def body_period(body: Computation, state, needs_values) -> int | None:
+    """The period p of a body whose communicating decisions depend on the iteration only
+    through `counter % m` (m constant; the counter steps by a constant and stays >= 0 from
+    its folded initial value in `state`): iterations k and k + p issue the same events.
+    1 when the body's events cannot depend on the iteration; None when neither is shown.
+
+    `needs_values(comp)` says whether tracing `comp` folds values (trace.py): the decisions
+    must sit at the top level of the body, each conditional's branches free of decisions.
+    """
+    if not needs_values(body):
+        return 1
+    root, param = body.root, body.parameters[0] if body.parameters else None
+    if root is None or root.opcode != "tuple" or param is None or not isinstance(state, tuple):
+        return None
+    period = 1
+    for i in body.instructions:
+        if not communicates(i):
+            continue
+        if i.opcode != "conditional":
+            if needs_values_of(i, needs_values):
+                return None  # a communicating loop or nested decision: unroll
+            continue
+        if any(needs_values(c) for c in i.called_computations()):
+            return None
+        p = _decision_period(i.operands[0], body, param, state)
+        if p is None:
+            return None
+        period = period * p // math.gcd(period, p)
+        if period > MAX_PERIOD:
+            return None
+    return period
+
+
+def needs_values_of(instr: Instruction, needs_values) -> bool:
+    return instr.opcode == "while" or any(needs_values(c) for c in instr.called_computations())
+
+
+def _invariant(body: Computation, j: int) -> bool:
+    keep = body.root.operands[j] if j < len(body.root.operands) else None
+    return (keep is not None and keep.opcode == "get-tuple-element"
+            and keep.operands[0] is body.parameters[0] and keep.attrs["index"] == j)
+
+
+def _decision_period(index: Instruction, body, param, state) -> int | None:
+    """The period in iterations of `index`, built by pure ops from constants, device ids,
+    loop-invariant state and `counter % m` only; None otherwise."""
+    period = 1
+    seen: set[Instruction] = set()
+    stack = [index]
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i.opcode in ("replica-id", "partition-id", "constant"):
+            continue
+        if i.opcode == "get-tuple-element" and i.operands[0] is param:
+            if not _invariant(body, i.attrs["index"]):
+                return None  # the counter outside a remainder, or state the body changes
+            continue
+        if i.opcode == "remainder":
+            x, m = i.operands
+            if (x.opcode == "get-tuple-element" and x.operands[0] is param
+                    and m.opcode == "constant" and m.literal is not None
+                    and m.literal.value is not None and np.asarray(m.literal.value).ndim == 0):
+                j, modulus = x.attrs["index"], abs(int(np.asarray(m.literal.value)))
+                step = _step(body, j) if j < len(body.root.operands) else None
+                i0 = state[j] if j < len(state) else None
+                if (step is None or step <= 0 or modulus == 0 or not isinstance(i0, np.ndarray)
+                        or i0.ndim != 0 or i0.dtype.kind not in "iu" or int(i0) < 0):
+                    return None  # a counter that may cross zero flips remainder's sign
+                p = modulus // math.gcd(step, modulus)
+                period = period * p // math.gcd(period, p)
+                continue
+        if i.opcode not in _PURE:
+            return None
+        stack.extend(i.operands)
+    return period

@@ -1,0 +1,286 @@
+"""Loops by induction (runtime/deadlock/induction.py) give the verdict of full unrolling.
+
+Hypothesis generates small programs -- a prologue and a while loop whose body holds
+all-reduces over random groups, channel exchanges (some in a deadlocking order), conditionals
+on the counter (`i % 2`) and on the replica id (seeded mismatches and unmatched
+collectives), with constant, uniform (an all-reduce max), data and device-dependent trip
+counts -- and checks each with engine="induction" (every loop shortened, UNROLL_BELOW=0) and
+engine="unroll" (the reference): the same problems, kind by kind, must come out.  Plus the
+reproductions of the issue: cost independent of the trip count, a uniform trip count proven.
+"""
+
+from __future__ import annotations
+
+import time
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import xladist
+from runtime.deadlock import check_module
+from runtime.deadlock import trace as trace_mod
+
+PAIRS = "_xla_send_recv_source_target_pairs"
+
+GROUPS = {2: ["{}", "{{0},{1}}", "{{0,1}}"],
+          4: ["{}", "{{0,1},{2,3}}", "{{0,2},{1,3}}", "{{0},{1},{2},{3}}"]}
+
+
+class _Gen:
+    """HLO text of one generated program; ops chain an f32[4] value `x`."""
+
+    def __init__(self, replicas: int):
+        self.R = replicas
+        self.comps: list[str] = []
+        self.n = 0
+        self.channel = 0
+
+    def fresh(self, stem: str) -> str:
+        self.n += 1
+        return f"{stem}{self.n}"
+
+    def op(self, kind, x: str, lines: list[str], counter: str | None, group: int) -> str:
+        """Append the lines of op `kind` applied to `x`; returns the result's name."""
+        v = self.fresh("%v")
+        groups = GROUPS[self.R][group % len(GROUPS[self.R])]
+        if kind == "ar":
+            lines.append(f"{v} = f32[4]{{0}} all-reduce({x}), replica_groups={groups}, "
+                         "to_apply=%add")
+        elif kind == "chan":
+            self.channel += 1
+            ring = "{" + ",".join(f"{{{d},{(d + 1) % self.R}}}" for d in range(self.R)) + "}"
+            attrs = f'channel_id={self.channel}, frontend_attributes={{{PAIRS}="{ring}"}}'
+            tok, r, s, rd, sd = (self.fresh(p) for p in ("%tok", "%recv", "%send", "%rd", "%sd"))
+            lines += [f"{tok} = token[] after-all()",
+                      f"{r} = (f32[4]{{0}}, u32[], token[]) recv({tok}), {attrs}",
+                      f"{s} = (f32[4]{{0}}, u32[], token[]) send({x}, {tok}), {attrs}",
+                      f"{rd} = (f32[4]{{0}}, token[]) recv-done({r}), channel_id={self.channel}",
+                      f"{sd} = token[] send-done({s}), channel_id={self.channel}",
+                      f"{v} = f32[4]{{0}} get-tuple-element({rd}), index=0"]
+        elif kind == "chan_deadlock":
+            # Device 0 waits to receive from device 1 before sending to it, and device 1 the
+            # same from device 0 (two channels): a cycle (tests/data/deadlock/recv_done_first).
+            self.channel += 2
+            a = self.stage(self.channel - 1, self.channel, "{{1,0}}", "{{0,1}}")
+            b = self.stage(self.channel, self.channel - 1, "{{0,1}}", "{{1,0}}")
+            rid, idx, one = self.fresh("%rid"), self.fresh("%idx"), self.fresh("%one")
+            lines += [f"{rid} = u32[] replica-id()", f"{one} = u32[] constant(1)",
+                      f"{idx} = pred[] compare({rid}, {one}), direction=LT",
+                      f"{v} = f32[4]{{0}} conditional({idx}, {x}, {x}), "
+                      f"true_computation={a}, false_computation={b}"]
+        elif kind in ("cond_parity", "cond_replica_skip", "cond_replica_shape"):
+            a, b = self.branch("ar", group), self.branch(
+                {"cond_parity": "ar_other", "cond_replica_skip": "none",
+                 "cond_replica_shape": "ar_short"}[kind], group)
+            if kind == "cond_parity" and counter is not None:
+                two, idx = self.fresh("%two"), self.fresh("%idx")
+                lines += [f"{two} = s32[] constant(2)",
+                          f"{idx} = s32[] remainder({counter}, {two})"]
+            else:
+                rid, idx, one = self.fresh("%rid"), self.fresh("%idx"), self.fresh("%one")
+                lines += [f"{rid} = u32[] replica-id()", f"{one} = u32[] constant(1)",
+                          f"{idx} = pred[] compare({rid}, {one}), direction=LT"]
+                if kind == "cond_parity":  # no counter outside the loop: pick by replica
+                    pass
+            if "pred" in lines[-1]:
+                lines.append(f"{v} = f32[4]{{0}} conditional({idx}, {x}, {x}), "
+                             f"true_computation={a}, false_computation={b}")
+            else:
+                lines.append(f"{v} = f32[4]{{0}} conditional({idx}, {x}, {x}), "
+                             f"branch_computations={{{a}, {b}}}")
+        else:
+            raise AssertionError(kind)
+        return v
+
+    def stage(self, recv_ch: int, send_ch: int, recv_pairs: str, send_pairs: str) -> str:
+        name = self.fresh("%stage")
+        self.comps.append(
+            f"{name} (a: f32[4]) -> f32[4] {{\n  %a = f32[4]{{0}} parameter(0)\n"
+            "  %t = token[] after-all()\n"
+            f"  %r = (f32[4]{{0}}, u32[], token[]) recv(%t), channel_id={recv_ch}, "
+            f'frontend_attributes={{{PAIRS}="{recv_pairs}"}}\n'
+            f"  %rd = (f32[4]{{0}}, token[]) recv-done(%r), channel_id={recv_ch}\n"
+            "  %d = f32[4]{0} get-tuple-element(%rd), index=0\n"
+            f"  %s = (f32[4]{{0}}, u32[], token[]) send(%d, %t), channel_id={send_ch}, "
+            f'frontend_attributes={{{PAIRS}="{send_pairs}"}}\n'
+            f"  %sd = token[] send-done(%s), channel_id={send_ch}\n"
+            "  ROOT %o = f32[4]{0} add(%d, %a)\n}\n")
+        return name
+
+    def branch(self, what: str, group: int) -> str:
+        name = self.fresh("%br")
+        groups = GROUPS[self.R][group % len(GROUPS[self.R])]
+        body = {"ar": f"ROOT %r = f32[4]{{0}} all-reduce(%a), replica_groups={groups}, "
+                      "to_apply=%add",
+                "ar_other": f"ROOT %r = f32[4]{{0}} all-reduce(%a), replica_groups="
+                            f"{GROUPS[self.R][(group + 1) % len(GROUPS[self.R])]}, "
+                            "to_apply=%add",
+                "ar_short": "%s = f32[2]{0} slice(%a), slice={[0:2]}\n"
+                            f"  %q = f32[2]{{0}} all-reduce(%s), replica_groups={groups}, "
+                            "to_apply=%add\n  ROOT %r = f32[4]{0} pad(%q, %z), padding=0_2",
+                "none": "ROOT %r = f32[4]{0} copy(%a)"}[what]
+        self.comps.append(f"{name} (a: f32[4]) -> f32[4] {{\n  %a = f32[4]{{0}} parameter(0)\n"
+                          f"  %z = f32[] constant(0)\n  {body}\n}}\n")
+        return name
+
+    def module(self, prologue, body_ops, trip: str, n: int) -> str:
+        entry: list[str] = ["%x = f32[4]{0} parameter(0)", "%m = s32[] parameter(1)"]
+        x = "%x"
+        for kind, group in prologue:
+            x = self.op(kind, x, entry, None, group)
+        if trip == "const":
+            entry.append(f"%lim = s32[] constant({n})")
+        elif trip == "uniform":
+            entry.append("%lim = s32[] all-reduce(%m), replica_groups={}, to_apply=%max")
+        elif trip == "uniform_as":  # the same all-reduce, the trip count fixed at n
+            entry += ["%lim0 = s32[] all-reduce(%m), replica_groups={}, to_apply=%max",
+                      f"%lim = s32[] constant({n})"]
+        elif trip == "data":
+            entry.append("%lim = s32[] copy(%m)")
+        else:  # device: replica-id + n
+            entry += ["%rid = u32[] replica-id()", "%rids = s32[] convert(%rid)",
+                      f"%nn = s32[] constant({n})", "%lim = s32[] add(%rids, %nn)"]
+        body: list[str] = ["%p = (s32[], f32[4]{0}, s32[]) parameter(0)",
+                           "%i = s32[] get-tuple-element(%p), index=0",
+                           "%y = f32[4]{0} get-tuple-element(%p), index=1",
+                           "%l = s32[] get-tuple-element(%p), index=2",
+                           "%c1 = s32[] constant(1)", "%i2 = s32[] add(%i, %c1)"]
+        y = "%y"
+        for kind, group in body_ops:
+            y = self.op(kind, y, body, "%i", group)
+        body.append(f"ROOT %t = (s32[], f32[4]{{0}}, s32[]) tuple(%i2, {y}, %l)")
+        entry += ["%z0 = s32[] constant(0)",
+                  f"%t0 = (s32[], f32[4]{{0}}, s32[]) tuple(%z0, {x}, %lim)",
+                  "%w = (s32[], f32[4]{0}, s32[]) while(%t0), condition=%cond, body=%body",
+                  "ROOT %out = f32[4]{0} get-tuple-element(%w), index=1"]
+        return "\n".join([
+            f"HloModule gen, replica_count={self.R}", "",
+            "%add (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+            "  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n",
+            "%max (a: s32[], b: s32[]) -> s32[] {\n  %a = s32[] parameter(0)\n"
+            "  %b = s32[] parameter(1)\n  ROOT %s = s32[] maximum(%a, %b)\n}\n",
+            *self.comps,
+            "%cond (p: (s32[], f32[4], s32[])) -> pred[] {\n"
+            "  %p = (s32[], f32[4]{0}, s32[]) parameter(0)\n"
+            "  %i = s32[] get-tuple-element(%p), index=0\n"
+            "  %l = s32[] get-tuple-element(%p), index=2\n"
+            "  ROOT %lt = pred[] compare(%i, %l), direction=LT\n}\n",
+            "%body (p: (s32[], f32[4], s32[])) -> (s32[], f32[4], s32[]) {\n  "
+            + "\n  ".join(body) + "\n}\n",
+            "ENTRY %main (x: f32[4], m: s32[]) -> f32[4] {\n  " + "\n  ".join(entry) + "\n}\n"])
+
+
+BODY_KINDS = ["ar", "ar", "chan", "chan_deadlock", "cond_parity", "cond_replica_skip",
+              "cond_replica_shape"]
+PRO_KINDS = ["ar", "chan", "cond_replica_skip", "cond_replica_shape"]
+
+
+def _verdict(report):
+    return report.ok, sorted((p.kind, p.severity, tuple(sorted(set(p.devices))))
+                             for p in report.problems)
+
+
+def _both(text: str):
+    module = xladist.parse_hlo(text)
+    with mock.patch.object(trace_mod, "UNROLL_BELOW", 0):
+        fast = check_module(module, budget=None)
+    slow = check_module(module, budget=None, engine="unroll")
+    return fast, slow
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(replicas=st.sampled_from([2, 4]),
+       prologue=st.lists(st.tuples(st.sampled_from(PRO_KINDS), st.integers(0, 3)),
+                         max_size=2),
+       body=st.lists(st.tuples(st.sampled_from(BODY_KINDS), st.integers(0, 3)),
+                     min_size=1, max_size=3),
+       trip=st.sampled_from(["const", "const", "uniform", "data", "device"]),
+       n=st.integers(0, 13))
+def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body, trip, n):
+    text = _Gen(replicas).module(prologue, body, trip, n)
+    fast, slow = _both(text)
+    if trip != "uniform":
+        assert _verdict(fast) == _verdict(slow), (text, fast.to_text(), slow.to_text())
+        return
+    # The reference cannot prove a trip count from data; run it at each count 0..5 instead:
+    # a problem at some counts is a warning ("the data decides"), one at every count an error.
+    per_count = [_verdict(check_module(xladist.parse_hlo(
+        _Gen(replicas).module(prologue, body, "uniform_as", k)), engine="unroll"))[1]
+        for k in range(6)]
+    # By kind: a problem with the same text in several runs is reported once, naming the
+    # devices of the first run it showed in (those blocked behind a cycle vary by count).
+    union = {kind for found in per_count for kind, _, _ in found}
+    everywhere = set.intersection(*({kind for kind, _, _ in f} for f in per_count))
+    got = {p.kind for p in fast.problems}
+    errors = {p.kind for p in fast.problems if p.severity == "error"}
+    assert got == union and errors == everywhere, (text, fast.to_text(), per_count)
+
+
+def test_the_generator_seeds_every_kind_of_problem():
+    """The property test is only worth something if its programs fail in all the ways."""
+    seen = set()
+    for body, trip in [([("chan_deadlock", 0)], "const"), ([("cond_replica_shape", 0)], "const"),
+                       ([("cond_replica_skip", 0)], "const"), ([("ar", 0)], "data"),
+                       ([("ar", 0)], "device")]:
+        fast, slow = _both(_Gen(2).module([], body, trip, 5))
+        assert _verdict(fast) == _verdict(slow)
+        seen |= {p.kind for p in fast.problems}
+    assert seen == {"deadlock", "mismatch", "unmatched", "unproven"}
+
+
+def _loop(n: int, trip: str = "const") -> xladist.hlo.ir.Module:
+    return xladist.parse_hlo(_Gen(2).module([], [("ar", 0)], trip, n))
+
+
+def test_cost_does_not_depend_on_the_trip_count():
+    times = {}
+    for n in (1_000, 1_000_000):
+        t = time.perf_counter()
+        report = check_module(_loop(n))
+        times[n] = time.perf_counter() - t
+        assert report.ok and not report.problems, report.to_text()
+    assert times[1_000_000] < 1.0, times
+
+
+def test_a_problem_in_the_steady_state_names_the_iteration():
+    # Replica 0 all-reduces a f32[2] from iteration 3 on ... here: every iteration, so the
+    # first mismatch is in iteration 1; the representative iteration is named "from".
+    report = check_module(xladist.parse_hlo(_Gen(2).module([], [("chan", 0), ("ar", 0)],
+                                                           "const", 100_000)))
+    assert report.ok
+    ctxs = {ev.ctx[-1] for ev in report.traces[0].events}
+    assert ctxs == {"iteration 1 of w", "iteration 2 of w", "from iteration 3 of w"}
+
+
+def test_uniform_trip_count_is_proven_whatever_its_value():
+    report = check_module(_loop(0, "uniform"))
+    assert report.ok and not report.problems, report.to_text()
+    slow = check_module(_loop(0, "uniform"), engine="unroll")
+    assert [p.kind for p in slow.problems] == ["unproven"]
+
+
+def test_device_dependent_trip_counts_fall_back_to_unrolling():
+    report = check_module(_loop(20, "device"))
+    assert [p.kind for p in report.problems] == ["unmatched"], report.to_text()
+    assert "iteration 21 of w" in report.to_text()
+
+
+def test_budget_says_what_it_was_working_on():
+    slow = check_module(_loop(1_000_000), engine="unroll", budget=0.2,
+                        max_unroll=10**7)
+    (p,) = slow.problems
+    assert p.kind == "unproven" and p.severity == "warning"
+    assert "cannot prove within the budget of 0.2 s" in p.message
+    assert "of w" in p.message
+    strict = check_module(_loop(1_000_000), engine="unroll", budget=0.2, strict=True,
+                          max_unroll=10**7)
+    assert not strict.ok
+
+
+@pytest.mark.parametrize("engine", ["bogus"])
+def test_unknown_engine_is_input_error(engine):
+    from xladist.errors import InputError
+    with pytest.raises(InputError, match="engine"):
+        check_module(_loop(3), engine=engine)
