@@ -11,7 +11,7 @@ Rows, per item size:
   item, the device side takes it from the bounded queue and checks it against the
   infeed's shape) -- what `xladist run` ranks and in-MPI `xladist.run` do per rank;
 - npz file: the same with an npz source (each item read from an uncompressed .npz);
-- socket: a lambda hosted by the launching process (runtime/feeds_host.py) streaming to a
+- socket: a lambda hosted by the launching process (runtime/feeds/host.py) streaming to a
   rank over a Unix socket; here both ends share one process (and its GIL), so this is a
   lower bound for the real two-process case.
 "per-item overhead" is the time per item minus the numpy new copy's. The benchmark runs in
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import xladist
 from runtime.device import DeviceAssignment, Placement
 from runtime.feeds import Feeds, IterableSource, NpzSource
-from runtime.feeds_host import FeedHost, SocketSource
-from runtime.feeds_npz import write_items
+from runtime.feeds.host import FeedHost, SocketSource
+from runtime.feeds.npz import write_items
 
 SIZES = [("4 KiB", 4 << 10, 20000), ("1 MiB", 1 << 20, 600), ("16 MiB", 16 << 20, 40)]
 P0 = Placement(0, 0, 0, 0, DeviceAssignment.default(1, 1))

@@ -84,13 +84,13 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     Returns `outputs[d][i]`: flattened result i of device d. `trace`: path of a
     Chrome/Perfetto timeline with one track per rank (runtime/trace.py).
 
-    Feeds (runtime/feeds.py): `infeed` is `f(rank, replica, partition) -> iterable of
+    Feeds (runtime/feeds/): `infeed` is `f(rank, replica, partition) -> iterable of
     items` (arrays, or tuples of arrays for tuple infeeds), a list with one iterable per
     rank, or an npz path template such as "feeds/rank{rank}.npz"; `infeed_fn` names such a
     function as "package.module:function" (imported in the ranks); `outfeed` is
     `g(rank, replica, partition, item)`, called in program order, or an npz path template.
     From a plain Python process the callables run here, in this process, and items stream
-    to and from the ranks (runtime/feeds_host.py). `prefetch`: items each rank reads ahead.
+    to and from the ranks (runtime/feeds/host.py). `prefetch`: items each rank reads ahead.
 
     Before any rank starts, the deadlock check (runtime/precheck.py) refuses a program that
     would hang (DeadlockError with the report); `check=False` skips it, `strict=True` also
@@ -173,7 +173,7 @@ def _run_here(module, per_device, **options):
 
 def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None, **options):
     from .watchdog import JOB_DIR_ENV
-    from .feeds_host import spawned_feeds
+    from .feeds.host import spawned_feeds
     with tempfile.TemporaryDirectory(prefix="xladist-") as tmp:
         job = Path(tmp)
         (job / "module.hlo").write_text(module.to_text())

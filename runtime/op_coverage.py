@@ -28,7 +28,7 @@ _RUNS = {
     # channels: collectives/p2p.py
     "send": "collectives.p2p", "send-done": "collectives.p2p",
     "recv": "collectives.p2p", "recv-done": "collectives.p2p",
-    # host pipelines: runtime/feeds.py
+    # host pipelines: runtime/feeds/
     "infeed": "runtime.feeds", "outfeed": "runtime.feeds",
 }
 

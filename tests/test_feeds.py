@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist
-from runtime import feeds_npz
+from runtime.feeds import npz as feeds_npz
 from runtime.device import DeviceAssignment, Placement
 from runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
 from xladist.errors import ExecutionError, VerifierError

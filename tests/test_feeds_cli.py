@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from runtime.api import run as xrun
-from runtime.feeds_npz import write_items
+from runtime.feeds.npz import write_items
 from tests.cli_util import xladist_cli
 from tests.feeds_fns import item
 from xladist.errors import ExecutionError

@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write what each rank sends to the host, one .npz per rank and "
                              "channel (arrays in send order), e.g. 'out/rank{rank}_ch{channel}.npz'")
     feeds = parser.add_argument_group(
-        "infeed and outfeed (runtime/feeds.py)",
+        "infeed and outfeed (runtime/feeds/)",
         "PATH may use {rank}, {replica} and {partition}; items are item0, item1, ... and "
         "a tuple item's elements item{k}_0, item{k}_1, ...")
     feeds.add_argument("--infeed", metavar="PATH.npz",

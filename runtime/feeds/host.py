@@ -34,7 +34,7 @@ import numpy as np
 
 from xladist.errors import InputError
 
-from .feeds_items import from_tree, tree_of
+from .items import from_tree, tree_of
 
 _HEADER = struct.Struct("<BIQ")
 HELLO, ITEM, END, FAIL = 1, 2, 3, 4
@@ -229,7 +229,7 @@ class FeedHost:
 
     def rank_feeds(self, prefetch: int, timeout: float | None):
         """The picklable Feeds every rank receives."""
-        from .feeds import Feeds
+        from .pipeline import Feeds
         return Feeds(SocketSource(self.path) if self.infeed is not None else None,
                      SocketSink(self.path, timeout) if self.outfeed is not None else None,
                      prefetch=prefetch, timeout=timeout)
@@ -353,7 +353,7 @@ class SpawnedFeeds:
 
     def __init__(self, job_dir, module, n, device_assignment, *, infeed=None, outfeed=None,
                  infeed_fn=None, prefetch=8, timeout=None):
-        from .feeds import Feeds, check_paths, make_sink, make_source, placements_of
+        from .pipeline import Feeds, check_paths, make_sink, make_source, placements_of
         hosted_in = infeed is not None and (callable(infeed) or isinstance(infeed, (list, tuple)))
         hosted_out = outfeed is not None and callable(outfeed)
         self.placements = placements_of(module, n, device_assignment)
@@ -374,7 +374,7 @@ class SpawnedFeeds:
         if self.host is not None:
             self.host.close()
         if returncode != 0:
-            from .feeds import recover_outfeeds
+            from .pipeline import recover_outfeeds
             recover_outfeeds(self.rank_feeds, self.placements)
 
     def first_error(self):

@@ -12,12 +12,12 @@ blocks (backpressure: a source is never read further ahead than that); the devic
 blocks in `queue.get(timeout=...)` — a real blocking wait, no polling — with the run's
 deadline (`--timeout`; 0 waits forever). Items are checked against the infeed's shape on
 the device side, where the instruction is known. Infeeds take items in the total order
-that their tokens give (feeds_order.py refuses modules without one); an empty-tuple
+that their tokens give (order.py refuses modules without one); an empty-tuple
 infeed takes no item and is not counted (E.22a).
 
 Outfeed: each outfeed's data goes to a *sink* synchronously, in program order, as an
 owned copy. No item is ever dropped: a callback has been called before the program goes
-on; the npz writer appends every item to a crash-safe log at once (feeds_npz.py), writes
+on; the npz writer appends every item to a crash-safe log at once (npz.py), writes
 the file on `finish()` and on `abort()` (a rank that fails flushes before the job is
 aborted), and the launcher turns the log of a rank killed by another rank's abort into
 the file after the job.
@@ -30,7 +30,7 @@ callback `g(rank, replica, partition, item)` or an npz path template.
 
 `xladist.run` from a plain Python process starts the ranks under mpiexec, where a lambda
 cannot follow. There the *launching process* hosts the Python sources and callbacks
-(feeds_host.py): it listens on a Unix socket in the job's temporary folder, each rank
+(host.py): it listens on a Unix socket in the job's temporary folder, each rank
 connects once for its infeed and once for its outfeed, and items stream as raw array
 bytes with a small JSON header. The launcher's producer runs ahead of the rank only as
 far as the socket buffer and the rank's prefetch queue allow (blocking sends:
@@ -54,8 +54,8 @@ import traceback
 
 from xladist.errors import ExecutionError, InputError
 
-from . import feeds_npz
-from .feeds_items import ItemMismatch, conform, copy_item, is_empty_tuple, owned
+from . import npz
+from .items import ItemMismatch, conform, copy_item, is_empty_tuple, owned
 
 DEFAULT_PREFETCH = 8
 
@@ -119,7 +119,7 @@ class FunctionSource:
 
 
 class NpzSource:
-    """One npz file per rank (feeds_npz.py format), read lazily item by item."""
+    """One npz file per rank (npz.py format), read lazily item by item."""
 
     copies = False  # np.load hands out fresh arrays
 
@@ -128,8 +128,8 @@ class NpzSource:
         self.path = None
 
     def open(self, placement):
-        self.path = feeds_npz.format_path(self.template, placement)
-        return feeds_npz.read_items(self.path)
+        self.path = npz.format_path(self.template, placement)
+        return npz.read_items(self.path)
 
     def describe(self) -> str:
         return f"the infeed file {self.path or self.template}"
@@ -164,9 +164,9 @@ class NpzSink:
         self.log = None
 
     def open(self, placement) -> None:
-        self.path = feeds_npz.format_path(self.template, placement)
+        self.path = npz.format_path(self.template, placement)
         self.items = []
-        self.log = feeds_npz.PartLog(self.path)
+        self.log = npz.PartLog(self.path)
 
     def write(self, item) -> None:
         self.log.append(item)
@@ -175,14 +175,14 @@ class NpzSink:
     def close(self, *, failed: bool) -> None:
         if self.log is None:
             return
-        feeds_npz.write_items(self.path, self.items)
+        npz.write_items(self.path, self.items)
         self.log.close(remove=True)
         self.log = None
 
     def recover(self, placements) -> None:
         """After a failed job: write the file of every rank that left only a log."""
         for p in placements:
-            feeds_npz.recover(feeds_npz.format_path(self.template, p))
+            npz.recover(npz.format_path(self.template, p))
 
 
 # ---- the infeed queue -------------------------------------------------------------------
@@ -284,7 +284,7 @@ class Feeds:
         """Check the module's infeed order, open the sink and start the producer."""
         self.placement = placement
         if module is not None:
-            from .feeds_order import check_infeed_order
+            from .order import check_infeed_order
             check_infeed_order(module)
         if self.timeout is None:
             from collectives import deadline
@@ -421,7 +421,7 @@ def check_paths(feeds: Feeds | None, placements) -> None:
         return
     from xladist.files import check_npz
     for p in placements:
-        path = feeds_npz.format_path(feeds.source.template, p)
+        path = npz.format_path(feeds.source.template, p)
         check_npz(path, f"infeed file for rank {p.rank} (replica {p.replica}, partition "
                         f"{p.partition})")
 
@@ -442,7 +442,7 @@ def from_args(args) -> Feeds | None:
 
 
 def placements_of(module, n: int, device_assignment=None) -> list:
-    from .device import make_assignment, placement_for
+    from ..device import make_assignment, placement_for
     assignment = make_assignment(module, n, device_assignment)
     return [placement_for(r, assignment) for r in range(n)]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from xladist.errors import VerifierError
 
-from .feeds_items import is_empty_tuple
+from .items import is_empty_tuple
 
 
 def _ancestors(instr, memo: dict) -> frozenset:
