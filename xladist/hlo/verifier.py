@@ -33,7 +33,7 @@ from .ir import Computation, Instruction, Module
 from .opcodes import OPCODES, collective_opcodes
 from .shape import Shape
 from .shape_inference import UNSUPPORTED, infer_shape
-from .shape_inference_base import ShapeError, fmt
+from .shape_inference.base import ShapeError, fmt
 
 __all__ = ["verify_module", "VerifyReport", "instruction_text"]
 

@@ -4,8 +4,8 @@ GetTupleElement, GetDimensionSize)."""
 
 from __future__ import annotations
 
-from .shape import Shape
-from .shape_inference_base import (S32, ShapeError, attr, check_dim_list, check_permutation,
+from ..shape import Shape
+from .base import (S32, ShapeError, attr, check_dim_list, check_permutation,
                                    check_reducer, expect_array, expect_count, expect_scalar, fmt,
                                    fmt_all, fmt_dims, like, make, need_declared, tuple_or_single)
 

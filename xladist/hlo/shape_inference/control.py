@@ -8,8 +8,8 @@ Called computations arrive as ir.Computation attribute values; their signatures 
 
 from __future__ import annotations
 
-from .shape import Shape
-from .shape_inference_base import (PRED, S32, U32, U64, ShapeError, attr, expect_array,
+from ..shape import Shape
+from .base import (PRED, S32, U32, U64, ShapeError, attr, expect_array,
                                    expect_count, expect_scalar, fmt, fmt_all, make,
                                    need_declared, program_shape, signature)
 

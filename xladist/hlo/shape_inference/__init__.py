@@ -1,7 +1,8 @@
 """Shape inference: the result shape of an HLO instruction from its operands and attributes.
 
-One rule per opcode in SHAPE_RULES, filled family by family from the shape_inference_*.py
-modules (XLA's shape_inference.cc and operation semantics are the reference). Opcodes without a
+One rule per opcode in SHAPE_RULES, filled family by family from this package's modules
+(elementwise, shaping, reduction, linalg, control, collective; helpers in base.py). XLA's
+shape_inference.cc and the operation semantics are the reference. Opcodes without a
 rule are listed in UNSUPPORTED with the reason; a test proves that together they cover
 opcodes.OPCODES.
 
@@ -16,16 +17,14 @@ computation results, collectives' operands) keep theirs. Compare with `Shape.com
 
 from __future__ import annotations
 
-from . import (shape_inference_collective, shape_inference_control, shape_inference_elementwise,
-               shape_inference_linalg, shape_inference_reduction, shape_inference_shaping)
-from .shape import Shape
-from .shape_inference_base import Rule, ShapeError, fmt_all
+from . import collective, control, elementwise, linalg, reduction, shaping
+from ..shape import Shape
+from .base import Rule, ShapeError, fmt_all
 
 __all__ = ["infer_shape", "ShapeError", "SHAPE_RULES", "UNSUPPORTED"]
 
 SHAPE_RULES: dict[str, Rule] = {}
-for _family in (shape_inference_elementwise, shape_inference_shaping, shape_inference_reduction,
-                shape_inference_linalg, shape_inference_control, shape_inference_collective):
+for _family in (elementwise, shaping, reduction, linalg, control, collective):
     _overlap = SHAPE_RULES.keys() & _family.RULES.keys()
     assert not _overlap, f"shape rules registered twice: {sorted(_overlap)}"
     SHAPE_RULES.update(_family.RULES)

@@ -4,8 +4,8 @@ BatchNormInference / BatchNormGrad)."""
 
 from __future__ import annotations
 
-from .shape import Shape
-from .shape_inference_base import (ShapeError, attr, expect_array, expect_count, fmt, fmt_dims,
+from ..shape import Shape
+from .base import (ShapeError, attr, expect_array, expect_count, fmt, fmt_dims,
                                    make, window_output_dims)
 
 _KIND_ORDER = {"pred": 0, "uint": 1, "sint": 2, "float": 3, "complex": 4}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .shape import PRIMITIVE_TYPES, PrimitiveType, Shape
+from ..shape import PRIMITIVE_TYPES, PrimitiveType, Shape
 
 Rule = Callable[[str, list, dict, "Shape | None"], Shape]
 

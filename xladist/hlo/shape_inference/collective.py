@@ -10,9 +10,9 @@ verifier checks the exact size against replica_count / num_partitions).
 
 from __future__ import annotations
 
-from .collective_groups import has_global_ids_flag
-from .shape import Shape
-from .shape_inference_base import (U32, ShapeError, attr, expect_array, expect_count,
+from ..collective_groups import has_global_ids_flag
+from ..shape import Shape
+from .base import (U32, ShapeError, attr, expect_array, expect_count,
                                    expect_token, fmt, fmt_all, fmt_dims, like, make, need_declared,
                                    program_shape, signature, tuple_or_single)
 

@@ -9,8 +9,8 @@ shape_inference.cc (InferUnaryOpShape / InferBinaryOpShape).
 
 from __future__ import annotations
 
-from .shape import PRIMITIVE_TYPES
-from .shape_inference_base import (PRED, ShapeError, expect_array, expect_count, fmt, fmt_all,
+from ..shape import PRIMITIVE_TYPES
+from .base import (PRED, ShapeError, expect_array, expect_count, fmt, fmt_all,
                                    like, need_declared)
 
 INT = frozenset({"sint", "uint"})

@@ -3,8 +3,8 @@ ReduceWindow, SelectAndScatter, Map, Sort, TopK)."""
 
 from __future__ import annotations
 
-from .shape import Shape
-from .shape_inference_base import (PRED, S32, ShapeError, attr, check_dim_list, check_reducer,
+from ..shape import Shape
+from .base import (PRED, S32, ShapeError, attr, check_dim_list, check_reducer,
                                    expect_array, expect_count, fmt, fmt_all, fmt_dims, make,
                                    program_shape, signature, tuple_or_single,
                                    window_output_dims)
