@@ -2,7 +2,8 @@
 
 `xladist run -n N`, `xladist demo`, `xladist bench collectives` and `xladist.run` all start
 their ranks with the mpiexec found here, in this order:
-1. an explicit choice (`--mpiexec PATH` of `xladist bench collectives`);
+1. an explicit choice (`--mpiexec PATH` of `xladist run`, `xladist demo` and
+   `xladist bench collectives`; `mpiexec = "PATH"` in a run config);
 2. the `mpich` wheel's, found from this Python - next to `sys.executable`, in this
    environment's scripts folder, or through the installed `mpich` package's file list -
    so a venv's `xladist` called by its full path finds it without the venv on PATH;
@@ -42,12 +43,14 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def find_mpiexec(explicit: str | None = None) -> str:
-    """The mpiexec to start ranks with (see the module docstring); InputError if none."""
+def find_mpiexec(explicit: str | None = None, what: str = "--mpiexec") -> str:
+    """The mpiexec to start ranks with (see the module docstring); InputError if none.
+    `what`: how the message names the explicit choice (an option, a config key)."""
     if explicit:
         found = explicit if os.sep in explicit else shutil.which(explicit)
         if found is None or not _executable(Path(found)):
-            raise InputError(f"--mpiexec {explicit}: not an executable program")
+            raise InputError(f"{what} {explicit}: not an executable program (give the path "
+                             f"of mpiexec, or leave it out to use the mpich wheel's)")
         return str(found)
     for d in _wheel_dirs():
         for name in _NAMES:

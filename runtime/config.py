@@ -43,7 +43,7 @@ class Key:
     invert: bool = False  # a bool stored inverted in `dest` (verify -> no_verify)
     # What a path names, for the checks before a run (runtime/run_files.py): "hlo", "npz",
     # "text" (sources), "out" (a destination), "out_dirs" (a per-rank destination whose
-    # folders are created); "template" when {rank}-style placeholders are filled in.
+    # folders are created), "program" (an executable: a path, or a name looked up on PATH); "template" when {rank}-style placeholders are filled in.
     file: str | None = None
     template: bool = False
 
@@ -85,6 +85,9 @@ SCHEMA: dict[str, Key] = {
                  "trace", "--trace", file="out"),
     "hostfile": Key("path", "MPICH hostfile for a multi-host run", None, "hostfile",
                     "--hostfile", file="text"),
+    "mpiexec": Key("path", "the MPI launcher that starts the ranks (default: the mpich "
+                   "wheel's mpiexec, else the one on PATH)", None, "mpiexec", "--mpiexec",
+                   file="program"),
     "host_recv": Key("path", "npz per rank and channel with the data of recvs from the host "
                      "({rank}, {channel} filled in)", None, "host_recv", "--host-recv",
                      file="npz", template=True),

@@ -3,7 +3,8 @@
 The settings are the rows of runtime/config.py SCHEMA, whether they came from the command
 line or a config file, so one loop covers both: numbers in range, and every path by its
 `file` role - sources opened and checked for their format (xladist/files.py), destinations'
-folders present and writable. Per-rank templates are filled in for every rank of the run
+folders present and writable,
+the launcher (--mpiexec) an executable program. Per-rank templates are filled in for every rank of the run
 ({rank}, {replica}, {partition}; {channel} for the host-transfer files: every host channel
 of the module), so a typo in one rank's file stops the run here, not in that rank after
 the others have worked for an hour.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from collectives.mpiexec import find_mpiexec
 from xladist.errors import InputError
 from xladist.files import check_destination, check_npz, read_text
 
@@ -90,6 +92,8 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
                 check_npz(path, what)
             elif spec.file == "text":
                 read_text(path, what, kind="hostfile text")
+            elif spec.file == "program":
+                find_mpiexec(path, what)
             else:
                 check_destination(path, what, create_dirs=spec.file == "out_dirs")
 

@@ -220,3 +220,14 @@ def test_train_mlp_config_with_feeds_overridden(tmp_path):
         for i, p in enumerate(final):
             np.testing.assert_allclose(f[f"out{i}"], np.stack([p] * cfg.replicas),
                                        rtol=1e-3, atol=1e-5)
+
+
+def test_mpiexec_from_config_is_checked_before_launch(tmp_path):
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+    path = _write(tmp_path, f'module = "{case}/module.hlo"\ninputs = "{case}/inputs.npz"\n'
+                            f'ranks = 2\nmpiexec = "no-such-launcher"\n')
+    proc = _xladist("run", "--config", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--mpiexec {tmp_path / 'no-such-launcher'}: not an executable program" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -257,3 +257,47 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 128 + signal.SIGTERM
+
+
+def _mpiexec_wrapper(tmp_path) -> tuple[Path, Path]:
+    """A launcher script that notes it was called, then runs the wheel's mpiexec: a run
+    through it proves --mpiexec is the program that started the ranks."""
+    from collectives.mpiexec import find_mpiexec
+    marker = tmp_path / "called"
+    script = tmp_path / "my-mpiexec"
+    script.write_text(f'#!/bin/sh\nprintf "%s " "$@" > "{marker}"\nexec "{find_mpiexec()}" "$@"\n')
+    script.chmod(0o755)
+    return script, marker
+
+
+def test_run_with_explicit_mpiexec(tmp_path):
+    script, marker = _mpiexec_wrapper(tmp_path)
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--mpiexec", str(script),
+                    "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text().startswith("-n 2 ")
+    _check_outputs(out)
+
+
+def test_demo_with_explicit_mpiexec(tmp_path):
+    script, marker = _mpiexec_wrapper(tmp_path)
+    proc = _xladist("demo", "-n", "2", "--steps", "2", "-q", "--mpiexec", str(script),
+                    timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text().startswith("-n 2 ")
+    assert "-> OK" in proc.stdout
+
+
+@pytest.mark.parametrize("sub", ["run", "demo"])
+@pytest.mark.parametrize("bad", ["absent", "not-executable"])
+def test_bogus_mpiexec_is_input_error(tmp_path, sub, bad):
+    path = tmp_path / bad
+    if bad == "not-executable":
+        path.write_text("#!/bin/sh\n")
+    args = [str(CASE / "module.hlo"), "--inputs", str(CASE / "inputs.npz")] \
+        if sub == "run" else ["--steps", "1"]
+    proc = _xladist(sub, *args, "-n", "2", "--mpiexec", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--mpiexec {path}: not an executable program" in proc.stderr
+    assert "Traceback" not in proc.stderr

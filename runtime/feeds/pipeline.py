@@ -450,9 +450,7 @@ def placements_of(module, n: int, device_assignment=None) -> list:
 def check_args(args, module) -> list:
     """Before launching: the feed options are valid and every rank's infeed file exists.
     Returns the placements of the run's ranks."""
-    feeds = from_args(args)
-    if feeds is not None and feeds.prefetch < 1:
-        raise InputError(f"--prefetch must be at least 1, got {feeds.prefetch}")
+    feeds = from_args(args)  # --prefetch was checked with the other numbers (run_args.py)
     placements = placements_of(module, args.num_devices,
                                getattr(args, "device_assignment", None))
     check_paths(feeds, placements)

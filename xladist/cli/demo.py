@@ -28,6 +28,8 @@ examples:
   xladist demo -q --timeout 60          no live status line; give up on a 60 s wait
   xladist demo -n 4 --hostfile launch/hostfile.example
                                         ranks on the hosts of an MPICH hostfile
+  xladist demo -n 2 --mpiexec /opt/mpich/bin/mpiexec
+                                        start the ranks with this mpiexec
 
 Each step, every rank takes its own batch from its infeed, computes the MSE loss and
 gradients of a tanh MLP, all-reduces the gradients (mean over ranks), updates the
@@ -54,6 +56,9 @@ def add_arguments(parser) -> None:
                         help="no live status line (loss lines and summary still print)")
     parser.add_argument("--hostfile", metavar="FILE",
                         help="MPICH hostfile passed to mpiexec (-f) for multi-host runs")
+    parser.add_argument("--mpiexec", metavar="PATH",
+                        help="the MPI launcher that starts the ranks (default: the mpich "
+                             "wheel's mpiexec, else the one on PATH)")
 
 
 def run(args) -> int:
@@ -73,6 +78,9 @@ def run(args) -> int:
             check_destination(args.trace, "--trace")
         if args.hostfile:
             read_text(args.hostfile, "--hostfile", kind="hostfile text")
+        if args.mpiexec:
+            from collectives.mpiexec import find_mpiexec
+            find_mpiexec(args.mpiexec)
         from ..executable import _load_backend
         _load_backend(args.backend)  # UnsupportedError (exit 2) here, not in every rank
     if launcher.under_mpi():
@@ -80,7 +88,7 @@ def run(args) -> int:
     from runtime import progress
     argv = ["-m", "xladist", *args._argv]
     proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
-                           env=progress.launch_env(args.quiet))
+                           env=progress.launch_env(args.quiet), mpiexec=args.mpiexec)
     return proc.returncode
 
 

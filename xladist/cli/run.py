@@ -33,6 +33,8 @@ examples:
                                         settings from a TOML file; flags override it
   xladist run module.hlo -n 4 --hostfile launch/hostfile.example --inputs in.npz
                                         ranks on the hosts listed in the hostfile
+  xladist run module.hlo -n 2 --inputs in.npz --mpiexec /opt/mpich/bin/mpiexec
+                                        start the ranks with this mpiexec
   xladist run m.hlo -n 4 --replica-count 2 --num-partitions 2 --device-assignment "0,2;1,3"
                                         a 2 x 2 run with a custom device assignment
   xladist run train.hlo -n 4 --infeed 'data/rank{rank}.npz' --outfeed 'out/rank{rank}.npz'
@@ -91,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it passes, the job reports where each rank waits and aborts")
     parser.add_argument("--hostfile", metavar="FILE",
                         help="MPICH hostfile passed to mpiexec (-f) for multi-host runs")
+    parser.add_argument("--mpiexec", metavar="PATH",
+                        help="the MPI launcher that starts the ranks (default: the mpich "
+                             "wheel's mpiexec, else the one on PATH)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the deadlock check that runs before any rank starts (a "
                              "hang is then ended by --timeout, with a report)")
@@ -282,7 +287,8 @@ def _launch(args, module) -> int:
     with compile_once.compiled_for_ranks(module, None if precompiled else args.backend) \
             as code_env:
         proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
-                               env={**progress.launch_env(args.quiet), **code_env})
+                               env={**progress.launch_env(args.quiet), **code_env},
+                               mpiexec=args.mpiexec)
     if proc.returncode != 0 and args.trace:
         from runtime.trace import merge_partials
         if merge_partials(args.trace):
