@@ -23,6 +23,9 @@ examples:
                                            count runs as 4 replicas)
   xladist check module.hlo --json          machine-readable result on stdout
   xladist check module.hlo --strict        warnings (e.g. elided constants) count as problems
+  xladist check module.hlo -n 1024 --check-budget 60
+                                           give the deadlock check up to 60 s (default 10);
+                                           past it: "cannot prove within the budget"
   xladist check module.hlo --no-deadlock-check
                                            verifier only (no cross-device schedule proof)
 

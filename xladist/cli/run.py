@@ -47,6 +47,8 @@ examples:
                                         skip the verifier, no progress line
   xladist run module.hlo -n 4 --inputs in.npz --strict
                                         refuse what the deadlock check cannot prove
+  xladist run module.hlo -n 4 --inputs in.npz --check-budget 60
+                                        give the deadlock check up to 60 s (default 10)
   xladist run module.hlo -n 4 --inputs in.npz --no-check --timeout 20
                                         no deadlock proof first; a hang ends after 20 s
   xladist run m.hlo -n 2 --host-recv 'host/rank{rank}_ch{channel}.npz'
