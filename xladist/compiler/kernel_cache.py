@@ -25,9 +25,11 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-import tempfile
 import warnings
 from pathlib import Path
+
+from ..errors import OutputError
+from ..files import write_atomic
 
 MAGIC = b"XLDKCACH"
 FORMAT_VERSION = 1
@@ -104,19 +106,9 @@ def store(key: str, payload: bytes) -> None:
     path = entry_path(key)
     if path is None:
         return
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(encode(key, payload))
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
+        # temporary file + rename: ranks writing the same entry never leave a partial one
+        write_atomic(path, lambda f: f.write(encode(key, payload)), "kernel cache entry")
+    except (OSError, OutputError):
         pass  # a read-only or full cache is not an error, only slower
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
