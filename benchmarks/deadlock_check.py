@@ -2,7 +2,7 @@
 
     python benchmarks/deadlock_check.py [--ops 1000] [--devices 64] [--repeat 3]
     python benchmarks/deadlock_check.py --sweep trips     # 10^3..10^6 iterations, 2 replicas
-    python benchmarks/deadlock_check.py --sweep devices   # 600 ops at 64..16,384 partitions
+    python benchmarks/deadlock_check.py --sweep devices   # 600 ops at 64..16,384 partitions, vs every device
 
 The module (SPMD over N partitions) cycles through: an all-reduce over every device, an
 all-reduce over groups of 8 (flattened ids, iota groups), an all-to-all, a collective-permute
@@ -183,10 +183,12 @@ def sweep_trips() -> None:
         print(f"| {trips:,} | {fast:.4f} s ({_verdict(rf)}) | {ref} | {ratio} |")
 
 
-def sweep_devices(counts=(64, 256, 1024, 16384)) -> None:
-    """600 ops at growing partition counts, default budget (10 s)."""
-    print("| partitions | parse | check | verdict |")
-    print("|---|---|---|---|")
+def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) -> None:
+    """600 ops at growing partition counts, default budget (10 s): the default check (one
+    symbolic trace for all devices, symmetry.py) against tracing every device
+    (symmetry=False, the path before symmetry), the latter only up to `per_device_up_to`."""
+    print("| partitions | parse | check (symmetry) | x of 64 | every device traced | verdict |")
+    print("|---|---|---|---|---|---|")
     base = None
     for n in counts:
         s = time.perf_counter()
@@ -194,8 +196,14 @@ def sweep_devices(counts=(64, 256, 1024, 16384)) -> None:
         parse = time.perf_counter() - s
         t, report = _timed(module)
         base = base or t
-        print(f"| {n:,} | {parse:.2f} s | {t:.2f} s ({t / base:.1f}x of {counts[0]}) | "
-              f"{_verdict(report)} |", flush=True)
+        if n <= per_device_up_to:
+            slow, rs = _timed(module, symmetry=False)
+            ref = f"{slow:.2f} s ({_verdict(rs)}, {slow / max(t, 1e-6):.0f}x slower)"
+        else:
+            ref = "not run"
+        how = "symmetric" if report.symmetric else "per device"
+        print(f"| {n:,} | {parse:.1f} s | {t:.2f} s | {t / base:.1f}x | {ref} | "
+              f"{_verdict(report)} ({how}) |", flush=True)
 
 
 def main(argv=None) -> int:

@@ -31,6 +31,7 @@ from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
 from .report import Problem, Report, event_ref, mismatch_problem, side_by_side
+from .symmetry import LazyTraces, symmetric_trace
 from ..schedule import schedule_module
 from .trace import (
     DEFAULT_MAX_UNROLL,
@@ -340,7 +341,7 @@ def _group(group) -> str:
 def check_module(module: Module, num_devices: int | None = None, *, device_assignment=None,
                  strict: bool = False, schedule=None,
                  max_unroll: int = DEFAULT_MAX_UNROLL, budget: float | None = DEFAULT_BUDGET,
-                 engine: str = "induction") -> Report:
+                 engine: str = "induction", symmetry: bool = True) -> Report:
     """Prove that `module` cannot hang or desynchronize on `num_devices` devices.
 
     Arguments:
@@ -358,6 +359,10 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
       engine: "induction" (default) traces loops whose communication does not depend on the
         iteration a constant number of times (induction.py); "unroll" unrolls every
         iteration, the reference the property tests compare against.
+      symmetry: with engine="induction", first try tracing once for all devices with the ids
+        unknown (symmetry.py); where that is not sure, every device is traced.
+
+    `report.symmetric` tells whether the one symbolic trace proved the module.
 
     Returns a Report; `report.ok` is True when the module is proven to finish on every device.
     Raises InputError / ScheduleError (exit code 2) for modules that are not valid input.
@@ -373,6 +378,20 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
     facts = ModuleFacts(module, da)
     deadline = None if budget is None else t0 + budget
     induction = engine == "induction"
+    if induction and symmetry:
+        try:
+            one = symmetric_trace(facts, schedule, max_unroll=max_unroll, induction=True,
+                                  deadline=deadline, choose=_Choices())
+        except OverBudget:
+            one = None  # the per-device path says where the budget ran out
+        if one is not None:
+            report = Report(module.name, da, [], [one], time.perf_counter() - t0,
+                            strict=strict)
+            report.events = dict.fromkeys(da.devices, len(one.events))
+            report.traces = LazyTraces(da.devices, lambda d: trace_device(
+                facts, schedule, d, max_unroll=max_unroll, choose=_Choices(), induction=True))
+            report.symmetric = True
+            return report
     choices = _Choices()
     runs: list[tuple[list[Problem], str | None]] = []
     first = None

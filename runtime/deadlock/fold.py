@@ -102,9 +102,11 @@ def _rule(*opcodes: str, lazy: bool = False):
 
 
 class Folder:
-    """Folds instruction values for one device (its replica id and partition id)."""
+    """Folds instruction values for one device (its replica id and partition id), or for
+    every device at once when both ids are None: then they fold to an Unknown without key,
+    so control that depends on them stops the trace (symmetry.py falls back then)."""
 
-    def __init__(self, replica_id: int, partition_id: int, uniform_key=None):
+    def __init__(self, replica_id: int | None, partition_id: int | None, uniform_key=None):
         self.replica_id = replica_id
         self.partition_id = partition_id
         # instr -> a key naming this run of an all-reduce and this device's group (None: no
@@ -201,11 +203,15 @@ def _parameter(instr, args, folder, frame):
 
 @_rule("replica-id")
 def _replica_id(instr, args, folder, frame):
+    if folder.replica_id is None:
+        return Unknown(instr, "replica-id differs between devices")
     return np.asarray(folder.replica_id, np.uint32)
 
 
 @_rule("partition-id")
 def _partition_id(instr, args, folder, frame):
+    if folder.partition_id is None:
+        return Unknown(instr, "partition-id differs between devices")
     return np.asarray(folder.partition_id, np.uint32)
 
 

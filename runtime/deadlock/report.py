@@ -108,6 +108,7 @@ class Report:
         self.seconds = seconds
         self.events = {tr.device: len(tr.events) for tr in traces}
         self.traces = traces
+        self.symmetric = False  # proven by one trace for all devices (symmetry.py)
 
     @property
     def errors(self) -> list[Problem]:

@@ -190,6 +190,7 @@ class ModuleFacts:
         self.R, self.P = da.replica_count, da.num_partitions
         self._groups: dict[Instruction, tuple[dict[int, tuple[int, ...]], Signature]] = {}
         self._peers: dict[Instruction, tuple[dict[int, int], dict[int, int]]] = {}
+        self._expanded: dict[tuple, tuple] = {}  # group/pair attributes -> their expansion
 
     def _bad(self, instr: Instruction, message: str) -> InputError:
         comp = instr.parent.name if instr.parent else "?"
@@ -203,16 +204,26 @@ class ModuleFacts:
         op = op or instr
         kind = op.opcode.removesuffix("-start")
         has_channel = op.attrs.get("channel_id") is not None
-        try:
-            groups = instruction_device_groups(kind, op.attrs, self.da)
-            pairs = None
-            if kind == "collective-permute":
-                raw = op.attrs.get("source_target_pairs", ())
-                pairs = tuple(collective_permute_pairs(raw, has_channel, self.R, self.P, self.da))
-        except GroupError as e:
-            raise self._bad(instr, str(e)) from None
-        groups_t = tuple(tuple(g) for g in groups)
-        member = {d: g for g in groups_t for d in g}
+        # Instructions with the same group attributes share one expansion: at thousands of
+        # devices, expanding each instruction's groups again would cost more than the check.
+        a = op.attrs
+        same = (kind, has_channel, a.get("use_global_device_ids"),
+                repr(a.get("replica_groups")), repr(a.get("source_target_pairs")))
+        shared = self._expanded.get(same)
+        if shared is None:
+            try:
+                groups = instruction_device_groups(kind, op.attrs, self.da)
+                pairs = None
+                if kind == "collective-permute":
+                    raw = op.attrs.get("source_target_pairs", ())
+                    pairs = tuple(collective_permute_pairs(raw, has_channel, self.R, self.P,
+                                                           self.da))
+            except GroupError as e:
+                raise self._bad(instr, str(e)) from None
+            groups_t = tuple(tuple(g) for g in groups)
+            member = {d: g for g in groups_t for d in g}
+            shared = self._expanded[same] = (groups_t, member, pairs)
+        groups_t, member, pairs = shared
         operands = op.operands
         types, shapes = _leaf_shapes(operands)
         sig = Signature(kind, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
@@ -226,11 +237,14 @@ class ModuleFacts:
         hit = self._peers.get(instr)
         if hit is not None:
             return hit
-        try:
-            pairs = required_send_recv_pairs(instr, self.R, self.P, self.da)
-        except GroupError as e:
-            raise self._bad(instr, str(e)) from None
-        hit = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
+        same = (instr.opcode, instr.frontend_attributes.get(PAIRS_ATTR))
+        hit = self._expanded.get(same)
+        if hit is None:
+            try:
+                pairs = required_send_recv_pairs(instr, self.R, self.P, self.da)
+            except GroupError as e:
+                raise self._bad(instr, str(e)) from None
+            hit = self._expanded[same] = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
         self._peers[instr] = hit
         return hit
 
@@ -285,12 +299,14 @@ def _needs_values(comp: Computation, seen=None) -> bool:
 
 class _Tracer:
     def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int,
-                 choose=None, induction: bool = True, deadline: float | None = None):
+                 choose=None, induction: bool = True, deadline: float | None = None,
+                 symbolic: bool = False):
         self.facts = facts
         self.schedule = schedule
         self.trace = trace
         self.device = trace.device
-        self.folder = Folder(trace.replica, trace.partition,
+        self.folder = Folder(None if symbolic else trace.replica,
+                             None if symbolic else trace.partition,
                              self.uniform_key if choose is not None else None)
         self.max_unroll = max_unroll
         # (key, number of branches) -> the branch every device with that key takes, for a
@@ -559,14 +575,16 @@ def _while(t: _Tracer, instr, frame, ctx):
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
                  max_unroll: int = DEFAULT_MAX_UNROLL, choose=None, induction: bool = True,
-                 deadline: float | None = None) -> DeviceTrace:
+                 deadline: float | None = None, symbolic: bool = False) -> DeviceTrace:
     """The ordered communication events of `device` running the module's entry computation.
 
     `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
-    same on every device with that key; without it such a conditional stops the trace."""
+    same on every device with that key; without it such a conditional stops the trace.
+    `symbolic`: replica-id and partition-id fold to unknowns, so a trace that completes is
+    every device's instruction sequence (symmetry.py); groups and peers are `device`'s."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
-    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline)
+    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic)
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:

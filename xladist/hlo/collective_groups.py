@@ -375,23 +375,25 @@ def check_source_target_pairs(opcode: str, pairs: Sequence[Sequence[int]], has_c
     what = "partition id" if has_channel else "replica id"
     if why is None:
         why = "channel_id set" if has_channel else "no channel_id"
-    where = f"{opcode} source_target_pairs={format_groups(pairs)} ({n} {what}s: {why})"
+
+    def where() -> str:  # only for errors: formatting thousands of pairs costs more than checking
+        return f"{opcode} source_target_pairs={format_groups(pairs)} ({n} {what}s: {why})"
     out: list[tuple[int, int]] = []
     uses_s: dict[int, int] = {}
     uses_t: dict[int, int] = {}
     for pair in pairs:
         if len(pair) != 2:
-            raise GroupError(f"{where}: {list(pair)} is not a {{source,target}} pair")
+            raise GroupError(f"{where()}: {list(pair)} is not a {{source,target}} pair")
         s, t = int(pair[0]), int(pair[1])
         for i in (s, t):
             if not 0 <= i < n:
-                raise GroupError(f"{where}: {what} {i} is out of range [0, {n})")
+                raise GroupError(f"{where()}: {what} {i} is out of range [0, {n})")
         uses_s[s] = uses_s.get(s, 0) + 1
         uses_t[t] = uses_t.get(t, 0) + 1
         if uses_s[s] > max_uses:
-            raise GroupError(f"{where}: source {s} appears more than once")
+            raise GroupError(f"{where()}: source {s} appears more than once")
         if uses_t[t] > max_uses:
-            raise GroupError(f"{where}: target {t} appears more than once")
+            raise GroupError(f"{where()}: target {t} appears more than once")
         out.append((s, t))
     return out
 
