@@ -71,7 +71,7 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
         recv = comm.scratch("recv", x.nbytes).view(x.dtype)
         comm.alltoall(send, recv, label)
         return fold(reducer, recv.reshape(n, -1), out=out)
-    op, wire = plan
+    op, wire, _ = plan  # each result element lives on one rank: no NaN canonicalization
     if wire != x.dtype:
         comm.reduce_scatter_block(send.view(wire), out.view(wire), op, label)
     else:
@@ -95,7 +95,7 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
         recv = np.empty(x.size, x.dtype)
         req = comm.ialltoall(send, recv, label)
         return Pending((req,), lambda: fold(reducer, recv.reshape(n, -1), out=out))
-    op, wire = plan
+    op, wire, _ = plan  # each result element lives on one rank: no NaN canonicalization
     if wire != x.dtype:
         req = comm.ireduce_scatter_block(send.view(wire), out.view(wire), op, label)
     else:
