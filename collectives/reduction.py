@@ -30,7 +30,9 @@ Three paths:
   algorithms do the rest at builtin speed.  Used where MPI's combining tree gives exactly the
   left fold below: for reducers whose result does not depend on the bracketing (min/max/and/
   or/xor and integer arithmetic: :func:`order_free`) at any group size, and for every reducer
-  over two members (one combination, ``fn(rank0, rank1)``).
+  over two members (one combination, ``fn(rank0, rank1)``).  All-reduce only: reduce-scatter
+  folds each member's own part after an all-to-all (collectives/reduce_scatter.py), faster
+  than MPICH's non-commutative reduce-scatter and the left fold at any group size.
 * **generic** -- everything else (non-associative reducers -- bf16/f16 sums, custom
   computations -- over three or more members): bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
   is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas
@@ -82,8 +84,9 @@ class Reducer:
     fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
     name: str = field(default="")
     # Optional faster form of ``fn`` on whole C-contiguous buffers, same bits:
-    # ``into(a, b, out)`` writes fn(a, b) to ``out`` (which may be ``b``).  The cpu backend
-    # passes its compiled reducer kernel here; MPI user-defined ops call it (user_op.py).
+    # ``into(a, b, out)`` writes fn(a, b) to ``out`` (which may be ``a`` or ``b``).  The cpu
+    # backend passes its compiled reducer kernel here; MPI user-defined ops (user_op.py) and
+    # fold call it.
     into: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = field(default=None)
 
     def __post_init__(self):
@@ -220,6 +223,23 @@ def fold(reducer: Reducer, blocks: np.ndarray | Sequence[np.ndarray],
     if n == 0:
         raise ValueError("fold needs at least one block")
     dtype = blocks[0].dtype
+    into = reducer.into
+    if (into is not None and n > 1 and isinstance(blocks, np.ndarray)
+            and blocks.flags.c_contiguous):
+        # The compiled kernel on whole blocks, accumulating in place (it reads element i
+        # before writing it): same order, same bits, no temporaries.
+        flat = blocks.reshape(n, -1)
+        acc = (out.reshape(-1) if out is not None and out.flags.c_contiguous
+               and out.dtype == dtype and out.size == flat.shape[1]
+               else np.empty(flat.shape[1], dtype))
+        with np.errstate(all="ignore"):
+            into(flat[0], flat[1], acc)
+            for i in range(2, n):
+                into(acc, flat[i], acc)
+        if out is not None and not np.shares_memory(acc, out):
+            np.copyto(out, acc.reshape(out.shape), casting="unsafe")
+            return out
+        return out if out is not None else acc.reshape(blocks.shape[1:])
     acc = blocks[0]
     fn = reducer.fn
     # A generic reducer applied to padding (see all_reduce's generic path) may divide by zero

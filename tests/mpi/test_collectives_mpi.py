@@ -240,6 +240,48 @@ def test_user_op_reduce_scatter_matches_left_fold(cache):
         assert got.tobytes() == want.tobytes(), f"bf16 reduce-scatter {red} n={n}"
 
 
+@pytest.mark.parametrize("name", ["max", "bf16-sum", "custom"])
+def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name):
+    """Non-builtin reducers reduce-scatter as all-to-all + a left fold in rank order that runs
+    the cpu backend's compiled kernel on whole parts (reduction.fold with Reducer.into): the
+    interpreter's left fold bit for bit at any group size, non-associative reducers too."""
+    import collectives as C
+    from collectives import reduction
+    from collectives.bench import _reducers
+
+    comm = cache.get(list(range(cache.world.size)))
+    n = comm.size
+    dtype, red, _, _ = _reducers()[name]
+
+    def kernel_fn(a, b):
+        out = np.empty_like(a)
+        red.into(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+        return out
+
+    # The reference folds element-wise with the same kernel, as fn (NaN payloads are the
+    # kernel's choice, which numpy's maximum need not share), and with numpy for values.
+    plain = reduction.Reducer(None, kernel_fn, red.name)
+    calls = []
+
+    def into(a, b, out):
+        calls.append(a.size)
+        red.into(a, b, out)
+
+    counted = reduction.Reducer(red.kind, red.fn, red.name, into)
+    xs = [_special_input(r, 4096 * n, dtype) for r in range(n)]
+    monkeypatch.setattr(type(comm), "reduce_scatter_block", _forbidden)
+    monkeypatch.setattr(type(comm), "ireduce_scatter_block", _forbidden)
+    want = np.split(reduction.fold(plain, xs), n)[comm.rank]
+    for sync in (True, False):
+        calls.clear()
+        got = (C.reduce_scatter(comm, xs[comm.rank], counted) if sync
+               else C.reduce_scatter_start(comm, xs[comm.rank], counted).wait())
+        assert got.tobytes() == want.tobytes(), f"{name} reduce-scatter n={n} sync={sync}"
+        values = np.split(reduction.fold(reduction.Reducer(None, red.fn), xs), n)[comm.rank]
+        _assert_values_equal(got, values, f"{name} reduce-scatter values n={n}")
+        assert calls == [4096] * (n - 1), "the compiled kernel must fold whole parts"
+
+
 def test_user_op_error_is_raised_not_swallowed(cache):
     import collectives as C
     from collectives.reduction import Reducer
