@@ -20,23 +20,26 @@ import numpy as np
 
 from ._common import Pending, contiguous
 from .communicator import Communicator
-from .reduction import SUM, Reducer, builtin_op, fold, user_op_ok
+from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
+                        user_op_ok)
 
 __all__ = ["all_reduce", "all_reduce_start"]
 
-_PLANS: dict[tuple[Reducer, np.dtype, bool], tuple[str | Reducer, np.dtype] | None] = {}
+_PLANS: dict[tuple[Reducer, np.dtype, bool], tuple[str | Reducer, np.dtype, bool] | None] = {}
 
 
 def _plan(reducer: Reducer, dtype: np.dtype, size: int):
-    """``(op, wire_dtype)`` or None for the generic path; ``op`` is a builtin op name or the
-    Reducer itself, which the communicator runs as an MPI user-defined op."""
+    """``(op, wire_dtype, canonicalize_nan)`` or None for the generic path; ``op`` is a builtin
+    op name or the Reducer itself, which the communicator runs as an MPI user-defined op."""
     key = (reducer, dtype, size > 2)
     try:
         return _PLANS[key]
     except KeyError:
         plan = builtin_op(reducer, dtype)
-        if plan is None and user_op_ok(reducer, dtype, size):
-            plan = (reducer, dtype)
+        if plan is not None:
+            plan = (*plan, nan_canonical(reducer, dtype))
+        elif user_op_ok(reducer, dtype, size):
+            plan = (reducer, dtype, False)
         _PLANS[key] = plan
         return plan
 
@@ -59,13 +62,15 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
     plan = _plan(reducer, dtype, comm.size)
     if plan is None:
         return _generic(comm, x, reducer, out, label)
-    op, wire = plan
+    op, wire, canon = plan
     send = contiguous(x)
     if wire is not dtype and wire != dtype:
         send, recv = send.view(wire), out.view(wire)
     else:
         recv = out
     comm.allreduce(send, recv, op, label or "all-reduce")
+    if canon:
+        canonicalize_nan(out)  # MPI's builtin float sum/prod: NaN bits may differ by rank
     return out
 
 
@@ -84,12 +89,14 @@ def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,
     label = label or "all-reduce"
     if plan is None:
         return _generic_start(comm, x, reducer, out, label)
-    op, wire = plan
+    op, wire, canon = plan
     send = contiguous(x)
     recv = out
     if wire != x.dtype:
         send, recv = send.view(wire), out.view(wire)
     req = comm.iallreduce(send, recv, op, label)
+    if canon:
+        return Pending((req,), lambda: canonicalize_nan(out))
     return Pending((req,), lambda: out)
 
 

@@ -9,15 +9,32 @@ numpy element-wise meaning, always authoritative.  The runtime builds one from t
 Three paths:
 
 * **builtin** -- :func:`builtin_op` maps (kind, dtype) to an MPI builtin op when the MPI op
-  computes exactly ``fn`` on that dtype.  Integers and bool are exact in any order; float and
-  complex sum/prod are commutative in IEEE arithmetic, so every MPICH algorithm (each of which
-  uses one combining tree for all ranks) yields identical bits on all members.
+  computes exactly ``fn`` on that dtype.  Integers and bool are exact in any order.  Float and
+  complex sum/prod are NOT bit-identical on all members as MPI builtins: MPICH's all-reduce
+  algorithms give every rank the same bracketing (recursive doubling: both partners combine
+  the same two partial results; reduce-scatter + all-gather, ring, reduce + bcast: each
+  element's result is computed on one rank and copied), but with a commutative op each rank
+  passes its own partial as the other operand, and x86 returns the *first* operand's NaN, so
+  a NaN result may differ in sign/payload between ranks (seen at n=8).  Non-NaN IEEE add and
+  multiply are commutative bit for bit, so only NaNs can differ: after the builtin
+  all-reduce of a :func:`nan_canonical` reducer, :func:`canonicalize_nan` turns every NaN
+  result into the one canonical quiet NaN.  It first looks for a NaN with one vectorized
+  ``min`` over the result (which propagates NaN) and rewrites only if it finds one: one
+  read of the result, ~5-7% of a 2-rank MPI_SUM from 1 MiB, more at 64 KiB (README,
+  Collectives).  It does not depend on which algorithm MPICH picks.  Measured alternative,
+  rejected: a commutative MPI user op canonicalizing inside MPI costs a Python callback per
+  combining step (8 B: 8x raw; 1-16 MiB: 1.2-1.5x, ``xladist bench collectives --reducer
+  sum``).  Reduce-scatter needs neither: each of its result elements lives on
+  one rank only.
+  elements lives on one rank only.
 * **user op** -- :func:`user_op_ok`: any other reducer runs as an MPI user-defined operation
   whose callback applies ``fn`` to whole buffers (collectives/user_op.py), so MPI's own
   algorithms do the rest at builtin speed.  Used where MPI's combining tree gives exactly the
   left fold below: for reducers whose result does not depend on the bracketing (min/max/and/
   or/xor and integer arithmetic: :func:`order_free`) at any group size, and for every reducer
-  over two members (one combination, ``fn(rank0, rank1)``).
+  over two members (one combination, ``fn(rank0, rank1)``).  All-reduce only: reduce-scatter
+  folds each member's own part after an all-to-all (collectives/reduce_scatter.py), faster
+  than MPICH's non-commutative reduce-scatter and the left fold at any group size.
 * **generic** -- everything else (non-associative reducers -- bf16/f16 sums, custom
   computations -- over three or more members): bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
   is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas
@@ -29,6 +46,7 @@ Three paths:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +63,9 @@ __all__ = [
     "XOR",
     "Reducer",
     "builtin_op",
+    "canonicalize_nan",
     "fold",
+    "nan_canonical",
     "order_free",
     "reducer_for_kind",
     "user_op_ok",
@@ -67,8 +87,9 @@ class Reducer:
     fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
     name: str = field(default="")
     # Optional faster form of ``fn`` on whole C-contiguous buffers, same bits:
-    # ``into(a, b, out)`` writes fn(a, b) to ``out`` (which may be ``b``).  The cpu backend
-    # passes its compiled reducer kernel here; MPI user-defined ops call it (user_op.py).
+    # ``into(a, b, out)`` writes fn(a, b) to ``out`` (which may be ``a`` or ``b``).  The cpu
+    # backend passes its compiled reducer kernel here; MPI user-defined ops (user_op.py) and
+    # fold call it.
     into: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = field(default=None)
 
     def __post_init__(self):
@@ -169,6 +190,22 @@ def order_free(reducer: Reducer, dtype: np.dtype) -> bool:
     return kind in _ORDER_FREE_KINDS or np.dtype(dtype).kind in "biu"
 
 
+def nan_canonical(reducer: Reducer, dtype: np.dtype) -> bool:
+    """True for a builtin float/complex sum or product, whose all-reduce must canonicalize NaN
+    results to be bit-identical on every member (module doc)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "fc" and builtin_op(reducer, dtype) is not None
+
+
+def canonicalize_nan(out: np.ndarray) -> np.ndarray:
+    """Replace every NaN (per component for complex) of a C-contiguous ``out`` in place by the
+    canonical quiet NaN, so all members hold the same bits (module doc); returns ``out``."""
+    v = out.reshape(-1).view(out.real.dtype) if out.dtype.kind == "c" else out
+    if out.size and math.isnan(np.minimum.reduce(v, axis=None)):
+        np.copyto(v, v.dtype.type(np.nan), where=np.isnan(v))
+    return out
+
+
 def user_op_ok(reducer: Reducer, dtype: np.dtype, group_size: int) -> bool:
     """Whether the reduction may run as an MPI user-defined op (see the module doc): MPI's
     tree then computes exactly the left fold in rank order that the generic path does."""
@@ -187,6 +224,23 @@ def fold(reducer: Reducer, blocks: np.ndarray | Sequence[np.ndarray],
     if n == 0:
         raise ValueError("fold needs at least one block")
     dtype = blocks[0].dtype
+    into = reducer.into
+    if (into is not None and n > 1 and isinstance(blocks, np.ndarray)
+            and blocks.flags.c_contiguous):
+        # The compiled kernel on whole blocks, accumulating in place (it reads element i
+        # before writing it): same order, same bits, no temporaries.
+        flat = blocks.reshape(n, -1)
+        acc = (out.reshape(-1) if out is not None and out.flags.c_contiguous
+               and out.dtype == dtype and out.size == flat.shape[1]
+               else np.empty(flat.shape[1], dtype))
+        with np.errstate(all="ignore"):
+            into(flat[0], flat[1], acc)
+            for i in range(2, n):
+                into(acc, flat[i], acc)
+        if out is not None and not np.shares_memory(acc, out):
+            np.copyto(out, acc.reshape(out.shape), casting="unsafe")
+            return out
+        return out if out is not None else acc.reshape(blocks.shape[1:])
     acc = blocks[0]
     fn = reducer.fn
     # A generic reducer applied to padding (see all_reduce's generic path) may divide by zero

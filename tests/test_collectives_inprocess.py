@@ -93,6 +93,24 @@ def test_float_min_propagates_nan():
         assert np.isnan(got[0]) and got[2] == 2.0
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_canonicalize_nan_rewrites_every_nan_component_only(dtype):
+    from collectives.reduction import canonicalize_nan
+
+    real = np.dtype(np.dtype(dtype).char.lower())
+    parts = np.array([1.5, -np.nan, -0.0, np.nan, np.inf, 3.0], real)
+    parts[3] = np.frombuffer((np.array(np.nan, real).view(
+        np.uint32 if real.itemsize == 4 else np.uint64) | 1).tobytes(), real)[0]  # payload
+    x = parts.view(dtype).copy()
+    assert canonicalize_nan(x) is x
+    want = parts.copy()
+    want[1] = want[3] = np.nan
+    assert x.view(real).tobytes() == want.tobytes()
+    clean = np.array([1.0, -0.0, np.inf], real).view(dtype) if real == dtype else None
+    if clean is not None:
+        assert canonicalize_nan(clean.copy()).tobytes() == clean.tobytes()
+
+
 def test_builtin_op_table():
     import ml_dtypes
 

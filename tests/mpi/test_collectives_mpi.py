@@ -113,6 +113,36 @@ def test_float_min_nan_and_signed_zero_identical_everywhere(cache):
         assert np.isnan(got[0]) and got[2] == 4.0
 
 
+@pytest.mark.parametrize("dtype_name", ["f32", "f64", "c64"])
+def test_builtin_float_sum_prod_nan_bits_identical_everywhere(cache, dtype_name):
+    """MPI_SUM/MPI_PROD hand operands to the combine in a rank-dependent order and x86 keeps
+    the first operand's NaN: without reduction.canonicalize_nan, NaNs of a different sign on
+    every rank come out different per member (seen at n=8, recursive doubling)."""
+    import collectives as C
+
+    comm = cache.get(list(range(cache.world.size)))
+    dtype = DTYPES[dtype_name]
+    real = np.dtype(dtype.char.lower())
+    for count in (7, 70_001):
+        bits = np.full(count * (2 if dtype.kind == "c" else 1), np.nan, real)
+        if comm.rank % 2:
+            bits = -bits
+        bits[1::3] = 2.0  # NaN mixed with numbers, per component for complex
+        x = bits.view(dtype)
+        for red in (C.SUM, C.PROD):
+            for sync in (True, False):
+                got = (C.all_reduce(comm, x, red) if sync
+                       else C.all_reduce_start(comm, x, red).wait())
+                everyone = MPI.COMM_WORLD.allgather(got.tobytes())
+                what = f"{dtype_name} x{count} {red} {'sync' if sync else 'async'} n={comm.size}"
+                assert len(set(everyone)) == 1, f"{what}: members differ in bits"
+                flat = got.view(real)
+                nan = np.isnan(flat)
+                assert nan.any(), what
+                canonical = np.full(int(nan.sum()), np.nan, real)
+                assert flat[nan].tobytes() == canonical.tobytes(), f"{what}: NaN not canonical"
+
+
 def test_large_generic_and_builtin_all_reduce_bit_identical(cache):
     import ml_dtypes
 
@@ -208,6 +238,48 @@ def test_user_op_reduce_scatter_matches_left_fold(cache):
         got = C.reduce_scatter(comm, xs[comm.rank], red)
         want = np.split(reduction.fold(red, xs), n)[comm.rank]
         assert got.tobytes() == want.tobytes(), f"bf16 reduce-scatter {red} n={n}"
+
+
+@pytest.mark.parametrize("name", ["max", "bf16-sum", "custom"])
+def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name):
+    """Non-builtin reducers reduce-scatter as all-to-all + a left fold in rank order that runs
+    the cpu backend's compiled kernel on whole parts (reduction.fold with Reducer.into): the
+    interpreter's left fold bit for bit at any group size, non-associative reducers too."""
+    import collectives as C
+    from collectives import reduction
+    from collectives.bench import _reducers
+
+    comm = cache.get(list(range(cache.world.size)))
+    n = comm.size
+    dtype, red, _, _ = _reducers()[name]
+
+    def kernel_fn(a, b):
+        out = np.empty_like(a)
+        red.into(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+        return out
+
+    # The reference folds element-wise with the same kernel, as fn (NaN payloads are the
+    # kernel's choice, which numpy's maximum need not share), and with numpy for values.
+    plain = reduction.Reducer(None, kernel_fn, red.name)
+    calls = []
+
+    def into(a, b, out):
+        calls.append(a.size)
+        red.into(a, b, out)
+
+    counted = reduction.Reducer(red.kind, red.fn, red.name, into)
+    xs = [_special_input(r, 4096 * n, dtype) for r in range(n)]
+    monkeypatch.setattr(type(comm), "reduce_scatter_block", _forbidden)
+    monkeypatch.setattr(type(comm), "ireduce_scatter_block", _forbidden)
+    want = np.split(reduction.fold(plain, xs), n)[comm.rank]
+    for sync in (True, False):
+        calls.clear()
+        got = (C.reduce_scatter(comm, xs[comm.rank], counted) if sync
+               else C.reduce_scatter_start(comm, xs[comm.rank], counted).wait())
+        assert got.tobytes() == want.tobytes(), f"{name} reduce-scatter n={n} sync={sync}"
+        values = np.split(reduction.fold(reduction.Reducer(None, red.fn), xs), n)[comm.rank]
+        _assert_values_equal(got, values, f"{name} reduce-scatter values n={n}")
+        assert calls == [4096] * (n - 1), "the compiled kernel must fold whole parts"
 
 
 def test_user_op_error_is_raised_not_swallowed(cache):
