@@ -137,9 +137,18 @@ def test_unknown_custom_call_is_refused_before_running():
 
 def test_check_supported_names_unsupported_opcodes():
     c = Comp()
+    m = c.module(c.op("shuffle", "f32[2]", c.param("f32[2]"), dimensions=[0]))
+    with pytest.raises(UnsupportedError, match=r"shuffle.*not implemented"):
+        check_supported(m)
+
+
+def test_dynamic_shape_ops_handed_to_the_interpreter_directly_point_at_the_padder():
+    # xladist.compile rewrites them away first (hlo.dynamic_padder); the evaluator alone
+    # says where they are handled instead of failing somewhere inside
+    c = Comp()
     p = c.param("f32[2]")
     m = c.module(c.op("set-dimension-size", "f32[2]", p, c.param("s32[]"), dimensions=[0]))
-    with pytest.raises(UnsupportedError, match=r"set-dimension-size.*dynamic shapes"):
+    with pytest.raises(UnsupportedError, match=r"set-dimension-size.*dynamic_padder"):
         check_supported(m)
 
 
