@@ -234,13 +234,81 @@ def test_aot_matches_interpreter(case, tmp_path):
             np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
 
 
+# rng-bit-generator: every algorithm, on shapes that exercise each branch of the layout
+# (odd and even split dimensions, scalars, 8/16/32/64-bit elements, a column-major
+# result), 2- and 3-word states, and a counter that carries into the high word.
+RNG_RESULTS = ["u32[5,3]", "u32[]", "u32[3,5,3]", "u32[6,4]{0,1}", "u8[9]", "s16[2,3]",
+               "u64[7]", "u64[2,3]", "s64[]"]
+
+
+def _rng_module(alg: str, words: int) -> str:
+    lines = [f"  r{i} = (u64[{words}], {t}) rng-bit-generator(s), algorithm={alg}\n"
+             f"  b{i} = {t} get-tuple-element(r{i}), index=1"
+             for i, t in enumerate(RNG_RESULTS)]
+    leaves = ", ".join(f"b{i}" for i in range(len(RNG_RESULTS)))
+    types = ", ".join(RNG_RESULTS)
+    return (f"HloModule m\nENTRY main {{\n  s = u64[{words}] parameter(0)\n" + "\n".join(lines)
+            + f"\n  n = u64[{words}] get-tuple-element(r0), index=0"
+            + f"\n  ROOT t = (u64[{words}], {types}) tuple(n, {leaves})\n}}\n")
+
+
+RNG_LOOP = """HloModule m
+cond {
+  s = (s32[], u64[2], u32[3,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], u64[2], u32[3,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  st = u64[2] get-tuple-element(s), index=1
+  acc = u32[3,3] get-tuple-element(s), index=2
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  r = (u64[2], u32[3,3]) rng-bit-generator(st), algorithm=rng_three_fry
+  st1 = u64[2] get-tuple-element(r), index=0
+  bits = u32[3,3] get-tuple-element(r), index=1
+  x = u32[3,3] xor(acc, bits)
+  ROOT t = (s32[], u64[2], u32[3,3]) tuple(i1, st1, x)
+}
+
+ENTRY main {
+  s = u64[2] parameter(0)
+  z = s32[] constant(0)
+  a = u32[3,3] constant({{0,0,0},{0,0,0},{0,0,0}})
+  init = (s32[], u64[2], u32[3,3]) tuple(z, s, a)
+  ROOT loop = (s32[], u64[2], u32[3,3]) while(init), condition=cond, body=body
+}
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("alg,words", [("rng_three_fry", 2), ("rng_philox", 3),
+                                       ("rng_philox", 2), ("rng_default", 3), ("loop", 2)])
+def test_aot_rng_bit_exact(alg, words, tmp_path):
+    text = RNG_LOOP if alg == "loop" else _rng_module(alg, words)
+    # The key's words differ; the counter is 2^64 - 2, so Philox's u128 counter carries.
+    state = np.array([0x0123456789ABCDEF, 0xFFFFFFFFFFFFFFFE, 0x5][:words], np.uint64)
+    expected = xladist.compile(xladist.parse_hlo(text), backend="interpreter")(state)
+    got = _build_and_run(xladist.parse_hlo(text), "m", tmp_path, [state])
+    assert len(got) == len(expected)
+    for j, (g, e) in enumerate(zip(got, expected)):
+        e = np.asarray(e)
+        assert g.dtype == e.dtype and g.shape == e.shape, j
+        assert g.tobytes() == e.tobytes(), (j, g, e)
+
+
 def test_object_needs_only_libc_and_libm(tmp_path):
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("no nm on PATH to list the object's undefined symbols")
-    for case in MODULES:
+    cases = {**MODULES, "rng": _rng_module("rng_three_fry", 2),
+             "rng_philox": _rng_module("rng_philox", 3)}
+    for case, text in cases.items():
         obj = tmp_path / f"{case}.o"
-        obj.write_bytes(AotProgram(xladist.parse_hlo(MODULES[case]), "m").compile())
+        obj.write_bytes(AotProgram(xladist.parse_hlo(text), "m").compile())
         out = subprocess.run([nm, "-u", str(obj)], capture_output=True, text=True,
                              check=True).stdout.split()
         undefined = {s for s in out if s != "U"}
@@ -264,10 +332,10 @@ ENTRY main {
   ROOT c = f32[4] custom-call(x), custom_call_target="TopK"
 }
 """, "`c` (custom-call)"),
-    "rng-bit-generator": ("""HloModule m
+    "rng-bit-generator-state": ("""HloModule m
 ENTRY main {
-  s = u64[2] parameter(0)
-  ROOT r = (u64[2], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry
+  s = u64[1] parameter(0)
+  ROOT r = (u64[1], u32[4]) rng-bit-generator(s), algorithm=rng_philox
 }
 """, "`r` (rng-bit-generator)"),
     "half": ("""HloModule m

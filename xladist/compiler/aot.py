@@ -16,8 +16,8 @@ kernels in order with buffer addresses fixed at compile time:
     loop's own, and it writes R while reading C, so there is no hazard;
   * a conditional branches to one of its branch instances, which write the results;
   * root leaves not computed directly into their destination are copied there.
-dot and convolution become generated loops (aot_dot.py, aot_conv.py) instead of their
-library thunks. Anything else (library thunks: fft, rng-bit-generator, ...; device
+dot, convolution and rng-bit-generator become generated code (aot_dot.py, aot_conv.py,
+aot_rng.py) instead of their library thunks. Anything else (library thunks: fft, ...; device
 thunks: collectives, channels, feeds; custom calls; async) is refused with an
 UnsupportedError naming the instruction: never wrong code. Half-precision types are
 refused too: their conversions may become calls to compiler-runtime helpers
@@ -36,6 +36,7 @@ from llvmlite import ir
 from ..errors import InputError, UnsupportedError
 from .aot_conv import emit_conv
 from .aot_dot import emit_dot
+from .aot_rng import emit_rng
 from .buffers import ALIGN, _round
 from .codegen.ir_array import c64
 from .codegen.kernels import emit_kernel
@@ -48,8 +49,19 @@ from .thunks import KernelThunk, LibraryThunk
 REFUSED_TYPES = {"f16": "half-precision conversions may call __extendhfsf2/__truncsfhf2",
                  "bf16": "bfloat16 conversions may call __truncsfbf2"}
 
-# Library thunks replaced by generated loops: opcode -> emitter(module, name, instr, where).
-GENERATED = {"dot": emit_dot, "convolution": emit_conv}
+
+def _out_lhs_rhs(t):
+    return [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]]
+
+
+def _state_bits_state(t):
+    return [t.out_slots[0], t.out_slots[1], t.operand_slots[0][0]]
+
+
+# Library thunks replaced by generated code: opcode -> (emitter(module, name, instr,
+# where), the thunk's slots in the order of the generated function's argv).
+GENERATED = {"dot": (emit_dot, _out_lhs_rhs), "convolution": (emit_conv, _out_lhs_rhs),
+             "rng-bit-generator": (emit_rng, _state_bits_state)}
 
 # The exported symbols of NAME.o; everything else in it is internal.
 EXPORTS = ("run", "temp_bytes", "arg_bytes", "result_bytes")
@@ -240,12 +252,13 @@ class AotProgram:
         self._call(b, t.spec.name, t.slots, addr)
 
     def _generated(self, b, t: LibraryThunk, addr) -> None:
-        """dot / convolution: a generated loop nest instead of the library call."""
-        name = f"aot_{t.name}{self._n_generated}"
+        """dot / convolution / rng-bit-generator: generated code instead of the library
+        call."""
+        emit, slots = GENERATED[t.name]
+        name = f"aot_{t.name.replace('-', '_')}{self._n_generated}"
         self._n_generated += 1
-        GENERATED[t.name](self.mod, name, t.instr, _where(t.instr))
-        self._call(b, name, [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]],
-                   addr)
+        emit(self.mod, name, t.instr, _where(t.instr))
+        self._call(b, name, slots(t), addr)
 
     def _while(self, b, t: WhileThunk, addr) -> ir.IRBuilder:
         if any(r.pairs for r in (t.init_to_state, t.state_to_cond, t.result_to_state,
