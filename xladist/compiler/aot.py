@@ -19,9 +19,14 @@ kernels in order with buffer addresses fixed at compile time:
 dot, convolution and rng-bit-generator become generated code (aot_dot.py, aot_conv.py,
 aot_rng.py) instead of their library thunks. Anything else (library thunks: fft, ...; device
 thunks: collectives, channels, feeds; custom calls; async) is refused with an
-UnsupportedError naming the instruction: never wrong code. Half-precision types are
-refused too: their conversions may become calls to compiler-runtime helpers
-(__extendhfsf2, __truncsfhf2) outside libc/libm, which the object must not need.
+UnsupportedError naming the instruction: never wrong code.
+
+LLVM may lower some operations to compiler-runtime calls (f16 conversions on a CPU
+without F16C: __extendhfsf2, __truncsfhf2; f64 -> f16 everywhere: __truncdfhf2; i128
+division). The object must need nothing beyond libc/libm, and libgcc's copies must not
+clash with ours when the user links, so xladist's own builtins (codegen/builtins.py, the
+ones the JIT uses) are linked into every object as *internal* functions, kept through
+llvm.compiler.used: codegen's libcalls bind to them by name inside the object.
 """
 
 from __future__ import annotations
@@ -38,16 +43,13 @@ from .aot_conv import emit_conv
 from .aot_dot import emit_dot
 from .aot_rng import emit_rng
 from .buffers import ALIGN, _round
+from .codegen import builtins
 from .codegen.ir_array import c64
 from .codegen.kernels import emit_kernel
 from .codegen.types import I1, I8, I32, I64, PTR
 from .control import ConditionalThunk, WhileThunk
 from .emit import ProgramBuilder
 from .thunks import KernelThunk, LibraryThunk
-
-# Types whose conversions LLVM may lower to libgcc/compiler-rt calls.
-REFUSED_TYPES = {"f16": "half-precision conversions may call __extendhfsf2/__truncsfhf2",
-                 "bf16": "bfloat16 conversions may call __truncsfbf2"}
 
 
 def _out_lhs_rhs(t):
@@ -93,7 +95,6 @@ class AotProgram:
             raise InputError(f"--name {name!r} is not a C identifier")
         self.module = module
         self.name = name
-        self._check_types(module)
         self.args = self._args(module)
         self.results = self._results(module)
         self.pb = ProgramBuilder(module)
@@ -103,17 +104,6 @@ class AotProgram:
         self._n_generated = 0
 
     # ---- what the C API sees ---------------------------------------------------
-    @staticmethod
-    def _check_types(module) -> None:
-        for comp in module.computations:
-            for instr in comp.instructions:
-                for _, s in instr.shape.leaves():
-                    why = REFUSED_TYPES.get(s.element_type.name) if s.is_array else None
-                    if why:
-                        raise UnsupportedError(
-                            f"ahead-of-time compilation does not support {s.element_type.name} "
-                            f"yet ({_where(instr)}): {why}, outside libc/libm")
-
     @staticmethod
     def _args(module) -> list[Leaf]:
         out = []
@@ -336,6 +326,10 @@ class AotProgram:
             pto.slp_vectorization = True
             pb = llvm.create_pass_builder(tm, pto)
             pb.getModulePassManager().run(mod, pb)
+            # After optimizing: nothing in the IR calls the builtins yet (codegen does).
+            mod.link_in(llvm.parse_assembly(_builtins_ir()))
+            for name in builtins.provided_names():
+                mod.get_function(name).linkage = llvm.Linkage.internal
             return tm.emit_object(mod)
 
     # ---- the C header ----------------------------------------------------------------
@@ -368,6 +362,15 @@ class AotProgram:
 
 
 _LOCK = threading.Lock()
+
+
+def _builtins_ir() -> str:
+    """The compiler-runtime builtins, each listed in llvm.compiler.used so that, internal
+    and uncalled in the IR, they still reach the object for codegen's libcalls."""
+    names = builtins.provided_names()
+    used = ", ".join(f"ptr @{n}" for n in names)
+    return (builtins.runtime_ir() + f"\n@llvm.compiler.used = appending global "
+            f"[{len(names)} x ptr] [{used}], section \"llvm.metadata\"\n")
 
 
 def target_machine(cpu: str | None, triple: str | None):
