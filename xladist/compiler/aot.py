@@ -65,6 +65,46 @@ def _state_bits_state(t):
 GENERATED = {"dot": (emit_dot, _out_lhs_rhs), "convolution": (emit_conv, _out_lhs_rhs),
              "rng-bit-generator": (emit_rng, _state_bits_state)}
 
+_NUMPY = "it runs as a Python library thunk (numpy{}) in the cpu backend, and an object " \
+         "file cannot call Python; no generated code for it yet"
+
+# Why each library thunk the driver does not generate is refused: opcode -> reason.
+REFUSED_LIBRARY = {
+    "fft": _NUMPY.format(".fft"),
+    "cholesky": _NUMPY.format(".linalg"),
+    "triangular-solve": _NUMPY.format(" + scipy.linalg"),
+    "topk": _NUMPY.format(" argsort"),
+    "ragged-dot": _NUMPY.format(" matmul per group"),
+    "scaled-dot": _NUMPY.format(" matmul with block scales"),
+    "batch-norm-training": _NUMPY.format(", in f64"),
+    "batch-norm-inference": _NUMPY.format(", in f64"),
+    "batch-norm-grad": _NUMPY.format(", in f64"),
+    "bitcast-convert": _NUMPY.format(" view") + " (only a bitcast-convert between element "
+                       "types of different widths is a library thunk)",
+    "rng": "its values come from numpy's random generator at run time (implementation-"
+           "defined); rng-bit-generator compiles",
+    "get-dimension-size": "it is a dynamic-shape query the dynamic padder left in the "
+                          "program, evaluated in Python",
+    "copy-start": "asynchronous copies are refused (copy-start/copy-done)",
+}
+# Why other thunks are refused: thunk kind -> reason.
+REFUSED_KINDS = {
+    "custom-call": "custom calls run Python functions registered with xladist (host "
+                   "callbacks), which an object file cannot call",
+    "device": "collectives, send/recv and infeed/outfeed need xladist's multi-device "
+              "runtime; an ahead-of-time object runs one device",
+    "control": "asynchronous operations are refused (only while, conditional and call "
+               "compile)",
+}
+
+
+def refusal(t) -> str:
+    """Why thunk `t` cannot be compiled ahead of time, for the error message."""
+    if t.kind == "library":
+        return REFUSED_LIBRARY.get(t.name, _NUMPY.format(""))
+    return REFUSED_KINDS.get(t.kind, f"{t.describe()} has no ahead-of-time form")
+
+
 # The exported symbols of NAME.o; everything else in it is internal.
 EXPORTS = ("run", "temp_bytes", "arg_bytes", "result_bytes")
 
@@ -214,10 +254,8 @@ class AotProgram:
                 self._generated(b, t, addr)
             else:
                 where = _where(t.instr) if t.instr is not None else t.kind
-                raise UnsupportedError(
-                    f"ahead-of-time compilation cannot compile {where}: {t.describe()} runs "
-                    f"in Python or needs a device runtime (library calls, collectives, "
-                    f"channels, feeds, host callbacks and custom calls are refused)")
+                raise UnsupportedError(f"ahead-of-time compilation cannot compile {where}: "
+                                       f"{refusal(t)}")
         for j, s in enumerate(cc.root_slots):
             if s is not None and first_out.get(s.id) != j:
                 self._copy(b, outs[j], self._slot(addr, s, cc), s.nbytes)
