@@ -215,6 +215,14 @@ def _build_and_run(module, name, tmp_path, args, target_cpu=None, extra_c=()):
             for j, r in enumerate(prog.results)]
 
 
+def assert_bit_exact(got, expected) -> None:
+    assert len(got) == len(expected)
+    for j, (g, e) in enumerate(zip(got, expected)):
+        e = np.asarray(e)
+        assert g.dtype == e.dtype and g.shape == e.shape, j
+        assert g.tobytes() == e.tobytes(), (j, g, e)
+
+
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc, gcc, clang) on PATH")
 
 
@@ -296,11 +304,7 @@ def test_aot_rng_bit_exact(alg, words, tmp_path):
     state = np.array([0x0123456789ABCDEF, 0xFFFFFFFFFFFFFFFE, 0x5][:words], np.uint64)
     expected = xladist.compile(xladist.parse_hlo(text), backend="interpreter")(state)
     got = _build_and_run(xladist.parse_hlo(text), "m", tmp_path, [state])
-    assert len(got) == len(expected)
-    for j, (g, e) in enumerate(zip(got, expected)):
-        e = np.asarray(e)
-        assert g.dtype == e.dtype and g.shape == e.shape, j
-        assert g.tobytes() == e.tobytes(), (j, g, e)
+    assert_bit_exact(got, expected)
 
 
 HALF = """HloModule m
@@ -381,11 +385,7 @@ def test_aot_f16_bf16_bit_exact(cpu, tmp_path):
                      "float __extendhfsf2(unsigned short x) { (void)x; return 0; }\n")
     got = _build_and_run(xladist.parse_hlo(HALF), "m", tmp_path / "run", args,
                          target_cpu=cpu, extra_c=[clash])
-    assert len(got) == len(expected)
-    for j, (g, e) in enumerate(zip(got, expected)):
-        e = np.asarray(e)
-        assert g.dtype == e.dtype and g.shape == e.shape, j
-        assert g.tobytes() == e.tobytes(), (j, g, e)
+    assert_bit_exact(got, expected)
 
 
 def llvm_host_is_x86() -> bool:
