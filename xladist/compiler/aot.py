@@ -16,12 +16,17 @@ kernels in order with buffer addresses fixed at compile time:
     loop's own, and it writes R while reading C, so there is no hazard;
   * a conditional branches to one of its branch instances, which write the results;
   * root leaves not computed directly into their destination are copied there.
-dot and convolution become generated loops (aot_dot.py, aot_conv.py) instead of their
-library thunks. Anything else (library thunks: fft, rng-bit-generator, ...; device
+dot, convolution and rng-bit-generator become generated code (aot_dot.py, aot_conv.py,
+aot_rng.py) instead of their library thunks. Anything else (library thunks: fft, ...; device
 thunks: collectives, channels, feeds; custom calls; async) is refused with an
-UnsupportedError naming the instruction: never wrong code. Half-precision types are
-refused too: their conversions may become calls to compiler-runtime helpers
-(__extendhfsf2, __truncsfhf2) outside libc/libm, which the object must not need.
+UnsupportedError naming the instruction: never wrong code.
+
+LLVM may lower some operations to compiler-runtime calls (f16 conversions on a CPU
+without F16C: __extendhfsf2, __truncsfhf2; f64 -> f16 everywhere: __truncdfhf2; i128
+division). The object must need nothing beyond libc/libm, and libgcc's copies must not
+clash with ours when the user links, so xladist's own builtins (codegen/builtins.py, the
+ones the JIT uses) are linked into every object as *internal* functions, kept through
+llvm.compiler.used: codegen's libcalls bind to them by name inside the object.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ from llvmlite import ir
 from ..errors import InputError, UnsupportedError
 from .aot_conv import emit_conv
 from .aot_dot import emit_dot
+from .aot_rng import emit_rng
 from .buffers import ALIGN, _round
+from .codegen import builtins
 from .codegen.ir_array import c64
 from .codegen.kernels import emit_kernel
 from .codegen.types import I1, I8, I32, I64, PTR
@@ -44,12 +51,59 @@ from .control import ConditionalThunk, WhileThunk
 from .emit import ProgramBuilder
 from .thunks import KernelThunk, LibraryThunk
 
-# Types whose conversions LLVM may lower to libgcc/compiler-rt calls.
-REFUSED_TYPES = {"f16": "half-precision conversions may call __extendhfsf2/__truncsfhf2",
-                 "bf16": "bfloat16 conversions may call __truncsfbf2"}
 
-# Library thunks replaced by generated loops: opcode -> emitter(module, name, instr, where).
-GENERATED = {"dot": emit_dot, "convolution": emit_conv}
+def _out_lhs_rhs(t):
+    return [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]]
+
+
+def _state_bits_state(t):
+    return [t.out_slots[0], t.out_slots[1], t.operand_slots[0][0]]
+
+
+# Library thunks replaced by generated code: opcode -> (emitter(module, name, instr,
+# where), the thunk's slots in the order of the generated function's argv).
+GENERATED = {"dot": (emit_dot, _out_lhs_rhs), "convolution": (emit_conv, _out_lhs_rhs),
+             "rng-bit-generator": (emit_rng, _state_bits_state)}
+
+_NUMPY = "it runs as a Python library thunk (numpy{}) in the cpu backend, and an object " \
+         "file cannot call Python; no generated code for it yet"
+
+# Why each library thunk the driver does not generate is refused: opcode -> reason.
+REFUSED_LIBRARY = {
+    "fft": _NUMPY.format(".fft"),
+    "cholesky": _NUMPY.format(".linalg"),
+    "triangular-solve": _NUMPY.format(" + scipy.linalg"),
+    "topk": _NUMPY.format(" argsort"),
+    "ragged-dot": _NUMPY.format(" matmul per group"),
+    "scaled-dot": _NUMPY.format(" matmul with block scales"),
+    "batch-norm-training": _NUMPY.format(", in f64"),
+    "batch-norm-inference": _NUMPY.format(", in f64"),
+    "batch-norm-grad": _NUMPY.format(", in f64"),
+    "bitcast-convert": _NUMPY.format(" view") + " (only a bitcast-convert between element "
+                       "types of different widths is a library thunk)",
+    "rng": "its values come from numpy's random generator at run time (implementation-"
+           "defined); rng-bit-generator compiles",
+    "get-dimension-size": "it is a dynamic-shape query the dynamic padder left in the "
+                          "program, evaluated in Python",
+    "copy-start": "asynchronous copies are refused (copy-start/copy-done)",
+}
+# Why other thunks are refused: thunk kind -> reason.
+REFUSED_KINDS = {
+    "custom-call": "custom calls run Python functions registered with xladist (host "
+                   "callbacks), which an object file cannot call",
+    "device": "collectives, send/recv and infeed/outfeed need xladist's multi-device "
+              "runtime; an ahead-of-time object runs one device",
+    "control": "asynchronous operations are refused (only while, conditional and call "
+               "compile)",
+}
+
+
+def refusal(t) -> str:
+    """Why thunk `t` cannot be compiled ahead of time, for the error message."""
+    if t.kind == "library":
+        return REFUSED_LIBRARY.get(t.name, _NUMPY.format(""))
+    return REFUSED_KINDS.get(t.kind, f"{t.describe()} has no ahead-of-time form")
+
 
 # The exported symbols of NAME.o; everything else in it is internal.
 EXPORTS = ("run", "temp_bytes", "arg_bytes", "result_bytes")
@@ -81,7 +135,6 @@ class AotProgram:
             raise InputError(f"--name {name!r} is not a C identifier")
         self.module = module
         self.name = name
-        self._check_types(module)
         self.args = self._args(module)
         self.results = self._results(module)
         self.pb = ProgramBuilder(module)
@@ -91,17 +144,6 @@ class AotProgram:
         self._n_generated = 0
 
     # ---- what the C API sees ---------------------------------------------------
-    @staticmethod
-    def _check_types(module) -> None:
-        for comp in module.computations:
-            for instr in comp.instructions:
-                for _, s in instr.shape.leaves():
-                    why = REFUSED_TYPES.get(s.element_type.name) if s.is_array else None
-                    if why:
-                        raise UnsupportedError(
-                            f"ahead-of-time compilation does not support {s.element_type.name} "
-                            f"yet ({_where(instr)}): {why}, outside libc/libm")
-
     @staticmethod
     def _args(module) -> list[Leaf]:
         out = []
@@ -212,10 +254,8 @@ class AotProgram:
                 self._generated(b, t, addr)
             else:
                 where = _where(t.instr) if t.instr is not None else t.kind
-                raise UnsupportedError(
-                    f"ahead-of-time compilation cannot compile {where}: {t.describe()} runs "
-                    f"in Python or needs a device runtime (library calls, collectives, "
-                    f"channels, feeds, host callbacks and custom calls are refused)")
+                raise UnsupportedError(f"ahead-of-time compilation cannot compile {where}: "
+                                       f"{refusal(t)}")
         for j, s in enumerate(cc.root_slots):
             if s is not None and first_out.get(s.id) != j:
                 self._copy(b, outs[j], self._slot(addr, s, cc), s.nbytes)
@@ -240,12 +280,13 @@ class AotProgram:
         self._call(b, t.spec.name, t.slots, addr)
 
     def _generated(self, b, t: LibraryThunk, addr) -> None:
-        """dot / convolution: a generated loop nest instead of the library call."""
-        name = f"aot_{t.name}{self._n_generated}"
+        """dot / convolution / rng-bit-generator: generated code instead of the library
+        call."""
+        emit, slots = GENERATED[t.name]
+        name = f"aot_{t.name.replace('-', '_')}{self._n_generated}"
         self._n_generated += 1
-        GENERATED[t.name](self.mod, name, t.instr, _where(t.instr))
-        self._call(b, name, [t.out_slots[0], t.operand_slots[0][0], t.operand_slots[1][0]],
-                   addr)
+        emit(self.mod, name, t.instr, _where(t.instr))
+        self._call(b, name, slots(t), addr)
 
     def _while(self, b, t: WhileThunk, addr) -> ir.IRBuilder:
         if any(r.pairs for r in (t.init_to_state, t.state_to_cond, t.result_to_state,
@@ -323,6 +364,10 @@ class AotProgram:
             pto.slp_vectorization = True
             pb = llvm.create_pass_builder(tm, pto)
             pb.getModulePassManager().run(mod, pb)
+            # After optimizing: nothing in the IR calls the builtins yet (codegen does).
+            mod.link_in(llvm.parse_assembly(_builtins_ir()))
+            for name in builtins.provided_names():
+                mod.get_function(name).linkage = llvm.Linkage.internal
             return tm.emit_object(mod)
 
     # ---- the C header ----------------------------------------------------------------
@@ -355,6 +400,15 @@ class AotProgram:
 
 
 _LOCK = threading.Lock()
+
+
+def _builtins_ir() -> str:
+    """The compiler-runtime builtins, each listed in llvm.compiler.used so that, internal
+    and uncalled in the IR, they still reach the object for codegen's libcalls."""
+    names = builtins.provided_names()
+    used = ", ".join(f"ptr @{n}" for n in names)
+    return (builtins.runtime_ir() + f"\n@llvm.compiler.used = appending global "
+            f"[{len(names)} x ptr] [{used}], section \"llvm.metadata\"\n")
 
 
 def target_machine(cpu: str | None, triple: str | None):
