@@ -485,7 +485,7 @@ class TokenCursor:
         i = self.i
         if K[i] == INTLIST:
             self.i = i + 1
-            return tuple(int(x) for x in V[i][1:-1].split(","))
+            return tuple(map(int, V[i][1:-1].split(",")))
         if K[i] == PUNCT and V[i] == "{":
             if K[i + 1] == PUNCT and V[i + 1] == "}":
                 self.i = i + 2
@@ -499,6 +499,25 @@ class TokenCursor:
         raise self.error(f"{what} expects an integer list like {{0,1}}, found {self.found()}")
 
     def v_intss(self, what: str) -> tuple[tuple[int, ...], ...]:
+        K, V = self.K, self.V
+        i = self.i
+        # Fast path for the common `{{0,1},{1,2},...}` (one INTLIST token per inner list):
+        # permute pairs over thousands of devices come to millions of tokens, so no
+        # method call per element. Anything else (spaces, errors) takes the general path.
+        if K[i] == PUNCT and V[i] == "{" and K[i + 1] == INTLIST:
+            out = []
+            j = i + 1
+            while K[j] == INTLIST:
+                out.append(tuple(map(int, V[j][1:-1].split(","))))
+                j += 1
+                if K[j] != PUNCT:
+                    break
+                if V[j] == "}":
+                    self.i = j + 1
+                    return tuple(out)
+                if V[j] != ",":
+                    break
+                j += 1
         self.expect("{", f"to open {what} (a list of integer lists like {{{{0,1}},{{2,3}}}})")
         out = []
         if not self.at("}"):
