@@ -565,3 +565,43 @@ def test_structural_errors():
     for text, message in cases:
         with pytest.raises(HloParseError, match=re.escape(message)):
             parse_module(text)
+
+
+# ---- big integer-list attributes: one INTLISTS token, same values as the spelled-out form ----
+_PERMUTE = """HloModule m, replica_count=4
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %e (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %ar = f32[4]{0} all-reduce(%p), replica_groups=GROUPS, to_apply=%add
+  ROOT %c = f32[4]{0} collective-permute(%ar), source_target_pairs=PAIRS
+}"""
+
+
+@pytest.mark.parametrize("pairs, groups", [
+    ("{{0,1},{1,2},{2,3},{3,0}}", "{{0,1},{2,3}}"),
+    ("{{0,1}}", "{{0,1,2,3}}"),
+    ("{{-0,1},{1,0}}", "{{0,1,2},{3}}"),
+])
+def test_int_lists_after_pairs_and_groups_are_one_token(pairs, groups):
+    from xladist.hlo.lexer import INTLISTS, tokenize
+    text = _PERMUTE.replace("PAIRS", pairs).replace("GROUPS", groups)
+    kinds, texts, _ = tokenize(text)
+    assert pairs in [t for k, t in zip(kinds, texts) if k == INTLISTS]
+    spaced = _PERMUTE.replace("PAIRS", pairs.replace(",", ", ")).replace(
+        "GROUPS", groups.replace(",", ", "))
+    assert INTLISTS not in tokenize(spaced)[0]
+    got, ref = (parse_hlo(t).entry for t in (text, spaced))
+    for name, attr in (("c", "source_target_pairs"), ("ar", "replica_groups")):
+        assert got.instruction(name).attrs[attr] == ref.instruction(name).attrs[attr]
+    assert got.instruction("c").attrs["source_target_pairs"] == tuple(
+        tuple(int(x) for x in g.split(",")) for g in pairs[2:-2].split("},{"))
+
+
+@pytest.mark.parametrize("pairs, bad", [("{{0,1,2}}", "{0,1,2}"), ("{{0,1},{1}}", "{1}")])
+def test_a_pair_list_with_a_non_pair_is_an_error(pairs, bad):
+    with pytest.raises(HloParseError, match=f"expects {{source,target}} pairs, found {bad}"):
+        parse_hlo(_PERMUTE.replace("PAIRS", pairs).replace("GROUPS", "{}"))

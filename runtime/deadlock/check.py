@@ -92,7 +92,19 @@ def resolve_devices(module: Module, num_devices: int | None,
     return DeviceAssignment.default(R, P)
 
 
-def _match_collectives(traces: list[DeviceTrace], problems: list[Problem]) -> None:
+# The matching and simulation loops look at the clock every this many steps: a million
+# events take seconds at 1,024 devices, and perf_counter per step would cost ~10% of that.
+_CLOCK_EVERY = 4096
+
+
+def _over_deadline(deadline: float | None, doing) -> None:
+    """Raise OverBudget when `deadline` has passed; `doing()` builds the description."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise OverBudget(None, "", doing())
+
+
+def _match_collectives(traces: list[DeviceTrace], problems: list[Problem],
+                       deadline: float | None = None) -> None:
     """(a): pair the k-th collective of each member per device group; record problems."""
     lists: dict[tuple[int, ...], dict[int, list[Event]]] = {}
     for tr in traces:
@@ -101,11 +113,18 @@ def _match_collectives(traces: list[DeviceTrace], problems: list[Problem]) -> No
                 lists.setdefault(ev.group, {}).setdefault(tr.device, []).append(ev)
     truncated = {tr.device for tr in traces if tr.unproven is not None}
     seen_mismatch: set = set()
-    for group, per_dev in lists.items():
+    steps = 0
+    for g, (group, per_dev) in enumerate(lists.items()):
         seqs = [per_dev.get(d, []) for d in group]
         longest = max(len(s) for s in seqs)
         reported_mismatch = False
         for k in range(longest):
+            steps += len(group)
+            if steps >= _CLOCK_EVERY:
+                steps = 0
+                _over_deadline(deadline, lambda: (
+                    f"matching collectives: collective #{k + 1} of device group "
+                    f"{_group(group)} ({g + 1} of {len(lists)} groups)"))
             present = [(d, s[k]) for d, s in zip(group, seqs) if k < len(s)]
             inst = _Instance(group) if len(present) == len(group) else None
             ref = present[0][1]
@@ -137,7 +156,8 @@ def _match_collectives(traces: list[DeviceTrace], problems: list[Problem]) -> No
                 break
 
 
-def _match_channels(traces: list[DeviceTrace], problems: list[Problem]) -> None:
+def _match_channels(traces: list[DeviceTrace], problems: list[Problem],
+                    deadline: float | None = None) -> None:
     """(b): the k-th send on (channel, src, dst) pairs with the k-th recv on it."""
     sends: dict[tuple, list[Event]] = {}
     recvs: dict[tuple, list[Event]] = {}
@@ -148,9 +168,17 @@ def _match_channels(traces: list[DeviceTrace], problems: list[Problem]) -> None:
             elif ev.kind == "recv":
                 recvs.setdefault((ev.channel, ev.peer, ev.device), []).append(ev)
     truncated = {tr.device for tr in traces if tr.unproven is not None}
-    for key in list(dict.fromkeys(list(sends) + list(recvs))):
+    keys = list(dict.fromkeys(list(sends) + list(recvs)))
+    steps = 0
+    for n, key in enumerate(keys):
         channel, src, dst = key
         ss, rs = sends.get(key, []), recvs.get(key, [])
+        steps += len(ss) + 1
+        if steps >= _CLOCK_EVERY:
+            steps = 0
+            _over_deadline(deadline, lambda: (
+                f"matching channel {channel} from device {src} to device {dst} "
+                f"({n + 1} of {len(keys)} sender/receiver pairs)"))
         for s, r in zip(ss, rs):
             s.partner, r.partner = r, s
             if s.shape != r.shape:
@@ -205,7 +233,7 @@ def _wait_key(ev: Event):
     return ev.link.partner
 
 
-def _simulate(traces: list[DeviceTrace]) -> dict[int, Event]:
+def _simulate(traces: list[DeviceTrace], deadline: float | None = None) -> dict[int, Event]:
     """(c): run every device until all finish or none can move; the events devices stop at."""
     pos = {tr.device: 0 for tr in traces}
     by_dev = {tr.device: tr.events for tr in traces}
@@ -219,11 +247,19 @@ def _simulate(traces: list[DeviceTrace]) -> dict[int, Event]:
                 queued.add(d)
                 runnable.append(d)
 
+    total = sum(map(len, by_dev.values()))
+    steps = 0
     while runnable:
         d = runnable.popleft()
         queued.discard(d)
         events = by_dev[d]
         i = pos[d]
+        steps += 1
+        if steps >= _CLOCK_EVERY // 16:   # each turn runs a device up to its next wait
+            steps = 0
+            _over_deadline(deadline, lambda: (
+                f"simulating all devices together (device {d} at event {i + 1} of "
+                f"{len(events)}; {sum(pos.values()):,} of {total:,} events run)"))
         while i < len(events):
             ev = events[i]
             k = ev.kind
@@ -498,9 +534,9 @@ class _Choices:
 
 def _over_budget(e: OverBudget, budget: float, strict: bool) -> Problem:
     return Problem(
-        "unproven", f"cannot prove within the budget of {budget:g} s: the check was tracing "
-        f"device {e.device} at {e.where} (--check-budget raises it)", [e.device], [],
-        severity="error" if strict else "warning")
+        "unproven", f"cannot prove within the budget of {budget:g} s: the check was "
+        f"{e.doing} (--check-budget raises it)", [] if e.device is None else [e.device], [],
+        severity="error" if strict else "warning", budget=True)
 
 
 def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=False,
@@ -527,9 +563,9 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
                 [tr.device], [event_ref(None, instr, ctx)],
                 severity="error" if strict else "warning"))
     _merge_unproven(problems)
-    _match_collectives(traces, problems)
-    _match_channels(traces, problems)
-    stuck = _simulate(traces)
+    _match_collectives(traces, problems, deadline)
+    _match_channels(traces, problems, deadline)
+    stuck = _simulate(traces, deadline)
     _cycles(stuck, traces, problems)
     return traces, problems
 

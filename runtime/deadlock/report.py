@@ -37,7 +37,7 @@ class Problem:
     KINDS = ("deadlock", "mismatch", "unmatched", "unproven")
 
     def __init__(self, kind: str, message: str, devices, instructions, *, detail=None,
-                 severity: str = "error", field: str | None = None):
+                 severity: str = "error", field: str | None = None, budget: bool = False):
         assert kind in self.KINDS, kind
         self.kind = kind
         self.message = message
@@ -46,6 +46,7 @@ class Problem:
         self.detail = list(detail or [])
         self.severity = severity
         self.field = field  # mismatch: the first field the devices disagree on
+        self.budget = budget  # unproven because the check's time budget ran out
 
     def to_text(self) -> str:
         label = self.kind if self.severity == "error" else f"{self.kind} (warning)"
@@ -143,8 +144,10 @@ class Report:
             head += f"proven deadlock-free ({total} communication events simulated)"
             return head
         if self.ok:
+            why = sorted({"the check's time budget ran out" if p.budget
+                          else "control depends on data" for p in self.warnings})
             head += (f"no deadlock found, but {len(self.warnings)} part(s) could not be proven "
-                     "(control depends on data)")
+                     f"({'; '.join(why)})")
         else:
             head += f"{len(self.errors)} problem(s) found"
         return "\n".join([head] + [p.to_text() for p in self.problems])

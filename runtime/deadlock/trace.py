@@ -250,11 +250,14 @@ class ModuleFacts:
 
 
 class OverBudget(Exception):
-    """The check's time budget ran out while this device was being traced at `where`."""
+    """The check's time budget ran out; `doing` says what the check was working on
+    ("tracing device 3 at while.2 ...", "matching collectives ..."), `device` the device
+    it was on, if one."""
 
-    def __init__(self, device: int, where: str):
+    def __init__(self, device: int | None, where: str, doing: str | None = None):
         super().__init__(where)
         self.device, self.where = device, where
+        self.doing = doing or f"tracing device {device} at {where}"
 
 
 class _Unproven(Exception):

@@ -8,7 +8,10 @@ expression, so comments may sit anywhere between tokens.
 Besides XLA's token classes, two composite tokens exist purely for speed, since
 they make up most of a real module's text:
   SHAPE    an array shape with an optional plain layout, `f32[4,2]{1,0}`;
-  INTLIST  a brace list of integers without spaces, `{1,0}`.
+  INTLIST  a brace list of integers without spaces, `{1,0}`;
+  INTLISTS a brace list of such lists, `{{0,1},{1,2}}`, only right after
+           `source_target_pairs=` or `replica_groups=`: over thousands of devices these
+           are millions of tokens otherwise (the parser's v_intss splits the text).
 Anything that does not fit them (spaces inside, layout extras such as
 `{1,0:T(8,128)}`) is lexed piece by piece and handled by the parser's general path.
 """
@@ -36,13 +39,15 @@ PAD = 10        # 0_1x2_2, 1_1_0
 INTLIST = 11    # {1,0}
 INT = 12        # 42, -1
 STRING = 13     # "..." or '...' (text keeps the quotes and escapes)
-PUNCT = 14      # { } ( ) [ ] , = : -> <= ...
-OTHER = 15      # any other single character (# * + ~ < > @ ...), legal only in raw text
+INTLISTS = 14   # {{0,1},{1,2}} right after source_target_pairs= or replica_groups=
+PUNCT = 15      # { } ( ) [ ] , = : -> <= ...
+OTHER = 16      # any other single character (# * + ~ < > @ ...), legal only in raw text
 
 KIND_NAMES = {EOF: "end of input", SHAPE: "shape", NAME: "name", ATTR: "attribute name",
               LABEL: "parameter name", DIMLABELS: "dim labels", SPECIAL: "float value",
               IDENT: "identifier", FLOAT: "float", DXD: "window sizes", PAD: "padding",
-              INTLIST: "integer list", INT: "integer", STRING: "string", PUNCT: "punctuation",
+              INTLIST: "integer list", INT: "integer", STRING: "string",
+              INTLISTS: "list of integer lists", PUNCT: "punctuation",
               OTHER: "character"}
 
 _ID = r"[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*"
@@ -51,6 +56,11 @@ _TYPES = "|".join(sorted(PRIMITIVE_TYPES, key=len, reverse=True))
 # ending in `// done` would backtrack into a token 'e').
 _SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)*+"
 
+# STRING is written "unrolled" (runs of plain characters between escapes) because
+# sre steps a repeated alternation `(?:[^"\\]|\\.)*` one character at a time and saves
+# backtracking state per step: ~140 ns a character and more on big inputs, which made
+# the 200 KB `_xla_send_recv_source_target_pairs="{{0,1},...}"` strings of a
+# 16,384-device module most of its tokenizing time. A single-class run is ~6 ns a character.
 # Group order = token kind number; alternatives are tried left to right, so the
 # more specific patterns (shape, name=, dim labels, special floats) come first.
 _MASTER = re.compile(
@@ -67,12 +77,14 @@ _MASTER = re.compile(
     r"|(-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*)"                 # 10 PAD
     r"|(\{-?\d+(?:,-?\d+)*\})"                                               # 11 INTLIST
     r"|(-?\d+)"                                                              # 12 INT
-    r"|(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')"                             # 13 STRING
-    r"|(->|<=|\.\.\.|[{}()\[\],=:])"                                         # 14 PUNCT
-    r"|(\S)"                                                                 # 15 OTHER
+    r"|(\"[^\"\\]*(?:\\.[^\"\\]*)*\"|'[^'\\]*(?:\\.[^'\\]*)*')"              # 13 STRING
+    r"|(?:(?<=source_target_pairs=)|(?<=replica_groups=))"
+    r"(\{\{-?\d+(?:,-?\d+)*\}(?:,\{-?\d+(?:,-?\d+)*\})*\})"                     # 14 INTLISTS
+    r"|(->|<=|\.\.\.|[{}()\[\],=:])"                                         # 15 PUNCT
+    r"|(\S)"                                                                 # 16 OTHER
     r"|(\Z))",       # end of text: only whitespace/comments left; stops the scan
     re.S)
-_END_GROUP = 16
+_END_GROUP = 17
 
 
 class LineIndex:
