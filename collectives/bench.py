@@ -101,7 +101,7 @@ def rank_env() -> dict[str, str]:
     return {**RANK_ENV, _CHILD_FLAG: "1"}
 
 
-def _relaunch(args, argv) -> int:
+def _relaunch(args, argv, module: str = "collectives.bench") -> int:
     """`python -m collectives.bench` outside MPI: the same command under mpiexec.
     (`xladist bench collectives` launches through runtime/launcher.py instead.)"""
     from xladist.errors import XlaDistError
@@ -116,7 +116,7 @@ def _relaunch(args, argv) -> int:
     except XlaDistError as e:
         print(f"xladist bench: error: {e}", file=sys.stderr)
         return 2
-    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "collectives.bench", *argv]
+    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", module, *argv]
     return subprocess.call(cmd, env=env)
 
 
