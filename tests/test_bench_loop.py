@@ -42,3 +42,14 @@ def test_in_loop_bench_refuses_bad_options():
 
     assert main(["--in-loop", "--reducer", "min"]) == 2
     assert main(["--in-loop", "--iters", "1"]) == 2
+
+
+def test_vs_jax_distributed_says_so_and_exits_0_without_jax(tmp_path):
+    # A `jax` that fails to import stands in for jax not being installed.
+    (tmp_path / "jax.py").write_text("raise ImportError('no jax here')\n")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks",
+                                                        "vs_jax_distributed.py")],
+                          env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "jax is not installed" in proc.stdout
