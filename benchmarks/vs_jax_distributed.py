@@ -31,7 +31,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 2
 SIZES = (8, 64 << 10, 4 << 20)
-MLP = dict(batch=16, d_in=8, hidden=16, d_out=2, lr=0.1)
+MLP = {"batch": 16, "d_in": 8, "hidden": 16, "d_out": 2, "lr": 0.1}
 
 
 def _k_for(nbytes: int, quick: bool) -> int:
@@ -108,8 +108,8 @@ def jax_worker(rank: int, port: int, quick: bool, rounds: int) -> None:
     import jax
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=N, process_id=rank)
-    from jax.sharding import Mesh, NamedSharding
     from jax.experimental import multihost_utils
+    from jax.sharding import Mesh, NamedSharding
 
     mesh = Mesh(np.array(jax.devices()), ("d",))
     results = {}
@@ -123,7 +123,7 @@ def jax_worker(rank: int, port: int, quick: bool, rounds: int) -> None:
                   for t in (1, k)}
             jax.block_until_ready(f(*glob, ks[1]))  # compile
 
-            def run(t):
+            def run(t, f=f, glob=glob, ks=ks):
                 multihost_utils.sync_global_devices("t")
                 t0 = time.perf_counter()
                 jax.block_until_ready(f(*glob, ks[t]))
@@ -247,7 +247,7 @@ def main(argv: list[str]) -> int:
     print(f"# xladist run vs jax.distributed (gloo), {N} processes on {os.cpu_count()} cores; "
           f"load average {load0[0]:.2f} -> {load1[0]:.2f}; per iteration "
           f"(T(K) - T(1)) / (K - 1), slowest process, best of {rounds}")
-    print(f"| program | K | xladist (us) | jax.distributed (us) | jax / xladist |")
+    print("| program | K | xladist (us) | jax.distributed (us) | jax / xladist |")
     print("|---|---|---|---|---|")
     for name, (_, _, k) in table.items():
         x, j = xla[name], jx[name]

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-__all__ = ["main", "loop_module"]
+__all__ = ["loop_module", "main"]
 
 DEFAULT_SIZES = "8,512,8K,64K,512K,4M"
 REDUCERS = ("sum", "max")
@@ -145,7 +145,7 @@ def _run(args) -> int:
             want = xs.sum(0) if reducer == "sum" else xs.max(0)
             timing_x = np.zeros((n, count), np.float32) if reducer == "sum" else xs
 
-            def xla(trips, x=timing_x):
+            def xla(trips, x=timing_x, module=module):
                 comm.Barrier()
                 t0 = time.perf_counter()
                 outs = xladist.run(module, [x, np.full(n, trips, np.int32)], n=n,
@@ -156,7 +156,7 @@ def _run(args) -> int:
             sbuf = timing_x[rank].copy()
             rbuf = np.empty_like(sbuf)
 
-            def raw(trips):
+            def raw(trips, sbuf=sbuf, rbuf=rbuf, mpi_op=mpi_op):
                 allreduce = comm.Allreduce
                 comm.Barrier()
                 t0 = time.perf_counter()
@@ -189,19 +189,8 @@ def _run(args) -> int:
 
 
 def main(argv: list[str] | None = None, relaunch=None) -> int:
-    from collectives.bench import _relaunch, _under_mpi
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
-    problem = _check(args)
-    if problem:
-        print(f"xladist bench: error: {problem}", file=sys.stderr)
-        return 2
-    if not _under_mpi():
-        return (relaunch or _relaunch)(args, argv, module="runtime.bench_loop")
-    from collectives import deadline
-    with deadline.abort_on_exception(traceback=True):
-        return _run(args)
+    from collectives.bench import bench_main
+    return bench_main(argv, relaunch, _parser, _check, _run, "runtime.bench_loop")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     if args.what == "collectives" and "--in-loop" in args.options:
         from runtime.bench_loop import main
-        return main(list(args.options),
-                    relaunch=lambda a, argv, module: _launch(a, argv, module))
+        return main(list(args.options), relaunch=_launch)
     if args.what == "collectives":
         from collectives.bench import main
         return main(list(args.options), relaunch=_launch)
