@@ -23,7 +23,7 @@ from .communicator import Communicator
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
                         user_op_ok)
 
-__all__ = ["all_reduce", "all_reduce_start"]
+__all__ = ["all_reduce", "all_reduce_bound", "all_reduce_start"]
 
 _PLANS: dict[tuple[Reducer, np.dtype, bool], tuple[str | Reducer, np.dtype, bool] | None] = {}
 
@@ -72,6 +72,26 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
     if canon:
         canonicalize_nan(out)  # MPI's builtin float sum/prod: NaN bits may differ by rank
     return out
+
+
+def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str):
+    """``f(send, recv)`` doing :func:`all_reduce` on flat contiguous byte buffers holding
+    ``dtype`` elements, into ``recv``, with the plan decided now; None where only the
+    generic path (or no MPI call at all) fits. For collectives repeated in loops."""
+    dtype = np.dtype(dtype)
+    bind = getattr(comm, "bound_allreduce", None)
+    plan = _plan(reducer, dtype, comm.size) if comm.size > 1 else None
+    if bind is None or plan is None:
+        return None
+    op, wire, canon = plan
+    call = bind(op, wire, label)
+    if call is None or not canon:
+        return call
+
+    def canonical(send, recv):
+        call(send, recv)
+        canonicalize_nan(recv.view(dtype))  # as all_reduce: NaN bits may differ by rank
+    return canonical
 
 
 def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,

@@ -101,7 +101,7 @@ def rank_env() -> dict[str, str]:
     return {**RANK_ENV, _CHILD_FLAG: "1"}
 
 
-def _relaunch(args, argv) -> int:
+def _relaunch(args, argv, module: str = "collectives.bench") -> int:
     """`python -m collectives.bench` outside MPI: the same command under mpiexec.
     (`xladist bench collectives` launches through runtime/launcher.py instead.)"""
     from xladist.errors import XlaDistError
@@ -116,7 +116,7 @@ def _relaunch(args, argv) -> int:
     except XlaDistError as e:
         print(f"xladist bench: error: {e}", file=sys.stderr)
         return 2
-    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "collectives.bench", *argv]
+    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", module, *argv]
     return subprocess.call(cmd, env=env)
 
 
@@ -411,20 +411,26 @@ def _check(args) -> str | None:
 
 
 def main(argv: list[str] | None = None, relaunch=None) -> int:
-    """Run the benchmark; outside MPI `relaunch(args, argv)` (default: under mpiexec here)
-    starts the ranks and returns the job's exit code."""
+    """Run the benchmark; outside MPI `relaunch(args, argv, module=...)` (default: under
+    mpiexec here) starts the ranks and returns the job's exit code."""
+    return bench_main(argv, relaunch, _parser, _check, _run, "collectives.bench")
+
+
+def bench_main(argv, relaunch, parser, check, run, module: str) -> int:
+    """Every benchmark's entry: parse, check the options before any rank starts, then
+    either start the ranks (`python -m module` under mpiexec) or, in a rank, run."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
-    problem = _check(args)
+    args = parser().parse_args(argv)
+    problem = check(args)
     if problem:
         print(f"xladist bench: error: {problem}", file=sys.stderr)
         return 2
     if not _under_mpi():
-        return (relaunch or _relaunch)(args, argv)
+        return (relaunch or _relaunch)(args, argv, module=module)
     from . import deadline
 
     with deadline.abort_on_exception(traceback=True):
-        return _run(args)
+        return run(args)
 
 
 if __name__ == "__main__":

@@ -308,6 +308,32 @@ class MpiCommunicator(Communicator):
         finally:
             self._wd.end(token)
 
+    def bound_allreduce(self, op, dtype: np.dtype, label: str):
+        """``f(send, recv)``: MPI_Allreduce of two flat contiguous buffers of the same bytes
+        (any view, e.g. uint8) as ``dtype`` elements, with everything but the call decided
+        now -- for all-reduces repeated in loops (runtime/mpi_context.py); None when MPI has
+        no predefined datatype for ``dtype``. The wait keeps its deadline: the same watchdog
+        begin/end as every blocking call."""
+        MPI = _mpi()
+        if type(op) is str:
+            # The predefined datatype: builtin ops refuse a derived (dup'ed) one.
+            mop, dt, check = _MPI_OPS[op], MPI._typedict.get(np.dtype(dtype).char), None
+            if dt is None:
+                return None
+        else:
+            (mop, dt), check = _user_op(MPI, op, np.dtype(dtype)), _raise_pending
+        call, wd = self.comm.Allreduce, self._wd
+
+        def allreduce(send, recv):
+            token = wd.begin(label, self)
+            try:
+                call([send, dt], [recv, dt], mop)
+                if check is not None:
+                    check(label)
+            finally:
+                wd.end(token)
+        return allreduce
+
     def _ireduce(self, call, send, recv, op, label):
         if type(op) is str:
             return _MpiRequest([call(send, recv, _MPI_OPS[op])], label, self, (send, recv))

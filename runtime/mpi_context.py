@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectives.all_gather import all_gather, all_gather_start
-from collectives.all_reduce import all_reduce, all_reduce_start
+from collectives.all_reduce import all_reduce, all_reduce_bound, all_reduce_start
 from collectives.all_to_all import all_to_all, all_to_all_start
 from collectives.broadcast import collective_broadcast, collective_broadcast_start
 from collectives.communicator import Communicator, CommunicatorCache
@@ -177,6 +177,35 @@ class MpiDeviceContext(DeviceContext):
     # ---- DeviceContext ---------------------------------------------------------------
     def collective(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=False)
+
+    def bound_collective(self, instr, reducer=None):
+        """``f(operand_bytes) -> result_bytes`` for an all-reduce of one array whose operand
+        and result share a layout, with its communicator, MPI op and datatype bound once;
+        None for every other collective (those go through `collective`). The cpu backend
+        binds this on a collective's first run (compiler/devices.py), so a loop pays one
+        MPI call and a result allocation per iteration instead of the generic dispatch."""
+        if instr.opcode != "all-reduce" or len(instr.operands) != 1:
+            return None
+        src, dst = instr.operands[0].shape, instr.shape
+        if not (src.is_array and dst.is_array) or any(dst.dynamic) or any(src.dynamic) or \
+                src.to_text() != dst.to_text() or src.size == 0:
+            return None
+        plan = self.plans.get(instr)
+        if plan is None or plan.comm is None:
+            return None
+        red = self._reducer(plan, reducer)
+        call = all_reduce_bound(plan.comm, red, dst.dtype, plan.label)
+        if call is None:
+            return None
+        nbytes = dst.size * dst.dtype.itemsize
+        result = plan.comm.result
+        shape, u8 = (nbytes,), np.dtype(np.uint8)
+
+        def run(src_bytes):
+            out = result(shape, u8)  # recycled when large and free (Communicator.result)
+            call(src_bytes, out)
+            return out
+        return run
 
     def collective_start(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=True)

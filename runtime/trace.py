@@ -249,6 +249,9 @@ class TracedDevice:
         self._tracer = tracer
         self.tracer = tracer if tracer.record else None
 
+    # Collectives bound once for loops skip `collective` and so the timeline: not here.
+    bound_collective = None
+
     def __getattr__(self, name):
         return getattr(self._inner, name)
 

@@ -17,6 +17,7 @@ EPILOG = """\
 examples:
   xladist bench collectives -n 2                      all ops, 8 B to 64 MiB
   xladist bench collectives -n 2 --sizes 8,1M,16M --ops all-reduce,all-gather
+  xladist bench collectives -n 2 --in-loop            an all-reduce in a compiled while loop
   xladist bench collectives --help                    every option of the collectives table
 """
 
@@ -29,17 +30,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    if args.what == "collectives" and "--in-loop" in args.options:
+        from runtime.bench_loop import main
+        return main(list(args.options), relaunch=_launch)
     if args.what == "collectives":
         from collectives.bench import main
         return main(list(args.options), relaunch=_launch)
     raise InputError(f"unknown benchmark {args.what!r}")
 
 
-def _launch(bench_args, argv: list[str]) -> int:
+def _launch(bench_args, argv: list[str], module: str = "collectives.bench") -> int:
     """The benchmark's ranks, started like every other job (runtime/launcher.py: the same
     mpiexec, a process group that Ctrl-C or a timeout stops as a whole)."""
     from collectives.bench import rank_env
     from runtime import launcher
-    proc = launcher.launch(bench_args.ranks, ["-m", "collectives.bench", *argv],
+    proc = launcher.launch(bench_args.ranks, ["-m", module, *argv],
                            env=rank_env(), mpiexec=bench_args.mpiexec)
     return proc.returncode

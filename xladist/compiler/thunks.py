@@ -72,19 +72,24 @@ class RunState:
 class Frame:
     """One run of one computation: the buffer of every slot and its address."""
 
-    __slots__ = ("addrs", "bufs", "comp", "device", "pending", "rs")
+    __slots__ = ("addrs", "bufs", "comp", "device", "need", "pending", "rs")
 
-    def __init__(self, comp, bufs, addrs, rs: RunState):
+    def __init__(self, comp, bufs, addrs, rs: RunState, need=None):
         self.comp = comp
         self.bufs = bufs
         self.addrs = addrs
         self.rs = rs
         self.device = rs.device
         self.pending = rs.pending
+        # Slot ids whose address a kernel reads (None: all). An address costs ~1 us; a
+        # while loop's body would otherwise take several per iteration for nothing.
+        self.need = need
 
     def set(self, slot: Slot, array: np.ndarray) -> None:
         self.bufs[slot.id] = array
-        self.addrs[slot.id] = address(array)
+        need = self.need
+        if need is None or slot.id in need:
+            self.addrs[slot.id] = address(array)
 
     def view(self, slot: Slot | None):
         """The logical array of a slot (None for tokens)."""
@@ -297,6 +302,10 @@ class CompiledComputation:
             elif s.kind == "out":
                 self._out_slots.append(s)
         self._template = (bufs, addrs)
+        # Only kernels read addresses (KernelThunk.ids); other thunks read frame.bufs.
+        self._need = frozenset(i for t in self.thunks for i in getattr(t, "ids", ()))
+        self._param_addr = [(k, s.id) for k, s in enumerate(self.param_slots)
+                            if s is not None and s.id in self._need]
         self._out_pool = {}
         self._param_ids = [s.id if s is not None else None for s in self.param_slots]
         self._root_ids = [s.id if s is not None else None for s in self.root_slots]
@@ -324,10 +333,14 @@ class CompiledComputation:
             self._prepare()
         bufs, addrs = self._template
         bufs, addrs = list(bufs), list(addrs)
-        frame = Frame(self, bufs, addrs, rs)
+        need = self._need
+        frame = Frame(self, bufs, addrs, rs, need)
         for sid, value in zip(self._param_ids, leaves):
             if sid is not None and value is not None:
                 bufs[sid] = value
+        for k, sid in self._param_addr:
+            value = leaves[k]
+            if value is not None:
                 addrs[sid] = address(value)
         pool = self._out_pool
         for s in self._out_slots:
@@ -339,7 +352,8 @@ class CompiledComputation:
                 a = np.empty(s.nbytes, dtype=np.uint8)
                 pool[s.id] = a
             bufs[s.id] = a
-            addrs[s.id] = address(a)
+            if s.id in need:
+                addrs[s.id] = address(a)
         tracer = rs.tracer
         t = None
         try:
