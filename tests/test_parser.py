@@ -605,3 +605,24 @@ def test_int_lists_after_pairs_and_groups_are_one_token(pairs, groups):
 def test_a_pair_list_with_a_non_pair_is_an_error(pairs, bad):
     with pytest.raises(HloParseError, match=f"expects {{source,target}} pairs, found {bad}"):
         parse_hlo(_PERMUTE.replace("PAIRS", pairs).replace("GROUPS", "{}"))
+
+
+def test_unquoted_pairs_in_frontend_attributes_parse_and_print_back():
+    """XLA prints `_xla_send_recv_source_target_pairs={{0,1},{1,2}}` unquoted inside
+    frontend_attributes; after `source_target_pairs=` the lexer makes that one INTLISTS
+    token, which the frontend-attributes reader takes as the value's text."""
+    text = """HloModule m, replica_count=2
+ENTRY %e (p: f32[2]) -> f32[2] {
+  %p = f32[2]{0} parameter(0)
+  %t = token[] after-all()
+  %s = (f32[2]{0}, u32[], token[]) send(%p, %t), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs={{0,1},{1,0}}}
+  %sd = token[] send-done(%s), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs={{0,1},{1,0}}}
+  %r = (f32[2]{0}, u32[], token[]) recv(%t), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs={{0,1},{1,0}}}
+  %rd = (f32[2]{0}, token[]) recv-done(%r), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs={{0,1},{1,0}}}
+  ROOT %g = f32[2]{0} get-tuple-element(%rd), index=0
+}"""
+    module = parse_hlo(text)
+    send = module.entry.instruction("s")
+    assert send.frontend_attributes["_xla_send_recv_source_target_pairs"] == "{{0,1},{1,0}}"
+    assert "_xla_send_recv_source_target_pairs={{0,1},{1,0}}" in module.to_text()
+    assert parse_hlo(module.to_text()).to_text() == module.to_text()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..errors import HloParseError
 from .attrs import RawAttr
 from .ir import Computation, Instruction, Module
-from .lexer import ATTR, EOF, IDENT, INT, LABEL, NAME, PUNCT, SHAPE, STRING
+from .lexer import ATTR, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
 from .opcodes import ASYNC_SUGAR_SUFFIXES, COMMON_ATTRS, OPCODES
 from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
@@ -444,6 +444,9 @@ class _Parser(TokenCursor):
                 self.i += 1
                 if self.K[self.i] == STRING:
                     out[key] = self.v_string(what)
+                elif self.K[self.i] == INTLISTS:  # unquoted _xla_send_recv_source_target_pairs
+                    out[key] = self.V[self.i]
+                    self.i += 1
                 elif self.at("{"):
                     start = self.i
                     self.skip_balanced()
