@@ -4,11 +4,13 @@ conditionals, variadic reduce, sort, gather, and an infeed/outfeed training loop
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import xladist
 from xladist.builder import XlaBuilder
+from xladist.hlo.shape import PRIMITIVE_TYPES
 from xladist.examples.train_mlp import loss_and_grads as mlp_loss_and_grads
 
 from .test_builder import check_text
@@ -221,3 +223,30 @@ def test_reduce_window_same_padding_matches_jax():
     m = b.build(b.reduce_window(x, -np.inf, "max", (3, 2), (2, 2), "SAME"))
     want = lax.reduce_window(x0, -np.inf, lax.max, (3, 2), (2, 2), "SAME")
     np.testing.assert_array_equal(run(m, x0)[0], np.asarray(want))
+
+
+REAL_TYPES = [t for t in PRIMITIVE_TYPES.values()
+              if t.kind in ("pred", "sint", "uint", "float")]
+
+
+@pytest.mark.parametrize("t", REAL_TYPES, ids=str)
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_reduce_max_min_identity_for_every_type(kind, t):
+    """reduce_max/min pick an init that is the identity for every real type: s1-u4 too
+    (ml_dtypes.iinfo), and floats without inf (f8e4m3fn, fnuz, f4e2m1fn) where -inf would
+    convert to NaN and poison the result. numpy on the same values is the reference."""
+    rng = np.random.default_rng(7)
+    if t.kind == "pred":
+        x = rng.integers(0, 2, (3, 4)).astype(bool)
+    elif t.is_float:
+        info = ml_dtypes.finfo(t.dtype)
+        x = rng.uniform(float(info.min) / 2, float(info.max) / 2, (3, 4)).astype(t.dtype)
+    else:
+        info = ml_dtypes.iinfo(t.dtype)
+        x = rng.integers(int(info.min), min(int(info.max), 2**62) + 1, (3, 4)).astype(t.dtype)
+    b = XlaBuilder(f"reduce_{kind}_{t}")
+    p = b.parameter(0, (t.name, (3, 4)))
+    getattr(b, f"reduce_{kind}")(p, [1])
+    got = run(b.build(), x)[0]
+    want = x.max(axis=1) if kind == "max" else x.min(axis=1)
+    np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))

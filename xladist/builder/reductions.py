@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import ml_dtypes
 import numpy as np
 
 from ..hlo.attrs import Window, WindowDim
@@ -27,23 +28,32 @@ REDUCER_KINDS = {
 
 
 def _all_ones(t: PrimitiveType):
-    return np.iinfo(t.dtype).max if t.kind == "uint" else -1
+    return ml_dtypes.iinfo(t.dtype).max if t.kind == "uint" else -1
 
 
 def _lowest(t: PrimitiveType):
-    if t.kind == "pred":
-        return False
-    if t.is_float:
-        return -np.inf
-    return np.iinfo(t.dtype).min
+    return _extreme(t, highest=False)
 
 
 def _highest(t: PrimitiveType):
+    return _extreme(t, highest=True)
+
+
+def _extreme(t: PrimitiveType, highest: bool):
+    """The identity of max (lowest value) or min (highest value), as jax picks it: +-inf
+    for floats that have it, else the largest finite (f8e4m3fn, the fnuz types, f4e2m1fn:
+    inf would convert to NaN or saturate there); ml_dtypes.iinfo also knows s1-u4."""
     if t.kind == "pred":
-        return True
+        return highest
     if t.is_float:
-        return np.inf
-    return np.iinfo(t.dtype).max
+        with np.errstate(invalid="ignore", over="ignore"):
+            has_inf = np.isinf(np.float32(np.inf).astype(t.dtype).astype(np.float32))
+        if has_inf:
+            return np.inf if highest else -np.inf
+        info = ml_dtypes.finfo(t.dtype)
+        return info.max if highest else info.min
+    info = ml_dtypes.iinfo(t.dtype)
+    return info.max if highest else info.min
 
 
 def _ints(values) -> tuple[int, ...]:

@@ -250,7 +250,28 @@ def _float_strings(ptype: PrimitiveType, flat: np.ndarray) -> list[str]:
         raws = flat.view(uint).tolist()
     else:
         raws = [0] * len(values)
-    return [fmt(v, r) for v, r in zip(values, raws)]
+    strs = [fmt(v, r) for v, r in zip(values, raws)]
+    if ptype.name not in ("f32", "f64") and uint is not None:
+        _widen_non_round_trips(flat, strs, uint)
+    return strs
+
+
+def _widen_non_round_trips(flat: np.ndarray, strs: list[str], uint) -> None:
+    """Reprint, with more digits, the elements whose text does not parse back (as
+    _float_array converts: through float64) to the same bits.  max_digits10 is enough
+    for correctly rounding conversions, but ml_dtypes rounds some values near a narrow
+    type's smallest exponent up (f8e8m0fnu: 2**-127 printed as 5.9e-39 would come back
+    as 2**-126)."""
+    with np.errstate(all="ignore"):
+        back = np.array([float(t.partition("(")[0]) for t in strs]).astype(flat.dtype)
+    want = flat.view(uint)
+    differ = (back.view(uint) != want) & ~np.isnan(flat.astype(np.float32))
+    for j in np.flatnonzero(differ).tolist():
+        v = float(flat[j].astype(np.float64))
+        for spec in ("%.9g", "%.17g"):
+            strs[j] = spec % v
+            if np.float64(float(strs[j])).astype(flat.dtype).view(uint) == want[j]:
+                break
 
 
 def format_array_text(strs: list[str], dims: tuple[int, ...]) -> str:
