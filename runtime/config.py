@@ -132,6 +132,8 @@ def _check(key: str, value, file: Path):
         raise ConfigError(f"{file}: key {key!r} must be {_TYPE_NAMES[t]}, got "
                           f"{_toml_type(value)} {value!r}")
     if t == "path":
+        if spec.file == "program" and "/" not in value:
+            return value  # a bare name is looked up on PATH, as on the command line
         return str((file.parent / value).resolve()) if value else value
     if t == "float":
         return float(value)

@@ -223,11 +223,28 @@ def test_train_mlp_config_with_feeds_overridden(tmp_path):
 
 
 def test_mpiexec_from_config_is_checked_before_launch(tmp_path):
+    """A relative path (with a slash) resolves against the config's folder; a bare name is
+    a program looked up on PATH, as --mpiexec NAME is on the command line."""
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+    head = f'module = "{case}/module.hlo"\ninputs = "{case}/inputs.npz"\nranks = 2\n'
+    for value, shown in (("bin/no-such-launcher", tmp_path / "bin" / "no-such-launcher"),
+                         ("no-such-launcher", "no-such-launcher")):
+        path = _write(tmp_path, head + f'mpiexec = "{value}"\n')
+        proc = _xladist("run", "--config", str(path))
+        assert proc.returncode == 2, proc.stderr
+        assert f"--mpiexec {shown}: not an executable program" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_mpiexec_from_config_by_name_is_found_on_path(tmp_path):
+    from collectives.mpiexec import find_mpiexec
+    launcher = find_mpiexec(None, "mpiexec")
     case = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
     path = _write(tmp_path, f'module = "{case}/module.hlo"\ninputs = "{case}/inputs.npz"\n'
-                            f'ranks = 2\nmpiexec = "no-such-launcher"\n')
-    proc = _xladist("run", "--config", str(path))
-    assert proc.returncode == 2, proc.stderr
-    assert f"--mpiexec {tmp_path / 'no-such-launcher'}: not an executable program" \
-        in proc.stderr
-    assert "Traceback" not in proc.stderr
+                            f'ranks = 2\nmpiexec = "{Path(launcher).name}"\n'
+                            f'outputs = "out.npz"\n')
+    env_path = f"{Path(launcher).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    proc = xladist_cli("run", "--config", str(path), cwd=tmp_path, timeout=120,
+                       XLADIST_PROGRESS="off", PATH=env_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.npz").exists()
