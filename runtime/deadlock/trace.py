@@ -303,14 +303,17 @@ def _needs_values(comp: Computation, seen=None) -> bool:
 class _Tracer:
     def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int,
                  choose=None, induction: bool = True, deadline: float | None = None,
-                 symbolic: bool = False):
+                 symbolic: bool = False, ids=None):
         self.facts = facts
         self.schedule = schedule
         self.trace = trace
         self.device = trace.device
         self.folder = Folder(None if symbolic else trace.replica,
                              None if symbolic else trace.partition,
-                             self.uniform_key if choose is not None else None)
+                             self.uniform_key if choose is not None else None, ids)
+        # classes.py: the class of devices this trace stands for; it raises Split where the
+        # members would take different paths (a decision, a group or channel end).
+        self.ids = ids
         self.max_unroll = max_unroll
         # (key, number of branches) -> the branch every device with that key takes, for a
         # conditional whose index is unknown but keyed (check.py enumerates the choices).
@@ -333,6 +336,8 @@ class _Tracer:
         group = member.get(self.device)
         if group is None:
             return None
+        if self.ids is not None and not self.ids.same_group(member):
+            return None  # each group may see another value: control on it is unproven here
         runs = self.runs.get(instr, 0)
         return ("all-reduce", id(instr), group, runs)
 
@@ -364,6 +369,8 @@ class _Tracer:
        "collective-broadcast", "collective-permute")
 def _sync(t: _Tracer, instr, frame, ctx):
     member, sig = t.facts.collective(instr)
+    if t.ids is not None:
+        t.ids.present(member)
     group = member.get(t.device)
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
@@ -374,6 +381,8 @@ def _sync(t: _Tracer, instr, frame, ctx):
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
 def _start(t: _Tracer, instr, frame, ctx, op=None):
     member, sig = t.facts.collective(instr, op)
+    if t.ids is not None:
+        t.ids.present(member)
     group = member.get(t.device)
     ev = None
     if group is not None:
@@ -421,6 +430,8 @@ def _channel_queue(t: _Tracer, instr: Instruction, op: str) -> deque:
 def _issue(t: _Tracer, instr, frame, ctx):
     to_target, to_source = t.facts.peers(instr)
     is_send = instr.opcode == "send"
+    if t.ids is not None:
+        t.ids.present(to_target if is_send else to_source)
     peer = (to_target if is_send else to_source).get(t.device)
     queue = _channel_queue(t, instr, instr.opcode)
     if peer is None:
@@ -457,6 +468,8 @@ def _call(t: _Tracer, instr, frame, ctx):
 @_rule("conditional")
 def _conditional(t: _Tracer, instr, frame, ctx):
     index = t.folder.eval(instr.operands[0], frame)
+    if t.ids is not None:
+        t.ids.settle(index)
     if isinstance(index, Unknown):
         if index.key is None or t.choose is None:
             raise _Unproven(instr, "its branch contains collectives or channels and is chosen "
@@ -490,6 +503,8 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
         indices = control_slice(cond, body)
         if indices is None:
             return None
+        if t.ids is not None and isinstance(state, tuple):
+            t.ids.settle(*(state[j] for j in indices if j < len(state)))
         n = closed_form_trip_count(cond, body, state)
         if n is None:
             key = slice_key(state, indices)
@@ -555,6 +570,8 @@ def _while(t: _Tracer, instr, frame, ctx):
                 t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
             if n is None:
                 go = folder.eval(cond.root, cframe)
+                if t.ids is not None:
+                    t.ids.settle(go)
                 if isinstance(go, Unknown):
                     raise _Unproven(instr, "its body contains collectives or channels and its "
                                     f"trip count depends on data: {go.describe()}", ctx)
@@ -578,16 +595,19 @@ def _while(t: _Tracer, instr, frame, ctx):
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
                  max_unroll: int = DEFAULT_MAX_UNROLL, choose=None, induction: bool = True,
-                 deadline: float | None = None, symbolic: bool = False) -> DeviceTrace:
+                 deadline: float | None = None, symbolic: bool = False,
+                 ids=None) -> DeviceTrace:
     """The ordered communication events of `device` running the module's entry computation.
 
     `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
     same on every device with that key; without it such a conditional stops the trace.
     `symbolic`: replica-id and partition-id fold to unknowns, so a trace that completes is
-    every device's instruction sequence (symmetry.py); groups and peers are `device`'s."""
+    every device's instruction sequence (symmetry.py); groups and peers are `device`'s.
+    `ids` (with symbolic): the class of devices `device` stands for (classes.py)."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
-    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic)
+    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic,
+                     ids)
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:
