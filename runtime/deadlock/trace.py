@@ -179,6 +179,20 @@ def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(types), tuple(dims)
 
 
+def _attr_key(value):
+    """A dict key equal for equal group or pair attributes.  An iota form is its few numbers
+    (the expansion follows from them); else the value itself, hashed in C: repr() of 16,384
+    explicit groups per instruction cost more than the rest of the check."""
+    iota = getattr(value, "iota", None)
+    if iota is not None and getattr(value, "mesh", None) is None:
+        return ("iota", iota)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
 _TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 
 class ModuleFacts:
@@ -208,7 +222,7 @@ class ModuleFacts:
         # devices, expanding each instruction's groups again would cost more than the check.
         a = op.attrs
         same = (kind, has_channel, a.get("use_global_device_ids"),
-                repr(a.get("replica_groups")), repr(a.get("source_target_pairs")))
+                _attr_key(a.get("replica_groups")), _attr_key(a.get("source_target_pairs")))
         shared = self._expanded.get(same)
         if shared is None:
             try:
