@@ -295,3 +295,45 @@ def test_class_cost_grows_less_than_the_device_count():
         assert report.ok and report.classes == 2, report.to_text()
         assert len(report.events) == parts
     assert times[4096] < 2.0, times
+
+
+def _permute_by_parity(parts: int, channel: bool) -> str:
+    """2 replicas x `parts` partitions: even replicas permute forward around the partitions,
+    odd ones backward.  With a channel the pairs apply inside each replica (one class per
+    group); without one, inside each partition: both replicas meet, with other pairs."""
+    fwd = "{" + ",".join(f"{{{i},{(i + 1) % parts}}}" for i in range(parts)) + "}"
+    bwd = "{" + ",".join(f"{{{(i + 1) % parts},{i}}}" for i in range(parts)) + "}"
+    ch = ", channel_id=1" if channel else ""
+    pairs = (fwd, bwd) if channel else ("{{0,1},{1,0}}", "{{0,0},{1,1}}")
+    return f"""HloModule pp, replica_count=2, num_partitions={parts}
+
+%fwd (a: f32[4]) -> f32[4] {{
+  %a = f32[4]{{0}} parameter(0)
+  ROOT %r = f32[4]{{0}} collective-permute(%a){ch}, source_target_pairs={pairs[0]}
+}}
+
+%bwd (a: f32[4]) -> f32[4] {{
+  %a = f32[4]{{0}} parameter(0)
+  ROOT %r = f32[4]{{0}} collective-permute(%a){ch}, source_target_pairs={pairs[1]}
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4]{{0}} parameter(0)
+  %rid = u32[] replica-id()
+  %two = u32[] constant(2)
+  %par = u32[] remainder(%rid, %two)
+  ROOT %y = f32[4]{{0}} conditional(%par, %x, %x), branch_computations={{%fwd, %bwd}}
+}}
+"""
+
+
+def test_replica_parity_choosing_permute_pairs():
+    for channel in (True, False):
+        module = xladist.parse_hlo(_permute_by_parity(4, channel))
+        fast = check_module(module, budget=None)
+        slow = check_module(module, budget=None, engine="unroll")
+        assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+        if channel:
+            assert fast.ok and fast.classes == 2
+        else:
+            assert {p.kind for p in fast.problems} == {"mismatch"} and fast.classes is None
