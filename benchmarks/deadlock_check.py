@@ -286,16 +286,14 @@ def sweep_trips() -> None:
         print(f"| {trips:,} | {fast:.4f} s ({_verdict(rf)}) | {ref} | {ratio} |")
 
 
-def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) -> None:
-    """600 ops at growing partition counts, default budget (10 s): the default check (one
-    symbolic trace for all devices, symmetry.py) against tracing every device
-    (symmetry=False, the path before symmetry), the latter only up to `per_device_up_to`."""
-    print("| partitions | parse | check (symmetry) | x of 64 | every device traced | verdict |")
-    print("|---|---|---|---|---|---|")
+def _device_rows(make, counts, per_device_up_to):
+    """Per device count: (n, parse s, check s, x of the first, the per-device reference
+    text, report) for the module `make(n)`, the reference (symmetry=False: every device
+    traced) only up to `per_device_up_to` devices."""
     base = None
     for n in counts:
         s = time.perf_counter()
-        module = xladist.parse_hlo(generate(600, n))
+        module = xladist.parse_hlo(make(n))
         parse = time.perf_counter() - s
         t, report = _timed(module)
         base = base or t
@@ -304,8 +302,19 @@ def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) ->
             ref = f"{slow:.2f} s ({_verdict(rs)}, {slow / max(t, 1e-6):.0f}x slower)"
         else:
             ref = "not run"
+        yield n, parse, t, t / base, ref, report
+
+
+def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) -> None:
+    """600 ops at growing partition counts, default budget (10 s): the default check (one
+    symbolic trace for all devices, symmetry.py) against tracing every device
+    (symmetry=False, the path before symmetry), the latter only up to `per_device_up_to`."""
+    print("| partitions | parse | check (symmetry) | x of 64 | every device traced | verdict |")
+    print("|---|---|---|---|---|---|")
+    for n, parse, t, x, ref, report in _device_rows(lambda n: generate(600, n), counts,
+                                                     per_device_up_to):
         how = "symmetric" if report.symmetric else "per device"
-        print(f"| {n:,} | {parse:.1f} s | {t:.2f} s | {t / base:.1f}x | {ref} | "
+        print(f"| {n:,} | {parse:.1f} s | {t:.2f} s | {x:.1f}x | {ref} | "
               f"{_verdict(report)} ({how}) |", flush=True)
 
 
@@ -316,19 +325,8 @@ def sweep_classes(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) ->
     print("| devices | parse | check (classes) | x of 64 | classes | every device traced "
           "| verdict |")
     print("|---|---|---|---|---|---|---|")
-    base = None
-    for n in counts:
-        s = time.perf_counter()
-        module = xladist.parse_hlo(classes_module(n))
-        parse = time.perf_counter() - s
-        t, report = _timed(module)
-        base = base or t
-        if n <= per_device_up_to:
-            slow, rs = _timed(module, symmetry=False)
-            ref = f"{slow:.2f} s ({_verdict(rs)}, {slow / max(t, 1e-6):.0f}x slower)"
-        else:
-            ref = "not run"
-        print(f"| {n:,} | {parse:.2f} s | {t:.3f} s | {t / base:.1f}x | {report.classes} | {ref} "
+    for n, parse, t, x, ref, report in _device_rows(classes_module, counts, per_device_up_to):
+        print(f"| {n:,} | {parse:.2f} s | {t:.3f} s | {x:.1f}x | {report.classes} | {ref} "
               f"| {_verdict(report)} |", flush=True)
 
 
