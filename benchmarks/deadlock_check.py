@@ -180,13 +180,13 @@ def classes_module(n: int, blocks: int = 25) -> str:
             "%d = f32[64]{0} get-tuple-element(%rd), index=0"]
     send = [f"%s = (f32[64]{{0}}, u32[], token[]) send(%a, %t), channel_id=9, {fa}",
             "%sd = token[] send-done(%s), channel_id=9"]
+    permute = "ROOT %r = f32[64]{{0}} collective-permute(%a), channel_id={ch}, " \
+              "source_target_pairs={pairs}"
     comps = [
         comp("lo", ["ROOT %r = " + ar.format(x="%a", ch=1, g=f"[{n // 8},8]<=[{n}]")]),
         comp("hi", ["ROOT %r = " + ar.format(x="%a", ch=2, g=f"[{n // 2},2]<=[{n}]")]),
-        comp("fwd", [f"ROOT %r = f32[64]{{0}} collective-permute(%a), channel_id=3, "
-                     f"source_target_pairs={fwd}"]),
-        comp("bwd", [f"ROOT %r = f32[64]{{0}} collective-permute(%a), channel_id=4, "
-                     f"source_target_pairs={bwd}"]),
+        comp("fwd", [permute.format(ch=3, pairs=fwd)]),
+        comp("bwd", [permute.format(ch=4, pairs=bwd)]),
         comp("first", ["%t = token[] after-all()"] + send + ["ROOT %o = f32[64]{0} copy(%a)"]),
         # recv, send, recv-done, send-done: the order the schedule gives one channel
         comp("mid", recv[:2] + send[:1] + recv[2:] + send[1:] +
@@ -204,17 +204,17 @@ def classes_module(n: int, blocks: int = 25) -> str:
              "%ml = s32[] select(%isl, %s2, %s1)", "%stage = s32[] select(%isf, %s0, %ml)"]
     v = "%x"
     for b in range(blocks):
-        entry += [f"%h{b} = f32[64]{{0}} conditional(%low, {v}, {v}), true_computation=%lo, "
-                  "false_computation=%hi",
-                  f"%p{b} = f32[64]{{0}} conditional(%par, %h{b}, %h{b}), "
-                  "branch_computations={%fwd, %bwd}",
-                  f"%q{b} = f32[64]{{0}} conditional(%stage, %p{b}, %p{b}, %p{b}), "
-                  "branch_computations={%first, %mid, %last}",
+        entry += [(f"%h{b} = f32[64]{{0}} conditional(%low, {v}, {v}), "
+                   "true_computation=%lo, false_computation=%hi"),
+                  (f"%p{b} = f32[64]{{0}} conditional(%par, %h{b}, %h{b}), "
+                   "branch_computations={%fwd, %bwd}"),
+                  (f"%q{b} = f32[64]{{0}} conditional(%stage, %p{b}, %p{b}, %p{b}), "
+                   "branch_computations={%first, %mid, %last}"),
                   f"%e{b} = " + ar.format(x=f"%q{b}", ch=5, g=f"[1,{n}]<=[{n}]")]
         v = f"%e{b}"
     entry += ["%ps = s32[] convert(%pid)",
-              f"%trips = s32[] all-reduce(%ps), channel_id=6, replica_groups=[1,{n}]<=[{n}], "
-              "use_global_device_ids=true, to_apply=%max",
+              (f"%trips = s32[] all-reduce(%ps), channel_id=6, replica_groups=[1,{n}]<=[{n}], "
+               "use_global_device_ids=true, to_apply=%max"),
               f"%init = (s32[], f32[64]{{0}}, s32[]) tuple(%s0, {v}, %trips)",
               "%loop = (s32[], f32[64]{0}, s32[]) while(%init), condition=%cond, body=%body",
               "ROOT %out = f32[64]{0} get-tuple-element(%loop), index=1"]

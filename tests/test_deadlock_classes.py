@@ -152,8 +152,7 @@ class _ClassGen(_SymGen):
                   f"{one} = s32[] constant(1)", f"{n} = s32[] add({m}, {one})",
                   f"{z} = s32[] constant(0)",
                   f"{t0} = (s32[], f32[4]{{0}}, s32[]) tuple({z}, {x}, {n})",
-                  f"{w} = (s32[], f32[4]{{0}}, s32[]) while({t0}), condition={cond}, "
-                  f"body={body}",
+                  f"{w} = (s32[], f32[4]{{0}}, s32[]) while({t0}), condition={cond}, body={body}",
                   f"{v} = f32[4]{{0}} get-tuple-element({w}), index=1"]
         return v
 

@@ -239,9 +239,9 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
         class_of[members] = c
     parts, maps = _Canon(), {}
     same: set[tuple] = set()                 # (channel, id(pair map)) known to be maps[channel]
-    on_part = [dict() for _ in range(n)]     # class -> partition -> its events on it
-    sends = [dict() for _ in range(n)]       # class -> channel -> shapes sent
-    recvs = [dict() for _ in range(n)]
+    on_part = [{} for _ in range(n)]     # class -> partition -> its events on it
+    sends = [{} for _ in range(n)]       # class -> channel -> shapes sent
+    recvs = [{} for _ in range(n)]
     steps: list[list[tuple]] = []            # class -> per event (kind, key, position)
     for c, (_, tr) in enumerate(classes):
         at: dict[int, tuple] = {}            # id(start/send/recv event) -> its key, position
