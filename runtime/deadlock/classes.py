@@ -76,6 +76,7 @@ class _Devices:
         self.devices = np.sort(table.ravel())
         self._masks: dict[int, np.ndarray] = {}
         self._gids: dict[int, np.ndarray] = {}
+        self._flat: dict[int, tuple] = {}
         self._keep: list = []   # the mappings the caches are keyed by id() of
 
     def mask(self, mapping: dict) -> np.ndarray:
@@ -85,6 +86,28 @@ class _Devices:
             hit[np.fromiter(mapping, np.int64, len(mapping))] = True
             self._masks[id(mapping)] = hit
             self._keep.append(mapping)
+        return hit
+
+    def flat_groups(self, groups) -> tuple[np.ndarray, np.ndarray] | None:
+        """(members of all groups in a row, where each group starts); None if one is empty."""
+        hit = self._flat.get(id(groups))
+        if hit is None:
+            sizes = np.fromiter(map(len, groups), np.int64, len(groups))
+            if not len(sizes) or sizes.min() == 0:
+                return None
+            flat = np.fromiter((d for g in groups for d in g), np.int64, int(sizes.sum()))
+            hit = self._flat[id(groups)] = (flat, np.concatenate(([0], np.cumsum(sizes)[:-1])))
+            self._keep.append(groups)
+        return hit
+
+    def pair_arrays(self, to_target: dict) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(sources, their targets, whether no target has two sources) of a pair map."""
+        hit = self._flat.get(id(to_target))
+        if hit is None:
+            src = np.fromiter(to_target, np.int64, len(to_target))
+            dst = np.fromiter(to_target.values(), np.int64, len(to_target))
+            hit = self._flat[id(to_target)] = (src, dst, np.unique(dst).size == dst.size)
+            self._keep.append(to_target)
         return hit
 
     def group_index(self, member: dict) -> np.ndarray:
@@ -163,8 +186,8 @@ def _trace_classes(facts, schedule, devs: _Devices, *, max_unroll, deadline, cho
                                  symbolic=True, ids=ClassIds(devs, members))
         except Split as s:
             parts = _parts(members, s.vals)
-            if len(done) + len(todo) + len(parts) > MAX_CLASSES:
-                return None
+            if len(parts) < 2 or len(done) + len(todo) + len(parts) > MAX_CLASSES:
+                return None  # (one part: values that never compare equal, such as NaN)
             todo[:0] = parts
             continue
         if trace.unproven is not None:
@@ -267,7 +290,7 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
                 out.append((k,) + at[id(ev.link)])
         steps.append(out)
     _over(deadline)
-    meets = _partition_meetings(parts.values, class_of, n)
+    meets = _partition_meetings(parts.values, class_of, devs)
     if meets is None:
         return False
     for p, masks in enumerate(meets):
@@ -278,8 +301,9 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
                 return False
     targets, sources = {}, {}
     for channel, to_target in maps.items():
-        src = np.fromiter(to_target, np.int64, len(to_target))
-        dst = np.fromiter(to_target.values(), np.int64, len(to_target))
+        src, dst, injective = devs.pair_arrays(to_target)
+        if not injective:
+            return False   # two sources to one target (the pair parser forbids it)
         edges = np.unique(class_of[src] * n + class_of[dst])
         for e in edges.tolist():
             a, b = divmod(e, n)
@@ -297,23 +321,22 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
     return _simulate(steps, nbrs, targets, sources, deadline)
 
 
-def _partition_meetings(partitions, class_of, n):
+def _partition_meetings(partitions, class_of, devs: _Devices):
     """Per partition, the distinct bit masks of the classes that meet in one of its groups;
     None when two partitions share a group."""
-    seen: set = set()
+    if len(partitions) > 1:
+        seen: set = set()
+        for groups in partitions:
+            if not seen.isdisjoint(groups):
+                return None
+            seen.update(groups)
     out = []
     for groups in partitions:
-        for g in groups:
-            if g in seen:
-                return None
-            seen.add(g)
-        sizes = np.fromiter(map(len, groups), np.int64, len(groups))
-        if not len(sizes) or sizes.min() == 0:
+        flat = devs.flat_groups(groups)
+        if flat is None:
             return None
-        flat = np.fromiter((d for g in groups for d in g), np.int64, int(sizes.sum()))
-        bit = np.left_shift(np.uint64(1), class_of[flat].astype(np.uint64))
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        out.append([int(m) for m in np.unique(np.bitwise_or.reduceat(bit, starts))])
+        bit = np.left_shift(np.uint64(1), class_of[flat[0]].astype(np.uint64))
+        out.append([int(m) for m in np.unique(np.bitwise_or.reduceat(bit, flat[1]))])
     return out
 
 
