@@ -434,8 +434,8 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
         try:
             classes = by_classes(facts, schedule, max_unroll=max_unroll, deadline=deadline,
                                  choices=_Choices(), max_runs=MAX_BRANCH_RUNS)
-        except OverBudget:
-            classes = None  # as above
+        except (OverBudget, InputError):
+            classes = None  # as above; invalid input is reported as the per-device path words it
         if classes is not None:
             return _class_report(module, da, facts, schedule, classes, max_unroll, strict,
                                  time.perf_counter() - t0)
