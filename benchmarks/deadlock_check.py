@@ -3,6 +3,7 @@
     python benchmarks/deadlock_check.py [--ops 1000] [--devices 64] [--repeat 3]
     python benchmarks/deadlock_check.py --sweep trips     # 10^3..10^6 iterations, 2 replicas
     python benchmarks/deadlock_check.py --sweep devices   # 600 ops at 64..16,384 partitions, vs every device
+    python benchmarks/deadlock_check.py --sweep classes   # ids feed control, 64..16,384 devices
 
 The module (SPMD over N partitions) cycles through: an all-reduce over every device, an
 all-reduce over groups of 8 (flattened ids, iota groups), an all-to-all, a collective-permute
@@ -154,6 +155,108 @@ ENTRY %main (x: f32[4]) -> f32[4] {{
 """
 
 
+def classes_module(n: int, blocks: int = 25) -> str:
+    """SPMD over n devices (2 replicas x n/2 partitions) whose control depends on the ids,
+    `blocks` times: `partition_id < P/2` picks all-reduces over groups of 8 or of 2 (inside
+    each half), `replica_id % 2` picks a forward or backward collective-permute ring over the
+    partitions, a send/recv pipeline over the partitions (in each replica) whose first and
+    last stages differ from the middle ones, an all-reduce over everything; then a loop whose trip count
+    is the all-reduce max of the partition ids, an all-reduce in its body."""
+    P = n // 2
+    fwd = "{" + ",".join(f"{{{i},{(i + 1) % P}}}" for i in range(P)) + "}"
+    bwd = "{" + ",".join(f"{{{(i + 1) % P},{i}}}" for i in range(P)) + "}"
+    chain = "{" + ",".join(f"{{{i},{i + 1}}}" for i in range(P - 1)) + "}"
+    fa = f'frontend_attributes={{{PAIRS}="{chain}"}}'
+    ar = ("f32[64]{{0}} all-reduce({x}), channel_id={ch}, replica_groups={g}, "
+          "use_global_device_ids=true, to_apply=%add")
+
+    def comp(name, lines):
+        return (f"%{name} (a: f32[64]) -> f32[64] {{\n  %a = f32[64]{{0}} parameter(0)\n  "
+                + "\n  ".join(lines) + "\n}\n")
+
+    recv = ["%t = token[] after-all()",
+            f"%rv = (f32[64]{{0}}, u32[], token[]) recv(%t), channel_id=9, {fa}",
+            "%rd = (f32[64]{0}, token[]) recv-done(%rv), channel_id=9",
+            "%d = f32[64]{0} get-tuple-element(%rd), index=0"]
+    send = [f"%s = (f32[64]{{0}}, u32[], token[]) send(%a, %t), channel_id=9, {fa}",
+            "%sd = token[] send-done(%s), channel_id=9"]
+    permute = "ROOT %r = f32[64]{{0}} collective-permute(%a), channel_id={ch}, " \
+              "source_target_pairs={pairs}"
+    comps = [
+        comp("lo", ["ROOT %r = " + ar.format(x="%a", ch=1, g=f"[{n // 8},8]<=[{n}]")]),
+        comp("hi", ["ROOT %r = " + ar.format(x="%a", ch=2, g=f"[{n // 2},2]<=[{n}]")]),
+        comp("fwd", [permute.format(ch=3, pairs=fwd)]),
+        comp("bwd", [permute.format(ch=4, pairs=bwd)]),
+        comp("first", ["%t = token[] after-all()"] + send + ["ROOT %o = f32[64]{0} copy(%a)"]),
+        # recv, send, recv-done, send-done: the order the schedule gives one channel
+        comp("mid", recv[:2] + send[:1] + recv[2:] + send[1:] +
+             ["ROOT %o = f32[64]{0} add(%d, %a)"]),
+        comp("last", recv + ["ROOT %o = f32[64]{0} copy(%d)"]),
+    ]
+    entry = ["%x = f32[64]{0} parameter(0)", "%pid = u32[] partition-id()",
+             "%rid = u32[] replica-id()", f"%half = u32[] constant({P // 2})",
+             "%low = pred[] compare(%pid, %half), direction=LT",
+             "%two = u32[] constant(2)", "%par = u32[] remainder(%rid, %two)",
+             "%zero = u32[] constant(0)", f"%lastid = u32[] constant({P - 1})",
+             "%s0 = s32[] constant(0)", "%s1 = s32[] constant(1)", "%s2 = s32[] constant(2)",
+             "%isf = pred[] compare(%pid, %zero), direction=EQ",
+             "%isl = pred[] compare(%pid, %lastid), direction=EQ",
+             "%ml = s32[] select(%isl, %s2, %s1)", "%stage = s32[] select(%isf, %s0, %ml)"]
+    v = "%x"
+    for b in range(blocks):
+        entry += [(f"%h{b} = f32[64]{{0}} conditional(%low, {v}, {v}), "
+                   "true_computation=%lo, false_computation=%hi"),
+                  (f"%p{b} = f32[64]{{0}} conditional(%par, %h{b}, %h{b}), "
+                   "branch_computations={%fwd, %bwd}"),
+                  (f"%q{b} = f32[64]{{0}} conditional(%stage, %p{b}, %p{b}, %p{b}), "
+                   "branch_computations={%first, %mid, %last}"),
+                  f"%e{b} = " + ar.format(x=f"%q{b}", ch=5, g=f"[1,{n}]<=[{n}]")]
+        v = f"%e{b}"
+    entry += ["%ps = s32[] convert(%pid)",
+              (f"%trips = s32[] all-reduce(%ps), channel_id=6, replica_groups=[1,{n}]<=[{n}], "
+               "use_global_device_ids=true, to_apply=%max"),
+              f"%init = (s32[], f32[64]{{0}}, s32[]) tuple(%s0, {v}, %trips)",
+              "%loop = (s32[], f32[64]{0}, s32[]) while(%init), condition=%cond, body=%body",
+              "ROOT %out = f32[64]{0} get-tuple-element(%loop), index=1"]
+    return f"""HloModule classes_bench, replica_count=2, num_partitions={P}
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}}
+
+%max (a: s32[], b: s32[]) -> s32[] {{
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %m = s32[] maximum(%a, %b)
+}}
+
+{"".join(comps)}
+%cond (p: (s32[], f32[64], s32[])) -> pred[] {{
+  %p = (s32[], f32[64]{{0}}, s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %l = s32[] get-tuple-element(%p), index=2
+  ROOT %lt = pred[] compare(%i, %l), direction=LT
+}}
+
+%body (p: (s32[], f32[64], s32[])) -> (s32[], f32[64], s32[]) {{
+  %p = (s32[], f32[64]{{0}}, s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %y = f32[64]{{0}} get-tuple-element(%p), index=1
+  %l = s32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %y2 = {ar.format(x="%y", ch=7, g=f"[{n // 8},8]<=[{n}]")}
+  ROOT %t = (s32[], f32[64]{{0}}, s32[]) tuple(%i2, %y2, %l)
+}}
+
+ENTRY %main (x: f32[64]) -> f32[64] {{
+  {chr(10).join("  " + ln for ln in entry).lstrip()}
+}}
+"""
+
+
 def _timed(module, **kw) -> tuple[float, object]:
     s = time.perf_counter()
     report = check_module(module, **kw)
@@ -183,16 +286,14 @@ def sweep_trips() -> None:
         print(f"| {trips:,} | {fast:.4f} s ({_verdict(rf)}) | {ref} | {ratio} |")
 
 
-def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) -> None:
-    """600 ops at growing partition counts, default budget (10 s): the default check (one
-    symbolic trace for all devices, symmetry.py) against tracing every device
-    (symmetry=False, the path before symmetry), the latter only up to `per_device_up_to`."""
-    print("| partitions | parse | check (symmetry) | x of 64 | every device traced | verdict |")
-    print("|---|---|---|---|---|---|")
+def _device_rows(make, counts, per_device_up_to):
+    """Per device count: (n, parse s, check s, x of the first, the per-device reference
+    text, report) for the module `make(n)`, the reference (symmetry=False: every device
+    traced) only up to `per_device_up_to` devices."""
     base = None
     for n in counts:
         s = time.perf_counter()
-        module = xladist.parse_hlo(generate(600, n))
+        module = xladist.parse_hlo(make(n))
         parse = time.perf_counter() - s
         t, report = _timed(module)
         base = base or t
@@ -201,9 +302,32 @@ def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) ->
             ref = f"{slow:.2f} s ({_verdict(rs)}, {slow / max(t, 1e-6):.0f}x slower)"
         else:
             ref = "not run"
+        yield n, parse, t, t / base, ref, report
+
+
+def sweep_devices(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) -> None:
+    """600 ops at growing partition counts, default budget (10 s): the default check (one
+    symbolic trace for all devices, symmetry.py) against tracing every device
+    (symmetry=False, the path before symmetry), the latter only up to `per_device_up_to`."""
+    print("| partitions | parse | check (symmetry) | x of 64 | every device traced | verdict |")
+    print("|---|---|---|---|---|---|")
+    for n, parse, t, x, ref, report in _device_rows(lambda n: generate(600, n), counts,
+                                                     per_device_up_to):
         how = "symmetric" if report.symmetric else "per device"
-        print(f"| {n:,} | {parse:.1f} s | {t:.2f} s | {t / base:.1f}x | {ref} | "
+        print(f"| {n:,} | {parse:.1f} s | {t:.2f} s | {x:.1f}x | {ref} | "
               f"{_verdict(report)} ({how}) |", flush=True)
+
+
+def sweep_classes(counts=(64, 256, 1024, 4096, 16384), per_device_up_to=1024) -> None:
+    """`classes_module` (control depends on the ids) at growing device counts, default
+    budget: the default check (one trace per class of devices, classes.py) against tracing
+    every device (symmetry=False), the latter only up to `per_device_up_to`."""
+    print("| devices | parse | check (classes) | x of 64 | classes | every device traced "
+          "| verdict |")
+    print("|---|---|---|---|---|---|---|")
+    for n, parse, t, x, ref, report in _device_rows(classes_module, counts, per_device_up_to):
+        print(f"| {n:,} | {parse:.2f} s | {t:.3f} s | {x:.1f}x | {report.classes} | {ref} "
+              f"| {_verdict(report)} |", flush=True)
 
 
 def main(argv=None) -> int:
@@ -211,12 +335,13 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", type=int, default=1000)
     ap.add_argument("--devices", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sweep", choices=("trips", "devices"))
+    ap.add_argument("--sweep", choices=("trips", "devices", "classes"))
     args = ap.parse_args(argv)
     if args.sweep:
         load = os.getloadavg()[0]
         print(f"load average {load:.1f} on {os.cpu_count()} cores (timings are noisy)")
-        sweep_trips() if args.sweep == "trips" else sweep_devices()
+        {"trips": sweep_trips, "devices": sweep_devices, "classes": sweep_classes}[args.sweep]()
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
         return 0
     t0 = time.perf_counter()
     text = generate(args.ops, args.devices)

@@ -31,6 +31,7 @@ from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
 from .report import Problem, Report, event_ref, mismatch_problem, side_by_side
+from .classes import by_classes
 from .symmetry import LazyTraces, symmetric_trace
 from ..schedule import schedule_module
 from .trace import (
@@ -396,9 +397,11 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
         iteration a constant number of times (induction.py); "unroll" unrolls every
         iteration, the reference the property tests compare against.
       symmetry: with engine="induction", first try tracing once for all devices with the ids
-        unknown (symmetry.py); where that is not sure, every device is traced.
+        unknown (symmetry.py), then once per class of devices that take the same path
+        (classes.py); where neither is sure, every device is traced.
 
-    `report.symmetric` tells whether the one symbolic trace proved the module.
+    `report.symmetric` tells whether the one symbolic trace proved the module, and
+    `report.classes` how many class traces did (classes.py), when that path proved it.
 
     Returns a Report; `report.ok` is True when the module is proven to finish on every device.
     Raises InputError / ScheduleError (exit code 2) for modules that are not valid input.
@@ -428,6 +431,14 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
                 facts, schedule, d, max_unroll=max_unroll, choose=_Choices(), induction=True))
             report.symmetric = True
             return report
+        try:
+            classes = by_classes(facts, schedule, max_unroll=max_unroll, deadline=deadline,
+                                 choices=_Choices(), max_runs=MAX_BRANCH_RUNS)
+        except (OverBudget, InputError):
+            classes = None  # as above; invalid input is reported as the per-device path words it
+        if classes is not None:
+            return _class_report(module, da, facts, schedule, classes, max_unroll, strict,
+                                 time.perf_counter() - t0)
     choices = _Choices()
     runs: list[tuple[list[Problem], str | None]] = []
     first = None
@@ -459,6 +470,20 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
             break
     return Report(module.name, da, _merge_runs(runs, strict), first,
                   time.perf_counter() - t0, strict=strict)
+
+
+def _class_report(module, da, facts, schedule, classes, max_unroll, strict, seconds) -> Report:
+    """The report of a module proven by classes of devices (classes.py): no problems, each
+    device's event count its class's, its own trace built only when asked for."""
+    report = Report(module.name, da, [], [tr for _, tr in classes], seconds, strict=strict)
+    count = {}
+    for members, tr in classes:
+        count.update(dict.fromkeys(members.tolist(), len(tr.events)))
+    report.events = {d: count[d] for d in da.devices}
+    report.traces = LazyTraces(da.devices, lambda d: trace_device(
+        facts, schedule, d, max_unroll=max_unroll, choose=_Choices(), induction=True))
+    report.classes = len(classes)
+    return report
 
 
 def _merge_runs(runs, strict: bool) -> list[Problem]:

@@ -20,7 +20,8 @@ import numpy as np
 
 from xladist.hlo.ir import Computation, Instruction
 
-__all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "Unknown", "key_part"]
+__all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "IdValue", "Unknown",
+           "id_value", "key_part"]
 
 # Control values are scalars or tiny vectors; anything bigger is data, not control.
 MAX_FOLD_ELEMENTS = 4096
@@ -52,6 +53,28 @@ class Unknown:
 
     def __repr__(self) -> str:
         return f"Unknown({self.describe()})"
+
+
+class IdValue(Unknown):
+    """A scalar that differs between the devices of a class (classes.py): `vals` holds its
+    value on each member, in the order of the class's members.  To everything but the
+    element-wise rules below it is an Unknown without key, so control it decides is either
+    split by the class engine or stops the trace as any other Unknown would."""
+
+    __slots__ = ("vals",)
+
+    def __init__(self, origin: Instruction, vals: np.ndarray):
+        super().__init__(origin, "differs between the devices of the class")
+        self.vals = vals
+
+
+def id_value(instr: Instruction, vals: np.ndarray):
+    """The value of `instr` on each member of a class: a plain scalar, as the per-device
+    folder computes it, when every member has the same one; else an IdValue."""
+    vals = np.asarray(vals).astype(_dtype(instr), copy=False)
+    if len(vals) and bool(np.all(vals == vals[0])):
+        return vals[:1].reshape(())
+    return IdValue(instr, vals)
 
 
 class _Token:
@@ -106,9 +129,13 @@ class Folder:
     every device at once when both ids are None: then they fold to an Unknown without key,
     so control that depends on them stops the trace (symmetry.py falls back then)."""
 
-    def __init__(self, replica_id: int | None, partition_id: int | None, uniform_key=None):
+    def __init__(self, replica_id: int | None, partition_id: int | None, uniform_key=None,
+                 ids=None):
         self.replica_id = replica_id
         self.partition_id = partition_id
+        # classes.py: with both ids None, the ids of a class of devices (each member's
+        # replica-id and partition-id as arrays; IdValue when they differ).
+        self.ids = ids
         # instr -> a key naming this run of an all-reduce and this device's group (None: no
         # key); set by the tracer, which knows the groups and how often the op has run.
         self.uniform_key = uniform_key
@@ -127,6 +154,12 @@ class Folder:
             value = Unknown(instr, f"{instr.shape.size} elements: data, not control")
         else:
             args = [self.eval(op, frame) for op in instr.operands]
+            if self.ids is not None and instr.opcode in _VECTOR and any(
+                    isinstance(a, IdValue)
+                    for a in (args[:1] if instr.opcode == "select" else args)):
+                value = _vector(instr, args)
+                memo[instr] = value
+                return value
             if instr.opcode not in _LAZY:
                 bad = next((a for a in args if isinstance(a, Unknown)), None)
                 if bad is not None:
@@ -154,7 +187,10 @@ def _combine(instr: Instruction, args: list, first: Unknown) -> Unknown:
     for a in args:
         part = key_part(a)
         if part is None:
-            return a if isinstance(a, Unknown) else Unknown(first.origin, first.reason)
+            if isinstance(a, Unknown) and not isinstance(a, IdValue):
+                return a
+            # Not `a` itself when it is an IdValue: its per-member values are not this op's.
+            return Unknown(first.origin, first.reason)
         parts.append(part)
     return Unknown(first.origin, first.reason, (id(instr), tuple(parts)))
 
@@ -203,6 +239,8 @@ def _parameter(instr, args, folder, frame):
 
 @_rule("replica-id")
 def _replica_id(instr, args, folder, frame):
+    if folder.replica_id is None and folder.ids is not None:
+        return id_value(instr, folder.ids.replica)
     if folder.replica_id is None:
         return Unknown(instr, "replica-id differs between devices")
     return np.asarray(folder.replica_id, np.uint32)
@@ -210,6 +248,8 @@ def _replica_id(instr, args, folder, frame):
 
 @_rule("partition-id")
 def _partition_id(instr, args, folder, frame):
+    if folder.partition_id is None and folder.ids is not None:
+        return id_value(instr, folder.ids.partition)
     if folder.partition_id is None:
         return Unknown(instr, "partition-id differs between devices")
     return np.asarray(folder.partition_id, np.uint32)
@@ -307,6 +347,40 @@ def _convert(instr, args, folder, frame):
     return _arr(instr, args[0])
 
 
+def _vector(instr: Instruction, args: list):
+    """A scalar element-wise op on per-member values (IdValue) and scalars, computed for all
+    members of the class at once with the same numpy functions as the rules above."""
+    if not (instr.shape.is_array and instr.shape.dims == ()):
+        return Unknown(instr, "a device-dependent value that is not a scalar")
+    vals = []
+    for a in args:
+        if isinstance(a, IdValue):
+            vals.append(a.vals)
+        elif isinstance(a, np.ndarray) and a.ndim == 0:
+            vals.append(a)
+        else:
+            return Unknown(instr, "computed from a device-dependent value and data")
+    op = instr.opcode
+    with np.errstate(all="ignore"):
+        if op in _UNARY:
+            out = _UNARY[op](vals[0])
+        elif op in _BINARY:
+            a, b = vals
+            if op in ("divide", "remainder") and a.dtype.kind in "iu" and np.any(b == 0):
+                return Unknown(instr, "integer division by zero")
+            out = _BINARY[op](a, b)
+        elif op == "compare":
+            out = _COMPARE[instr.attrs["direction"]](vals[0], vals[1])
+        elif op == "convert":
+            out = vals[0]
+        elif op == "select":
+            out = np.where(vals[0], vals[1], vals[2])
+        else:  # clamp
+            out = np.minimum(np.maximum(vals[1], vals[0]), vals[2])
+    n = max(np.size(v) for v in vals)
+    return id_value(instr, np.broadcast_to(out, (n,)))
+
+
 @_rule("select", lazy=True)
 def _select(instr, args, folder, frame):
     pred, on_true, on_false = args
@@ -318,6 +392,10 @@ def _select(instr, args, folder, frame):
         if isinstance(a, Unknown):
             return _combine(instr, args, a)
     return _arr(instr, np.where(pred, on_true, on_false))
+
+
+# Ops `_vector` computes for a class of devices at once.
+_VECTOR = frozenset(_UNARY) | frozenset(_BINARY) | {"compare", "convert", "select", "clamp"}
 
 
 @_rule("clamp")

@@ -110,6 +110,7 @@ class Report:
         self.events = {tr.device: len(tr.events) for tr in traces}
         self.traces = traces
         self.symmetric = False  # proven by one trace for all devices (symmetry.py)
+        self.classes: int | None = None  # proven by this many class traces (classes.py)
 
     @property
     def errors(self) -> list[Problem]:

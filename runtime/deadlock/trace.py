@@ -179,6 +179,20 @@ def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(types), tuple(dims)
 
 
+def _attr_key(value):
+    """A dict key equal for equal group or pair attributes.  An iota form is its few numbers
+    (the expansion follows from them); else the value itself, hashed in C: repr() of 16,384
+    explicit groups per instruction cost more than the rest of the check."""
+    iota = getattr(value, "iota", None)
+    if iota is not None and getattr(value, "mesh", None) is None:
+        return ("iota", iota)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
 _TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 
 class ModuleFacts:
@@ -208,7 +222,7 @@ class ModuleFacts:
         # devices, expanding each instruction's groups again would cost more than the check.
         a = op.attrs
         same = (kind, has_channel, a.get("use_global_device_ids"),
-                repr(a.get("replica_groups")), repr(a.get("source_target_pairs")))
+                _attr_key(a.get("replica_groups")), _attr_key(a.get("source_target_pairs")))
         shared = self._expanded.get(same)
         if shared is None:
             try:
@@ -303,14 +317,17 @@ def _needs_values(comp: Computation, seen=None) -> bool:
 class _Tracer:
     def __init__(self, facts: ModuleFacts, schedule, trace: DeviceTrace, max_unroll: int,
                  choose=None, induction: bool = True, deadline: float | None = None,
-                 symbolic: bool = False):
+                 symbolic: bool = False, ids=None):
         self.facts = facts
         self.schedule = schedule
         self.trace = trace
         self.device = trace.device
         self.folder = Folder(None if symbolic else trace.replica,
                              None if symbolic else trace.partition,
-                             self.uniform_key if choose is not None else None)
+                             self.uniform_key if choose is not None else None, ids)
+        # classes.py: the class of devices this trace stands for; it raises Split where the
+        # members would take different paths (a decision, a group or channel end).
+        self.ids = ids
         self.max_unroll = max_unroll
         # (key, number of branches) -> the branch every device with that key takes, for a
         # conditional whose index is unknown but keyed (check.py enumerates the choices).
@@ -333,6 +350,8 @@ class _Tracer:
         group = member.get(self.device)
         if group is None:
             return None
+        if self.ids is not None and not self.ids.same_group(member):
+            return None  # each group may see another value: control on it is unproven here
         runs = self.runs.get(instr, 0)
         return ("all-reduce", id(instr), group, runs)
 
@@ -364,6 +383,8 @@ class _Tracer:
        "collective-broadcast", "collective-permute")
 def _sync(t: _Tracer, instr, frame, ctx):
     member, sig = t.facts.collective(instr)
+    if t.ids is not None:
+        t.ids.present(member)
     group = member.get(t.device)
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
@@ -374,6 +395,8 @@ def _sync(t: _Tracer, instr, frame, ctx):
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
 def _start(t: _Tracer, instr, frame, ctx, op=None):
     member, sig = t.facts.collective(instr, op)
+    if t.ids is not None:
+        t.ids.present(member)
     group = member.get(t.device)
     ev = None
     if group is not None:
@@ -421,6 +444,8 @@ def _channel_queue(t: _Tracer, instr: Instruction, op: str) -> deque:
 def _issue(t: _Tracer, instr, frame, ctx):
     to_target, to_source = t.facts.peers(instr)
     is_send = instr.opcode == "send"
+    if t.ids is not None:
+        t.ids.present(to_target if is_send else to_source)
     peer = (to_target if is_send else to_source).get(t.device)
     queue = _channel_queue(t, instr, instr.opcode)
     if peer is None:
@@ -457,6 +482,8 @@ def _call(t: _Tracer, instr, frame, ctx):
 @_rule("conditional")
 def _conditional(t: _Tracer, instr, frame, ctx):
     index = t.folder.eval(instr.operands[0], frame)
+    if t.ids is not None:
+        t.ids.settle(index)
     if isinstance(index, Unknown):
         if index.key is None or t.choose is None:
             raise _Unproven(instr, "its branch contains collectives or channels and is chosen "
@@ -490,6 +517,8 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
         indices = control_slice(cond, body)
         if indices is None:
             return None
+        if t.ids is not None and isinstance(state, tuple):
+            t.ids.settle(*(state[j] for j in indices if j < len(state)))
         n = closed_form_trip_count(cond, body, state)
         if n is None:
             key = slice_key(state, indices)
@@ -555,6 +584,8 @@ def _while(t: _Tracer, instr, frame, ctx):
                 t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
             if n is None:
                 go = folder.eval(cond.root, cframe)
+                if t.ids is not None:
+                    t.ids.settle(go)
                 if isinstance(go, Unknown):
                     raise _Unproven(instr, "its body contains collectives or channels and its "
                                     f"trip count depends on data: {go.describe()}", ctx)
@@ -578,16 +609,19 @@ def _while(t: _Tracer, instr, frame, ctx):
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
                  max_unroll: int = DEFAULT_MAX_UNROLL, choose=None, induction: bool = True,
-                 deadline: float | None = None, symbolic: bool = False) -> DeviceTrace:
+                 deadline: float | None = None, symbolic: bool = False,
+                 ids=None) -> DeviceTrace:
     """The ordered communication events of `device` running the module's entry computation.
 
     `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
     same on every device with that key; without it such a conditional stops the trace.
     `symbolic`: replica-id and partition-id fold to unknowns, so a trace that completes is
-    every device's instruction sequence (symmetry.py); groups and peers are `device`'s."""
+    every device's instruction sequence (symmetry.py); groups and peers are `device`'s.
+    `ids` (with symbolic): the class of devices `device` stands for (classes.py)."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
-    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic)
+    tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic,
+                     ids)
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:
