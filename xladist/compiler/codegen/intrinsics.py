@@ -65,6 +65,10 @@ def rint(b, x):
     return intrinsic(b, "rint", [x])
 
 
+def floor(b, x):
+    return intrinsic(b, "floor", [x])
+
+
 def maximum(b, x, y):
     return intrinsic(b, "maximum", [x, y])
 

@@ -8,8 +8,12 @@ in f64 and rounded once, which makes them accurate to < 1 ulp; exp, log, tanh,
 logistic and erf have dedicated f32 kernels because the benchmarks live on them.
 
 Accuracy (tested against numpy in tests/test_codegen_math.py): f32 <= 4 ulp,
-f64 <= ~4 ulp except pow (relative ~1e-13 for huge results) and sin/cos for
-|x| > 1e6 (Cody-Waite reduction loses bits there).
+f64 <= ~4 ulp except pow (relative ~1e-13 for huge results). sin/cos/tan reduce by
+Cody-Waite below 2**19 and by Payne-Hanek (pio2_reduce.py) above, so they hold for
+every finite argument. Both reductions run for every element (branch-free code is what
+vectorizes), which makes f32 sin ~3x and f64 sin ~5-10x slower than Cody-Waite alone;
+running the Payne-Hanek path only for blocks that hold a huge argument needs a second
+version of the kernel's loop, which the emitter does not build yet.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import math
 from llvmlite import ir
 
 from . import intrinsics as intr
+from .pio2_reduce import TABLE_MIN_EXP, pio2_times, reduce_pio2
 from .types import F32, F64, I32, I64
 
 
@@ -271,13 +276,22 @@ _C = [4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.480158728947672
 _PIO2 = (1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624871116645580e-21)
 
 
-def _sincos64(b, x):
-    """(sin x, cos x) for f64 x: reduce by pi/2 (Cody-Waite, 3 parts), fdlibm kernels."""
+def _sincos64(b, x, narrow: bool = False):
+    """(sin x, cos x) for f64 x: reduce by pi/2 (Cody-Waite, 3 parts, or Payne-Hanek for
+    huge x; narrow: x is an f32 widened), fdlibm kernels."""
     t = F64
     k = intr.rint(b, b.fmul(x, _c(t, 2.0 / math.pi)))
     r = x
     for part in _PIO2:
         r = intr.fmuladd(b, k, _c(t, -part), r)
+    # From 2**19 on, k*part is no longer exact: Payne-Hanek (pio2_reduce.py) instead.
+    ax = intr.fabs(b, x)
+    kb, fb = reduce_pio2(b, ax, narrow)
+    rb = pio2_times(b, fb)
+    neg = b.fcmp_ordered("<", x, _c(t, 0.0))
+    large = b.fcmp_ordered(">=", ax, _c(t, 2.0 ** TABLE_MIN_EXP))
+    k = b.select(large, b.select(neg, b.fneg(kb), kb), k)
+    r = b.select(large, b.select(neg, b.fneg(rb), rb), r)
     z = b.fmul(r, r)
     s = intr.fmuladd(b, b.fmul(z, r), _poly(b, z, _S), r)
     c = b.fadd(b.fsub(_c(t, 1.0), b.fmul(_c(t, 0.5), z)), b.fmul(b.fmul(z, z), _poly(b, z, _C)))
@@ -295,21 +309,31 @@ def _sincos64(b, x):
     return b.select(bad, nan, sin_v), b.select(bad, nan, cos_v)
 
 
-@_via_f64
-def sin(b, x):
-    s, _ = _sincos64(b, x)
+def _via_f64_trig(fn):
+    """_via_f64 for sin/cos/tan, telling the reduction when the argument was an f32."""
+    def wrapped(b, x):
+        if x.type == F32:
+            return b.fptrunc(fn(b, b.fpext(x, F64), narrow=True), F32)
+        return fn(b, x)
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+@_via_f64_trig
+def sin(b, x, narrow=False):
+    s, _ = _sincos64(b, x, narrow)
     # Keep the sign of zero: sin(-0) = -0.
     return b.select(b.fcmp_ordered("==", x, _c(F64, 0.0)), x, s)
 
 
-@_via_f64
-def cos(b, x):
-    return _sincos64(b, x)[1]
+@_via_f64_trig
+def cos(b, x, narrow=False):
+    return _sincos64(b, x, narrow)[1]
 
 
-@_via_f64
-def tan(b, x):
-    s, c = _sincos64(b, x)
+@_via_f64_trig
+def tan(b, x, narrow=False):
+    s, c = _sincos64(b, x, narrow)
     return b.select(b.fcmp_ordered("==", x, _c(F64, 0.0)), x, b.fdiv(s, c))
 
 
