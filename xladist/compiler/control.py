@@ -139,8 +139,14 @@ class WhileThunk(Thunk):
         state = self._initial(frame)
         rs = frame.rs
         wd = _loop_stack() if self.tracked else None
-        if self.native is not None and wd is None and rs.tracer is None:
-            state = self.native.run(state, set(self.used))
+        native = self.native
+        bound = None
+        if native is not None and rs.tracer is None and native.collectives:
+            # All-reduces run natively when the device resolves every one to an MPI call.
+            bound = native.bind_device(rs.device)
+        if bound is not None or (native is not None and wd is None and rs.tracer is None
+                                 and not native.collectives):
+            state = native.run(state, set(self.used), bound, wd)
         elif wd is None and rs.tracer is None and self.steady:
             cond, body = self.cond, self.body
             to_cond, back = self.state_to_cond, self.result_to_state
