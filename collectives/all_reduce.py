@@ -94,12 +94,11 @@ def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str):
     return canonical
 
 
-def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, label: str,
-                      user_function: int | None = None):
+def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, label: str):
     """:func:`all_reduce` of ``nbytes`` holding ``dtype`` elements as native code runs it
     (collectives/native_ops.py NativeAllReduce: one MPI_Allreduce, then the NaN rule), with
     the plan decided now; None where that cannot be one MPI call: the generic path, or a
-    reducer without a native MPI_User_function (``user_function``, the compiled kernel's)."""
+    user op whose reducer has no native MPI_User_function (``Reducer.native``)."""
     dtype = np.dtype(dtype)
     bind = getattr(comm, "native_allreduce", None)
     plan = _plan(reducer, dtype, comm.size)
@@ -107,7 +106,7 @@ def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, 
         return None
     op, wire, canon = plan
     # One member: MPI copies and, as all_reduce, nothing is canonicalized.
-    return bind(op, wire, nbytes, label, user_function, canon and comm.size > 1)
+    return bind(op, wire, nbytes, label, reducer.native, canon and comm.size > 1)
 
 
 def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,

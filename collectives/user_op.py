@@ -57,8 +57,12 @@ def _combine(inbuf, inoutbuf, datatype):
 
 
 def user_op(MPI, reducer, dtype: np.dtype):
-    """``(op, datatype)`` computing ``reducer.fn`` on elements of ``dtype`` inside MPI."""
+    """``(op, datatype)`` computing ``reducer.fn`` on elements of ``dtype`` inside MPI: the
+    reducer's native MPI_User_function when it has one (native_ops.py: same order, same
+    kernel, no Python per combining step), else the one Python op."""
     global _OP
+    if reducer.native:
+        return _native(MPI, reducer.native, dtype)
     key = (reducer, dtype)
     dt = _TYPES.get(key)
     if dt is None:
@@ -70,6 +74,20 @@ def user_op(MPI, reducer, dtype: np.dtype):
                                reducer.into)
         _TYPES[key] = dt
     return _OP, dt
+
+
+_NATIVE: dict[tuple, tuple] = {}  # (function address, itemsize) -> (op, datatype)
+
+
+def _native(MPI, function: int, dtype: np.dtype):
+    key = (function, dtype.itemsize)
+    pair = _NATIVE.get(key)
+    if pair is None:
+        from . import native_ops
+        # Views of handles native_ops made and keeps for the whole process.
+        pair = _NATIVE[key] = (MPI.Op.fromhandle(native_ops.native_op(function)),
+                               MPI.Datatype.fromhandle(native_ops.element_type(dtype.itemsize)))
+    return pair
 
 
 def raise_pending(label: str) -> None:

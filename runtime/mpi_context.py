@@ -161,16 +161,18 @@ class MpiDeviceContext(DeviceContext):
         """
         if reducer is None:
             return SUM
-        if plan.reducer is None:
+        # The compiled kernel as a native MPI_User_function (compiler/native_collectives.py).
+        native = getattr(reducer, "mpi_function", None)
+        if plan.reducer is None or plan.reducer[0].native != native:
             proxy = _Proxy()
             into = proxy.into if hasattr(reducer, "combine_into") else None
             builtin = match_reducer(reducer.computation)
             if builtin is None:
-                red = Reducer(None, proxy, reducer.computation.name, into)
+                red = Reducer(None, proxy, reducer.computation.name, into, native)
             elif into is None:
                 red = builtin
             else:
-                red = Reducer(builtin.kind, builtin.fn, builtin.name, into)
+                red = Reducer(builtin.kind, builtin.fn, builtin.name, into, native)
             plan.reducer = (red, proxy)
         plan.reducer[1].target = reducer
         return plan.reducer[0]
@@ -227,7 +229,7 @@ class MpiDeviceContext(DeviceContext):
         dst = instr.shape
         red = self._reducer(plan, reducer)
         return all_reduce_native(plan.comm, red, dst.dtype, dst.size * dst.dtype.itemsize,
-                                 plan.label, getattr(reducer, "mpi_function", None))
+                                 plan.label)
 
     def collective_start(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=True)

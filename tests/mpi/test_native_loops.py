@@ -155,3 +155,35 @@ def test_loop_with_a_generic_all_reduce_keeps_the_python_path(monkeypatch):
     assert calls == []
     np.testing.assert_array_equal(np.asarray(outs[world.Get_rank()][0]).astype(np.float64),
                                   reference(xs, "sum", 2, False, world.Get_rank()).astype(np.float64))
+
+
+@pytest.mark.parametrize("name", ["max", "bf16-sum", "custom"])
+def test_native_user_function_matches_the_python_callback_bit_for_bit(name):
+    """A compiled reducer's MPI_User_function (native_collectives.py, registered by
+    collectives/native_ops.py) against user_op.py's Python callback running the same kernel:
+    the same bits, on every member, where the user op runs (user_op_ok), sync and async."""
+    import dataclasses
+
+    import collectives as C
+    from collectives.bench import _reducers
+    from collectives.communicator import CommunicatorCache
+
+    world = MPI.COMM_WORLD
+    n = world.Get_size()
+    dtype, red, _, _ = _reducers()[name]
+    assert red.native, "the compiled reducer has no native MPI function"
+    if not reduction.user_op_ok(red, dtype, n):
+        pytest.skip(f"{name} over {n} members folds generically")
+    python = dataclasses.replace(red, native=None)
+    cache = CommunicatorCache()
+    cache.prepare([[list(range(n))]])
+    comm = cache.get(list(range(n)))
+    for count in (70_001, 7):
+        x = special_input(world.Get_rank(), count, dtype)
+        for sync in (True, False):
+            got, want = ((C.all_reduce(comm, x, r) if sync
+                          else C.all_reduce_start(comm, x, r).wait()) for r in (red, python))
+            what = f"{name} x{count} n={n} sync={sync}"
+            assert got.tobytes() == want.tobytes(), f"{what}: native and Python ops differ"
+            assert len(set(world.allgather(got.tobytes()))) == 1, f"{what}: members differ"
+    cache.free()
