@@ -5,7 +5,11 @@ sums; complex; select-based or any other computation) becomes an ``MPI.Op.Create
 so MPI's own algorithms move the data and the callback only combines two whole buffers with
 one vectorized call: the reducer's compiled kernel (``Reducer.into``, from the cpu backend),
 else its numpy ufunc, else ``fn``.  That is as fast
-as the builtin op from 64 KiB up (see ``xladist bench collectives --reducer``).
+as the builtin op from 64 KiB up (see ``xladist bench collectives --reducer``).  A reducer
+with a native MPI_User_function (``Reducer.native``: the cpu backend's compiled kernel,
+xladist/compiler/native_collectives.py) gets an op of its own made from it
+(native_ops.py), declared non-commutative the same way: same order, same kernel, same bits,
+and no Python inside MPI at all.
 
 Order and bit-identity.  Every op is declared **non-commutative** (``commute=False``): MPICH
 then combines in rank order, ``inout = fn(in_from_lower_ranks, inout)``, with one combining
