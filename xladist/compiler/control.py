@@ -13,7 +13,9 @@ does under the MPI runtime (runtime/watchdog.py `loop_tracking_rules`): enter th
 loop, bump the iteration before each condition evaluation, exit; so a hang report
 says "iteration k of while.N" with either backend. The stack lives in
 collectives.deadline, which the runtime has loaded whenever a watchdog runs: the
-compiler only looks it up in sys.modules (no import, no cost without MPI).
+compiler only looks it up in sys.modules (no import, no cost without MPI). A loop that
+runs natively (native_loop.py) keeps the same stack entry through the watchdog's
+begin_native: the driver itself counts the iterations in memory the daemon reads.
 """
 
 from __future__ import annotations

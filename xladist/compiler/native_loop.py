@@ -203,10 +203,10 @@ class NativeLoop:
                 out[s.id] = a
         return out
 
-    def _half(self, state, outs, cells, bound) -> list[int]:
-        """One table half: addresses for a run on `state` with result buffers `outs`."""
+    def _half(self, state, outs, cells, bound, argvs: list) -> list[int]:
+        """One table half: addresses for a run on `state` with result buffers `outs`
+        (the kernels' argv arrays are kept alive in `argvs`)."""
         addrs = {id(cc): cc.addresses(state, outs[id(cc)]) for cc in (self.cond, self.body)}
-        argvs = self._argvs
         table = [ctypes.addressof(cells)]
         collective = iter(bound or ())
         for j, step in enumerate(self.steps):
@@ -237,8 +237,9 @@ class NativeLoop:
             state2[k] = body_outs[s.id]
             outs2[id(self.body)][s.id] = state[k]
         cells = (ctypes.c_int64 * N_CELLS)()
-        self._argvs = []
-        table = self._half(state, outs, cells, bound) + self._half(state2, outs2, cells, bound)
+        argvs: list = []
+        table = self._half(state, outs, cells, bound, argvs) + \
+            self._half(state2, outs2, cells, bound, argvs)
         t = (ctypes.c_uint64 * len(table))(*table)
         if wd is None:
             code = self.fn(ctypes.addressof(t))
@@ -249,7 +250,7 @@ class NativeLoop:
                 code = self.fn(ctypes.addressof(t))
             finally:
                 wd.end_native(token)
-        self._argvs = None
+        del argvs
         if code:
             d = bound[self.collective_steps.index(cells[CELL_FAILED])]
             raise ExecutionError(f"{d.label}: MPI_Allreduce failed in iteration "
@@ -259,7 +260,6 @@ class NativeLoop:
             for k, s in self.swaps:
                 np.copyto(state[k], body_outs[s.id])
         return state
-
 
 
 def _swaps(body):
