@@ -47,7 +47,7 @@ from .codegen.ir_array import c64
 from .codegen.types import I8, I64, PTR
 from .inplace import FRESH
 from .native_collectives import (CELL_BODIES, CELL_FAILED, CELL_ITERATION, N_CELLS,
-                                 CollectiveStep, store_monotonic)
+                                 WAIT_STEPS, CollectiveStep, store_monotonic)
 from .thunks import KernelThunk, address
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
@@ -100,9 +100,10 @@ class NativeLoop:
 
     @staticmethod
     def eligible(cond, body, identity_relayouts: bool) -> bool:
-        if not identity_relayouts:
+        thunks = list(cond.thunks) + list(body.thunks)
+        if not identity_relayouts or len(thunks) >= WAIT_STEPS - 1:  # steps fit the wait cell
             return False
-        for t in list(cond.thunks) + list(body.thunks):
+        for t in thunks:
             if type(t) is not KernelThunk and not CollectiveStep.eligible(t):
                 return False
         pred = cond.root_slots[0] if len(cond.root_slots) == 1 else None
