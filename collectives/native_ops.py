@@ -20,8 +20,14 @@ import ctypes
 import os
 from dataclasses import dataclass
 
-__all__ = ["NativeAllReduce", "available", "function_address", "handle", "native_op",
-           "element_type"]
+__all__ = [
+    "NativeAllReduce",
+    "available",
+    "element_type",
+    "function_address",
+    "handle",
+    "native_op",
+]
 
 _LIB = None
 _OPS: dict[int, int] = {}        # MPI_User_function address -> MPI_Op handle

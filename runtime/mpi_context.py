@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectives.all_gather import all_gather, all_gather_start
-from collectives.all_reduce import (all_reduce, all_reduce_bound, all_reduce_native,
-                                     all_reduce_start)
+from collectives.all_reduce import all_reduce, all_reduce_bound, all_reduce_native, all_reduce_start
 from collectives.all_to_all import all_to_all, all_to_all_start
 from collectives.broadcast import collective_broadcast, collective_broadcast_start
 from collectives.communicator import Communicator, CommunicatorCache

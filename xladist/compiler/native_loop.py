@@ -46,9 +46,16 @@ from ..errors import ExecutionError
 from .codegen.ir_array import c64
 from .codegen.types import I8, I64, PTR
 from .inplace import FRESH
-from .native_collectives import (CELL_BODIES, CELL_FAILED, CELL_ITERATION, N_CELLS,
-                                 WAIT_STEPS, CollectiveStep, store_monotonic)
-from .thunks import KernelThunk, address
+from .native_collectives import (
+    CELL_BODIES,
+    CELL_FAILED,
+    CELL_ITERATION,
+    N_CELLS,
+    WAIT_STEPS,
+    CollectiveStep,
+    store_monotonic,
+)
+from .thunks import KernelThunk
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 # Loops with all-reduces run natively unless XLADIST_NATIVE_COLLECTIVES=0 (tests compare
