@@ -359,7 +359,8 @@ class MpiCommunicator(Communicator):
             return None
         return native_ops.NativeAllReduce(native_ops.function_address("MPI_Allreduce"), count,
                                           dt, mop, native_ops.handle(self.comm),
-                                          canonicalize, label, self)
+                                          canonicalize, label, self,
+                                          native_ops.in_place_address())
 
     def _ireduce(self, call, send, recv, op, label):
         if type(op) is str:

@@ -26,6 +26,7 @@ __all__ = [
     "element_type",
     "function_address",
     "handle",
+    "in_place_address",
     "native_op",
 ]
 
@@ -48,6 +49,7 @@ class NativeAllReduce:
     canonicalize: bool
     label: str
     where: object
+    in_place: int = 0  # MPI_IN_PLACE as a pointer value (in_place_address())
 
     @staticmethod
     def error_text(code: int) -> str:
@@ -81,6 +83,12 @@ def available() -> bool:
 
 def function_address(name: str) -> int:
     return ctypes.cast(getattr(_lib(), name), ctypes.c_void_p).value
+
+
+def in_place_address() -> int:
+    """MPI_IN_PLACE as the pointer native code passes (mpi4py knows the library's value)."""
+    from mpi4py import MPI
+    return int(MPI.IN_PLACE) & 0xFFFFFFFFFFFFFFFF
 
 
 def handle(obj) -> int:

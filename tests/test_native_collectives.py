@@ -28,7 +28,8 @@ class _SelfDevice(SingleDeviceContext):
         return native_ops.NativeAllReduce(
             native_ops.function_address("MPI_Allreduce"), instr.shape.size,
             native_ops.handle(MPI.FLOAT), native_ops.handle(MPI.SUM),
-            native_ops.handle(getattr(MPI, self.comm_name)), True, f"{instr.name} (test)", None)
+            native_ops.handle(getattr(MPI, self.comm_name)), True, f"{instr.name} (test)", None,
+            native_ops.in_place_address())
 
 
 def _loop():

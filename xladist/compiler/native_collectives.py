@@ -12,6 +12,7 @@ reducer)` (runtime/mpi_context.py), an object with
   datatype, op, comm   MPI handles as integers
   canonicalize  whether NaN results must become the canonical quiet NaN (a builtin
               float sum/prod: collectives/reduction.py canonicalize_nan)
+  in_place    MPI_IN_PLACE's value, the send buffer of an all-reduce in place
   label, where  what the deadline reports for a wait in this call
   error_text(code)  MPI's message for a failing return code
 
@@ -98,6 +99,8 @@ class CollectiveStep:
         shape = thunk.instr.shape
         self.canon = _CANONICAL_NAN.get(shape.element_type.name)
         self.components = shape.nbytes * 8 // self.canon[0] if self.canon else 0
+        # Reduce into the operand's own buffer (native_loop.py decides; MPI_IN_PLACE).
+        self.in_place = False
 
     @staticmethod
     def eligible(thunk) -> bool:
@@ -114,7 +117,8 @@ class CollectiveStep:
                 and thunk.operand_slots[0][0] is not None and thunk.out_slots[0] is not None)
 
     def entries(self, addrs, bound) -> list[int]:
-        return [bound.fn, addrs[self.src.id], addrs[self.dst.id], bound.count, bound.datatype,
+        send = bound.in_place if self.in_place else addrs[self.src.id]
+        return [bound.fn, send, addrs[self.dst.id], bound.count, bound.datatype,
                 bound.op, bound.comm, int(bool(bound.canonicalize))]
 
     def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
