@@ -98,7 +98,7 @@ class NativeLoop:
         # those an all-reduce computes from the same leaf run in place instead (_in_place).
         self.in_place = _in_place(body, self.steps[self.n_cond:])
         self.swaps = [(k, r) for k, r in _swaps(body) if k not in self.in_place]
-        for k, step in self.in_place.items():
+        for step in self.in_place.values():
             step.in_place = True
         self.pred_slot = cond.root_slots[0]
         # Entries per table half: the cells' address, the steps', the pred's address.
