@@ -23,7 +23,7 @@ from .communicator import Communicator
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
                         user_op_ok)
 
-__all__ = ["all_reduce", "all_reduce_bound", "all_reduce_start"]
+__all__ = ["all_reduce", "all_reduce_bound", "all_reduce_native", "all_reduce_start"]
 
 _PLANS: dict[tuple[Reducer, np.dtype, bool], tuple[str | Reducer, np.dtype, bool] | None] = {}
 
@@ -92,6 +92,21 @@ def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str):
         call(send, recv)
         canonicalize_nan(recv.view(dtype))  # as all_reduce: NaN bits may differ by rank
     return canonical
+
+
+def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, label: str):
+    """:func:`all_reduce` of ``nbytes`` holding ``dtype`` elements as native code runs it
+    (collectives/native_ops.py NativeAllReduce: one MPI_Allreduce, then the NaN rule), with
+    the plan decided now; None where that cannot be one MPI call: the generic path, or a
+    user op whose reducer has no native MPI_User_function (``Reducer.native``)."""
+    dtype = np.dtype(dtype)
+    bind = getattr(comm, "native_allreduce", None)
+    plan = _plan(reducer, dtype, comm.size)
+    if bind is None or plan is None:
+        return None
+    op, wire, canon = plan
+    # One member: MPI copies and, as all_reduce, nothing is canonicalized.
+    return bind(op, wire, nbytes, label, reducer.native, canon and comm.size > 1)
 
 
 def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,

@@ -184,16 +184,20 @@ def _reducers():
                 np.copyto(out, kernel(a, b), casting="unsafe")
         return run
 
+    def compiled(kind, fn, name, kernel):
+        # As the runtime builds it (runtime/mpi_context.py): the kernel for folds, and its
+        # native MPI_User_function for MPI user ops.
+        return Reducer(kind, fn, name, into(kernel), kernel.mpi_function)
+
     return {
         "sum": (np.dtype(np.float32), C.SUM, "SUM", np.dtype(np.float32)),
-        "max": (np.dtype(np.float32), Reducer("max", np.maximum, "max", into(k["max_f32"])),
+        "max": (np.dtype(np.float32), compiled("max", np.maximum, "max", k["max_f32"]),
                 "MAX", np.dtype(np.float32)),
         "bf16-sum": (np.dtype(ml_dtypes.bfloat16),
-                     Reducer("sum", np.add, "sum", into(k["add_bf16"])),
-                     "SUM", np.dtype(np.int16)),
+                     compiled("sum", np.add, "sum", k["add_bf16"]), "SUM", np.dtype(np.int16)),
         "custom": (np.dtype(np.float32),
-                   Reducer(None, _larger_magnitude, "larger-magnitude",
-                           into(k["larger_magnitude"])), "MAX", np.dtype(np.float32)),
+                   compiled(None, _larger_magnitude, "larger-magnitude",
+                            k["larger_magnitude"]), "MAX", np.dtype(np.float32)),
     }
 
 

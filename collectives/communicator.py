@@ -334,6 +334,34 @@ class MpiCommunicator(Communicator):
                 wd.end(token)
         return allreduce
 
+    def native_allreduce(self, op, dtype: np.dtype, nbytes: int, label: str,
+                         user_function: int | None, canonicalize: bool):
+        """The MPI_Allreduce of ``nbytes`` as ``dtype`` elements as native code calls it
+        (collectives/native_ops.py); None where native code cannot make the call: a
+        Reducer without a native MPI_User_function, no predefined datatype, too many
+        elements for a C int, or handles native code cannot pass."""
+        from . import native_ops
+        MPI = _mpi()
+        if not native_ops.available():
+            return None
+        dtype = np.dtype(dtype)
+        if type(op) is str:
+            dt = MPI._typedict.get(dtype.char)
+            if dt is None:
+                return None
+            mop, dt = native_ops.handle(_MPI_OPS[op]), native_ops.handle(dt)
+        elif user_function:
+            mop, dt = native_ops.native_op(user_function), native_ops.element_type(dtype.itemsize)
+        else:
+            return None
+        count = nbytes // dtype.itemsize
+        if count >= 1 << 31:
+            return None
+        return native_ops.NativeAllReduce(native_ops.function_address("MPI_Allreduce"), count,
+                                          dt, mop, native_ops.handle(self.comm),
+                                          canonicalize, label, self,
+                                          native_ops.in_place_address())
+
     def _ireduce(self, call, send, recv, op, label):
         if type(op) is str:
             return _MpiRequest([call(send, recv, _MPI_OPS[op])], label, self, (send, recv))

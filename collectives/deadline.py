@@ -23,6 +23,13 @@ Two extensions serve the job-wide report of :mod:`runtime.watchdog`:
   is told by the daemon -- never by the waiting thread -- about waits that last longer than
   ``PUBLISH_AFTER_S``, about their end, and asked for the text to print when a deadline passes.
 
+Native while loops (xladist/compiler/native_loop.py) run many waits without returning to
+Python.  :meth:`Watchdog.begin_native` brackets the whole loop: the loop writes its iteration
+and a *wait cell* (which all-reduce it is in, and a count of calls) into memory, and the daemon
+reads them whenever it wakes.  A wait is timed from the moment the daemon first sees that cell
+value, so a hang is still reported between T and 1.5 T after it starts, naming the
+all-reduce and the iteration; a loop that keeps calling never times out.
+
 A job's last words must reach the user.  MPICH's launcher sometimes drops what a rank wrote to
 stderr just before ``MPI_Abort`` (measured: 7 of 40 two-rank aborts lost a 1.5 KiB message), so
 :func:`abort_job` also leaves its message in ``$XLADIST_JOB_DIR/aborts/rank<R>.txt``; the
@@ -206,6 +213,27 @@ class Watchdog:
     def end(self, token) -> None:
         self.current = token
 
+    def begin_native(self, name: str, cells, places):
+        """Bracket a native while loop (see the module doc): ``cells`` is the int64 array the
+        loop writes (compiler/native_collectives.py: iteration, wait cell), ``places`` the
+        ``{step: (what, where)}`` of each step the wait cell may name.  Returns a token
+        for :meth:`end_native`."""
+        self.loops.append(_NativeLoopEntry(name, cells))
+        prev = self.current
+        self.current = _NativeWaits(cells, places)
+        if self._thread is None and self.timeout_s > 0:
+            self._start_thread()
+        return prev
+
+    def end_native(self, token) -> None:
+        self.current = token
+        self.exit_loop()
+
+    def _resolved(self, cur):
+        """A native loop's bracket as the (what, where, start) it waits in now, or None
+        while it computes; any other `current` as is."""
+        return cur.waiting() if type(cur) is _NativeWaits else cur
+
     # -- daemon --------------------------------------------------------------------------------
     def _start_thread(self) -> None:
         with self._cond:
@@ -221,7 +249,7 @@ class Watchdog:
             while True:
                 timeout = self.timeout_s
                 mon = self.monitor
-                cur = self.current
+                cur = self._resolved(self.current)
                 now = time.monotonic()
                 if published is not None and cur is not published:
                     published = None
@@ -316,7 +344,7 @@ class Watchdog:
             self._cond.notify_all()
 
     def describe_current(self) -> str | None:
-        cur = self.current
+        cur = self._resolved(self.current)
         if cur is None:
             return None
         what, where, start = cur
@@ -325,6 +353,43 @@ class Watchdog:
         if ctx:
             desc += f" ({ctx})"
         return f"{desc} (for {time.monotonic() - start:.1f} s)"
+
+
+# The wait cell's layout, shared with compiler/native_collectives.py (CELL_*, WAIT_STEPS).
+_CELL_ITERATION, _CELL_WAIT, _WAIT_STEPS = 0, 1, 1 << 16
+
+
+class _NativeLoopEntry:
+    """A ``loops`` entry whose iteration the native loop itself keeps in ``cells``."""
+
+    __slots__ = ("cells", "name")
+
+    def __init__(self, name: str, cells):
+        self.name, self.cells = name, cells
+
+    def __iter__(self):
+        return iter((self.name, int(self.cells[_CELL_ITERATION])))
+
+
+class _NativeWaits:
+    """The `current` of a native loop: resolves to the wait it is in (what, where, start),
+    one tuple per call, so the daemon's deadline and publishing work as for any wait."""
+
+    __slots__ = ("cells", "places", "seen")
+
+    def __init__(self, cells, places):
+        self.cells, self.places = cells, places
+        self.seen = (None, None)  # (wait cell value, its tuple)
+
+    def waiting(self):
+        word = int(self.cells[_CELL_WAIT])  # one aligned 8-byte load: never torn
+        step = word % _WAIT_STEPS
+        if not step:
+            return None
+        if self.seen[0] != word:
+            what, where = self.places[step - 1]
+            self.seen = (word, (what, where, time.monotonic()))
+        return self.seen[1]
 
 
 watchdog = Watchdog()

@@ -91,6 +91,10 @@ class Reducer:
     # backend passes its compiled reducer kernel here; MPI user-defined ops (user_op.py) and
     # fold call it.
     into: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = field(default=None)
+    # Optional address of a native MPI_User_function computing ``into``'s bits on whole
+    # buffers (a compiled reducer's ``<kernel>_mpi``, xladist/compiler/native_collectives.py):
+    # user_op.py then registers it as the MPI op, and no Python runs inside MPI.
+    native: int | None = field(default=None)
 
     def __post_init__(self):
         if self.kind is not None and self.kind not in KINDS:

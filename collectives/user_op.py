@@ -5,7 +5,11 @@ sums; complex; select-based or any other computation) becomes an ``MPI.Op.Create
 so MPI's own algorithms move the data and the callback only combines two whole buffers with
 one vectorized call: the reducer's compiled kernel (``Reducer.into``, from the cpu backend),
 else its numpy ufunc, else ``fn``.  That is as fast
-as the builtin op from 64 KiB up (see ``xladist bench collectives --reducer``).
+as the builtin op from 64 KiB up (see ``xladist bench collectives --reducer``).  A reducer
+with a native MPI_User_function (``Reducer.native``: the cpu backend's compiled kernel,
+xladist/compiler/native_collectives.py) gets an op of its own made from it
+(native_ops.py), declared non-commutative the same way: same order, same kernel, same bits,
+and no Python inside MPI at all.
 
 Order and bit-identity.  Every op is declared **non-commutative** (``commute=False``): MPICH
 then combines in rank order, ``inout = fn(in_from_lower_ranks, inout)``, with one combining
@@ -57,8 +61,12 @@ def _combine(inbuf, inoutbuf, datatype):
 
 
 def user_op(MPI, reducer, dtype: np.dtype):
-    """``(op, datatype)`` computing ``reducer.fn`` on elements of ``dtype`` inside MPI."""
+    """``(op, datatype)`` computing ``reducer.fn`` on elements of ``dtype`` inside MPI: the
+    reducer's native MPI_User_function when it has one (native_ops.py: same order, same
+    kernel, no Python per combining step), else the one Python op."""
     global _OP
+    if reducer.native:
+        return _native(MPI, reducer.native, dtype)
     key = (reducer, dtype)
     dt = _TYPES.get(key)
     if dt is None:
@@ -70,6 +78,20 @@ def user_op(MPI, reducer, dtype: np.dtype):
                                reducer.into)
         _TYPES[key] = dt
     return _OP, dt
+
+
+_NATIVE: dict[tuple, tuple] = {}  # (function address, itemsize) -> (op, datatype)
+
+
+def _native(MPI, function: int, dtype: np.dtype):
+    key = (function, dtype.itemsize)
+    pair = _NATIVE.get(key)
+    if pair is None:
+        from . import native_ops
+        # Views of handles native_ops made and keeps for the whole process.
+        pair = _NATIVE[key] = (MPI.Op.fromhandle(native_ops.native_op(function)),
+                               MPI.Datatype.fromhandle(native_ops.element_type(dtype.itemsize)))
+    return pair
 
 
 def raise_pending(label: str) -> None:

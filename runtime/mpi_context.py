@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collectives.all_gather import all_gather, all_gather_start
-from collectives.all_reduce import all_reduce, all_reduce_bound, all_reduce_start
+from collectives.all_reduce import all_reduce, all_reduce_bound, all_reduce_native, all_reduce_start
 from collectives.all_to_all import all_to_all, all_to_all_start
 from collectives.broadcast import collective_broadcast, collective_broadcast_start
 from collectives.communicator import Communicator, CommunicatorCache
@@ -160,16 +160,18 @@ class MpiDeviceContext(DeviceContext):
         """
         if reducer is None:
             return SUM
-        if plan.reducer is None:
+        # The compiled kernel as a native MPI_User_function (compiler/native_collectives.py).
+        native = getattr(reducer, "mpi_function", None)
+        if plan.reducer is None or plan.reducer[0].native != native:
             proxy = _Proxy()
             into = proxy.into if hasattr(reducer, "combine_into") else None
             builtin = match_reducer(reducer.computation)
             if builtin is None:
-                red = Reducer(None, proxy, reducer.computation.name, into)
+                red = Reducer(None, proxy, reducer.computation.name, into, native)
             elif into is None:
                 red = builtin
             else:
-                red = Reducer(builtin.kind, builtin.fn, builtin.name, into)
+                red = Reducer(builtin.kind, builtin.fn, builtin.name, into, native)
             plan.reducer = (red, proxy)
         plan.reducer[1].target = reducer
         return plan.reducer[0]
@@ -184,15 +186,10 @@ class MpiDeviceContext(DeviceContext):
         None for every other collective (those go through `collective`). The cpu backend
         binds this on a collective's first run (compiler/devices.py), so a loop pays one
         MPI call and a result allocation per iteration instead of the generic dispatch."""
-        if instr.opcode != "all-reduce" or len(instr.operands) != 1:
+        plan = self._single_array_all_reduce(instr)
+        if plan is None:
             return None
-        src, dst = instr.operands[0].shape, instr.shape
-        if not (src.is_array and dst.is_array) or any(dst.dynamic) or any(src.dynamic) or \
-                src.to_text() != dst.to_text() or src.size == 0:
-            return None
-        plan = self.plans.get(instr)
-        if plan is None or plan.comm is None:
-            return None
+        dst = instr.shape
         red = self._reducer(plan, reducer)
         call = all_reduce_bound(plan.comm, red, dst.dtype, plan.label)
         if call is None:
@@ -206,6 +203,32 @@ class MpiDeviceContext(DeviceContext):
             call(src_bytes, out)
             return out
         return run
+
+    def _single_array_all_reduce(self, instr) -> _Plan | None:
+        """The plan of an all-reduce of one array whose operand and result share a layout
+        (what bound_collective and native_all_reduce serve), else None."""
+        if instr.opcode != "all-reduce" or len(instr.operands) != 1:
+            return None
+        src, dst = instr.operands[0].shape, instr.shape
+        if not (src.is_array and dst.is_array) or any(dst.dynamic) or any(src.dynamic) or \
+                src.to_text() != dst.to_text() or src.size == 0:
+            return None
+        plan = self.plans.get(instr)
+        if plan is None or plan.comm is None:
+            return None
+        return plan
+
+    def native_all_reduce(self, instr, reducer=None):
+        """The all-reduce as a native while loop calls it (compiler/native_collectives.py):
+        the MPI_Allreduce address and handles, resolved now; None where only Python can run
+        it (the generic path, a reducer kernel without a native MPI function, ...)."""
+        plan = self._single_array_all_reduce(instr)
+        if plan is None:
+            return None
+        dst = instr.shape
+        red = self._reducer(plan, reducer)
+        return all_reduce_native(plan.comm, red, dst.dtype, dst.size * dst.dtype.itemsize,
+                                 plan.label)
 
     def collective_start(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=True)

@@ -482,25 +482,27 @@ def test_update_of_an_arena_temporary_that_is_returned_is_a_new_buffer():
 
 # ---- native loops (native_loop.py): kernels-only loops run by one native function ----------
 
-def test_native_loop_copies_results_computed_into_result_buffers():
+@pytest.mark.parametrize("trips", [5, 6])
+def test_native_loop_swaps_results_computed_into_result_buffers(trips):
     """buf' = buf * 2 + i over the whole buffer: no update in place, the body's result
-    buffer is copied into the carry each iteration."""
+    buffer and the carry swap roles every iteration (an odd trip count ends in the result
+    buffer, copied into the carry once)."""
     body = """  %fi = f32[] convert(%i)
   %bi = f32[3,5] broadcast(%fi), dimensions={}
   %two = f32[] constant(2)
   %b2 = f32[3,5] broadcast(%two), dimensions={}
   %m = f32[3,5] multiply(%v1, %b2)
   %d = f32[3,5] add(%m, %bi)"""
-    text = loop_hlo(6, ["f32[3,5]"], body, ["%d"], params=["f32[3,5]"])
+    text = loop_hlo(trips, ["f32[3,5]"], body, ["%d"], params=["f32[3,5]"])
     base = np.arange(15, dtype=np.float32).reshape(3, 5)
     cpu, got = run_loop(text, base)
     buf = base.copy()
-    for i in range(6):
+    for i in range(trips):
         buf = buf * 2 + i
     np.testing.assert_array_equal(got[1], buf)
     np.testing.assert_array_equal(base, np.arange(15, dtype=np.float32).reshape(3, 5))
     loop = loops(cpu)["loop"]
-    assert loop.native is not None and [k for k, _ in loop.native.copies] == [0, 1]
+    assert loop.native is not None and [k for k, _ in loop.native.swaps] == [0, 1]
     np.testing.assert_array_equal(np.asarray(cpu(base)[1]), buf)
 
 

@@ -43,11 +43,15 @@ def _data_loop(tmp_path, steps):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("steps", [[2, 3], [2, 3, 3, 2]], ids=["n2", "n4"])
-def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps):
+@pytest.mark.parametrize("steps,op", [([2, 3], "add"), ([2, 3, 3, 2], "add"),
+                                      ([2, 3], "maximum")], ids=["n2", "n4", "n2-max"])
+def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
+    # The loop runs natively (native_loop.py; with maximum, through a native MPI user op):
+    # the report still names the rank, the all-reduce and the iteration.
     n = len(steps)
     text = (DATA / "data_dependent_loop.hlo").read_text().replace(
-        "num_partitions=2", f"num_partitions={n}")
+        "num_partitions=2", f"num_partitions={n}").replace(
+        "ROOT %sum = f32[] add(%a, %b)", f"ROOT %sum = f32[] {op}(%a, %b)")
     module = tmp_path / "loop.hlo"
     module.write_text(text)
     inputs = _data_loop(tmp_path, steps)
@@ -207,6 +211,35 @@ def test_daemon_publishes_a_long_wait_and_its_end():
     while time.monotonic() < end and mon.positions[-1]["state"] != "computing":
         time.sleep(0.1)
     assert mon.positions[-1]["state"] == "computing"
+
+
+def test_native_loop_bracket_reports_the_wait_cell_and_iteration():
+    """A native while loop (compiler/native_loop.py) is one bracket: the daemon reads the
+    iteration and the wait cell the loop writes, and reports a long wait in it like any other;
+    the wait is timed from when the daemon first saw that cell value."""
+    import ctypes
+
+    from xladist.compiler import native_collectives as nc
+    wd = deadline.Watchdog(timeout_s=30.0)
+    mon = _Monitor()
+    wd.set_monitor(mon)
+    cells = (ctypes.c_int64 * nc.N_CELLS)()
+    token = wd.begin_native("while.4", cells, {2: ("all-reduce.8 (line 3)", "group [0, 1]")})
+    cells[nc.CELL_ITERATION] = 7
+    cells[nc.CELL_WAIT] = 5 * nc.WAIT_STEPS + 2 + 1  # the 5th call, in step 2
+    assert mon.event.wait(deadline.PUBLISH_AFTER_S + 2.0), "the long wait was never published"
+    waiting = mon.positions[0]
+    assert waiting["state"] == "waiting" and waiting["what"] == "all-reduce.8 (line 3)"
+    assert waiting["loops"] == [["while.4", 7]]
+    assert "all-reduce.8 (line 3) over group [0, 1] (iteration 7 of while.4)" in \
+        wd.describe_current()
+    cells[nc.CELL_WAIT] = 5 * nc.WAIT_STEPS  # the call returned: computing
+    end = time.monotonic() + deadline.REFRESH_S + 2.0
+    while time.monotonic() < end and mon.positions[-1]["state"] != "computing":
+        time.sleep(0.1)
+    assert mon.positions[-1] == {"state": "computing", "loops": [["while.4", 7]]}
+    wd.end_native(token)
+    assert wd.current is None and wd.loops == []
 
 
 def test_short_waits_are_never_published():

@@ -13,7 +13,9 @@ does under the MPI runtime (runtime/watchdog.py `loop_tracking_rules`): enter th
 loop, bump the iteration before each condition evaluation, exit; so a hang report
 says "iteration k of while.N" with either backend. The stack lives in
 collectives.deadline, which the runtime has loaded whenever a watchdog runs: the
-compiler only looks it up in sys.modules (no import, no cost without MPI).
+compiler only looks it up in sys.modules (no import, no cost without MPI). A loop that
+runs natively (native_loop.py) keeps the same stack entry through the watchdog's
+begin_native: the driver itself counts the iterations in memory the daemon reads.
 """
 
 from __future__ import annotations
@@ -139,8 +141,14 @@ class WhileThunk(Thunk):
         state = self._initial(frame)
         rs = frame.rs
         wd = _loop_stack() if self.tracked else None
-        if self.native is not None and wd is None and rs.tracer is None:
-            state = self.native.run(state, set(self.used))
+        native = self.native
+        bound = None
+        if native is not None and rs.tracer is None and native.collectives:
+            # All-reduces run natively when the device resolves every one to an MPI call.
+            bound = native.bind_device(rs.device)
+        if bound is not None or (native is not None and wd is None and rs.tracer is None
+                                 and not native.collectives):
+            state = native.run(state, set(self.used), bound, wd)
         elif wd is None and rs.tracer is None and self.steady:
             cond, body = self.cond, self.body
             to_cond, back = self.state_to_cond, self.result_to_state

@@ -175,7 +175,8 @@ def _control(pb, instr, plan, asg, inplace):
         t = WhileThunk(instr, cond, body, asg.leaves[instr.operands[0]], asg.leaves[instr],
                        original, inplace.takes.get(instr))
         if NativeLoop.eligible(cond, body, t.identity_relayouts()):
-            t.native = NativeLoop(f"loop{len(pb.loops)}_{_clean(instr.name)}", cond, body)
+            t.native = NativeLoop(f"loop{len(pb.loops)}_{_clean(instr.name)}", cond, body,
+                                  t.orig.name)
             pb.loops.append(t.native)
         return t
     if op == "conditional":

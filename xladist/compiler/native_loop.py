@@ -1,143 +1,325 @@
-"""While loops run by one native function, when condition and body are kernels only.
+"""While loops run by one native function, when condition and body are kernels and
+all-reduces only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
-`lax.scan` that writes one row per step). When the condition and the body consist
-only of kernel thunks, their buffers can stay put for the whole loop, as XLA's
+`lax.scan` that writes one row per step, or a loop around a small all-reduce). When
+the condition and the body consist only of kernel thunks and all-reduce device thunks
+(native_collectives.py), their buffers can stay put for the whole loop, as XLA's
 buffer assignment keeps a while's state in one allocation:
   * the carry lives in one buffer per leaf (C), owned by the loop: the condition
     and the body read their parameters from it;
   * a body result that is its parameter leaf handed back (unchanged, or updated in
-    place: inplace.py) needs nothing; a result the body computes into a result
-    buffer (R, fixed for the loop) is copied into C after the iteration — the body
-    reads C while writing R, so there is no hazard;
-  * any other result (a constant, an alias, a leaf moved to another position) makes
-    the loop ineligible: it keeps the Python path.
-The driver `void loopN(ptr table)` calls the condition's kernels, reads the pred,
-calls the body's kernels and memcpys R into C, until the pred is false; `table`
-holds every kernel's argv and the copy addresses, filled once per loop run. The
-kernels are in the same LLVM module, so the optimizer may inline them into it.
-Traced or watchdog-tracked runs keep the Python path (they observe iterations).
+    place: inplace.py) needs nothing;
+  * a result the body computes into a buffer of its own (a kernel's result slot, an
+    all-reduce's result: R, fixed for the loop) swaps roles with C: the table holds two
+    halves, the second with every C and R exchanged, and iteration t uses half t % 2 --
+    the body reads C while writing R, then the next iteration reads R while writing C.
+    No copy per iteration (a 4 MiB all-reduce would pay a 4 MiB memcpy); when the loop
+    ends after an odd number of bodies, R is copied into C once;
+  * a result an all-reduce computes from the same carry leaf, `x' = all-reduce(x)`, with
+    nothing reading x after it, is reduced in place (MPI_IN_PLACE into C): no swap, and
+    MPI skips its own copy of the operand into the result (4 MiB: ~0.3 ms);
+  * any other result (a constant, an alias, a leaf moved to another position, one
+    buffer for two leaves) makes the loop ineligible: it keeps the Python path.
+The driver `i64 loopN(ptr table)` calls the condition's kernels, reads the pred, runs
+the body's steps, until the pred is false, and returns 0 or the MPI error code of a
+failed all-reduce; `table` holds every kernel's argv, every all-reduce's MPI call and
+the address of a few cells the driver writes (the iteration, the wait cell the
+deadline daemon reads, the number of bodies run): filled once per loop run. The kernels
+are in the same LLVM module, so the optimizer may inline them into it.
+
+Kernel-only loops run natively whenever no timeline is recorded. A loop with
+all-reduces runs natively when the device resolves every one of them to an MPI call
+(`native_all_reduce`, runtime/mpi_context.py; else the Python path), and under the
+deadline watchdog the whole run is one native wait bracket (deadline.py begin_native):
+the report still names the rank, the all-reduce and the iteration. Traced runs keep
+the Python path (they observe iterations).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 from llvmlite import ir
 
+from ..errors import ExecutionError
 from .codegen.ir_array import c64
-from .codegen.types import I1, I8, PTR, VOID
+from .codegen.types import I8, I64, PTR
 from .inplace import FRESH
-from .thunks import KernelThunk, address
+from .native_collectives import (
+    CELL_BODIES,
+    CELL_FAILED,
+    CELL_ITERATION,
+    N_CELLS,
+    WAIT_STEPS,
+    CollectiveStep,
+    store_monotonic,
+)
+from .thunks import KernelThunk
+
+DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+# Loops with all-reduces run natively unless XLADIST_NATIVE_COLLECTIVES=0 (tests compare
+# both paths bit for bit; benchmarks measure the difference).
+COLLECTIVES = os.environ.get("XLADIST_NATIVE_COLLECTIVES", "1") != "0"
+
+
+class KernelStep:
+    """A kernel thunk the driver calls with its argv (one table entry)."""
+
+    kind = "kernel"
+    N_ENTRIES = 1
+
+    def __init__(self, thunk):
+        self.thunk = thunk
+
+    def emit(self, b, entry, cells, progress, index, fail) -> None:
+        b.call(b.function.module.get_global(self.thunk.spec.name), [entry(0, PTR)])
+
+
+def _step(thunk):
+    return KernelStep(thunk) if type(thunk) is KernelThunk else CollectiveStep(thunk)
 
 
 class NativeLoop:
-    """The driver of one while thunk: what it calls and copies, and its table."""
+    """The driver of one while thunk: its steps, its table, the leaves it swaps."""
 
-    def __init__(self, name: str, cond, body):
+    def __init__(self, name: str, cond, body, while_name: str):
         self.name = name
+        self.while_name = while_name  # the user's while, as the watchdog names it
         self.cond, self.body = cond, body
-        self.kernels = list(cond.thunks) + list(body.thunks)
+        self.steps = [_step(t) for t in list(cond.thunks) + list(body.thunks)]
         self.n_cond = len(cond.thunks)
-        # (carry leaf, body result slot) per leaf the body computes into a result buffer.
-        self.copies = [(k, s) for k, (s, src) in enumerate(zip(body.root_slots, body.sources))
-                       if s is not None and src == FRESH and s.kind == "out" and s.nbytes]
+        self.collective_steps = [j for j, s in enumerate(self.steps) if s.kind != "kernel"]
+        self.collectives = [self.steps[j] for j in self.collective_steps]
+        # (carry leaf, body result slot) per leaf the body computes into its own buffer;
+        # those an all-reduce computes from the same leaf run in place instead (_in_place).
+        self.in_place = _in_place(body, self.steps[self.n_cond:])
+        self.swaps = [(k, r) for k, r in _swaps(body) if k not in self.in_place]
+        for step in self.in_place.values():
+            step.in_place = True
         self.pred_slot = cond.root_slots[0]
+        # Entries per table half: the cells' address, the steps', the pred's address.
+        self.offsets = []
+        n = 1
+        for s in self.steps:
+            self.offsets.append(n)
+            n += s.N_ENTRIES
+        self.half = n + 1
         self.fn = None
-        self._outs: dict = {}  # (computation id, slot id) -> the fixed result buffer
+        self._fixed: dict = {}  # (computation id, slot id) -> a buffer the loop keeps
+        self._bound = (None, None)  # (device, [native all-reduce per collective] or None)
 
     @staticmethod
     def eligible(cond, body, identity_relayouts: bool) -> bool:
-        if not identity_relayouts:
+        thunks = list(cond.thunks) + list(body.thunks)
+        if not identity_relayouts or len(thunks) >= WAIT_STEPS - 1:  # steps fit the wait cell
             return False
-        if not all(type(t) is KernelThunk for t in list(cond.thunks) + list(body.thunks)):
-            return False
+        for t in thunks:
+            if type(t) is not KernelThunk and not CollectiveStep.eligible(t):
+                return False
         pred = cond.root_slots[0] if len(cond.root_slots) == 1 else None
         if pred is None or pred.kind not in ("out", "const", "param"):
             return False
-        for k, (s, src) in enumerate(zip(body.root_slots, body.sources)):
-            if s is None:
-                continue
-            if not (src == k or (src == FRESH and s.kind == "out")):
-                return False
-        return True
+        return _swaps(body) is not None
 
     # ---- code ------------------------------------------------------------------
     def emit(self, module: ir.Module) -> None:
-        fn = ir.Function(module, ir.FunctionType(VOID, [PTR]), name=self.name)
+        fn = ir.Function(module, ir.FunctionType(I64, [PTR]), name=self.name)
         fn.attributes.add("nounwind")
         table = fn.args[0]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         head = fn.append_basic_block("cond")
         body = fn.append_basic_block("body")
         done = fn.append_basic_block("done")
-        memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, ir.IntType(64)])
+        parity = b.alloca(I64, name="parity")      # which table half this iteration uses
+        bodies = b.alloca(I64, name="bodies")
+        iteration = b.alloca(I64, name="iteration")
+        progress = b.alloca(I64, name="progress")  # collective calls (native_collectives)
+        for v in (parity, bodies, iteration, progress):
+            b.store(c64(0), v)
+        cells = b.load(table, typ=PTR)
 
-        def entry(i):
-            return b.load(b.gep(table, [c64(i)], inbounds=True, source_etype=PTR), typ=PTR)
+        def cell(k):
+            return b.gep(cells, [c64(k)], inbounds=True, source_etype=I64)
 
-        def call(j, thunk):
-            b.call(module.get_global(thunk.spec.name), [entry(j)])
+        def half():
+            return b.gep(table, [b.mul(b.load(parity, typ=I64), c64(self.half))],
+                         inbounds=True, source_etype=PTR)
+
+        def fail(bb, code):
+            bb.store(bb.load(bodies, typ=I64), cell(CELL_BODIES))
+            bb.ret(code)
+
+        def run_steps(steps, first):
+            base = half()
+            for j, step in enumerate(steps, first):
+                at = self.offsets[j]
+
+                def entry(k, typ, at=at):
+                    return b.load(b.gep(base, [c64(at + k)], inbounds=True,
+                                        source_etype=PTR), typ=typ)
+                step.emit(b, entry, cells, progress, j, fail)
 
         b.branch(head)
         b.position_at_end(head)
-        for j, t in enumerate(self.kernels[:self.n_cond]):
-            call(j, t)
-        n = len(self.kernels)
-        pred = b.load(entry(n), typ=I8)
-        b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), body, done)
+        # The condition before body k belongs to iteration k (control.py, the watchdog).
+        it = b.add(b.load(iteration, typ=I64), c64(1))
+        b.store(it, iteration)
+        store_monotonic(b, it, cell(CELL_ITERATION))
+        run_steps(self.steps[:self.n_cond], 0)
+        pred_at = b.load(b.gep(half(), [c64(self.half - 1)], inbounds=True, source_etype=PTR),
+                         typ=PTR)
+        b.cbranch(b.icmp_unsigned("!=", b.load(pred_at, typ=I8), ir.Constant(I8, 0)),
+                  body, done)
         b.position_at_end(body)
-        for j, t in enumerate(self.kernels[self.n_cond:], self.n_cond):
-            call(j, t)
-        for c, (_k, s) in enumerate(self.copies):
-            dst, src = entry(n + 1 + 2 * c), entry(n + 2 + 2 * c)
-            b.call(memcpy, [dst, src, c64(s.nbytes), ir.Constant(I1, 0)])
+        run_steps(self.steps[self.n_cond:], self.n_cond)
+        b.store(b.xor(b.load(parity, typ=I64), c64(1)), parity)
+        b.store(b.add(b.load(bodies, typ=I64), c64(1)), bodies)
         b.branch(head)
         b.position_at_end(done)
-        b.ret_void()
+        b.store(b.load(bodies, typ=I64), cell(CELL_BODIES))
+        b.ret(c64(0))
 
     def bind(self, code) -> None:
-        self.fn = code.kernel(self.name)
+        self.fn = DRIVER_TYPE(code.address(self.name))
 
     # ---- running ---------------------------------------------------------------
+    def bind_device(self, device):
+        """The device's native form of every all-reduce (cached per device), or None when
+        one of them has none: then the loop keeps the Python path."""
+        if not COLLECTIVES:
+            return None
+        if self._bound[0] is not device:
+            native = getattr(device, "native_all_reduce", None)
+            bound = []
+            for s in self.collectives:
+                d = native(s.instr, s.thunk.reducer) if native is not None else None
+                if d is None:
+                    bound = None
+                    break
+                bound.append(d)
+            self._bound = (device, bound)
+        return self._bound[1]
+
     def _fixed_outs(self, cc) -> dict:
-        """A result buffer per result slot of cc, kept for every run of the loop (the
-        loop copies out of them; they never leave it)."""
+        """A buffer per result slot of cc and per all-reduce result, kept for every run
+        of the loop (the loop swaps or copies out of them; they never leave it)."""
         out = {}
         for s in cc.asg.slots:
-            if s.kind == "out":
+            # In an eligible loop only all-reduces write dynamic slots.
+            if s.kind in ("out", "dyn"):
                 key = (id(cc), s.id)
-                a = self._outs.get(key)
+                a = self._fixed.get(key)
                 if a is None:
-                    a = self._outs[key] = np.empty(max(s.nbytes, 1), np.uint8)
+                    a = self._fixed[key] = np.empty(max(s.nbytes, 1), np.uint8)
                 out[s.id] = a
         return out
 
-    def run(self, state: list, owned: set) -> list:
-        """Runs the loop on `state` (leaves in `owned` may be written); returns the
-        final state, every copied-into leaf a buffer of the loop's own."""
+    def _half(self, state, outs, cells, bound, argvs: list) -> list[int]:
+        """One table half: addresses for a run on `state` with result buffers `outs`
+        (the kernels' argv arrays are kept alive in `argvs`)."""
+        addrs = {id(cc): cc.addresses(state, outs[id(cc)]) for cc in (self.cond, self.body)}
+        table = [ctypes.addressof(cells)]
+        collective = iter(bound or ())
+        for j, step in enumerate(self.steps):
+            a = addrs[id(self.cond if j < self.n_cond else self.body)]
+            if step.kind == "kernel":
+                ids = step.thunk.ids
+                argv = (ctypes.c_uint64 * max(len(ids), 1))(*[a[i] for i in ids])
+                argvs.append(argv)
+                table.append(ctypes.addressof(argv))
+            else:
+                table += step.entries(a, next(collective))
+        table.append(addrs[id(self.cond)][self.pred_slot.id])
+        return table
+
+    def run(self, state: list, owned: set, bound=None, wd=None) -> list:
+        """Runs the loop on `state` (leaves in `owned` may be written) with the device's
+        native all-reduces `bound`; returns the final state, every swapped leaf a buffer
+        of the loop's own. `wd`: the deadline watchdog, told about the whole run."""
         state = list(state)
-        for k, _s in self.copies:
+        for k in [k for k, _s in self.swaps] + list(self.in_place):
             if k not in owned:
                 state[k] = state[k].copy()
-        addrs = {}
-        for cc in (self.cond, self.body):
-            addrs[id(cc)] = cc.addresses(state, self._fixed_outs(cc))
-        argvs = []
-        table = []
-        for j, t in enumerate(self.kernels):
-            cc = self.cond if j < self.n_cond else self.body
-            a = addrs[id(cc)]
-            argv = (ctypes.c_uint64 * max(len(t.ids), 1))(*[a[i] for i in t.ids])
-            argvs.append(argv)
-            table.append(ctypes.addressof(argv))
-        table.append(addrs[id(self.cond)][self.pred_slot.id])
-        body_addrs = addrs[id(self.body)]
-        for k, s in self.copies:
-            table += [address(state[k]), body_addrs[s.id]]
+        outs = {id(cc): self._fixed_outs(cc) for cc in (self.cond, self.body)}
+        for k, step in self.in_place.items():  # the all-reduce's result is the carry itself
+            outs[id(self.body)][step.dst.id] = state[k]
+        # The second half: every swapped carry buffer and its result buffer exchanged.
+        state2, outs2 = list(state), {k: dict(v) for k, v in outs.items()}
+        body_outs = outs[id(self.body)]
+        for k, s in self.swaps:
+            state2[k] = body_outs[s.id]
+            outs2[id(self.body)][s.id] = state[k]
+        cells = (ctypes.c_int64 * N_CELLS)()
+        argvs: list = []
+        table = self._half(state, outs, cells, bound, argvs) + \
+            self._half(state2, outs2, cells, bound, argvs)
         t = (ctypes.c_uint64 * len(table))(*table)
-        self.fn(ctypes.addressof(t))
+        if wd is None:
+            code = self.fn(ctypes.addressof(t))
+        else:
+            places = {j: (d.label, d.where) for j, d in zip(self.collective_steps, bound)}
+            token = wd.begin_native(self.while_name, cells, places)
+            try:
+                code = self.fn(ctypes.addressof(t))
+            finally:
+                wd.end_native(token)
         del argvs
+        if code:
+            d = bound[self.collective_steps.index(cells[CELL_FAILED])]
+            raise ExecutionError(f"MPI_Allreduce failed in iteration "
+                                 f"{cells[CELL_ITERATION]} of {self.while_name}: "
+                                 f"{d.error_text(code)}", instruction=d.label)
+        if cells[CELL_BODIES] % 2:
+            for k, s in self.swaps:
+                np.copyto(state[k], body_outs[s.id])
         return state
+
+
+def _in_place(body, steps) -> dict:
+    """Carry leaf -> the all-reduce step computing that leaf's next value from the leaf itself
+    (`x' = all-reduce(x)`), when nothing reads x after it: MPI then reduces in place
+    (MPI_IN_PLACE), saving the copy of the operand into the result that MPI makes first."""
+    out = {}
+    params = {s.id: k for k, s in enumerate(body.param_slots) if s is not None}
+    roots = [s.id if s is not None else None for s in body.root_slots]
+    for j, step in enumerate(steps):
+        if step.kind == "kernel":
+            continue
+        k = params.get(step.src.id)
+        if k is None or roots[k] != step.dst.id or step.src.id in roots \
+                or roots.count(step.dst.id) != 1:
+            continue
+        if any(step.src.id in _reads(later) for later in steps[j + 1:]):
+            continue
+        out[k] = step
+    return out
+
+
+def _reads(step) -> set:
+    """Slots a step may read (a kernel: every slot it is given, in-place updates included)."""
+    if step.kind == "kernel":
+        return set(step.thunk.ids)
+    return {step.src.id}
+
+
+def _swaps(body):
+    """(carry leaf, result slot) per body result computed into a buffer of the body's own:
+    a kernel's result slot or an all-reduce's result (the driver swaps them with the
+    carry); None when some result fits neither that nor "the same leaf handed back"."""
+    written = {t.out_slots[0].id for t in body.thunks if type(t) is not KernelThunk}
+    swaps, seen = [], set()
+    for k, (s, src) in enumerate(zip(body.root_slots, body.sources)):
+        if s is None or src == k:
+            continue
+        own = (src == FRESH and s.kind == "out") or (s.kind == "dyn" and s.id in written)
+        if not own or s.id in seen:
+            return None
+        if not s.nbytes:
+            continue
+        seen.add(s.id)
+        swaps.append((k, s))
+    return swaps

@@ -22,6 +22,7 @@ from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
 from .inplace import FRESH
+from .native_collectives import emit_user_function
 from .thunks import RunState, physical_leaf
 
 
@@ -99,6 +100,7 @@ class CpuProgram:
             emit_kernel(mod, spec)
         for r in self.builder.reducers.values():
             emit_map_kernel(mod, r.kernel_name, r.computation)
+            emit_user_function(mod, r.kernel_name)  # for MPI user ops (native_collectives)
         for lp in self.builder.loops:  # after the kernels they call
             lp.emit(mod)
         return str(mod)

@@ -283,17 +283,31 @@ def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
     params = comp.parameters
     t_in = params[0].shape.element_type
     t_out = comp.root.shape.element_type if comp.root.shape.is_array else t_in
-    body = fn.append_basic_block("body")
     done = fn.append_basic_block("done")
-    b.cbranch(b.icmp_signed(">", n, c64(0)), body, done)
-    b.position_at_end(body)
-    with for_range(b, n, name="i") as loop:
-        vals = [load_element(b, t_in, b.gep(p, [loop.iv], source_etype=storage_type(t_in)))
-                for p in ptrs[1:]]
-        ctx = ElementalContext(b, {})
-        r = ctx.inline(comp, vals)[0]
-        store_element(b, t_out, r, b.gep(ptrs[0], [loop.iv], source_etype=storage_type(t_out)))
-    b.branch(done)
+    # Callers combine in place (out = b in MPI user functions, out = a in folds). With out
+    # a third pointer, LLVM's vectorizer checks out against a and b at run time and, when
+    # they are equal, falls back to its scalar loop (16x slower for a NaN-propagating max);
+    # a loop that stores through the very pointer it loads from needs no check.
+    same_b = fn.append_basic_block("out_is_b")
+    same_a, fresh = fn.append_basic_block("out_is_a"), fn.append_basic_block("out_fresh")
+    b.cbranch(b.icmp_signed(">", n, c64(0)), same_b, done)
+    for block, test, out in ((same_b, ptrs[2], ptrs[2]), (same_a, ptrs[1], ptrs[1]),
+                             (fresh, None, ptrs[0])):
+        b.position_at_end(block)
+        if test is not None:
+            loop_block = fn.append_basic_block(block.name + ".loop")
+            b.cbranch(b.icmp_unsigned("==", ptrs[0], test), loop_block,
+                      same_a if block is same_b else fresh)
+            b.position_at_end(loop_block)
+        with for_range(b, n, name="i") as loop:
+            vals = [load_element(b, t_in, b.gep(p, [loop.iv],
+                                                source_etype=storage_type(t_in)))
+                    for p in ptrs[1:]]
+            ctx = ElementalContext(b, {})
+            r = ctx.inline(comp, vals)[0]
+            store_element(b, t_out, r, b.gep(out, [loop.iv],
+                                             source_etype=storage_type(t_out)))
+        b.branch(done)
     b.position_at_end(done)
     b.ret_void()
 

@@ -1,0 +1,171 @@
+"""All-reduces inside native while loops, and compiled reducers as MPI user functions.
+
+A native loop (native_loop.py) may run all-reduce device thunks itself: its driver calls
+MPI_Allreduce through a function pointer that the runtime puts in the loop's table, with
+the communicator, datatype and op handles the runtime resolved once per loop run (the
+compiler cannot link against MPI: compiled objects only name allowlisted symbols,
+runtime_symbols.py). The device describes each all-reduce with `native_all_reduce(instr,
+reducer)` (runtime/mpi_context.py), an object with
+
+  fn          address of MPI_Allreduce in the libmpi mpi4py loaded
+  count       elements of `datatype` in the buffer (fits a C int)
+  datatype, op, comm   MPI handles as integers
+  canonicalize  whether NaN results must become the canonical quiet NaN (a builtin
+              float sum/prod: collectives/reduction.py canonicalize_nan)
+  in_place    MPI_IN_PLACE's value, the send buffer of an all-reduce in place
+  label, where  what the deadline reports for a wait in this call
+  error_text(code)  MPI's message for a failing return code
+
+or None when the device cannot run it natively (then the loop keeps the Python path).
+
+Handles travel as 64-bit integer arguments: right for pointer handles (Open MPI), and for
+MPICH's `int` handles on x86-64 SysV and AArch64, where an int argument is the low half of
+its 64-bit argument register.
+
+Reducers MPI has no builtin for become MPI user-defined operations whose function is
+native: `<reducer kernel>_mpi(in, inout, len, datatype)` calls the compiled reducer
+kernel on the two whole buffers, `inout = f(in, inout)` (in comes from the lower ranks;
+user_op.py explains why the op is non-commutative and when that is bit-identical on every
+member). The runtime registers it with MPI_Op_create (collectives/native_ops.py).
+
+Deadlines: before each call the driver stores `progress | (step + 1)` into the loop's
+wait cell and `progress` after it (progress counts the calls, in units of WAIT_STEPS), so
+the deadline daemon (collectives/deadline.py `begin_native`) sees which all-reduce the
+loop waits in and whether it has moved since it last looked.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from llvmlite.ir import instructions
+
+from .codegen.ir_array import c64
+from .codegen.loops import for_range
+from .codegen.types import I1, I32, I64, PTR, VOID
+
+# Cells the driver writes (an int64 array whose address is the first table entry).
+CELL_ITERATION, CELL_WAIT, CELL_BODIES, CELL_FAILED = range(4)
+N_CELLS = 4
+# The wait cell's low bits hold the step waited in (+1); the rest counts calls.
+WAIT_STEPS = 1 << 16
+
+# Element type -> (component bits, canonical quiet NaN bits) for canonicalize_nan's rule.
+_CANONICAL_NAN = {"f32": (32, 0x7FC00000), "c64": (32, 0x7FC00000),
+                  "f64": (64, 0x7FF8000000000000), "c128": (64, 0x7FF8000000000000)}
+
+MPI_ALLREDUCE = ir.FunctionType(I32, [PTR, PTR, I32, I64, I64, I64])
+MPI_USER_FUNCTION = ir.FunctionType(VOID, [PTR, PTR, PTR, PTR])
+
+
+def store_monotonic(b: ir.IRBuilder, value, ptr) -> None:
+    """An atomic (monotonic) i64 store: another thread (the deadline daemon) reads the cell,
+    and the optimizer must neither drop nor hoist it. (IRBuilder.store_atomic wants a typed
+    pointer; our pointers are opaque.)"""
+    b._insert(instructions.StoreAtomicInstr(b.block, value, ptr, "monotonic", 8))
+
+
+def user_function_name(kernel_name: str) -> str:
+    return kernel_name + "_mpi"
+
+
+def emit_user_function(module: ir.Module, kernel_name: str) -> None:
+    """`void <kernel>_mpi(ptr in, ptr inout, ptr len, ptr datatype)`: the MPI_User_function
+    of a reducer kernel (codegen/kernels.py emit_map_kernel, `void k(ptr argv, i64 n)` with
+    argv = out, a, b). The datatype is one element wide, so *len counts elements."""
+    fn = ir.Function(module, MPI_USER_FUNCTION, name=user_function_name(kernel_name))
+    fn.attributes.add("nounwind")
+    src, inout, length, _dt = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    argv = b.alloca(ir.ArrayType(PTR, 3))
+    for i, p in enumerate((inout, src, inout)):
+        b.store(p, b.gep(argv, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
+    n = b.sext(b.load(length, typ=I32), I64)
+    b.call(module.get_global(kernel_name), [argv, n])
+    b.ret_void()
+
+
+class CollectiveStep:
+    """One all-reduce device thunk that a native loop driver runs through MPI_Allreduce."""
+
+    kind = "all-reduce"
+    # Table entries: fn, send, recv, count, datatype, op, comm, canonicalize flag.
+    N_ENTRIES = 8
+
+    def __init__(self, thunk):
+        self.thunk = thunk
+        self.instr = thunk.orig
+        self.src = thunk.operand_slots[0][0]
+        self.dst = thunk.out_slots[0]
+        shape = thunk.instr.shape
+        self.canon = _CANONICAL_NAN.get(shape.element_type.name)
+        self.components = shape.nbytes * 8 // self.canon[0] if self.canon else 0
+        # Reduce into the operand's own buffer (native_loop.py decides; MPI_IN_PLACE).
+        self.in_place = False
+
+    @staticmethod
+    def eligible(thunk) -> bool:
+        """An all-reduce of one static, non-empty array whose operand and result share a
+        layout (the runtime's bound_collective rule)."""
+        if thunk.kind != "device" or thunk.instr.opcode != "all-reduce":
+            return False
+        if len(thunk.operand_slots) != 1 or len(thunk.operand_slots[0]) != 1 \
+                or len(thunk.out_slots) != 1:
+            return False
+        src, dst = thunk.instr.operands[0].shape, thunk.instr.shape
+        return (src.is_array and dst.is_array and not any(src.dynamic)
+                and not any(dst.dynamic) and src.to_text() == dst.to_text() and dst.size > 0
+                and thunk.operand_slots[0][0] is not None and thunk.out_slots[0] is not None)
+
+    def entries(self, addrs, bound) -> list[int]:
+        send = bound.in_place if self.in_place else addrs[self.src.id]
+        return [bound.fn, send, addrs[self.dst.id], bound.count, bound.datatype,
+                bound.op, bound.comm, int(bool(bound.canonicalize))]
+
+    def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
+        """The call with its wait-cell bracket; `entry(k, type)` loads this step's table
+        entry k. A failing return code goes to `fail(b, code)` after CELL_FAILED = index."""
+        fn = entry(0, MPI_ALLREDUCE.as_pointer())
+        send, recv = entry(1, PTR), entry(2, PTR)
+        count, dt, op, comm = (entry(k, I64) for k in (3, 4, 5, 6))
+        wait = b.gep(cells, [c64(CELL_WAIT)], inbounds=True, source_etype=I64)
+        done = b.add(b.load(progress, typ=I64), c64(WAIT_STEPS))
+        b.store(done, progress)
+        store_monotonic(b, b.add(done, c64(index + 1)), wait)
+        rc = b.call(fn, [send, recv, b.trunc(count, I32), dt, op, comm])
+        store_monotonic(b, done, wait)
+        ok = b.function.append_basic_block(f"ok{index}")
+        bad = b.function.append_basic_block(f"failed{index}")
+        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, bad)
+        b.position_at_end(bad)
+        b.store(c64(index), b.gep(cells, [c64(CELL_FAILED)], inbounds=True,
+                                  source_etype=I64))
+        fail(b, b.zext(rc, I64))
+        b.position_at_end(ok)
+        if self.canon:
+            self._emit_canonicalize(b, recv, entry(7, I64), index)
+
+    def _emit_canonicalize(self, b, buf, flag, index) -> None:
+        """If the runtime asks for it: find a NaN with one vectorizable pass, and only then
+        rewrite every NaN to the canonical one (canonicalize_nan's rule, natively)."""
+        bits, nan = self.canon
+        it, ft = ir.IntType(bits), (ir.FloatType() if bits == 32 else ir.DoubleType())
+        fn = b.function
+        scan = fn.append_basic_block(f"canon{index}")
+        rewrite = fn.append_basic_block(f"canon{index}.rewrite")
+        after = fn.append_basic_block(f"canon{index}.done")
+        b.cbranch(b.icmp_unsigned("!=", flag, c64(0)), scan, after)
+        b.position_at_end(scan)
+        with for_range(b, c64(self.components), name=f"scan{index}",
+                       carried=[ir.Constant(I1, 0)]) as loop:
+            x = b.load(b.gep(buf, [loop.iv], source_etype=ft), typ=ft)
+            loop.update([b.or_(loop.phis[0], b.fcmp_unordered("uno", x, x))])
+        found = loop.results[0]
+        b.cbranch(found, rewrite, after)
+        b.position_at_end(rewrite)
+        with for_range(b, c64(self.components), name=f"fix{index}") as loop:
+            p = b.gep(buf, [loop.iv], source_etype=it)
+            x = b.load(p, typ=it)
+            isnan = b.fcmp_unordered("uno", b.bitcast(x, ft), b.bitcast(x, ft))
+            b.store(b.select(isnan, ir.Constant(it, nan), x), p)
+        b.branch(after)
+        b.position_at_end(after)
