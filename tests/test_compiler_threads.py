@@ -11,7 +11,7 @@ import pytest
 
 import xladist
 from xladist.compiler import parallel
-from xladist.compiler.codegen.split import MIN_WORK
+from xladist.compiler.codegen.split import MIN_WORK, MIN_WORK_CHEAP
 from xladist.errors import InputError
 
 ADD = "add { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
@@ -53,6 +53,16 @@ def col_sum(n, m):
             lambda a: a.sum(axis=0), 1)
 
 
+def reduce_dims(shape, dims):
+    # A reduction whose reduced dims lie outside kept ones (column reductions).
+    s = f"f32[{','.join(map(str, shape))}]"
+    out = [n for i, n in enumerate(shape) if i not in dims]
+    return (f"HloModule m\n{ADD}ENTRY main {{\n a = {s} parameter(0)\n"
+            f" z = f32[] constant(0)\n ROOT r = f32[{','.join(map(str, out))}] reduce(a, z), "
+            f"dimensions={{{','.join(map(str, dims))}}}, to_apply=add\n}}\n",
+            lambda a: a.sum(axis=tuple(dims)), 1)
+
+
 def softmax(n, m):
     return (f"""HloModule m
 {ADD}{MAX}ENTRY main {{
@@ -74,9 +84,13 @@ CASES = {
     "chain-1d": lambda: chain((300_001,)),
     "chain-3d": lambda: chain((7, 211, 301)),
     "row-broadcast": lambda: row_broadcast(515, 1021),
-    "transpose": lambda: transpose(640, 513),
-    "row-sum": lambda: row_sum(1031, 509),
-    "col-sum": lambda: col_sum(1031, 509),
+    # Kernels without an expensive op split only from MIN_WORK_CHEAP elements.
+    "transpose": lambda: transpose(1100, 1001),
+    "row-sum": lambda: row_sum(2053, 517),
+    # Column blocks are MIN_RUN columns wide: 2053 columns make a ragged third block.
+    "col-sum": lambda: col_sum(601, 2053),
+    "reduce-middle": lambda: reduce_dims((8, 300, 700), (1,)),
+    "reduce-outer-split-inner": lambda: reduce_dims((300, 40, 100), (0,)),
     "softmax": lambda: softmax(257, 1100),
 }
 
@@ -99,6 +113,7 @@ def test_bit_identical_for_every_thread_count(case, restore_threads):
     text, ref, nargs = CASES[case]()
     module, args = _inputs(text, nargs)
     exe = xladist.compile(module, backend="cpu")
+    assert any(t.blocks for t in exe.program.builder.kernel_thunks), "nothing was split"
     results = {}
     for n in (1, 2, 16):
         parallel.set_threads(n)
@@ -120,8 +135,16 @@ def test_large_kernels_split_small_ones_do_not(restore_threads):
     small = xladist.compile(xladist.parse_hlo(chain((MIN_WORK // 2,))[0]), backend="cpu")
     (s,) = small.program.builder.kernel_thunks
     assert s.blocks is None and "below threshold" in s.split_text()
+    # A memory-bound kernel of the same size stays whole (it would not pay).
+    cheap = xladist.compile(xladist.parse_hlo(row_sum(MIN_WORK // 256, 512)[0]),
+                            backend="cpu")
+    assert cheap.program.builder.kernel_thunks[0].blocks is None
+    assert MIN_WORK < MIN_WORK_CHEAP
+    # A column sum splits along its columns, each block MIN_RUN columns wide.
     col = xladist.compile(xladist.parse_hlo(CASES["col-sum"]()[0]), backend="cpu")
-    assert col.program.builder.kernel_thunks[0].blocks is None  # reduces across blocks
+    (c,) = col.program.builder.kernel_thunks
+    assert c.blocks == [(0, 1024), (1024, 2048), (2048, 2053)]
+    assert "inside the reduced loops" in c.split_text()
 
 
 def test_pool_threads_run_the_blocks(restore_threads):

@@ -5,8 +5,8 @@ A kernel that runs in blocks (codegen/split.py) has a second entry point
 `name__range(argv, begin, end)` over a range of its outermost physical dimension.
 Blocks are fixed by the kernel's shape alone, never by the thread count, and every
 block writes disjoint outputs: so 1, 2 or 16 threads run the same native calls on
-the same ranges and give bit-identical results. Kernels below MIN_WORK elements
-run whole, on the calling thread.
+the same ranges and give bit-identical results. Kernels below their minimum work
+(split.py) run whole, on the calling thread.
 
 The pool is Python threads calling ctypes function pointers: ctypes releases the GIL
 for the duration of each native call, so the blocks run truly in parallel; the
@@ -27,7 +27,7 @@ import os
 import queue
 import threading
 
-from .codegen.split import MIN_WORK, blocks_of
+from .codegen.split import blocks_of
 
 RANGE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
@@ -170,26 +170,27 @@ def describe_split(split, threads: int | None = None) -> str:
     """What `xladist explain` prints for a kernel's split."""
     if split is None:
         return "one thread: not splittable"
-    units, work = split
-    blocks = blocks_of(units, work)
+    blocks = blocks_of(split)
     if blocks is None:
-        return f"one thread: below threshold ({units * work} < {MIN_WORK} elements)"
+        return (f"one thread: below threshold ({split.units * split.work} < "
+                f"{split.min_work} elements)")
     threads = thread_count() if threads is None else threads
     per = blocks[0][1] - blocks[0][0]
+    where = "" if split.outermost else f" (dim {split.dim}, inside the reduced loops)"
     return (f"{min(threads, len(blocks))} threads: {len(blocks)} blocks of {per} "
-            f"x {work} elements")
+            f"x {split.work} elements{where}")
 
 
-def run_blocks(fn, argv: int, blocks) -> None:
+def run_blocks(fn, argv, blocks) -> None:
     """Run fn(argv, begin, end) over every block, on the pool when it has threads."""
     n = thread_count()
-    pool = _get_pool(n) if n > 1 else None
+    pool = _get_pool(n) if n > 1 and len(blocks) > 1 else None
     if pool is None or not pool.busy.acquire(blocking=False):
         for lo, hi in blocks:
             fn(argv, lo, hi)
         return
     try:
-        pool.run(fn, argv, blocks, min(n, len(blocks)))
+        pool.run(_Task(fn, argv, blocks), min(n, len(blocks)))
     finally:
         pool.busy.release()
 
@@ -203,50 +204,63 @@ def _get_pool(n: int):
     return _pool
 
 
-def _work(fn, argv, blocks, counter):
-    nb = len(blocks)
-    while True:
-        i = next(counter)  # itertools.count: atomic under the GIL
-        if i >= nb:
-            return
-        lo, hi = blocks[i]
-        fn(argv, lo, hi)
+class _Task:
+    """One split kernel call: its blocks are claimed one at a time, by whoever comes.
+
+    The caller waits for the blocks, not for the helpers: a helper the scheduler has
+    not woken by the time every block is claimed (a busy machine: its core runs
+    someone else) finds nothing left and returns, and the caller does not wait for it.
+    Waiting for every helper to report was what made a loaded machine slow: a 1 ms
+    kernel waited a whole scheduler time slice (several ms) for a helper that had
+    nothing left to do. `finished` counts completed blocks; whoever completes the last
+    one releases `done`, which the caller blocks on (no spinning)."""
+
+    __slots__ = ("fn", "argv", "blocks", "claim", "finished", "done", "error")
+
+    def __init__(self, fn, argv, blocks):
+        self.fn, self.argv, self.blocks = fn, argv, blocks
+        self.claim = itertools.count()  # next(): atomic under the GIL
+        self.finished = itertools.count(1)
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        blocks, nb = self.blocks, len(self.blocks)
+        while True:
+            i = next(self.claim)
+            if i >= nb:
+                return
+            lo, hi = blocks[i]
+            try:
+                self.fn(self.argv, lo, hi)
+            except BaseException as e:  # handed to the caller, who raises it
+                self.error = self.error or e
+            if next(self.finished) == nb:
+                self.done.release()
 
 
 class _Pool:
-    """size-1 daemon workers; the calling thread is the size-th participant."""
+    """size-1 daemon workers blocked on their inboxes; the calling thread is the
+    size-th participant."""
 
     def __init__(self, size: int):
         self.size = size
         self.busy = threading.Lock()
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
         self.inbox = [queue.SimpleQueue() for _ in range(size - 1)]
         for q in self.inbox:
             threading.Thread(target=self._loop, args=(q,), daemon=True,
                              name="xladist-compute").start()
 
-    def _loop(self, q) -> None:
+    @staticmethod
+    def _loop(q) -> None:
         while True:
-            task = q.get()
-            try:
-                _work(*task)
-                self.done.put(None)
-            except BaseException as e:  # handed to the caller, who raises it
-                self.done.put(e)
+            q.get().work()
 
-    def run(self, fn, argv, blocks, participants: int) -> None:
-        counter = itertools.count()
-        task = (fn, argv, blocks, counter)
-        helpers = self.inbox[:participants - 1]
-        for q in helpers:
+    def run(self, task: _Task, participants: int) -> None:
+        for q in self.inbox[:participants - 1]:
             q.put(task)
-        error = None
-        try:
-            _work(*task)
-        except BaseException as e:
-            error = e
-        for _ in helpers:
-            r = self.done.get()
-            error = error or r
-        if error is not None:
-            raise error
+        task.work()
+        task.done.acquire()  # blocks until the last claimed block is finished
+        if task.error is not None:
+            raise task.error

@@ -1,61 +1,108 @@
 """How a kernel splits into blocks for intra-op parallelism (compiler/parallel.py).
 
-A kernel splits along its outermost physical dimension when each value of that
-dimension writes its own outputs: loop kernels always (a non-empty array result),
-reductions when their outer loops visit only kept dimensions (no reduced dim
-outside the register-accumulated trailing ones, so no output is accumulated by
-two blocks). The split is decided from the KernelSpec alone, so a kernel loaded
-from the cache splits exactly as when it was generated.
+A kernel splits along one dimension when each value of it writes its own outputs:
+loop kernels along their outermost physical dimension (a non-empty array result);
+reductions along their outermost kept dimension: row reductions (no reduced dim
+outside the register-accumulated trailing ones) along their first loop, column
+reductions (a reduced dim outside the kept ones, e.g. a sum over axis 0) along the
+first kept dim inside the reduced ones, so each block initializes and accumulates
+its own slice of the output, every element in the same order as unsplit. The split is
+decided from the KernelSpec alone, so a kernel loaded from the cache splits exactly as
+when it was generated.
 
-Blocks hold BLOCK_WORK elements of work and kernels below MIN_WORK run whole:
-constants of the program, never of the machine or the thread count, so the block
-boundaries, hence the results, are the same on every host and thread count.
-MIN_WORK: on the 2-core development host the pool's hand-off costs ~15-50 us per
-kernel, which a 256 K-element element-wise kernel (~100-200 us) repays on two
-threads and a smaller one does not.
+Blocks hold BLOCK_WORK elements of work and kernels below their minimum work run
+whole: constants of the program, never of the machine or the thread count, so the
+block boundaries, hence the results, are the same on every host and thread count.
+Minimum work, measured on the 2-core development host (1 vs 2 threads, load ~2.3,
+benchmarks of tanh(a*b), a+b, a broadcast fill and a row sum):
+  MIN_WORK        kernels computing an EXPENSIVE op (transcendentals, division):
+                  tanh(a*b) 256 K elements 0.79x the one-thread time, 1 M 0.63x.
+  MIN_WORK_CHEAP  memory-bound kernels (adds, copies, fills, sums): at 256 K a+b took
+                  1.07x and a row sum 1.51x the one-thread time (the pool's ~15-50 us
+                  hand-off is most of their run); at 1 M 0.68x / 0.94x, at 4 M 0.82x /
+                  0.59x.
+A block of a split that is not the outermost loop (a column reduction) is at least
+MIN_RUN elements wide in the minor dimension, so every row of it is a long
+unit-stride run the hardware prefetches and LLVM vectorizes.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from . import mathlib
 from .ir_array import layout_of
+
+# Operations costing many times a load/store per element: kernels with one are
+# compute-bound and split at a smaller size (also fusion's duplication rule).
+EXPENSIVE = set(mathlib.FLOAT_FUNCTIONS) | set(mathlib.FLOAT_BINARY_FUNCTIONS) | {
+    "divide", "remainder", "gather", "map"}
 
 BLOCK_WORK = 1 << 16
 MIN_WORK = 1 << 18
+MIN_WORK_CHEAP = 1 << 20
+MIN_RUN = 1 << 10
 
 
-def blocks_of(units: int, work_per_unit: int) -> list[tuple[int, int]] | None:
-    """Fixed [begin, end) blocks of the outer dimension, or None: run whole."""
-    if units < 2 or units * work_per_unit < MIN_WORK:
+class Split(NamedTuple):
+    """A kernel's split: `units` values of dimension `dim` (of the output for loop
+    kernels, of the input for reductions), `work` elements per unit; `min_work` below
+    which it runs whole; `min_units` per block; `outermost`: dim is the first loop."""
+    units: int
+    work: int
+    min_work: int = MIN_WORK
+    min_units: int = 1
+    dim: int = 0
+    outermost: bool = True
+
+
+def blocks_of(split: Split) -> list[tuple[int, int]] | None:
+    """Fixed [begin, end) blocks of the split dimension, or None: run whole."""
+    units = split.units
+    if units < 2 or units * split.work < split.min_work:
         return None
-    per = max(1, -(-BLOCK_WORK // max(1, work_per_unit)))
+    per = max(split.min_units, -(-BLOCK_WORK // max(1, split.work)))
     if per >= units:
         return None
     return [(b, min(b + per, units)) for b in range(0, units, per)]
 
 
-def split_of(spec) -> tuple[int, int] | None:
-    """(units, work per unit) of a splittable kernel's outermost physical dimension,
-    or None. Decided from the spec alone, so a cached kernel's thunk knows it too."""
+def split_of(spec) -> Split | None:
+    """The split of a splittable kernel, or None. Decided from the spec alone, so a
+    cached kernel's thunk knows it too."""
     if spec.inplace or not spec.outputs or not spec.outputs[0].is_array:
         return None
+    min_work = MIN_WORK if any(i.opcode in EXPENSIVE for i in spec.fused) \
+        else MIN_WORK_CHEAP
     if spec.kind == "loop":
         shape = spec.outputs[0]
         order = [d for d in reversed(layout_of(shape)) if shape.dims[d] > 1]
         if not order or shape.size == 0:
             return None
         units = shape.dims[order[0]]
-        return units, shape.size // units
+        return Split(units, shape.size // units, min_work, 1, order[0])
     if spec.kind == "reduce":
         plan = reduce_plan(spec.root)
         if plan is None:
             return None
-        _trailing, outer, init_pass = plan
+        trailing, outer, init_pass = plan
         in_shape = spec.root.operands[0].shape
-        outer = [d for d in outer if in_shape.dims[d] > 1]
-        if init_pass or not outer:
+        dims = in_shape.dims
+        outer = [d for d in outer if dims[d] > 1]
+        red = set(spec.root.attrs["dimensions"])
+        kept = [d for d in outer if d not in red]
+        if not kept:
             return None
-        units = in_shape.dims[outer[0]]
-        return units, in_shape.size // units
+        d = kept[0]
+        units = dims[d]
+        if d == outer[0]:
+            return Split(units, in_shape.size // units, min_work, 1, d)
+        # A column reduction: the block is a slice of d inside the reduced loops.
+        inner = 1
+        for e in outer[outer.index(d) + 1:] + trailing:
+            inner *= dims[e]
+        return Split(units, in_shape.size // units, min_work,
+                     max(1, -(-MIN_RUN // inner)), d, outermost=False)
     return None
 
 
