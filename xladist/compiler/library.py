@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UnsupportedError, XlaDistError
+from .blas_blocks import by_batch, matmul_into
 from .thunks import LibraryThunk
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
@@ -82,10 +83,10 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
         rm = rhs.transpose(rc + rf).astype(ct, copy=False).reshape(rhs.shape[rc[0]], -1)
         o2 = out.reshape(lm.shape[0], rm.shape[1])
         if o2.flags.c_contiguous:
-            np.matmul(lm, rm, out=o2)
+            matmul_into(lm, rm, o2)
             return
         if o2.T.flags.c_contiguous:  # a transposed result layout: (A B)^T = B^T A^T
-            np.matmul(rm.T, lm.T, out=o2.T)
+            matmul_into(rm.T, lm.T, o2.T)
             return
     bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
     m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
@@ -95,9 +96,11 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     rm = rhs.transpose(rb + rc + rf).astype(ct, copy=False).reshape(bsz, k, n)
     if out.dtype == ct and out.flags.c_contiguous:
         # BLAS writes straight into the result buffer.
-        np.matmul(lm, rm, out=out.reshape(bsz, m, n))
+        matmul_into(lm, rm, out.reshape(bsz, m, n))
         return
-    _store(out, np.matmul(lm, rm).reshape(out.shape))
+    tmp = np.empty((bsz, m, n), ct)
+    matmul_into(lm, rm, tmp)
+    _store(out, tmp.reshape(out.shape))
 
 
 def _dilate(x, axis, factor):
@@ -140,9 +143,17 @@ def _shifted_matmuls(x, w, ksz, strides, out_sp):
     nsp = len(ksz)
     xl = np.ascontiguousarray(np.moveaxis(x, 1, -1))  # [N, spatial..., C]
     acc = np.zeros((x.shape[0], *out_sp, w.shape[0]), x.dtype)
-    for tap in np.ndindex(*ksz):
-        sl = tuple(slice(t, t + (n - 1) * s + 1, s) for t, n, s in zip(tap, out_sp, strides))
-        acc += xl[(slice(None), *sl)] @ w[(slice(None), slice(None), *tap)].T
+    taps = list(np.ndindex(*ksz))
+    wt = [w[(slice(None), slice(None), *tap)].T for tap in taps]
+    sls = [tuple(slice(t, t + (n - 1) * s + 1, s) for t, n, s in zip(tap, out_sp, strides))
+           for tap in taps]
+
+    def images(lo, hi):  # every image is independent: fixed blocks of them on the pool
+        a = acc[lo:hi]
+        for sl, wk in zip(sls, wt):
+            a += xl[(slice(lo, hi), *sl)] @ wk
+
+    by_batch(images, x.shape[0], int(np.prod(out_sp)) * w.shape[0] * w.shape[1] * len(taps))
     return np.moveaxis(acc, -1, 1) if nsp else acc
 
 

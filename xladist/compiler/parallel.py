@@ -15,8 +15,11 @@ dispatch costs ~10-30 us per kernel (a queue hand-off per worker).
 Thread count, first that applies: `set_threads(n)` (the CLI's `--threads`, the
 config key `threads`), `XLADIST_THREADS`, else the cores of this process's CPU
 affinity mask divided among the ranks on its node (`set_local_ranks`, from
-MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under
-numpy/scipy) is set to the same count, so kernels and BLAS never oversubscribe.
+MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under numpy/scipy)
+runs on one thread and large BLAS calls are split into blocks on this same pool
+(blas_blocks.py): OpenBLAS's own threads spin and yield while they wait, which on a
+busy machine made a matmul many times slower than on one thread; this way kernels and
+BLAS together use thread_count() threads and every wait blocks.
 """
 
 from __future__ import annotations
@@ -111,13 +114,15 @@ def _open_blas(path):
 
 
 _blas_applied: tuple | None = None
+BLAS_THREADS = 1
 
 
 def sync_blas() -> None:
-    """Every loaded OpenBLAS uses thread_count() threads (cheap when nothing changed:
-    compile calls it, since numpy/scipy may have loaded another BLAS meanwhile)."""
+    """Every loaded OpenBLAS runs on one thread, the pool splitting large calls
+    (module docstring; cheap when nothing changed: compile calls it, since numpy/scipy
+    may have loaded another BLAS meanwhile)."""
     global _blas_applied
-    n = thread_count()
+    n = BLAS_THREADS
     libs = _openblas_libs()
     key = (n, tuple(p for *_x, p in libs))
     if key == _blas_applied:
