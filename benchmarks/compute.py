@@ -1,12 +1,13 @@
 """Compute benchmarks of the cpu backend, side by side with numpy and jax.jit.
 
-    python benchmarks/compute.py [--quick] [--rows NAME,...] [--no-one-thread]
+    python benchmarks/compute.py [--quick] [--rows WORD,...] [--no-one-thread]
 
 Every row is measured in one run, interleaving the contenders: median of `--repeats`
 timed calls after a warm-up. Two columns of ratios xladist/jax.jit:
 - default threading on every side, in this process (what a user sees): xladist with
-  its compute pool (XLADIST_THREADS, else the cores of the affinity mask), numpy's
-  OpenBLAS with the same count, jax with XLA:CPU's default thread pools;
+  its compute pool (XLADIST_THREADS, else the cores of the affinity mask; OpenBLAS on
+  one thread, xladist splitting large BLAS calls on its pool, so numpy's matmul here is
+  single-threaded too), jax with XLA:CPU's default thread pools;
 - one thread on every side, in a child process (`--one-thread`, started by this
   script): the process pinned to one core with sched_setaffinity (what `taskset -c 0`
   does, so no side can use a second core whatever its thread pools), XLADIST_THREADS=1,
@@ -112,6 +113,17 @@ ENTRY main {{
   a = f32[{n},{m}] parameter(0)
   z = f32[] constant(0)
   ROOT r = f32[{n}] reduce(a, z), dimensions={{1}}, to_apply=add
+}}
+"""
+
+
+def colsum_hlo(n: int, m: int) -> str:
+    return f"""HloModule colsum
+{ADD}
+ENTRY main {{
+  a = f32[{n},{m}] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[{m}] reduce(a, z), dimensions={{0}}, to_apply=add
 }}
 """
 
@@ -284,6 +296,8 @@ def rows(quick: bool):
     a = rng.standard_normal((n, n)).astype(f32)
     yield (f"row-sum {n}x{n} f32", compile_cpu(rowsum_hlo(n, n)), lambda a: a.sum(axis=1),
            _jit(lambda a: jnp.sum(a, axis=1)), (a,), "fast")
+    yield (f"column-sum {n}x{n} f32", compile_cpu(colsum_hlo(n, n)), lambda a: a.sum(axis=0),
+           _jit(lambda a: jnp.sum(a, axis=0)), (a,), "fast")
     x = rng.standard_normal((1024, 4096)).astype(f32)
 
     def np_softmax(x):
@@ -353,6 +367,7 @@ def check(got, want, name):
 
 
 def header() -> list[str]:
+    parallel.sync_blas()  # what compiling does: the BLAS thread count xladist runs with
     lines = [f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
              f"on {os.cpu_count()} cpus; affinity {len(os.sched_getaffinity(0))} cpus",
              f"xladist threads {parallel.thread_count()}; OpenBLAS " + ", ".join(
@@ -366,6 +381,8 @@ def header() -> list[str]:
 def measure(args, repeats: int) -> list[dict]:
     table = []
     for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick):
+        if args.rows and not any(r in name for r in args.rows.split(",")):
+            continue
         ours = exe(*inputs)
         check(ours, np_fn(*inputs), name)
         t_x = median_time(lambda e=exe, a=inputs: e(*a), repeats)
@@ -390,7 +407,8 @@ def one_thread_table(args, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "one.json"
         cmd = [sys.executable, __file__, "--one-thread", "--json", str(out),
-               "--repeats", str(repeats)] + (["--quick"] if args.quick else [])
+               "--repeats", str(repeats)] + (["--quick"] if args.quick else []) + \
+            (["--rows", args.rows] if args.rows else [])
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600)
         print("one-thread child: " + proc.stdout.strip().replace("\n", "\n  "))
         if proc.returncode != 0:
@@ -403,6 +421,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--json", help="also write the table as JSON to this file")
+    ap.add_argument("--rows", help="only the rows whose names contain one of these "
+                    "comma-separated words (e.g. matmul,MLP)")
     ap.add_argument("--one-thread", action="store_true",
                     help="(internal) measure with one thread on every side")
     ap.add_argument("--no-one-thread", action="store_true",
@@ -437,6 +457,8 @@ def main(argv=None) -> int:
         orr = f"{o['xladist_over_jax']:8.2f}x" if o.get("xladist_over_jax") else f"{'-':>9}"
         print(f"{row['name'][:44]:<44} {row['xladist_s'] * 1e3:7.2f}ms "
               f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr}", flush=True)
+    if args.rows:
+        return 0
     cold, warm = compile_rows(repeats)
     table.append({"name": "MLP training step compile, cold", "xladist_s": cold})
     table.append({"name": "MLP training step compile, from cache", "xladist_s": warm})
