@@ -214,8 +214,10 @@ def _free_core() -> bool:
             running = 0  # no /proc: assume the cores are ours
         # Half the weight on the newest sample: a burst of one sample does not flip it.
         st["running"] = 0.5 * st["running"] + 0.5 * running
-    # This count includes the calling thread itself.
-    return st["running"] < (os.cpu_count() or 1) - 0.25
+    # The count includes the calling thread itself, and the other ranks on this node
+    # (set_local_ranks) with their threads: they are ours, not a reason to step back.
+    ours = (_local_ranks - 1) * thread_count()
+    return st["running"] < (os.cpu_count() or 1) + ours - 0.25
 
 
 def run_blocks(fn, argv, blocks) -> None:
