@@ -5,8 +5,8 @@ burn the cores the others need and wait for descheduled partners. On the shared 
 development host (load ~1.5-2 from other sessions) a 256x1024x128 matmul took a median
 15.8 ms with OpenBLAS on 2 threads against 2.0 ms on one. So xladist runs OpenBLAS on
 one thread (parallel.sync_blas) and splits a large product itself: the rows of the
-result (its columns when it is wider than tall; batches of a batched product; images of
-a convolution) in fixed blocks, each block one single-threaded BLAS call, run by
+result (its columns when it is wider than tall; batches of a batched product; images or
+output rows of a convolution) in fixed blocks, each block one single-threaded BLAS call, run by
 parallel.run_blocks (blocks claimed by whoever comes, blocking waits). numpy releases
 the GIL inside the BLAS call, so the blocks run in parallel.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .parallel import run_blocks
+from .parallel import HEAVY, run_blocks
 
 # Multiply-adds per block: ~0.2-0.4 ms on one core, so the pool's hand-off (~15-50 us)
 # is small, and a block a descheduled helper holds costs the caller little.
@@ -34,6 +34,10 @@ def _blocks(units: int, work_per_unit: int, min_units: int = 1):
     if per >= units:
         return None
     return [(b, min(b + per, units)) for b in range(0, units, per)]
+
+
+def _heavy(macs: int) -> bool:
+    return macs >= HEAVY * BLOCK_MACS
 
 
 def gemm_split(m: int, n: int, k: int):
@@ -59,26 +63,29 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                 np.matmul(a, b, out=out)
             return
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]),
-                   None, blocks)
+                   None, blocks, _heavy(bsz * m * k * b.shape[2]))
         return
     split = gemm_split(a.shape[0], b.shape[1], a.shape[1])
+    heavy = _heavy(a.shape[0] * a.shape[1] * b.shape[1])
     if split is None:
         np.matmul(a, b, out=out)
     elif split[0] == 0:
-        run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None, split[1])
+        run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None,
+                   split[1], heavy)
     else:
         run_blocks(lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi]),
-                   None, split[1])
+                   None, split[1], heavy)
 
 
-def by_batch(fn, nb: int, work_per_item: int) -> None:
-    """fn(lo, hi) over fixed blocks of nb independent batch items (a convolution's
-    images), on the pool when there is enough work."""
-    blocks = _blocks(nb, work_per_item) if nb > 1 else None
+def by_blocks(fn, units: int, work_per_unit: int) -> None:
+    """fn(lo, hi) over fixed blocks of `units` independent units (a convolution's
+    images or output rows), on the pool when there is enough work."""
+    blocks = _blocks(units, work_per_unit) if units > 1 else None
     if blocks is None:
-        fn(0, nb)
+        fn(0, units)
     else:
-        run_blocks(lambda _, lo, hi: fn(lo, hi), None, blocks)
+        run_blocks(lambda _, lo, hi: fn(lo, hi), None, blocks,
+                   _heavy(units * work_per_unit))
 
 
 def describe_dot(m: int, n: int, k: int, threads: int) -> str:
@@ -108,13 +115,11 @@ def split_text(instr, threads: int) -> str | None:
         return describe_dot(m, n, k, threads) if bsz == 1 else "one thread: one BLAS call"
     if instr.opcode == "convolution":
         dn = instr.attrs["dim_labels"]
-        out, lhs = instr.shape, instr.operands[0].shape
-        nb = out.dims[dn.output_batch]
-        work = out.size // max(1, nb) * lhs.dims[dn.input_feature] * \
+        macs = instr.shape.size * instr.operands[0].shape.dims[dn.input_feature] * \
             size(instr.operands[1].shape, dn.kernel_spatial)
-        blocks = _blocks(nb, work) if nb > 1 else None
-        if blocks is None:
+        blocks = -(-macs // BLOCK_MACS)
+        if blocks < 2:
             return "one thread: BLAS calls on the whole batch"
-        return (f"{min(threads, len(blocks))} threads: {len(blocks)} blocks of "
-                f"{blocks[0][1] - blocks[0][0]} images, single-threaded BLAS calls")
+        return (f"{min(threads, blocks)} threads: ~{blocks} blocks of output rows (or "
+                f"images) of ~{BLOCK_MACS >> 20} M multiply-adds, single-threaded BLAS calls")
     return None

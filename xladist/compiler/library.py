@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UnsupportedError, XlaDistError
-from .blas_blocks import by_batch, matmul_into
+from .blas_blocks import by_blocks, matmul_into
 from .thunks import LibraryThunk
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
@@ -158,7 +158,7 @@ def _shifted_matmuls(x, w, ksz, strides, out_sp):
         for sl, wk in zip(sls, wt):
             a += xl[(slice(lo, hi), *sl)] @ wk
 
-    by_batch(images, x.shape[0], work)
+    by_blocks(images, x.shape[0], work)
     return np.moveaxis(acc, -1, 1) if nsp else acc
 
 
@@ -183,18 +183,19 @@ def _flat_shifted(xl, wt, taps, out_sp, work):
     grid = np.zeros((n, *sp, o), xl.dtype)
     gflat = grid.reshape(n * p, o)
 
-    def images(lo, hi):
-        end = lo * p + (hi - lo - 1) * p + last
-        tmp = np.empty((_FLAT_CHUNK, o), xl.dtype)
+    def rows(lo, hi):  # output rows [lo, hi) of the flattened grid
+        tmp = np.empty((min(_FLAT_CHUNK, hi - lo), o), xl.dtype)
         # Chunks of rows: every tap's product and their sum stay in the L2 cache.
-        for r0 in range(lo * p, end, _FLAT_CHUNK):
-            r1 = min(r0 + _FLAT_CHUNK, end)
+        for r0 in range(lo, hi, _FLAT_CHUNK):
+            r1 = min(r0 + _FLAT_CHUNK, hi)
             acc, t = gflat[r0:r1], tmp[:r1 - r0]
             for off, wk in zip(offs, wt):
                 np.matmul(flat[r0 + off:r1 + off], wk, out=t)
                 acc += t
 
-    by_batch(images, n, work)
+    # Rows are independent: fixed blocks of them (not whole images, which as blocks are
+    # too coarse to share among threads) on the pool.
+    by_blocks(rows, (n - 1) * p + last, work // max(1, int(np.prod(out_sp))))
     return np.moveaxis(grid[(slice(None), *(slice(0, m) for m in out_sp))], -1, 1)
 
 
