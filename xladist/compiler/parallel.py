@@ -191,7 +191,7 @@ def describe_split(split, threads: int | None = None) -> str:
 # preempts someone, and the caller then waits for its block (on the loaded 2-core host
 # a 1 M-element row sum took 1.68x its one-thread time on 2 threads). Like libgomp's
 # OMP_DYNAMIC, which reads the load average, a split kernel runs on the calling thread
-# alone while the machine has no idle core: the kernel's own runnable-thread count
+# alone while the machine has no idle core: the machine's runnable-thread count
 # (/proc/loadavg's "running/total", read at most every LOAD_PERIOD seconds, smoothed)
 # against the cores. The blocks are the same either way, so results do not change.
 LOAD_PERIOD = 0.005
@@ -220,11 +220,13 @@ def _free_core() -> bool:
     return st["running"] < (os.cpu_count() or 1) + ours - 0.25
 
 
-# A call with at least this many times its kind's minimum work (~10 ms or more on one
-# core) splits even with no free core: like XLA's pool it then competes for its share
-# of the busy cores, and a block a descheduled helper holds (the caller waits for it)
-# costs a few time slices at most, small against the whole. Measured with one core
-# busy with a spinning process: matmul 1024 on the caller alone 109-112 ms, jax 79 ms.
+# A call with at least this many times its kind's minimum work (~3-10 ms on one core:
+# 4 M elements with an expensive op, 16 M without, 256 M multiply-adds of BLAS) splits
+# even with no free core: like XLA's pool it then competes for its share of the busy
+# cores, and a block a descheduled helper holds (the caller waits for it) costs a few
+# time slices at most, small against the whole. One core busy with a spinning process
+# (plus other sessions, load ~6-7), interleaved: matmul 1024 on the caller alone
+# 109-112 ms vs jax 79 ms; split anyway, 0.68-0.71x the caller-alone time.
 HEAVY = 16
 
 
