@@ -2,8 +2,9 @@
 
     python benchmarks/compute.py [--quick] [--rows WORD,...] [--no-one-thread]
 
-Every row is measured in one run, interleaving the contenders: median of `--repeats`
-timed calls after a warm-up. Two columns of ratios xladist/jax.jit:
+Every row is measured in one run, interleaving the contenders (one timed sample of
+each per round, so load bursts hit all alike): median of `--repeats` samples after a
+warm-up. Two columns of ratios xladist/jax.jit:
 - default threading on every side, in this process (what a user sees): xladist with
   its compute pool (XLADIST_THREADS, else the cores of the affinity mask; OpenBLAS on
   one thread, xladist splitting large BLAS calls on its pool, so numpy's matmul here is
@@ -67,20 +68,31 @@ except ImportError:  # jax missing: numpy is the only reference
     jax = None
 
 
-def median_time(fn, repeats: int, min_time: float = 0.02) -> float:
-    fn()  # warm-up (compiles, caches, page faults)
-    # Batch fast calls so timer resolution does not dominate.
-    t0 = time.perf_counter()
-    fn()
-    one = time.perf_counter() - t0
-    inner = max(1, int(min_time / max(one, 1e-7)))
-    samples = []
-    for _ in range(repeats):
+def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
+    """Median seconds per call of every contender, and its process CPU time over wall
+    time (the cores it kept busy). The samples are taken in turns, one of each per
+    round, so a burst of load on a shared machine hits every contender alike. Each
+    gets a warm-up (compiles, caches, page faults); fast calls are batched so timer
+    resolution does not dominate."""
+    inner = {}
+    for k, fn in fns.items():
+        fn()
         t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+        fn()
+        inner[k] = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
+    samples = {k: [] for k in fns}
+    cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(inner[k]):
+                fn()
+            w = time.perf_counter() - t0
+            cpu[k] += time.process_time() - c0
+            wall[k] += w
+            samples[k].append(w / inner[k])
+    return ({k: statistics.median(v) for k, v in samples.items()},
+            {k: cpu[k] / wall[k] if wall[k] else None for k in fns})
 
 
 # ---- modules (HLO text) -----------------------------------------------------------
@@ -375,17 +387,14 @@ def measure(args, repeats: int) -> list[dict]:
             continue
         ours = exe(*inputs)
         check(ours, np_fn(*inputs), name)
-        t_x = median_time(lambda e=exe, a=inputs: e(*a), repeats)
-        t_n = median_time(lambda f=np_fn, a=inputs: f(*a), repeats)
-        # jax gets device arrays: the transfer from numpy is not part of its compute.
-        j_inputs = [jax.device_put(x) for x in inputs] if jax_fn else None
-        t_j = cpu_j = wall_j = None
-        if jax_fn:  # process CPU time over wall time: how many cores jax kept busy
-            c0, w0 = time.process_time(), time.perf_counter()
-            t_j = median_time(lambda f=jax_fn, a=j_inputs: f(*a), repeats)
-            cpu_j, wall_j = time.process_time() - c0, time.perf_counter() - w0
+        fns = {"x": lambda e=exe, a=inputs: e(*a), "n": lambda f=np_fn, a=inputs: f(*a)}
+        if jax_fn:  # jax gets device arrays: the transfer is not part of its compute
+            j_inputs = [jax.device_put(x) for x in inputs]
+            fns["j"] = lambda f=jax_fn, a=j_inputs: f(*a)
+        t, busy = interleaved_medians(fns, repeats)
+        t_x, t_n, t_j = t["x"], t["n"], t.get("j")
         table.append({"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
-                      "jax_cores_busy": (cpu_j / wall_j) if wall_j else None, "numpy_over_xladist": t_n / t_x,
+                      "jax_cores_busy": busy.get("j"), "numpy_over_xladist": t_n / t_x,
                       "xladist_over_jax": (t_x / t_j) if t_j else None})
         if ONE_THREAD:
             print(f"  {name}: done", file=sys.stderr, flush=True)
