@@ -388,17 +388,29 @@ def measure(args, repeats: int) -> list[dict]:
         ours = exe(*inputs)
         check(ours, np_fn(*inputs), name)
         fns = {"x": lambda e=exe, a=inputs: e(*a), "n": lambda f=np_fn, a=inputs: f(*a)}
+        if not ONE_THREAD:  # the same executable on one thread, in turns with the rest
+            fns["x1"] = lambda e=exe, a=inputs: _one_thread(e, a)
         if jax_fn:  # jax gets device arrays: the transfer is not part of its compute
             j_inputs = [jax.device_put(x) for x in inputs]
             fns["j"] = lambda f=jax_fn, a=j_inputs: f(*a)
         t, busy = interleaved_medians(fns, repeats)
         t_x, t_n, t_j = t["x"], t["n"], t.get("j")
+        t_x1 = t.get("x1")
         table.append({"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
+                      "xladist_over_xladist_1thread": t_x / t_x1 if t_x1 else None,
                       "jax_cores_busy": busy.get("j"), "numpy_over_xladist": t_n / t_x,
                       "xladist_over_jax": (t_x / t_j) if t_j else None})
         if ONE_THREAD:
             print(f"  {name}: done", file=sys.stderr, flush=True)
     return table
+
+
+def _one_thread(exe, inputs):
+    parallel.set_threads(1)
+    try:
+        exe(*inputs)
+    finally:
+        parallel.set_threads(None)
 
 
 def one_thread_table(args, repeats: int) -> dict:
@@ -440,8 +452,11 @@ def main(argv=None) -> int:
         return 0
     print("\n".join(header()))
     one = {} if args.no_one_thread else one_thread_table(args, repeats)
+    print("columns: times at default threading; xla-d/jax; 1-thread: xladist/jax both "
+          "on one thread (child); def/1t: xladist default over xladist on one thread, "
+          "this process, in turns (how it degrades under load)")
     hdr = f"{'benchmark':<44} {'xladist':>9} {'numpy':>9} {'jax.jit':>9} " \
-          f"{'xla-d/jax':>9} {'1-thread':>9}"
+          f"{'xla-d/jax':>9} {'1-thread':>9} {'def/1t':>7}"
     print(hdr)
     print("-" * len(hdr))
     table = measure(args, repeats)
@@ -454,8 +469,9 @@ def main(argv=None) -> int:
         if row["jax_cores_busy"]:
             jr += f" (jax {row['jax_cores_busy']:.1f} cores)"
         orr = f"{o['xladist_over_jax']:8.2f}x" if o.get("xladist_over_jax") else f"{'-':>9}"
+        d1 = row["xladist_over_xladist_1thread"]
         print(f"{row['name'][:44]:<44} {row['xladist_s'] * 1e3:7.2f}ms "
-              f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr}", flush=True)
+              f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr} {d1:6.2f}x", flush=True)
     if args.rows:
         return 0
     cold, warm = compile_rows(repeats)

@@ -73,7 +73,6 @@ def set_threads(n: int | None) -> None:
     """Fix the thread count (None: back to XLADIST_THREADS / the affinity mask)."""
     global _explicit
     _explicit = None if n is None else _parse(n, "--threads (the config key `threads`)")
-    sync_blas()
 
 
 def set_local_ranks(n: int) -> None:
