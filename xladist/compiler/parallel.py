@@ -185,12 +185,12 @@ def describe_split(split, threads: int | None = None) -> str:
             f"x {split.work} elements")
 
 
-# ---- is there a free core? ----------------------------------------------------------
+# ---- is the machine oversubscribed? -------------------------------------------------
 # A helper handed a block when every core is taken runs only when the scheduler
 # preempts someone, and the caller then waits for its block (on the loaded 2-core host
 # a 1 M-element row sum took 1.68x its one-thread time on 2 threads). Like libgomp's
 # OMP_DYNAMIC, which reads the load average, a split kernel runs on the calling thread
-# alone while the machine has no idle core: the machine's runnable-thread count
+# alone while the machine has more runnable threads than cores: the runnable count
 # (/proc/loadavg's "running/total", read at most every LOAD_PERIOD seconds, smoothed)
 # against the cores. The blocks are the same either way, so results do not change.
 LOAD_PERIOD = 0.005
@@ -198,7 +198,7 @@ DYNAMIC = True  # False: always hand blocks to the pool (tests of the pool itsel
 _load = {"next": 0.0, "running": 0.0, "fd": None}
 
 
-def _free_core() -> bool:
+def _has_room() -> bool:
     if not DYNAMIC:
         return True
     now = time.monotonic()
@@ -215,13 +215,15 @@ def _free_core() -> bool:
         st["running"] = 0.5 * st["running"] + 0.5 * running
     # The count includes the calling thread itself, and the other ranks on this node
     # (set_local_ranks) with their threads: they are ours, not a reason to step back.
+    # Equal to the cores still splits: with one core busy spinning (2 cores) a helper
+    # sharing that core still paid (main's MLP step 0.47x its one-thread time).
     ours = (_local_ranks - 1) * thread_count()
-    return st["running"] < (os.cpu_count() or 1) + ours - 0.25
+    return st["running"] < (os.cpu_count() or 1) + ours + 0.75
 
 
 # A call with at least this many times its kind's minimum work (~3-10 ms on one core:
 # 4 M elements with an expensive op, 16 M without, 256 M multiply-adds of BLAS) splits
-# even with no free core: like XLA's pool it then competes for its share of the busy
+# even on an oversubscribed machine: like XLA's pool it then competes for its share of the busy
 # cores, and a block a descheduled helper holds (the caller waits for it) costs a few
 # time slices at most, small against the whole. One core busy with a spinning process
 # (plus other sessions, load ~6-7), interleaved: matmul 1024 on the caller alone
@@ -231,10 +233,10 @@ HEAVY = 16
 
 def run_blocks(fn, argv, blocks, heavy: bool = False) -> None:
     """Run fn(argv, begin, end) over every block, on the pool when it has threads
-    and the machine has a free core (or the call is heavy, see HEAVY)."""
+    and the machine is not oversubscribed (or the call is heavy, see HEAVY)."""
     n = thread_count()
     pool = _get_pool(n) if n > 1 and len(blocks) > 1 else None
-    if pool is None or not (heavy or _free_core()) or \
+    if pool is None or not (heavy or _has_room()) or \
             not pool.busy.acquire(blocking=False):
         for lo, hi in blocks:
             fn(argv, lo, hi)
