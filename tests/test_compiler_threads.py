@@ -13,7 +13,7 @@ import pytest
 
 import xladist
 from xladist.compiler import parallel
-from xladist.compiler.codegen.split import MIN_WORK, MIN_WORK_CHEAP
+from xladist.compiler.codegen.split import MAX_BLOCKS, MIN_WORK, MIN_WORK_CHEAP
 from xladist.errors import InputError
 
 ADD = "add { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
@@ -165,6 +165,10 @@ def test_large_kernels_split_small_ones_do_not(restore_threads):
     small = xladist.compile(xladist.parse_hlo(chain((MIN_WORK // 2,))[0]), backend="cpu")
     (s,) = small.program.builder.kernel_thunks
     assert s.blocks is None and "below threshold" in s.split_text()
+    # A large kernel gets larger blocks, never more than MAX_BLOCKS of them.
+    huge = xladist.compile(xladist.parse_hlo(chain((1 << 23,))[0]), backend="cpu")
+    (h,) = huge.program.builder.kernel_thunks
+    assert len(h.blocks) == MAX_BLOCKS and h.blocks[-1][1] == 1 << 23
     # A memory-bound kernel of the same size stays whole (it would not pay).
     cheap = xladist.compile(xladist.parse_hlo(row_sum(MIN_WORK // 256, 512)[0]),
                             backend="cpu")
