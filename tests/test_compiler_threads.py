@@ -124,7 +124,7 @@ CASES = {
 
 @pytest.fixture
 def restore_threads(monkeypatch):
-    # Hand blocks to the pool even when this (shared) machine is oversubscribed.
+    # Hand blocks to the pool even when this (shared) machine has no idle core.
     monkeypatch.setattr(parallel, "DYNAMIC", False)
     yield
     parallel.set_threads(None)
@@ -220,7 +220,7 @@ def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
         release.set()
 
 
-def test_oversubscribed_machine_runs_blocks_on_the_caller(restore_threads, monkeypatch):
+def test_no_idle_core_runs_blocks_on_the_caller(restore_threads, monkeypatch):
     parallel.set_threads(2)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     monkeypatch.setitem(parallel._load, "next", float("inf"))  # no new sample
@@ -230,13 +230,13 @@ def test_oversubscribed_machine_runs_blocks_on_the_caller(restore_threads, monke
         names.append(threading.current_thread().name)
         time.sleep(0.002)  # long enough for a woken helper to take a block
 
-    busy = (os.cpu_count() or 1) + 4.0  # more runnable threads than cores
+    busy = (os.cpu_count() or 1) + 4.0  # every core busy
     monkeypatch.setitem(parallel._load, "running", busy)
     parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)])
     assert set(names) == {threading.current_thread().name}
     names.clear()
     parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)], heavy=True)
-    assert "xladist-compute" in names  # a long call competes for its share anyway
+    assert "xladist-compute" in names  # a long BLAS call competes for its share anyway
     names.clear()
     monkeypatch.setitem(parallel._load, "running", 1.0)  # only this thread runs
     parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)])

@@ -185,12 +185,12 @@ def describe_split(split, threads: int | None = None) -> str:
             f"x {split.work} elements")
 
 
-# ---- is the machine oversubscribed? -------------------------------------------------
+# ---- is there an idle core? -----------------------------------------------------------
 # A helper handed a block when every core is taken runs only when the scheduler
 # preempts someone, and the caller then waits for its block (on the loaded 2-core host
 # a 1 M-element row sum took 1.68x its one-thread time on 2 threads). Like libgomp's
 # OMP_DYNAMIC, which reads the load average, a split kernel runs on the calling thread
-# alone while the machine has more runnable threads than cores: the runnable count
+# alone while the machine has no idle core: the runnable-thread count
 # (/proc/loadavg's "running/total", read at most every LOAD_PERIOD seconds, smoothed)
 # against the cores. The blocks are the same either way, so results do not change.
 LOAD_PERIOD = 0.005
@@ -215,25 +215,27 @@ def _has_room() -> bool:
         st["running"] = 0.5 * st["running"] + 0.5 * running
     # The count includes the calling thread itself, and the other ranks on this node
     # (set_local_ranks) with their threads: they are ours, not a reason to step back.
-    # Equal to the cores still splits: with one core busy spinning (2 cores) a helper
-    # sharing that core still paid (main's MLP step 0.47x its one-thread time).
+    # Only a free core counts: with one of 2 cores busy spinning, forcing the split
+    # measured the same as one thread (matmul 512 3.04 vs 3.07 ms, MLP step 9.47 vs
+    # 9.71 ms) and with another session's process on it a 1 M chain took 1.47x.
     ours = (_local_ranks - 1) * thread_count()
-    return st["running"] < (os.cpu_count() or 1) + ours + 0.75
+    return st["running"] < (os.cpu_count() or 1) + ours - 0.25
 
 
-# A call with at least this many times its kind's minimum work (~3-10 ms on one core:
-# 4 M elements with an expensive op, 16 M without, 256 M multiply-adds of BLAS) splits
-# even on an oversubscribed machine: like XLA's pool it then competes for its share of the busy
-# cores, and a block a descheduled helper holds (the caller waits for it) costs a few
-# time slices at most, small against the whole. One core busy with a spinning process
-# (plus other sessions, load ~6-7), interleaved: matmul 1024 on the caller alone
-# 109-112 ms vs jax 79 ms; split anyway, 0.68-0.71x the caller-alone time.
+# A BLAS call with at least this many times BLOCK_MACS (blas_blocks.py: 256 M
+# multiply-adds, ~4 ms on one core) splits even with no idle core: like XLA's pool it
+# then competes for its share of the busy cores. One core busy spinning plus other
+# sessions (load ~4-7), interleaved: matmul 1024 split anyway 0.68-0.71x the
+# caller-alone time, the 3x3 conv 0.73-0.82x. Not for generated kernels: a 16 M
+# element tanh chain split under the same load took 1.3-2x its one-thread time
+# (probably its 64 blocks, each taking the GIL between native calls: a helper
+# descheduled while holding it stalls the caller; not measured apart).
 HEAVY = 16
 
 
 def run_blocks(fn, argv, blocks, heavy: bool = False) -> None:
     """Run fn(argv, begin, end) over every block, on the pool when it has threads
-    and the machine is not oversubscribed (or the call is heavy, see HEAVY)."""
+    and the machine has an idle core (or the call is heavy, see HEAVY)."""
     n = thread_count()
     pool = _get_pool(n) if n > 1 and len(blocks) > 1 else None
     if pool is None or not (heavy or _has_room()) or \

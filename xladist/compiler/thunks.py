@@ -28,7 +28,7 @@ from .buffers import Assignment, Slot
 from .codegen.constants import logical_view, to_physical
 from .codegen.kernels import RANGE_SUFFIX
 from .codegen.split import blocks_of, split_of
-from .parallel import HEAVY, RANGE_TYPE, describe_split, run_blocks
+from .parallel import RANGE_TYPE, describe_split, run_blocks
 
 
 def address(a: np.ndarray) -> int:
@@ -165,8 +165,6 @@ class KernelThunk(Thunk):
         # Fixed blocks of the outer dimension when the kernel is split (parallel.py).
         self.split = split_of(spec)
         self.blocks = blocks_of(self.split) if self.split is not None else None
-        self.heavy = self.blocks is not None and \
-            self.split.units * self.split.work >= HEAVY * self.split.min_work
         self.range_fn = None
         self.argv = (ctypes.c_uint64 * max(len(slots), 1))()
         self.argv_addr = ctypes.addressof(self.argv)
@@ -185,7 +183,7 @@ class KernelThunk(Thunk):
         if self.blocks is None:
             self.fn(self.argv_addr)
         else:
-            run_blocks(self.range_fn, self.argv_addr, self.blocks, self.heavy)
+            run_blocks(self.range_fn, self.argv_addr, self.blocks)
 
     def split_text(self) -> str:
         return describe_split(self.split)
