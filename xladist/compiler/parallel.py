@@ -211,8 +211,13 @@ def _has_room() -> bool:
             running = int(os.pread(st["fd"], 128, 0).split()[3].split(b"/")[0])
         except (OSError, ValueError, IndexError):
             running = 0  # no /proc: assume the cores are ours
-        # Half the weight on the newest sample: a burst of one sample does not flip it.
-        st["running"] = 0.5 * st["running"] + 0.5 * running
+        # Back off at once, come back slowly (~4 idle samples from a busy one): the
+        # other sessions' load comes in bursts, and splitting into one costs far more
+        # than running one burst's gap alone.
+        if running >= st["running"]:
+            st["running"] = float(running)
+        else:
+            st["running"] += 0.25 * (running - st["running"])
     # The count includes the calling thread itself, and the other ranks on this node
     # (set_local_ranks) with their threads: they are ours, not a reason to step back.
     # Only a free core counts: with one of 2 cores busy spinning, forcing the split
