@@ -211,6 +211,8 @@ def _has_room() -> bool:
             running = int(os.pread(st["fd"], 128, 0).split()[3].split(b"/")[0])
         except (OSError, ValueError, IndexError):
             running = 0  # no /proc: assume the cores are ours
+        if _pool is not None:  # our own workers finishing a previous call
+            running -= sum(_pool.active)
         # Back off at once, come back slowly (~4 idle samples from a busy one): the
         # other sessions' load comes in bursts, and splitting into one costs far more
         # than running one burst's gap alone.
@@ -307,14 +309,19 @@ class _Pool:
         self.size = size
         self.busy = threading.Lock()
         self.inbox = [queue.SimpleQueue() for _ in range(size - 1)]
-        for q in self.inbox:
-            threading.Thread(target=self._loop, args=(q,), daemon=True,
+        # Which workers are between tasks' start and end: runnable threads of ours,
+        # which the idle-core estimate (_has_room) must not count as load.
+        self.active = [False] * (size - 1)
+        for i, q in enumerate(self.inbox):
+            threading.Thread(target=self._loop, args=(q, i), daemon=True,
                              name="xladist-compute").start()
 
-    @staticmethod
-    def _loop(q) -> None:
+    def _loop(self, q, i: int) -> None:
         while True:
-            q.get().work()
+            task = q.get()
+            self.active[i] = True
+            task.work()
+            self.active[i] = False
 
     def run(self, task: _Task, participants: int) -> None:
         for q in self.inbox[:participants - 1]:
