@@ -1,12 +1,14 @@
 """Compute benchmarks of the cpu backend, side by side with numpy and jax.jit.
 
-    python benchmarks/compute.py [--quick] [--rows NAME,...] [--no-one-thread]
+    python benchmarks/compute.py [--quick] [--rows WORD,...] [--no-one-thread]
 
-Every row is measured in one run, interleaving the contenders: median of `--repeats`
-timed calls after a warm-up. Two columns of ratios xladist/jax.jit:
+Every row is measured in one run, interleaving the contenders (one timed sample of
+each per round, so load bursts hit all alike): median of `--repeats` samples after a
+warm-up. Two columns of ratios xladist/jax.jit:
 - default threading on every side, in this process (what a user sees): xladist with
-  its compute pool (XLADIST_THREADS, else the cores of the affinity mask), numpy's
-  OpenBLAS with the same count, jax with XLA:CPU's default thread pools;
+  its compute pool (XLADIST_THREADS, else the cores of the affinity mask; OpenBLAS on
+  one thread, xladist splitting large BLAS calls on its pool, so numpy's matmul here is
+  single-threaded too), jax with XLA:CPU's default thread pools;
 - one thread on every side, in a child process (`--one-thread`, started by this
   script): the process pinned to one core with sched_setaffinity (what `taskset -c 0`
   does, so no side can use a second core whatever its thread pools), XLADIST_THREADS=1,
@@ -66,20 +68,31 @@ except ImportError:  # jax missing: numpy is the only reference
     jax = None
 
 
-def median_time(fn, repeats: int, min_time: float = 0.02) -> float:
-    fn()  # warm-up (compiles, caches, page faults)
-    # Batch fast calls so timer resolution does not dominate.
-    t0 = time.perf_counter()
-    fn()
-    one = time.perf_counter() - t0
-    inner = max(1, int(min_time / max(one, 1e-7)))
-    samples = []
-    for _ in range(repeats):
+def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
+    """Median seconds per call of every contender, and its process CPU time over wall
+    time (the cores it kept busy). The samples are taken in turns, one of each per
+    round, so a burst of load on a shared machine hits every contender alike. Each
+    gets a warm-up (compiles, caches, page faults); fast calls are batched so timer
+    resolution does not dominate."""
+    inner = {}
+    for k, fn in fns.items():
+        fn()
         t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - t0) / inner)
-    return statistics.median(samples)
+        fn()
+        inner[k] = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
+    samples = {k: [] for k in fns}
+    cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(inner[k]):
+                fn()
+            w = time.perf_counter() - t0
+            cpu[k] += time.process_time() - c0
+            wall[k] += w
+            samples[k].append(w / inner[k])
+    return ({k: statistics.median(v) for k, v in samples.items()},
+            {k: cpu[k] / wall[k] if wall[k] else None for k in fns})
 
 
 # ---- modules (HLO text) -----------------------------------------------------------
@@ -105,13 +118,14 @@ ENTRY main {{
 """
 
 
-def rowsum_hlo(n: int, m: int) -> str:
-    return f"""HloModule rowsum
+def sum_hlo(n: int, m: int, axis: int) -> str:
+    """Sum of an f32[n, m] over one axis: 1 a row sum, 0 a column sum."""
+    return f"""HloModule sum{axis}
 {ADD}
 ENTRY main {{
   a = f32[{n},{m}] parameter(0)
   z = f32[] constant(0)
-  ROOT r = f32[{n}] reduce(a, z), dimensions={{1}}, to_apply=add
+  ROOT r = f32[{(n, m)[1 - axis]}] reduce(a, z), dimensions={{{axis}}}, to_apply=add
 }}
 """
 
@@ -282,8 +296,10 @@ def rows(quick: bool):
     yield chain((1 << 22) if quick else (1 << 24))
     n = 1024 if quick else 4096
     a = rng.standard_normal((n, n)).astype(f32)
-    yield (f"row-sum {n}x{n} f32", compile_cpu(rowsum_hlo(n, n)), lambda a: a.sum(axis=1),
+    yield (f"row-sum {n}x{n} f32", compile_cpu(sum_hlo(n, n, 1)), lambda a: a.sum(axis=1),
            _jit(lambda a: jnp.sum(a, axis=1)), (a,), "fast")
+    yield (f"column-sum {n}x{n} f32", compile_cpu(sum_hlo(n, n, 0)), lambda a: a.sum(axis=0),
+           _jit(lambda a: jnp.sum(a, axis=0)), (a,), "fast")
     x = rng.standard_normal((1024, 4096)).astype(f32)
 
     def np_softmax(x):
@@ -353,6 +369,7 @@ def check(got, want, name):
 
 
 def header() -> list[str]:
+    parallel.sync_blas()  # what compiling does: the BLAS thread count xladist runs with
     lines = [f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
              f"on {os.cpu_count()} cpus; affinity {len(os.sched_getaffinity(0))} cpus",
              f"xladist threads {parallel.thread_count()}; OpenBLAS " + ", ".join(
@@ -366,23 +383,34 @@ def header() -> list[str]:
 def measure(args, repeats: int) -> list[dict]:
     table = []
     for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick):
+        if args.rows and not any(r in name for r in args.rows.split(",")):
+            continue
         ours = exe(*inputs)
         check(ours, np_fn(*inputs), name)
-        t_x = median_time(lambda e=exe, a=inputs: e(*a), repeats)
-        t_n = median_time(lambda f=np_fn, a=inputs: f(*a), repeats)
-        # jax gets device arrays: the transfer from numpy is not part of its compute.
-        j_inputs = [jax.device_put(x) for x in inputs] if jax_fn else None
-        t_j = cpu_j = wall_j = None
-        if jax_fn:  # process CPU time over wall time: how many cores jax kept busy
-            c0, w0 = time.process_time(), time.perf_counter()
-            t_j = median_time(lambda f=jax_fn, a=j_inputs: f(*a), repeats)
-            cpu_j, wall_j = time.process_time() - c0, time.perf_counter() - w0
+        fns = {"x": lambda e=exe, a=inputs: e(*a), "n": lambda f=np_fn, a=inputs: f(*a)}
+        if not ONE_THREAD:  # the same executable on one thread, in turns with the rest
+            fns["x1"] = lambda e=exe, a=inputs: _one_thread(e, a)
+        if jax_fn:  # jax gets device arrays: the transfer is not part of its compute
+            j_inputs = [jax.device_put(x) for x in inputs]
+            fns["j"] = lambda f=jax_fn, a=j_inputs: f(*a)
+        t, busy = interleaved_medians(fns, repeats)
+        t_x, t_n, t_j = t["x"], t["n"], t.get("j")
+        t_x1 = t.get("x1")
         table.append({"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
-                      "jax_cores_busy": (cpu_j / wall_j) if wall_j else None, "numpy_over_xladist": t_n / t_x,
+                      "xladist_over_xladist_1thread": t_x / t_x1 if t_x1 else None,
+                      "jax_cores_busy": busy.get("j"), "numpy_over_xladist": t_n / t_x,
                       "xladist_over_jax": (t_x / t_j) if t_j else None})
         if ONE_THREAD:
             print(f"  {name}: done", file=sys.stderr, flush=True)
     return table
+
+
+def _one_thread(exe, inputs):
+    parallel.set_threads(1)
+    try:
+        exe(*inputs)
+    finally:
+        parallel.set_threads(None)
 
 
 def one_thread_table(args, repeats: int) -> dict:
@@ -390,7 +418,8 @@ def one_thread_table(args, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "one.json"
         cmd = [sys.executable, __file__, "--one-thread", "--json", str(out),
-               "--repeats", str(repeats)] + (["--quick"] if args.quick else [])
+               "--repeats", str(repeats)] + (["--quick"] if args.quick else []) + \
+            (["--rows", args.rows] if args.rows else [])
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=3600)
         print("one-thread child: " + proc.stdout.strip().replace("\n", "\n  "))
         if proc.returncode != 0:
@@ -403,6 +432,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--json", help="also write the table as JSON to this file")
+    ap.add_argument("--rows", help="only the rows whose names contain one of these "
+                    "comma-separated words (e.g. matmul,MLP)")
     ap.add_argument("--one-thread", action="store_true",
                     help="(internal) measure with one thread on every side")
     ap.add_argument("--no-one-thread", action="store_true",
@@ -421,8 +452,11 @@ def main(argv=None) -> int:
         return 0
     print("\n".join(header()))
     one = {} if args.no_one_thread else one_thread_table(args, repeats)
+    print("columns: times at default threading; xla-d/jax; 1-thread: xladist/jax both "
+          "on one thread (child); def/1t: xladist default over xladist on one thread, "
+          "this process, in turns (how it degrades under load)")
     hdr = f"{'benchmark':<44} {'xladist':>9} {'numpy':>9} {'jax.jit':>9} " \
-          f"{'xla-d/jax':>9} {'1-thread':>9}"
+          f"{'xla-d/jax':>9} {'1-thread':>9} {'def/1t':>7}"
     print(hdr)
     print("-" * len(hdr))
     table = measure(args, repeats)
@@ -435,8 +469,11 @@ def main(argv=None) -> int:
         if row["jax_cores_busy"]:
             jr += f" (jax {row['jax_cores_busy']:.1f} cores)"
         orr = f"{o['xladist_over_jax']:8.2f}x" if o.get("xladist_over_jax") else f"{'-':>9}"
+        d1 = row["xladist_over_xladist_1thread"]
         print(f"{row['name'][:44]:<44} {row['xladist_s'] * 1e3:7.2f}ms "
-              f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr}", flush=True)
+              f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr} {d1:6.2f}x", flush=True)
+    if args.rows:
+        return 0
     cold, warm = compile_rows(repeats)
     table.append({"name": "MLP training step compile, cold", "xladist_s": cold})
     table.append({"name": "MLP training step compile, from cache", "xladist_s": warm})

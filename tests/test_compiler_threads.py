@@ -4,14 +4,16 @@ and match numpy; small kernels run whole."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import xladist
 from xladist.compiler import parallel
-from xladist.compiler.codegen.split import MIN_WORK
+from xladist.compiler.codegen.split import MAX_BLOCKS, MIN_WORK, MIN_WORK_CHEAP
 from xladist.errors import InputError
 
 ADD = "add { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
@@ -53,6 +55,16 @@ def col_sum(n, m):
             lambda a: a.sum(axis=0), 1)
 
 
+def reduce_dims(shape, dims):
+    # A reduction whose reduced dims lie outside kept ones (column reductions).
+    s = f"f32[{','.join(map(str, shape))}]"
+    out = [n for i, n in enumerate(shape) if i not in dims]
+    return (f"HloModule m\n{ADD}ENTRY main {{\n a = {s} parameter(0)\n"
+            f" z = f32[] constant(0)\n ROOT r = f32[{','.join(map(str, out))}] reduce(a, z), "
+            f"dimensions={{{','.join(map(str, dims))}}}, to_apply=add\n}}\n",
+            lambda a: a.sum(axis=tuple(dims)), 1)
+
+
 def softmax(n, m):
     return (f"""HloModule m
 {ADD}{MAX}ENTRY main {{
@@ -70,19 +82,50 @@ def softmax(n, m):
 """, lambda x: (lambda e: e / e.sum(1, keepdims=True))(np.exp(x - x.max(1, keepdims=True))), 1)
 
 
+def dot(m, k, n, batch=None):
+    pre, bd = (f"{batch},", "lhs_batch_dims={0}, rhs_batch_dims={0}, ") if batch else ("", "")
+    c = 1 if batch else 0
+    return (f"HloModule m\nENTRY main {{\n a = f32[{pre}{m},{k}] parameter(0)\n"
+            f" b = f32[{pre}{k},{n}] parameter(1)\n ROOT d = f32[{pre}{m},{n}] dot(a, b), "
+            f"{bd}lhs_contracting_dims={{{c + 1}}}, rhs_contracting_dims={{{c}}}\n}}\n",
+            lambda a, b: np.matmul(a.astype(np.float64), b), 2)
+
+
+def conv(nb, hw, ci, co):
+    return (f"HloModule m\nENTRY main {{\n x = f32[{nb},{hw},{hw},{ci}] parameter(0)\n"
+            f" k = f32[3,3,{ci},{co}] parameter(1)\n ROOT y = f32[{nb},{hw},{hw},{co}] "
+            f"convolution(x, k), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f\n}}\n",
+            _conv_ref, 2)
+
+
+def _conv_ref(x, k):
+    b, h, w, _ = x.shape
+    p = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    return sum(p[:, i:i + h, j:j + w, :] @ k[i, j] for i in range(3) for j in range(3))
+
+
 CASES = {
     "chain-1d": lambda: chain((300_001,)),
     "chain-3d": lambda: chain((7, 211, 301)),
     "row-broadcast": lambda: row_broadcast(515, 1021),
-    "transpose": lambda: transpose(640, 513),
-    "row-sum": lambda: row_sum(1031, 509),
-    "col-sum": lambda: col_sum(1031, 509),
+    # Kernels without an expensive op split only from MIN_WORK_CHEAP elements.
+    "transpose": lambda: transpose(1100, 1001),
+    "row-sum": lambda: row_sum(2053, 517),
+    # Reduced dims inside the kept outermost one: each block initializes its slice.
+    "reduce-middle": lambda: reduce_dims((8, 300, 700), (1,)),
+    # BLAS calls split into blocks (blas_blocks.py): rows, columns, batches, images.
+    "dot-rows": lambda: dot(520, 300, 300),
+    "dot-columns": lambda: dot(100, 400, 1030),
+    "dot-batched": lambda: dot(96, 128, 96, batch=20),
+    "conv-images": lambda: conv(6, 30, 32, 32),
     "softmax": lambda: softmax(257, 1100),
 }
 
 
 @pytest.fixture
-def restore_threads():
+def restore_threads(monkeypatch):
+    # Hand blocks to the pool even when this (shared) machine has no idle core.
+    monkeypatch.setattr(parallel, "DYNAMIC", False)
     yield
     parallel.set_threads(None)
 
@@ -99,13 +142,15 @@ def test_bit_identical_for_every_thread_count(case, restore_threads):
     text, ref, nargs = CASES[case]()
     module, args = _inputs(text, nargs)
     exe = xladist.compile(module, backend="cpu")
+    splits = [e.get("split", "") for c in exe.program.explain() for e in c["thunks"]]
+    assert any(" blocks of " in s for s in splits), f"nothing was split: {splits}"
     results = {}
     for n in (1, 2, 16):
         parallel.set_threads(n)
         results[n] = np.array(exe(*args)[0])
     for n in (2, 16):
         assert results[n].tobytes() == results[1].tobytes(), f"{n} threads differ from 1"
-    np.testing.assert_allclose(results[1], ref(*args), rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(results[1], ref(*args), rtol=2e-5, atol=2e-4)
 
 
 def test_large_kernels_split_small_ones_do_not(restore_threads):
@@ -120,8 +165,22 @@ def test_large_kernels_split_small_ones_do_not(restore_threads):
     small = xladist.compile(xladist.parse_hlo(chain((MIN_WORK // 2,))[0]), backend="cpu")
     (s,) = small.program.builder.kernel_thunks
     assert s.blocks is None and "below threshold" in s.split_text()
-    col = xladist.compile(xladist.parse_hlo(CASES["col-sum"]()[0]), backend="cpu")
-    assert col.program.builder.kernel_thunks[0].blocks is None  # reduces across blocks
+    # A large kernel gets larger blocks, never more than MAX_BLOCKS of them.
+    huge = xladist.compile(xladist.parse_hlo(chain((1 << 23,))[0]), backend="cpu")
+    (h,) = huge.program.builder.kernel_thunks
+    assert len(h.blocks) == MAX_BLOCKS and h.blocks[-1][1] == 1 << 23
+    # A memory-bound kernel of the same size stays whole (it would not pay).
+    cheap = xladist.compile(xladist.parse_hlo(row_sum(MIN_WORK // 256, 512)[0]),
+                            backend="cpu")
+    assert cheap.program.builder.kernel_thunks[0].blocks is None
+    assert MIN_WORK < MIN_WORK_CHEAP
+    # A column sum stays whole (its column blocks measured slower, split.py), and is
+    # still right on any thread count.
+    text, ref, nargs = col_sum(601, 2053)
+    module, args = _inputs(text, nargs)
+    col = xladist.compile(module, backend="cpu")
+    assert col.program.builder.kernel_thunks[0].blocks is None
+    np.testing.assert_allclose(np.asarray(col(*args)[0]), ref(*args), rtol=2e-5, atol=2e-4)
 
 
 def test_pool_threads_run_the_blocks(restore_threads):
@@ -130,6 +189,58 @@ def test_pool_threads_run_the_blocks(restore_threads):
     module, args = _inputs(text, nargs)
     xladist.compile(module, backend="cpu")(*args)
     assert any(t.name == "xladist-compute" for t in threading.enumerate())
+
+
+def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
+    # A helper busy elsewhere (on a loaded machine: not scheduled) must not hold up the
+    # caller: it finishes every block itself and returns.
+    parallel.set_threads(2)
+    pool = parallel._get_pool(2)
+    stuck, release = threading.Event(), threading.Event()
+
+    class Blocker:
+        def work(self):
+            stuck.set()
+            release.wait(30)
+
+    pool.inbox[0].put(Blocker())
+    assert stuck.wait(10)
+    ran, finished = [], threading.Event()
+
+    def call():
+        parallel.run_blocks(lambda _a, lo, hi: ran.append((lo, hi)), None,
+                            [(i, i + 1) for i in range(8)])
+        finished.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    try:
+        assert finished.wait(10), "run_blocks waited for a helper that never started"
+        assert sorted(ran) == [(i, i + 1) for i in range(8)]
+    finally:
+        release.set()
+
+
+def test_no_idle_core_runs_blocks_on_the_caller(restore_threads, monkeypatch):
+    parallel.set_threads(2)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setitem(parallel._load, "next", float("inf"))  # no new sample
+    names = []
+
+    def block(_a, lo, hi):
+        names.append(threading.current_thread().name)
+        time.sleep(0.002)  # long enough for a woken helper to take a block
+
+    busy = (os.cpu_count() or 1) + 4.0  # every core busy
+    monkeypatch.setitem(parallel._load, "running", busy)
+    parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)])
+    assert set(names) == {threading.current_thread().name}
+    names.clear()
+    parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)], heavy=True)
+    assert "xladist-compute" in names  # a long BLAS call competes for its share anyway
+    names.clear()
+    monkeypatch.setitem(parallel._load, "running", 1.0)  # only this thread runs
+    parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)])
+    assert "xladist-compute" in names
 
 
 def test_thread_count_sources(monkeypatch, restore_threads):

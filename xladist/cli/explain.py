@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 HELP = "show the cpu backend's thunk list for a module (kernels, fusion, buffers)"
 
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import xladist
     from xladist.compiler import CpuProgram
-    from xladist.compiler.parallel import thread_count
+    from xladist.compiler.parallel import blas_info, thread_count
 
     from xladist.hlo.dynamic_padder import pad_dynamic
 
@@ -48,7 +49,7 @@ def run(args) -> int:
     data = program.explain()
     if args.json:
         print(json.dumps({"module": module.name, "cached": program.cached,
-                          "threads": thread_count(),
+                          "threads": thread_count(), "blas": blas_info(),
                           "timings_s": program.timings, "computations": data}, indent=1))
         return 0
     t = program.timings
@@ -58,6 +59,10 @@ def run(args) -> int:
           f"{t['total'] * 1e3:.1f} ms)")
     print(f"compute threads: {thread_count()} (XLADIST_THREADS, or the cores of this "
           f"process's CPU affinity mask)")
+    for b in blas_info():
+        print(f"BLAS: {b['library']}, OpenBLAS kernel {b['core']} (OPENBLAS_CORETYPE="
+              f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {b['threads']} thread; "
+              f"large dots and convolutions split on the compute threads")
     for comp in data:
         print(f"\ncomputation {comp['computation']}  (arena {comp['arena_bytes']} B, "
               f"{comp['slots']} buffers)")
@@ -73,6 +78,8 @@ def run(args) -> int:
                     print(f"        fuses: {', '.join(fused)}")
             else:
                 print(f"  {i:3d} {th['kind']:<7} {th['what']} ({th['instruction']})")
+                if "split" in th:
+                    print(f"        split: {th['split']}")
             if not args.no_buffers:
                 if th["reads"]:
                     print(f"        reads:  {'; '.join(th['reads'])}")

@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass, field
 
 from ..hlo.ir import Computation, Instruction
-from .codegen import mathlib
 from .codegen.ir_array import layout_of
 from .codegen.kernels import KernelSpec
 from .codegen.kernels_special import sort_scratch_bytes
+from .codegen.split import EXPENSIVE  # ops costing many loads per element
 from .codegen.scalar_ops import SCALAR_RULES
 
 ELEMENTAL = set(SCALAR_RULES) | {
@@ -48,8 +48,6 @@ DEVICE_FAMILIES = ("collective", "collective_async", "p2p", "feed")
 # the run, library thunks only their operands.
 DEVICE = {"replica-id", "partition-id", "rng-get-and-update-state"}
 
-EXPENSIVE = set(mathlib.FLOAT_FUNCTIONS) | set(mathlib.FLOAT_BINARY_FUNCTIONS) | {
-    "divide", "remainder", "gather", "map"}
 # Inlining constants bigger than this into kernel code would bloat the object.
 INLINE_CONSTANT_LIMIT = 4096
 # A fused subgraph this large is not duplicated into several consumers.

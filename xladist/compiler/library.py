@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UnsupportedError, XlaDistError
+from .blas_blocks import by_blocks, matmul_into
 from .thunks import LibraryThunk
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
@@ -82,10 +83,10 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
         rm = rhs.transpose(rc + rf).astype(ct, copy=False).reshape(rhs.shape[rc[0]], -1)
         o2 = out.reshape(lm.shape[0], rm.shape[1])
         if o2.flags.c_contiguous:
-            np.matmul(lm, rm, out=o2)
+            matmul_into(lm, rm, o2)
             return
         if o2.T.flags.c_contiguous:  # a transposed result layout: (A B)^T = B^T A^T
-            np.matmul(rm.T, lm.T, out=o2.T)
+            matmul_into(rm.T, lm.T, o2.T)
             return
     bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
     m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
@@ -95,9 +96,11 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     rm = rhs.transpose(rb + rc + rf).astype(ct, copy=False).reshape(bsz, k, n)
     if out.dtype == ct and out.flags.c_contiguous:
         # BLAS writes straight into the result buffer.
-        np.matmul(lm, rm, out=out.reshape(bsz, m, n))
+        matmul_into(lm, rm, out.reshape(bsz, m, n))
         return
-    _store(out, np.matmul(lm, rm).reshape(out.shape))
+    tmp = np.empty((bsz, m, n), ct)
+    matmul_into(lm, rm, tmp)
+    _store(out, tmp.reshape(out.shape))
 
 
 def _dilate(x, axis, factor):
@@ -130,20 +133,94 @@ def _pad_axis(x, axis, lo, hi):
 # input views, channels last): no im2col buffer of taps x the input. Measured on the
 # 3x3 conv of benchmarks/compute.py (8x56x56x64 -> 64), one thread: 1.45x less CPU time
 # (60 vs 89 ms; wall 1.6-1.9x on a loaded host) than im2col +
-# tensordot, which copies the input 9 times before its one matmul.
+# tensordot, which copies the input 9 times before its one matmul. With stride 1 each
+# tap is one contiguous matmul over the flattened padded grid (_flat_shifted): one
+# thread, interleaved, load ~2.5: 30 ms vs 47 ms for the per-row shifted views.
 _SHIFTED_MAX_TAPS = 64
 
 
-def _shifted_matmuls(x, w, ksz, strides, out_sp):
-    """[N, C, spatial...] (padded, dilated) * [O, C, k...] -> [N, O, out...], as
-    sum over taps t of x[:, shifted by t, :] @ w[:, :, t].T in channels-last layout."""
+def _channels_last_padded(lhs, dn, window, ct):
+    """The input as [N, spatial..., C] in the compute type, base-dilated and padded
+    (negative padding crops) with one strided copy into a zeroed array: np.pad on the
+    transposed [N, C, spatial...] view, axis by axis, was a third of the benchmark
+    conv's time."""
+    src = lhs.transpose([dn.input_batch, *dn.input_spatial, dn.input_feature])
+    shape, dst, sel = [src.shape[0]], [slice(None)], [slice(None)]
+    empty = False
+    for i, n in enumerate(src.shape[1:-1]):
+        wd = window.dims[i] if window is not None else None
+        b, lo, hi = (wd.base_dilation, wd.padding_low, wd.padding_high) if wd else (1, 0, 0)
+        full = max(lo + ((n - 1) * b + 1 if n else 0) + hi, 0)
+        j0 = (-lo + b - 1) // b if lo < 0 else 0  # input j lands at lo + j * b
+        j1 = min(n, (full - 1 - lo) // b + 1) if full - 1 - lo >= 0 else 0
+        empty = empty or j1 <= j0
+        shape.append(full)
+        dst.append(slice(lo + j0 * b, lo + (j1 - 1) * b + 1, b))
+        sel.append(slice(j0, j1))
+    shape.append(src.shape[-1])
+    xl = np.zeros(shape, ct)
+    if not empty:
+        xl[tuple(dst)] = src[tuple(sel)]
+    return xl
+
+
+def _shifted_matmuls(xl, w, ksz, strides, out_sp):
+    """[N, spatial..., C] (padded, dilated) * [O, C, k...] -> [N, O, out...], as
+    sum over taps t of xl[:, shifted by t, :] @ w[:, :, t].T."""
     nsp = len(ksz)
-    xl = np.ascontiguousarray(np.moveaxis(x, 1, -1))  # [N, spatial..., C]
-    acc = np.zeros((x.shape[0], *out_sp, w.shape[0]), x.dtype)
-    for tap in np.ndindex(*ksz):
-        sl = tuple(slice(t, t + (n - 1) * s + 1, s) for t, n, s in zip(tap, out_sp, strides))
-        acc += xl[(slice(None), *sl)] @ w[(slice(None), slice(None), *tap)].T
+    taps = list(np.ndindex(*ksz))
+    wt = [np.ascontiguousarray(w[(slice(None), slice(None), *tap)].T) for tap in taps]
+    work = int(np.prod(out_sp)) * w.shape[0] * w.shape[1] * len(taps)
+    if nsp and all(s == 1 for s in strides):
+        return _flat_shifted(xl, wt, taps, out_sp, work)
+    acc = np.zeros((xl.shape[0], *out_sp, w.shape[0]), xl.dtype)
+    sls = [tuple(slice(t, t + (n - 1) * s + 1, s) for t, n, s in zip(tap, out_sp, strides))
+           for tap in taps]
+
+    def images(lo, hi):  # every image is independent: fixed blocks of them on the pool
+        a = acc[lo:hi]
+        for sl, wk in zip(sls, wt):
+            a += xl[(slice(lo, hi), *sl)] @ wk
+
+    by_blocks(images, xl.shape[0], work)
     return np.moveaxis(acc, -1, 1) if nsp else acc
+
+
+_FLAT_CHUNK = 512  # rows: 2 x 512 x 64 f32 = 256 KiB
+
+
+def _flat_shifted(xl, wt, taps, out_sp, work):
+    """Stride 1: every tap is ONE contiguous matmul. With the padded spatial dims S
+    flattened into P rows per image, output position p reads input row p + offset(tap)
+    for every tap, so out_flat[q] = sum_t x_flat[q + off_t] @ w_t over q in [0, L),
+    computed on the whole padded grid and then cut to out_sp (the grid's extra rows,
+    ~7% for 56x56 padded by 1, are discarded). A shifted 4-D view instead makes numpy
+    run one small matmul per image row (448 matmuls of 56x64x64 per tap on the
+    benchmark's 8x56x56x64 conv)."""
+    n, sp, c = xl.shape[0], xl.shape[1:-1], xl.shape[-1]
+    o = wt[0].shape[1]
+    pitch = [int(np.prod(sp[k + 1:])) for k in range(len(sp))]  # row-major strides
+    p = int(np.prod(sp))
+    offs = [sum(t * st for t, st in zip(tap, pitch)) for tap in taps]
+    last = sum((m - 1) * st for m, st in zip(out_sp, pitch)) + 1  # rows one image needs
+    flat = xl.reshape(n * p, c)
+    grid = np.zeros((n, *sp, o), xl.dtype)
+    gflat = grid.reshape(n * p, o)
+
+    def rows(lo, hi):  # output rows [lo, hi) of the flattened grid
+        tmp = np.empty((min(_FLAT_CHUNK, hi - lo), o), xl.dtype)
+        # Chunks of rows: every tap's product and their sum stay in the L2 cache.
+        for r0 in range(lo, hi, _FLAT_CHUNK):
+            r1 = min(r0 + _FLAT_CHUNK, hi)
+            acc, t = gflat[r0:r1], tmp[:r1 - r0]
+            for off, wk in zip(offs, wt):
+                np.matmul(flat[r0 + off:r1 + off], wk, out=t)
+                acc += t
+
+    # Rows are independent: fixed blocks of them (not whole images, which as blocks are
+    # too coarse to share among threads) on the pool.
+    by_blocks(rows, (n - 1) * p + last, work // max(1, int(np.prod(out_sp))))
+    return np.moveaxis(grid[(slice(None), *(slice(0, m) for m in out_sp))], -1, 1)
 
 
 @library("convolution")
@@ -157,31 +234,41 @@ def _convolution(instr, args, outs):
     groups = int(a.get("feature_group_count", 1) or 1)
     bgroups = int(a.get("batch_group_count", 1) or 1)
     ct = _compute_dtype(out.dtype)
-    x = lhs.transpose([dn.input_batch, dn.input_feature, *dn.input_spatial]).astype(ct)
     w = rhs.transpose([dn.kernel_output_feature, dn.kernel_input_feature,
                        *dn.kernel_spatial]).astype(ct)
     strides = []
     for i in range(nsp):
         wd = window.dims[i] if window is not None else None
-        ax = 2 + i
         if wd is None:
             strides.append(1)
             continue
-        x = _dilate(x, ax, wd.base_dilation)
-        x = _pad_axis(x, ax, wd.padding_low, wd.padding_high)
         if wd.window_reversal:
-            w = np.flip(w, axis=ax)
-        w = _dilate(w, ax, wd.window_dilation)
+            w = np.flip(w, axis=2 + i)
+        w = _dilate(w, 2 + i, wd.window_dilation)
         strides.append(wd.stride)
     ksz = w.shape[2:]
-    out_sp = [max((x.shape[2 + i] - ksz[i]) // strides[i] + 1, 0) for i in range(nsp)]
-    nb, cin = x.shape[0], x.shape[1]
+    xl = None
+    if groups == bgroups == 1 and int(np.prod(ksz)) <= _SHIFTED_MAX_TAPS:
+        xl = _channels_last_padded(lhs, dn, window, ct)
+        sp = xl.shape[1:-1]
+        nb, cin = xl.shape[0], xl.shape[-1]
+    else:
+        x = lhs.transpose([dn.input_batch, dn.input_feature, *dn.input_spatial]).astype(ct)
+        for i in range(nsp):
+            wd = window.dims[i] if window is not None else None
+            if wd is not None:
+                x = _dilate(x, 2 + i, wd.base_dilation)
+                x = _pad_axis(x, 2 + i, wd.padding_low, wd.padding_high)
+        sp = x.shape[2:]
+        nb, cin = x.shape[0], x.shape[1]
+    out_sp = [max((sp[i] - ksz[i]) // strides[i] + 1, 0) for i in range(nsp)]
     o = w.shape[0]
     result = np.zeros((nb // bgroups, o) + tuple(out_sp), ct)
-    if all(s > 0 for s in out_sp) and result.size and groups == bgroups == 1 \
-            and int(np.prod(ksz)) <= _SHIFTED_MAX_TAPS:
-        result = _shifted_matmuls(x, w, ksz, strides, out_sp)
-    elif all(s > 0 for s in out_sp) and result.size:
+    if not (all(s > 0 for s in out_sp) and result.size):
+        pass  # an empty result, or no window fits: zeros
+    elif xl is not None:
+        result = _shifted_matmuls(xl, w, ksz, strides, out_sp)
+    else:
         patches = np.lib.stride_tricks.sliding_window_view(x, ksz, axis=tuple(range(2, 2 + nsp)))
         sl = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
         patches = patches[sl]  # [N, C, out..., k...]

@@ -5,8 +5,8 @@ A kernel that runs in blocks (codegen/split.py) has a second entry point
 `name__range(argv, begin, end)` over a range of its outermost physical dimension.
 Blocks are fixed by the kernel's shape alone, never by the thread count, and every
 block writes disjoint outputs: so 1, 2 or 16 threads run the same native calls on
-the same ranges and give bit-identical results. Kernels below MIN_WORK elements
-run whole, on the calling thread.
+the same ranges and give bit-identical results. Kernels below their minimum work
+(split.py) run whole, on the calling thread.
 
 The pool is Python threads calling ctypes function pointers: ctypes releases the GIL
 for the duration of each native call, so the blocks run truly in parallel; the
@@ -15,8 +15,11 @@ dispatch costs ~10-30 us per kernel (a queue hand-off per worker).
 Thread count, first that applies: `set_threads(n)` (the CLI's `--threads`, the
 config key `threads`), `XLADIST_THREADS`, else the cores of this process's CPU
 affinity mask divided among the ranks on its node (`set_local_ranks`, from
-MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under
-numpy/scipy) is set to the same count, so kernels and BLAS never oversubscribe.
+MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under numpy/scipy)
+runs on one thread and large BLAS calls are split into blocks on this same pool
+(blas_blocks.py): OpenBLAS's own threads spin and yield while they wait, which on a
+busy machine made a matmul many times slower than on one thread; this way kernels and
+BLAS together use thread_count() threads and every wait blocks.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ import itertools
 import os
 import queue
 import threading
+import time
 
-from .codegen.split import MIN_WORK, blocks_of
+from .codegen.split import blocks_of
 
 RANGE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
@@ -69,7 +73,6 @@ def set_threads(n: int | None) -> None:
     """Fix the thread count (None: back to XLADIST_THREADS / the affinity mask)."""
     global _explicit
     _explicit = None if n is None else _parse(n, "--threads (the config key `threads`)")
-    sync_blas()
 
 
 def set_local_ranks(n: int) -> None:
@@ -111,13 +114,15 @@ def _open_blas(path):
 
 
 _blas_applied: tuple | None = None
+BLAS_THREADS = 1
 
 
 def sync_blas() -> None:
-    """Every loaded OpenBLAS uses thread_count() threads (cheap when nothing changed:
-    compile calls it, since numpy/scipy may have loaded another BLAS meanwhile)."""
+    """Every loaded OpenBLAS runs on one thread, the pool splitting large calls
+    (module docstring; cheap when nothing changed: compile calls it, since numpy/scipy
+    may have loaded another BLAS meanwhile)."""
     global _blas_applied
-    n = thread_count()
+    n = BLAS_THREADS
     libs = _openblas_libs()
     key = (n, tuple(p for *_x, p in libs))
     if key == _blas_applied:
@@ -170,26 +175,83 @@ def describe_split(split, threads: int | None = None) -> str:
     """What `xladist explain` prints for a kernel's split."""
     if split is None:
         return "one thread: not splittable"
-    units, work = split
-    blocks = blocks_of(units, work)
+    blocks = blocks_of(split)
     if blocks is None:
-        return f"one thread: below threshold ({units * work} < {MIN_WORK} elements)"
+        return (f"one thread: below threshold ({split.units * split.work} < "
+                f"{split.min_work} elements)")
     threads = thread_count() if threads is None else threads
     per = blocks[0][1] - blocks[0][0]
     return (f"{min(threads, len(blocks))} threads: {len(blocks)} blocks of {per} "
-            f"x {work} elements")
+            f"x {split.work} elements")
 
 
-def run_blocks(fn, argv: int, blocks) -> None:
-    """Run fn(argv, begin, end) over every block, on the pool when it has threads."""
+# ---- is there an idle core? -----------------------------------------------------------
+# A helper handed a block when every core is taken runs only when the scheduler
+# preempts someone, and the caller then waits for its block (on the loaded 2-core host
+# a 1 M-element row sum took 1.68x its one-thread time on 2 threads). Like libgomp's
+# OMP_DYNAMIC, which reads the load average, a split kernel runs on the calling thread
+# alone while the machine has no idle core: the runnable-thread count
+# (/proc/loadavg's "running/total", read at most every LOAD_PERIOD seconds, smoothed)
+# against the cores. The blocks are the same either way, so results do not change.
+LOAD_PERIOD = 0.005
+DYNAMIC = True  # False: always hand blocks to the pool (tests of the pool itself)
+_load = {"next": 0.0, "running": 0.0, "fd": None}
+
+
+def _has_room() -> bool:
+    if not DYNAMIC:
+        return True
+    now = time.monotonic()
+    st = _load
+    if now >= st["next"]:
+        st["next"] = now + LOAD_PERIOD
+        try:
+            if st["fd"] is None:
+                st["fd"] = os.open("/proc/loadavg", os.O_RDONLY)
+            running = int(os.pread(st["fd"], 128, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            running = 0  # no /proc: assume the cores are ours
+        if _pool is not None:  # our own workers finishing a previous call
+            running -= sum(_pool.active)
+        # Back off at once, come back slowly (~4 idle samples from a busy one): the
+        # other sessions' load comes in bursts, and splitting into one costs far more
+        # than running one burst's gap alone.
+        if running >= st["running"]:
+            st["running"] = float(running)
+        else:
+            st["running"] += 0.25 * (running - st["running"])
+    # The count includes the calling thread itself, and the other ranks on this node
+    # (set_local_ranks) with their threads: they are ours, not a reason to step back.
+    # Only a free core counts: with one of 2 cores busy spinning, forcing the split
+    # measured the same as one thread (matmul 512 3.04 vs 3.07 ms, MLP step 9.47 vs
+    # 9.71 ms) and with another session's process on it a 1 M chain took 1.47x.
+    ours = (_local_ranks - 1) * thread_count()
+    return st["running"] < (os.cpu_count() or 1) + ours - 0.25
+
+
+# A BLAS call with at least this many times BLOCK_MACS (blas_blocks.py: 256 M
+# multiply-adds, ~4 ms on one core) splits even with no idle core: like XLA's pool it
+# then competes for its share of the busy cores. One core busy spinning plus other
+# sessions (load ~4-7), interleaved: matmul 1024 split anyway 0.68-0.71x the
+# caller-alone time, the 3x3 conv 0.73-0.82x. Not for generated kernels: a 16 M
+# element tanh chain split under the same load took 1.3-2x its one-thread time
+# (probably its 64 blocks, each taking the GIL between native calls: a helper
+# descheduled while holding it stalls the caller; not measured apart).
+HEAVY = 16
+
+
+def run_blocks(fn, argv, blocks, heavy: bool = False) -> None:
+    """Run fn(argv, begin, end) over every block, on the pool when it has threads
+    and the machine has an idle core (or the call is heavy, see HEAVY)."""
     n = thread_count()
-    pool = _get_pool(n) if n > 1 else None
-    if pool is None or not pool.busy.acquire(blocking=False):
+    pool = _get_pool(n) if n > 1 and len(blocks) > 1 else None
+    if pool is None or not (heavy or _has_room()) or \
+            not pool.busy.acquire(blocking=False):
         for lo, hi in blocks:
             fn(argv, lo, hi)
         return
     try:
-        pool.run(fn, argv, blocks, min(n, len(blocks)))
+        pool.run(_Task(fn, argv, blocks), min(n, len(blocks)))
     finally:
         pool.busy.release()
 
@@ -203,50 +265,68 @@ def _get_pool(n: int):
     return _pool
 
 
-def _work(fn, argv, blocks, counter):
-    nb = len(blocks)
-    while True:
-        i = next(counter)  # itertools.count: atomic under the GIL
-        if i >= nb:
-            return
-        lo, hi = blocks[i]
-        fn(argv, lo, hi)
+class _Task:
+    """One split kernel call: its blocks are claimed one at a time, by whoever comes.
+
+    The caller waits for the blocks, not for the helpers: a helper the scheduler has
+    not woken by the time every block is claimed (a busy machine: its core runs
+    someone else) finds nothing left and returns, and the caller does not wait for it.
+    Waiting for every helper to report was what made a loaded machine slow: a 1 ms
+    kernel waited a whole scheduler time slice (several ms) for a helper that had
+    nothing left to do. `finished` counts completed blocks; whoever completes the last
+    one releases `done`, which the caller blocks on (no spinning)."""
+
+    __slots__ = ("fn", "argv", "blocks", "claim", "finished", "done", "error")
+
+    def __init__(self, fn, argv, blocks):
+        self.fn, self.argv, self.blocks = fn, argv, blocks
+        self.claim = itertools.count()  # next(): atomic under the GIL
+        self.finished = itertools.count(1)
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.error: BaseException | None = None
+
+    def work(self) -> None:
+        blocks, nb = self.blocks, len(self.blocks)
+        while True:
+            i = next(self.claim)
+            if i >= nb:
+                return
+            lo, hi = blocks[i]
+            try:
+                self.fn(self.argv, lo, hi)
+            except BaseException as e:  # handed to the caller, who raises it
+                self.error = self.error or e
+            if next(self.finished) == nb:
+                self.done.release()
 
 
 class _Pool:
-    """size-1 daemon workers; the calling thread is the size-th participant."""
+    """size-1 daemon workers blocked on their inboxes; the calling thread is the
+    size-th participant."""
 
     def __init__(self, size: int):
         self.size = size
         self.busy = threading.Lock()
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
         self.inbox = [queue.SimpleQueue() for _ in range(size - 1)]
-        for q in self.inbox:
-            threading.Thread(target=self._loop, args=(q,), daemon=True,
+        # Which workers are between tasks' start and end: runnable threads of ours,
+        # which the idle-core estimate (_has_room) must not count as load.
+        self.active = [False] * (size - 1)
+        for i, q in enumerate(self.inbox):
+            threading.Thread(target=self._loop, args=(q, i), daemon=True,
                              name="xladist-compute").start()
 
-    def _loop(self, q) -> None:
+    def _loop(self, q, i: int) -> None:
         while True:
             task = q.get()
-            try:
-                _work(*task)
-                self.done.put(None)
-            except BaseException as e:  # handed to the caller, who raises it
-                self.done.put(e)
+            self.active[i] = True
+            task.work()
+            self.active[i] = False
 
-    def run(self, fn, argv, blocks, participants: int) -> None:
-        counter = itertools.count()
-        task = (fn, argv, blocks, counter)
-        helpers = self.inbox[:participants - 1]
-        for q in helpers:
+    def run(self, task: _Task, participants: int) -> None:
+        for q in self.inbox[:participants - 1]:
             q.put(task)
-        error = None
-        try:
-            _work(*task)
-        except BaseException as e:
-            error = e
-        for _ in helpers:
-            r = self.done.get()
-            error = error or r
-        if error is not None:
-            raise error
+        task.work()
+        task.done.acquire()  # blocks until the last claimed block is finished
+        if task.error is not None:
+            raise task.error

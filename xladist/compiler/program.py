@@ -17,7 +17,7 @@ from llvmlite import ir
 from ..errors import UnsupportedError
 from ..executable import Executable
 from ..hlo.shape import Shape
-from . import jit, parallel
+from . import blas_blocks, jit, parallel
 from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
@@ -88,6 +88,10 @@ class CpuProgram:
                     entry["in_place"] = spec.inplace
                     entry["split"] = ("one thread: inside a native while loop"
                                       if id(cc) in native else t.split_text())
+                elif t.kind == "library" and t.instr is not None:
+                    text = blas_blocks.split_text(t.instr, parallel.thread_count())
+                    if text is not None:
+                        entry["split"] = text
                 thunks.append(entry)
             out.append({"computation": cc.name, "arena_bytes": cc.asg.arena_size,
                         "slots": len(cc.asg.slots), "thunks": thunks})

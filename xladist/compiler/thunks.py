@@ -164,7 +164,7 @@ class KernelThunk(Thunk):
         self.fn = None
         # Fixed blocks of the outer dimension when the kernel is split (parallel.py).
         self.split = split_of(spec)
-        self.blocks = blocks_of(*self.split) if self.split is not None else None
+        self.blocks = blocks_of(self.split) if self.split is not None else None
         self.range_fn = None
         self.argv = (ctypes.c_uint64 * max(len(slots), 1))()
         self.argv_addr = ctypes.addressof(self.argv)

@@ -101,7 +101,7 @@ def _ranged(spec: KernelSpec):
     """split_of(spec) when the kernel runs in blocks, else None: small kernels keep
     their constant trip counts (a whole-range entry would only cost them)."""
     split = split_of(spec)
-    return split if split is not None and blocks_of(*split) is not None else None
+    return split if split is not None and blocks_of(split) is not None else None
 
 
 def _whole_range_wrapper(module: ir.Module, name: str, ranged_fn, units: int) -> None:
@@ -141,7 +141,7 @@ def _emit_loop(module, spec: KernelSpec):
     fn = _loop_body(module, spec, shape, flat=not tracker.multi_used, tracker=_Tracker(),
                     split=split)
     if split is not None:
-        _whole_range_wrapper(module, spec.name, fn, split[0])
+        _whole_range_wrapper(module, spec.name, fn, split.units)
 
 
 def _loop_body(module, spec, shape, flat, tracker, split):
@@ -152,7 +152,7 @@ def _loop_body(module, spec, shape, flat, tracker, split):
     if flat:
         count, start = max(shape.size, 1), None
         if split is not None:  # units of the outermost dim are runs of `per` elements
-            per = c64(split[1])
+            per = c64(split.work)
             count, start = b.mul(fn.range[1], per), b.mul(fn.range[0], per)
         with for_range(b, count, name="i", start=start) as loop:
             idx = Index(b, dims, None, loop.iv, layout)
@@ -161,12 +161,13 @@ def _loop_body(module, spec, shape, flat, tracker, split):
     else:
         order = [d for d in reversed(layout) if dims[d] > 1]
         inner = order[-1:] if order else []
-        outer_range = fn.range if order[:-1] else None
-        inner_range = fn.range if not order[:-1] else None
-        with loop_nest(b, dims, order[:-1], first_range=outer_range) as (outer, outer_lin):
+        block = (order[0], fn.range) if fn.range is not None else None
+        outer_range = block if order[:-1] else None
+        inner_range = block if not order[:-1] else None
+        with loop_nest(b, dims, order[:-1], ranged=outer_range) as (outer, outer_lin):
             _hoist(ctx, spec, outer, inner)
             with loop_nest(b, dims, inner, name="j",
-                           first_range=inner_range) as (inner_multi, inner_lin):
+                           ranged=inner_range) as (inner_multi, inner_lin):
                 multi = [inner_multi[d] if d in inner else outer[d] for d in range(len(dims))]
                 linear = inner_lin if not order[:-1] else (
                     b.add(b.mul(outer_lin, c64(dims[inner[0]])), inner_lin) if inner
@@ -223,8 +224,13 @@ def _emit_reduce(module, spec: KernelSpec):
     init_vals = [ctx.gen(i, scalar) for i in inits]
     ctx.fast_reduce = simple_float_reducer(reducer)
 
-    def write_init():
-        with loop_nest(b, out_dims, list(reversed(layout_of(out_shapes[0])))) as (m, lin):
+    # A split kernel's block [begin, end) of input dim split.dim: it initializes and
+    # accumulates only that slice of the output (out dim kept.index(split.dim)).
+    rng = (split.dim, fn.range) if split is not None else None
+
+    def write_init(block=None):
+        with loop_nest(b, out_dims, list(reversed(layout_of(out_shapes[0]))),
+                       ranged=block) as (m, lin):
             idx = Index(b, out_dims, m, lin, layout_of(out_shapes[0]))
             for p, s, v in zip(outs, out_shapes, init_vals):
                 ir_array.write(b, p, s, idx, v)
@@ -237,8 +243,8 @@ def _emit_reduce(module, spec: KernelSpec):
         return
     trailing, outer, init_pass = plan
     if init_pass:
-        write_init()
-    with loop_nest(b, in_dims, outer, name="o", first_range=fn.range) as (multi, _lin):
+        write_init(None if rng is None else (kept.index(rng[0]), rng[1]))
+    with loop_nest(b, in_dims, outer, name="o", ranged=rng) as (multi, _lin):
         out_idx = Index(b, out_dims, [multi[d] for d in kept])
         if init_pass:
             start = [ir_array.read(b, p, s, out_idx) for p, s in zip(outs, out_shapes)]
@@ -268,7 +274,7 @@ def _emit_reduce(module, spec: KernelSpec):
             ir_array.write(b, p, s, out_idx, v)
     b.ret_void()
     if split is not None:
-        _whole_range_wrapper(module, spec.name, fn, split[0])
+        _whole_range_wrapper(module, spec.name, fn, split.units)
 
 
 def emit_map_kernel(module: ir.Module, name: str, comp) -> None:

@@ -62,13 +62,13 @@ class _Loop:
 
 
 @contextmanager
-def loop_nest(b: ir.IRBuilder, dims, order, name: str = "d", first_range=None):
+def loop_nest(b: ir.IRBuilder, dims, order, name: str = "d", ranged=None):
     """Nested loops over `dims`, outermost first in `order` (a list of dimensions).
 
     Yields the multi-index (i64 per dimension; size-1 dims are constant 0) and the
-    row-major linear position over the visited dims in `order`. first_range: a
-    (begin, end) pair of i64 values bounding the outermost visited loop (a split
-    kernel's block, parallel.py).
+    row-major linear position over the visited dims in `order`. ranged: (dim, (begin,
+    end)) with i64 values bounding that dimension's loop (a split kernel's block,
+    parallel.py), wherever it is in the nest.
     """
     multi = [ir.Constant(I64, 0)] * len(dims)
     linear = ir.Constant(I64, 0)
@@ -78,8 +78,8 @@ def loop_nest(b: ir.IRBuilder, dims, order, name: str = "d", first_range=None):
             if dims[d] == 1:
                 continue
             bounds = (dims[d], None)
-            if first_range is not None and not stack:
-                bounds = (first_range[1], first_range[0])
+            if ranged is not None and ranged[0] == d:
+                bounds = (ranged[1][1], ranged[1][0])
             cm = for_range(b, bounds[0], name=f"{name}{d}", start=bounds[1])
             loop = cm.__enter__()
             stack.append(cm)

@@ -1,61 +1,99 @@
 """How a kernel splits into blocks for intra-op parallelism (compiler/parallel.py).
 
-A kernel splits along its outermost physical dimension when each value of that
-dimension writes its own outputs: loop kernels always (a non-empty array result),
-reductions when their outer loops visit only kept dimensions (no reduced dim
-outside the register-accumulated trailing ones, so no output is accumulated by
-two blocks). The split is decided from the KernelSpec alone, so a kernel loaded
-from the cache splits exactly as when it was generated.
+A kernel splits along one dimension when each value of it writes its own outputs:
+loop kernels along their outermost physical dimension (a non-empty array result);
+reductions along their outermost loop when it visits a kept dimension: row reductions,
+and reductions whose reduced dims lie inside that kept one (sum over axis 1 of
+[B, R, C]), each block initializing and accumulating its own slice of the output,
+every element in the same order as unsplit. Column reductions (a reduced dim outside
+every kept one, e.g. a sum over axis 0) stay whole: blocks of their kept minor
+dimension were measured slower than the whole kernel (4096x4096 f32, load ~8.7,
+interleaved: one thread 11.6-12.0 ms whole, 19.0 ms in 1024-column blocks, 24.4 ms in
+256-column blocks; two threads 20.2 ms; 2048x8192 in two 4096-column blocks on two
+threads 12.8 ms vs 13.7 ms whole): short runs per row defeat the prefetcher, and two
+cores share one memory bus. The split is decided from the KernelSpec alone, so a
+kernel loaded from the cache splits exactly as when it was generated.
 
-Blocks hold BLOCK_WORK elements of work and kernels below MIN_WORK run whole:
-constants of the program, never of the machine or the thread count, so the block
-boundaries, hence the results, are the same on every host and thread count.
-MIN_WORK: on the 2-core development host the pool's hand-off costs ~15-50 us per
-kernel, which a 256 K-element element-wise kernel (~100-200 us) repays on two
-threads and a smaller one does not.
+Blocks hold BLOCK_WORK elements of work (more when that makes over MAX_BLOCKS) and
+kernels below their minimum work run whole: constants of the program, never of the machine or the thread count, so the
+block boundaries, hence the results, are the same on every host and thread count.
+Minimum work, measured on the 2-core development host (1 vs 2 threads, load ~2.3,
+benchmarks of tanh(a*b), a+b, a broadcast fill and a row sum):
+  MIN_WORK        kernels computing an EXPENSIVE op (transcendentals, division):
+                  tanh(a*b) 256 K elements 0.79x the one-thread time, 1 M 0.63x.
+  MIN_WORK_CHEAP  memory-bound kernels (adds, copies, fills, sums): at 256 K a+b took
+                  1.07x and a row sum 1.51x the one-thread time (the pool's ~15-50 us
+                  hand-off is most of their run); at 1 M 0.68x / 0.94x, at 4 M 0.82x /
+                  0.59x.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from . import mathlib
 from .ir_array import layout_of
+
+# Operations costing many times a load/store per element: kernels with one are
+# compute-bound and split at a smaller size (also fusion's duplication rule).
+EXPENSIVE = set(mathlib.FLOAT_FUNCTIONS) | set(mathlib.FLOAT_BINARY_FUNCTIONS) | {
+    "divide", "remainder", "gather", "map"}
 
 BLOCK_WORK = 1 << 16
 MIN_WORK = 1 << 18
+MIN_WORK_CHEAP = 1 << 20
+# Larger kernels get larger blocks, at most this many: each block costs a few us of
+# Python (claim, ctypes call). 16 M-element chain on 2 threads, interleaved, load 2.7:
+# 16.96 ms in 64 K-element blocks, 14.16 ms in 64 blocks; row sum 4096^2 3.93 / 3.53 ms.
+MAX_BLOCKS = 64
 
 
-def blocks_of(units: int, work_per_unit: int) -> list[tuple[int, int]] | None:
-    """Fixed [begin, end) blocks of the outer dimension, or None: run whole."""
-    if units < 2 or units * work_per_unit < MIN_WORK:
+class Split(NamedTuple):
+    """A kernel's split: `units` values of dimension `dim` (of the output for loop
+    kernels, of the input for reductions), its outermost loop, `work` elements per
+    unit; `min_work`: below it the kernel runs whole."""
+    units: int
+    work: int
+    min_work: int = MIN_WORK
+    dim: int = 0
+
+
+def blocks_of(split: Split) -> list[tuple[int, int]] | None:
+    """Fixed [begin, end) blocks of the split dimension, or None: run whole."""
+    units = split.units
+    if units < 2 or units * split.work < split.min_work:
         return None
-    per = max(1, -(-BLOCK_WORK // max(1, work_per_unit)))
+    per = max(-(-BLOCK_WORK // max(1, split.work)), -(-units // MAX_BLOCKS))
     if per >= units:
         return None
     return [(b, min(b + per, units)) for b in range(0, units, per)]
 
 
-def split_of(spec) -> tuple[int, int] | None:
-    """(units, work per unit) of a splittable kernel's outermost physical dimension,
-    or None. Decided from the spec alone, so a cached kernel's thunk knows it too."""
+def split_of(spec) -> Split | None:
+    """The split of a splittable kernel, or None. Decided from the spec alone, so a
+    cached kernel's thunk knows it too."""
     if spec.inplace or not spec.outputs or not spec.outputs[0].is_array:
         return None
+    min_work = MIN_WORK if any(i.opcode in EXPENSIVE for i in spec.fused) \
+        else MIN_WORK_CHEAP
     if spec.kind == "loop":
         shape = spec.outputs[0]
         order = [d for d in reversed(layout_of(shape)) if shape.dims[d] > 1]
         if not order or shape.size == 0:
             return None
         units = shape.dims[order[0]]
-        return units, shape.size // units
+        return Split(units, shape.size // units, min_work, order[0])
     if spec.kind == "reduce":
         plan = reduce_plan(spec.root)
         if plan is None:
             return None
-        _trailing, outer, init_pass = plan
+        _trailing, outer, _init_pass = plan
         in_shape = spec.root.operands[0].shape
         outer = [d for d in outer if in_shape.dims[d] > 1]
-        if init_pass or not outer:
-            return None
+        if not outer or outer[0] in spec.root.attrs["dimensions"]:
+            return None  # nothing kept outside, or a column reduction (docstring)
         units = in_shape.dims[outer[0]]
-        return units, in_shape.size // units
+        return Split(units, in_shape.size // units, min_work, outer[0])
     return None
 
 
