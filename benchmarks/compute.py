@@ -369,10 +369,10 @@ def check(got, want, name):
 
 
 def header() -> list[str]:
-    parallel.sync_blas()  # what compiling does: the BLAS thread count xladist runs with
     lines = [f"load average (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
              f"on {os.cpu_count()} cpus; affinity {len(os.sched_getaffinity(0))} cpus",
-             f"xladist threads {parallel.thread_count()}; OpenBLAS " + ", ".join(
+             f"xladist threads {parallel.thread_count()} (its BLAS calls on "
+             f"{parallel.BLAS_THREADS} thread each); OpenBLAS for numpy " + ", ".join(
                  f"{b['core']} x{b['threads']}" for b in parallel.blas_info()) +
              f" (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')})"]
     if jax is not None:

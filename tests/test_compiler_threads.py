@@ -283,3 +283,38 @@ def test_cli_threads_option_and_explain(tmp_path):
     assert ex.returncode == 0, ex.stderr
     assert "compute threads: 3" in ex.stdout
     assert "split: 3 threads: " in ex.stdout
+
+
+def test_blas_threads_are_one_during_executions_and_restored_after():
+    """In a user's own process xladist runs OpenBLAS on one thread only while it executes
+    (its pool splits large calls), and puts back the caller's setting after, so numpy's
+    matmul outside xladist keeps its threads: blas_scope itself, then a dot (a BLAS
+    library thunk) executed with the caller at 2 threads."""
+    libs = parallel.blas_info()
+    if not libs:
+        pytest.skip("no OpenBLAS loaded in this process")
+    set_all = [getattr(lib, f"{pre}openblas_set_num_threads{suf}")
+               for lib, pre, suf, _p in parallel._openblas_libs()]
+    before = [b["threads"] for b in libs]
+    try:
+        for put in set_all:
+            put(2)
+        with parallel.blas_scope():
+            assert all(b["threads"] == parallel.BLAS_THREADS for b in parallel.blas_info())
+        assert all(b["threads"] == 2 for b in parallel.blas_info())
+        text = """HloModule d
+ENTRY e {
+  a = f32[64,64] parameter(0)
+  b = f32[64,64] parameter(1)
+  ROOT d = f32[64,64] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+        exe = xladist.compile(xladist.parse_hlo(text), backend="cpu")
+        assert exe.program.uses_blas
+        rng = np.random.default_rng(0)
+        a, b = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+        np.testing.assert_allclose(exe(a, b)[0], a @ b, rtol=1e-4, atol=1e-4)
+        assert all(b["threads"] == 2 for b in parallel.blas_info())  # restored
+    finally:
+        for put, n in zip(set_all, before):
+            put(n)

@@ -16,7 +16,7 @@ Thread count, first that applies: `set_threads(n)` (the CLI's `--threads`, the
 config key `threads`), `XLADIST_THREADS`, else the cores of this process's CPU
 affinity mask divided among the ranks on its node (`set_local_ranks`, from
 MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under numpy/scipy)
-runs on one thread and large BLAS calls are split into blocks on this same pool
+runs on one thread while xladist executes (blas_scope; for good in ranks) and large BLAS calls are split into blocks on this same pool
 (blas_blocks.py): OpenBLAS's own threads spin and yield while they wait, which on a
 busy machine made a matmul many times slower than on one thread; this way kernels and
 BLAS together use thread_count() threads and every wait blocks.
@@ -24,6 +24,7 @@ BLAS together use thread_count() threads and every wait blocks.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
@@ -118,9 +119,9 @@ BLAS_THREADS = 1
 
 
 def sync_blas() -> None:
-    """Every loaded OpenBLAS runs on one thread, the pool splitting large calls
-    (module docstring; cheap when nothing changed: compile calls it, since numpy/scipy
-    may have loaded another BLAS meanwhile)."""
+    """Every loaded OpenBLAS on BLAS_THREADS for good, the pool splitting large calls
+    (module docstring): for ranks, whose process runs nothing but xladist (set_local_ranks
+    calls it; cheap when nothing changed). A user's own process gets blas_scope instead."""
     global _blas_applied
     n = BLAS_THREADS
     libs = _openblas_libs()
@@ -130,6 +131,40 @@ def sync_blas() -> None:
     for lib, pre, suf, _p in libs:
         getattr(lib, f"{pre}openblas_set_num_threads{suf}")(ctypes.c_int(n))
     _blas_applied = key
+
+
+_scope_libs: list | None = None   # the OpenBLAS libraries blas_scope sets, found at compile
+
+
+def refresh_blas_libs() -> None:
+    """Find the loaded OpenBLAS libraries again (compiling calls it: numpy/scipy may have
+    loaded another since); blas_scope uses this list, since reading /proc/self/maps per
+    execution would cost ~2 ms."""
+    global _scope_libs
+    _scope_libs = [(getattr(lib, f"{pre}openblas_get_num_threads{suf}"),
+                    getattr(lib, f"{pre}openblas_set_num_threads{suf}"))
+                   for lib, pre, suf, _p in _openblas_libs()]
+
+
+@contextlib.contextmanager
+def blas_scope():
+    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after:
+    in a user's own process (a notebook calling xladist.compile), numpy's matmul outside
+    xladist keeps its threads. Ranks set it once for good (set_local_ranks -> sync_blas),
+    and then this changes nothing. ~1 us per library when a change is needed."""
+    if _scope_libs is None:
+        refresh_blas_libs()
+    changed = []
+    for get, put in _scope_libs:
+        n = get()
+        if n != BLAS_THREADS:
+            put(ctypes.c_int(BLAS_THREADS))
+            changed.append((put, n))
+    try:
+        yield
+    finally:
+        for put, n in changed:
+            put(ctypes.c_int(n))
 
 
 # OpenBLAS kernels by the CPU features they need, best first. Some OpenBLAS builds pick

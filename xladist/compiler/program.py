@@ -62,7 +62,9 @@ class CpuProgram:
             r.bind(self.code)
         for lp in self.builder.loops:
             lp.bind(self.code)
-        parallel.sync_blas()  # BLAS threads follow the kernels' thread count
+        parallel.refresh_blas_libs()  # executions set BLAS threads (parallel.blas_scope)
+        self.uses_blas = any(t.kind == "library" for cc in self.builder.compiled.values()
+                             for t in cc.thunks)
         self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
                         "total": time.perf_counter() - t0}
 
@@ -180,7 +182,11 @@ class CpuExecutable(Executable):
             leaves.extend(to_leaves(v, s))
         # Results that are not fresh buffers are copied here (_copy_mask), so the
         # entry need not copy the ones still in its arena first.
-        out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
+        if self.program.uses_blas:
+            with parallel.blas_scope():
+                out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
+        else:
+            out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
         return from_leaves(out, self.result_shape, self._copy_mask)
 
 
