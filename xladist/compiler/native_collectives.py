@@ -196,7 +196,25 @@ class CollectiveStep:
         b.position_at_end(after)
 
 
-class PermuteStep:
+class _BytesStep:
+    """A collective step moving one array's bytes: table entries fn, send, recv, then the
+    descriptor's FIELDS in order (collectives/native_ops.py)."""
+
+    in_place = False
+    FIELDS: tuple[str, ...] = ()
+
+    def __init__(self, thunk):
+        self.thunk = thunk
+        self.instr = thunk.orig
+        self.src = thunk.operand_slots[0][0]
+        self.dst = thunk.out_slots[0]
+
+    def entries(self, addrs, bound) -> list[int]:
+        return [bound.fn, addrs[self.src.id], addrs[self.dst.id]] + \
+            [int(getattr(bound, f)) for f in self.FIELDS]
+
+
+class PermuteStep(_BytesStep):
     """One collective-permute of one array, run through MPI_Sendrecv on bytes; the device
     resolves this rank's peers once per loop run (`native_collective_permute`, MPI_PROC_NULL
     for a missing one). A rank that receives from nobody gets zeros, as on the Python path:
@@ -207,25 +225,17 @@ class PermuteStep:
     bind = "native_collective_permute"
     # Table entries: fn, send, recv, count (bytes), datatype (MPI_BYTE), dest, source, comm,
     # status buffer, zero flag.
-    N_ENTRIES = 10
-    in_place = False
+    FIELDS = ("count", "datatype", "dest", "source", "comm", "status", "zero")
+    N_ENTRIES = 3 + len(FIELDS)
 
     def __init__(self, thunk):
-        self.thunk = thunk
-        self.instr = thunk.orig
-        self.src = thunk.operand_slots[0][0]
-        self.dst = thunk.out_slots[0]
+        super().__init__(thunk)
         self.nbytes = thunk.instr.shape.nbytes
 
     @staticmethod
     def eligible(thunk) -> bool:
         return _one_array(thunk, "collective-permute") and \
             thunk.instr.operands[0].shape.to_text() == thunk.instr.shape.to_text()
-
-    def entries(self, addrs, bound) -> list[int]:
-        return [bound.fn, addrs[self.src.id], addrs[self.dst.id], bound.count,
-                bound.datatype, bound.dest, bound.source, bound.comm, bound.status,
-                int(bool(bound.zero))]
 
     def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
         fn = entry(0, MPI_SENDRECV.as_pointer())
@@ -246,7 +256,7 @@ class PermuteStep:
                  tag, comm, status]))
 
 
-class AllGatherStep:
+class AllGatherStep(_BytesStep):
     """One all-gather of one array along its leading non-trivial dimension in the default
     layout, where the result is the members' operands one after the other: one
     MPI_Allgather on bytes (any other all-gather keeps the Python path)."""
@@ -254,14 +264,8 @@ class AllGatherStep:
     kind = "all-gather"
     bind = "native_all_gather"
     # Table entries: fn, send, recv, count (bytes per member), datatype (MPI_BYTE), comm.
-    N_ENTRIES = 6
-    in_place = False
-
-    def __init__(self, thunk):
-        self.thunk = thunk
-        self.instr = thunk.orig
-        self.src = thunk.operand_slots[0][0]
-        self.dst = thunk.out_slots[0]
+    FIELDS = ("count", "datatype", "comm")
+    N_ENTRIES = 3 + len(FIELDS)
 
     @staticmethod
     def eligible(thunk) -> bool:
@@ -274,10 +278,6 @@ class AllGatherStep:
             return False
         dim = int(dims[0])
         return 0 <= dim < len(src.dims) and all(d == 1 for d in src.dims[:dim])
-
-    def entries(self, addrs, bound) -> list[int]:
-        return [bound.fn, addrs[self.src.id], addrs[self.dst.id], bound.count,
-                bound.datatype, bound.comm]
 
     def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
         fn = entry(0, MPI_ALLGATHER.as_pointer())
