@@ -103,7 +103,8 @@ def main() -> int:
             recv = np.empty(count * (n if opname == "all-gather" else 1), np.float32)
             right, left = (rank + 1) % n, (rank - 1) % n
 
-            def raw(trips, send=send, recv=recv, gather=opname == "all-gather"):
+            def raw(trips, send=send, recv=recv, gather=opname == "all-gather", right=right,
+                    left=left):
                 comm.Barrier()
                 t0 = time.perf_counter()
                 for _ in range(trips):

@@ -55,11 +55,11 @@ from .native_collectives import (
     CELL_FAILED,
     CELL_ITERATION,
     N_CELLS,
-    WAIT_STEPS,
     STEPS,
+    WAIT_STEPS,
     store_monotonic,
 )
-from .native_collectives import eligible as collective_eligible  # noqa: I001 (a rename)
+from .native_collectives import eligible as collective_eligible
 from .thunks import KernelThunk
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
