@@ -13,7 +13,7 @@ import numpy as np
 from ._common import Pending, contiguous, from_block_major, normalize_dim, split_dim
 from .communicator import Communicator
 
-__all__ = ["all_gather", "all_gather_start"]
+__all__ = ["all_gather", "all_gather_native", "all_gather_start"]
 
 
 def _out_shape(x: np.ndarray, dim: int, n: int) -> tuple[int, ...]:
@@ -72,3 +72,11 @@ def all_gather_start(comm: Communicator, x, dim: int = 0, *,
     stage = np.empty(n * x.size, x.dtype)
     req = comm.iallgather(send, stage, label)
     return Pending((req,), lambda: from_block_major(stage, out, dim, n))
+
+
+def all_gather_native(comm: Communicator, nbytes: int, label: str):
+    """:func:`all_gather` of ``nbytes`` per member along a dimension with nothing but ones
+    before it (the members' operands one after another) as native code runs it: one
+    MPI_Allgather (collectives/native_ops.py NativeAllGather), or None where it cannot."""
+    bind = getattr(comm, "native_allgather", None)
+    return None if bind is None else bind(nbytes, label)

@@ -362,6 +362,35 @@ class MpiCommunicator(Communicator):
                                           canonicalize, label, self,
                                           native_ops.in_place_address())
 
+    def native_permute(self, dest: int | None, source: int | None, nbytes: int, label: str):
+        """The Sendrecv of ``permute`` (``nbytes`` each way) as native code calls it
+        (collectives/native_ops.py NativePermute); None where native code cannot make it."""
+        import ctypes
+
+        from . import native_ops
+        MPI = _mpi()
+        if not native_ops.available() or nbytes >= 1 << 31:
+            return None
+        status = ctypes.create_string_buffer(max(MPI._sizeof(MPI.Status), 64))
+        null = MPI.PROC_NULL
+        return native_ops.NativePermute(
+            native_ops.function_address("MPI_Sendrecv"), nbytes, native_ops.handle(_BYTE),
+            (null if dest is None else dest) & 0xFFFFFFFFFFFFFFFF,
+            (null if source is None else source) & 0xFFFFFFFFFFFFFFFF,
+            native_ops.handle(self.comm), ctypes.addressof(status), source is None, label,
+            self, status)
+
+    def native_allgather(self, nbytes: int, label: str):
+        """The Allgather of ``allgather`` (``nbytes`` from each member) as native code calls
+        it (collectives/native_ops.py NativeAllGather); None where native code cannot."""
+        from . import native_ops
+        _mpi()
+        if not native_ops.available() or nbytes * self.size >= 1 << 31:
+            return None
+        return native_ops.NativeAllGather(native_ops.function_address("MPI_Allgather"),
+                                          nbytes, native_ops.handle(_BYTE),
+                                          native_ops.handle(self.comm), label, self)
+
     def _ireduce(self, call, send, recv, op, label):
         if type(op) is str:
             return _MpiRequest([call(send, recv, _MPI_OPS[op])], label, self, (send, recv))

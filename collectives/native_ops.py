@@ -1,5 +1,5 @@
-"""MPI's C interface for native code: what a compiled while loop needs to call MPI_Allreduce
-itself (xladist/compiler/native_collectives.py), and MPI ops whose function is native.
+"""MPI's C interface for native code: what a compiled while loop needs to call MPI_Allreduce,
+MPI_Sendrecv (collective-permute) and MPI_Allgather itself (xladist/compiler/native_collectives.py), and MPI ops whose function is native.
 
 Everything comes from the MPI library mpi4py loaded: ``dlsym`` on mpi4py's extension module
 searches its dependencies, so ``MPI_Allreduce`` and ``MPI_Op_create`` are that library's, the
@@ -21,7 +21,9 @@ import os
 from dataclasses import dataclass
 
 __all__ = [
+    "NativeAllGather",
     "NativeAllReduce",
+    "NativePermute",
     "available",
     "element_type",
     "function_address",
@@ -35,12 +37,27 @@ _OPS: dict[int, int] = {}        # MPI_User_function address -> MPI_Op handle
 _TYPES: dict[int, object] = {}   # element bytes -> committed contiguous datatype
 
 
+class _NativeCall:
+    """What every native call descriptor shares: ``call`` names the MPI function in errors."""
+
+    call = "MPI call"
+
+    @staticmethod
+    def error_text(code: int) -> str:
+        from mpi4py import MPI
+        try:
+            return f"{MPI.Get_error_string(int(code))} (MPI error {code})"
+        except Exception:  # noqa: BLE001 -- an unknown code still gets reported
+            return f"MPI error {code}"
+
+
 @dataclass(frozen=True)
-class NativeAllReduce:
+class NativeAllReduce(_NativeCall):
     """One all-reduce as native code calls it (native_collectives.py's `native_all_reduce`
     protocol): ``fn(send, recv, count, datatype, op, comm)`` after which NaN results are made
     canonical when ``canonicalize``; ``label`` and ``where`` are what the deadline reports."""
 
+    call = "MPI_Allreduce"
     fn: int
     count: int
     datatype: int
@@ -51,13 +68,40 @@ class NativeAllReduce:
     where: object
     in_place: int = 0  # MPI_IN_PLACE as a pointer value (in_place_address())
 
-    @staticmethod
-    def error_text(code: int) -> str:
-        from mpi4py import MPI
-        try:
-            return f"{MPI.Get_error_string(int(code))} (MPI error {code})"
-        except Exception:  # noqa: BLE001 -- an unknown code still gets reported
-            return f"MPI error {code}"
+
+@dataclass(frozen=True)
+class NativePermute(_NativeCall):
+    """One collective-permute as native code calls it (native_collectives.py PermuteStep):
+    ``MPI_Sendrecv(send, count, datatype, dest, 0, recv, count, datatype, source, 0, comm,
+    status)`` with MPI_PROC_NULL for a missing peer; ``zero``: this rank receives from nobody,
+    so its result is cleared to zeros first."""
+
+    call = "MPI_Sendrecv"
+    fn: int
+    count: int
+    datatype: int
+    dest: int
+    source: int
+    comm: int
+    status: int      # address of ``status_buffer`` (MPI_STATUS_IGNORE differs by library)
+    zero: bool
+    label: str
+    where: object
+    status_buffer: object = None
+
+
+@dataclass(frozen=True)
+class NativeAllGather(_NativeCall):
+    """One all-gather as native code calls it (native_collectives.py AllGatherStep):
+    ``MPI_Allgather(send, count, datatype, recv, count, datatype, comm)``."""
+
+    call = "MPI_Allgather"
+    fn: int
+    count: int
+    datatype: int
+    comm: int
+    label: str
+    where: object
 
 
 def _lib():

@@ -17,7 +17,8 @@ import numpy as np
 from ._common import Pending, contiguous
 from .communicator import Communicator
 
-__all__ = ["collective_permute", "collective_permute_start", "peers"]
+__all__ = ["collective_permute", "collective_permute_native", "collective_permute_start",
+           "peers"]
 
 
 def peers(pairs: Sequence[Sequence[int]], me: int) -> tuple[int | None, int | None]:
@@ -83,3 +84,18 @@ def collective_permute_start(comm: Communicator, x, send_to: int | None,
         return Pending.ready(out)
     req = comm.ipermute(contiguous(x), out, send_to, recv_from, label or "collective-permute")
     return Pending((req,), lambda: out)
+
+
+def collective_permute_native(comm: Communicator, send_to: int | None, recv_from: int | None,
+                              nbytes: int, label: str):
+    """:func:`collective_permute` of ``nbytes`` as native code runs it (one MPI_Sendrecv:
+    collectives/native_ops.py NativePermute), or None where it cannot (a communicator without
+    a native form, peers :func:`collective_permute` refuses: it then reports the error)."""
+    bind = getattr(comm, "native_permute", None)
+    if bind is None:
+        return None
+    try:
+        _prepare(comm, None, send_to, recv_from)
+    except ValueError:
+        return None
+    return bind(send_to, recv_from, nbytes, label)

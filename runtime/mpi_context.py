@@ -15,13 +15,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from collectives.all_gather import all_gather, all_gather_start
+from collectives.all_gather import all_gather, all_gather_native, all_gather_start
 from collectives.all_reduce import all_reduce, all_reduce_bound, all_reduce_native, all_reduce_start
 from collectives.all_to_all import all_to_all, all_to_all_start
 from collectives.broadcast import collective_broadcast, collective_broadcast_start
 from collectives.communicator import Communicator, CommunicatorCache
 from collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
-from collectives.permute import collective_permute, collective_permute_start, peers
+from collectives.permute import (
+    collective_permute,
+    collective_permute_native,
+    collective_permute_start,
+    peers,
+)
 from collectives.ragged_all_to_all import ragged_all_to_all
 from collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
 from collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
@@ -229,6 +234,24 @@ class MpiDeviceContext(DeviceContext):
         red = self._reducer(plan, reducer)
         return all_reduce_native(plan.comm, red, dst.dtype, dst.size * dst.dtype.itemsize,
                                  plan.label)
+
+    def native_collective_permute(self, instr, reducer=None):
+        """A collective-permute of one array as a native while loop calls it (one
+        MPI_Sendrecv with this device's peers, resolved at load: _plan), or None."""
+        plan = self.plans.get(instr)
+        if instr.opcode != "collective-permute" or plan is None or plan.comm is None:
+            return None
+        return collective_permute_native(plan.comm, plan.send_to, plan.recv_from,
+                                         instr.shape.nbytes, plan.label)
+
+    def native_all_gather(self, instr, reducer=None):
+        """An all-gather whose result is the members' operands one after another (the
+        compiler checked dimension and layout: native_collectives.py AllGatherStep) as a
+        native while loop calls it: one MPI_Allgather, or None."""
+        plan = self.plans.get(instr)
+        if instr.opcode != "all-gather" or plan is None or plan.comm is None:
+            return None
+        return all_gather_native(plan.comm, instr.operands[0].shape.nbytes, plan.label)
 
     def collective_start(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=True)

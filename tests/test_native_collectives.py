@@ -3,6 +3,8 @@ process: a device that hands out MPI_COMM_SELF gets the loop's results with no P
 iteration, and a failing MPI call becomes an ExecutionError naming the all-reduce and the
 iteration instead of a crash. The multi-rank behaviour is tests/mpi/test_native_loops.py."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -59,3 +61,21 @@ def test_failing_mpi_call_is_an_error_naming_the_all_reduce_and_iteration():
     text = str(info.value)
     assert "r (test): MPI_Allreduce failed in iteration 1 of w" in text, text
     assert "MPI error" in text, text
+
+
+def test_permute_and_gather_drivers_name_no_mpi_symbol():
+    """The native steps call MPI_Sendrecv and MPI_Allgather through table entries: the loop's
+    object gains no undefined symbol beyond the allowlist (and none of MPI's), and the
+    drivers are really there (the loops are eligible)."""
+    from tests.mpi.test_native_loop_p2p_gather import gather_module, permute_module
+    from xladist.compiler import elf, jit, runtime_symbols
+    from xladist.compiler.program import CpuProgram
+
+    allowed = runtime_symbols.allowlist()
+    for text in (permute_module([(0, 1), (1, 0)], 70_001), gather_module(2, (5,), 0)):
+        ir_text = CpuProgram(xladist.parse_hlo(text), compile_code=False).llvm_ir()
+        assert "MPI_Sendrecv" not in ir_text and "MPI_Allgather" not in ir_text
+        assert re.search(r'define i64 @"?loop\d+_w"?\(', ir_text), "no native driver"
+        obj = jit.compile_ir(ir_text, jit.host_target())
+        stray = [s for s in elf.undefined_symbols(obj) if s not in allowed or "MPI" in s]
+        assert not stray, stray

@@ -44,14 +44,30 @@ def _data_loop(tmp_path, steps):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("steps,op", [([2, 3], "add"), ([2, 3, 3, 2], "add"),
-                                      ([2, 3], "maximum")], ids=["n2", "n4", "n2-max"])
+                                      ([2, 3], "maximum"), ([2, 3], "permute"),
+                                      ([2, 3, 3, 2], "gather")],
+                         ids=["n2", "n4", "n2-max", "n2-permute", "n4-gather"])
 def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
-    # The loop runs natively (native_loop.py; with maximum, through a native MPI user op):
-    # the report still names the rank, the all-reduce and the iteration.
+    # The loop runs natively (native_loop.py; with maximum, through a native MPI user op;
+    # permute: MPI_Sendrecv; gather: MPI_Allgather): the report still names the rank, the
+    # collective and the iteration.
     n = len(steps)
     text = (DATA / "data_dependent_loop.hlo").read_text().replace(
-        "num_partitions=2", f"num_partitions={n}").replace(
-        "ROOT %sum = f32[] add(%a, %b)", f"ROOT %sum = f32[] {op}(%a, %b)")
+        "num_partitions=2", f"num_partitions={n}")
+    psum = "%psum = f32[4]{0} all-reduce(%v), channel_id=1, replica_groups={}, to_apply=%add"
+    assert psum in text
+    if op == "permute":  # a ring; the result keeps the name psum (and line 17)
+        pairs = ",".join(f"{{{r},{(r + 1) % n}}}" for r in range(n))
+        text = text.replace(psum, "%psum = f32[4]{0} collective-permute(%v), channel_id=1, "
+                                  f"source_target_pairs={{{pairs}}}")
+    elif op == "gather":  # gathered, then the own block sliced back out (same shape)
+        text = text.replace(psum, f"%psum = f32[{4 * n}]{{0}} all-gather(%v), channel_id=1, "
+                                  "replica_groups={}, dimensions={0}").replace(
+            "tuple(%i.1, %n, %psum)", "tuple(%i.1, %n, %own)").replace(
+            "%one = s32[] constant(1)",  # after line 17, which the report names
+            "%one = s32[] constant(1)\n  %own = f32[4]{0} slice(%psum), slice={[0:4]}")
+    else:
+        text = text.replace("ROOT %sum = f32[] add(%a, %b)", f"ROOT %sum = f32[] {op}(%a, %b)")
     module = tmp_path / "loop.hlo"
     module.write_text(text)
     inputs = _data_loop(tmp_path, steps)

@@ -1,4 +1,11 @@
-"""All-reduces inside native while loops, and compiled reducers as MPI user functions.
+"""Collectives inside native while loops, and compiled reducers as MPI user functions.
+
+Steps (one class per opcode, STEPS): all-reduce (MPI_Allreduce, described below),
+collective-permute (PermuteStep: MPI_Sendrecv, device method `native_collective_permute`)
+and all-gather along a dimension with only ones before it in the default layout
+(AllGatherStep: MPI_Allgather, `native_all_gather`); each is a function pointer and handles
+in the loop's table, so the object gains no undefined symbol, and each call keeps the wait
+bracket below.
 
 A native loop (native_loop.py) may run all-reduce device thunks itself: its driver calls
 MPI_Allreduce through a function pointer that the runtime puts in the loop's table, with
@@ -41,7 +48,7 @@ from llvmlite.ir import instructions
 
 from .codegen.ir_array import c64
 from .codegen.loops import for_range
-from .codegen.types import I1, I32, I64, PTR, VOID
+from .codegen.types import I1, I8, I32, I64, PTR, VOID
 
 # Cells the driver writes (an int64 array whose address is the first table entry).
 CELL_ITERATION, CELL_WAIT, CELL_BODIES, CELL_FAILED = range(4)
@@ -55,6 +62,11 @@ _CANONICAL_NAN = {"f32": (32, 0x7FC00000), "c64": (32, 0x7FC00000),
 
 MPI_ALLREDUCE = ir.FunctionType(I32, [PTR, PTR, I32, I64, I64, I64])
 MPI_USER_FUNCTION = ir.FunctionType(VOID, [PTR, PTR, PTR, PTR])
+# MPI_Sendrecv(send, count, type, dest, tag, recv, count, type, source, tag, comm, status)
+MPI_SENDRECV = ir.FunctionType(I32, [PTR, I32, I64, I32, I32, PTR, I32, I64, I32, I32, I64,
+                                     PTR])
+# MPI_Allgather(send, count, type, recv, count, type, comm)
+MPI_ALLGATHER = ir.FunctionType(I32, [PTR, I32, I64, PTR, I32, I64, I64])
 
 
 def store_monotonic(b: ir.IRBuilder, value, ptr) -> None:
@@ -84,10 +96,42 @@ def emit_user_function(module: ir.Module, kernel_name: str) -> None:
     b.ret_void()
 
 
+def _bracketed(b: ir.IRBuilder, cells, progress, index: int, fail, call) -> None:
+    """``call()`` (an MPI call returning its i32 code) with its wait-cell bracket; a failing
+    return code goes to ``fail(b, code)`` after CELL_FAILED = index."""
+    wait = b.gep(cells, [c64(CELL_WAIT)], inbounds=True, source_etype=I64)
+    done = b.add(b.load(progress, typ=I64), c64(WAIT_STEPS))
+    b.store(done, progress)
+    store_monotonic(b, b.add(done, c64(index + 1)), wait)
+    rc = call()
+    store_monotonic(b, done, wait)
+    ok = b.function.append_basic_block(f"ok{index}")
+    bad = b.function.append_basic_block(f"failed{index}")
+    b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, bad)
+    b.position_at_end(bad)
+    b.store(c64(index), b.gep(cells, [c64(CELL_FAILED)], inbounds=True, source_etype=I64))
+    fail(b, b.zext(rc, I64))
+    b.position_at_end(ok)
+
+
+def _one_array(thunk, opcode: str) -> bool:
+    """A device thunk of `opcode` on one static, non-empty array with one array result."""
+    if thunk.kind != "device" or thunk.instr.opcode != opcode:
+        return False
+    if len(thunk.operand_slots) != 1 or len(thunk.operand_slots[0]) != 1 \
+            or len(thunk.out_slots) != 1 or len(thunk.instr.operands) != 1:
+        return False
+    src, dst = thunk.instr.operands[0].shape, thunk.instr.shape
+    return (src.is_array and dst.is_array and not any(src.dynamic)
+            and not any(dst.dynamic) and src.size > 0 and dst.size > 0
+            and thunk.operand_slots[0][0] is not None and thunk.out_slots[0] is not None)
+
+
 class CollectiveStep:
     """One all-reduce device thunk that a native loop driver runs through MPI_Allreduce."""
 
     kind = "all-reduce"
+    bind = "native_all_reduce"  # the device's method that resolves it (native_loop.py)
     # Table entries: fn, send, recv, count, datatype, op, comm, canonicalize flag.
     N_ENTRIES = 8
 
@@ -106,15 +150,8 @@ class CollectiveStep:
     def eligible(thunk) -> bool:
         """An all-reduce of one static, non-empty array whose operand and result share a
         layout (the runtime's bound_collective rule)."""
-        if thunk.kind != "device" or thunk.instr.opcode != "all-reduce":
-            return False
-        if len(thunk.operand_slots) != 1 or len(thunk.operand_slots[0]) != 1 \
-                or len(thunk.out_slots) != 1:
-            return False
-        src, dst = thunk.instr.operands[0].shape, thunk.instr.shape
-        return (src.is_array and dst.is_array and not any(src.dynamic)
-                and not any(dst.dynamic) and src.to_text() == dst.to_text() and dst.size > 0
-                and thunk.operand_slots[0][0] is not None and thunk.out_slots[0] is not None)
+        return _one_array(thunk, "all-reduce") and \
+            thunk.instr.operands[0].shape.to_text() == thunk.instr.shape.to_text()
 
     def entries(self, addrs, bound) -> list[int]:
         send = bound.in_place if self.in_place else addrs[self.src.id]
@@ -127,20 +164,8 @@ class CollectiveStep:
         fn = entry(0, MPI_ALLREDUCE.as_pointer())
         send, recv = entry(1, PTR), entry(2, PTR)
         count, dt, op, comm = (entry(k, I64) for k in (3, 4, 5, 6))
-        wait = b.gep(cells, [c64(CELL_WAIT)], inbounds=True, source_etype=I64)
-        done = b.add(b.load(progress, typ=I64), c64(WAIT_STEPS))
-        b.store(done, progress)
-        store_monotonic(b, b.add(done, c64(index + 1)), wait)
-        rc = b.call(fn, [send, recv, b.trunc(count, I32), dt, op, comm])
-        store_monotonic(b, done, wait)
-        ok = b.function.append_basic_block(f"ok{index}")
-        bad = b.function.append_basic_block(f"failed{index}")
-        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, bad)
-        b.position_at_end(bad)
-        b.store(c64(index), b.gep(cells, [c64(CELL_FAILED)], inbounds=True,
-                                  source_etype=I64))
-        fail(b, b.zext(rc, I64))
-        b.position_at_end(ok)
+        _bracketed(b, cells, progress, index, fail,
+                   lambda: b.call(fn, [send, recv, b.trunc(count, I32), dt, op, comm]))
         if self.canon:
             self._emit_canonicalize(b, recv, entry(7, I64), index)
 
@@ -169,3 +194,104 @@ class CollectiveStep:
             b.store(b.select(isnan, ir.Constant(it, nan), x), p)
         b.branch(after)
         b.position_at_end(after)
+
+
+class _BytesStep:
+    """A collective step moving one array's bytes: table entries fn, send, recv, then the
+    descriptor's FIELDS in order (collectives/native_ops.py)."""
+
+    in_place = False
+    FIELDS: tuple[str, ...] = ()
+
+    def __init__(self, thunk):
+        self.thunk = thunk
+        self.instr = thunk.orig
+        self.src = thunk.operand_slots[0][0]
+        self.dst = thunk.out_slots[0]
+
+    def entries(self, addrs, bound) -> list[int]:
+        return [bound.fn, addrs[self.src.id], addrs[self.dst.id]] + \
+            [int(getattr(bound, f)) for f in self.FIELDS]
+
+
+class PermuteStep(_BytesStep):
+    """One collective-permute of one array, run through MPI_Sendrecv on bytes; the device
+    resolves this rank's peers once per loop run (`native_collective_permute`, MPI_PROC_NULL
+    for a missing one). A rank that receives from nobody gets zeros, as on the Python path:
+    the driver clears the result first when the runtime's flag says so (the result buffer
+    may hold an older carry: native_loop.py swaps buffers)."""
+
+    kind = "collective-permute"
+    bind = "native_collective_permute"
+    # Table entries: fn, send, recv, count (bytes), datatype (MPI_BYTE), dest, source, comm,
+    # status buffer, zero flag.
+    FIELDS = ("count", "datatype", "dest", "source", "comm", "status", "zero")
+    N_ENTRIES = 3 + len(FIELDS)
+
+    def __init__(self, thunk):
+        super().__init__(thunk)
+        self.nbytes = thunk.instr.shape.nbytes
+
+    @staticmethod
+    def eligible(thunk) -> bool:
+        return _one_array(thunk, "collective-permute") and \
+            thunk.instr.operands[0].shape.to_text() == thunk.instr.shape.to_text()
+
+    def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
+        fn = entry(0, MPI_SENDRECV.as_pointer())
+        send, recv = entry(1, PTR), entry(2, PTR)
+        count, dt, dest, source, comm = (entry(k, I64) for k in (3, 4, 5, 6, 7))
+        status, zero = entry(8, PTR), entry(9, I64)
+        clear = b.function.append_basic_block(f"zero{index}")
+        after = b.function.append_basic_block(f"zero{index}.done")
+        b.cbranch(b.icmp_unsigned("!=", zero, c64(0)), clear, after)
+        b.position_at_end(clear)
+        with for_range(b, c64(self.nbytes), name=f"clear{index}") as loop:
+            b.store(ir.Constant(I8, 0), b.gep(recv, [loop.iv], source_etype=I8))
+        b.branch(after)
+        b.position_at_end(after)
+        n, tag = b.trunc(count, I32), ir.Constant(I32, 0)
+        _bracketed(b, cells, progress, index, fail, lambda: b.call(
+            fn, [send, n, dt, b.trunc(dest, I32), tag, recv, n, dt, b.trunc(source, I32),
+                 tag, comm, status]))
+
+
+class AllGatherStep(_BytesStep):
+    """One all-gather of one array along its leading non-trivial dimension in the default
+    layout, where the result is the members' operands one after the other: one
+    MPI_Allgather on bytes (any other all-gather keeps the Python path)."""
+
+    kind = "all-gather"
+    bind = "native_all_gather"
+    # Table entries: fn, send, recv, count (bytes per member), datatype (MPI_BYTE), comm.
+    FIELDS = ("count", "datatype", "comm")
+    N_ENTRIES = 3 + len(FIELDS)
+
+    @staticmethod
+    def eligible(thunk) -> bool:
+        if not _one_array(thunk, "all-gather"):
+            return False
+        src, dst = thunk.instr.operands[0].shape, thunk.instr.shape
+        dims = thunk.instr.attrs.get("dimensions")
+        if not dims or len(dims) != 1 or src.element_type != dst.element_type \
+                or not (src.has_default_layout() and dst.has_default_layout()):
+            return False
+        dim = int(dims[0])
+        return 0 <= dim < len(src.dims) and all(d == 1 for d in src.dims[:dim])
+
+    def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
+        fn = entry(0, MPI_ALLGATHER.as_pointer())
+        send, recv = entry(1, PTR), entry(2, PTR)
+        count, dt, comm = (entry(k, I64) for k in (3, 4, 5))
+        n = b.trunc(count, I32)
+        _bracketed(b, cells, progress, index, fail,
+                   lambda: b.call(fn, [send, n, dt, recv, n, dt, comm]))
+
+
+# The collectives a native loop runs, by opcode (native_loop.py picks the step).
+STEPS = {s.kind: s for s in (CollectiveStep, PermuteStep, AllGatherStep)}
+
+
+def eligible(thunk) -> bool:
+    step = STEPS.get(thunk.instr.opcode) if thunk.kind == "device" else None
+    return step is not None and step.eligible(thunk)

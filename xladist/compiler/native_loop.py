@@ -1,5 +1,6 @@
 """While loops run by one native function, when condition and body are kernels and
-all-reduces only.
+collectives the driver can call (native_collectives.py: all-reduce, collective-permute,
+leading-dimension all-gather) only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
@@ -54,10 +55,11 @@ from .native_collectives import (
     CELL_FAILED,
     CELL_ITERATION,
     N_CELLS,
+    STEPS,
     WAIT_STEPS,
-    CollectiveStep,
     store_monotonic,
 )
+from .native_collectives import eligible as collective_eligible
 from .thunks import KernelThunk
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
@@ -80,7 +82,7 @@ class KernelStep:
 
 
 def _step(thunk):
-    return KernelStep(thunk) if type(thunk) is KernelThunk else CollectiveStep(thunk)
+    return KernelStep(thunk) if type(thunk) is KernelThunk else STEPS[thunk.instr.opcode](thunk)
 
 
 class NativeLoop:
@@ -118,7 +120,7 @@ class NativeLoop:
         if not identity_relayouts or len(thunks) >= WAIT_STEPS - 1:  # steps fit the wait cell
             return False
         for t in thunks:
-            if type(t) is not KernelThunk and not CollectiveStep.eligible(t):
+            if type(t) is not KernelThunk and not collective_eligible(t):
                 return False
         pred = cond.root_slots[0] if len(cond.root_slots) == 1 else None
         if pred is None or pred.kind not in ("out", "const", "param"):
@@ -188,14 +190,15 @@ class NativeLoop:
 
     # ---- running ---------------------------------------------------------------
     def bind_device(self, device):
-        """The device's native form of every all-reduce (cached per device), or None when
-        one of them has none: then the loop keeps the Python path."""
+        """The device's native form of every collective (cached per device: its method
+        `step.bind`, e.g. native_all_reduce), or None when one of them has none: then the
+        loop keeps the Python path."""
         if not COLLECTIVES:
             return None
         if self._bound[0] is not device:
-            native = getattr(device, "native_all_reduce", None)
             bound = []
             for s in self.collectives:
+                native = getattr(device, s.bind, None)
                 d = native(s.instr, s.thunk.reducer) if native is not None else None
                 if d is None:
                     bound = None
@@ -209,7 +212,7 @@ class NativeLoop:
         of the loop (the loop swaps or copies out of them; they never leave it)."""
         out = {}
         for s in cc.asg.slots:
-            # In an eligible loop only all-reduces write dynamic slots.
+            # In an eligible loop only collectives write dynamic slots.
             if s.kind in ("out", "dyn"):
                 key = (id(cc), s.id)
                 a = self._fixed.get(key)
@@ -270,7 +273,7 @@ class NativeLoop:
         del argvs
         if code:
             d = bound[self.collective_steps.index(cells[CELL_FAILED])]
-            raise ExecutionError(f"MPI_Allreduce failed in iteration "
+            raise ExecutionError(f"{d.call} failed in iteration "
                                  f"{cells[CELL_ITERATION]} of {self.while_name}: "
                                  f"{d.error_text(code)}", instruction=d.label)
         if cells[CELL_BODIES] % 2:
@@ -287,7 +290,7 @@ def _in_place(body, steps) -> dict:
     params = {s.id: k for k, s in enumerate(body.param_slots) if s is not None}
     roots = [s.id if s is not None else None for s in body.root_slots]
     for j, step in enumerate(steps):
-        if step.kind == "kernel":
+        if step.kind != "all-reduce":
             continue
         k = params.get(step.src.id)
         if k is None or roots[k] != step.dst.id or step.src.id in roots \
