@@ -473,6 +473,71 @@ def test_row_reductions_fuse_into_their_broadcast_consumer():
                                atol=1e-9)
 
 
+def _exp_emissions(text, monkeypatch, row_cache_bytes):
+    """How many times codegen emits an exponential for the text's one kernel."""
+    from llvmlite import ir
+
+    from xladist.compiler.codegen import elemental, kernels
+    monkeypatch.setattr(kernels, "ROW_CACHE_BYTES", row_cache_bytes)
+    calls = []
+    rule = elemental.EMIT_RULES["exponential"]
+    monkeypatch.setitem(elemental.EMIT_RULES, "exponential",
+                        lambda ctx, i, idx: calls.append(i) or rule(ctx, i, idx))
+    (t,) = thunks(text)
+    kernels.emit_kernel(ir.Module("m"), t.spec)
+    return len(calls)
+
+
+def test_softmax_computes_its_exponential_once_per_element(monkeypatch):
+    # The sum's loop stores exp(x - max) for the row; the division reads it back.
+    # (Codegen also tries a flat loop first, which emits its own.)
+    assert _exp_emissions(SOFTMAX, monkeypatch, 64 << 10) < \
+        _exp_emissions(SOFTMAX, monkeypatch, 0)
+
+
+ROW_CACHED = f"""HloModule m
+{ADD}
+{MAX}
+ENTRY main {{
+  x = f32[6,{{m}}] parameter(0)
+  ninf = f32[] constant(-inf)
+  mx = f32[6] reduce(x, ninf), dimensions={{1}}, to_apply=max
+  mb = f32[6,{{m}}] broadcast(mx), dimensions={{0}}
+  d = f32[6,{{m}}] subtract(x, mb)
+  e = f32[6,{{m}}] exponential(d)
+  t = f32[6,{{m}}] tanh(x)
+  et = f32[6,{{m}}] multiply(e, t)
+  z = f32[] constant(0)
+  s = f32[6] reduce(et, z), dimensions={{1}}, to_apply=add
+  sb = f32[6,{{m}}] broadcast(s), dimensions={{0}}
+  es = f32[6,{{m}}] divide(e, sb)
+  ts = f32[6,{{m}}] multiply(t, sb)
+  u = f32[6,{{m}}] add(es, ts)
+  rv = f32[6,{{m}}] reverse(u), dimensions={{0}}
+  ROOT r = f32[6,{{m}}] add(u, rv)
+}}
+"""
+
+
+@pytest.mark.parametrize("m", [7, 1000, 20000])  # 20000 f32: longer than a row cache
+def test_row_cached_values_match_numpy(m, monkeypatch):
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
+    text = ROW_CACHED.replace("{m}", str(m))
+    x = np.random.default_rng(m).standard_normal((6, m)).astype(np.float32) * 3
+    x64 = x.astype(np.float64)
+    e, t = np.exp(x64 - x64.max(1, keepdims=True)), np.tanh(x64)
+    s = (e * t).sum(1, keepdims=True)
+    u = e / s + t * s
+    want = u + u[::-1]  # the reverse reads other rows' exp and tanh, not this row's
+    got = run(text, x)[0]
+    np.testing.assert_allclose(got, want, rtol=2e-4 * np.sqrt(m), atol=1e-5)
+    from xladist.compiler.codegen import kernels
+    monkeypatch.setattr(kernels, "ROW_CACHE_BYTES", 0)
+    # Without the cache: the same values up to the order LLVM's vectorizer gives the
+    # reassociated row sums (their loops now also store the row).
+    np.testing.assert_allclose(run(text, x)[0], got, rtol=2e-6, atol=1e-6)
+
+
 def test_a_reduce_broadcast_along_the_minor_dim_stays_a_kernel():
     text = f"""HloModule m
 {ADD}

@@ -63,6 +63,9 @@ class ElementalContext:
         # inlined from here get `reassoc` flags so LLVM can vectorize them.
         self.fast_reduce = False
         self.reassoc = False
+        # instruction -> fn(ctx, instr, index) replacing its rule (kernels.py's row
+        # cache: a value computed in one loop and read back in another).
+        self.overrides: dict[Instruction, Callable] = {}
 
     # ---- generation ------------------------------------------------------
     def gen(self, instr: Instruction, index: Index):
@@ -79,7 +82,7 @@ class ElementalContext:
             else:
                 v = ir_array.read(self.b, what, instr.shape, index)
         else:
-            rule = EMIT_RULES.get(instr.opcode)
+            rule = self.overrides.get(instr) or EMIT_RULES.get(instr.opcode)
             if rule is None:
                 raise UnsupportedError(
                     f"instruction `{instr.name}` ({instr.opcode}) has no elemental emitter "

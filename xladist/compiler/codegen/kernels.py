@@ -182,12 +182,15 @@ def _loop_body(module, spec, shape, flat, tracker, split):
 def _hoist(ctx, spec, outer, inner):
     """Generate, before the innermost loop, the operands of broadcasts that do not
     depend on the innermost dimension and are worth hoisting (fused reductions,
-    expensive values); the memo then serves them inside the loop."""
+    expensive values); the memo then serves them inside the loop. Expensive values
+    that a hoisted row reduction and the inner loop both need go through a row
+    cache (_RowCache), so each element computes them once."""
     root = spec.root
     if not inner or not root.shape.is_array:
         return
     d_inner = inner[0]
     fused = spec.fused_set
+    caches = []
     for instr in spec.fused:
         if instr.opcode != "broadcast" or instr.shape.dims != root.shape.dims:
             continue
@@ -195,7 +198,85 @@ def _hoist(ctx, spec, outer, inner):
         op = instr.operands[0]
         if d_inner in dims or op.opcode != "reduce" or op not in fused:
             continue
+        for e in _row_cached(spec, op, d_inner):
+            if e not in ctx.overrides:
+                cache = _RowCache(d_inner, root.shape.dims[d_inner], outer)
+                ctx.overrides[e] = cache
+                caches.append(cache)
         ctx.gen(op, Index(ctx.b, op.shape.dims, [outer[d] for d in dims]))
+        for cache in caches:  # the row is complete: later loops read it back
+            cache.filled = cache.ptr is not None
+
+
+# A row of a cached value lives on the kernel's stack (in L1/L2 while the row is
+# processed); longer rows recompute it. Pool threads have the default 8 MiB stacks.
+ROW_CACHE_BYTES = 64 << 10
+
+
+class _RowCache:
+    """One expensive fused value (softmax's exp(x - max)) needed by a hoisted row
+    reduction and by the row's inner loop. The reduction's loop computes it and
+    stores element j of the current row into a stack array; once the reduction is
+    done (filled), the inner loop loads element j instead of computing it again.
+    Elements of other rows (reached through a broadcast, reverse, ...) are computed
+    as before. XLA:CPU gets the same effect with a multi-output fusion."""
+
+    def __init__(self, dim: int, length: int, row: list):
+        self.dim, self.length = dim, length
+        self.row = row  # the outer loops' index registers: the current row
+        self.ptr = None
+        self.filled = False
+
+    def __call__(self, ctx, instr, index):
+        from .elemental import EMIT_RULES
+        b = ctx.b
+        multi = index.multi
+        if any(multi[d] is not self.row[d] for d in range(len(multi)) if d != self.dim):
+            return EMIT_RULES[instr.opcode](ctx, instr, index)
+        j = multi[self.dim]
+        if self.filled:
+            return b.load(self._at(b, j), typ=self.typ)
+        v = EMIT_RULES[instr.opcode](ctx, instr, index)
+        if self.ptr is None:
+            self.typ = v.type
+            with b.goto_entry_block():
+                self.ptr = b.alloca(v.type, size=c64(self.length), name="rowcache")
+        b.store(v, self._at(b, j))
+        return v
+
+    def _at(self, b, j):
+        return b.gep(self.ptr, [j], inbounds=True)
+
+
+def _row_cached(spec: KernelSpec, red: Instruction, d_inner: int) -> list:
+    """Expensive instructions computed at the same index both inside the fused row
+    reduction `red` (one input, reducing exactly the inner dim of an input shaped
+    like the root) and in the root's own element computation: element-wise paths of
+    the root's shape from both sides, nothing reached through broadcasts or slices."""
+    from .split import EXPENSIVE
+    from .scalar_ops import SCALAR_RULES
+    root = spec.root
+    dims = root.shape.dims
+    if len(red.operands) != 2 or set(red.attrs["dimensions"]) != {d_inner} \
+            or red.operands[0].shape.dims != dims or dims[d_inner] * 8 > ROW_CACHE_BYTES:
+        return []
+    fused = spec.fused_set
+
+    def same_index_region(start):
+        seen, stack = set(), [start]
+        while stack:
+            i = stack.pop()
+            if i in seen or i not in fused or i.opcode not in SCALAR_RULES \
+                    or not i.shape.is_array or i.shape.dims != dims:
+                continue
+            seen.add(i)
+            stack.extend(i.operands)
+        return seen
+
+    both = same_index_region(root) & same_index_region(red.operands[0])
+    return [i for i in spec.fused  # in program order: the same code on every run
+            if i in both and i.opcode in EXPENSIVE and i.shape.element_type.is_float
+            and not i.shape.element_type.is_complex]
 
 
 def _write_all(b, ctx, spec, outs, idx):
