@@ -236,3 +236,64 @@ def test_trig_of_huge_arguments(op, ref, dtype):
     want = ref(x.astype(np.float64))
     tol = 4e-7 if dtype == np.float32 else 4e-15
     _check(got, want, tol, 0, op)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("op,ref", [("sine", np.sin), ("cosine", np.cos), ("tan", np.tan)])
+@pytest.mark.parametrize("n", [1000, 300_000], ids=["whole", "blocks"])
+def test_trig_fast_version_reruns_on_huge_arguments(op, ref, dtype, n):
+    """Kernels with sin/cos/tan run a Cody-Waite-only version and rerun (the block, when
+    split) accurately when an argument reached 2**19 (kernels.emit_kernel): a few huge
+    arguments among ordinary ones, in one block of a split kernel and not the others,
+    must still come out right, and so must every ordinary element around them."""
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-50, 50, n).astype(dtype)
+    huge = [3, n // 2 + 7, n - 1]
+    x[huge] = np.array([1e22, -3.0e17, 2e30], dtype)  # Cody-Waite alone fails these
+    got = _run_unary(op, x)
+    tol = 4e-7 if dtype == np.float32 else 4e-15
+    _check(got, ref(x.astype(np.float64)), tol, 1e-7 if dtype == np.float32 else 1e-15, op)
+
+
+def test_trig_fast_version_in_reductions_and_fusions():
+    """A row reduction over sin of a fused product, with one huge argument in one row:
+    the rerun starts the reduction over (no partial sums kept from the fast pass)."""
+    x = np.random.default_rng(3).uniform(-4, 4, (64, 300)).astype(np.float64)
+    x[17, 5] = 1e20
+    text = """HloModule m
+add { a = f64[] parameter(0)  b = f64[] parameter(1)  ROOT s = f64[] add(a, b) }
+ENTRY main {
+  x = f64[64,300] parameter(0)
+  two = f64[] constant(2)
+  t = f64[64,300] broadcast(two), dimensions={}
+  p = f64[64,300] multiply(x, t)
+  s = f64[64,300] sine(p)
+  z = f64[] constant(0)
+  ROOT r = f64[64] reduce(s, z), dimensions={1}, to_apply=add
+}
+"""
+    got = xladist.compile(xladist.parse_hlo(text), backend="cpu")(x)[0]
+    np.testing.assert_allclose(got, np.sin(2 * x).sum(axis=1), rtol=1e-12, atol=1e-12)
+
+
+def test_trig_kernel_has_a_fast_and_an_accurate_version():
+    """The fast version (the kernel's own name) holds no Payne-Hanek table load; the
+    accurate one does, and is internal (not an exported kernel)."""
+    text = """HloModule m
+ENTRY main {
+  x = f64[4096] parameter(0)
+  ROOT y = f64[4096] sine(x)
+}
+"""
+    from xladist.compiler.program import CpuProgram
+    ir_text = CpuProgram(xladist.parse_hlo(text), compile_code=False).llvm_ir()
+    defines = {}
+    for chunk in ir_text.split("\ndefine ")[1:]:
+        head = chunk.split("(", 1)[0]
+        defines[head.split("@", 1)[1].strip('"')] = (head, chunk)
+    accurate = [k for k in defines if k.endswith("__accurate")]
+    assert accurate, sorted(defines)
+    fast = accurate[0][: -len("__accurate")]
+    assert "internal" in defines[accurate[0]][0]
+    assert "two_over_pi" not in defines[fast][1]
+    assert f"@{accurate[0]}" in defines[fast][1] or f'@"{accurate[0]}"' in defines[fast][1]

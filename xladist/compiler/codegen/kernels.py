@@ -21,12 +21,12 @@ KERNEL_EMITTERS maps a kernel kind to the function that emits its loop nest:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
 from ...hlo.ir import Instruction
-from . import ir_array
+from . import ir_array, mathlib
 from .elemental import ElementalContext, reduce_window_values, simple_float_reducer
 from .ir_array import Index, c64, layout_of
 from .loops import for_range, loop_nest
@@ -86,6 +86,7 @@ def begin_function(module: ir.Module, name: str, nptrs: int, ranged: bool = Fals
         p = b.load(b.gep(argv, [c64(i)], inbounds=True, source_etype=PTR), typ=PTR,
                    name=f"buf{i}")
         ptrs.append(p)
+    mathlib.begin_fast_function(b)
     fn.range = None
     if ranged:
         fn.range = (fn.args[1], fn.args[2])
@@ -125,8 +126,55 @@ def root_values(ctx, root, index):
     return [ctx.gen(root, index)]
 
 
+ACCURATE_SUFFIX = "__accurate"
+
+
 def emit_kernel(module: ir.Module, spec: KernelSpec) -> None:
-    KERNEL_EMITTERS[spec.kind](module, spec)
+    """The kernel's functions; one with sin/cos/tan comes in two versions (mathlib's
+    fast_trig): the fast one, under the kernel's own names, reruns its whole range in
+    the accurate one when an argument needed Payne-Hanek. Rerunning is safe because a
+    kernel's outputs never alias its inputs (buffers.py), except an in-place update's,
+    which is emitted accurate only."""
+    emit = KERNEL_EMITTERS[spec.kind]
+    if spec.inplace:
+        emit(module, spec)
+        return
+    with mathlib.fast_trig() as trig:
+        emit(module, spec)
+    flagged = [fn for fn in trig.flagged if fn.module is module]
+    if not flagged:
+        return
+    accurate = replace(spec, name=spec.name + ACCURATE_SUFFIX)
+    emit(module, accurate)
+    for fn in module.functions:
+        if fn.name.startswith(accurate.name):
+            # Internal: dropped when unused; noinline: a row cache's stack array must
+            # not be doubled in the fast function's frame.
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            fn.attributes.add("cold")
+    for fn in flagged:
+        _rerun_when_flagged(fn, module.get_global(
+            accurate.name + fn.name[len(spec.name):]), trig.flag_of(fn))
+
+
+def _rerun_when_flagged(fn: ir.Function, accurate: ir.Function, flag) -> None:
+    """Before each `ret` of fn: if the flag is set, call `accurate` with fn's args."""
+    for block in list(fn.blocks):
+        term = block.terminator
+        if not isinstance(term, ir.Ret):
+            continue
+        block.instructions.remove(term)
+        block.terminator = None
+        b = ir.IRBuilder(block)
+        rerun = fn.append_basic_block(block.name + ".accurate")
+        done = fn.append_basic_block(block.name + ".done")
+        b.cbranch(b.load(flag, typ=flag.allocated_type), rerun, done)
+        b.position_at_end(rerun)
+        b.call(accurate, list(fn.args))
+        b.ret_void()
+        b.position_at_end(done)
+        b.ret_void()
 
 
 @kernel_kind("loop")

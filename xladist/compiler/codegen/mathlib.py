@@ -10,21 +10,27 @@ logistic and erf have dedicated f32 kernels because the benchmarks live on them.
 Accuracy (tested against numpy in tests/test_codegen_math.py): f32 <= 4 ulp,
 f64 <= ~4 ulp except pow (relative ~1e-13 for huge results). sin/cos/tan reduce by
 Cody-Waite below 2**19 and by Payne-Hanek (pio2_reduce.py) above, so they hold for
-every finite argument. Both reductions run for every element (branch-free code is what
-vectorizes), which makes f32 sin ~3x and f64 sin ~5-10x slower than Cody-Waite alone;
-running the Payne-Hanek path only for blocks that hold a huge argument needs a second
-version of the kernel's loop, which the emitter does not build yet.
+every finite argument. Branch-free code is what vectorizes, and running both reductions
+for every element made f32 sin ~3x and f64 sin ~5-10x slower than Cody-Waite alone. So a
+kernel is emitted twice (kernels.emit_kernel): its fast version, emitted under
+`fast_trig()`, reduces by Cody-Waite only and sets a flag when an argument reaches
+2**19; when the flag is set at the end, the kernel (or its block) runs again as the
+accurate version, which has both reductions. Outside such a kernel (reducer and map
+kernels, native loop drivers) the accurate code is emitted.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from llvmlite import ir
 
 from . import intrinsics as intr
 from .pio2_reduce import TABLE_MIN_EXP, pio2_times, reduce_pio2
-from .types import F32, F64, I32, I64
+from .types import F32, F64, I1, I32, I64
 
 
 def _c(t, v) -> ir.Constant:
@@ -269,6 +275,56 @@ def atanh(b, x):
 
 # ---- trigonometric ------------------------------------------------------------
 
+@dataclass
+class FastTrig:
+    """While a kernel's fast version is emitted: the function being emitted and its
+    "an argument needed Payne-Hanek" flag (an i1 alloca: SROA makes it an or-reduction
+    the loop vectorizer keeps), and the functions whose code reads a flag."""
+
+    fn: ir.Function | None = None
+    flag: ir.AllocaInstr | None = None
+    flagged: list = field(default_factory=list)
+    flags: dict = field(default_factory=dict)   # function -> its flag
+
+    def flag_of(self, fn: ir.Function):
+        return self.flags[fn]
+
+
+_FAST_TRIG: ContextVar[FastTrig | None] = ContextVar("fast_trig", default=None)
+
+
+@contextmanager
+def fast_trig():
+    """Emit sin/cos/tan of the functions begun inside (begin_fast_function) with
+    Cody-Waite only, flagging huge arguments; yields the FastTrig state."""
+    state = FastTrig()
+    token = _FAST_TRIG.set(state)
+    try:
+        yield state
+    finally:
+        _FAST_TRIG.reset(token)
+
+
+def begin_fast_function(b: ir.IRBuilder) -> None:
+    """Called in a kernel function's entry block: under fast_trig(), its flag."""
+    state = _FAST_TRIG.get()
+    if state is not None:
+        state.fn, state.flag = b.function, b.alloca(I1, name="huge_trig_arg")
+        state.flags[state.fn] = state.flag
+        b.store(_c(I1, 0), state.flag)
+
+
+def _flag_huge(b, large) -> bool:
+    """Under fast_trig() in the flagged function: or `large` into its flag, True."""
+    state = _FAST_TRIG.get()
+    if state is None or state.flag is None or state.fn is not b.function:
+        return False
+    b.store(b.or_(b.load(state.flag, typ=I1), large), state.flag)
+    if state.fn not in state.flagged:
+        state.flagged.append(state.fn)
+    return True
+
+
 _S = [-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
       2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10]
 _C = [4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
@@ -284,14 +340,16 @@ def _sincos64(b, x, narrow: bool = False):
     r = x
     for part in _PIO2:
         r = intr.fmuladd(b, k, _c(t, -part), r)
-    # From 2**19 on, k*part is no longer exact: Payne-Hanek (pio2_reduce.py) instead.
+    # From 2**19 on, k*part is no longer exact: Payne-Hanek (pio2_reduce.py) instead,
+    # or, in a kernel's fast version, a flag that makes the accurate version run.
     ax = intr.fabs(b, x)
-    kb, fb = reduce_pio2(b, ax, narrow)
-    rb = pio2_times(b, fb)
-    neg = b.fcmp_ordered("<", x, _c(t, 0.0))
     large = b.fcmp_ordered(">=", ax, _c(t, 2.0 ** TABLE_MIN_EXP))
-    k = b.select(large, b.select(neg, b.fneg(kb), kb), k)
-    r = b.select(large, b.select(neg, b.fneg(rb), rb), r)
+    if not _flag_huge(b, large):
+        kb, fb = reduce_pio2(b, ax, narrow)
+        rb = pio2_times(b, fb)
+        neg = b.fcmp_ordered("<", x, _c(t, 0.0))
+        k = b.select(large, b.select(neg, b.fneg(kb), kb), k)
+        r = b.select(large, b.select(neg, b.fneg(rb), rb), r)
     z = b.fmul(r, r)
     s = intr.fmuladd(b, b.fmul(z, r), _poly(b, z, _S), r)
     c = b.fadd(b.fsub(_c(t, 1.0), b.fmul(_c(t, 0.5), z)), b.fmul(b.fmul(z, z), _poly(b, z, _C)))
