@@ -649,6 +649,49 @@ def test_complex_rsqrt_compiles_and_matches_numpy(t, dt):
     np.testing.assert_allclose(got, 1 / np.sqrt(x), rtol=1e-6 if t == "c64" else 1e-14)
 
 
+_SPECIAL = [0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan]
+
+
+def _same_special(got, want):
+    """Equal where a result is special (NaN, inf or a zero, whose sign counts), close
+    elsewhere."""
+    g, w = np.atleast_1d(got), np.atleast_1d(want)
+    parts = [(g.real, w.real), (g.imag, w.imag)] if np.iscomplexobj(w) else [(g, w)]
+    for u, v in parts:
+        special = ~np.isfinite(v) | (v == 0)
+        same = (np.isnan(u) & np.isnan(v)) | ((u == v) & (np.signbit(u) == np.signbit(v)))
+        bad = np.flatnonzero(special & ~same)
+        assert not bad.size, (bad, u[bad], v[bad])
+        close = ~special
+        np.testing.assert_allclose(u[close], v[close], rtol=1e-5)
+
+
+@pytest.mark.parametrize("op,out", [("abs", "f"), ("sqrt", "c"), ("rsqrt", "c"),
+                                    ("log", "c")])
+@pytest.mark.parametrize("t,dt", [("c64", np.complex64), ("c128", np.complex128)])
+def test_complex_special_values_match_the_interpreter_and_xla(op, out, t, dt):
+    """Every pair of (0, -0, 1, -2.5, inf, -inf, NaN) as real and imaginary part: the cpu
+    backend gives the interpreter's special values (C99's, and XLA's rules for sqrt and
+    rsqrt). It used to give |1 + nan i| = sqrt(2) (maxnum dropped the NaN), and
+    rsqrt(0) = nan + nan i where XLA gives inf + nan i."""
+    x = np.array([complex(a, b) for a in _SPECIAL for b in _SPECIAL], dt)
+    rt = ({"c64": "f32", "c128": "f64"}[t] if out == "f" else t) + f"[{x.size}]"
+    text = (f"HloModule s\nENTRY e {{\n a = {t}[{x.size}] parameter(0)\n"
+            f" ROOT r = {rt} {op}(a)\n}}\n")
+    module = xladist.parse_hlo(text)
+    got = xladist.compile(module, backend="cpu")(x)[0]
+    want = xladist.compile(module, backend="interpreter")(x)[0]
+    _same_special(got, want)
+    if op == "rsqrt":  # XLA: rsqrt(+-0 +-0i) = inf + nan i; rsqrt(inf + 1i) = 0 - 0i
+        zero = np.flatnonzero(x == 0)
+        assert np.all(np.isposinf(got[zero].real)) and np.all(np.isnan(got[zero].imag))
+        k = list(x).index(complex(np.inf, 1.0))
+        assert got[k].real == 0 and np.signbit(got[k].imag)
+    if op == "abs":
+        k = list(x).index(complex(1.0, 0.0)) + 6  # 1 + nan i
+        assert np.isnan(x[k].imag) and np.isnan(got[k])
+
+
 def test_composite_call_runs_its_decomposition():
     text = """HloModule comp
 my_gelu {

@@ -77,6 +77,26 @@ def _rsqrt(x):
     return 1 / np.sqrt(x)
 
 
+def _complex_rsqrt(z):
+    """1/sqrt(z) with XLA's special values: rsqrt(+-0 +-0i) = inf + nan i, and
+    (copysign(0, re), -copysign(0, im)) when |re| is inf or im is inf with re NaN
+    (numpy's division gives nan + nan i there); im = +-inf with a finite re gives
+    (+0, -copysign(0, im)), the limit. (Built from parts: inf + 1j * nan is nan + nan i.)"""
+    z = np.asarray(z)
+    with np.errstate(all="ignore"):
+        out = np.array(1 / np.sqrt(z), dtype=z.dtype, ndmin=1)
+    re, im = np.atleast_1d(z.real), np.atleast_1d(z.imag)
+    t = re.dtype.type
+    neg_im_zero = -np.copysign(t(0), im)
+    signed = np.isinf(re) | (np.isinf(im) & np.isnan(re))
+    limit = np.isinf(im) & np.isfinite(re)
+    zero_zero = (re == 0) & (im == 0)
+    out.real = np.where(zero_zero, t(np.inf), np.where(
+        signed, np.copysign(t(0), re), np.where(limit, t(0), out.real)))
+    out.imag = np.where(zero_zero, t(np.nan), np.where(signed | limit, neg_im_zero, out.imag))
+    return out.reshape(z.shape)
+
+
 def _logistic(x):
     import scipy.special  # lazily: importing scipy costs ~0.8 s per rank
     return scipy.special.expit(x)
@@ -159,7 +179,7 @@ UNARY: dict[str, dict[str, callable]] = {
     "real": {_F: _identity, _C: np.real},
     "imag": {_F: _imag_of_real, _C: np.imag},
     "sqrt": _fc(np.sqrt, np.sqrt),
-    "rsqrt": _fc(_rsqrt, _rsqrt),
+    "rsqrt": _fc(_rsqrt, _complex_rsqrt),
     "cbrt": _fc(np.cbrt, _complex_cbrt),
     "exponential": _fc(np.exp, np.exp),
     "exponential-minus-one": _fc(np.expm1, np.expm1),

@@ -115,6 +115,9 @@ def _cabs(b, z):
     r = b.fdiv(mn, mx)
     h = b.fmul(mx, intr.sqrt(b, intr.fmuladd(b, r, r, _c(mx.type, 1.0))))
     h = b.select(b.fcmp_ordered("==", mx, _c(mx.type, 0.0)), mx, h)
+    # maxnum/minnum drop a NaN: |1 + nan i| would be sqrt(2). NaN unless a part is inf
+    # (hypot's rule, numpy's too).
+    h = b.select(b.fcmp_unordered("uno", x, y), _c(mx.type, math.nan), h)
     inf = b.fcmp_ordered("==", mx, _c(mx.type, math.inf))
     return b.select(inf, mx, h)
 
@@ -376,12 +379,58 @@ def _complex_unary(b, instr, x):
         r = intr.sqrt(b, b.fmul(half, b.fadd(m, re)))
         i = intr.sqrt(b, b.fmul(half, b.fsub(m, re)))
         root = _cplx(b, r, intr.copysign(b, i, im))
+        root = _sqrt_special(b, re, im, root)
+        if op == "sqrt":
+            return root
         # rsqrt is 1 / sqrt(z), as the interpreter computes it (Smith's division)
-        return root if op == "sqrt" else _cdiv(b, _cplx(b, _c(re.type, 1.0), _c(re.type, 0.0)),
-                                               root)
+        return _rsqrt_special(b, re, im, _cdiv(
+            b, _cplx(b, _c(re.type, 1.0), _c(re.type, 0.0)), root))
     if op in _COMPLEX_TRIG:
         return _COMPLEX_TRIG[op](b, re, im)
     _unsupported(instr, f"complex {op}")
+
+
+def _sqrt_special(b, re, im, z):
+    """C99's (and XLA's) special values of complex sqrt: im +-inf -> inf + im i (re NaN
+    too); re +inf -> inf + (0 or NaN) i; re -inf -> 0 + copysign(inf, im) i (NaN +
+    copysign(inf, im) i when im is NaN)."""
+    t = re.type
+    inf = _c(t, math.inf)
+    im_inf = b.fcmp_ordered("==", intr.fabs(b, im), inf)
+    re_pinf = b.fcmp_ordered("==", re, inf)
+    re_ninf = b.fcmp_ordered("==", re, _c(t, -math.inf))
+    out_re, out_im = _re(b, z), _im(b, z)
+    im_nan = b.fcmp_unordered("uno", im, im)
+    out_re = b.select(b.or_(im_inf, re_pinf), inf,
+                      b.select(b.and_(re_ninf, b.not_(im_nan)), _c(t, 0.0), out_re))
+    out_im = b.select(b.or_(im_inf, re_ninf), intr.copysign(b, inf, im),
+                      b.select(re_pinf, b.select(im_nan, im, intr.copysign(b, _c(t, 0.0), im)),
+                               out_im))
+    return _cplx(b, out_re, out_im)
+
+
+def _rsqrt_special(b, re, im, z):
+    """XLA's special values of complex rsqrt (the interpreter's _complex_rsqrt):
+    +-0 +-0i -> inf + nan i; |re| inf, or im inf with re NaN -> (copysign(0, re),
+    -copysign(0, im)); im inf with re finite -> (+0, -copysign(0, im))."""
+    t = re.type
+    zero, inf = _c(t, 0.0), _c(t, math.inf)
+    neg_im_zero = b.fneg(intr.copysign(b, zero, im))
+    re_inf = b.fcmp_ordered("==", intr.fabs(b, re), inf)
+    im_inf = b.fcmp_ordered("==", intr.fabs(b, im), inf)
+    re_nan = b.fcmp_unordered("uno", re, re)
+    re_finite = b.fcmp_ordered("<", intr.fabs(b, re), inf)
+    zero_zero = b.and_(b.fcmp_ordered("==", re, zero), b.fcmp_ordered("==", im, zero))
+    out_re, out_im = _re(b, z), _im(b, z)
+    signed = b.or_(re_inf, b.and_(im_inf, re_nan))
+    out_re = b.select(signed, intr.copysign(b, zero, re), out_re)
+    out_im = b.select(signed, neg_im_zero, out_im)
+    limit = b.and_(im_inf, re_finite)
+    out_re = b.select(limit, zero, out_re)
+    out_im = b.select(limit, neg_im_zero, out_im)
+    out_re = b.select(zero_zero, inf, out_re)
+    out_im = b.select(zero_zero, _c(t, math.nan), out_im)
+    return _cplx(b, out_re, out_im)
 
 
 # Complex trigonometric and hyperbolic functions from the real ones (C99 Annex G forms):
