@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation (xladist/compiler/aot.py, `xladist aot`): the object file and
+"""Ahead-of-time compilation (xladist/compiler/aot/, `xladist aot`): the object file and
 header are linked with examples/aot/main.c by the system C compiler, run on random inputs,
 and compared with the reference interpreter. What the AOT path cannot compile must be
 refused with an UnsupportedError naming the instruction."""

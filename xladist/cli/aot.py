@@ -3,7 +3,7 @@
 Writes DIR/NAME.o (object code for the target: this host unless --triple/--target-cpu),
 DIR/NAME.h (the C API: NAME_run, NAME_temp_bytes, argument and result sizes, each argument
 and result named with its shape and element type) and DIR/NAME.ldflags (extra linker flags,
-one line; empty: the object needs only libc and libm). See xladist/compiler/aot.py for what
+one line; empty: the object needs only libc and libm). See xladist/compiler/aot/program.py for what
 compiles and examples/aot/ for a C program that links one.
 """
 

@@ -1,4 +1,4 @@
-"""dot for ahead-of-time compilation (aot.py): generated loops instead of the BLAS
+"""dot for ahead-of-time compilation (program.py): generated loops instead of the BLAS
 library thunk (library.py's numpy matmul), so an object needs nothing beyond libc/libm.
 
     void dotN(ptr argv)    argv = [out, lhs, rhs]
@@ -15,11 +15,11 @@ from contextlib import ExitStack
 
 from llvmlite import ir
 
-from ..errors import UnsupportedError
-from .codegen.ir_array import c64, layout_of, physical_strides
-from .codegen.kernels import begin_function
-from .codegen.loops import for_range
-from .codegen.types import storage_type
+from ...errors import UnsupportedError
+from ..codegen.ir_array import c64, layout_of, physical_strides
+from ..codegen.kernels import begin_function
+from ..codegen.loops import for_range
+from ..codegen.types import storage_type
 
 # Element types the generated loops handle: one type for lhs, rhs and result.
 DOT_TYPES = frozenset({"f32", "f64", "s32", "s64", "u32", "u64"})

@@ -16,8 +16,8 @@ kernels in order with buffer addresses fixed at compile time:
     loop's own, and it writes R while reading C, so there is no hazard;
   * a conditional branches to one of its branch instances, which write the results;
   * root leaves not computed directly into their destination are copied there.
-dot, convolution and rng-bit-generator become generated code (aot_dot.py, aot_conv.py,
-aot_rng.py) instead of their library thunks. Anything else (library thunks: fft, ...; device
+dot, convolution and rng-bit-generator become generated code (dot.py, conv.py,
+rng.py) instead of their library thunks. Anything else (library thunks: fft, ...; device
 thunks: collectives, channels, feeds; custom calls; async) is refused with an
 UnsupportedError naming the instruction: never wrong code.
 
@@ -38,18 +38,18 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..errors import InputError, UnsupportedError
-from .aot_conv import emit_conv
-from .aot_dot import emit_dot
-from .aot_rng import emit_rng
-from .buffers import ALIGN, _round
-from .codegen import builtins
-from .codegen.ir_array import c64
-from .codegen.kernels import emit_kernel
-from .codegen.types import I1, I8, I32, I64, PTR
-from .control import ConditionalThunk, WhileThunk
-from .emit import ProgramBuilder
-from .thunks import KernelThunk, LibraryThunk
+from ...errors import InputError, UnsupportedError
+from ..buffers import ALIGN, _round
+from ..codegen import builtins
+from ..codegen.ir_array import c64
+from ..codegen.kernels import emit_kernel
+from ..codegen.types import I1, I8, I32, I64, PTR
+from ..control import ConditionalThunk, WhileThunk
+from ..emit import ProgramBuilder
+from ..thunks import KernelThunk, LibraryThunk
+from .conv import emit_conv
+from .dot import emit_dot
+from .rng import emit_rng
 
 
 def _out_lhs_rhs(t):
@@ -383,16 +383,16 @@ class AotProgram:
                              f"({x.shape.element_type.name} = {x.shape.dtype}, {x.nbytes} bytes) */")
         lines += ["",
                   f"#define {n}_NUM_ARGS {len(self.args)}       /* entry parameters */",
-                  f"#define {n}_NUM_RESULTS {len(self.results)}    "
-                  f"/* leaves of the flattened result */",
+                  (f"#define {n}_NUM_RESULTS {len(self.results)}    "
+                  f"/* leaves of the flattened result */"),
                   f"extern const size_t {n}_arg_bytes[{n}_NUM_ARGS];",
                   f"extern const size_t {n}_result_bytes[{n}_NUM_RESULTS];",
-                  f"size_t {n}_temp_bytes(void);  /* scratch the caller provides, 64-byte "
-                  f"aligned; may be 0 */",
-                  "/* args[i], results[j]: dense buffers in the parameter's / result's layout "
-                  "(row-major",
-                  "   for the default layout), 64-byte aligned. Returns 0 on success. Reentrant: "
-                  "calls",
+                  (f"size_t {n}_temp_bytes(void);  /* scratch the caller provides, 64-byte "
+                  f"aligned; may be 0 */"),
+                  ("/* args[i], results[j]: dense buffers in the parameter's / result's layout "
+                  "(row-major"),
+                  ("   for the default layout), 64-byte aligned. Returns 0 on success. Reentrant: "
+                  "calls"),
                   "   with distinct temp buffers may run concurrently. */",
                   f"int {n}_run(const void *const *args, void *const *results, void *temp);",
                   "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]

@@ -1,4 +1,4 @@
-"""rng-bit-generator for ahead-of-time compilation (aot.py): generated code instead of the
+"""rng-bit-generator for ahead-of-time compilation (program.py): generated code instead of the
 numpy library thunk (library_rng.py), bit-exact with it and with the interpreter.
 
     void rngN(ptr argv)    argv = [new_state, bits, state]
@@ -25,11 +25,11 @@ from contextlib import ExitStack
 
 from llvmlite import ir
 
-from ..errors import UnsupportedError
-from .codegen.ir_array import c64, layout_of, physical_strides
-from .codegen.kernels import begin_function
-from .codegen.loops import for_range
-from .codegen.types import I32, I64
+from ...errors import UnsupportedError
+from ..codegen.ir_array import c64, layout_of, physical_strides
+from ..codegen.kernels import begin_function
+from ..codegen.loops import for_range
+from ..codegen.types import I32, I64
 
 # algorithm attribute -> generator; rng_default is what XLA:CPU maps it to.
 ALGORITHMS = {"rng_three_fry": "threefry", "rng_philox": "philox", "rng_default": "philox"}

@@ -1,4 +1,4 @@
-"""convolution for ahead-of-time compilation (aot.py): generated loops instead of the
+"""convolution for ahead-of-time compilation (program.py): generated loops instead of the
 library thunk (library.py's im2col + numpy matmul), so an object needs only libc/libm.
 
     void convN(ptr argv)    argv = [out, lhs, rhs]
@@ -10,7 +10,7 @@ with q = p*stride + k*window_dilation - padding_low in the base-dilated input (a
 lands in padding or between dilated elements reads 0; the load address is clamped so it
 is always in bounds), the feature group g and batch group of output feature o as in
 interpreter/convolution.py, and window reversal reading tap size-1-k. Same element-type
-rule as dot (aot_dot.py).
+rule as dot (dot.py).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from contextlib import ExitStack
 
 from llvmlite import ir
 
-from ..errors import UnsupportedError
-from .aot_dot import Contraction, strides_of
-from .codegen.ir_array import c64
-from .codegen.loops import for_range
-from .codegen.types import I1
+from ...errors import UnsupportedError
+from ..codegen.ir_array import c64
+from ..codegen.loops import for_range
+from ..codegen.types import I1
+from .dot import Contraction, strides_of
 
 
 def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
