@@ -1,5 +1,5 @@
 """The cpu backend's convolution library thunk (compiler/library.py) on every layout,
-stride, padding, dilation and reversal case of test_numerics_convolution, against the
+stride, padding, dilation and reversal case of numerics/test_convolution, against the
 naive loop reference: the shifted-matmul path (small kernels) and im2col alike."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_numerics_convolution import CASES, W, naive_conv
-from tests.test_numerics_support import instr, shape_of
+from tests.numerics.test_convolution import CASES, W, naive_conv
+from tests.numerics.support import instr, shape_of
 from xladist.compiler import library
 from xladist.hlo.attrs import ConvDimensionNumbers
 

@@ -17,7 +17,7 @@ from runtime.schedule import (
     schedule_computation,
     schedule_module,
 )
-from tests.test_deadlock_core import IR, add_computation, module
+from tests.deadlock.test_core import IR, add_computation, module
 from xladist.hlo.attrs import ReplicaGroups
 
 ALL = ReplicaGroups(())

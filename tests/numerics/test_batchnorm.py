@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import S, instr, run
+from tests.numerics.support import S, instr, run
 from xladist.hlo.shape import Shape
 from xladist.interpreter.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 

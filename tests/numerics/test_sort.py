@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import S, StandInEvaluator, comparator, instr, run, shape_of
+from tests.numerics.support import S, StandInEvaluator, comparator, instr, run, shape_of
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.shape import Shape
 from xladist.interpreter.sort import sort_along, total_order_key

@@ -18,7 +18,7 @@ import pytest
 import xladist
 from runtime.deadlock import check_module
 
-EXTRA = Path(__file__).parent / "data" / "corpus" / "jax_extra"
+EXTRA = Path(__file__).parent.parent / "data" / "corpus" / "jax_extra"
 
 HEAD = """HloModule m, num_partitions=4
 

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import S, binary, instr, run, shape_of
+from tests.numerics.support import S, binary, instr, run, shape_of
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.shape import Shape
 from xladist.interpreter.gather_scatter import gather

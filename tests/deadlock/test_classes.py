@@ -6,7 +6,7 @@ Hypothesis generates programs whose control depends on the replica id: a conditi
 and last stages differ from the middle ones, an inner loop whose trip count is
 `replica_id % 2 + 1` -- each also in a broken form (groups that cross the classes, shapes
 that differ, a pipeline that wraps around, a loop whose collective spans devices with other
-trip counts) -- mixed with the generators of test_deadlock_induction / test_deadlock_symmetry
+trip counts) -- mixed with the generators of deadlock/test_induction / test_symmetry
 (seeded deadlocks, mismatches, unmatched ends).  The default check (symmetry, then classes,
 then every device) must give exactly the problems of engine="unroll", and must have proven
 every program made of valid kinds by classes, not by tracing every device.
@@ -24,8 +24,8 @@ import xladist
 from runtime.deadlock import check_module
 from runtime.deadlock import classes as classes_mod
 
-from .test_deadlock_induction import GROUPS, _verdict
-from .test_deadlock_symmetry import PAIRS, _SymGen
+from .test_induction import GROUPS, _verdict
+from .test_symmetry import PAIRS, _SymGen
 
 # Eight replicas, for classes of more than one device (the other generators use 2 and 4).
 GROUPS.setdefault(8, ["{}", "{{0,1,2,3},{4,5,6,7}}", "{{0,4},{1,5},{2,6},{3,7}}",
@@ -202,7 +202,7 @@ def test_classes_give_the_verdict_of_every_device(replicas, prologue, body, n):
 def test_uniform_trip_counts_by_classes_give_the_verdict_of_every_device(replicas, prologue):
     """Trip counts from all-reduce results, enumerated (check.py `_Choices`) with one choice
     per key across all classes.  The reference is the per-device check with induction
-    (symmetry=False): unrolling cannot take a trip count from data, and test_deadlock_induction
+    (symmetry=False): unrolling cannot take a trip count from data, and test_induction
     compares that path with unrolling count by count."""
     module = xladist.parse_hlo(_ClassGen(replicas).module(prologue, [("ar", 0)], "const", 1))
     fast = check_module(module, budget=None)
@@ -302,7 +302,7 @@ ENTRY %main (x: f32[4]) -> f32[4] {{
 
 def test_trip_count_from_a_pmax_after_an_id_conditional():
     # The reference here is the per-device check with induction (symmetry=False), whose
-    # uniform trip counts test_deadlock_induction compares with unrolling count by count.
+    # uniform trip counts test_induction compares with unrolling count by count.
     for body_groups, ok in [(f"[{4},2]<=[8]", True), ("[2,4]<=[8]", True)]:
         module = xladist.parse_hlo(_uniform_loop_module(8, body_groups))
         fast = check_module(module, budget=None)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import S, instr, run
+from tests.numerics.support import S, instr, run
 from xladist.interpreter.fft_linalg import cholesky, triangular_solve
 
 
@@ -76,7 +76,7 @@ def test_fft_matches_corpus_case():
     from pathlib import Path
 
     from xladist.interpreter.fft_linalg import fft
-    case = Path(__file__).parent / "data" / "corpus" / "single" / "fft_complex"
+    case = Path(__file__).parent.parent / "data" / "corpus" / "single" / "fft_complex"
     meta = json.loads((case / "case.json").read_text())
     z = np.load(case / "inputs.npz")["arg0"]
     expected = np.load(case / "expected.npz")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from . import corpus_util as cu
+from tests import corpus_util as cu
 
 CORPUS = cu.CORPUS / "single"
 CASES = ["conv2d_variants", "dot_general_f32", "fft_complex", "gather_indexing", "reduce_basic",

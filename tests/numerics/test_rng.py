@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import S, StandInEvaluator, instr, run
+from tests.numerics.support import S, StandInEvaluator, instr, run
 from xladist.hlo.shape import Shape
 from xladist.interpreter.rng import philox4x32, rng_bit_generator, threefry2x32
 
-CASE = Path(__file__).parent / "data" / "corpus" / "single" / "rng_bit_generator_algorithms"
+CASE = Path(__file__).parent.parent / "data" / "corpus" / "single" / "rng_bit_generator_algorithms"
 
 
 def _corpus():

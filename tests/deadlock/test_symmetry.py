@@ -1,6 +1,6 @@
 """Devices by symmetry (runtime/deadlock/symmetry.py) give the verdict of checking each device.
 
-Hypothesis generates programs (tests/test_deadlock_induction.py's generator plus ops whose
+Hypothesis generates programs (tests/deadlock/test_induction.py's generator plus ops whose
 data comes from the replica id, collective-permute rings and channels in a deadlocking
 order) where the ids feed group choice, data and -- for the fallback -- control (conditionals
 on the replica id that skip a collective or change its shape: seeded mismatches).  The
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import xladist
 from runtime.deadlock import check_module
 
-from .test_deadlock_induction import GROUPS, _Gen, _verdict
+from .test_induction import GROUPS, _Gen, _verdict
 
 
 class _SymGen(_Gen):

@@ -18,8 +18,8 @@ from collectives.groups import DeviceAssignment
 from runtime.deadlock import check_module
 from runtime.schedule import ScheduleError
 
-DATA = Path(__file__).parent / "data" / "deadlock"
-CORPUS = Path(__file__).parent / "data" / "corpus" / "jax"
+DATA = Path(__file__).parent.parent / "data" / "deadlock"
+CORPUS = Path(__file__).parent.parent / "data" / "corpus" / "jax"
 
 
 def load(name: str, n: int | None = None):

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import S, instr, run, shape_of
+from tests.numerics.support import S, instr, run, shape_of
 from xladist.interpreter.dot import dot_general, ragged_dot
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import instr, run, shape_of
+from tests.numerics.support import instr, run, shape_of
 from xladist.hlo.attrs import ConvDimensionNumbers, Window, WindowDim
 from xladist.interpreter.convolution import conv_general
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.test_numerics_support import (
+from tests.numerics.support import (
     S,
     StandInEvaluator,
     argmax_reducer,

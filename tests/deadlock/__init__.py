@@ -1,0 +1,1 @@
+"""Tests of the static deadlock check (runtime/deadlock/)."""

@@ -1,0 +1,1 @@
+"""Numerics of every op family against independent numpy references."""
