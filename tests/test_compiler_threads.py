@@ -318,3 +318,38 @@ ENTRY e {
     finally:
         for put, n in zip(set_all, before):
             put(n)
+
+
+def _this_thread_stack_bytes() -> int:
+    import ctypes
+    libc = ctypes.CDLL(None)
+    libc.pthread_self.restype = ctypes.c_ulong
+    libc.pthread_getattr_np.argtypes = [ctypes.c_ulong, ctypes.c_void_p]
+    attr = ctypes.create_string_buffer(256)  # pthread_attr_t: 56 bytes on x86-64 glibc
+    assert libc.pthread_getattr_np(libc.pthread_self(), attr) == 0
+    size = ctypes.c_size_t()
+    libc.pthread_attr_getstacksize(attr, ctypes.byref(size))
+    libc.pthread_attr_destroy(attr)
+    return size.value
+
+
+def test_pool_workers_get_big_stacks_where_threads_default_to_small_ones():
+    """Kernels keep a row on their stack (up to 64 KiB, twice when a trig kernel reruns
+    its accurate version). musl gives new threads 128 KiB: the pool's workers get 8 MiB
+    anyway, and the process's own default is left as it was."""
+    threading.stack_size(128 << 10)  # what a musl libc (Alpine) gives
+    try:
+        pool = parallel._Pool(2)
+        assert threading.stack_size() == 128 << 10
+    finally:
+        threading.stack_size(0)
+    seen, done = [], threading.Event()
+
+    class Probe:
+        def work(self):
+            seen.append(_this_thread_stack_bytes())
+            done.set()
+
+    pool.inbox[0].put(Probe())
+    assert done.wait(10)
+    assert seen[0] >= parallel.WORKER_STACK

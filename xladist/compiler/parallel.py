@@ -336,6 +336,9 @@ class _Task:
                 self.done.release()
 
 
+WORKER_STACK = 8 << 20
+
+
 class _Pool:
     """size-1 daemon workers blocked on their inboxes; the calling thread is the
     size-th participant."""
@@ -347,9 +350,17 @@ class _Pool:
         # Which workers are between tasks' start and end: runnable threads of ours,
         # which the idle-core estimate (_has_room) must not count as load.
         self.active = [False] * (size - 1)
-        for i, q in enumerate(self.inbox):
-            threading.Thread(target=self._loop, args=(q, i), daemon=True,
-                             name="xladist-compute").start()
+        # Kernels keep rows on their stack (codegen/kernels.py ROW_CACHE_BYTES, twice
+        # when a trig kernel reruns its accurate version): a worker gets glibc's 8 MiB
+        # even where threads default to less (musl: 128 KiB), instead of a SIGSEGV.
+        default = threading.stack_size()
+        threading.stack_size(max(default, WORKER_STACK))
+        try:
+            for i, q in enumerate(self.inbox):
+                threading.Thread(target=self._loop, args=(q, i), daemon=True,
+                                 name="xladist-compute").start()
+        finally:
+            threading.stack_size(default)
 
     def _loop(self, q, i: int) -> None:
         while True:
