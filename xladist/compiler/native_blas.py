@@ -61,8 +61,9 @@ class Blas:
 
 def _numpy_openblas():
     """(lib, prefix, suffix, path) of the OpenBLAS inside numpy's wheel, or None."""
-    from . import parallel
     import numpy
+
+    from . import parallel
     home = os.path.dirname(os.path.dirname(os.path.abspath(numpy.__file__)))
     for lib, pre, suf, path in parallel._openblas_libs():
         if os.path.abspath(path).startswith(os.path.join(home, "numpy")):
@@ -257,14 +258,12 @@ class DotStep:
                               ("int", ld), ("f", zero), ("ptr", pc), ("int", p.ldc)],
               index, "syrkcall")
         # numpy copies the upper triangle into the lower one: c[j, i] = c[i, j], j > i.
-        with for_range(b, c64(p.n), name=f"tri{index}") as row:
-            with for_range(b, c64(p.n), name=f"tri{index}.j") as col:
-                below = b.icmp_signed(">", col.iv, row.iv)
-                src = b.gep(pc, [b.add(b.mul(row.iv, c64(p.ldc)), col.iv)],
-                            source_etype=p.ftype)
-                dst = b.gep(pc, [b.add(b.mul(col.iv, c64(p.ldc)), row.iv)],
-                            source_etype=p.ftype)
-                cur = b.load(dst, typ=p.ftype)
-                b.store(b.select(below, b.load(src, typ=p.ftype), cur), dst)
+        with for_range(b, c64(p.n), name=f"tri{index}") as row, \
+                for_range(b, c64(p.n), name=f"tri{index}.j") as col:
+            below = b.icmp_signed(">", col.iv, row.iv)
+            src = b.gep(pc, [b.add(b.mul(row.iv, c64(p.ldc)), col.iv)], source_etype=p.ftype)
+            dst = b.gep(pc, [b.add(b.mul(col.iv, c64(p.ldc)), row.iv)], source_etype=p.ftype)
+            cur = b.load(dst, typ=p.ftype)
+            b.store(b.select(below, b.load(src, typ=p.ftype), cur), dst)
         b.branch(done)
         b.position_at_end(done)

@@ -1,6 +1,7 @@
 """While loops run by one native function, when condition and body are kernels,
 collectives the driver can call (native_collectives.py: all-reduce, collective-permute,
-leading-dimension all-gather) and 2-D dots (native_blas.py: numpy's own BLAS call) only.
+leading-dimension all-gather; native_exchange.py: reduce-scatter, all-to-all) and 2-D dots
+(native_blas.py: numpy's own BLAS call) only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
@@ -47,9 +48,11 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import ExecutionError
+from . import native_exchange  # noqa: F401  (registers reduce-scatter, all-to-all steps)
 from .codegen.ir_array import c64
 from .codegen.types import I8, I64, PTR
 from .inplace import FRESH
+from .native_blas import DotStep
 from .native_collectives import (
     CELL_BODIES,
     CELL_FAILED,
@@ -60,7 +63,6 @@ from .native_collectives import (
     store_monotonic,
 )
 from .native_collectives import eligible as collective_eligible
-from .native_blas import DotStep
 from .thunks import KernelThunk
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
