@@ -9,29 +9,10 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-import xladist
-from xladist.compiler import native_loop
+from tests.mpi.native_loop_helpers import run_counted
 from xladist.examples import train_mlp
 
 pytestmark = pytest.mark.mpi
-
-
-def _run(module, args, native: bool, monkeypatch):
-    n = MPI.COMM_WORLD.Get_size()
-    calls = []
-    run = native_loop.NativeLoop.run
-
-    def counted(self, state, owned, bound=None, wd=None):
-        calls.append(sorted({s.kind for s in self.collectives}) if bound is not None else None)
-        return run(self, state, owned, bound, wd)
-
-    monkeypatch.setattr(native_loop, "COLLECTIVES", native)
-    monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
-    try:
-        outs = xladist.run(module, args, n=n, check=False, verify=False)
-    finally:
-        monkeypatch.undo()
-    return [np.asarray(v) for v in outs[MPI.COMM_WORLD.Get_rank()]], calls
 
 
 @pytest.mark.parametrize("steps", [0, 1, 7])
@@ -44,9 +25,9 @@ def test_mlp_step_loop_runs_natively_with_the_python_paths_bits(monkeypatch, ste
     xs = np.stack([batches[r][0][0] for r in range(n)])
     ys = np.stack([batches[r][0][1] for r in range(n)])
     args = [np.stack([p] * n) for p in params] + [xs, ys, np.full(n, steps, np.int32)]
-    native, calls = _run(module, args, True, monkeypatch)
-    python, py_calls = _run(module, args, False, monkeypatch)
-    assert calls == [["all-reduce", "dot"]], calls
+    native, calls = run_counted(module, args, True, monkeypatch)
+    python, py_calls = run_counted(module, args, False, monkeypatch)
+    assert [sorted(set(c)) for c in calls] == [["all-reduce", "dot"]], calls
     assert py_calls == []
     for a, b in zip(native, python):
         assert a.tobytes() == b.tobytes(), "native and Python paths differ in bits"

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-import xladist
-from xladist.compiler import native_loop
+from tests.mpi.native_loop_helpers import both_paths, loop_module
 
 pytestmark = pytest.mark.mpi
 
@@ -28,7 +27,7 @@ def rs_module(dt: str, op: str, shape: tuple, dim: int, n: int) -> str:
     t, g = _shape(dt, shape), _shape(dt, out)
     steps = (f"  y = {g} reduce-scatter(c0), dimensions={{{dim}}}, replica_groups={{}}, "
              f"to_apply=red\n  acc = {g} add(c1, y)\n  x1 = {t} add(c0, c0)\n")
-    return _module(dt, op, [t, g], steps, ["x1", "acc"])
+    return loop_module("exchange", [t, g], steps, ["x1", "acc"], dt, op)
 
 
 def a2a_module(dt: str, shape: tuple, dim: int) -> str:
@@ -37,46 +36,7 @@ def a2a_module(dt: str, shape: tuple, dim: int) -> str:
     steps = (f"  y = {t} all-to-all(c0), dimensions={{{dim}}}, replica_groups={{}}\n"
              f"  onec = {dt}[] constant(1)\n  ones = {t} broadcast(onec), dimensions={{}}\n"
              f"  x1 = {t} add(y, ones)\n")
-    return _module(dt, "add", [t], steps, ["x1"])
-
-
-def _module(dt, op, carry, steps, result) -> str:
-    state = "(s32[], s32[], " + ", ".join(carry) + ")"
-    gets = "".join(f"  c{j} = {t} get-tuple-element(p), index={j + 2}\n"
-                   for j, t in enumerate(carry))
-    inits = "".join(f"  z{j} = {t} broadcast(fz), dimensions={{}}\n"
-                    for j, t in enumerate(carry) if j)
-    names = ", ".join(["x"] + [f"z{j}" for j in range(1, len(carry))])
-    return f"""HloModule exchange
-red {{
-  a = {dt}[] parameter(0)
-  b = {dt}[] parameter(1)
-  ROOT c = {dt}[] {op}(a, b)
-}}
-cond {{
-  p = {state} parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  k = s32[] get-tuple-element(p), index=1
-  ROOT lt = pred[] compare(i, k), direction=LT
-}}
-body {{
-  p = {state} parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  k = s32[] get-tuple-element(p), index=1
-{gets}  one = s32[] constant(1)
-  i1 = s32[] add(i, one)
-{steps}  ROOT t = {state} tuple(i1, k, {", ".join(result)})
-}}
-ENTRY e {{
-  x = {carry[0]} parameter(0)
-  k = s32[] parameter(1)
-  zero = s32[] constant(0)
-  fz = {dt}[] constant(0)
-{inits}  init = {state} tuple(zero, k, {names})
-  w = {state} while(init), condition=cond, body=body
-  ROOT out = {carry[-1]} get-tuple-element(w), index={len(carry) + 1}
-}}
-"""
+    return loop_module("exchange", [t], steps, ["x1"], dt)
 
 
 def rs_reference(xs, op, dim, trips, me):
@@ -104,32 +64,9 @@ def a2a_reference(xs, dim, trips, me):
     return x[me]
 
 
-def _run(module, xs, trips, native: bool, monkeypatch):
-    n = MPI.COMM_WORLD.Get_size()
-    calls = []
-    run = native_loop.NativeLoop.run
-
-    def counted(self, state, owned, bound=None, wd=None):
-        calls.append([s.kind for s in self.collectives] if bound is not None else None)
-        return run(self, state, owned, bound, wd)
-
-    monkeypatch.setattr(native_loop, "COLLECTIVES", native)
-    monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
-    try:
-        outs = xladist.run(xladist.parse_hlo(module), [xs, np.full(n, trips, np.int32)], n=n,
-                           check=False, verify=False)
-    finally:
-        monkeypatch.undo()
-    return np.asarray(outs[MPI.COMM_WORLD.Get_rank()][0]), calls
-
-
 def _both(module, xs, trips, monkeypatch, want_calls, what):
-    native, calls = _run(module, xs, trips, True, monkeypatch)
-    python, py_calls = _run(module, xs, trips, False, monkeypatch)
-    assert calls == want_calls, f"{what}: native path {calls}"
-    assert py_calls == [], what
-    assert native.tobytes() == python.tobytes(), f"{what}: native and Python paths differ"
-    return native
+    n = MPI.COMM_WORLD.Get_size()
+    return both_paths(module, [xs, np.full(n, trips, np.int32)], monkeypatch, want_calls, what)
 
 
 @pytest.mark.parametrize("dt,op,shape,dim,native", [
