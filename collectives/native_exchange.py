@@ -39,17 +39,12 @@ class NativeReduceScatter(native_ops._NativeCall):
 
 
 @dataclass(frozen=True)
-class NativeAllToAll(native_ops._NativeCall):
-    """``MPI_Alltoall(send, count, datatype, recv, count, datatype, comm)`` on bytes;
-    ``count``: the bytes each member sends to each other."""
+class NativeAllToAll(native_ops.NativeAllGather):
+    """``MPI_Alltoall(send, count, datatype, recv, count, datatype, comm)`` on bytes (the
+    fields of MPI_Allgather's descriptor); ``count``: the bytes each member sends to each
+    other."""
 
     call = "MPI_Alltoall"
-    fn: int
-    count: int
-    datatype: int
-    comm: int
-    label: str
-    where: object
 
 
 def _ops() -> dict:
