@@ -1,6 +1,9 @@
 """Per-iteration cost of a collective-permute or an all-gather inside a while loop: the native
 driver (xladist/compiler/native_collectives.py) against the Python executor
 (XLADIST_NATIVE_COLLECTIVES=0, switched in-process) and a raw mpi4py loop on the same bytes.
+Last row: the data-parallel MLP step of the demo as a loop (xladist/examples/train_mlp.py
+build_step_loop: 5 dots, 4 all-reduces, kernels; native_blas.py), native against Python
+(no raw column).
 
     mpiexec -n 2 python benchmarks/native_loop_p2p_gather.py [K]
 
@@ -18,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 import xladist
-from xladist.compiler import native_loop
+from xladist.compiler import native_loop, parallel
 
 
 def permute_module(count: int, n: int) -> str:
@@ -36,9 +39,10 @@ def _module(t: str, g: str, op: str) -> str:
     """(i, k, x, g): g <- op(x), x <- -x, k times; for a permute x <- op(x) instead."""
     same = t == g
     state = f"(s32[], s32[], {t}, {g})"
-    # A permute's x moves on and g stays; a gather's x is negated (a carry leaf handed back
-    # unchanged while a device thunk reads it keeps a loop on the Python path: inplace.py
-    # gives it no source), which costs a kernel over x per iteration on both paths.
+    # A permute's x moves on and g stays; a gather's x is negated, which costs a kernel over x
+    # per iteration on both paths (kept so the figures compare with earlier runs; a leaf
+    # handed back unchanged next to the gather would run natively too since inplace.py
+    # gives it its source).
     nxt = "g1, gp" if same else "xn, g1"
     return f"""HloModule bench
 cond {{
@@ -127,8 +131,44 @@ def main() -> int:
             nat, py = ((best[v][1] - best[v][0]) / (k - 1) * 1e6 for v in (True, False))
             say(f"  {opname:>18} {count * 4:>7} {k:>5} | {nat:>8.2f} {py:>8.2f} {r * 1e6:>8.2f}"
                 f" | {py / nat:>6.1f} {nat - r * 1e6:>7.2f} {'yes' if same else 'NO':>4}")
+    mlp_row(comm, k_small, say)
     native_loop.COLLECTIVES = True
     return 0
+
+
+def mlp_row(comm, k_small: int, say) -> None:
+    from xladist.examples import train_mlp
+    n, rank = comm.Get_size(), comm.Get_rank()
+    cfg = train_mlp.Config(replicas=n, steps=1)
+    module = train_mlp.build_step_loop(cfg)
+    params, batches = train_mlp.make_data(cfg)
+    args = [np.stack([p] * n) for p in params] + \
+        [np.stack([batches[r][0][i] for r in range(n)]) for i in (0, 1)]
+    k = max(2, k_small // 2)
+
+    def xla(trips, native):
+        native_loop.COLLECTIVES = native
+        comm.Barrier()
+        t0 = time.perf_counter()
+        outs = xladist.run(module, args + [np.full(n, trips, np.int32)], n=n, check=False,
+                           verify=False)
+        return comm.allreduce(time.perf_counter() - t0, MPI.MAX), outs
+
+    same = all(a.tobytes() == b.tobytes() for a, b in
+               zip(xla(3, True)[1][rank], xla(3, False)[1][rank]))
+    same = comm.allreduce(int(same), MPI.MIN)
+    best = {True: [np.inf, np.inf], False: [np.inf, np.inf]}
+    for rep in range(3):
+        for native in ((True, False) if rep % 2 == 0 else (False, True)):
+            b = best[native]
+            b[0] = min(b[0], xla(1, native)[0])
+            b[1] = min(b[1], xla(k, native)[0])
+    nat, py = ((best[v][1] - best[v][0]) / (k - 1) * 1e6 for v in (True, False))
+    grad_bytes = sum(p.nbytes for p in params)
+    say(f"  {'mlp step':>18} {grad_bytes:>7} {k:>5} | {nat:>8.2f} {py:>8.2f} {'-':>8}"
+        f" | {py / nat:>6.1f} {'-':>7} {'yes' if same else 'NO':>4}")
+    say(f"# load average after: {', '.join(f'{v:.2f}' for v in os.getloadavg())}; "
+        f"OpenBLAS threads {parallel.blas_info()}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from collectives.all_to_all import all_to_all, all_to_all_start
 from collectives.broadcast import collective_broadcast, collective_broadcast_start
 from collectives.communicator import Communicator, CommunicatorCache
 from collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
+from collectives.native_exchange import all_to_all_native, reduce_scatter_native
 from collectives.permute import (
     collective_permute,
     collective_permute_native,
@@ -252,6 +253,24 @@ class MpiDeviceContext(DeviceContext):
         if instr.opcode != "all-gather" or plan is None or plan.comm is None:
             return None
         return all_gather_native(plan.comm, instr.operands[0].shape.nbytes, plan.label)
+
+    def native_reduce_scatter(self, instr, reducer=None):
+        """A reduce-scatter of one array (the compiler checked dimension and layout:
+        compiler/native_exchange.py) as a native while loop calls it: one
+        MPI_Reduce_scatter_block with a builtin op, or None."""
+        plan = self.plans.get(instr)
+        if instr.opcode != "reduce-scatter" or plan is None or plan.comm is None:
+            return None
+        return reduce_scatter_native(plan.comm, self._reducer(plan, reducer),
+                                     instr.shape.dtype, instr.shape.nbytes, plan.label)
+
+    def native_all_to_all(self, instr, reducer=None):
+        """An all-to-all of one array (array form; compiler/native_exchange.py checked
+        dimension and layout) as a native while loop calls it: one MPI_Alltoall, or None."""
+        plan = self.plans.get(instr)
+        if instr.opcode != "all-to-all" or plan is None or plan.comm is None:
+            return None
+        return all_to_all_native(plan.comm, instr.shape.nbytes, plan.label)
 
     def collective_start(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=True)

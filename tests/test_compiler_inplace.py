@@ -589,3 +589,33 @@ def test_clamped_start_indices_in_both_dimensions():
         buf[r:r + 2, c:c + 3] = i
     np.testing.assert_array_equal(got[1], buf)
     assert "d" in in_place(cpu)
+
+
+def test_leaf_handed_back_next_to_a_collective_of_it_keeps_its_source():
+    """(x, y, w) -> (x, all-reduce(x), dus(y, i)): x is handed back unchanged while the
+    all-reduce reads it and its result goes to the root too. On one device the all-reduce
+    may return x's own array, so y may share x's array next iteration, where the update of
+    y in place must not reach x: the body never writes x (so x keeps its source, and the
+    loop may run natively: tests/mpi/test_native_loop_handed_back.py), y's source stays
+    unknown (copied before it is written)."""
+    add = """%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}"""
+    body = """  %r = f32[6,4] all-reduce(%v1), replica_groups={}, to_apply=%add
+  %fi = f32[] convert(%i)
+  %row = f32[1,4] broadcast(%fi), dimensions={}
+  %z = s32[] constant(0)
+  %d = f32[6,4] dynamic-update-slice(%v2, %row, %i, %z)"""
+    text = loop_hlo(5, ["f32[6,4]"] * 3, body, ["%v1", "%r", "%d"],
+                    params=["f32[6,4]"] * 3, extra=add)
+    base = np.arange(24, dtype=np.float32).reshape(6, 4)
+    cpu, got = run_loop(text, base, base + 100, base + 200)
+    np.testing.assert_array_equal(got[1], base)
+    np.testing.assert_array_equal(got[2], base)
+    w = base.copy()
+    w[4] = 4  # the last iteration's y (all-reduce(x) = x) with row 4 set to 4
+    np.testing.assert_array_equal(got[3], w)
+    loop = loops(cpu)["loop"]
+    assert loop.body.sources[1] == 1 and loop.body.sources[2] is None

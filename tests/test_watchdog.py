@@ -45,11 +45,15 @@ def _data_loop(tmp_path, steps):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("steps,op", [([2, 3], "add"), ([2, 3, 3, 2], "add"),
                                       ([2, 3], "maximum"), ([2, 3], "permute"),
-                                      ([2, 3, 3, 2], "gather")],
-                         ids=["n2", "n4", "n2-max", "n2-permute", "n4-gather"])
+                                      ([2, 3, 3, 2], "gather"), ([2, 3], "dot"),
+                                      ([2, 3], "scatter"), ([2, 3, 3, 2], "a2a")],
+                         ids=["n2", "n4", "n2-max", "n2-permute", "n4-gather", "n2-dot",
+                              "n2-reduce-scatter", "n4-all-to-all"])
 def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
     # The loop runs natively (native_loop.py; with maximum, through a native MPI user op;
-    # permute: MPI_Sendrecv; gather: MPI_Allgather): the report still names the rank, the
+    # permute: MPI_Sendrecv; gather: MPI_Allgather; dot: a BLAS call after the all-reduce,
+    # compiler/native_blas.py; reduce-scatter: MPI_Reduce_scatter_block; all-to-all:
+    # MPI_Alltoall, compiler/native_exchange.py): the report still names the rank, the
     # collective and the iteration.
     n = len(steps)
     text = (DATA / "data_dependent_loop.hlo").read_text().replace(
@@ -66,6 +70,22 @@ def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
             "tuple(%i.1, %n, %psum)", "tuple(%i.1, %n, %own)").replace(
             "%one = s32[] constant(1)",  # after line 17, which the report names
             "%one = s32[] constant(1)\n  %own = f32[4]{0} slice(%psum), slice={[0:4]}")
+    elif op == "dot":  # psum as a 2 x 2 matrix times itself, after line 17
+        text = text.replace("tuple(%i.1, %n, %psum)", "tuple(%i.1, %n, %dv)").replace(
+            "%one = s32[] constant(1)",
+            "%one = s32[] constant(1)\n  %m = f32[2,2]{1,0} reshape(%psum)\n"
+            "  %d = f32[2,2]{1,0} dot(%m, %m), lhs_contracting_dims={1}, "
+            "rhs_contracting_dims={0}\n  %dv = f32[4]{0} reshape(%d)")
+    elif op == "scatter":  # each rank's half, then twice over (same shape; n = 2)
+        text = text.replace(psum, "%psum = f32[2]{0} reduce-scatter(%v), channel_id=1, "
+                                  "replica_groups={}, dimensions={0}, to_apply=%add").replace(
+            "tuple(%i.1, %n, %psum)", "tuple(%i.1, %n, %own)").replace(
+            "%one = s32[] constant(1)",
+            "%one = s32[] constant(1)\n  %own = f32[4]{0} concatenate(%psum, %psum), "
+            "dimensions={0}")
+    elif op == "a2a":
+        text = text.replace(psum, "%psum = f32[4]{0} all-to-all(%v), channel_id=1, "
+                                  "replica_groups={}, dimensions={0}")
     else:
         text = text.replace("ROOT %sum = f32[] add(%a, %b)", f"ROOT %sum = f32[] {op}(%a, %b)")
     module = tmp_path / "loop.hlo"

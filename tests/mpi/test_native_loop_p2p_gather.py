@@ -10,46 +10,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-import xladist
-from xladist.compiler import native_loop
+from tests.mpi.native_loop_helpers import both_paths, loop_module
 
 pytestmark = pytest.mark.mpi
-
-
-def _module(name: str, carry: list[str], steps: str, result: list[str]) -> str:
-    """k iterations of a body; carry[0] is the loop's output, inputs are (carry[0], k) and the
-    other carries start at zero (broadcast)."""
-    state = "(s32[], s32[], " + ", ".join(carry) + ")"
-    gets = "".join(f"  c{j} = {t} get-tuple-element(p), index={j + 2}\n"
-                   for j, t in enumerate(carry))
-    inits = "".join(f"  z{j} = {t} broadcast(fz), dimensions={{}}\n"
-                    for j, t in enumerate(carry) if j)
-    init_names = ", ".join(["x"] + [f"z{j}" for j in range(1, len(carry))])
-    return f"""HloModule {name}
-cond {{
-  p = {state} parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  k = s32[] get-tuple-element(p), index=1
-  ROOT lt = pred[] compare(i, k), direction=LT
-}}
-body {{
-  p = {state} parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  k = s32[] get-tuple-element(p), index=1
-{gets}  one = s32[] constant(1)
-  i1 = s32[] add(i, one)
-{steps}  ROOT t = {state} tuple(i1, k, {", ".join(result)})
-}}
-ENTRY e {{
-  x = {carry[0]} parameter(0)
-  k = s32[] parameter(1)
-  zero = s32[] constant(0)
-  fz = f32[] constant(0)
-{inits}  init = {state} tuple(zero, k, {init_names})
-  w = {state} while(init), condition=cond, body=body
-  ROOT out = {carry[-1]} get-tuple-element(w), index={len(carry) + 1}
-}}
-"""
 
 
 def _pairs(pairs) -> str:
@@ -61,7 +24,7 @@ def permute_module(pairs, count: int) -> str:
     t = f"f32[{count}]"
     steps = (f"  y = {t} collective-permute(c0), source_target_pairs={_pairs(pairs)}\n"
              f"  s = {t} add(y, c0)\n")
-    return _module("native_permute", [t], steps, ["s"])
+    return loop_module("native_permute", [t], steps, ["s"])
 
 
 def permute_reference(xs, pairs, trips):
@@ -86,7 +49,7 @@ def gather_module(n: int, shape: tuple, dim: int) -> str:
              f"  onef = f32[] constant(1)\n"
              f"  ones = {t} broadcast(onef), dimensions={{}}\n"
              f"  x1 = {t} add(c0, ones)\n")
-    return _module("native_gather", [t, g], steps, ["x1", "acc"])
+    return loop_module("native_gather", [t, g], steps, ["x1", "acc"])
 
 
 def gather_reference(xs, dim, trips):
@@ -103,32 +66,9 @@ def _input(rank, shape):
     return pool[rng.integers(0, len(pool), int(np.prod(shape)))].reshape(shape)
 
 
-def _run(module, xs, trips, native: bool, monkeypatch):
-    n = MPI.COMM_WORLD.Get_size()
-    calls = []
-    run = native_loop.NativeLoop.run
-
-    def counted(self, state, owned, bound=None, wd=None):
-        calls.append([s.kind for s in self.collectives] if bound is not None else None)
-        return run(self, state, owned, bound, wd)
-
-    monkeypatch.setattr(native_loop, "COLLECTIVES", native)
-    monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
-    try:
-        outs = xladist.run(xladist.parse_hlo(module), [xs, np.full(n, trips, np.int32)], n=n,
-                           check=False, verify=False)
-    finally:
-        monkeypatch.undo()
-    return np.asarray(outs[MPI.COMM_WORLD.Get_rank()][0]), calls
-
-
 def _both(module, xs, trips, monkeypatch, want_calls, what):
-    native, calls = _run(module, xs, trips, True, monkeypatch)
-    python, py_calls = _run(module, xs, trips, False, monkeypatch)
-    assert calls == want_calls, f"{what}: native path {calls}"
-    assert py_calls == [], what
-    assert native.tobytes() == python.tobytes(), f"{what}: native and Python paths differ"
-    return native
+    n = MPI.COMM_WORLD.Get_size()
+    return both_paths(module, [xs, np.full(n, trips, np.int32)], monkeypatch, want_calls, what)
 
 
 @pytest.mark.parametrize("which", ["ring", "partial", "self"])

@@ -163,7 +163,7 @@ def plan_in_place(comp: Computation, plan: FusionPlan, asg: Assignment, donated:
                 s = asg.leaves[i][k]
                 if s is not None:
                     owned_dyn.add(s.id)
-    out.sources = _sources(root, seen, end, resolve, owned_dyn, param_leaf)
+    out.sources = _sources(root, seen, end, resolve, owned_dyn, param_leaf, out.used)
     _merge(asg, base, resolve)
     return out
 
@@ -196,19 +196,28 @@ def _update_target(spec) -> Instruction | None:
     return x
 
 
-def _sources(root, seen, end, resolve, owned_dyn, param_leaf) -> list:
+def _sources(root, seen, end, resolve, owned_dyn, param_leaf, used) -> list:
     """Per result leaf: FRESH (a buffer this run owns and hands over), parameter leaf j
-    (handed back), or None (a constant, an alias, an array something else may hold)."""
+    (handed back), or None (a constant, an alias, an array something else may hold).
+
+    A parameter leaf handed back unchanged while a control or device thunk reads it and
+    hands its own result to the root too (`tuple(x, all-reduce(x))`) may share its array
+    with that result (a one-device collective returns its operand). It is still "handed
+    back" when the body never writes it (not in `used`): nothing then writes the shared
+    array through leaf j, and the other result, whose source is None, is copied before
+    anything writes it (control.py `_settle`). A native loop (native_loop.py) keeps such a
+    leaf in its carry buffer; its collectives write results of their own."""
     out = []
     for s in root:
-        if s is None or sum(1 for r in root if r is s) != 1 \
-                or [e for e in seen.get(s.id, ()) if e[0] == end] != [(end, None)]:
+        ends = [e for e in seen.get(s.id, ()) if e[0] == end] if s is not None else []
+        if s is None or sum(1 for r in root if r is s) != 1 or (end, None) not in ends:
             out.append(None)
             continue
         b = resolve(s)
-        if b.kind == "out" or (b.kind == "dyn" and b.id in owned_dyn):
+        only_root = ends == [(end, None)]
+        if only_root and (b.kind == "out" or (b.kind == "dyn" and b.id in owned_dyn)):
             out.append(FRESH)
-        elif b.kind == "param":
+        elif b.kind == "param" and (only_root or param_leaf[b.id] not in used):
             out.append(param_leaf[b.id])
         else:
             out.append(None)

@@ -1,6 +1,7 @@
-"""While loops run by one native function, when condition and body are kernels and
+"""While loops run by one native function, when condition and body are kernels,
 collectives the driver can call (native_collectives.py: all-reduce, collective-permute,
-leading-dimension all-gather) only.
+leading-dimension all-gather; native_exchange.py: reduce-scatter, all-to-all) and 2-D dots
+(native_blas.py: numpy's own BLAS call) only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
@@ -47,9 +48,11 @@ import numpy as np
 from llvmlite import ir
 
 from ..errors import ExecutionError
+from . import native_exchange  # noqa: F401  (registers reduce-scatter, all-to-all steps)
 from .codegen.ir_array import c64
 from .codegen.types import I8, I64, PTR
 from .inplace import FRESH
+from .native_blas import DotStep
 from .native_collectives import (
     CELL_BODIES,
     CELL_FAILED,
@@ -82,7 +85,22 @@ class KernelStep:
 
 
 def _step(thunk):
-    return KernelStep(thunk) if type(thunk) is KernelThunk else STEPS[thunk.instr.opcode](thunk)
+    if type(thunk) is KernelThunk:
+        return KernelStep(thunk)
+    if DotStep.eligible(thunk):
+        return DotStep(thunk)
+    return STEPS[thunk.instr.opcode](thunk)
+
+
+def _resolve(step, device):
+    """What a non-kernel step calls, resolved once per loop run: a collective by the
+    device's method `step.bind` (e.g. native_all_reduce), a dot by itself (native_blas.py);
+    None when it cannot run natively."""
+    own = getattr(step, "resolve", None)
+    if own is not None:
+        return own(device)
+    native = getattr(device, step.bind, None)
+    return native(step.instr, step.thunk.reducer) if native is not None else None
 
 
 class NativeLoop:
@@ -120,7 +138,8 @@ class NativeLoop:
         if not identity_relayouts or len(thunks) >= WAIT_STEPS - 1:  # steps fit the wait cell
             return False
         for t in thunks:
-            if type(t) is not KernelThunk and not collective_eligible(t):
+            if type(t) is not KernelThunk and not collective_eligible(t) \
+                    and not DotStep.eligible(t):
                 return False
         pred = cond.root_slots[0] if len(cond.root_slots) == 1 else None
         if pred is None or pred.kind not in ("out", "const", "param"):
@@ -198,8 +217,7 @@ class NativeLoop:
         if self._bound[0] is not device:
             bound = []
             for s in self.collectives:
-                native = getattr(device, s.bind, None)
-                d = native(s.instr, s.thunk.reducer) if native is not None else None
+                d = _resolve(s, device)
                 if d is None:
                     bound = None
                     break
@@ -264,7 +282,8 @@ class NativeLoop:
         if wd is None:
             code = self.fn(ctypes.addressof(t))
         else:
-            places = {j: (d.label, d.where) for j, d in zip(self.collective_steps, bound)}
+            places = {j: (d.label, d.where) for j, d in zip(self.collective_steps, bound)
+                      if hasattr(d, "label")}  # the steps that wait (not dots)
             token = wd.begin_native(self.while_name, cells, places)
             try:
                 code = self.fn(ctypes.addressof(t))
@@ -306,6 +325,8 @@ def _reads(step) -> set:
     """Slots a step may read (a kernel: every slot it is given, in-place updates included)."""
     if step.kind == "kernel":
         return set(step.thunk.ids)
+    if step.kind == "dot":
+        return step.reads
     return {step.src.id}
 
 

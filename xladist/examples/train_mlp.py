@@ -83,6 +83,30 @@ def build_module(cfg: Config = Config()):
     return b.build(list(state)[2:], replica_count=cfg.replicas)
 
 
+def build_step_loop(cfg: Config = Config()):
+    """K data-parallel SGD steps on one fixed batch per replica, without feeds: entry
+    parameters w1, b1, w2, b2, x, y and the step count k (s32[]); one all-reduce per
+    gradient. The loop body is kernels, dots and all-reduces only, so it runs as one
+    native driver (compiler/native_loop.py; benchmarks/native_loop_p2p_gather.py times it)."""
+    from xladist.builder import XlaBuilder
+    b = XlaBuilder("mlp_steps")
+    shapes = [s for _, s in param_shapes(cfg)] + [(cfg.batch, cfg.d_in), (cfg.batch, cfg.d_out)]
+    names = [n for n, _ in param_shapes(cfg)] + ["x", "y"]
+    ins = [b.parameter(i, ("f32", s), name=n) for i, (n, s) in enumerate(zip(names, shapes))]
+    k = b.parameter(len(ins), ("s32", ()), name="k")
+
+    def body(sb, step, k, x, y, w1, b1, w2, b2):
+        _loss, grads = loss_and_grads(sb, x, y, w1, b1, w2, b2)
+        summed = [sb.all_reduce(g, "add") for g in grads]
+        scale = cfg.lr / cfg.replicas
+        new = [p - g * scale for p, g in zip([w1, b1, w2, b2], summed)]
+        return [step + 1, k, x, y, *new]
+
+    state = b.while_loop(lambda sb, step, k, *rest: sb.lt(step, k), body,
+                         [b.constant_r0(0, "s32"), k, ins[4], ins[5], *ins[:4]])
+    return b.build(list(state)[4:], replica_count=cfg.replicas)
+
+
 def make_data(cfg: Config = Config()):
     """(initial params, batches[rank][step] = (x, y)): a teacher MLP labels random inputs;
     every rank gets its own shard."""
