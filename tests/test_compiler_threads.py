@@ -118,6 +118,8 @@ CASES = {
     "dot-columns": lambda: dot(100, 400, 1030),
     "dot-batched": lambda: dot(96, 128, 96, batch=20),
     "conv-images": lambda: conv(6, 30, 32, 32),
+    # The direct kernel (conv_kernel.py): 29 positions a line, a tail after blocks of 4.
+    "conv-tail": lambda: conv(6, 29, 16, 64),
     "softmax": lambda: softmax(257, 1100),
 }
 
