@@ -97,3 +97,17 @@ def test_kernel_ir_sums_taps_then_features_with_fma():
     # The fixed order every thread count shares: one fused multiply-add per term.
     text = conv_kernel.ir_text(8)
     assert "@llvm.fma.v8f32" in text and "fast" not in text
+
+
+def test_explain_names_the_direct_kernel_and_its_blocks():
+    import xladist
+    text = ("HloModule m\nENTRY main {\n x = f32[4,20,20,8] parameter(0)\n"
+            f" k = f32[3,3,8,{O}] parameter(1)\n ROOT y = f32[4,20,20,{O}] convolution(x, k), "
+            "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f\n}\n")
+    exe = xladist.compile(xladist.parse_hlo(text), backend="cpu")
+    (split,) = [e["split"] for c in exe.program.explain() for e in c["thunks"] if "split" in e]
+    # 80 lines of 20 x O x 8 x 9 multiply-adds: under one block of BLOCK_MACS.
+    assert split == "one thread: direct kernel (conv_kernel.py), one call"
+    (instr,) = [i for i in xladist.parse_hlo(text.replace("4,20,20", "64,60,60")).entry.instructions
+                if i.opcode == "convolution"]
+    assert conv_kernel.lines_of(instr) == (64 * 60, 60 * O * 8 * 9)

@@ -205,6 +205,30 @@ def applies(dtype, feature_groups: int, batch_groups: int, strides, n_spatial: i
             and out_features % nr == 0)
 
 
+def lines_of(instr) -> tuple[int, int] | None:
+    """(lines, multiply-adds per line) when the convolution `instr` runs on this
+    kernel (what `xladist explain` shows), else None."""
+    a = instr.attrs
+    dn, out, rhs = a["dim_labels"], instr.shape, instr.operands[1].shape
+    dtype = out.element_type.dtype
+    if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16" or \
+            dtype.name.startswith(("float8", "float4")):
+        dtype = np.dtype(np.float32)  # narrow floats compute in f32 (library.py)
+    window = a.get("window")
+    strides = [d.stride for d in window.dims] if window is not None else []
+    osp = [out.dims[d] for d in dn.output_spatial]
+    o = out.dims[dn.output_feature]
+    if not osp or not applies(dtype, int(a.get("feature_group_count", 1) or 1),
+                              int(a.get("batch_group_count", 1) or 1), strides, len(osp), o):
+        return None
+    taps = 1
+    for i, d in enumerate(dn.kernel_spatial):
+        dil = window.dims[i].window_dilation if window is not None else 1
+        taps *= (rhs.dims[d] - 1) * dil + 1
+    lines = out.dims[dn.output_batch] * int(np.prod(osp[:-1]))
+    return lines, osp[-1] * o * rhs.dims[dn.kernel_input_feature] * taps
+
+
 def conv_lines(xl: np.ndarray, w: np.ndarray, out_sp, run, out=None) -> np.ndarray:
     """[N, padded spatial..., C] f32 (C-contiguous) * [O, C, k...] -> [N, out..., O],
     into `out` when given (that shape, f32, C-contiguous). run(fn, lines,
