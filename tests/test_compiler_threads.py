@@ -222,6 +222,54 @@ def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
         release.set()
 
 
+def test_compiled_kernels_claim_blocks_natively(restore_threads, monkeypatch):
+    # A compiled kernel's blocks are taken by one native call per participant; a helper
+    # that never starts does not hold the caller up, and the blocks are blocks_of's:
+    # the result equals the Python claim loop's, bit for bit.
+    parallel.set_threads(2)
+    text, ref, nargs = CASES["row-sum"]()
+    module, args = _inputs(text, nargs)
+    exe = xladist.compile(module, backend="cpu")
+    (t,) = exe.program.builder.kernel_thunks
+    assert len(t.blocks) > 2 and t.blocks[-1][1] != len(t.blocks) * (t.blocks[0][1] - t.blocks[0][0])
+    seen = []
+    real = parallel._NativeTask.work
+
+    def spy(self):
+        seen.append(threading.current_thread().name)
+        real(self)
+    monkeypatch.setattr(parallel._NativeTask, "work", spy)
+    native = np.array(exe(*args)[0])
+    assert seen, "the compiled kernel's blocks were not claimed natively"
+    monkeypatch.setattr(parallel, "NATIVE_CLAIM", False)
+    python = np.array(exe(*args)[0])
+    assert native.tobytes() == python.tobytes()
+    np.testing.assert_allclose(native, ref(*args), rtol=2e-5, atol=2e-4)
+    monkeypatch.setattr(parallel, "NATIVE_CLAIM", True)
+    pool = parallel._get_pool(2)
+    stuck, release = threading.Event(), threading.Event()
+
+    class Blocker:
+        def work(self):
+            stuck.set()
+            release.wait(30)
+
+    pool.inbox[0].put(Blocker())
+    assert stuck.wait(10)
+    got, finished = [], threading.Event()
+
+    def call():
+        got.append(np.array(exe(*args)[0]))
+        finished.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    try:
+        assert finished.wait(10), "the native claim loop waited for a helper that never started"
+        assert got[0].tobytes() == native.tobytes()
+    finally:
+        release.set()
+
+
 def test_no_idle_core_runs_blocks_on_the_caller(restore_threads, monkeypatch):
     parallel.set_threads(2)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
