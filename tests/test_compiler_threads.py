@@ -195,10 +195,9 @@ def test_pool_threads_run_the_blocks(restore_threads):
     assert any(t.name == "xladist-compute" for t in threading.enumerate())
 
 
-def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
-    # A helper busy elsewhere (on a loaded machine: not scheduled) must not hold up the
-    # caller: it finishes every block itself and returns.
-    parallel.set_threads(2)
+def _stuck_helper() -> threading.Event:
+    """Keep the 2-thread pool's helper busy (on a loaded machine: not scheduled) until
+    the returned event is set."""
     pool = parallel._get_pool(2)
     stuck, release = threading.Event(), threading.Event()
 
@@ -209,6 +208,14 @@ def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
 
     pool.inbox[0].put(Blocker())
     assert stuck.wait(10)
+    return release
+
+
+def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
+    # A helper busy elsewhere (on a loaded machine: not scheduled) must not hold up the
+    # caller: it finishes every block itself and returns.
+    parallel.set_threads(2)
+    release = _stuck_helper()
     ran, finished = [], threading.Event()
 
     def call():
@@ -248,16 +255,7 @@ def test_compiled_kernels_claim_blocks_natively(restore_threads, monkeypatch):
     assert native.tobytes() == python.tobytes()
     np.testing.assert_allclose(native, ref(*args), rtol=2e-5, atol=2e-4)
     monkeypatch.setattr(parallel, "NATIVE_CLAIM", True)
-    pool = parallel._get_pool(2)
-    stuck, release = threading.Event(), threading.Event()
-
-    class Blocker:
-        def work(self):
-            stuck.set()
-            release.wait(30)
-
-    pool.inbox[0].put(Blocker())
-    assert stuck.wait(10)
+    release = _stuck_helper()
     got, finished = [], threading.Event()
 
     def call():
