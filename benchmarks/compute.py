@@ -68,12 +68,19 @@ except ImportError:  # jax missing: numpy is the only reference
     jax = None
 
 
+# Between two contenders' samples: XLA's pool threads keep spinning ~2-5 ms after each
+# jax call (this process's runnable threads, sampled after a jax row-sum: 1.85 at 0-1 ms,
+# 1.70 at 2 ms, 1.00 from 5 ms), and xladist, run next, read them as a busy machine
+# (parallel._has_room) and stayed on one thread. No contender is timed in another's wake.
+PAUSE = 0.01
+
+
 def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     """Median seconds per call of every contender, and its process CPU time over wall
     time (the cores it kept busy). The samples are taken in turns, one of each per
     round, so a burst of load on a shared machine hits every contender alike. Each
     gets a warm-up (compiles, caches, page faults); fast calls are batched so timer
-    resolution does not dominate."""
+    resolution does not dominate; PAUSE before each sample."""
     inner = {}
     for k, fn in fns.items():
         fn()
@@ -84,6 +91,7 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
     for _ in range(repeats):
         for k, fn in fns.items():
+            time.sleep(PAUSE)
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(inner[k]):
                 fn()

@@ -118,6 +118,8 @@ CASES = {
     "dot-columns": lambda: dot(100, 400, 1030),
     "dot-batched": lambda: dot(96, 128, 96, batch=20),
     "conv-images": lambda: conv(6, 30, 32, 32),
+    # The direct kernel (conv_kernel.py): 29 positions a line, a tail after blocks of 4.
+    "conv-tail": lambda: conv(6, 29, 16, 64),
     "softmax": lambda: softmax(257, 1100),
 }
 
@@ -145,7 +147,9 @@ def test_bit_identical_for_every_thread_count(case, restore_threads):
     splits = [e.get("split", "") for c in exe.program.explain() for e in c["thunks"]]
     assert any(" blocks of " in s for s in splits), f"nothing was split: {splits}"
     results = {}
-    for n in (1, 2, 16):
+    # Most threads first: a block left unwritten then shows (a later full run into the
+    # same output buffer would hide it).
+    for n in (16, 2, 1):
         parallel.set_threads(n)
         results[n] = np.array(exe(*args)[0])
     for n in (2, 16):
@@ -191,10 +195,9 @@ def test_pool_threads_run_the_blocks(restore_threads):
     assert any(t.name == "xladist-compute" for t in threading.enumerate())
 
 
-def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
-    # A helper busy elsewhere (on a loaded machine: not scheduled) must not hold up the
-    # caller: it finishes every block itself and returns.
-    parallel.set_threads(2)
+def _stuck_helper() -> threading.Event:
+    """Keep the 2-thread pool's helper busy (on a loaded machine: not scheduled) until
+    the returned event is set."""
     pool = parallel._get_pool(2)
     stuck, release = threading.Event(), threading.Event()
 
@@ -205,6 +208,14 @@ def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
 
     pool.inbox[0].put(Blocker())
     assert stuck.wait(10)
+    return release
+
+
+def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
+    # A helper busy elsewhere (on a loaded machine: not scheduled) must not hold up the
+    # caller: it finishes every block itself and returns.
+    parallel.set_threads(2)
+    release = _stuck_helper()
     ran, finished = [], threading.Event()
 
     def call():
@@ -216,6 +227,45 @@ def test_caller_does_not_wait_for_a_helper_that_never_starts(restore_threads):
     try:
         assert finished.wait(10), "run_blocks waited for a helper that never started"
         assert sorted(ran) == [(i, i + 1) for i in range(8)]
+    finally:
+        release.set()
+
+
+def test_compiled_kernels_claim_blocks_natively(restore_threads, monkeypatch):
+    # A compiled kernel's blocks are taken by one native call per participant; a helper
+    # that never starts does not hold the caller up, and the blocks are blocks_of's:
+    # the result equals the Python claim loop's, bit for bit.
+    parallel.set_threads(2)
+    text, ref, nargs = CASES["row-sum"]()
+    module, args = _inputs(text, nargs)
+    exe = xladist.compile(module, backend="cpu")
+    (t,) = exe.program.builder.kernel_thunks
+    assert len(t.blocks) > 2 and t.blocks[-1][1] != len(t.blocks) * (t.blocks[0][1] - t.blocks[0][0])
+    seen = []
+    real = parallel._NativeTask.work
+
+    def spy(self):
+        seen.append(threading.current_thread().name)
+        real(self)
+    monkeypatch.setattr(parallel._NativeTask, "work", spy)
+    native = np.array(exe(*args)[0])
+    assert seen, "the compiled kernel's blocks were not claimed natively"
+    monkeypatch.setattr(parallel, "NATIVE_CLAIM", False)
+    python = np.array(exe(*args)[0])
+    assert native.tobytes() == python.tobytes()
+    np.testing.assert_allclose(native, ref(*args), rtol=2e-5, atol=2e-4)
+    monkeypatch.setattr(parallel, "NATIVE_CLAIM", True)
+    release = _stuck_helper()
+    got, finished = [], threading.Event()
+
+    def call():
+        got.append(np.array(exe(*args)[0]))
+        finished.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    try:
+        assert finished.wait(10), "the native claim loop waited for a helper that never started"
+        assert got[0].tobytes() == native.tobytes()
     finally:
         release.set()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import conv_kernel
 from .parallel import HEAVY, run_blocks
 
 # Multiply-adds per block: ~0.2-0.4 ms on one core, so the pool's hand-off (~15-50 us)
@@ -115,6 +116,13 @@ def split_text(instr, threads: int) -> str | None:
             return (f"{min(threads, len(blocks))} threads: {len(blocks)} blocks of "
                     f"{blocks[0][1] - blocks[0][0]} batches, one BLAS call each")
         return describe_dot(m, n, k, threads) if bsz == 1 else "one thread: one BLAS call"
+    if instr.opcode == "convolution" and (direct := conv_kernel.lines_of(instr)):
+        lines, per_line = direct
+        blocks = _blocks(lines, per_line) if lines > 1 else None
+        if blocks is None:
+            return "one thread: direct kernel (conv_kernel.py), one call"
+        return (f"{min(threads, len(blocks))} threads: {len(blocks)} blocks of "
+                f"{blocks[0][1] - blocks[0][0]} output lines, direct kernel (conv_kernel.py)")
     if instr.opcode == "convolution":
         dn = instr.attrs["dim_labels"]
         macs = instr.shape.size * instr.operands[0].shape.dims[dn.input_feature] * \

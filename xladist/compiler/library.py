@@ -31,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UnsupportedError, XlaDistError
+from . import conv_kernel
 from .blas_blocks import by_blocks, matmul_into
 from .thunks import LibraryThunk
 
@@ -158,7 +159,14 @@ def _channels_last_padded(lhs, dn, window, ct):
         dst.append(slice(lo + j0 * b, lo + (j1 - 1) * b + 1, b))
         sel.append(slice(j0, j1))
     shape.append(src.shape[-1])
-    xl = np.zeros(shape, ct)
+    if empty or any(d.step != 1 for d in dst[1:]):
+        xl = np.zeros(shape, ct)
+    else:  # zero only the padding: zeroing all of it first cost ~0.3 ms of the 8x56x56x64
+        xl = np.empty(shape, ct)
+        for i, d in enumerate(dst[1:], 1):
+            lead = (slice(None),) * i
+            xl[lead + (slice(0, d.start),)] = 0
+            xl[lead + (slice(d.stop, None),)] = 0
     if not empty:
         xl[tuple(dst)] = src[tuple(sel)]
     return xl
@@ -266,6 +274,15 @@ def _convolution(instr, args, outs):
     result = np.zeros((nb // bgroups, o) + tuple(out_sp), ct)
     if not (all(s > 0 for s in out_sp) and result.size):
         pass  # an empty result, or no window fits: zeros
+    elif xl is not None and conv_kernel.applies(ct, groups, bgroups, strides, nsp, o):
+        # Channels-last f32 output: the kernel writes it in place (no copy of the result).
+        into = out if (out.dtype == np.float32 and out.flags.c_contiguous and
+                       out.shape == (nb, *out_sp, o) and dn.output_batch == 0 and
+                       list(dn.output_spatial) == list(range(1, nsp + 1))) else None
+        got = conv_kernel.conv_lines(xl, w, out_sp, by_blocks, into)
+        if into is not None:
+            return
+        result = np.moveaxis(got, -1, 1)
     elif xl is not None:
         result = _shifted_matmuls(xl, w, ksz, strides, out_sp)
     else:

@@ -277,7 +277,8 @@ HEAVY = 16
 
 def run_blocks(fn, argv, blocks, heavy: bool = False) -> None:
     """Run fn(argv, begin, end) over every block, on the pool when it has threads
-    and the machine has an idle core (or the call is heavy, see HEAVY)."""
+    and the machine has an idle core (or the call is heavy, see HEAVY). A compiled
+    kernel's range function (RANGE_TYPE) takes its blocks in native code (_NativeTask)."""
     n = thread_count()
     pool = _get_pool(n) if n > 1 and len(blocks) > 1 else None
     if pool is None or not (heavy or _has_room()) or \
@@ -286,9 +287,91 @@ def run_blocks(fn, argv, blocks, heavy: bool = False) -> None:
             fn(argv, lo, hi)
         return
     try:
-        pool.run(_Task(fn, argv, blocks), min(n, len(blocks)))
+        native = NATIVE_CLAIM and isinstance(fn, RANGE_TYPE) and _claimer() is not None
+        pool.run((_NativeTask if native else _Task)(fn, argv, blocks), min(n, len(blocks)))
     finally:
         pool.busy.release()
+
+
+# ---- blocks claimed in native code -----------------------------------------------------
+# A participant of _Task goes back to Python between blocks: a claim, a ctypes call, the
+# GIL taken again. For a compiled kernel the claim loop runs natively instead
+# (xladist_claim_blocks below): each participant makes ONE ctypes call, holding no GIL
+# while it takes blocks by an atomic counter, so a descheduled thread never holds the
+# GIL between two blocks. The blocks are exactly blocks_of's (uniform `per`, the last
+# cut at `units`), so results do not change.
+NATIVE_CLAIM = True  # False: claim blocks in Python (_Task) for every function
+
+_CLAIM_IR = """
+define i64 @xladist_claim_blocks(ptr %fn, ptr %argv, ptr %next, i64 %nb, i64 %per,
+                                 i64 %units) nounwind {
+entry:
+  br label %loop
+loop:
+  %done = phi i64 [0, %entry], [%done1, %body]
+  %i = atomicrmw add ptr %next, i64 1 monotonic
+  %more = icmp slt i64 %i, %nb
+  br i1 %more, label %body, label %exit
+body:
+  %lo = mul i64 %i, %per
+  %end = add i64 %lo, %per
+  %short = icmp slt i64 %end, %units
+  %hi = select i1 %short, i64 %end, i64 %units
+  call void %fn(ptr %argv, i64 %lo, i64 %hi)
+  %done1 = add i64 %done, 1
+  br label %loop
+exit:
+  ret i64 %done
+}
+"""
+_CLAIM_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_int64)
+_claim: list = []
+
+
+def _claimer():
+    """The compiled claim loop (once per process, through the kernel cache), or None
+    when it cannot be built (then blocks are claimed in Python)."""
+    if not _claim:
+        with _lock:
+            if not _claim:
+                try:
+                    from . import jit
+                    code, _cached = jit.get_code("xladist claim_blocks\n" + _CLAIM_IR,
+                                                 lambda: _CLAIM_IR)
+                    _claim[:] = [_CLAIM_TYPE(code.address("xladist_claim_blocks")), code]
+                except Exception:  # noqa: BLE001 - the Python claim loop still works
+                    _claim[:] = [None, None]
+    return _claim[0]
+
+
+class _NativeTask:
+    """A compiled kernel's split call: every participant runs the native claim loop
+    once; the one whose blocks complete the count releases `done` (see _Task)."""
+
+    __slots__ = ("fn", "argv", "next", "args", "nb", "finished", "count", "done", "error")
+
+    def __init__(self, fn, argv, blocks):
+        self.fn, self.argv = ctypes.cast(fn, ctypes.c_void_p).value, argv
+        self.next = ctypes.c_int64(0)
+        self.nb = len(blocks)
+        self.args = (self.fn, argv, ctypes.addressof(self.next), self.nb,
+                     blocks[0][1] - blocks[0][0], blocks[-1][1])
+        self.finished = 0
+        self.count = threading.Lock()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.error = None
+
+    def work(self) -> None:
+        got = _claim[0](*self.args)
+        if got:
+            with self.count:
+                self.finished += got
+                last = self.finished == self.nb
+            if last:
+                self.done.release()
 
 
 def _get_pool(n: int):
