@@ -10,8 +10,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.test_numerics_convolution import W, naive_conv
-from tests.test_numerics_support import instr, shape_of
+from tests.numerics.test_convolution import W, naive_conv
+from tests.numerics.support import instr, shape_of
 from xladist.compiler import conv_kernel, library
 from xladist.hlo.attrs import ConvDimensionNumbers
 
