@@ -20,6 +20,7 @@ import numpy as np
 
 from ._common import Pending, contiguous
 from .communicator import Communicator
+from .ordered import bind as _ordered, worthwhile
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
                         user_op_ok)
 
@@ -60,6 +61,12 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
         np.copyto(out, x)
         return out
     plan = _plan(reducer, dtype, comm.size)
+    if (plan is None or type(plan[0]) is not str) and \
+            worthwhile(reducer, x.nbytes, plan is not None):
+        call = _ordered(comm, reducer, dtype, x.size, True)
+        if call is not None:
+            call(contiguous(x), out, label or "all-reduce")
+            return out
     if plan is None:
         return _generic(comm, x, reducer, out, label)
     op, wire, canon = plan
@@ -74,13 +81,21 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
     return out
 
 
-def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str):
+def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str,
+                     nbytes: int | None = None):
     """``f(send, recv)`` doing :func:`all_reduce` on flat contiguous byte buffers holding
     ``dtype`` elements, into ``recv``, with the plan decided now; None where only the
-    generic path (or no MPI call at all) fits. For collectives repeated in loops."""
+    generic path (or no MPI call at all) fits. For collectives repeated in loops; given
+    the buffers' ``nbytes``, a reducer without a builtin may bind the order-preserving
+    reduce-scatter + all-gather (ordered.py)."""
     dtype = np.dtype(dtype)
     bind = getattr(comm, "bound_allreduce", None)
     plan = _plan(reducer, dtype, comm.size) if comm.size > 1 else None
+    if nbytes and comm.size > 1 and (plan is None or type(plan[0]) is not str) and \
+            worthwhile(reducer, nbytes, plan is not None):
+        ordered = _ordered(comm, reducer, dtype, nbytes // dtype.itemsize, True)
+        if ordered is not None:
+            return lambda send, recv: ordered(send, recv, label)
     if bind is None or plan is None:
         return None
     op, wire, canon = plan

@@ -18,6 +18,7 @@ import numpy as np
 from ._common import Pending, contiguous, normalize_dim, split_dim, to_block_major
 from .all_reduce import _plan
 from .communicator import Communicator
+from .ordered import bind as _ordered
 from .reduction import SUM, Reducer, fold
 
 __all__ = ["reduce_scatter", "reduce_scatter_start"]
@@ -71,6 +72,10 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
     send = _stage(comm, x, dim, n, reuse=True)
     plan = _plan(reducer, x.dtype, n)
     if plan is None or type(plan[0]) is not str:
+        call = _ordered(comm, reducer, x.dtype, x.size, False)
+        if call is not None:
+            call(send, out, label)
+            return out
         recv = comm.scratch("recv", x.nbytes).view(x.dtype)
         comm.alltoall(send, recv, label)
         return fold(reducer, recv.reshape(n, -1), out=out)

@@ -95,6 +95,10 @@ class Reducer:
     # buffers (a compiled reducer's ``<kernel>_mpi``, xladist/compiler/native_collectives.py):
     # user_op.py then registers it as the MPI op, and no Python runs inside MPI.
     native: int | None = field(default=None)
+    # Optional address of the compiled map kernel itself, `void k(ptr argv, i64 n)` with
+    # argv = out, a, b (the bits of ``into``): the order-preserving reduce-scatter
+    # (+ all-gather) of ordered.py folds with it natively.
+    kernel: int | None = field(default=None)
 
     def __post_init__(self):
         if self.kind is not None and self.kind not in KINDS:
