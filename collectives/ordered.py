@@ -7,7 +7,8 @@ non-commutative, and MPICH then always runs recursive doubling (every member sen
 combines the whole buffer): 1.3-1.8x MPI_MAX from 4 MiB.  Here xladist splits the work
 itself, in one native call (xladist/compiler/native_ordered.py): MPI_Alltoallv sends chunk
 j to member j, member r folds the n contributions to its chunk in group order with the
-compiled reducer kernel, MPI_Allgatherv (in place) hands every member every chunk.  Same
+compiled reducer kernel, MPI_Allgather (in place; Allgatherv for an uneven split) hands
+every member every chunk.  Same
 bytes as MPI's reduce-scatter + all-gather for a builtin op, and the fold is the
 interpreter's for ANY reducer at any group size (non-associative ones included), every
 element computed on exactly one member.
@@ -84,12 +85,15 @@ class OrderedReduce:
                       (sendcounts, displs, recvcounts, recvdispls, counts)]
         t = self.table = np.zeros(T.N_ENTRIES, np.uint64)
         t[T.T_ALLTOALLV] = native_ops.function_address("MPI_Alltoallv")
+        t[T.T_ALLGATHER] = native_ops.function_address("MPI_Allgather")
         t[T.T_ALLGATHERV] = native_ops.function_address("MPI_Allgatherv")
         t[T.T_KERNEL] = kernel
         t[T.T_N], t[T.T_RANK] = n, r
         t[T.T_COMM] = native_ops.handle(comm.comm)
         t[T.T_DATATYPE] = native_ops.element_type(itemsize)
-        t[T.T_ITEMSIZE], t[T.T_GATHER] = itemsize, int(gather)
+        # 1: MPI_Allgather of equal chunks, 2: MPI_Allgatherv (uneven), 0: none.
+        t[T.T_ITEMSIZE] = itemsize
+        t[T.T_GATHER] = 0 if not gather else 1 if len(set(counts)) == 1 else 2
         (t[T.T_SENDCOUNTS], t[T.T_SENDDISPLS], t[T.T_RECVCOUNTS], t[T.T_RECVDISPLS],
          t[T.T_COUNTS]) = (_address(a) for a in self._ints)
         t[T.T_DISPLS] = t[T.T_SENDDISPLS]
@@ -121,7 +125,7 @@ class OrderedReduce:
         finally:
             wd.end(token)
         if rc:
-            call = ("MPI_Alltoallv", "MPI_Allgatherv")[int(t[self._stage]) - 1]
+            call = ("MPI_Alltoallv", "MPI_Allgather", "MPI_Allgatherv")[int(t[self._stage]) - 1]
             from .native_ops import NativeAllReduce
             raise CollectiveError(f"{label}: {call} failed: {NativeAllReduce.error_text(rc)}")
 

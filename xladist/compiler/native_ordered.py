@@ -12,15 +12,18 @@ element `displs[j]`, the same split on every member):
      compiled reducer kernel (`void k(ptr argv, i64 n)`, argv = out, a, b):
      `out = f(c0, c1)`, then `out = f(out, cj)` for j = 2..n-1 (c_r read from the operand
      itself) -- the interpreter's fold bit for bit, for ANY reducer, associative or not;
-  3. all-reduce only: MPI_Allgatherv with MPI_IN_PLACE, each member's folded chunk
-     already sitting at its place in the result.
+  3. all-reduce only: MPI_Allgather (equal chunks; GATHER = 1) or MPI_Allgatherv
+     (uneven; GATHER = 2) with MPI_IN_PLACE, each member's folded chunk already sitting at
+     its place in the result. (MPICH's Allgatherv measured 2-3x its Allgather from 1 MiB,
+     so the common equal split takes Allgather.)
 
 That moves the bytes MPI's own reduce-scatter + all-gather moves for a builtin op, and
 every result element is computed on exactly one member, so all members get the same bits.
 MPI is reached through function pointers in the table (compiled objects name no MPI
 symbol: runtime_symbols.py), like native_collectives.py's loop steps; the caller brackets
 the call with the deadline watchdog (collectives/ordered.py). Returns 0, or the MPI error
-code with the failing call's number (1: Alltoallv, 2: Allgatherv) in the STAGE entry.
+code with the failing call's number (1: Alltoallv, 2: Allgather, 3: Allgatherv) in the
+STAGE entry.
 
 Table (i64 entries; pointers as integers): see the T_* indices below.
 """
@@ -37,15 +40,17 @@ from .codegen.types import I32, I64, PTR
 NAME = "xladist_ordered_reduce"
 
 # Table entries.
-(T_ALLTOALLV, T_ALLGATHERV, T_KERNEL, T_N, T_RANK, T_COMM, T_DATATYPE, T_SEND, T_OUT,
+(T_ALLTOALLV, T_ALLGATHER, T_ALLGATHERV, T_KERNEL, T_N, T_RANK, T_COMM, T_DATATYPE, T_SEND, T_OUT,
  T_SCRATCH, T_ITEMSIZE, T_GATHER, T_SENDCOUNTS, T_SENDDISPLS, T_RECVCOUNTS, T_RECVDISPLS,
- T_COUNTS, T_DISPLS, T_IN_PLACE, T_STAGE) = range(20)
-N_ENTRIES = 20
+ T_COUNTS, T_DISPLS, T_IN_PLACE, T_STAGE) = range(21)
+N_ENTRIES = 21
 
 # MPI_Alltoallv(send, sendcounts, sdispls, type, recv, recvcounts, rdispls, type, comm)
 MPI_ALLTOALLV = ir.FunctionType(I32, [PTR, PTR, PTR, I64, PTR, PTR, PTR, I64, I64])
 # MPI_Allgatherv(send, sendcount, type, recv, recvcounts, displs, type, comm)
 MPI_ALLGATHERV = ir.FunctionType(I32, [PTR, I32, I64, PTR, PTR, PTR, I64, I64])
+# MPI_Allgather(send, sendcount, type, recv, recvcount, type, comm)
+MPI_ALLGATHER = ir.FunctionType(I32, [PTR, I32, I64, PTR, I32, I64, I64])
 MAP_KERNEL = ir.FunctionType(ir.VoidType(), [PTR, I64])
 
 
@@ -127,13 +132,19 @@ def _ir() -> str:
 
     # 3. all-reduce: every member's chunk to every member, in place.
     skip = fn.append_basic_block("gathered")
-    share = fn.append_basic_block("gather")
-    b.cbranch(b.icmp_unsigned("!=", gather, c64(0)), share, skip)
-    b.position_at_end(share)
-    ag = entry(T_ALLGATHERV, MPI_ALLGATHERV.as_pointer())
-    rc = b.call(ag, [entry(T_IN_PLACE, PTR), ir.Constant(I32, 0), dt, out, counts, displs, dt,
-                     comm])
-    failed_if(rc, 2)
+    equal = fn.append_basic_block("gather")
+    uneven = fn.append_basic_block("gatherv")
+    in_place, zero = entry(T_IN_PLACE, PTR), ir.Constant(I32, 0)
+    switch = b.switch(gather, skip)
+    switch.add_case(c64(1), equal)
+    switch.add_case(c64(2), uneven)
+    b.position_at_end(equal)
+    ag = entry(T_ALLGATHER, MPI_ALLGATHER.as_pointer())
+    failed_if(b.call(ag, [in_place, zero, dt, out, b.trunc(mine, I32), dt, comm]), 2)
+    b.branch(skip)
+    b.position_at_end(uneven)
+    agv = entry(T_ALLGATHERV, MPI_ALLGATHERV.as_pointer())
+    failed_if(b.call(agv, [in_place, zero, dt, out, counts, displs, dt, comm]), 3)
     b.branch(skip)
     b.position_at_end(skip)
     b.ret(ir.Constant(I32, 0))
