@@ -36,7 +36,7 @@ __all__ = ["OrderedReduce", "bind", "worthwhile"]
 
 # Below this many bytes an all-reduce whose user op computes the fold (user_op_ok) stays on
 # it: one MPI call beats two at latency-bound sizes (README, Benchmarks).
-USER_OP_BELOW = 256 * 1024
+USER_OP_BELOW = 192 * 1024
 
 _FN = None
 
@@ -49,8 +49,17 @@ def _driver():
     return _FN
 
 
+_CHAR = ctypes.c_char
+_SCRATCH = "ordered"  # the communicator's scratch slot for the chunks received
+_UNSET = object()
+
+
 def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+    # c_char.from_buffer is ~3x cheaper than __array_interface__ (xladist/compiler/thunks.py)
+    try:
+        return ctypes.addressof(_CHAR.from_buffer(a))
+    except (TypeError, ValueError):  # read-only or empty
+        return a.__array_interface__["data"][0]
 
 
 def split(count: int, n: int) -> tuple[list[int], list[int]]:
@@ -102,6 +111,8 @@ class OrderedReduce:
         self._send, self._out, self._scratch = T.T_SEND, T.T_OUT, T.T_SCRATCH
         self._stage = T.T_STAGE
         self._fn = _driver()
+        self._scratch_bytes = max((n - 1) * mine * itemsize, 1)
+        self._scratch_buf = _UNSET  # not yet looked up
         self._wd = comm._wd
 
     def __call__(self, send: np.ndarray, out: np.ndarray, label: str) -> None:
@@ -116,8 +127,12 @@ class OrderedReduce:
             np.copyto(staged, send.reshape(-1).view(np.uint8))
             s = _address(staged)
         t[self._send], t[self._out] = s, o
-        t[self._scratch] = _address(comm.scratch("ordered", (self.n - 1) * self.mine
-                                                 * self.itemsize))
+        # The communicator's scratch (reused by every call, never page-faulted again),
+        # looked up again only when another call has replaced it with a larger one.
+        if comm._scratch.get(_SCRATCH) is not self._scratch_buf:
+            comm.scratch(_SCRATCH, self._scratch_bytes)
+            self._scratch_buf = comm._scratch[_SCRATCH]
+            t[self._scratch] = _address(self._scratch_buf)
         wd = self._wd
         token = wd.begin(label, comm)
         try:
