@@ -6,9 +6,12 @@ result; ``<op>_start(comm, x, ...)`` returns a :class:`~collectives._common.Pend
 scalars, zero-size) or a list/tuple of arrays (variadic form, reduced independently).
 ``label`` names the instruction for the deadline message ("all-reduce.7").
 
-Builtin reductions run as one MPI_Allreduce, and so do the reducers
-:func:`reduction.user_op_ok` admits, with an MPI user-defined op (collectives/user_op.py)
-that runs ``fn`` on whole buffers.  The generic path (see :mod:`reduction`) is a
+Builtin reductions run as one MPI_Allreduce.  A reducer without a builtin that carries a
+compiled kernel (the cpu backend) runs the order-preserving reduce-scatter + all-gather of
+:mod:`collectives.ordered` (one native call) -- from ordered.USER_OP_BELOW bytes where the
+user op below also computes the left fold, always where it does not.  Below that, the
+reducers :func:`reduction.user_op_ok` admits run as one MPI_Allreduce with an MPI
+user-defined op (collectives/user_op.py) that runs ``fn`` on whole buffers.  The generic path (see :mod:`reduction`) is a
 reduce-scatter done as all-to-all + a left fold in rank order, followed by an all-gather: the
 same bandwidth as a ring all-reduce, and each element is combined on exactly one rank, so all
 members get bit-identical results for any ``fn``.

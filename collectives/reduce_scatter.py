@@ -2,7 +2,9 @@
 
 Same outline as :mod:`collectives.all_reduce`.  The operand's ``dim`` must be divisible by the
 group size n; the result's ``dim`` is that divided by n.  Builtin reductions run as one
-MPI_Reduce_scatter_block.  Every other reducer takes an all-to-all of the n parts followed by
+MPI_Reduce_scatter_block.  A reducer with a compiled kernel takes the native call of
+:mod:`collectives.ordered` (MPI_Alltoallv + the left fold with the kernel, no Python
+between them).  Every other reducer takes an all-to-all of the n parts followed by
 a left fold in rank order (:func:`reduction.fold`, which runs the cpu backend's compiled
 kernel on whole parts when the Reducer carries one): each member folds only its own part, in
 a fixed order, so the result is the interpreter's left fold bit for bit for any ``fn`` at

@@ -35,6 +35,9 @@ Three paths:
   over two members (one combination, ``fn(rank0, rank1)``).  All-reduce only: reduce-scatter
   folds each member's own part after an all-to-all (collectives/reduce_scatter.py), faster
   than MPICH's non-commutative reduce-scatter and the left fold at any group size.
+* **ordered** -- a reducer without a builtin that carries the cpu backend's compiled kernel
+  (``Reducer.kernel``) runs collectives/ordered.py instead of the user op (from 192 KiB) and
+  of the generic path (always): the generic path's data flow as one native call.
 * **generic** -- everything else (non-associative reducers -- bf16/f16 sums, custom
   computations -- over three or more members): bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
   is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas
