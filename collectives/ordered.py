@@ -119,14 +119,9 @@ class OrderedReduce:
         """Reduce the contiguous ``send`` (count elements) into the contiguous ``out`` (the
         whole result, or this member's part for reduce-scatter)."""
         comm, t = self.comm, self.table
-        s, o = _address(send), _address(out)
-        if s < o + out.nbytes and o < s + self.nbytes:
-            # The fold writes this member's chunk of the result before it reads the
-            # operand's: an operand sharing memory with the result is staged first.
-            staged = comm.scratch("ordered-send", self.nbytes)
-            np.copyto(staged, send.reshape(-1).view(np.uint8))
-            s = _address(staged)
-        t[self._send], t[self._out] = s, o
+        # ``send`` may be ``out`` itself (the native function reads this member's chunk
+        # before its last fold step writes it).
+        t[self._send], t[self._out] = _address(send), _address(out)
         # The communicator's scratch (reused by every call, never page-faulted again),
         # looked up again only when another call has replaced it with a larger one.
         if comm._scratch.get(_SCRATCH) is not self._scratch_buf:

@@ -144,7 +144,7 @@ def _same_everywhere(got: np.ndarray, what: str) -> None:
 @pytest.mark.parametrize("name", sorted(_CASES))
 def test_all_reduce_is_the_left_fold_bit_for_bit(ordered_only, name):
     import collectives as C
-    from collectives import reduction
+    from collectives import ordered, reduction
 
     comm = ordered_only
     n = comm.size
@@ -157,6 +157,10 @@ def test_all_reduce_is_the_left_fold_bit_for_bit(ordered_only, name):
         _same_everywhere(got, what)
         want = reduction.fold(ref, xs)
         assert got.tobytes() == want.tobytes(), f"{what}: not the left fold in rank order"
+        # In place (the operand is the result, as a native loop's carry): the same bits.
+        mine = xs[comm.rank].copy()
+        ordered.bind(comm, red, dtype, count, True)(mine, mine, "all-reduce.2")
+        assert mine.tobytes() == want.tobytes(), f"{what}: in place differs"
         if red.kind is not None:  # and the values are numpy's meaning of the op
             wide = np.float64
             np.testing.assert_array_equal(got.astype(wide),

@@ -10,8 +10,10 @@ element `displs[j]`, the same split on every member):
      without r);
   2. the left fold in group-rank order of the n contributions to chunk r, with the
      compiled reducer kernel (`void k(ptr argv, i64 n)`, argv = out, a, b):
-     `out = f(c0, c1)`, then `out = f(out, cj)` for j = 2..n-1 (c_r read from the operand
-     itself) -- the interpreter's fold bit for bit, for ANY reducer, associative or not;
+     `acc = f(c0, c1)`, then `acc = f(acc, cj)` for j = 2..n-1 (c_r read from the operand
+     itself; acc in the first scratch slot, the last step writing the result chunk, so the
+     operand may be the result: in place) -- the interpreter's fold bit for bit, for ANY
+     reducer, associative or not;
   3. all-reduce only: MPI_Allgather (equal chunks; GATHER = 1) or MPI_Allgatherv
      (uneven; GATHER = 2) with MPI_IN_PLACE, each member's folded chunk already sitting at
      its place in the result. (MPICH's Allgatherv measured 2-3x its Allgather from 1 MiB,
@@ -109,11 +111,19 @@ def _ir() -> str:
     argv = b.alloca(ir.ArrayType(PTR, 3))
     slots = [b.gep(argv, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True)
              for i in range(3)]
-    b.store(dst, slots[0])
+    # The partial folds of n >= 3 members go to the first scratch slot (it held c0 or c1,
+    # both read by the first step), only the last step writes `dst`: so `dst` may be the
+    # operand's own chunk (an all-reduce in place) -- it is read before it is written.
+    last = b.sub(n, c64(1))
+
+    def target(j):
+        return b.select(b.icmp_unsigned("==", j, last), dst, scratch)
+
+    b.store(target(c64(1)), slots[0])
     b.store(source(c64(0)), slots[1])
     b.store(source(c64(1)), slots[2])
     b.call(kernel, [argv, mine])
-    b.store(dst, slots[1])
+    b.store(scratch, slots[1])
     head = fn.append_basic_block("fold")
     body = fn.append_basic_block("fold.body")
     done = fn.append_basic_block("fold.done")
@@ -124,6 +134,7 @@ def _ir() -> str:
     j.add_incoming(c64(2), pre)
     b.cbranch(b.icmp_unsigned("<", j, n), body, done)
     b.position_at_end(body)
+    b.store(target(j), slots[0])
     b.store(source(j), slots[2])
     b.call(kernel, [argv, mine])
     j.add_incoming(b.add(j, c64(1)), body)
