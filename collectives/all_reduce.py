@@ -23,7 +23,7 @@ import numpy as np
 
 from ._common import Pending, contiguous
 from .communicator import Communicator
-from .ordered import bind as _ordered, worthwhile
+from .ordered import bind as _ordered, native as _ordered_native, worthwhile
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
                         user_op_ok)
 
@@ -120,6 +120,11 @@ def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, 
     dtype = np.dtype(dtype)
     bind = getattr(comm, "native_allreduce", None)
     plan = _plan(reducer, dtype, comm.size)
+    if comm.size > 1 and (plan is None or type(plan[0]) is not str) and \
+            worthwhile(reducer, nbytes, plan is not None):
+        ordered = _ordered_native(comm, reducer, dtype, nbytes // dtype.itemsize, label)
+        if ordered is not None:  # the order-preserving reduce-scatter + all-gather
+            return ordered
     if bind is None or plan is None:
         return None
     op, wire, canon = plan

@@ -32,7 +32,7 @@ import numpy as np
 
 from .communicator import CollectiveError
 
-__all__ = ["OrderedReduce", "bind", "worthwhile"]
+__all__ = ["OrderedReduce", "bind", "native", "worthwhile"]
 
 # Below this many bytes an all-reduce whose user op computes the fold (user_op_ok) stays on
 # it: one MPI call beats two at latency-bound sizes (README, Benchmarks).
@@ -162,3 +162,21 @@ def bind(comm, reducer, dtype: np.dtype, count: int, gather: bool):
         call = cache[key] = OrderedReduce(comm, kernel, dtype.itemsize, count, gather) \
             if ok else None
     return call
+
+
+def native(comm, reducer, dtype: np.dtype, count: int, label: str):
+    """The all-reduce as a native while loop runs it (native_ops.NativeOrderedAllReduce:
+    the driver calls the native function itself), or None where it cannot run. It gets a
+    scratch buffer of its own: the loop keeps the address for all its runs, while the
+    communicator's scratch may be replaced by any call in between."""
+    from . import native_ops
+    if reducer.kernel is None or getattr(comm, "_ordered", None) is None \
+            or count >= 1 << 31 or not native_ops.available():
+        return None
+    from xladist.compiler import native_ordered as T
+    call = OrderedReduce(comm, reducer.kernel, dtype.itemsize, count, True)
+    scratch = np.empty(call._scratch_bytes, np.uint8)
+    call.table[T.T_SCRATCH] = _address(scratch)
+    return native_ops.NativeOrderedAllReduce(
+        0, count, 0, 0, native_ops.handle(comm.comm), False, label, comm,
+        ordered_fn=T.address(), ordered_table=call._table, keep=(call, scratch))
