@@ -29,6 +29,12 @@ Handles travel as 64-bit integer arguments: right for pointer handles (Open MPI)
 MPICH's `int` handles on x86-64 SysV and AArch64, where an int argument is the low half of
 its 64-bit argument register.
 
+An all-reduce whose descriptor carries `ordered_fn` (native_ops.NativeOrderedAllReduce:
+a reducer without a builtin, from collectives/ordered.py's size on) calls that function
+instead: the order-preserving reduce-scatter + all-gather of native_ordered.py, after
+writing this iteration's send and result addresses into its table (in place: both the
+carry); the branch is taken at run time on the table entry.
+
 Reducers MPI has no builtin for become MPI user-defined operations whose function is
 native: `<reducer kernel>_mpi(in, inout, len, datatype)` calls the compiled reducer
 kernel on the two whole buffers, `inout = f(in, inout)` (in comes from the lower ranks;
