@@ -6,9 +6,12 @@ result; ``<op>_start(comm, x, ...)`` returns a :class:`~collectives._common.Pend
 scalars, zero-size) or a list/tuple of arrays (variadic form, reduced independently).
 ``label`` names the instruction for the deadline message ("all-reduce.7").
 
-Builtin reductions run as one MPI_Allreduce, and so do the reducers
-:func:`reduction.user_op_ok` admits, with an MPI user-defined op (collectives/user_op.py)
-that runs ``fn`` on whole buffers.  The generic path (see :mod:`reduction`) is a
+Builtin reductions run as one MPI_Allreduce.  A reducer without a builtin that carries a
+compiled kernel (the cpu backend) runs the order-preserving reduce-scatter + all-gather of
+:mod:`collectives.ordered` (one native call) -- from ordered.USER_OP_BELOW bytes where the
+user op below also computes the left fold, always where it does not.  Below that, the
+reducers :func:`reduction.user_op_ok` admits run as one MPI_Allreduce with an MPI
+user-defined op (collectives/user_op.py) that runs ``fn`` on whole buffers.  The generic path (see :mod:`reduction`) is a
 reduce-scatter done as all-to-all + a left fold in rank order, followed by an all-gather: the
 same bandwidth as a ring all-reduce, and each element is combined on exactly one rank, so all
 members get bit-identical results for any ``fn``.
@@ -20,6 +23,7 @@ import numpy as np
 
 from ._common import Pending, contiguous
 from .communicator import Communicator
+from .ordered import bind as _ordered, native as _ordered_native, worthwhile
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
                         user_op_ok)
 
@@ -60,6 +64,12 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
         np.copyto(out, x)
         return out
     plan = _plan(reducer, dtype, comm.size)
+    if (plan is None or type(plan[0]) is not str) and \
+            worthwhile(reducer, x.nbytes, plan is not None):
+        call = _ordered(comm, reducer, dtype, x.size, True)
+        if call is not None:
+            call(contiguous(x), out, label or "all-reduce")
+            return out
     if plan is None:
         return _generic(comm, x, reducer, out, label)
     op, wire, canon = plan
@@ -74,13 +84,21 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
     return out
 
 
-def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str):
+def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str,
+                     nbytes: int | None = None):
     """``f(send, recv)`` doing :func:`all_reduce` on flat contiguous byte buffers holding
     ``dtype`` elements, into ``recv``, with the plan decided now; None where only the
-    generic path (or no MPI call at all) fits. For collectives repeated in loops."""
+    generic path (or no MPI call at all) fits. For collectives repeated in loops; given
+    the buffers' ``nbytes``, a reducer without a builtin may bind the order-preserving
+    reduce-scatter + all-gather (ordered.py)."""
     dtype = np.dtype(dtype)
     bind = getattr(comm, "bound_allreduce", None)
     plan = _plan(reducer, dtype, comm.size) if comm.size > 1 else None
+    if nbytes and comm.size > 1 and (plan is None or type(plan[0]) is not str) and \
+            worthwhile(reducer, nbytes, plan is not None):
+        ordered = _ordered(comm, reducer, dtype, nbytes // dtype.itemsize, True)
+        if ordered is not None:
+            return lambda send, recv: ordered(send, recv, label)
     if bind is None or plan is None:
         return None
     op, wire, canon = plan
@@ -102,6 +120,11 @@ def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, 
     dtype = np.dtype(dtype)
     bind = getattr(comm, "native_allreduce", None)
     plan = _plan(reducer, dtype, comm.size)
+    if comm.size > 1 and (plan is None or type(plan[0]) is not str) and \
+            worthwhile(reducer, nbytes, plan is not None):
+        ordered = _ordered_native(comm, reducer, dtype, nbytes // dtype.itemsize, label)
+        if ordered is not None:  # the order-preserving reduce-scatter + all-gather
+            return ordered
     if bind is None or plan is None:
         return None
     op, wire, canon = plan

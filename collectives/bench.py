@@ -185,9 +185,11 @@ def _reducers():
         return run
 
     def compiled(kind, fn, name, kernel):
-        # As the runtime builds it (runtime/mpi_context.py): the kernel for folds, and its
-        # native MPI_User_function for MPI user ops.
-        return Reducer(kind, fn, name, into(kernel), kernel.mpi_function)
+        # As the runtime builds it (runtime/mpi_context.py): the kernel for folds (from
+        # Python and, by address, natively: collectives/ordered.py), and its native
+        # MPI_User_function for MPI user ops.
+        return Reducer(kind, fn, name, into(kernel), kernel.mpi_function,
+                       kernel.kernel_address)
 
     return {
         "sum": (np.dtype(np.float32), C.SUM, "SUM", np.dtype(np.float32)),

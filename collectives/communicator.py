@@ -293,6 +293,7 @@ class MpiCommunicator(Communicator):
         super().__init__(comm.Get_rank(), comm.Get_size(), devices)
         self.comm = comm
         self._wd = _deadline.watchdog
+        self._ordered: dict = {}  # collectives/ordered.py: native calls made once per shape
 
     # Each blocking call is bracketed by watchdog begin/end: two attribute stores, no syscall.
     def _reduce(self, call, send, recv, op, label):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 __all__ = [
     "NativeAllGather",
     "NativeAllReduce",
+    "NativeOrderedAllReduce",
     "NativePermute",
     "available",
     "element_type",
@@ -67,6 +68,19 @@ class NativeAllReduce(_NativeCall):
     label: str
     where: object
     in_place: int = 0  # MPI_IN_PLACE as a pointer value (in_place_address())
+
+
+@dataclass(frozen=True)
+class NativeOrderedAllReduce(NativeAllReduce):
+    """An all-reduce a native loop runs through collectives/ordered.py's native function
+    (the order-preserving reduce-scatter + all-gather): ``ordered_fn(ordered_table)`` after
+    the driver wrote the send and result addresses into the table; ``keep`` holds the
+    table and the call's own scratch buffer for as long as the loop may run it."""
+
+    call = "the ordered all-reduce (MPI_Alltoallv, MPI_Allgather)"
+    ordered_fn: int = 0
+    ordered_table: int = 0
+    keep: object = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Same outline as :mod:`collectives.all_reduce`.  The operand's ``dim`` must be divisible by the
 group size n; the result's ``dim`` is that divided by n.  Builtin reductions run as one
-MPI_Reduce_scatter_block.  Every other reducer takes an all-to-all of the n parts followed by
+MPI_Reduce_scatter_block.  A reducer with a compiled kernel takes the native call of
+:mod:`collectives.ordered` (MPI_Alltoallv + the left fold with the kernel, no Python
+between them).  Every other reducer takes an all-to-all of the n parts followed by
 a left fold in rank order (:func:`reduction.fold`, which runs the cpu backend's compiled
 kernel on whole parts when the Reducer carries one): each member folds only its own part, in
 a fixed order, so the result is the interpreter's left fold bit for bit for any ``fn`` at
@@ -18,6 +20,7 @@ import numpy as np
 from ._common import Pending, contiguous, normalize_dim, split_dim, to_block_major
 from .all_reduce import _plan
 from .communicator import Communicator
+from .ordered import bind as _ordered
 from .reduction import SUM, Reducer, fold
 
 __all__ = ["reduce_scatter", "reduce_scatter_start"]
@@ -71,6 +74,10 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
     send = _stage(comm, x, dim, n, reuse=True)
     plan = _plan(reducer, x.dtype, n)
     if plan is None or type(plan[0]) is not str:
+        call = _ordered(comm, reducer, x.dtype, x.size, False)
+        if call is not None:
+            call(send, out, label)
+            return out
         recv = comm.scratch("recv", x.nbytes).view(x.dtype)
         comm.alltoall(send, recv, label)
         return fold(reducer, recv.reshape(n, -1), out=out)

@@ -35,6 +35,9 @@ Three paths:
   over two members (one combination, ``fn(rank0, rank1)``).  All-reduce only: reduce-scatter
   folds each member's own part after an all-to-all (collectives/reduce_scatter.py), faster
   than MPICH's non-commutative reduce-scatter and the left fold at any group size.
+* **ordered** -- a reducer without a builtin that carries the cpu backend's compiled kernel
+  (``Reducer.kernel``) runs collectives/ordered.py instead of the user op (from 192 KiB) and
+  of the generic path (always): the generic path's data flow as one native call.
 * **generic** -- everything else (non-associative reducers -- bf16/f16 sums, custom
   computations -- over three or more members): bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
   is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas
@@ -95,6 +98,10 @@ class Reducer:
     # buffers (a compiled reducer's ``<kernel>_mpi``, xladist/compiler/native_collectives.py):
     # user_op.py then registers it as the MPI op, and no Python runs inside MPI.
     native: int | None = field(default=None)
+    # Optional address of the compiled map kernel itself, `void k(ptr argv, i64 n)` with
+    # argv = out, a, b (the bits of ``into``): the order-preserving reduce-scatter
+    # (+ all-gather) of ordered.py folds with it natively.
+    kernel: int | None = field(default=None)
 
     def __post_init__(self):
         if self.kind is not None and self.kind not in KINDS:

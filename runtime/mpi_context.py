@@ -168,16 +168,18 @@ class MpiDeviceContext(DeviceContext):
             return SUM
         # The compiled kernel as a native MPI_User_function (compiler/native_collectives.py).
         native = getattr(reducer, "mpi_function", None)
-        if plan.reducer is None or plan.reducer[0].native != native:
+        kernel = getattr(reducer, "kernel_address", None)
+        if plan.reducer is None or plan.reducer[0].native != native \
+                or plan.reducer[0].kernel != kernel:
             proxy = _Proxy()
             into = proxy.into if hasattr(reducer, "combine_into") else None
             builtin = match_reducer(reducer.computation)
             if builtin is None:
-                red = Reducer(None, proxy, reducer.computation.name, into, native)
+                red = Reducer(None, proxy, reducer.computation.name, into, native, kernel)
             elif into is None:
                 red = builtin
             else:
-                red = Reducer(builtin.kind, builtin.fn, builtin.name, into, native)
+                red = Reducer(builtin.kind, builtin.fn, builtin.name, into, native, kernel)
             plan.reducer = (red, proxy)
         plan.reducer[1].target = reducer
         return plan.reducer[0]
@@ -197,10 +199,10 @@ class MpiDeviceContext(DeviceContext):
             return None
         dst = instr.shape
         red = self._reducer(plan, reducer)
-        call = all_reduce_bound(plan.comm, red, dst.dtype, plan.label)
+        nbytes = dst.size * dst.dtype.itemsize
+        call = all_reduce_bound(plan.comm, red, dst.dtype, plan.label, nbytes)
         if call is None:
             return None
-        nbytes = dst.size * dst.dtype.itemsize
         result = plan.comm.result
         shape, u8 = (nbytes,), np.dtype(np.uint8)
 

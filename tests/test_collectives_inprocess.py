@@ -234,6 +234,17 @@ def test_rank_that_never_joins_aborts_job_after_deadline():
 
 
 @needs_mpiexec
+def test_rank_that_never_joins_the_native_ordered_reduce_aborts_job_after_deadline():
+    # The wait is inside one native call (collectives/ordered.py): the watchdog still ends it.
+    proc, elapsed = _run("hang-ordered", 2)
+    assert proc.returncode != 0
+    assert "rank 0: timed out after" in proc.stderr
+    assert "waiting in all-reduce.9 over group [0, 1]" in proc.stderr
+    assert "unreachable" not in proc.stdout
+    assert elapsed < 2 * 1.5 + 15, f"took {elapsed:.1f} s"
+
+
+@needs_mpiexec
 def test_rank_that_raises_aborts_job_at_once():
     proc, elapsed = _run("raise", 120)
     assert proc.returncode != 0

@@ -2,6 +2,8 @@
 
     python -m tests.mpi.deadline_script hang     # rank 1 never joins an all-reduce
     python -m tests.mpi.deadline_script raise    # rank 1 raises while rank 0 waits
+    python -m tests.mpi.deadline_script hang-ordered   # as hang, in the native ordered
+                                                       # reduce-scatter + all-gather
 """
 
 import sys
@@ -23,7 +25,13 @@ def main(mode: str) -> None:
             if mode == "raise":
                 raise ValueError("boom: bad operand on purpose")
             time.sleep(600)  # never joins; the deadline on rank 0 must end the job
-        all_reduce(comm, np.ones(4), label="all-reduce.7")
+        if mode == "hang-ordered":
+            # A compiled NaN-propagating max over 1 MiB: collectives/ordered.py's native call.
+            from collectives.bench import _reducers
+            _, red, _, _ = _reducers()["max"]
+            all_reduce(comm, np.ones(1 << 18, np.float32), red, label="all-reduce.9")
+        else:
+            all_reduce(comm, np.ones(4), label="all-reduce.7")
         print("unreachable: the collective completed", flush=True)
 
 

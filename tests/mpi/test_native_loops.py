@@ -115,10 +115,9 @@ def test_native_loop_matches_python_path_and_numpy(monkeypatch, dt, red, twice):
     world = MPI.COMM_WORLD
     n, me = world.Get_size(), world.Get_rank()
     dtype = np.dtype(HLO_TYPES[dt])
-    reducer = reduction.Reducer(red, OPS[red][1])
-    # One MPI call when MPI has the op, or a user op whose tree is the left fold.
-    one_call = reduction.builtin_op(reducer, dtype) is not None or \
-        reduction.user_op_ok(reducer, dtype, n)
+    # Native whatever the reducer: one MPI call when MPI has the op, a user op whose tree is
+    # the left fold, or (the compiled kernel at hand) the ordered reduce-scatter +
+    # all-gather (collectives/ordered.py: from 192 KiB, and for a bf16 sum over 3+ members).
     for count in (3, 70_001):  # an odd small one; 64 KiB+ (MPI's large-message algorithms)
         module = xladist.parse_hlo(loop_module(dt, red, count, twice))
         xs = np.stack([special_input(r, count, dtype) for r in range(n)])
@@ -127,7 +126,7 @@ def test_native_loop_matches_python_path_and_numpy(monkeypatch, dt, red, twice):
             native, calls = _run(module, xs, trips, True, monkeypatch)
             python, py_calls = _run(module, xs, trips, False, monkeypatch)
             # x' = all-reduce(x) reduces in place (MPI_IN_PLACE); the second form swaps.
-            want_calls = [(True, [] if twice else [2])] if one_call else []
+            want_calls = [(True, [] if twice else [2])]
             assert calls == want_calls, f"{what}: native path {calls}"
             assert py_calls == [], what
             got = np.asarray(native[me][0])
@@ -144,19 +143,33 @@ def test_native_loop_matches_python_path_and_numpy(monkeypatch, dt, red, twice):
                 assert got[nan].tobytes() == canonical.tobytes(), f"{what}: NaN not canonical"
 
 
-def test_loop_with_a_generic_all_reduce_keeps_the_python_path(monkeypatch):
-    """A reducer that is one MPI call nowhere (a bf16 sum over 3+ members goes generic) or an
-    all-reduce of a tuple: the loop runs on the Python path, with the same results."""
+def test_loop_with_a_non_associative_reducer_over_3_members_runs_ordered(monkeypatch):
+    """A bf16 sum over 3+ members is one MPI call nowhere (its tree would not be the left
+    fold): the loop runs it natively through the ordered reduce-scatter + all-gather, in
+    place, with the Python path's bits."""
+    import importlib
+    all_reduce = importlib.import_module("collectives.all_reduce")  # the module
     world = MPI.COMM_WORLD
-    n = world.Get_size()
+    n, me = world.Get_size(), world.Get_rank()
     if n < 3:
         pytest.skip("over two members every reducer is one MPI call")
     module = xladist.parse_hlo(loop_module("bf16", "sum", 5, False))
     xs = np.stack([special_input(r, 5, ml_dtypes.bfloat16) for r in range(n)])
-    outs, calls = _run(module, xs, 2, True, monkeypatch)
-    assert calls == []
-    np.testing.assert_array_equal(np.asarray(outs[world.Get_rank()][0]).astype(np.float64),
-                                  reference(xs, "sum", 2, False, world.Get_rank()).astype(np.float64))
+    made = []
+    real = all_reduce._ordered_native
+
+    def ordered(*args):
+        made.append(args[-1])
+        return real(*args)
+
+    monkeypatch.setattr(native_loop, "COLLECTIVES", True)
+    monkeypatch.setattr(all_reduce, "_ordered_native", ordered)
+    native, calls = _run(module, xs, 2, True, monkeypatch)
+    assert made and calls == [(True, [2])], (made, calls)
+    python, _ = _run(module, xs, 2, False, monkeypatch)
+    assert np.asarray(native[me][0]).tobytes() == np.asarray(python[me][0]).tobytes()
+    np.testing.assert_array_equal(np.asarray(native[me][0]).astype(np.float64),
+                                  reference(xs, "sum", 2, False, me).astype(np.float64))
 
 
 @pytest.mark.parametrize("name", ["max", "bf16-sum", "custom"])
@@ -176,6 +189,8 @@ def test_native_user_function_matches_the_python_callback_bit_for_bit(name):
     assert red.native, "the compiled reducer has no native MPI function"
     if not reduction.user_op_ok(red, dtype, n):
         pytest.skip(f"{name} over {n} members folds generically")
+    # Without the kernel's address, so that no size takes the ordered path instead.
+    red = dataclasses.replace(red, kernel=None)
     python = dataclasses.replace(red, native=None)
     cache = CommunicatorCache()
     cache.prepare([[list(range(n))]])

@@ -35,9 +35,11 @@ class CompiledReducer:
         self.out_dtype = root.shape.dtype if root.shape.is_array else self.in_dtype
         self.fn = None
         self.mpi_function = None
+        self.kernel_address = None
 
     def bind(self, code) -> None:
-        self.fn = MAP_KERNEL_TYPE(code.address(self.kernel_name))
+        self.kernel_address = code.address(self.kernel_name)
+        self.fn = MAP_KERNEL_TYPE(self.kernel_address)
         self._code = code  # the machine code must outlive every holder of this reducer
         # `void f(in, inout, len, datatype)`: the kernel as an MPI_User_function, which a
         # runtime may register with MPI_Op_create (native_collectives.py). Absent from

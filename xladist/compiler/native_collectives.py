@@ -29,6 +29,12 @@ Handles travel as 64-bit integer arguments: right for pointer handles (Open MPI)
 MPICH's `int` handles on x86-64 SysV and AArch64, where an int argument is the low half of
 its 64-bit argument register.
 
+An all-reduce whose descriptor carries `ordered_fn` (native_ops.NativeOrderedAllReduce:
+a reducer without a builtin, from collectives/ordered.py's size on) calls that function
+instead: the order-preserving reduce-scatter + all-gather of native_ordered.py, after
+writing this iteration's send and result addresses into its table (in place: both the
+carry); the branch is taken at run time on the table entry.
+
 Reducers MPI has no builtin for become MPI user-defined operations whose function is
 native: `<reducer kernel>_mpi(in, inout, len, datatype)` calls the compiled reducer
 kernel on the two whole buffers, `inout = f(in, inout)` (in comes from the lower ranks;
@@ -49,6 +55,7 @@ from llvmlite.ir import instructions
 from .codegen.ir_array import c64
 from .codegen.loops import for_range
 from .codegen.types import I1, I8, I32, I64, PTR, VOID
+from .native_ordered import T_OUT, T_SEND
 
 # Cells the driver writes (an int64 array whose address is the first table entry).
 CELL_ITERATION, CELL_WAIT, CELL_BODIES, CELL_FAILED = range(4)
@@ -61,6 +68,9 @@ _CANONICAL_NAN = {"f32": (32, 0x7FC00000), "c64": (32, 0x7FC00000),
                   "f64": (64, 0x7FF8000000000000), "c128": (64, 0x7FF8000000000000)}
 
 MPI_ALLREDUCE = ir.FunctionType(I32, [PTR, PTR, I32, I64, I64, I64])
+# native_ordered.py's function and the table entries a loop writes per call.
+ORDERED_FUNCTION = ir.FunctionType(I32, [PTR])
+ORDERED_SEND, ORDERED_OUT = T_SEND, T_OUT
 MPI_USER_FUNCTION = ir.FunctionType(VOID, [PTR, PTR, PTR, PTR])
 # MPI_Sendrecv(send, count, type, dest, tag, recv, count, type, source, tag, comm, status)
 MPI_SENDRECV = ir.FunctionType(I32, [PTR, I32, I64, I32, I32, PTR, I32, I64, I32, I32, I64,
@@ -132,8 +142,9 @@ class CollectiveStep:
 
     kind = "all-reduce"
     bind = "native_all_reduce"  # the device's method that resolves it (native_loop.py)
-    # Table entries: fn, send, recv, count, datatype, op, comm, canonicalize flag.
-    N_ENTRIES = 8
+    # Table entries: fn, send, recv, count, datatype, op, comm, canonicalize flag, then the
+    # ordered all-reduce's function and table (0, 0 unless the runtime chose it).
+    N_ENTRIES = 10
 
     def __init__(self, thunk):
         self.thunk = thunk
@@ -156,18 +167,39 @@ class CollectiveStep:
     def entries(self, addrs, bound) -> list[int]:
         send = bound.in_place if self.in_place else addrs[self.src.id]
         return [bound.fn, send, addrs[self.dst.id], bound.count, bound.datatype,
-                bound.op, bound.comm, int(bool(bound.canonicalize))]
+                bound.op, bound.comm, int(bool(bound.canonicalize)),
+                getattr(bound, "ordered_fn", 0), getattr(bound, "ordered_table", 0)]
 
     def emit(self, b: ir.IRBuilder, entry, cells, progress, index: int, fail) -> None:
         """The call with its wait-cell bracket; `entry(k, type)` loads this step's table
         entry k. A failing return code goes to `fail(b, code)` after CELL_FAILED = index."""
+        recv = entry(2, PTR)
+        ordered_fn = entry(8, I64)
+        via_ordered = b.function.append_basic_block(f"ordered{index}")
+        via_mpi = b.function.append_basic_block(f"allreduce{index}")
+        after = b.function.append_basic_block(f"allreduce{index}.done")
+        b.cbranch(b.icmp_unsigned("!=", ordered_fn, c64(0)), via_ordered, via_mpi)
+        # The order-preserving reduce-scatter + all-gather (collectives/ordered.py): the
+        # buffers of this iteration go into its table, then one call; in place it reads
+        # and writes the carry itself.
+        b.position_at_end(via_ordered)
+        table = entry(9, PTR)
+        send = recv if self.in_place else entry(1, PTR)
+        for k, ptr in ((ORDERED_SEND, send), (ORDERED_OUT, recv)):
+            b.store(b.ptrtoint(ptr, I64), b.gep(table, [c64(k)], source_etype=I64))
+        driver = b.inttoptr(ordered_fn, ORDERED_FUNCTION.as_pointer())
+        _bracketed(b, cells, progress, index, fail, lambda: b.call(driver, [table]))
+        b.branch(after)
+        b.position_at_end(via_mpi)
         fn = entry(0, MPI_ALLREDUCE.as_pointer())
-        send, recv = entry(1, PTR), entry(2, PTR)
+        send = entry(1, PTR)
         count, dt, op, comm = (entry(k, I64) for k in (3, 4, 5, 6))
         _bracketed(b, cells, progress, index, fail,
                    lambda: b.call(fn, [send, recv, b.trunc(count, I32), dt, op, comm]))
         if self.canon:
             self._emit_canonicalize(b, recv, entry(7, I64), index)
+        b.branch(after)
+        b.position_at_end(after)
 
     def _emit_canonicalize(self, b, buf, flag, index) -> None:
         """If the runtime asks for it: find a NaN with one vectorizable pass, and only then
