@@ -1,8 +1,8 @@
 """Per-iteration cost of a collective-permute or an all-gather inside a while loop: the native
-driver (xladist/compiler/native_collectives.py) against the Python executor
+driver (xladist/compiler/native/collectives.py) against the Python executor
 (XLADIST_NATIVE_COLLECTIVES=0, switched in-process) and a raw mpi4py loop on the same bytes.
 Last row: the data-parallel MLP step of the demo as a loop (xladist/examples/train_mlp.py
-build_step_loop: 5 dots, 4 all-reduces, kernels; native_blas.py), native against Python
+build_step_loop: 5 dots, 4 all-reduces, kernels; native/blas.py), native against Python
 (no raw column).
 
     mpiexec -n 2 python benchmarks/native_loop_p2p_gather.py [K]
@@ -21,7 +21,8 @@ import numpy as np
 from mpi4py import MPI
 
 import xladist
-from xladist.compiler import native_loop, parallel
+from xladist.compiler import parallel
+from xladist.compiler.native import loop as native_loop
 
 
 def permute_module(count: int, n: int) -> str:

@@ -23,7 +23,7 @@ Two extensions serve the job-wide report of :mod:`runtime.watchdog`:
   is told by the daemon -- never by the waiting thread -- about waits that last longer than
   ``PUBLISH_AFTER_S``, about their end, and asked for the text to print when a deadline passes.
 
-Native while loops (xladist/compiler/native_loop.py) run many waits without returning to
+Native while loops (xladist/compiler/native/loop.py) run many waits without returning to
 Python.  :meth:`Watchdog.begin_native` brackets the whole loop: the loop writes its iteration
 and a *wait cell* (which all-reduce it is in, and a count of calls) into memory, and the daemon
 reads them whenever it wakes.  A wait is timed from the moment the daemon first sees that cell
@@ -215,7 +215,7 @@ class Watchdog:
 
     def begin_native(self, name: str, cells, places):
         """Bracket a native while loop (see the module doc): ``cells`` is the int64 array the
-        loop writes (compiler/native_collectives.py: iteration, wait cell), ``places`` the
+        loop writes (compiler/native/collectives.py: iteration, wait cell), ``places`` the
         ``{step: (what, where)}`` of each step the wait cell may name.  Returns a token
         for :meth:`end_native`."""
         self.loops.append(_NativeLoopEntry(name, cells))
@@ -355,7 +355,7 @@ class Watchdog:
         return f"{desc} (for {time.monotonic() - start:.1f} s)"
 
 
-# The wait cell's layout, shared with compiler/native_collectives.py (CELL_*, WAIT_STEPS).
+# The wait cell's layout, shared with compiler/native/collectives.py (CELL_*, WAIT_STEPS).
 _CELL_ITERATION, _CELL_WAIT, _WAIT_STEPS = 0, 1, 1 << 16
 
 

@@ -1,4 +1,4 @@
-"""Reduce-scatter and all-to-all as native code calls them (compiler/native_exchange.py: a
+"""Reduce-scatter and all-to-all as native code calls them (compiler/native/exchange.py: a
 while loop's driver), like native_ops.py does for all-reduce, permute and all-gather.
 
 Both serve only the forms whose Python path is one MPI call on the operand's own bytes:

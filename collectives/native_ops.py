@@ -1,5 +1,5 @@
 """MPI's C interface for native code: what a compiled while loop needs to call MPI_Allreduce,
-MPI_Sendrecv (collective-permute) and MPI_Allgather itself (xladist/compiler/native_collectives.py), and MPI ops whose function is native.
+MPI_Sendrecv (collective-permute) and MPI_Allgather itself (xladist/compiler/native/collectives.py), and MPI ops whose function is native.
 
 Everything comes from the MPI library mpi4py loaded: ``dlsym`` on mpi4py's extension module
 searches its dependencies, so ``MPI_Allreduce`` and ``MPI_Op_create`` are that library's, the
@@ -54,7 +54,7 @@ class _NativeCall:
 
 @dataclass(frozen=True)
 class NativeAllReduce(_NativeCall):
-    """One all-reduce as native code calls it (native_collectives.py's `native_all_reduce`
+    """One all-reduce as native code calls it (native/collectives.py's `native_all_reduce`
     protocol): ``fn(send, recv, count, datatype, op, comm)`` after which NaN results are made
     canonical when ``canonicalize``; ``label`` and ``where`` are what the deadline reports."""
 
@@ -85,7 +85,7 @@ class NativeOrderedAllReduce(NativeAllReduce):
 
 @dataclass(frozen=True)
 class NativePermute(_NativeCall):
-    """One collective-permute as native code calls it (native_collectives.py PermuteStep):
+    """One collective-permute as native code calls it (native/collectives.py PermuteStep):
     ``MPI_Sendrecv(send, count, datatype, dest, 0, recv, count, datatype, source, 0, comm,
     status)`` with MPI_PROC_NULL for a missing peer; ``zero``: this rank receives from nobody,
     so its result is cleared to zeros first."""
@@ -106,7 +106,7 @@ class NativePermute(_NativeCall):
 
 @dataclass(frozen=True)
 class NativeAllGather(_NativeCall):
-    """One all-gather as native code calls it (native_collectives.py AllGatherStep):
+    """One all-gather as native code calls it (native/collectives.py AllGatherStep):
     ``MPI_Allgather(send, count, datatype, recv, count, datatype, comm)``."""
 
     call = "MPI_Allgather"
@@ -128,7 +128,7 @@ def _lib():
 
 def available() -> bool:
     """Whether native code can take MPI's handles as 64-bit integer arguments (int or
-    pointer handles: native_collectives.py) and find the library's functions."""
+    pointer handles: native/collectives.py) and find the library's functions."""
     from mpi4py import MPI
     if any(MPI._sizeof(t) not in (4, 8) for t in (MPI.Comm, MPI.Op, MPI.Datatype)):
         return False

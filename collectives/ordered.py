@@ -5,7 +5,7 @@ select-based or any other computation) must give every member the interpreter's 
 in group-rank order, bit for bit.  As an MPI user op it has to be declared
 non-commutative, and MPICH then always runs recursive doubling (every member sends and
 combines the whole buffer): 1.3-1.8x MPI_MAX from 4 MiB.  Here xladist splits the work
-itself, in one native call (xladist/compiler/native_ordered.py): MPI_Alltoallv sends chunk
+itself, in one native call (xladist/compiler/native/ordered.py): MPI_Alltoallv sends chunk
 j to member j, member r folds the n contributions to its chunk in group order with the
 compiled reducer kernel, MPI_Allgather (in place; Allgatherv for an uneven split) hands
 every member every chunk.  Same
@@ -44,7 +44,7 @@ _FN = None
 def _driver():
     global _FN
     if _FN is None:
-        from xladist.compiler import native_ordered
+        from xladist.compiler.native import ordered as native_ordered
         _FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)(native_ordered.address())
     return _FN
 
@@ -78,7 +78,7 @@ class OrderedReduce:
     table holds everything but the three buffer addresses, set per call."""
 
     def __init__(self, comm, kernel: int, itemsize: int, count: int, gather: bool):
-        from xladist.compiler import native_ordered as T
+        from xladist.compiler.native import ordered as T
 
         from . import native_ops
         n, r = comm.size, comm.rank
@@ -173,7 +173,7 @@ def native(comm, reducer, dtype: np.dtype, count: int, label: str):
     if reducer.kernel is None or getattr(comm, "_ordered", None) is None \
             or count >= 1 << 31 or not native_ops.available():
         return None
-    from xladist.compiler import native_ordered as T
+    from xladist.compiler.native import ordered as T
     call = OrderedReduce(comm, reducer.kernel, dtype.itemsize, count, True)
     scratch = np.empty(call._scratch_bytes, np.uint8)
     call.table[T.T_SCRATCH] = _address(scratch)

@@ -95,7 +95,7 @@ class Reducer:
     # fold call it.
     into: Callable[[np.ndarray, np.ndarray, np.ndarray], None] | None = field(default=None)
     # Optional address of a native MPI_User_function computing ``into``'s bits on whole
-    # buffers (a compiled reducer's ``<kernel>_mpi``, xladist/compiler/native_collectives.py):
+    # buffers (a compiled reducer's ``<kernel>_mpi``, xladist/compiler/native/collectives.py):
     # user_op.py then registers it as the MPI op, and no Python runs inside MPI.
     native: int | None = field(default=None)
     # Optional address of the compiled map kernel itself, `void k(ptr argv, i64 n)` with

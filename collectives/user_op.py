@@ -7,7 +7,7 @@ one vectorized call: the reducer's compiled kernel (``Reducer.into``, from the c
 else its numpy ufunc, else ``fn``.  That is as fast
 as the builtin op from 64 KiB up (see ``xladist bench collectives --reducer``).  A reducer
 with a native MPI_User_function (``Reducer.native``: the cpu backend's compiled kernel,
-xladist/compiler/native_collectives.py) gets an op of its own made from it
+xladist/compiler/native/collectives.py) gets an op of its own made from it
 (native_ops.py), declared non-commutative the same way: same order, same kernel, same bits,
 and no Python inside MPI at all.
 

@@ -166,7 +166,7 @@ class MpiDeviceContext(DeviceContext):
         """
         if reducer is None:
             return SUM
-        # The compiled kernel as a native MPI_User_function (compiler/native_collectives.py).
+        # The compiled kernel as a native MPI_User_function (compiler/native/collectives.py).
         native = getattr(reducer, "mpi_function", None)
         kernel = getattr(reducer, "kernel_address", None)
         if plan.reducer is None or plan.reducer[0].native != native \
@@ -227,7 +227,7 @@ class MpiDeviceContext(DeviceContext):
         return plan
 
     def native_all_reduce(self, instr, reducer=None):
-        """The all-reduce as a native while loop calls it (compiler/native_collectives.py):
+        """The all-reduce as a native while loop calls it (compiler/native/collectives.py):
         the MPI_Allreduce address and handles, resolved now; None where only Python can run
         it (the generic path, a reducer kernel without a native MPI function, ...)."""
         plan = self._single_array_all_reduce(instr)
@@ -249,7 +249,7 @@ class MpiDeviceContext(DeviceContext):
 
     def native_all_gather(self, instr, reducer=None):
         """An all-gather whose result is the members' operands one after another (the
-        compiler checked dimension and layout: native_collectives.py AllGatherStep) as a
+        compiler checked dimension and layout: native/collectives.py AllGatherStep) as a
         native while loop calls it: one MPI_Allgather, or None."""
         plan = self.plans.get(instr)
         if instr.opcode != "all-gather" or plan is None or plan.comm is None:
@@ -258,7 +258,7 @@ class MpiDeviceContext(DeviceContext):
 
     def native_reduce_scatter(self, instr, reducer=None):
         """A reduce-scatter of one array (the compiler checked dimension and layout:
-        compiler/native_exchange.py) as a native while loop calls it: one
+        compiler/native/exchange.py) as a native while loop calls it: one
         MPI_Reduce_scatter_block with a builtin op, or None."""
         plan = self.plans.get(instr)
         if instr.opcode != "reduce-scatter" or plan is None or plan.comm is None:
@@ -267,7 +267,7 @@ class MpiDeviceContext(DeviceContext):
                                      instr.shape.dtype, instr.shape.nbytes, plan.label)
 
     def native_all_to_all(self, instr, reducer=None):
-        """An all-to-all of one array (array form; compiler/native_exchange.py checked
+        """An all-to-all of one array (array form; compiler/native/exchange.py checked
         dimension and layout) as a native while loop calls it: one MPI_Alltoall, or None."""
         plan = self.plans.get(instr)
         if instr.opcode != "all-to-all" or plan is None or plan.comm is None:

@@ -480,7 +480,7 @@ def test_update_of_an_arena_temporary_that_is_returned_is_a_new_buffer():
     assert "d" not in in_place(cpu)
 
 
-# ---- native loops (native_loop.py): kernels-only loops run by one native function ----------
+# ---- native loops (native/loop.py): kernels-only loops run by one native function ----------
 
 @pytest.mark.parametrize("trips", [5, 6])
 def test_native_loop_swaps_results_computed_into_result_buffers(trips):

@@ -1,4 +1,4 @@
-"""A native while loop calling MPI_Allreduce itself (compiler/native_collectives.py), in one
+"""A native while loop calling MPI_Allreduce itself (compiler/native/collectives.py), in one
 process: a device that hands out MPI_COMM_SELF gets the loop's results with no Python per
 iteration, and a failing MPI call becomes an ExecutionError naming the all-reduce and the
 iteration instead of a crash. The multi-rank behaviour is tests/mpi/test_native_loops.py."""

@@ -1,4 +1,4 @@
-"""Dots inside native while loops (xladist/compiler/native_blas.py): the driver makes the BLAS
+"""Dots inside native while loops (xladist/compiler/native/blas.py): the driver makes the BLAS
 call numpy's matmul makes on the Python path, so both give the same bits.
 
 Every program runs through the native driver and through the Python executor (native
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.compiler import native_blas, native_loop
 from xladist.compiler.control import WhileThunk
+from xladist.compiler.native import blas as native_blas
+from xladist.compiler.native import loop as native_loop
 
 TYPES = {"f32": np.float32, "f64": np.float64}
 

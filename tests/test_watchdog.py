@@ -50,10 +50,10 @@ def _data_loop(tmp_path, steps):
                          ids=["n2", "n4", "n2-max", "n2-permute", "n4-gather", "n2-dot",
                               "n2-reduce-scatter", "n4-all-to-all"])
 def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
-    # The loop runs natively (native_loop.py; with maximum, through a native MPI user op;
+    # The loop runs natively (native/loop.py; with maximum, through a native MPI user op;
     # permute: MPI_Sendrecv; gather: MPI_Allgather; dot: a BLAS call after the all-reduce,
-    # compiler/native_blas.py; reduce-scatter: MPI_Reduce_scatter_block; all-to-all:
-    # MPI_Alltoall, compiler/native_exchange.py): the report still names the rank, the
+    # compiler/native/blas.py; reduce-scatter: MPI_Reduce_scatter_block; all-to-all:
+    # MPI_Alltoall, compiler/native/exchange.py): the report still names the rank, the
     # collective and the iteration.
     n = len(steps)
     text = (DATA / "data_dependent_loop.hlo").read_text().replace(
@@ -250,12 +250,12 @@ def test_daemon_publishes_a_long_wait_and_its_end():
 
 
 def test_native_loop_bracket_reports_the_wait_cell_and_iteration():
-    """A native while loop (compiler/native_loop.py) is one bracket: the daemon reads the
+    """A native while loop (compiler/native/loop.py) is one bracket: the daemon reads the
     iteration and the wait cell the loop writes, and reports a long wait in it like any other;
     the wait is timed from when the daemon first saw that cell value."""
     import ctypes
 
-    from xladist.compiler import native_collectives as nc
+    from xladist.compiler.native import collectives as nc
     wd = deadline.Watchdog(timeout_s=30.0)
     mon = _Monitor()
     wd.set_monitor(mon)

@@ -1,11 +1,11 @@
 """What the native-loop MPI suites share: run a module through xladist.run with the native
-driver on or off (compiler/native_loop.py COLLECTIVES), recording which loops ran natively."""
+driver on or off (compiler/native/loop.py COLLECTIVES), recording which loops ran natively."""
 
 import numpy as np
 from mpi4py import MPI
 
 import xladist
-from xladist.compiler import native_loop
+from xladist.compiler.native import loop as native_loop
 
 
 def run_counted(module, args, native: bool, monkeypatch):

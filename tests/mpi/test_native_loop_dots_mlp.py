@@ -1,6 +1,6 @@
 """The data-parallel MLP step loop (xladist/examples/train_mlp.py build_step_loop: dots,
 kernels and one all-reduce per gradient) runs as one native driver over real MPI: its dots
-are numpy's BLAS calls made natively (compiler/native_blas.py). Natively and on the Python
+are numpy's BLAS calls made natively (compiler/native/blas.py). Natively and on the Python
 executor the trained parameters must be the same bits, the same on every rank, and close to
 numpy's float64 SGD. Passes at any world size (-n 2 and -n 4).
 """

@@ -1,5 +1,5 @@
 """While loops whose body holds reduce-scatters and all-to-alls, run by one native function
-(xladist/compiler/native_exchange.py: MPI_Reduce_scatter_block, MPI_Alltoall) over real MPI.
+(xladist/compiler/native/exchange.py: MPI_Reduce_scatter_block, MPI_Alltoall) over real MPI.
 
 Each program runs natively and on the Python executor; the results must be the same bits,
 and numpy's answer from every rank's inputs. Forms the driver does not take (a split

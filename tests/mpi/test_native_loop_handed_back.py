@@ -1,7 +1,7 @@
 """While loops whose body hands a carry leaf back unchanged while a collective reads it and
 hands its own result to the loop (`(x, y) <- (x, collective(x))`): inplace.py gives such a
 leaf its source (the parameter leaf) when the body never writes it, so the loop runs natively
-(native_loop.py). Each program runs natively and on the Python executor; the results must be
+(native/loop.py). Each program runs natively and on the Python executor; the results must be
 the same bits, on every rank, and numpy's. Passes at any world size (-n 2 and -n 4).
 """
 

@@ -1,5 +1,5 @@
 """While loops whose body holds collective-permutes and all-gathers, run by one native
-function (xladist/compiler/native_collectives.py PermuteStep, AllGatherStep) over real MPI.
+function (xladist/compiler/native/collectives.py PermuteStep, AllGatherStep) over real MPI.
 
 Each program runs natively and with the native path switched off (the Python executor);
 the results must be the same bits, and numpy's answer computed from every rank's inputs.

@@ -1,5 +1,5 @@
 """While loops whose body holds kernels and all-reduces, run by one native function
-(xladist/compiler/native_loop.py, native_collectives.py) over real MPI.
+(xladist/compiler/native/loop.py, native/collectives.py) over real MPI.
 
 Each program runs twice in the same world: natively and with the native path switched off
 (the Python executor, whose collectives the other MPI suites check). The results must be
@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 import xladist
 from collectives import reduction
-from xladist.compiler import native_loop
+from xladist.compiler.native import loop as native_loop
 
 pytestmark = pytest.mark.mpi
 
@@ -174,7 +174,7 @@ def test_loop_with_a_non_associative_reducer_over_3_members_runs_ordered(monkeyp
 
 @pytest.mark.parametrize("name", ["max", "bf16-sum", "custom"])
 def test_native_user_function_matches_the_python_callback_bit_for_bit(name):
-    """A compiled reducer's MPI_User_function (native_collectives.py, registered by
+    """A compiled reducer's MPI_User_function (native/collectives.py, registered by
     collectives/native_ops.py) against user_op.py's Python callback running the same kernel:
     the same bits, on every member, where the user op runs (user_op_ok), sync and async."""
     import dataclasses

@@ -14,7 +14,7 @@ loop, bump the iteration before each condition evaluation, exit; so a hang repor
 says "iteration k of while.N" with either backend. The stack lives in
 collectives.deadline, which the runtime has loaded whenever a watchdog runs: the
 compiler only looks it up in sys.modules (no import, no cost without MPI). A loop that
-runs natively (native_loop.py) keeps the same stack entry through the watchdog's
+runs natively (native/loop.py) keeps the same stack entry through the watchdog's
 begin_native: the driver itself counts the iterations in memory the daemon reads.
 """
 
@@ -117,7 +117,7 @@ class WhileThunk(Thunk):
         # Steady: the body hands every used leaf back owned (a fresh buffer or the
         # same parameter leaf), so no iteration needs a copy.
         self.steady = all(src[k] == FRESH or src[k] == k for k in self.used)
-        self.native = None  # a NativeLoop (native_loop.py) when the loop may run natively
+        self.native = None  # a NativeLoop (native/loop.py) when the loop may run natively
 
     def _initial(self, frame) -> list:
         state = self.init_to_state(leaf_values(frame, self.in_slots))

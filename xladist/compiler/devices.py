@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError
-from .native_collectives import user_function_name
+from .native.collectives import user_function_name
 from .thunks import Thunk, _value, address, physical_leaf
 
 MAP_KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
@@ -42,7 +42,7 @@ class CompiledReducer:
         self.fn = MAP_KERNEL_TYPE(self.kernel_address)
         self._code = code  # the machine code must outlive every holder of this reducer
         # `void f(in, inout, len, datatype)`: the kernel as an MPI_User_function, which a
-        # runtime may register with MPI_Op_create (native_collectives.py). Absent from
+        # runtime may register with MPI_Op_create (native/collectives.py). Absent from
         # object code stored by an older xladist: then MPI ops call the kernel from Python.
         try:
             self.mpi_function = code.address(user_function_name(self.kernel_name))

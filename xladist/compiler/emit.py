@@ -22,7 +22,7 @@ from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
 from .inplace import PASS_THROUGH, plan_in_place
 from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk
-from .native_loop import NativeLoop
+from .native.loop import NativeLoop
 from .simplify import simplify
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
 

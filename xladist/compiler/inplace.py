@@ -205,7 +205,7 @@ def _sources(root, seen, end, resolve, owned_dyn, param_leaf, used) -> list:
     with that result (a one-device collective returns its operand). It is still "handed
     back" when the body never writes it (not in `used`): nothing then writes the shared
     array through leaf j, and the other result, whose source is None, is copied before
-    anything writes it (control.py `_settle`). A native loop (native_loop.py) keeps such a
+    anything writes it (control.py `_settle`). A native loop (native/loop.py) keeps such a
     leaf in its carry buffer; its collectives write results of their own."""
     out = []
     for s in root:

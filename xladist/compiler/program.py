@@ -22,7 +22,7 @@ from .codegen.constants import logical_view
 from .codegen.kernels import emit_kernel, emit_map_kernel
 from .emit import ProgramBuilder
 from .inplace import FRESH
-from .native_collectives import emit_user_function
+from .native.collectives import emit_user_function
 from .thunks import RunState, physical_leaf
 
 

@@ -314,7 +314,7 @@ class CompiledComputation:
 
     def addresses(self, leaves: list, outs: dict) -> list:
         """The address of every slot for a run on `leaves` with result buffers `outs`
-        (slot id -> array), without running: native loops (native_loop.py) bind
+        (slot id -> array), without running: native loops (native/loop.py) bind
         their kernels once for the whole loop."""
         if self._template is None:
             self._prepare()

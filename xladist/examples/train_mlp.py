@@ -87,7 +87,7 @@ def build_step_loop(cfg: Config = Config()):
     """K data-parallel SGD steps on one fixed batch per replica, without feeds: entry
     parameters w1, b1, w2, b2, x, y and the step count k (s32[]); one all-reduce per
     gradient. The loop body is kernels, dots and all-reduces only, so it runs as one
-    native driver (compiler/native_loop.py; benchmarks/native_loop_p2p_gather.py times it)."""
+    native driver (compiler/native/loop.py; benchmarks/native_loop_p2p_gather.py times it)."""
     from xladist.builder import XlaBuilder
     b = XlaBuilder("mlp_steps")
     shapes = [s for _, s in param_shapes(cfg)] + [(cfg.batch, cfg.d_in), (cfg.batch, cfg.d_out)]

@@ -7,7 +7,7 @@ and all-gather along a dimension with only ones before it in the default layout
 in the loop's table, so the object gains no undefined symbol, and each call keeps the wait
 bracket below.
 
-A native loop (native_loop.py) may run all-reduce device thunks itself: its driver calls
+A native loop (native/loop.py) may run all-reduce device thunks itself: its driver calls
 MPI_Allreduce through a function pointer that the runtime puts in the loop's table, with
 the communicator, datatype and op handles the runtime resolved once per loop run (the
 compiler cannot link against MPI: compiled objects only name allowlisted symbols,
@@ -31,7 +31,7 @@ its 64-bit argument register.
 
 An all-reduce whose descriptor carries `ordered_fn` (native_ops.NativeOrderedAllReduce:
 a reducer without a builtin, from collectives/ordered.py's size on) calls that function
-instead: the order-preserving reduce-scatter + all-gather of native_ordered.py, after
+instead: the order-preserving reduce-scatter + all-gather of native/ordered.py, after
 writing this iteration's send and result addresses into its table (in place: both the
 carry); the branch is taken at run time on the table entry.
 
@@ -52,10 +52,10 @@ from __future__ import annotations
 from llvmlite import ir
 from llvmlite.ir import instructions
 
-from .codegen.ir_array import c64
-from .codegen.loops import for_range
-from .codegen.types import I1, I8, I32, I64, PTR, VOID
-from .native_ordered import T_OUT, T_SEND
+from ..codegen.ir_array import c64
+from ..codegen.loops import for_range
+from ..codegen.types import I1, I8, I32, I64, PTR, VOID
+from .ordered import T_OUT, T_SEND
 
 # Cells the driver writes (an int64 array whose address is the first table entry).
 CELL_ITERATION, CELL_WAIT, CELL_BODIES, CELL_FAILED = range(4)
@@ -68,7 +68,7 @@ _CANONICAL_NAN = {"f32": (32, 0x7FC00000), "c64": (32, 0x7FC00000),
                   "f64": (64, 0x7FF8000000000000), "c128": (64, 0x7FF8000000000000)}
 
 MPI_ALLREDUCE = ir.FunctionType(I32, [PTR, PTR, I32, I64, I64, I64])
-# native_ordered.py's function and the table entries a loop writes per call.
+# native/ordered.py's function and the table entries a loop writes per call.
 ORDERED_FUNCTION = ir.FunctionType(I32, [PTR])
 ORDERED_SEND, ORDERED_OUT = T_SEND, T_OUT
 MPI_USER_FUNCTION = ir.FunctionType(VOID, [PTR, PTR, PTR, PTR])
@@ -141,7 +141,7 @@ class CollectiveStep:
     """One all-reduce device thunk that a native loop driver runs through MPI_Allreduce."""
 
     kind = "all-reduce"
-    bind = "native_all_reduce"  # the device's method that resolves it (native_loop.py)
+    bind = "native_all_reduce"  # the device's method that resolves it (native/loop.py)
     # Table entries: fn, send, recv, count, datatype, op, comm, canonicalize flag, then the
     # ordered all-reduce's function and table (0, 0 unless the runtime chose it).
     N_ENTRIES = 10
@@ -154,7 +154,7 @@ class CollectiveStep:
         shape = thunk.instr.shape
         self.canon = _CANONICAL_NAN.get(shape.element_type.name)
         self.components = shape.nbytes * 8 // self.canon[0] if self.canon else 0
-        # Reduce into the operand's own buffer (native_loop.py decides; MPI_IN_PLACE).
+        # Reduce into the operand's own buffer (native/loop.py decides; MPI_IN_PLACE).
         self.in_place = False
 
     @staticmethod
@@ -251,7 +251,7 @@ class PermuteStep(_BytesStep):
     resolves this rank's peers once per loop run (`native_collective_permute`, MPI_PROC_NULL
     for a missing one). A rank that receives from nobody gets zeros, as on the Python path:
     the driver clears the result first when the runtime's flag says so (the result buffer
-    may hold an older carry: native_loop.py swaps buffers)."""
+    may hold an older carry: native/loop.py swaps buffers)."""
 
     kind = "collective-permute"
     bind = "native_collective_permute"
@@ -320,7 +320,7 @@ class AllGatherStep(_BytesStep):
                    lambda: b.call(fn, [send, n, dt, recv, n, dt, comm]))
 
 
-# The collectives a native loop runs, by opcode (native_loop.py picks the step).
+# The collectives a native loop runs, by opcode (native/loop.py picks the step).
 STEPS = {s.kind: s for s in (CollectiveStep, PermuteStep, AllGatherStep)}
 
 

@@ -1,13 +1,13 @@
 """While loops run by one native function, when condition and body are kernels,
-collectives the driver can call (native_collectives.py: all-reduce, collective-permute,
-leading-dimension all-gather; native_exchange.py: reduce-scatter, all-to-all) and 2-D dots
-(native_blas.py: numpy's own BLAS call) only.
+collectives the driver can call (native/collectives.py: all-reduce, collective-permute,
+leading-dimension all-gather; exchange.py: reduce-scatter, all-to-all) and 2-D dots
+(native/blas.py: numpy's own BLAS call) only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
 `lax.scan` that writes one row per step, or a loop around a small all-reduce). When
 the condition and the body consist only of kernel thunks and all-reduce device thunks
-(native_collectives.py), their buffers can stay put for the whole loop, as XLA's
+(native/collectives.py), their buffers can stay put for the whole loop, as XLA's
 buffer assignment keeps a while's state in one allocation:
   * the carry lives in one buffer per leaf (C), owned by the loop: the condition
     and the body read their parameters from it;
@@ -47,13 +47,14 @@ import os
 import numpy as np
 from llvmlite import ir
 
-from ..errors import ExecutionError
-from . import native_exchange  # noqa: F401  (registers reduce-scatter, all-to-all steps)
-from .codegen.ir_array import c64
-from .codegen.types import I8, I64, PTR
-from .inplace import FRESH
-from .native_blas import DotStep
-from .native_collectives import (
+from ...errors import ExecutionError
+from ..codegen.ir_array import c64
+from ..codegen.types import I8, I64, PTR
+from ..inplace import FRESH
+from ..thunks import KernelThunk
+from . import exchange  # noqa: F401  (registers reduce-scatter, all-to-all steps)
+from .blas import DotStep
+from .collectives import (
     CELL_BODIES,
     CELL_FAILED,
     CELL_ITERATION,
@@ -62,8 +63,7 @@ from .native_collectives import (
     WAIT_STEPS,
     store_monotonic,
 )
-from .native_collectives import eligible as collective_eligible
-from .thunks import KernelThunk
+from .collectives import eligible as collective_eligible
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 # Loops with all-reduces run natively unless XLADIST_NATIVE_COLLECTIVES=0 (tests compare
@@ -94,7 +94,7 @@ def _step(thunk):
 
 def _resolve(step, device):
     """What a non-kernel step calls, resolved once per loop run: a collective by the
-    device's method `step.bind` (e.g. native_all_reduce), a dot by itself (native_blas.py);
+    device's method `step.bind` (e.g. native_all_reduce), a dot by itself (native/blas.py);
     None when it cannot run natively."""
     own = getattr(step, "resolve", None)
     if own is not None:

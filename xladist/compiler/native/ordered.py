@@ -22,7 +22,7 @@ element `displs[j]`, the same split on every member):
 That moves the bytes MPI's own reduce-scatter + all-gather moves for a builtin op, and
 every result element is computed on exactly one member, so all members get the same bits.
 MPI is reached through function pointers in the table (compiled objects name no MPI
-symbol: runtime_symbols.py), like native_collectives.py's loop steps; the caller brackets
+symbol: runtime_symbols.py), like native/collectives.py's loop steps; the caller brackets
 the call with the deadline watchdog (collectives/ordered.py). Returns 0, or the MPI error
 code with the failing call's number (1: Alltoallv, 2: Allgather, 3: Allgatherv) in the
 STAGE entry.
@@ -36,8 +36,8 @@ from functools import lru_cache
 
 from llvmlite import ir
 
-from .codegen.ir_array import c64
-from .codegen.types import I32, I64, PTR
+from ..codegen.ir_array import c64
+from ..codegen.types import I32, I64, PTR
 
 NAME = "xladist_ordered_reduce"
 
@@ -165,7 +165,7 @@ def _ir() -> str:
 @lru_cache(maxsize=1)
 def address() -> int:
     """The driver's address, compiled once per process (and cached on disk: jit.py)."""
-    from . import jit
+    from .. import jit
     text = _ir()
     code, _ = jit.get_code(text, lambda: text)
     address.code = code  # the machine code must outlive every caller

@@ -3,7 +3,7 @@
 On the Python path a 2-D dot is a library thunk: library.py dot_into hands numpy's matmul
 (possibly transposed) views of the operands, and numpy calls its bundled OpenBLAS
 (cblas_?gemm, or cblas_?syrk for a matrix times its own transpose). A native loop
-(native_loop.py) makes that same call itself, so results are the same bits:
+(native/loop.py) makes that same call itself, so results are the same bits:
 
   * DotStep.plan mirrors dot_into and numpy's matmul (numpy/_core/src/umath/matmul.c.src,
     matmul_matrixmatrix) on the shapes and layouts: which operand is BLAS's A and B, the
@@ -36,11 +36,11 @@ from functools import lru_cache
 import numpy as np
 from llvmlite import ir
 
-from .blas_blocks import gemm_split
-from .codegen.ir_array import c64, layout_of
-from .codegen.loops import for_range
-from .codegen.types import I32, I64, PTR, VOID
-from .thunks import LibraryThunk
+from ..blas_blocks import gemm_split
+from ..codegen.ir_array import c64, layout_of
+from ..codegen.loops import for_range
+from ..codegen.types import I32, I64, PTR, VOID
+from ..thunks import LibraryThunk
 
 ROW_MAJOR, NO_TRANS, TRANS, UPPER = 101, 111, 112, 121
 _TYPES = {"f32": ("s", ir.FloatType(), np.float32), "f64": ("d", ir.DoubleType(), np.float64)}
@@ -63,7 +63,7 @@ def _numpy_openblas():
     """(lib, prefix, suffix, path) of the OpenBLAS inside numpy's wheel, or None."""
     import numpy
 
-    from . import parallel
+    from .. import parallel
     home = os.path.dirname(os.path.dirname(os.path.abspath(numpy.__file__)))
     for lib, pre, suf, path in parallel._openblas_libs():
         if os.path.abspath(path).startswith(os.path.join(home, "numpy")):

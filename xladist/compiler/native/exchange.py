@@ -1,5 +1,5 @@
-"""Reduce-scatter and all-to-all steps of a native while loop (native_loop.py), in the
-pattern of native_collectives.py's all-gather step: one MPI call through a function pointer
+"""Reduce-scatter and all-to-all steps of a native while loop (native/loop.py), in the
+pattern of native/collectives.py's all-gather step: one MPI call through a function pointer
 and handles in the loop's table, inside the deadline's wait-cell bracket.
 
   ReduceScatterStep  MPI_Reduce_scatter_block(send, recv, count, datatype, op, comm): a
@@ -11,16 +11,16 @@ and handles in the loop's table, inside the deadline's wait-cell bracket.
   AllToAllStep       MPI_Alltoall on bytes: the array form along such a dimension
                      (`native_all_to_all`).
 
-Registering them in native_collectives.STEPS makes them eligible wherever that table is
-read (native_collectives.eligible, native_loop._step).
+Registering them in native.collectives.STEPS makes them eligible wherever that table is
+read (native.collectives.eligible, native.loop._step).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from .codegen.types import I32, I64, PTR
-from .native_collectives import STEPS, AllGatherStep, _bracketed, _BytesStep, _one_array
+from ..codegen.types import I32, I64, PTR
+from .collectives import STEPS, AllGatherStep, _bracketed, _BytesStep, _one_array
 
 # MPI_Reduce_scatter_block(send, recv, recvcount, datatype, op, comm)
 MPI_REDUCE_SCATTER_BLOCK = ir.FunctionType(I32, [PTR, PTR, I32, I64, I64, I64])
