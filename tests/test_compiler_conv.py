@@ -1,4 +1,4 @@
-"""The cpu backend's convolution library thunk (compiler/library.py) on every layout,
+"""The cpu backend's convolution library thunk (compiler/library/core.py) on every layout,
 stride, padding, dilation and reversal case of numerics/test_convolution, against the
 naive loop reference: the shifted-matmul path (small kernels) and im2col alike."""
 
@@ -9,9 +9,9 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.numerics.test_convolution import CASES, W, naive_conv
 from tests.numerics.support import instr, shape_of
-from xladist.compiler import library
+from tests.numerics.test_convolution import CASES, W, naive_conv
+from xladist.compiler.library import core as library
 from xladist.hlo.attrs import ConvDimensionNumbers
 
 

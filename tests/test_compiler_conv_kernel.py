@@ -10,9 +10,10 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.numerics.test_convolution import W, naive_conv
 from tests.numerics.support import instr, shape_of
-from xladist.compiler import conv_kernel, library
+from tests.numerics.test_convolution import W, naive_conv
+from xladist.compiler import conv_kernel
+from xladist.compiler.library import core as library
 from xladist.hlo.attrs import ConvDimensionNumbers
 
 NR = conv_kernel.features_per_panel()

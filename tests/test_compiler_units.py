@@ -477,7 +477,8 @@ def _exp_emissions(text, monkeypatch, row_cache_bytes):
     """How many times codegen emits an exponential for the text's one kernel."""
     from llvmlite import ir
 
-    from xladist.compiler.codegen import elemental, kernels
+    from xladist.compiler.codegen import elemental
+    from xladist.compiler.codegen.kernels import core as kernels
     monkeypatch.setattr(kernels, "ROW_CACHE_BYTES", row_cache_bytes)
     calls = []
     rule = elemental.EMIT_RULES["exponential"]
@@ -531,7 +532,7 @@ def test_row_cached_values_match_numpy(m, monkeypatch):
     want = u + u[::-1]  # the reverse reads other rows' exp and tanh, not this row's
     got = run(text, x)[0]
     np.testing.assert_allclose(got, want, rtol=2e-4 * np.sqrt(m), atol=1e-5)
-    from xladist.compiler.codegen import kernels
+    from xladist.compiler.codegen.kernels import core as kernels
     monkeypatch.setattr(kernels, "ROW_CACHE_BYTES", 0)
     # Without the cache: the same values up to the order LLVM's vectorizer gives the
     # reassociated row sums (their loops now also store the row).

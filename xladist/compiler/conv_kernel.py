@@ -1,5 +1,5 @@
 """Direct convolution kernel generated with LLVM for the host's vector width (f32,
-stride 1, one feature group): the library thunk's fast path (library.py).
+stride 1, one feature group): the library thunk's fast path (library/core.py).
 
 Why: per-tap BLAS calls (one contiguous OpenBLAS matmul of K = C = 64 per tap, or
 im2col with K = 576) reached ~70 GFLOP/s on the benchmark's 3x3 conv (8x56x56x64 ->
@@ -213,7 +213,7 @@ def lines_of(instr) -> tuple[int, int] | None:
     dtype = out.element_type.dtype
     if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16" or \
             dtype.name.startswith(("float8", "float4")):
-        dtype = np.dtype(np.float32)  # narrow floats compute in f32 (library.py)
+        dtype = np.dtype(np.float32)  # narrow floats compute in f32 (library/core.py)
     window = a.get("window")
     strides = [d.stride for d in window.dims] if window is not None else []
     osp = [out.dims[d] for d in dn.output_spatial]

@@ -13,8 +13,6 @@ from collections.abc import Callable
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
-from . import library_dot  # noqa: F401  (registers ragged-dot, scaled-dot)
-from . import library_rng  # noqa: F401  (registers rng-bit-generator)
 from .buffers import Assignment, assign_slots, place
 from .control import AsyncStartThunk, ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk

@@ -14,7 +14,7 @@ kernels or *materialized* as the root of a kernel of their own:
   root      a kernel root that absorbs its producers but is never fused into a
             consumer: reduce, reduce-window, transpose, scatter, sort,
             select-and-scatter
-  library / control / device: thunks of their own (library.py, thunks.py)
+  library / control / device: thunks of their own (library/, thunks.py)
 
 An elemental instruction is materialized when a user cannot fuse it (library,
 control, device, tuple, the computation's result), when it is expensive and
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from ..hlo.ir import Computation, Instruction
 from .codegen.ir_array import layout_of
 from .codegen.kernels import KernelSpec
-from .codegen.kernels_special import sort_scratch_bytes
-from .codegen.split import EXPENSIVE  # ops costing many loads per element
+from .codegen.kernels.special import sort_scratch_bytes
 from .codegen.scalar_ops import SCALAR_RULES
+from .codegen.split import EXPENSIVE  # ops costing many loads per element
 
 ELEMENTAL = set(SCALAR_RULES) | {
     "broadcast", "reshape", "copy", "reverse", "slice", "dynamic-slice",

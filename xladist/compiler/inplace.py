@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 
 from ..hlo.ir import Computation, Instruction
 from .buffers import Assignment, Slot
-from .codegen import kernels_inplace  # noqa: F401  (registers the update-slice kernel)
 from .codegen.ir_array import layout_of
 from .fusion import FusionPlan
 

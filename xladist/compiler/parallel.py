@@ -433,7 +433,7 @@ class _Pool:
         # Which workers are between tasks' start and end: runnable threads of ours,
         # which the idle-core estimate (_has_room) must not count as load.
         self.active = [False] * (size - 1)
-        # Kernels keep rows on their stack (codegen/kernels.py ROW_CACHE_BYTES, twice
+        # Kernels keep rows on their stack (codegen/kernels/core.py ROW_CACHE_BYTES, twice
         # when a trig kernel reruns its accurate version): a worker gets glibc's 8 MiB
         # even where threads default to less (musl: 128 KiB), instead of a SIGSEGV.
         default = threading.stack_size()

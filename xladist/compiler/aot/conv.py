@@ -1,5 +1,5 @@
 """convolution for ahead-of-time compilation (program.py): generated loops instead of the
-library thunk (library.py's im2col + numpy matmul), so an object needs only libc/libm.
+library thunk (library/core.py's im2col + numpy matmul), so an object needs only libc/libm.
 
     void convN(ptr argv)    argv = [out, lhs, rhs]
 

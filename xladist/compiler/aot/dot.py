@@ -1,5 +1,5 @@
 """dot for ahead-of-time compilation (program.py): generated loops instead of the BLAS
-library thunk (library.py's numpy matmul), so an object needs nothing beyond libc/libm.
+library thunk (library/core.py's numpy matmul), so an object needs nothing beyond libc/libm.
 
     void dotN(ptr argv)    argv = [out, lhs, rhs]
 

@@ -63,7 +63,7 @@ class ElementalContext:
         # inlined from here get `reassoc` flags so LLVM can vectorize them.
         self.fast_reduce = False
         self.reassoc = False
-        # instruction -> fn(ctx, instr, index) replacing its rule (kernels.py's row
+        # instruction -> fn(ctx, instr, index) replacing its rule (kernels/core.py's row
         # cache: a value computed in one loop and read back in another).
         self.overrides: dict[Instruction, Callable] = {}
 

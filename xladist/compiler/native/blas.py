@@ -1,6 +1,6 @@
 """Dots inside native while loops: the BLAS call numpy's matmul would make, from native code.
 
-On the Python path a 2-D dot is a library thunk: library.py dot_into hands numpy's matmul
+On the Python path a 2-D dot is a library thunk: library/core.py dot_into hands numpy's matmul
 (possibly transposed) views of the operands, and numpy calls its bundled OpenBLAS
 (cblas_?gemm, or cblas_?syrk for a matrix times its own transpose). A native loop
 (native/loop.py) makes that same call itself, so results are the same bits:

@@ -92,7 +92,7 @@ def user_function_name(kernel_name: str) -> str:
 
 def emit_user_function(module: ir.Module, kernel_name: str) -> None:
     """`void <kernel>_mpi(ptr in, ptr inout, ptr len, ptr datatype)`: the MPI_User_function
-    of a reducer kernel (codegen/kernels.py emit_map_kernel, `void k(ptr argv, i64 n)` with
+    of a reducer kernel (codegen/kernels/core.py emit_map_kernel, `void k(ptr argv, i64 n)` with
     argv = out, a, b). The datatype is one element wide, so *len counts elements."""
     fn = ir.Function(module, MPI_USER_FUNCTION, name=user_function_name(kernel_name))
     fn.attributes.add("nounwind")

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedError
-from ..interpreter.dot import dequantize_type
-from .library import dot_into, library
+from ...errors import UnsupportedError
+from ...interpreter.dot import dequantize_type
+from .core import dot_into, library
 
 
 def _dims(instr, key) -> tuple:

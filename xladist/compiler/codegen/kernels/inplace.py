@@ -8,11 +8,11 @@ everything outside the update already holds operand 0's value.
 
 from __future__ import annotations
 
-from . import ir_array
-from .elemental import _start_indices
-from .ir_array import Index, layout_of
-from .kernels import begin_function, kernel_kind, make_context
-from .loops import loop_nest
+from .. import ir_array
+from ..elemental import _start_indices
+from ..ir_array import Index, layout_of
+from ..loops import loop_nest
+from .core import begin_function, kernel_kind, make_context
 
 
 @kernel_kind("update-slice")

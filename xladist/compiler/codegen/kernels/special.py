@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from . import ir_array
-from .ir_array import Index, c64, layout_of
-from .kernels import begin_function, kernel_kind, make_context
-from .loops import for_range, loop_nest
-from .types import I1, I64, compute_type, storage_type
+from .. import ir_array
+from ..ir_array import Index, c64, layout_of
+from ..loops import for_range, loop_nest
+from ..types import I1, I64, compute_type, storage_type
+from .core import begin_function, kernel_kind, make_context
 
 
 def _copy_into_outputs(b, ctx, sources, outs, out_shapes):
@@ -256,7 +256,7 @@ def _emit_select_and_scatter(module, spec):
     select_comp, scatter_comp = root.attrs["select"], root.attrs["scatter"]
     window = root.attrs.get("window")
     rank = out_shape.rank
-    from ...hlo.attrs import WindowDim
+    from ....hlo.attrs import WindowDim
     wdims = window.dims if window is not None else tuple(WindowDim(1) for _ in range(rank))
     if out_shape.size == 0:
         b.ret_void()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .library import library
+from .core import library
 
 _U32, _U64 = np.uint32, np.uint64
 _M32 = _U64(0xFFFFFFFF)

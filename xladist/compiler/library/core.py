@@ -3,8 +3,8 @@ calls Eigen/oneDNN. Each is an explicit thunk kind registered by opcode in
 LIBRARY_THUNKS — never a silent fallback.
 
   dot                 numpy matmul (BLAS), written straight into the result buffer
-  ragged-dot          one dot per group slice (library_dot.py)
-  scaled-dot          block-dequantized operands, then the dot (library_dot.py)
+  ragged-dot          one dot per group slice (dot.py)
+  scaled-dot          block-dequantized operands, then the dot (dot.py)
   convolution         im2col (sliding windows) + BLAS tensordot, any dim_labels,
                       padding, dilation, reversal, feature/batch groups
   fft                 numpy.fft in double precision, rounded once
@@ -30,10 +30,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import UnsupportedError, XlaDistError
-from . import conv_kernel
-from .blas_blocks import by_blocks, matmul_into
-from .thunks import LibraryThunk
+from ...errors import UnsupportedError, XlaDistError
+from .. import conv_kernel
+from ..blas_blocks import by_blocks, matmul_into
+from ..thunks import LibraryThunk
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
 
@@ -480,7 +480,7 @@ def _custom_call(instr, args, outs):  # the table's entry; CustomCallThunk does 
 def custom_call_target(instr, original=None):
     """The registered function of a custom-call, or UnsupportedError (at compile time,
     before anything runs) naming the target and the instruction."""
-    from ..interpreter.custom_calls import CUSTOM_CALLS
+    from ...interpreter.custom_calls import CUSTOM_CALLS
     target = instr.attrs.get("custom_call_target")
     fn = CUSTOM_CALLS.get(target)
     if fn is None:
@@ -509,7 +509,7 @@ class CustomCallThunk(LibraryThunk):
         return f"target {self.target!r} (xladist.interpreter.custom_calls)"
 
     def run(self, frame) -> None:
-        from .thunks import _value
+        from ..thunks import _value
         args = [_value(frame, op.shape, slots)
                 for op, slots in zip(self.instr.operands, self.operand_slots)]
         try:

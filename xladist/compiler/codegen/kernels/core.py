@@ -15,7 +15,7 @@ KERNEL_EMITTERS maps a kernel kind to the function that emits its loop nest:
   reduce  loop nest over the input in physical order with the reducer inlined;
           trailing reduced dims accumulate in registers (vectorized with
           reassociation), other reduced dims accumulate into the output
-  scatter, sort, select-and-scatter: kernels_special.py
+  scatter, sort, select-and-scatter: special.py; dynamic-update-slice in place: inplace.py
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field, replace
 
 from llvmlite import ir
 
-from ...hlo.ir import Instruction
-from . import ir_array, mathlib
-from .elemental import ElementalContext, reduce_window_values, simple_float_reducer
-from .ir_array import Index, c64, layout_of
-from .loops import for_range, loop_nest
-from .split import blocks_of, reduce_plan, split_of
-from .types import I64, PTR, VOID
+from ....hlo.ir import Instruction
+from .. import ir_array, mathlib
+from ..elemental import ElementalContext, reduce_window_values, simple_float_reducer
+from ..ir_array import Index, c64, layout_of
+from ..loops import for_range, loop_nest
+from ..split import blocks_of, reduce_plan, split_of
+from ..types import I64, PTR, VOID
 
 
 @dataclass
@@ -276,7 +276,7 @@ class _RowCache:
         self.filled = False
 
     def __call__(self, ctx, instr, index):
-        from .elemental import EMIT_RULES
+        from ..elemental import EMIT_RULES
         b = ctx.b
         multi = index.multi
         if any(multi[d] is not self.row[d] for d in range(len(multi)) if d != self.dim):
@@ -301,8 +301,8 @@ def _row_cached(spec: KernelSpec, red: Instruction, d_inner: int) -> list:
     reduction `red` (one input, reducing exactly the inner dim of an input shaped
     like the root) and in the root's own element computation: element-wise paths of
     the root's shape from both sides, nothing reached through broadcasts or slices."""
-    from .split import EXPENSIVE
-    from .scalar_ops import SCALAR_RULES
+    from ..scalar_ops import SCALAR_RULES
+    from ..split import EXPENSIVE
     root = spec.root
     dims = root.shape.dims
     if len(red.operands) != 2 or set(red.attrs["dimensions"]) != {d_inner} \
@@ -409,7 +409,7 @@ def _emit_reduce(module, spec: KernelSpec):
 def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
     """`void name(ptr argv, i64 n)`: out[i] = comp(a[i], b[i]) over flat arrays.
     Collective reducers use it: the runtime hands it whole buffers to combine."""
-    from .types import load_element, storage_type, store_element
+    from ..types import load_element, storage_type, store_element
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64]), name=name)
     argv, n = fn.args
     entry = fn.append_basic_block("entry")
@@ -445,7 +445,3 @@ def emit_map_kernel(module: ir.Module, name: str, comp) -> None:
         b.branch(done)
     b.position_at_end(done)
     b.ret_void()
-
-
-# Register the special kernels (scatter, sort, select-and-scatter).
-from . import kernels_special  # noqa: F401

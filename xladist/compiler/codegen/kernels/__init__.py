@@ -1,0 +1,24 @@
+"""Kernels: one LLVM function per fused kernel.
+
+core.py     the KernelSpec, the table of kernel emitters (KERNEL_EMITTERS), loop and
+            reduce kernels (row caches), the fast and accurate versions of kernels with
+            sin/cos/tan (emit_kernel), map kernels for collective reducers
+special.py  scatter, sort, select-and-scatter
+inplace.py  a dynamic-update-slice written into its operand's buffer
+"""
+
+from . import inplace, special  # noqa: F401  (register their kernel kinds)
+from .core import (
+    ACCURATE_SUFFIX,
+    KERNEL_EMITTERS,
+    RANGE_SUFFIX,
+    KernelSpec,
+    begin_function,
+    emit_kernel,
+    emit_map_kernel,
+    kernel_kind,
+    make_context,
+)
+
+__all__ = ["ACCURATE_SUFFIX", "KERNEL_EMITTERS", "RANGE_SUFFIX", "KernelSpec",
+           "begin_function", "emit_kernel", "emit_map_kernel", "kernel_kind", "make_context"]
