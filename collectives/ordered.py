@@ -40,7 +40,7 @@ USER_OP_BELOW = 192 * 1024
 # From this many bytes a float sum/product with a compiled kernel takes this path (its NaNs
 # made canonical in the native call) instead of MPI_Allreduce(MPI_SUM/PROD) +
 # canonicalize_nan: measured crossover (README, Collectives).
-FLOAT_FROM = 256 * 1024
+FLOAT_FROM = 64 * 1024
 
 _FN = None
 

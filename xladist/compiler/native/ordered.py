@@ -16,7 +16,8 @@ element `displs[j]`, the same split on every member):
      reducer, associative or not;
   2b. CANON = 4 or 8 (a float sum/product, whose NaN results xladist makes canonical): every
      NaN of the folded chunk, seen as floats of that width (complex: per component), is
-     rewritten to the canonical quiet NaN before anyone receives it -- 1/n of the result,
+     rewritten to the canonical quiet NaN before anyone receives it (a read-only search,
+     the rewrite only if it finds one) -- 1/n of the result,
      still warm from the fold, instead of a pass over the whole result on every member;
   3. all-reduce only: MPI_Allgather (equal chunks; GATHER = 1) or MPI_Allgatherv
      (uneven; GATHER = 2) with MPI_IN_PLACE, each member's folded chunk already sitting at
@@ -155,22 +156,47 @@ def _ir() -> str:
     sw = b.switch(canon, canon_end)
     for width, (inf_bits, qnan_bits) in _NAN_BITS.items():
         typ = ir.IntType(8 * width)
-        loop_pre = fn.append_basic_block(f"canon{width}")
-        sw.add_case(c64(width), loop_pre)
-        b.position_at_end(loop_pre)
+        pre = fn.append_basic_block(f"canon{width}")
+        sw.add_case(c64(width), pre)
+        b.position_at_end(pre)
         count = b.udiv(chunk_bytes, c64(width))
-        head = fn.append_basic_block(f"canon{width}.head")
-        body = fn.append_basic_block(f"canon{width}.body")
+        mask = ir.Constant(typ, (1 << (8 * width - 1)) - 1)
+
+        def nan_at(i, typ=typ, mask=mask, inf_bits=inf_bits):
+            at = b.gep(dst, [i], inbounds=True, source_etype=typ)
+            bits = b.load(at, typ=typ)
+            return at, bits, b.icmp_unsigned(">", b.and_(bits, mask), ir.Constant(typ, inf_bits))
+
+        # A read-only search first (a vectorized any-of), the rewrite only when it finds a
+        # NaN: storing every element measured +15-20% on the whole all-reduce.
+        head = fn.append_basic_block(f"canon{width}.scan")
+        body = fn.append_basic_block(f"canon{width}.scan.body")
+        found = fn.append_basic_block(f"canon{width}.scanned")
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64)
-        i.add_incoming(c64(0), loop_pre)
+        seen = b.phi(I32)
+        i.add_incoming(c64(0), pre)
+        seen.add_incoming(ir.Constant(I32, 0), pre)
+        b.cbranch(b.icmp_unsigned("<", i, count), body, found)
+        b.position_at_end(body)
+        _, _, is_nan = nan_at(i)
+        i.add_incoming(b.add(i, c64(1)), body)
+        seen.add_incoming(b.or_(seen, b.zext(is_nan, I32)), body)
+        b.branch(head)
+        b.position_at_end(found)
+        fix = fn.append_basic_block(f"canon{width}.fix")
+        b.cbranch(b.icmp_unsigned("!=", seen, ir.Constant(I32, 0)), fix, canon_end)
+        b.position_at_end(fix)
+        head = fn.append_basic_block(f"canon{width}.fix.head")
+        body = fn.append_basic_block(f"canon{width}.fix.body")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(c64(0), fix)
         b.cbranch(b.icmp_unsigned("<", i, count), body, canon_end)
         b.position_at_end(body)
-        at = b.gep(dst, [i], inbounds=True, source_etype=typ)
-        bits = b.load(at, typ=typ)
-        magnitude = b.and_(bits, ir.Constant(typ, (1 << (8 * width - 1)) - 1))
-        is_nan = b.icmp_unsigned(">", magnitude, ir.Constant(typ, inf_bits))
+        at, bits, is_nan = nan_at(i)
         b.store(b.select(is_nan, ir.Constant(typ, qnan_bits), bits), at)
         i.add_incoming(b.add(i, c64(1)), body)
         b.branch(head)
