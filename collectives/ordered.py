@@ -17,6 +17,10 @@ The split depends only on the element count and the group size: chunk j has
 ``count // n + (j < count % n)`` elements (uneven splits fine).  Reduce-scatter uses the
 same call without the all-gather (its parts are equal by HLO's rule).
 
+Float/complex sums and products carrying a compiled kernel take it too, from FLOAT_FROM
+bytes (:func:`canon_width`): faster here than MPICH's MPI_Allreduce + canonicalize_nan, the
+native call making the NaNs of each member's folded chunk canonical before the all-gather.
+
 Used when the Reducer carries a compiled kernel (``Reducer.kernel``: the cpu backend) on
 an MPI communicator whose handles native code can take; :func:`worthwhile` keeps the
 latency-bound small all-reduces on the user op (one MPI call) where that measured faster.
