@@ -6,7 +6,9 @@ result; ``<op>_start(comm, x, ...)`` returns a :class:`~collectives._common.Pend
 scalars, zero-size) or a list/tuple of arrays (variadic form, reduced independently).
 ``label`` names the instruction for the deadline message ("all-reduce.7").
 
-Builtin reductions run as one MPI_Allreduce.  A reducer without a builtin that carries a
+Builtin reductions run as one MPI_Allreduce, except float/complex sums and products that
+carry a compiled kernel: from ordered.FLOAT_FROM bytes they take the ordered path below,
+which makes each member's folded chunk's NaNs canonical before the all-gather.  A reducer without a builtin that carries a
 compiled kernel (the cpu backend) runs the order-preserving reduce-scatter + all-gather of
 :mod:`collectives.ordered` (one native call) -- from ordered.USER_OP_BELOW bytes where the
 user op below also computes the left fold, always where it does not.  Below that, the
@@ -23,7 +25,7 @@ import numpy as np
 
 from ._common import Pending, contiguous
 from .communicator import Communicator
-from .ordered import bind as _ordered, native as _ordered_native, worthwhile
+from .ordered import bind as _ordered, canon_width, native as _ordered_native, worthwhile
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
                         user_op_ok)
 
@@ -48,6 +50,20 @@ def _plan(reducer: Reducer, dtype: np.dtype, size: int):
         return plan
 
 
+def _ordered_path(plan, reducer: Reducer, dtype: np.dtype, nbytes: int) -> int | None:
+    """Whether this all-reduce takes the order-preserving reduce-scatter + all-gather of
+    ordered.py: None if not, else its CANON entry (0, or the float width whose NaNs the
+    native call makes canonical). Reducers without a builtin take it when ``worthwhile``;
+    float/complex sums and products with a compiled kernel from ordered.FLOAT_FROM bytes,
+    in place of MPI_Allreduce + canonicalize_nan (MPICH's 2-rank float all-reduce is the
+    slower data flow here: README, Collectives)."""
+    if plan is None or type(plan[0]) is not str:
+        return 0 if worthwhile(reducer, nbytes, plan is not None) else None
+    if plan[2]:
+        return canon_width(reducer, dtype, nbytes) or None
+    return None
+
+
 def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | None = None):
     """Reduce ``x`` element-wise over all members of ``comm`` with ``reducer``.
 
@@ -64,9 +80,9 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
         np.copyto(out, x)
         return out
     plan = _plan(reducer, dtype, comm.size)
-    if (plan is None or type(plan[0]) is not str) and \
-            worthwhile(reducer, x.nbytes, plan is not None):
-        call = _ordered(comm, reducer, dtype, x.size, True)
+    canon = _ordered_path(plan, reducer, dtype, x.nbytes)
+    if canon is not None:
+        call = _ordered(comm, reducer, dtype, x.size, True, canon)
         if call is not None:
             call(contiguous(x), out, label or "all-reduce")
             return out
@@ -94,9 +110,9 @@ def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str,
     dtype = np.dtype(dtype)
     bind = getattr(comm, "bound_allreduce", None)
     plan = _plan(reducer, dtype, comm.size) if comm.size > 1 else None
-    if nbytes and comm.size > 1 and (plan is None or type(plan[0]) is not str) and \
-            worthwhile(reducer, nbytes, plan is not None):
-        ordered = _ordered(comm, reducer, dtype, nbytes // dtype.itemsize, True)
+    canon = _ordered_path(plan, reducer, dtype, nbytes) if nbytes and comm.size > 1 else None
+    if canon is not None:
+        ordered = _ordered(comm, reducer, dtype, nbytes // dtype.itemsize, True, canon)
         if ordered is not None:
             return lambda send, recv: ordered(send, recv, label)
     if bind is None or plan is None:
@@ -120,9 +136,10 @@ def all_reduce_native(comm: Communicator, reducer: Reducer, dtype, nbytes: int, 
     dtype = np.dtype(dtype)
     bind = getattr(comm, "native_allreduce", None)
     plan = _plan(reducer, dtype, comm.size)
-    if comm.size > 1 and (plan is None or type(plan[0]) is not str) and \
-            worthwhile(reducer, nbytes, plan is not None):
-        ordered = _ordered_native(comm, reducer, dtype, nbytes // dtype.itemsize, label)
+    canon = _ordered_path(plan, reducer, dtype, nbytes) if comm.size > 1 else None
+    if canon is not None:
+        ordered = _ordered_native(comm, reducer, dtype, nbytes // dtype.itemsize, label,
+                                  canon)
         if ordered is not None:  # the order-preserving reduce-scatter + all-gather
             return ordered
     if bind is None or plan is None:

@@ -192,7 +192,9 @@ def _reducers():
                        kernel.kernel_address)
 
     return {
-        "sum": (np.dtype(np.float32), C.SUM, "SUM", np.dtype(np.float32)),
+        # The compiled f32 add: from ordered.FLOAT_FROM the ordered path, as in a program.
+        "sum": (np.dtype(np.float32), compiled("sum", np.add, "sum", k["add_f32"]), "SUM",
+                np.dtype(np.float32)),
         "max": (np.dtype(np.float32), compiled("max", np.maximum, "max", k["max_f32"]),
                 "MAX", np.dtype(np.float32)),
         "bf16-sum": (np.dtype(ml_dtypes.bfloat16),

@@ -17,6 +17,10 @@ The split depends only on the element count and the group size: chunk j has
 ``count // n + (j < count % n)`` elements (uneven splits fine).  Reduce-scatter uses the
 same call without the all-gather (its parts are equal by HLO's rule).
 
+Float/complex sums and products carrying a compiled kernel take it too, from FLOAT_FROM
+bytes (:func:`canon_width`): faster here than MPICH's MPI_Allreduce + canonicalize_nan, the
+native call making the NaNs of each member's folded chunk canonical before the all-gather.
+
 Used when the Reducer carries a compiled kernel (``Reducer.kernel``: the cpu backend) on
 an MPI communicator whose handles native code can take; :func:`worthwhile` keeps the
 latency-bound small all-reduces on the user op (one MPI call) where that measured faster.
@@ -32,11 +36,15 @@ import numpy as np
 
 from .communicator import CollectiveError
 
-__all__ = ["OrderedReduce", "bind", "native", "worthwhile"]
+__all__ = ["OrderedReduce", "bind", "canon_width", "native", "worthwhile"]
 
 # Below this many bytes an all-reduce whose user op computes the fold (user_op_ok) stays on
 # it: one MPI call beats two at latency-bound sizes (README, Benchmarks).
 USER_OP_BELOW = 192 * 1024
+# From this many bytes a float sum/product with a compiled kernel takes this path (its NaNs
+# made canonical in the native call) instead of MPI_Allreduce(MPI_SUM/PROD) +
+# canonicalize_nan: measured crossover (README, Collectives).
+FLOAT_FROM = 64 * 1024
 
 _FN = None
 
@@ -77,7 +85,8 @@ class OrderedReduce:
     """The native call for one (communicator, kernel, element size, count, gather): the
     table holds everything but the three buffer addresses, set per call."""
 
-    def __init__(self, comm, kernel: int, itemsize: int, count: int, gather: bool):
+    def __init__(self, comm, kernel: int, itemsize: int, count: int, gather: bool,
+                 canon: int = 0):
         from xladist.compiler.native import ordered as T
 
         from . import native_ops
@@ -107,6 +116,7 @@ class OrderedReduce:
          t[T.T_COUNTS]) = (_address(a) for a in self._ints)
         t[T.T_DISPLS] = t[T.T_SENDDISPLS]
         t[T.T_IN_PLACE] = native_ops.in_place_address()
+        t[T.T_CANON] = canon  # float width whose NaNs become canonical (float sum/prod), or 0
         self._table = _address(t)
         self._send, self._out, self._scratch = T.T_SEND, T.T_OUT, T.T_SCRATCH
         self._stage = T.T_STAGE
@@ -146,7 +156,17 @@ def worthwhile(reducer, nbytes: int, user_op: bool) -> bool:
     return reducer.kernel is not None and (not user_op or nbytes >= USER_OP_BELOW)
 
 
-def bind(comm, reducer, dtype: np.dtype, count: int, gather: bool):
+def canon_width(reducer, dtype: np.dtype, nbytes: int) -> int:
+    """For a float/complex sum or product MPI has a builtin for (``canon``: its NaN results
+    must be made canonical), carrying a compiled kernel, from FLOAT_FROM bytes: the float
+    width whose NaNs the native call makes canonical, so the all-reduce takes this path
+    instead of MPI_Allreduce + canonicalize_nan; else 0."""
+    if reducer.kernel is None or nbytes < FLOAT_FROM:
+        return 0
+    return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
+
+def bind(comm, reducer, dtype: np.dtype, count: int, gather: bool, canon: int = 0):
     """The :class:`OrderedReduce` of this reduction on ``comm`` (made once, kept on the
     communicator), or None where it cannot run: no compiled kernel, not an MPI
     communicator, handles native code cannot pass, counts that do not fit a C int."""
@@ -154,17 +174,17 @@ def bind(comm, reducer, dtype: np.dtype, count: int, gather: bool):
     cache = getattr(comm, "_ordered", None)
     if kernel is None or cache is None:
         return None
-    key = (kernel, dtype.itemsize, count, gather)
+    key = (kernel, dtype.itemsize, count, gather, canon)
     call = cache.get(key)
     if call is None and key not in cache:
         from . import native_ops
         ok = count < 1 << 31 and native_ops.available()
-        call = cache[key] = OrderedReduce(comm, kernel, dtype.itemsize, count, gather) \
-            if ok else None
+        call = cache[key] = OrderedReduce(comm, kernel, dtype.itemsize, count, gather,
+                                          canon) if ok else None
     return call
 
 
-def native(comm, reducer, dtype: np.dtype, count: int, label: str):
+def native(comm, reducer, dtype: np.dtype, count: int, label: str, canon: int = 0):
     """The all-reduce as a native while loop runs it (native_ops.NativeOrderedAllReduce:
     the driver calls the native function itself), or None where it cannot run. It gets a
     scratch buffer of its own: the loop keeps the address for all its runs, while the
@@ -174,7 +194,7 @@ def native(comm, reducer, dtype: np.dtype, count: int, label: str):
             or count >= 1 << 31 or not native_ops.available():
         return None
     from xladist.compiler.native import ordered as T
-    call = OrderedReduce(comm, reducer.kernel, dtype.itemsize, count, True)
+    call = OrderedReduce(comm, reducer.kernel, dtype.itemsize, count, True, canon)
     scratch = np.empty(call._scratch_bytes, np.uint8)
     call.table[T.T_SCRATCH] = _address(scratch)
     return native_ops.NativeOrderedAllReduce(

@@ -25,8 +25,9 @@ Three paths:
   rejected: a commutative MPI user op canonicalizing inside MPI costs a Python callback per
   combining step (8 B: 8x raw; 1-16 MiB: 1.2-1.5x, ``xladist bench collectives --reducer
   sum``).  Reduce-scatter needs neither: each of its result elements lives on
-  one rank only.
-  elements lives on one rank only.
+  one rank only.  A float sum/product that carries the cpu backend's compiled kernel does
+  not take the builtin from ordered.FLOAT_FROM bytes: the **ordered** path below runs it,
+  canonicalizing each member's folded chunk inside the native call before the all-gather.
 * **user op** -- :func:`user_op_ok`: any other reducer runs as an MPI user-defined operation
   whose callback applies ``fn`` to whole buffers (collectives/user_op.py), so MPI's own
   algorithms do the rest at builtin speed.  Used where MPI's combining tree gives exactly the
@@ -37,7 +38,9 @@ Three paths:
   than MPICH's non-commutative reduce-scatter and the left fold at any group size.
 * **ordered** -- a reducer without a builtin that carries the cpu backend's compiled kernel
   (``Reducer.kernel``) runs collectives/ordered.py instead of the user op (from 192 KiB) and
-  of the generic path (always): the generic path's data flow as one native call.
+  of the generic path (always): the generic path's data flow as one native call.  So does a
+  compiled float/complex sum or product from ordered.FLOAT_FROM bytes, instead of the
+  builtin + canonicalize_nan (faster here; the left fold, NaNs canonical).
 * **generic** -- everything else (non-associative reducers -- bf16/f16 sums, custom
   computations -- over three or more members): bf16/f16/f8 (MPI has no such types), float min/max (MPI_MIN
   is ``a < b ? a : b``, which drops NaNs and depends on argument order for -0.0/+0.0, whereas

@@ -14,6 +14,11 @@ element `displs[j]`, the same split on every member):
      itself; acc in the first scratch slot, the last step writing the result chunk, so the
      operand may be the result: in place) -- the interpreter's fold bit for bit, for ANY
      reducer, associative or not;
+  2b. CANON = 4 or 8 (a float sum/product, whose NaN results xladist makes canonical): every
+     NaN of the folded chunk, seen as floats of that width (complex: per component), is
+     rewritten to the canonical quiet NaN before anyone receives it (a read-only search,
+     the rewrite only if it finds one) -- 1/n of the result,
+     still warm from the fold, instead of a pass over the whole result on every member;
   3. all-reduce only: MPI_Allgather (equal chunks; GATHER = 1) or MPI_Allgatherv
      (uneven; GATHER = 2) with MPI_IN_PLACE, each member's folded chunk already sitting at
      its place in the result. (MPICH's Allgatherv measured 2-3x its Allgather from 1 MiB,
@@ -44,8 +49,12 @@ NAME = "xladist_ordered_reduce"
 # Table entries.
 (T_ALLTOALLV, T_ALLGATHER, T_ALLGATHERV, T_KERNEL, T_N, T_RANK, T_COMM, T_DATATYPE, T_SEND, T_OUT,
  T_SCRATCH, T_ITEMSIZE, T_GATHER, T_SENDCOUNTS, T_SENDDISPLS, T_RECVCOUNTS, T_RECVDISPLS,
- T_COUNTS, T_DISPLS, T_IN_PLACE, T_STAGE) = range(21)
-N_ENTRIES = 21
+ T_COUNTS, T_DISPLS, T_IN_PLACE, T_STAGE, T_CANON) = range(22)
+N_ENTRIES = 22
+
+# CANON width -> (bits of |x| above which x is a NaN, the canonical quiet NaN's bits), as
+# numpy's float32(nan) / float64(nan) (collectives/reduction.py canonicalize_nan).
+_NAN_BITS = {4: (0x7F800000, 0x7FC00000), 8: (0x7FF0000000000000, 0x7FF8000000000000)}
 
 # MPI_Alltoallv(send, sendcounts, sdispls, type, recv, recvcounts, rdispls, type, comm)
 MPI_ALLTOALLV = ir.FunctionType(I32, [PTR, PTR, PTR, I64, PTR, PTR, PTR, I64, I64])
@@ -140,6 +149,58 @@ def _ir() -> str:
     j.add_incoming(b.add(j, c64(1)), body)
     b.branch(head)
     b.position_at_end(done)
+
+    # 2b. canonical NaNs in this member's folded chunk (CANON = float width, or 0).
+    canon = entry(T_CANON)
+    canon_end = fn.append_basic_block("canonical")
+    sw = b.switch(canon, canon_end)
+    for width, (inf_bits, qnan_bits) in _NAN_BITS.items():
+        typ = ir.IntType(8 * width)
+        pre = fn.append_basic_block(f"canon{width}")
+        sw.add_case(c64(width), pre)
+        b.position_at_end(pre)
+        count = b.udiv(chunk_bytes, c64(width))
+        mask = ir.Constant(typ, (1 << (8 * width - 1)) - 1)
+
+        def nan_at(i, typ=typ, mask=mask, inf_bits=inf_bits):
+            at = b.gep(dst, [i], inbounds=True, source_etype=typ)
+            bits = b.load(at, typ=typ)
+            return at, bits, b.icmp_unsigned(">", b.and_(bits, mask), ir.Constant(typ, inf_bits))
+
+        # A read-only search first (a vectorized any-of), the rewrite only when it finds a
+        # NaN: storing every element measured +15-20% on the whole all-reduce.
+        head = fn.append_basic_block(f"canon{width}.scan")
+        body = fn.append_basic_block(f"canon{width}.scan.body")
+        found = fn.append_basic_block(f"canon{width}.scanned")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        seen = b.phi(I32)
+        i.add_incoming(c64(0), pre)
+        seen.add_incoming(ir.Constant(I32, 0), pre)
+        b.cbranch(b.icmp_unsigned("<", i, count), body, found)
+        b.position_at_end(body)
+        _, _, is_nan = nan_at(i)
+        i.add_incoming(b.add(i, c64(1)), body)
+        seen.add_incoming(b.or_(seen, b.zext(is_nan, I32)), body)
+        b.branch(head)
+        b.position_at_end(found)
+        fix = fn.append_basic_block(f"canon{width}.fix")
+        b.cbranch(b.icmp_unsigned("!=", seen, ir.Constant(I32, 0)), fix, canon_end)
+        b.position_at_end(fix)
+        head = fn.append_basic_block(f"canon{width}.fix.head")
+        body = fn.append_basic_block(f"canon{width}.fix.body")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(c64(0), fix)
+        b.cbranch(b.icmp_unsigned("<", i, count), body, canon_end)
+        b.position_at_end(body)
+        at, bits, is_nan = nan_at(i)
+        b.store(b.select(is_nan, ir.Constant(typ, qnan_bits), bits), at)
+        i.add_incoming(b.add(i, c64(1)), body)
+        b.branch(head)
+    b.position_at_end(canon_end)
 
     # 3. all-reduce: every member's chunk to every member, in place.
     skip = fn.append_basic_block("gathered")
