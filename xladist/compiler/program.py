@@ -10,6 +10,7 @@ passes (pure Python, milliseconds) and loading the object file.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from llvmlite import ir
@@ -182,10 +183,7 @@ class CpuExecutable(Executable):
             leaves.extend(to_leaves(v, s))
         # Results that are not fresh buffers are copied here (_copy_mask), so the
         # entry need not copy the ones still in its arena first.
-        if self.program.uses_blas:
-            with parallel.blas_scope():
-                out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
-        else:
+        with parallel.blas_scope() if self.program.uses_blas else contextlib.nullcontext():
             out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
         return from_leaves(out, self.result_shape, self._copy_mask)
 

@@ -279,15 +279,11 @@ def atanh(b, x):
 class FastTrig:
     """While a kernel's fast version is emitted: the function being emitted and its
     "an argument needed Payne-Hanek" flag (an i1 alloca: SROA makes it an or-reduction
-    the loop vectorizer keeps), and the functions whose code reads a flag."""
+    the loop vectorizer keeps), and each function whose code sets its flag -> that flag."""
 
     fn: ir.Function | None = None
     flag: ir.AllocaInstr | None = None
-    flagged: list = field(default_factory=list)
-    flags: dict = field(default_factory=dict)   # function -> its flag
-
-    def flag_of(self, fn: ir.Function):
-        return self.flags[fn]
+    flagged: dict = field(default_factory=dict)
 
 
 _FAST_TRIG: ContextVar[FastTrig | None] = ContextVar("fast_trig", default=None)
@@ -310,18 +306,16 @@ def begin_fast_function(b: ir.IRBuilder) -> None:
     state = _FAST_TRIG.get()
     if state is not None:
         state.fn, state.flag = b.function, b.alloca(I1, name="huge_trig_arg")
-        state.flags[state.fn] = state.flag
         b.store(_c(I1, 0), state.flag)
 
 
 def _flag_huge(b, large) -> bool:
     """Under fast_trig() in the flagged function: or `large` into its flag, True."""
     state = _FAST_TRIG.get()
-    if state is None or state.flag is None or state.fn is not b.function:
+    if state is None or state.fn is not b.function:
         return False
     b.store(b.or_(b.load(state.flag, typ=I1), large), state.flag)
-    if state.fn not in state.flagged:
-        state.flagged.append(state.fn)
+    state.flagged[state.fn] = state.flag
     return True
 
 

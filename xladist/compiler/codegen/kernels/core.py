@@ -141,7 +141,7 @@ def emit_kernel(module: ir.Module, spec: KernelSpec) -> None:
         return
     with mathlib.fast_trig() as trig:
         emit(module, spec)
-    flagged = [fn for fn in trig.flagged if fn.module is module]
+    flagged = {fn: flag for fn, flag in trig.flagged.items() if fn.module is module}
     if not flagged:
         return
     accurate = replace(spec, name=spec.name + ACCURATE_SUFFIX)
@@ -153,9 +153,9 @@ def emit_kernel(module: ir.Module, spec: KernelSpec) -> None:
             fn.linkage = "internal"
             fn.attributes.add("noinline")
             fn.attributes.add("cold")
-    for fn in flagged:
+    for fn, flag in flagged.items():
         _rerun_when_flagged(fn, module.get_global(
-            accurate.name + fn.name[len(spec.name):]), trig.flag_of(fn))
+            accurate.name + fn.name[len(spec.name):]), flag)
 
 
 def _rerun_when_flagged(fn: ir.Function, accurate: ir.Function, flag) -> None:
