@@ -3,7 +3,8 @@
 The files in tests/mpi/ are collected by the plain pytest run too, where pytest-mpi
 skips them; here each world size runs them for real, with a hard timeout so that a
 hang fails fast instead of stalling CI. One job per file and size, with the file's name in
-the test id, so `-k ragged` runs tests/mpi/test_ragged_all_to_all.py alone.
+the test id, so `-k ragged` runs tests/mpi/test_ragged_all_to_all.py alone (subfolders included:
+`-k native_loops` runs tests/mpi/native_loops/).
 """
 
 import os
@@ -27,11 +28,13 @@ def _mpiexec() -> str:
     return exe
 
 
-FILES = sorted(MPI_DIR.glob("test_*.py"))
+FILES = sorted(MPI_DIR.rglob("test_*.py"))
+# Ids name the file under tests/mpi/ (e.g. native_loops/test_paths), so -k selects one.
+IDS = [str(p.relative_to(MPI_DIR).with_suffix("")) for p in FILES]
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+@pytest.mark.parametrize("path", FILES, ids=IDS)
 @pytest.mark.parametrize("nprocs", [2, 4])
 def test_mpi_suite(nprocs, path):
     files = [str(path)]

@@ -1,7 +1,7 @@
 """A native while loop calling MPI_Allreduce itself (compiler/native/collectives.py), in one
 process: a device that hands out MPI_COMM_SELF gets the loop's results with no Python per
 iteration, and a failing MPI call becomes an ExecutionError naming the all-reduce and the
-iteration instead of a crash. The multi-rank behaviour is tests/mpi/test_native_loops.py."""
+iteration instead of a crash. The multi-rank behaviour is tests/mpi/native_loops/test_paths.py."""
 
 import re
 
@@ -67,7 +67,7 @@ def test_permute_and_gather_drivers_name_no_mpi_symbol():
     """The native steps call MPI_Sendrecv and MPI_Allgather through table entries: the loop's
     object gains no undefined symbol beyond the allowlist (and none of MPI's), and the
     drivers are really there (the loops are eligible)."""
-    from tests.mpi.test_native_loop_p2p_gather import gather_module, permute_module
+    from tests.mpi.native_loops.test_p2p_gather import gather_module, permute_module
     from xladist.compiler import elf, jit, runtime_symbols
     from xladist.compiler.program import CpuProgram
 

@@ -77,7 +77,7 @@ def test_trace_has_a_track_per_rank_and_every_collective(tmp_path, case, n):
     d = CORPUS / case
     trace = tmp_path / "trace.json"
     # Per-instruction slices are the interpreter's (the cpu backend's per-thunk slices are
-    # tested in test_compiler_runtime.py).
+    # tested in tests/compiler/test_runtime.py).
     proc = _xladist("run", str(d / "module.hlo"), "-n", str(n), "--inputs",
                     str(d / "inputs.npz"), "--outputs", str(tmp_path / "o.npz"),
                     "--trace", str(trace), "--backend", "interpreter")

@@ -12,7 +12,7 @@ computed in i8 holding the value sign-extended (sN) or zero-extended (uN), and
 Every float format is one row of SMALL_FLOATS; encode/decode are one emitter
 parameterized by that row. The rules are ml_dtypes' float32 -> type cast (which is
 what the interpreter does; f64 converts through f32 there too), checked bit for bit
-by tests/test_compiler_lowbits.py:
+by tests/compiler/test_lowbits.py:
 - finite values round to nearest even (f8e8m0fnu: ties away from zero);
 - "ieee" types (inf and NaN at the all-ones exponent): overflow -> +-inf, NaN ->
   +-quiet NaN (sign kept, payload dropped);

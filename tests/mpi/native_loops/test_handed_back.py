@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import xladist
-from tests.mpi.native_loop_helpers import loop_module, run_counted
+from tests.mpi.native_loops.helpers import loop_module, run_counted
 
 pytestmark = pytest.mark.mpi
 

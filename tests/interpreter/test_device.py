@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.interp_ir import Comp, run, scalar_binary
+from tests.interpreter.ir import Comp, run, scalar_binary
 from xladist.errors import ExecutionError
 from xladist.hlo.attrs import ReplicaGroups
 from xladist.interpreter import TOKEN, SingleDeviceContext

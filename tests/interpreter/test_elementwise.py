@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.interp_ir import bits, op1
+from tests.interpreter.ir import bits, op1
 from xladist.errors import UnsupportedError
 
 INT_TYPES = {"s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,

@@ -14,7 +14,7 @@ import pytest
 import xladist
 from xladist.io import decode
 
-from . import corpus_util as cu
+from tests import corpus_util as cu
 
 CORPUS = cu.CORPUS / "single"
 CASES = [p.name for p in cu.case_folders("single")]

@@ -22,7 +22,7 @@ from xladist.builder import XlaBuilder
 from xladist.compiler.codegen.lowbits import SMALL_FLOATS, SUB_BYTE_INTS
 from xladist.hlo.shape import Shape
 
-from .test_compiler_lowbits import assert_same, dtype
+from tests.compiler.test_lowbits import assert_same, dtype
 
 FLOATS = ["f64", "f32", "f16", "bf16", *sorted(SMALL_FLOATS)]
 INTS = ["s64", "s32", "s16", "s8", "u64", "u32", "u16", "u8", *sorted(SUB_BYTE_INTS)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import xladist
-from tests.interp_ir import Comp, S, run, scalar_binary
+from tests.interpreter.ir import Comp, S, run, scalar_binary
 from xladist.errors import ExecutionError, UnsupportedError
 from xladist.interpreter import (
     EVAL_RULES,

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.interp_ir import bits, op1
+from tests.interpreter.ir import bits, op1
 from xladist.errors import ExecutionError, UnsupportedError
 
 nan, inf = np.nan, np.inf

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tests.interp_ir import Comp, S, op1, run
+from tests.interpreter.ir import Comp, S, op1, run
 from xladist.errors import UnsupportedError
 from xladist.hlo.attrs import Literal, PaddingConfig, SliceSpec
 from xladist.interpreter import TOKEN, layout

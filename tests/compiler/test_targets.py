@@ -27,7 +27,7 @@ from xladist.compiler.codegen.lowbits import SMALL_FLOATS, SUB_BYTE_INTS
 from xladist.compiler.program import CpuProgram
 from xladist.errors import UnsupportedError
 
-from .test_compiler_lowbits import assert_same, dtype
+from tests.compiler.test_lowbits import assert_same, dtype
 
 FLOAT_TYPES = ["f64", "f32", "f16", "bf16", *sorted(SMALL_FLOATS)]
 INT_TYPES = ["s64", "s32", "s16", "s8", "u64", "u32", "u16", "u8", *sorted(SUB_BYTE_INTS)]

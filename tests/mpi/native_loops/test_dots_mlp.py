@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from tests.mpi.native_loop_helpers import run_counted
+from tests.mpi.native_loops.helpers import run_counted
 from xladist.examples import train_mlp
 
 pytestmark = pytest.mark.mpi

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import xladist
-from tests.interp_ir import Comp
+from tests.interpreter.ir import Comp
 from xladist.cli import main
 from xladist.errors import InputError, UnsupportedError
 from xladist.executable import BACKENDS, Executable, register_backend
 from xladist.hlo.opcodes import OPCODES
 from xladist.io import read_inputs, read_outputs, write_outputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BF16 = ml_dtypes.bfloat16
 
 

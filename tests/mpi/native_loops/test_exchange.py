@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from tests.mpi.native_loop_helpers import both_paths, loop_module
+from tests.mpi.native_loops.helpers import both_paths, loop_module
 
 pytestmark = pytest.mark.mpi
 

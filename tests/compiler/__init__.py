@@ -1,0 +1,1 @@
+"""Compiled (cpu backend) tests: kernels, cache, targets, threads, in-place, fuzzing."""

@@ -1,0 +1,1 @@
+"""Native while loops under MPI: the driver against the Python executor and numpy."""
