@@ -20,7 +20,8 @@ from ..executable import Executable
 from ..hlo.shape import Shape
 from . import blas_blocks, jit, parallel
 from .codegen.constants import logical_view
-from .codegen.kernels import emit_kernel, emit_map_kernel
+from .codegen.kernels import emit_map_kernel
+from .codegen.kernels.distinct import alias_text, emit_distinct_kernels
 from .emit import ProgramBuilder
 from .inplace import FRESH
 from .native.collectives import emit_user_function
@@ -101,16 +102,19 @@ class CpuProgram:
         return out
 
     def llvm_ir(self) -> str:
-        """LLVM IR text of every kernel of the module (pure llvmlite.ir)."""
+        """LLVM IR text of every kernel of the module (pure llvmlite.ir); a kernel that
+        repeats another is an alias of it (codegen/kernels/distinct.py)."""
         mod = ir.Module(name=self.module.name)
-        for spec in self.builder.kernels:
-            emit_kernel(mod, spec)
+        # A native loop's driver calls its kernels by name in the same module.
+        in_loops = {s.thunk.spec.name for lp in self.builder.loops for s in lp.steps
+                    if s.kind == "kernel"}
+        aliases = emit_distinct_kernels(mod, self.builder.kernels, in_loops)
         for r in self.builder.reducers.values():
             emit_map_kernel(mod, r.kernel_name, r.computation)
             emit_user_function(mod, r.kernel_name)  # for MPI user ops (native_collectives)
         for lp in self.builder.loops:  # after the kernels they call
             lp.emit(mod)
-        return str(mod)
+        return str(mod) + alias_text(mod, aliases)
 
 
 def compiled_reducers(module) -> dict:

@@ -5,6 +5,7 @@ core.py     the KernelSpec, the table of kernel emitters (KERNEL_EMITTERS), loop
             sin/cos/tan (emit_kernel), map kernels for collective reducers
 special.py  scatter, sort, select-and-scatter
 inplace.py  a dynamic-update-slice written into its operand's buffer
+distinct.py each distinct kernel emitted once, the repeats as aliases of its functions
 """
 
 from . import inplace, special  # noqa: F401  (register their kernel kinds)
