@@ -29,9 +29,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import xladist  # noqa: E402
-from xladist.compiler.codegen.kernels.distinct import emit_distinct_kernels  # noqa: E402
-from xladist.compiler.program import CpuProgram  # noqa: E402
+import xladist
+from xladist.compiler.codegen.kernels.distinct import emit_distinct_kernels
+from xladist.compiler.program import CpuProgram
 
 WIDTH, TOKENS, BATCH = 64, 32, 4
 

@@ -26,8 +26,8 @@ def layers_hlo(scales, n=8, k=16):
              f"  bb = f32[{n},{k}] broadcast(b), dimensions={{1}}"]
     prev = "x"
     for i, scale in enumerate(scales):
-        lines += [f"  d{i} = f32[{n},{k}] dot({prev}, w), lhs_contracting_dims={{1}}, "
-                  "rhs_contracting_dims={0}",
+        lines += [(f"  d{i} = f32[{n},{k}] dot({prev}, w), lhs_contracting_dims={{1}}, "
+                   "rhs_contracting_dims={0}"),
                   f"  a{i} = f32[{n},{k}] add(d{i}, bb)",
                   f"  c{i} = f32[] constant({scale})",
                   f"  cb{i} = f32[{n},{k}] broadcast(c{i}), dimensions={{}}",
@@ -61,8 +61,8 @@ def run(text, *args):
 def defined_and_aliased(text):
     prog = CpuProgram(xladist.parse_hlo(text), compile_code=False)
     ir_text = prog.llvm_ir()
-    defined = set(re.findall(r'^define [^@]*@"?([\w.]+)"?\(', ir_text, re.M))
-    aliased = dict(re.findall(r'^@"([\w.]+)" = alias [^@]*@"([\w.]+)"', ir_text, re.M))
+    defined = set(re.findall(r'^define [^@]*@"?([\w.]+)"?\(', ir_text, re.MULTILINE))
+    aliased = dict(re.findall(r'^@"([\w.]+)" = alias [^@]*@"([\w.]+)"', ir_text, re.MULTILINE))
     return prog, defined, aliased
 
 
