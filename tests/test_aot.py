@@ -18,6 +18,8 @@ from xladist.compiler.aot import AotProgram
 from xladist.compiler.codegen.constants import logical_view, to_physical
 from xladist.errors import UnsupportedError
 
+from tests.compiler.test_distinct import layers_hlo
+
 ROOT = Path(__file__).resolve().parent.parent
 MAIN_C = ROOT / "examples" / "aot" / "main.c"
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
@@ -182,6 +184,10 @@ ENTRY main {
 }
 """
 MODULES["mlp_train_step"] = (ROOT / "benchmarks" / "mlp_train_step.hlo").read_text()
+# Four layers whose kernels repeat but for the third's scale: the driver calls the first
+# layer's kernel for the second and fourth (codegen/kernels/distinct.py), its own for the third.
+MODULES["repeated_layers"] = layers_hlo([1.0, 1.0, 0.5, 1.0]).replace("HloModule layers",
+                                                                       "HloModule m")
 
 
 def _random(shape, rng):
@@ -525,3 +531,11 @@ def test_concurrent_calls_with_distinct_temps(tmp_path):
                    timeout=120)
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
+
+
+def test_repeated_kernels_are_emitted_once():
+    prog = AotProgram(xladist.parse_hlo(MODULES["repeated_layers"]), "m")
+    prog.llvm_module()
+    kernel = {k.root.name: k.name for k in prog.pb.kernels}
+    assert prog.same_as[kernel["t1"]] == prog.same_as[kernel["t3"]] == kernel["t0"]
+    assert kernel["t2"] not in prog.same_as

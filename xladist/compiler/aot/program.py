@@ -42,7 +42,7 @@ from ...errors import InputError, UnsupportedError
 from ..buffers import ALIGN, _round
 from ..codegen import builtins
 from ..codegen.ir_array import c64
-from ..codegen.kernels import emit_kernel
+from ..codegen.kernels.distinct import emit_distinct_kernels
 from ..codegen.types import I1, I8, I32, I64, PTR
 from ..control import ConditionalThunk, WhileThunk
 from ..emit import ProgramBuilder
@@ -175,8 +175,8 @@ class AotProgram:
     # ---- emission ----------------------------------------------------------------
     def llvm_module(self) -> ir.Module:
         mod = ir.Module(name=self.name)
-        for spec in self.pb.kernels:
-            emit_kernel(mod, spec)
+        # Repeated kernels once: the driver below calls the first of each kind.
+        self.same_as = emit_distinct_kernels(mod, self.pb.kernels)
         for fn in mod.functions:
             if fn.blocks:
                 fn.linkage = "internal"
@@ -277,7 +277,7 @@ class AotProgram:
         b.call(self.mod.get_global(fn_name), [argv])
 
     def _kernel(self, b, t: KernelThunk, addr) -> None:
-        self._call(b, t.spec.name, t.slots, addr)
+        self._call(b, self.same_as.get(t.spec.name, t.spec.name), t.slots, addr)
 
     def _generated(self, b, t: LibraryThunk, addr) -> None:
         """dot / convolution / rng-bit-generator: generated code instead of the library
