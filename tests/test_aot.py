@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 
 import xladist
+from tests.compiler.test_distinct import layers_hlo
 from xladist.compiler.aot import AotProgram
 from xladist.compiler.codegen.constants import logical_view, to_physical
 from xladist.errors import UnsupportedError
-
-from tests.compiler.test_distinct import layers_hlo
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN_C = ROOT / "examples" / "aot" / "main.c"
