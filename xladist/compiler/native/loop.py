@@ -1,7 +1,8 @@
 """While loops run by one native function, when condition and body are kernels,
 collectives the driver can call (native/collectives.py: all-reduce, collective-permute,
-leading-dimension all-gather; exchange.py: reduce-scatter, all-to-all) and 2-D dots
-(native/blas.py: numpy's own BLAS call) only.
+leading-dimension all-gather; exchange.py: reduce-scatter, all-to-all), send/recv channels
+whose done is in the same iteration (channels.py) and 2-D dots (native/blas.py: numpy's own
+BLAS call) only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
@@ -54,6 +55,7 @@ from ..inplace import FRESH
 from ..thunks import KernelThunk
 from . import exchange  # noqa: F401  (registers reduce-scatter, all-to-all steps)
 from .blas import DotStep
+from .channels import pair_up, paired
 from .collectives import (
     CELL_BODIES,
     CELL_FAILED,
@@ -112,6 +114,7 @@ class NativeLoop:
         self.cond, self.body = cond, body
         self.steps = [_step(t) for t in list(cond.thunks) + list(body.thunks)]
         self.n_cond = len(cond.thunks)
+        pair_up(self.steps)  # channel starts and dones (native/channels.py)
         self.collective_steps = [j for j, s in enumerate(self.steps) if s.kind != "kernel"]
         self.collectives = [self.steps[j] for j in self.collective_steps]
         # (carry leaf, body result slot) per leaf the body computes into its own buffer;
@@ -141,6 +144,8 @@ class NativeLoop:
             if type(t) is not KernelThunk and not collective_eligible(t) \
                     and not DotStep.eligible(t):
                 return False
+        if not paired(thunks):
+            return False
         pred = cond.root_slots[0] if len(cond.root_slots) == 1 else None
         if pred is None or pred.kind not in ("out", "const", "param"):
             return False
@@ -325,16 +330,16 @@ def _reads(step) -> set:
     """Slots a step may read (a kernel: every slot it is given, in-place updates included)."""
     if step.kind == "kernel":
         return set(step.thunk.ids)
-    if step.kind == "dot":
-        return step.reads
-    return {step.src.id}
+    reads = getattr(step, "reads", None)  # dots, channels (a send-done: the send's data)
+    return reads if reads is not None else {step.src.id}
 
 
 def _swaps(body):
     """(carry leaf, result slot) per body result computed into a buffer of the body's own:
     a kernel's result slot or an all-reduce's result (the driver swaps them with the
     carry); None when some result fits neither that nor "the same leaf handed back"."""
-    written = {t.out_slots[0].id for t in body.thunks if type(t) is not KernelThunk}
+    written = {t.out_slots[0].id for t in body.thunks
+               if type(t) is not KernelThunk and t.out_slots and t.out_slots[0] is not None}
     swaps, seen = [], set()
     for k, (s, src) in enumerate(zip(body.root_slots, body.sources)):
         if s is None or src == k:
