@@ -15,9 +15,9 @@ def run_counted(module, args, native: bool, monkeypatch):
     calls = []
     run = native_loop.NativeLoop.run
 
-    def counted(self, state, owned, bound=None, wd=None):
+    def counted(self, state, owned, bound=None, wd=None, rs=None):
         calls.append([s.kind for s in self.collectives] if bound is not None else None)
-        return run(self, state, owned, bound, wd)
+        return run(self, state, owned, bound, wd, rs)
 
     monkeypatch.setattr(native_loop, "COLLECTIVES", native)
     monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
