@@ -133,3 +133,38 @@ def test_infeed_running_dry_inside_the_native_loop_is_the_python_paths_error(mon
     assert str(native) == str(python), (str(native), str(python))
     assert native.rank == MPI.COMM_WORLD.Get_rank() and native.instruction == python.instruction
     assert "infeed exhausted" in str(native) and "feed" in str(native.instruction)
+
+
+def test_the_demos_training_loop_runs_natively_with_the_python_paths_bits(monkeypatch):
+    """`xladist demo`'s module (xladist/examples/train_mlp.py): infeed, dots, kernels, a tuple
+    all-reduce, outfeed per step; parameters and every loss bit-identical on both paths."""
+    from xladist.examples import train_mlp
+    n, me = MPI.COMM_WORLD.Get_size(), MPI.COMM_WORLD.Get_rank()
+    cfg = train_mlp.Config(replicas=n, steps=6)
+    module = train_mlp.build_module(cfg)
+    params, batches = train_mlp.make_data(cfg)
+    results = []
+    for native in (True, False):
+        losses, calls = [], []
+        run = native_loop.NativeLoop.run
+
+        def counted(self, state, owned, bound=None, wd=None, rs=None, calls=calls, run=run):
+            calls.append([s.kind for s in self.collectives] if bound is not None else None)
+            return run(self, state, owned, bound, wd, rs)
+
+        monkeypatch.setattr(native_loop, "COLLECTIVES", native)
+        monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
+        try:
+            outs = xladist.run(module, [np.stack([p] * n) for p in params], n=n, check=False,
+                               timeout=60, infeed=lambda r, replica, partition: batches[r],
+                               outfeed=lambda r, replica, partition, x, seen=losses:
+                               seen.append(x))
+        finally:
+            monkeypatch.undo()
+        results.append(([np.asarray(o).tobytes() for o in outs[me]],
+                        [np.asarray(x).tobytes() for x in losses], calls))
+    (native_out, native_losses, calls), (python_out, python_losses, py_calls) = results
+    assert len(calls) == 1 and calls[0] is not None and "callback" in calls[0], calls
+    assert py_calls == []
+    assert native_out == python_out and native_losses == python_losses
+    assert len(native_losses) == cfg.steps
