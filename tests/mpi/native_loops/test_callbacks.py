@@ -13,7 +13,7 @@ import pytest
 from mpi4py import MPI
 
 import xladist
-from xladist.compiler.native import loop as native_loop
+from tests.mpi.native_loops.helpers import count_native_runs
 from xladist.errors import ExecutionError
 
 pytestmark = pytest.mark.mpi
@@ -77,15 +77,8 @@ def items(rank: int, trips: int) -> list:
 def run_loop(trips: int, supplied: int, native: bool, monkeypatch):
     """(this rank's result, its outfeed items, the steps of each loop run natively)."""
     n = MPI.COMM_WORLD.Get_size()
-    got, calls = [], []
-    run = native_loop.NativeLoop.run
-
-    def counted(self, state, owned, bound=None, wd=None, rs=None):
-        calls.append([s.kind for s in self.collectives] if bound is not None else None)
-        return run(self, state, owned, bound, wd, rs)
-
-    monkeypatch.setattr(native_loop, "COLLECTIVES", native)
-    monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
+    got = []
+    calls = count_native_runs(monkeypatch, native)
     try:
         outs = xladist.run(xladist.parse_hlo(MODULE), [np.full(n, trips, np.int32)], n=n,
                            check=False, verify=False, timeout=60,
@@ -145,15 +138,8 @@ def test_the_demos_training_loop_runs_natively_with_the_python_paths_bits(monkey
     params, batches = train_mlp.make_data(cfg)
     results = []
     for native in (True, False):
-        losses, calls = [], []
-        run = native_loop.NativeLoop.run
-
-        def counted(self, state, owned, bound=None, wd=None, rs=None, calls=calls, run=run):
-            calls.append([s.kind for s in self.collectives] if bound is not None else None)
-            return run(self, state, owned, bound, wd, rs)
-
-        monkeypatch.setattr(native_loop, "COLLECTIVES", native)
-        monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
+        losses = []
+        calls = count_native_runs(monkeypatch, native)
         try:
             outs = xladist.run(module, [np.stack([p] * n) for p in params], n=n, check=False,
                                timeout=60, infeed=lambda r, replica, partition: batches[r],
