@@ -1,5 +1,6 @@
-"""Per-iteration cost of a collective-permute or an all-gather inside a while loop: the native
-driver (xladist/compiler/native/collectives.py) against the Python executor
+"""Per-iteration cost of a collective-permute, a send/recv pair on a ring (channel 1) or an
+all-gather inside a while loop: the native driver (xladist/compiler/native/collectives.py,
+channels.py) against the Python executor
 (XLADIST_NATIVE_COLLECTIVES=0, switched in-process) and a raw mpi4py loop on the same bytes.
 Last row: the data-parallel MLP step of the demo as a loop (xladist/examples/train_mlp.py
 build_step_loop: 5 dots, 4 all-reduces, kernels; native/blas.py), native against Python
@@ -29,6 +30,23 @@ def permute_module(count: int, n: int) -> str:
     t = f"f32[{count}]"
     pairs = ",".join(f"{{{r},{(r + 1) % n}}}" for r in range(n))
     return _module(t, t, f"collective-permute(x), source_target_pairs={{{pairs}}}")
+
+
+def channel_module(count: int, n: int) -> str:
+    """The permute's loop with x <- recv-done(recv) after send(x) on a ring, channel 1."""
+    t = f"f32[{count}]"
+    pairs = ",".join(f"{{{r},{(r + 1) % n}}}" for r in range(n))
+    attr = f'frontend_attributes={{_xla_send_recv_source_target_pairs="{{{pairs}}}"}}'
+    text = _module(t, t, "copy(x)")
+    return text.replace(
+        f"  g1 = {t} copy(x)\n",
+        f"  tok = token[] after-all()\n"
+        f"  r = ({t}, u32[], token[]) recv(tok), channel_id=1, {attr}\n"
+        f"  s = ({t}, u32[], token[]) send(x, tok), channel_id=1, {attr}\n"
+        f"  rd = ({t}, token[]) recv-done(r), channel_id=1\n"
+        f"  sd = token[] send-done(s), channel_id=1\n"
+        f"  g1 = {t} get-tuple-element(rd), index=0\n").replace(
+        "HloModule bench", f"HloModule bench, num_partitions={n}")
 
 
 def gather_module(count: int, n: int) -> str:
@@ -90,7 +108,8 @@ def main() -> int:
         f"per iteration (us) = (T(K) - T(1)) / (K - 1), best of 3, slowest rank")
     say(f"# {'op':>18} {'bytes':>7} {'K':>5} | {'native':>8} {'python':>8} {'raw':>8} | "
         f"{'py/nat':>6} {'nat-raw':>7} {'same':>4}")
-    for opname, make in (("collective-permute", permute_module), ("all-gather", gather_module)):
+    for opname, make in (("collective-permute", permute_module), ("send/recv", channel_module),
+                         ("all-gather", gather_module)):
         for count in (2, 16384):  # 8 B and 64 KiB per rank
             k = k_small if count < 1024 else max(2, k_small // 4)
             module = xladist.parse_hlo(make(count, n))

@@ -147,6 +147,12 @@ class _Transfer:
         self.channel = channel
 
 
+def _size_mismatch(peer_device, got: int, channel, shape, nbytes: int) -> str:
+    return (f"device {peer_device} sent {got} bytes on channel {channel}, but this recv "
+            f"expects {shape.to_text(layout=False)} ({nbytes} bytes): the two ends disagree "
+            "on the shape")
+
+
 class Channels:
     """Send/recv for one rank; see the module docstring.
 
@@ -166,6 +172,7 @@ class Channels:
         self.host = host
         self.tag_ub = int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
         self._plans: dict[object, _Plan] = {}
+        self._native: dict[object, object] = {}  # start instruction -> native (start, done)
         self._wd = _deadline.watchdog
 
     def close(self) -> None:
@@ -264,13 +271,47 @@ class Channels:
         for st, buf in zip(statuses, handle.keep):
             got = st.Get_count(BYTE)
             if got != buf.nbytes:
-                raise self._error(instr, f"device {handle.peer.devices[1]} sent {got} bytes on "
-                                         f"channel {handle.channel}, but this recv expects "
-                                         f"{handle.shape.to_text(layout=False)} ({buf.nbytes} "
-                                         "bytes): the two ends disagree on the shape")
+                raise self._error(instr, _size_mismatch(handle.peer.devices[1], got,
+                                                        handle.channel, handle.shape,
+                                                        buf.nbytes))
         handle.value = _pack(handle.shape, iter(handle.keep))
         handle.keep = None
         return handle.value
+
+    # ---- native loops ------------------------------------------------------------------------
+    def native_transfer(self, start, done):
+        """(start, done) descriptors of a device-to-device send or recv whose done runs in
+        the same iteration of a native while loop (collectives/native_channels.py), or None:
+        a host transfer, an invalid channel (the Python path reports it), data that is not one
+        array in the default layout (the wire carries logical bytes)."""
+        if start in self._native:
+            return self._native[start]
+        self._native[start] = None
+        if start.attrs.get("is_host_transfer", False) or self.comm is None:
+            return None
+        send = start.opcode == "send"
+        shape = start.operands[0].shape if send else start.shape.tuple_shapes[0]
+        if not shape.is_array or not shape.has_default_layout() or \
+                shape.nbytes != shape.size * shape.dtype.itemsize:
+            return None
+        try:
+            plan = self._plan(start)
+        except ExecutionError:
+            return None
+        from . import native_channels
+        peer = plan.dest if send else plan.source
+        where = None if peer is None else _Peer(self.placement.device, plan.peer_device,
+                                                plan.tag, "to" if send else "from")
+
+        def mismatch(got):
+            return _size_mismatch(plan.peer_device, got, plan.tag, shape, shape.nbytes)
+        pair = native_channels.transfer(
+            self.comm, native_channels.Transfer(self._MPI._sizeof(self._MPI.Status)),
+            send=send, nbytes=shape.nbytes, peer=peer, tag=plan.tag,
+            start_label=f"{start.name} (line {start.line})",
+            done_label=f"{done.name} (line {done.line})", where=where, mismatch=mismatch)
+        self._native[start] = pair
+        return pair
 
     # ---- host transfers ----------------------------------------------------------------------
     def _need_host(self, instr, fn: str):

@@ -274,6 +274,14 @@ class MpiDeviceContext(DeviceContext):
             return None
         return all_to_all_native(plan.comm, instr.shape.nbytes, plan.label)
 
+    def native_channel(self, start, done):
+        """A send or recv and its done as a native while loop calls them (MPI_Issend /
+        MPI_Irecv, MPI_Wait: collectives/native_channels.py), or None (no channels, a host
+        transfer, ...: the loop keeps the Python path)."""
+        if self.channels is None:
+            return None
+        return self.channels.native_transfer(start, done)
+
     def collective_start(self, instr, args, reducer=None):
         return self._start(instr, args, reducer, start=True)
 

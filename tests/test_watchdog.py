@@ -122,6 +122,33 @@ def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
 
 
 @pytest.mark.timeout(300)
+def test_data_dependent_channel_loop_ends_with_a_report(tmp_path):
+    # Send/recv on a ring inside the loop (all on line 17), run natively by
+    # compiler/native/channels.py (MPI_Irecv / MPI_Issend, MPI_Wait): rank 1's third recv-done
+    # never completes, and the report names the rank, the done, the peer and the iteration.
+    text = (DATA / "data_dependent_loop.hlo").read_text()
+    psum = "%psum = f32[4]{0} all-reduce(%v), channel_id=1, replica_groups={}, to_apply=%add"
+    attr = 'frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1},{1,0}}"}'
+    text = text.replace(psum, (
+        "%tok = token[] after-all() "
+        f"%r = (f32[4]{{0}}, u32[], token[]) recv(%tok), channel_id=1, {attr} "
+        f"%sn = (f32[4]{{0}}, u32[], token[]) send(%v, %tok), channel_id=1, {attr} "
+        "%rd = (f32[4]{0}, token[]) recv-done(%r), channel_id=1 "
+        "%sd = token[] send-done(%sn), channel_id=1 "
+        "%psum = f32[4]{0} get-tuple-element(%rd), index=0"))
+    module = tmp_path / "loop.hlo"
+    module.write_text(text)
+    inputs = _data_loop(tmp_path, [2, 3])
+    proc = xladist_cli("run", module, "-n", 2, "--inputs", inputs, "-q", "--no-check",
+                       "--timeout", TIMEOUT, timeout=TIMEOUT + SLACK)
+    err = proc.stderr
+    assert proc.returncode != 0, err
+    assert TIMEOUT <= _waited(err) < TIMEOUT + 2.0, err
+    assert re.search(r"rank 1 \(replica 0, partition 1\): rd \(line 17\) on channel 1 from "
+                     r"device 0 \(iteration 3 of data_loop\), waiting \d+\.\d s", err), err
+
+
+@pytest.mark.timeout(300)
 def test_a_timed_out_job_still_writes_its_trace(tmp_path):
     # The trace is what a user opens to see who held the others back: a deadline abort must
     # not lose it.  Both ranks wait when the deadline passes, so both timelines are saved.

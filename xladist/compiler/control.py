@@ -148,7 +148,7 @@ class WhileThunk(Thunk):
             bound = native.bind_device(rs.device)
         if bound is not None or (native is not None and wd is None and rs.tracer is None
                                  and not native.collectives):
-            state = native.run(state, set(self.used), bound, wd)
+            state = native.run(state, set(self.used), bound, wd, rs=rs)
         elif wd is None and rs.tracer is None and self.steady:
             cond, body = self.cond, self.body
             to_cond, back = self.state_to_cond, self.result_to_state
@@ -194,7 +194,7 @@ class WhileThunk(Thunk):
     def describe(self) -> str:
         text = f"while cond={self.cond.name} body={self.body.name}"
         if self.native is not None:
-            text += f" (native loop {self.native.name})"
+            text += f" (native loop {self.native.describe()})"
         if self.used:
             text += (f"; carry leaves {self.used} updated in place (taken {self.taken}, "
                      f"copied once {self.copy_in}"

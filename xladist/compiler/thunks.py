@@ -239,6 +239,18 @@ def _located(e: ExecutionError, thunk, device) -> ExecutionError:
     return e
 
 
+def thunk_error(e: Exception, thunk, device) -> Exception:
+    """What running `thunk` raises for `e`: an ExecutionError located (rank, instruction),
+    another xladist error as is, any other exception as an internal error naming the
+    instruction (CompiledComputation.run; native loops' callbacks, native/callback.py)."""
+    if isinstance(e, ExecutionError):
+        return _located(e, thunk, device)
+    if isinstance(e, XlaDistError):
+        return e
+    err = thunk.fail(f"internal cpu backend error: {type(e).__name__}: {e}")
+    return _located(err, thunk, device)
+
+
 def _value(frame: Frame, shape, slots: list):
     """Interpreter-style value of an operand from its leaf slots."""
     return _build_value(frame, shape, iter(slots))
@@ -326,6 +338,20 @@ class CompiledComputation:
             addrs[sid] = address(a)
         return addrs
 
+    def frame(self, leaves: list, outs: dict, addrs: list, rs: RunState) -> Frame:
+        """A Frame on the buffers `addresses(leaves, outs)` named (this computation's arena,
+        `leaves`, `outs`), for a native loop's callback (native/callback.py); it computes
+        no addresses (the driver's stay fixed)."""
+        if self._template is None:
+            self._prepare()
+        bufs = list(self._template[0])
+        for sid, value in zip(self._param_ids, leaves):
+            if sid is not None and value is not None:
+                bufs[sid] = value
+        for sid, a in outs.items():
+            bufs[sid] = a
+        return Frame(self, bufs, addrs, rs, frozenset())
+
     def run(self, leaves: list, rs: RunState, copy_arena: bool = True) -> list:
         """Result leaves of one run; copy_arena=False when the caller copies every
         result that is not a fresh buffer anyway (the executable's entry)."""
@@ -365,13 +391,9 @@ class CompiledComputation:
                     t0 = perf_counter_ns()
                     t.run(frame)
                     tracer.instruction(t.trace_slice, t0, perf_counter_ns())
-        except ExecutionError as e:
-            raise _located(e, t, rs.device) from None
-        except XlaDistError:
-            raise
-        except Exception as e:  # a bug in a thunk: say which instruction tripped it
-            err = t.fail(f"internal cpu backend error: {type(e).__name__}: {e}")
-            raise _located(err, t, rs.device) from e
+        except Exception as e:  # noqa: BLE001 -- a bug in a thunk: say which instruction
+            raise thunk_error(e, t, rs.device) from (None if isinstance(e, XlaDistError)
+                                                     else e)
         out = [bufs[sid] if sid is not None else None for sid in self._root_ids]
         if copy_arena and self._root_dyn:
             lo, hi = self._arena_range

@@ -8,19 +8,26 @@ import xladist
 from xladist.compiler.native import loop as native_loop
 
 
+def count_native_runs(monkeypatch, native: bool) -> list:
+    """Switch the native driver on or off (until monkeypatch.undo()) and return the list
+    that records, per loop run natively, its steps' kinds (None when it ran unbound)."""
+    calls = []
+    run = native_loop.NativeLoop.run
+
+    def counted(self, state, owned, bound=None, wd=None, rs=None):
+        calls.append([s.kind for s in self.collectives] if bound is not None else None)
+        return run(self, state, owned, bound, wd, rs)
+
+    monkeypatch.setattr(native_loop, "COLLECTIVES", native)
+    monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
+    return calls
+
+
 def run_counted(module, args, native: bool, monkeypatch):
     """(this rank's outputs as arrays, [the step kinds of each loop run natively with its
     steps bound, None for one that ran natively unbound]) for ``module`` on ``args``."""
     n = MPI.COMM_WORLD.Get_size()
-    calls = []
-    run = native_loop.NativeLoop.run
-
-    def counted(self, state, owned, bound=None, wd=None):
-        calls.append([s.kind for s in self.collectives] if bound is not None else None)
-        return run(self, state, owned, bound, wd)
-
-    monkeypatch.setattr(native_loop, "COLLECTIVES", native)
-    monkeypatch.setattr(native_loop.NativeLoop, "run", counted)
+    calls = count_native_runs(monkeypatch, native)
     try:
         if isinstance(module, str):
             module = xladist.parse_hlo(module)

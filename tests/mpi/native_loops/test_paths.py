@@ -94,9 +94,9 @@ def _run(module, xs, trips, native: bool, monkeypatch):
     calls = []
     run = native_loop.NativeLoop.run
 
-    def counted(self, state, owned, bound=None, wd=None):
+    def counted(self, state, owned, bound=None, wd=None, rs=None):
         calls.append((bound is not None, sorted(self.in_place)))
-        return run(self, state, owned, bound, wd)
+        return run(self, state, owned, bound, wd, rs)
 
     monkeypatch.setattr(native_loop, "COLLECTIVES", native)
     monkeypatch.setattr(native_loop.NativeLoop, "run", counted)

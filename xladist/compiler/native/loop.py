@@ -1,7 +1,8 @@
 """While loops run by one native function, when condition and body are kernels,
 collectives the driver can call (native/collectives.py: all-reduce, collective-permute,
-leading-dimension all-gather; exchange.py: reduce-scatter, all-to-all) and 2-D dots
-(native/blas.py: numpy's own BLAS call) only.
+leading-dimension all-gather; exchange.py: reduce-scatter, all-to-all), send/recv channels
+whose done is in the same iteration (channels.py) and 2-D dots (native/blas.py: numpy's own
+BLAS call) only.
 
 A while thunk otherwise runs every iteration from Python: two computation runs,
 buffers bound per run (several microseconds per iteration, which dominates a
@@ -51,9 +52,12 @@ from ...errors import ExecutionError
 from ..codegen.ir_array import c64
 from ..codegen.types import I8, I64, PTR
 from ..inplace import FRESH
-from ..thunks import KernelThunk
+from ..thunks import KernelThunk, thunk_error
 from . import exchange  # noqa: F401  (registers reduce-scatter, all-to-all steps)
 from .blas import DotStep
+from .callback import BOUND, CALLBACK, CallbackStep, emit_call, falls_back
+from .callback import describe as describe_callbacks
+from .channels import pair_up, paired
 from .collectives import (
     CELL_BODIES,
     CELL_FAILED,
@@ -69,6 +73,10 @@ DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 # Loops with all-reduces run natively unless XLADIST_NATIVE_COLLECTIVES=0 (tests compare
 # both paths bit for bit; benchmarks measure the difference).
 COLLECTIVES = os.environ.get("XLADIST_NATIVE_COLLECTIVES", "1") != "0"
+# Other thunks are called back in Python from the driver (native/callback.py) unless
+# XLADIST_NATIVE_CALLBACKS=0 (read when a loop is compiled): then such a loop keeps the
+# Python executor.
+CALLBACKS = os.environ.get("XLADIST_NATIVE_CALLBACKS", "1") != "0"
 
 
 class KernelStep:
@@ -89,7 +97,9 @@ def _step(thunk):
         return KernelStep(thunk)
     if DotStep.eligible(thunk):
         return DotStep(thunk)
-    return STEPS[thunk.instr.opcode](thunk)
+    if collective_eligible(thunk):
+        return STEPS[thunk.instr.opcode](thunk)
+    return CallbackStep(thunk)
 
 
 def _resolve(step, device):
@@ -112,6 +122,7 @@ class NativeLoop:
         self.cond, self.body = cond, body
         self.steps = [_step(t) for t in list(cond.thunks) + list(body.thunks)]
         self.n_cond = len(cond.thunks)
+        pair_up(self.steps)  # channel starts and dones (native/channels.py)
         self.collective_steps = [j for j, s in enumerate(self.steps) if s.kind != "kernel"]
         self.collectives = [self.steps[j] for j in self.collective_steps]
         # (carry leaf, body result slot) per leaf the body computes into its own buffer;
@@ -126,21 +137,40 @@ class NativeLoop:
         n = 1
         for s in self.steps:
             self.offsets.append(n)
-            n += s.N_ENTRIES
+            n += s.N_ENTRIES + (2 if falls_back(s) else 0)
         self.half = n + 1
         self.fn = None
         self._fixed: dict = {}  # (computation id, slot id) -> a buffer the loop keeps
         self._bound = (None, None)  # (device, [native all-reduce per collective] or None)
+        # Callbacks (native/callback.py): the C function, and per run the Frames of each
+        # table half and the exception a callback caught.
+        # Step index -> the CallbackStep run for it (its own, or a collective's fallback).
+        self._called = {j: s if s.kind == "callback" else CallbackStep(s.thunk)
+                        for j, s in enumerate(self.steps)
+                        if s.kind == "callback" or falls_back(s)}
+        self._callback = CALLBACK(self._call_back) if self._called else None
+        self._frames = None
+        self._raised = None
 
     @staticmethod
     def eligible(cond, body, identity_relayouts: bool) -> bool:
         thunks = list(cond.thunks) + list(body.thunks)
         if not identity_relayouts or len(thunks) >= WAIT_STEPS - 1:  # steps fit the wait cell
             return False
+        called_back = False
         for t in thunks:
             if type(t) is not KernelThunk and not collective_eligible(t) \
                     and not DotStep.eligible(t):
-                return False
+                if not (CALLBACKS and CallbackStep.eligible(t)):
+                    return False
+                called_back = True
+        # A loop that needs callbacks was the Python executor's, which runs split kernels
+        # on the compute threads; the driver runs kernels on one thread: keep such loops.
+        if called_back and any(type(t) is KernelThunk and t.blocks is not None
+                               for t in thunks):
+            return False
+        if not paired(thunks):
+            return False
         pred = cond.root_slots[0] if len(cond.root_slots) == 1 else None
         if pred is None or pred.kind not in ("out", "const", "param"):
             return False
@@ -182,7 +212,22 @@ class NativeLoop:
                 def entry(k, typ, at=at):
                     return b.load(b.gep(base, [c64(at + k)], inbounds=True,
                                         source_etype=PTR), typ=typ)
+                if not falls_back(step):
+                    step.emit(b, entry, cells, progress, j, fail)
+                    continue
+                # Called back when the runtime left the step's callback entry non-zero.
+                via_cb = b.function.append_basic_block(f"step{j}.callback")
+                via_native = b.function.append_basic_block(f"step{j}.native")
+                after = b.function.append_basic_block(f"step{j}.done")
+                b.cbranch(b.icmp_unsigned("!=", entry(step.N_ENTRIES, I64), c64(0)),
+                          via_cb, via_native)
+                b.position_at_end(via_cb)
+                emit_call(b, entry, step.N_ENTRIES, cells, j, fail)
+                b.branch(after)
+                b.position_at_end(via_native)
                 step.emit(b, entry, cells, progress, j, fail)
+                b.branch(after)
+                b.position_at_end(after)
 
         b.branch(head)
         b.position_at_end(head)
@@ -207,6 +252,10 @@ class NativeLoop:
     def bind(self, code) -> None:
         self.fn = DRIVER_TYPE(code.address(self.name))
 
+    def describe(self) -> str:
+        """`loop3; callbacks: infeed.24, outfeed.65` (xladist explain)."""
+        return self.name + describe_callbacks(self.steps)
+
     # ---- running ---------------------------------------------------------------
     def bind_device(self, device):
         """The device's native form of every collective (cached per device: its method
@@ -218,6 +267,8 @@ class NativeLoop:
             bound = []
             for s in self.collectives:
                 d = _resolve(s, device)
+                if d is None and CALLBACKS and falls_back(s):
+                    d = BOUND  # called back in Python (native/callback.py)
                 if d is None:
                     bound = None
                     break
@@ -239,10 +290,14 @@ class NativeLoop:
                 out[s.id] = a
         return out
 
-    def _half(self, state, outs, cells, bound, argvs: list) -> list[int]:
-        """One table half: addresses for a run on `state` with result buffers `outs`
-        (the kernels' argv arrays are kept alive in `argvs`)."""
+    def _half(self, state, outs, cells, bound, argvs: list, which: int, rs) -> list[int]:
+        """Table half `which`: addresses for a run on `state` with result buffers `outs`
+        (the kernels' argv arrays are kept alive in `argvs`); with callbacks, the half's
+        Frames go to self._frames[which]."""
         addrs = {id(cc): cc.addresses(state, outs[id(cc)]) for cc in (self.cond, self.body)}
+        if self._frames is not None:
+            self._frames[which] = [cc.frame(state, outs[id(cc)], addrs[id(cc)], rs)
+                                   for cc in (self.cond, self.body)]
         table = [ctypes.addressof(cells)]
         collective = iter(bound or ())
         for j, step in enumerate(self.steps):
@@ -253,14 +308,30 @@ class NativeLoop:
                 argvs.append(argv)
                 table.append(ctypes.addressof(argv))
             else:
-                table += step.entries(a, next(collective))
+                d = next(collective)
+                if d is BOUND:
+                    table += [0] * (step.N_ENTRIES if step.kind != "callback" else 0) + \
+                        [ctypes.cast(self._callback, ctypes.c_void_p).value, which]
+                else:
+                    table += step.entries(a, d) + ([0, which] if falls_back(step) else [])
         table.append(addrs[id(self.cond)][self.pred_slot.id])
         return table
 
-    def run(self, state: list, owned: set, bound=None, wd=None) -> list:
+    def _call_back(self, j: int, which: int) -> int:
+        """The driver's callback (native/callback.py): step j on table half `which`."""
+        step = self._called[j]
+        try:
+            step.run(self._frames[which][j >= self.n_cond])
+        except BaseException as e:  # noqa: BLE001 -- never into the C frames: run() raises it
+            self._raised = (e, step.thunk)
+            return 1
+        return 0
+
+    def run(self, state: list, owned: set, bound=None, wd=None, rs=None) -> list:
         """Runs the loop on `state` (leaves in `owned` may be written) with the device's
         native all-reduces `bound`; returns the final state, every swapped leaf a buffer
-        of the loop's own. `wd`: the deadline watchdog, told about the whole run."""
+        of the loop's own. `wd`: the deadline watchdog, told about the whole run; `rs`:
+        the RunState callbacks run in."""
         state = list(state)
         for k in [k for k, _s in self.swaps] + list(self.in_place):
             if k not in owned:
@@ -276,8 +347,9 @@ class NativeLoop:
             outs2[id(self.body)][s.id] = state[k]
         cells = (ctypes.c_int64 * N_CELLS)()
         argvs: list = []
-        table = self._half(state, outs, cells, bound, argvs) + \
-            self._half(state2, outs2, cells, bound, argvs)
+        self._frames = [None, None] if any(d is BOUND for d in bound or ()) else None
+        table = self._half(state, outs, cells, bound, argvs, 0, rs) + \
+            self._half(state2, outs2, cells, bound, argvs, 1, rs)
         t = (ctypes.c_uint64 * len(table))(*table)
         if wd is None:
             code = self.fn(ctypes.addressof(t))
@@ -290,6 +362,12 @@ class NativeLoop:
             finally:
                 wd.end_native(token)
         del argvs
+        self._frames = None
+        if self._raised is not None:
+            (e, thunk), self._raised = self._raised, None
+            if not isinstance(e, Exception):
+                raise e
+            raise thunk_error(e, thunk, getattr(rs, "device", None)) from None
         if code:
             d = bound[self.collective_steps.index(cells[CELL_FAILED])]
             raise ExecutionError(f"{d.call} failed in iteration "
@@ -325,16 +403,16 @@ def _reads(step) -> set:
     """Slots a step may read (a kernel: every slot it is given, in-place updates included)."""
     if step.kind == "kernel":
         return set(step.thunk.ids)
-    if step.kind == "dot":
-        return step.reads
-    return {step.src.id}
+    reads = getattr(step, "reads", None)  # dots, channels (a send-done: the send's data)
+    return reads if reads is not None else {step.src.id}
 
 
 def _swaps(body):
     """(carry leaf, result slot) per body result computed into a buffer of the body's own:
     a kernel's result slot or an all-reduce's result (the driver swaps them with the
     carry); None when some result fits neither that nor "the same leaf handed back"."""
-    written = {t.out_slots[0].id for t in body.thunks if type(t) is not KernelThunk}
+    written = {s.id for t in body.thunks if type(t) is not KernelThunk
+               for s in getattr(t, "out_slots", ()) if s is not None}
     swaps, seen = [], set()
     for k, (s, src) in enumerate(zip(body.root_slots, body.sources)):
         if s is None or src == k:
