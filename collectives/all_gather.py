@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import Pending, bind_into_result, contiguous, from_block_major, normalize_dim, split_dim
+from ._common import (
+    Pending,
+    bind_into_result,
+    contiguous,
+    from_block_major,
+    normalize_dim,
+    split_dim,
+)
 from .communicator import Communicator
 
 __all__ = ["all_gather", "all_gather_native", "all_gather_start"]
