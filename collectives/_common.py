@@ -6,10 +6,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .communicator import Request
+from .communicator import REUSE_MIN_BYTES, REUSE_RESULTS, Request
 
 __all__ = [
     "Pending",
+    "bind_into_result",
     "contiguous",
     "from_block_major",
     "normalize_dim",
@@ -95,3 +96,27 @@ def from_block_major(src: np.ndarray, out: np.ndarray, dim: int, n: int) -> np.n
     b = extent // n
     np.copyto(out.reshape(pre, n, b * post), src.reshape(n, pre, b * post).transpose(1, 0, 2))
     return out
+
+
+def bind_into_result(comm, shape: tuple[int, ...], dtype: np.dtype,
+                     call: Callable[[np.ndarray, np.ndarray, str], None], what: str):
+    """A collective's bound fast path ``f(x, label)``: a result array as
+    ``comm.result(shape, dtype)`` hands it out (recycled when large and free, the size
+    test made now), ``call(x, out, label)`` writing straight into it, and the result."""
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    if nbytes >= REUSE_MIN_BYTES and REUSE_RESULTS:
+        key, take = (shape, dtype), comm.recycled
+
+        def run(x, label):
+            out = take(key)
+            call(x, out, label or what)
+            return out
+    else:
+        def run(x, label):
+            out = np.empty(shape, dtype)
+            call(x, out, label or what)
+            return out
+    return run

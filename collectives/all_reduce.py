@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import Pending, contiguous
+from ._common import Pending, bind_into_result, contiguous
 from .communicator import Communicator
 from .ordered import bind as _ordered, canon_width, native as _ordered_native, worthwhile
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
@@ -70,6 +70,11 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
     Returns a fresh array of ``x``'s shape and dtype (a list for a list/tuple ``x``), identical
     bit for bit on every member.
     """
+    if type(x) is np.ndarray and x.flags.c_contiguous:
+        fast = comm.bound(("all-reduce", x.shape, x.dtype, reducer),
+                          lambda: _fast(comm, x, reducer))
+        if fast is not None:
+            return fast(x, label)
     if type(x) is list or type(x) is tuple:
         return [all_reduce(comm, xi, reducer, label=label) for xi in x]
     x = np.asarray(x)
@@ -98,6 +103,39 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
     if canon:
         canonicalize_nan(out)  # MPI's builtin float sum/prod: NaN bits may differ by rank
     return out
+
+
+def _fast(comm: Communicator, x: np.ndarray, reducer: Reducer):
+    """``f(x, label)``: :func:`all_reduce` of a C-contiguous array of ``x``'s shape and dtype
+    with the plan decided now -- the ordered native call or one MPI_Allreduce (then the NaN
+    rule) straight into the recycled result; None for the generic path, one member or an
+    empty operand (the general path)."""
+    dtype, n = x.dtype, comm.size
+    if n == 1 or x.size == 0:
+        return None
+    plan = _plan(reducer, dtype, n)
+    canon = _ordered_path(plan, reducer, dtype, x.nbytes)
+    call = None
+    if canon is not None:
+        call = _ordered(comm, reducer, dtype, x.size, True, canon)  # call(send, out, label)
+    if call is None:
+        if plan is None:
+            return None
+        op, wire, canon = plan
+        allreduce = comm.allreduce
+        if wire != dtype:
+            def call(x, out, label):
+                allreduce(x.view(wire), out.view(wire), op, label)
+                if canon:
+                    canonicalize_nan(out)
+        elif canon:
+            def call(x, out, label):
+                allreduce(x, out, op, label)
+                canonicalize_nan(out)  # MPI's builtin float sum/prod: NaN bits may differ
+        else:
+            def call(x, out, label):
+                allreduce(x, out, op, label)
+    return bind_into_result(comm, x.shape, dtype, call, "all-reduce")
 
 
 def all_reduce_bound(comm: Communicator, reducer: Reducer, dtype, label: str,
@@ -194,7 +232,7 @@ def _generic(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.ndarra
     if n * blk == count:
         comm.allgather(mine, out, label or "all-reduce")
         return out
-    gathered = np.empty(n * blk, dtype)
+    gathered = comm.result((n * blk,), dtype)
     comm.allgather(mine, gathered, label or "all-reduce")
     np.copyto(out.reshape(-1), gathered[:count])
     return out
@@ -204,15 +242,18 @@ def _generic_start(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.
                    label: str) -> Pending:
     n, count, dtype = comm.size, x.size, x.dtype
     blk = _blocks(count, n)
-    send = np.zeros(n * blk, dtype)
+    # Staging from the communicator's pool (the request holds it until wait; padding
+    # lanes zeroed as in _generic).
+    send = comm.result((n * blk,), dtype)
     send[:count] = x.reshape(-1)
-    recv = np.empty(n * blk, dtype)
+    send[count:] = np.zeros(1, dtype)
+    recv = comm.result((n * blk,), dtype)
     req = comm.ialltoall(send, recv, label)
 
     def finish():
         # Second phase runs inside wait(): fold my block, then share it (blocking, deadline'd).
         mine = fold(reducer, recv.reshape(n, blk))
-        gathered = np.empty(n * blk, dtype)
+        gathered = comm.result((n * blk,), dtype)
         comm.allgather(mine, gathered, label)
         np.copyto(out.reshape(-1), gathered[:count])
         return out

@@ -100,7 +100,8 @@ def all_to_all_start(comm: Communicator, x, dim: int | None = 0, *,
         return Pending.ready(out)
     if split_dim(x.shape, dim)[0] == 1:
         return Pending((comm.ialltoall(contiguous(x), out, label),), lambda: out)
-    send = to_block_major(x, dim, n, np.empty(x.size, x.dtype))
-    recv = np.empty(x.size, x.dtype)
+    # Staging from the communicator's pool: the request holds both until wait.
+    send = to_block_major(x, dim, n, comm.result((x.size,), x.dtype))
+    recv = comm.result((x.size,), x.dtype)
     req = comm.ialltoall(send, recv, label)
     return Pending((req,), lambda: from_block_major(recv, out, dim, n))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._common import Pending, contiguous
+from ._common import Pending, bind_into_result, contiguous
 from .communicator import Communicator
 
 __all__ = ["collective_permute", "collective_permute_native", "collective_permute_start",
@@ -50,6 +50,11 @@ def collective_permute(comm: Communicator, x, send_to: int | None, recv_from: in
 
     A list/tuple ``x`` (combined permute) moves each array along the same pair.
     """
+    if type(x) is np.ndarray and x.flags.c_contiguous:
+        fast = comm.bound(("collective-permute", x.shape, x.dtype, send_to, recv_from),
+                          lambda: _fast(comm, x, send_to, recv_from))
+        if fast is not None:
+            return fast(x, label)
     if type(x) is list or type(x) is tuple:
         return [collective_permute(comm, xi, send_to, recv_from, label=label) for xi in x]
     x = np.asarray(x)
@@ -65,6 +70,23 @@ def collective_permute(comm: Communicator, x, send_to: int | None, recv_from: in
         return out
     comm.permute(contiguous(x), out, send_to, recv_from, label or "collective-permute")
     return out
+
+
+def _fast(comm: Communicator, x: np.ndarray, send_to, recv_from):
+    """``f(x, label)``: :func:`collective_permute` of a C-contiguous array of ``x``'s shape
+    and dtype as the recycled result and one Sendrecv straight into it, for a member that
+    receives from another (valid peers, non-empty operand); else None (the general path,
+    which also reports bad peers)."""
+    try:
+        me = _prepare(comm, x, send_to, recv_from)
+    except ValueError:
+        return None
+    if recv_from is None or send_to == me or x.size == 0:
+        return None
+    permute = comm.permute
+    return bind_into_result(comm, x.shape, x.dtype,
+                            lambda x, out, label: permute(x, out, send_to, recv_from, label),
+                            "collective-permute")
 
 
 def collective_permute_start(comm: Communicator, x, send_to: int | None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import Pending, contiguous, normalize_dim, split_dim, to_block_major
+from ._common import Pending, bind_into_result, contiguous, normalize_dim, split_dim, to_block_major
 from .all_reduce import _plan
 from .communicator import Communicator
 from .ordered import bind as _ordered
@@ -54,8 +54,10 @@ def _stage(comm: Communicator, x: np.ndarray, dim: int, n: int, reuse: bool) -> 
     """The operand laid out [part, ...], each part contiguous (x itself when it already is)."""
     if split_dim(x.shape, dim)[0] == 1:
         return contiguous(x)
+    # A started call's staging outlives the call: from the result pool, held by the
+    # request until wait, instead of the shared scratch.
     dst = (comm.scratch("send", x.nbytes).view(x.dtype) if reuse
-           else np.empty(x.size, x.dtype))
+           else comm.result((x.size,), x.dtype))
     return to_block_major(x, dim, n, dst)
 
 
@@ -65,6 +67,11 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
 
     A list/tuple ``x`` is the variadic form: each operand is reduce-scattered on its own.
     """
+    if type(x) is np.ndarray and x.flags.c_contiguous:
+        fast = comm.bound(("reduce-scatter", x.shape, x.dtype, dim, reducer),
+                          lambda: _fast(comm, x, reducer, dim))
+        if fast is not None:
+            return fast(x, label)
     if type(x) is list or type(x) is tuple:
         return [reduce_scatter(comm, xi, reducer, dim, label=label) for xi in x]
     x, dim, n, out, local = _prepare(comm, x, dim)
@@ -89,6 +96,36 @@ def reduce_scatter(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, 
     return out
 
 
+def _fast(comm: Communicator, x: np.ndarray, reducer: Reducer, dim: int):
+    """``f(x, label)``: :func:`reduce_scatter` of a C-contiguous array of ``x``'s shape and
+    dtype when its parts are already contiguous (nothing but ones before ``dim``) and the
+    reduction is one call -- MPI_Reduce_scatter_block with a builtin op, or the ordered
+    native call -- straight into the recycled result; else None (the general path)."""
+    try:
+        dim, out_shape = _check(x, dim, comm.size)
+    except ValueError:
+        return None  # the general path reports it
+    n = comm.size
+    if n == 1 or x.size == 0 or split_dim(x.shape, dim)[0] != 1:
+        return None
+    dtype = x.dtype
+    plan = _plan(reducer, dtype, n)
+    if plan is None or type(plan[0]) is not str:
+        call = _ordered(comm, reducer, dtype, x.size, False)  # call(send, out, label)
+        if call is None:
+            return None
+    else:
+        op, wire, _ = plan
+        rsb = comm.reduce_scatter_block
+        if wire != dtype:
+            def call(x, out, label):
+                rsb(x.view(wire), out.view(wire), op, label)
+        else:
+            def call(x, out, label):
+                rsb(x, out, op, label)
+    return bind_into_result(comm, out_shape, dtype, call, "reduce-scatter")
+
+
 def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int = 0, *,
                          label: str | None = None) -> Pending:
     """Start a reduce-scatter; ``.wait()`` returns what :func:`reduce_scatter` would."""
@@ -102,7 +139,7 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
     send = _stage(comm, x, dim, n, reuse=False)
     plan = _plan(reducer, x.dtype, n)
     if plan is None or type(plan[0]) is not str:
-        recv = np.empty(x.size, x.dtype)
+        recv = comm.result((x.size,), x.dtype)
         req = comm.ialltoall(send, recv, label)
         return Pending((req,), lambda: fold(reducer, recv.reshape(n, -1), out=out))
     op, wire, _ = plan  # each result element lives on one rank: no NaN canonicalization

@@ -270,6 +270,25 @@ def test_large_results_are_recycled_only_when_unreferenced():
     assert comm.result((4,), np.float32) is not comm.result((4,), np.float32)  # small: never
 
 
+def test_results_ping_pong_while_the_previous_one_is_held():
+    # An executor still holds last call's result when it asks for the next: two buffers
+    # per shape serve that without allocating (one would be busy on every call).
+    import weakref
+
+    comm = in_process_world(1)[0]
+    shape = (1 << 15,)
+    first = comm.result(shape, np.float32)
+    second = comm.result(shape, np.float32)  # `first` held: a second buffer
+    pooled = (weakref.ref(first), weakref.ref(second))
+    prev = second
+    del first, second
+    for _ in range(4):
+        out = comm.result(shape, np.float32)
+        assert out is not prev
+        assert any(out is ref() for ref in pooled), "a fresh array, not a pooled one"
+        prev = out
+
+
 def test_recycled_results_do_not_alias_across_calls():
     def body(comm):
         x = np.ones(1 << 15, np.float32) * (comm.rank + 1)
