@@ -403,3 +403,51 @@ def test_pool_workers_get_big_stacks_where_threads_default_to_small_ones():
     pool.inbox[0].put(Probe())
     assert done.wait(10)
     assert seen[0] >= parallel.WORKER_STACK
+
+
+def test_own_spinning_threads_do_not_count_as_load(restore_threads, monkeypatch):
+    """A thread of this process that is runnable (OpenBLAS's workers spinning after a
+    numpy matmul, XLA's pool) is not another process's load: with every core's other
+    thread ours, blocks still go to the pool; with one from elsewhere they do not."""
+    parallel.set_threads(2)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    cores = os.cpu_count() or 1
+    own = [0]
+    monkeypatch.setattr(parallel, "_running_now", lambda: cores + 1)
+    monkeypatch.setattr(parallel, "_own_runnable", lambda: own[0])
+
+    def decide(n_own):
+        own[0] = n_own
+        parallel._load.update(next=0.0, running=0.0)
+        return parallel._has_room()
+    assert decide(cores) is True      # the caller plus `cores` spinning threads of ours
+    assert decide(0) is False         # every core taken by other processes
+    assert decide(cores - 1) is False  # one other process's thread, cores - 1 of ours
+
+
+def test_own_runnable_sees_a_busy_thread_of_this_process():
+    """_own_runnable finds a thread of this process that keeps a core busy (a numpy
+    matmul in a loop, the GIL released) and not the caller; once it stops, nothing."""
+    stop = threading.Event()
+    a = np.ones((256, 256), np.float32)
+
+    def busy():
+        while not stop.is_set():
+            a @ a
+    t = threading.Thread(target=busy, daemon=True)
+    t.start()
+    try:
+        parallel._own_runnable()
+        deadline = time.monotonic() + 5
+        seen = 0
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+            seen = parallel._own_runnable()
+        assert seen >= 1
+    finally:
+        stop.set()
+        t.join(5)
+    time.sleep(0.3)  # OpenBLAS's own workers (if any) fall asleep after ~0.1 s
+    parallel._own_runnable()
+    time.sleep(0.02)
+    assert parallel._own_runnable() == 0
