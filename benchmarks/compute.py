@@ -7,8 +7,8 @@ each per round, so load bursts hit all alike): median of `--repeats` samples aft
 warm-up. Two columns of ratios xladist/jax.jit:
 - default threading on every side, in this process (what a user sees): xladist with
   its compute pool (XLADIST_THREADS, else the cores of the affinity mask; OpenBLAS on
-  one thread, xladist splitting large BLAS calls on its pool, so numpy's matmul here is
-  single-threaded too), jax with XLA:CPU's default thread pools;
+  one thread while xladist executes, xladist splitting large BLAS calls on its pool),
+  numpy with OpenBLAS's own default threads, jax with XLA:CPU's default thread pools;
 - one thread on every side, in a child process (`--one-thread`, started by this
   script): the process pinned to one core with sched_setaffinity (what `taskset -c 0`
   does, so no side can use a second core whatever its thread pools), XLADIST_THREADS=1,
@@ -71,8 +71,26 @@ except ImportError:  # jax missing: numpy is the only reference
 # Between two contenders' samples: XLA's pool threads keep spinning ~2-5 ms after each
 # jax call (this process's runnable threads, sampled after a jax row-sum: 1.85 at 0-1 ms,
 # 1.70 at 2 ms, 1.00 from 5 ms), and xladist, run next, read them as a busy machine
-# (parallel._has_room) and stayed on one thread. No contender is timed in another's wake.
+# (parallel._has_room) and stayed on one thread. OpenBLAS's workers spin ~0.1 s after
+# numpy's multi-threaded matmul (its THREAD_TIMEOUT), taking a share of the cores from
+# whoever runs next: so after PAUSE the next sample also waits (at most QUIESCE seconds)
+# until no other thread of this process has run since the last look
+# (parallel._own_runnable). No contender is timed in another's wake.
 PAUSE = 0.01
+QUIESCE = 0.3
+
+
+def quiesce() -> float:
+    """Sleep PAUSE, then until this process's other threads are asleep (at most
+    QUIESCE s); the seconds waited beyond PAUSE."""
+    time.sleep(PAUSE)
+    t0 = time.perf_counter()
+    parallel._own_runnable()
+    while time.perf_counter() - t0 < QUIESCE:
+        time.sleep(0.005)
+        if parallel._own_runnable() == 0:
+            break
+    return time.perf_counter() - t0
 
 
 def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
@@ -80,7 +98,7 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     time (the cores it kept busy). The samples are taken in turns, one of each per
     round, so a burst of load on a shared machine hits every contender alike. Each
     gets a warm-up (compiles, caches, page faults); fast calls are batched so timer
-    resolution does not dominate; PAUSE before each sample."""
+    resolution does not dominate; quiesce() before each sample."""
     inner = {}
     for k, fn in fns.items():
         fn()
@@ -91,7 +109,7 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
     for _ in range(repeats):
         for k, fn in fns.items():
-            time.sleep(PAUSE)
+            quiesce()
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(inner[k]):
                 fn()

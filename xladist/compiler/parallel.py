@@ -250,13 +250,14 @@ def _running_now() -> int:
 # wait for the next one spinning on sched_yield for ~0.1 s (its THREAD_TIMEOUT, 2^28 TSC
 # cycles), XLA's pool threads for 2-5 ms: runnable all along, so /proc/loadavg counted
 # them as a busy core and a matmul 512 run right after a numpy matmul stayed on one thread
-# (5-6 ms against 2.0-2.6 ms split, on the quiet host). They yield to any
-# thread that wants their core, and they are this process's own: they do not count as
-# load. The threads of this process other than the caller and the pool's workers that
-# ran since the last sample (their CPU clocks, one clock_gettime each) and are runnable
-# now (/proc/self/task/TID/stat) are taken off the count. Read only when the count
-# would otherwise keep a kernel on one thread: ~15 us + ~5 us per thread that ran.
-_own_cpu: dict[int, float] = {}
+# (5-6 ms against 2.0-2.6 ms split, on the quiet host). They yield to any thread that
+# wants their core, and they are this process's own: they do not count as load. The
+# threads of this process other than the caller and the pool's workers that are
+# runnable now (/proc/self/task/TID/stat) are taken off the count. A thread whose CPU
+# clock (one clock_gettime) has not moved since a look that found it asleep is still
+# asleep, and its stat is not read. Read only when the count would otherwise keep a
+# kernel on one thread: ~10 us + ~5 us per thread that ran.
+_own_seen: dict[int, tuple[float, bool]] = {}  # tid -> (CPU time, runnable) at the last look
 
 
 def _thread_clock(tid: int) -> int:
@@ -267,8 +268,8 @@ def _thread_clock(tid: int) -> int:
 
 def _own_runnable() -> int:
     """Threads of this process, other than the calling thread and the pool's workers,
-    that ran since the last call and are runnable now."""
-    global _own_cpu
+    that are runnable now (a thread waiting for a core counts: it was seen runnable)."""
+    global _own_seen
     skip = {threading.get_native_id()}
     if _pool is not None:
         skip.update(_pool.tids)
@@ -284,17 +285,19 @@ def _own_runnable() -> int:
             cpu = time.clock_gettime(_thread_clock(tid))
         except (OSError, ValueError, OverflowError):
             continue  # exited, or no per-thread clocks here
-        seen[tid] = cpu
-        if _own_cpu.get(tid) == cpu:
-            continue  # has not run since the last look: asleep
+        last = _own_seen.get(tid)
+        if last is not None and last[0] == cpu and not last[1]:
+            seen[tid] = last  # asleep at the last look and has not run since
+            continue
         try:
             with open(f"/proc/self/task/{tid}/stat", "rb") as f:
                 stat = f.read()
         except OSError:
             continue
-        if stat[stat.rindex(b")") + 2:][:1] == b"R":
-            n += 1
-    _own_cpu = seen
+        runnable = stat[stat.rindex(b")") + 2:][:1] == b"R"
+        seen[tid] = (cpu, runnable)
+        n += runnable
+    _own_seen = seen
     return n
 
 
