@@ -44,6 +44,7 @@ import json
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -72,12 +73,48 @@ except ImportError:  # jax missing: numpy is the only reference
 # jax call (this process's runnable threads, sampled after a jax row-sum: 1.85 at 0-1 ms,
 # 1.70 at 2 ms, 1.00 from 5 ms), and xladist, run next, read them as a busy machine
 # (parallel._has_room) and stayed on one thread. OpenBLAS's workers spin ~0.1 s after
-# numpy's multi-threaded matmul (its THREAD_TIMEOUT), taking a share of the cores from
-# whoever runs next: so after PAUSE the next sample also waits (at most QUIESCE seconds)
-# until no other thread of this process has run since the last look
-# (parallel._own_runnable). No contender is timed in another's wake.
+# numpy's multi-threaded matmul (its THREAD_TIMEOUT, 2^28 TSC cycles) and take most of a
+# core from whoever runs next: xladist's matmul 512 took 4.2 ms in that window instead
+# of 2.2 ms, split or not (quiet host). So after PAUSE the next sample also waits (at
+# most QUIESCE seconds) until no other thread of this process is runnable. No contender
+# is timed in another's wake.
 PAUSE = 0.01
 QUIESCE = 0.3
+_seen: dict[int, tuple[float, bool]] = {}  # tid -> (CPU time, runnable) at the last look
+
+
+def own_runnable() -> int:
+    """Threads of this process other than the caller that are runnable now
+    (/proc/self/task/TID/stat); a thread asleep at the last look whose CPU clock has
+    not moved since is not read again."""
+    global _seen
+    me = threading.get_native_id()
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        return 0
+    seen, n = {}, 0
+    for tid in tids:
+        if tid == me:
+            continue
+        try:  # the thread's CPU clock: CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+            cpu = time.clock_gettime(((~tid) << 3) | 6)
+        except (OSError, ValueError, OverflowError):
+            continue
+        last = _seen.get(tid)
+        if last is not None and last[0] == cpu and not last[1]:
+            seen[tid] = last
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        runnable = stat[stat.rindex(b")") + 2:][:1] == b"R"
+        seen[tid] = (cpu, runnable)
+        n += runnable
+    _seen = seen
+    return n
 
 
 def quiesce() -> float:
@@ -85,10 +122,10 @@ def quiesce() -> float:
     QUIESCE s); the seconds waited beyond PAUSE."""
     time.sleep(PAUSE)
     t0 = time.perf_counter()
-    parallel._own_runnable()
+    own_runnable()
     while time.perf_counter() - t0 < QUIESCE:
         time.sleep(0.005)
-        if parallel._own_runnable() == 0:
+        if own_runnable() == 0:
             break
     return time.perf_counter() - t0
 

@@ -233,92 +233,21 @@ DYNAMIC = True  # False: always hand blocks to the pool (tests of the pool itsel
 _load = {"next": 0.0, "running": 0.0, "fd": None}
 
 
-def _running_now() -> int:
-    """Runnable threads on the machine now (/proc/loadavg's "running/total"), 0 without
-    /proc (then the cores are taken to be ours)."""
-    st = _load
-    try:
-        if st["fd"] is None:
-            st["fd"] = os.open("/proc/loadavg", os.O_RDONLY)
-        return int(os.pread(st["fd"], 128, 0).split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-# ---- this process's own runnable threads ---------------------------------------------
-# After a multi-threaded call OpenBLAS's workers (numpy's matmul in a user's process)
-# wait for the next one spinning on sched_yield for ~0.1 s (its THREAD_TIMEOUT, 2^28 TSC
-# cycles), XLA's pool threads for 2-5 ms: runnable all along, so /proc/loadavg counted
-# them as a busy core and a matmul 512 run right after a numpy matmul stayed on one thread
-# (5-6 ms against 2.0-2.6 ms split, on the quiet host). They yield to any thread that
-# wants their core, and they are this process's own: they do not count as load. The
-# threads of this process other than the caller and the pool's workers that are
-# runnable now (/proc/self/task/TID/stat) are taken off the count. A thread whose CPU
-# clock (one clock_gettime) has not moved since a look that found it asleep is still
-# asleep, and its stat is not read. Read only when the count would otherwise keep a
-# kernel on one thread: ~10 us + ~5 us per thread that ran.
-_own_seen: dict[int, tuple[float, bool]] = {}  # tid -> (CPU time, runnable) at the last look
-
-
-def _thread_clock(tid: int) -> int:
-    """Linux's CPU-time clock id of thread `tid` of this process (what
-    pthread_getcpuclockid returns: CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED)."""
-    return ((~tid) << 3) | 6
-
-
-def _own_runnable() -> int:
-    """Threads of this process, other than the calling thread and the pool's workers,
-    that are runnable now (a thread waiting for a core counts: it was seen runnable)."""
-    global _own_seen
-    skip = {threading.get_native_id()}
-    if _pool is not None:
-        skip.update(_pool.tids)
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except (OSError, ValueError):
-        return 0
-    seen, n = {}, 0
-    for tid in tids:
-        if tid in skip:
-            continue
-        try:
-            cpu = time.clock_gettime(_thread_clock(tid))
-        except (OSError, ValueError, OverflowError):
-            continue  # exited, or no per-thread clocks here
-        last = _own_seen.get(tid)
-        if last is not None and last[0] == cpu and not last[1]:
-            seen[tid] = last  # asleep at the last look and has not run since
-            continue
-        try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        runnable = stat[stat.rindex(b")") + 2:][:1] == b"R"
-        seen[tid] = (cpu, runnable)
-        n += runnable
-    _own_seen = seen
-    return n
-
-
 def _has_room() -> bool:
     if not DYNAMIC:
         return True
     now = time.monotonic()
     st = _load
-    # The count includes the calling thread itself, and the other ranks on this node
-    # (set_local_ranks) with their threads: they are ours, not a reason to step back.
-    # Only a free core counts: with one of 2 cores busy spinning, forcing the split
-    # measured the same as one thread (matmul 512 3.04 vs 3.07 ms, MLP step 9.47 vs
-    # 9.71 ms) and with another session's process on it a 1 M chain took 1.47x.
-    limit = (os.cpu_count() or 1) + (_local_ranks - 1) * thread_count() - 0.25
     if now >= st["next"]:
         st["next"] = now + LOAD_PERIOD
-        running = _running_now()
+        try:
+            if st["fd"] is None:
+                st["fd"] = os.open("/proc/loadavg", os.O_RDONLY)
+            running = int(os.pread(st["fd"], 128, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            running = 0  # no /proc: assume the cores are ours
         if _pool is not None:  # our own workers finishing a previous call
             running -= sum(_pool.active)
-        if running >= limit:  # this process's own spinning threads are not load
-            running -= _own_runnable()
         # Back off at once, come back slowly (~4 idle samples from a busy one): the
         # other sessions' load comes in bursts, and splitting into one costs far more
         # than running one burst's gap alone.
@@ -326,7 +255,13 @@ def _has_room() -> bool:
             st["running"] = float(running)
         else:
             st["running"] += 0.25 * (running - st["running"])
-    return st["running"] < limit
+    # The count includes the calling thread itself, and the other ranks on this node
+    # (set_local_ranks) with their threads: they are ours, not a reason to step back.
+    # Only a free core counts: with one of 2 cores busy spinning, forcing the split
+    # measured the same as one thread (matmul 512 3.04 vs 3.07 ms, MLP step 9.47 vs
+    # 9.71 ms) and with another session's process on it a 1 M chain took 1.47x.
+    ours = (_local_ranks - 1) * thread_count()
+    return st["running"] < (os.cpu_count() or 1) + ours - 0.25
 
 
 # A BLAS call with at least this many times BLOCK_MACS (blas_blocks.py: 256 M
@@ -498,7 +433,6 @@ class _Pool:
         # Which workers are between tasks' start and end: runnable threads of ours,
         # which the idle-core estimate (_has_room) must not count as load.
         self.active = [False] * (size - 1)
-        self.tids: list[int] = []  # the workers' thread ids (_own_runnable skips them)
         # Kernels keep rows on their stack (codegen/kernels/core.py ROW_CACHE_BYTES, twice
         # when a trig kernel reruns its accurate version): a worker gets glibc's 8 MiB
         # even where threads default to less (musl: 128 KiB), instead of a SIGSEGV.
@@ -512,7 +446,6 @@ class _Pool:
             threading.stack_size(default)
 
     def _loop(self, q, i: int) -> None:
-        self.tids.append(threading.get_native_id())
         while True:
             task = q.get()
             self.active[i] = True
