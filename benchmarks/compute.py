@@ -7,8 +7,8 @@ each per round, so load bursts hit all alike): median of `--repeats` samples aft
 warm-up. Two columns of ratios xladist/jax.jit:
 - default threading on every side, in this process (what a user sees): xladist with
   its compute pool (XLADIST_THREADS, else the cores of the affinity mask; OpenBLAS on
-  one thread, xladist splitting large BLAS calls on its pool, so numpy's matmul here is
-  single-threaded too), jax with XLA:CPU's default thread pools;
+  one thread while xladist executes, xladist splitting large BLAS calls on its pool),
+  numpy with OpenBLAS's own default threads, jax with XLA:CPU's default thread pools;
 - one thread on every side, in a child process (`--one-thread`, started by this
   script): the process pinned to one core with sched_setaffinity (what `taskset -c 0`
   does, so no side can use a second core whatever its thread pools), XLADIST_THREADS=1,
@@ -44,6 +44,7 @@ import json
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -71,8 +72,62 @@ except ImportError:  # jax missing: numpy is the only reference
 # Between two contenders' samples: XLA's pool threads keep spinning ~2-5 ms after each
 # jax call (this process's runnable threads, sampled after a jax row-sum: 1.85 at 0-1 ms,
 # 1.70 at 2 ms, 1.00 from 5 ms), and xladist, run next, read them as a busy machine
-# (parallel._has_room) and stayed on one thread. No contender is timed in another's wake.
+# (parallel._has_room) and stayed on one thread. OpenBLAS's workers spin ~0.1 s after
+# numpy's multi-threaded matmul (its THREAD_TIMEOUT, 2^28 TSC cycles) and take most of a
+# core from whoever runs next: xladist's matmul 512 took 4.2 ms in that window instead
+# of 2.2 ms, split or not (quiet host). So after PAUSE the next sample also waits (at
+# most QUIESCE seconds) until no other thread of this process is runnable. No contender
+# is timed in another's wake.
 PAUSE = 0.01
+QUIESCE = 0.3
+_seen: dict[int, tuple[float, bool]] = {}  # tid -> (CPU time, runnable) at the last look
+
+
+def own_runnable() -> int:
+    """Threads of this process other than the caller that are runnable now
+    (/proc/self/task/TID/stat); a thread asleep at the last look whose CPU clock has
+    not moved since is not read again."""
+    global _seen
+    me = threading.get_native_id()
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        return 0
+    seen, n = {}, 0
+    for tid in tids:
+        if tid == me:
+            continue
+        try:  # the thread's CPU clock: CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+            cpu = time.clock_gettime(((~tid) << 3) | 6)
+        except (OSError, ValueError, OverflowError):
+            continue
+        last = _seen.get(tid)
+        if last is not None and last[0] == cpu and not last[1]:
+            seen[tid] = last
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        runnable = stat[stat.rindex(b")") + 2:][:1] == b"R"
+        seen[tid] = (cpu, runnable)
+        n += runnable
+    _seen = seen
+    return n
+
+
+def quiesce() -> float:
+    """Sleep PAUSE, then until this process's other threads are asleep (at most
+    QUIESCE s); the seconds waited beyond PAUSE."""
+    time.sleep(PAUSE)
+    t0 = time.perf_counter()
+    own_runnable()
+    while time.perf_counter() - t0 < QUIESCE:
+        time.sleep(0.005)
+        if own_runnable() == 0:
+            break
+    return time.perf_counter() - t0
 
 
 def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
@@ -80,7 +135,7 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     time (the cores it kept busy). The samples are taken in turns, one of each per
     round, so a burst of load on a shared machine hits every contender alike. Each
     gets a warm-up (compiles, caches, page faults); fast calls are batched so timer
-    resolution does not dominate; PAUSE before each sample."""
+    resolution does not dominate; quiesce() before each sample."""
     inner = {}
     for k, fn in fns.items():
         fn()
@@ -91,7 +146,7 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
     for _ in range(repeats):
         for k, fn in fns.items():
-            time.sleep(PAUSE)
+            quiesce()
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(inner[k]):
                 fn()
