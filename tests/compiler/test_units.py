@@ -445,6 +445,40 @@ ENTRY main {
     np.testing.assert_allclose(run(text, a, b)[0], -(a.T @ b).T, rtol=1e-5)
 
 
+# A user that passes the transpose's bytes on under the layout its own shape declares. The
+# first is the unoptimized JAX weight gradient returned by value_and_grad: it came back
+# transposed (the rewrite gave the transpose row-major bytes under the tuple's {0,1}).
+_TRANSPOSE_PASSED_ON = {
+    "root tuple": """  ROOT r = (f32[3,5]{0,1}) tuple(t)""",
+    "tuple, then read": """  p = (f32[3,5]{0,1}, f32[8,5]) tuple(t, a)
+  g = f32[3,5]{0,1} get-tuple-element(p), index=0
+  ROOT n = f32[3,5] negate(g)""",
+    "call": """  ROOT c = f32[3,5] call(t), to_apply=neg""",
+    "bitcast": """  ROOT c = f32[5,3] bitcast(t)""",
+}
+
+
+@pytest.mark.parametrize("user", sorted(_TRANSPOSE_PASSED_ON))
+def test_transpose_of_a_dot_keeps_its_layout_for_users_that_pass_bytes_on(user):
+    text = f"""HloModule m
+neg {{
+  x = f32[3,5]{{0,1}} parameter(0)
+  ROOT n = f32[3,5] negate(x)
+}}
+ENTRY main {{
+  a = f32[8,5] parameter(0)
+  b = f32[8,3] parameter(1)
+  d = f32[5,3] dot(a, b), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  t = f32[3,5]{{0,1}} transpose(d), dimensions={{1,0}}
+{_TRANSPOSE_PASSED_ON[user]}
+}}
+"""
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((8, 5), np.float32), rng.standard_normal((8, 3), np.float32)
+    want = xladist.compile(xladist.parse_hlo(text), backend="interpreter")(a, b)[0]
+    np.testing.assert_allclose(run(text, a, b)[0], want, rtol=1e-5, atol=1e-6)
+
+
 SOFTMAX = f"""HloModule softmax
 {ADD}
 {MAX}

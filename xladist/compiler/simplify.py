@@ -6,14 +6,30 @@ XLA's AlgebraicSimplifier + layout assignment, only what the planner needs).
     Unoptimized JAX HLO expresses weight gradients this way with a `{0,1}`
     layout that makes the transpose free but leaves every consumer reading the
     product column-wise; computing the swapped product keeps them unit-stride.
+    The rewrite changes the transpose's layout ({0,1} -> {1,0}), so it is made only
+    when every user reads its operand logically, through the operand's own layout
+    (LOGICAL_READERS). A tuple, a bitcast, a collective or a call boundary passes the
+    bytes on under the layout its own shape declares: the JAX weight gradient returned
+    straight in the root tuple came back transposed before this rule.
 """
 
 from __future__ import annotations
 
 from ..hlo.ir import Computation, Instruction
+from ..hlo.opcodes import OPCODES
 from ..hlo.shape import default_layout
 
 REWRITES = []
+
+# Users whose emitters index every operand through that operand's layout, so the
+# operand's layout may change under them. Everything else (tuple, bitcast, collectives,
+# feeds, custom calls, control flow, ...) sees the operand's bytes as they are.
+LOGICAL_READERS = frozenset(
+    name for name, info in OPCODES.items()
+    if info.family in ("elementwise_unary", "elementwise_binary", "elementwise_ternary",
+                       "compare")
+) | {"convert", "dot", "reduce", "broadcast", "transpose", "slice", "concatenate", "pad",
+     "reverse", "dynamic-slice"}
 
 
 def rewrite(fn):
@@ -57,7 +73,7 @@ def _transpose_of_dot(comp: Computation, users) -> None:
         if len(a.get("lhs_contracting_dims", ())) != 1 or lhs.shape.rank != 2 \
                 or rhs.shape.rank != 2:
             continue
-        if any(u.opcode == "bitcast" for u in users[t]) or comp.root is t:
+        if comp.root is t or any(u.opcode not in LOGICAL_READERS for u in users[t]):
             continue
         attrs = dict(a)
         attrs["lhs_contracting_dims"] = tuple(a["rhs_contracting_dims"])
