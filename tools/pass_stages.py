@@ -81,6 +81,7 @@ def check_case(name: str, backends: list[str], dump: Path, keep: Path | None) ->
     """Problems found in case `name` (empty: every stage on every backend matched)."""
     import corpus_util
     import zoo_cases_numeric  # noqa: F401 -- registers the numeric cases
+    import zoo_cases_training  # noqa: F401
     from zoo_cases import CASES
 
     import xladist
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
     dump = Path(tmp.name)
     _dump_into(dump)
     import zoo_cases_numeric  # noqa: F401
+    import zoo_cases_training  # noqa: F401
     from zoo_cases import CASES
     names = args.cases or list(CASES)
     unknown = [n for n in names if n not in CASES]
