@@ -176,6 +176,18 @@ def top_k_ops(x, i):
     return v, idx, vi, ii, -small, sidx
 
 
+@case("lax.top_k with NaN (largest in XLA's total order), ties and -inf in f32 rows of 33, "
+      "bf16 rows, and k=10 of 50 int32 (the portable module keeps the topk opcode).",
+      lambda rng: [with_edges(normal(rng, (4, 33)), (np.nan, 1.0, 1.0, -np.inf, -0.0, 0.0)),
+                   normal(rng, (2, 10)).astype(BF16), ints(rng, (50,), -100, 100)],
+      rtol=0.0, atol=0.0)
+def top_k_nan_total_order(x, b, i):
+    v, j = lax.top_k(x, 5)
+    vb, jb = lax.top_k(b, 3)
+    vi, ji = lax.top_k(i, 10)
+    return v, j, vb, jb, vi, ji
+
+
 @case("argmax/argmin (variadic reduce of value and index) along each axis, with NaN (wins), "
       "ties (first index wins), int32 and bool; jnp.max with initial and where.",
       lambda rng: [with_edges(np.round(normal(rng, (4, 6)), 0), (1.0, np.nan)),
