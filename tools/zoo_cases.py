@@ -386,6 +386,20 @@ def linalg_batched_complex(a, b, zr, zi):
             jnp.abs(q @ r), w)
 
 
+@case("jnp.linalg.eig / eigvals (LAPACK geev: lapack_sgeev_ffi, lapack_cgeev_ffi): a real "
+      "matrix with a complex-conjugate pair (packed eigenvectors unpacked), batched real "
+      "eigvals, complex eig with left vectors off, and a matrix with an inf (info -4: NaNs).",
+      lambda rng: [np.array([[0.0, -2.0, 1.0], [2.0, 0.0, 0.5], [0.0, 0.0, 3.0]], np.float32),
+                   normal(rng, (2, 4, 4)), normal(rng, (3, 3)), normal(rng, (3, 3))],
+      rtol=1e-4, atol=1e-4)
+def linalg_eig(rot, b, zr, zi):
+    w, v = jnp.linalg.eig(rot)
+    z = lax.complex(zr, zi)
+    wz, vz = jnp.linalg.eig(z)
+    bad = jnp.linalg.eigvals(b[0].at[1, 2].set(jnp.inf))
+    return w, v, jnp.linalg.eigvals(b), wz, vz, bad
+
+
 # ---- random ---------------------------------------------------------------------------------
 
 @case("jax.random with threefry keys from input key data: split, fold_in "
