@@ -113,8 +113,40 @@ def test_gesdd_modes(backend, mode):
         np.testing.assert_allclose(u[..., :3] * s[:, None] @ vt, a, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_geev_real_unpacks_conjugate_pairs_and_refuses_non_finite(backend):
+    rot = np.array([[[0.0, -2.0, 1.0], [2.0, 0.0, 0.5], [0.0, 0.0, 3.0]],
+                    [[1.0, 2.0, 0.0], [0.0, np.inf, 1.0], [0.0, 0.0, 1.0]]], np.float32)
+    wr, wi, vl, vr, info = _run(
+        backend, ["f32[2,3,3]"], "(f32[2,3], f32[2,3], c64[2,3,3], c64[2,3,3], s32[2])",
+        'custom_call_target="lapack_sgeev_ffi", ' + _cfg(compute_left="V", compute_right="V"),
+        rot)
+    np.testing.assert_array_equal(info, [0, -4])  # jaxlib: a non-finite matrix is not factored
+    w = wr[0] + 1j * wi[0]
+    np.testing.assert_allclose(np.sort_complex(w), np.sort_complex(np.linalg.eigvals(rot[0])),
+                               atol=1e-5)
+    assert wi[0, 0] == -wi[0, 1] != 0  # a conjugate pair, in LAPACK's order
+    np.testing.assert_allclose(rot[0] @ vr[0], vr[0] * w, atol=1e-5)
+    np.testing.assert_allclose(vl[0].conj().T @ rot[0], w[:, None] * vl[0].conj().T, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(vr[0], axis=0), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_geev_complex_right_vectors_only(backend):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 3)) + 1j * rng.standard_normal((3, 3))
+    w, vl, vr, info = _run(
+        backend, ["c128[3,3]"], "(c128[3], c128[3,3], c128[3,3], s32[])",
+        'custom_call_target="lapack_zgeev_ffi", ' + _cfg(compute_left="N", compute_right="V"), a)
+    assert info == 0
+    np.testing.assert_allclose(np.sort_complex(w), np.sort_complex(np.linalg.eigvals(a)),
+                               atol=1e-12)
+    np.testing.assert_allclose(a @ vr, vr * w, atol=1e-12)
+    np.testing.assert_array_equal(vl, 0)
+
+
 def test_an_unregistered_lapack_target_is_refused_by_name():
-    with pytest.raises(xladist.UnsupportedError, match="lapack_sgeev_ffi"):
-        _run("cpu", ["f32[3,3]"], "(f32[3,3], f32[3], f32[3], c64[3,3], c64[3,3], s32[])",
-             'custom_call_target="lapack_sgeev_ffi", '
-             + _cfg(compute_left="N", compute_right="V"), np.eye(3, dtype=np.float32))
+    with pytest.raises(xladist.UnsupportedError, match="lapack_sgees_ffi"):
+        _run("cpu", ["f32[3,3]"], "(f32[3,3], f32[3], f32[3], f32[3,3], s32[], s32[])",
+             'custom_call_target="lapack_sgees_ffi", '
+             + _cfg(mode="V", sort="N"), np.eye(3, dtype=np.float32))

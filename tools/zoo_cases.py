@@ -176,6 +176,18 @@ def top_k_ops(x, i):
     return v, idx, vi, ii, -small, sidx
 
 
+@case("lax.top_k with NaN (largest in XLA's total order), ties and -inf in f32 rows of 33, "
+      "bf16 rows, and k=10 of 50 int32 (the portable module keeps the topk opcode).",
+      lambda rng: [with_edges(normal(rng, (4, 33)), (np.nan, 1.0, 1.0, -np.inf, -0.0, 0.0)),
+                   normal(rng, (2, 10)).astype(BF16), ints(rng, (50,), -100, 100)],
+      rtol=0.0, atol=0.0)
+def top_k_nan_total_order(x, b, i):
+    v, j = lax.top_k(x, 5)
+    vb, jb = lax.top_k(b, 3)
+    vi, ji = lax.top_k(i, 10)
+    return v, j, vb, jb, vi, ji
+
+
 @case("argmax/argmin (variadic reduce of value and index) along each axis, with NaN (wins), "
       "ties (first index wins), int32 and bool; jnp.max with initial and where.",
       lambda rng: [with_edges(np.round(normal(rng, (4, 6)), 0), (1.0, np.nan)),
@@ -372,6 +384,20 @@ def linalg_batched_complex(a, b, zr, zi):
     return (s, jnp.abs(u @ (s[..., None] * vt)), jnp.linalg.svd(a, compute_uv=False),
             jnp.linalg.svd(b[0])[1], jnp.linalg.cholesky(spd), perm, lo, up, jnp.abs(r),
             jnp.abs(q @ r), w)
+
+
+@case("jnp.linalg.eig / eigvals (LAPACK geev: lapack_sgeev_ffi, lapack_cgeev_ffi): a real "
+      "matrix with a complex-conjugate pair (packed eigenvectors unpacked), batched real "
+      "eigvals, complex eig with left vectors off, and a matrix with an inf (info -4: NaNs).",
+      lambda rng: [np.array([[0.0, -2.0, 1.0], [2.0, 0.0, 0.5], [0.0, 0.0, 3.0]], np.float32),
+                   normal(rng, (2, 4, 4)), normal(rng, (3, 3)), normal(rng, (3, 3))],
+      rtol=1e-4, atol=1e-4)
+def linalg_eig(rot, b, zr, zi):
+    w, v = jnp.linalg.eig(rot)
+    z = lax.complex(zr, zi)
+    wz, vz = jnp.linalg.eig(z)
+    bad = jnp.linalg.eigvals(b[0].at[1, 2].set(jnp.inf))
+    return w, v, jnp.linalg.eigvals(b), wz, vz, bad
 
 
 # ---- random ---------------------------------------------------------------------------------

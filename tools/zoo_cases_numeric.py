@@ -319,6 +319,23 @@ def reduce_variadic(x, i, e):
             jnp.std(x, axis=0, ddof=1))
 
 
+@case("reducers whose order changes the answer, where XLA folds left from the init in "
+      "row-major order: a variadic (f32 a + 2b, s32 xor) reduce, a first-index argmin with "
+      "<=, and a non-commutative s32 `a * 2 + b` over a row and over two axes.",
+      lambda rng: [normal(rng, (4, 5)), ints(rng, (4, 5), -5, 5), ints(rng, (2, 3, 4), -3, 3)],
+      rtol=1e-5, atol=1e-5)
+def reduce_fold_order(x, i, t):
+    s, c = lax.reduce((x, i), (jnp.float32(0), jnp.int32(0)),
+                      lambda a, b: (a[0] + b[0] * 2, a[1] ^ b[1]), (0,))
+    m, mi = lax.reduce((x, lax.broadcasted_iota(jnp.int32, x.shape, 1)),
+                       (jnp.float32(jnp.inf), jnp.int32(0)),
+                       lambda a, b: (jnp.minimum(a[0], b[0]), jnp.where(a[0] <= b[0], a[1], b[1])),
+                       (1,))
+    digits = lax.reduce(i, jnp.int32(1), lambda a, b: a * 2 + b, (1,))
+    two_axes = lax.reduce(t, jnp.int32(0), lambda a, b: a * 3 - b, (0, 2))
+    return s, c, m, mi, digits, two_axes
+
+
 # ---- batch 2: transformations and library-level functions ----------------------------------
 
 @case("vmap of indexing: per-row gather x[i], per-row .at[i].add and dynamic_update_slice "

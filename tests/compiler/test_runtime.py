@@ -56,6 +56,42 @@ def test_topk_custom_call_runs_the_registered_target():
     assert kinds == ["kernel", "custom-call"]
 
 
+TOPK_OP = """HloModule topk_op
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY main {
+  x = f32[2,6] parameter(0)
+  y = f32[2,6] parameter(1)
+  big = (f32[2,3], s32[2,3]) topk(x), k=3, largest=true
+  small = (f32[2,3], s32[2,3]) topk(x), k=3, largest=false
+  by_cmp = (f32[2,3], s32[2,3]) topk(y), k=3, to_apply=cmp
+  ROOT t = ((f32[2,3], s32[2,3]), (f32[2,3], s32[2,3]), (f32[2,3], s32[2,3])) tuple(big, small,
+    by_cmp)
+}
+"""
+
+
+def test_topk_op_orders_as_the_interpreter():
+    """The topk opcode: XLA's total order (NaN above +inf, -0 below +0, ties by lower index)
+    without a comparator, the comparator's order with `to_apply` (once sorted as f64 with
+    NaN last, and the comparator ignored)."""
+    x = np.array([[1.0, np.nan, 3.0, -0.0, 0.0, -np.inf],
+                  [2.0, 0.0, -0.0, 2.0, np.nan, -1.0]], np.float32)
+    y = np.array([[3.0, 1.0, 2.0, 7.0, 1.0, 0.5], [5.0, 4.0, 6.0, -1.0, 2.0, 3.0]], np.float32)
+    module = xladist.parse_hlo(TOPK_OP)
+    want = xladist.compile(module, backend="interpreter")(x, y)
+    got = cpu(module)(x, y)
+    np.testing.assert_array_equal(want[1], [[1, 2, 0], [4, 0, 3]])
+    np.testing.assert_array_equal(want[3], [[5, 3, 4], [5, 2, 1]])
+    np.testing.assert_array_equal(want[5], [[5, 1, 4], [3, 4, 5]])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+        assert g.dtype == w.dtype
+
+
 def test_user_registered_target_is_called_with_the_instruction_and_operands():
     seen = []
 

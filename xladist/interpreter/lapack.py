@@ -15,6 +15,12 @@ CustomCallThunk calls this registry too):
 | orgqr / ungqr | (a, tau) -> q | |
 | syevd / heevd | (a) -> (vectors, ascending eigenvalues, info) | mode (V/N), uplo |
 | gesdd | (a) -> (a, s, u, vt, info) | mode (A full, S reduced, N values only) |
+| geev, real | (a) -> (re w, im w, complex left, right vectors, info) | compute_left, compute_right |
+| geev, complex | (a) -> (w, left vectors, right vectors, info) | compute_left, compute_right |
+
+geev as jaxlib runs it: a matrix with a non-finite entry is not factored (info = -4); real
+LAPACK's packed conjugate pairs (real part in column j, imaginary in j + 1) are unpacked into
+complex columns; vectors not asked for are left zero.
 
 Leading dimensions are batch dimensions (jax's `num_batch_dims`); each matrix is solved on its
 own. Values are logical arrays, so the column-major `operand_layout_constraints` need nothing.
@@ -146,6 +152,47 @@ def _gesdd(p):
     return run
 
 
+def _unpack_eigenvectors(wi, packed):
+    """LAPACK's real packed eigenvectors as complex columns (jaxlib's UnpackEigenvectors)."""
+    out = packed.astype(np.result_type(packed.dtype, np.complex64))
+    j, n = 0, len(wi)
+    while j < n:
+        if wi[j] == 0 or np.isnan(wi[j]) or j + 1 == n:
+            j += 1
+            continue
+        re, im = packed[:, j], packed[:, j + 1]
+        out[:, j], out[:, j + 1] = re + 1j * im, re - 1j * im
+        j += 2
+    return out
+
+
+def _geev(p):
+    def run(instr, args):
+        cfg = _config(instr)
+        left = int(cfg.get("compute_left", "N") == "V")
+        right = int(cfg.get("compute_right", "V") == "V")
+        real = p in "sd"
+        shapes = instr.shape.tuple_shapes
+        w_dtype = np.result_type(args[0].dtype, np.complex64)
+
+        def one(a):
+            n = a.shape[-1]
+            zeros = np.zeros((n, n), w_dtype)
+            if not np.all(np.isfinite(a)):
+                nan = np.full(n, np.nan, a.dtype)
+                return ((nan, nan) if real else (nan.astype(w_dtype),)) + (zeros, zeros, -4)
+            if real:
+                wr, wi, vl, vr, info = _lapack(p, "geev")(a, compute_vl=left, compute_vr=right)
+                vl = _unpack_eigenvectors(wi, vl) if left and info == 0 else zeros
+                vr = _unpack_eigenvectors(wi, vr) if right and info == 0 else zeros
+                return wr, wi, vl, vr, info
+            w, vl, vr, info = _lapack(p, "geev")(a, compute_vl=left, compute_vr=right)
+            return w, vl if left else zeros, vr if right else zeros, info
+        values = _batched(len(shapes), one, args[0])
+        return _result(instr, values)
+    return run
+
+
 for _p in _TYPES:
     _complex = _p in "cz"
     register_custom_call(f"lapack_{_p}trsm_ffi", _trsm(_p))
@@ -157,3 +204,4 @@ for _p in _TYPES:
     _ev = "heevd" if _complex else "syevd"
     register_custom_call(f"lapack_{_p}{_ev}_ffi", _syevd(_p, _ev))
     register_custom_call(f"lapack_{_p}gesdd_ffi", _gesdd(_p))
+    register_custom_call(f"lapack_{_p}geev_ffi", _geev(_p))

@@ -4,12 +4,16 @@ The called computation is applied to whole arrays with `ev.call_vectorized`, so
 the number of calls grows with the reduction's depth, not with the element count.
 
 Reduction order (XLA leaves it unspecified; ours is deterministic):
-- reduce: the reduced elements of each output element, in row-major order of the
-  reduced dims, are combined as a balanced pairwise tree (neighbours (0,1), (2,3),
-  ... then the partial results again, an odd last one carried up); then the init
-  value is combined in front: f(init, tree). An empty reduction gives the init.
-  XLA requires the reducer to be associative with init an identity, so any order is
-  a valid result; the tree keeps float error small and needs log2(n) calls.
+- reduce: when the reducer is one associative, commutative binary op on its two
+  parameters (add, multiply, maximum, minimum, and, or, xor) -- the reducers XLA:CPU
+  vectorizes in its own order -- the reduced elements of each output element, in
+  row-major order of the reduced dims, are combined as a balanced pairwise tree
+  (neighbours (0,1), (2,3), ... then the partial results again, an odd last one
+  carried up); then the init value is combined in front: f(init, tree). The tree
+  keeps float error small and needs log2(n) calls. Any other reducer (variadic ones,
+  and those that are not associative, where the order changes the answer) is a left
+  fold from the init in row-major order of the reduced dims: acc = f(acc, x), XLA's
+  evaluator's and XLA:CPU's loop order. An empty reduction gives the init.
 - reduce-window: per window, acc = init, then acc = f(acc, x) for the window
   elements in row-major window order, skipping positions that fall into padding or
   base-dilation holes (so they act as the init value) -- XLA's evaluator order.
@@ -42,8 +46,24 @@ def _apply(ev, comp, arrays, dtypes):
                  for o, dt in zip(out, dtypes))
 
 
+# Reducers whose order XLA leaves free (XLA:CPU vectorizes exactly these): a tree is exact
+# for the integer and min/max ones and within rounding for float add/multiply.
+_ASSOCIATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
+
+
+def _is_associative_binary(comp, n_operands: int) -> bool:
+    """Whether `comp` is a single associative, commutative op of its two parameters."""
+    root = comp.root
+    if n_operands != 1 or root is None or root.opcode not in _ASSOCIATIVE:
+        return False
+    ops = root.operands
+    return (len(ops) == 2 and all(o.opcode == "parameter" for o in ops)
+            and {o.parameter_number for o in ops} == {0, 1})
+
+
 def reduce_arrays(ev, comp, operands, inits, dims) -> tuple:
-    """Variadic reduce of same-shaped `operands` over `dims`; returns a tuple of arrays."""
+    """Variadic reduce of same-shaped `operands` over `dims`; returns a tuple of arrays
+    (the order of the combinations: the module docstring)."""
     dims = sorted({int(d) for d in dims})
     shape = operands[0].shape
     keep = [d for d in range(len(shape)) if d not in dims]
@@ -57,6 +77,11 @@ def reduce_arrays(ev, comp, operands, inits, dims) -> tuple:
     # Rows = reduced elements (row-major over the reduced dims), columns = outputs.
     level = [np.asarray(op).transpose(dims + keep).reshape(n_red, n_out).astype(dt, copy=False)
              for op, dt in zip(operands, dtypes)]
+    if not _is_associative_binary(comp, len(operands)):
+        acc = [b.reshape(n_out) for b in init_b]
+        for r in range(n_red):
+            acc = list(_apply(ev, comp, acc + [a[r] for a in level], dtypes))
+        return tuple(a.reshape(out_shape) for a in acc)
     while level[0].shape[0] > 1:
         m = level[0].shape[0]
         even = m - (m % 2)

@@ -157,14 +157,23 @@ def _eval_topk(instr, args, ev):
         less = comparator_less(ev, comp, 1)
         values, idx = sort_along([x, iota], x.ndim - 1, lambda a, b: less(a[:1], b[:1]))
     else:
-        key = total_order_key(x)
-        if instr.attrs.get("largest", True):
-            # Stable descending with ties by lower index: sort the reversed row stably
-            # and read the result backwards.
-            n = x.shape[-1]
-            idx = (n - 1) - np.argsort(key[..., ::-1], axis=-1, kind="stable")[..., ::-1]
-        else:
-            idx = np.argsort(key, axis=-1, kind="stable")
-        values = np.take_along_axis(x, idx, axis=-1)
+        return top_k_total_order(x, k, bool(instr.attrs.get("largest", True)))
     return (np.ascontiguousarray(values[..., :k]),
             np.ascontiguousarray(idx[..., :k]).astype(np.int32))
+
+
+def top_k_total_order(x: np.ndarray, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """topk without a comparator: the k largest (smallest) along the last axis in XLA's
+    TOTALORDER (NaN above +inf, -0 below +0), ties by lower index; (values, s32 indices).
+    The cpu backend's topk library thunk runs this too."""
+    x = np.asarray(x)
+    key = total_order_key(x)
+    if largest:
+        # Stable descending with ties by lower index: sort the reversed row stably
+        # and read the result backwards.
+        n = x.shape[-1]
+        idx = (n - 1) - np.argsort(key[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+    else:
+        idx = np.argsort(key, axis=-1, kind="stable")
+    idx = np.ascontiguousarray(idx[..., :k])
+    return np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)

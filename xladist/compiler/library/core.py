@@ -10,7 +10,7 @@ LIBRARY_THUNKS — never a silent fallback.
   fft                 numpy.fft in double precision, rounded once
   cholesky            scipy.linalg.cholesky per matrix
   triangular-solve    scipy.linalg.solve_triangular per matrix
-  topk                numpy stable argsort
+  topk                the interpreter's rule (total order or the comparator's)
   rng                 numpy Generator (uniform / normal)
   batch-norm-*        numpy formulas of the operation semantics
   bitcast-convert     width-changing reinterpretation (a byte copy)
@@ -378,12 +378,12 @@ def _triangular_solve(instr, args, outs):
 
 @library("topk")
 def _topk(instr, args, outs):
-    x = args[0]
-    k = int(instr.attrs["k"])
-    largest = bool(instr.attrs.get("largest", True))
-    key = x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
-    order = np.argsort(-key if largest else key, axis=-1, kind="stable")[..., :k]
-    _store(outs[0], np.take_along_axis(x, order, axis=-1))
+    # The interpreter's rule: XLA's total order without a comparator (NaN largest, -0 below
+    # +0); with `to_apply`, the comparator's order (called on whole arrays).
+    from ...interpreter.evaluator import Evaluator
+    from ...interpreter.registry import EVAL_RULES
+    values, order = EVAL_RULES["topk"](instr, [args[0]], Evaluator(None))
+    _store(outs[0], values)
     _store(outs[1], order)
 
 
