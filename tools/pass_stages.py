@@ -1,6 +1,7 @@
 """Every pass stage of an XLA:CPU compile computes the same function: check both backends on each.
 
     python tools/pass_stages.py [CASE ...] [--backends interpreter,cpu] [--keep DIR]
+    python tools/pass_stages.py --multi [CASE ...]     # tools/gen_corpus.py's SPMD cases
 
 For each zoo case (tools/zoo_cases*.py; default: all), jax compiles the case with
 `--xla_dump_hlo_pass_re=.*`, which writes the module after every HLO pass: the portable
@@ -10,6 +11,10 @@ on. Each distinct stage is a real XLA module computing the same function, so eac
 XLA's results on the case's inputs. This runs every distinct stage (after metadata is
 stripped) through xladist's backends and compares with what XLA:CPU returned, under the
 case's tolerances (tests/corpus_util.py's rule).
+
+With --multi the cases are gen_corpus.py's multi-device programs: every distinct stage
+after SPMD partitioning (per-device shapes, XLA's collectives, combiners, async forms)
+runs on N ranks with `xladist.run` against JAX's per-device results.
 
 It is a differential search, not a test: the dumps are large and need jax. A wrong stage is
 reported as `case stage backend: message`, with the stage file kept for reproduction when
@@ -110,19 +115,79 @@ def check_case(name: str, backends: list[str], dump: Path, keep: Path | None) ->
     return problems
 
 
+def check_multi_case(name: str, backends: list[str], dump: Path,
+                     keep: Path | None) -> list[str]:
+    """Problems found in gen_corpus case `name`'s post-partitioning stages on N ranks."""
+    import zlib
+
+    import corpus_util
+    import gen_corpus as gc
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    import xladist
+    from xladist.jax import lowering as xj
+    case = gc.CASES[name]
+    if case.reference is not None:
+        return []  # XLA:CPU cannot run it: no per-stage reference
+    host = case.make_inputs(np.random.default_rng(zlib.crc32(name.encode())))
+    out_specs = case.out_specs if isinstance(case.out_specs, P) else list(case.out_specs)
+    before = set(dump.glob("*.txt"))
+    prep = xj.prepare(gc._program(case), *host,
+                      mesh_shape=dict(zip(case.axis_names, case.mesh_shape)),
+                      in_specs=list(case.in_specs), out_specs=out_specs)
+    ins = xj.input_rows(prep)
+    _, compiled, final = xj.compile_text(prep)
+    want = xj.output_rows(prep, compiled)
+    meta = {"rtol": case.rtol, "atol": case.atol, "out_tol": case.out_tol}
+    local = [p.shape for p in final.entry.parameters]
+    new = [f for f in _stage_files(dump) if f not in before]
+    problems, ran = [], 0
+    for f in new:
+        module = xladist.parse_hlo(f.read_text(), filename=f.name)
+        if [p.shape for p in module.entry.parameters] != local:
+            continue  # before partitioning: global shapes
+        ran += 1
+        stage = f.name.split(".", 2)[2].removesuffix(".txt")
+        for backend in backends:
+            try:
+                got = xladist.run(module, ins, n=prep.n, backend=backend, timeout=120)
+                for d in range(prep.n):
+                    assert len(got[d]) == len(want), f"{len(got[d])} results, XLA gave {len(want)}"
+                    for i, w in enumerate(want):
+                        corpus_util.assert_output(got[d][i], w[d], meta, f"out{i}",
+                                                  f"device {d} out{i}")
+            except Exception as e:  # noqa: BLE001 -- every failure is a finding
+                msg = " ".join(str(e).split())[:300]
+                problems.append(f"{name} {stage} {backend}: {type(e).__name__}: {msg}")
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    (keep / f.name).write_text(f.read_text())
+    print(f"{name}: {ran} distinct partitioned stages x {len(backends)} backends on "
+          f"{prep.n} ranks, {len(problems)} failed", flush=True)
+    return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="*", help="zoo cases (default: all)")
     ap.add_argument("--backends", default="interpreter,cpu")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy the stage files that failed into this folder")
+    ap.add_argument("--multi", action="store_true",
+                    help="tools/gen_corpus.py's multi-device cases instead of the zoo's")
     args = ap.parse_args(argv)
     tmp = tempfile.TemporaryDirectory()
     dump = Path(tmp.name)
     _dump_into(dump)
-    import zoo_cases_numeric  # noqa: F401
-    import zoo_cases_training  # noqa: F401
-    from zoo_cases import CASES
+    if args.multi:
+        import gen_corpus
+        CASES, check = gen_corpus.CASES, check_multi_case
+    else:
+        import zoo_cases_numeric  # noqa: F401
+        import zoo_cases_training  # noqa: F401
+        from zoo_cases import CASES
+        check = check_case
     names = args.cases or list(CASES)
     unknown = [n for n in names if n not in CASES]
     if unknown:
@@ -130,7 +195,7 @@ def main(argv=None) -> int:
     problems = []
     for name in names:
         try:
-            problems += check_case(name, args.backends.split(","), dump, args.keep)
+            problems += check(name, args.backends.split(","), dump, args.keep)
         except Exception as e:  # noqa: BLE001 -- a case jax cannot build is reported
             problems.append(f"{name}: could not be built: {type(e).__name__}: {e}")
     for p in problems:

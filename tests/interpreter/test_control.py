@@ -245,3 +245,48 @@ def test_instructions_run_in_text_order_and_bad_order_is_reported():
 
 def test_shape_text_helper_builds_layouts():
     assert S("f32[2,3]{0,1}").minor_to_major() == (0, 1)
+
+
+# ---- reduce with a reducer that is not one associative op: a left fold ------------------
+
+_FOLD_REDUCERS = {
+    # order-sensitive: a + 2b folded left from the init is sum_k 2^(n-1-k)... per row
+    "a_plus_2b": ("f32", """  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  two = f32[] constant(2)
+  tb = f32[] multiply(two, b)
+  ROOT r = f32[] add(a, tb)""", lambda acc, x: acc + 2 * x),
+    # a reducer ignoring its inputs: every step gives the constant
+    "constant": ("f32", """  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] constant(7)""", lambda acc, x: np.full_like(acc, 7)),
+    # s8 wraps: the fold's dtype must stay s8 at every step
+    "s8_a_minus_b": ("s8", """  a = s8[] parameter(0)
+  b = s8[] parameter(1)
+  ROOT r = s8[] subtract(a, b)""", lambda acc, x: (acc - x).astype(np.int8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FOLD_REDUCERS))
+@pytest.mark.parametrize("n", [0, 1, 2, 37])
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_non_associative_reduce_is_the_left_fold_from_the_init(name, n, backend):
+    ty, body, step = _FOLD_REDUCERS[name]
+    text = f"""HloModule m
+red {{
+{body}
+}}
+ENTRY e {{
+  x = {ty}[3,{n}] parameter(0)
+  i = {ty}[] constant(5)
+  ROOT r = {ty}[3] reduce(x, i), dimensions={{1}}, to_apply=red
+}}
+"""
+    dt = np.float32 if ty == "f32" else np.int8
+    x = np.random.default_rng(n).integers(-9, 9, (3, n)).astype(dt)
+    want = np.full(3, 5, dt)
+    for k in range(n):
+        want = step(want, x[:, k]).astype(dt)
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

@@ -66,6 +66,13 @@ class StandInEvaluator:
                 env[ins] = self._eval(ins, env, arrays)
         return env[computation.root]
 
+    def fold_vectorized(self, computation, acc, rows):
+        """The Evaluator's left fold, one call per row (no fast path to model)."""
+        for row in rows:
+            out = self.call_vectorized(computation, list(acc) + list(row))
+            acc = list(out) if isinstance(out, tuple) else [out]
+        return list(acc)
+
     def _eval(self, ins, env, arrays):
         ops = [env[o] for o in ins.operands]
         op = ins.opcode

@@ -186,6 +186,41 @@ class Evaluator:
         finally:
             self.tracer = tracer
 
+    def fold_vectorized(self, computation, acc, rows):
+        """The left fold acc = computation(*acc, *row) over `rows` (each a list of arrays of
+        acc's shape, one per parameter after the accumulators), element-wise as
+        call_vectorized applies it; returns the final acc as a list.
+
+        A fold over many rows is one short call per row, so the per-call work is what
+        counts: the first row goes through call_vectorized with every check, and when the
+        computation vectorizes and that row gave back arrays of acc's shapes and dtypes,
+        the remaining rows run the computation directly (the same rules in the same order,
+        under one errstate, results checked once at the end)."""
+        acc = [np.asarray(a) for a in acc]
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:
+            return acc
+        out = _as_list(self.call_vectorized(computation, acc + list(first)))
+        fast = (self._vectorizable(computation) and len(out) == len(acc)
+                and all(isinstance(o, np.ndarray) and o.shape == a.shape and o.dtype == a.dtype
+                        for o, a in zip(out, acc)))
+        if not fast:
+            for row in rows:
+                out = _as_list(self.call_vectorized(computation, out + list(row)))
+            return out
+        batch = tuple(acc[0].shape)
+        tracer, self.tracer = self.tracer, None
+        check, self.check = self.check, False
+        try:
+            with np.errstate(all="ignore"):
+                for row in rows:
+                    out = _as_list(_broadcast_leaves(
+                        self._call(computation, out + list(row), batch), batch))
+        finally:
+            self.tracer, self.check = tracer, check
+        return out
+
     def parameter_value(self, instr):
         """The value bound to a `parameter` instruction in the computation being run."""
         frame = self._frames[-1]
@@ -314,6 +349,10 @@ def _vector_safe(instr) -> bool:
     if instr.opcode in VECTOR_SAFE:
         return True
     return instr.family in VECTOR_SAFE_FAMILIES
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, tuple) else [value]
 
 
 def _broadcast_leaves(value, batch):

@@ -78,9 +78,12 @@ def reduce_arrays(ev, comp, operands, inits, dims) -> tuple:
     level = [np.asarray(op).transpose(dims + keep).reshape(n_red, n_out).astype(dt, copy=False)
              for op, dt in zip(operands, dtypes)]
     if not _is_associative_binary(comp, len(operands)):
-        acc = [b.reshape(n_out) for b in init_b]
-        for r in range(n_red):
-            acc = list(_apply(ev, comp, acc + [a[r] for a in level], dtypes))
+        acc = [np.array(b.reshape(n_out)) for b in init_b]
+        if n_red:
+            acc = list(_apply(ev, comp, acc + [a[0] for a in level], dtypes))
+            acc = ev.fold_vectorized(comp, acc, ([a[r] for a in level]
+                                                 for r in range(1, n_red)))
+            acc = [np.asarray(a).astype(dt, copy=False) for a, dt in zip(acc, dtypes)]
         return tuple(a.reshape(out_shape) for a in acc)
     while level[0].shape[0] > 1:
         m = level[0].shape[0]
