@@ -1,7 +1,9 @@
 """reduce, reduce-window, select-and-scatter and map (operation semantics of each).
 
 The called computation is applied to whole arrays with `ev.call_vectorized`, so
-the number of calls grows with the reduction's depth, not with the element count.
+the number of calls grows with the reduction's depth, not with the element count:
+log2 of the reduced size for an associative reducer's tree, the reduced size for a
+left fold (`ev.fold_vectorized`, whose rows after the first skip the per-call checks).
 
 Reduction order (XLA leaves it unspecified; ours is deterministic):
 - reduce: when the reducer is one associative, commutative binary op on its two
