@@ -550,3 +550,17 @@ def grad_transposes_mesh4(x, w):
       make_inputs=lambda rng: [normal(rng, (8, 3))])
 def shardy_flip_pad_mesh4(x):
     return jnp.flip(x, 0) * 1.0, jnp.concatenate([x[2:], x[:2]], 0) + 1.0, x[1:7] * 2.0
+
+
+@case(description="4 devices, float8 collectives: all_gather and all_to_all of f8e4m3fn, "
+                  "ppermute of f8e5m2, and pmax / psum / pmin, which XLA:CPU widens to f16 "
+                  "all-reduces while keeping their to_apply computations in f8.",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"), P("d")), out_specs=(P("d"),) * 6,
+      make_inputs=lambda rng: [normal(rng, (8, 4)).astype(ml_dtypes.float8_e4m3fn),
+                               normal(rng, (8, 4)).astype(ml_dtypes.float8_e5m2)],
+      rtol=0.13, atol=0.13, check_vma=False)
+def f8_collectives_mesh4(a, b):
+    return (lax.all_gather(a, "d", tiled=True), lax.ppermute(b, "d", [(0, 3), (3, 0), (1, 2)]),
+            lax.all_to_all(a, "d", 1, 0, tiled=True), lax.pmax(a, "d"), lax.psum(b, "d"),
+            lax.pmin(b, "d"))
