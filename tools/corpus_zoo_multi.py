@@ -564,3 +564,22 @@ def f8_collectives_mesh4(a, b):
     return (lax.all_gather(a, "d", tiled=True), lax.ppermute(b, "d", [(0, 3), (3, 0), (1, 2)]),
             lax.all_to_all(a, "d", 1, 0, tiled=True), lax.pmax(a, "d"), lax.psum(b, "d"),
             lax.pmin(b, "d"))
+
+
+@case(description="2x2 mesh: while_loop whose trip count is a psum over 'y' -- uniform within "
+                  "each row, different between the rows (1 and 3 iterations) -- with a psum "
+                  "and an all_gather over 'y' in the body. Runs on both backends; the static "
+                  "check cannot prove it yet (a trip count uniform per group, not globally).",
+      mesh_shape=(2, 2), axis_names=("x", "y"),
+      in_specs=(P("x", "y"), P("x", "y")), out_specs=(P("x", "y"), P("x", "y")),
+      make_inputs=lambda rng: [normal(rng, (4, 4)), np.array([[1, 0], [2, 1]], np.int32)],
+      rtol=1e-5, atol=1e-5, check_vma=False)
+def while_rowwise_trip_mesh2x2(x, k):
+    n = lax.psum(k[0, 0], "y")
+
+    def body(c):
+        v, i = c
+        v = lax.psum(v, "y") * 0.5 + lax.all_gather(v, "y", axis=1, tiled=True)[:, ::2]
+        return v, i + 1
+    v, i = lax.while_loop(lambda c: c[1] < n, body, (x, jnp.int32(0)))
+    return v, jnp.full((1, 1), i)
