@@ -263,3 +263,52 @@ def test_feed_templates_are_checked_for_every_rank(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"--infeed '{infeed}' for rank 1 (replica 1, partition 0): " \
            f"{tmp_path / 'in' / 'rank1.npz'}: not an npz file" in proc.stderr
+
+
+_NARROW = """HloModule narrow, num_partitions=2
+
+ENTRY %main (x: f8e4m3fn[4], y: s4[4]) -> (f8e4m3fn[4], s4[4], f8e5m2[4], bf16[4]) {
+  %x = f8e4m3fn[4] parameter(0)
+  %y = s4[4] parameter(1)
+  %a = f8e4m3fn[4] negate(%x)
+  %b = s4[4] negate(%y)
+  %c = f8e5m2[4] convert(%x)
+  %d = bf16[4] convert(%x)
+  ROOT %t = (f8e4m3fn[4], s4[4], f8e5m2[4], bf16[4]) tuple(%a, %b, %c, %d)
+}
+"""
+
+
+def test_ml_dtypes_travel_through_npz_as_unsigned_bits(tmp_path):
+    """f8/f4/s4 and the other ml_dtypes types are read from and written to npz as their
+    unsigned bit patterns, like bf16: numpy writes those types with a descriptor ('<f1') that
+    np.load refuses, so an f8 result made an npz nobody could read and no f8 input could be
+    given (found running a JAX f8 all_gather/ppermute program)."""
+    import ml_dtypes
+
+    from xladist.io import decode, encode
+    x = np.array([[1, 2, 3, -0.5], [4, 5, 6, 7]], ml_dtypes.float8_e4m3fn)
+    y = np.array([[1, -2, 3, -7], [7, 0, -1, 2]], ml_dtypes.int4)
+    np.savez(tmp_path / "in.npz", arg0=encode(x), arg1=encode(y))
+    with np.load(tmp_path / "in.npz") as z:
+        assert z["arg0"].dtype == np.uint8 and z["arg1"].dtype == np.uint8
+    out = tmp_path / "out.npz"
+    proc = xladist_cli("run", _write(tmp_path), "-n", 2,
+                       "--inputs", tmp_path / "in.npz", "--outputs", out, "-q",
+                       "--backend", "interpreter", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    module = xladist.parse_hlo(_NARROW)
+    leaves = [s for _, s in module.entry.root.shape.leaves() if s.is_array]
+    with np.load(out) as z:  # readable by numpy alone
+        got = [decode(z[f"out{i}"], s) for i, s in enumerate(leaves)]
+    assert [g.dtype for g in got] == [s.dtype for s in leaves]
+    np.testing.assert_array_equal(got[0].astype(np.float32), -x.astype(np.float32))
+    np.testing.assert_array_equal(got[1].astype(np.int8), -y.astype(np.int8))
+    np.testing.assert_array_equal(got[2].astype(np.float32), x.astype(np.float32))
+    np.testing.assert_array_equal(got[3].astype(np.float32), x.astype(np.float32))
+
+
+def _write(tmp_path):
+    path = tmp_path / "narrow.hlo"
+    path.write_text(_NARROW)
+    return path

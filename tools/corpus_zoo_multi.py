@@ -464,3 +464,122 @@ def gspmd_matmul_reshard_mesh4(x, w):
       make_inputs=lambda rng: [normal(rng, (4, 8))], rtol=1e-5, atol=1e-5)
 def gspmd_reshard_mesh2x2(x):
     return jnp.sum(x, axis=0), jnp.sum(x), x * 0.5, jnp.roll(x, 1, axis=1)
+
+
+# ---- differential-testing additions (branch diff-multi) -------------------------------------
+
+@case(description="2 devices: while_loop `k < psum(n)` (a uniform, data-dependent trip count; "
+                  "XLA:CPU wraps the compare and the counter add in kLoop fusions) with an "
+                  "all_gather along dim 1 in the body.",
+      mesh_shape=(2,), axis_names=("d",),
+      in_specs=(P("d"), P("d")), out_specs=(P("d"), P()),
+      make_inputs=lambda rng: [normal(rng, (4, 3)), np.array([2, 3], np.int32)],
+      rtol=1e-5, atol=1e-5, check_vma=False)
+def while_psum_bound_gather_mesh2(x, n):
+    total = lax.psum(n[0], "d")
+
+    def body(c):
+        v, k = c
+        g = lax.all_gather(v, "d", axis=1, tiled=True)
+        return g[:, :3] * 0.5 + g[:, 3:] * 0.25, k + 1
+    return lax.while_loop(lambda c: c[1] < total, body, (x, jnp.int32(0)))
+
+
+@case(description="4 devices, psum over bf16, f16, int8 (wraps), uint32 (wraps) and "
+                  "complex64.",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"),) * 5, out_specs=(P(),) * 5,
+      make_inputs=lambda rng: [normal(rng, (4, 6), BF16), normal(rng, (4, 6), np.float16),
+                               ints(rng, (4, 6), -128, 127, np.int8),
+                               rng.integers(0, 2**32 - 1, (4, 6), dtype=np.uint32),
+                               (normal(rng, (4, 6)) + 1j * normal(rng, (4, 6)))
+                               .astype(np.complex64)],
+      rtol=2e-2, atol=2e-2, check_vma=False)
+def psum_dtypes_mesh4(b, h, i8, u, c):
+    return (lax.psum(b, "d"), lax.psum(h, "d"), lax.psum(i8, "d"), lax.psum(u, "d"),
+            lax.psum(c, "d"))
+
+
+@case(description="4 devices, all_to_all of rank-3 blocks with split != concat: 2->0 and 0->2 "
+                  "(f32), 1->2 (bf16), 2->1 (int32).",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"), P("d"), P("d")), out_specs=(P("d"),) * 4,
+      make_inputs=lambda rng: [normal(rng, (16, 4, 8)), normal(rng, (16, 8, 4), BF16),
+                               ints(rng, (8, 4, 4))], check_vma=False)
+def all_to_all_rank3_mesh4(x, b, i):
+    return (lax.all_to_all(x, "d", 2, 0, tiled=True), lax.all_to_all(x, "d", 0, 2, tiled=True),
+            lax.all_to_all(b, "d", 1, 2, tiled=True), lax.all_to_all(i, "d", 2, 1, tiled=True))
+
+
+@case(description="4 devices, fori_loop whose carry is a partial ppermute's result plus x "
+                  "(device 0 receives zeros every iteration) and a single-pair 3->0 permute.",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"),), out_specs=(P("d"), P("d")),
+      make_inputs=lambda rng: [normal(rng, (8, 3))], rtol=1e-5, atol=1e-5, check_vma=False)
+def loop_partial_permute_mesh4(x):
+    def body(_, c):
+        v, w = c
+        v = lax.ppermute(v, "d", [(0, 1), (1, 2), (2, 3)]) + x
+        w = lax.ppermute(w * 2.0, "d", [(3, 0)])
+        return v, w + 1.0
+    return lax.fori_loop(0, 5, body, (x, x))
+
+
+@case(description="4 devices, jax.grad through a non-cyclic ppermute, an all_to_all and a "
+                  "psum_scatter (their transposes: inverse permute, all_to_all back, "
+                  "all_gather).",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"), P()), out_specs=(P(), P("d"), P()),
+      make_inputs=lambda rng: [normal(rng, (16, 4)), normal(rng, (4, 4)) * 0.5],
+      rtol=1e-4, atol=1e-5, check_vma=False)
+def grad_transposes_mesh4(x, w):
+    def loss(x, w):
+        y = jnp.tanh(x @ w)
+        y = lax.ppermute(y, "d", [(0, 1), (1, 2), (2, 3)])
+        y = lax.all_to_all(y, "d", 0, 1, tiled=True)
+        z = lax.psum_scatter(y * y, "d", scatter_dimension=1, tiled=True)
+        return lax.psum(jnp.sum(z * jnp.arange(z.size).reshape(z.shape)), "d")
+    l, (gx, gw) = jax.value_and_grad(loss, argnums=(0, 1))(x, w)
+    return l, gx, lax.psum(gw, "d")
+
+
+@case(description="Shardy, 4 devices: flip and a rotation by concatenation along the sharded "
+                  "dim, and an uneven slice x[1:7] gathered to every device.",
+      partitioner="shardy", mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"),), out_specs=(P("d"), P("d"), P()),
+      make_inputs=lambda rng: [normal(rng, (8, 3))])
+def shardy_flip_pad_mesh4(x):
+    return jnp.flip(x, 0) * 1.0, jnp.concatenate([x[2:], x[:2]], 0) + 1.0, x[1:7] * 2.0
+
+
+@case(description="4 devices, float8 collectives: all_gather and all_to_all of f8e4m3fn, "
+                  "ppermute of f8e5m2, and pmax / psum / pmin, which XLA:CPU widens to f16 "
+                  "all-reduces while keeping their to_apply computations in f8.",
+      mesh_shape=(4,), axis_names=("d",),
+      in_specs=(P("d"), P("d")), out_specs=(P("d"),) * 6,
+      make_inputs=lambda rng: [normal(rng, (8, 4)).astype(ml_dtypes.float8_e4m3fn),
+                               normal(rng, (8, 4)).astype(ml_dtypes.float8_e5m2)],
+      rtol=0.13, atol=0.13, check_vma=False)
+def f8_collectives_mesh4(a, b):
+    return (lax.all_gather(a, "d", tiled=True), lax.ppermute(b, "d", [(0, 3), (3, 0), (1, 2)]),
+            lax.all_to_all(a, "d", 1, 0, tiled=True), lax.pmax(a, "d"), lax.psum(b, "d"),
+            lax.pmin(b, "d"))
+
+
+@case(description="2x2 mesh: while_loop whose trip count is a psum over 'y' -- uniform within "
+                  "each row, different between the rows (1 and 3 iterations) -- with a psum "
+                  "and an all_gather over 'y' in the body. Runs on both backends; the static "
+                  "check cannot prove it yet (a trip count uniform per group, not globally).",
+      mesh_shape=(2, 2), axis_names=("x", "y"),
+      in_specs=(P("x", "y"), P("x", "y")), out_specs=(P("x", "y"), P("x", "y")),
+      make_inputs=lambda rng: [normal(rng, (4, 4)), np.array([[1, 0], [2, 1]], np.int32)],
+      rtol=1e-5, atol=1e-5, check_vma=False)
+def while_rowwise_trip_mesh2x2(x, k):
+    n = lax.psum(k[0, 0], "y")
+
+    def body(c):
+        v, i = c
+        v = lax.psum(v, "y") * 0.5 + lax.all_gather(v, "y", axis=1, tiled=True)[:, ::2]
+        return v, i + 1
+    v, i = lax.while_loop(lambda c: c[1] < n, body, (x, jnp.int32(0)))
+    return v, jnp.full((1, 1), i)

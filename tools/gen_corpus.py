@@ -66,7 +66,8 @@ DEVICE_ORDER = ("Leading axis index d of every array == device id d == partition
 # numpy dtype name -> HLO element type
 _HLO_TYPES = {"bool": "pred", "int8": "s8", "uint8": "u8", "int16": "s16", "int32": "s32",
               "int64": "s64", "uint32": "u32", "float16": "f16", "bfloat16": "bf16",
-              "float32": "f32", "float64": "f64", "complex64": "c64"}
+              "float32": "f32", "float64": "f64", "complex64": "c64",
+              "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2"}
 
 
 @dataclass
@@ -482,10 +483,12 @@ def _write(c: Case, n: int, text: str, unoptimized: str, ins: dict, outs: dict, 
 
 
 def _array_meta(rows: np.ndarray, **spec) -> dict:
-    name = rows.dtype.name
+    from xladist.io import bits_dtype
+    name, bits = rows.dtype.name, bits_dtype(rows.dtype)
     return {"hlo_type": _HLO_TYPES[name], "local_shape": list(rows.shape[1:]),
-            "npz_dtype": "uint16" if name == "bfloat16" else name,
-            "encoding": "bf16_bits_as_uint16" if name == "bfloat16" else None, **spec}
+            "npz_dtype": bits.name if bits is not None else name,
+            "encoding": None if bits is None else "bf16_bits_as_uint16" if name == "bfloat16"
+            else f"bits_as_{bits.name}", **spec}
 
 
 def main(argv=None) -> int:

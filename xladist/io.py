@@ -3,7 +3,8 @@
 Format (the corpus format, tests/data/corpus/README.md):
 - inputs: `arg0`, `arg1`, ... one array per entry parameter, in parameter order;
 - outputs: `out0`, `out1`, ... one array per flattened result leaf;
-- bf16 arrays are stored as uint16 bit patterns (numpy cannot round-trip bfloat16 through
+- bf16 arrays are stored as uint16 bit patterns, the other ml_dtypes types (f8*, f4, s4,
+  u4, ...) as uint8 bit patterns, one element per byte (numpy cannot round-trip them through
   npz); pred arrays are numpy bool;
 - with a device axis, every array has a leading dimension of size N and row d belongs to
   device d.
@@ -23,19 +24,34 @@ from .files import load_npz, write_atomic
 from .hlo.shape import Shape
 
 
+def bits_dtype(dtype) -> np.dtype | None:
+    """The unsigned integer type npz stores an ml_dtypes element type as (bfloat16 -> uint16,
+    float8_* / float4_* / int4 / uint4 / int2 ... -> uint8: one element per byte, as numpy
+    holds them), or None for numpy's own types, which npz holds as they are. npz cannot hold
+    the ml_dtypes types themselves: numpy writes them with a descriptor ('<f1', '<V2') that
+    np.load refuses."""
+    dtype = np.dtype(dtype)
+    if not getattr(dtype.type, "__module__", "").startswith("ml_dtypes"):
+        return None  # (ml_dtypes gives some of its types kind 'f', others 'V')
+    return np.dtype(f"uint{8 * dtype.itemsize}")
+
+
 def encode(array: np.ndarray) -> np.ndarray:
-    """An array as stored in npz: bf16 -> uint16 bits, everything else unchanged."""
+    """An array as stored in npz: ml_dtypes types (bf16, f8, f4, s4, ...) -> their unsigned
+    bits (bits_dtype), everything else unchanged."""
     array = np.asarray(array)
-    if array.dtype.name == "bfloat16":
-        return array.view(np.uint16)
-    return array
+    bits = bits_dtype(array.dtype)
+    return array if bits is None else array.view(bits)
 
 
 def decode(array: np.ndarray, shape: Shape) -> np.ndarray:
-    """An npz array as a value of `shape`'s element type (uint16 bits -> bf16)."""
+    """An npz array as a value of `shape`'s element type (uint16 bits -> bf16, uint8 bits ->
+    f8/f4/s4/u4...)."""
     array = np.asarray(array)
-    if shape.element_type.name == "bf16" and array.dtype == np.uint16:
-        return array.view(shape.dtype)
+    if shape.is_array:
+        bits = bits_dtype(shape.dtype)
+        if bits is not None and array.dtype == bits:
+            return array.view(shape.dtype)
     return array
 
 
@@ -100,7 +116,8 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
                                  f"{list(a.shape)}{hint}")
             rows = [a[d] for d in range(num_devices)]
         if a.dtype != shape.dtype:
-            npz = "uint16 bf16 bits or " if shape.element_type.name == "bf16" else ""
+            bits = bits_dtype(shape.dtype)
+            npz = f"{bits} bit patterns or " if bits is not None else ""
             raise InputError(f"{key} for {label}: expected element type {npz}{shape.dtype}, "
                              f"got {arrays[key].dtype}; convert it explicitly")
         for args, row in zip(per_device, rows):
@@ -154,7 +171,7 @@ def npz_path(target) -> str:
 
 
 def read_outputs(source, what: str = "outputs") -> list[np.ndarray]:
-    """`out0..` of an npz file in order (bf16 stays uint16 bits; `out{i}_sizes` skipped)."""
+    """`out0..` of an npz file in order (bf16/f8/... stay bits; `out{i}_sizes` skipped)."""
     data = load_npz(source, what)
     keys = sorted((k for k in data if k.startswith("out") and k[3:].isdigit()),
                   key=_key_order)

@@ -47,6 +47,48 @@ _PURE = frozenset(FOLD_RULES) - {"replica-id", "partition-id", "parameter", "whi
                                  "get-tuple-element"}
 
 
+def _pure_fusion(i: Instruction) -> bool:
+    """A fusion computing only with pure ops of its operands (XLA:CPU wraps a loop's scalar
+    compare and counter add in such kLoop fusions: `wrapped_compare`, `wrapped_add`)."""
+    if i.opcode != "fusion":
+        return False
+    comp = i.attrs.get("calls")
+    return comp is not None and all(x.opcode in _PURE or x.opcode == "parameter"
+                                    for x in comp.instructions)
+
+
+class _Wrapped:
+    """The one op a fusion wraps, seen from outside: its opcode and attributes, with every
+    operand that is a fusion parameter replaced by the fusion's operand (constants stay)."""
+
+    __slots__ = ("opcode", "attrs", "operands", "literal", "shape")
+
+    def __init__(self, root: Instruction, operands: list):
+        self.opcode, self.attrs, self.literal, self.shape = (root.opcode, root.attrs,
+                                                              root.literal, root.shape)
+        self.operands = operands
+
+
+def _view(i: Instruction):
+    """`i`, or the single op it wraps when `i` is a fusion of one op over its parameters and
+    constants (so `wrapped_compare(gte, gte)` reads as `compare(gte, gte)`)."""
+    if not _pure_fusion(i):
+        return i
+    root = i.attrs["calls"].root
+    if root is None or root.opcode in ("parameter", "constant"):
+        return i
+    operands = []
+    for o in root.operands:
+        if o.opcode == "parameter" and o.parameter_number is not None \
+                and o.parameter_number < len(i.operands):
+            operands.append(i.operands[o.parameter_number])
+        elif o.opcode == "constant":
+            operands.append(o)
+        else:
+            return i
+    return _Wrapped(root, operands)
+
+
 def _reads(root: Instruction, param: Instruction) -> set[int] | None:
     """The tuple indices of `param` that `root` reads through pure ops; None if it reads
     anything else (the whole parameter, device ids, data)."""
@@ -63,7 +105,7 @@ def _reads(root: Instruction, param: Instruction) -> set[int] | None:
         if i.opcode == "get-tuple-element" and i.operands[0] is param:
             out.add(i.attrs["index"])
             continue
-        if i.opcode not in _PURE:
+        if i.opcode not in _PURE and not _pure_fusion(i):
             return None
         stack.extend(i.operands)
     return out
@@ -106,7 +148,7 @@ def slice_key(state, indices) -> tuple | None:
 
 def _step(body: Computation, j: int) -> int | None:
     """c when the body computes element j as element j + constant c."""
-    elem = body.root.operands[j]
+    elem = _view(body.root.operands[j])
     if elem.opcode not in ("add", "subtract") or len(elem.operands) != 2:
         return None
     a, b = elem.operands
@@ -133,7 +175,7 @@ _FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE"}
 def closed_form_trip_count(cond: Computation, body: Computation, state) -> int | None:
     """The trip count of `i CMP bound` with i stepping by a constant and the bound a constant
     or an element the body leaves unchanged, from the folded initial `state`; else None."""
-    root = cond.root
+    root = _view(cond.root) if cond.root is not None else None
     if root is None or root.opcode != "compare" or not isinstance(state, tuple):
         return None
     p = cond.parameters[0]
@@ -249,6 +291,7 @@ def _decision_period(index: Instruction, body, param, state) -> int | None:
         if i in seen:
             continue
         seen.add(i)
+        i = _view(i)
         if i.opcode in ("replica-id", "partition-id", "constant"):
             continue
         if i.opcode == "get-tuple-element" and i.operands[0] is param:
@@ -269,7 +312,7 @@ def _decision_period(index: Instruction, body, param, state) -> int | None:
                 p = modulus // math.gcd(step, modulus)
                 period = period * p // math.gcd(period, p)
                 continue
-        if i.opcode not in _PURE:
+        if i.opcode not in _PURE and not _pure_fusion(i):
             return None
         stack.extend(i.operands)
     return period

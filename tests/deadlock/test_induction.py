@@ -284,3 +284,82 @@ def test_unknown_engine_is_input_error(engine):
     from xladist.errors import InputError
     with pytest.raises(InputError, match="engine"):
         check_module(_loop(3), engine=engine)
+
+
+# XLA:CPU's optimized modules wrap a while loop's scalar compare and counter add in kLoop
+# fusions (`wrapped_compare`, `wrapped_add`), as jax.jit of a lax.while_loop gives them
+# (tools/gen_corpus.py modules; differential testing found the check unable to prove
+# `while k < psum(n)` with a collective in the body, because the control slice stopped at
+# the fusion). The bound is an all-reduce result (uniform) or a constant inside the fusion.
+_WRAPPED = """HloModule wrapped_loop, num_partitions=4
+
+%add (a: s32[], b: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] add(%a, %b)
+}
+
+%addf (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%wrapped_add_computation (p0: s32[], p1: s32[]) -> s32[] {
+  %p0 = s32[] parameter(0)
+  %p1 = s32[] parameter(1)
+  ROOT %add.9 = s32[] add(%p0, %p1)
+}
+
+%wrapped_compare_computation (q0: s32[], q1: s32[]) -> pred[] {
+  %q0 = s32[] parameter(0)
+  %q1 = s32[] parameter(1)
+  ROOT %lt = pred[] compare(%q0, %q1), direction=LT
+}
+
+%wrapped_compare_const_computation (r0: s32[]) -> pred[] {
+  %r0 = s32[] parameter(0)
+  %lim = s32[] constant(1000000)
+  ROOT %lt = pred[] compare(%r0, %lim), direction=LT
+}
+
+%body (param: (f32[4], s32[], s32[])) -> (f32[4], s32[], s32[]) {
+  %param = (f32[4], s32[], s32[]) parameter(0)
+  %one = s32[] constant(1)
+  %bound = s32[] get-tuple-element(%param), index=2
+  %k = s32[] get-tuple-element(%param), index=1
+  %x = f32[4] get-tuple-element(%param), index=0
+  %wrapped_add = s32[] fusion(%k, %one), kind=kLoop, calls=%wrapped_add_computation
+  %ar = f32[4] all-reduce(%x), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%addf
+  ROOT %t = (f32[4], s32[], s32[]) tuple(%ar, %wrapped_add, %bound)
+}
+
+%cond (param.1: (f32[4], s32[], s32[])) -> pred[] {
+  %param.1 = (f32[4], s32[], s32[]) parameter(0)
+  %k.1 = s32[] get-tuple-element(%param.1), index=1
+  %bound.1 = s32[] get-tuple-element(%param.1), index=2
+  ROOT %wrapped_compare = pred[] fusion(%k.1, %bound.1), kind=kLoop, calls=%wrapped_compare_computation
+}
+
+%cond_const (param.2: (f32[4], s32[], s32[])) -> pred[] {
+  %param.2 = (f32[4], s32[], s32[]) parameter(0)
+  %k.2 = s32[] get-tuple-element(%param.2), index=1
+  ROOT %wrapped_compare = pred[] fusion(%k.2), kind=kLoop, calls=%wrapped_compare_const_computation
+}
+
+ENTRY %main (x: f32[4], n: s32[]) -> (f32[4], s32[], s32[]) {
+  %x = f32[4] parameter(0)
+  %n = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %total = s32[] all-reduce(%n), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+  %init = (f32[4], s32[], s32[]) tuple(%x, %zero, %total)
+  ROOT %w = (f32[4], s32[], s32[]) while(%init), condition=%COND, body=%body
+}
+"""
+
+
+@pytest.mark.parametrize("cond", ["cond", "cond_const"])
+def test_loop_control_wrapped_in_fusions_is_proven(cond):
+    module = xladist.parse_hlo(_WRAPPED.replace("%COND", f"%{cond}"))
+    report = check_module(module, strict=True)
+    assert report.ok and not report.problems, report.to_text()

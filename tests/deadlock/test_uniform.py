@@ -167,6 +167,10 @@ ENTRY %main (x: f32[4], k: s32[]) -> f32[4] {
 EXPECTED_WARNINGS = {
     "loops_collectives_mesh2": {"unproven"},
     "cond_switch_collectives_mesh2x2": {"unmatched"},
+    # A trip count from a psum over 'y': uniform within each row, different between rows.
+    # Not proven yet: loops shortened by a uniform trip count must be keyed alike on every
+    # device (check.py), and the class engine does not split a class by all-reduce group.
+    "while_rowwise_trip_mesh2x2": {"unproven"},
 }
 
 

@@ -113,6 +113,51 @@ def test_float_min_nan_and_signed_zero_identical_everywhere(cache):
         assert np.isnan(got[0]) and got[2] == 4.0
 
 
+@pytest.mark.parametrize("dtype_name", ["f32", "f64", "bf16", "f16"])
+def test_float_min_max_follow_hlo_signed_zero_and_nan(cache, dtype_name):
+    """C.MIN / C.MAX are HLO minimum / maximum (the interpreter's elementwise rule): -0 < +0
+    whichever member holds which, and a NaN result is the canonical quiet NaN. They used to be
+    np.minimum / np.maximum, which return their second operand for -0 vs +0 and keep a NaN's
+    payload: the interpreter backend's pmin of {-0.0 on device 0, +0.0 on device 1} gave +0.0
+    where the cpu backend (compiled reducer) and XLA give -0.0."""
+    import ml_dtypes
+
+    import collectives as C
+    from xladist.interpreter.elementwise import float_max, float_min
+
+    dtype = ml_dtypes.bfloat16 if dtype_name == "bf16" else DTYPES[dtype_name]
+    comm = cache.get(list(range(cache.world.size)))
+    n = comm.size
+
+    def member(r):
+        # lane 0: -0 on member 0 only; lane 1: +0 on member 0 only; lane 2: a NaN with a
+        # payload and its sign flipped on odd members; lane 3: plain numbers.
+        x = np.array([0.0, -0.0, 1.0, float(r)], np.float64).astype(dtype)
+        if r == 0:
+            x[0], x[1] = -0.0, 0.0
+        if r == n - 1:
+            bits = x.view(np.uint16 if x.dtype.itemsize == 2 else
+                          np.uint32 if x.dtype.itemsize == 4 else np.uint64)
+            payload = np.array(np.nan, dtype).view(bits.dtype) | 1
+            bits[2] = payload | (np.array(-0.0, dtype).view(bits.dtype) if r % 2 else 0)
+        return x
+
+    xs = [member(r) for r in range(n)]
+    for red, rule in ((C.MIN, float_min), (C.MAX, float_max)):
+        want = xs[0]
+        for x in xs[1:]:
+            want = rule(want, x)
+        got = C.all_reduce(comm, xs[comm.rank], red)
+        what = f"{dtype_name} {red} n={n}"
+        assert got.tobytes() == np.asarray(want, dtype).tobytes(), (what, got, want)
+        everyone = MPI.COMM_WORLD.allgather(got.tobytes())
+        assert len(set(everyone)) == 1, f"{what}: members differ in bits"
+        if n > 1:
+            assert np.signbit(got[0]) == (red is C.MIN) and np.signbit(got[1]) == (red is C.MIN)
+            nan = np.array(np.nan, dtype)
+            assert got[2:3].tobytes() == nan.reshape(1).tobytes(), f"{what}: NaN not canonical"
+
+
 @pytest.mark.parametrize("dtype_name", ["f32", "f64", "c64"])
 def test_builtin_float_sum_prod_nan_bits_identical_everywhere(cache, dtype_name):
     """MPI_SUM/MPI_PROD hand operands to the combine in a rank-dependent order and x86 keeps

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..errors import UnsupportedError
 from ..hlo.ir import Computation
+from ..hlo.reducers import reducer_for
 from .buffers import Assignment, assign_slots, place
 from .control import AsyncStartThunk, ConditionalThunk, WhileThunk
 from .devices import CompiledReducer, DeviceThunk
@@ -201,7 +202,7 @@ CONTROL_UNSUPPORTED: dict[str, str] = {}
 
 @_builder("device")
 def _device(pb, instr, plan, asg, inplace):
-    comp = instr.attrs.get("to_apply")
+    comp = reducer_for(instr)  # to_apply, in the operands' element type
     reducer = pb.reducer(comp) if comp is not None else None
     original = getattr(instr.parent, "original_of", {}).get(instr)
     return DeviceThunk(instr, [asg.leaves[o] for o in instr.operands], asg.leaves[instr],

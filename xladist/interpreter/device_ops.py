@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..hlo.reducers import reducer_for
+
 from .registry import TOKEN, register
 
 
@@ -53,7 +55,7 @@ class Reducer:
 
 
 def _reducer(instr, ev):
-    comp = instr.attrs.get("to_apply")
+    comp = reducer_for(instr)  # to_apply, in the operands' element type
     return Reducer(comp, ev) if comp is not None else None
 
 

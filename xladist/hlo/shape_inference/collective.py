@@ -11,6 +11,7 @@ verifier checks the exact size against replica_count / num_partitions).
 from __future__ import annotations
 
 from ..collective_groups import has_global_ids_flag
+from ..reducers import retyped
 from ..shape import Shape
 from .base import (U32, ShapeError, attr, expect_array, expect_count,
                                    expect_token, fmt, fmt_all, fmt_dims, like, make, need_declared,
@@ -52,6 +53,10 @@ def _scalar_reducer(attrs, shapes):
         t = make(s.element_type, ())
         if len(params) != 2 or not all(p.compatible(t) for p in params) \
                 or not result.compatible(t):
+            if len({o.element_type for o in shapes}) == 1 and retyped(comp, s.element_type):
+                # XLA:CPU widens an f8 all-reduce to f16 and keeps an f8 to_apply: the
+                # reduction runs in the operand's type (xladist/hlo/reducers.py).
+                continue
             raise ShapeError(f"to_apply={signature(comp)} must be a binary scalar computation "
                              f"({fmt(t)}, {fmt(t)}) -> {fmt(t)} for operand {fmt(s)}")
 
