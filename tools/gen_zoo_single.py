@@ -16,7 +16,7 @@ The zoo covers what the 20 hand-picked single/ cases do not: control flow from s
 while loops, cond/switch, cumulative ops, multi-operand sorts, top_k, argmax, gathers and
 scatters in every mode, convolutions, pooling, FFTs, linear algebra, both PRNGs, jax.nn,
 integer corner cases, complex, f16/bf16/f64/int8/uint32/bool, non-default layouts, and edge
-values (NaN, inf, -0) in the inputs. The cases live in zoo_cases.py, zoo_cases_numeric.py and zoo_cases_training.py.
+values (NaN, inf, -0) in the inputs. The cases live in the zoo_cases package (its __init__, numeric.py, training.py).
 On CPU jax lowers linear algebra to LAPACK custom-calls (lapack_*_ffi); case.json lists them
 under custom_call_targets.
 
@@ -36,8 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax
 import jax.numpy as jnp
 import numpy as np
-import zoo_cases_numeric  # noqa: F401 -- registers the numeric cases
-import zoo_cases_training  # noqa: F401 -- registers the training-step cases
 from zoo_cases import CASES, HLO_TYPES, Case, gc
 
 OUT_DIR = gc.ROOT / "tests" / "data" / "corpus" / "single_zoo"

@@ -3,7 +3,7 @@
     python tools/pass_stages.py [CASE ...] [--backends interpreter,cpu] [--keep DIR]
     python tools/pass_stages.py --multi [CASE ...]     # tools/gen_corpus.py's SPMD cases
 
-For each zoo case (tools/zoo_cases*.py; default: all), jax compiles the case with
+For each zoo case (tools/zoo_cases/; default: all), jax compiles the case with
 `--xla_dump_hlo_pass_re=.*`, which writes the module after every HLO pass: the portable
 module, the module after inlining, algebraic simplification, layout assignment (copies,
 bitcasts, non-default layouts), fusion (kLoop/kInput/kOutput fusions), scheduling, and so
@@ -85,8 +85,6 @@ def _jit(case):
 def check_case(name: str, backends: list[str], dump: Path, keep: Path | None) -> list[str]:
     """Problems found in case `name` (empty: every stage on every backend matched)."""
     import corpus_util
-    import zoo_cases_numeric  # noqa: F401 -- registers the numeric cases
-    import zoo_cases_training  # noqa: F401
     from zoo_cases import CASES
 
     import xladist
@@ -184,8 +182,6 @@ def main(argv=None) -> int:
         import gen_corpus
         CASES, check = gen_corpus.CASES, check_multi_case
     else:
-        import zoo_cases_numeric  # noqa: F401
-        import zoo_cases_training  # noqa: F401
         from zoo_cases import CASES
         check = check_case
     names = args.cases or list(CASES)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
 from zoo_cases import case, ints, normal
 
 

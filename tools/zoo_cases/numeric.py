@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
 from zoo_cases import BF16, case, ints, normal, uniform, with_edges
 
 # ---- integers -------------------------------------------------------------------------------

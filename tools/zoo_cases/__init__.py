@@ -1,6 +1,7 @@
 """The zoo's case table (tools/gen_zoo_single.py): `Case`, the `case` decorator, input helpers,
 and the control-flow, selection, indexing, convolution, FFT, linear-algebra, random and
-jax.nn cases. The numeric cases are in zoo_cases_numeric.py."""
+jax.nn cases. The numeric cases are in numeric.py, the training steps in training.py; both
+register into CASES when this package is imported (at its end)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gen_corpus as gc  # sets XLA_FLAGS before jax starts its backend; helpers
 import jax
 import jax.numpy as jnp
@@ -490,3 +491,8 @@ def mlp_adam_step(x, t, w1, w2):
 def optax_like_huber(d, delta=1.0):
     a = jnp.abs(d)
     return jnp.where(a < delta, 0.5 * d ** 2, delta * (a - 0.5 * delta))
+
+
+# The other tables register their cases into CASES (they import the helpers above).
+from zoo_cases import numeric as _numeric  # noqa: F401
+from zoo_cases import training as _training  # noqa: F401
