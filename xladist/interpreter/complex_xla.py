@@ -242,8 +242,12 @@ def rsqrt(o, x, y):
 
 
 def expm1(o, x, y):
+    # e^x cos y - 1 = expm1(x) cos y + (cos y - 1), cos y - 1 = 0 - 2 sin^2(y/2): no
+    # cancellation near y = 0, and +0 there (expm1(-0 + 0i) = +0 + 0i, as XLA gives)
     cs, sn = o.cos(y), o.sin(y)
-    re = o.add(o.mul(o.expm1(x), cs), o.sub(cs, o.c(1.0)))
+    h = o.sin(o.mul(y, o.c(0.5)))
+    cosm1 = o.sub(o.c(0.0), o.mul(o.c(2.0), o.mul(h, h)))
+    re = o.add(o.mul(o.expm1(x), cs), cosm1)
     im = o.select(o.eq(y, o.c(0.0)), o.c(0.0), o.mul(o.exp(x), sn))
     return re, im
 
@@ -268,8 +272,9 @@ def tanh(o, a, b):
     two_a = o.add(a, a)
     e_p, e_n = o.expm1(two_a), o.expm1(o.mul(o.c(-1.0), two_a))
     cb, sb = o.cos(b), o.sin(b)
+    # expm1(2a) + expm1(-2a) = 4a^2 + O(a^4): the square where the sum has cancelled
     a2 = o.mul(a, a)
-    sum_m2 = o.select(o.lt(a2, o.c(1e-8)), a2, o.add(e_p, e_n))
+    sum_m2 = o.select(o.lt(a2, o.c(1e-8)), o.mul(a2, four), o.add(e_p, e_n))
     den = o.add(sum_m2, o.mul(o.mul(cb, cb), four))
     a_inf = o.eq(o.abs(a), o.c(math.inf))
     limit = o.or_(a_inf, o.eq(den, o.c(math.inf)))
