@@ -81,10 +81,12 @@ def target_description() -> str:
 @lru_cache(maxsize=1)
 def compiler_version() -> str:
     """xladist version plus a hash of the compiler sources (codegen changes
-    invalidate cached kernels even without a version bump)."""
+    invalidate cached kernels even without a version bump), the interpreter's
+    complex_xla.py (the complex formulas codegen emits) included."""
     h = hashlib.sha256(__version__.encode())
     root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
+    shared = [root.parent / "interpreter" / "complex_xla.py"]
+    for path in sorted(root.rglob("*.py")) + shared:
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:16]}"

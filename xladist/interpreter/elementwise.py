@@ -18,7 +18,10 @@ Numerics:
 - integer power: exponentiation by squaring over the low 6 bits of the exponent
   (x^64 == 1), and for a negative exponent 1 if x == 1, +-1 if x == -1 (by parity), else
   0 -- checked against XLA:CPU;
-- sign keeps -0 and NaN; round-nearest-afz rounds halves away from zero.
+- sign keeps -0 and NaN; round-nearest-afz rounds halves away from zero;
+- complex exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sign, abs, multiply,
+  divide and power follow XLA:CPU's formulas step by step (complex_xla.py, the cpu
+  backend runs the same code on registers), special values included.
 All functions work on arrays of any shape (call_vectorized relies on it) and never
 reference the instruction's dims.
 """
@@ -37,7 +40,10 @@ from .dtypes import (
     kind_of,
     upcast,
 )
+from . import complex_xla
 from .registry import register
+
+_xla = complex_xla.unary  # XLA:CPU's complex formulas (complex_xla.py), shared with the cpu backend
 
 
 # ---- float helpers ------------------------------------------------------------------
@@ -61,12 +67,6 @@ def _float_sign(x):
     return np.where(np.isnan(x), x, r)
 
 
-def _complex_sign(z):
-    a = np.abs(z)
-    safe = np.where(a == 0, np.ones_like(a), a)
-    return np.where(a == 0, np.zeros_like(z), z / safe)
-
-
 def _round_afz(x):
     t = np.trunc(x)
     step = (np.abs(x - t) >= 0.5).astype(x.dtype)  # False for inf/NaN (x - t is NaN)
@@ -75,26 +75,6 @@ def _round_afz(x):
 
 def _rsqrt(x):
     return 1 / np.sqrt(x)
-
-
-def _complex_rsqrt(z):
-    """1/sqrt(z) with XLA's special values: rsqrt(+-0 +-0i) = inf + nan i, and
-    (copysign(0, re), -copysign(0, im)) when |re| is inf or im is inf with re NaN
-    (numpy's division gives nan + nan i there); im = +-inf with a finite re gives
-    (+0, -copysign(0, im)), the limit. (Built from parts: inf + 1j * nan is nan + nan i.)"""
-    z = np.asarray(z)
-    with np.errstate(all="ignore"):
-        out = np.array(1 / np.sqrt(z), dtype=z.dtype, ndmin=1)
-    re, im = np.atleast_1d(z.real), np.atleast_1d(z.imag)
-    t = re.dtype.type
-    neg_im_zero = -np.copysign(t(0), im)
-    signed = np.isinf(re) | (np.isinf(im) & np.isnan(re))
-    limit = np.isinf(im) & np.isfinite(re)
-    zero_zero = (re == 0) & (im == 0)
-    out.real = np.where(zero_zero, t(np.inf), np.where(
-        signed, np.copysign(t(0), re), np.where(limit, t(0), out.real)))
-    out.imag = np.where(zero_zero, t(np.nan), np.where(signed | limit, neg_im_zero, out.imag))
-    return out.reshape(z.shape)
 
 
 def _logistic(x):
@@ -165,9 +145,9 @@ def _fc(float_fn, complex_fn=None):
 
 
 UNARY: dict[str, dict[str, callable]] = {
-    "abs": {_F: np.abs, _C: np.abs, _S: np.abs, _U: _identity},
+    "abs": {_F: np.abs, _C: complex_xla.complex_abs, _S: np.abs, _U: _identity},
     "negate": {_F: np.negative, _C: np.negative, _S: np.negative, _U: np.negative},
-    "sign": {_F: _float_sign, _C: _complex_sign, _S: _int_sign, _U: _uint_sign},
+    "sign": {_F: _float_sign, _C: _xla("sign"), _S: _int_sign, _U: _uint_sign},
     "not": {_P: np.logical_not, _S: np.invert, _U: np.invert},
     "popcnt": {_S: _popcnt, _U: _popcnt},
     "count-leading-zeros": {_S: _clz, _U: _clz},
@@ -178,18 +158,18 @@ UNARY: dict[str, dict[str, callable]] = {
     "is-finite": {_F: np.isfinite},
     "real": {_F: _identity, _C: np.real},
     "imag": {_F: _imag_of_real, _C: np.imag},
-    "sqrt": _fc(np.sqrt, np.sqrt),
-    "rsqrt": _fc(_rsqrt, _complex_rsqrt),
+    "sqrt": _fc(np.sqrt, _xla("sqrt")),
+    "rsqrt": _fc(_rsqrt, _xla("rsqrt")),
     "cbrt": _fc(np.cbrt, _complex_cbrt),
-    "exponential": _fc(np.exp, np.exp),
-    "exponential-minus-one": _fc(np.expm1, np.expm1),
-    "log": _fc(np.log, np.log),
-    "log-plus-one": _fc(np.log1p, np.log1p),
+    "exponential": _fc(np.exp, _xla("exponential")),
+    "exponential-minus-one": _fc(np.expm1, _xla("exponential-minus-one")),
+    "log": _fc(np.log, _xla("log")),
+    "log-plus-one": _fc(np.log1p, _xla("log-plus-one")),
     "logistic": _fc(_logistic, _complex_logistic),
-    "sine": _fc(np.sin, np.sin),
-    "cosine": _fc(np.cos, np.cos),
-    "tan": _fc(np.tan, np.tan),
-    "tanh": _fc(np.tanh, np.tanh),
+    "sine": _fc(np.sin, _xla("sine")),
+    "cosine": _fc(np.cos, _xla("cosine")),
+    "tan": _fc(np.tan, _xla("tan")),
+    "tanh": _fc(np.tanh, _xla("tanh")),
     "erf": _fc(_erf),
     "acos": _fc(np.arccos, np.arccos),
     "acosh": _fc(np.arccosh, np.arccosh),
@@ -345,11 +325,11 @@ BINARY: dict[str, dict[str, callable]] = {
     # pred arithmetic behaves like int8(x) OP int8(y) != 0 (EmitPredBinaryOp).
     "add": {_F: np.add, _C: np.add, _S: np.add, _U: np.add, _P: np.logical_or},
     "subtract": {_F: np.subtract, _C: np.subtract, _S: np.subtract, _U: np.subtract},
-    "multiply": {_F: np.multiply, _C: np.multiply, _S: np.multiply, _U: np.multiply,
-                 _P: np.logical_and},
-    "divide": {_F: np.divide, _C: np.divide, _S: _int_divide, _U: _int_divide},
+    "multiply": {_F: np.multiply, _C: complex_xla.binary("multiply"), _S: np.multiply,
+                 _U: np.multiply, _P: np.logical_and},
+    "divide": {_F: np.divide, _C: complex_xla.binary("divide"), _S: _int_divide, _U: _int_divide},
     "remainder": {_F: np.fmod, _S: _int_remainder, _U: _int_remainder},
-    "power": {_F: np.power, _C: np.power, _S: _int_power, _U: _int_power},
+    "power": {_F: np.power, _C: complex_xla.binary("power"), _S: _int_power, _U: _int_power},
     "maximum": {_F: float_max, _S: _int_max, _U: _int_max, _P: np.logical_or},
     "minimum": {_F: float_min, _S: _int_min, _U: _int_min, _P: np.logical_and},
     "and": {_P: np.logical_and, _S: np.bitwise_and, _U: np.bitwise_and},

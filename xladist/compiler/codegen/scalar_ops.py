@@ -19,6 +19,7 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
+from ...interpreter import complex_xla as cx
 from . import lowbits, mathlib
 from .types import (
     C64,
@@ -89,37 +90,116 @@ def _cplx(b, re, im):
     return b.insert_value(z, im, 1)
 
 
-def _cmul(b, x, y):
-    a, bb, c, d = _re(b, x), _im(b, x), _re(b, y), _im(b, y)
-    return _cplx(b, b.fsub(b.fmul(a, c), b.fmul(bb, d)), b.fadd(b.fmul(a, d), b.fmul(bb, c)))
+# ---- XLA's complex functions (interpreter/complex_xla.py, shared with the interpreter) ----
+
+class LlvmOps:
+    """complex_xla's real-operation interface on LLVM registers of one float type."""
+
+    def __init__(self, b, t):
+        self.b, self.t = b, t
+        self.bits = 32 if t == F32 else 64
+
+    def c(self, v):
+        return _c(self.t, v)
+
+    def add(self, x, y):
+        return self.b.fadd(x, y)
+
+    def sub(self, x, y):
+        return self.b.fsub(x, y)
+
+    def mul(self, x, y):
+        return self.b.fmul(x, y)
+
+    def div(self, x, y):
+        return self.b.fdiv(x, y)
+
+    def neg(self, x):
+        return self.b.fneg(x)
+
+    def abs(self, x):
+        return intr.fabs(self.b, x)
+
+    def sqrt(self, x):
+        return intr.sqrt(self.b, x)
+
+    def exp(self, x):
+        return _f("exponential")(self.b, x)
+
+    def expm1(self, x):
+        return _f("exponential-minus-one")(self.b, x)
+
+    def log(self, x):
+        return _f("log")(self.b, x)
+
+    def log1p(self, x):
+        return _f("log-plus-one")(self.b, x)
+
+    def sin(self, x):
+        return _f("sine")(self.b, x)
+
+    def cos(self, x):
+        return _f("cosine")(self.b, x)
+
+    def pow(self, x, y):
+        return mathlib.pow(self.b, x, y)
+
+    def atan2(self, y, x):
+        return mathlib.atan2(self.b, y, x)
+
+    def copysign(self, mag, sign):
+        return intr.copysign(self.b, mag, sign)
+
+    def and_(self, x, y):
+        return self.b.and_(x, y)
+
+    def or_(self, x, y):
+        return self.b.or_(x, y)
+
+    def not_(self, x):
+        return self.b.not_(x)
+
+    def eq(self, x, y):
+        return self.b.fcmp_ordered("==", x, y)
+
+    def lt(self, x, y):
+        return self.b.fcmp_ordered("<", x, y)
+
+    def gt(self, x, y):
+        return self.b.fcmp_ordered(">", x, y)
+
+    def ge(self, x, y):
+        return self.b.fcmp_ordered(">=", x, y)
+
+    def le(self, x, y):
+        return self.b.fcmp_ordered("<=", x, y)
+
+    def isnan(self, x):
+        return self.b.fcmp_unordered("uno", x, x)
+
+    def select(self, cond, x, y):
+        return self.b.select(cond, x, y)
+
+    def max(self, x, y):
+        return self.b.select(self.lt(x, y), y, x)
+
+    def min(self, x, y):
+        return self.b.select(self.gt(x, y), y, x)
 
 
-def _cdiv(b, x, y):
-    # Smith's algorithm keeps intermediate magnitudes bounded.
-    a, bb, c, d = _re(b, x), _im(b, x), _re(b, y), _im(b, y)
-    use_c = b.fcmp_ordered(">=", intr.fabs(b, c), intr.fabs(b, d))
-    r1 = b.fdiv(d, c)
-    den1 = b.fadd(c, b.fmul(d, r1))
-    re1 = b.fdiv(b.fadd(a, b.fmul(bb, r1)), den1)
-    im1 = b.fdiv(b.fsub(bb, b.fmul(a, r1)), den1)
-    r2 = b.fdiv(c, d)
-    den2 = b.fadd(d, b.fmul(c, r2))
-    re2 = b.fdiv(b.fadd(b.fmul(a, r2), bb), den2)
-    im2 = b.fdiv(b.fsub(b.fmul(bb, r2), a), den2)
-    return _cplx(b, b.select(use_c, re1, re2), b.select(use_c, im1, im2))
+def _xla_unary(b, op, z):
+    re, im = _re(b, z), _im(b, z)
+    return _cplx(b, *cx.UNARY[op](LlvmOps(b, re.type), re, im))
 
 
-def _cabs(b, z):
-    x, y = intr.fabs(b, _re(b, z)), intr.fabs(b, _im(b, z))
-    mx, mn = intr.maxnum(b, x, y), intr.minnum(b, x, y)
-    r = b.fdiv(mn, mx)
-    h = b.fmul(mx, intr.sqrt(b, intr.fmuladd(b, r, r, _c(mx.type, 1.0))))
-    h = b.select(b.fcmp_ordered("==", mx, _c(mx.type, 0.0)), mx, h)
-    # maxnum/minnum drop a NaN: |1 + nan i| would be sqrt(2). NaN unless a part is inf
-    # (hypot's rule, numpy's too).
-    h = b.select(b.fcmp_unordered("uno", x, y), _c(mx.type, math.nan), h)
-    inf = b.fcmp_ordered("==", mx, _c(mx.type, math.inf))
-    return b.select(inf, mx, h)
+def _xla_binary(b, op, x, y):
+    a = _re(b, x)
+    return _cplx(b, *cx.BINARY[op](LlvmOps(b, a.type), a, _im(b, x), _re(b, y), _im(b, y)))
+
+
+def _xla_abs(b, z):
+    re = _re(b, z)
+    return cx.abs_(LlvmOps(b, re.type), re, _im(b, z))
 
 
 # ---- arithmetic ---------------------------------------------------------------
@@ -135,7 +215,7 @@ def _arith(b, instr, v):
     x, y = v
     if t.is_complex:
         if instr.opcode == "multiply":
-            return _cmul(b, x, y)
+            return _xla_binary(b, "multiply", x, y)
         op = getattr(b, _FLOAT_BIN[instr.opcode])
         return _cplx(b, op(_re(b, x), _re(b, y)), op(_im(b, x), _im(b, y)))
     if t.is_float:
@@ -154,7 +234,7 @@ def _div_rem(b, instr, v):
     if t.is_complex:
         if not div:
             _unsupported(instr, "complex remainder")
-        return _cdiv(b, x, y)
+        return _xla_binary(b, "divide", x, y)
     if t.is_float:
         return _finish(b, instr, b.fdiv(x, y) if div else b.frem(x, y))
     it = x.type
@@ -197,7 +277,7 @@ def _power(b, instr, v):
     if t.is_float:
         return _finish(b, instr, mathlib.pow(b, x, y))
     if t.is_complex:
-        return _cpow(b, x, y)
+        return _xla_binary(b, "power", x, y)
     # Integer power by squaring over every exponent bit (branch-free); negative
     # exponents give 0 except for bases 1 and -1, as in XLA.
     it = x.type
@@ -294,7 +374,7 @@ def _abs(b, instr, v):
     t = _otype(instr)
     x = v[0]
     if t.is_complex:
-        return _cabs(b, x)
+        return _xla_abs(b, x)
     if t.is_float:
         return intr.fabs(b, x)
     if t.kind == "uint":
@@ -312,10 +392,7 @@ def _sign(b, instr, v):
                      b.select(b.fcmp_ordered("<", x, _c(x.type, 0.0)), b.fneg(one), x))
         return s
     if t.is_complex:
-        mag = _cabs(b, x)
-        zero = b.fcmp_ordered("==", mag, _c(mag.type, 0.0))
-        safe = b.select(zero, _c(mag.type, 1.0), mag)
-        return _cplx(b, b.fdiv(_re(b, x), safe), b.fdiv(_im(b, x), safe))
+        return _xla_unary(b, "sign", x)
     it = x.type
     if t.kind == "uint":
         return b.zext(b.icmp_unsigned("!=", x, _c(it, 0)), it)
@@ -366,75 +443,15 @@ def _copy(b, instr, v):
 
 def _complex_unary(b, instr, x):
     op = instr.opcode
-    re, im = _re(b, x), _im(b, x)
-    if op == "exponential":
-        e = mathlib.exp(b, re)
-        return _cplx(b, b.fmul(e, mathlib.cos(b, im)), b.fmul(e, mathlib.sin(b, im)))
-    if op == "log":
-        return _cplx(b, mathlib.log(b, _cabs(b, x)), mathlib.atan2(b, im, re))
-    if op in ("sqrt", "rsqrt"):
-        # sqrt(z) = sqrt((|z| + re)/2) + i sign(im) sqrt((|z| - re)/2)
-        m = _cabs(b, x)
-        half = _c(re.type, 0.5)
-        r = intr.sqrt(b, b.fmul(half, b.fadd(m, re)))
-        i = intr.sqrt(b, b.fmul(half, b.fsub(m, re)))
-        root = _cplx(b, r, intr.copysign(b, i, im))
-        root = _sqrt_special(b, re, im, root)
-        if op == "sqrt":
-            return root
-        # rsqrt is 1 / sqrt(z), as the interpreter computes it (Smith's division)
-        return _rsqrt_special(b, re, im, _cdiv(
-            b, _cplx(b, _c(re.type, 1.0), _c(re.type, 0.0)), root))
-    if op in _COMPLEX_TRIG:
-        return _COMPLEX_TRIG[op](b, re, im)
+    if op in cx.UNARY:
+        return _xla_unary(b, op, x)
+    if op in ("sinh", "cosh"):
+        # XLA:CPU rejects complex sinh/cosh (jax lowers them to exp etc.); kept as the
+        # interpreter computes them (numpy): sinh(a+ib) = sinh a cos b + i cosh a sin b, ...
+        return _COMPLEX_HYPERBOLIC[op](b, _re(b, x), _im(b, x))
     _unsupported(instr, f"complex {op}")
 
 
-def _sqrt_special(b, re, im, z):
-    """C99's (and XLA's) special values of complex sqrt: im +-inf -> inf + im i (re NaN
-    too); re +inf -> inf + (0 or NaN) i; re -inf -> 0 + copysign(inf, im) i (NaN +
-    copysign(inf, im) i when im is NaN)."""
-    t = re.type
-    inf = _c(t, math.inf)
-    im_inf = b.fcmp_ordered("==", intr.fabs(b, im), inf)
-    re_pinf = b.fcmp_ordered("==", re, inf)
-    re_ninf = b.fcmp_ordered("==", re, _c(t, -math.inf))
-    out_re, out_im = _re(b, z), _im(b, z)
-    im_nan = b.fcmp_unordered("uno", im, im)
-    out_re = b.select(b.or_(im_inf, re_pinf), inf,
-                      b.select(b.and_(re_ninf, b.not_(im_nan)), _c(t, 0.0), out_re))
-    out_im = b.select(b.or_(im_inf, re_ninf), intr.copysign(b, inf, im),
-                      b.select(re_pinf, b.select(im_nan, im, intr.copysign(b, _c(t, 0.0), im)),
-                               out_im))
-    return _cplx(b, out_re, out_im)
-
-
-def _rsqrt_special(b, re, im, z):
-    """XLA's special values of complex rsqrt (the interpreter's _complex_rsqrt):
-    +-0 +-0i -> inf + nan i; |re| inf, or im inf with re NaN -> (copysign(0, re),
-    -copysign(0, im)); im inf with re finite -> (+0, -copysign(0, im))."""
-    t = re.type
-    zero, inf = _c(t, 0.0), _c(t, math.inf)
-    neg_im_zero = b.fneg(intr.copysign(b, zero, im))
-    re_inf = b.fcmp_ordered("==", intr.fabs(b, re), inf)
-    im_inf = b.fcmp_ordered("==", intr.fabs(b, im), inf)
-    re_nan = b.fcmp_unordered("uno", re, re)
-    re_finite = b.fcmp_ordered("<", intr.fabs(b, re), inf)
-    zero_zero = b.and_(b.fcmp_ordered("==", re, zero), b.fcmp_ordered("==", im, zero))
-    out_re, out_im = _re(b, z), _im(b, z)
-    signed = b.or_(re_inf, b.and_(im_inf, re_nan))
-    out_re = b.select(signed, intr.copysign(b, zero, re), out_re)
-    out_im = b.select(signed, neg_im_zero, out_im)
-    limit = b.and_(im_inf, re_finite)
-    out_re = b.select(limit, zero, out_re)
-    out_im = b.select(limit, neg_im_zero, out_im)
-    out_re = b.select(zero_zero, inf, out_re)
-    out_im = b.select(zero_zero, _c(t, math.nan), out_im)
-    return _cplx(b, out_re, out_im)
-
-
-# Complex trigonometric and hyperbolic functions from the real ones (C99 Annex G forms):
-# sin(a+ib) = sin a cosh b + i cos a sinh b, sinh(a+ib) = sinh a cos b + i cosh a sin b, ...
 def _f(name):
     return mathlib.FLOAT_FUNCTIONS[name]
 
@@ -449,70 +466,7 @@ def _ccosh(b, a, y):
                  b.fmul(_f("sinh")(b, a), _f("sine")(b, y)))
 
 
-def _ctanh(b, a, y):
-    # Kahan's form: with t = tan y, s = sinh a, beta = 1 + t^2, rho = sqrt(1 + s^2) = cosh a,
-    # tanh(a+iy) = (beta rho s + i t) / (1 + beta s^2); no cancellation, no early overflow.
-    # Past |a| = 22 (f64; 11 for f32) cosh a swamps everything: copysign(1, a) + i 0*sin(2y).
-    one = _c(a.type, 1.0)
-    t = _f("tan")(b, y)
-    s = _f("sinh")(b, a)
-    beta = b.fadd(one, b.fmul(t, t))
-    rho = _f("cosh")(b, a)
-    den = b.fadd(one, b.fmul(beta, b.fmul(s, s)))
-    re = b.fdiv(b.fmul(beta, b.fmul(rho, s)), den)
-    im = b.fdiv(t, den)
-    big = b.fcmp_ordered(">", intr.fabs(b, a), _c(a.type, 22.0 if a.type == F64 else 11.0))
-    re = b.select(big, intr.copysign(b, one, a), re)
-    im = b.select(big, intr.copysign(b, _c(a.type, 0.0), _f("sine")(b, b.fmul(y, _c(
-        a.type, 2.0)))), im)
-    return _cplx(b, re, im)
-
-
-def _by_i(fn):
-    # f(z) = -i g(iz) for sin/tan from sinh/tanh; cos(z) = cosh(iz): iz = -y + ia.
-    def emit(b, a, y):
-        w = fn(b, b.fneg(y), a)
-        return _cplx(b, _im(b, w), b.fneg(_re(b, w)))
-    return emit
-
-
-def _ccos(b, a, y):
-    return _ccosh(b, b.fneg(y), a)
-
-
-def _cexpm1(b, a, y):
-    # exp(a)cos y - 1 = expm1(a) cos y - 2 sin^2(y/2): no cancellation near 0.
-    h = _f("sine")(b, b.fmul(y, _c(a.type, 0.5)))
-    re = b.fsub(b.fmul(_f("exponential-minus-one")(b, a), _f("cosine")(b, y)),
-                b.fmul(_c(a.type, 2.0), b.fmul(h, h)))
-    return _cplx(b, re, b.fmul(_f("exponential")(b, a), _f("sine")(b, y)))
-
-
-def _clog1p(b, a, y):
-    # |1+z|^2 = 1 + (2a + a^2 + y^2): log1p of the small part keeps digits near 0.
-    u = b.fadd(b.fmul(a, _c(a.type, 2.0)), b.fadd(b.fmul(a, a), b.fmul(y, y)))
-    re = b.fmul(_f("log-plus-one")(b, u), _c(a.type, 0.5))
-    return _cplx(b, re, mathlib.atan2(b, y, b.fadd(a, _c(a.type, 1.0))))
-
-
-def _cpow(b, z, w):
-    # z^w = |z|^c e^(-d arg z) (cos q + i sin q), q = c arg z + d ln|z|, for w = c + id.
-    # A real exponent (d = 0) skips d ln|z|, so 0^c is 0 (c > 0) or 1 (c = 0), not NaN.
-    a, y, c, d = _re(b, z), _im(b, z), _re(b, w), _im(b, w)
-    t = a.type
-    arg = mathlib.atan2(b, y, a)
-    norm = b.fadd(b.fmul(a, a), b.fmul(y, y))
-    coeff = b.fmul(mathlib.pow(b, norm, b.fmul(c, _c(t, 0.5))),
-                   _f("exponential")(b, b.fneg(b.fmul(d, arg))))
-    log_term = b.fmul(b.fmul(d, _c(t, 0.5)), _f("log")(b, norm))
-    q = b.fadd(b.fmul(c, arg), b.select(b.fcmp_ordered("==", d, _c(t, 0.0)), _c(t, 0.0),
-                                        log_term))
-    return _cplx(b, b.fmul(coeff, _f("cosine")(b, q)), b.fmul(coeff, _f("sine")(b, q)))
-
-
-_COMPLEX_TRIG = {"sinh": _csinh, "cosh": _ccosh, "tanh": _ctanh, "sine": _by_i(_csinh),
-                 "tan": _by_i(_ctanh), "cosine": _ccos, "exponential-minus-one": _cexpm1,
-                 "log-plus-one": _clog1p}
+_COMPLEX_HYPERBOLIC = {"sinh": _csinh, "cosh": _ccosh}
 
 
 @_register(*mathlib.FLOAT_FUNCTIONS)
