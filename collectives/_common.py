@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .communicator import REUSE_MIN_BYTES, REUSE_RESULTS, Request
+from .communicator import PLACE_MIN_BYTES, REUSE_MIN_BYTES, REUSE_RESULTS, Request
 
 __all__ = [
     "Pending",
@@ -101,13 +101,21 @@ def from_block_major(src: np.ndarray, out: np.ndarray, dim: int, n: int) -> np.n
 def bind_into_result(comm, shape: tuple[int, ...], dtype: np.dtype,
                      call: Callable[[np.ndarray, np.ndarray, str], None], what: str):
     """A collective's bound fast path ``f(x, label)``: a result array as
-    ``comm.result(shape, dtype)`` hands it out (recycled when large and free, the size
-    test made now), ``call(x, out, label)`` writing straight into it, and the result."""
+    ``comm.result(shape, dtype, like=x)`` hands it out (recycled when large and free,
+    placed relative to ``x`` from PLACE_MIN_BYTES, the size tests made now),
+    ``call(x, out, label)`` writing straight into it, and the result."""
     dtype = np.dtype(dtype)
     nbytes = dtype.itemsize
     for d in shape:
         nbytes *= d
-    if nbytes >= REUSE_MIN_BYTES and REUSE_RESULTS:
+    if nbytes >= PLACE_MIN_BYTES and REUSE_RESULTS:
+        key, place = (shape, dtype), comm.placed
+
+        def run(x, label):
+            out = place(key, nbytes, x.ctypes.data)
+            call(x, out, label or what)
+            return out
+    elif nbytes >= REUSE_MIN_BYTES and REUSE_RESULTS:
         key, take = (shape, dtype), comm.recycled
 
         def run(x, label):

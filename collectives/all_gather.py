@@ -41,7 +41,7 @@ def _prepare(comm: Communicator, x, dim: int):
     x = np.asarray(x)
     dim = normalize_dim("all-gather", x, dim)
     n = comm.size
-    out = comm.result(_out_shape(x, dim, n), x.dtype)
+    out = comm.result(_out_shape(x, dim, n), x.dtype, like=x)
     local = n == 1 or x.size == 0
     if local and out.size:
         np.copyto(out, x)
@@ -99,7 +99,7 @@ def all_gather_start(comm: Communicator, x, dim: int = 0, *,
     label = label or "all-gather"
     if split_dim(x.shape, dim)[0] == 1:
         return Pending((comm.iallgather(send, out, label),), lambda: out)
-    stage = comm.result((n * x.size,), x.dtype)  # the request holds it until wait
+    stage = comm.result((n * x.size,), x.dtype, like=x)  # the request holds it until wait
     req = comm.iallgather(send, stage, label)
     return Pending((req,), lambda: from_block_major(stage, out, dim, n))
 

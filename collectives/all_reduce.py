@@ -79,7 +79,7 @@ def all_reduce(comm: Communicator, x, reducer: Reducer = SUM, *, label: str | No
         return [all_reduce(comm, xi, reducer, label=label) for xi in x]
     x = np.asarray(x)
     dtype = x.dtype
-    out = comm.result(x.shape, dtype)
+    out = comm.result(x.shape, dtype, like=x)
     if comm.size == 1 or x.size == 0:
         # Every member has the same static shape, so all of them skip the call together.
         np.copyto(out, x)
@@ -194,7 +194,7 @@ def all_reduce_start(comm: Communicator, x, reducer: Reducer = SUM, *,
         parts = [all_reduce_start(comm, xi, reducer, label=label) for xi in x]
         return Pending((), lambda: [p.wait() for p in parts])
     x = np.asarray(x)
-    out = comm.result(x.shape, x.dtype)
+    out = comm.result(x.shape, x.dtype, like=x)
     if comm.size == 1 or x.size == 0:
         np.copyto(out, x)
         return Pending.ready(out)
@@ -232,7 +232,7 @@ def _generic(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.ndarra
     if n * blk == count:
         comm.allgather(mine, out, label or "all-reduce")
         return out
-    gathered = comm.result((n * blk,), dtype)
+    gathered = comm.result((n * blk,), dtype, like=x)
     comm.allgather(mine, gathered, label or "all-reduce")
     np.copyto(out.reshape(-1), gathered[:count])
     return out
@@ -244,16 +244,16 @@ def _generic_start(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.
     blk = _blocks(count, n)
     # Staging from the communicator's pool (the request holds it until wait; padding
     # lanes zeroed as in _generic).
-    send = comm.result((n * blk,), dtype)
+    send = comm.result((n * blk,), dtype, like=x)
     send[:count] = x.reshape(-1)
     send[count:] = np.zeros(1, dtype)
-    recv = comm.result((n * blk,), dtype)
+    recv = comm.result((n * blk,), dtype, like=x)
     req = comm.ialltoall(send, recv, label)
 
     def finish():
         # Second phase runs inside wait(): fold my block, then share it (blocking, deadline'd).
         mine = fold(reducer, recv.reshape(n, blk))
-        gathered = comm.result((n * blk,), dtype)
+        gathered = comm.result((n * blk,), dtype, like=x)
         comm.allgather(mine, gathered, label)
         np.copyto(out.reshape(-1), gathered[:count])
         return out

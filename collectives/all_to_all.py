@@ -54,7 +54,7 @@ def all_to_all(comm: Communicator, x, dim: int | None = 0, *, label: str | None 
         if n == 1:
             return [xs[0].copy()]
         shape, dtype = xs[0].shape, xs[0].dtype
-        recv = comm.result((n, *shape), dtype)
+        recv = comm.result((n, *shape), dtype, like=xs[0])
         if xs[0].size == 0:
             return list(recv)
         send = comm.scratch("send", recv.nbytes).view(dtype).reshape(recv.shape)
@@ -64,7 +64,7 @@ def all_to_all(comm: Communicator, x, dim: int | None = 0, *, label: str | None 
         return list(recv)
     x = np.asarray(x)
     dim = _check_array(x, dim, n)
-    out = comm.result(x.shape, x.dtype)
+    out = comm.result(x.shape, x.dtype, like=x)
     if n == 1 or x.size == 0:
         np.copyto(out, x)
         return out
@@ -86,7 +86,7 @@ def all_to_all_start(comm: Communicator, x, dim: int | None = 0, *,
         xs = _check_tuple(x, n)
         if n == 1:
             return Pending.ready([xs[0].copy()])
-        recv = comm.result((n, *xs[0].shape), xs[0].dtype)
+        recv = comm.result((n, *xs[0].shape), xs[0].dtype, like=xs[0])
         if xs[0].size == 0:
             return Pending.ready(list(recv))
         send = np.stack(xs)
@@ -94,14 +94,14 @@ def all_to_all_start(comm: Communicator, x, dim: int | None = 0, *,
         return Pending((req,), lambda: list(recv))
     x = np.asarray(x)
     dim = _check_array(x, dim, n)
-    out = comm.result(x.shape, x.dtype)
+    out = comm.result(x.shape, x.dtype, like=x)
     if n == 1 or x.size == 0:
         np.copyto(out, x)
         return Pending.ready(out)
     if split_dim(x.shape, dim)[0] == 1:
         return Pending((comm.ialltoall(contiguous(x), out, label),), lambda: out)
     # Staging from the communicator's pool: the request holds both until wait.
-    send = to_block_major(x, dim, n, comm.result((x.size,), x.dtype))
-    recv = comm.result((x.size,), x.dtype)
+    send = to_block_major(x, dim, n, comm.result((x.size,), x.dtype, like=x))
+    recv = comm.result((x.size,), x.dtype, like=x)
     req = comm.ialltoall(send, recv, label)
     return Pending((req,), lambda: from_block_major(recv, out, dim, n))

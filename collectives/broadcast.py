@@ -22,7 +22,7 @@ def collective_broadcast(comm: Communicator | None, x, *, label: str | None = No
     x = np.asarray(x)
     if comm is None:
         return np.zeros(x.shape, x.dtype)
-    out = np.array(x, order="C") if comm.rank == 0 else comm.result(x.shape, x.dtype)
+    out = np.array(x, order="C") if comm.rank == 0 else comm.result(x.shape, x.dtype, like=x)
     if comm.size > 1 and x.size:
         comm.bcast(out, 0, label or "collective-broadcast")
     return out
@@ -38,7 +38,7 @@ def collective_broadcast_start(comm: Communicator | None, x, *,
     x = np.asarray(x)
     if comm is None:
         return Pending.ready(np.zeros(x.shape, x.dtype))
-    out = np.array(x, order="C") if comm.rank == 0 else comm.result(x.shape, x.dtype)
+    out = np.array(x, order="C") if comm.rank == 0 else comm.result(x.shape, x.dtype, like=x)
     if comm.size == 1 or x.size == 0:
         return Pending.ready(out)
     req = comm.ibcast(out, 0, label or "collective-broadcast")

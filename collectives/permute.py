@@ -62,7 +62,7 @@ def collective_permute(comm: Communicator, x, send_to: int | None, recv_from: in
     if recv_from is None:
         out = np.zeros(x.shape, x.dtype)
     else:
-        out = comm.result(x.shape, x.dtype)
+        out = comm.result(x.shape, x.dtype, like=x)
     if send_to == me:
         np.copyto(out, x)
         return out
@@ -98,7 +98,7 @@ def collective_permute_start(comm: Communicator, x, send_to: int | None,
         return Pending((), lambda: [p.wait() for p in parts])
     x = np.asarray(x)
     me = _prepare(comm, x, send_to, recv_from)
-    out = np.zeros(x.shape, x.dtype) if recv_from is None else comm.result(x.shape, x.dtype)
+    out = np.zeros(x.shape, x.dtype) if recv_from is None else comm.result(x.shape, x.dtype, like=x)
     if send_to == me:
         np.copyto(out, x)
         return Pending.ready(out)

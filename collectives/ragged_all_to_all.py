@@ -146,7 +146,7 @@ def ragged_all_to_all(comm: Communicator, x, output, input_offsets, send_sizes, 
     status, sizes, offsets = heard[:, 0], heard[:, 1:1 + k], heard[:, 1 + k:]
     problems = mine + _receiver_problems(comm, status, sizes, offsets, rs, rows_out, k)
 
-    out = comm.result(output.shape, output.dtype)
+    out = comm.result(output.shape, output.dtype, like=output)
     np.copyto(out, output)
     if row_bytes:
         _exchange(comm, x, out, io, sent, sizes, offsets, k, row_bytes, not problems, label)

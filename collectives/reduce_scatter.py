@@ -43,7 +43,7 @@ def _prepare(comm: Communicator, x, dim: int):
     x = np.asarray(x)
     n = comm.size
     dim, out_shape = _check(x, dim, n)
-    out = comm.result(out_shape, x.dtype)
+    out = comm.result(out_shape, x.dtype, like=x)
     local = n == 1 or x.size == 0
     if local and out.size:
         np.copyto(out, x)
@@ -57,7 +57,7 @@ def _stage(comm: Communicator, x: np.ndarray, dim: int, n: int, reuse: bool) -> 
     # A started call's staging outlives the call: from the result pool, held by the
     # request until wait, instead of the shared scratch.
     dst = (comm.scratch("send", x.nbytes).view(x.dtype) if reuse
-           else comm.result((x.size,), x.dtype))
+           else comm.result((x.size,), x.dtype, like=x))
     return to_block_major(x, dim, n, dst)
 
 
@@ -139,7 +139,7 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
     send = _stage(comm, x, dim, n, reuse=False)
     plan = _plan(reducer, x.dtype, n)
     if plan is None or type(plan[0]) is not str:
-        recv = comm.result((x.size,), x.dtype)
+        recv = comm.result((x.size,), x.dtype, like=x)
         req = comm.ialltoall(send, recv, label)
         return Pending((req,), lambda: fold(reducer, recv.reshape(n, -1), out=out))
     op, wire, _ = plan  # each result element lives on one rank: no NaN canonicalization

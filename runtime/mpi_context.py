@@ -207,7 +207,7 @@ class MpiDeviceContext(DeviceContext):
         shape, u8 = (nbytes,), np.dtype(np.uint8)
 
         def run(src_bytes):
-            out = result(shape, u8)  # recycled when large and free (Communicator.result)
+            out = result(shape, u8, src_bytes)  # recycled, placed (Communicator.result)
             call(src_bytes, out)
             return out
         return run
