@@ -82,6 +82,19 @@ def _jit(case):
     return host, outs
 
 
+def _try_stage(problems: list[str], what: str, f: Path, keep: Path | None, run) -> None:
+    """Run `run()` (which asserts a stage's results); a failure is recorded as a finding
+    `what: error` and, with --keep, the stage file is kept for reproduction."""
+    try:
+        run()
+    except Exception as e:  # noqa: BLE001 -- every failure is a finding
+        msg = " ".join(str(e).split())[:300]
+        problems.append(f"{what}: {type(e).__name__}: {msg}")
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f.name).write_text(f.read_text())
+
+
 def check_case(name: str, backends: list[str], dump: Path, keep: Path | None) -> list[str]:
     """Problems found in case `name` (empty: every stage on every backend matched)."""
     import corpus_util
@@ -97,17 +110,12 @@ def check_case(name: str, backends: list[str], dump: Path, keep: Path | None) ->
         stage = f.name.split(f".jit_{name}.", 1)[1].removesuffix(".txt")
         module = xladist.parse_hlo(f.read_text(), filename=f.name)
         for backend in backends:
-            try:
+            def run(backend=backend, module=module):
                 got = xladist.compile(module, backend=backend)(*host)
                 assert len(got) == len(want), f"{len(got)} results, XLA gave {len(want)}"
                 for i, (g, w) in enumerate(zip(got, want)):
                     corpus_util.assert_output(g, w, meta, f"out{i}", f"out{i}")
-            except Exception as e:  # noqa: BLE001 -- every failure is a finding
-                msg = " ".join(str(e).split())[:300]
-                problems.append(f"{name} {stage} {backend}: {type(e).__name__}: {msg}")
-                if keep is not None:
-                    keep.mkdir(parents=True, exist_ok=True)
-                    (keep / f.name).write_text(f.read_text())
+            _try_stage(problems, f"{name} {stage} {backend}", f, keep, run)
     print(f"{name}: {len(stages)} distinct stages x {len(backends)} backends, "
           f"{len(problems)} failed", flush=True)
     return problems
@@ -148,19 +156,14 @@ def check_multi_case(name: str, backends: list[str], dump: Path,
         ran += 1
         stage = f.name.split(".", 2)[2].removesuffix(".txt")
         for backend in backends:
-            try:
+            def run(backend=backend, module=module):
                 got = xladist.run(module, ins, n=prep.n, backend=backend, timeout=120)
                 for d in range(prep.n):
                     assert len(got[d]) == len(want), f"{len(got[d])} results, XLA gave {len(want)}"
                     for i, w in enumerate(want):
                         corpus_util.assert_output(got[d][i], w[d], meta, f"out{i}",
                                                   f"device {d} out{i}")
-            except Exception as e:  # noqa: BLE001 -- every failure is a finding
-                msg = " ".join(str(e).split())[:300]
-                problems.append(f"{name} {stage} {backend}: {type(e).__name__}: {msg}")
-                if keep is not None:
-                    keep.mkdir(parents=True, exist_ok=True)
-                    (keep / f.name).write_text(f.read_text())
+            _try_stage(problems, f"{name} {stage} {backend}", f, keep, run)
     print(f"{name}: {ran} distinct partitioned stages x {len(backends)} backends on "
           f"{prep.n} ranks, {len(problems)} failed", flush=True)
     return problems
