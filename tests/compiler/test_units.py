@@ -775,3 +775,39 @@ ENTRY e {
     want = xladist.compile(xladist.parse_hlo(text), backend="interpreter")(x)[0]
     np.testing.assert_allclose(got, want, rtol=1e-6)
     np.testing.assert_allclose(got, x * np.tanh(x), rtol=1e-6)
+
+
+# HLO before layout assignment may declare a tuple element (or a get-tuple-element) in
+# another layout than the bytes it passes on; XLA's layout assignment inserts a copy there.
+# Found in a Shardy module after XLA's algebraic simplifier: the transpose came back
+# transposed on the cpu backend.
+_LAYOUT_MISMATCHES = {
+    "root tuple element": """  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  ROOT r = (f32[3,5]{1,0}, f32[5,3]) tuple(t, a)""",
+    "tuple element read back": """  t = f32[3,5]{1,0} transpose(a), dimensions={1,0}
+  p = (f32[3,5]{0,1}) tuple(t)
+  g = f32[3,5]{0,1} get-tuple-element(p), index=0
+  ROOT n = f32[3,5] negate(g)""",
+    "get-tuple-element": """  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  p = (f32[3,5]{0,1}, f32[5,3]) tuple(t, a)
+  ROOT g = f32[3,5]{1,0} get-tuple-element(p), index=0""",
+    "get-tuple-element then tuple": """  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  p = (f32[3,5]{0,1}) tuple(t)
+  g = f32[3,5]{1,0} get-tuple-element(p), index=0
+  ROOT r = (f32[3,5]{1,0}) tuple(g)""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LAYOUT_MISMATCHES))
+def test_tuples_copy_an_element_into_the_layout_they_declare(case):
+    text = f"""HloModule m
+ENTRY main {{
+  a = f32[5,3] parameter(0)
+{_LAYOUT_MISMATCHES[case]}
+}}
+"""
+    a = np.arange(15, dtype=np.float32).reshape(5, 3)
+    want = xladist.compile(xladist.parse_hlo(text), backend="interpreter")(a)
+    got = run(text, a)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

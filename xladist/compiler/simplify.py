@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OPCODES
 from ..hlo.shape import default_layout
+from .codegen.ir_array import layout_of
 
 REWRITES = []
 
@@ -86,3 +87,55 @@ def _transpose_of_dot(comp: Computation, users) -> None:
         comp.instructions.remove(d)
         _replace(comp, t, new, users)
         users[new] = users.pop(t, [])
+
+
+def _relayout(comp: Computation, op: Instruction, shape, name: str, at: int,
+              origin: Instruction, users) -> Instruction:
+    """A copy of `op` into `shape`'s layout, placed at index `at` of the instructions
+    (errors name `origin`, the instruction that asked for it)."""
+    c = Instruction(name, "copy", shape, [op], {})
+    c.line = origin.line
+    c.parent = comp
+    comp.instructions.insert(at, c)
+    users.setdefault(op, []).append(c)
+    users[c] = []
+    if hasattr(comp, "original_of") and origin in comp.original_of:
+        comp.original_of[c] = comp.original_of[origin]
+    return c
+
+
+def _other_layout(a, b) -> bool:
+    return a.is_array and b.is_array and a.rank >= 2 and layout_of(a) != layout_of(b)
+
+
+@rewrite
+def _tuple_layouts(comp: Computation, users) -> None:
+    """Tuples pass bytes on under the layouts their own shape declares. HLO before layout
+    assignment may give a tuple element another layout than its operand's (XLA's
+    algebraic simplifier leaves `(f32[2,2]{1,0}) tuple(transpose{0,1})`; its layout
+    assignment then inserts a copy): the same copy here, and likewise a get-tuple-element
+    whose layout differs from the element it reads. Without it the bytes were read under
+    the wrong layout (a Shardy transpose came back transposed)."""
+    for t in list(comp.instructions):
+        if t.opcode == "tuple":
+            ops = list(t.operands)
+            for i, (op, want) in enumerate(zip(ops, t.shape.tuple_shapes)):
+                if _other_layout(op.shape, want):
+                    ops[i] = _relayout(comp, op, want, f"{op.name}.relayout.{t.name}.{i}",
+                                       comp.instructions.index(t), t, users)
+                    users[ops[i]].append(t)
+            t.operands = ops
+        elif t.opcode == "get-tuple-element" and t.operands[0].shape.is_tuple:
+            have = t.operands[0].shape.tuple_shapes[int(t.attrs["index"])]
+            if _other_layout(have, t.shape):
+                wanted = t.shape
+                t.shape = have  # what the bytes are
+                c = _relayout(comp, t, wanted, f"{t.name}.relayout",
+                              comp.instructions.index(t) + 1, t, users)
+                for u in list(users.get(t, [])):
+                    if u is not c:
+                        u.operands = [c if o is t else o for o in u.operands]
+                        users[c].append(u)
+                users[t] = [c]
+                if comp.root is t:
+                    comp.root = c
