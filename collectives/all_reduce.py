@@ -232,7 +232,7 @@ def _generic(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.ndarra
     if n * blk == count:
         comm.allgather(mine, out, label or "all-reduce")
         return out
-    gathered = comm.result((n * blk,), dtype, like=x)
+    gathered = comm.result((n * blk,), dtype, like=mine)
     comm.allgather(mine, gathered, label or "all-reduce")
     np.copyto(out.reshape(-1), gathered[:count])
     return out
@@ -247,13 +247,13 @@ def _generic_start(comm: Communicator, x: np.ndarray, reducer: Reducer, out: np.
     send = comm.result((n * blk,), dtype, like=x)
     send[:count] = x.reshape(-1)
     send[count:] = np.zeros(1, dtype)
-    recv = comm.result((n * blk,), dtype, like=x)
+    recv = comm.result((n * blk,), dtype, like=send)  # apart from what MPI reads
     req = comm.ialltoall(send, recv, label)
 
     def finish():
         # Second phase runs inside wait(): fold my block, then share it (blocking, deadline'd).
         mine = fold(reducer, recv.reshape(n, blk))
-        gathered = comm.result((n * blk,), dtype, like=x)
+        gathered = comm.result((n * blk,), dtype, like=mine)
         comm.allgather(mine, gathered, label)
         np.copyto(out.reshape(-1), gathered[:count])
         return out

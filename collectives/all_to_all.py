@@ -102,6 +102,6 @@ def all_to_all_start(comm: Communicator, x, dim: int | None = 0, *,
         return Pending((comm.ialltoall(contiguous(x), out, label),), lambda: out)
     # Staging from the communicator's pool: the request holds both until wait.
     send = to_block_major(x, dim, n, comm.result((x.size,), x.dtype, like=x))
-    recv = comm.result((x.size,), x.dtype, like=x)
+    recv = comm.result((x.size,), x.dtype, like=send)  # apart from what MPI reads
     req = comm.ialltoall(send, recv, label)
     return Pending((req,), lambda: from_block_major(recv, out, dim, n))

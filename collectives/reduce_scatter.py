@@ -139,7 +139,7 @@ def reduce_scatter_start(comm: Communicator, x, reducer: Reducer = SUM, dim: int
     send = _stage(comm, x, dim, n, reuse=False)
     plan = _plan(reducer, x.dtype, n)
     if plan is None or type(plan[0]) is not str:
-        recv = comm.result((x.size,), x.dtype, like=x)
+        recv = comm.result((x.size,), x.dtype, like=send)  # apart from what MPI reads
         req = comm.ialltoall(send, recv, label)
         return Pending((req,), lambda: fold(reducer, recv.reshape(n, -1), out=out))
     op, wire, _ = plan  # each result element lives on one rank: no NaN canonicalization
