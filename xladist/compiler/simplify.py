@@ -124,6 +124,7 @@ def _tuple_layouts(comp: Computation, users) -> None:
                     ops[i] = _relayout(comp, op, want, f"{op.name}.relayout.{t.name}.{i}",
                                        comp.instructions.index(t), t, users)
                     users[ops[i]].append(t)
+                    users[op].remove(t)  # t now reads the copy (once per use)
             t.operands = ops
         elif t.opcode == "get-tuple-element" and t.operands[0].shape.is_tuple:
             have = t.operands[0].shape.tuple_shapes[int(t.attrs["index"])]

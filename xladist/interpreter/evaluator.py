@@ -195,7 +195,7 @@ class Evaluator:
         counts: the first row goes through call_vectorized with every check, and when the
         computation vectorizes and that row gave back arrays of acc's shapes and dtypes,
         the remaining rows run the computation directly (the same rules in the same order,
-        under one errstate, results checked once at the end)."""
+        under one errstate, without the per-rule shape checks the first row passed)."""
         acc = [np.asarray(a) for a in acc]
         rows = iter(rows)
         first = next(rows, None)
