@@ -39,11 +39,12 @@ def world():
     return MPI.COMM_WORLD
 
 
-_SHARED_SIZE: dict[int, int] = {}
+_SHARED_SIZE: dict[int, tuple[int, int]] = {}
 
 
 def _share_cores(comm) -> None:
-    """Tell the compute pool how many ranks share this node's cores (once per
+    """Tell the compute pool how many ranks share this node's cores, and which one this
+    is (once per
     communicator size: the split is collective, so every rank does it together)."""
     from mpi4py import MPI
 
@@ -51,9 +52,9 @@ def _share_cores(comm) -> None:
     if comm.Get_size() not in _SHARED_SIZE:
         with deadline.waiting("finding the ranks that share this node"):
             node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        _SHARED_SIZE[comm.Get_size()] = node.Get_size()
+        _SHARED_SIZE[comm.Get_size()] = (node.Get_size(), node.Get_rank())
         node.Free()
-    parallel.set_local_ranks(_SHARED_SIZE[comm.Get_size()])
+    parallel.set_local_ranks(*_SHARED_SIZE[comm.Get_size()])
 
 
 def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",

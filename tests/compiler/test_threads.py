@@ -196,18 +196,23 @@ def test_pool_threads_run_the_blocks(restore_threads):
 
 
 def _stuck_helper() -> threading.Event:
-    """Keep the 2-thread pool's helper busy (on a loaded machine: not scheduled) until
-    the returned event is set."""
+    """Keep every worker of the 2-thread pool busy (on a loaded machine: not scheduled)
+    until the returned event is set."""
     pool = parallel._get_pool(2)
-    stuck, release = threading.Event(), threading.Event()
+    release = threading.Event()
+    stuck = [threading.Event() for _ in pool.inbox]
 
     class Blocker:
+        def __init__(self, ev):
+            self.ev = ev
+
         def work(self):
-            stuck.set()
+            self.ev.set()
             release.wait(30)
 
-    pool.inbox[0].put(Blocker())
-    assert stuck.wait(10)
+    for q, ev in zip(pool.inbox, stuck):
+        q.put(Blocker(ev))
+    assert all(ev.wait(10) for ev in stuck)
     return release
 
 
@@ -403,3 +408,60 @@ def test_pool_workers_get_big_stacks_where_threads_default_to_small_ones():
     pool.inbox[0].put(Probe())
     assert done.wait(10)
     assert seen[0] >= parallel.WORKER_STACK
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no affinity API")
+def test_worker_cores_are_this_ranks_slice_of_the_mask(monkeypatch):
+    monkeypatch.setattr(parallel, "PIN_WORKERS", True)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7, 8, 9, 10, 11})
+    monkeypatch.setattr(parallel, "_local_index", 0)
+    assert parallel.worker_cpus(4) == [4, 5, 6, 7]
+    monkeypatch.setattr(parallel, "_local_index", 1)
+    assert parallel.worker_cpus(4) == [8, 9, 10, 11]
+    monkeypatch.setattr(parallel, "_local_index", 2)  # more threads than the mask: wraps
+    assert parallel.worker_cpus(4) == [4, 5, 6, 7]
+    assert parallel.worker_cpus(1) is None
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert parallel.worker_cpus(2) is None  # one core: nothing to pin apart
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(parallel, "PIN_WORKERS", False)
+    assert parallel.worker_cpus(2) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or parallel._getcpu() is None
+                    or len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_pinned_workers_and_the_caller_share_no_core(restore_threads, monkeypatch):
+    """Each worker is pinned to its own core, and a call wakes the workers on the cores
+    the caller is not on: the case where Linux had put the one helper on the caller's
+    core (two blocks in turns on one core) cannot happen."""
+    monkeypatch.setattr(parallel, "PIN_WORKERS", True)
+    pool = parallel._Pool(2)
+    assert len(pool.inbox) == 2 and len(set(pool.cpus)) == 2
+    probes, done = [], threading.Event()
+
+    class Probe:
+        def work(self):
+            probes.append((threading.get_native_id(), os.sched_getaffinity(0)))
+            if len(probes) == 2:
+                done.set()
+
+    for q in pool.inbox:
+        q.put(Probe())
+    assert done.wait(10)
+    assert sorted(min(mask) for _, mask in probes) == sorted(pool.cpus)
+    assert all(len(mask) == 1 for _, mask in probes)
+    mine = os.sched_getaffinity(0)
+    for here in pool.cpus:  # the caller "on" each core in turn: the other worker helps
+        monkeypatch.setattr(parallel, "_getcpu", lambda here=here: (lambda: here))
+        helpers = []
+
+        def block(_a, lo, hi, helpers=helpers):
+            if threading.current_thread().name == "xladist-compute":
+                helpers.append(os.sched_getaffinity(0))
+            time.sleep(0.002)  # long enough for a woken helper to take a block
+
+        task = parallel._Task(block, None, [(i, i + 1) for i in range(8)])
+        pool.run(task, 2)
+        assert helpers and all(mask == {c for c in pool.cpus if c != here}
+                               for mask in helpers)
+    assert os.sched_getaffinity(0) == mine  # the caller (the user's thread) is not pinned

@@ -38,6 +38,7 @@ RANGE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_in
 
 _explicit: int | None = None
 _local_ranks = 1
+_local_index = 0
 _pool: _Pool | None = None
 _lock = threading.Lock()
 
@@ -76,10 +77,15 @@ def set_threads(n: int | None) -> None:
     _explicit = None if n is None else _parse(n, "--threads (the config key `threads`)")
 
 
-def set_local_ranks(n: int) -> None:
-    """How many ranks share this node's cores (MPI_COMM_TYPE_SHARED size)."""
-    global _local_ranks
-    _local_ranks = max(1, int(n))
+def set_local_ranks(n: int, index: int = 0) -> None:
+    """How many ranks share this node's cores (MPI_COMM_TYPE_SHARED size), and which of
+    them this one is (its rank there: where its pinned workers go, worker_cpus)."""
+    global _local_ranks, _local_index, _pool
+    n, index = max(1, int(n)), max(0, int(index))
+    if (n, index % n) != (_local_ranks, _local_index):
+        with _lock:  # a new pool pins its workers to this rank's slice (idle ones stay)
+            _pool = None
+    _local_ranks, _local_index = n, index % n
     sync_blas()
 
 
@@ -421,18 +427,65 @@ class _Task:
 
 WORKER_STACK = 8 << 20
 
+# Workers are pinned, one per core of this rank's slice, and a call hands its blocks to
+# the workers on the cores the caller is not on. Unpinned, Linux sometimes woke the
+# worker on the caller's own core and left it there while the other core idled (seen on
+# this 2-core KVM guest, for tens of ms at a time, e.g. after numpy's multi-threaded
+# OpenBLAS had run: a vCPU the host has descheduled is not "idle" to the guest's wake-up
+# placement): the two blocks of a 512^3 matmul then ran in turns on one core, 3.6-4.2 ms
+# instead of 2.1-2.3 ms (per block, sched_getcpu). Pinning workers alone did not do: the
+# caller, which stays unpinned (it is the user's thread), was often on the worker's core
+# (4.4-4.5 ms). Choosing by sched_getcpu (vDSO, no system call) avoids both. Results do
+# not change: the blocks are the same.
+PIN_WORKERS = os.environ.get("XLADIST_PIN_THREADS", "1").strip().lower() not in ("0", "no", "false")
+
+
+def worker_cpus(size: int) -> list[int] | None:
+    """The cores a `size`-thread pool pins its `size` workers to (one each), or None
+    (pinning off, one core, no affinity API): then size-1 unpinned workers. The ranks on
+    a node take consecutive slices of the affinity mask (set_local_ranks gives the
+    index); a slice wraps around a mask smaller than the threads asked for."""
+    if not PIN_WORKERS or size < 2 or _getcpu() is None:
+        return None
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if len(cpus) < 2:
+        return None
+    base = _local_index * size
+    return [cpus[(base + i) % len(cpus)] for i in range(size)]
+
+
+_getcpu_fn: list = []
+
+
+def _getcpu():
+    """libc's sched_getcpu as a ctypes function, or None where there is none."""
+    if not _getcpu_fn:
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).sched_getcpu
+            fn.restype, fn.argtypes = ctypes.c_int, []
+            _getcpu_fn.append(fn if fn() >= 0 else None)
+        except (OSError, AttributeError):
+            _getcpu_fn.append(None)
+    return _getcpu_fn[0]
+
 
 class _Pool:
-    """size-1 daemon workers blocked on their inboxes; the calling thread is the
-    size-th participant."""
+    """Daemon workers blocked on their inboxes; the calling thread is one more
+    participant. Pinned (worker_cpus): one worker per core, and a call wakes those not
+    on the caller's core; else size-1 unpinned workers."""
 
     def __init__(self, size: int):
         self.size = size
         self.busy = threading.Lock()
-        self.inbox = [queue.SimpleQueue() for _ in range(size - 1)]
+        self.cpus = worker_cpus(size)
+        workers = size if self.cpus is not None else size - 1
+        self.inbox = [queue.SimpleQueue() for _ in range(workers)]
         # Which workers are between tasks' start and end: runnable threads of ours,
         # which the idle-core estimate (_has_room) must not count as load.
-        self.active = [False] * (size - 1)
+        self.active = [False] * workers
         # Kernels keep rows on their stack (codegen/kernels/core.py ROW_CACHE_BYTES, twice
         # when a trig kernel reruns its accurate version): a worker gets glibc's 8 MiB
         # even where threads default to less (musl: 128 KiB), instead of a SIGSEGV.
@@ -446,6 +499,11 @@ class _Pool:
             threading.stack_size(default)
 
     def _loop(self, q, i: int) -> None:
+        if self.cpus is not None:
+            try:  # pid 0: this thread only
+                os.sched_setaffinity(0, {self.cpus[i]})
+            except OSError:  # a cpuset that has since shrunk: stay unpinned
+                pass
         while True:
             task = q.get()
             self.active[i] = True
@@ -453,7 +511,11 @@ class _Pool:
             self.active[i] = False
 
     def run(self, task: _Task, participants: int) -> None:
-        for q in self.inbox[:participants - 1]:
+        helpers = self.inbox
+        if self.cpus is not None:  # not the worker that shares the caller's core
+            here = _getcpu()()
+            helpers = [q for q, c in zip(self.inbox, self.cpus) if c != here]
+        for q in helpers[:participants - 1]:
             q.put(task)
         task.work()
         task.done.acquire()  # blocks until the last claimed block is finished
