@@ -236,7 +236,7 @@ def describe_split(split, threads: int | None = None) -> str:
 # against the cores. The blocks are the same either way, so results do not change.
 LOAD_PERIOD = 0.005
 DYNAMIC = True  # False: always hand blocks to the pool (tests of the pool itself)
-_load = {"next": 0.0, "running": 0.0, "fd": None}
+_load = {"next": 0.0, "running": 0.0, "last": 0, "fd": None}
 
 
 def _has_room() -> bool:
@@ -254,6 +254,11 @@ def _has_room() -> bool:
             running = 0  # no /proc: assume the cores are ours
         if _pool is not None:  # our own workers finishing a previous call
             running -= sum(_pool.active)
+        # A busy core counts once two samples in a row show it: single samples of one
+        # more runnable thread than there was (a kernel thread, a timer, a neighbour's
+        # short wake-up) were 10-20% of the reads in compute.py's matmul rounds, and each
+        # kept that many calls on one thread for ~10 ms.
+        running, st["last"] = min(running, st["last"]), running
         # Back off at once, come back slowly (~4 idle samples from a busy one): the
         # other sessions' load comes in bursts, and splitting into one costs far more
         # than running one burst's gap alone.
