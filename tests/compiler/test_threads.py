@@ -465,3 +465,21 @@ def test_pinned_workers_and_the_caller_share_no_core(restore_threads, monkeypatc
         assert helpers and all(mask == {c for c in pool.cpus if c != here}
                                for mask in helpers)
     assert os.sched_getaffinity(0) == mine  # the caller (the user's thread) is not pinned
+
+
+def test_one_busy_sample_is_not_a_busy_core(monkeypatch):
+    """A core counts as busy once two /proc/loadavg samples in a row show it; a single
+    transient reading does not keep kernels on one thread."""
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
+    monkeypatch.setattr(parallel, "_pool", None)
+    monkeypatch.setattr(parallel, "_local_ranks", 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 1.0, "last": 1,
+                                            "fd": -1})
+    readings = []
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"0.5 0.5 0.5 %d/99 1\n" % readings.pop(0))
+    readings[:] = [1, 3, 1, 1]  # one transient: room every time
+    assert [parallel._has_room() for _ in range(4)] == [True] * 4
+    readings[:] = [3, 3]  # two in a row: no room
+    assert [parallel._has_room() for _ in range(2)] == [True, False]
