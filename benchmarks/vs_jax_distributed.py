@@ -35,7 +35,10 @@ MLP = {"batch": 16, "d_in": 8, "hidden": 16, "d_out": 2, "lr": 0.1}
 
 
 def _k_for(nbytes: int, quick: bool) -> int:
-    k = int(min(2000, max(20, 1e8 / nbytes)))
+    # T(1) itself moves by a few ms between runs (launch, output gather): K must make the
+    # loop long against that, or (T(K) - T(1)) / (K - 1) is mostly T(1)'s noise. At 4 MiB
+    # K = 23 gave 0.13-1.0 ms for the same xladist loop in successive pairs of runs.
+    k = int(min(2000, max(20, 4e8 / nbytes)))
     return max(4, k // 10) if quick else k
 
 
@@ -236,17 +239,25 @@ def main(argv: list[str]) -> int:
         print("vs_jax_distributed: jax is not installed (pip install jax); nothing measured")
         return 0
     quick = "--quick" in argv
+    # Rounds alternate between the two sides, each a new set of processes: this host's
+    # memory-bound speed drifts 3-4x over minutes (a 4 MiB psum loop: 0.6 ms per iteration
+    # in one launch, 2.5 ms in the next), and one side measured wholly before the other
+    # would compare two different machines.
     rounds = 2 if quick else 3
     sys.path.insert(0, ROOT)
     load0 = os.getloadavg()
+    xla, jx = {}, {}
     with tempfile.TemporaryDirectory() as folder:
         table = export_all(folder, quick)
-        xla = run_xladist(table, rounds)
-        jx = run_jax(quick, rounds)
+        for _ in range(rounds):
+            for best, got in ((xla, run_xladist(table, 2)), (jx, run_jax(quick, 2))):
+                for name, t in got.items():
+                    best[name] = min(best.get(name, t), t)
     load1 = os.getloadavg()
     print(f"# xladist run vs jax.distributed (gloo), {N} processes on {os.cpu_count()} cores; "
           f"load average {load0[0]:.2f} -> {load1[0]:.2f}; per iteration "
-          f"(T(K) - T(1)) / (K - 1), slowest process, best of {rounds}")
+          f"(T(K) - T(1)) / (K - 1), slowest process, best of {rounds} alternating launches "
+          f"of each side (2 pairs of runs per launch)")
     print("| program | K | xladist (us) | jax.distributed (us) | jax / xladist |")
     print("|---|---|---|---|---|")
     for name, (_, _, k) in table.items():
