@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
                         "builtin), max (float32 maximum, NaN-propagating: an MPI user op), "
                         "bf16-sum, custom (a select-based computation); the raw column is "
                         "MPI's builtin sum/max on the same bytes (default sum)")
+    p.add_argument("--aa", action="store_true",
+                   help="also time the raw call on a second set of buffers in the same rounds "
+                        "(column raw2/raw): how much raw MPI moves from itself on this machine")
     p.add_argument("--mpiexec", default=None,
                    help="launcher used when not under MPI (default: the mpich wheel's "
                         "mpiexec, else the one on PATH; collectives/mpiexec.py)")
@@ -329,35 +332,39 @@ def _run(args) -> int:
         say(f"# {op}")
         say(f"# {'size':>8} {'count':>10} {'type':>6} | {'time(us)':>10} {'algbw':>7} "
             f"{'busbw':>7} {'#wrong':>6} | {'raw(us)':>10} {'algbw':>7} {'busbw':>7} | "
-            f"{'ratio':>6}")
+            f"{'ratio':>6}" + (f" {'raw2/raw':>8}" if args.aa else ""))
         for nbytes in sizes:
             case = _Case(op, nbytes, comm, xcomm, args.reducer, reducers)
+            # --aa: the same raw call on a second set of buffers (other addresses), timed in
+            # the same rounds: how far raw MPI moves from itself on this machine.
+            other = _Case(op, nbytes, comm, xcomm, args.reducer, reducers) if args.aa else None
+            fns = {"raw": case.raw, "xla": case.xla}
+            if other is not None:
+                fns["raw2"] = other.raw
             iters = _iters_for(case.nbytes, args.iters)
-            for f in (case.raw, case.xla):  # warm-up: connections, caches, allocator
+            for f in fns.values():  # warm-up: connections, caches, allocator
                 for _ in range(min(iters, 20)):
                     f()
-            best_raw = best_xla = float("inf")
+            best = dict.fromkeys(fns, float("inf"))
             for rep in range(args.repeats):
-                # Swap which goes first each round so drifting machine load favours neither.
-                if rep % 2:
-                    best_xla = min(best_xla, _time(case.xla, iters, comm))
-                    best_raw = min(best_raw, _time(case.raw, iters, comm))
-                else:
-                    best_raw = min(best_raw, _time(case.raw, iters, comm))
-                    best_xla = min(best_xla, _time(case.xla, iters, comm))
+                # Reverse the order every other round so drifting load favours no one.
+                for k in (list(fns)[::-1] if rep % 2 else list(fns)):
+                    best[k] = min(best[k], _time(fns[k], iters, comm))
+            best_raw, best_xla = best["raw"], best["xla"]
             wrong = comm.allreduce(case.wrong(), MPI.SUM)
             alg_x = case.nbytes / best_xla / 1e9
             alg_r = case.nbytes / best_raw / 1e9
             ratio = best_xla / best_raw
+            aa = best["raw2"] / best_raw if other is not None else None
             say(f"  {_fmt_size(case.nbytes):>8} {case.count:>10} {case.dtype_name:>6} | "
                 f"{best_xla * 1e6:>10.2f} {alg_x:>7.3f} {alg_x * case.busbw:>7.3f} {wrong:>6} | "
                 f"{best_raw * 1e6:>10.2f} {alg_r:>7.3f} {alg_r * case.busbw:>7.3f} | "
-                f"{ratio:>6.3f}")
-            summary.append((op, case.nbytes, best_xla, best_raw, wrong))
-            del case
+                f"{ratio:>6.3f}" + (f" {aa:>8.3f}" if aa is not None else ""))
+            summary.append((op, case.nbytes, best_xla, best_raw, wrong, aa))
+            del case, other
     if rank == 0:
         _verdict(summary, say, args.reducer)
-    bad = any(w for *_, w in summary)
+    bad = any(row[4] for row in summary)  # wrong elements
     return 1 if bad else 0
 
 
@@ -366,7 +373,7 @@ def _verdict(summary, say, reducer: str = "sum") -> None:
     reduce-scatter with a reducer MPI has no builtin for), <= raw + 20 us at 8 B."""
     say()
     misses = []
-    for op, nbytes, tx, tr, wrong in summary:
+    for op, nbytes, tx, tr, wrong, _aa in summary:
         if wrong:
             misses.append(f"{op} {_fmt_size(nbytes)}: {wrong} wrong elements")
         reduces = op in ("all-reduce", "reduce-scatter") and reducer != "sum"
@@ -380,6 +387,12 @@ def _verdict(summary, say, reducer: str = "sum") -> None:
     else:
         say("# all targets met (<= 1.10x raw from 1 MiB, or 64 KiB for a non-builtin reducer; "
             "<= +20 us at 8 B; no wrong results)")
+    spread = [aa for _op, nbytes, _tx, _tr, _w, aa in summary
+              if aa is not None and nbytes >= 1 << 16]
+    if spread:
+        say(f"# raw against itself on other buffers (raw2/raw, from 64 KiB): "
+            f"{min(spread):.2f}-{max(spread):.2f}x; a ratio inside that spread is within "
+            "what raw MPI itself moves here")
 
 
 # The largest message a run may ask for: the ranks hold several buffers of it each.

@@ -321,3 +321,20 @@ def test_bench_relaunches_itself_under_mpiexec():
         tuple("0123456789")) and not line.startswith("#")]
     assert len(rows) == 4
     assert all(row[7] == "0" for row in rows)  # #wrong column
+
+
+@needs_mpiexec
+def test_bench_aa_times_raw_against_itself():
+    """--aa adds raw2/raw (the raw call on a second set of buffers) to every row and
+    states its spread: the noise floor a row's ratio is read against."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "collectives.bench", "-n", "2", "--sizes", "8,64K",
+         "--iters", "3", "--repeats", "2", "--ops", "collective-permute", "--aa"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "raw2/raw" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.strip().endswith(
+        tuple("0123456789")) and not line.startswith("#")]
+    assert len(rows) == 2 and all(len(row) == 15 and float(row[14]) > 0 for row in rows)
+    assert "# raw against itself on other buffers (raw2/raw, from 64 KiB): " in proc.stdout
