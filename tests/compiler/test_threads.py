@@ -338,6 +338,14 @@ def test_cli_threads_option_and_explain(tmp_path):
     assert ex.returncode == 0, ex.stderr
     assert "compute threads: 3" in ex.stdout
     assert "split: 3 threads: " in ex.stdout
+    if len(os.sched_getaffinity(0)) >= 2 and parallel._getcpu() is not None:
+        # 3 workers on a mask of 2 or more cores: the slice wraps around it
+        cores = sorted(os.sched_getaffinity(0))
+        want = ", ".join(str(cores[i % len(cores)]) for i in range(3))
+        assert f"workers pinned to cores {want}, woken off the caller's core" in ex.stdout
+    unpinned = xladist_cli("explain", hlo, "--no-buffers", XLADIST_THREADS="3",
+                           XLADIST_PIN_THREADS="0")
+    assert unpinned.returncode == 0 and "pinned" not in unpinned.stdout
 
 
 def test_blas_threads_are_one_during_executions_and_restored_after():

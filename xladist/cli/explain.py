@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     import xladist
     from xladist.compiler import CpuProgram
-    from xladist.compiler.parallel import blas_info, thread_count
+    from xladist.compiler.parallel import blas_info, thread_count, worker_cpus
 
     from xladist.hlo.dynamic_padder import pad_dynamic
 
@@ -49,7 +49,8 @@ def run(args) -> int:
     data = program.explain()
     if args.json:
         print(json.dumps({"module": module.name, "cached": program.cached,
-                          "threads": thread_count(), "blas": blas_info(),
+                          "threads": thread_count(), "worker_cpus": worker_cpus(thread_count()),
+                          "blas": blas_info(),
                           "timings_s": program.timings, "computations": data}, indent=1))
         return 0
     t = program.timings
@@ -57,8 +58,11 @@ def run(args) -> int:
     print(f"module {module.name}: {sum(len(c['thunks']) for c in data)} thunks, "
           f"{len(program.builder.kernels)} kernels ({source}, "
           f"{t['total'] * 1e3:.1f} ms)")
+    cpus = worker_cpus(thread_count())
+    pinned = (f"; workers pinned to cores {', '.join(map(str, cpus))}, woken off the "
+              f"caller's core" if cpus else "")
     print(f"compute threads: {thread_count()} (XLADIST_THREADS, or the cores of this "
-          f"process's CPU affinity mask)")
+          f"process's CPU affinity mask){pinned}")
     for b in blas_info():
         print(f"BLAS: {b['library']}, OpenBLAS kernel {b['core']} (OPENBLAS_CORETYPE="
               f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {b['threads']} thread; "
