@@ -4,6 +4,7 @@ and match numpy; small kernels run whole."""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -491,3 +492,35 @@ def test_one_busy_sample_is_not_a_busy_core(monkeypatch):
     assert [parallel._has_room() for _ in range(4)] == [True] * 4
     readings[:] = [3, 3]  # two in a row: no room
     assert [parallel._has_room() for _ in range(2)] == [True, False]
+
+
+@pytest.mark.parametrize("files, cgroup, want", [
+    # cgroup v2, a container's own namespace: the quota at the mount's root
+    ({"/sys/fs/cgroup/cpu.max": "150000 100000\n"}, "0::/\n", 1.5),
+    ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, "0::/\n", None),
+    # v2 on the host: the process's cgroup path, the tightest level on the way up
+    ({"/sys/fs/cgroup/a/b/cpu.max": "400000 100000\n", "/sys/fs/cgroup/a/cpu.max":
+      "200000 100000\n"}, "0::/a/b\n", 2.0),
+    # v1: quota and period files of the cpu controller; -1 = no quota
+    ({"/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us": "300000\n",
+      "/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_period_us": "100000\n"},
+     "4:memory:/docker/x\n2:cpu,cpuacct:/docker/x\n", 3.0),
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n",
+      "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, "2:cpu:/\n", None),
+    ({}, None, None),  # no /proc/self/cgroup (not Linux)
+])
+def test_a_cgroup_cpu_quota_caps_the_threads(monkeypatch, files, cgroup, want):
+    """`docker run --cpus N` leaves every core in the affinity mask but throttles the
+    container to N cores' time: the thread count follows the quota (rounded up)."""
+    table = dict(files)
+    if cgroup is not None:
+        table["/proc/self/cgroup"] = cgroup
+    monkeypatch.setattr(parallel, "_read", table.get)
+    monkeypatch.setattr(parallel, "_cgroup_limit", [])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(parallel, "_local_ranks", 1)
+    monkeypatch.setattr(parallel, "_explicit", None)
+    monkeypatch.delenv("XLADIST_THREADS", raising=False)
+    assert parallel.cgroup_cpu_limit() == want
+    assert parallel.available_cores() == (64 if want is None else math.ceil(want))
+    assert parallel.thread_count() == parallel.available_cores()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
+import math
 import os
 import queue
 import threading
@@ -44,10 +45,77 @@ _lock = threading.Lock()
 
 
 def available_cores() -> int:
+    """The cores this process may use: its CPU affinity mask, capped by a cgroup CPU quota
+    (a container started with `docker run --cpus 2` on a 64-core host sees all 64 cores
+    in its mask but is throttled to 2 cores' time: 64 threads there wait out most of
+    each period)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    limit = cgroup_cpu_limit()
+    return cores if limit is None else max(1, min(cores, math.ceil(limit)))
+
+
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_cgroup_limit: list = []
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_limit() -> float | None:
+    """This process's cgroup CPU quota in cores (quota / period), or None when there is
+    none or it cannot be read; cgroup v2 (`cpu.max`) or v1 (`cpu.cfs_quota_us`), at this
+    process's cgroup path or, inside a container's namespace, at the mount's root. The
+    tightest limit on the path up to the root counts. Read once per process."""
+    if _cgroup_limit:
+        return _cgroup_limit[0]
+    limits = []
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if not hier:
+            continue
+        if controllers == "":  # v2: one unified hierarchy
+            files = [("cpu.max", None)]
+            bases = [_CGROUP_ROOT, f"{_CGROUP_ROOT}/unified"]
+        elif "cpu" in controllers.split(","):
+            files = [("cpu.cfs_quota_us", "cpu.cfs_period_us")]
+            bases = [f"{_CGROUP_ROOT}/{controllers}", f"{_CGROUP_ROOT}/cpu",
+                     f"{_CGROUP_ROOT}/cpu,cpuacct"]
+        else:
+            continue
+        parts = [p for p in path.strip().split("/") if p]
+        for base in bases:
+            for depth in range(len(parts), -1, -1):
+                folder = "/".join([base, *parts[:depth]])
+                for quota_file, period_file in files:
+                    limit = _quota(folder, quota_file, period_file)
+                    if limit is not None:
+                        limits.append(limit)
+    _cgroup_limit.append(min(limits) if limits else None)
+    return _cgroup_limit[0]
+
+
+def _quota(folder: str, quota_file: str, period_file: str | None) -> float | None:
+    text = _read(f"{folder}/{quota_file}")
+    if text is None:
+        return None
+    try:
+        if period_file is None:  # v2 "max 100000" or "200000 100000"
+            quota, period = text.split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        quota = int(text)
+        period = int(_read(f"{folder}/{period_file}") or 0)
+    except (ValueError, IndexError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
 
 
 def thread_count() -> int:
