@@ -64,6 +64,10 @@ class ConvDimensionNumbers:
     output_batch: int
     output_feature: int
     output_spatial: tuple[int, ...]
+    # Label lengths (input, kernel, output) when they exceed spatial + 2: XLA's `?` marks a
+    # position no dimension uses (`?b01f_0?1io->b01?f`, hlo_parser_test.cc
+    # CustomCallWithUnknownDimLabels). None: spatial + 2 each.
+    ranks: tuple[int, int, int] | None = None
 
     @staticmethod
     def from_text(text: str) -> "ConvDimensionNumbers":
@@ -87,7 +91,10 @@ class ConvDimensionNumbers:
         ob, of, osp = labels(out, "b", "f", "output")
         if not len(isp) == len(ksp) == len(osp):
             raise ValueError(f"dim_labels {text!r}: spatial dimension counts differ")
-        return ConvDimensionNumbers(ib, if_, isp, ki, ko, ksp, ob, of, osp)
+        n = len(isp) + 2
+        ranks = (len(lhs), len(rhs), len(out))
+        return ConvDimensionNumbers(ib, if_, isp, ki, ko, ksp, ob, of, osp,
+                                    None if ranks == (n, n, n) else ranks)
 
     def to_text(self) -> str:
         def render(rank, a_pos, a, b_pos, b, spatial):
@@ -99,10 +106,11 @@ class ConvDimensionNumbers:
             return "".join(chars)
 
         n = len(self.input_spatial) + 2
-        return (render(n, self.input_batch, "b", self.input_feature, "f", self.input_spatial)
-                + "_" + render(n, self.kernel_input_feature, "i", self.kernel_output_feature,
+        ni, nk, no = self.ranks or (n, n, n)
+        return (render(ni, self.input_batch, "b", self.input_feature, "f", self.input_spatial)
+                + "_" + render(nk, self.kernel_input_feature, "i", self.kernel_output_feature,
                                "o", self.kernel_spatial)
-                + "->" + render(n, self.output_batch, "b", self.output_feature, "f",
+                + "->" + render(no, self.output_batch, "b", self.output_feature, "f",
                                 self.output_spatial))
 
 

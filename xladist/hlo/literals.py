@@ -76,6 +76,9 @@ def build_array(ptype: PrimitiveType, dims: tuple[int, ...], items: list) -> np.
         return np.array(values, dtype=np.bool_).reshape(dims)
     if kind in ("sint", "uint"):
         lo, hi = _int_range(ptype)
+        # XLA reads integers as s64 and bit-casts them for u64, so `u64[] constant(-1)` is
+        # 2^64-1 (hlo_parser_test.cc ConstantUnsignedUnderflow); narrower types are checked.
+        wrap = ptype.name == "u64"
         values = []
         for j, t in enumerate(items):
             try:
@@ -83,6 +86,8 @@ def build_array(ptype: PrimitiveType, dims: tuple[int, ...], items: list) -> np.
             except ValueError:
                 raise LiteralValueError(f"expected an integer for a {ptype.name} element, "
                                         f"found '{t}'", j) from None
+            if wrap and -(1 << 63) <= v < 0:
+                v += 1 << 64
             if not lo <= v <= hi:
                 raise LiteralValueError(f"value {v} is out of range for {ptype.name} "
                                         f"[{lo}, {hi}]", j)
@@ -122,6 +127,10 @@ def _float_array(ptype: PrimitiveType, dtype, items: list) -> np.ndarray:
             # nan(0x7): the hex digits are the mantissa bits (the lexer checked the form).
             payload = int(t[t.index("(") + 3:-1], 16) if "(" in t else None
             nans.append((j, t.startswith("-"), payload))
+        elif v in (math.inf, -math.inf) and "inf" not in t:
+            # A finite decimal beyond f64 (`1.8e308`): XLA says out of range, as for the
+            # narrower types below (hlo_parser_test.cc ConstantF64Overflow).
+            raise LiteralValueError(f"value {t} is out of range for {ptype.name}", j)
         values.append(v)
     wide = np.array(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -12,6 +12,8 @@ Attribute kinds (value type in the IR in brackets):
   slice [attrs.SliceSpec]  computation [ir.Computation]  computations [list]
   shape [Shape]  shapes [tuple[Shape]]  words [tuple[str]: `{high,default}`]
   raw [attrs.RawAttr: kept as text]
+  literal [attrs.RawAttr: a shape and its value, `s32[2]{0} {1, 2}` or a tuple
+    `( s32[1]{0} {4}, pred[] true )`; checked on parsing, kept as text]
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ _row("fusion", None, "control",
 _row("custom-call", None, "control",
      "window:window dim_labels:dim_labels feature_group_count:int batch_group_count:int "
      "operand_precision:words padding_type:word custom_call_target:string! "
-     "operand_layout_constraints:shapes custom_call_has_side_effect:bool literal:raw "
+     "operand_layout_constraints:shapes custom_call_has_side_effect:bool literal:literal "
      "output_to_operand_aliasing:raw schedule:word api_version:word "
      "called_computations:computations to_apply:computation")
 _row("async-start", None, "control",

@@ -832,6 +832,30 @@ class TokenCursor:
     def v_raw(self, what: str) -> RawAttr:
         return RawAttr(self.raw_value(what))
 
+    def v_literal(self, what: str) -> RawAttr:
+        """`literal=` of custom-call: a shape then its value (`f32[] 0.1`,
+        `s32[2]{0} {1, 2}`), or a parenthesized tuple of such (`( s32[1]{0} {4}, pred[]
+        true )`). The value is checked against the shape and kept as its text."""
+        start = self.i
+        self.shaped_literal(what, 0)
+        return RawAttr(self.text[self.S[start]:self.end_of(self.i - 1)])
+
+    def shaped_literal(self, what: str, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise self.error(f"{what} is nested more than {MAX_DEPTH} levels deep")
+        if self.at("("):
+            self.i += 1
+            if not self.at(")"):
+                while True:
+                    self.shaped_literal(what, depth + 1)
+                    if not self.at(","):
+                        break
+                    self.i += 1
+            self.expect(")", f"to close the tuple value of {what}")
+            return
+        shape = self.shape(f"for {what}")
+        self.literal(shape, what, depth + 1)
+
 
 # Attribute kind (opcodes.py) -> TokenCursor method that reads a value of that kind.
 KIND_READERS = {
@@ -841,4 +865,5 @@ KIND_READERS = {
     "dim_labels": "v_dim_labels", "padding": "v_padding", "slice": "v_slice",
     "computation": "v_computation", "computations": "v_computations", "shape": "v_shape",
     "shapes": "v_shapes", "words": "v_words", "raw": "v_raw",
+    "literal": "v_literal",
 }

@@ -78,6 +78,8 @@ class _Parser(TokenCursor):
                 name = V[1][1:]
             elif K[1] == IDENT:
                 name = V[1]
+            elif K[1] == LABEL:  # `HloModule name:` (XLA's lexer reads `name:` as a name)
+                name = V[1][:-1]
             else:
                 raise self.error(f"expected the module name after HloModule, found {self.found()}")
             self.i = 2
@@ -126,8 +128,39 @@ class _Parser(TokenCursor):
             params, result = self.program_shape(key)
             self.expect("}", f"to close {key}")
             module.entry_computation_layout = (params, result)
+        elif key in ("input_output_alias", "buffer_donor"):
+            module.header_attrs[key] = self.aliasing(key)
         else:
             module.header_attrs[key] = self.raw_value(what)
+
+    def aliasing(self, key: str) -> str:
+        """Check `input_output_alias={ {0}: (0, {}, may-alias), ... }` or
+        `buffer_donor={ (0, {}), ... }` as XLA's parser does and keep the text (XLA rejects
+        a malformed one: hlo_parser_test.cc AliasingWrongIndex, BufferDonor*)."""
+        alias = key == "input_output_alias"
+        start = self.i
+        self.expect("{", f"to open {key}")
+        if not self.at("}"):
+            while True:
+                if alias:
+                    self.v_ints(f"the output shape index in {key}")
+                    self.expect(":", f"after the output shape index in {key}")
+                self.expect("(", f"to open a (parameter, shape index) pair in {key}")
+                self.v_int(f"the parameter number in {key}")
+                self.expect(",", f"after the parameter number in {key}")
+                self.v_ints(f"the parameter shape index in {key}")
+                if alias and self.at(","):
+                    self.i += 1
+                    if self.V[self.i] not in ("may-alias", "must-alias"):
+                        raise self.error(f"expected may-alias or must-alias in {key}, "
+                                         f"found {self.found()}")
+                    self.i += 1
+                self.expect(")", f"to close a (parameter, shape index) pair in {key}")
+                if not self.at(","):
+                    break
+                self.i += 1
+        self.expect("}", f"to close {key}")
+        return self.text[self.S[start]:self.end_of(self.i - 1)]
 
     def program_shape(self, what: str):
         self.expect("(", f"to open the parameter shapes of {what}")

@@ -95,7 +95,8 @@ class _Printer:
         done = set(_HEADER_BEFORE_LAYOUT) | set(_HEADER_AFTER_LAYOUT)
         for key, value in m.header_attrs.items():
             if key not in done:
-                head.append(f"{key}={value}")
+                # XLA ends the (multi-line) recovery table with a newline of its own.
+                head.append(f"{key}={value}" + ("\n" if key == "origin_recovery_table" else ""))
         out = [", ".join(head), "\n\n"]
         if self.metadata and m.stack_frames:
             out.append(m.stack_frames)
@@ -264,6 +265,7 @@ _VALUE_TEXT = {
     "shape": lambda p, v: p.shape(v),
     "shapes": lambda p, v: _list((p.shape(s) for s in v), ", "),
     "raw": lambda p, v: v.to_text(),
+    "literal": lambda p, v: v.to_text(),
 }
 
 

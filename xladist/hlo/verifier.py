@@ -102,6 +102,7 @@ _KIND_CHECKS = {
     "shapes": lambda v: _is_seq(v, lambda x: isinstance(x, Shape)),
     "words": lambda v: _is_seq(v, lambda x: isinstance(x, str)),
     "raw": lambda v: isinstance(v, (RawAttr, str)),
+    "literal": lambda v: isinstance(v, (RawAttr, str)),
 }
 
 

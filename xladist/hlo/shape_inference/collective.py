@@ -214,13 +214,18 @@ def collective_permute(op, shapes, attrs, declared):
 
 def collective_permute_start(op, shapes, attrs, declared):
     """(input, output, u32[], u32[]) where output has the input's shape (or the in-place
-    form's output operand)."""
+    form's output operand); the combined form of several operands is ((inputs), (outputs))
+    with no u32[] contexts (XLA's InferCollectivePermuteStartShape; hlo_parser_test.cc
+    CombinedCollectivePermuteStartAndDone)."""
     u = make(U32, ())
     if _in_place(shapes, attrs):
         expect_count(shapes, 4)
         return Shape.tuple_of([shapes[0], shapes[1], u, u])
     _arrays(shapes)
-    x = tuple_or_single([like(s) for s in shapes])
+    if len(shapes) > 1:
+        x = Shape.tuple_of([like(s) for s in shapes])
+        return Shape.tuple_of([x, x])
+    x = like(shapes[0])
     return Shape.tuple_of([x, x, u, u])
 
 
@@ -295,8 +300,8 @@ def outfeed(op, shapes, attrs, declared):
 
 
 def after_all(op, shapes, attrs, declared):
-    for i, s in enumerate(shapes):
-        expect_token(s, f"operand {i}")
+    """token[] whatever the operands: XLA's verifier takes any operand (an ordering edge,
+    `after-all(%neg)` in hlo_parser_test.cc AddDependency / AfterAllWithMultipleOperands)."""
     return _TOKEN
 
 
