@@ -1,0 +1,515 @@
+"""Row-major GEMM C = A @ B (f32, f64) generated with LLVM for the host's vector width,
+in the style of BLIS/GotoBLAS: packed panels of A and B, cache blocking MC/KC/NC and a
+register-blocked micro-kernel.
+
+MEASUREMENT NOTE: (filled in after the measurements; see benchmarks/gemm_kernels.py)
+
+Loops, outermost first (BLIS's five loops around the micro-kernel):
+
+    for jc in 0..N step NC:        B block KC x NC, packed into NR-column panels (L3)
+      for pc in 0..K step KC:
+        pack B[pc:pc+kc, jc:jc+nc]  -> bbuf[jr/NR][p][0:NR]   (zero-padded)
+        for ic in 0..M step MC:    A block MC x KC, packed into MR-row panels (L2)
+          pack A[ic:ic+mc, pc:pc+kc] -> abuf[ir/MR][p][0:MR]  (zero-padded)
+          for jr in 0..nc step NR:       one B panel (KC x NR) stays in L1
+            for ir in 0..mc step MR:
+              C[ic+ir : +MR, jc+jr : +NR] (=, or += after the first pc) micro-kernel
+
+The micro-kernel keeps MR x NV vector accumulators (NR = NV * VW columns) in registers
+over the whole KC loop: per k, NV vector loads of the B panel, MR broadcasts of A and
+MR * NV fused multiply-adds. Panels are zero-padded to MR/NR, so the micro-kernel always
+runs a whole tile; an edge tile (m or n not a multiple) goes through a stack tile and
+only its mr x nr corner reaches C.
+
+A and B are read through (row stride, column stride) pairs, so transposed operands
+(the gradient products X^T @ dY, dY @ W^T) are packed straight from the arrays a
+transpose view of numpy gives, with no copy:
+
+    void gemm(ptr A, i64 rsa, i64 csa, ptr B, i64 rsb, i64 csb, ptr C, i64 ldc,
+              i64 M, i64 N, i64 K, ptr abuf, ptr bbuf)
+
+abuf holds ceil(MC/MR)*MR*KC elements, bbuf ceil(NC/NR)*NR*KC (vector-aligned; gemm()
+keeps one pair per thread). K = 0 is handled by the caller (C = 0).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from . import jit
+
+
+@dataclass(frozen=True)
+class Params:
+    """Shape of the kernel: micro-tile MR x (NV vectors), cache blocks, k unrolling and
+    prefetch distance (in k steps of the B panel; 0 = no prefetch)."""
+
+    mr: int = 6
+    nv: int = 2
+    kc: int = 256
+    mc: int = 144
+    nc: int = 4080
+    unroll: int = 4
+    prefetch_b: int = 0
+    prefetch_c: bool = True
+
+
+DEFAULT = Params()
+
+_TYPES = {np.dtype(np.float32): ("float", "f32", 4), np.dtype(np.float64): ("double", "f64", 8)}
+_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_void_p, ctypes.c_int64,
+                       ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_void_p, ctypes.c_void_p)
+_lock = threading.Lock()
+_loaded: dict = {}
+_buffers = threading.local()
+
+
+def vector_bytes() -> int | None:
+    """Bytes of the host's vector registers the kernel uses (32 for AVX2, 64 for
+    AVX-512), None without FMA (the kernel is not for this target)."""
+    feats = set(jit.host_target().features.split(","))
+    if "+fma" not in feats:
+        return None
+    if "+avx512f" in feats and (jit.vector_width() or 512) >= 512:
+        return 64
+    return 32 if "+avx" in feats else None
+
+
+def vector_lanes(dtype=np.float32) -> int | None:
+    vb = vector_bytes()
+    return None if vb is None else vb // np.dtype(dtype).itemsize
+
+
+def _micro(p: Params, t: str, vw: int) -> str:
+    """ukernel(kc, a, b, c, ldc, first, mr, nr): one MR x NR tile, accumulators as phis."""
+    v = f"<{vw} x {t}>"
+    sfx = f"v{vw}{'f32' if t == 'float' else 'f64'}"
+    mr, nv, nr = p.mr, p.nv, p.nv * vw
+    esz = 4 if t == "float" else 8
+    accs = [(i, k) for i in range(mr) for k in range(nv)]
+    s = [f"define internal void @ukernel(i64 %kc, ptr %a, ptr %b, ptr %c, i64 %ldc, i1 %first, "
+         f"i64 %mr, i64 %nr) alwaysinline {{", "entry:"]
+    if p.prefetch_c:  # the tile's rows of C come in while the k loop runs
+        for i in range(mr):
+            s += [f"  %pco{i} = mul i64 %ldc, {i}",
+                  f"  %pcp{i} = getelementptr {t}, ptr %c, i64 %pco{i}",
+                  f"  call void @llvm.prefetch.p0(ptr %pcp{i}, i32 1, i32 3, i32 1)"]
+            if nr * esz > 64:
+                s += [f"  %pcq{i} = getelementptr i8, ptr %pcp{i}, i64 {nr * esz - 1}",
+                      f"  call void @llvm.prefetch.p0(ptr %pcq{i}, i32 1, i32 3, i32 1)"]
+    # The edge tile's alloca in the entry block: once inlined it is a fixed stack slot.
+    s += [f"  %tile = alloca [{mr * nr} x {t}], align 64",
+          "  br label %loop", "loop:", "  %p = phi i64 [0, %entry], [%p1, %loop]"]
+    for i, k in accs:
+        s.append(f"  %acc{i}_{k} = phi {v} [zeroinitializer, %entry], [%f{i}_{k}, %loop]")
+    s += [f"  %bo = mul i64 %p, {nr}", f"  %ao = mul i64 %p, {mr}"]
+    if p.prefetch_b:
+        s += [f"  %pbo = add i64 %bo, {p.prefetch_b * nr}",
+              f"  %pbp = getelementptr {t}, ptr %b, i64 %pbo",
+              "  call void @llvm.prefetch.p0(ptr %pbp, i32 0, i32 3, i32 1)"]
+    for k in range(nv):
+        s += [f"  %bi{k} = add i64 %bo, {k * vw}",
+              f"  %bp{k} = getelementptr {t}, ptr %b, i64 %bi{k}",
+              f"  %bv{k} = load {v}, ptr %bp{k}, align {vw * esz}"]
+    for i in range(mr):
+        s += [f"  %ai{i} = add i64 %ao, {i}",
+              f"  %ap{i} = getelementptr {t}, ptr %a, i64 %ai{i}",
+              f"  %as{i} = load {t}, ptr %ap{i}, align {esz}",
+              f"  %ae{i} = insertelement {v} poison, {t} %as{i}, i64 0",
+              f"  %av{i} = shufflevector {v} %ae{i}, {v} poison, <{vw} x i32> zeroinitializer"]
+        for k in range(nv):
+            s.append(f"  %f{i}_{k} = call {v} @llvm.fma.{sfx}({v} %av{i}, {v} %bv{k}, "
+                     f"{v} %acc{i}_{k})")
+    s += ["  %p1 = add i64 %p, 1", "  %pm = icmp slt i64 %p1, %kc",
+          "  br i1 %pm, label %loop, label %done, !llvm.loop !0", "done:",
+          f"  %fullm = icmp eq i64 %mr, {mr}", f"  %fulln = icmp eq i64 %nr, {nr}",
+          "  %full = and i1 %fullm, %fulln",
+          "  br i1 %full, label %whole, label %edge", "whole:",
+          "  br i1 %first, label %cset, label %cadd"]
+    for mode in ("set", "add"):
+        s.append(f"c{mode}:")
+        for i, k in accs:
+            s += [f"  %{mode}o{i}_{k}a = mul i64 %ldc, {i}",
+                  f"  %{mode}o{i}_{k} = add i64 %{mode}o{i}_{k}a, {k * vw}",
+                  f"  %{mode}p{i}_{k} = getelementptr {t}, ptr %c, i64 %{mode}o{i}_{k}"]
+            if mode == "set":
+                s.append(f"  store {v} %f{i}_{k}, ptr %setp{i}_{k}, align {esz}")
+            else:
+                s += [f"  %old{i}_{k} = load {v}, ptr %addp{i}_{k}, align {esz}",
+                      f"  %new{i}_{k} = fadd {v} %old{i}_{k}, %f{i}_{k}",
+                      f"  store {v} %new{i}_{k}, ptr %addp{i}_{k}, align {esz}"]
+        s.append("  ret void")
+    # Edge tile: the accumulators to a stack tile, its mr x nr corner to C.
+    s.append("edge:")
+    for i, k in accs:
+        s += [f"  %tp{i}_{k} = getelementptr {t}, ptr %tile, i64 {i * nr + k * vw}",
+              f"  store {v} %f{i}_{k}, ptr %tp{i}_{k}, align {esz}"]
+    s += ["  br label %erow", "erow:",
+          "  %ei = phi i64 [0, %edge], [%ei1, %erow.end]",
+          "  %eco = mul i64 %ei, %ldc", f"  %eto = mul i64 %ei, {nr}",
+          "  br label %ecol", "ecol:",
+          "  %ej = phi i64 [0, %erow], [%ej1, %ecol.next]",
+          "  %etj = add i64 %eto, %ej", f"  %etp = getelementptr {t}, ptr %tile, i64 %etj",
+          f"  %ev = load {t}, ptr %etp", "  %ecj = add i64 %eco, %ej",
+          f"  %ecp = getelementptr {t}, ptr %c, i64 %ecj",
+          "  br i1 %first, label %eset, label %eadd", "eadd:",
+          f"  %eold = load {t}, ptr %ecp", f"  %esum = fadd {t} %eold, %ev",
+          "  br label %ecol.next", "eset:", "  br label %ecol.next", "ecol.next:",
+          f"  %eout = phi {t} [%esum, %eadd], [%ev, %eset]",
+          f"  store {t} %eout, ptr %ecp",
+          "  %ej1 = add i64 %ej, 1", "  %ejm = icmp slt i64 %ej1, %nr",
+          "  br i1 %ejm, label %ecol, label %erow.end", "erow.end:",
+          "  %ei1 = add i64 %ei, 1", "  %eim = icmp slt i64 %ei1, %mr",
+          "  br i1 %eim, label %erow, label %eret", "eret:", "  ret void", "}"]
+    return "\n".join(s)
+
+
+def _pack_a(p: Params, t: str) -> str:
+    """pack_a(A, rsa, csa, abuf, mc, kc): abuf[ir/MR][q][i] = A[ir+i, q], rows past mc
+    zero. Row-contiguous A (csa = 1) is read along its rows; otherwise (a transposed
+    view, rsa = 1) along the columns, MR at a time."""
+    mr = p.mr
+    return f"""
+define internal void @pack_a(ptr %A, i64 %rsa, i64 %csa, ptr %buf, i64 %mc, i64 %kc) {{
+entry:
+  %rows = icmp eq i64 %csa, 1
+  br label %panel
+panel:
+  %ir = phi i64 [0, %entry], [%ir1, %panel.end]
+  %pbase = mul i64 %ir, %kc
+  br i1 %rows, label %row, label %col
+row:
+  %i = phi i64 [0, %panel], [%i1, %row.end]
+  %gi = add i64 %ir, %i
+  %valid = icmp slt i64 %gi, %mc
+  %arow = mul i64 %gi, %rsa
+  %bi0 = add i64 %pbase, %i
+  br i1 %valid, label %rq, label %zq
+rq:
+  %q = phi i64 [0, %row], [%q1, %rq]
+  %aq = add i64 %arow, %q
+  %ap = getelementptr {t}, ptr %A, i64 %aq
+  %av = load {t}, ptr %ap
+  %qo = mul i64 %q, {mr}
+  %bq = add i64 %bi0, %qo
+  %bp = getelementptr {t}, ptr %buf, i64 %bq
+  store {t} %av, ptr %bp
+  %q1 = add i64 %q, 1
+  %qm = icmp slt i64 %q1, %kc
+  br i1 %qm, label %rq, label %row.end
+zq:
+  %z = phi i64 [0, %row], [%z1, %zq]
+  %zo = mul i64 %z, {mr}
+  %bz = add i64 %bi0, %zo
+  %zp = getelementptr {t}, ptr %buf, i64 %bz
+  store {t} 0.0, ptr %zp
+  %z1 = add i64 %z, 1
+  %zm = icmp slt i64 %z1, %kc
+  br i1 %zm, label %zq, label %row.end
+row.end:
+  %i1 = add i64 %i, 1
+  %im = icmp slt i64 %i1, {mr}
+  br i1 %im, label %row, label %panel.end
+col:
+  %cq = phi i64 [0, %panel], [%cq1, %col.end]
+  %cqa = mul i64 %cq, %csa
+  %cqb0 = mul i64 %cq, {mr}
+  %cqb = add i64 %pbase, %cqb0
+  br label %ci
+ci:
+  %j = phi i64 [0, %col], [%j1, %ci.next]
+  %gj = add i64 %ir, %j
+  %cvalid = icmp slt i64 %gj, %mc
+  br i1 %cvalid, label %cload, label %ci.next
+cload:
+  %cja = mul i64 %gj, %rsa
+  %cjq = add i64 %cja, %cqa
+  %cap = getelementptr {t}, ptr %A, i64 %cjq
+  %cav = load {t}, ptr %cap
+  br label %ci.next
+ci.next:
+  %cv = phi {t} [%cav, %cload], [0.0, %ci]
+  %cbj = add i64 %cqb, %j
+  %cbp = getelementptr {t}, ptr %buf, i64 %cbj
+  store {t} %cv, ptr %cbp
+  %j1 = add i64 %j, 1
+  %jm = icmp slt i64 %j1, {mr}
+  br i1 %jm, label %ci, label %col.end
+col.end:
+  %cq1 = add i64 %cq, 1
+  %cqm = icmp slt i64 %cq1, %kc
+  br i1 %cqm, label %col, label %panel.end
+panel.end:
+  %ir1 = add i64 %ir, {mr}
+  %irm = icmp slt i64 %ir1, %mc
+  br i1 %irm, label %panel, label %exit
+exit:
+  ret void
+}}"""
+
+
+def _pack_b(p: Params, t: str, vw: int) -> str:
+    """pack_b(B, rsb, csb, bbuf, kc, nc): bbuf[jr/NR][q][j] = B[q, jr+j], columns past
+    nc zero. Whole panels of row-contiguous B (csb = 1) move as NV vectors per row;
+    the rest element by element, down the columns (a transposed view has rsb = 1)."""
+    nv, nr = p.nv, p.nv * vw
+    v = f"<{vw} x {t}>"
+    esz = 4 if t == "float" else 8
+    vec = []
+    for k in range(nv):
+        vec += [f"  %vs{k} = add i64 %vsrc, {k * vw}",
+                f"  %vsp{k} = getelementptr {t}, ptr %B, i64 %vs{k}",
+                f"  %vv{k} = load {v}, ptr %vsp{k}, align {esz}",
+                f"  %vd{k} = add i64 %vdst, {k * vw}",
+                f"  %vdp{k} = getelementptr {t}, ptr %buf, i64 %vd{k}",
+                f"  store {v} %vv{k}, ptr %vdp{k}, align {vw * esz}"]
+    vec = "\n".join(vec)
+    return f"""
+define internal void @pack_b(ptr %B, i64 %rsb, i64 %csb, ptr %buf, i64 %kc, i64 %nc) {{
+entry:
+  %unit = icmp eq i64 %csb, 1
+  br label %panel
+panel:
+  %jr = phi i64 [0, %entry], [%jr1, %panel.end]
+  %pbase = mul i64 %jr, %kc
+  %jend = add i64 %jr, {nr}
+  %whole = icmp sle i64 %jend, %nc
+  %vecrows = and i1 %whole, %unit
+  br i1 %vecrows, label %vrow, label %col
+vrow:
+  %vq = phi i64 [0, %panel], [%vq1, %vrow]
+  %vqr = mul i64 %vq, %rsb
+  %vsrc = add i64 %vqr, %jr
+  %vqo = mul i64 %vq, {nr}
+  %vdst = add i64 %pbase, %vqo
+{vec}
+  %vq1 = add i64 %vq, 1
+  %vqm = icmp slt i64 %vq1, %kc
+  br i1 %vqm, label %vrow, label %panel.end
+col:
+  %j = phi i64 [0, %panel], [%j1, %col.end]
+  %gj = add i64 %jr, %j
+  %valid = icmp slt i64 %gj, %nc
+  %bcol = mul i64 %gj, %csb
+  %dcol = add i64 %pbase, %j
+  br label %cq
+cq:
+  %q = phi i64 [0, %col], [%q1, %cq.next]
+  br i1 %valid, label %cload, label %cq.next
+cload:
+  %qr = mul i64 %q, %rsb
+  %src = add i64 %qr, %bcol
+  %sp = getelementptr {t}, ptr %B, i64 %src
+  %sv = load {t}, ptr %sp
+  br label %cq.next
+cq.next:
+  %val = phi {t} [%sv, %cload], [0.0, %cq]
+  %qo = mul i64 %q, {nr}
+  %dst = add i64 %dcol, %qo
+  %dp = getelementptr {t}, ptr %buf, i64 %dst
+  store {t} %val, ptr %dp
+  %q1 = add i64 %q, 1
+  %qm = icmp slt i64 %q1, %kc
+  br i1 %qm, label %cq, label %col.end
+col.end:
+  %j1 = add i64 %j, 1
+  %jm = icmp slt i64 %j1, {nr}
+  br i1 %jm, label %col, label %panel.end
+panel.end:
+  %jr1 = add i64 %jr, {nr}
+  %jrm = icmp slt i64 %jr1, %nc
+  br i1 %jrm, label %panel, label %exit
+exit:
+  ret void
+}}"""
+
+
+def _driver(p: Params, t: str, vw: int) -> str:
+    mr, nr = p.mr, p.nv * vw
+    return f"""
+define void @gemm(ptr %A, i64 %rsa, i64 %csa, ptr %B, i64 %rsb, i64 %csb, ptr %C, i64 %ldc,
+                  i64 %M, i64 %N, i64 %K, ptr %abuf, ptr %bbuf) {{
+entry:
+  br label %jc.head
+jc.head:
+  %jc = phi i64 [0, %entry], [%jc1, %jc.end]
+  %nleft = sub i64 %N, %jc
+  %nlt = icmp slt i64 %nleft, {p.nc}
+  %nc = select i1 %nlt, i64 %nleft, i64 {p.nc}
+  br label %pc.head
+pc.head:
+  %pc = phi i64 [0, %jc.head], [%pc1, %pc.end]
+  %kleft = sub i64 %K, %pc
+  %klt = icmp slt i64 %kleft, {p.kc}
+  %kc = select i1 %klt, i64 %kleft, i64 {p.kc}
+  %first = icmp eq i64 %pc, 0
+  %bq = mul i64 %pc, %rsb
+  %bj = mul i64 %jc, %csb
+  %bo = add i64 %bq, %bj
+  %bsrc = getelementptr {t}, ptr %B, i64 %bo
+  call void @pack_b(ptr %bsrc, i64 %rsb, i64 %csb, ptr %bbuf, i64 %kc, i64 %nc)
+  br label %ic.head
+ic.head:
+  %ic = phi i64 [0, %pc.head], [%ic1, %ic.end]
+  %mleft = sub i64 %M, %ic
+  %mlt = icmp slt i64 %mleft, {p.mc}
+  %mc = select i1 %mlt, i64 %mleft, i64 {p.mc}
+  %ai = mul i64 %ic, %rsa
+  %aq = mul i64 %pc, %csa
+  %ao = add i64 %ai, %aq
+  %asrc = getelementptr {t}, ptr %A, i64 %ao
+  call void @pack_a(ptr %asrc, i64 %rsa, i64 %csa, ptr %abuf, i64 %mc, i64 %kc)
+  %crow = mul i64 %ic, %ldc
+  %cblk = add i64 %crow, %jc
+  br label %jr.head
+jr.head:
+  %jr = phi i64 [0, %ic.head], [%jr1, %jr.end]
+  %nrleft = sub i64 %nc, %jr
+  %nrlt = icmp slt i64 %nrleft, {nr}
+  %nr = select i1 %nrlt, i64 %nrleft, i64 {nr}
+  %bpo = mul i64 %jr, %kc
+  %bpanel = getelementptr {t}, ptr %bbuf, i64 %bpo
+  br label %ir.head
+ir.head:
+  %ir = phi i64 [0, %jr.head], [%ir1, %ir.head]
+  %mrleft = sub i64 %mc, %ir
+  %mrlt = icmp slt i64 %mrleft, {mr}
+  %mr = select i1 %mrlt, i64 %mrleft, i64 {mr}
+  %apo = mul i64 %ir, %kc
+  %apanel = getelementptr {t}, ptr %abuf, i64 %apo
+  %cr = mul i64 %ir, %ldc
+  %cc = add i64 %cr, %jr
+  %ct = add i64 %cblk, %cc
+  %ctile = getelementptr {t}, ptr %C, i64 %ct
+  call void @ukernel(i64 %kc, ptr %apanel, ptr %bpanel, ptr %ctile, i64 %ldc, i1 %first,
+                     i64 %mr, i64 %nr)
+  %ir1 = add i64 %ir, {mr}
+  %irm = icmp slt i64 %ir1, %mc
+  br i1 %irm, label %ir.head, label %jr.end
+jr.end:
+  %jr1 = add i64 %jr, {nr}
+  %jrm = icmp slt i64 %jr1, %nc
+  br i1 %jrm, label %jr.head, label %ic.end
+ic.end:
+  %ic1 = add i64 %ic, {p.mc}
+  %icm = icmp slt i64 %ic1, %M
+  br i1 %icm, label %ic.head, label %pc.end
+pc.end:
+  %pc1 = add i64 %pc, {p.kc}
+  %pcm = icmp slt i64 %pc1, %K
+  br i1 %pcm, label %pc.head, label %jc.end
+jc.end:
+  %jc1 = add i64 %jc, {p.nc}
+  %jcm = icmp slt i64 %jc1, %N
+  br i1 %jcm, label %jc.head, label %exit
+exit:
+  ret void
+}}"""
+
+
+def ir_text(dtype=np.float32, params: Params = DEFAULT, vw: int | None = None) -> str:
+    """The module for `dtype` and vectors of vw elements (default: the host's)."""
+    t, short, _ = _TYPES[np.dtype(dtype)]
+    vw = vw or vector_lanes(dtype)
+    if params.mc % params.mr:
+        raise ValueError("MC must be a multiple of MR")
+    if params.nc % (params.nv * vw):
+        raise ValueError("NC must be a multiple of NR")
+    v = f"<{vw} x {t}>"
+    return "\n".join([
+        _micro(params, t, vw), _pack_a(params, t), _pack_b(params, t, vw),
+        _driver(params, t, vw),
+        f"declare {v} @llvm.fma.v{vw}{short}({v}, {v}, {v})",
+        "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+        "!0 = distinct !{!0, !1}",
+        f'!1 = !{{!"llvm.loop.unroll.count", i32 {params.unroll}}}', ""])
+
+
+def kernel(dtype=np.float32, params: Params = DEFAULT):
+    """(gemm compiled for `dtype` on this host, its vector lanes): once per process,
+    from the kernel cache when it is there. Reading the host's features costs ~0.5 ms
+    (llvmlite formats the feature string), so the lanes are kept with the code."""
+    dtype = np.dtype(dtype)
+    key = (dtype, params)
+    got = _loaded.get(key)
+    if got is None:
+        with _lock:
+            got = _loaded.get(key)
+            if got is None:
+                vw = vector_lanes(dtype)
+                text = ir_text(dtype, params, vw)
+                code, _cached = jit.get_code("xladist gemm\n" + text, lambda: text)
+                # code keeps the engine alive
+                got = _loaded[key] = (_FN(code.address("gemm")), vw, code)
+    return got[0], got[1]
+
+
+def _aligned(n: int, dtype) -> np.ndarray:
+    raw = np.empty(n * np.dtype(dtype).itemsize + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n * np.dtype(dtype).itemsize].view(dtype)
+
+
+def _packing_buffers(dtype, params: Params, vw: int):
+    """This thread's (abuf, bbuf), made once: a fresh 4 MiB buffer per call would
+    page-fault on every call."""
+    nr = params.nv * vw
+    key = (np.dtype(dtype), params)
+    bufs = getattr(_buffers, "d", None)
+    if bufs is None:
+        bufs = _buffers.d = {}
+    got = bufs.get(key)
+    if got is None:
+        a = _aligned(-(-params.mc // params.mr) * params.mr * params.kc, dtype)
+        b = _aligned(-(-params.nc // nr) * nr * params.kc, dtype)
+        got = bufs[key] = (a, b)
+    return got
+
+
+def _strides(x: np.ndarray) -> tuple[int, int]:
+    return x.strides[0] // x.itemsize, x.strides[1] // x.itemsize
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+           params: Params = DEFAULT) -> np.ndarray:
+    """a [M, K] @ b [K, N] -> [M, N] (f32 or f64; a and b may be any strided views
+    whose strides are whole elements, e.g. transposes); into `out` when given (that
+    shape and dtype, C-contiguous)."""
+    dtype = np.result_type(a, b)
+    if dtype not in _TYPES or a.dtype != dtype or b.dtype != dtype:
+        raise TypeError(f"gemm_kernel.matmul takes two f32 or two f64 arrays, not "
+                        f"{a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"shapes {a.shape} and {b.shape} do not multiply")
+    (m, k), n = a.shape, b.shape[1]
+    if out is None:
+        out = np.empty((m, n), dtype)
+    elif out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous, of the product's shape and dtype")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        out.fill(0)
+        return out
+    if any(s % a.itemsize for s in a.strides + b.strides):
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    fn, vw = kernel(dtype, params)
+    abuf, bbuf = _packing_buffers(dtype, params, vw)
+    fn(a.ctypes.data, *_strides(a), b.ctypes.data, *_strides(b), out.ctypes.data, n,
+       m, n, k, abuf.ctypes.data, bbuf.ctypes.data)
+    return out
+
+
+def available() -> bool:
+    return vector_bytes() is not None
+
+
+__all__ = ["Params", "DEFAULT", "available", "ir_text", "kernel", "matmul", "replace",
+           "vector_bytes", "vector_lanes"]
