@@ -45,8 +45,9 @@ from . import jit
 
 @dataclass(frozen=True)
 class Params:
-    """Shape of the kernel: micro-tile MR x (NV vectors), cache blocks, k unrolling and
-    prefetch distance (in k steps of the B panel; 0 = no prefetch)."""
+    """Shape of the kernel: micro-tile MR x (NV vectors), cache blocks, k unrolling,
+    prefetch distances (in k steps ahead in the A and B panels; 0 = none) and whether
+    the C tile is prefetched before the k loop."""
 
     mr: int = 6
     nv: int = 2
@@ -54,6 +55,7 @@ class Params:
     mc: int = 144
     nc: int = 4080
     unroll: int = 4
+    prefetch_a: int = 0
     prefetch_b: int = 0
     prefetch_c: bool = True
 
@@ -110,6 +112,10 @@ def _micro(p: Params, t: str, vw: int) -> str:
     for i, k in accs:
         s.append(f"  %acc{i}_{k} = phi {v} [zeroinitializer, %entry], [%f{i}_{k}, %loop]")
     s += [f"  %bo = mul i64 %p, {nr}", f"  %ao = mul i64 %p, {mr}"]
+    if p.prefetch_a:
+        s += [f"  %pao = add i64 %ao, {p.prefetch_a * mr}",
+              f"  %pap = getelementptr {t}, ptr %a, i64 %pao",
+              "  call void @llvm.prefetch.p0(ptr %pap, i32 0, i32 3, i32 1)"]
     if p.prefetch_b:
         s += [f"  %pbo = add i64 %bo, {p.prefetch_b * nr}",
               f"  %pbp = getelementptr {t}, ptr %b, i64 %pbo",
