@@ -14,6 +14,12 @@ pytestmark = pytest.mark.skipif(not gk.available(), reason="no FMA vectors on th
 # Blocks small enough that a few dozen rows cross every one of them: MC = 2 MR,
 # KC = 5 (so k = 7 is one block and a tail of 2), NC = 2 NR of f32 (4 of f64 on AVX2).
 SMALL = gk.Params(mc=2 * gk.DEFAULT.mr, kc=5, nc=2 * gk.DEFAULT.nv * 8 * (gk.vector_lanes() // 8))
+# KC = 19: whole panels of A pack in MR x VW blocks plus a tail of columns (VW = 8 or
+# 16 f32, 4 or 8 f64); with the 4 x 3-vector micro-tile, the other shape tuned.
+SMALL_VEC = gk.replace(SMALL, kc=19)
+FOUR_BY_3 = gk.replace(SMALL, mr=4, nv=3, mc=8, kc=19, nc=6 * 8 * (gk.vector_lanes() // 8))
+BLOCKS = pytest.mark.parametrize("params", [SMALL, SMALL_VEC, FOUR_BY_3],
+                                 ids=["kc5", "kc19", "4x3v"])
 
 
 def bound(a, b, eps):
@@ -46,19 +52,21 @@ def test_matches_float64_reference(m, k, n, dtype):
     check(a, b)
 
 
+@BLOCKS
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("m,k,n", [(1, 1, 1), (11, 7, 40), (25, 23, 33), (12, 10, 64),
-                                   (37, 11, 70)])
-def test_small_blocks_cross_every_block_edge(m, k, n, dtype):
+                                   (37, 47, 70), (24, 40, 48)])
+def test_small_blocks_cross_every_block_edge(m, k, n, dtype, params):
     # Several KC blocks (C accumulated into after the first), MC and NC blocks with
     # tails, zero-padded panels.
     rng = np.random.default_rng(m + 31 * k + 977 * n)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
-    check(a, b, SMALL)
+    check(a, b, params)
 
 
-@pytest.mark.parametrize("params", [gk.DEFAULT, SMALL], ids=["default", "small"])
+@pytest.mark.parametrize("params", [gk.DEFAULT, SMALL, SMALL_VEC, FOUR_BY_3],
+                         ids=["default", "kc5", "kc19", "4x3v"])
 def test_integer_products_are_exact(params):
     # Small integers: every partial sum is an integer below 2^24, exact in f32 in any
     # order, so the kernel must give exactly the integer product.
@@ -79,8 +87,9 @@ def test_transposed_and_strided_operands(dtype):
     check(x.T, dy)                  # rows of A strided, columns contiguous down
     check(dy, w)                    # plain
     check(x, w.T)                   # B transposed: rsb = 1
-    check(x.T, dy, SMALL)
-    check(x, w.T, SMALL)
+    for params in (SMALL, SMALL_VEC, FOUR_BY_3):
+        check(x.T, dy, params)
+        check(x, w.T, params)
     big = rng.standard_normal((90, 80)).astype(dtype)
     check(big[::2, 1::3], big[3:30, ::2])   # both strided both ways
     check(np.asfortranarray(x), np.asfortranarray(w.T))
