@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(not gk.available(), reason="no FMA vectors on th
 
 # Blocks small enough that a few dozen rows cross every one of them: MC = 2 MR,
 # KC = 5 (so k = 7 is one block and a tail of 2), NC = 2 NR of f32 (4 of f64 on AVX2).
-SMALL = gk.Params(mc=2 * gk.DEFAULT.mr, kc=5, nc=2 * gk.DEFAULT.nv * 8 * (gk.vector_lanes() // 8))
+SMALL = gk.Params(mr=6, nv=2, mc=12, kc=5, nc=4 * gk.vector_lanes())
 # KC = 19: whole panels of A pack in MR x VW blocks plus a tail of columns (VW = 8 or
 # 16 f32, 4 or 8 f64); with the 4 x 3-vector micro-tile, the other shape tuned.
 SMALL_VEC = gk.replace(SMALL, kc=19)
