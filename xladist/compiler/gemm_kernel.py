@@ -224,8 +224,8 @@ def _pack_a(p: Params, t: str, vw: int) -> str:
     """pack_a(A, rsa, csa, abuf, mc, kc): abuf[ir/MR][q][i] = A[ir+i, q], rows past mc
     zero. Whole panels of row-contiguous A (csa = 1) move in MR x VW blocks
     (_transpose_block), their last kc % VW columns and partial panels element by element
-    along the rows; whole panels of a transposed view (rsa = 1) as one MR-element copy
-    per column; the rest element by element."""
+    along the rows; whole panels of a transposed view (rsa = 1) as MR-element copies,
+    column by column across the panels; the rest element by element."""
     mr = p.mr
     esz = 4 if t == "float" else 8
     rows = "\n".join(f"  %trow{i}a = add i64 %ir, {i}\n  %trow{i} = mul i64 %trow{i}a, %rsa"
@@ -245,9 +245,42 @@ entry:
   %kv = and i64 %kc, {-vw}
   %hasv = icmp sgt i64 %kv, 0
   %vecok = and i1 %rows, %hasv
-  br label %panel
+  %npw = udiv i64 %mc, {mr}
+  %anyw = icmp sgt i64 %npw, 0
+  %downw = and i1 %acols, %anyw
+  br i1 %downw, label %dq, label %panel
+dq:
+  ; A transposed view: its columns q lie MC contiguous values apart by csa. Column by
+  ; column, every whole panel takes its MR values: panel by panel instead (each
+  ; reading kc rows csa apart, 4 KiB for the MLP's 1024 rows: one L1 set) packed h^T
+  ; of the MLP's dw2 product at 0.82-0.95x OpenBLAS.
+  %kq = phi i64 [0, %entry], [%kq1, %dq.end]
+  %kqa = mul i64 %kq, %csa
+  %kqm = mul i64 %kq, {mr}
+  br label %dp
+dp:
+  %dj = phi i64 [0, %dq], [%dj1, %dp]
+  %dir = mul i64 %dj, {mr}
+  %dsrc = add i64 %kqa, %dir
+  %dsp = getelementptr {t}, ptr %A, i64 %dsrc
+  %dv = load <{mr} x {t}>, ptr %dsp, align {esz}
+  %dpb = mul i64 %dir, %kc
+  %ddst = add i64 %dpb, %kqm
+  %ddp = getelementptr {t}, ptr %buf, i64 %ddst
+  store <{mr} x {t}> %dv, ptr %ddp, align {esz}
+  %dj1 = add i64 %dj, 1
+  %djc = icmp slt i64 %dj1, %npw
+  br i1 %djc, label %dp, label %dq.end
+dq.end:
+  %kq1 = add i64 %kq, 1
+  %kqc = icmp slt i64 %kq1, %kc
+  br i1 %kqc, label %dq, label %dq.rest
+dq.rest:
+  %wdone = mul i64 %npw, {mr}
+  %restm = icmp slt i64 %wdone, %mc
+  br i1 %restm, label %panel, label %exit
 panel:
-  %ir = phi i64 [0, %entry], [%ir1, %panel.end]
+  %ir = phi i64 [0, %entry], [%wdone, %dq.rest], [%ir1, %panel.end]
   %pbase = mul i64 %ir, %kc
   %pend = add i64 %ir, {mr}
   %pwhole = icmp sle i64 %pend, %mc
@@ -276,25 +309,9 @@ utail:
   %uqc = icmp slt i64 %uq1, %kc
   br i1 %uqc, label %utail, label %panel.end
 scalar:
-  %down = and i1 %pwhole, %acols
-  br i1 %down, label %ccopy, label %scalar2
-ccopy:
-  %kq = phi i64 [0, %scalar], [%kq1, %ccopy]
-  %kqa = mul i64 %kq, %csa
-  %kqs = add i64 %kqa, %ir
-  %kqp = getelementptr {t}, ptr %A, i64 %kqs
-  %kqv = load <{mr} x {t}>, ptr %kqp, align {esz}
-  %kqm = mul i64 %kq, {mr}
-  %kqb = add i64 %pbase, %kqm
-  %kqd = getelementptr {t}, ptr %buf, i64 %kqb
-  store <{mr} x {t}> %kqv, ptr %kqd, align {esz}
-  %kq1 = add i64 %kq, 1
-  %kqc = icmp slt i64 %kq1, %kc
-  br i1 %kqc, label %ccopy, label %panel.end
-scalar2:
   br i1 %rows, label %row, label %col
 row:
-  %i = phi i64 [0, %scalar2], [%i1, %row.end]
+  %i = phi i64 [0, %scalar], [%i1, %row.end]
   %gi = add i64 %ir, %i
   %valid = icmp slt i64 %gi, %mc
   %arow = mul i64 %gi, %rsa
@@ -326,7 +343,7 @@ row.end:
   %im = icmp slt i64 %i1, {mr}
   br i1 %im, label %row, label %panel.end
 col:
-  %cq = phi i64 [0, %scalar2], [%cq1, %col.end]
+  %cq = phi i64 [0, %scalar], [%cq1, %col.end]
   %cqa = mul i64 %cq, %csa
   %cqb0 = mul i64 %cq, {mr}
   %cqb = add i64 %pbase, %cqb0
