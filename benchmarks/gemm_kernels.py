@@ -36,7 +36,9 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import argparse  # noqa: E402
+import ast  # noqa: E402
 import ctypes  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -158,14 +160,15 @@ def main(argv=None) -> int:
     dtype = np.float64 if args.f64 else np.float32
     if args.f64 and jax is not None:
         jax.config.update("jax_enable_x64", True)  # else jax computes f64 inputs in f32
-    over = {kv.split("=")[0]: eval(kv.split("=")[1])  # noqa: S307 (numbers, True/False)
+    over = {kv.split("=")[0]: ast.literal_eval(kv.split("=")[1])
             for kv in args.params.split(",") if kv}
-    params = gemm_kernel.replace(gemm_kernel.DEFAULT, **over)
+    params = dataclasses.replace(gemm_kernel.DEFAULT, **over)
     if not gemm_kernel.available():
         raise SystemExit("the LLVM GEMM kernel is not for this host (no FMA vectors)")
     print("\n".join(header() + describe(params, dtype)))
     names = ["llvm", "openblas"] + (["jax"] if jax is not None else [])
-    hdr = (f"{'product (' + np.dtype(dtype).name + ', one core)':<38}" + "".join(f"{n + ' ms':>12}" for n in names) +
+    title = f"product ({np.dtype(dtype).name}, one core)"
+    hdr = (f"{title:<38}" + "".join(f"{n + ' ms':>12}" for n in names) +
            "".join(f"{n[:5] + ' GF/s':>11}" for n in names) +
            f"{'blas/llvm':>10}" + (f"{'jax/llvm':>9}" if jax is not None else ""))
     print(hdr + "\n" + "-" * len(hdr), flush=True)

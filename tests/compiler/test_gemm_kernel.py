@@ -4,6 +4,8 @@ and transposed operands, f32 and f64, and the empty edges."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -16,8 +18,8 @@ pytestmark = pytest.mark.skipif(not gk.available(), reason="no FMA vectors on th
 SMALL = gk.Params(mr=6, nv=2, mc=12, kc=5, nc=4 * gk.vector_lanes())
 # KC = 19: whole panels of A pack in MR x VW blocks plus a tail of columns (VW = 8 or
 # 16 f32, 4 or 8 f64); with the 4 x 3-vector micro-tile, the other shape tuned.
-SMALL_VEC = gk.replace(SMALL, kc=19)
-FOUR_BY_3 = gk.replace(SMALL, mr=4, nv=3, mc=8, kc=19, nc=6 * 8 * (gk.vector_lanes() // 8))
+SMALL_VEC = replace(SMALL, kc=19)
+FOUR_BY_3 = replace(SMALL, mr=4, nv=3, mc=8, kc=19, nc=6 * 8 * (gk.vector_lanes() // 8))
 BLOCKS = pytest.mark.parametrize("params", [SMALL, SMALL_VEC, FOUR_BY_3],
                                  ids=["kc5", "kc19", "4x3v"])
 
