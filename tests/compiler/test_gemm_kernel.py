@@ -1,0 +1,130 @@
+"""The LLVM GEMM kernel (compiler/gemm_kernel.py) against numpy in float64 and against
+exact integer products: odd sizes around the micro-tile and the cache blocks, strided
+and transposed operands, f32 and f64, and the empty edges."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from xladist.compiler import gemm_kernel as gk
+
+pytestmark = pytest.mark.skipif(not gk.available(), reason="no FMA vectors on this host")
+
+# Blocks small enough that a few dozen rows cross every one of them: MC = 2 MR,
+# KC = 5 (so k = 7 is one block and a tail of 2), NC = 2 NR of f32 (4 of f64 on AVX2).
+SMALL = gk.Params(mr=6, nv=2, mc=12, kc=5, nc=4 * gk.vector_lanes())
+# KC = 19: whole panels of A pack in MR x VW blocks plus a tail of columns (VW = 8 or
+# 16 f32, 4 or 8 f64); with the 4 x 3-vector micro-tile, the other shape tuned.
+SMALL_VEC = replace(SMALL, kc=19)
+FOUR_BY_3 = replace(SMALL, mr=4, nv=3, mc=8, kc=19, nc=6 * 8 * (gk.vector_lanes() // 8))
+BLOCKS = pytest.mark.parametrize("params", [SMALL, SMALL_VEC, FOUR_BY_3],
+                                 ids=["kc5", "kc19", "4x3v"])
+
+
+def bound(a, b, eps):
+    """Elementwise error allowed: eps times k times sum |a||b| (the classic bound of a
+    sum of k products, in the kernel's precision)."""
+    k = a.shape[1]
+    return eps * max(k, 1) * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+
+
+def check(a, b, params=gk.DEFAULT, out=None):
+    got = gk.matmul(a, b, out=out, params=params)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == ref.shape and got.dtype == a.dtype
+    eps = np.finfo(a.dtype).eps
+    err = np.abs(got.astype(np.float64) - ref)
+    assert np.all(err <= bound(a, b, eps) + 1e-30), f"max error {err.max()}"
+    return got
+
+
+SIZES = [(1, 1, 1), (1, 7, 1), (7, 1, 33), (7, 33, 100), (33, 100, 7), (100, 257, 33),
+         (257, 33, 100), (6, 16, 16), (5, 17, 15), (13, 513, 31)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", SIZES)
+def test_matches_float64_reference(m, k, n, dtype):
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    check(a, b)
+
+
+@BLOCKS
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (11, 7, 40), (25, 23, 33), (12, 10, 64),
+                                   (37, 47, 70), (24, 40, 48)])
+def test_small_blocks_cross_every_block_edge(m, k, n, dtype, params):
+    # Several KC blocks (C accumulated into after the first), MC and NC blocks with
+    # tails, zero-padded panels.
+    rng = np.random.default_rng(m + 31 * k + 977 * n)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    check(a, b, params)
+
+
+@pytest.mark.parametrize("params", [gk.DEFAULT, SMALL, SMALL_VEC, FOUR_BY_3],
+                         ids=["default", "kc5", "kc19", "4x3v"])
+def test_integer_products_are_exact(params):
+    # Small integers: every partial sum is an integer below 2^24, exact in f32 in any
+    # order, so the kernel must give exactly the integer product.
+    rng = np.random.default_rng(3)
+    a = rng.integers(-8, 9, (45, 71))
+    b = rng.integers(-8, 9, (71, 53))
+    got = gk.matmul(a.astype(np.float32), b.astype(np.float32), params=params)
+    np.testing.assert_array_equal(got, (a @ b).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transposed_and_strided_operands(dtype):
+    # The gradient products read transposes (X^T @ dY, dY @ W^T) and slices in place.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 29)).astype(dtype)
+    dy = rng.standard_normal((40, 35)).astype(dtype)
+    w = rng.standard_normal((35, 29)).astype(dtype)
+    check(x.T, dy)                  # rows of A strided, columns contiguous down
+    check(dy, w)                    # plain
+    check(x, w.T)                   # B transposed: rsb = 1
+    for params in (SMALL, SMALL_VEC, FOUR_BY_3):
+        check(x.T, dy, params)
+        check(x, w.T, params)
+    big = rng.standard_normal((90, 80)).astype(dtype)
+    check(big[::2, 1::3], big[3:30, ::2])   # both strided both ways
+    check(np.asfortranarray(x), np.asfortranarray(w.T))
+
+
+def test_out_is_overwritten_not_accumulated():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((9, 300)).astype(np.float32)   # K over one KC block
+    b = rng.standard_normal((300, 20)).astype(np.float32)
+    out = np.full((9, 20), 1e6, np.float32)
+    got = check(a, b, out=out)
+    assert got is out
+
+
+def test_empty_dimensions():
+    a = np.ones((3, 0), np.float32)
+    b = np.ones((0, 4), np.float32)
+    out = np.full((3, 4), np.nan, np.float32)
+    np.testing.assert_array_equal(gk.matmul(a, b, out=out), np.zeros((3, 4), np.float32))
+    assert gk.matmul(np.ones((0, 5), np.float32), np.ones((5, 2), np.float32)).shape == (0, 2)
+    assert gk.matmul(np.ones((2, 5), np.float32), np.ones((5, 0), np.float32)).shape == (2, 0)
+
+
+def test_rejects_mixed_types_and_shapes():
+    with pytest.raises(TypeError):
+        gk.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float64))
+    with pytest.raises(ValueError):
+        gk.matmul(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+
+
+def test_micro_kernel_is_fma_at_the_host_width():
+    vw = gk.vector_lanes(np.float32)
+    assert vw in (8, 16)
+    text = gk.ir_text(np.float32)
+    assert f"@llvm.fma.v{vw}f32" in text and " fast " not in text  # no reassociation flags
+    assert f"@llvm.fma.v{vw // 2}f64" in gk.ir_text(np.float64)

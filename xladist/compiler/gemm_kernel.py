@@ -1,0 +1,697 @@
+"""Row-major GEMM C = A @ B (f32, f64) generated with LLVM for the host's vector width,
+in the style of BLIS/GotoBLAS: packed panels of A and B, cache blocking MC/KC/NC and a
+register-blocked micro-kernel.
+
+Measured, and not the dot path: OpenBLAS (cblas through blas_blocks.py and
+native/blas.py) stays the dot path. benchmarks/gemm_kernels.py, one pinned core, f32,
+interleaved medians of 15, two runs (time of OpenBLAS / time of this kernel; > 1 is
+this kernel faster), AMD EPYC znver4 with AVX2 + FMA visible (no AVX-512), numpy's
+OpenBLAS 0.3.31 with its Haswell kernel, 6x16 tile, MC 96 KC 512:
+
+    square 256   0.989x 0.959x      MLP x@w1    0.993x 0.947x   dw1 x^T@dh  1.063x 0.987x
+    square 512   1.050x 1.022x      MLP h@w2    0.971x 0.984x   dh dy@w2^T  1.073x 1.010x
+    square 1024  1.066x 1.038x      dw2 h^T@dy  1.056x 1.014x   dx dh@w1^T  1.018x 0.983x
+    square 2048  1.020x 0.972x
+
+Parity, not a clear win (>= 5% at both 512 and 1024 in both runs was the bar): both
+reach 66-75 GFLOP/s on this shared host (80-82 when it is quiet), and the core's FMA
+peak measured in the same runs (12 register FMA chains) is 86-90 GFLOP/s: OpenBLAS
+already runs at ~75-95% of it, so no kernel can be much faster here. Against jax.jit
+on one thread (XLA:CPU) the kernel is 1.04-1.18x faster on the squares and the
+products with a plain or transposed B, and 1.4-2.1x on the X^T @ dY products. f64
+(6x8 tile, one run): 0.86-1.13x OpenBLAS, parity as well. matmul() costs ~10 us a call
+from Python (numpy's matmul ~1 us), so products much under 256^3 lose on that alone.
+
+Loops, outermost first (BLIS's five loops around the micro-kernel):
+
+    for jc in 0..N step NC:        B block KC x NC, packed into NR-column panels (L3)
+      for pc in 0..K step KC:
+        pack B[pc:pc+kc, jc:jc+nc]  -> bbuf[jr/NR][p][0:NR]   (zero-padded)
+        for ic in 0..M step MC:    A block MC x KC, packed into MR-row panels (L2)
+          pack A[ic:ic+mc, pc:pc+kc] -> abuf[ir/MR][p][0:MR]  (zero-padded)
+          for jr in 0..nc step NR:       one B panel (KC x NR) stays in L1
+            for ir in 0..mc step MR:
+              C[ic+ir : +MR, jc+jr : +NR] (=, or += after the first pc) micro-kernel
+
+The micro-kernel keeps MR x NV vector accumulators (NR = NV * VW columns) in registers
+over the whole KC loop: per k, NV vector loads of the B panel, MR broadcasts of A and
+MR * NV fused multiply-adds. Panels are zero-padded to MR/NR, so the micro-kernel always
+runs a whole tile; an edge tile (m or n not a multiple) goes through a stack tile and
+only its mr x nr corner reaches C.
+
+A and B are read through (row stride, column stride) pairs, so transposed operands
+(the gradient products X^T @ dY, dY @ W^T) are packed straight from the arrays a
+transpose view of numpy gives, with no copy:
+
+    void gemm(ptr A, i64 rsa, i64 csa, ptr B, i64 rsb, i64 csb, ptr C, i64 ldc,
+              i64 M, i64 N, i64 K, ptr abuf, ptr bbuf)
+
+abuf holds ceil(MC/MR)*MR*KC elements, bbuf ceil(NC/NR)*NR*KC (vector-aligned; gemm()
+keeps one pair per thread). K = 0 is handled by the caller (C = 0).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import jit
+
+
+@dataclass(frozen=True)
+class Params:
+    """Shape of the kernel: micro-tile MR x (NV vectors), cache blocks, k unrolling,
+    prefetch distances (in k steps ahead in the A and B panels; 0 = none) and whether
+    the C tile is prefetched before the k loop."""
+
+    # 6 x 2 vectors (6x16 f32 on AVX2): 12 accumulators, 2 B vectors and a broadcast
+    # in the 16 ymm registers. Blocks tried on the AVX2 host (one core, interleaved
+    # medians, ratio OpenBLAS time / this kernel's at 512 / 1024): MC 144 KC 256
+    # 0.95-1.01 / 0.88-1.03, MC 288 KC 256 0.96-1.01 / 0.96-1.05, MC 96 KC 512
+    # 1.00-1.04 / 1.03-1.07, MC 144 KC 512 0.94 / 1.03; the 4 x 3-vector tile 0.88-0.99
+    # / 0.95-1.06, 8 x 1 0.76 / 0.73. k unrolled 1, 4 or 8, prefetching A 16 or B 4-8
+    # k-steps ahead, or not prefetching C: all within +-3% of each other (noise).
+    mr: int = 6
+    nv: int = 2
+    kc: int = 512
+    mc: int = 96
+    nc: int = 4080
+    unroll: int = 4
+    prefetch_a: int = 0
+    prefetch_b: int = 0
+    prefetch_c: bool = True
+
+
+DEFAULT = Params()
+
+_TYPES = {np.dtype(np.float32): ("float", "f32", 4), np.dtype(np.float64): ("double", "f64", 8)}
+_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_void_p, ctypes.c_int64,
+                       ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_void_p, ctypes.c_void_p)
+_lock = threading.Lock()
+_loaded: dict = {}
+_buffers = threading.local()
+
+
+def vector_bytes() -> int | None:
+    """Bytes of the host's vector registers the kernel uses (32 for AVX2, 64 for
+    AVX-512), None without FMA (the kernel is not for this target)."""
+    feats = set(jit.host_target().features.split(","))
+    if "+fma" not in feats:
+        return None
+    if "+avx512f" in feats and (jit.vector_width() or 512) >= 512:
+        return 64
+    return 32 if "+avx" in feats else None
+
+
+def vector_lanes(dtype=np.float32) -> int | None:
+    vb = vector_bytes()
+    return None if vb is None else vb // np.dtype(dtype).itemsize
+
+
+def _micro(p: Params, t: str, vw: int) -> str:
+    """ukernel(kc, a, b, c, ldc, first, mr, nr): one MR x NR tile, accumulators as phis."""
+    v = f"<{vw} x {t}>"
+    sfx = f"v{vw}{'f32' if t == 'float' else 'f64'}"
+    mr, nv, nr = p.mr, p.nv, p.nv * vw
+    esz = 4 if t == "float" else 8
+    accs = [(i, k) for i in range(mr) for k in range(nv)]
+    s = [f"define internal void @ukernel(i64 %kc, ptr %a, ptr %b, ptr %c, i64 %ldc, i1 %first, "
+         f"i64 %mr, i64 %nr) alwaysinline {{", "entry:"]
+    if p.prefetch_c:  # the tile's rows of C come in while the k loop runs
+        for i in range(mr):
+            s += [f"  %pco{i} = mul i64 %ldc, {i}",
+                  f"  %pcp{i} = getelementptr {t}, ptr %c, i64 %pco{i}",
+                  f"  call void @llvm.prefetch.p0(ptr %pcp{i}, i32 1, i32 3, i32 1)"]
+            if nr * esz > 64:
+                s += [f"  %pcq{i} = getelementptr i8, ptr %pcp{i}, i64 {nr * esz - 1}",
+                      f"  call void @llvm.prefetch.p0(ptr %pcq{i}, i32 1, i32 3, i32 1)"]
+    # The edge tile's alloca in the entry block: once inlined it is a fixed stack slot.
+    s += [f"  %tile = alloca [{mr * nr} x {t}], align 64",
+          "  br label %loop", "loop:", "  %p = phi i64 [0, %entry], [%p1, %loop]"]
+    for i, k in accs:
+        s.append(f"  %acc{i}_{k} = phi {v} [zeroinitializer, %entry], [%f{i}_{k}, %loop]")
+    s += [f"  %bo = mul i64 %p, {nr}", f"  %ao = mul i64 %p, {mr}"]
+    if p.prefetch_a:
+        s += [f"  %pao = add i64 %ao, {p.prefetch_a * mr}",
+              f"  %pap = getelementptr {t}, ptr %a, i64 %pao",
+              "  call void @llvm.prefetch.p0(ptr %pap, i32 0, i32 3, i32 1)"]
+    if p.prefetch_b:
+        s += [f"  %pbo = add i64 %bo, {p.prefetch_b * nr}",
+              f"  %pbp = getelementptr {t}, ptr %b, i64 %pbo",
+              "  call void @llvm.prefetch.p0(ptr %pbp, i32 0, i32 3, i32 1)"]
+    for k in range(nv):
+        s += [f"  %bi{k} = add i64 %bo, {k * vw}",
+              f"  %bp{k} = getelementptr {t}, ptr %b, i64 %bi{k}",
+              f"  %bv{k} = load {v}, ptr %bp{k}, align {vw * esz}"]
+    for i in range(mr):
+        s += [f"  %ai{i} = add i64 %ao, {i}",
+              f"  %ap{i} = getelementptr {t}, ptr %a, i64 %ai{i}",
+              f"  %as{i} = load {t}, ptr %ap{i}, align {esz}",
+              f"  %ae{i} = insertelement {v} poison, {t} %as{i}, i64 0",
+              f"  %av{i} = shufflevector {v} %ae{i}, {v} poison, <{vw} x i32> zeroinitializer"]
+        for k in range(nv):
+            s.append(f"  %f{i}_{k} = call {v} @llvm.fma.{sfx}({v} %av{i}, {v} %bv{k}, "
+                     f"{v} %acc{i}_{k})")
+    s += ["  %p1 = add i64 %p, 1", "  %pm = icmp slt i64 %p1, %kc",
+          "  br i1 %pm, label %loop, label %done, !llvm.loop !0", "done:",
+          f"  %fullm = icmp eq i64 %mr, {mr}", f"  %fulln = icmp eq i64 %nr, {nr}",
+          "  %full = and i1 %fullm, %fulln",
+          "  br i1 %full, label %whole, label %edge", "whole:",
+          "  br i1 %first, label %cset, label %cadd"]
+    for mode in ("set", "add"):
+        s.append(f"c{mode}:")
+        for i, k in accs:
+            s += [f"  %{mode}o{i}_{k}a = mul i64 %ldc, {i}",
+                  f"  %{mode}o{i}_{k} = add i64 %{mode}o{i}_{k}a, {k * vw}",
+                  f"  %{mode}p{i}_{k} = getelementptr {t}, ptr %c, i64 %{mode}o{i}_{k}"]
+            if mode == "set":
+                s.append(f"  store {v} %f{i}_{k}, ptr %setp{i}_{k}, align {esz}")
+            else:
+                s += [f"  %old{i}_{k} = load {v}, ptr %addp{i}_{k}, align {esz}",
+                      f"  %new{i}_{k} = fadd {v} %old{i}_{k}, %f{i}_{k}",
+                      f"  store {v} %new{i}_{k}, ptr %addp{i}_{k}, align {esz}"]
+        s.append("  ret void")
+    # Edge tile: the accumulators to a stack tile, its mr x nr corner to C.
+    s.append("edge:")
+    for i, k in accs:
+        s += [f"  %tp{i}_{k} = getelementptr {t}, ptr %tile, i64 {i * nr + k * vw}",
+              f"  store {v} %f{i}_{k}, ptr %tp{i}_{k}, align {esz}"]
+    s += ["  br label %erow", "erow:",
+          "  %ei = phi i64 [0, %edge], [%ei1, %erow.end]",
+          "  %eco = mul i64 %ei, %ldc", f"  %eto = mul i64 %ei, {nr}",
+          "  br label %ecol", "ecol:",
+          "  %ej = phi i64 [0, %erow], [%ej1, %ecol.next]",
+          "  %etj = add i64 %eto, %ej", f"  %etp = getelementptr {t}, ptr %tile, i64 %etj",
+          f"  %ev = load {t}, ptr %etp", "  %ecj = add i64 %eco, %ej",
+          f"  %ecp = getelementptr {t}, ptr %c, i64 %ecj",
+          "  br i1 %first, label %eset, label %eadd", "eadd:",
+          f"  %eold = load {t}, ptr %ecp", f"  %esum = fadd {t} %eold, %ev",
+          "  br label %ecol.next", "eset:", "  br label %ecol.next", "ecol.next:",
+          f"  %eout = phi {t} [%esum, %eadd], [%ev, %eset]",
+          f"  store {t} %eout, ptr %ecp",
+          "  %ej1 = add i64 %ej, 1", "  %ejm = icmp slt i64 %ej1, %nr",
+          "  br i1 %ejm, label %ecol, label %erow.end", "erow.end:",
+          "  %ei1 = add i64 %ei, 1", "  %eim = icmp slt i64 %ei1, %mr",
+          "  br i1 %eim, label %erow, label %eret", "eret:", "  ret void", "}"]
+    return "\n".join(s)
+
+
+def _transpose_block(rows: int, t: str, vw: int, x: str, src: str) -> str:
+    """IR of one block of `rows` x VW, each row VW contiguous elements at
+    src + %{x}row{i} + %{x}q, moved to column-major order (element (i, q) to q*rows +
+    i) at buf + %{x}qb: `rows` vector loads and one shuffle. It packs whole panels of
+    row-contiguous A (rows = MR) and of transposed B (rows = NR columns). Element by
+    element (the first version) the packing of A took ~0.5 ns a value: 30 us of a
+    288x256 block, 5% of a 256^3 product."""
+    v = f"<{vw} x {t}>"
+    esz = 4 if t == "float" else 8
+    s = []
+    for i in range(rows):
+        s += [f"  %{x}r{i} = add i64 %{x}row{i}, %{x}q",
+              f"  %{x}p{i} = getelementptr {t}, ptr %{src}, i64 %{x}r{i}",
+              f"  %{x}v{i} = load {v}, ptr %{x}p{i}, align {esz}"]
+    # Concatenate pairs, then pairs of pairs..., to one vector of MR*VW lanes (an odd
+    # one out pairs with poison), then one shuffle picks lanes q*MR + i <- i*VW + q.
+    parts, w, n = [f"%{x}v{i}" for i in range(rows)], vw, 0
+    while len(parts) > 1:
+        nxt = []
+        for j in range(0, len(parts), 2):
+            other = parts[j + 1] if j + 1 < len(parts) else "poison"
+            mask = ", ".join(f"i32 {k}" if k < w or other != "poison" else "i32 poison"
+                             for k in range(2 * w))
+            s.append(f"  %{x}c{n} = shufflevector <{w} x {t}> {parts[j]}, <{w} x {t}> "
+                     f"{other}, <{2 * w} x i32> <{mask}>")
+            nxt.append(f"%{x}c{n}")
+            n += 1
+        parts, w = nxt, 2 * w
+    order = ", ".join(f"i32 {i * vw + q}" for q in range(vw) for i in range(rows))
+    s += [f"  %{x}t = shufflevector <{w} x {t}> {parts[0]}, <{w} x {t}> poison, "
+          f"<{rows * vw} x i32> <{order}>",
+          f"  %{x}b = getelementptr {t}, ptr %buf, i64 %{x}qb",
+          f"  store <{rows * vw} x {t}> %{x}t, ptr %{x}b, align {esz}"]
+    return "\n".join(s)
+
+
+def _pack_a(p: Params, t: str, vw: int) -> str:
+    """pack_a(A, rsa, csa, abuf, mc, kc): abuf[ir/MR][q][i] = A[ir+i, q], rows past mc
+    zero. Whole panels of row-contiguous A (csa = 1) move in MR x VW blocks
+    (_transpose_block), their last kc % VW columns and partial panels element by element
+    along the rows; whole panels of a transposed view (rsa = 1) as MR-element copies,
+    column by column across the panels; the rest element by element."""
+    mr = p.mr
+    esz = 4 if t == "float" else 8
+    rows = "\n".join(f"  %trow{i}a = add i64 %ir, {i}\n  %trow{i} = mul i64 %trow{i}a, %rsa"
+                     for i in range(mr))
+    tail = "\n".join(
+        f"  %ur{i} = add i64 %trow{i}, %uq\n"
+        f"  %up{i} = getelementptr {t}, ptr %A, i64 %ur{i}\n"
+        f"  %uv{i} = load {t}, ptr %up{i}\n"
+        f"  %ub{i} = add i64 %uqb, {i}\n"
+        f"  %ud{i} = getelementptr {t}, ptr %buf, i64 %ub{i}\n"
+        f"  store {t} %uv{i}, ptr %ud{i}" for i in range(mr))
+    return f"""
+define internal void @pack_a(ptr %A, i64 %rsa, i64 %csa, ptr %buf, i64 %mc, i64 %kc) {{
+entry:
+  %rows = icmp eq i64 %csa, 1
+  %acols = icmp eq i64 %rsa, 1
+  %kv = and i64 %kc, {-vw}
+  %hasv = icmp sgt i64 %kv, 0
+  %vecok = and i1 %rows, %hasv
+  %npw = udiv i64 %mc, {mr}
+  %anyw = icmp sgt i64 %npw, 0
+  %downw = and i1 %acols, %anyw
+  br i1 %downw, label %dq, label %panel
+dq:
+  ; A transposed view: its columns q lie MC contiguous values apart by csa. Column by
+  ; column, every whole panel takes its MR values: panel by panel instead (each
+  ; reading kc rows csa apart, 4 KiB for the MLP's 1024 rows: one L1 set) packed h^T
+  ; of the MLP's dw2 product at 0.82-0.95x OpenBLAS.
+  %kq = phi i64 [0, %entry], [%kq1, %dq.end]
+  %kqa = mul i64 %kq, %csa
+  %kqm = mul i64 %kq, {mr}
+  br label %dp
+dp:
+  %dj = phi i64 [0, %dq], [%dj1, %dp]
+  %dir = mul i64 %dj, {mr}
+  %dsrc = add i64 %kqa, %dir
+  %dsp = getelementptr {t}, ptr %A, i64 %dsrc
+  %dv = load <{mr} x {t}>, ptr %dsp, align {esz}
+  %dpb = mul i64 %dir, %kc
+  %ddst = add i64 %dpb, %kqm
+  %ddp = getelementptr {t}, ptr %buf, i64 %ddst
+  store <{mr} x {t}> %dv, ptr %ddp, align {esz}
+  %dj1 = add i64 %dj, 1
+  %djc = icmp slt i64 %dj1, %npw
+  br i1 %djc, label %dp, label %dq.end
+dq.end:
+  %kq1 = add i64 %kq, 1
+  %kqc = icmp slt i64 %kq1, %kc
+  br i1 %kqc, label %dq, label %dq.rest
+dq.rest:
+  %wdone = mul i64 %npw, {mr}
+  %restm = icmp slt i64 %wdone, %mc
+  br i1 %restm, label %panel, label %exit
+panel:
+  %ir = phi i64 [0, %entry], [%wdone, %dq.rest], [%ir1, %panel.end]
+  %pbase = mul i64 %ir, %kc
+  %pend = add i64 %ir, {mr}
+  %pwhole = icmp sle i64 %pend, %mc
+  %usev = and i1 %pwhole, %vecok
+  br i1 %usev, label %vblk.pre, label %scalar
+vblk.pre:
+{rows}
+  br label %vblk
+vblk:
+  %tq = phi i64 [0, %vblk.pre], [%tq1, %vblk]
+  %tqm = mul i64 %tq, {mr}
+  %tqb = add i64 %pbase, %tqm
+{_transpose_block(mr, t, vw, 't', 'A')}
+  %tq1 = add i64 %tq, {vw}
+  %tqc = icmp slt i64 %tq1, %kv
+  br i1 %tqc, label %vblk, label %vtail
+vtail:
+  %anyt = icmp slt i64 %kv, %kc
+  br i1 %anyt, label %utail, label %panel.end
+utail:
+  %uq = phi i64 [%kv, %vtail], [%uq1, %utail]
+  %uqm = mul i64 %uq, {mr}
+  %uqb = add i64 %pbase, %uqm
+{tail}
+  %uq1 = add i64 %uq, 1
+  %uqc = icmp slt i64 %uq1, %kc
+  br i1 %uqc, label %utail, label %panel.end
+scalar:
+  br i1 %rows, label %row, label %col
+row:
+  %i = phi i64 [0, %scalar], [%i1, %row.end]
+  %gi = add i64 %ir, %i
+  %valid = icmp slt i64 %gi, %mc
+  %arow = mul i64 %gi, %rsa
+  %bi0 = add i64 %pbase, %i
+  br i1 %valid, label %rq, label %zq
+rq:
+  %q = phi i64 [0, %row], [%q1, %rq]
+  %aq = add i64 %arow, %q
+  %ap = getelementptr {t}, ptr %A, i64 %aq
+  %av = load {t}, ptr %ap
+  %qo = mul i64 %q, {mr}
+  %bq = add i64 %bi0, %qo
+  %bp = getelementptr {t}, ptr %buf, i64 %bq
+  store {t} %av, ptr %bp
+  %q1 = add i64 %q, 1
+  %qm = icmp slt i64 %q1, %kc
+  br i1 %qm, label %rq, label %row.end
+zq:
+  %z = phi i64 [0, %row], [%z1, %zq]
+  %zo = mul i64 %z, {mr}
+  %bz = add i64 %bi0, %zo
+  %zp = getelementptr {t}, ptr %buf, i64 %bz
+  store {t} 0.0, ptr %zp
+  %z1 = add i64 %z, 1
+  %zm = icmp slt i64 %z1, %kc
+  br i1 %zm, label %zq, label %row.end
+row.end:
+  %i1 = add i64 %i, 1
+  %im = icmp slt i64 %i1, {mr}
+  br i1 %im, label %row, label %panel.end
+col:
+  %cq = phi i64 [0, %scalar], [%cq1, %col.end]
+  %cqa = mul i64 %cq, %csa
+  %cqb0 = mul i64 %cq, {mr}
+  %cqb = add i64 %pbase, %cqb0
+  br label %ci
+ci:
+  %j = phi i64 [0, %col], [%j1, %ci.next]
+  %gj = add i64 %ir, %j
+  %cvalid = icmp slt i64 %gj, %mc
+  br i1 %cvalid, label %cload, label %ci.next
+cload:
+  %cja = mul i64 %gj, %rsa
+  %cjq = add i64 %cja, %cqa
+  %cap = getelementptr {t}, ptr %A, i64 %cjq
+  %cav = load {t}, ptr %cap
+  br label %ci.next
+ci.next:
+  %cv = phi {t} [%cav, %cload], [0.0, %ci]
+  %cbj = add i64 %cqb, %j
+  %cbp = getelementptr {t}, ptr %buf, i64 %cbj
+  store {t} %cv, ptr %cbp
+  %j1 = add i64 %j, 1
+  %jm = icmp slt i64 %j1, {mr}
+  br i1 %jm, label %ci, label %col.end
+col.end:
+  %cq1 = add i64 %cq, 1
+  %cqm = icmp slt i64 %cq1, %kc
+  br i1 %cqm, label %col, label %panel.end
+panel.end:
+  %ir1 = add i64 %ir, {mr}
+  %irm = icmp slt i64 %ir1, %mc
+  br i1 %irm, label %panel, label %exit
+exit:
+  ret void
+}}"""
+
+
+def _pack_b(p: Params, t: str, vw: int) -> str:
+    """pack_b(B, rsb, csb, bbuf, kc, nc): bbuf[jr/NR][q][j] = B[q, jr+j], columns past
+    nc zero. Whole panels of row-contiguous B (csb = 1) move as NV vectors per row;
+    whole panels of a transposed view (rsb = 1) in NR x VW blocks (_transpose_block)
+    and a tail of rows; the rest element by element, down the columns."""
+    nv, nr = p.nv, p.nv * vw
+    v = f"<{vw} x {t}>"
+    esz = 4 if t == "float" else 8
+    vec = []
+    for k in range(nv):
+        vec += [f"  %vs{k} = add i64 %vsrc, {k * vw}",
+                f"  %vsp{k} = getelementptr {t}, ptr %B, i64 %vs{k}",
+                f"  %vv{k} = load {v}, ptr %vsp{k}, align {esz}",
+                f"  %vd{k} = add i64 %vdst, {k * vw}",
+                f"  %vdp{k} = getelementptr {t}, ptr %buf, i64 %vd{k}",
+                f"  store {v} %vv{k}, ptr %vdp{k}, align {vw * esz}"]
+    vec = "\n".join(vec)
+    cols = "\n".join(f"  %xrow{j}a = add i64 %jr, {j}\n  %xrow{j} = mul i64 %xrow{j}a, %csb"
+                     for j in range(nr))
+    tail = "\n".join(
+        f"  %yr{j} = add i64 %xrow{j}, %yq\n"
+        f"  %yp{j} = getelementptr {t}, ptr %B, i64 %yr{j}\n"
+        f"  %yv{j} = load {t}, ptr %yp{j}\n"
+        f"  %yb{j} = add i64 %yqb, {j}\n"
+        f"  %yd{j} = getelementptr {t}, ptr %buf, i64 %yb{j}\n"
+        f"  store {t} %yv{j}, ptr %yd{j}" for j in range(nr))
+    return f"""
+define internal void @pack_b(ptr %B, i64 %rsb, i64 %csb, ptr %buf, i64 %kc, i64 %nc) {{
+entry:
+  %unit = icmp eq i64 %csb, 1
+  %tr = icmp eq i64 %rsb, 1
+  %kv = and i64 %kc, {-vw}
+  %hasv = icmp sgt i64 %kv, 0
+  %trv = and i1 %tr, %hasv
+  br label %panel
+panel:
+  %jr = phi i64 [0, %entry], [%jr1, %panel.end]
+  %pbase = mul i64 %jr, %kc
+  %jend = add i64 %jr, {nr}
+  %whole = icmp sle i64 %jend, %nc
+  %vecrows = and i1 %whole, %unit
+  br i1 %vecrows, label %vrow, label %notrow
+notrow:
+  %tblk = and i1 %whole, %trv
+  br i1 %tblk, label %xblk.pre, label %col
+xblk.pre:
+{cols}
+  br label %xblk
+xblk:
+  %xq = phi i64 [0, %xblk.pre], [%xq1, %xblk]
+  %xqm = mul i64 %xq, {nr}
+  %xqb = add i64 %pbase, %xqm
+{_transpose_block(nr, t, vw, 'x', 'B')}
+  %xq1 = add i64 %xq, {vw}
+  %xqc = icmp slt i64 %xq1, %kv
+  br i1 %xqc, label %xblk, label %xtail
+xtail:
+  %anyx = icmp slt i64 %kv, %kc
+  br i1 %anyx, label %ytail, label %panel.end
+ytail:
+  %yq = phi i64 [%kv, %xtail], [%yq1, %ytail]
+  %yqm = mul i64 %yq, {nr}
+  %yqb = add i64 %pbase, %yqm
+{tail}
+  %yq1 = add i64 %yq, 1
+  %yqc = icmp slt i64 %yq1, %kc
+  br i1 %yqc, label %ytail, label %panel.end
+vrow:
+  %vq = phi i64 [0, %panel], [%vq1, %vrow]
+  %vqr = mul i64 %vq, %rsb
+  %vsrc = add i64 %vqr, %jr
+  %vqo = mul i64 %vq, {nr}
+  %vdst = add i64 %pbase, %vqo
+{vec}
+  %vq1 = add i64 %vq, 1
+  %vqm = icmp slt i64 %vq1, %kc
+  br i1 %vqm, label %vrow, label %panel.end
+col:
+  %j = phi i64 [0, %notrow], [%j1, %col.end]
+  %gj = add i64 %jr, %j
+  %valid = icmp slt i64 %gj, %nc
+  %bcol = mul i64 %gj, %csb
+  %dcol = add i64 %pbase, %j
+  br label %cq
+cq:
+  %q = phi i64 [0, %col], [%q1, %cq.next]
+  br i1 %valid, label %cload, label %cq.next
+cload:
+  %qr = mul i64 %q, %rsb
+  %src = add i64 %qr, %bcol
+  %sp = getelementptr {t}, ptr %B, i64 %src
+  %sv = load {t}, ptr %sp
+  br label %cq.next
+cq.next:
+  %val = phi {t} [%sv, %cload], [0.0, %cq]
+  %qo = mul i64 %q, {nr}
+  %dst = add i64 %dcol, %qo
+  %dp = getelementptr {t}, ptr %buf, i64 %dst
+  store {t} %val, ptr %dp
+  %q1 = add i64 %q, 1
+  %qm = icmp slt i64 %q1, %kc
+  br i1 %qm, label %cq, label %col.end
+col.end:
+  %j1 = add i64 %j, 1
+  %jm = icmp slt i64 %j1, {nr}
+  br i1 %jm, label %col, label %panel.end
+panel.end:
+  %jr1 = add i64 %jr, {nr}
+  %jrm = icmp slt i64 %jr1, %nc
+  br i1 %jrm, label %panel, label %exit
+exit:
+  ret void
+}}"""
+
+
+def _driver(p: Params, t: str, vw: int) -> str:
+    mr, nr = p.mr, p.nv * vw
+    return f"""
+define void @gemm(ptr %A, i64 %rsa, i64 %csa, ptr %B, i64 %rsb, i64 %csb, ptr %C, i64 %ldc,
+                  i64 %M, i64 %N, i64 %K, ptr %abuf, ptr %bbuf) {{
+entry:
+  br label %jc.head
+jc.head:
+  %jc = phi i64 [0, %entry], [%jc1, %jc.end]
+  %nleft = sub i64 %N, %jc
+  %nlt = icmp slt i64 %nleft, {p.nc}
+  %nc = select i1 %nlt, i64 %nleft, i64 {p.nc}
+  br label %pc.head
+pc.head:
+  %pc = phi i64 [0, %jc.head], [%pc1, %pc.end]
+  %kleft = sub i64 %K, %pc
+  %klt = icmp slt i64 %kleft, {p.kc}
+  %kc = select i1 %klt, i64 %kleft, i64 {p.kc}
+  %first = icmp eq i64 %pc, 0
+  %bq = mul i64 %pc, %rsb
+  %bj = mul i64 %jc, %csb
+  %bo = add i64 %bq, %bj
+  %bsrc = getelementptr {t}, ptr %B, i64 %bo
+  call void @pack_b(ptr %bsrc, i64 %rsb, i64 %csb, ptr %bbuf, i64 %kc, i64 %nc)
+  br label %ic.head
+ic.head:
+  %ic = phi i64 [0, %pc.head], [%ic1, %ic.end]
+  %mleft = sub i64 %M, %ic
+  %mlt = icmp slt i64 %mleft, {p.mc}
+  %mc = select i1 %mlt, i64 %mleft, i64 {p.mc}
+  %ai = mul i64 %ic, %rsa
+  %aq = mul i64 %pc, %csa
+  %ao = add i64 %ai, %aq
+  %asrc = getelementptr {t}, ptr %A, i64 %ao
+  call void @pack_a(ptr %asrc, i64 %rsa, i64 %csa, ptr %abuf, i64 %mc, i64 %kc)
+  %crow = mul i64 %ic, %ldc
+  %cblk = add i64 %crow, %jc
+  br label %jr.head
+jr.head:
+  %jr = phi i64 [0, %ic.head], [%jr1, %jr.end]
+  %nrleft = sub i64 %nc, %jr
+  %nrlt = icmp slt i64 %nrleft, {nr}
+  %nr = select i1 %nrlt, i64 %nrleft, i64 {nr}
+  %bpo = mul i64 %jr, %kc
+  %bpanel = getelementptr {t}, ptr %bbuf, i64 %bpo
+  br label %ir.head
+ir.head:
+  %ir = phi i64 [0, %jr.head], [%ir1, %ir.head]
+  %mrleft = sub i64 %mc, %ir
+  %mrlt = icmp slt i64 %mrleft, {mr}
+  %mr = select i1 %mrlt, i64 %mrleft, i64 {mr}
+  %apo = mul i64 %ir, %kc
+  %apanel = getelementptr {t}, ptr %abuf, i64 %apo
+  %cr = mul i64 %ir, %ldc
+  %cc = add i64 %cr, %jr
+  %ct = add i64 %cblk, %cc
+  %ctile = getelementptr {t}, ptr %C, i64 %ct
+  call void @ukernel(i64 %kc, ptr %apanel, ptr %bpanel, ptr %ctile, i64 %ldc, i1 %first,
+                     i64 %mr, i64 %nr)
+  %ir1 = add i64 %ir, {mr}
+  %irm = icmp slt i64 %ir1, %mc
+  br i1 %irm, label %ir.head, label %jr.end
+jr.end:
+  %jr1 = add i64 %jr, {nr}
+  %jrm = icmp slt i64 %jr1, %nc
+  br i1 %jrm, label %jr.head, label %ic.end
+ic.end:
+  %ic1 = add i64 %ic, {p.mc}
+  %icm = icmp slt i64 %ic1, %M
+  br i1 %icm, label %ic.head, label %pc.end
+pc.end:
+  %pc1 = add i64 %pc, {p.kc}
+  %pcm = icmp slt i64 %pc1, %K
+  br i1 %pcm, label %pc.head, label %jc.end
+jc.end:
+  %jc1 = add i64 %jc, {p.nc}
+  %jcm = icmp slt i64 %jc1, %N
+  br i1 %jcm, label %jc.head, label %exit
+exit:
+  ret void
+}}"""
+
+
+def ir_text(dtype=np.float32, params: Params = DEFAULT, vw: int | None = None) -> str:
+    """The module for `dtype` and vectors of vw elements (default: the host's)."""
+    t, short, _ = _TYPES[np.dtype(dtype)]
+    vw = vw or vector_lanes(dtype)
+    if params.mc % params.mr:
+        raise ValueError("MC must be a multiple of MR")
+    if params.nc % (params.nv * vw):
+        raise ValueError("NC must be a multiple of NR")
+    v = f"<{vw} x {t}>"
+    return "\n".join([
+        _micro(params, t, vw), _pack_a(params, t, vw), _pack_b(params, t, vw),
+        _driver(params, t, vw),
+        f"declare {v} @llvm.fma.v{vw}{short}({v}, {v}, {v})",
+        "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
+        "!0 = distinct !{!0, !1}",
+        f'!1 = !{{!"llvm.loop.unroll.count", i32 {params.unroll}}}', ""])
+
+
+def kernel(dtype=np.float32, params: Params = DEFAULT):
+    """(gemm compiled for `dtype` on this host, its vector lanes): once per process,
+    from the kernel cache when it is there. Reading the host's features costs ~0.5 ms
+    (llvmlite formats the feature string), so the lanes are kept with the code."""
+    dtype = np.dtype(dtype)
+    key = (dtype, params)
+    got = _loaded.get(key)
+    if got is None:
+        with _lock:
+            got = _loaded.get(key)
+            if got is None:
+                vw = vector_lanes(dtype)
+                text = ir_text(dtype, params, vw)
+                code, _cached = jit.get_code("xladist gemm\n" + text, lambda: text)
+                # code keeps the engine alive
+                got = _loaded[key] = (_FN(code.address("gemm")), vw, code)
+    return got[0], got[1]
+
+
+def _aligned(n: int, dtype) -> np.ndarray:
+    raw = np.empty(n * np.dtype(dtype).itemsize + 64, np.uint8)
+    off = (-raw.ctypes.data) % 64
+    return raw[off:off + n * np.dtype(dtype).itemsize].view(dtype)
+
+
+def _packing_buffers(dtype, params: Params, vw: int):
+    """This thread's (abuf, bbuf, their addresses), made once: a fresh 4 MiB buffer per
+    call would page-fault on every call (and .ctypes.data costs ~1 us a look)."""
+    nr = params.nv * vw
+    key = (np.dtype(dtype), params)
+    bufs = getattr(_buffers, "d", None)
+    if bufs is None:
+        bufs = _buffers.d = {}
+    got = bufs.get(key)
+    if got is None:
+        a = _aligned(-(-params.mc // params.mr) * params.mr * params.kc, dtype)
+        b = _aligned(-(-params.nc // nr) * nr * params.kc, dtype)
+        got = bufs[key] = (a, b, a.ctypes.data, b.ctypes.data)
+    return got
+
+
+def _strides(x: np.ndarray) -> tuple[int, int]:
+    return x.strides[0] // x.itemsize, x.strides[1] // x.itemsize
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+           params: Params = DEFAULT) -> np.ndarray:
+    """a [M, K] @ b [K, N] -> [M, N] (f32 or f64; a and b may be any strided views
+    whose strides are whole elements, e.g. transposes); into `out` when given (that
+    shape and dtype, C-contiguous)."""
+    dtype = np.result_type(a, b)
+    if dtype not in _TYPES or a.dtype != dtype or b.dtype != dtype:
+        raise TypeError(f"gemm_kernel.matmul takes two f32 or two f64 arrays, not "
+                        f"{a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"shapes {a.shape} and {b.shape} do not multiply")
+    (m, k), n = a.shape, b.shape[1]
+    if out is None:
+        out = np.empty((m, n), dtype)
+    elif out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous, of the product's shape and dtype")
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        out.fill(0)
+        return out
+    if any(s % a.itemsize for s in a.strides + b.strides):
+        a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    fn, vw = kernel(dtype, params)
+    _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
+    fn(a.ctypes.data, *_strides(a), b.ctypes.data, *_strides(b), out.ctypes.data, n,
+       m, n, k, abuf, bbuf)
+    return out
+
+
+def available() -> bool:
+    return vector_bytes() is not None
+
+
+__all__ = ["Params", "DEFAULT", "available", "ir_text", "kernel", "matmul",
+           "vector_bytes", "vector_lanes"]
