@@ -576,7 +576,7 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
                              f"{len(da.devices)} devices traced)")
         traces.append(trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
                                    induction=induction, deadline=deadline))
-    if induction and len({tuple(tr.shortened) for tr in traces}) > 1:
+    if induction and len({tuple(tr.shortened) for tr in traces}) > 1 and not _apart(traces):
         return None, None
     problems: list[Problem] = []
     for tr in traces:
@@ -593,6 +593,26 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
     stuck = _simulate(traces, deadline)
     _cycles(stuck, traces, problems)
     return traces, problems
+
+
+def _apart(traces) -> bool:
+    """Whether devices that traced their loops by induction differently (other loops, other
+    trip counts: a trip count uniform only within each group of an all-reduce, say per mesh
+    row) never meet inside such a loop: every collective and channel event there links
+    only devices with the same shortened loops. Each set of such devices then repeats the
+    same per-iteration sequences the same number of times among itself, so induction's
+    argument (induction.py) holds set by set, and the events outside the loops do not
+    depend on the counts. Otherwise check.py unrolls (None from _check_once)."""
+    sig = {tr.device: tuple(tr.shortened) for tr in traces}
+    for tr in traces:
+        mine = sig[tr.device]
+        for ev in tr.events:
+            if not ev.looped:
+                continue
+            others = (ev.peer,) if ev.peer is not None else ev.group
+            if not others or any(sig.get(d) != mine for d in others):
+                return False
+    return True
 
 
 def _merge_unproven(problems: list[Problem]) -> None:

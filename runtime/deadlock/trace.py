@@ -118,6 +118,7 @@ class Event:
         "issued",
         "kind",
         "link",
+        "looped",
         "partner",
         "peer",
         "shape",
@@ -139,6 +140,7 @@ class Event:
         self.partner: Event | None = None   # send <-> matched recv
         self.issued = False
         self.index = 0                      # position in the device's trace
+        self.looped = False                 # inside a loop traced by induction (check.py)
 
     def where(self) -> str:
         return where(self.instr, self.ctx)
@@ -335,6 +337,7 @@ class _Tracer:
         self.channels: dict[tuple, deque] = {}
         self.pending_async: dict[Instruction, Event | None] = {}
         self.runs: dict[Instruction, int] = {}  # events per instruction, for uniform_key
+        self.looping = 0  # depth of loops traced by induction around the current event
         self.induction = induction
         self.deadline = deadline
 
@@ -358,6 +361,7 @@ class _Tracer:
     def emit(self, kind: str, instr: Instruction, ctx) -> Event:
         ev = Event(kind, instr, self.device, ctx)
         ev.index = len(self.trace.events)
+        ev.looped = self.looping > 0
         self.trace.events.append(ev)
         self.runs[instr] = self.runs.get(instr, 0) + 1
         return ev
@@ -561,15 +565,20 @@ def _while(t: _Tracer, instr, frame, ctx):
         trips, record, p = plan
         if record is not None:
             t.trace.shortened.append((id(instr), ctx, record))
+            t.looping += 1
         state = t.lazy_operands(instr, frame)[0]
-        for k in range(trips):
-            label = _label(instr, k + 1, trips, record, p)
-            t.tick(instr, ctx + (label,))
-            bframe = Frame(body, [state])
-            t.walk(body, bframe, ctx + (label,))
+        try:
+            for k in range(trips):
+                label = _label(instr, k + 1, trips, record, p)
+                t.tick(instr, ctx + (label,))
+                bframe = Frame(body, [state])
+                t.walk(body, bframe, ctx + (label,))
 
-            def state(bf=bframe):  # forced only if the body asks for the loop state
-                return folder.eval(body.root, bf)
+                def state(bf=bframe):  # forced only if the body asks for the loop state
+                    return folder.eval(body.root, bf)
+        finally:
+            if record is not None:
+                t.looping -= 1
         return
     n = known_trip_count(instr)
     eager = n is None or cond_comm or _needs_values(body)

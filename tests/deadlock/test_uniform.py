@@ -160,6 +160,86 @@ ENTRY %main (x: f32[4], k: s32[]) -> f32[4] {
     assert set(report.events.values()) <= {2, 3}
 
 
+# ---- loops whose trip count is uniform per group ----------------------------------------------
+LOOP = """HloModule m, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%addi (i: s32[], j: s32[]) -> s32[] {
+  %i = s32[] parameter(0)
+  %j = s32[] parameter(1)
+  ROOT %s = s32[] add(%i, %j)
+}
+
+%cond (c: (f32[4], s32[], s32[])) -> pred[] {
+  %c = (f32[4]{0}, s32[], s32[]) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=1
+  %cn = s32[] get-tuple-element(%c), index=2
+  ROOT %lt = pred[] compare(%ci, %cn), direction=LT
+}
+
+%body (b: (f32[4], s32[], s32[])) -> (f32[4], s32[], s32[]) {
+  %b = (f32[4]{0}, s32[], s32[]) parameter(0)
+  %x = f32[4]{0} get-tuple-element(%b), index=0
+  %i = s32[] get-tuple-element(%b), index=1
+  %n = s32[] get-tuple-element(%b), index=2
+  %y = f32[4]{0} BODY_OP
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%i, %one)
+  ROOT %t = (f32[4]{0}, s32[], s32[]) tuple(%y, %i1, %n)
+}
+
+ENTRY %e (x0: f32[4], k: s32[]) -> f32[4] {
+  %x0 = f32[4]{0} parameter(0)
+  %k = s32[] parameter(1)
+  %n0 = s32[] all-reduce(%k), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%addi
+  %z = s32[] constant(0)
+  %t0 = (f32[4]{0}, s32[], s32[]) tuple(%x0, %z, %n0)
+  %w = (f32[4]{0}, s32[], s32[]) while(%t0), condition=%cond, body=%body
+  %r = f32[4]{0} get-tuple-element(%w), index=0
+  ROOT %all = f32[4]{0} all-reduce(%r), channel_id=4, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+}
+"""
+
+_ROW_AR = ("all-reduce(%x), channel_id=2, replica_groups=GROUPS, use_global_device_ids=true, "
+           "to_apply=%add")
+
+
+@pytest.mark.parametrize("body_op, proven", [
+    # every exchange in the loop stays inside a row, whose devices share the trip count
+    (_ROW_AR.replace("GROUPS", "{{0,1},{2,3}}"), True),
+    (_ROW_AR.replace("GROUPS", "{{0},{1},{2},{3}}"), True),
+    # the loop's exchanges cross rows whose trip counts may differ: a real hang when they do
+    (_ROW_AR.replace("GROUPS", "{{0,1,2,3}}"), False),
+    (_ROW_AR.replace("GROUPS", "{{0,2},{1,3}}"), False),
+    ("collective-permute(%x), channel_id=2, source_target_pairs={{0,2},{2,0},{1,3},{3,1}}",
+     False),
+    # The check matches a collective-permute as one instance over its whole group (every
+    # partition of the replica), so even pairs inside the rows link them here: unproven
+    # (a warning), as before; never a false problem.
+    ("collective-permute(%x), channel_id=2, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}",
+     False),
+])
+def test_a_trip_count_uniform_per_row_is_proven_when_the_loop_stays_in_rows(body_op, proven):
+    """`while i < psum_row(k)`: devices of a row run the same number of iterations, rows
+    may run different numbers. Proven exactly when nothing inside the loop links two rows
+    (each row then repeats its own per-iteration sequence); else unproven, never proven."""
+    m = xladist.parse_hlo(LOOP.replace("BODY_OP", body_op))
+    xladist.verify(m)
+    report = check_module(m, 4)
+    kinds = {p.kind for p in report.problems}
+    if proven:
+        assert report.problems == [], report.to_text()
+    else:
+        assert report.problems and kinds <= {"unproven", "unmatched", "mismatch", "deadlock"}, \
+            report.to_text()
+        assert not report.ok or kinds == {"unproven"}, report.to_text()
+
+
 # ---- the jax_extra corpus ---------------------------------------------------------------------
 # Every case is proven, except where the data really decides: a while loop whose trip count is
 # a pmax (unbounded, not enumerable), and a switch whose third branch permutes across both rows
@@ -167,10 +247,6 @@ ENTRY %main (x: f32[4], k: s32[]) -> f32[4] {
 EXPECTED_WARNINGS = {
     "loops_collectives_mesh2": {"unproven"},
     "cond_switch_collectives_mesh2x2": {"unmatched"},
-    # A trip count from a psum over 'y': uniform within each row, different between rows.
-    # Not proven yet: loops shortened by a uniform trip count must be keyed alike on every
-    # device (check.py), and the class engine does not split a class by all-reduce group.
-    "while_rowwise_trip_mesh2x2": {"unproven"},
 }
 
 
