@@ -258,6 +258,10 @@ def main(argv: list[str]) -> int:
           f"load average {load0[0]:.2f} -> {load1[0]:.2f}; per iteration "
           f"(T(K) - T(1)) / (K - 1), slowest process, best of {rounds} alternating launches "
           f"of each side (2 pairs of runs per launch)")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"# threads: xladist {max(1, cores // N)} compute thread(s) per rank (its default: "
+          f"the cores shared among the node's ranks); jax at its defaults (XLA:CPU's pools "
+          f"in each process, XLA_FLAGS empty), both sides on the same {cores} cores")
     print("| program | K | xladist (us) | jax.distributed (us) | jax / xladist |")
     print("|---|---|---|---|---|")
     for name, (_, _, k) in table.items():
