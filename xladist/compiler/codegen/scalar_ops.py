@@ -507,7 +507,7 @@ def _total_order_key(b, t, x):
     # magnitude bits of negative numbers (sign-magnitude -> two's complement).
     if t.name in lowbits.SMALL_FLOATS:
         # Keys from the storage pattern, as the interpreter orders them (fnuz NaN
-        # 0x80 sits just below +0; f8e8m0fnu has no sign bit).
+        # 0x80 is -NaN, the lowest; f8e8m0fnu has no sign bit).
         return lowbits.total_order_key(b, lowbits.SMALL_FLOATS[t.name], x)
     ft = x.type
     it = ir.IntType(64 if ft == F64 else 32)
