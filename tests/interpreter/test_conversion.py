@@ -205,3 +205,25 @@ ENTRY main {
         ["0x1", "0x81", "0x8003", "0x3ff", "0x400", "0xc0", "0x140", "0x7bff"]
     assert [hex(v) for v in b.view(np.uint16).tolist()] == \
         ["0x0", "0x100", "0x8000", "0x400", "0x400", "0x100", "0x100", "0x7c00"]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_bitcast_convert_into_bf16_keeps_signalling_nans_recorded_from_xla_cpu(backend):
+    """bitcast-convert s16/u16/f16 -> bf16 moves bits: 0xff9c (s16 -100) and 0x7f81 are
+    bf16 signalling NaNs and XLA:CPU returns them unchanged; the cpu backend's bf16 store
+    quieted them (0xffdc, 0x7fc1). tools/edge_sweep.py --ops bitcast."""
+    import xladist
+    s = np.array([-100, 0x7F81, 0x7F80, 0x7FC0, -1, 0x3F80], np.int16)
+    h = np.array([0x7F81, 0xFF81, 0x7FFF], np.uint16).view(np.float16)
+    text = """HloModule m
+ENTRY main {
+  s = s16[6] parameter(0)
+  h = f16[3] parameter(1)
+  a = bf16[6] bitcast-convert(s)
+  b = bf16[3] bitcast-convert(h)
+  ROOT r = (bf16[6], bf16[3]) tuple(a, b)
+}
+"""
+    a, b = xladist.compile(xladist.parse_hlo(text), backend=backend)(s, h)
+    assert a.view(np.uint16).tolist() == [0xFF9C, 0x7F81, 0x7F80, 0x7FC0, 0xFFFF, 0x3F80]
+    assert b.view(np.uint16).tolist() == [0x7F81, 0xFF81, 0x7FFF]
