@@ -528,8 +528,10 @@ def sort_ops():
         if name in ("f8e8m0fnu",):
             ops = [o for o in ops if o[0] in ("sort", "argsort", "argmax", "argmin",
                                               "reduce_max", "reduce_min")]
-        out.append(Group("sort_reduce", name, ops, [rows],
-                         {"sort", "sort_desc", "reduce_max", "reduce_min", "cummax", "cummin"}))
+        # NaN payloads are not pinned: which NaN a max/min reduction keeps depends on an
+        # order XLA does not specify, and XLA:CPU's sort of narrow floats returns canonical
+        # NaNs (it widens them); a NaN where XLA has a number is still a mismatch.
+        out.append(Group("sort_reduce", name, ops, [rows]))
     return out
 
 
