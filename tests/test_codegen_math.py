@@ -129,6 +129,20 @@ def test_power_accuracy_and_special_cases(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_power_of_minus_inf_to_non_integer_exponents(dtype):
+    """C99 pow (and XLA:CPU, tools/edge_sweep.py --ops pow): (-inf)^y is +inf for y > 0 and
+    +0 for y < 0 when y is not an odd integer; the cpu backend gave NaN for non-integer y
+    (the negative-base rule)."""
+    y = np.array([0.5, -0.5, 1.5, -1.5, 2.5, 1e-3, -1e-3, 1e30, 2.0, -2.0, 3.0, -3.0],
+                 dtype)
+    x = np.full_like(y, -np.inf)
+    got = _run_binary("power", x, y)
+    want = np.array([np.inf, 0, np.inf, 0, np.inf, np.inf, 0, np.inf, np.inf, 0, -np.inf,
+                     -0.0], dtype)
+    assert np.array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_atan2_quadrants_and_zeros(dtype):
     rng = np.random.default_rng(2)
     vals = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-30, 3.0]

@@ -365,6 +365,42 @@ ENTRY main {{
     assert_same(cpu[1], np.arange(n, dtype=np.float32).astype(x.dtype))
 
 
+def _f32_total_order(x) -> np.ndarray:
+    """XLA:CPU's TOTALORDER on a small float: the f32 total order of the widened value
+    (ml_dtypes widens the fnuz NaN 0x80 to -NaN; f8e8m0fnu is all positive, 0xFF +NaN)."""
+    i = np.asarray(x).astype(np.float32).view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF) - 1, i)
+
+
+@pytest.mark.parametrize("t", ["f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e8m0fnu"])
+def test_total_order_of_fnuz_nan_and_unsigned_e8m0(t):
+    """XLA:CPU sorts the fnuz NaN (0x80) first, below -max, and f8e8m0fnu patterns as
+    unsigned (NaN 0xFF last): jax.lax.sort of every pattern (sweep: tools/edge_sweep.py
+    --ops sort). Both backends put 0x80 just below +0 and took e8m0's top bit for a sign."""
+    x = all_patterns(t)
+    n = x.size
+    text = f"""HloModule m
+lt {{
+  p = {t}[] parameter(0)
+  q = {t}[] parameter(1)
+  ROOT c = pred[] compare(p, q), direction=LT, type=TOTALORDER
+}}
+ENTRY main {{
+  a = {t}[{n}] parameter(0)
+  ROOT s = {t}[{n}] sort(a), dimensions={{0}}, to_apply=lt
+}}
+"""
+    shuffled = x[np.random.default_rng(3).permutation(n)]
+    want = shuffled[np.argsort(_f32_total_order(shuffled), kind="stable")]
+    interp, cpu = run_both(text, shuffled)
+    assert np.array_equal(bits(interp[0]), bits(want))
+    assert np.array_equal(bits(cpu[0]), bits(want))
+    if t != "f8e8m0fnu":
+        assert bits(cpu[0])[0] == 0x80          # NaN first
+    else:
+        assert list(bits(cpu[0])[[0, -1]]) == [0x00, 0xFF]
+
+
 # ---- dot and convolution -----------------------------------------------------------------
 
 @pytest.mark.parametrize("t,out", [("f8e4m3fn", "f8e4m3fn"), ("f8e5m2", "f32"),

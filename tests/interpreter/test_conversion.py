@@ -181,3 +181,49 @@ def test_reduce_precision_of_bf16_operands_recorded_from_xla_cpu():
     assert got.dtype == BF16
     f = got.astype(np.float32)
     assert np.isnan(f[:4]).all() and f[4:].tolist() == [inf, 3.5, 1.75]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_reduce_precision_of_f16_keeps_its_subnormals_recorded_from_xla_cpu(backend):
+    """f16 with a 5-bit exponent: XLA reduces on the f16 bits, so f16 subnormals are kept
+    (e5m10 is the identity) or rounded in place (e5m2: 0x0081 -> 0x0100 = 2^-16). The cpu
+    backend reduced the f32 register, where they lie below the 5-bit exponent's range,
+    and flushed them to zero (tools/edge_sweep.py --ops reduce_precision)."""
+    import xladist
+    x = np.array([0x0001, 0x0081, 0x8003, 0x03FF, 0x0400, 0x00C0, 0x0140, 0x7BFF],
+                 np.uint16).view(np.float16)
+    text = """HloModule m
+ENTRY main {
+  x = f16[8] parameter(0)
+  a = f16[8] reduce-precision(x), exponent_bits=5, mantissa_bits=10
+  b = f16[8] reduce-precision(x), exponent_bits=5, mantissa_bits=2
+  ROOT r = (f16[8], f16[8]) tuple(a, b)
+}
+"""
+    a, b = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)
+    assert [hex(v) for v in a.view(np.uint16).tolist()] == \
+        ["0x1", "0x81", "0x8003", "0x3ff", "0x400", "0xc0", "0x140", "0x7bff"]
+    assert [hex(v) for v in b.view(np.uint16).tolist()] == \
+        ["0x0", "0x100", "0x8000", "0x400", "0x400", "0x100", "0x100", "0x7c00"]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_bitcast_convert_into_bf16_keeps_signalling_nans_recorded_from_xla_cpu(backend):
+    """bitcast-convert s16/u16/f16 -> bf16 moves bits: 0xff9c (s16 -100) and 0x7f81 are
+    bf16 signalling NaNs and XLA:CPU returns them unchanged; the cpu backend's bf16 store
+    quieted them (0xffdc, 0x7fc1). tools/edge_sweep.py --ops bitcast."""
+    import xladist
+    s = np.array([-100, 0x7F81, 0x7F80, 0x7FC0, -1, 0x3F80], np.int16)
+    h = np.array([0x7F81, 0xFF81, 0x7FFF], np.uint16).view(np.float16)
+    text = """HloModule m
+ENTRY main {
+  s = s16[6] parameter(0)
+  h = f16[3] parameter(1)
+  a = bf16[6] bitcast-convert(s)
+  b = bf16[3] bitcast-convert(h)
+  ROOT r = (bf16[6], bf16[3]) tuple(a, b)
+}
+"""
+    a, b = xladist.compile(xladist.parse_hlo(text), backend=backend)(s, h)
+    assert a.view(np.uint16).tolist() == [0xFF9C, 0x7F81, 0x7F80, 0x7FC0, 0xFFFF, 0x3F80]
+    assert b.view(np.uint16).tolist() == [0x7F81, 0xFF81, 0x7FFF]

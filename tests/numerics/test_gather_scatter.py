@@ -261,3 +261,44 @@ def test_scatter_matches_jax():
                          update_window_dims=(1,), inserted_window_dims=(0,),
                          scatter_dims_to_operand_dims=(0,), index_vector_dim=1)
     np.testing.assert_allclose(run(ins, operand, indices, updates), np.asarray(ref), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_huge_start_indices_clamp_high_and_scatter_drops_them(backend):
+    """XLA clamps dynamic-slice / dynamic-update-slice / gather starts into range: a u64
+    start >= 2^63 is huge, so it clamps to the last window (both backends took it for
+    negative and clamped to 0, the cpu backend's gather and dynamic slices, the
+    interpreter's gather). A scatter index of INT64_MAX is out of bounds and dropped
+    (the interpreter's bounds test overflowed and raised IndexError). Found by
+    tools/edge_sweep.py --ops ds,dus,gather,scatter against XLA:CPU."""
+    import xladist
+    text = """HloModule m
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[10] parameter(0)
+  u = u64[] parameter(1)
+  s = s64[] parameter(2)
+  iu = u64[2,1] parameter(3)
+  is = s64[2,1] parameter(4)
+  ds = f32[3] dynamic-slice(x, u), dynamic_slice_sizes={3}
+  v = f32[3] constant({-1, -2, -3})
+  dus = f32[10] dynamic-update-slice(x, v, u)
+  g = f32[2,3] gather(x, iu), offset_dims={1}, collapsed_slice_dims={}, start_index_map={0}, index_vector_dim=1, slice_sizes={3}
+  up = f32[2] constant({100, 200})
+  sc = f32[10] scatter(x, is, up), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add
+  ROOT r = (f32[3], f32[10], f32[2,3], f32[10]) tuple(ds, dus, g, sc)
+}
+"""
+    x = np.arange(10, dtype=np.float32)
+    args = [x, np.uint64(2**63), np.int64(2**63 - 1),
+            np.array([[2**63], [2**64 - 1]], np.uint64),
+            np.array([[2**63 - 1], [1]], np.int64)]
+    ds, dus, g, sc = xladist.compile(xladist.parse_hlo(text), backend=backend)(*args)
+    assert ds.tolist() == [7, 8, 9]
+    assert dus.tolist() == [0, 1, 2, 3, 4, 5, 6, -1, -2, -3]
+    assert g.tolist() == [[7, 8, 9], [7, 8, 9]]
+    assert sc.tolist() == [0, 201, 2, 3, 4, 5, 6, 7, 8, 9]

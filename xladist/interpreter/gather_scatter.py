@@ -28,6 +28,9 @@ def _batch_view(indices: np.ndarray, index_vector_dim: int) -> np.ndarray:
     indices = np.asarray(indices)
     if index_vector_dim == indices.ndim:
         indices = indices[..., None]
+    if indices.dtype == np.uint64:
+        # u64 indices beyond int64 are far out of range, not negative: saturate them.
+        indices = np.minimum(indices, np.uint64(np.iinfo(np.int64).max))
     return np.moveaxis(indices, index_vector_dim, -1).astype(np.int64)
 
 
@@ -124,7 +127,7 @@ def scatter_targets(operand_shape, indices, updates_shape, *, update_window_dims
         s = starts[d]
         size = updates_shape[update_window_dims[window_dims.index(d)]] \
             if d in window_dims else 1
-        in_bounds &= (s >= 0) & (s + size <= operand_shape[d])
+        in_bounds &= (s >= 0) & (s <= operand_shape[d] - size)  # s + size may overflow
         shape = [1] * up_rank
         for a, n in zip(scatter_axes, batch_shape):
             shape[a] = n

@@ -336,6 +336,9 @@ def _start_index(ctx, op, index, limit):
     t = op.shape.element_type
     if v.type.width < 64:
         v = b.sext(v, I64) if t.kind == "sint" else b.zext(v, I64)
+    if t.kind != "sint":
+        # Unsigned: a u64 start >= 2^63 is huge, not negative.
+        return b.select(b.icmp_unsigned(">", v, c64(limit)), c64(limit), v)
     lo = b.select(b.icmp_signed("<", v, c64(0)), c64(0), v)
     return b.select(b.icmp_signed(">", lo, c64(limit)), c64(limit), lo)
 
@@ -485,8 +488,11 @@ def _gather(ctx, instr, index):
         if v.type.width < 64:
             v = b.sext(v, I64) if t.kind == "sint" else b.zext(v, I64)
         limit = operand.shape.dims[od] - sizes[od]
-        v = b.select(b.icmp_signed("<", v, c64(0)), c64(0), v)
-        starts[od] = b.select(b.icmp_signed(">", v, c64(limit)), c64(limit), v)
+        if t.kind == "sint":
+            v = b.select(b.icmp_signed("<", v, c64(0)), c64(0), v)
+            starts[od] = b.select(b.icmp_signed(">", v, c64(limit)), c64(limit), v)
+        else:  # a u64 index >= 2^63 is huge, not negative
+            starts[od] = b.select(b.icmp_unsigned(">", v, c64(limit)), c64(limit), v)
     # Operand batching dims take the index of the matching start_indices dim.
     for od, idd in zip(op_batch, idx_batch):
         starts[od] = idx_multi[idd]

@@ -220,14 +220,22 @@ def round_f32(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
 
 
 def total_order_key(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
-    """An i8 key ordering like XLA's TOTALORDER on the storage pattern: the pattern
-    sign-extended from its top bit, magnitude bits flipped when negative (as the
-    interpreter's dtypes.total_order_key)."""
+    """An i16 key ordering like XLA's TOTALORDER on the storage pattern: the pattern
+    sign-extended from its top bit, magnitude bits flipped when negative; the fnuz NaN
+    0x80 lowest (-NaN), f8e8m0fnu unsigned (as the interpreter's dtypes.total_order_key)."""
     v = encode(b, fmt, x, keep_payload=True)
-    width = fmt.magnitude_bits + (0 if fmt.special == "e8m0" else 1)
-    v = _sign_extend(b, v, width)
+    i16 = ir.IntType(16)
+    if fmt.special == "e8m0":
+        # No sign bit: the patterns in unsigned order, 0xFF (NaN) the largest.
+        return b.zext(v, i16)
+    v = _sign_extend(b, v, fmt.magnitude_bits + 1)
     flip = b.lshr(b.ashr(v, ir.Constant(_I8, 7)), ir.Constant(_I8, 1))
-    return b.xor(v, flip)
+    key = b.sext(b.xor(v, flip), i16)
+    if fmt.special == "fnuz":
+        # 0x80, the only NaN, is -NaN (as XLA:CPU and ml_dtypes widen it): the lowest.
+        is_nan = b.icmp_unsigned("==", v, ir.Constant(_I8, 0x80))
+        key = b.select(is_nan, ir.Constant(i16, -32768), key)
+    return key
 
 
 # ---- sub-byte integers ------------------------------------------------------------

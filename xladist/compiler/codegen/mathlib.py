@@ -494,8 +494,10 @@ def pow(b, x, y):
     odd = _is_odd_integer(b, y)
     x_neg = b.icmp_signed("<", b.bitcast(x, I64), _c(I64, 0))
     mag = b.select(b.and_(x_neg, odd), b.fneg(mag), mag)
-    # Negative base with a non-integer exponent has no real value.
-    nan_case = b.and_(b.fcmp_ordered("<", x, _c(t, 0.0)),
+    # Negative finite base with a non-integer exponent has no real value (-inf to a
+    # non-integer power is +inf or +0, as for +inf: exp(y * log inf) already gives that).
+    nan_case = b.and_(b.and_(b.fcmp_ordered("<", x, _c(t, 0.0)),
+                             b.fcmp_ordered("!=", x, _c(t, -math.inf))),
                       b.and_(b.fcmp_ordered("!=", intr.fabs(b, y), _c(t, math.inf)),
                              b.not_(_is_integer(b, y))))
     r = b.select(nan_case, _c(t, math.nan), mag)

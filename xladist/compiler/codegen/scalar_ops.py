@@ -507,7 +507,7 @@ def _total_order_key(b, t, x):
     # magnitude bits of negative numbers (sign-magnitude -> two's complement).
     if t.name in lowbits.SMALL_FLOATS:
         # Keys from the storage pattern, as the interpreter orders them (fnuz NaN
-        # 0x80 sits just below +0; f8e8m0fnu has no sign bit).
+        # 0x80 is -NaN, the lowest; f8e8m0fnu has no sign bit).
         return lowbits.total_order_key(b, lowbits.SMALL_FLOATS[t.name], x)
     ft = x.type
     it = ir.IntType(64 if ft == F64 else 32)
@@ -670,12 +670,20 @@ def _reduce_precision(b, instr, v):
     if not t.is_float:
         _unsupported(instr, f"reduce-precision of {t}")
     ft = x.type
-    from .types import I32, I64
+    from .types import HALF, I32, I64
     it = I64 if ft == F64 else I32
     src_mant, src_exp = (52, 11) if ft == F64 else (23, 8)
     mbits = instr.attrs["mantissa_bits"]
     ebits = instr.attrs["exponent_bits"]
-    bits = b.bitcast(x, it)
+    # f16 works on its own bits, as XLA does: in the f32 register its subnormals are
+    # normal numbers below 2^-14, which a 5-bit exponent clamp would flush to zero.
+    # (bf16 shares f32's exponent: its f32 bits give the same answer.)
+    half = t.name == "f16"
+    if half:
+        it, src_mant, src_exp = ir.IntType(16), 10, 5
+        bits = b.bitcast(b.fptrunc(x, HALF), it)
+    else:
+        bits = b.bitcast(x, it)
     if mbits < src_mant:
         drop = src_mant - mbits
         last = b.and_(b.lshr(bits, _c(it, drop)), _c(it, 1))
@@ -694,7 +702,7 @@ def _reduce_precision(b, instr, v):
         inf_bits = _c(it, ((1 << src_exp) - 1) << src_mant)
         mag = b.select(overflow, inf_bits, b.select(underflow, _c(it, 0), mag))
         bits = b.or_(sign, mag)
-    y = b.bitcast(bits, ft)
+    y = b.fpext(b.bitcast(bits, HALF), ft) if half else b.bitcast(bits, ft)
     y = b.select(b.fcmp_unordered("uno", x, x), x, y)
     return _finish(b, instr, y)
 
