@@ -342,24 +342,22 @@ ENTRY main {{
         assert_same(c, i, nan_sign_free=True)
 
 
+def _total_order_sort(t: str, n: int, with_iota: bool = False) -> str:
+    """A TOTALORDER sort of a t[n] (and, with_iota, an iota beside it in a tuple)."""
+    root = (f"  s = {t}[{n}] sort(a), dimensions={{0}}, to_apply=lt\n"
+            f"  i = {t}[{n}] iota(), iota_dimension=0\n"
+            f"  ROOT r = ({t}[{n}], {t}[{n}]) tuple(s, i)" if with_iota else
+            f"  ROOT s = {t}[{n}] sort(a), dimensions={{0}}, to_apply=lt")
+    return (f"HloModule m\nlt {{\n  p = {t}[] parameter(0)\n  q = {t}[] parameter(1)\n"
+            f"  ROOT c = pred[] compare(p, q), direction=LT, type=TOTALORDER\n}}\n"
+            f"ENTRY main {{\n  a = {t}[{n}] parameter(0)\n{root}\n}}\n")
+
+
 @pytest.mark.parametrize("t", ["f8e4m3fn", "f8e5m2", "f4e2m1fn"])
 def test_sort_total_order_and_iota(t):
     x = all_patterns(t)
     n = x.size
-    text = f"""HloModule m
-lt {{
-  p = {t}[] parameter(0)
-  q = {t}[] parameter(1)
-  ROOT c = pred[] compare(p, q), direction=LT, type=TOTALORDER
-}}
-ENTRY main {{
-  a = {t}[{n}] parameter(0)
-  s = {t}[{n}] sort(a), dimensions={{0}}, to_apply=lt
-  i = {t}[{n}] iota(), iota_dimension=0
-  ROOT r = ({t}[{n}], {t}[{n}]) tuple(s, i)
-}}
-"""
-    interp, cpu = run_both(text, x[::-1].copy())
+    interp, cpu = run_both(_total_order_sort(t, n, with_iota=True), x[::-1].copy())
     for i, c in zip(interp, cpu):
         assert_same(c, i)
     assert_same(cpu[1], np.arange(n, dtype=np.float32).astype(x.dtype))
@@ -379,17 +377,7 @@ def test_total_order_of_fnuz_nan_and_unsigned_e8m0(t):
     --ops sort). Both backends put 0x80 just below +0 and took e8m0's top bit for a sign."""
     x = all_patterns(t)
     n = x.size
-    text = f"""HloModule m
-lt {{
-  p = {t}[] parameter(0)
-  q = {t}[] parameter(1)
-  ROOT c = pred[] compare(p, q), direction=LT, type=TOTALORDER
-}}
-ENTRY main {{
-  a = {t}[{n}] parameter(0)
-  ROOT s = {t}[{n}] sort(a), dimensions={{0}}, to_apply=lt
-}}
-"""
+    text = _total_order_sort(t, n)
     shuffled = x[np.random.default_rng(3).permutation(n)]
     want = shuffled[np.argsort(_f32_total_order(shuffled), kind="stable")]
     interp, cpu = run_both(text, shuffled)
