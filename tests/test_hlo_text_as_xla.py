@@ -73,11 +73,7 @@ ENTRY e {
     verify_module(parse_module(text))
 
 
-def test_combined_collective_permute_start_has_no_context_scalars():
-    """collective-permute-start of several operands is ((inputs), (outputs)), without the
-    two u32[] of the one-operand form (XLA's InferCollectivePermuteStartShape;
-    hlo_parser_test.cc CombinedCollectivePermuteStartAndDone); ours demanded them."""
-    text = """HloModule m, replica_count=2
+COMBINED_PERMUTE = """HloModule m, replica_count=2
 
 ENTRY e {
   a = f32[4]{0} parameter(0)
@@ -86,6 +82,13 @@ ENTRY e {
   ROOT d = (f32[4]{0}, s32[2]{0}) collective-permute-done(s)
 }
 """
+
+
+def test_combined_collective_permute_start_has_no_context_scalars():
+    """collective-permute-start of several operands is ((inputs), (outputs)), without the
+    two u32[] of the one-operand form (XLA's InferCollectivePermuteStartShape;
+    hlo_parser_test.cc CombinedCollectivePermuteStartAndDone); ours demanded them."""
+    text = COMBINED_PERMUTE
     verify_module(parse_module(text))
     with pytest.raises(VerifierError, match="differs from the shape inferred"):
         verify_module(parse_module(text.replace(
@@ -174,14 +177,7 @@ def test_combined_collective_permute_runs_on_two_ranks(backend):
     import numpy as np
 
     import xladist
-    text = """HloModule m, replica_count=2
-ENTRY e {
-  a = f32[4]{0} parameter(0)
-  b = s32[2]{0} parameter(1)
-  s = ((f32[4]{0}, s32[2]{0}), (f32[4]{0}, s32[2]{0})) collective-permute-start(a, b), source_target_pairs={{0,1},{1,0}}
-  ROOT d = (f32[4]{0}, s32[2]{0}) collective-permute-done(s)
-}
-"""
+    text = COMBINED_PERMUTE
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.arange(4, dtype=np.int32).reshape(2, 2)
     outs = xladist.run(parse_module(text), [[a[d], b[d]] for d in range(2)], n=2,
