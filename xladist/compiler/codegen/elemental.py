@@ -329,11 +329,9 @@ def _slice(ctx, instr, index):
     return ctx.gen(op, index.derive(op.shape.dims, multi))
 
 
-def _start_index(ctx, op, index, limit):
-    """A dynamic start index as i64, clamped to [0, limit] as XLA does."""
-    b = ctx.b
-    v = ctx.gen(op, _scalar_index(index))
-    t = op.shape.element_type
+def _clamp_start(b, v, t, limit: int):
+    """Start index value `v` of integer type `t` as i64, clamped to [0, limit] as XLA
+    does (dynamic-slice, dynamic-update-slice, gather)."""
     if v.type.width < 64:
         v = b.sext(v, I64) if t.kind == "sint" else b.zext(v, I64)
     if t.kind != "sint":
@@ -341,6 +339,12 @@ def _start_index(ctx, op, index, limit):
         return b.select(b.icmp_unsigned(">", v, c64(limit)), c64(limit), v)
     lo = b.select(b.icmp_signed("<", v, c64(0)), c64(0), v)
     return b.select(b.icmp_signed(">", lo, c64(limit)), c64(limit), lo)
+
+
+def _start_index(ctx, op, index, limit):
+    """A dynamic start index as i64, clamped to [0, limit] as XLA does."""
+    return _clamp_start(ctx.b, ctx.gen(op, _scalar_index(index)), op.shape.element_type,
+                        limit)
 
 
 def _start_indices(ctx, instr, ops, index, sizes, operand_dims):
@@ -484,15 +488,8 @@ def _gather(ctx, instr, index):
         if ivd < idx_rank:
             m[ivd] = c64(k)
         v = ctx.gen(indices, index.derive(indices.shape.dims, m))
-        t = indices.shape.element_type
-        if v.type.width < 64:
-            v = b.sext(v, I64) if t.kind == "sint" else b.zext(v, I64)
-        limit = operand.shape.dims[od] - sizes[od]
-        if t.kind == "sint":
-            v = b.select(b.icmp_signed("<", v, c64(0)), c64(0), v)
-            starts[od] = b.select(b.icmp_signed(">", v, c64(limit)), c64(limit), v)
-        else:  # a u64 index >= 2^63 is huge, not negative
-            starts[od] = b.select(b.icmp_unsigned(">", v, c64(limit)), c64(limit), v)
+        starts[od] = _clamp_start(b, v, indices.shape.element_type,
+                                  operand.shape.dims[od] - sizes[od])
     # Operand batching dims take the index of the matching start_indices dim.
     for od, idd in zip(op_batch, idx_batch):
         starts[od] = idx_multi[idd]
