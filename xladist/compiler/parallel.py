@@ -83,10 +83,10 @@ def cgroup_cpu_limit() -> float | None:
         if not hier:
             continue
         if controllers == "":  # v2: one unified hierarchy
-            files = [("cpu.max", None)]
+            quota_file, period_file = "cpu.max", None
             bases = [_CGROUP_ROOT, f"{_CGROUP_ROOT}/unified"]
         elif "cpu" in controllers.split(","):
-            files = [("cpu.cfs_quota_us", "cpu.cfs_period_us")]
+            quota_file, period_file = "cpu.cfs_quota_us", "cpu.cfs_period_us"
             bases = [f"{_CGROUP_ROOT}/{controllers}", f"{_CGROUP_ROOT}/cpu",
                      f"{_CGROUP_ROOT}/cpu,cpuacct"]
         else:
@@ -94,11 +94,9 @@ def cgroup_cpu_limit() -> float | None:
         parts = [p for p in path.strip().split("/") if p]
         for base in bases:
             for depth in range(len(parts), -1, -1):
-                folder = "/".join([base, *parts[:depth]])
-                for quota_file, period_file in files:
-                    limit = _quota(folder, quota_file, period_file)
-                    if limit is not None:
-                        limits.append(limit)
+                limit = _quota("/".join([base, *parts[:depth]]), quota_file, period_file)
+                if limit is not None:
+                    limits.append(limit)
     _cgroup_limit.append(min(limits) if limits else None)
     return _cgroup_limit[0]
 
