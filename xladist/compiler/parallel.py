@@ -554,6 +554,10 @@ class _Pool:
         self.cpus = worker_cpus(size)
         workers = size if self.cpus is not None else size - 1
         self.inbox = [queue.SimpleQueue() for _ in range(workers)]
+        # Pinned: for each core, the inboxes of the workers not on it (run() looks up the
+        # caller's core; a caller outside the slice may wake any worker).
+        self.off_core = {c: [q for q, w in zip(self.inbox, self.cpus) if w != c]
+                         for c in set(self.cpus)} if self.cpus is not None else {}
         # Which workers are between tasks' start and end: runnable threads of ours,
         # which the idle-core estimate (_has_room) must not count as load.
         self.active = [False] * workers
@@ -584,8 +588,7 @@ class _Pool:
     def run(self, task: _Task, participants: int) -> None:
         helpers = self.inbox
         if self.cpus is not None:  # not the worker that shares the caller's core
-            here = _getcpu()()
-            helpers = [q for q, c in zip(self.inbox, self.cpus) if c != here]
+            helpers = self.off_core.get(_getcpu()(), self.inbox)
         for q in helpers[:participants - 1]:
             q.put(task)
         task.work()
