@@ -52,9 +52,6 @@ from compute import header, interleaved_medians, jax  # noqa: E402
 
 from xladist.compiler import gemm_kernel, jit, parallel  # noqa: E402
 
-if jax is not None:
-    import jax.numpy as jnp
-
 
 def shapes(big: bool):
     """(name, m, k, n, transpose a, transpose b): a is stored [k, m] when transposed,

@@ -121,8 +121,8 @@ def _micro(p: Params, t: str, vw: int) -> str:
     mr, nv, nr = p.mr, p.nv, p.nv * vw
     esz = 4 if t == "float" else 8
     accs = [(i, k) for i in range(mr) for k in range(nv)]
-    s = [f"define internal void @ukernel(i64 %kc, ptr %a, ptr %b, ptr %c, i64 %ldc, i1 %first, "
-         f"i64 %mr, i64 %nr) alwaysinline {{", "entry:"]
+    s = ["define internal void @ukernel(i64 %kc, ptr %a, ptr %b, ptr %c, i64 %ldc, i1 %first, "
+         "i64 %mr, i64 %nr) alwaysinline {", "entry:"]
     if p.prefetch_c:  # the tile's rows of C come in while the k loop runs
         for i in range(mr):
             s += [f"  %pco{i} = mul i64 %ldc, {i}",
