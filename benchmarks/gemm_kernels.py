@@ -83,8 +83,11 @@ def fma_peak(dtype, chains: int = 12, steps: int = 5_000_000) -> float:
            for j in range(chains)]
     ir += ["  %i1 = add i64 %i, 1", "  %c = icmp slt i64 %i1, %n",
            "  br i1 %c, label %loop, label %done", "done:"]
-    ir += [f"  %o{j} = getelementptr {v}, ptr %out, i64 {j}\n  store {v} %f{j}, ptr %o{j}"
-           for j in range(chains)]
+    # `align`: without it LLVM takes the vector's own alignment (32 B for AVX) and emits an
+    # aligned store, which faulted (SIGSEGV) whenever numpy placed `out` only 16 B aligned.
+    esz = np.dtype(dtype).itemsize
+    ir += [f"  %o{j} = getelementptr {v}, ptr %out, i64 {j}\n"
+           f"  store {v} %f{j}, ptr %o{j}, align {esz}" for j in range(chains)]
     ir += ["  ret void", "}", f"declare {v} @llvm.fma.{sfx}({v}, {v}, {v})"]
     text = "\n".join(ir)
     code, _ = jit.get_code("xladist fma peak\n" + text, lambda: text)
