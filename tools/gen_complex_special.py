@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from xla_cpu import xla_runner
+
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "complex_special_xla.npz"
 
 PARTS = [0.0, -0.0, 1.0, -2.5, 1e30, np.inf, -np.inf, np.nan]
@@ -61,22 +63,6 @@ def hlo_text(op: str, t: str, n: int) -> str:
 def inputs(op: str, t: str) -> list[np.ndarray]:
     dt = TYPES[t]
     return list(pairs(dt)) if op in BINARY else [grid(dt)]
-
-
-def xla_runner():
-    import jax
-    jax.config.update("jax_enable_x64", True)
-    import jaxlib._hlo as hlo
-    from jax._src.lib import xla_client as xc
-    client = jax.devices("cpu")[0].client
-
-    def run(text, args):
-        module = hlo.hlo_module_from_text(text)
-        mlir = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
-        exe = client.compile_and_load(mlir, client.devices()[:1])
-        outs = exe.execute([jax.device_put(a) for a in args])
-        return np.asarray(outs[0]), exe.hlo_modules()[0].to_string()
-    return jax.__version__, run
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ import pytest
 from tests.numerics.support import S, StandInEvaluator, comparator, instr, run, shape_of
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.shape import Shape
-from xladist.interpreter.sort import sort_along, total_order_key
+from xladist.interpreter.dtypes import total_order_key
+from xladist.interpreter.sort import sort_along
 
 
 def _sort(operands, dim, comp):

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import UnsupportedError
-from .dtypes import kind_of, total_order_key
+from .sort import top_k_total_order
 
 CUSTOM_CALLS: dict[str, Callable] = {}
 
@@ -37,24 +37,13 @@ def register_custom_call(target: str, fn: Callable, *, replace: bool = False) ->
     return fn
 
 
-def top_k(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k largest along the last axis (values, int32 indices), XLA TopK's order."""
-    x = np.asarray(x)
-    key = total_order_key(x) if kind_of(x.dtype) == "float" else x
-    # A stable sort of the negated order keeps equal keys in index order.
-    descending = np.iinfo(key.dtype).max - key if key.dtype.kind == "u" else ~key
-    order = np.argsort(descending, axis=-1, kind="stable")
-    idx = order[..., :k]
-    return np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)
-
-
 def _topk_call(instr, args):
     shape = instr.shape
     if not shape.is_tuple or len(shape.tuple_shapes) != 2:
         raise UnsupportedError(f"TopK custom-call {instr.name} must return (values, indices), "
                                f"got {shape}")
     k = shape.tuple_shapes[0].dims[-1]
-    values, indices = top_k(args[0], k)
+    values, indices = top_k_total_order(args[0], k)
     return values, indices.astype(shape.tuple_shapes[1].dtype)
 
 

@@ -21,20 +21,8 @@ import functools
 import numpy as np
 
 from ..errors import UnsupportedError
+from .dtypes import kind_of, total_order_key
 from .registry import register
-
-
-def total_order_key(x: np.ndarray) -> np.ndarray:
-    """Keys whose integer order is XLA's TOTALORDER for floats (-NaN < -inf < ... < -0 <
-    +0 < ... < +inf < +NaN); other types are returned unchanged."""
-    x = np.asarray(x)
-    if x.dtype.kind == "f" or x.dtype.name.startswith(("bfloat", "float")):
-        bits = x.dtype.itemsize * 8
-        i = x.view(np.dtype(f"int{bits}")).astype(np.int64)
-        return np.where(i < 0, -(i & ((1 << (bits - 1)) - 1)) - 1, i)
-    if x.dtype.kind == "c":
-        raise UnsupportedError("complex values have no total order for topk")
-    return x
 
 
 def _merge_level(keys, perm, w, less):
@@ -162,12 +150,17 @@ def _eval_topk(instr, args, ev):
             np.ascontiguousarray(idx[..., :k]).astype(np.int32))
 
 
-def top_k_total_order(x: np.ndarray, k: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+def top_k_total_order(x: np.ndarray, k: int, largest: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """topk without a comparator: the k largest (smallest) along the last axis in XLA's
-    TOTALORDER (NaN above +inf, -0 below +0), ties by lower index; (values, s32 indices).
-    The cpu backend's topk library thunk runs this too."""
+    TOTALORDER (NaN above +inf, -0 below +0; dtypes.total_order_key, the one key sort's
+    TOTALORDER compare uses too), ties by lower index; (values, s32 indices). The
+    `TopK` custom call and the cpu backend's topk library thunk run this too."""
     x = np.asarray(x)
-    key = total_order_key(x)
+    kind = kind_of(x.dtype)
+    if kind == "complex":
+        raise UnsupportedError("complex values have no total order for topk")
+    key = total_order_key(x) if kind == "float" else x
     if largest:
         # Stable descending with ties by lower index: sort the reversed row stably
         # and read the result backwards.

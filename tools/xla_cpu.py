@@ -1,0 +1,24 @@
+"""Run one HLO text module on XLA:CPU through jax (parsed by XLA's own HLO parser), for the
+tools that record XLA's outputs as test data. jax is needed only by these tools."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def xla_runner():
+    """(jax version, run(text, args) -> (first output or tuple of outputs, optimized HLO))."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jaxlib._hlo as hlo
+    from jax._src.lib import xla_client as xc
+    client = jax.devices("cpu")[0].client
+
+    def run(text, args):
+        module = hlo.hlo_module_from_text(text)
+        mlir = xc._xla.mlir.hlo_to_stablehlo(module.as_serialized_hlo_module_proto())
+        exe = client.compile_and_load(mlir, client.devices()[:1])
+        outs = exe.execute([jax.device_put(a) for a in args])
+        first = np.asarray(outs[0]) if len(outs) == 1 else tuple(np.asarray(o) for o in outs)
+        return first, exe.hlo_modules()[0].to_string()
+    return jax.__version__, run
