@@ -315,3 +315,29 @@ def test_builtin_conversions_round_like_numpy_and_ml_dtypes(name):
     wb = want.view(gb.dtype)
     bad = np.nonzero((gb != wb) & ~nan)[0]
     assert bad.size == 0, (name, x[bad[:5]], gb[bad[:5]], wb[bad[:5]])
+
+
+@pytest.mark.parametrize("width", ["512", "256"])
+def test_every_kind_of_ir_text_compiles_at_an_explicit_vector_width(width, monkeypatch):
+    """The "prefer-vector-width" attribute goes before the brace that opens a body, wherever
+    that brace stands: llvmlite's own line, the end of a hand-written `define` line
+    (conv_kernel's blocks: on an AVX-512 host they once got the attribute after the brace
+    and failed to parse), or a parameter list over several lines (conv_lines). Forced by
+    XLADIST_VECTOR_WIDTH, so a host without AVX-512 takes the AVX-512 host's path."""
+    from llvmlite import ir as llir
+
+    from xladist.compiler import conv_kernel, jit
+    from xladist.compiler.codegen import builtins
+
+    monkeypatch.setenv("XLADIST_VECTOR_WIDTH", width)
+    m = llir.Module(name="m")
+    f = llir.Function(m, llir.FunctionType(llir.IntType(32), [llir.IntType(32)]), name="f")
+    b = llir.IRBuilder(f.append_basic_block("entry"))
+    b.ret(b.add(f.args[0], f.args[0]))
+    texts = {"llvmlite": str(m), "conv_kernel": conv_kernel.ir_text(16),
+             "builtins": builtins.runtime_ir()}
+    for name, text in texts.items():
+        marked = jit._with_vector_width(text)
+        assert marked.count(f'"prefer-vector-width"="{width}"') == text.count("\ndefine ") + \
+            text.startswith("define "), name
+        assert jit.compile_ir(text), name

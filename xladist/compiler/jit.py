@@ -129,13 +129,25 @@ def _host_has_avx512() -> bool:
 
 def _with_vector_width(llvm_ir: str) -> str:
     """Every defined function gets the "prefer-vector-width" attribute (llvmlite.ir has no
-    string attributes, so it is added to the `define` lines of the IR text)."""
+    string attributes, so it is added to the IR text). Function attributes go after the
+    parameter list, before the `{` that opens the body: llvmlite puts that brace on a line
+    of its own, hand-written kernels (conv_kernel, builtins) at the end of the `define` line
+    or of a parameter list that spans lines; the body's brace is the first one that ends a
+    line from the `define` on."""
     width = vector_width()
     if width is None:
         return llvm_ir
-    attr = f' "prefer-vector-width"="{width}"'
-    return "\n".join(line + attr if line.startswith("define ") else line
-                     for line in llvm_ir.split("\n"))
+    attr = f'"prefer-vector-width"="{width}"'
+    lines = llvm_ir.split("\n")
+    in_header = False
+    for n, line in enumerate(lines):
+        if line.startswith("define "):
+            in_header = True
+        if in_header and line.rstrip().endswith("{"):
+            head = line.rstrip()[:-1].rstrip()
+            lines[n] = f"{head} {attr} {{" if head else f"{attr} {{"
+            in_header = False
+    return "\n".join(lines)
 
 
 def optimize(llvm_ir: str, target: Target | None = None) -> llvm.ModuleRef:
