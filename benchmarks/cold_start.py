@@ -5,7 +5,7 @@
 Runs benchmarks/mlp_train_step.hlo (one training step of a 2-layer MLP: dots, reduces,
 elementwise) on N ranks with an empty kernel cache each time, with XLADIST_COMPILE_ONCE=0
 (before: N ranks compile) and =1 (after: the launcher compiles, ranks load;
-runtime/compile_once.py), alternating, and prints wall times and their ratio. The machine
+xladist/runtime/compile_once.py), alternating, and prints wall times and their ratio. The machine
 is shared: the load average is printed with the table.
 """
 

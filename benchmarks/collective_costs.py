@@ -40,7 +40,7 @@ def _cases(op, nbytes, comm, xcomm, reducer):
     sizes it (all-gather: the output; the others: the operand)."""
     from mpi4py import MPI
 
-    import collectives as C
+    import xladist.collectives as C
     n, r = comm.Get_size(), comm.Get_rank()
     count = max(nbytes // 4 // n * n, n)
     x = (np.arange(count) % 7).astype(np.float32) + r
@@ -106,8 +106,8 @@ def _measure(fn, k: int, held: bool, comm):
 def main(argv=None) -> int:
     from mpi4py import MPI
 
-    from collectives.bench import _reducers, parse_size
-    from collectives.communicator import MpiCommunicator
+    from xladist.collectives.bench import _reducers, parse_size
+    from xladist.collectives.communicator import MpiCommunicator
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="64K,1M,4M")
     p.add_argument("--ops", default=",".join(OPS))

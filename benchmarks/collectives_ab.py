@@ -69,7 +69,7 @@ def _raw(MPI, comm, op, x, part, rbuf, dest, src):
 def main(argv=None) -> int:
     from mpi4py import MPI
 
-    from collectives.bench import _reducers, parse_size
+    from xladist.collectives.bench import _reducers, parse_size
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--baseline", required=True, help="another checkout (its collectives/)")
     p.add_argument("--sizes", default="64K,1M,4M")
@@ -79,8 +79,8 @@ def main(argv=None) -> int:
                    help="bytes moved per timed round of one variant (short rounds: some "
                         "of them see a quiet machine)")
     args = p.parse_args(argv)
-    import collectives as B
-    from collectives.communicator import MpiCommunicator as BComm
+    import xladist.collectives as B
+    from xladist.collectives.communicator import MpiCommunicator as BComm
 
     world = MPI.COMM_WORLD
     n, r = world.Get_size(), world.Get_rank()

@@ -7,15 +7,15 @@ Rows, per item size:
   since every path hands the device a private copy of each item;
 - numpy new copy: `np.array(item)`, a copy into a fresh buffer per item, as a pipeline
   that keeps items immutable must make;
-- iterable: runtime.feeds with a Python iterable source (the producer thread copies each
+- iterable: xladist.runtime.feeds with a Python iterable source (the producer thread copies each
   item, the device side takes it from the bounded queue and checks it against the
   infeed's shape) -- what `xladist run` ranks and in-MPI `xladist.run` do per rank;
 - npz file: the same with an npz source (each item read from an uncompressed .npz);
-- socket: a lambda hosted by the launching process (runtime/feeds/host.py) streaming to a
+- socket: a lambda hosted by the launching process (xladist/runtime/feeds/host.py) streaming to a
   rank over a Unix socket; here both ends share one process (and its GIL), so this is a
   lower bound for the real two-process case.
 "per-item overhead" is the time per item minus the numpy new copy's. The benchmark runs in
-the environment `xladist run` gives its ranks (runtime/launcher.py: malloc thresholds
+the environment `xladist run` gives its ranks (xladist/runtime/launcher.py: malloc thresholds
 that keep large buffers on the heap), re-executing itself if needed.
 """
 
@@ -34,10 +34,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import xladist
-from runtime.device import DeviceAssignment, Placement
-from runtime.feeds import Feeds, IterableSource, NpzSource
-from runtime.feeds.host import FeedHost, SocketSource
-from runtime.feeds.npz import write_items
+from xladist.runtime.device import DeviceAssignment, Placement
+from xladist.runtime.feeds import Feeds, IterableSource, NpzSource
+from xladist.runtime.feeds.host import FeedHost, SocketSource
+from xladist.runtime.feeds.npz import write_items
 
 SIZES = [("4 KiB", 4 << 10, 20000), ("1 MiB", 1 << 20, 600), ("16 MiB", 16 << 20, 40)]
 P0 = Placement(0, 0, 0, 0, DeviceAssignment.default(1, 1))
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer items (a smoke run)")
     ap.add_argument("--repeats", type=int, default=3, help="best of R runs (default 3)")
     args = ap.parse_args(argv)
-    from runtime import launcher
+    from xladist.runtime import launcher
     if any(os.environ.get(k) != v for k, v in launcher.RANK_ENV_DEFAULTS.items()):
         env = launcher.rank_environment()
         env.update(launcher.RANK_ENV_DEFAULTS)

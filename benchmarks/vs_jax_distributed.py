@@ -211,8 +211,8 @@ def xladist_worker(spec_file: str, rounds: int) -> None:
 def run_xladist(table: dict, rounds: int) -> dict:
     import pickle
 
-    from collectives.bench import rank_env
-    from collectives.mpiexec import find_mpiexec
+    from xladist.collectives.bench import rank_env
+    from xladist.collectives.mpiexec import find_mpiexec
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
         pickle.dump(table, f)
     env = dict(os.environ, PYTHONPATH=ROOT, **rank_env())

@@ -269,7 +269,7 @@ class _Recorder(SingleDeviceContext):
 
 
 def test_executor_runs_the_schedule_not_the_text_order():
-    from runtime.schedule import schedule_module
+    from xladist.runtime.schedule import schedule_module
     module = xladist.load_hlo(DATA / "bidirectional_exchange.n2.hlo")
     schedule = schedule_module(module)
     p2p = [i.name for i in schedule[module.entry] if i.family == "p2p"]
@@ -288,7 +288,7 @@ def test_executor_runs_the_schedule_not_the_text_order():
 
 @pytest.mark.timeout(300)
 def test_python_api_host_callbacks_run_in_the_launching_process():
-    from runtime.api import run
+    from xladist.runtime.api import run
     x = np.array([[1, 2, 3], [10, 20, 30]], np.float32)
     sent = []
 

@@ -1,6 +1,6 @@
 """Files a user names: checked before launch, results that survive the end of a run, one
-mpiexec for every launching command (xladist/files.py, runtime/run_args.py,
-collectives/mpiexec.py; issue 18).
+mpiexec for every launching command (xladist/files.py, xladist/runtime/run_args.py,
+xladist/collectives/mpiexec.py; issue 18).
 
 The first tests are the rows of the issue, as a user would type them (real subprocesses,
 real MPI jobs where the command launches one); the rest check the pieces in this process.
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import xladist
-from runtime.launcher import find_mpiexec
+from xladist.runtime.launcher import find_mpiexec
 from tests.cli_util import ROOT, cli_env, xladist_cli
 from tests.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
 from xladist import files

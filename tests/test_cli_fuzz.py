@@ -281,7 +281,7 @@ def _children() -> set[int]:
 @pytest.fixture
 def no_launch(monkeypatch):
     """Every example holds a bad value, so none may start ranks."""
-    from runtime import launcher
+    from xladist.runtime import launcher
 
     def refuse(n, argv, **kwargs):
         raise AssertionError(f"a bad argument got as far as starting {n} ranks: {argv}")

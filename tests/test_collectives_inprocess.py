@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-import collectives as C
-from collectives.communicator import CollectiveError, CommunicatorCache, in_process_world
-from collectives.reduction import builtin_op, fold
+import xladist.collectives as C
+from xladist.collectives.communicator import CollectiveError, CommunicatorCache, in_process_world
+from xladist.collectives.reduction import builtin_op, fold
 from tests.mpi.cases import (
     DTYPES,
     NONCOMMUTATIVE,
@@ -95,7 +95,7 @@ def test_float_min_propagates_nan():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 def test_canonicalize_nan_rewrites_every_nan_component_only(dtype):
-    from collectives.reduction import canonicalize_nan
+    from xladist.collectives.reduction import canonicalize_nan
 
     real = np.dtype(np.dtype(dtype).char.lower())
     parts = np.array([1.5, -np.nan, -0.0, np.nan, np.inf, 3.0], real)
@@ -235,7 +235,7 @@ def test_rank_that_never_joins_aborts_job_after_deadline():
 
 @needs_mpiexec
 def test_rank_that_never_joins_the_native_ordered_reduce_aborts_job_after_deadline():
-    # The wait is inside one native call (collectives/ordered.py): the watchdog still ends it.
+    # The wait is inside one native call (xladist/collectives/ordered.py): the watchdog still ends it.
     proc, elapsed = _run("hang-ordered", 2)
     assert proc.returncode != 0
     assert "rank 0: timed out after" in proc.stderr
@@ -301,7 +301,7 @@ def test_recycled_results_do_not_alias_across_calls():
 
 
 def test_bench_parse_size():
-    from collectives.bench import parse_size
+    from xladist.collectives.bench import parse_size
 
     assert [parse_size(s) for s in ("8", "32K", "1M", "64MiB", "2kb")] == \
         [8, 32768, 1 << 20, 64 << 20, 2048]
@@ -313,7 +313,7 @@ def test_bench_parse_size():
 def test_bench_relaunches_itself_under_mpiexec():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "collectives.bench", "-n", "2", "--sizes", "8,4K",
+        [sys.executable, "-m", "xladist.collectives.bench", "-n", "2", "--sizes", "8,4K",
          "--iters", "3", "--repeats", "1", "--ops", "all-reduce,all-to-all"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -329,7 +329,7 @@ def test_bench_aa_times_raw_against_itself():
     states its spread: the noise floor a row's ratio is read against."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "collectives.bench", "-n", "2", "--sizes", "8,64K",
+        [sys.executable, "-m", "xladist.collectives.bench", "-n", "2", "--sizes", "8,64K",
          "--iters", "3", "--repeats", "2", "--ops", "collective-permute", "--aa"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""Compile once per launch (runtime/compile_once.py): `xladist run -n N` compiles in the
+"""Compile once per launch (xladist/runtime/compile_once.py): `xladist run -n N` compiles in the
 launching process and the ranks load that object instead of compiling N times.
 
 The ranks find the launcher's object only when they compute the same cache key (same module
@@ -57,11 +57,11 @@ def test_cache_off_uses_a_private_cache_and_removes_it(tmp_path, monkeypatch):
 
 
 def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
-    # What a rank does (runtime/rank.py: the cpu backend with runtime.schedule's order),
+    # What a rank does (xladist/runtime/rank.py: the cpu backend with xladist.runtime.schedule's order),
     # in the environment the launcher hands it: the code comes from the launcher's object.
     import xladist
-    from runtime import compile_once
-    from runtime.schedule import schedule_module
+    from xladist.runtime import compile_once
+    from xladist.runtime.schedule import schedule_module
     from xladist.compiler.program import CpuProgram
     module = xladist.load_hlo(CASE / "module.hlo")
     monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
@@ -76,7 +76,7 @@ def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
 
 def test_xladist_run_api_hands_its_object_to_the_ranks(tmp_path, monkeypatch):
     import xladist
-    from runtime import compile_once
+    from xladist.runtime import compile_once
     cache = tmp_path / "kcache"
     monkeypatch.setenv("XLADIST_CACHE_DIR", str(cache))
     compiled = []

@@ -1,4 +1,4 @@
-"""Run configurations (runtime/config.py, `xladist run --config FILE`).
+"""Run configurations (xladist/runtime/config.py, `xladist run --config FILE`).
 
 Every shipped config loads and names files that exist; the schema agrees with the
 `xladist run` options it stands for; bad files fail with exit 2 naming the key and the
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import config
+from xladist.runtime import config
 from tests.cli_util import xladist_cli
 from xladist.cli import run as run_cli
 
@@ -237,7 +237,7 @@ def test_mpiexec_from_config_is_checked_before_launch(tmp_path):
 
 
 def test_mpiexec_from_config_by_name_is_found_on_path(tmp_path):
-    from collectives.mpiexec import find_mpiexec
+    from xladist.collectives.mpiexec import find_mpiexec
     launcher = find_mpiexec(None, "mpiexec")
     case = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
     path = _write(tmp_path, f'module = "{case}/module.hlo"\ninputs = "{case}/inputs.npz"\n'

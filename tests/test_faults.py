@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from runtime import launcher
+from xladist.runtime import launcher
 from tests.test_channels_cli import DATA, write_inputs, xladist_cli
 
 TIMEOUT = 3.0
@@ -117,7 +117,7 @@ def test_channel_end_never_posted(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_failing_host_callback_ends_the_job_naming_rank_and_channel():
-    from runtime.api import run
+    from xladist.runtime.api import run
     from tests.test_channels_cli import HOST_LOOP
     from xladist.errors import ExecutionError
 

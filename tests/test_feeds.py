@@ -1,4 +1,4 @@
-"""Infeed and outfeed on one device, in this process (runtime/feeds.py through
+"""Infeed and outfeed on one device, in this process (xladist/runtime/feeds.py through
 SingleDeviceContext): item semantics, token order, layouts, npz files, and every error.
 
 Multi-rank runs are in tests/test_feeds_cli.py (subprocess) and tests/mpi/test_feeds.py.
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import xladist
-from runtime.feeds import npz as feeds_npz
-from runtime.device import DeviceAssignment, Placement
-from runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
+from xladist.runtime.feeds import npz as feeds_npz
+from xladist.runtime.device import DeviceAssignment, Placement
+from xladist.runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
 from xladist.errors import ExecutionError, VerifierError
 
 RNG = np.random.default_rng(6)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.api import run as xrun
-from runtime.feeds.npz import write_items
+from xladist.runtime.api import run as xrun
+from xladist.runtime.feeds.npz import write_items
 from tests.cli_util import xladist_cli
 from tests.feeds_fns import item
 from xladist.errors import ExecutionError

@@ -1,9 +1,8 @@
-"""collectives.groups: group modes, iota groups, expansion per mode, validity errors."""
+"""xladist.collectives.groups: group modes, iota groups, expansion per mode, validity errors."""
 
 import pytest
 
-import collectives
-from collectives.groups import (
+from xladist.collectives.groups import (
     DeviceAssignment,
     GroupError,
     GroupMode,
@@ -20,15 +19,6 @@ CR = GroupMode.CROSS_REPLICA
 CP = GroupMode.CROSS_PARTITION
 CRP = GroupMode.CROSS_REPLICA_AND_PARTITION
 FID = GroupMode.FLATTENED_ID
-
-
-def test_collectives_imports_from_this_repository():
-    # `collectives` is also a PyPI name; make sure we test our own package.
-    import pathlib
-
-    assert pathlib.Path(collectives.__file__).resolve().parent == (
-        pathlib.Path(__file__).resolve().parents[1] / "collectives"
-    )
 
 
 # --- A.1 / A.2 mode selection -----------------------------------------------------------------
@@ -252,7 +242,7 @@ def test_permute_device_groups_positions_equal_ids():
 def test_instruction_device_groups_reads_mode_from_attributes():
     from xladist.hlo.attrs import ReplicaGroups
 
-    from collectives.groups import instruction_device_groups
+    from xladist.collectives.groups import instruction_device_groups
 
     da = DeviceAssignment.default(2, 2)
     everyone = ReplicaGroups(())

@@ -179,7 +179,7 @@ def test_assemble_file_errors(tmp_path):
 
 
 def test_config_is_a_valid_run_config(tmp_path):
-    from runtime import config
+    from xladist.runtime import config
     (tmp_path / F.CONFIG).write_text(F.config_text(4))
     got = config.load(tmp_path / F.CONFIG)
     assert got["ranks"] == 4

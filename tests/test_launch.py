@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import launcher
+from xladist.runtime import launcher
 from tests.cli_util import xladist_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def test_forward_stderr_passes_status_updates_and_drops_mpich_noise(monkeypatch)
 _ABORTING_RANK = """
 import sys
 from mpi4py import MPI
-from collectives import deadline
+from xladist.collectives import deadline
 if MPI.COMM_WORLD.Get_rank() == 1:
     if sys.argv[1] == "say":
         deadline.abort_job("the last words of rank 1")
@@ -262,7 +262,7 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
 def _mpiexec_wrapper(tmp_path) -> tuple[Path, Path]:
     """A launcher script that notes it was called, then runs the wheel's mpiexec: a run
     through it proves --mpiexec is the program that started the ranks."""
-    from collectives.mpiexec import find_mpiexec
+    from xladist.collectives.mpiexec import find_mpiexec
     marker = tmp_path / "called"
     script = tmp_path / "my-mpiexec"
     script.write_text(f'#!/bin/sh\nprintf "%s " "$@" > "{marker}"\nexec "{find_mpiexec()}" "$@"\n')

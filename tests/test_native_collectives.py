@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import xladist
-from runtime.bench_loop import loop_module
+from xladist.runtime.bench_loop import loop_module
 from xladist.errors import ExecutionError
 from xladist.interpreter import SingleDeviceContext
 
@@ -25,7 +25,7 @@ class _SelfDevice(SingleDeviceContext):
     def native_all_reduce(self, instr, reducer=None):
         from mpi4py import MPI
 
-        from collectives import native_ops
+        from xladist.collectives import native_ops
         self.asked.append(instr.name)
         return native_ops.NativeAllReduce(
             native_ops.function_address("MPI_Allreduce"), instr.shape.size,

@@ -1,11 +1,15 @@
-"""The installed distribution ships this repository's packages.
+"""The installed distribution is one namespace: `xladist` and nothing else.
 
-`runtime` and `collectives` are also names of unrelated PyPI distributions: importing
-them must resolve to the folders of this checkout, never to a same-named package.
+`runtime` and `collectives` are also names of unrelated PyPI distributions, so xladist's
+layers live under `xladist.` only; the wheel test installs the real wheel into a fresh
+venv and lists what landed in site-packages.
 """
 
 import importlib
 import importlib.metadata
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,10 +17,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["xladist", "collectives", "runtime"])
+@pytest.mark.parametrize("name", ["xladist", "xladist.collectives", "xladist.runtime"])
 def test_package_resolves_to_this_repository(name):
     mod = importlib.import_module(name)
-    assert Path(mod.__file__).resolve().parent == ROOT / name
+    assert Path(mod.__file__).resolve().parent == ROOT.joinpath(*name.split("."))
+
+
+@pytest.mark.parametrize("name", ["collectives", "runtime"])
+def test_no_generic_top_level_package_in_the_checkout(name):
+    assert not (ROOT / name).exists()
 
 
 def test_console_script_declared():
@@ -26,5 +35,39 @@ def test_console_script_declared():
 
 
 def test_mpiexec_comes_with_the_install():
-    from runtime.launcher import find_mpiexec
+    from xladist.runtime.launcher import find_mpiexec
     assert Path(find_mpiexec()).exists()
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_only_xladist_into_site_packages(tmp_path):
+    """Build the wheel, install it (without dependencies) into a new venv, and list the
+    venv's site-packages: only `xladist` and its .dist-info are new."""
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True, timeout=240)
+    (wheel,) = wheels.glob("xladist-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"xladist"}, tops
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True,
+                   timeout=120)
+    vpy = venv / "bin" / "python"
+    site = Path(subprocess.check_output(
+        [str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        text=True).strip())
+    before = set(p.name for p in site.iterdir())
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "-q",
+                    "--no-deps", str(wheel)], check=True, capture_output=True, timeout=240)
+    assert (venv / "bin" / "xladist").exists()
+    added = sorted(set(p.name for p in site.iterdir()) - before)
+    assert [a for a in added if not a.endswith(".dist-info")] == ["xladist"], added
+    assert [a for a in added if a.endswith(".dist-info")] == ["xladist-0.1.0.dist-info"]
+    # The layers import from the installed copy, not the checkout (numpy, mpi4py, ...
+    # from the system site-packages the venv sees).
+    out = subprocess.check_output(
+        [str(vpy), "-c", "import xladist.runtime.launcher, xladist.collectives.groups, sys; "
+         "print(xladist.__file__)"], text=True, cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""}).strip()
+    assert out.startswith(str(site)), out

@@ -1,7 +1,7 @@
 """The runtime's coverage table names every device op, and its "yes" rows are real."""
 
-from runtime.op_coverage import DEVICE_FAMILIES, coverage
-from runtime.mpi_context import _RUNNERS
+from xladist.runtime.op_coverage import DEVICE_FAMILIES, coverage
+from xladist.runtime.mpi_context import _RUNNERS
 from xladist.cli.ops import coverage_matrix
 from xladist.hlo.opcodes import OPCODES
 

@@ -1,4 +1,4 @@
-"""`--trace`: a Chrome/Perfetto timeline with one track per rank (runtime/trace.py).
+"""`--trace`: a Chrome/Perfetto timeline with one track per rank (xladist/runtime/trace.py).
 
 End-to-end runs of corpus cases check that the file is valid Trace Event Format JSON with
 one named process per rank, and that every collective execution appears on every rank
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import progress
-from runtime.trace import TracedDevice, Tracer, format_summary, merge_partials
+from xladist.runtime import progress
+from xladist.runtime.trace import TracedDevice, Tracer, format_summary, merge_partials
 from xladist import compile as compile_module
 from xladist import load_hlo, parse_hlo
 from xladist.interpreter import SingleDeviceContext
@@ -315,7 +315,7 @@ def test_progress_mode(monkeypatch):
 
 
 def test_progress_names_a_long_wait_of_rank_0():
-    from collectives import deadline
+    from xladist.collectives import deadline
     p = progress.Progress(_FakeTracer(), "tty", stream=io.StringIO())
     token = deadline.watchdog.begin("all-reduce.3 (line 4)", "devices [0, 1]")
     try:

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import xladist
-from collectives import deadline
-from runtime import watchdog
-from runtime.api import run
+from xladist.collectives import deadline
+from xladist.runtime import watchdog
+from xladist.runtime.api import run
 from tests.test_channels_cli import DATA, write_inputs, xladist_cli
 from xladist.errors import ExecutionError
 from xladist.interpreter import SingleDeviceContext
@@ -282,7 +282,7 @@ def test_native_loop_bracket_reports_the_wait_cell_and_iteration():
     the wait is timed from when the daemon first saw that cell value."""
     import ctypes
 
-    from xladist.compiler.native import collectives as nc
+    from xladist.compiler.native import xladist.collectives as nc
     wd = deadline.Watchdog(timeout_s=30.0)
     mon = _Monitor()
     wd.set_monitor(mon)

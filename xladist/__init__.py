@@ -52,7 +52,7 @@ def compile(module, backend: str = "cpu", **options):
 
 def run(module, inputs=None, n: int = 1, **options):
     """Run a module on n devices (MPI ranks); returns per-device outputs."""
-    from runtime.api import run as _run
+    from xladist.runtime.api import run as _run
     return _run(module, inputs, n=n, **options)
 
 

@@ -32,7 +32,7 @@ from .errors import InputError, OutputError
 __all__ = ["check_destination", "check_npz", "check_source", "deliver", "load_npz",
            "read_text", "rescued", "write_atomic"]
 
-# Where the launcher's job directory is announced (collectives/deadline.py JOB_DIR_ENV).
+# Where the launcher's job directory is announced (xladist/collectives/deadline.py JOB_DIR_ENV).
 JOB_DIR_ENV = "XLADIST_JOB_DIR"
 RESCUE_SUBDIR = "rescued"
 

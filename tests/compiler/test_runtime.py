@@ -3,7 +3,7 @@ scheduled order, the watchdog's loop context, the timeline hook, and async pairs
 start and done sit in different iterations of a while loop.
 
 References are independent of the backend under test: numpy, the schedule computed by
-runtime.schedule, what the interpreter reports under the same runtime hooks, and hop-by-hop
+xladist.runtime.schedule, what the interpreter reports under the same runtime hooks, and hop-by-hop
 simulations of the pipelined programs.
 """
 
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import xladist
-from collectives import deadline
-from runtime import watchdog
-from runtime.schedule import schedule_module
-from runtime.trace import TracedDevice, Tracer
+from xladist.collectives import deadline
+from xladist.runtime import watchdog
+from xladist.runtime.schedule import schedule_module
+from xladist.runtime.trace import TracedDevice, Tracer
 from tests.test_channels_cli import DATA, _Recorder, write_inputs, xladist_cli
 from tests.test_watchdog import NESTED, _Contexts
 from xladist.compiler.program import CpuProgram
@@ -176,7 +176,7 @@ def test_cpu_runs_the_schedule_not_the_text_order(text):
 
 
 def test_runtime_hands_the_schedule_to_the_cpu_backend():
-    from runtime.rank import _executor_options
+    from xladist.runtime.rank import _executor_options
     module = xladist.load_hlo(DATA / "bidirectional_exchange.n2.hlo")
     options = _executor_options(module, "cpu", True)
     assert set(options) == {"schedule"}

@@ -1,1 +1,1 @@
-"""Tests of the static deadlock check (runtime/deadlock/)."""
+"""Tests of the static deadlock check (xladist/runtime/deadlock/)."""

@@ -16,8 +16,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-import collectives as C
-from collectives.reduction import Reducer
+import xladist.collectives as C
+from xladist.collectives.reduction import Reducer
 
 DTYPES = {
     "bool": np.dtype(np.bool_),

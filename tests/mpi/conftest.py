@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from collectives import deadline
+from xladist.collectives import deadline
 
 deadline.configure(float(os.environ.get("XLADIST_TEST_COLLECTIVE_TIMEOUT", "60")))
 
@@ -28,7 +28,7 @@ def group_sets(n: int) -> dict[str, list[list[int]]]:
 
 @pytest.fixture(scope="session")
 def cache():
-    from collectives.communicator import CommunicatorCache
+    from xladist.collectives.communicator import CommunicatorCache
 
     c = CommunicatorCache()
     n = c.world.size

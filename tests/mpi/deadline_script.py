@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from collectives import all_reduce, deadline
-from collectives.communicator import CommunicatorCache
+from xladist.collectives import all_reduce, deadline
+from xladist.collectives.communicator import CommunicatorCache
 
 
 def main(mode: str) -> None:
@@ -26,8 +26,8 @@ def main(mode: str) -> None:
                 raise ValueError("boom: bad operand on purpose")
             time.sleep(600)  # never joins; the deadline on rank 0 must end the job
         if mode == "hang-ordered":
-            # A compiled NaN-propagating max over 1 MiB: collectives/ordered.py's native call.
-            from collectives.bench import _reducers
+            # A compiled NaN-propagating max over 1 MiB: xladist/collectives/ordered.py's native call.
+            from xladist.collectives.bench import _reducers
             _, red, _, _ = _reducers()["max"]
             all_reduce(comm, np.ones(1 << 18, np.float32), red, label="all-reduce.9")
         else:

@@ -86,7 +86,7 @@ def test_collective(cache, op, grouping):
 
 
 def test_broadcast_device_outside_group_gets_zeros(cache):
-    import collectives as C
+    import xladist.collectives as C
 
     n = cache.world.size
     me = cache.device
@@ -99,7 +99,7 @@ def test_broadcast_device_outside_group_gets_zeros(cache):
 
 
 def test_float_min_nan_and_signed_zero_identical_everywhere(cache):
-    import collectives as C
+    import xladist.collectives as C
 
     comm = cache.get(list(range(cache.world.size)))
     x = np.array([1.0, 0.0, 5.0, np.nan], np.float32)
@@ -122,7 +122,7 @@ def test_float_min_max_follow_hlo_signed_zero_and_nan(cache, dtype_name):
     where the cpu backend (compiled reducer) and XLA give -0.0."""
     import ml_dtypes
 
-    import collectives as C
+    import xladist.collectives as C
     from xladist.interpreter.elementwise import float_max, float_min
 
     dtype = ml_dtypes.bfloat16 if dtype_name == "bf16" else DTYPES[dtype_name]
@@ -163,7 +163,7 @@ def test_builtin_float_sum_prod_nan_bits_identical_everywhere(cache, dtype_name)
     """MPI_SUM/MPI_PROD hand operands to the combine in a rank-dependent order and x86 keeps
     the first operand's NaN: without reduction.canonicalize_nan, NaNs of a different sign on
     every rank come out different per member (seen at n=8, recursive doubling)."""
-    import collectives as C
+    import xladist.collectives as C
 
     comm = cache.get(list(range(cache.world.size)))
     dtype = DTYPES[dtype_name]
@@ -191,7 +191,7 @@ def test_builtin_float_sum_prod_nan_bits_identical_everywhere(cache, dtype_name)
 def test_large_generic_and_builtin_all_reduce_bit_identical(cache):
     import ml_dtypes
 
-    import collectives as C
+    import xladist.collectives as C
 
     comm = cache.get(list(range(cache.world.size)))
     base = np.random.default_rng(comm.rank).standard_normal(300_001)  # odd: padded blocks
@@ -217,12 +217,12 @@ def _special_input(rank: int, count: int, dtype) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype_name", ["f32", "f64", "bf16", "f16", "c64"])
 def test_user_op_reductions_match_left_fold_bit_for_bit(cache, monkeypatch, dtype_name):
-    """Reducers without an MPI builtin run as MPI user-defined ops (collectives/user_op.py).
+    """Reducers without an MPI builtin run as MPI user-defined ops (xladist/collectives/user_op.py).
     Over 2 members every reducer does; over more, those whose bracketing cannot matter
     (min/max) do, and the rest fold generically.  Either way: bit-identical on all members and
     equal to the interpreter's left fold in rank order, NaN payloads and -0.0 included."""
-    import collectives as C
-    from collectives import reduction
+    import xladist.collectives as C
+    from xladist.collectives import reduction
     from tests.mpi.cases import NONCOMMUTATIVE, SELECT
 
     comm = cache.get(list(range(cache.world.size)))
@@ -271,8 +271,8 @@ def _forbidden(*args, **kwargs):
 
 
 def test_user_op_reduce_scatter_matches_left_fold(cache):
-    import collectives as C
-    from collectives import reduction
+    import xladist.collectives as C
+    from xladist.collectives import reduction
     from tests.mpi.cases import NONCOMMUTATIVE
 
     comm = cache.get(list(range(cache.world.size)))
@@ -290,9 +290,9 @@ def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name
     """Non-builtin reducers reduce-scatter as all-to-all + a left fold in rank order that runs
     the cpu backend's compiled kernel on whole parts (reduction.fold with Reducer.into): the
     interpreter's left fold bit for bit at any group size, non-associative reducers too."""
-    import collectives as C
-    from collectives import reduction
-    from collectives.bench import _reducers
+    import xladist.collectives as C
+    from xladist.collectives import reduction
+    from xladist.collectives.bench import _reducers
 
     comm = cache.get(list(range(cache.world.size)))
     n = comm.size
@@ -328,8 +328,8 @@ def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name
 
 
 def test_user_op_error_is_raised_not_swallowed(cache):
-    import collectives as C
-    from collectives.reduction import Reducer
+    import xladist.collectives as C
+    from xladist.collectives.reduction import Reducer
 
     comm = cache.get(list(range(cache.world.size)))
     if comm.size != 2:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from runtime.api import run
+from xladist.runtime.api import run
 
 pytestmark = pytest.mark.mpi
 

@@ -1,7 +1,7 @@
 """Float sums and products through the order-preserving reduce-scatter + all-gather.
 
 A float/complex add or multiply that carries the cpu backend's compiled kernel takes
-collectives/ordered.py's native call from ordered.FLOAT_FROM bytes instead of
+xladist/collectives/ordered.py's native call from ordered.FLOAT_FROM bytes instead of
 MPI_Allreduce + canonicalize_nan, with each member's folded chunk made canonical (NaN ->
 the one quiet NaN) inside the call before the all-gather.  The result must be bit-identical
 on every member and equal the interpreter's left fold in group-rank order with every NaN
@@ -58,8 +58,8 @@ _CASES = {"add_f32": (np.float32, "sum", np.add), "add_f64": (np.float64, "sum",
 
 @lru_cache(maxsize=1)
 def _compiled():
-    """name -> (dtype, Reducer as runtime/mpi_context.py builds it for a compiled program)."""
-    from collectives.reduction import Reducer
+    """name -> (dtype, Reducer as xladist/runtime/mpi_context.py builds it for a compiled program)."""
+    from xladist.collectives.reduction import Reducer
     from xladist.compiler.program import compiled_reducers
     from xladist.hlo.parser import parse_module
 
@@ -113,7 +113,7 @@ def _forbidden(*args, **kwargs):
 @pytest.fixture
 def ordered_floats(cache, monkeypatch):
     """The world communicator with MPI_Allreduce disabled and the float threshold at 0."""
-    from collectives import ordered
+    from xladist.collectives import ordered
     comm = cache.get(list(range(cache.world.size)))
     monkeypatch.setattr(ordered, "FLOAT_FROM", 0)
     for name in ("allreduce", "bound_allreduce", "alltoall"):
@@ -123,8 +123,8 @@ def ordered_floats(cache, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(_CASES))
 def test_float_sum_is_the_canonical_left_fold_bit_for_bit(ordered_floats, name):
-    import collectives as C
-    from collectives import ordered
+    import xladist.collectives as C
+    from xladist.collectives import ordered
 
     comm = ordered_floats
     n = comm.size
@@ -152,7 +152,7 @@ def test_float_sum_is_the_canonical_left_fold_bit_for_bit(ordered_floats, name):
 
 def test_bound_float_sum_takes_the_same_path(ordered_floats):
     """The runtime's bound form (all_reduce_bound on flat bytes, given their size)."""
-    from collectives.all_reduce import all_reduce_bound
+    from xladist.collectives.all_reduce import all_reduce_bound
 
     comm = ordered_floats
     n = comm.size
@@ -167,8 +167,8 @@ def test_bound_float_sum_takes_the_same_path(ordered_floats):
 def test_threshold_and_kernel_decide_the_path(cache, monkeypatch):
     """From FLOAT_FROM bytes a compiled float sum takes the native call, below it (and
     without a kernel, as under the interpreter) MPI_Allreduce + canonicalize_nan."""
-    import collectives as C
-    from collectives import ordered
+    import xladist.collectives as C
+    from xladist.collectives import ordered
 
     comm = cache.get(list(range(cache.world.size)))
     dtype, red = _compiled()["add_f32"]
@@ -191,12 +191,12 @@ def test_threshold_and_kernel_decide_the_path(cache, monkeypatch):
 
 
 def test_compiled_program_f32_sum_takes_the_native_call(cache, monkeypatch):
-    """Through the runtime (runtime/mpi_context.py gives the add's kernel to its Reducer): a
+    """Through the runtime (xladist/runtime/mpi_context.py gives the add's kernel to its Reducer): a
     compiled program's f32 all-reduce runs the native call, and its results equal the
     interpreter's (MPI_SUM + canonicalize_nan there) bit for bit on every device -- the
     inputs are sums every bracketing gives exactly, with NaNs, infinities and -0.0."""
     import xladist
-    from collectives import ordered
+    from xladist.collectives import ordered
 
     n = cache.world.size
     count = ordered.FLOAT_FROM // 4 + 1001  # uneven over 2 and 4 members

@@ -1,4 +1,4 @@
-"""The order-preserving reduce-scatter (+ all-gather) of collectives/ordered.py over real MPI.
+"""The order-preserving reduce-scatter (+ all-gather) of xladist/collectives/ordered.py over real MPI.
 
 Reducers MPI has no builtin for, compiled by the cpu backend (as a compiled program hands
 them to the runtime), all-reduced and reduce-scattered through the native call: the result
@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 pytestmark = pytest.mark.mpi
 
-# Reducers the collectives benchmark does not compile (collectives/bench.py has the NaN-
+# Reducers the collectives benchmark does not compile (xladist/collectives/bench.py has the NaN-
 # propagating f32 max, the bf16 sum and the select-based larger magnitude).
 _HLO = """HloModule ordered_reducers
 add_f16 {
@@ -80,8 +80,8 @@ def _kernel_fn(red):
 def _compiled():
     """name -> (dtype, Reducer as the runtime builds it, Reducer folding with the kernel in
     Python: the reference)."""
-    from collectives.bench import _reducers
-    from collectives.reduction import Reducer
+    from xladist.collectives.bench import _reducers
+    from xladist.collectives.reduction import Reducer
     from xladist.compiler.program import compiled_reducers
     from xladist.hlo.parser import parse_module
 
@@ -120,8 +120,8 @@ def _forbidden(*args, **kwargs):
 @pytest.fixture
 def ordered_only(cache, monkeypatch):
     """The world communicator with every other all-reduce / reduce-scatter path disabled
-    and the user-op threshold at 0, so a result can only come from collectives/ordered.py."""
-    from collectives import ordered
+    and the user-op threshold at 0, so a result can only come from xladist/collectives/ordered.py."""
+    from xladist.collectives import ordered
     comm = cache.get(list(range(cache.world.size)))
     monkeypatch.setattr(ordered, "USER_OP_BELOW", 0)
     for name in ("allreduce", "alltoall", "reduce_scatter_block"):
@@ -136,8 +136,8 @@ def _same_everywhere(got: np.ndarray, what: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_all_reduce_is_the_left_fold_bit_for_bit(ordered_only, name):
-    import collectives as C
-    from collectives import ordered, reduction
+    import xladist.collectives as C
+    from xladist.collectives import ordered, reduction
 
     comm = ordered_only
     n = comm.size
@@ -164,8 +164,8 @@ def test_all_reduce_is_the_left_fold_bit_for_bit(ordered_only, name):
 @pytest.mark.parametrize("name", ["add_bf16", "max_f32", "twice_a_plus_b_bf16"])
 def test_bound_all_reduce_takes_the_same_path(ordered_only, name):
     """The runtime's bound form (all_reduce_bound on flat byte buffers, given their size)."""
-    from collectives import reduction
-    from collectives.all_reduce import all_reduce_bound
+    from xladist.collectives import reduction
+    from xladist.collectives.all_reduce import all_reduce_bound
 
     comm = ordered_only
     n = comm.size
@@ -182,8 +182,8 @@ def test_bound_all_reduce_takes_the_same_path(ordered_only, name):
 @pytest.mark.parametrize("name", ["add_bf16", "max_f32", "twice_a_plus_b_f32",
                                   "larger_magnitude_f32"])
 def test_reduce_scatter_is_the_left_fold_bit_for_bit(ordered_only, name):
-    import collectives as C
-    from collectives import reduction
+    import xladist.collectives as C
+    from xladist.collectives import reduction
 
     comm = ordered_only
     n = comm.size
@@ -200,7 +200,7 @@ def test_bracketing_and_order_show_in_the_bits(ordered_only):
     """Inputs whose bf16 sum depends on the bracketing, and a non-commutative reducer: a
     fold in any other order or bracketing than the left fold in rank order gives other
     bits (checked against hand-computed results, not only against fold())."""
-    import collectives as C
+    import xladist.collectives as C
 
     comm = ordered_only
     n, r = comm.size, comm.rank
@@ -254,11 +254,11 @@ ENTRY e {{
 
 def test_compiled_program_runs_the_native_call_and_matches_the_interpreter(cache,
                                                                            monkeypatch):
-    """Through the runtime (runtime/mpi_context.py hands the compiled kernel's address on):
+    """Through the runtime (xladist/runtime/mpi_context.py hands the compiled kernel's address on):
     every all-reduce and the reduce-scatter take the native call, and the cpu backend's
     results equal the interpreter's bit for bit on every device."""
     import xladist
-    from collectives import ordered
+    from xladist.collectives import ordered
 
     n = cache.world.size
     count = 110_001  # >= USER_OP_BELOW as bf16, uneven over 2 and 4 members

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from runtime.api import run
+from xladist.runtime.api import run
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "deadlock"
 N = MPI.COMM_WORLD.Get_size()

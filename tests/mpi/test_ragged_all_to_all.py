@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 import xladist
-from collectives.ragged_all_to_all import ragged_all_to_all
+from xladist.collectives.ragged_all_to_all import ragged_all_to_all
 from tests.mpi.conftest import group_sets
 from tests.mpi.ragged_cases import hlo_type, make_group, reference, rng_for, same
 

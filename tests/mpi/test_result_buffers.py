@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-import collectives as C
-from collectives.communicator import MpiCommunicator
+import xladist.collectives as C
+from xladist.collectives.communicator import MpiCommunicator
 
 pytestmark = pytest.mark.mpi
 
@@ -133,7 +133,7 @@ def test_large_results_start_half_a_page_from_their_operand(comm, op, shift):
     """From PLACE_MIN_BYTES a result starts PLACE_APART bytes past its operand's page offset
     (MPI copying into a destination at its source's page offset stalls on 4K aliasing),
     wherever the operand lies, and the values are unchanged."""
-    from collectives.communicator import PLACE_APART, PLACE_MIN_BYTES
+    from xladist.collectives.communicator import PLACE_APART, PLACE_MIN_BYTES
     call, expected = _case(comm, op, 4 * PLACE_MIN_BYTES,
                            lambda x: _at_page_offset(x, shift))
     for _ in range(3):

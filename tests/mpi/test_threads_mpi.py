@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 import xladist
-from runtime.rank import _share_cores
+from xladist.runtime.rank import _share_cores
 from xladist.compiler import parallel
 
 pytestmark = pytest.mark.mpi

@@ -1,7 +1,7 @@
 """`xladist bench collectives|compute ...`: the benchmarks, each against its alternative.
 
 collectives: xladist's collectives vs the same operations done directly with mpi4py, in
-the same run (collectives/bench.py). compute: the cpu backend vs numpy and, when
+the same run (xladist/collectives/bench.py). compute: the cpu backend vs numpy and, when
 installed, jax.jit (benchmarks/compute.py in a checkout).
 """
 
@@ -31,19 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     if args.what == "collectives" and "--in-loop" in args.options:
-        from runtime.bench_loop import main
+        from xladist.runtime.bench_loop import main
         return main(list(args.options), relaunch=_launch)
     if args.what == "collectives":
-        from collectives.bench import main
+        from xladist.collectives.bench import main
         return main(list(args.options), relaunch=_launch)
     raise InputError(f"unknown benchmark {args.what!r}")
 
 
-def _launch(bench_args, argv: list[str], module: str = "collectives.bench") -> int:
-    """The benchmark's ranks, started like every other job (runtime/launcher.py: the same
+def _launch(bench_args, argv: list[str], module: str = "xladist.collectives.bench") -> int:
+    """The benchmark's ranks, started like every other job (xladist/runtime/launcher.py: the same
     mpiexec, a process group that Ctrl-C or a timeout stops as a whole)."""
-    from collectives.bench import rank_env
-    from runtime import launcher
+    from xladist.collectives.bench import rank_env
+    from xladist.runtime import launcher
     proc = launcher.launch(bench_args.ranks, ["-m", module, *argv],
                            env=rank_env(), mpiexec=bench_args.mpiexec)
     return proc.returncode

@@ -5,7 +5,7 @@ builder (xladist/examples/train_mlp.py), the data is generated in every rank fro
 seed, batches reach each rank through its infeed, the gradients are all-reduced every
 step, and each step's loss comes back through the outfeed. Rank 0 prints its loss per
 step as it arrives; at the end it prints the steps, the time per step and, per rank, the
-split of the run into compute, collective wait and infeed wait (runtime/trace.py), and
+split of the run into compute, collective wait and infeed wait (xladist/runtime/trace.py), and
 checks the losses of every rank against a float64 numpy replay of the same training.
 """
 
@@ -62,7 +62,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from runtime import launcher
+    from xladist.runtime import launcher
 
     from ..errors import InputError
     if args.num_devices < 1:
@@ -79,13 +79,13 @@ def run(args) -> int:
         if args.hostfile:
             read_text(args.hostfile, "--hostfile", kind="hostfile text")
         if args.mpiexec:
-            from collectives.mpiexec import find_mpiexec
+            from xladist.collectives.mpiexec import find_mpiexec
             find_mpiexec(args.mpiexec)
         from ..executable import _load_backend
         _load_backend(args.backend)  # UnsupportedError (exit 2) here, not in every rank
     if launcher.under_mpi():
         return _run_as_rank(args)
-    from runtime import progress
+    from xladist.runtime import progress
     argv = ["-m", "xladist", *args._argv]
     proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
                            env=progress.launch_env(args.quiet), mpiexec=args.mpiexec)
@@ -101,10 +101,10 @@ def _config(args, replicas: int):
 
 
 def _run_as_rank(args) -> int:
-    from runtime import progress
-    from runtime.feeds import make_feeds
-    from runtime.rank import execute_on_this_rank, report_and_abort, world
-    from runtime.trace import Tracer
+    from xladist.runtime import progress
+    from xladist.runtime.feeds import make_feeds
+    from xladist.runtime.rank import execute_on_this_rank, report_and_abort, world
+    from xladist.runtime.trace import Tracer
 
     from ..examples import train_mlp
     comm = world()
@@ -144,7 +144,7 @@ def _run_as_rank(args) -> int:
 
 
 def _gather_report(comm, tracer, losses):
-    from collectives import deadline
+    from xladist.collectives import deadline
     with deadline.waiting("gathering per-rank timings and losses on rank 0"):
         return comm.gather((tracer.summary(), losses), root=0)
 
@@ -157,7 +157,7 @@ def _print_header(cfg, args, size: int) -> None:
 
 
 def _print_summary(cfg, params, batches, report, result, args) -> None:
-    from runtime.trace import format_summary
+    from xladist.runtime.trace import format_summary
 
     from ..examples.train_mlp import reference
     summaries = [s for s, _ in report]

@@ -83,7 +83,7 @@ def run(args) -> int:
     specs.parse_specs(args.out_specs, "--out-specs")  # syntax now; counts once jax traced
     import_jax()  # say so before the function's own `import jax` fails
     sys.path.insert(0, os.getcwd())  # as `python -m`: modules in the current folder import
-    from runtime.feeds import load_function
+    from xladist.runtime.feeds import load_function
     try:
         fn = load_function(args.function, option="export-jax")
         folder = export(fn, *arrays, mesh_shape=mesh, in_specs=args.in_specs,

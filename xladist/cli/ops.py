@@ -8,7 +8,7 @@ Each column reads its phase's own tables, so the matrix cannot drift from the co
 - the opcodes hlo.dynamic_padder rewrites into static ones before any backend runs
   (set-dimension-size, dynamic-reshape) count as "yes" for the interpreter and cpu;
 - runtime: "yes" for ops that stay on the device; collectives, p2p and feeds from the MPI
-  runtime's runtime.coverage() when it exists.
+  runtime's xladist.runtime.coverage() when it exists.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def coverage_matrix() -> dict[str, dict[str, str]]:
     interp = _table_column(interpreter.EVAL_RULES, interpreter.UNSUPPORTED,
                            "no interpreter rule")
     cpu = _coverage_column("xladist.compiler", "cpu backend not built")
-    runtime = _coverage_column("runtime", "MPI runtime coverage() not available yet")
+    runtime = _coverage_column("xladist.runtime", "MPI runtime coverage() not available yet")
 
     matrix = {}
     for op, info in OPCODES.items():

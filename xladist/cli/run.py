@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without compiling); or `module` in the --config file")
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML run configuration (keys: "
-                             "runtime/config.py SCHEMA; see configs/); options given here "
+                             "xladist/runtime/config.py SCHEMA; see configs/); options given here "
                              "override it")
     parser.add_argument("-n", "--num-devices", type=int, default=1, metavar="N",
                         help="number of devices (MPI ranks); default 1")
@@ -116,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write what each rank sends to the host, one .npz per rank and "
                              "channel (arrays in send order), e.g. 'out/rank{rank}_ch{channel}.npz'")
     feeds = parser.add_argument_group(
-        "infeed and outfeed (runtime/feeds/)",
+        "infeed and outfeed (xladist/runtime/feeds/)",
         "PATH may use {rank}, {replica} and {partition}; items are item0, item1, ... and "
         "a tuple item's elements item{k}_0, item{k}_1, ...")
     feeds.add_argument("--infeed", metavar="PATH.npz",
@@ -141,7 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replicas, for a module whose header declares no counts")
     parser.add_argument("--num-partitions", type=int, metavar="P",
                         help="partitions, for a module whose header declares no counts")
-    from runtime.config import parse_assignment
+    from xladist.runtime.config import parse_assignment
     parser.add_argument("--device-assignment", type=parse_assignment, metavar="IDS",
                         help="device id per replica (rows, ';') and partition (columns, ','),"
                              " e.g. \"0,2;1,3\"; default: partition x replicas + replica")
@@ -192,7 +192,7 @@ def _check_device_count(module, n: int) -> None:
 def _apply_config(args) -> None:
     """--config FILE fills what the command line did not set; MODULE is then required."""
     if getattr(args, "config", None):
-        from runtime import config
+        from xladist.runtime import config
         argv = list(args._argv)
         argv = argv[argv.index("run") + 1:] if "run" in argv else argv
         config.apply(args, add_arguments, argv)
@@ -203,7 +203,7 @@ def _apply_config(args) -> None:
 
 def load_run_module(args):
     """The module with the run's replica/partition counts applied."""
-    from runtime.config import override_device_counts
+    from xladist.runtime.config import override_device_counts
     module = load_module(args.module)
     override_device_counts(module, getattr(args, "replica_count", None),
                            getattr(args, "num_partitions", None))
@@ -211,7 +211,7 @@ def load_run_module(args):
 
 
 def run(args) -> int:
-    from runtime import launcher
+    from xladist.runtime import launcher
     _apply_config(args)
     if getattr(args, "threads", None) is not None:
         from ..compiler import parallel
@@ -221,9 +221,9 @@ def run(args) -> int:
     from ..io import read_inputs
     module = load_run_module(args)
     _check_device_count(module, args.num_devices)
-    from runtime import run_args
+    from xladist.runtime import run_args
     run_args.check(args, module)  # every option and file, before anything runs (exit 2)
-    from runtime import feeds
+    from xladist.runtime import feeds
     placements = feeds.check_args(args, module)  # e.g. --infeed-fn imports
     if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
         # Validate everything a rank would refuse before starting any rank (exit 2).
@@ -244,7 +244,7 @@ def run(args) -> int:
                          f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
     else:
         per_device = [[None] * len(shapes)]
-    from runtime.feeds import from_args, running_single
+    from xladist.runtime.feeds import from_args, running_single
     with running_single(from_args(args), module) as device:
         outputs = run_single(module, per_device[0], args.backend, verify=not args.no_verify,
                              **precompiled_options(args),
@@ -282,8 +282,8 @@ def _read_per_device(module, args) -> list[list]:
 
 def _launch(args, module) -> int:
     """Start `mpiexec -n N` on this same command; ranks print their own errors. The module
-    is compiled here once and the ranks load it (runtime/compile_once.py)."""
-    from runtime import compile_once, launcher, progress
+    is compiled here once and the ranks load it (xladist/runtime/compile_once.py)."""
+    from xladist.runtime import compile_once, launcher, progress
     argv = ["-m", "xladist", *args._argv]
     precompiled = args.module.endswith(".xlx")
     with compile_once.compiled_for_ranks(module, None if precompiled else args.backend) \
@@ -292,7 +292,7 @@ def _launch(args, module) -> int:
                                env={**progress.launch_env(args.quiet), **code_env},
                                mpiexec=args.mpiexec)
     if proc.returncode != 0 and args.trace:
-        from runtime.trace import merge_partials
+        from xladist.runtime.trace import merge_partials
         if merge_partials(args.trace):
             print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
                   file=sys.stderr)
@@ -305,8 +305,8 @@ def _launch(args, module) -> int:
 
 def _run_as_rank(args) -> int:
     """One rank of an MPI job: run this rank's device; rank 0 writes or prints outputs."""
-    from runtime.feeds import from_args as feeds_from_args
-    from runtime.rank import execute_on_this_rank, report_and_abort, world
+    from xladist.runtime.feeds import from_args as feeds_from_args
+    from xladist.runtime.rank import execute_on_this_rank, report_and_abort, world
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
@@ -343,28 +343,28 @@ def _run_as_rank(args) -> int:
 
 
 def _deadlock_check(module, args) -> None:
-    """runtime.precheck before any rank runs (raises DeadlockError, exit 1, with the report);
+    """xladist.runtime.precheck before any rank runs (raises DeadlockError, exit 1, with the report);
     tells the ranks about to start that it was done."""
     if getattr(args, "no_check", False):
         return
-    from runtime.precheck import CHECKED_ENV, precheck
+    from xladist.runtime.precheck import CHECKED_ENV, precheck
     precheck(module, args.num_devices, device_assignment=args.device_assignment,
              strict=args.strict, budget=getattr(args, "check_budget", 10.0))
     os.environ[CHECKED_ENV] = "1"  # inherited by the ranks mpiexec starts
 
 
 def _host_files(args):
-    """The host end of host-transfer channels: .npz files (runtime/channels_host.py)."""
+    """The host end of host-transfer channels: .npz files (xladist/runtime/channels_host.py)."""
     if not (args.host_recv or args.host_send):
         return None
-    from runtime.channels_host import FileHost
+    from xladist.runtime.channels_host import FileHost
     return FileHost(args.host_recv, args.host_send)
 
 
 def _watchers(args, rank: int):
     """The rank's Tracer (None when nothing needs one) and rank 0's progress line."""
-    from runtime import progress
-    from runtime.trace import Tracer
+    from xladist.runtime import progress
+    from xladist.runtime.trace import Tracer
     how = progress.mode(args.quiet) if rank == 0 else "off"
     tracer = None
     if args.trace or args.stats or how != "off":
@@ -373,8 +373,8 @@ def _watchers(args, rank: int):
 
 
 def _print_stats(comm, tracer) -> None:
-    from collectives import deadline
-    from runtime.trace import format_summary
+    from xladist.collectives import deadline
+    from xladist.runtime.trace import format_summary
     with deadline.waiting("gathering per-rank timings on rank 0"):
         summaries = comm.gather(tracer.summary(), root=0)
     if comm.Get_rank() == 0:

@@ -9,10 +9,10 @@ hands back an array it does not own (`body.sources`), copies it before the next
 iteration.
 
 Loops that communicate keep the watchdog's loop stack exactly as the interpreter
-does under the MPI runtime (runtime/watchdog.py `loop_tracking_rules`): enter the
+does under the MPI runtime (xladist/runtime/watchdog.py `loop_tracking_rules`): enter the
 loop, bump the iteration before each condition evaluation, exit; so a hang report
 says "iteration k of while.N" with either backend. The stack lives in
-collectives.deadline, which the runtime has loaded whenever a watchdog runs: the
+xladist.collectives.deadline, which the runtime has loaded whenever a watchdog runs: the
 compiler only looks it up in sys.modules (no import, no cost without MPI). A loop that
 runs natively (native/loop.py) keeps the same stack entry through the watchdog's
 begin_native: the driver itself counts the iterations in memory the daemon reads.
@@ -53,13 +53,13 @@ class Relayout:
         return leaves
 
 
-# Async forms that stay on one device (runtime.schedule's _LOCAL_ASYNC).
+# Async forms that stay on one device (xladist.runtime.schedule's _LOCAL_ASYNC).
 _LOCAL_ASYNC = frozenset({"copy-start", "copy-done"})
 
 
 def communicates(comp, _memo: dict | None = None) -> bool:
     """Whether running `comp` (and what it calls) may wait for another device: the rule
-    of runtime.schedule.computation_communicates, which decides the interpreter's loop
+    of xladist.runtime.schedule.computation_communicates, which decides the interpreter's loop
     tracking (collectives, async collectives, cross-device send/recv)."""
     memo = {} if _memo is None else _memo
     key = id(comp)
@@ -80,8 +80,8 @@ def communicates(comp, _memo: dict | None = None) -> bool:
 
 
 def _loop_stack():
-    """collectives.deadline.watchdog when the runtime has loaded it, else None."""
-    mod = sys.modules.get("collectives.deadline")
+    """xladist.collectives.deadline.watchdog when the runtime has loaded it, else None."""
+    mod = sys.modules.get("xladist.collectives.deadline")
     return getattr(mod, "watchdog", None)
 
 

@@ -54,7 +54,7 @@ class RunState:
 
     `pending`: async starts in flight, keyed by the identity of their key leaf's
     buffer (devices.py), so a done finds its start through tuples, while-loop state
-    and conditionals. `tracer`: runtime/trace.py's Tracer when the device carries one
+    and conditionals. `tracer`: xladist/runtime/trace.py's Tracer when the device carries one
     that records slices (the interpreter's hook), else None: then the thunk loop
     reads no clock. `rng_state`: the counter of rng-get-and-update-state.
     """

@@ -150,7 +150,7 @@ def reference(params, batches, lr: float):
 def write_example(folder, cfg: Config = Config()) -> dict[str, str]:
     """Write train_mlp.hlo, inputs.npz (arg0..3 with a device axis) and
     feeds/rank{r}.npz (item{k}_0 = x, item{k}_1 = y) under `folder`; returns the paths."""
-    from runtime.feeds.npz import write_items
+    from xladist.runtime.feeds.npz import write_items
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     hlo = folder / "train_mlp.hlo"

@@ -3,7 +3,7 @@
 Pure Python over the IR's attribute values (no numpy, no MPI), so the verifier, the static
 deadlock check and the MPI layer read collective-semantics.md A (group modes, device identity),
 B (replica-group syntax and validity) and C.14 (permute pairs) the same way. It lives in
-xladist.hlo because imports only point down; collectives/groups.py re-exports it.
+xladist.hlo because imports only point down; xladist/collectives/groups.py re-exports it.
 
 * `group_mode(opcode, channel_id, use_global_device_ids)` - which kind of ids replica_groups
   holds, from an instruction's attributes (A.1, A.2); `group_mode_from_flags(has_channel,

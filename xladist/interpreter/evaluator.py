@@ -126,7 +126,7 @@ class Evaluator:
     fresh SingleDeviceContext). `check` asserts every rule's result shape (cheap; on by
     default because the interpreter is the specification). `schedule` optionally maps a
     computation (or its name) to the instruction order to use -- the MPI runtime passes
-    runtime.schedule.schedule_module's, the order the deadlock check proved. `rules`
+    xladist.runtime.schedule.schedule_module's, the order the deadlock check proved. `rules`
     optionally overrides opcode rules for this evaluator only (the runtime's while rule
     records loop iterations for the watchdog).
     """
@@ -145,7 +145,7 @@ class Evaluator:
         self._batch: tuple[int, ...] | None = None
         self._vector_ok: dict[int, bool] = {}
         self.rng_state = 0  # rng-get-and-update-state's counter, if a rule uses it
-        # Timeline hook (runtime/trace.py): a device that carries a tracer gets
+        # Timeline hook (xladist/runtime/trace.py): a device that carries a tracer gets
         # `tracer.instruction(instr, t0_ns, t1_ns)` after each instruction; None costs nothing.
         self.tracer = getattr(device, "tracer", None)
 

@@ -15,7 +15,7 @@ transfers (is_host_transfer=true) read from `host_recv` and append to `host_sent
 Feeds: infeed items come from the iterable given at construction, one item per infeed
 (an array, or a tuple of arrays for a tuple-shaped infeed; an empty-tuple infeed takes
 no item, E.22a); outfeed values are appended to `outfeed_values`. With `feeds=` (a
-runtime.feeds.Feeds, as `xladist run -n 1 --infeed/--outfeed` passes) both go there.
+xladist.runtime.feeds.Feeds, as `xladist run -n 1 --infeed/--outfeed` passes) both go there.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _broadcast(ctx, instr, args, reducer):
 
 def _ragged_all_to_all(ctx, instr, args, reducer):
     """Group of one: every entry e is an update to this device itself (C.16), written in
-    order; bounds are checked as over MPI (collectives/ragged_all_to_all.py)."""
+    order; bounds are checked as over MPI (xladist/collectives/ragged_all_to_all.py)."""
     data, output, *meta = args
     out = np.array(output, copy=True)
     in_off, sizes, out_off, recv = (np.asarray(m).astype(np.int64).reshape(-1) for m in meta)

@@ -19,7 +19,7 @@ MODULE, INPUTS, EXPECTED, CONFIG, META, OUTPUTS = (
 
 
 def config_text(n: int) -> str:
-    """A run configuration (runtime/config.py keys; paths relative to the folder)."""
+    """A run configuration (xladist/runtime/config.py keys; paths relative to the folder)."""
     return (f"# Written by xladist.jax.export. Run: xladist run --config config.toml\n"
             f"# then xladist.jax.assemble(FOLDER, FOLDER/{OUTPUTS}) gives the global results.\n"
             f'module = "{MODULE}"\nranks = {n}\ninputs = "{INPUTS}"\noutputs = "{OUTPUTS}"\n')

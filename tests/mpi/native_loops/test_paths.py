@@ -14,7 +14,7 @@ import pytest
 from mpi4py import MPI
 
 import xladist
-from collectives import reduction
+from xladist.collectives import reduction
 from xladist.compiler.native import loop as native_loop
 
 pytestmark = pytest.mark.mpi
@@ -117,7 +117,7 @@ def test_native_loop_matches_python_path_and_numpy(monkeypatch, dt, red, twice):
     dtype = np.dtype(HLO_TYPES[dt])
     # Native whatever the reducer: one MPI call when MPI has the op, a user op whose tree is
     # the left fold, or (the compiled kernel at hand) the ordered reduce-scatter +
-    # all-gather (collectives/ordered.py: from 192 KiB, and for a bf16 sum over 3+ members).
+    # all-gather (xladist/collectives/ordered.py: from 192 KiB, and for a bf16 sum over 3+ members).
     for count in (3, 70_001):  # an odd small one; 64 KiB+ (MPI's large-message algorithms)
         module = xladist.parse_hlo(loop_module(dt, red, count, twice))
         xs = np.stack([special_input(r, count, dtype) for r in range(n)])
@@ -148,7 +148,7 @@ def test_loop_with_a_non_associative_reducer_over_3_members_runs_ordered(monkeyp
     fold): the loop runs it natively through the ordered reduce-scatter + all-gather, in
     place, with the Python path's bits."""
     import importlib
-    all_reduce = importlib.import_module("collectives.all_reduce")  # the module
+    all_reduce = importlib.import_module("xladist.collectives.all_reduce")  # the module
     world = MPI.COMM_WORLD
     n, me = world.Get_size(), world.Get_rank()
     if n < 3:
@@ -175,13 +175,13 @@ def test_loop_with_a_non_associative_reducer_over_3_members_runs_ordered(monkeyp
 @pytest.mark.parametrize("name", ["max", "bf16-sum", "custom"])
 def test_native_user_function_matches_the_python_callback_bit_for_bit(name):
     """A compiled reducer's MPI_User_function (native/collectives.py, registered by
-    collectives/native_ops.py) against user_op.py's Python callback running the same kernel:
+    xladist/collectives/native_ops.py) against user_op.py's Python callback running the same kernel:
     the same bits, on every member, where the user op runs (user_op_ok), sync and async."""
     import dataclasses
 
-    import collectives as C
-    from collectives.bench import _reducers
-    from collectives.communicator import CommunicatorCache
+    import xladist.collectives as C
+    from xladist.collectives.bench import _reducers
+    from xladist.collectives.communicator import CommunicatorCache
 
     world = MPI.COMM_WORLD
     n = world.Get_size()

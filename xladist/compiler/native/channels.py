@@ -1,8 +1,8 @@
 """Send/recv channels inside a native while loop (native/loop.py): the four device thunks
 send, recv, send-done and recv-done become MPI_Issend / MPI_Irecv and MPI_Wait calls through
-function pointers in the loop's table (collectives/native_channels.py describes the calls;
+function pointers in the loop's table (xladist/collectives/native_channels.py describes the calls;
 the runtime resolves them once per loop run with `native_channel(start, done)`,
-runtime/mpi_context.py).
+xladist/runtime/mpi_context.py).
 
 Which transfers: a device-to-device send or recv of one non-empty array whose only user is
 its done, in the same computation (condition or body), so the request never outlives the
@@ -38,7 +38,7 @@ from .collectives import CELL_FAILED, STEPS, _bracketed
 MPI_ISTART = ir.FunctionType(I32, [PTR, I32, I64, I32, I32, I64, PTR])
 MPI_WAIT = ir.FunctionType(I32, [PTR, PTR])
 MPI_GET_COUNT = ir.FunctionType(I32, [PTR, I64, PTR])
-GOT_FAILED = -1  # collectives/native_channels.py: the recv's byte count was wrong
+GOT_FAILED = -1  # xladist/collectives/native_channels.py: the recv's byte count was wrong
 
 _DONE = {"send": "send-done", "recv": "recv-done"}
 

@@ -12,13 +12,13 @@ MPI_Allreduce through a function pointer that the runtime puts in the loop's tab
 the communicator, datatype and op handles the runtime resolved once per loop run (the
 compiler cannot link against MPI: compiled objects only name allowlisted symbols,
 runtime_symbols.py). The device describes each all-reduce with `native_all_reduce(instr,
-reducer)` (runtime/mpi_context.py), an object with
+reducer)` (xladist/runtime/mpi_context.py), an object with
 
   fn          address of MPI_Allreduce in the libmpi mpi4py loaded
   count       elements of `datatype` in the buffer (fits a C int)
   datatype, op, comm   MPI handles as integers
   canonicalize  whether NaN results must become the canonical quiet NaN (a builtin
-              float sum/prod: collectives/reduction.py canonicalize_nan)
+              float sum/prod: xladist/collectives/reduction.py canonicalize_nan)
   in_place    MPI_IN_PLACE's value, the send buffer of an all-reduce in place
   label, where  what the deadline reports for a wait in this call
   error_text(code)  MPI's message for a failing return code
@@ -30,7 +30,7 @@ MPICH's `int` handles on x86-64 SysV and AArch64, where an int argument is the l
 its 64-bit argument register.
 
 An all-reduce whose descriptor carries `ordered_fn` (native_ops.NativeOrderedAllReduce:
-a reducer without a builtin, from collectives/ordered.py's size on) calls that function
+a reducer without a builtin, from xladist/collectives/ordered.py's size on) calls that function
 instead: the order-preserving reduce-scatter + all-gather of native/ordered.py, after
 writing this iteration's send and result addresses into its table (in place: both the
 carry); the branch is taken at run time on the table entry.
@@ -39,11 +39,11 @@ Reducers MPI has no builtin for become MPI user-defined operations whose functio
 native: `<reducer kernel>_mpi(in, inout, len, datatype)` calls the compiled reducer
 kernel on the two whole buffers, `inout = f(in, inout)` (in comes from the lower ranks;
 user_op.py explains why the op is non-commutative and when that is bit-identical on every
-member). The runtime registers it with MPI_Op_create (collectives/native_ops.py).
+member). The runtime registers it with MPI_Op_create (xladist/collectives/native_ops.py).
 
 Deadlines: before each call the driver stores `progress | (step + 1)` into the loop's
 wait cell and `progress` after it (progress counts the calls, in units of WAIT_STEPS), so
-the deadline daemon (collectives/deadline.py `begin_native`) sees which all-reduce the
+the deadline daemon (xladist/collectives/deadline.py `begin_native`) sees which all-reduce the
 loop waits in and whether it has moved since it last looked.
 """
 
@@ -179,7 +179,7 @@ class CollectiveStep:
         via_mpi = b.function.append_basic_block(f"allreduce{index}")
         after = b.function.append_basic_block(f"allreduce{index}.done")
         b.cbranch(b.icmp_unsigned("!=", ordered_fn, c64(0)), via_ordered, via_mpi)
-        # The order-preserving reduce-scatter + all-gather (collectives/ordered.py): the
+        # The order-preserving reduce-scatter + all-gather (xladist/collectives/ordered.py): the
         # buffers of this iteration go into its table, then one call; in place it reads
         # and writes the carry itself.
         b.position_at_end(via_ordered)
@@ -230,7 +230,7 @@ class CollectiveStep:
 
 class _BytesStep:
     """A collective step moving one array's bytes: table entries fn, send, recv, then the
-    descriptor's FIELDS in order (collectives/native_ops.py)."""
+    descriptor's FIELDS in order (xladist/collectives/native_ops.py)."""
 
     in_place = False
     FIELDS: tuple[str, ...] = ()

@@ -7,7 +7,7 @@ and handles in the loop's table, inside the deadline's wait-cell bracket.
                      it, default layouts (the parts are then contiguous: the Python path
                      calls the same function on the operand as is); the device resolves it
                      only for a builtin MPI op (`native_reduce_scatter`,
-                     collectives/native_exchange.py), else the loop keeps the Python path.
+                     xladist/collectives/native_exchange.py), else the loop keeps the Python path.
   AllToAllStep       MPI_Alltoall on bytes: the array form along such a dimension
                      (`native_all_to_all`).
 

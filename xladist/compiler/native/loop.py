@@ -34,7 +34,7 @@ are in the same LLVM module, so the optimizer may inline them into it.
 
 Kernel-only loops run natively whenever no timeline is recorded. A loop with
 all-reduces runs natively when the device resolves every one of them to an MPI call
-(`native_all_reduce`, runtime/mpi_context.py; else the Python path), and under the
+(`native_all_reduce`, xladist/runtime/mpi_context.py; else the Python path), and under the
 deadline watchdog the whole run is one native wait bracket (deadline.py begin_native):
 the report still names the rank, the all-reduce and the iteration. Traced runs keep
 the Python path (they observe iterations).

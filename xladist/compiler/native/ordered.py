@@ -28,7 +28,7 @@ That moves the bytes MPI's own reduce-scatter + all-gather moves for a builtin o
 every result element is computed on exactly one member, so all members get the same bits.
 MPI is reached through function pointers in the table (compiled objects name no MPI
 symbol: runtime_symbols.py), like native/collectives.py's loop steps; the caller brackets
-the call with the deadline watchdog (collectives/ordered.py). Returns 0, or the MPI error
+the call with the deadline watchdog (xladist/collectives/ordered.py). Returns 0, or the MPI error
 code with the failing call's number (1: Alltoallv, 2: Allgather, 3: Allgatherv) in the
 STAGE entry.
 
@@ -53,7 +53,7 @@ NAME = "xladist_ordered_reduce"
 N_ENTRIES = 22
 
 # CANON width -> (bits of |x| above which x is a NaN, the canonical quiet NaN's bits), as
-# numpy's float32(nan) / float64(nan) (collectives/reduction.py canonicalize_nan).
+# numpy's float32(nan) / float64(nan) (xladist/collectives/reduction.py canonicalize_nan).
 _NAN_BITS = {4: (0x7F800000, 0x7FC00000), 8: (0x7FF0000000000000, 0x7FF8000000000000)}
 
 # MPI_Alltoallv(send, sendcounts, sdispls, type, recv, recvcounts, rdispls, type, comm)

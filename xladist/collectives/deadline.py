@@ -1,0 +1,443 @@
+"""Deadlines for blocking collective calls: nothing hangs silently (ARCHITECTURE rule 3).
+
+The main thread makes blocking MPI calls.  Before each one it stores *what* it is waiting in
+(a tuple assignment: no lock, no syscall -- ``time.monotonic`` is served from the vDSO), and
+clears it afterwards.  One daemon thread per process sleeps on a Condition with a timeout and,
+when it wakes, checks whether the operation that is in progress has been running for longer
+than the deadline; if so it prints ``rank R: timed out after T s waiting in <description>`` to
+stderr and aborts the whole MPI job, so that no rank is left waiting forever.
+
+The watchdog sleeps until the current operation's own deadline, or for half the deadline when
+idle, so it wakes a handful of times per deadline period, never in a tight loop.  A hang is
+reported between T and 1.5 T seconds after it starts.
+
+Configuration: ``XLADIST_COLLECTIVE_TIMEOUT`` (seconds, default 300; 0 disables) or
+:func:`configure`.
+
+Two extensions serve the job-wide report of :mod:`xladist.runtime.watchdog`:
+
+* ``watchdog.loops`` is the main thread's stack of ``[while name, iteration]`` entries, kept by
+  the executor only around loops that communicate (one list append per loop, one integer
+  increment per iteration), so a report can say ``iteration 5 of while.2``;
+* ``watchdog.monitor`` (an object with ``publish(position)`` and ``fire(position)``), when set,
+  is told by the daemon -- never by the waiting thread -- about waits that last longer than
+  ``PUBLISH_AFTER_S``, about their end, and asked for the text to print when a deadline passes.
+
+Native while loops (xladist/compiler/native/loop.py) run many waits without returning to
+Python.  :meth:`Watchdog.begin_native` brackets the whole loop: the loop writes its iteration
+and a *wait cell* (which all-reduce it is in, and a count of calls) into memory, and the daemon
+reads them whenever it wakes.  A wait is timed from the moment the daemon first sees that cell
+value, so a hang is still reported between T and 1.5 T after it starts, naming the
+all-reduce and the iteration; a loop that keeps calling never times out.
+
+A job's last words must reach the user.  MPICH's launcher sometimes drops what a rank wrote to
+stderr just before ``MPI_Abort`` (measured: 7 of 40 two-rank aborts lost a 1.5 KiB message), so
+:func:`abort_job` also leaves its message in ``$XLADIST_JOB_DIR/aborts/rank<R>.txt``; the
+launcher (xladist/runtime/launcher.py) prints every such note that did not come through stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Watchdog",
+    "abort_job",
+    "abort_on_exception",
+    "configure",
+    "on_abort",
+    "run_abort_hooks",
+    "waiting",
+    "watchdog",
+]
+
+DEFAULT_TIMEOUT_S = 300.0
+# The job directory shared by the ranks of one launch (xladist/runtime/launcher.py creates it).
+JOB_DIR_ENV = "XLADIST_JOB_DIR"
+ABORT_NOTES = "aborts"
+# After printing, before MPI_Abort: time for the launcher to forward the message from a rank on
+# another host, where the note file cannot help.  Paid only by a job that is failing anyway.
+ABORT_FLUSH_S = 0.2
+# The longest the on_abort hooks (saving a trace, host-transfer files) may delay an abort.
+ABORT_HOOKS_S = 10.0
+# A wait this long is published to the monitor; the daemon then re-checks every REFRESH_S so
+# that the end of the wait is published promptly too.
+PUBLISH_AFTER_S = 1.0
+REFRESH_S = 1.0
+
+
+def _env_timeout() -> float:
+    raw = os.environ.get("XLADIST_COLLECTIVE_TIMEOUT")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(raw)
+    except ValueError:
+        print(f"xladist: ignoring XLADIST_COLLECTIVE_TIMEOUT={raw!r} (not a number of seconds); "
+              f"using {DEFAULT_TIMEOUT_S:g} s", file=sys.stderr)
+        return DEFAULT_TIMEOUT_S
+
+
+def _world_rank() -> int:
+    """This process's rank in MPI_COMM_WORLD, without initializing MPI if nobody else has."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank()
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+_abort_lock = threading.Lock()
+_aborting = False
+
+
+def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
+    """Print ``rank R: message`` (or just ``message``) once to stderr and abort every rank.
+
+    Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
+    exits this process.  Safe to call from any thread (mpi4py initializes MPI with
+    MPI_THREAD_MULTIPLE); only the first caller prints.
+    """
+    global _aborting
+    with _abort_lock:
+        first = not _aborting
+        _aborting = True
+    run_abort_hooks()
+    mpi = sys.modules.get("mpi4py.MPI")
+    under_mpi = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+    if first and message:
+        prefix = f"rank {_world_rank()}: " if with_rank else ""
+        _leave_abort_note(f"{prefix}{message}")
+        try:
+            sys.stderr.write(f"{prefix}{message}\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001, S110 -- stderr closed: still abort
+            pass
+        if under_mpi:
+            time.sleep(ABORT_FLUSH_S)
+    if under_mpi:
+        mpi.COMM_WORLD.Abort(code)
+    os._exit(code)
+
+
+_abort_hooks: list = []
+
+
+def on_abort(hook):
+    """Run ``hook()`` (once, from whichever thread) before this process aborts the job or its
+    deadline passes -- e.g. to save this rank's trace.  Returns a function that unregisters it."""
+    with _abort_lock:
+        _abort_hooks.append(hook)
+
+    def remove() -> None:
+        with _abort_lock:
+            if hook in _abort_hooks:
+                _abort_hooks.remove(hook)
+    return remove
+
+
+def run_abort_hooks() -> None:
+    """Run and drop the registered hooks, for at most ABORT_HOOKS_S: a failing or stuck hook
+    never stops the abort or hides the failure being reported."""
+    with _abort_lock:
+        hooks = list(_abort_hooks)
+        _abort_hooks.clear()
+    if not hooks:
+        return
+
+    def run_all() -> None:
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as e:  # noqa: BLE001 -- the failure being reported matters more
+                try:
+                    sys.stderr.write(f"xladist: while saving state for the abort: "
+                                     f"{type(e).__name__}: {e}\n")
+                except Exception:  # noqa: BLE001, S110 -- stderr closed
+                    pass
+    worker = threading.Thread(target=run_all, name="xladist-abort-hooks", daemon=True)
+    worker.start()
+    worker.join(ABORT_HOOKS_S)
+
+
+def _leave_abort_note(text: str) -> None:
+    """Write `text` where the launcher looks after a failed job (see the module docstring)."""
+    job = os.environ.get(JOB_DIR_ENV)
+    if not job:
+        return
+    try:
+        notes = os.path.join(job, ABORT_NOTES)
+        os.makedirs(notes, exist_ok=True)
+        path = os.path.join(notes, f"rank{_world_rank()}.txt")
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)  # the launcher never reads half a note
+    except OSError:
+        pass  # no job directory on this host (a rank on another machine): stderr only
+
+
+class Watchdog:
+    """Per-process deadline for the operation the main thread is blocked in."""
+
+    def __init__(self, timeout_s: float | None = None):
+        self.timeout_s = _env_timeout() if timeout_s is None else float(timeout_s)
+        # (what, where, start) or None.  One attribute so the daemon never sees a torn update.
+        self.current: tuple[str, object, float] | None = None
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._generation = 0
+        # [[while name, iteration], ...] of the main thread, outermost first (see module doc).
+        self.loops: list[list] = []
+        self.monitor = None
+
+    # -- hot path -------------------------------------------------------------------------------
+    def begin(self, what: str, where: object = None):
+        """Mark the start of a wait; returns a token for :meth:`end`.
+
+        ``where`` is formatted with ``str()`` only if the deadline fires, so callers can pass a
+        communicator object instead of building a string on every call.
+        """
+        prev = self.current
+        self.current = (what, where, time.monotonic())
+        if self._thread is None and self.timeout_s > 0:
+            self._start_thread()
+        return prev
+
+    def end(self, token) -> None:
+        self.current = token
+
+    def begin_native(self, name: str, cells, places):
+        """Bracket a native while loop (see the module doc): ``cells`` is the int64 array the
+        loop writes (compiler/native/collectives.py: iteration, wait cell), ``places`` the
+        ``{step: (what, where)}`` of each step the wait cell may name.  Returns a token
+        for :meth:`end_native`."""
+        self.loops.append(_NativeLoopEntry(name, cells))
+        prev = self.current
+        self.current = _NativeWaits(cells, places)
+        if self._thread is None and self.timeout_s > 0:
+            self._start_thread()
+        return prev
+
+    def end_native(self, token) -> None:
+        self.current = token
+        self.exit_loop()
+
+    def _resolved(self, cur):
+        """A native loop's bracket as the (what, where, start) it waits in now, or None
+        while it computes; any other `current` as is."""
+        return cur.waiting() if type(cur) is _NativeWaits else cur
+
+    # -- daemon --------------------------------------------------------------------------------
+    def _start_thread(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="xladist-deadline",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        published = None  # the `current` tuple last published to the monitor as a long wait
+        with self._cond:
+            while True:
+                timeout = self.timeout_s
+                mon = self.monitor
+                cur = self._resolved(self.current)
+                now = time.monotonic()
+                if published is not None and cur is not published:
+                    published = None
+                    self._publish(mon, None, 0.0)  # that wait is over
+                if timeout <= 0:
+                    self._cond.wait()
+                    continue
+                # With a monitor, wake every REFRESH_S so long waits are published promptly.
+                sleep = min(timeout / 2, REFRESH_S) if mon is not None else timeout / 2
+                if cur is not None:
+                    elapsed = now - cur[2]
+                    if elapsed >= timeout:
+                        self._fire(cur, elapsed)
+                        return
+                    # Wake right at this operation's deadline (plus a hair for clock rounding).
+                    sleep = timeout - elapsed + 0.01
+                    if mon is not None:
+                        after = min(PUBLISH_AFTER_S, timeout / 2)
+                        if elapsed >= after:
+                            self._publish(mon, cur, elapsed)
+                            published = cur
+                            sleep = min(sleep, REFRESH_S)
+                        else:
+                            sleep = min(sleep, after - elapsed + 0.01)
+                self._cond.wait(sleep)
+
+    def position(self, cur=None, elapsed: float | None = None) -> dict:
+        """What the main thread is doing: a dict for the monitor (see xladist.runtime.watchdog)."""
+        if cur is None:
+            return {"state": "computing", "loops": [list(e) for e in list(self.loops)]}
+        what, where, start = cur
+        if elapsed is None:
+            elapsed = time.monotonic() - start
+        return {"state": "waiting", "what": what, "where": where, "elapsed": elapsed,
+                "loops": [list(e) for e in list(self.loops)]}
+
+    def _publish(self, mon, cur, elapsed: float) -> None:
+        if mon is None:
+            return
+        try:
+            mon.publish(self.position(cur, elapsed))
+        except Exception:  # noqa: BLE001, S110 -- a report aid must never kill the deadline
+            pass
+
+    def _fire(self, cur, elapsed: float) -> None:
+        # Every rank whose deadline passes saves its state now: only one of them wins the
+        # report below, and the others are taken down by its abort without another word.
+        run_abort_hooks()
+        mon = self.monitor
+        if mon is not None:
+            try:
+                message = mon.fire(self.position(cur, elapsed), self.timeout_s)
+            except Exception as e:  # noqa: BLE001 -- fall back to this rank's own message
+                message = f"{self._message(cur, elapsed)}\n(job report failed: {e})"
+            abort_job(message, with_rank=False)
+            return
+        abort_job(self._message(cur, elapsed))
+
+    def _message(self, cur, elapsed: float) -> str:
+        what, where, _ = cur
+        desc = what if where is None else f"{what} over {where}"
+        ctx = self.loop_context()
+        if ctx:
+            desc += f" ({ctx})"
+        return (f"timed out after {elapsed:.1f} s waiting in {desc} "
+                f"(deadline {self.timeout_s:g} s; set XLADIST_COLLECTIVE_TIMEOUT to change it)")
+
+    # -- loop context (main thread only) ---------------------------------------------------------
+    def enter_loop(self, name: str) -> list:
+        """Push a loop; bump ``entry[1]`` at the start of each iteration; then `exit_loop`."""
+        entry = [name, 0]
+        self.loops.append(entry)
+        return entry
+
+    def exit_loop(self) -> None:
+        if self.loops:
+            self.loops.pop()
+
+    def loop_context(self) -> str:
+        """``iteration 5 of while.2, iteration 1 of while.7`` (outermost first), or ''."""
+        return ", ".join(f"iteration {k} of {name}" for name, k in list(self.loops))
+
+    def configure(self, timeout_s: float) -> None:
+        with self._cond:
+            self.timeout_s = float(timeout_s)
+            self._cond.notify_all()
+
+    def set_monitor(self, monitor) -> None:
+        """Install (or, with None, remove) the job-wide monitor; see the module docstring."""
+        with self._cond:
+            self.monitor = monitor
+            self._cond.notify_all()
+
+    def describe_current(self) -> str | None:
+        cur = self._resolved(self.current)
+        if cur is None:
+            return None
+        what, where, start = cur
+        desc = what if where is None else f"{what} over {where}"
+        ctx = self.loop_context()
+        if ctx:
+            desc += f" ({ctx})"
+        return f"{desc} (for {time.monotonic() - start:.1f} s)"
+
+
+# The wait cell's layout, shared with compiler/native/collectives.py (CELL_*, WAIT_STEPS).
+_CELL_ITERATION, _CELL_WAIT, _WAIT_STEPS = 0, 1, 1 << 16
+
+
+class _NativeLoopEntry:
+    """A ``loops`` entry whose iteration the native loop itself keeps in ``cells``."""
+
+    __slots__ = ("cells", "name")
+
+    def __init__(self, name: str, cells):
+        self.name, self.cells = name, cells
+
+    def __iter__(self):
+        return iter((self.name, int(self.cells[_CELL_ITERATION])))
+
+
+class _NativeWaits:
+    """The `current` of a native loop: resolves to the wait it is in (what, where, start),
+    one tuple per call, so the daemon's deadline and publishing work as for any wait."""
+
+    __slots__ = ("cells", "places", "seen")
+
+    def __init__(self, cells, places):
+        self.cells, self.places = cells, places
+        self.seen = (None, None)  # (wait cell value, its tuple)
+
+    def waiting(self):
+        word = int(self.cells[_CELL_WAIT])  # one aligned 8-byte load: never torn
+        step = word % _WAIT_STEPS
+        if not step:
+            return None
+        if self.seen[0] != word:
+            what, where = self.places[step - 1]
+            self.seen = (word, (what, where, time.monotonic()))
+        return self.seen[1]
+
+
+watchdog = Watchdog()
+
+
+def configure(timeout_s: float) -> None:
+    """Set the per-wait deadline in seconds for this process (0 disables)."""
+    watchdog.configure(timeout_s)
+
+
+@contextlib.contextmanager
+def waiting(what: str, where: object = None):
+    """``with waiting("all-reduce.7 over group [0,1,2,3]"): comm.Allreduce(...)``.
+
+    If the body has not finished after the deadline, the job is aborted with a message naming
+    ``what`` (and ``where``, when given).
+    """
+    token = watchdog.begin(what, where)
+    try:
+        yield
+    finally:
+        watchdog.end(token)
+
+
+class abort_on_exception(contextlib.ContextDecorator):
+    """Turn an exception on one rank into a job-wide abort, so no other rank is orphaned.
+
+    Use as ``with abort_on_exception(): ...`` or as a decorator.  Prints ``rank r: <error>``
+    once (type and message; set ``traceback=True`` for the full traceback) and calls MPI Abort.
+    ``SystemExit(0)`` and ``KeyboardInterrupt`` pass through unchanged.
+    """
+
+    def __init__(self, traceback: bool = False, code: int = 1):
+        self.traceback = traceback
+        self.code = code
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or exc_type is KeyboardInterrupt:
+            return False
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return False
+        if self.traceback:
+            import traceback as _tb
+
+            sys.stderr.write("".join(_tb.format_exception(exc_type, exc, tb)))
+        msg = str(exc)
+        abort_job(f"{exc_type.__name__}: {msg}" if msg else exc_type.__name__, self.code)
+        return False

@@ -1,0 +1,77 @@
+"""Device assignment: which (replica, partition) each MPI rank plays.
+
+XLA's default placer gives device = partition * replica_count + replica, and xladist
+runs device d on MPI rank d. A run config may give a custom assignment table
+[replica][partition] -> device id. `replica-id` / `partition-id` return the logical
+coordinates, never the device id (collective-semantics.md A.7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xladist.collectives.groups import DeviceAssignment, GroupError
+from xladist.errors import InputError
+
+__all__ = ["DeviceAssignment", "Placement", "placement_for"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What one rank runs: its device and that device's logical coordinates."""
+
+    rank: int
+    device: int
+    replica: int
+    partition: int
+    assignment: DeviceAssignment
+
+    @property
+    def replica_count(self) -> int:
+        return self.assignment.replica_count
+
+    @property
+    def num_partitions(self) -> int:
+        return self.assignment.num_partitions
+
+    def describe(self) -> str:
+        return f"rank {self.rank} (replica {self.replica}, partition {self.partition})"
+
+
+def device_counts(module, n: int) -> tuple[int, int]:
+    """(replica_count, num_partitions) for running `module` on n ranks.
+
+    A module that declares neither (both 1) runs as n replicas; otherwise n must be
+    replica_count x num_partitions.
+    """
+    r, p = module.replica_count, module.num_partitions
+    if r * p == 1:
+        return n, 1
+    if r * p != n:
+        raise InputError(f"module {module.name} is written for {r * p} devices "
+                         f"(replica_count={r}, num_partitions={p}); run it with -n {r * p}, "
+                         f"not -n {n}")
+    return r, p
+
+
+def make_assignment(module, n: int, table=None) -> DeviceAssignment:
+    r, p = device_counts(module, n)
+    if table is None:
+        return DeviceAssignment.default(r, p)
+    try:
+        da = DeviceAssignment(table)
+    except GroupError as e:
+        raise InputError(f"device assignment: {e}") from None
+    if (da.replica_count, da.num_partitions) != (r, p):
+        raise InputError(f"device assignment is {da.replica_count} replicas x "
+                         f"{da.num_partitions} partitions, but the run has {r} x {p}")
+    if sorted(da.devices) != list(range(n)):
+        raise InputError(f"device assignment must use device ids 0..{n - 1} (one per rank), "
+                         f"got {sorted(da.devices)}")
+    return da
+
+
+def placement_for(rank: int, assignment: DeviceAssignment) -> Placement:
+    """Rank r plays device r."""
+    replica, partition = assignment.logical_id(rank)
+    return Placement(rank, rank, replica, partition, assignment)

@@ -1,0 +1,58 @@
+"""The deadlock check that `xladist run` and `xladist.run` do before any rank starts.
+
+`precheck` runs xladist.runtime.deadlock.check_module once, in the launching process (or, for a job
+started by hand under mpiexec, see the callers), and
+
+* refuses a program with problems: raises DeadlockError carrying the report (exit 1);
+* prints a "cannot prove" warning once and lets the run proceed -- unless `strict`, which
+  makes it a problem;
+* skips modules that never talk to another device.
+
+`check=False` (`--no-check`) opts out; the run-time watchdog (xladist/runtime/watchdog.py) is then the
+only guard, and ends a hang with a report after `--timeout`.  The launching process tells the
+ranks it started that the check was done through CHECKED_ENV.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from xladist.errors import DeadlockError
+
+__all__ = ["CHECKED_ENV", "precheck"]
+
+CHECKED_ENV = "XLADIST_CHECKED"
+
+_HINT = "(--no-check / check=False skips the check; the run-time watchdog still ends a hang)"
+
+
+def precheck(module, num_devices: int, *, device_assignment=None, strict: bool = False,
+             warn=None, prefix: str = "xladist run", budget: float | None = 10.0):
+    """Check `module` on `num_devices`; returns the Report (None if nothing communicates).
+
+    `budget` bounds the check's seconds (None: unbounded); past it the check warns that it
+    cannot prove the program within the budget (an error when strict).
+    Raises DeadlockError (its `report` attribute holds the Report) when a problem is found.
+    `warn(text)` prints warnings (default: stderr).
+    """
+    from .deadlock import check_module
+    from .schedule import computation_communicates
+    if module.entry is None or not any(computation_communicates(c)
+                                       for c in module.computations):
+        return None
+    report = check_module(module, num_devices, device_assignment=device_assignment,
+                          strict=strict, budget=budget)
+    if not report.ok:
+        err = DeadlockError(f"refusing to run: {report.to_text()}\n{_HINT}")
+        err.report = report
+        raise err
+    if report.warnings:
+        text = "\n".join(p.to_text() for p in report.warnings)
+        (warn or _stderr)(f"{prefix}: warning: the deadlock check cannot prove that "
+                          f"{module.name} finishes; running anyway (--strict refuses it):\n"
+                          f"{text}")
+    return report
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,207 @@
+"""One rank's life: place the device, prepare communicators, compile, run, gather.
+
+`execute_on_this_rank` is what every rank of an MPI job calls (from the CLI or from
+`xladist.run` inside mpiexec). Failures are turned into one printed report and an
+MPI abort, so no rank is left waiting for a peer that died (ARCHITECTURE rule 3).
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xladist.collectives import deadline
+from xladist.errors import ExecutionError, XlaDistError
+
+from . import watchdog
+from .device import make_assignment, placement_for
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass
+class RankResult:
+    """What a finished rank hands back: its outputs and, on rank 0, everybody's."""
+
+    rank: int
+    outputs: list[np.ndarray]
+    all_outputs: list[list[np.ndarray]] | None = None
+    outfeed: list = field(default_factory=list)
+    tracer: object = None  # xladist.runtime.trace.Tracer of this rank, when the run was traced
+
+
+def world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+_SHARED_SIZE: dict[int, tuple[int, int]] = {}
+
+
+def _share_cores(comm) -> None:
+    """Tell the compute pool how many ranks share this node's cores, and which one this
+    is (once per
+    communicator size: the split is collective, so every rank does it together)."""
+    from mpi4py import MPI
+
+    from xladist.compiler import parallel
+    if comm.Get_size() not in _SHARED_SIZE:
+        with deadline.waiting("finding the ranks that share this node"):
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        _SHARED_SIZE[comm.Get_size()] = (node.Get_size(), node.Get_rank())
+        node.Free()
+    parallel.set_local_ranks(*_SHARED_SIZE[comm.Get_size()])
+
+
+def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
+                         timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
+                         feeds=None, verify: bool = True, gather_to: int | None = 0,
+                         compile_options: dict | None = None, trace: str | None = None,
+                         tracer=None, host=None, schedule: bool = True) -> RankResult:
+    """Run this rank's device of `module`.
+
+    `per_device_inputs[d]` is device d's argument list (every rank receives all of them
+    and takes its own row, so inputs are validated identically everywhere). With
+    `gather_to` set, that rank also receives every device's outputs. `trace`: write a
+    Perfetto timeline of all ranks there (xladist/runtime/trace.py); `tracer`: a Tracer to fill
+    (for progress and timing summaries) instead of a new one. `host`: the host end of
+    host-transfer channels (xladist/runtime/channels_host.py). `schedule`: run every computation in
+    the order of xladist.runtime.schedule.schedule_module (the order the deadlock check proves), on
+    backends that accept one. While this runs, a wait that passes `timeout` prints where every
+    rank is (xladist/runtime/watchdog.py) and aborts the job.
+    """
+    from xladist.collectives.communicator import CommunicatorCache, MpiCommunicator
+
+    from .mpi_context import MpiDeviceContext
+
+    comm = world()
+    n = comm.Get_size()
+    rank = comm.Get_rank()
+    deadline.configure(timeout)
+    _share_cores(comm)
+    assignment = make_assignment(module, n, device_assignment)
+    placement = placement_for(rank, assignment)
+    jdir, created = watchdog.job_dir(comm)
+    if created:
+        atexit.register(watchdog.remove_job_dir, jdir)
+    monitor = watchdog.install(jdir, placement, n)
+    cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
+    channels = None
+    if any(i.family == "p2p" for i in module.all_instructions()):
+        from xladist.collectives.p2p import Channels
+        with deadline.waiting("creating the channels' communicator"):
+            channels = Channels(comm.Dup(), placement, host=host)
+    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
+    if feeds is not None:
+        feeds.start(placement, module)  # checks the infeed order, starts the producer
+    ctx.prepare()
+    device, spans = ctx, _untraced
+    if trace and tracer is None:
+        from .trace import Tracer
+        tracer = Tracer(rank)
+    if tracer is not None:
+        from .trace import TracedDevice
+        tracer.watch(module, placement)
+        if trace:  # collective: every rank traces or none (progress-only tracers don't)
+            tracer.align(comm)
+        device, spans = TracedDevice(ctx, tracer), tracer
+    from xladist.executable import compile as compile_module
+    # What a failing rank keeps: its timeline (the launcher merges the parts it finds) and
+    # what it already sent to the host (--host-send files).  A job aborted by a deadline or by
+    # another thread never reaches the except below, so these are abort hooks; the except
+    # runs them itself.
+    forget_trace = deadline.on_abort(lambda: tracer.write_partial(trace)) if trace else None
+    host_finish = getattr(host, "finish", None)
+    forget_host = deadline.on_abort(host_finish) if host_finish else None
+    try:
+        with spans.span("compile", backend=backend):
+            options = _executor_options(module, backend, schedule)
+            options.update(compile_options or {})
+            exe = compile_module(module, backend=backend, verify=verify, device=device,
+                                 **options)
+        monitor.mark("computing")
+        with spans.execute():
+            outputs = exe(*per_device_inputs[placement.device])
+        monitor.mark("finished")
+    except BaseException:
+        deadline.run_abort_hooks()
+        if feeds is not None:  # deliver every item outfed so far before the job aborts
+            feeds.abort()
+        raise
+    if feeds is not None:
+        feeds.finish()
+    if channels is not None:
+        channels.close()
+    cache.free()  # communicators are per run: a process running many programs reuses ids
+    if host_finish:
+        forget_host()
+        host_finish()
+    result = RankResult(rank, outputs)
+    if gather_to is not None:
+        with deadline.waiting(f"gathering outputs on rank {gather_to}",
+                              watchdog.Members(range(n), "all ranks")):
+            gathered = comm.gather(outputs, root=gather_to)
+        if rank == gather_to:
+            result.all_outputs = gathered
+    if trace:
+        tracer.write_merged(comm, trace, root=gather_to or 0)
+        forget_trace()
+    result.tracer = tracer
+    watchdog.uninstall()
+    return result
+
+
+def _executor_options(module, backend: str, schedule: bool) -> dict:
+    """The scheduled order and loop tracking, for backends whose executable accepts them.
+
+    The interpreter takes `schedule` (computation -> instruction order) and `rules` (per-run
+    rule overrides: the while rule that keeps the watchdog's iteration context); the cpu
+    backend takes `schedule` and keeps the iteration context in its while thunk itself.
+    """
+    import inspect
+
+    from xladist.executable import _load_backend
+    try:
+        params = inspect.signature(_load_backend(backend)).parameters
+    except (TypeError, ValueError):
+        return {}
+    options = {}
+    if schedule and "schedule" in params:
+        from .schedule import schedule_module
+        options["schedule"] = schedule_module(module)
+    if "rules" in params:
+        options["rules"] = watchdog.loop_tracking_rules()
+    return options
+
+
+class _Untraced:
+    """Stands in for a Tracer when the run is not traced: spans that do nothing."""
+
+    @contextmanager
+    def span(self, *args, **kwargs):
+        yield
+
+    execute = span
+
+
+_untraced = _Untraced()
+
+
+def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:
+    """Print one rank's failure once and take the whole job down (no orphaned ranks)."""
+    if isinstance(error, XlaDistError):
+        text = str(error)
+        if not isinstance(error, ExecutionError) or error.rank is None:
+            text = f"rank {rank}: {text}"
+        code = error.exit_code
+    else:
+        import traceback
+        text = f"rank {rank}: internal error: {type(error).__name__}: {error}\n" + "".join(
+            traceback.format_exception(error)[-6:])
+        code = 1
+    deadline.abort_job(f"{prefix}: error: {text}", code, with_rank=False)
+    sys.exit(code)

@@ -1,0 +1,112 @@
+"""Every setting of `xladist run` checked before any rank starts (exit 2 naming the option).
+
+The settings are the rows of xladist/runtime/config.py SCHEMA, whether they came from the command
+line or a config file, so one loop covers both: numbers in range, and every path by its
+`file` role - sources opened and checked for their format (xladist/files.py), destinations'
+folders present and writable,
+the launcher (--mpiexec) an executable program. Per-rank templates are filled in for every rank of the run
+({rank}, {replica}, {partition}; {channel} for the host-transfer files: every host channel
+of the module), so a typo in one rank's file stops the run here, not in that rank after
+the others have worked for an hour.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xladist.collectives.mpiexec import find_mpiexec
+from xladist.errors import InputError
+from xladist.files import check_destination, check_npz, read_text
+
+from .config import SCHEMA
+
+
+def _name(key: str, options: bool) -> str:
+    """How messages name a setting: its command-line option, or (for the Python API,
+    `options=False`) its keyword."""
+    return SCHEMA[key].option if options else key
+
+
+def check_numbers(args, *, options: bool = True) -> None:
+    """-n, counts and --prefetch at least 1; --timeout a number of seconds >= 0."""
+    for key, spec in SCHEMA.items():
+        value = getattr(args, spec.dest, None)
+        if value is None or isinstance(value, bool) or spec.type not in ("int", "float"):
+            continue
+        if not isinstance(value, (int, float)):
+            raise InputError(f"{_name(key, options)} must be a number, got {value!r}")
+        if spec.type == "int" and value < 1:
+            raise InputError(f"{_name(key, options)} must be at least 1, got {value}")
+        if spec.type == "float" and (math.isnan(value) or value < 0):
+            raise InputError(f"{_name(key, options)} must be a number of seconds >= 0 (0: "
+                             f"no deadline), got {value}")
+
+
+def _fill(option: str, template: str, allowed: str, fields: dict) -> str:
+    try:
+        return str(template).format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError) as e:
+        raise InputError(f"{option} {template!r}: only the placeholders {allowed} can be "
+                         f"used ({type(e).__name__}: {e})") from None
+
+
+def _host_channels(module, opcode: str) -> list:
+    return sorted({i.attrs.get("channel_id") for i in module.all_instructions()
+                   if i.opcode == opcode and i.attrs.get("is_host_transfer", False)},
+                  key=str)
+
+
+def _paths(key: str, value: str, module, placements, name: str) -> dict[str, str]:
+    """The files a setting names, each with how messages name it: the path itself, or its
+    template filled in for every rank (and host channel)."""
+    spec = SCHEMA[key]
+    if not spec.template:
+        return {value: name}
+    out: dict[str, str] = {}
+    if key in ("host_recv", "host_send"):
+        channels = _host_channels(module, "recv" if key == "host_recv" else "send")
+        for p in placements:
+            for c in channels:
+                path = _fill(name, value, "{rank} and {channel}", dict(rank=p.rank, channel=c))
+                out.setdefault(path, f"{name} {value!r} for rank {p.rank}, channel {c}:")
+        return out
+    for p in placements:
+        path = _fill(name, value, "{rank}, {replica} and {partition}",
+                     dict(rank=p.rank, replica=p.replica, partition=p.partition))
+        out.setdefault(path, f"{name} {value!r} for rank {p.rank} (replica {p.replica}, "
+                             f"partition {p.partition}):")
+    return out
+
+
+def check_files(args, module, placements, *, options: bool = True) -> None:
+    """Every source readable and well-formed, every destination writable (InputError)."""
+    for key, spec in SCHEMA.items():
+        value = getattr(args, spec.dest, None)
+        if not spec.file or value is None or spec.file == "hlo":  # the module: parsed already
+            continue
+        name = _name(key, options)
+        if not isinstance(value, str):
+            raise InputError(f"{name} must be a path, got {type(value).__name__}")
+        for path, what in _paths(key, value, module, placements, name).items():
+            if spec.file == "npz":
+                check_npz(path, what)
+            elif spec.file == "text":
+                read_text(path, what, kind="hostfile text")
+            elif spec.file == "program":
+                find_mpiexec(path, what)
+            else:
+                check_destination(path, what, create_dirs=spec.file == "out_dirs")
+
+
+def check(args, module, *, options: bool = True) -> list:
+    """All of the above for a run of `module` with `args`; returns the ranks' placements.
+    `options`: messages name command-line options (else the Python API's keywords)."""
+    from xladist.executable import _load_backend
+
+    from .feeds import placements_of
+    check_numbers(args, options=options)
+    _load_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
+    placements = placements_of(module, args.num_devices,
+                               getattr(args, "device_assignment", None))
+    check_files(args, module, placements, options=options)
+    return placements
