@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import xladist
-from xladist.runtime.deadlock import check_module
-from xladist.runtime.schedule import schedule_module
+from xladist.analysis.deadlock import check_module
+from xladist.analysis.schedule import schedule_module
 
 PAIRS = "_xla_send_recv_source_target_pairs"
 

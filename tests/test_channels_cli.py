@@ -269,7 +269,7 @@ class _Recorder(SingleDeviceContext):
 
 
 def test_executor_runs_the_schedule_not_the_text_order():
-    from xladist.runtime.schedule import schedule_module
+    from xladist.analysis.schedule import schedule_module
     module = xladist.load_hlo(DATA / "bidirectional_exchange.n2.hlo")
     schedule = schedule_module(module)
     p2p = [i.name for i in schedule[module.entry] if i.family == "p2p"]

@@ -15,7 +15,7 @@ import pytest
 import xladist
 from xladist.collectives.communicator import CollectiveError, in_process_world
 from xladist.collectives.ragged_all_to_all import ragged_all_to_all
-from xladist.runtime.deadlock import check_module
+from xladist.analysis.deadlock import check_module
 from tests.cli_util import xladist_cli
 from tests.mpi.ragged_cases import Member, hlo_type, make_group, reference, rng_for, same
 from xladist.errors import VerifierError

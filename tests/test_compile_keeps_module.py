@@ -13,7 +13,7 @@ import pytest
 
 import xladist
 from xladist.errors import XlaDistError
-from xladist.runtime.schedule import schedule_module
+from xladist.analysis.schedule import schedule_module
 from xladist.hlo.ir import Instruction
 
 ROOT = Path(__file__).resolve().parents[1]

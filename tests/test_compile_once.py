@@ -57,11 +57,11 @@ def test_cache_off_uses_a_private_cache_and_removes_it(tmp_path, monkeypatch):
 
 
 def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
-    # What a rank does (xladist/runtime/rank.py: the cpu backend with xladist.runtime.schedule's order),
+    # What a rank does (xladist/runtime/rank.py: the cpu backend with xladist.analysis.schedule's order),
     # in the environment the launcher hands it: the code comes from the launcher's object.
     import xladist
     from xladist.runtime import compile_once
-    from xladist.runtime.schedule import schedule_module
+    from xladist.analysis.schedule import schedule_module
     from xladist.compiler.program import CpuProgram
     module = xladist.load_hlo(CASE / "module.hlo")
     monkeypatch.setenv("XLADIST_CACHE_DIR", "off")

@@ -1,15 +1,15 @@
-"""xladist.collectives.groups: group modes, iota groups, expansion per mode, validity errors."""
+"""xladist.hlo.collective_groups: group modes, iota groups, expansion per mode, validity errors."""
 
 import pytest
 
-from xladist.collectives.groups import (
+from xladist.hlo.collective_groups import (
     DeviceAssignment,
     GroupError,
     GroupMode,
     check_replica_groups,
     collective_permute_pairs,
     device_groups,
-    group_mode,
+    group_mode_from_flags,
     groups_for_device,
     iota_replica_groups,
     permute_device_groups,
@@ -34,12 +34,12 @@ FID = GroupMode.FLATTENED_ID
     ],
 )
 def test_group_mode_table(has_channel, flag, mode):
-    assert group_mode(has_channel, flag) is mode
+    assert group_mode_from_flags(has_channel, flag) is mode
 
 
 def test_group_mode_flag_without_channel_is_an_error():
     with pytest.raises(GroupError, match="requires a channel_id"):
-        group_mode(False, True)
+        group_mode_from_flags(False, True)
 
 
 # --- B.8 iota groups ----------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def test_permute_device_groups_positions_equal_ids():
 def test_instruction_device_groups_reads_mode_from_attributes():
     from xladist.hlo.attrs import ReplicaGroups
 
-    from xladist.collectives.groups import instruction_device_groups
+    from xladist.hlo.collective_groups import instruction_device_groups
 
     da = DeviceAssignment.default(2, 2)
     everyone = ReplicaGroups(())

@@ -1,6 +1,6 @@
 """The scheduler: data and control order, channel chains, collectives kept out of chains.
 
-Expected orders are written out by hand from the rules in xladist/runtime/schedule.py (recv, send,
+Expected orders are written out by hand from the rules in xladist/analysis/schedule.py (recv, send,
 recv-done, send-done per channel; chains serialized; earliest text position first otherwise).
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xladist.runtime.schedule import (
+from xladist.analysis.schedule import (
     ScheduleError,
     channel_chains,
     check_order,

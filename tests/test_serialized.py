@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.runtime.schedule import schedule_module
+from xladist.analysis.schedule import schedule_module
 from xladist.compiler import jit, serialized
 from xladist.errors import InputError, UnsupportedError
 from tests.cli_util import xladist_cli

@@ -196,7 +196,7 @@ class InterpreterExecutable(Executable):
 
     Options: `device` (a DeviceContext; default SingleDeviceContext(infeed)), `infeed`
     (items for a SingleDeviceContext), `check` (assert rule result shapes, default on),
-    `schedule` (computation -> instruction order to run, e.g. xladist.runtime.schedule's) and
+    `schedule` (computation -> instruction order to run, e.g. xladist.analysis.schedule's) and
     `rules` (per-run opcode rule overrides); see interpreter.Evaluator.
     """
 

@@ -3,7 +3,7 @@ scheduled order, the watchdog's loop context, the timeline hook, and async pairs
 start and done sit in different iterations of a while loop.
 
 References are independent of the backend under test: numpy, the schedule computed by
-xladist.runtime.schedule, what the interpreter reports under the same runtime hooks, and hop-by-hop
+xladist.analysis.schedule, what the interpreter reports under the same runtime hooks, and hop-by-hop
 simulations of the pipelined programs.
 """
 
@@ -17,7 +17,7 @@ import pytest
 import xladist
 from xladist.collectives import deadline
 from xladist.runtime import watchdog
-from xladist.runtime.schedule import schedule_module
+from xladist.analysis.schedule import schedule_module
 from xladist.runtime.trace import TracedDevice, Tracer
 from tests.test_channels_cli import DATA, _Recorder, write_inputs, xladist_cli
 from tests.test_watchdog import NESTED, _Contexts

@@ -1,1 +1,1 @@
-"""Tests of the static deadlock check (xladist/runtime/deadlock/)."""
+"""Tests of the static deadlock check (xladist/analysis/deadlock/)."""

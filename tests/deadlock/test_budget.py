@@ -14,9 +14,9 @@ import time
 import pytest
 
 import xladist
-from xladist.runtime.deadlock import check as check_mod
-from xladist.runtime.deadlock import check_module
-from xladist.runtime.deadlock.report import Problem
+from xladist.analysis.deadlock import check as check_mod
+from xladist.analysis.deadlock import check_module
+from xladist.analysis.deadlock.report import Problem
 
 PAIRS = "_xla_send_recv_source_target_pairs"
 RING = "{{0,1},{1,2},{2,3},{3,0}}"

@@ -1,4 +1,4 @@
-"""Classes of devices (xladist/runtime/deadlock/classes.py) give the verdict of checking each device.
+"""Classes of devices (xladist/analysis/deadlock/classes.py) give the verdict of checking each device.
 
 Hypothesis generates programs whose control depends on the replica id: a conditional on
 `replica_id < R/2` choosing all-reduces over groups inside each half, a conditional on
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import xladist
-from xladist.runtime.deadlock import check_module
-from xladist.runtime.deadlock import classes as classes_mod
+from xladist.analysis.deadlock import check_module
+from xladist.analysis.deadlock import classes as classes_mod
 
 from .test_induction import GROUPS, _verdict
 from .test_symmetry import PAIRS, _SymGen

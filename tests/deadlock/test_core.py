@@ -12,8 +12,8 @@ import itertools
 import numpy as np
 import pytest
 
-from xladist.collectives.groups import DeviceAssignment
-from xladist.runtime.deadlock import check_module
+from xladist.hlo.collective_groups import DeviceAssignment
+from xladist.analysis.deadlock import check_module
 from xladist.hlo.attrs import Literal, ReplicaGroups
 from xladist.hlo.ir import Computation, Instruction, Module
 from xladist.hlo.shape import Shape

@@ -1,4 +1,4 @@
-"""Loops by induction (xladist/runtime/deadlock/induction.py) give the verdict of full unrolling.
+"""Loops by induction (xladist/analysis/deadlock/induction.py) give the verdict of full unrolling.
 
 Hypothesis generates small programs -- a prologue and a while loop whose body holds
 all-reduces over random groups, channel exchanges (some in a deadlocking order), conditionals
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import xladist
-from xladist.runtime.deadlock import check_module
-from xladist.runtime.deadlock import trace as trace_mod
+from xladist.analysis.deadlock import check_module
+from xladist.analysis.deadlock import trace as trace_mod
 
 PAIRS = "_xla_send_recv_source_target_pairs"
 

@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("xladist.hlo.parser")
 
 import xladist
-from xladist.collectives.groups import DeviceAssignment
-from xladist.runtime.deadlock import check_module
-from xladist.runtime.schedule import ScheduleError
+from xladist.hlo.collective_groups import DeviceAssignment
+from xladist.analysis.deadlock import check_module
+from xladist.analysis.schedule import ScheduleError
 
 DATA = Path(__file__).parent.parent / "data" / "deadlock"
 CORPUS = Path(__file__).parent.parent / "data" / "corpus" / "jax"

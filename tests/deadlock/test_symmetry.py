@@ -1,4 +1,4 @@
-"""Devices by symmetry (xladist/runtime/deadlock/symmetry.py) give the verdict of checking each device.
+"""Devices by symmetry (xladist/analysis/deadlock/symmetry.py) give the verdict of checking each device.
 
 Hypothesis generates programs (tests/deadlock/test_induction.py's generator plus ops whose
 data comes from the replica id, collective-permute rings and channels in a deadlocking
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import xladist
-from xladist.runtime.deadlock import check_module
+from xladist.analysis.deadlock import check_module
 
 from .test_induction import GROUPS, _Gen, _verdict
 

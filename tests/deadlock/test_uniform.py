@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import xladist
-from xladist.runtime.deadlock import check_module
+from xladist.analysis.deadlock import check_module
 
 EXTRA = Path(__file__).parent.parent / "data" / "corpus" / "jax_extra"
 

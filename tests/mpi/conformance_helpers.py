@@ -4,7 +4,7 @@ The suite (tests/mpi/test_conformance.py) writes HLO text for many collectives a
 it through the real runtime on every rank, and checks every device's result against a
 reference computed here from ALL devices' inputs. Everything here is written from the rules
 in collective-semantics.md (group modes A.1-A.5, iota groups B.8, op semantics C.10-C.15),
-independently of xladist/collectives/groups.py and the runtime: a bug shared by both would otherwise
+independently of xladist/hlo/collective_groups.py and the runtime: a bug shared by both would otherwise
 pass unnoticed.
 
 Inputs are small integers in every dtype, so sums and products are exact in any reduction

@@ -49,9 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _deadlock_checker():
-    """xladist.runtime.deadlock.check_module if the scheduler's module is installed, else None."""
+    """xladist.analysis.deadlock.check_module if the scheduler's module is installed, else None."""
     try:
-        mod = importlib.import_module("xladist.runtime.deadlock")
+        mod = importlib.import_module("xladist.analysis.deadlock")
     except ImportError:
         return None
     return getattr(mod, "check_module", None)
@@ -64,7 +64,7 @@ def _text(item) -> str:
 
 def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
                     strict: bool, budget: float | None = None) -> dict:
-    """Run xladist.runtime.deadlock.check_module; its Report has ok, errors, warnings, to_dict()."""
+    """Run xladist.analysis.deadlock.check_module; its Report has ok, errors, warnings, to_dict()."""
     if skip:
         return {"status": "skipped"}
     if not has_channels:

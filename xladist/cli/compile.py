@@ -1,7 +1,7 @@
 """`xladist compile MODULE -o NAME.xlx`: compile once into a file that runs without compiling.
 
 The file (xladist/compiler/serialized.py) holds the module text, the schedule every rank
-uses (xladist.runtime.schedule), the thunk plan, the object code and what it was compiled for.
+uses (xladist.analysis.schedule), the thunk plan, the object code and what it was compiled for.
 `xladist run NAME.xlx -n N` and `xladist.load_executable(NAME.xlx)` run it; a file made for
 another CPU (features) or xladist version is refused, saying what differs.
 """
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from xladist.runtime.schedule import schedule_module
+    from xladist.analysis.schedule import schedule_module
     from xladist.compiler.serialized import write_executable
     if args.backend != "cpu":
         raise UnsupportedError(f"backend {args.backend!r} cannot be serialized; only cpu can")

@@ -2,7 +2,8 @@
 
 Layers, bottom up:
 
-* :mod:`xladist.collectives.groups` -- pure Python: group modes, replica groups -> device groups.
+* group modes, replica groups -> device groups: :mod:`xladist.hlo.collective_groups` (pure
+  Python, below this package; GroupError and GroupMode are re-exported here).
 * :mod:`xladist.collectives.deadline` -- per-process watchdog; every blocking wait has a deadline.
 * :mod:`xladist.collectives.communicator` -- the Communicator interface, its MPI implementation, the
   in-process (threads-as-ranks) twin, and the per-device-group communicator cache.
@@ -14,6 +15,8 @@ Layers, bottom up:
 
 Importing this package does not import mpi4py (MPI initializes on first MPI use).
 """
+
+from xladist.hlo.collective_groups import GroupError, GroupMode
 
 from .all_gather import all_gather, all_gather_start
 from .all_reduce import all_reduce, all_reduce_start
@@ -28,7 +31,6 @@ from .communicator import (
     in_process_world,
     run_in_threads,
 )
-from .groups import GroupError, GroupMode
 from .permute import collective_permute, collective_permute_start
 from .ragged_all_to_all import ragged_all_to_all
 from .reduce_scatter import reduce_scatter, reduce_scatter_start

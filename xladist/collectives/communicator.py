@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from . import deadline as _deadline
-from .groups import GroupError
+from xladist.hlo.collective_groups import GroupError
 from .user_op import raise_pending as _raise_pending
 from .user_op import user_op as _user_op
 
@@ -919,7 +919,7 @@ class CommunicatorCache:
         """Create the communicators of every device group, collectively over the world.
 
         ``groupings`` is a list of groupings, each the device groups of one collective (the
-        output of :func:`xladist.collectives.groups.device_groups`).  Every rank must pass the same list
+        output of :func:`xladist.hlo.collective_groups.device_groups`).  Every rank must pass the same list
         in the same order: each grouping that still has an uncached group costs one Split,
         with color = group index and key = position in the group, so the sub-communicator's
         rank order is the group's member order.

@@ -25,63 +25,15 @@ instruction, the channel and the peer.  Importing this module does not import mp
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from xladist.errors import ExecutionError
 
 from . import deadline as _deadline
 from ._common import contiguous
-from .groups import GroupError, collective_permute_pairs
+from xladist.hlo.collective_groups import GroupError, required_send_recv_pairs
 
-__all__ = ["PAIRS_ATTR", "Channels", "parse_pairs", "required_send_recv_pairs",
-           "send_recv_pairs"]
-
-PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
-_PAIR_RE = re.compile(r"\{\s*(-?\d+)\s*,\s*(-?\d+)\s*\}")
-
-
-def parse_pairs(text: str) -> list[tuple[int, int]]:
-    """``"{{0,1},{1,2}}"`` -> ``[(0, 1), (1, 2)]``."""
-    return [(int(a), int(b)) for a, b in _PAIR_RE.findall(text)]
-
-
-def send_recv_pairs(instr, replica_count: int, num_partitions: int,
-                    device_assignment=None) -> list[tuple[int, int]] | None:
-    """(source device, target device) pairs of a device-to-device send/recv, or None when the
-    instruction has no ``_xla_send_recv_source_target_pairs`` attribute.
-
-    The ids are partition ids inside each replica (like a collective-permute with a channel);
-    a module with one partition and several replicas names replica ids instead.  Raises
-    GroupError for ids out of range or listed twice.
-    """
-    text = instr.frontend_attributes.get(PAIRS_ATTR)
-    if text is None:
-        return None
-    by_partition = num_partitions > 1 or replica_count == 1
-    why = ("a module with several partitions names partition ids" if num_partitions > 1
-           else "one replica" if replica_count == 1
-           else "a module with one partition names replica ids")
-    return collective_permute_pairs(parse_pairs(text), by_partition, replica_count,
-                                    num_partitions, device_assignment, op=instr.opcode, why=why)
-
-
-def required_send_recv_pairs(instr, replica_count: int, num_partitions: int,
-                             device_assignment=None) -> list[tuple[int, int]]:
-    """:func:`send_recv_pairs` for a device-to-device send/recv that must name its peers:
-    raises GroupError (prefixed with the attribute's name) for invalid pairs and for a missing
-    attribute.  The runtime and the static check both read a channel's peers through this."""
-    try:
-        pairs = send_recv_pairs(instr, replica_count, num_partitions, device_assignment)
-    except GroupError as e:
-        raise GroupError(f"{PAIRS_ATTR}: {e}") from None
-    if pairs is None:
-        raise GroupError(f"a device-to-device {instr.opcode} needs the frontend attribute "
-                         f'{PAIRS_ATTR}="{{{{source,target}},...}}" to name its peers; '
-                         "without it no device can be matched with it")
-    return pairs
-
+__all__ = ["Channels"]
 
 def _leaf_shapes(shape) -> list:
     return [s for _, s in shape.leaves() if s.is_array]

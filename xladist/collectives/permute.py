@@ -3,8 +3,8 @@
 Same outline as :mod:`xladist.collectives.all_reduce`.  Every member of the communicator calls it
 (SPMD); ``send_to`` / ``recv_from`` are ranks in ``comm`` or None.  A member that receives
 from nobody gets zeros, even if it sends; a self pair is a local copy.  Use
-:func:`xladist.collectives.groups.collective_permute_pairs` (device pairs) or
-:func:`xladist.collectives.groups.permute_device_groups` (a communicator per partition/replica whose
+:func:`xladist.hlo.collective_groups.collective_permute_pairs` (device pairs) or
+:func:`xladist.hlo.collective_groups.permute_device_groups` (a communicator per partition/replica whose
 ranks equal the ids in source_target_pairs) with :func:`peers` to find the two ranks.
 """
 

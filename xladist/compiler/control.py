@@ -53,13 +53,13 @@ class Relayout:
         return leaves
 
 
-# Async forms that stay on one device (xladist.runtime.schedule's _LOCAL_ASYNC).
+# Async forms that stay on one device (xladist.analysis.schedule's _LOCAL_ASYNC).
 _LOCAL_ASYNC = frozenset({"copy-start", "copy-done"})
 
 
 def communicates(comp, _memo: dict | None = None) -> bool:
     """Whether running `comp` (and what it calls) may wait for another device: the rule
-    of xladist.runtime.schedule.computation_communicates, which decides the interpreter's loop
+    of xladist.analysis.schedule.computation_communicates, which decides the interpreter's loop
     tracking (collectives, async collectives, cross-device send/recv)."""
     memo = {} if _memo is None else _memo
     key = id(comp)

@@ -36,7 +36,7 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
     """A copy of comp with every fusion and call inlined (recursively), in a
     topological order, parameters first, dead pure instructions dropped.
 
-    `schedule` (computation name -> instruction order, e.g. xladist.runtime.schedule's) gives
+    `schedule` (computation name -> instruction order, e.g. xladist.analysis.schedule's) gives
     the order to keep: every computation, inlined ones included, is walked in its
     scheduled order, so the thunks run it exactly (fusion only moves pure producers
     into their consumers' kernels, never a communicating op)."""

@@ -159,7 +159,7 @@ class CpuExecutable(Executable):
 
     Options: `device` (a DeviceContext; default SingleDeviceContext(infeed)),
     `infeed` (items for the default SingleDeviceContext), `schedule` (computation ->
-    instruction order, e.g. xladist.runtime.schedule's: the thunks run in that order), `code`
+    instruction order, e.g. xladist.analysis.schedule's: the thunks run in that order), `code`
     and `fingerprint` (object code and the kernels it was made for: serialized.py's
     executables).
     """

@@ -54,7 +54,7 @@ def _schedule_names(schedule) -> dict:
 
 def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
     """The `.xlx` bytes of a module, compiled for this host; `schedule_of(module)` gives the
-    instruction order (the cli passes xladist.runtime.schedule's: the order every rank of
+    instruction order (the cli passes xladist.analysis.schedule's: the order every rank of
     `xladist run` uses; default: the text order)."""
     from .. import parse_hlo
     from ..executable import verify_if_available

@@ -3,7 +3,7 @@
 Pure Python over the IR's attribute values (no numpy, no MPI), so the verifier, the static
 deadlock check and the MPI layer read collective-semantics.md A (group modes, device identity),
 B (replica-group syntax and validity) and C.14 (permute pairs) the same way. It lives in
-xladist.hlo because imports only point down; xladist/collectives/groups.py re-exports it.
+xladist.hlo because imports only point down; xladist/hlo/collective_groups.py re-exports it.
 
 * `group_mode(opcode, channel_id, use_global_device_ids)` - which kind of ids replica_groups
   holds, from an instruction's attributes (A.1, A.2); `group_mode_from_flags(has_channel,
@@ -19,7 +19,10 @@ xladist.hlo because imports only point down; xladist/collectives/groups.py re-ex
 * `DeviceAssignment` - the `[replica][partition] -> device id` table (A.7);
 * `device_groups(...)` / `groups_for_device(...)` - ids to ordered device groups per mode
   (A.3, A.6), `collective_permute_pairs(...)` / `permute_device_groups(...)` for permutes;
-* `instruction_device_groups(opcode, attrs, da)` - all of the above for one instruction.
+* `instruction_device_groups(opcode, attrs, da)` - all of the above for one instruction;
+* `send_recv_pairs(instr, R, P, da)` / `required_send_recv_pairs(...)` - a device-to-device
+  send/recv's peers from its `_xla_send_recv_source_target_pairs` attribute (`parse_pairs`
+  reads the text), for the runtime's channels, the interpreter and the static check.
 
 Vocabulary: *replica_groups* is what the instruction carries (ids whose meaning depends on the
 mode; `{}` means one group of everything); a *device group* is an ordered list of global
@@ -30,6 +33,7 @@ default is `device = partition * R + replica`, which is *not* the flattened id `
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 
 __all__ = [
@@ -56,7 +60,11 @@ __all__ = [
     "instruction_device_groups",
     "iota_replica_groups",
     "mesh_axes_replica_groups",
+    "PAIRS_ATTR",
+    "parse_pairs",
     "permute_device_groups",
+    "required_send_recv_pairs",
+    "send_recv_pairs",
 ]
 
 
@@ -598,3 +606,51 @@ def instruction_device_groups(opcode: str, attrs: Mapping, device_assignment: De
     mode = group_mode(op, attrs.get("channel_id"), attrs.get("use_global_device_ids"))
     return device_groups(attrs.get("replica_groups"), mode, R, P, da, op=op,
                          require_cover=op != "collective-broadcast")
+
+
+# Device-to-device send/recv peers (collective-semantics.md D.18-21b): the runtime's channels,
+# the interpreter and the static check all read them here.
+
+PAIRS_ATTR = "_xla_send_recv_source_target_pairs"
+_PAIR_RE = re.compile(r"\{\s*(-?\d+)\s*,\s*(-?\d+)\s*\}")
+
+
+def parse_pairs(text: str) -> list[tuple[int, int]]:
+    """``"{{0,1},{1,2}}"`` -> ``[(0, 1), (1, 2)]``."""
+    return [(int(a), int(b)) for a, b in _PAIR_RE.findall(text)]
+
+
+def send_recv_pairs(instr, replica_count: int, num_partitions: int,
+                    device_assignment=None) -> list[tuple[int, int]] | None:
+    """(source device, target device) pairs of a device-to-device send/recv, or None when the
+    instruction has no ``_xla_send_recv_source_target_pairs`` attribute.
+
+    The ids are partition ids inside each replica (like a collective-permute with a channel);
+    a module with one partition and several replicas names replica ids instead.  Raises
+    GroupError for ids out of range or listed twice.
+    """
+    text = instr.frontend_attributes.get(PAIRS_ATTR)
+    if text is None:
+        return None
+    by_partition = num_partitions > 1 or replica_count == 1
+    why = ("a module with several partitions names partition ids" if num_partitions > 1
+           else "one replica" if replica_count == 1
+           else "a module with one partition names replica ids")
+    return collective_permute_pairs(parse_pairs(text), by_partition, replica_count,
+                                    num_partitions, device_assignment, op=instr.opcode, why=why)
+
+
+def required_send_recv_pairs(instr, replica_count: int, num_partitions: int,
+                             device_assignment=None) -> list[tuple[int, int]]:
+    """:func:`send_recv_pairs` for a device-to-device send/recv that must name its peers:
+    raises GroupError (prefixed with the attribute's name) for invalid pairs and for a missing
+    attribute.  The runtime and the static check both read a channel's peers through this."""
+    try:
+        pairs = send_recv_pairs(instr, replica_count, num_partitions, device_assignment)
+    except GroupError as e:
+        raise GroupError(f"{PAIRS_ATTR}: {e}") from None
+    if pairs is None:
+        raise GroupError(f"a device-to-device {instr.opcode} needs the frontend attribute "
+                         f'{PAIRS_ATTR}="{{{{source,target}},...}}" to name its peers; '
+                         "without it no device can be matched with it")
+    return pairs

@@ -126,7 +126,7 @@ class Evaluator:
     fresh SingleDeviceContext). `check` asserts every rule's result shape (cheap; on by
     default because the interpreter is the specification). `schedule` optionally maps a
     computation (or its name) to the instruction order to use -- the MPI runtime passes
-    xladist.runtime.schedule.schedule_module's, the order the deadlock check proved. `rules`
+    xladist.analysis.schedule.schedule_module's, the order the deadlock check proved. `rules`
     optionally overrides opcode rules for this evaluator only (the runtime's while rule
     records loop iterations for the watchdog).
     """

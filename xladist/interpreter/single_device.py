@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from ..errors import ExecutionError
+from ..hlo.collective_groups import PAIRS_ATTR, parse_pairs
 from ..hlo.shape import Shape
 from .context import DeviceContext
 from .registry import TOKEN
@@ -120,15 +121,6 @@ COLLECTIVES = {
     "ragged-all-to-all": _ragged_all_to_all,
 }
 
-_PAIR = re.compile(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}")
-
-
-def send_recv_pairs(instr) -> list[tuple[int, int]]:
-    """The (source, target) device pairs of a send/recv from its frontend attributes."""
-    text = instr.frontend_attributes.get("_xla_send_recv_source_target_pairs", "")
-    return [(int(a), int(b)) for a, b in _PAIR.findall(text)]
-
-
 class SingleDeviceContext(DeviceContext):
     """Device 0 of a one-device run; see the module docstring for the rules."""
 
@@ -160,7 +152,7 @@ class SingleDeviceContext(DeviceContext):
     # ---- channels --------------------------------------------------------------------
     def _self_channel(self, instr) -> bool:
         me = self.partition_id
-        return (me, me) in send_recv_pairs(instr)
+        return (me, me) in parse_pairs(instr.frontend_attributes.get(PAIRS_ATTR, ""))
 
     def send(self, instr, data):
         if instr.attrs.get("is_host_transfer"):

@@ -3,7 +3,7 @@
 Without this every rank of `xladist run -n N` runs codegen and LLVM on the same module at
 the same time (N compiles on a machine with fewer cores than ranks), and the per-host
 kernel cache (compiler/jit.py) only helps the *next* run. Here the launcher compiles the
-module exactly as a rank will (same module text, same schedule: xladist.runtime.schedule's, so the
+module exactly as a rank will (same module text, same schedule: xladist.analysis.schedule's, so the
 kernel names and thus the cache key are the same) and hands the ranks the object code
 through the kernel cache:
   * caching on (the default): the object lands in the user's cache, every rank hits it;
@@ -75,7 +75,7 @@ def compiled_for_ranks(module, backend: str | None, background: bool = True):
 def _compile(module) -> None:
     from xladist.compiler.program import CpuProgram
 
-    from .schedule import schedule_module
+    from xladist.analysis.schedule import schedule_module
     try:
         CpuProgram(module, schedule_module(module))  # stores the object in the kernel cache
     except XlaDistError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xladist.collectives.groups import DeviceAssignment, GroupError
+from xladist.hlo.collective_groups import DeviceAssignment, GroupError
 from xladist.errors import InputError
 
 __all__ = ["DeviceAssignment", "Placement", "placement_for"]

@@ -2,7 +2,7 @@
 
 Both backends (interpreter and cpu) call this for every op that needs another device
 or the host. When the executable is loaded, `prepare()` walks the whole module once,
-expands every collective's replica groups into device groups (xladist/collectives/groups.py)
+expands every collective's replica groups into device groups (xladist/hlo/collective_groups.py)
 and creates the sub-communicators collectively, in text order, on every rank — never
 per call. Each collective instruction gets a `_Plan` (its communicator, this device's
 position, dimension, peers) so running it is one dictionary lookup and one MPI call.
@@ -20,7 +20,7 @@ from xladist.collectives.all_reduce import all_reduce, all_reduce_bound, all_red
 from xladist.collectives.all_to_all import all_to_all, all_to_all_start
 from xladist.collectives.broadcast import collective_broadcast, collective_broadcast_start
 from xladist.collectives.communicator import Communicator, CommunicatorCache
-from xladist.collectives.groups import GroupError, collective_permute_pairs, instruction_device_groups
+from xladist.hlo.collective_groups import GroupError, collective_permute_pairs, instruction_device_groups
 from xladist.collectives.native_exchange import all_to_all_native, reduce_scatter_native
 from xladist.collectives.permute import (
     collective_permute,

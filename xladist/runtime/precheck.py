@@ -1,6 +1,6 @@
 """The deadlock check that `xladist run` and `xladist.run` do before any rank starts.
 
-`precheck` runs xladist.runtime.deadlock.check_module once, in the launching process (or, for a job
+`precheck` runs xladist.analysis.deadlock.check_module once, in the launching process (or, for a job
 started by hand under mpiexec, see the callers), and
 
 * refuses a program with problems: raises DeadlockError carrying the report (exit 1);
@@ -35,8 +35,8 @@ def precheck(module, num_devices: int, *, device_assignment=None, strict: bool =
     Raises DeadlockError (its `report` attribute holds the Report) when a problem is found.
     `warn(text)` prints warnings (default: stderr).
     """
-    from .deadlock import check_module
-    from .schedule import computation_communicates
+    from xladist.analysis.deadlock import check_module
+    from xladist.analysis.schedule import computation_communicates
     if module.entry is None or not any(computation_communicates(c)
                                        for c in module.computations):
         return None

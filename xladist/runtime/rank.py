@@ -70,7 +70,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
     Perfetto timeline of all ranks there (xladist/runtime/trace.py); `tracer`: a Tracer to fill
     (for progress and timing summaries) instead of a new one. `host`: the host end of
     host-transfer channels (xladist/runtime/channels_host.py). `schedule`: run every computation in
-    the order of xladist.runtime.schedule.schedule_module (the order the deadlock check proves), on
+    the order of xladist.analysis.schedule.schedule_module (the order the deadlock check proves), on
     backends that accept one. While this runs, a wait that passes `timeout` prints where every
     rank is (xladist/runtime/watchdog.py) and aborts the job.
     """
@@ -171,7 +171,7 @@ def _executor_options(module, backend: str, schedule: bool) -> dict:
         return {}
     options = {}
     if schedule and "schedule" in params:
-        from .schedule import schedule_module
+        from xladist.analysis.schedule import schedule_module
         options["schedule"] = schedule_module(module)
     if "rules" in params:
         options["rules"] = watchdog.loop_tracking_rules()

@@ -270,7 +270,7 @@ def loop_tracking_rules() -> dict:
     """
     from xladist.interpreter.registry import EVAL_RULES
 
-    from .schedule import computation_communicates
+    from xladist.analysis.schedule import computation_communicates
     base = EVAL_RULES["while"]
     wd = deadline.watchdog
 

@@ -26,13 +26,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from xladist.collectives.groups import (
+from xladist.hlo.collective_groups import (
     DeviceAssignment,
     GroupError,
     collective_permute_pairs,
     instruction_device_groups,
 )
-from xladist.collectives.p2p import PAIRS_ATTR, required_send_recv_pairs
+from xladist.hlo.collective_groups import PAIRS_ATTR, required_send_recv_pairs
 from xladist.errors import InputError
 from xladist.hlo.ir import Computation, Instruction, Module
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from xladist.collectives.groups import DeviceAssignment, GroupError
+from xladist.hlo.collective_groups import DeviceAssignment, GroupError
 from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
