@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist import executable
+from xladist import backends
 from xladist.errors import UnsupportedError
 from tests.cli_util import xladist_cli
 
@@ -36,7 +36,7 @@ ENTRY main {
 def plugin_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGIN))
     yield
-    executable.BACKENDS.pop("toy", None)
+    backends.BACKENDS.pop("toy", None)
     sys.modules.pop("xladist_toy_backend", None)
 
 

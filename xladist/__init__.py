@@ -12,7 +12,7 @@ from __future__ import annotations
 from .errors import (DeadlockError, ExecutionError, HloParseError, InputError, OutputError,
                      UnsupportedError, VerifierError, XlaDistError)
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "load_executable", "HloParseError",
            "VerifierError", "XlaDistError", "InputError", "ExecutionError",
@@ -30,10 +30,8 @@ def parse_hlo(text: str, filename: str | None = None):
 def load_hlo(path, what: str = "module file"):
     """Read and parse an HLO text file; InputError when it cannot be read (`what` names it
     in the message), HloParseError when it is not HLO."""
-    from .files import read_text
-    from .hlo.parser import parse_module
-    text = read_text(path, what, kind="HLO text")
-    return parse_module(text, filename=str(path))
+    from .hlo.parser import parse_file
+    return parse_file(path, what)
 
 
 def verify(module):
@@ -46,7 +44,7 @@ def compile(module, backend: str = "cpu", **options):
     """Compile a module for one device (default: the cpu backend, native code via LLVM;
     backend="interpreter" for the numpy reference); returns an Executable called with
     numpy arrays."""
-    from .executable import compile as _compile
+    from .backends import compile as _compile
     return _compile(module, backend=backend, **options)
 
 

@@ -74,7 +74,7 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
     Errors (an unreadable or damaged file, missing, extra, wrongly shaped or typed arrays)
     are InputErrors naming the parameter; `what` names the file's option in messages.
     """
-    from .interpreter.registry import TOKEN
+    from .semantics.values import TOKEN
     names = names or [None] * len(shapes)
     arrays = load_npz(source, what)
     expected = {f"arg{i}" for i, s in enumerate(shapes) if not s.is_token}

@@ -17,7 +17,8 @@ import xladist
 from tests.interpreter.ir import Comp
 from xladist.cli import main
 from xladist.errors import InputError, UnsupportedError
-from xladist.executable import BACKENDS, Executable, register_backend
+from xladist.backends import BACKENDS, register_backend
+from xladist.executable import Executable
 from xladist.hlo.opcodes import OPCODES
 from xladist.io import read_inputs, read_outputs, write_outputs
 

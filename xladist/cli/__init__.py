@@ -87,7 +87,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
         epilog=EPILOG,
     )
-    from .. import __version__
+    from ..version import __version__
     parser.add_argument("--version", action="version", version=f"xladist {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:

@@ -34,11 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    import xladist
     from xladist.compiler.aot import AotProgram
+    from xladist.hlo.parser import parse_file
+    from xladist.hlo.verifier import verify_module
 
-    module = xladist.load_hlo(args.file)
-    xladist.verify(module)
+    module = parse_file(args.file)
+    verify_module(module)
     if module.replica_count * module.num_partitions > 1:
         raise InputError(f"{module.name} runs on {module.replica_count * module.num_partitions} "
                          f"devices; ahead-of-time compilation takes single-device programs")

@@ -33,14 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    import xladist
     from xladist.compiler import CpuProgram
     from xladist.compiler.parallel import blas_info, thread_count, worker_cpus
-
     from xladist.hlo.dynamic_padder import pad_dynamic
+    from xladist.hlo.parser import parse_file
+    from xladist.hlo.verifier import verify_module
 
-    module = xladist.load_hlo(args.file, "MODULE")
-    xladist.verify(module)
+    module = parse_file(args.file, "MODULE")
+    verify_module(module)
     module, _ = pad_dynamic(module)  # what the cpu backend compiles: the padded module
     program = CpuProgram(module)
     if args.ir:

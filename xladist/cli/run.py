@@ -150,8 +150,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_module(path: str):
     if path.endswith(".xlx"):
         return serialized(path).module
-    from .. import load_hlo
-    return load_hlo(path, "MODULE")
+    from ..hlo.parser import parse_file
+    return parse_file(path, "MODULE")
 
 
 @functools.lru_cache(maxsize=4)
@@ -174,7 +174,7 @@ def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = Tru
                **options) -> list[np.ndarray]:
     """Run `module` on one device with `inputs` (one array per entry parameter);
     returns the flattened outputs."""
-    from ..executable import compile as compile_module
+    from ..backends import compile as compile_module
     exe = compile_module(module, backend=backend, verify=verify, **options)
     return exe(*inputs)
 
@@ -276,7 +276,7 @@ def _read_per_device(module, args) -> list[list]:
     if any(not s.is_token for s in shapes):
         raise InputError(f"module {module.name} has {len(shapes)} parameters; pass --inputs "
                          f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
-    from ..interpreter.registry import TOKEN
+    from ..semantics.values import TOKEN
     return [[TOKEN] * len(shapes) for _ in range(n)]
 
 

@@ -45,7 +45,7 @@ def _pack(shape, it):
         return tuple(_pack(s, it) for s in shape.tuple_shapes)
     if shape.is_array:
         return next(it)
-    from xladist.interpreter.registry import TOKEN
+    from xladist.semantics.values import TOKEN
     return TOKEN
 
 

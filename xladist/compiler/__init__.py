@@ -11,10 +11,7 @@ CPU, on-disk object cache) -> program.py (CpuExecutable).
 
 from __future__ import annotations
 
-from ..executable import register_backend
 from .coverage import coverage
 from .program import CpuExecutable, CpuProgram, compile_module
-
-register_backend("cpu", CpuExecutable, replace=True)
 
 __all__ = ["CpuExecutable", "CpuProgram", "compile_module", "coverage"]

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import jit
+from .target import host_target, vector_width
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,10 @@ _buffers = threading.local()
 def vector_bytes() -> int | None:
     """Bytes of the host's vector registers the kernel uses (32 for AVX2, 64 for
     AVX-512), None without FMA (the kernel is not for this target)."""
-    feats = set(jit.host_target().features.split(","))
+    feats = set(host_target().features.split(","))
     if "+fma" not in feats:
         return None
-    if "+avx512f" in feats and (jit.vector_width() or 512) >= 512:
+    if "+avx512f" in feats and (vector_width() or 512) >= 512:
         return 64
     return 32 if "+avx" in feats else None
 

@@ -14,68 +14,18 @@ import ctypes
 import hashlib
 import os
 import threading
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import llvmlite.binding as llvm
 
-from .. import __version__
+from ..version import __version__
 from ..errors import UnsupportedError
 from . import elf, kernel_cache, runtime_symbols
+from .target import Target, host_target, init_llvm, target_description, vector_width
 
 _LOCK = threading.Lock()
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
-@lru_cache(maxsize=1)
-def _init() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-
-
-@dataclass(frozen=True)
-class Target:
-    """What code is generated for: LLVM triple, CPU name and feature string ("" = the
-    CPU's own defaults)."""
-
-    triple: str
-    cpu: str
-    features: str = ""
-
-    def machine(self):
-        """A fresh target machine (MCJIT takes ownership of the one it is given, so
-        each engine gets its own)."""
-        _init()
-        if self.triple != llvm.get_process_triple():
-            llvm.initialize_all_targets()
-            llvm.initialize_all_asmprinters()
-        target = llvm.Target.from_triple(self.triple)
-        return target.create_target_machine(cpu=self.cpu, features=self.features,
-                                            opt=3, codemodel="jitdefault")
-
-
-def host_target() -> Target:
-    """The host, or the CPU named by `XLADIST_TARGET_CPU` (e.g. `x86-64` for the baseline
-    every x86-64 runs, `haswell`): code for a subset of the host's features runs here,
-    which is how the tests reproduce other users' machines."""
-    _init()
-    cpu = os.environ.get("XLADIST_TARGET_CPU", "").strip()
-    if cpu and cpu != "host":
-        return Target(llvm.get_process_triple(), cpu, "")
-    return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                  llvm.get_host_cpu_features().flatten())
-
-
-def target_machine():
-    return host_target().machine()
-
-
-def target_description() -> str:
-    """Triple, CPU and feature string: what the cached code depends on."""
-    t = host_target()
-    return "|".join([t.triple, t.cpu, t.features, llvm.llvm_version_info.__repr__(),
-                     f"vector-width={vector_width()}"])
 
 
 @lru_cache(maxsize=1)
@@ -104,29 +54,6 @@ def cache_key(module_text: str) -> str:
     return h.hexdigest()
 
 
-def vector_width() -> int | None:
-    """The vector width (bits) the vectorizers may use, when it differs from LLVM's choice.
-
-    LLVM tunes AVX-512 hosts (Ice Lake and later) to prefer 256-bit vectors, fearing the
-    clock drop of 512-bit instructions on older parts. Our kernels are short, hot loops of
-    exp/tanh polynomials where full-width vectors measured ~1.35x faster on the development
-    host (softmax 1024x4096: 5.3 -> 3.9 ms) and never slower, so AVX-512 hosts get 512.
-    `XLADIST_VECTOR_WIDTH` (bits) overrides it; it is part of the cache key.
-    """
-    env = os.environ.get("XLADIST_VECTOR_WIDTH", "").strip()
-    if env:
-        return int(env)
-    if os.environ.get("XLADIST_TARGET_CPU", "host").strip() not in ("", "host"):
-        return None  # a named CPU gets LLVM's own tuning for it
-    return 512 if _host_has_avx512() else None
-
-
-@lru_cache(maxsize=1)
-def _host_has_avx512() -> bool:
-    _init()
-    return llvm.get_host_cpu_features().get("avx512f", False)
-
-
 def _with_vector_width(llvm_ir: str) -> str:
     """Every defined function gets the "prefer-vector-width" attribute (llvmlite.ir has no
     string attributes, so it is added to the IR text). Function attributes go after the
@@ -151,7 +78,7 @@ def _with_vector_width(llvm_ir: str) -> str:
 
 
 def optimize(llvm_ir: str, target: Target | None = None) -> llvm.ModuleRef:
-    _init()
+    init_llvm()
     target = target or host_target()
     mod = llvm.parse_assembly(_with_vector_width(llvm_ir))
     mod.verify()
@@ -199,7 +126,7 @@ class LoadedCode:
     before MCJIT links it: an unresolved one would be a call to address 0."""
 
     def __init__(self, obj: bytes):
-        _init()
+        init_llvm()
         check_symbols(obj, runtime_symbols.resolved())
         with _LOCK:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())

@@ -148,7 +148,7 @@ def _build(s: Shape, leaves, copies):
         return tuple(_build(t, leaves, copies) for t in s.tuple_shapes)
     buf, copy = next(leaves), next(copies)
     if not s.is_array:
-        from ..interpreter.registry import TOKEN
+        from ..semantics.values import TOKEN
         return TOKEN
     v = logical_view(s, buf)
     return v.copy() if copy else v

@@ -25,6 +25,7 @@ import llvmlite.binding as llvm
 
 from . import elf
 from .codegen import builtins
+from .target import Target
 
 LIBC = ("memcpy", "memmove", "memset", "memcmp", "bcmp")
 
@@ -67,9 +68,8 @@ class _Runtime:
     on every CPU of it) into their own MCJIT engine, which lives as long as the process."""
 
     def __init__(self):
-        from . import jit  # jit imports this module; the engine is built on first use
-        target = jit.Target(llvm.get_process_triple(), "generic" if "aarch64" in
-                            llvm.get_process_triple() else "x86-64")
+        target = Target(llvm.get_process_triple(), "generic" if "aarch64" in
+                        llvm.get_process_triple() else "x86-64")
         mod = llvm.parse_assembly(builtins.runtime_ir())
         mod.verify()
         machine = target.machine()

@@ -13,7 +13,7 @@ The JSON header holds the module text (as written by the user), the schedule (co
 name -> instruction names), the thunk plan (CpuProgram.explain(), for people and tools),
 the kernel fingerprint (module text + kernel names: what the object was built from), the
 target it was compiled for (triple, CPU, CPU features, LLVM version, vector width, as
-jit.target_description) and the xladist and compiler versions.
+target.target_description) and the xladist and compiler versions.
 
 Loading checks magic, format version, length and checksum (a damaged or truncated file is an
 InputError, never a crash), then the target and versions: a file made for another CPU,
@@ -41,9 +41,10 @@ SUFFIX = ".xlx"
 
 
 def _target() -> dict:
-    from .. import __version__
+    from ..version import __version__
     from . import jit
-    triple, cpu, features, llvm_version, width = jit.target_description().split("|")
+    from .target import target_description
+    triple, cpu, features, llvm_version, width = target_description().split("|")
     return {"triple": triple, "cpu": cpu, "cpu_features": features, "llvm": llvm_version,
             "vector_width": width, "xladist": __version__, "compiler": jit.compiler_version()}
 
@@ -56,12 +57,12 @@ def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
     """The `.xlx` bytes of a module, compiled for this host; `schedule_of(module)` gives the
     instruction order (the cli passes xladist.analysis.schedule's: the order every rank of
     `xladist run` uses; default: the text order)."""
-    from .. import parse_hlo
-    from ..executable import verify_if_available
+    from ..hlo.parser import parse_module
+    from ..hlo.verifier import verify_module
     from . import jit
     from .program import CpuProgram
-    module = parse_hlo(module_text)
-    verify_if_available(module)
+    module = parse_module(module_text)
+    verify_module(module)
     schedule = schedule_of(module) if schedule_of is not None else {}
     prog = CpuProgram(module, schedule)
     # The object the program just loaded: from the kernel cache, or (cache off) built again.
@@ -99,9 +100,9 @@ class SerializedExecutable:
             raise InputError(f"cannot read {path}: {e.strerror or e}") from None
         self.header, self.object = _parse(data, self.path)
         _check_target(self.header.get("target", {}), self.path)
-        from .. import parse_hlo
+        from ..hlo.parser import parse_module
         self.module_text = self.header["module_text"]
-        self.module = parse_hlo(self.module_text, filename=self.path)
+        self.module = parse_module(self.module_text, filename=self.path)
         self.schedule = _schedule_from_names(self.module, self.header.get("schedule", {}),
                                              self.path)
 

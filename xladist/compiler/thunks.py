@@ -261,7 +261,7 @@ def _build_value(frame, s, it):
         return tuple(_build_value(frame, t, it) for t in s.tuple_shapes)
     slot = next(it)
     if slot is None:
-        from ..interpreter.registry import TOKEN
+        from ..semantics.values import TOKEN
         return TOKEN
     # The reading instruction's shape describes the bytes: an aliasing
     # transpose/reshape shares its operand's slot with other dims.

@@ -53,6 +53,13 @@ def parse_module(text: str, filename: str | None = None) -> Module:
                       f"please report this input") from e
 
 
+def parse_file(path, what: str = "module file") -> Module:
+    """Read and parse an HLO text file: InputError when it cannot be read (`what` names it
+    in the message), HloParseError when it is not HLO."""
+    from ..files import read_text
+    return parse_module(read_text(path, what, kind="HLO text"), filename=str(path))
+
+
 def _split_sugar(opcode: str):
     """`all-to-all-start` -> ('all-to-all', '-start') when the rest is a known opcode."""
     for suffix in ASYNC_SUGAR_SUFFIXES:

@@ -21,7 +21,8 @@ from .context import DeviceContext
 from .custom_calls import register_custom_call
 from . import lapack  # noqa: F401,E402 -- registers jax's lapack_*_ffi custom-calls
 from .evaluator import Evaluator, check_supported
-from .registry import EVAL_RULES, TOKEN, UNSUPPORTED, register
+from ..semantics.values import TOKEN
+from .registry import EVAL_RULES, UNSUPPORTED, register
 from .single_device import SingleDeviceContext
 
 # Written by the numerics engineer (heavy ops); imported when present.

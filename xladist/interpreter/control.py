@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..hlo.shape import Shape
 from .custom_calls import CUSTOM_CALLS
-from .registry import TOKEN, register
+from ..semantics.values import TOKEN
+from .registry import register
 
 
 def _describe(instr):

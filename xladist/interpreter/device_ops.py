@@ -22,7 +22,8 @@ import numpy as np
 
 from ..hlo.reducers import reducer_for
 
-from .registry import TOKEN, register
+from ..semantics.values import TOKEN
+from .registry import register
 
 
 class Pending:

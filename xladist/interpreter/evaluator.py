@@ -32,7 +32,8 @@ import numpy as np
 from ..errors import ExecutionError, UnsupportedError, XlaDistError
 from ..hlo.shape import Shape
 from .device_ops import Pending
-from .registry import EVAL_RULES, TOKEN, UNSUPPORTED
+from ..semantics.values import TOKEN
+from .registry import EVAL_RULES, UNSUPPORTED
 
 # Opcodes whose rule is element-wise whatever the array shape: a scalar computation made
 # only of these can run once on whole arrays in `call_vectorized`.

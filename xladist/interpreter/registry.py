@@ -5,7 +5,7 @@ Values flowing through the interpreter:
   follows the instruction's layout where it matters (see layout.py), so a
   `bitcast` reinterprets the physical buffer exactly as XLA does;
 - a tuple value is a Python tuple of values;
-- a token is the `TOKEN` sentinel.
+- a token is the `TOKEN` sentinel (xladist.semantics.values).
 
 An evaluation function has the signature
 
@@ -21,15 +21,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-
-class _Token:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "TOKEN"
-
-
-TOKEN = _Token()
 
 EVAL_RULES: dict[str, Callable] = {}
 UNSUPPORTED: dict[str, str] = {}

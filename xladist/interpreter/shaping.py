@@ -16,7 +16,8 @@ from ..errors import UnsupportedError
 from ..hlo.shape import Shape
 from . import layout
 from .dtypes import F32, kind_of
-from .registry import TOKEN, register
+from ..semantics.values import TOKEN
+from .registry import register
 
 
 def _describe(instr):

@@ -29,7 +29,7 @@ from ..errors import ExecutionError
 from ..hlo.collective_groups import PAIRS_ATTR, parse_pairs
 from ..hlo.shape import Shape
 from .context import DeviceContext
-from .registry import TOKEN
+from ..semantics.values import TOKEN
 
 
 def _describe(instr):

@@ -201,10 +201,10 @@ def refuse_host_callbacks(module, fn) -> None:
 def compile_text(prep: Prepared):
     """(module text, compiled, parsed module): XLA's per-device module, host callbacks
     refused."""
-    from .. import parse_hlo
+    from ..hlo.parser import parse_module
     compiled = prep.lowered.compile()
     text = compiled.as_text()
-    module = parse_hlo(text)
+    module = parse_module(text)
     refuse_host_callbacks(module, prep.fn)
     if module.num_partitions != prep.n or len(module.entry.parameters) != len(prep.host_args):
         raise RuntimeError(f"xladist.jax: XLA compiled {module.num_partitions} partitions and "
@@ -293,7 +293,7 @@ def export(fn, *args, mesh_shape, in_specs, out_specs, path, expected=True) -> P
 def run(fn, *args, mesh_shape, in_specs, out_specs, n=None, backend="cpu", **run_options):
     import tempfile
 
-    from .. import run as xladist_run
+    from ..runtime.api import run as xladist_run
     from .assemble import assemble_outputs
     mesh_shape = S.check_mesh(mesh_shape)
     size = S.mesh_size(mesh_shape)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from xladist.errors import ExecutionError, InputError
+from xladist.hlo.parser import parse_file, parse_module
 
 from . import launcher
 from .device import device_counts
@@ -27,17 +28,15 @@ def _as_module(module):
     if isinstance(module, (str, os.PathLike)):
         text = str(module)
         if "\n" not in text and Path(text).exists():
-            from xladist import load_hlo
-            return load_hlo(text)
-        from xladist import parse_hlo
-        return parse_hlo(text)
+            return parse_file(text)
+        return parse_module(text)
     return module
 
 
 def _per_device(module, inputs, n: int) -> list[list]:
     """inputs: a list with one array per parameter, each with a leading device axis of N,
     or an npz path, or a list over devices of argument lists."""
-    from xladist.interpreter.registry import TOKEN
+    from xladist.semantics.values import TOKEN
     from xladist.io import decode, read_inputs
     params = module.entry.parameters
     shapes = [p.shape for p in params]
@@ -221,8 +220,7 @@ def _compiled_once(job: Path, options: dict):
     backend = options.get("backend", "cpu")
     if options.get("compile_options") or options.get("schedule") is False:
         backend = None
-    from xladist import load_hlo
-    module = load_hlo(job / "module.hlo") if backend == "cpu" else None
+    module = parse_file(job / "module.hlo") if backend == "cpu" else None
     return compile_once.compiled_for_ranks(module, backend)
 
 

@@ -111,8 +111,10 @@ def _check(args) -> str | None:
 def _run(args) -> int:
     from mpi4py import MPI
 
-    import xladist
     from xladist.collectives.bench import parse_size
+    from xladist.hlo.parser import parse_module
+
+    from .api import run
 
     comm = MPI.COMM_WORLD.Dup()
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -136,7 +138,7 @@ def _run(args) -> int:
             nbytes = parse_size(size_text)
             count = max(1, nbytes // 4)
             k = _iters_for(count * 4, args.iters)
-            module = xladist.parse_hlo(loop_module(count, reducer))
+            module = parse_module(loop_module(count, reducer))
             # Small integers, exact under both reducers. A sum grows n-fold per round, so
             # the result is checked at K=1 and the sum loop is timed on zeros; max is
             # idempotent and is checked at K too.
@@ -148,8 +150,8 @@ def _run(args) -> int:
             def xla(trips, x=timing_x, module=module):
                 comm.Barrier()
                 t0 = time.perf_counter()
-                outs = xladist.run(module, [x, np.full(n, trips, np.int32)], n=n,
-                                   check=False, verify=False)
+                outs = run(module, [x, np.full(n, trips, np.int32)], n=n,
+                          check=False, verify=False)
                 dt = time.perf_counter() - t0
                 return comm.allreduce(dt, MPI.MAX), outs
 

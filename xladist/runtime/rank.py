@@ -109,7 +109,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
         if trace:  # collective: every rank traces or none (progress-only tracers don't)
             tracer.align(comm)
         device, spans = TracedDevice(ctx, tracer), tracer
-    from xladist.executable import compile as compile_module
+    from xladist.backends import compile as compile_module
     # What a failing rank keeps: its timeline (the launcher merges the parts it finds) and
     # what it already sent to the host (--host-send files).  A job aborted by a deadline or by
     # another thread never reaches the except below, so these are abort hooks; the except
@@ -164,9 +164,9 @@ def _executor_options(module, backend: str, schedule: bool) -> dict:
     """
     import inspect
 
-    from xladist.executable import _load_backend
+    from xladist.backends import load_backend
     try:
-        params = inspect.signature(_load_backend(backend)).parameters
+        params = inspect.signature(load_backend(backend)).parameters
     except (TypeError, ValueError):
         return {}
     options = {}

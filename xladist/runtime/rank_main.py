@@ -19,8 +19,8 @@ def main(argv: list[str]) -> int:
     from .rank import execute_on_this_rank, report_and_abort, world
     rank = world().Get_rank()
     try:
-        from xladist import load_hlo
-        module = load_hlo(job / "module.hlo")
+        from xladist.hlo.parser import parse_file
+        module = parse_file(job / "module.hlo")
         with open(job / "job.pkl", "rb") as f:
             spec = pickle.load(f)
         result = execute_on_this_rank(module, spec["inputs"], gather_to=0, **spec["options"])
