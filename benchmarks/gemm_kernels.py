@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # compute.py: the house's interleaved timing, header, and OPENBLAS_CORETYPE re-exec.
 from compute import header, interleaved_medians, jax  # noqa: E402
 
-from xladist.compiler import gemm_kernel, jit, parallel  # noqa: E402
+from xladist.compiler import gemm_kernel, jit, parallel, target  # noqa: E402
 
 
 def shapes(big: bool):
@@ -131,7 +131,7 @@ def contenders(m, k, n, ta, tb, params, rng, dtype=np.float32):
 
 
 def describe(params, dtype) -> list[str]:
-    t = jit.host_target()
+    t = target.host_target()
     vb = gemm_kernel.vector_bytes()
     vw = gemm_kernel.vector_lanes(dtype)
     name = np.dtype(dtype).name.replace("float", "f")

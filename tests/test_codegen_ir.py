@@ -118,14 +118,15 @@ ENTRY main {
 def test_llvm_ir_of_a_module_parses_and_verifies():
     import llvmlite.binding as llvm
 
-    from xladist.compiler import jit
-    jit._init()
+    from xladist.compiler.target import init_llvm
+    init_llvm()
     text = CpuProgram(xladist.parse_hlo(CHAIN)).llvm_ir()
     llvm.parse_assembly(text).verify()
 
 
 def test_vector_width_attribute_reaches_every_function_and_the_cache_key(monkeypatch):
     from xladist.compiler import jit
+    from xladist.compiler.target import target_description
     ir_text = ('define void @"k"(ptr noalias %".1") nounwind\n{\nentry:\n  ret void\n}\n'
                'define void @"m"(ptr %".1", i64 %".2") nounwind\n{\nentry:\n  ret void\n}\n')
     for width in ("512", "128"):
@@ -134,6 +135,6 @@ def test_vector_width_attribute_reaches_every_function_and_the_cache_key(monkeyp
             text = jit._with_vector_width(ir_text)
             assert text.count(f'"prefer-vector-width"="{width}"') == 2
             jit.optimize(ir_text)  # still valid IR
-            assert f"vector-width={width}" in jit.target_description()
+            assert f"vector-width={width}" in target_description()
         finally:
             monkeypatch.delenv("XLADIST_VECTOR_WIDTH")

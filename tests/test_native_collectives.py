@@ -68,7 +68,7 @@ def test_permute_and_gather_drivers_name_no_mpi_symbol():
     object gains no undefined symbol beyond the allowlist (and none of MPI's), and the
     drivers are really there (the loops are eligible)."""
     from tests.mpi.native_loops.test_p2p_gather import gather_module, permute_module
-    from xladist.compiler import elf, jit, runtime_symbols
+    from xladist.compiler import elf, jit, runtime_symbols, target
     from xladist.compiler.program import CpuProgram
 
     allowed = runtime_symbols.allowlist()
@@ -76,6 +76,6 @@ def test_permute_and_gather_drivers_name_no_mpi_symbol():
         ir_text = CpuProgram(xladist.parse_hlo(text), compile_code=False).llvm_ir()
         assert "MPI_Sendrecv" not in ir_text and "MPI_Allgather" not in ir_text
         assert re.search(r'define i64 @"?loop\d+_w"?\(', ir_text), "no native driver"
-        obj = jit.compile_ir(ir_text, jit.host_target())
+        obj = jit.compile_ir(ir_text, target.host_target())
         stray = [s for s in elf.undefined_symbols(obj) if s not in allowed or "MPI" in s]
         assert not stray, stray

@@ -282,7 +282,7 @@ def test_native_loop_bracket_reports_the_wait_cell_and_iteration():
     the wait is timed from when the daemon first saw that cell value."""
     import ctypes
 
-    from xladist.compiler.native import xladist.collectives as nc
+    from xladist.compiler.native import collectives as nc
     wd = deadline.Watchdog(timeout_s=30.0)
     mon = _Monitor()
     wd.set_monitor(mon)

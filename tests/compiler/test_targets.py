@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.compiler import elf, jit, runtime_symbols
+from xladist.compiler import elf, jit, runtime_symbols, target
 from xladist.compiler.codegen.lowbits import SMALL_FLOATS, SUB_BYTE_INTS
 from xladist.compiler.program import CpuProgram
 from xladist.errors import UnsupportedError
@@ -145,13 +145,13 @@ def module_irs():
 @pytest.mark.parametrize("triple,cpu", TARGETS, ids=[c for _, c in TARGETS])
 def test_every_external_call_is_on_the_allowlist(module_irs, triple, cpu, record_property):
     try:
-        jit.Target(triple, cpu).machine()
+        target.Target(triple, cpu).machine()
     except RuntimeError:
         pytest.skip(f"this llvmlite build has no {triple} target")
     allowed = runtime_symbols.allowlist()
     found = {}
     for name, text in module_irs.items():
-        obj = jit.compile_ir(text, jit.Target(triple, cpu))  # raises on a stray symbol
+        obj = jit.compile_ir(text, target.Target(triple, cpu))  # raises on a stray symbol
         for sym in elf.undefined_symbols(obj):
             assert sym in allowed, (name, sym)
             found.setdefault(sym, []).append(name)
@@ -263,7 +263,7 @@ def _caller(name: str):
         body += [f"  ret {dt} %r", "}"]
     if not arg:  # fadd 0.0 would turn -0.0 into +0.0: pass the argument straight on
         body[2] = f"  %a = bitcast {st} %x to {st}"
-    obj = jit.compile_ir("\n".join(body) + "\n", jit.Target(X86, "x86-64"))
+    obj = jit.compile_ir("\n".join(body) + "\n", target.Target(X86, "x86-64"))
     code = jit.LoadedCode(obj)
     return ctypes.CFUNCTYPE(getattr(ctypes, cd), getattr(ctypes, cs))(code.address("call")), code
 

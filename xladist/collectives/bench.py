@@ -174,7 +174,6 @@ ENTRY e {
 def _reducers():
     import ml_dtypes
 
-    import xladist.collectives as C
     from xladist.collectives.reduction import Reducer
     from xladist.compiler.program import compiled_reducers
     from xladist.hlo.parser import parse_module

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +21,8 @@ import llvmlite.binding as llvm
 from ..version import __version__
 from ..errors import UnsupportedError
 from . import elf, kernel_cache, runtime_symbols
-from .target import Target, host_target, init_llvm, target_description, vector_width
+from .target import (Target, host_target, init_llvm, target_description, target_machine,
+                     vector_width)
 
 _LOCK = threading.Lock()
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 
 from ..errors import UnsupportedError
 from .sort import top_k_total_order

@@ -20,7 +20,6 @@ xladist.runtime.feeds.Feeds, as `xladist run -n 1 --infeed/--outfeed` passes) bo
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict, deque
 
 import numpy as np
