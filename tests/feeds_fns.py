@@ -1,4 +1,4 @@
-"""Named infeed functions for `--infeed-fn tests.feeds_fns:NAME` (tests/test_feeds_cli.py).
+"""Named infeed functions for `--infeed-fn tests.feeds_fns:NAME` (tests/cli/test_feeds_cli.py).
 
 Every function has the signature of an infeed source: (rank, replica, partition) ->
 iterable of items. Items depend on the rank, so the tests can tell ranks apart.
@@ -26,7 +26,7 @@ def raising_on_rank1(rank, replica, partition):
 
 def steps_then_block_dir(rank, replica, partition):
     """`steps`, but before item 2 rank 0 replaces the folder $XLADIST_TEST_BLOCK_DIR with a
-    plain file, so nothing can be written there any more (tests/test_cli_files.py). With
+    plain file, so nothing can be written there any more (tests/cli/test_cli_files.py). With
     --prefetch 1, item 2 is produced only once the program took item 1: every rank is
     running by then."""
     import os

@@ -1,5 +1,5 @@
 """Record XLA:CPU's `topk` (largest=true and false) on every float type into
-tests/data/topk_xla_cpu.npz (read by tests/numerics/test_topk_float_types.py).
+tests/data/topk_xla_cpu.npz (read by tests/interpreter/test_topk_float_types.py).
 
     pip install jax            # jax 0.10.2 wrote the committed table
     python tools/gen_topk_xla.py

@@ -9,8 +9,8 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.numerics.support import instr, shape_of
-from tests.numerics.test_convolution import CASES, W, naive_conv
+from tests.interpreter.support import instr, shape_of
+from tests.interpreter.test_convolution import CASES, W, naive_conv
 from xladist.compiler.library import core as library
 from xladist.hlo.attrs import ConvDimensionNumbers
 

@@ -3,7 +3,7 @@
 Each case of tests/data/corpus/single is compiled with `backend="cpu"` and run on its
 inputs; every output must match XLA:CPU's recorded result (expected.npz) *and* the
 interpreter's result within the case's tolerances (integers and preds exact). The
-multi-device corpus runs the cpu backend over MPI in tests/test_corpus_jax.py.
+multi-device corpus runs the cpu backend over MPI in tests/jax/test_corpus_jax.py.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from xladist.collectives import deadline
 from xladist.runtime import watchdog
 from xladist.analysis.schedule import schedule_module
 from xladist.runtime.trace import TracedDevice, Tracer
-from tests.test_channels_cli import DATA, _Recorder, write_inputs, xladist_cli
-from tests.test_watchdog import NESTED, _Contexts
+from tests.cli.test_channels_cli import DATA, _Recorder, write_inputs, xladist_cli
+from tests.runtime.test_watchdog import NESTED, _Contexts
 from xladist.compiler.program import CpuProgram
 from xladist.errors import ExecutionError, UnsupportedError
 from xladist.interpreter import SingleDeviceContext
@@ -217,7 +217,7 @@ def test_loop_inside_an_inlined_call_keeps_the_users_name():
 # ---- the timeline hook ---------------------------------------------------------------------
 
 def test_tracer_gets_one_slice_per_thunk_and_counts_iterations():
-    from tests.test_trace import LOOP
+    from tests.runtime.test_trace import LOOP
     module = xladist.parse_hlo(LOOP)
     program = CpuProgram(module)
     tracer = Tracer(0)
@@ -245,7 +245,7 @@ def test_tracer_gets_one_slice_per_thunk_and_counts_iterations():
 
 
 def test_counters_only_tracer_costs_no_hook():
-    from tests.test_trace import LOOP
+    from tests.runtime.test_trace import LOOP
     tracer = Tracer(0, record=False)
     exe = cpu(LOOP, device=TracedDevice(SingleDeviceContext(), tracer))
     exe(np.zeros(8, np.float32))
@@ -398,7 +398,7 @@ def test_pipelined_programs_through_the_cli_on_cpu(tmp_path, name):
 def test_cli_trace_on_cpu_has_a_slice_per_thunk_on_every_rank(tmp_path):
     import json
 
-    from tests.test_trace import CORPUS, _single_device_counts, _xladist
+    from tests.runtime.test_trace import CORPUS, _single_device_counts, _xladist
     d = CORPUS / "elementwise_reduce_mesh2"
     trace = tmp_path / "trace.json"
     proc = _xladist("run", str(d / "module.hlo"), "-n", "2", "--inputs", str(d / "inputs.npz"),

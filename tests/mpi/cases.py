@@ -2,7 +2,7 @@
 
 Every rank can build every other rank's input from (seed, device, shape, dtype), so expected
 results are computed locally from ALL members' inputs, at any world size.  Used by the MPI
-tests (tests/mpi) and by the in-process twin tests (tests/test_collectives_inprocess.py).
+tests (tests/mpi) and by the in-process twin tests (tests/collectives/test_collectives_inprocess.py).
 
 Float inputs are small integers, so sums (and most products) are exact in every order and the
 builtin MPI path can be compared exactly; the generic path folds left in rank order, which is

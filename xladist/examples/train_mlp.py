@@ -38,7 +38,7 @@ class Config:
 
 def loss_and_grads(b, x, y, w1, b1, w2, b2):
     """MSE of out = tanh(x w1 + b1) w2 + b2 against y, and d loss / d (w1, b1, w2, b2),
-    written with builder `b` on its ops (tests/test_builder_numeric.py checks the gradients
+    written with builder `b` on its ops (tests/builder/test_builder_numeric.py checks the gradients
     against jax.grad and finite differences)."""
     h = b.tanh(b.add(x @ w1, b1, broadcast_dimensions=(1,)))
     out = b.add(h @ w2, b2, broadcast_dimensions=(1,))

@@ -7,7 +7,7 @@ would be 10-60x slower. Algorithms: Cody-Waite range reduction + polynomials
 in f64 and rounded once, which makes them accurate to < 1 ulp; exp, log, tanh,
 logistic and erf have dedicated f32 kernels because the benchmarks live on them.
 
-Accuracy (tested against numpy in tests/test_codegen_math.py): f32 <= 4 ulp,
+Accuracy (tested against numpy in tests/compiler/test_codegen_math.py): f32 <= 4 ulp,
 f64 <= ~4 ulp except pow (relative ~1e-13 for huge results). sin/cos/tan reduce by
 Cody-Waite below 2**19 and by Payne-Hanek (pio2_reduce.py) above, so they hold for
 every finite argument. Branch-free code is what vectorizes, and running both reductions

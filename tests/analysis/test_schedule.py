@@ -1,0 +1,187 @@
+"""The scheduler: data and control order, channel chains, collectives kept out of chains.
+
+Expected orders are written out by hand from the rules in xladist/analysis/schedule.py (recv, send,
+recv-done, send-done per channel; chains serialized; earliest text position first otherwise).
+"""
+
+from __future__ import annotations
+
+
+import pytest
+
+from xladist.analysis.schedule import (
+    ScheduleError,
+    channel_chains,
+    check_order,
+    schedule_computation,
+    schedule_module,
+)
+from tests.analysis.deadlock.test_core import IR, add_computation, module
+from xladist.hlo.attrs import ReplicaGroups
+from tests.paths import TESTS
+
+ALL = ReplicaGroups(())
+
+
+def names(order):
+    return [i.name for i in order]
+
+
+def _p2p(e: IR, channel, data, tok, kind, name):
+    pairs = "{{0,1},{1,0}}"
+    if kind == "recv":
+        return e("recv", ["f32[4]", "u32[]", "token[]"], tok, channel_id=channel, pairs=pairs,
+                 name=name)
+    if kind == "send":
+        return e("send", ["f32[4]", "u32[]", "token[]"], data, tok, channel_id=channel,
+                 pairs=pairs, name=name)
+    if kind == "recv-done":
+        return e("recv-done", ["f32[4]", "token[]"], data, channel_id=channel, name=name)
+    return e("send-done", "token[]", data, channel_id=channel, name=name)
+
+
+def test_send_written_first_is_scheduled_after_its_recv():
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    tok = e("after-all", "token[]", name="tok")
+    s = _p2p(e, 1, x, tok, "send", "s1")
+    r = _p2p(e, 1, None, tok, "recv", "r1")
+    _p2p(e, 1, s, None, "send-done", "sd1")
+    _p2p(e, 1, r, None, "recv-done", "rd1")
+    order = schedule_computation(e.comp)
+    assert names(order) == ["x", "tok", "r1", "s1", "rd1", "sd1"]
+
+
+def test_two_interleaved_channels_become_two_serial_chains():
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    tok = e("after-all", "token[]", name="tok")
+    r1 = _p2p(e, 1, None, tok, "recv", "r1")
+    r2 = _p2p(e, 2, None, tok, "recv", "r2")
+    s1 = _p2p(e, 1, x, tok, "send", "s1")
+    s2 = _p2p(e, 2, x, tok, "send", "s2")
+    _p2p(e, 1, r1, None, "recv-done", "rd1")
+    _p2p(e, 2, r2, None, "recv-done", "rd2")
+    _p2p(e, 1, s1, None, "send-done", "sd1")
+    _p2p(e, 2, s2, None, "send-done", "sd2")
+    chains = channel_chains(e.comp)
+    assert [names(c.members) for c in chains] == [["r1", "s1", "rd1", "sd1"],
+                                                   ["r2", "s2", "rd2", "sd2"]]
+    order = names(schedule_computation(e.comp))
+    assert order == ["x", "tok", "r1", "s1", "rd1", "sd1", "r2", "s2", "rd2", "sd2"]
+    with pytest.raises(ScheduleError, match="r2 .* is scheduled inside channel 1 chain"):
+        check_order(e.comp)  # the text order interleaves the chains
+
+
+def test_independent_collective_is_moved_out_of_the_chain():
+    add = add_computation()
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    tok = e("after-all", "token[]", name="tok")
+    r = _p2p(e, 1, None, tok, "recv", "r1")
+    e("all-reduce", "f32[4]", x, replica_groups=ALL, to_apply=add.comp, name="ar")
+    s = _p2p(e, 1, x, tok, "send", "s1")
+    _p2p(e, 1, r, None, "recv-done", "rd1")
+    _p2p(e, 1, s, None, "send-done", "sd1")
+    assert names(schedule_computation(e.comp)) == ["x", "tok", "r1", "s1", "rd1", "sd1", "ar"]
+
+
+def test_collective_needed_by_the_chain_goes_before_it():
+    add = add_computation()
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    tok = e("after-all", "token[]", name="tok")
+    r = _p2p(e, 1, None, tok, "recv", "r1")
+    ar = e("all-reduce", "f32[4]", x, replica_groups=ALL, to_apply=add.comp, name="ar")
+    s = _p2p(e, 1, ar, tok, "send", "s1")  # the send's data is the all-reduce's result
+    _p2p(e, 1, r, None, "recv-done", "rd1")
+    _p2p(e, 1, s, None, "send-done", "sd1")
+    assert names(schedule_computation(e.comp)) == ["x", "tok", "ar", "r1", "s1", "rd1", "sd1"]
+
+
+def test_collective_forced_inside_a_chain_is_an_error_naming_it():
+    add = add_computation()
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    tok = e("after-all", "token[]", name="tok")
+    r = _p2p(e, 1, None, tok, "recv", "r1")
+    # ar must follow r1 (control predecessor) and precede s1 (its data): inside the chain.
+    ar = e("all-reduce", "f32[4]", x, replica_groups=ALL, to_apply=add.comp, name="ar",
+           preds=[r])
+    s = _p2p(e, 1, ar, tok, "send", "s1")
+    _p2p(e, 1, r, None, "recv-done", "rd1")
+    _p2p(e, 1, s, None, "send-done", "sd1")
+    with pytest.raises(ScheduleError) as err:
+        schedule_computation(e.comp)
+    msg = str(err.value)
+    assert "ar (line" in msg and "has to run inside channel 1 chain r1" in msg
+    assert err.value.exit_code == 2
+
+
+def test_send_needing_its_own_recv_done_is_a_cycle_naming_the_edges():
+    e = IR("main")
+    tok = e("after-all", "token[]", name="tok")
+    r = _p2p(e, 1, None, tok, "recv", "r1")
+    rd = _p2p(e, 1, r, None, "recv-done", "rd1")
+    data = e("get-tuple-element", "f32[4]", rd, index=0, name="data")
+    s = _p2p(e, 1, data, tok, "send", "s1")
+    _p2p(e, 1, s, None, "send-done", "sd1")
+    with pytest.raises(ScheduleError) as err:
+        schedule_computation(e.comp)
+    msg = str(err.value)
+    assert "cycle" in msg
+    assert "s1 (line" in msg and "must run before rd1" in msg
+    assert "rd1 (line" in msg and "must run before data" in msg
+
+
+def test_control_predecessor_defined_later_in_text_runs_first():
+    e = IR("main")
+    a = e("constant", "f32[]", value=1.0, name="a")
+    b = e("constant", "f32[]", value=2.0, name="b")
+    a.control_predecessors = [b]
+    e("add", "f32[]", a, b, name="c")
+    assert names(schedule_computation(e.comp)) == ["b", "a", "c"]
+    with pytest.raises(ScheduleError, match="runs a .* before b"):
+        check_order(e.comp)
+
+
+def test_async_start_precedes_done_and_compute_overlaps():
+    add = add_computation()
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    start = e("all-reduce-start", "f32[4]", x, replica_groups=ALL, to_apply=add.comp,
+              name="start")
+    work = e("multiply", "f32[4]", x, x, name="work")
+    done = e("all-reduce-done", "f32[4]", start, name="done")
+    e("add", "f32[4]", done, work, name="out")
+    assert names(schedule_computation(e.comp)) == ["x", "start", "work", "done", "out"]
+
+
+def test_scheduled_module_keeps_its_order_and_unscheduled_is_scheduled():
+    e = IR("main")
+    x = e("parameter", "f32[4]", param=0, name="x")
+    tok = e("after-all", "token[]", name="tok")
+    s = _p2p(e, 1, x, tok, "send", "s1")
+    r = _p2p(e, 1, None, tok, "recv", "r1")
+    _p2p(e, 1, r, None, "recv-done", "rd1")
+    _p2p(e, 1, s, None, "send-done", "sd1")
+    m = module(e)
+    assert names(schedule_module(m)[e.comp]) == ["x", "tok", "r1", "s1", "rd1", "sd1"]
+    m.is_scheduled = True
+    with pytest.raises(ScheduleError, match="runs r1 .* before s1|runs s1 .* before r1"):
+        schedule_module(m)
+
+
+CORPUS = TESTS / "data" / "corpus" / "jax"
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in CORPUS.iterdir() if p.is_dir()))
+def test_corpus_schedule_is_kept(case):
+    """XLA's own schedules (is_scheduled=true) pass the check and the scheduler reproduces them."""
+    xladist = pytest.importorskip("xladist")
+    pytest.importorskip("xladist.hlo.parser")
+    m = xladist.load_hlo(CORPUS / case / "module.hlo")
+    assert m.is_scheduled
+    for comp, order in schedule_module(m).items():
+        assert order == comp.instructions
+        assert schedule_computation(comp) == comp.instructions

@@ -1,0 +1,314 @@
+"""Files a user names: checked before launch, results that survive the end of a run, one
+mpiexec for every launching command (xladist/files.py, xladist/runtime/run_args.py,
+xladist/collectives/mpiexec.py; issue 18).
+
+The first tests are the rows of the issue, as a user would type them (real subprocesses,
+real MPI jobs where the command launches one); the rest check the pieces in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.runtime.launcher import find_mpiexec
+from tests.cli_util import ROOT, cli_env, xladist_cli
+from tests.cli.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
+from xladist import files
+from xladist.cli import main
+from xladist.errors import InputError, OutputError
+
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+RUN = ("run", CASE / "module.hlo", "-n", 4, "--backend", "interpreter", "-q")
+
+
+def bad_files(d: Path) -> dict[str, Path]:
+    """One file per way a source can be wrong."""
+    d.mkdir(exist_ok=True)
+    out = {"missing": d / "missing.npz", "directory": d}
+    (d / "empty.npz").write_bytes(b"")
+    out["empty"] = d / "empty.npz"
+    (d / "random.npz").write_bytes(np.random.default_rng(0).bytes(300))
+    out["random"] = d / "random.npz"
+    np.savez(d / "pickled.npz", arg0=np.array([{"a": 1}, None], dtype=object))
+    out["pickled"] = d / "pickled.npz"
+    np.savez(d / "good.npz", arg0=np.zeros((4, 10), np.float32))
+    data = (d / "good.npz").read_bytes()
+    (d / "truncated.npz").write_bytes(data[: len(data) // 2])
+    out["truncated"] = d / "truncated.npz"
+    (d / "latin1.txt").write_bytes("caf\xe9 = 1\n".encode("latin-1"))
+    out["not utf-8"] = d / "latin1.txt"
+    return out
+
+
+# ---- the issue's rows ------------------------------------------------------------------
+def test_outputs_and_trace_in_a_missing_folder_stop_before_any_rank_starts(tmp_path):
+    for flag, name in (("--outputs", "out.npz"), ("--trace", "t.json")):
+        dest = tmp_path / "no" / "such" / name
+        proc = xladist_cli(*RUN, "--inputs", CASE / "inputs.npz", flag, dest, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert f"{flag} {dest}: the folder {dest.parent} does not exist" in proc.stderr
+        assert "device 0" not in proc.stdout  # nothing ran
+
+
+@pytest.mark.parametrize("kind", ["random", "pickled", "truncated", "empty", "directory"])
+def test_bad_inputs_are_one_line_naming_the_option_and_file(tmp_path, kind):
+    bad = bad_files(tmp_path / "bad")[kind]
+    proc = xladist_cli(*RUN, "--inputs", bad, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--inputs {bad}" in lines[0], proc.stderr
+
+
+def test_binary_config_is_refused_naming_the_file(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b"\xbf\x00\xffmodule = 1")
+    proc = xladist_cli("run", "--config", cfg, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--config {cfg}: not UTF-8 text" in proc.stderr
+
+
+# A PATH of system folders only: not this venv (not activated), nor pyenv's shims.
+BARE_PATH = "/usr/bin:/bin"
+
+
+def test_bench_finds_the_wheels_mpiexec_without_the_venv_on_path():
+    """The venv's `xladist` called by its full path, the venv not activated."""
+    if shutil.which("mpiexec", path=BARE_PATH):
+        pytest.skip("a system mpiexec on PATH would hide the difference")
+    script = Path(sys.executable).parent / "xladist"
+    command = [script] if script.exists() else [sys.executable, "-m", "xladist"]
+    env = cli_env(PATH=BARE_PATH)
+    proc = subprocess.run([*command, "bench", "collectives", "-n", "2", "--sizes", "8", "--ops",
+                           "all-reduce", "--repeats", "1", "--iters", "2"], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "all-reduce" in proc.stdout and "mpiexec" not in proc.stderr
+
+
+def test_find_mpiexec_looks_next_to_python_then_path_then_honours_an_explicit_one(
+        monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = Path(find_mpiexec())
+    assert found.name in ("mpiexec", "mpiexec.hydra", "mpirun") and os.access(found, os.X_OK)
+    assert find_mpiexec(str(found)) == str(found)
+    with pytest.raises(InputError, match="--mpiexec .*not an executable"):
+        find_mpiexec(str(tmp_path / "nope"))
+
+
+# ---- results survive the end of a run ---------------------------------------------------
+def _rescued_paths(stderr: str) -> dict[str, Path]:
+    """{wanted file name: where it was saved} from the 'saved it as' lines."""
+    out = {}
+    for line in stderr.splitlines():
+        if "saved it as" in line:
+            saved = Path(line.split("saved it as ")[1].removesuffix(" instead"))
+            out[saved.name] = saved
+    return out
+
+
+def test_results_written_after_their_folder_vanished_are_saved_in_the_job_directory(tmp_path):
+    """Rank 0's infeed function replaces the destination folder by a file during the run;
+    outputs, trace and every rank's outfeed are saved elsewhere, said so, exit 1."""
+    n, steps = 2, 3
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(n, steps))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    proc = xladist_cli("run", module, "-n", n, "-q", "--prefetch", 1, "--infeed-fn",
+                       "tests.feeds_fns:steps_then_block_dir", "--outfeed", dest / "o{rank}.npz",
+                       "--outputs", dest / "out.npz", "--trace", dest / "t.json",
+                       "--backend", "interpreter", timeout=180,
+                       XLADIST_TEST_BLOCK_DIR=str(dest))
+    saved = _rescued_paths(proc.stderr)
+    try:
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and dest.is_file()
+        assert set(saved) == {"out.npz", "t.json", "o0.npz", "o1.npz"}, proc.stderr
+        with np.load(saved["out.npz"]) as z:
+            want = expected_accs(n, steps)[-1]
+            np.testing.assert_allclose(z["out0"], np.stack([want] * n), rtol=1e-6)
+        for r in range(n):
+            check_outfeed(read_outfeed(saved[f"o{r}.npz"]), n, steps)
+        events = json.loads(saved["t.json"].read_text())["traceEvents"]
+        assert {e.get("pid") for e in events} >= {0, 1}
+    finally:
+        for p in {p.parent.parent for p in saved.values()}:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def test_one_device_run_saves_its_results_in_a_fresh_folder(tmp_path, monkeypatch, capsys):
+    """No job directory (one device, no mpiexec): a new xladist-rescued-* folder."""
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(1, 3))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.delenv(files.JOB_DIR_ENV, raising=False)
+    code = main(["run", str(module), "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
+                 "--outputs", str(dest / "out.npz"), "--backend", "interpreter"])
+    err = capsys.readouterr().err
+    saved = _rescued_paths(err)
+    try:
+        assert code == 1 and set(saved) == {"out.npz", "o0.npz"}, err
+        assert saved["out.npz"].parent.name.startswith("xladist-rescued-")
+        with np.load(saved["out.npz"]) as z:
+            np.testing.assert_allclose(z["out0"], [expected_accs(1, 3)[-1]], rtol=1e-6)
+        check_outfeed(read_outfeed(saved["o0.npz"]), 1, 3)
+    finally:
+        for p in {p.parent for p in saved.values()}:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def test_python_api_moves_rescued_results_out_of_its_job_folder(tmp_path, monkeypatch):
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    with pytest.raises(OutputError, match="could not be written where asked") as info:
+        xladist.run(str(module), None, n=2, backend="interpreter", prefetch=1, timeout=60,
+                    infeed_fn="tests.feeds_fns:steps_then_block_dir",
+                    outfeed=str(dest / "o{rank}.npz"), trace=str(dest / "t.json"),
+                    job_timeout=120)
+    folder = Path(str(info.value).split("saved in ")[1].split(":")[0])
+    try:
+        assert sorted(p.name for p in folder.iterdir()) == ["o0.npz", "o1.npz", "t.json"]
+        for r in range(2):
+            check_outfeed(read_outfeed(folder / f"o{r}.npz"), 2, 3)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_deliver_falls_back_to_the_job_directory(tmp_path, monkeypatch, capsys):
+    job = tmp_path / "job"
+    job.mkdir()
+    monkeypatch.setenv(files.JOB_DIR_ENV, str(job))
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder was expected")
+    where = files.deliver(blocked / "r.bin", lambda f: f.write(b"result"), "--outputs")
+    assert where == job / "rescued" / "r.bin" and where.read_bytes() == b"result"
+    assert where in [Path(w) for _, _, w in files.rescued()]
+    err = capsys.readouterr().err
+    assert f"cannot write --outputs {blocked / 'r.bin'}" in err and str(where) in err
+    # A write that succeeds replaces the file whole and leaves no temporary behind.
+    ok = tmp_path / "ok.bin"
+    ok.write_bytes(b"old")
+    assert files.deliver(ok, lambda f: f.write(b"new"), "--outputs") == ok
+    assert ok.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "blocked", "job", "ok.bin"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "out.npz"
+    target.write_bytes(b"previous")
+
+    def fail(f):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OutputError, match="No space left on device"):
+        files.write_atomic(target, fail, "--outputs")
+    assert target.read_bytes() == b"previous" and os.listdir(tmp_path) == ["out.npz"]
+
+
+# ---- the Python API raises xladist's errors -----------------------------------------------
+def test_python_api_raises_xladist_errors_for_bad_files(tmp_path):
+    bad = bad_files(tmp_path / "bad")
+    module = xladist.load_hlo(CASE / "module.hlo")
+    shapes = [p.shape for p in module.entry.parameters]
+    from xladist.io import read_inputs, read_outputs
+    for kind, path in bad.items():
+        for call in (lambda: xladist.load_hlo(path), lambda: read_inputs(path, shapes),
+                     lambda: read_outputs(path), lambda: xladist.run(module, path, n=4)):
+            with pytest.raises(InputError, match=str(path)):
+                call()
+    with pytest.raises(InputError, match="trace .*does not exist"):
+        xladist.run(module, CASE / "inputs.npz", n=4, trace=tmp_path / "no" / "t.json")
+    with pytest.raises(InputError, match="n must be a whole number"):
+        xladist.run(module, CASE / "inputs.npz", n="4")
+    with pytest.raises(InputError, match="compile takes a parsed module"):
+        xladist.compile(str(CASE / "module.hlo"))
+
+
+def test_a_pickled_npz_is_never_unpickled(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+    np.savez(tmp_path / "evil.npz", arg0=np.array([Evil()], dtype=object))
+    with pytest.raises(InputError, match="Python objects"):
+        files.load_npz(tmp_path / "evil.npz", "--inputs")
+    assert not marker.exists()
+
+
+def test_feed_templates_are_checked_for_every_rank(tmp_path):
+    from tests.cli.test_feeds_cli import write_feeds
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 2))
+    infeed = write_feeds(tmp_path, 2, [2, 2])
+    (tmp_path / "in" / "rank1.npz").write_bytes(b"garbage")
+    proc = xladist_cli("run", module, "-n", 2, "--infeed", infeed, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--infeed '{infeed}' for rank 1 (replica 1, partition 0): " \
+           f"{tmp_path / 'in' / 'rank1.npz'}: not an npz file" in proc.stderr
+
+
+_NARROW = """HloModule narrow, num_partitions=2
+
+ENTRY %main (x: f8e4m3fn[4], y: s4[4]) -> (f8e4m3fn[4], s4[4], f8e5m2[4], bf16[4]) {
+  %x = f8e4m3fn[4] parameter(0)
+  %y = s4[4] parameter(1)
+  %a = f8e4m3fn[4] negate(%x)
+  %b = s4[4] negate(%y)
+  %c = f8e5m2[4] convert(%x)
+  %d = bf16[4] convert(%x)
+  ROOT %t = (f8e4m3fn[4], s4[4], f8e5m2[4], bf16[4]) tuple(%a, %b, %c, %d)
+}
+"""
+
+
+def test_ml_dtypes_travel_through_npz_as_unsigned_bits(tmp_path):
+    """f8/f4/s4 and the other ml_dtypes types are read from and written to npz as their
+    unsigned bit patterns, like bf16: numpy writes those types with a descriptor ('<f1') that
+    np.load refuses, so an f8 result made an npz nobody could read and no f8 input could be
+    given (found running a JAX f8 all_gather/ppermute program)."""
+    import ml_dtypes
+
+    from xladist.io import decode, encode
+    x = np.array([[1, 2, 3, -0.5], [4, 5, 6, 7]], ml_dtypes.float8_e4m3fn)
+    y = np.array([[1, -2, 3, -7], [7, 0, -1, 2]], ml_dtypes.int4)
+    np.savez(tmp_path / "in.npz", arg0=encode(x), arg1=encode(y))
+    with np.load(tmp_path / "in.npz") as z:
+        assert z["arg0"].dtype == np.uint8 and z["arg1"].dtype == np.uint8
+    out = tmp_path / "out.npz"
+    proc = xladist_cli("run", _write(tmp_path), "-n", 2,
+                       "--inputs", tmp_path / "in.npz", "--outputs", out, "-q",
+                       "--backend", "interpreter", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    module = xladist.parse_hlo(_NARROW)
+    leaves = [s for _, s in module.entry.root.shape.leaves() if s.is_array]
+    with np.load(out) as z:  # readable by numpy alone
+        got = [decode(z[f"out{i}"], s) for i, s in enumerate(leaves)]
+    assert [g.dtype for g in got] == [s.dtype for s in leaves]
+    np.testing.assert_array_equal(got[0].astype(np.float32), -x.astype(np.float32))
+    np.testing.assert_array_equal(got[1].astype(np.int8), -y.astype(np.int8))
+    np.testing.assert_array_equal(got[2].astype(np.float32), x.astype(np.float32))
+    np.testing.assert_array_equal(got[3].astype(np.float32), x.astype(np.float32))
+
+
+def _write(tmp_path):
+    path = tmp_path / "narrow.hlo"
+    path.write_text(_NARROW)
+    return path

@@ -1,0 +1,120 @@
+"""`xladist check`: output, exit codes (0 ok, 1 problem, 2 invalid input), --json, --strict and
+the deadlock-check hook."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from xladist.cli import check as check_cmd
+from xladist.cli import main
+from tests.paths import TESTS
+
+pytest.importorskip("xladist.hlo.parser")
+
+CORPUS = str(TESTS / "data" / "corpus")
+PSUM = os.path.join(CORPUS, "jax", "psum_basic_mesh4", "module.hlo")
+
+ELIDED = """HloModule elided, entry_computation_layout={()->f32[20]{0}}
+
+ENTRY %main () -> f32[20] {
+  ROOT %c = f32[20]{0} constant({...})
+}
+"""
+
+BAD_GROUPS = """HloModule bad, num_partitions=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  ROOT %ar = f32[4]{0} all-reduce(%x), channel_id=1, replica_groups={{0,1,2}}, use_global_device_ids=true, to_apply=%add
+}
+"""
+
+
+def _write(tmp_path, text, name="m.hlo"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_ok_output_and_exit_code(capsys):
+    assert main(["check", PSUM, "--no-deadlock-check"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK: jit_psum_basic — 2 computations, 5 instructions, verified")
+    assert "deadlock check: skipped" in out
+
+
+def test_verifier_error_exits_2_without_traceback(tmp_path, capsys):
+    path = _write(tmp_path, BAD_GROUPS)
+    assert main(["check", path]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "flattened id 2 is out of range [0, 2)" in err and "%ar" in err
+
+
+def test_json_output_for_valid_and_invalid(tmp_path, capsys):
+    assert main(["check", PSUM, "--json", "--no-deadlock-check"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["verified"] and result["num_devices"] == 4 and result["has_collectives"]
+    assert main(["check", _write(tmp_path, BAD_GROUPS), "--json"]) == 2
+    result = json.loads(capsys.readouterr().out)
+    assert result["verified"] is False and result["error_type"] == "VerifierError"
+
+
+def test_strict_turns_warnings_into_problems(tmp_path, capsys):
+    path = _write(tmp_path, ELIDED)
+    assert main(["check", path]) == 0
+    assert "cannot execute" in capsys.readouterr().err
+    assert main(["check", path, "--strict"]) == 1
+    assert capsys.readouterr().out.startswith("FAIL: elided")
+
+
+def test_device_count_option(capsys):
+    unopt = os.path.join(CORPUS, "jax", "psum_basic_mesh4", "module.unoptimized.hlo")
+    assert main(["check", unopt, "-n", "4", "--no-deadlock-check"]) == 0
+    assert main(["check", unopt, "--no-deadlock-check"]) == 2  # groups need 4 devices
+    assert main(["check", PSUM, "-n", "3"]) == 2
+    assert "4 devices, but 3" in capsys.readouterr().err
+
+
+class _FakeReport:
+    def __init__(self, ok):
+        self.ok = ok
+        self.errors = [] if ok else ["device 0 waits in all-reduce %ar; device 1 never joins"]
+        self.warnings = []
+
+    def __str__(self):
+        return "deadlock check of m: " + ("proven" if self.ok else "1 problem(s) found")
+
+
+def test_deadlock_problem_exits_1(monkeypatch, capsys):
+    calls = []
+
+    def fake_check(module, num_devices, strict=False, budget=None):
+        calls.append((module.name, num_devices, strict))
+        return _FakeReport(ok=False)
+
+    monkeypatch.setattr(check_cmd, "_deadlock_checker", lambda: fake_check)
+    assert main(["check", PSUM]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL: jit_psum_basic") and "device 1 never joins" in out
+    assert calls == [("jit_psum_basic", 4, False)]
+
+
+def test_deadlock_check_not_available(monkeypatch, capsys):
+    monkeypatch.setattr(check_cmd, "_deadlock_checker", lambda: None)
+    assert main(["check", PSUM]) == 0
+    assert "deadlock check: not available" in capsys.readouterr().out
+
+
+def test_unreadable_file_is_invalid_input(capsys):
+    assert main(["check", "/no/such/module.hlo"]) == 2
+    assert "FILE /no/such/module.hlo: does not exist" in capsys.readouterr().err

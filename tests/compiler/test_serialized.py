@@ -1,0 +1,127 @@
+"""Serialized executables (xladist/compiler/serialized.py, `xladist compile`): a `.xlx` file
+runs without compiling, with the results of the interpreter / XLA's expected outputs; a
+damaged file or one made for another CPU or version is refused with a clear error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.analysis.schedule import schedule_module
+from xladist.compiler import jit, serialized
+from xladist.errors import InputError, UnsupportedError
+from tests.cli_util import xladist_cli
+from tests.paths import ROOT
+
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+MLP = ROOT / "benchmarks" / "mlp_train_step.hlo"
+
+
+@pytest.fixture
+def mlp_xlx(tmp_path):
+    path = tmp_path / "step.xlx"
+    serialized.write_executable(path, MLP.read_text(), schedule_module)
+    return path
+
+
+def _mlp_args(module):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(p.shape.dims).astype(np.float32)
+            for p in module.entry.parameters]
+
+
+def test_load_executable_runs_without_compiling(mlp_xlx, monkeypatch):
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
+
+    def no_compile(*a, **k):
+        raise AssertionError("load_executable compiled")
+    monkeypatch.setattr(jit, "compile_ir", no_compile)
+    exe = xladist.load_executable(mlp_xlx)
+    args = _mlp_args(exe.module)
+    expected = xladist.compile(xladist.load_hlo(MLP), backend="interpreter")(*args)
+    for g, e in zip(exe(*args), expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+def _rewrite(path, edit):
+    """The file with its JSON header edited and a valid checksum again."""
+    data = path.read_bytes()
+    payload = data[serialized._HEAD.size:]
+    (hlen,) = struct.unpack_from("<I", payload)
+    header = json.loads(payload[4:4 + hlen])
+    edit(header)
+    h = json.dumps(header).encode()
+    payload = struct.pack("<I", len(h)) + h + payload[4 + hlen:]
+    path.write_bytes(serialized._HEAD.pack(serialized.MAGIC, serialized.FORMAT, len(payload),
+                                           hashlib.sha256(payload).digest()) + payload)
+
+
+def test_other_cpu_features_refused(mlp_xlx):
+    def edit(h):
+        h["target"]["cpu_features"] += ",+madeup-feature"
+    _rewrite(mlp_xlx, edit)
+    with pytest.raises(UnsupportedError, match=r"CPU features: the file has \+madeup-feature"):
+        xladist.load_executable(mlp_xlx)
+
+
+def test_other_version_refused(mlp_xlx):
+    def edit(h):
+        h["target"]["xladist"] = "0.0.1"
+    _rewrite(mlp_xlx, edit)
+    with pytest.raises(UnsupportedError, match="xladist version: file '0.0.1'"):
+        xladist.load_executable(mlp_xlx)
+
+
+def test_other_kernel_plan_refused(mlp_xlx):
+    def edit(h):
+        h["fingerprint"] += " c9_kernel_from_elsewhere"
+    _rewrite(mlp_xlx, edit)
+    with pytest.raises(UnsupportedError, match="made for other kernels"):
+        xladist.load_executable(mlp_xlx)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "magic", "version", "empty"])
+def test_damaged_file_is_an_input_error(mlp_xlx, damage):
+    data = bytearray(mlp_xlx.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x40
+    elif damage == "truncate":
+        data = data[:len(data) - 100]
+    elif damage == "magic":
+        data[0:3] = b"ELF"
+    elif damage == "version":
+        data[9] = 99
+    else:
+        data = bytearray()
+    mlp_xlx.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="not a valid xladist executable"):
+        xladist.load_executable(mlp_xlx)
+
+
+def test_cli_compile_then_run_on_two_ranks(tmp_path):
+    xlx, out, cache = tmp_path / "m.xlx", tmp_path / "out.npz", tmp_path / "kcache"
+    proc = xladist_cli("compile", str(CASE / "module.hlo"), "-o", str(xlx), cwd=ROOT,
+                       timeout=120, XLADIST_CACHE_DIR="off")
+    assert proc.returncode == 0, proc.stderr
+    proc = xladist_cli("run", str(xlx), "-n", "2", "--inputs", str(CASE / "inputs.npz"),
+                       "--outputs", str(out), cwd=ROOT, timeout=120, XLADIST_PROGRESS="off",
+                       XLADIST_CACHE_DIR=str(cache))
+    assert proc.returncode == 0, proc.stderr
+    got, expected = np.load(out), np.load(CASE / "expected.npz")
+    for k in expected.files:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+    # Neither the launcher nor a rank compiled (a compile would have filled the cache).
+    assert not list(cache.rglob("*.o"))
+
+
+def test_cli_damaged_file_exit_2(tmp_path):
+    bad = tmp_path / "bad.xlx"
+    bad.write_bytes(b"XLADIST\x00X" + bytes(60))
+    proc = xladist_cli("run", str(bad), "-n", "1", cwd=ROOT, timeout=60)
+    assert proc.returncode == 2
+    assert "not a valid xladist executable" in proc.stderr and "Traceback" not in proc.stderr

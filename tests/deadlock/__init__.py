@@ -1,1 +1,0 @@
-"""Tests of the static deadlock check (xladist/analysis/deadlock/)."""

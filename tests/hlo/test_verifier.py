@@ -1,0 +1,453 @@
+"""The verifier on hand-built IR (one error per op family and per structural / collective rule,
+each naming the instruction and the shapes) and on every module of the corpus."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from xladist.errors import InputError, VerifierError
+from xladist.hlo import collective_groups as cg
+from xladist.hlo.attrs import Literal, ReplicaGroups
+from xladist.hlo.ir import Computation, Instruction, Module
+from xladist.hlo.verifier import verify_module
+
+from .test_shape_inference import S, binary_comp
+from tests.paths import TESTS
+
+CORPUS = str(TESTS / "data" / "corpus")
+
+
+class Comp:
+    """A computation under construction: param()/op() append, done() sets the root."""
+
+    def __init__(self, name: str):
+        self.c = Computation(name)
+        self.params = 0
+
+    def param(self, shape: str, name: str | None = None) -> Instruction:
+        n = self.params
+        self.params += 1
+        return self.c.add(Instruction(name or f"p{n}", "parameter", S(shape),
+                                      parameter_number=n))
+
+    def op(self, opcode: str, shape: str, *operands, name: str | None = None,
+           **attrs) -> Instruction:
+        name = name or f"{opcode}.{len(self.c.instructions)}"
+        return self.c.add(Instruction(name, opcode, S(shape), operands, attrs))
+
+    def done(self, root: Instruction | None = None) -> Computation:
+        self.c.root = root or self.c.instructions[-1]
+        return self.c
+
+
+def module(entry: Computation, *others: Computation, replica_count=1,
+           num_partitions=1) -> Module:
+    m = Module("m")
+    m.replica_count, m.num_partitions = replica_count, num_partitions
+    for c in others:
+        m.add_computation(c)
+    m.add_computation(entry, entry=True)
+    return m
+
+
+def single(opcode: str, operand_shapes: list[str], result: str, *extra: Computation,
+           **attrs) -> Module:
+    """ENTRY with one parameter per operand shape and one `opcode` instruction as root."""
+    b = Comp("main")
+    ps = [b.param(s) for s in operand_shapes]
+    b.op(opcode, result, *ps, name="the_op", **attrs)
+    return module(b.done(), *extra)
+
+
+def verify_error(m: Module, **kw) -> VerifierError:
+    with pytest.raises(VerifierError) as e:
+        verify_module(m, **kw)
+    return e.value
+
+
+def groups(*gs):
+    return ReplicaGroups(tuple(tuple(g) for g in gs))
+
+
+# ---- valid modules ------------------------------------------------------------------------------
+
+def test_valid_module_report():
+    add = binary_comp()
+    b = Comp("main")
+    x = b.param("f32[4,2]")
+    y = b.op("multiply", "f32[4,2]", x, x)
+    b.op("all-reduce", "f32[4,2]", y, channel_id=1, replica_groups=groups((0, 1)),
+         use_global_device_ids=True, to_apply=add)
+    m = module(b.done(), add, num_partitions=2)
+    report = verify_module(m)
+    assert (report.computations, report.instructions) == (2, 6)
+    assert report.has_collectives and report.num_devices == 2 and not report.warnings
+
+
+def test_elided_constant_is_a_warning():
+    b = Comp("main")
+    c = b.op("constant", "f32[20]")
+    c.literal = Literal(S("f32[20]"), None)
+    report = verify_module(module(b.done()))
+    assert any("cannot execute" in w for w in report.warnings)
+
+
+# ---- one shape error per op family: the message names the instruction and the shapes ---------
+
+@pytest.mark.parametrize("opcode,operands,result,attrs,needles", [
+    ("add", ["f32[2,3]", "f32[2,3]"], "f32[3,2]", {}, ["f32[2,3]", "f32[3,2]"]),
+    ("add", ["f32[2,3]", "s32[2,3]"], "f32[2,3]", {}, ["f32[2,3]", "s32[2,3]"]),
+    ("negate", ["pred[2]"], "pred[2]", {}, ["pred[2]"]),
+    ("compare", ["f32[2]", "f32[2]"], "f32[2]", {"direction": "LT"}, ["pred[2]", "f32[2]"]),
+    ("convert", ["f32[2]"], "s32[3]", {}, ["s32[3]", "f32[2]"]),
+    ("transpose", ["f32[2,3]"], "f32[2,3]", {"dimensions": (1, 0)}, ["f32[3,2]", "f32[2,3]"]),
+    ("dot", ["f32[2,3]", "f32[4,5]"], "f32[2,5]",
+     {"lhs_contracting_dims": (1,), "rhs_contracting_dims": (0,)}, ["f32[2,3]", "f32[4,5]"]),
+    ("fft", ["f32[4,8]"], "c64[4,8]", {"fft_type": "RFFT", "fft_length": (8,)},
+     ["c64[4,5]", "c64[4,8]"]),
+    ("get-dimension-size", ["f32[3]"], "s64[]", {"dimensions": (0,)}, ["s32[]", "s64[]"]),
+    ("replica-id", [], "s32[]", {}, ["u32[]", "s32[]"]),
+])
+def test_shape_errors_name_instruction_and_shapes(opcode, operands, result, attrs, needles):
+    err = verify_error(single(opcode, operands, result, **attrs))
+    text = str(err)
+    assert "%the_op" in text and "computation main" in text
+    for n in needles:
+        assert n in text, (n, text)
+
+
+def test_reduce_with_wrong_reducer():
+    mul_s32 = binary_comp("mul", "s32", "multiply")
+    err = verify_error(single("reduce", ["f32[4,3]", "f32[]"], "f32[3]", mul_s32,
+                              dimensions=(0,), to_apply=mul_s32))
+    assert "to_apply=mul (s32[], s32[]) -> s32[]" in str(err)
+    assert "init value 0 is f32[]" in str(err)
+
+
+def test_while_condition_must_return_pred():
+    state = "(s32[], f32[3])"
+    cb = Comp("cond")
+    cb.op("get-tuple-element", "s32[]", cb.param(state), index=0)
+    cond = cb.done()
+    bb = Comp("body")
+    body = bb.done(bb.param(state))
+    err = verify_error(single("while", [state], state, cond, body, condition=cond, body=body))
+    assert "condition=cond ((s32[], f32[3])) -> s32[] must return pred[]" in str(err)
+
+
+def test_conditional_branch_results_differ():
+    a, b2 = Comp("a"), Comp("b")
+    a.op("negate", "f32[2]", a.param("f32[2]"))
+    b2.op("negate", "f32[3]", b2.param("f32[3]"))
+    ca, cb_ = a.done(), b2.done()
+    err = verify_error(single("conditional", ["s32[]", "f32[2]", "f32[3]"], "f32[2]", ca, cb_,
+                              branch_computations=[ca, cb_]))
+    assert "branch 0 returns f32[2], branch 1 (b) returns f32[3]" in str(err)
+
+
+def test_fusion_argument_mismatch():
+    f = Comp("fused")
+    f.op("negate", "f32[4]", f.param("f32[4]"))
+    fused = f.done()
+    err = verify_error(single("fusion", ["f32[5]"], "f32[4]", fused, kind="kLoop", calls=fused))
+    assert "operand 0 is f32[5] but parameter 0 of calls=fused (f32[4]) -> f32[4]" in str(err)
+
+
+# ---- structure and attributes ------------------------------------------------------------------
+
+def test_parameter_numbers_without_gaps():
+    b = Comp("main")
+    b.param("f32[]")
+    p = b.param("f32[]")
+    p.parameter_number = 2
+    err = verify_error(module(b.done()))
+    assert "numbered 0..1" in str(err) and "missing [1]" in str(err)
+
+
+def test_missing_root_and_foreign_operand():
+    b = Comp("main")
+    b.param("f32[]")
+    c = b.c
+    m = module(c)
+    c.root = None
+    assert "no root" in str(verify_error(m))
+    other = Comp("other")
+    stranger = other.param("f32[]", name="stranger")
+    b2 = Comp("main")
+    b2.op("negate", "f32[]", stranger, name="neg")
+    assert "operand 0 %stranger is not an instruction of computation main" in str(
+        verify_error(module(b2.done())))
+
+
+def test_operand_count_and_required_attribute():
+    err = verify_error(single("negate", ["f32[]", "f32[]"], "f32[]"))
+    assert "negate takes 1 operand(s), got 2" in str(err)
+    err = verify_error(single("transpose", ["f32[2,3]"], "f32[3,2]"))
+    assert "requires attribute dimensions=" in str(err)
+    err = verify_error(single("transpose", ["f32[2,3]"], "f32[3,2]", dimensions=1))
+    assert "dimensions= should be of kind ints" in str(err)
+
+
+def test_recursive_calls_rejected():
+    b = Comp("main")
+    x = b.param("f32[]")
+    call = b.op("call", "f32[]", x)
+    main = b.done()
+    call.attrs["to_apply"] = main
+    assert "recursively" in str(verify_error(module(main)))
+
+
+def test_entry_computation_layout_checked():
+    b = Comp("main")
+    b.op("negate", "f32[2]", b.param("f32[2]"))
+    m = module(b.done())
+    m.entry_computation_layout = ([S("f32[2]")], S("f32[2]"))
+    verify_module(m)
+    m.entry_computation_layout = ([S("f32[3]")], S("f32[2]"))
+    err = verify_error(m)
+    assert "entry_computation_layout parameter 0" in str(err)
+    assert err.expected == "f32[3]" and err.actual == "f32[2]"
+
+
+def test_done_must_consume_its_start():
+    b = Comp("main")
+    tok = b.op("after-all", "token[]")
+    data = b.param("f32[2]")
+    send = b.op("send", "(f32[2], u32[], token[])", data, tok, channel_id=1)
+    recv = b.op("recv", "(f32[2], u32[], token[])", tok, channel_id=1)
+    b.op("send-done", "token[]", recv, channel_id=1, name="bad_done")
+    err = verify_error(module(b.done()))
+    assert "%bad_done" in str(err) and "must consume a send" in str(err)
+    b.c.instructions[-1].operands = [send]
+    b.c.instructions[-1].attrs["channel_id"] = 2
+    assert "same channel_id (2 vs 1)" in str(verify_error(module(b.c)))
+
+
+def test_num_devices_must_fit_the_module():
+    b = Comp("main")
+    b.param("f32[]")
+    m = module(b.done(), num_partitions=4)
+    verify_module(m, num_devices=4)
+    with pytest.raises(InputError, match="4 devices, but 8"):
+        verify_module(m, num_devices=8)
+
+
+# ---- collectives (collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
+
+def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -> Module:
+    add = binary_comp()
+    if opcode in ("all-reduce", "reduce-scatter"):
+        attrs.setdefault("to_apply", add)
+    b = Comp("main")
+    b.op(opcode, result, b.param(operand), name="coll", **attrs)
+    return module(b.done(), add, num_partitions=partitions, replica_count=replicas)
+
+
+@pytest.mark.parametrize("attrs,message", [
+    (dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0, 1), (2, 4))),
+     "flattened id 4 is out of range [0, 4)"),
+    (dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0, 1), (1, 2))),
+     "flattened id 1 appears twice"),
+    (dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0, 1), (2,))),
+     "missing [3]"),
+    (dict(channel_id=1, use_global_device_ids=True, replica_groups=groups()),
+     "replica_groups={} is invalid with use_global_device_ids=true"),
+    (dict(use_global_device_ids=True, replica_groups=groups((0, 1, 2, 3))),
+     "use_global_device_ids=true requires a channel_id"),
+    (dict(channel_id=0, replica_groups=groups((0,))), "channel_id=0 must be positive"),
+])
+def test_all_reduce_group_errors(attrs, message):
+    err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))
+    assert message in str(err) and "%coll" in str(err)
+
+
+def test_all_reduce_allows_ragged_groups_others_do_not():
+    attrs = dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0,), (1, 2, 3)))
+    verify_module(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))
+    err = verify_error(_collective("all-gather", "f32[4]", "f32[12]", dimensions=(0,), **attrs))
+    assert "all groups must have the same size for all-gather" in str(err)
+
+
+def test_group_mode_reads_ids_per_mode():
+    # No channel: replica ids; 2 replicas x 2 partitions -> ids 0..1 only.
+    verify_module(_collective("all-reduce", "f32[4]", "f32[4]", replicas=2, partitions=2,
+                              replica_groups=groups((0, 1))))
+    err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", replicas=2, partitions=2,
+                                   replica_groups=groups((0, 1, 2, 3))))
+    assert "CrossReplica" in str(err) and "replica id 2 is out of range [0, 2)" in str(err)
+    assert cg.group_mode("all-reduce", 1, False) is cg.GroupMode.CROSS_REPLICA_AND_PARTITION
+    assert cg.group_mode("all-to-all", 1, None) is cg.GroupMode.CROSS_PARTITION
+    assert cg.group_mode("all-gather", 3, True) is cg.GroupMode.FLATTENED_ID
+
+
+def test_all_gather_and_reduce_scatter_sizes_follow_the_group():
+    # {} with a channel and no flag on all-gather: CrossReplicaAndPartition over R=1 ids;
+    # with use_global_device_ids the group is explicit.
+    ok = dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0, 1), (2, 3)))
+    verify_module(_collective("all-gather", "f32[3,2]", "f32[3,4]", dimensions=(1,), **ok))
+    err = verify_error(_collective("all-gather", "f32[3,2]", "f32[3,8]", dimensions=(1,), **ok))
+    assert "f32[3,4]" in str(err) and "f32[3,8]" in str(err)
+    # replica_groups={} without channel over 4 replicas: group size 4 comes from the module.
+    err = verify_error(_collective("all-gather", "f32[2]", "f32[6]", replicas=4, partitions=1,
+                                   dimensions=(0,), replica_groups=groups()))
+    assert "gathers over groups of 4" in str(err) and "f32[6]" in str(err)
+    err = verify_error(_collective("reduce-scatter", "f32[6]", "f32[3]", replicas=4,
+                                   partitions=1, dimensions=(0,), replica_groups=groups()))
+    assert "not divisible by the group size 4" in str(err)
+
+
+def test_cross_replica_and_partition_groups_span_partitions():
+    # R=2, P=2, channel_id without use_global_device_ids: group {0,1} of replica ids is the 4
+    # devices (r0,p0),(r0,p1),(r1,p0),(r1,p1) (A.3), so all-gather multiplies by 4.
+    attrs = dict(channel_id=1, replica_groups=groups((0, 1)), dimensions=(0,))
+    verify_module(_collective("all-gather", "f32[2]", "f32[8]", replicas=2, partitions=2,
+                              **attrs))
+    err = verify_error(_collective("all-gather", "f32[2]", "f32[4]", replicas=2, partitions=2,
+                                   **attrs))
+    assert "gathers over groups of 4" in str(err) and err.expected == "f32[8]"
+
+
+@pytest.mark.parametrize("replicas,partitions", [(1, 2), (2, 2), (3, 2), (1, 4)])
+def test_empty_groups_with_a_channel_span_every_device(replicas, partitions):
+    # all-gather / reduce-scatter with a channel_id, no use_global_device_ids and
+    # replica_groups={}: CrossReplicaAndPartition, one group of every replica id, each bringing
+    # all P partitions (A.3, A.5), so the group is R x P devices - not R (a group of 1 at R=1).
+    n = replicas * partitions
+    attrs = dict(channel_id=1, replica_groups=groups(), dimensions=(0,))
+    mode = cg.group_mode("all-gather", 1, None)
+    assert mode is cg.GroupMode.CROSS_REPLICA_AND_PARTITION
+    assert cg.device_group_size(groups(), mode, replicas, partitions) == n
+    # The runtime's groups (the members an all-gather really concatenates) agree.
+    da = cg.DeviceAssignment.default(replicas, partitions)
+    assert [len(g) for g in cg.instruction_device_groups("all-gather", attrs, da)] == [n]
+    kw = dict(replicas=replicas, partitions=partitions, **attrs)
+    verify_module(_collective("all-gather", "f32[2,3]", f"f32[{2 * n},3]", **kw))
+    err = verify_error(_collective("all-gather", "f32[2,3]", f"f32[{2 * replicas},3]", **kw))
+    assert f"gathers over groups of {n}" in str(err) and err.expected == f"f32[{2 * n},3]"
+    verify_module(_collective("reduce-scatter", f"f32[{2 * n}]", "f32[2]", **kw))
+    err = verify_error(_collective("reduce-scatter", f"f32[{2 * n}]", f"f32[{2 * n // replicas}]",
+                                   **kw))
+    assert f"scatters over groups of {n}" in str(err) and err.expected == "f32[2]"
+
+
+def test_all_to_all_group_size():
+    b = Comp("main")
+    ps = [b.param("f32[4,2]") for _ in range(3)]
+    b.op("all-to-all", "(f32[4,2], f32[4,2], f32[4,2])", *ps, name="a2a", channel_id=1,
+         replica_groups=groups())
+    err = verify_error(module(b.done(), num_partitions=4))
+    assert "one operand per group member (4), got 3" in str(err) and "%a2a" in str(err)
+    err = verify_error(_collective("all-to-all", "f32[6]", "f32[6]", channel_id=1,
+                                   dimensions=(0,), replica_groups=groups()))
+    assert "into 4 blocks" in str(err)
+
+
+@pytest.mark.parametrize("pairs,has_channel,message", [
+    (((0, 1), (1, 1)), True, "target 1 appears more than once"),
+    (((0, 1), (0, 2)), True, "source 0 appears more than once"),
+    (((0, 4),), True, "partition id 4 is out of range [0, 4)"),
+    (((0, 1),), False, "replica id 1 is out of range [0, 1)"),
+])
+def test_collective_permute_pairs(pairs, has_channel, message):
+    attrs = dict(source_target_pairs=pairs)
+    if has_channel:
+        attrs["channel_id"] = 1
+    err = verify_error(_collective("collective-permute", "f32[3]", "f32[3]", **attrs))
+    assert message in str(err)
+
+
+def test_self_pairs_and_partial_permutations_are_valid():
+    verify_module(_collective("collective-permute", "f32[3]", "f32[3]", channel_id=1,
+                              source_target_pairs=((0, 0), (1, 2))))
+
+
+def test_module_without_device_count_takes_num_devices():
+    m = _collective("collective-permute", "f32[3]", "f32[3]", partitions=1, channel_id=1,
+                    source_target_pairs=((0, 1), (1, 2), (2, 3), (3, 0)))
+    verify_module(m, num_devices=4)  # a channel: the 4 devices are partitions
+    with pytest.raises(VerifierError):
+        verify_module(m)
+
+
+# ---- the corpus -------------------------------------------------------------------------------
+
+def _corpus_files():
+    return sorted(glob.glob(os.path.join(CORPUS, "**", "module*.hlo"), recursive=True))
+
+
+@pytest.mark.parametrize("path", _corpus_files(),
+                         ids=lambda p: os.path.relpath(p, CORPUS))
+def test_corpus_modules_verify(path):
+    parser = pytest.importorskip("xladist.hlo.parser")
+    with open(os.path.join(os.path.dirname(path), "case.json")) as f:
+        case = json.load(f)
+    with open(path) as f:
+        m = parser.parse_module(f.read(), filename=path)
+    report = verify_module(m, num_devices=case.get("num_devices"))
+    assert report.instructions > 0
+
+
+def _corpus_module(name):
+    parser = pytest.importorskip("xladist.hlo.parser")
+    with open(os.path.join(CORPUS, "jax", name, "module.hlo")) as f:
+        return parser.parse_module(f.read())
+
+
+def test_corpus_mutations_are_caught():
+    m = _corpus_module("psum_scatter_basic_mesh4")
+    rs = next(i for i in m.all_instructions() if i.opcode == "reduce-scatter")
+    rs.attrs["replica_groups"] = groups((0, 1, 2))
+    assert "missing [3]" in str(verify_error(m))
+    m = _corpus_module("all_to_all_basic_mesh4")
+    a2a = next(i for i in m.all_instructions() if i.opcode == "all-to-all")
+    a2a.attrs["replica_groups"] = groups((0, 1), (2, 3))
+    assert "one operand per group member (2), got 4" in str(verify_error(m))
+    m = _corpus_module("while_loop_psum_mesh4")
+    w = next(i for i in m.all_instructions() if i.opcode == "while")
+    w.attrs["condition"], w.attrs["body"] = w.attrs["body"], w.attrs["condition"]
+    assert "must return pred[]" in str(verify_error(m))
+
+
+ASYNC = """HloModule a, num_partitions=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[4,8]) -> (f32[4,8], f32[4,8], f32[4,8], f32[2,8], f32[4,8]) {
+  %x = f32[4,8]{1,0} parameter(0)
+  %a2a-start = ((f32[4,8]{1,0}), f32[4,8]{1,0}) all-to-all-start(%x), channel_id=3, replica_groups={{0,1}}, dimensions={0}
+  %a2a-done = f32[4,8]{1,0} all-to-all-done(%a2a-start)
+  %ars = f32[4,8]{1,0} all-reduce-start(%x), channel_id=4, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add
+  %ard = f32[4,8]{1,0} all-reduce-done(%ars)
+  %cps = (f32[4,8]{1,0}, f32[4,8]{1,0}, u32[], u32[]) collective-permute-start(%x), channel_id=5, source_target_pairs={{0,1},{1,0}}
+  %cpd = f32[4,8]{1,0} collective-permute-done(%cps)
+  %rss = ((f32[4,8]{1,0}), f32[2,8]{1,0}) reduce-scatter-start(%x), channel_id=6, replica_groups={{0,1}}, use_global_device_ids=true, dimensions={0}, to_apply=%add
+  %rsd = f32[2,8]{1,0} reduce-scatter-done(%rss)
+  %cs = (f32[4,8]{1,0}, f32[4,8]{1,0}, u32[]) copy-start(%x)
+  %cd = f32[4,8]{1,0} copy-done(%cs)
+  ROOT %t = (f32[4,8]{1,0}, f32[4,8]{1,0}, f32[4,8]{1,0}, f32[2,8]{1,0}, f32[4,8]{1,0}) tuple(%a2a-done, %ard, %cpd, %rsd, %cd)
+}
+"""
+
+
+def test_async_forms_including_sugared_wrappers():
+    parser = pytest.importorskip("xladist.hlo.parser")
+    m = parser.parse_module(ASYNC)
+    report = verify_module(m)
+    assert report.has_collectives
+    # The wrapped all-to-all lives in a synthesized computation and is checked there.
+    bad = parser.parse_module(ASYNC.replace("replica_groups={{0,1}}, dimensions={0}\n",
+                                            "replica_groups={{0,1,2}}, dimensions={0}\n"))
+    err = verify_error(bad)
+    assert "partition id 2 is out of range [0, 2)" in str(err) and err.line == 11
+    bad = parser.parse_module(ASYNC.replace("f32[2,8]{1,0}) reduce-scatter-start",
+                                            "f32[4,8]{1,0}) reduce-scatter-start"))
+    err = verify_error(bad)
+    assert "must be 2 for operand f32[4,8]" in str(err) and err.actual == "f32[4,8]"

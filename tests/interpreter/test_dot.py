@@ -1,0 +1,189 @@
+"""dot and ragged-dot against naive loops / numpy einsum / jax."""
+
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.interpreter.support import S, instr, run, shape_of
+from xladist.interpreter.dot import dot_general, ragged_dot
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def naive_dot(lhs, rhs, lc, rc, lb, rb, acc_dtype):
+    """Element-by-element DotGeneral straight from the operation semantics."""
+    lf = [d for d in range(lhs.ndim) if d not in lc + lb]
+    rf = [d for d in range(rhs.ndim) if d not in rc + rb]
+    out_dims = [lhs.shape[d] for d in lb] + [lhs.shape[d] for d in lf] + \
+        [rhs.shape[d] for d in rf]
+    out = np.zeros(out_dims, acc_dtype)
+    for o in itertools.product(*[range(n) for n in out_dims]):
+        b, m, n = o[:len(lb)], o[len(lb):len(lb) + len(lf)], o[len(lb) + len(lf):]
+        acc = acc_dtype.type(0)
+        for k in itertools.product(*[range(lhs.shape[d]) for d in lc]):
+            li, ri = [0] * lhs.ndim, [0] * rhs.ndim
+            for d, v in zip(lb, b):
+                li[d] = v
+            for d, v in zip(rb, b):
+                ri[d] = v
+            for d, v in zip(lf, m):
+                li[d] = v
+            for d, v in zip(rf, n):
+                ri[d] = v
+            for d, v in zip(lc, k):
+                li[d] = v
+            for d, v in zip(rc, k):
+                ri[d] = v
+            acc = acc + acc_dtype.type(lhs[tuple(li)]) * acc_dtype.type(rhs[tuple(ri)])
+        out[o] = acc
+    return out
+
+
+DIMS = [
+    # lhs shape, rhs shape, lc, rc, lb, rb
+    ((3, 4), (4, 5), (1,), (0,), (), ()),                 # matmul
+    ((4,), (4,), (0,), (0,), (), ()),                     # vector . vector -> scalar
+    ((2, 3, 4), (2, 4, 5), (2,), (1,), (0,), (0,)),       # batch matmul
+    ((4, 2, 3), (3, 5, 2), (2,), (0,), (1,), (2,)),       # batch dims not leading
+    ((2, 3, 4, 5), (5, 4, 6), (2, 3), (1, 0), (), ()),    # two contracting dims, reordered
+    ((3, 2), (2, 4), (), (), (), ()),                     # outer product
+    ((3, 0), (0, 2), (1,), (0,), (), ()),                 # empty contraction -> zeros
+]
+
+
+@pytest.mark.parametrize("case", DIMS, ids=[f"{a}x{b}" for a, b, *_ in DIMS])
+def test_dot_general_matches_naive_loops(case):
+    ls, rs_, lc, rc, lb, rb = case
+    rng = np.random.RandomState(0)
+    lhs = rng.randn(*ls)
+    rhs = rng.randn(*rs_)
+    ref = naive_dot(lhs, rhs, list(lc), list(rc), list(lb), list(rb), np.dtype(np.float64))
+    out_shape = shape_of(ref)
+    ins = instr("dot", out_shape, [shape_of(lhs), shape_of(rhs)], lhs_contracting_dims=lc,
+                rhs_contracting_dims=rc, lhs_batch_dims=lb, rhs_batch_dims=rb)
+    got = run(ins, lhs, rhs)
+    assert got.shape == ref.shape and got.dtype == np.float64
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_s8_times_s8_gives_s32_without_overflow():
+    lhs = np.full((2, 64), 127, np.int8)
+    rhs = np.full((64, 3), -128, np.int8)
+    ins = instr("dot", S("s32", 2, 3), [S("s8", 2, 64), S("s8", 64, 3)],
+                lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    got = run(ins, lhs, rhs)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.full((2, 3), 127 * -128 * 64, np.int32))
+
+
+def test_integer_dot_wraps_in_result_width():
+    lhs = np.array([[2**30, 2**30, 2**30, 2**30]], np.int32)
+    rhs = np.array([[3], [1], [1], [1]], np.int32)
+    got = dot_general(lhs, rhs, (1,), (0,), result_dtype=np.int32)
+    expected = np.int64(2**30 * 6)  # 6 * 2**30 mod 2**32, as a signed 32-bit value
+    assert got[0, 0] == np.int32(((expected + 2**31) % 2**32) - 2**31)
+    u = dot_general(np.array([2**31, 2**31], np.uint32), np.array([1, 1], np.uint32), (0,), (0,),
+                    result_dtype=np.uint32)
+    assert u == 0
+
+
+def test_bf16_accumulates_in_f32_and_rounds_once():
+    # 1 + 256 * 2**-8: in bf16 every partial sum 1 + k/256 rounds back to 1 (8-bit
+    # mantissa), so a bf16 accumulator gives 1.0; f32 accumulation gives exactly 2.0.
+    lhs = np.array([[1.0] + [2.0**-8] * 256], BF16)
+    rhs = np.ones((257, 1), BF16)
+    got = dot_general(lhs, rhs, (1,), (0,), result_dtype=BF16)
+    assert got.dtype == BF16 and float(got[0, 0]) == 2.0
+
+
+def test_bf16_operands_with_f32_result():
+    rng = np.random.RandomState(1)
+    lhs = rng.randn(4, 8).astype(BF16)
+    rhs = rng.randn(8, 3).astype(BF16)
+    ins = instr("dot", S("f32", 4, 3), [S("bf16", 4, 8), S("bf16", 8, 3)],
+                lhs_contracting_dims=(1,), rhs_contracting_dims=(0,))
+    got = run(ins, lhs, rhs)
+    assert got.dtype == np.float32
+    ref = lhs.astype(np.float64) @ rhs.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_pred_dot_is_or_of_and():
+    lhs = np.array([[True, False], [False, False]])
+    rhs = np.array([[True], [True]])
+    got = dot_general(lhs, rhs, (1,), (0,), result_dtype=np.bool_)
+    np.testing.assert_array_equal(got, [[True], [False]])
+
+
+def test_complex_dot():
+    rng = np.random.RandomState(2)
+    lhs = (rng.randn(3, 4) + 1j * rng.randn(3, 4)).astype(np.complex64)
+    rhs = (rng.randn(4, 2) + 1j * rng.randn(4, 2)).astype(np.complex64)
+    got = dot_general(lhs, rhs, (1,), (0,), result_dtype=np.complex64)
+    np.testing.assert_allclose(got, lhs.astype(np.complex128) @ rhs, rtol=1e-5)
+
+
+# ---- ragged-dot -------------------------------------------------------------------------
+
+def test_ragged_dot_mode1_rows_use_their_group():
+    rng = np.random.RandomState(3)
+    lhs = rng.randn(7, 4)
+    rhs = rng.randn(3, 4, 5)
+    sizes = np.array([2, 0, 4], np.int32)  # rows 0-1 group 0, rows 2-5 group 2, row 6 none
+    ins = instr("ragged-dot", S("f64", 7, 5), [S("f64", 7, 4), S("f64", 3, 4, 5), S("s32", 3)],
+                lhs_contracting_dims=(1,), rhs_contracting_dims=(1,), lhs_ragged_dims=(0,),
+                rhs_group_dims=(0,))
+    got = run(ins, lhs, rhs, sizes)
+    ref = np.zeros((7, 5))
+    ref[0:2] = lhs[0:2] @ rhs[0]
+    ref[2:6] = lhs[2:6] @ rhs[2]
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+
+
+def test_ragged_dot_mode2_contracting_groups():
+    rng = np.random.RandomState(4)
+    lhs = rng.randn(3, 6)
+    rhs = rng.randn(6, 2)
+    sizes = np.array([1, 3, 2])
+    got = ragged_dot(lhs, rhs, sizes, (1,), (0,), (), (), 1, None, np.float64)
+    ref = np.stack([lhs[:, 0:1] @ rhs[0:1], lhs[:, 1:4] @ rhs[1:4], lhs[:, 4:6] @ rhs[4:6]])
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+
+
+def test_ragged_dot_matches_jax():
+    jax = pytest.importorskip("jax")
+    rng = np.random.RandomState(5)
+    lhs = rng.randn(9, 4).astype(np.float32)
+    rhs = rng.randn(3, 4, 2).astype(np.float32)
+    sizes = np.array([3, 3, 2], np.int32)
+    ref = np.asarray(jax.lax.ragged_dot(lhs, rhs, sizes, precision="highest"))
+    got = ragged_dot(lhs, rhs, sizes, (1,), (1,), (), (), 0, 0, np.float32)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_dot_algorithm_rounds_operands_to_its_input_precision():
+    # 1 + 2**-12 is exact in f32, rounds to 1 in bf16 (8 bits) and tf32 (11 bits).
+    lhs = np.array([[1.0 + 2.0**-12]], np.float32)
+    rhs = np.array([[1.0]], np.float32)
+    results = {}
+    for alg in ("dot_f32_f32_f32", "dot_bf16_bf16_f32", "dot_tf32_tf32_f32",
+                "dot_bf16_bf16_f32_x6"):
+        ins = instr("dot", S("f32", 1, 1), [S("f32", 1, 1), S("f32", 1, 1)],
+                    lhs_contracting_dims=(1,), rhs_contracting_dims=(0,), algorithm=alg)
+        results[alg] = float(run(ins, lhs, rhs)[0, 0])
+    assert results["dot_f32_f32_f32"] == 1.0 + 2.0**-12
+    assert results["dot_bf16_bf16_f32"] == 1.0
+    assert results["dot_tf32_tf32_f32"] == 1.0
+    assert results["dot_bf16_bf16_f32_x6"] == 1.0 + 2.0**-12
+
+
+def test_tf32_rounding_is_nearest_even():
+    from xladist.interpreter.dot import round_to_tf32
+    ulp = 2.0**-10
+    x = np.array([1 + ulp / 2, 1 + 3 * ulp / 2, 1 + ulp / 2 + 2.0**-20, np.inf, -2.5],
+                 np.float32)
+    np.testing.assert_array_equal(round_to_tf32(x), [1.0, 1 + 2 * ulp, 1 + ulp, np.inf, -2.5])

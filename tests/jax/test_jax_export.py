@@ -1,0 +1,465 @@
+"""xladist.jax: export/run JAX functions (README "From JAX").
+
+The pure-Python parts (mesh and spec parsing, the shard each device holds, assembling results
+from meta.json, the run config, CLI argument errors) run without jax, so CI exercises them.
+The parts that need jax skip, with the reason, when it is not installed; with it they lower
+real functions, run them with `xladist.run` on 2 and 4 MPI ranks and compare with jax.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import xladist.jax as xj
+from xladist.cli import main as cli_main
+from xladist.errors import ExecutionError, InputError, UnsupportedError
+from xladist.jax import folder as F
+from xladist.jax import specs as S
+
+from tests.cli_util import cli_env
+from tests.paths import ROOT
+
+HAVE_JAX = importlib.util.find_spec("jax") is not None
+needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install -e "
+                               "'.[jax]'); CI does not install it")
+RUN_TIMEOUT = 120  # per-wait deadline of the MPI jobs these tests start
+
+
+# ---- meshes and specs -----------------------------------------------------------------------
+
+def test_parse_mesh_keeps_order():
+    assert list(S.parse_mesh("model=2, data=3").items()) == [("model", 2), ("data", 3)]
+
+
+@pytest.mark.parametrize("text,needle", [("data2", "axis=size"), ("data=0", "at least 1"),
+                                         ("d=2,d=2", "twice"), ("2=2", "axis=size")])
+def test_parse_mesh_errors(text, needle):
+    with pytest.raises(InputError, match=needle):
+        S.parse_mesh(text)
+
+
+@pytest.mark.parametrize("text,spec", [
+    ("data,None", (("data",), None)),
+    ("P('data', None)", (("data",), None)),
+    ("('data', None)", (("data",), None)),
+    ("data+model", (("data", "model"),)),
+    ("P(('data', 'model'), None)", (("data", "model"), None)),
+    ("None, model", (None, ("model",))),
+    ("()", ()),
+    ("P()", ()),
+])
+def test_parse_spec_forms(text, spec):
+    assert S.parse_spec(text) == spec
+
+
+@pytest.mark.parametrize("text,needle", [("", "empty spec"), ("data,2x", "not an axis name"),
+                                         ("P(data)", "Python literal"),
+                                         ("P('a'", "closing parenthesis"),
+                                         ("P(3)", "spec entry")])
+def test_parse_spec_errors(text, needle):
+    with pytest.raises(InputError, match=needle):
+        S.parse_spec(text)
+
+
+def test_spec_list_single_and_per_array():
+    assert S.spec_list("data", 3, "in_specs") == [(("data",),)] * 3
+    assert S.spec_list("data; ()", 2, "in_specs") == [(("data",),), ()]
+    assert S.spec_list([None, ("a", None)], 2, "in_specs") == [(), (("a",), None)]
+    with pytest.raises(InputError, match="3 specs for 2 arguments"):
+        S.spec_list("a; b; c", 2, "in_specs")
+    with pytest.raises(InputError, match="1 specs for 2 results"):
+        S.spec_list([None], 2, "out_specs")
+
+
+@pytest.mark.parametrize("spec,shape,needle", [
+    ((("data",), None), (7, 4), r"splits dimension 0 \(size 7\).*into 2 shards \(data=2\)"),
+    ((None, ("data", "model")), (4, 6), r"dimension 1 \(size 6\).*4 shards"),
+    ((("pipe",),), (4,), "mesh axis 'pipe'"),
+    ((("data",), ("data",)), (4, 4), "more than once"),
+    ((None, None, None), (4, 4), "3 entries but the array has 2"),
+])
+def test_check_refuses(spec, shape, needle):
+    with pytest.raises(InputError, match=needle):
+        S.check(spec, {"data": 2, "model": 2}, shape, "in_specs[0]")
+
+
+def _reference_blocks(shape, spec, mesh):
+    """Each device's block, from numpy's own view of the mesh (np.unravel_index) and
+    np.array_split: independent of shard_index's arithmetic."""
+    names = list(mesh)
+    n = int(np.prod(list(mesh.values())))
+    out = []
+    for d in range(n):
+        coord = dict(zip(names, np.unravel_index(d, tuple(mesh.values()))))
+        block = []
+        for dim, size in enumerate(shape):
+            axes = spec[dim] if dim < len(spec) and spec[dim] else ()
+            parts = int(np.prod([mesh[a] for a in axes])) if axes else 1
+            k = int(np.ravel_multi_index([coord[a] for a in axes], [mesh[a] for a in axes])) \
+                if axes else 0
+            pieces = np.array_split(np.arange(size), parts)[k]
+            block.append([int(pieces[0]), int(pieces[-1]) + 1])
+        out.append(block)
+    return out
+
+
+@pytest.mark.parametrize("spec", [(), (("a",),), (None, ("b",)), (("b",), ("a",)),
+                                  (("a", "b"),), (("b", "a"), None), (("c",), ("a", "b"))])
+def test_shard_index_matches_numpy(spec):
+    mesh = {"a": 2, "b": 3, "c": 2}
+    shape = (12, 6)
+    got = [S.shard_index(shape, spec, mesh, d) for d in range(12)]
+    assert got == _reference_blocks(shape, spec, mesh)
+
+
+# ---- assembling from meta.json ----------------------------------------------------------------
+
+def _meta(mesh, results):
+    n = S.mesh_size(mesh)
+    return {"num_devices": n, "outputs": [
+        {"name": f"out{i}", "global_shape": list(shape), "dtype": np.dtype(dtype).name,
+         "spec": S.text(spec), "index": [S.shard_index(shape, spec, mesh, d) for d in range(n)]}
+        for i, (shape, dtype, spec) in enumerate(results)]}
+
+
+def _cut(a, meta_out):
+    return [a[tuple(slice(s, e) for s, e in blk)] for blk in meta_out["index"]]
+
+
+def test_assemble_from_synthetic_shards(tmp_path):
+    mesh = {"data": 2, "model": 2}
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((4, 6)).astype(np.float32),
+              rng.integers(0, 9, (4, 2)).astype(np.int32),
+              np.float32(2.5),
+              rng.standard_normal((2, 4)).astype(ml_dtypes.bfloat16)]
+    specs = [(("data",), ("model",)), (("model",),), (), (None, ("data", "model"))]
+    meta = _meta(mesh, [(a.shape, a.dtype, s) for a, s in zip(arrays, specs)])
+    F.write_meta(tmp_path, meta)
+    shards = [_cut(a, m) for a, m in zip(arrays, meta["outputs"])]
+    np.savez(tmp_path / "outputs.npz", **{
+        f"out{i}": np.stack(s).view(np.uint16) if a.dtype == ml_dtypes.bfloat16
+        else np.stack(s) for i, (a, s) in enumerate(zip(arrays, shards))})
+    got = xj.assemble(tmp_path, tmp_path / "outputs.npz")
+    for g, a in zip(got, arrays):
+        assert g.dtype == a.dtype and g.shape == np.shape(a)
+        assert np.array_equal(g.astype(np.float64), np.asarray(a).astype(np.float64))
+
+
+def test_replicated_copies_that_differ_are_refused():
+    mesh = {"d": 2}
+    meta = _meta(mesh, [((3,), np.float32, ())])
+    same = [np.array([1.0, np.nan, 3.0], np.float32)] * 2
+    np.testing.assert_array_equal(xj.assemble_outputs(meta, [[r] for r in same])[0], same[0])
+    rows = [np.array([1.0, 2.0, 3.0], np.float32), np.array([1.0, 2.5, 3.0], np.float32)]
+    with pytest.raises(ExecutionError, match=r"replicated on devices 0 and 1.*index \[1\]"):
+        xj.assemble_outputs(meta, [[r] for r in rows])
+
+
+def test_assemble_file_errors(tmp_path):
+    meta = _meta({"d": 2}, [((4,), np.float32, (("d",),))])
+    F.write_meta(tmp_path, meta)
+    np.savez(tmp_path / "bad.npz", out0=np.zeros((3, 2), np.float32))
+    with pytest.raises(InputError, match="leading device axis of size 2"):
+        xj.assemble(tmp_path, tmp_path / "bad.npz")
+    np.savez(tmp_path / "missing.npz", out1=np.zeros((2, 2), np.float32))
+    with pytest.raises(InputError, match="lacks out0"):
+        xj.assemble(tmp_path, tmp_path / "missing.npz")
+    with pytest.raises(InputError, match="written by xladist.jax.export"):
+        xj.assemble(tmp_path / "nowhere", tmp_path / "bad.npz")
+
+
+def test_config_is_a_valid_run_config(tmp_path):
+    from xladist.runtime import config
+    (tmp_path / F.CONFIG).write_text(F.config_text(4))
+    got = config.load(tmp_path / F.CONFIG)
+    assert got["ranks"] == 4
+    assert got["module"] == str(tmp_path / "module.hlo")
+    assert got["outputs"] == str(tmp_path / "outputs.npz")
+
+
+# ---- without jax: imports, errors found before jax is needed --------------------------------
+
+def test_import_xladist_never_imports_jax():
+    code = ("import sys, xladist, xladist.jax, xladist.cli.export_jax\n"
+            "assert 'jax' not in sys.modules, 'jax was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, env=cli_env(), timeout=60)
+
+
+def test_missing_jax_is_reported(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)  # `import jax` now raises ImportError
+    with pytest.raises(UnsupportedError, match=r"needs jax: pip install 'xladist\[jax\]'"):
+        xj.export(lambda x: x, np.ones(2), mesh_shape={"d": 1}, in_specs=None,
+                  out_specs=None, path="unused")
+
+
+@pytest.mark.parametrize("n,needle", [(2, "has 4 devices but n=2 ranks"),
+                                      (8, "n=8 ranks were requested for the mesh")])
+def test_run_ranks_must_match_the_mesh(n, needle):
+    with pytest.raises(InputError, match=needle):
+        xj.run(lambda x: x, np.ones(4), mesh_shape={"a": 2, "b": 2}, in_specs=None,
+               out_specs=None, n=n)
+
+
+def test_argument_count_mismatch():
+    with pytest.raises(InputError, match="2 specs for 3 arguments"):
+        xj.export(lambda a, b, c: a, np.ones(2), np.ones(2), np.ones(2), mesh_shape={"d": 2},
+                  in_specs=[None, None], out_specs=None, path="unused")
+    with pytest.raises(InputError, match="cannot take 3 arguments"):
+        xj.export(lambda a, b: a, np.ones(2), np.ones(2), np.ones(2), mesh_shape={"d": 2},
+                  in_specs=None, out_specs=None, path="unused")
+
+
+def _cli(capsys, *argv):
+    code = cli_main(["export-jax", *map(str, argv)])
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def args_npz(tmp_path):
+    path = tmp_path / "args.npz"
+    np.savez(path, arg0=np.ones((4, 6), np.float32), arg1=np.ones((6,), np.float32))
+    return path
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--mesh", "data"], "expected axis=size pairs"),
+    (["--mesh", "data=2", "--in-specs", "data; data; data"], "3 specs for 2 arguments"),
+    (["--mesh", "data=4", "--in-specs", "None,data; ()"], r"dimension 1 \(size 6\)"),
+    (["--mesh", "data=2", "--in-specs", "data,"], "not an axis name"),
+    (["--mesh", "data=2", "--in-specs", "pipe"], "mesh axis 'pipe'"),
+    (["--mesh", "data=2", "--out-specs", "P(data)"], "Python literal"),
+])
+def test_cli_argument_errors(capsys, tmp_path, args_npz, argv, needle):
+    code, err = _cli(capsys, "json:dumps", "--args", args_npz, *argv, "-o", tmp_path / "o")
+    assert code == 2, err
+    assert re.search(needle, err), err
+    assert "Traceback" not in err
+
+
+def test_cli_bad_args_file(capsys, tmp_path):
+    np.savez(tmp_path / "keys.npz", x=np.ones(2))
+    code, err = _cli(capsys, "json:dumps", "--args", tmp_path / "keys.npz", "--mesh", "d=2",
+                     "-o", tmp_path / "o")
+    assert code == 2 and "expected arrays named arg0..arg0, got x" in err, err
+
+
+def test_cli_without_jax(capsys, tmp_path, args_npz, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)
+    code, err = _cli(capsys, "json:dumps", "--args", args_npz, "--mesh", "d=2",
+                     "-o", tmp_path / "o")
+    assert code == 2 and "needs jax: pip install 'xladist[jax]'" in err, err
+
+
+@needs_jax
+def test_cli_bad_function(capsys, tmp_path, args_npz):
+    code, err = _cli(capsys, "json:no_such_fn", "--args", args_npz, "--mesh", "d=2",
+                     "-o", tmp_path / "o")
+    assert code == 2 and "json has no attribute no_such_fn" in err, err
+    code, err = _cli(capsys, "no_such_module_xyz:f", "--mesh", "d=2", "-o", tmp_path / "o")
+    assert code == 2 and "cannot import no_such_module_xyz" in err, err
+
+
+# ---- with jax -----------------------------------------------------------------------------------
+
+def _readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From JAX"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@needs_jax
+def test_readme_example_runs_on_4_ranks():
+    """The README's data- and tensor-parallel MLP step, as written there (it compares every
+    result with jax itself)."""
+    code = _readme_example().replace(
+        "in_specs=in_specs, out_specs=out_specs)",
+        f"in_specs=in_specs, out_specs=out_specs, timeout={RUN_TIMEOUT})")
+    namespace: dict = {}
+    exec(compile(code, "README.md (From JAX)", "exec"), namespace)
+    assert namespace["w1_new"].shape == (16, 32)
+
+
+@needs_jax
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_shard_map_function_on_2_ranks(backend):
+    """A function that calls jax.shard_map itself (no mesh=), with a psum and a ppermute,
+    compared with the same computation in numpy."""
+    import jax
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    def body(x):
+        total = lax.psum(jax.numpy.sum(x, axis=0), "d")
+        return x * 2.0 + total, lax.ppermute(x, "d", [(0, 1), (1, 0)])
+
+    def fn(x):
+        return jax.shard_map(body, in_specs=P("d"), out_specs=(P("d"), P("d")))(x)
+
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    scaled, swapped = xj.run(fn, x, mesh_shape={"d": 2}, in_specs=P("d"), out_specs=P("d"),
+                             backend=backend, timeout=RUN_TIMEOUT)
+    np.testing.assert_allclose(scaled, x * 2.0 + x.sum(axis=0), rtol=1e-6)
+    np.testing.assert_array_equal(swapped, np.concatenate([x[3:], x[:3]]))
+
+
+@needs_jax
+def test_export_folder(tmp_path):
+    """Every file: the module XLA compiled for 4 partitions, inputs cut in device order,
+    meta.json blocks, expected.npz assembling to jax's own global results."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    def fn(a, b):
+        return jax.numpy.tanh(a @ b), a.sum()
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 4)).astype(np.float32)
+    out = xj.export(fn, a, b, mesh_shape={"data": 2, "model": 2},
+                    in_specs=[P("data", None), P(None, "model")],
+                    out_specs=[P("data", "model"), P()], path=tmp_path / "ex")
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [F.MODULE, F.INPUTS, F.EXPECTED, F.CONFIG, F.META])
+    import xladist
+    module = xladist.load_hlo(out / F.MODULE)
+    assert module.num_partitions == 4 and len(module.entry.parameters) == 2
+    ins = np.load(out / F.INPUTS)
+    for d in range(4):  # device d = (data d // 2, model d % 2)
+        np.testing.assert_array_equal(ins["arg0"][d], a[(d // 2) * 4:(d // 2 + 1) * 4])
+        np.testing.assert_array_equal(ins["arg1"][d], b[:, (d % 2) * 2:(d % 2 + 1) * 2])
+    meta = F.read_meta(out)
+    assert meta["outputs"][0]["index"][1] == [[0, 4], [2, 4]]
+    assert meta["outputs"][0]["spec"] == "P('data', 'model')"
+    got = xj.assemble(out, out / F.EXPECTED)
+    want = jax.jit(fn)(a, b)
+    np.testing.assert_allclose(got[0], np.asarray(want[0]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], np.asarray(want[1]), rtol=1e-5, atol=1e-5)
+
+
+@needs_jax
+def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
+    """float64/int64 numpy arrays become what jax makes of them (f32/s32 without x64), so
+    inputs.npz fits the module's parameters."""
+    import xladist
+    out = xj.export(lambda a, k: a * k, np.arange(4.0), np.int64(3), mesh_shape={"d": 2},
+                    in_specs=["d", None], out_specs="d", path=tmp_path / "x64")
+    ins = np.load(out / F.INPUTS)
+    params = xladist.load_hlo(out / F.MODULE).entry.parameters
+    assert [ins[f"arg{i}"].dtype for i in range(2)] == [p.shape.dtype for p in params] == [
+        np.float32, np.int32]
+    np.testing.assert_array_equal(xj.assemble(out, out / F.EXPECTED)[0], np.arange(4.0) * 3)
+
+
+@needs_jax
+def test_cli_reports_a_failing_function(capsys, tmp_path, args_npz, monkeypatch):
+    (tmp_path / "broken_fn.py").write_text("def f(a, b):\n    return a @ a  # [4,6] @ [4,6]\n")
+    monkeypatch.chdir(tmp_path)
+    code, err = _cli(capsys, "broken_fn:f", "--args", args_npz, "--mesh", "d=2", "-o", "o")
+    assert code == 2 and "broken_fn:f failed while jax traced" in err, err
+    assert "Traceback" not in err
+
+
+@needs_jax
+def test_shard_blocks_agree_with_jax():
+    """specs.shard_index against jax's own NamedSharding.devices_indices_map."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    xj.ensure_devices(8)
+    mesh_shape = {"a": 2, "b": 2, "c": 2}
+    mesh = Mesh(np.array(jax.devices("cpu")[:8]).reshape(2, 2, 2), ("a", "b", "c"))
+    for spec in [P(), P("a"), P(None, "c"), P(("b", "a"), "c"), P(("a", "b", "c"))]:
+        shape = (8, 4)
+        theirs = NamedSharding(mesh, spec).devices_indices_map(shape)
+        for p, dev in enumerate(mesh.devices.flat):
+            want = [list(s.indices(n))[:2] for s, n in zip(theirs[dev], shape)]
+            assert S.shard_index(shape, S.normalize(spec), mesh_shape, p) == want, (spec, p)
+
+
+@needs_jax
+def test_host_callback_refused_by_name(tmp_path):
+    import jax
+
+    def fn(x):
+        jax.debug.print("x = {}", x)
+        return x * 2
+
+    with pytest.raises(UnsupportedError, match=r"host callback .*target '[a-z_]*callback'"):
+        xj.export(fn, np.ones(4, np.float32), mesh_shape={"d": 2}, in_specs=None,
+                  out_specs=None, path=tmp_path / "cb")
+
+
+@needs_jax
+def test_unequal_replicated_copies_from_jax(tmp_path):
+    """shard_map with check_vma=False lets a 'replicated' result differ per device: its
+    expected.npz must not assemble."""
+    import jax
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    def fn(x):
+        return jax.shard_map(lambda v: v + lax.axis_index("d").astype(v.dtype),
+                             in_specs=P(), out_specs=P(), check_vma=False)(x)
+
+    out = xj.export(fn, np.zeros(3, np.float32), mesh_shape={"d": 2}, in_specs=None,
+                    out_specs=None, path=tmp_path / "rep")
+    with pytest.raises(ExecutionError, match="replicated on devices 0 and 1"):
+        xj.assemble(out, out / F.EXPECTED)
+
+
+@needs_jax
+def test_too_few_devices_says_what_to_do():
+    code = ("import jax, numpy as np, xladist.jax as xj\n"
+            "from xladist.errors import InputError\n"
+            "jax.numpy.ones(2).block_until_ready()\n"  # the backend starts with 1 device
+            "try:\n"
+            "    xj.export(lambda x: x, np.ones(4), mesh_shape={'d': 4}, in_specs=None,\n"
+            "              out_specs=None, path='unused')\n"
+            "except InputError as e:\n"
+            "    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code],
+                          env=cli_env(XLA_FLAGS="", JAX_PLATFORMS="cpu"), capture_output=True,
+                          text=True, timeout=120)
+    assert "needs 4 CPU devices but jax already started its CPU backend with 1" in proc.stdout, \
+        proc.stdout + proc.stderr
+    assert "XLA_FLAGS=--xla_force_host_platform_device_count=4" in proc.stdout
+
+
+@needs_jax
+def test_cli_export_then_xladist_run(tmp_path):
+    """`xladist export-jax` on a module in the current folder, `xladist run --config`, and
+    assemble: the results equal jax's expected.npz."""
+    (tmp_path / "mymodel.py").write_text(
+        "import jax.numpy as jnp\n\n"
+        "def step(w, x):\n"
+        "    return jnp.tanh(x @ w), jnp.sum(x * x)\n")
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "args.npz", arg0=rng.standard_normal((6, 4)).astype(np.float32),
+             arg1=rng.standard_normal((8, 6)).astype(np.float32))
+    env = cli_env()
+    export = subprocess.run(
+        [sys.executable, "-m", "xladist", "export-jax", "mymodel:step", "--args", "args.npz",
+         "--mesh", "data=2", "--in-specs", "(); data,None", "--out-specs", "data,None; ()",
+         "-o", "out"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert export.returncode == 0, export.stderr
+    assert "xladist run --config out/config.toml" in export.stdout
+    run = subprocess.run([sys.executable, "-m", "xladist", "run", "--config",
+                          "out/config.toml", "-q", "--timeout", str(RUN_TIMEOUT)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr
+    got = xj.assemble(tmp_path / "out", tmp_path / "out" / F.OUTPUTS)
+    want = xj.assemble(tmp_path / "out", tmp_path / "out" / F.EXPECTED)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    args = np.load(tmp_path / "args.npz")
+    np.testing.assert_allclose(got[0], np.tanh(args["arg1"] @ args["arg0"]), rtol=1e-5,
+                               atol=1e-6)
+    json.loads((tmp_path / "out" / F.META).read_text())

@@ -1,1 +1,0 @@
-"""Numerics of every op family against independent numpy references."""

@@ -1,0 +1,95 @@
+"""Compile once per launch (xladist/runtime/compile_once.py): `xladist run -n N` compiles in the
+launching process and the ranks load that object instead of compiling N times.
+
+The ranks find the launcher's object only when they compute the same cache key (same module
+text, same schedule, same kernel names); a miss would leave a second object in the cache, so
+counting objects proves the hand-over. Results are checked against the corpus's expected
+outputs (computed by XLA).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests.cli_util import xladist_cli
+from tests.paths import ROOT
+
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+
+
+def _run(tmp_path, cache: str, once: str):
+    out = tmp_path / "out.npz"
+    proc = xladist_cli("run", str(CASE / "module.hlo"), "-n", "2", "--inputs",
+                       str(CASE / "inputs.npz"), "--outputs", str(out), cwd=ROOT, timeout=120,
+                       XLADIST_PROGRESS="off", XLADIST_CACHE_DIR=cache,
+                       XLADIST_COMPILE_ONCE=once)
+    assert proc.returncode == 0, proc.stderr
+    got, expected = np.load(out), np.load(CASE / "expected.npz")
+    for k in expected.files:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+
+
+def _objects(cache: Path) -> list[Path]:
+    return sorted(cache.rglob("*.o"))
+
+
+def test_ranks_load_the_launchers_object(tmp_path):
+    cache = tmp_path / "kcache"
+    _run(tmp_path, str(cache), "1")
+    # One object: the launcher's; the ranks hit it (a different key would add a second).
+    assert len(_objects(cache)) == 1
+
+
+def test_same_key_as_the_ranks_without_compile_once(tmp_path):
+    # The ranks alone produce exactly the object the launcher would have produced.
+    alone, once = tmp_path / "alone", tmp_path / "once"
+    _run(tmp_path, str(alone), "0")
+    _run(tmp_path, str(once), "1")
+    assert [p.name for p in _objects(alone)] == [p.name for p in _objects(once)]
+
+
+def test_cache_off_uses_a_private_cache_and_removes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    _run(tmp_path, "off", "1")
+    assert not list(tmp_path.glob("xladist-code-*"))  # the job's private cache is gone
+
+
+def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
+    # What a rank does (xladist/runtime/rank.py: the cpu backend with xladist.analysis.schedule's order),
+    # in the environment the launcher hands it: the code comes from the launcher's object.
+    import xladist
+    from xladist.runtime import compile_once
+    from xladist.analysis.schedule import schedule_module
+    from xladist.compiler.program import CpuProgram
+    module = xladist.load_hlo(CASE / "module.hlo")
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
+    with compile_once.compiled_for_ranks(module, "cpu", background=False) as env:
+        assert set(env) == {"XLADIST_CACHE_DIR"}
+        monkeypatch.setenv("XLADIST_CACHE_DIR", env["XLADIST_CACHE_DIR"])
+        fresh = xladist.load_hlo(CASE / "module.hlo")  # a rank loads its own copy
+        assert CpuProgram(fresh, schedule_module(fresh)).cached
+    assert not Path(env["XLADIST_CACHE_DIR"]).exists()
+    assert compile_once.os.environ["XLADIST_CACHE_DIR"] == "off"  # restored
+
+
+def test_xladist_run_api_hands_its_object_to_the_ranks(tmp_path, monkeypatch):
+    import xladist
+    from xladist.runtime import compile_once
+    cache = tmp_path / "kcache"
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(cache))
+    compiled = []
+    real = compile_once._compile
+    monkeypatch.setattr(compile_once, "_compile", lambda m: (compiled.append(m), real(m)))
+    module = xladist.load_hlo(CASE / "module.hlo")
+    inputs = np.load(CASE / "inputs.npz")
+    per_device = [[inputs[k][d] for k in sorted(inputs.files, key=lambda s: int(s[3:]))]
+                  for d in range(2)]
+    outs = xladist.run(module, per_device, n=2, timeout=60)
+    expected = np.load(CASE / "expected.npz")
+    for d in range(2):
+        for j, k in enumerate(sorted(expected.files, key=lambda s: int(s.lstrip("out")))):
+            np.testing.assert_allclose(outs[d][j], expected[k][d], rtol=1e-5, atol=1e-5)
+    # This process compiled, and the ranks used its key (else a second object).
+    assert len(compiled) == 1 and len(_objects(cache)) == 1

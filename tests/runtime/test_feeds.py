@@ -1,0 +1,344 @@
+"""Infeed and outfeed on one device, in this process (xladist/runtime/feeds.py through
+SingleDeviceContext): item semantics, token order, layouts, npz files, and every error.
+
+Multi-rank runs are in tests/cli/test_feeds_cli.py (subprocess) and tests/mpi/test_feeds.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.runtime.feeds import npz as feeds_npz
+from xladist.runtime.device import DeviceAssignment, Placement
+from xladist.runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
+from xladist.errors import ExecutionError, VerifierError
+
+RNG = np.random.default_rng(6)
+P0 = Placement(0, 0, 0, 0, DeviceAssignment.default(1, 1))
+
+# Three infeeds chained by tokens (array, tuple, array with a column-major layout), an
+# empty-tuple infeed in between that takes no item, and outfeeds of an array and a tuple.
+CHAIN = """HloModule chain
+
+ENTRY main {
+  t0 = token[] after-all()
+  a = (f32[2,3], token[]) infeed(t0)
+  a.d = f32[2,3] get-tuple-element(a), index=0
+  a.t = token[] get-tuple-element(a), index=1
+  e = ((), token[]) infeed(a.t)
+  e.t = token[] get-tuple-element(e), index=1
+  b = ((s32[4], f32[]), token[]) infeed(e.t)
+  b.d = (s32[4], f32[]) get-tuple-element(b), index=0
+  b.t = token[] get-tuple-element(b), index=1
+  c = (f32[2,3]{0,1}, token[]) infeed(b.t)
+  c.d = f32[2,3]{0,1} get-tuple-element(c), index=0
+  c.t = token[] get-tuple-element(c), index=1
+  cast = f32[3,2]{1,0} bitcast(c.d)
+  b.i = s32[4] get-tuple-element(b.d), index=0
+  b.f = f32[] get-tuple-element(b.d), index=1
+  sum = f32[2,3] add(a.d, c.d)
+  o1 = token[] outfeed(sum, c.t), outfeed_shape=f32[2,3]{1,0}
+  pair = (s32[4], f32[]) tuple(b.i, b.f)
+  o2 = token[] outfeed(pair, o1), outfeed_shape=(s32[4]{0}, f32[])
+  ROOT r = (f32[3,2], f32[]) tuple(cast, b.f)
+}
+"""
+
+UNORDERED = """HloModule unordered
+
+ENTRY main {
+  t0 = token[] after-all()
+  a = (f32[2], token[]) infeed(t0)
+  b = (f32[2], token[]) infeed(t0)
+  x = f32[2] get-tuple-element(a), index=0
+  y = f32[2] get-tuple-element(b), index=0
+  ROOT s = f32[2] add(x, y)
+}
+"""
+
+# A loop: each step takes one f32[3] item and outfeeds (step, running sum).
+LOOP = """HloModule loop
+
+cond {
+  p = (s32[], token[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(STEPS)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], token[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  t = token[] get-tuple-element(p), index=1
+  acc = f32[3] get-tuple-element(p), index=2
+  in = (f32[3], token[]) infeed(t)
+  x = f32[3] get-tuple-element(in), index=0
+  t1 = token[] get-tuple-element(in), index=1
+  acc2 = f32[3] add(acc, x)
+  item = (s32[], f32[3]) tuple(i, acc2)
+  t2 = token[] outfeed(item, t1), outfeed_shape=(s32[], f32[3]{0})
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  ROOT next = (s32[], token[], f32[3]) tuple(i2, t2, acc2)
+}
+
+ENTRY main {
+  zero = s32[] constant(0)
+  t = token[] after-all()
+  z = f32[] constant(0)
+  acc = f32[3] broadcast(z), dimensions={}
+  init = (s32[], token[], f32[3]) tuple(zero, t, acc)
+  w = (s32[], token[], f32[3]) while(init), condition=cond, body=body
+  ROOT out = f32[3] get-tuple-element(w), index=2
+}
+"""
+
+
+def loop_module(steps: int):
+    return xladist.parse_hlo(LOOP.replace("STEPS", str(steps)))
+
+
+def run_one(module, infeed=None, outfeed=None, *, backend="interpreter", timeout=10.0,
+            prefetch=4):
+    """Run on one device with feeds; returns (outputs, outfed items)."""
+    got = []
+    sink = outfeed if outfeed is not None else (lambda r, rep, part, item: got.append(item))
+    feeds = make_feeds(infeed, sink, prefetch=prefetch, timeout=timeout)
+    with running_single(feeds, module) as device:
+        outs = xladist.compile(module, backend=backend, device=device)()
+    return outs, got
+
+
+def chain_items():
+    a = RNG.normal(size=(2, 3)).astype(np.float32)
+    b = (np.arange(4, dtype=np.int32) * 7, np.float32(2.5))
+    c = RNG.normal(size=(2, 3)).astype(np.float32)
+    return a, b, c
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_chain_takes_items_in_token_order_with_tuples_layouts_and_empty_tuple(backend):
+    a, b, c = chain_items()
+    outs, got = run_one(xladist.parse_hlo(CHAIN), lambda r, rep, part: [a, b, c],
+                        backend=backend)
+    # c's layout {0,1} stores it column-major: the bitcast to f32[3,2]{1,0} reads c.T.
+    np.testing.assert_array_equal(outs[0], c.T)
+    assert outs[1] == np.float32(2.5)
+    assert len(got) == 2
+    np.testing.assert_array_equal(got[0], a + c)
+    assert isinstance(got[1], tuple) and len(got[1]) == 2
+    np.testing.assert_array_equal(got[1][0], b[0])
+    assert got[1][1].dtype == np.float32 and got[1][1] == np.float32(2.5)
+
+
+def test_raw_bytes_item_is_the_buffer_in_layout_order():
+    a, b, c = chain_items()
+    physical = np.ascontiguousarray(c.T).tobytes()  # {0,1}: dim 0 is minor
+    outs, got = run_one(xladist.parse_hlo(CHAIN), lambda r, rep, part: [a, b, physical])
+    np.testing.assert_array_equal(got[0], a + c)
+    np.testing.assert_array_equal(outs[0], c.T)
+
+
+def test_empty_tuple_infeed_takes_no_item():
+    a, b, c = chain_items()
+    # Exactly three items for four infeeds: the empty tuple must not take one.
+    _, got = run_one(xladist.parse_hlo(CHAIN), lambda r, rep, part: iter([a, b, c]))
+    np.testing.assert_array_equal(got[0], a + c)
+
+
+def test_loop_outfeeds_tuples_in_program_order():
+    xs = [RNG.normal(size=3).astype(np.float32) for _ in range(5)]
+    outs, got = run_one(loop_module(5), lambda r, rep, part: xs)
+    np.testing.assert_allclose(outs[0], np.sum(xs, axis=0), rtol=1e-6)
+    assert [int(i) for i, _ in got] == [0, 1, 2, 3, 4]
+    for k, (_, acc) in enumerate(got):
+        np.testing.assert_allclose(acc, np.sum(xs[:k + 1], axis=0), rtol=1e-6)
+
+
+def test_outfed_items_are_copies():
+    xs = [np.ones(3, np.float32) for _ in range(2)]
+    _, got = run_one(loop_module(2), lambda r, rep, part: xs)
+    xs[0][:] = 100  # the producer copied it when it was queued
+    np.testing.assert_array_equal(got[1][1], [2, 2, 2])
+
+
+def test_unordered_infeeds_are_refused_naming_both():
+    module = xladist.parse_hlo(UNORDERED)
+    with pytest.raises(VerifierError) as e:
+        run_one(module, lambda r, rep, part: [np.zeros(2, np.float32)] * 2)
+    assert "infeeds a (line 5) and b (line 6) are not ordered by tokens" in str(e.value)
+
+
+def test_outfeed_shape_must_match_operand():
+    bad = CHAIN.replace("outfeed_shape=f32[2,3]{1,0}", "outfeed_shape=f32[3,2]{1,0}")
+    with pytest.raises(VerifierError, match="outfeed_shape"):
+        xladist.compile(xladist.parse_hlo(bad))
+
+
+# ---- errors ----------------------------------------------------------------------------------
+def _error(module, items, **kw) -> str:
+    with pytest.raises(ExecutionError) as e:
+        run_one(module, items, **kw)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("case, item, given", [
+    ("dims", np.zeros((3, 2), np.float32), "given f32[3,2]"),
+    ("dtype", np.zeros((2, 3), np.float64), "given f64[2,3]"),
+    ("tuple for array", (np.zeros((2, 3), np.float32),), "given (f32[2,3])"),
+])
+def test_mismatched_array_item_names_rank_instruction_index(case, item, given):
+    text = _error(xladist.parse_hlo(CHAIN), lambda r, rep, part: [item])
+    assert text.startswith("rank 0 (replica 0, partition 0) | a (line 5): ")
+    assert "infeed item 0 on rank 0 does not fit a: expected f32[2,3], " + given in text
+
+
+def test_mismatched_tuple_element_is_pointed_at():
+    a, b, c = chain_items()
+    text = _error(xladist.parse_hlo(CHAIN),
+                  lambda r, rep, part: [a, (b[0].astype(np.int64), b[1]), c])
+    assert "infeed item 1 on rank 0 does not fit b: expected (s32[4], f32[]), given " \
+           "(s64[4], f32[]) (element 0: expected s32[4], given s64[4])" in text
+    text = _error(xladist.parse_hlo(CHAIN), lambda r, rep, part: [a, b[0], c])
+    assert "infeed item 1 on rank 0 does not fit b: expected (s32[4], f32[]), given " \
+           "s32[4] (a tuple of 2 is expected, not an array)" in text
+    text = _error(xladist.parse_hlo(CHAIN), lambda r, rep, part: [a, b + (b[1],), c])
+    assert "3 elements given, 2 expected" in text
+
+
+def test_exhausted_source():
+    xs = [np.zeros(3, np.float32)] * 17
+    text = _error(loop_module(20), lambda r, rep, part: xs)
+    assert "infeed exhausted on rank 0 at in (item 17)" in text
+    assert "ended after 17 items" in text
+
+
+def test_source_that_raises_is_reported_with_its_exception():
+    def source(rank, replica, partition):
+        yield np.zeros(3, np.float32)
+        raise KeyError("bad shard")
+    text = _error(loop_module(3), source)
+    assert "the infeed iterable raised KeyError: 'bad shard' (on rank 0, producing item 1 " \
+           "for in)" in text
+
+
+def test_factory_that_raises_is_reported():
+    def source(rank, replica, partition):
+        raise RuntimeError("no data for this rank")
+    assert "raised RuntimeError: no data for this rank" in _error(loop_module(1), source)
+
+
+def test_empty_queue_waits_with_a_deadline():
+    release = threading.Event()
+
+    def slow(rank, replica, partition):
+        yield np.zeros(3, np.float32)
+        release.wait(10)  # a blocked source: the device side must not wait forever
+        yield np.zeros(3, np.float32)
+    t0 = time.monotonic()
+    text = _error(loop_module(2), slow, timeout=0.5)
+    release.set()
+    assert time.monotonic() - t0 < 5
+    assert "infeed timed out on rank 0 at in (item 1)" in text
+    assert "produced nothing for 0.5 s" in text
+
+
+def test_no_source_and_no_sink_are_reported():
+    feeds = Feeds(None, None, timeout=1)
+    with running_single(feeds, loop_module(1)) as device, \
+            pytest.raises(ExecutionError, match="this run has no infeed source"):
+        xladist.compile(loop_module(1), device=device)()
+
+
+def test_prefetch_bounds_how_far_the_source_is_read():
+    pulled = []
+
+    class Source:
+        copies = False
+
+        def open(self, placement):
+            for k in range(100):
+                pulled.append(k)
+                yield np.float32(k)
+    pre = Prefetcher(Source(), P0, depth=3)
+    deadline = time.monotonic() + 5
+    while len(pulled) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert len(pulled) == 4  # 3 queued + 1 waiting to be put: backpressure
+    assert [pre.get(1) for _ in range(3)] == [0, 1, 2]
+    pre.stop()
+    assert not pre.thread.is_alive()
+
+
+# ---- npz files -------------------------------------------------------------------------------
+def test_npz_source_and_sink_round_trip(tmp_path):
+    xs = [RNG.normal(size=3).astype(np.float32) for _ in range(4)]
+    feeds_npz.write_items(str(tmp_path / "in0.npz"), xs)
+    with np.load(tmp_path / "in0.npz") as f:
+        assert sorted(f.files) == ["item0", "item1", "item2", "item3"]
+    feeds = make_feeds(str(tmp_path / "in{rank}.npz"), str(tmp_path / "out" / "r{replica}.npz"),
+                       timeout=10)
+    with running_single(feeds, loop_module(4)) as device:
+        xladist.compile(loop_module(4), device=device)()
+    with np.load(tmp_path / "out" / "r0.npz") as f:
+        assert sorted(f.files, key=lambda k: (len(k), k))[:2] == ["item0_0", "item0_1"]
+        assert len(f.files) == 8
+        for k in range(4):
+            assert f[f"item{k}_0"] == k
+            np.testing.assert_allclose(f[f"item{k}_1"], np.sum(xs[:k + 1], axis=0), rtol=1e-6)
+    assert not (tmp_path / "out" / "r0.npz.part").exists()
+
+
+def test_npz_source_refuses_gaps_and_mixed_keys(tmp_path):
+    np.savez(tmp_path / "gap.npz", item0=np.zeros(3, np.float32), item2=np.zeros(3, np.float32))
+    text = _error(loop_module(1), str(tmp_path / "gap.npz"))
+    assert "item 1 is missing but item 2 is there" in text
+    np.savez(tmp_path / "mixed.npz", item0=np.zeros(3, np.float32),
+             item0_0=np.zeros(3, np.float32))
+    assert "both as item0 and as tuple elements" in _error(loop_module(1),
+                                                           str(tmp_path / "mixed.npz"))
+
+
+def test_outfeed_is_written_when_the_program_fails(tmp_path):
+    xs = [np.full(3, k, np.float32) for k in range(3)]
+    feeds = make_feeds(lambda r, rep, part: xs, str(tmp_path / "o.npz"), timeout=10)
+    with pytest.raises(ExecutionError, match="infeed exhausted on rank 0 at in \\(item 3\\)"), \
+            running_single(feeds, loop_module(6)) as device:
+        xladist.compile(loop_module(6), device=device)()
+    with np.load(tmp_path / "o.npz") as f:
+        assert len(f.files) == 6  # three (step, acc) items outfed before the failure
+        np.testing.assert_array_equal(f["item2_1"], [3, 3, 3])
+
+
+def test_part_log_of_a_killed_rank_is_recovered(tmp_path):
+    sink = NpzSink(str(tmp_path / "out{rank}.npz"))
+    sink.open(P0)
+    sink.write(np.arange(3, dtype=np.float32))
+    sink.write((np.array(1, np.int32), np.ones(2, np.float64)))
+    # Killed here: no close(). A record cut short by the kill is dropped.
+    with open(feeds_npz.part_path(sink.path), "ab") as f:
+        f.write(b"\x93NUMPY\x01\x00garbage")
+    sink.log.close(remove=False)
+    assert not (tmp_path / "out0.npz").exists()
+    sink.recover([P0])
+    with np.load(tmp_path / "out0.npz") as f:
+        assert sorted(f.files) == ["item0", "item1_0", "item1_1"]
+        np.testing.assert_array_equal(f["item0"], [0, 1, 2])
+        assert f["item1_0"].shape == () and f["item1_0"] == 1
+        assert f["item1_1"].dtype == np.float64
+    assert not (tmp_path / "out0.npz.part").exists()
+
+
+def test_bf16_items_from_uint16_bits():
+    import ml_dtypes
+    text = LOOP.replace("f32", "bf16").replace("STEPS", "2")
+    module = xladist.parse_hlo(text)
+    xs = [np.array([1, 2, 3], ml_dtypes.bfloat16).view(np.uint16)] * 2
+    outs, _ = run_one(module, lambda r, rep, part: xs)
+    np.testing.assert_array_equal(outs[0].astype(np.float32), [2, 4, 6])

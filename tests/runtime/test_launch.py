@@ -1,0 +1,303 @@
+"""Starting jobs: `xladist run --hostfile`, the mpiexec command line, and what a run shows.
+
+The hostfile runs use launch/hostfile.localhost (this machine twice), so they need no
+cluster; a hostfile naming a host that does not exist proves the file really reaches
+mpiexec. Results are checked against the corpus's expected outputs (computed by XLA).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xladist.runtime import launcher
+from tests.cli_util import xladist_cli
+from tests.paths import ROOT
+
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
+HOSTFILE = ROOT / "launch" / "hostfile.localhost"
+
+
+def _xladist(*args, cwd=ROOT, timeout=120, progress="off"):
+    return xladist_cli(*args, cwd=cwd, timeout=timeout, XLADIST_PROGRESS=progress)
+
+
+def _check_outputs(path):
+    got = np.load(path)
+    expected = np.load(CASE / "expected.npz")
+    assert sorted(got.files) == sorted(expected.files)
+    for k in expected.files:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+
+
+def test_hostfile_localhost_runs_corpus_case(tmp_path):
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile", str(HOSTFILE),
+                    "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
+def test_hostfile_from_config(tmp_path):
+    out = tmp_path / "out.npz"
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'module = "{CASE}/module.hlo"\ninputs = "{CASE}/inputs.npz"\nranks = 2\n'
+                   f'hostfile = "{os.path.relpath(HOSTFILE, tmp_path)}"\n')
+    proc = _xladist("run", "--config", str(cfg), "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
+def test_hostfile_reaches_mpiexec(tmp_path):
+    # A host that cannot exist: mpiexec fails to start a proxy there, which it could only
+    # try if it read the file; xladist adds what to check.
+    bad = tmp_path / "hosts"
+    bad.write_text("no-such-host.invalid\nno-such-host.invalid\n")
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile", str(bad),
+                    "--inputs", str(CASE / "inputs.npz"), timeout=90)
+    assert proc.returncode != 0
+    assert "no-such-host.invalid" in proc.stderr
+    assert f"could not start ranks on the hosts of {bad}" in proc.stderr
+
+
+def test_missing_hostfile_is_input_error(tmp_path):
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile",
+                    str(tmp_path / "absent"), "--inputs", str(CASE / "inputs.npz"))
+    assert proc.returncode == 2
+    assert "hostfile" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_mpiexec_command_passes_hostfile():
+    cmd = launcher.mpiexec_command(2, ["-m", "xladist"], hostfile="hosts")
+    i = cmd.index("-f")
+    assert cmd[i + 1] == "hosts" and cmd[cmd.index("-n") + 1] == "2"
+
+
+def test_progress_on_does_not_change_results(tmp_path):
+    # Progress in log mode gives rank 0 alone a tracer: the run must still complete
+    # (no collective that only rank 0 enters) and give the same numbers.
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2",
+                    "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out),
+                    progress="log", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
+def test_forward_stderr_passes_status_updates_and_drops_mpich_noise(monkeypatch):
+    import io
+    r, w = os.pipe()
+    sink = io.BytesIO()
+
+    class Err:
+        buffer = sink
+
+    monkeypatch.setattr(sys, "stderr", Err)
+    data = (b"\rstep 1\rstep 2 | outfeed 3"
+            b"\r             \rrank 1: error: boom\n"
+            b"Abort(1) on node 1: application called MPI_Abort(MPI_COMM_WORLD, 1)\n"
+            b"last line without newline")
+    os.write(w, data)
+    os.close(w)
+    seen = bytearray()
+    with os.fdopen(r, "rb") as stream:
+        launcher._forward_stderr(stream, seen)
+    text = sink.getvalue()
+    assert bytes(seen) == data  # what the abort-note check compares against: unfiltered
+    assert b"\rstep 1\rstep 2 | outfeed 3" in text     # \r updates pass unchanged
+    assert b"rank 1: error: boom\n" in text
+    assert b"MPI_Abort" not in text
+    assert text.endswith(b"last line without newline")
+
+
+# A rank that leaves its abort note and aborts: `say` also prints it first, as abort_job does.
+_ABORTING_RANK = """
+import sys
+from mpi4py import MPI
+from xladist.collectives import deadline
+if MPI.COMM_WORLD.Get_rank() == 1:
+    if sys.argv[1] == "say":
+        deadline.abort_job("the last words of rank 1")
+    deadline._leave_abort_note("rank 1: the last words of rank 1")  # noqa: SLF001
+    MPI.COMM_WORLD.Abort(3)
+MPI.COMM_WORLD.Barrier()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("capture", [True, False], ids=["captured", "forwarded"])
+@pytest.mark.parametrize("say", ["say", "silent"])
+def test_abort_message_reaches_the_user_exactly_once(tmp_path, capfd, capture, say):
+    # MPICH's launcher may drop what a rank printed just before MPI_Abort; the note the rank
+    # leaves in the job directory is printed by the launcher then -- and only then.  "silent"
+    # is that lost case made certain: the rank leaves the note but prints nothing.
+    script = tmp_path / "abort.py"
+    script.write_text(_ABORTING_RANK)
+    proc = launcher.launch(2, [str(script), say], capture=capture, timeout=90,
+                           env={"PYTHONPATH": str(ROOT)})
+    err = proc.stderr if capture else capfd.readouterr().err
+    assert proc.returncode != 0
+    assert err.count("rank 1: the last words of rank 1") == 1, err
+
+
+def test_abort_notes_of_a_reused_job_dir_are_not_repeated(tmp_path, capfd):
+    stale = tmp_path / "job" / "aborts"
+    stale.mkdir(parents=True)
+    (stale / "rank0.txt").write_text("an old failure")
+    proc = launcher.launch(2, ["-c", "import sys; sys.exit(1)"], capture=True, timeout=90,
+                           env={"XLADIST_JOB_DIR": str(tmp_path / "job")})
+    assert proc.returncode != 0
+    assert "an old failure" not in proc.stderr
+
+
+SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo", "export-jax"]
+
+
+def _subparser(sub):
+    import argparse
+
+    from xladist.cli import SUBCOMMANDS, _load
+    if sub not in SUBCOMMANDS:
+        pytest.skip(f"{sub} is not registered")
+    try:
+        mod = _load(sub)
+    except ModuleNotFoundError:
+        pytest.skip(f"xladist {sub} is not built yet")
+    p = argparse.ArgumentParser(prog=f"xladist {sub}")
+    mod.add_arguments(p)
+    return mod, p
+
+
+@pytest.mark.parametrize("sub", SUBS)
+def test_every_option_of_every_subcommand_has_an_example(sub):
+    mod, parser = _subparser(sub)
+    examples = mod.EPILOG.split("example", 1)[1]
+    assert f"xladist {sub}" in examples
+    lines = [ln for ln in examples.splitlines() if f"xladist {sub}" in ln]
+    for action in parser._actions:
+        if not action.option_strings or "-h" in action.option_strings:
+            continue
+        assert any(o in ln.split() or any(w.startswith(o + "=") for w in ln.split())
+                   for o in action.option_strings for ln in lines), \
+            f"xladist {sub}: no example uses {'/'.join(action.option_strings)}"
+
+
+@pytest.mark.parametrize("sub", SUBS)
+def test_subcommand_help_runs(sub):
+    _subparser(sub)
+    proc = _xladist(sub, "--help", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "examples:" in proc.stdout
+
+
+def test_top_level_help_lists_subcommands_and_examples():
+    from xladist.cli import SUBCOMMANDS, _load
+    proc = _xladist("--help", timeout=60)
+    assert proc.returncode == 0
+    built = []
+    for sub in SUBCOMMANDS:
+        try:
+            _load(sub)
+        except ModuleNotFoundError:
+            continue
+        built.append(sub)
+        assert f"    {sub} " in proc.stdout, sub
+    examples = proc.stdout.split("examples:", 1)[1]
+    for sub in built:
+        if sub != "bench":
+            assert f"xladist {sub}" in examples, sub
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
+    # A job killed from outside (timeout, a batch system) must not leave ranks behind.
+    import signal
+    import time
+
+    from xladist.examples.train_mlp import Config, write_example
+    paths = write_example(tmp_path / "data", Config(replicas=2, steps=400))
+    marker = str(tmp_path / "marker.npz")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off")
+    proc = subprocess.Popen([sys.executable, "-m", "xladist", "run",
+                             paths["module"],
+                             "-n", "2", "--inputs", paths["inputs"], "--infeed",
+                             paths["infeed"], "--outputs", marker, "--no-check"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the launcher, mpiexec, its proxy and the ranks
+        assert len(_processes_with(marker)) >= 3, "the job did not start"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        for _ in range(50):
+            if not _processes_with(marker):
+                break
+            time.sleep(0.2)
+        assert _processes_with(marker) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
+
+
+def _mpiexec_wrapper(tmp_path) -> tuple[Path, Path]:
+    """A launcher script that notes it was called, then runs the wheel's mpiexec: a run
+    through it proves --mpiexec is the program that started the ranks."""
+    from xladist.collectives.mpiexec import find_mpiexec
+    marker = tmp_path / "called"
+    script = tmp_path / "my-mpiexec"
+    script.write_text(f'#!/bin/sh\nprintf "%s " "$@" > "{marker}"\nexec "{find_mpiexec()}" "$@"\n')
+    script.chmod(0o755)
+    return script, marker
+
+
+def test_run_with_explicit_mpiexec(tmp_path):
+    script, marker = _mpiexec_wrapper(tmp_path)
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--mpiexec", str(script),
+                    "--inputs", str(CASE / "inputs.npz"), "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text().startswith("-n 2 ")
+    _check_outputs(out)
+
+
+def test_demo_with_explicit_mpiexec(tmp_path):
+    script, marker = _mpiexec_wrapper(tmp_path)
+    proc = _xladist("demo", "-n", "2", "--steps", "2", "-q", "--mpiexec", str(script),
+                    timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text().startswith("-n 2 ")
+    assert "-> OK" in proc.stdout
+
+
+@pytest.mark.parametrize("sub", ["run", "demo"])
+@pytest.mark.parametrize("bad", ["absent", "not-executable"])
+def test_bogus_mpiexec_is_input_error(tmp_path, sub, bad):
+    path = tmp_path / bad
+    if bad == "not-executable":
+        path.write_text("#!/bin/sh\n")
+    args = [str(CASE / "module.hlo"), "--inputs", str(CASE / "inputs.npz")] \
+        if sub == "run" else ["--steps", "1"]
+    proc = _xladist(sub, *args, "-n", "2", "--mpiexec", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert f"--mpiexec {path}: not an executable program" in proc.stderr
+    assert "Traceback" not in proc.stderr

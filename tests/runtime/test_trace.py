@@ -1,0 +1,342 @@
+"""`--trace`: a Chrome/Perfetto timeline with one track per rank (xladist/runtime/trace.py).
+
+End-to-end runs of corpus cases check that the file is valid Trace Event Format JSON with
+one named process per rank, and that every collective execution appears on every rank
+with its bytes and device group. How many times each collective runs is counted
+independently: the same module runs on one device through a counting DeviceContext.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xladist.runtime import progress
+from xladist.runtime.trace import TracedDevice, Tracer, format_summary, merge_partials
+from xladist import compile as compile_module
+from xladist import load_hlo, parse_hlo
+from xladist.interpreter import SingleDeviceContext
+from tests.paths import ROOT
+
+CORPUS = ROOT / "tests" / "data" / "corpus" / "jax"
+COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+               "collective-permute", "collective-broadcast"}
+
+
+def _xladist(*args, timeout=150):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off")
+    return subprocess.run([sys.executable, "-m", "xladist", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+class _Counting(SingleDeviceContext):
+    """Counts collective executions by instruction name (the independent reference).
+
+    Collectives give zeros of their result shape: in these cases no control flow depends
+    on a collective's value, so the counts are those of the real run.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.seen = Counter()
+
+    def collective(self, instr, args, reducer=None):
+        from xladist.interpreter.control import zeros_value
+        self.seen[instr.name] += 1
+        return zeros_value(instr.shape)
+
+
+def _single_device_counts(case: Path) -> Counter:
+    module = load_hlo(case / "module.hlo")
+    inputs = np.load(case / "inputs.npz")
+    args = [inputs[f"arg{i}"][0] for i in range(len(module.entry.parameters))]
+    ctx = _Counting()
+    compile_module(module, device=ctx)(*args)
+    return ctx.seen
+
+
+def _operand_bytes(instr) -> int:
+    return sum(int(np.prod(o.shape.dims, dtype=np.int64)) * np.dtype(o.shape.dtype).itemsize
+               for o in instr.operands)
+
+
+@pytest.mark.parametrize("case,n", [("while_loop_psum_mesh4", 4),
+                                    ("psum_scatter_basic_mesh4", 4),
+                                    ("elementwise_reduce_mesh2", 2)])
+def test_trace_has_a_track_per_rank_and_every_collective(tmp_path, case, n):
+    d = CORPUS / case
+    trace = tmp_path / "trace.json"
+    # Per-instruction slices are the interpreter's (the cpu backend's per-thunk slices are
+    # tested in tests/compiler/test_runtime.py).
+    proc = _xladist("run", str(d / "module.hlo"), "-n", str(n), "--inputs",
+                    str(d / "inputs.npz"), "--outputs", str(tmp_path / "o.npz"),
+                    "--trace", str(trace), "--backend", "interpreter")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {r: f"rank {r} (replica 0, partition {r})" for r in range(n)}
+    threads = {e["pid"] for e in events if e["name"] == "thread_name"}
+    assert threads == set(range(n))
+    complete = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in complete} == set(range(n))
+    for e in complete:
+        assert e["ts"] >= 0 and e["dur"] >= 0 and e["tid"] == 0, e
+
+    module = load_hlo(d / "module.hlo")
+    by_name = {i.name: i for i in module.all_instructions()}
+    expected = _single_device_counts(d)
+    for r in range(n):
+        mine = [e for e in complete if e["pid"] == r and e["cat"] == "collective"]
+        assert Counter(e["name"] for e in mine) == expected, f"rank {r}"
+        for e in mine:
+            instr = by_name[e["name"]]
+            assert e["args"]["opcode"] == instr.opcode
+            assert e["args"]["bytes"] == _operand_bytes(instr)
+            assert e["args"]["group"] == list(range(n))
+        # Every instruction of the entry computation ran once, inside the execute span.
+        run = [e for e in complete if e["pid"] == r and e["name"] == "execute"]
+        assert len(run) == 1
+        start, end = run[0]["ts"], run[0]["ts"] + run[0]["dur"]
+        entry = Counter(e["name"] for e in complete if e["pid"] == r
+                        and e["cat"] == "instruction"
+                        and e["args"]["computation"] == module.entry.name)
+        assert entry == Counter(i.name for i in module.entry.instructions)
+        inner = [e for e in complete if e["pid"] == r and e["cat"] != "run"]
+        assert all(start - 1 <= e["ts"] and e["ts"] + e["dur"] <= end + 1 for e in inner)
+    assert sum(expected.values()) > 0
+
+
+FAILS_AFTER_ALL_REDUCE = """
+HloModule fails_after_all_reduce, replica_count=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  s = f32[4] all-reduce(x), replica_groups={{0,1}}, to_apply=add
+  t = token[] after-all()
+  f = ((f32[4]), token[]) infeed(t)
+  d = (f32[4]) get-tuple-element(f), index=0
+  y = f32[4] get-tuple-element(d), index=0
+  ROOT r = f32[4] add(s, y)
+}
+"""
+
+
+def test_failed_run_leaves_a_partial_trace(tmp_path):
+    hlo = tmp_path / "m.hlo"
+    hlo.write_text(FAILS_AFTER_ALL_REDUCE)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    trace = tmp_path / "trace.json"
+    proc = _xladist("run", str(hlo), "-n", "2", "--inputs", str(tmp_path / "in.npz"),
+                    "--trace", str(trace), "--timeout", "30")
+    assert proc.returncode != 0
+    assert "infeed" in proc.stderr
+    doc = json.loads(trace.read_text())
+    assert "partial" in doc["otherData"]["note"]
+    ranks = {e["pid"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert ranks and ranks <= {0, 1}
+    reduces = [e for e in doc["traceEvents"] if e.get("cat") == "collective"]
+    assert {e["pid"] for e in reduces} == ranks and all(e["name"] == "s" for e in reduces)
+    assert not list(tmp_path.glob("trace.json.rank*.part"))
+
+
+def test_merge_partials_without_parts(tmp_path):
+    assert merge_partials(str(tmp_path / "t.json")) is False
+    assert not (tmp_path / "t.json").exists()
+
+
+# ---- in-process: the tracer hooks on one device -----------------------------------------
+LOOP = """
+HloModule loop
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+cond {
+  p = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(5)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  p = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[8] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  y = f32[8] all-reduce(x), replica_groups={}, to_apply=add
+  ROOT t = (s32[], f32[8]) tuple(j, y)
+}
+
+ENTRY main {
+  x = f32[8] parameter(0)
+  zero = s32[] constant(0)
+  init = (s32[], f32[8]) tuple(zero, x)
+  w = (s32[], f32[8]) while(init), condition=cond, body=body
+  v = f32[8] get-tuple-element(w), index=1
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(v, z), dimensions={0}, to_apply=add
+}
+"""
+
+
+def _traced_run(record=True):
+    module = parse_hlo(LOOP)
+    tracer = Tracer(0, record=record)
+    tracer.watch(module)
+    exe = compile_module(module, backend="interpreter",
+                         device=TracedDevice(SingleDeviceContext(), tracer))
+    with tracer.execute():
+        out = exe(np.arange(8, dtype=np.float32))
+    return module, tracer, out
+
+
+def test_tracer_counts_iterations_and_instructions():
+    _, tracer, out = _traced_run()
+    assert float(out[0]) == 28.0
+    assert tracer.iterations == 5
+    names = Counter(ev[0] for ev in tracer.events if ev[1] == "instruction")
+    # body: 7 instructions x 5 iterations; cond: 4 x 6 evaluations; entry: 7, once each.
+    # The reducer `add` runs inside call_vectorized: part of its caller's slice, untraced.
+    assert names["j"] == 5 and names["lt"] == 6 and names["w"] == 1 and names["r"] == 1
+    assert sum(names.values()) == 7 * 5 + 4 * 6 + 7
+    assert tracer.wait_calls["collective"] == 5
+    s = tracer.summary()
+    assert s["iterations"] == 5 and s["wall_s"] > 0
+    assert 0 <= s["compute_s"] <= s["wall_s"]
+    events = tracer.trace_events()
+    assert {e["ph"] for e in events} == {"M", "X"}
+    json.dumps(events)
+
+
+def test_counters_only_tracer_stores_no_slices_and_skips_instructions():
+    _, tracer, _ = _traced_run(record=False)
+    assert tracer.events == []
+    assert tracer.iterations == 0  # no per-instruction hook at all: nothing counted there
+    assert tracer.wait_calls["collective"] == 5 and tracer.summary()["wall_s"] > 0
+
+
+def test_untraced_evaluator_has_no_tracer():
+    from xladist.interpreter import Evaluator
+    assert Evaluator(parse_hlo(LOOP)).tracer is None
+
+
+def test_event_cap_counts_dropped_slices():
+    module = parse_hlo(LOOP)
+    tracer = Tracer(0, max_events=10)
+    exe = compile_module(module, backend="interpreter",
+                         device=TracedDevice(SingleDeviceContext(), tracer))
+    exe(np.zeros(8, np.float32))
+    kept = sum(ev[1] == "instruction" for ev in tracer.events)
+    assert kept <= 10 and tracer.dropped == 7 * 5 + 4 * 6 + 7 - kept
+    assert tracer.wait_calls["collective"] == 5  # waits are always kept
+    assert any("dropped" in e["name"] for e in tracer.trace_events())
+
+
+def test_format_summary_splits_wall_time():
+    t = Tracer(3)
+    t.run_ns = 2_000_000_000
+    t.wait_ns["collective"] = 500_000_000
+    t.wait_ns["infeed"] = 250_000_000
+    text = format_summary([t.summary()], steps=10)
+    assert text.splitlines()[0] == "10 steps in 2.00 s: 200.0 ms per step"
+    row = text.splitlines()[-1].split()
+    assert row[:3] == ["3", "2.00", "s"]
+    assert row[3:6] == ["1.25", "s", "62%"] and row[6:9] == ["0.50", "s", "25%"]
+
+
+# ---- progress line -----------------------------------------------------------------------
+class _FakeTracer:
+    iterations = 0
+    outfeed_items = 0
+    trip_count = 100
+
+
+def _show(how, seconds=0.35):
+    tr = _FakeTracer()
+    out = io.StringIO()
+    p = progress.Progress(tr, how, stream=out, interval=0.02, delay=0.0)
+    with p:
+        for i in range(5):
+            tr.iterations = i + 1
+            tr.outfeed_items = i + 1
+            time.sleep(seconds / 5)
+    return out.getvalue()
+
+
+def test_progress_tty_redraws_in_place_and_erases():
+    text = _show("tty")
+    assert text.startswith("\r") and "\n" not in text
+    assert "step 5/100" in text and "outfeed 5" in text
+    assert text.endswith("\r")  # the line is erased at the end
+    assert text.rstrip("\r").rsplit("\r", 1)[-1].strip() == ""
+
+
+def test_progress_log_writes_lines():
+    text = _show("log")
+    lines = text.splitlines()
+    assert lines and "\r" not in text
+    assert all(ln.startswith("xladist run: ") for ln in lines)
+    assert "step 5/100" in lines[-1]
+
+
+def test_progress_off_prints_nothing_and_starts_no_thread():
+    before = threading.active_count()
+    assert _show("off") == ""
+    assert threading.active_count() == before
+
+
+def test_progress_mode(monkeypatch):
+    monkeypatch.setenv(progress.ENV, "log")
+    assert progress.mode() == "log"
+    assert progress.mode(quiet=True) == "off"
+    monkeypatch.delenv(progress.ENV)
+    assert progress.mode(stream=io.StringIO()) == "log"  # not a terminal
+
+
+def test_progress_names_a_long_wait_of_rank_0():
+    from xladist.collectives import deadline
+    p = progress.Progress(_FakeTracer(), "tty", stream=io.StringIO())
+    token = deadline.watchdog.begin("all-reduce.3 (line 4)", "devices [0, 1]")
+    try:
+        assert "waiting" not in p.status()  # a short wait is not worth a mention
+        what, where, _ = deadline.watchdog.current
+        deadline.watchdog.current = (what, where, time.monotonic() - 5)
+        assert p.status().endswith("| waiting 5 s in all-reduce.3 (line 4)")
+    finally:
+        deadline.watchdog.end(token)
+    assert "waiting" not in p.status()
+
+
+def test_python_api_writes_a_trace(tmp_path):
+    import xladist
+    d = CORPUS / "psum_basic_mesh4"
+    trace = tmp_path / "api.json"
+    outs = xladist.run(d / "module.hlo", d / "inputs.npz", n=4, trace=str(trace),
+                       job_timeout=120)
+    expected = np.load(d / "expected.npz")["out0"]
+    np.testing.assert_allclose(np.stack([o[0] for o in outs]), expected, rtol=1e-5)
+    events = json.loads(trace.read_text())["traceEvents"]
+    reduces = [e for e in events if e.get("cat") == "collective"]
+    assert sorted(e["pid"] for e in reduces) == [0, 1, 2, 3]
+    assert all(e["args"]["bytes"] == 40 for e in reduces)  # f32[10] on each device
