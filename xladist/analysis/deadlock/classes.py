@@ -44,7 +44,10 @@ from collections import deque
 import numpy as np
 
 from .fold import IdValue
-from .trace import DeviceTrace, ModuleFacts, OverBudget, trace_device
+from .budget import OverBudget
+from .events import DeviceTrace
+from .facts import ModuleFacts
+from .trace import trace_device
 
 __all__ = ["MAX_CLASSES", "Split", "by_classes"]
 

@@ -16,7 +16,16 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["Problem", "Report", "event_ref", "mismatch_problem", "side_by_side"]
+__all__ = ["Problem", "Report", "device_list", "event_ref", "group_text", "mismatch_problem",
+           "side_by_side"]
+
+
+def device_list(devices) -> str:
+    return ", ".join(str(d) for d in devices)
+
+
+def group_text(group) -> str:
+    return "{" + ",".join(map(str, group)) + "}"
 
 
 def event_ref(ev, instr=None, ctx=()) -> dict:

@@ -29,7 +29,9 @@ reports a problem itself, so every report's text is the per-device path's.
 
 from __future__ import annotations
 
-from .trace import DeviceTrace, ModuleFacts, trace_device
+from .events import DeviceTrace
+from .facts import ModuleFacts
+from .trace import trace_device
 
 __all__ = ["symmetric_trace"]
 

@@ -5,12 +5,7 @@ unrolled (trip count from `known_trip_count` in backend_config, else by folding 
 over the loop state), conditionals follow the branch their folded index picks, calls, fusions
 and async wrappers are entered.  The result is the ordered list of `Event`s the device issues:
 
-  sync       a synchronous collective: blocks until every member of its group arrives
-  start      an async collective's start: issues it, never blocks
-  done       an async collective's done: blocks until every member has issued the start
-  send/recv  issue a transfer on a channel to/from one peer, never block
-  send-done  blocks until the peer has issued the matching recv (channels are unbuffered)
-  recv-done  blocks until the peer has issued the matching send
+sync, start, done, send, recv, send-done and recv-done (events.py says what each waits for).
 
 Ends of a channel that no source-target pair names complete at once and produce no event
 (collective-semantics.md 21a).  A loop or branch whose control cannot be folded, and that
@@ -21,22 +16,16 @@ Rules are registered by opcode in TRACE_RULES; only instructions that communicat
 
 from __future__ import annotations
 
-import re
 import time
 from collections import deque
 from collections.abc import Callable
 
-from xladist.hlo.collective_groups import (
-    DeviceAssignment,
-    GroupError,
-    collective_permute_pairs,
-    instruction_device_groups,
-)
-from xladist.hlo.collective_groups import PAIRS_ATTR, required_send_recv_pairs
-from xladist.errors import InputError
-from xladist.hlo.ir import Computation, Instruction, Module
+from xladist.hlo.ir import Computation, Instruction
 
 from ..schedule import communicates, computation_communicates
+from .budget import OverBudget
+from .events import DeviceTrace, Event, where
+from .facts import ModuleFacts, known_trip_count
 from .fold import Folder, Frame, Unknown, pick_branch
 from .induction import (
     INDUCTION_ITERATIONS,
@@ -47,233 +36,15 @@ from .induction import (
 )
 
 __all__ = [
-    "PAIRS_ATTR",
+    "DEFAULT_MAX_UNROLL",
     "TRACE_RULES",
-    "DeviceTrace",
-    "Event",
-    "OverBudget",
-    "ModuleFacts",
-    "Signature",
+    "UNROLL_BELOW",
     "trace_device",
-    "where",
 ]
 
 DEFAULT_MAX_UNROLL = 100_000
 # Loops of at most this many iterations are traced in full even when induction applies.
 UNROLL_BELOW = 16
-
-
-def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
-    """`name (line N, iteration 2 of while.3)` for messages."""
-    parts = [f"line {instr.line}"] if instr.line else []
-    parts.extend(ctx)
-    return f"{instr.name} ({', '.join(parts)})" if parts else instr.name
-
-
-class Signature:
-    """What all members of one collective must agree on (collective-semantics.md G.24-25, 21b)."""
-
-    FIELDS = ("kind", "groups", "types", "shapes", "reducer", "dimensions", "pairs")
-    __slots__ = FIELDS
-
-    def __init__(self, kind, groups, types, shapes, reducer, dimensions, pairs):
-        self.kind = kind
-        self.groups = groups
-        self.types = types
-        self.shapes = shapes
-        self.reducer = reducer
-        self.dimensions = dimensions
-        self.pairs = pairs
-
-    def first_difference(self, other: Signature) -> str | None:
-        if self is other:
-            return None
-        for f in self.FIELDS:
-            if getattr(self, f) != getattr(other, f):
-                return f
-        return None
-
-    def show(self, field: str) -> str:
-        v = getattr(self, field)
-        if v is None:
-            return "-"
-        if field == "groups":
-            return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in v) + "}"
-        if field == "pairs":
-            return "{" + ",".join(f"{{{s},{t}}}" for s, t in v) + "}"
-        if isinstance(v, tuple):
-            return ", ".join(map(str, v)) if v else "()"
-        return str(v)
-
-
-class Event:
-    __slots__ = (
-        "channel",
-        "ctx",
-        "device",
-        "group",
-        "index",
-        "inst",
-        "instr",
-        "issued",
-        "kind",
-        "link",
-        "looped",
-        "partner",
-        "peer",
-        "shape",
-        "sig",
-    )
-
-    def __init__(self, kind: str, instr: Instruction, device: int, ctx: tuple[str, ...]):
-        self.kind = kind
-        self.instr = instr
-        self.device = device
-        self.ctx = ctx
-        self.sig: Signature | None = None
-        self.group: tuple[int, ...] = ()
-        self.channel = None
-        self.peer: int | None = None
-        self.shape: str | None = None
-        self.link: Event | None = None      # done -> its start / send / recv
-        self.inst = None                    # the matched collective instance
-        self.partner: Event | None = None   # send <-> matched recv
-        self.issued = False
-        self.index = 0                      # position in the device's trace
-        self.looped = False                 # inside a loop traced by induction (check.py)
-
-    def where(self) -> str:
-        return where(self.instr, self.ctx)
-
-    def __repr__(self) -> str:
-        return f"<{self.kind} {self.instr.name} on device {self.device}>"
-
-
-class DeviceTrace:
-    def __init__(self, device: int, replica: int, partition: int):
-        self.device = device
-        self.replica = replica
-        self.partition = partition
-        self.events: list[Event] = []
-        # (instruction, reason, ctx) where the trace stopped because control depends on data.
-        self.unproven: tuple[Instruction, str, tuple[str, ...]] | None = None
-        # Loops traced by induction (induction.py): (while, ctx, trip count or trip key).
-        self.shortened: list[tuple] = []
-
-
-def _reducer(comp: Computation | None) -> str | None:
-    """A comparable name for a reducer: the root op when it combines the two parameters."""
-    if comp is None:
-        return None
-    root = comp.root
-    if root is not None and len(root.operands) == 2 and all(
-            o.opcode == "parameter" for o in root.operands):
-        return f"{root.opcode} ({root.shape.to_text(layout=False)})"
-    return f"computation {comp.name}"
-
-
-def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    types, dims = [], []
-    for op in instrs:
-        for _, leaf in op.shape.leaves():
-            types.append(leaf.element_type.name)
-            dims.append("[" + ",".join(map(str, leaf.dims)) + "]")
-    return tuple(types), tuple(dims)
-
-
-def _attr_key(value):
-    """A dict key equal for equal group or pair attributes.  An iota form is its few numbers
-    (the expansion follows from them); else the value itself, hashed in C: repr() of 16,384
-    explicit groups per instruction cost more than the rest of the check."""
-    iota = getattr(value, "iota", None)
-    if iota is not None and getattr(value, "mesh", None) is None:
-        return ("iota", iota)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
-
-
-_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
-
-class ModuleFacts:
-    """Device-independent facts, computed once per check: groups, signatures, channel peers."""
-
-    def __init__(self, module: Module, da: DeviceAssignment):
-        self.module = module
-        self.da = da
-        self.R, self.P = da.replica_count, da.num_partitions
-        self._groups: dict[Instruction, tuple[dict[int, tuple[int, ...]], Signature]] = {}
-        self._peers: dict[Instruction, tuple[dict[int, int], dict[int, int]]] = {}
-        self._expanded: dict[tuple, tuple] = {}  # group/pair attributes -> their expansion
-
-    def _bad(self, instr: Instruction, message: str) -> InputError:
-        comp = instr.parent.name if instr.parent else "?"
-        return InputError(f"computation {comp}, instruction {where(instr)}: {message}")
-
-    def collective(self, instr: Instruction, op: Instruction | None = None):
-        """(device -> its group, Signature) of a collective; `op` is the wrapped op if any."""
-        hit = self._groups.get(instr)
-        if hit is not None:
-            return hit
-        op = op or instr
-        kind = op.opcode.removesuffix("-start")
-        has_channel = op.attrs.get("channel_id") is not None
-        # Instructions with the same group attributes share one expansion: at thousands of
-        # devices, expanding each instruction's groups again would cost more than the check.
-        a = op.attrs
-        same = (kind, has_channel, a.get("use_global_device_ids"),
-                _attr_key(a.get("replica_groups")), _attr_key(a.get("source_target_pairs")))
-        shared = self._expanded.get(same)
-        if shared is None:
-            try:
-                groups = instruction_device_groups(kind, op.attrs, self.da)
-                pairs = None
-                if kind == "collective-permute":
-                    raw = op.attrs.get("source_target_pairs", ())
-                    pairs = tuple(collective_permute_pairs(raw, has_channel, self.R, self.P,
-                                                           self.da))
-            except GroupError as e:
-                raise self._bad(instr, str(e)) from None
-            groups_t = tuple(tuple(g) for g in groups)
-            member = {d: g for g in groups_t for d in g}
-            shared = self._expanded[same] = (groups_t, member, pairs)
-        groups_t, member, pairs = shared
-        operands = op.operands
-        types, shapes = _leaf_shapes(operands)
-        sig = Signature(kind, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
-                        tuple(op.attrs["dimensions"]) if "dimensions" in op.attrs else None,
-                        pairs)
-        self._groups[instr] = (member, sig)
-        return member, sig
-
-    def peers(self, instr: Instruction) -> tuple[dict[int, int], dict[int, int]]:
-        """(source device -> target, target device -> source) of a send/recv's channel."""
-        hit = self._peers.get(instr)
-        if hit is not None:
-            return hit
-        same = (instr.opcode, instr.frontend_attributes.get(PAIRS_ATTR))
-        hit = self._expanded.get(same)
-        if hit is None:
-            try:
-                pairs = required_send_recv_pairs(instr, self.R, self.P, self.da)
-            except GroupError as e:
-                raise self._bad(instr, str(e)) from None
-            hit = self._expanded[same] = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
-        self._peers[instr] = hit
-        return hit
-
-
-class OverBudget(Exception):
-    """The check's time budget ran out; `doing` says what the check was working on
-    ("tracing device 3 at while.2 ...", "matching collectives ..."), `device` the device
-    it was on, if one."""
-
-    def __init__(self, device: int | None, where: str, doing: str | None = None):
-        super().__init__(where)
-        self.device, self.where = device, where
-        self.doing = doing or f"tracing device {device} at {where}"
 
 
 class _Unproven(Exception):
@@ -292,12 +63,6 @@ def _rule(*opcodes: str):
             TRACE_RULES[op] = fn
         return fn
     return wrap
-
-
-def known_trip_count(instr: Instruction) -> int | None:
-    """The `known_trip_count` XLA's loop analysis stored in a while's backend_config."""
-    m = _TRIP_RE.search(instr.backend_config or "")
-    return int(m.group(1)) if m else None
 
 
 def _needs_values(comp: Computation, seen=None) -> bool:

@@ -1,0 +1,141 @@
+"""Matching: which events of different devices are the same collective or transfer.
+
+(a) collectives: on every device group, the k-th collective each member issues must be the
+    same collective (kind, groups, element types, shapes, reducer, dimensions, pairs) --
+    else a `mismatch`; one that some members never reach is `unmatched`;
+(b) channels: on every (channel, source device, target device), the k-th send pairs with the
+    k-th recv; a send whose recv is never issued (or the reverse) is `unmatched`
+    (collective-semantics.md 21a: unbuffered channels make it a hang).
+
+Matched events are linked (`Event.inst` for collectives, `Event.partner` for transfers); the
+joint simulation (simulate.py) runs on those links.
+"""
+
+from __future__ import annotations
+
+from . import budget
+from .budget import over_deadline
+from .events import DeviceTrace, Event
+from .report import Problem, device_list, event_ref, group_text, mismatch_problem, side_by_side
+
+__all__ = ["match_channels", "match_collectives"]
+
+
+class _Instance:
+    """One collective as all members of a group run it together."""
+
+    __slots__ = ("arrived", "group", "issued")
+
+    def __init__(self, group):
+        self.group = group
+        self.arrived: set[int] = set()
+        self.issued: set[int] = set()
+
+
+
+def match_collectives(traces: list[DeviceTrace], problems: list[Problem],
+                       deadline: float | None = None) -> None:
+    """(a): pair the k-th collective of each member per device group; record problems."""
+    lists: dict[tuple[int, ...], dict[int, list[Event]]] = {}
+    for tr in traces:
+        for ev in tr.events:
+            if ev.kind in ("sync", "start"):
+                lists.setdefault(ev.group, {}).setdefault(tr.device, []).append(ev)
+    truncated = {tr.device for tr in traces if tr.unproven is not None}
+    seen_mismatch: set = set()
+    steps = 0
+    for g, (group, per_dev) in enumerate(lists.items()):
+        seqs = [per_dev.get(d, []) for d in group]
+        longest = max(len(s) for s in seqs)
+        reported_mismatch = False
+        for k in range(longest):
+            steps += len(group)
+            if steps >= budget.CLOCK_EVERY:
+                steps = 0
+                over_deadline(deadline, lambda: (
+                    f"matching collectives: collective #{k + 1} of device group "
+                    f"{group_text(group)} ({g + 1} of {len(lists)} groups)"))
+            present = [(d, s[k]) for d, s in zip(group, seqs) if k < len(s)]
+            inst = _Instance(group) if len(present) == len(group) else None
+            ref = present[0][1]
+            for d, ev in present:
+                ev.inst = inst
+                field = ref.sig.first_difference(ev.sig)
+                if field and not reported_mismatch:
+                    key = (ref.instr, ev.instr, field)
+                    if key not in seen_mismatch:
+                        seen_mismatch.add(key)
+                        problems.append(mismatch_problem(ref, ev, field, k, group))
+                    reported_mismatch = True
+            if inst is None:
+                missing = [d for d in group if d not in {p[0] for p in present}]
+                if all(d in truncated for d in missing):
+                    continue  # they may still get there; their trace is unproven
+                devices = [d for d, _ in present]
+                problems.append(Problem(
+                    "unmatched",
+                    f"{ref.instr.opcode} {ref.where()} is reached by device"
+                    f"{'s' if len(devices) > 1 else ''} {device_list(devices)} but never by device"
+                    f"{'s' if len(missing) > 1 else ''} {device_list(missing)} of its group "
+                    f"{group_text(group)}; the devices that reach it wait forever",
+                    devices + missing, [event_ref(ev) for _, ev in present],
+                    detail=[f"device {d} reaches it as its collective #{k + 1} on this group"
+                            for d, _ in present] +
+                           [f"device {d} issues only {len(s)} collective(s) on this group"
+                            for d, s in zip(group, seqs) if d in missing]))
+                break
+
+
+def match_channels(traces: list[DeviceTrace], problems: list[Problem],
+                    deadline: float | None = None) -> None:
+    """(b): the k-th send on (channel, src, dst) pairs with the k-th recv on it."""
+    sends: dict[tuple, list[Event]] = {}
+    recvs: dict[tuple, list[Event]] = {}
+    for tr in traces:
+        for ev in tr.events:
+            if ev.kind == "send":
+                sends.setdefault((ev.channel, ev.device, ev.peer), []).append(ev)
+            elif ev.kind == "recv":
+                recvs.setdefault((ev.channel, ev.peer, ev.device), []).append(ev)
+    truncated = {tr.device for tr in traces if tr.unproven is not None}
+    keys = list(dict.fromkeys(list(sends) + list(recvs)))
+    steps = 0
+    for n, key in enumerate(keys):
+        channel, src, dst = key
+        ss, rs = sends.get(key, []), recvs.get(key, [])
+        steps += len(ss) + 1
+        if steps >= budget.CLOCK_EVERY:
+            steps = 0
+            over_deadline(deadline, lambda: (
+                f"matching channel {channel} from device {src} to device {dst} "
+                f"({n + 1} of {len(keys)} sender/receiver pairs)"))
+        for s, r in zip(ss, rs):
+            s.partner, r.partner = r, s
+            if s.shape != r.shape:
+                problems.append(Problem(
+                    "mismatch",
+                    f"channel {channel}: device {src} sends {s.shape} at {s.where()} but device "
+                    f"{dst} receives {r.shape} at {r.where()}",
+                    [src, dst], [event_ref(s), event_ref(r)],
+                    detail=side_by_side((f"device {src}", f"device {dst}"),
+                                         [("instruction", s.where(), r.where()),
+                                          ("shape", s.shape, r.shape)], differs="shape")))
+        if len(ss) > len(rs) and dst not in truncated:
+            s = ss[len(rs)]
+            problems.append(Problem(
+                "unmatched",
+                f"device {src} sends to device {dst} on channel {channel} at {s.where()}, but "
+                f"device {dst} never issues a matching recv; channels are unbuffered, so the "
+                "send never completes",
+                [src, dst], [event_ref(s)],
+                detail=[f"device {src} issues {len(ss)} send(s) to device {dst} on channel "
+                        f"{channel}; device {dst} issues {len(rs)} recv(s) from device {src}"]))
+        elif len(rs) > len(ss) and src not in truncated:
+            r = rs[len(ss)]
+            problems.append(Problem(
+                "unmatched",
+                f"device {dst} receives from device {src} on channel {channel} at {r.where()}, "
+                f"but device {src} never issues a matching send; the recv-done waits forever",
+                [dst, src], [event_ref(r)],
+                detail=[f"device {dst} issues {len(rs)} recv(s) from device {src} on channel "
+                        f"{channel}; device {src} issues {len(ss)} send(s) to device {dst}"]))
