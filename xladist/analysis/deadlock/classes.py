@@ -39,14 +39,13 @@ every device as before: problems are always reported by the per-device path, in 
 from __future__ import annotations
 
 import time
-from collections import deque
-
 import numpy as np
 
 from .fold import IdValue
 from .budget import OverBudget
 from .events import DeviceTrace
 from .facts import ModuleFacts
+from .simulate import run
 from .trace import trace_device
 
 __all__ = ["MAX_CLASSES", "Split", "by_classes"]
@@ -349,56 +348,27 @@ def _over(deadline) -> None:
 
 
 def _simulate(steps, nbrs, targets, sources, deadline) -> bool:
-    """Run every class as one device (module docstring); True when all finish."""
-    n = len(steps)
-    pos = [0] * n
-    reached: dict[tuple, int] = {}   # (partition, class) -> P-events reached (start: issued)
-    issued: dict[tuple, int] = {}    # ("send"/"recv", channel, class) -> ends issued
-    waiters: dict[tuple, list[int]] = {}
-    runnable = deque(range(n))
-    queued = set(runnable)
-    turns = 0
-
-    def wake(key):
-        for c in waiters.pop(key, ()):
-            if c not in queued:
-                queued.add(c)
-                runnable.append(c)
-
-    while runnable:
-        c = runnable.popleft()
-        queued.discard(c)
-        turns += 1
-        if turns % 1024 == 0:
-            _over(deadline)
-        seq, i = steps[c], pos[c]
-        while i < len(seq):
-            kind, key, k = seq[i]
+    """Run every class as one device (module docstring), in simulate.py's joint simulation;
+    True when all finish.  A class raises its count of events reached on a partition (a
+    sync or start) or issued on a channel (a send or recv); its k-th sync on a partition
+    waits until every class it meets there reached k + 1 events on it, its done the same,
+    its k-th send-done until every target class issued k + 1 recvs (recv-done: sends)."""
+    compiled = []
+    for c, seq in enumerate(steps):
+        out = []
+        for kind, key, k in seq:
             if kind in ("sync", "start"):
-                if reached.get((key, c), 0) <= k:   # wake others only on news (no ping-pong)
-                    reached[(key, c)] = k + 1
-                    wake(("p", key))
-                if kind == "sync":
-                    blocked = [b for b in nbrs[(key, c)] if reached.get((key, b), 0) <= k]
-                else:
-                    blocked = []
-                wait = ("p", key)
+                waits = (tuple((("p", key, b), k + 1) for b in nbrs[(key, c)])
+                         if kind == "sync" else ())
+                out.append(((("p", key, c),), waits))
             elif kind == "done":
-                blocked = [b for b in nbrs[(key, c)] if reached.get((key, b), 0) <= k]
-                wait = ("p", key)
+                out.append(((), tuple((("p", key, b), k + 1) for b in nbrs[(key, c)])))
             elif kind in ("send", "recv"):
-                issued[(kind, key, c)] = k + 1
-                wake((kind, key))
-                blocked = []
+                out.append((((kind, key, c),), ()))
             elif kind == "send-done":
-                blocked = [b for b in targets[(key, c)] if issued.get(("recv", key, b), 0) <= k]
-                wait = ("recv", key)
+                out.append(((), tuple((("recv", key, b), k + 1) for b in targets[(key, c)])))
             else:   # recv-done
-                blocked = [b for b in sources[(key, c)] if issued.get(("send", key, b), 0) <= k]
-                wait = ("send", key)
-            if blocked:
-                waiters.setdefault(wait, []).append(c)
-                break
-            i += 1
-        pos[c] = i
-    return all(p == len(seq) for p, seq in zip(pos, steps))
+                out.append(((), tuple((("send", key, b), k + 1) for b in sources[(key, c)])))
+        compiled.append(out)
+    pos = run(compiled, deadline, lambda *_: "checking the classes of devices")
+    return all(p == len(seq) for p, seq in zip(pos, compiled))
