@@ -280,12 +280,12 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
                 out.append((k,) + at[id(ev)])
             elif k in ("send", "recv"):
                 to_target = facts.peers(ev.instr)[0]
-                if (ev.channel, id(to_target)) not in same:
-                    if maps.setdefault(ev.channel, to_target) != to_target:
-                        return False   # ends of one channel name different pairs
-                    same.add((ev.channel, id(to_target)))
-                seq = (sends if k == "send" else recvs)[c].setdefault(ev.channel, [])
-                at[id(ev)] = (ev.channel, len(seq))
+                if (ev.stream, id(to_target)) not in same:
+                    if maps.setdefault(ev.stream, to_target) != to_target:
+                        return False   # ends of one stream name different pairs
+                    same.add((ev.stream, id(to_target)))
+                seq = (sends if k == "send" else recvs)[c].setdefault(ev.stream, [])
+                at[id(ev)] = (ev.stream, len(seq))
                 seq.append(ev.shape)
                 out.append((k,) + at[id(ev)])
             else:   # done, send-done, recv-done: wait on what their start/send/recv issued

@@ -80,6 +80,7 @@ class Event:
         "peer",
         "shape",
         "sig",
+        "stream",
     )
 
     def __init__(self, kind: str, instr: Instruction, device: int, ctx: tuple[str, ...]):
@@ -89,7 +90,8 @@ class Event:
         self.ctx = ctx
         self.sig: Signature | None = None
         self.group: tuple[int, ...] = ()
-        self.channel = None
+        self.channel = None                 # send/recv: the channel_id (for messages)
+        self.stream = None                  # and the pairing stream (SendRecvStreams.key)
         self.peer: int | None = None
         self.shape: str | None = None
         self.link: Event | None = None      # done -> its start / send / recv

@@ -9,6 +9,7 @@ from xladist.hlo.collective_groups import (
     DeviceAssignment,
     GroupError,
     PAIRS_ATTR,
+    SendRecvStreams,
     collective_permute_pairs,
     instruction_device_groups,
     required_send_recv_pairs,
@@ -68,6 +69,8 @@ class ModuleFacts:
         self._groups: dict[Instruction, tuple[dict[int, tuple[int, ...]], Signature]] = {}
         self._peers: dict[Instruction, tuple[dict[int, int], dict[int, int]]] = {}
         self._expanded: dict[tuple, tuple] = {}  # group/pair attributes -> their expansion
+        # Which send pairs with which recv: the runtime's rule (collective_groups.py).
+        self.streams = SendRecvStreams(module)
 
     def _bad(self, instr: Instruction, message: str) -> InputError:
         comp = instr.parent.name if instr.parent else "?"

@@ -3,15 +3,19 @@
 (a) collectives: on every device group, the k-th collective each member issues must be the
     same collective (kind, groups, element types, shapes, reducer, dimensions, pairs) --
     else a `mismatch`; one that some members never reach is `unmatched`;
-(b) channels: on every (channel, source device, target device), the k-th send pairs with the
+(b) channels: on every (stream, source device, target device), the k-th send pairs with the
     k-th recv; a send whose recv is never issued (or the reverse) is `unmatched`
-    (collective-semantics.md 21a: unbuffered channels make it a hang).
+    (collective-semantics.md 21a: unbuffered channels make it a hang).  A stream is the
+    runtime's pairing rule (xladist/hlo/collective_groups.py SendRecvStreams): a channel
+    whose sends and recvs both exist, else the one-ended ends paired by peers and order.
 
 Matched events are linked (`Event.inst` for collectives, `Event.partner` for transfers); the
 joint simulation (simulate.py) runs on those links.
 """
 
 from __future__ import annotations
+
+from xladist.hlo.collective_groups import PEER_ORDER, SendRecvStreams
 
 from . import budget
 from .budget import over_deadline
@@ -87,35 +91,36 @@ def match_collectives(traces: list[DeviceTrace], problems: list[Problem],
 
 
 def match_channels(traces: list[DeviceTrace], problems: list[Problem],
-                    deadline: float | None = None) -> None:
-    """(b): the k-th send on (channel, src, dst) pairs with the k-th recv on it."""
+                   deadline: float | None = None) -> None:
+    """(b): the k-th send on (stream, src, dst) pairs with the k-th recv on it (a stream is a
+    channel, or the one-ended sends and recvs paired by peers and order: SendRecvStreams)."""
     sends: dict[tuple, list[Event]] = {}
     recvs: dict[tuple, list[Event]] = {}
     for tr in traces:
         for ev in tr.events:
             if ev.kind == "send":
-                sends.setdefault((ev.channel, ev.device, ev.peer), []).append(ev)
+                sends.setdefault((ev.stream, ev.device, ev.peer), []).append(ev)
             elif ev.kind == "recv":
-                recvs.setdefault((ev.channel, ev.peer, ev.device), []).append(ev)
+                recvs.setdefault((ev.stream, ev.peer, ev.device), []).append(ev)
     truncated = {tr.device for tr in traces if tr.unproven is not None}
     keys = list(dict.fromkeys(list(sends) + list(recvs)))
     steps = 0
     for n, key in enumerate(keys):
-        channel, src, dst = key
+        stream, src, dst = key
         ss, rs = sends.get(key, []), recvs.get(key, [])
         steps += len(ss) + 1
         if steps >= budget.CLOCK_EVERY:
             steps = 0
             over_deadline(deadline, lambda: (
-                f"matching channel {channel} from device {src} to device {dst} "
+                f"matching {_stream(stream)} from device {src} to device {dst} "
                 f"({n + 1} of {len(keys)} sender/receiver pairs)"))
         for s, r in zip(ss, rs):
             s.partner, r.partner = r, s
             if s.shape != r.shape:
                 problems.append(Problem(
                     "mismatch",
-                    f"channel {channel}: device {src} sends {s.shape} at {s.where()} but device "
-                    f"{dst} receives {r.shape} at {r.where()}",
+                    f"{_stream(stream, s.channel)}: device {src} sends {s.shape} at {s.where()} "
+                    f"but device {dst} receives {r.shape} at {r.where()}",
                     [src, dst], [event_ref(s), event_ref(r)],
                     detail=side_by_side((f"device {src}", f"device {dst}"),
                                          [("instruction", s.where(), r.where()),
@@ -124,18 +129,28 @@ def match_channels(traces: list[DeviceTrace], problems: list[Problem],
             s = ss[len(rs)]
             problems.append(Problem(
                 "unmatched",
-                f"device {src} sends to device {dst} on channel {channel} at {s.where()}, but "
-                f"device {dst} never issues a matching recv; channels are unbuffered, so the "
-                "send never completes",
+                f"device {src} sends to device {dst} on {_stream(stream, s.channel)} at "
+                f"{s.where()}, but device {dst} never issues a matching recv; channels are "
+                "unbuffered, so the send never completes",
                 [src, dst], [event_ref(s)],
-                detail=[f"device {src} issues {len(ss)} send(s) to device {dst} on channel "
-                        f"{channel}; device {dst} issues {len(rs)} recv(s) from device {src}"]))
+                detail=[f"device {src} issues {len(ss)} send(s) to device {dst} on "
+                        f"{_stream(stream)}; device {dst} issues {len(rs)} recv(s) from "
+                        f"device {src}"]))
         elif len(rs) > len(ss) and src not in truncated:
             r = rs[len(ss)]
             problems.append(Problem(
                 "unmatched",
-                f"device {dst} receives from device {src} on channel {channel} at {r.where()}, "
-                f"but device {src} never issues a matching send; the recv-done waits forever",
+                f"device {dst} receives from device {src} on {_stream(stream, r.channel)} at "
+                f"{r.where()}, but device {src} never issues a matching send; the recv-done "
+                "waits forever",
                 [dst, src], [event_ref(r)],
-                detail=[f"device {dst} issues {len(rs)} recv(s) from device {src} on channel "
-                        f"{channel}; device {src} issues {len(ss)} send(s) to device {dst}"]))
+                detail=[f"device {dst} issues {len(rs)} recv(s) from device {src} on "
+                        f"{_stream(stream)}; device {src} issues {len(ss)} send(s) to device "
+                        f"{dst}"]))
+
+
+def _stream(stream, channel=None) -> str:
+    """`channel 3`; for the one-ended ends, how they pair (SendRecvStreams.describe)."""
+    if stream is PEER_ORDER and channel is None:
+        return "the one-ended sends and recvs (paired by peers and program order)"
+    return SendRecvStreams.describe(stream, channel)

@@ -63,10 +63,10 @@ def symmetric_trace(facts: ModuleFacts, schedule, *, max_unroll: int, induction:
             to_target, to_source = facts.peers(ev.instr)
             if len(to_target) != n or len(to_source) != n:
                 return None  # not a permutation of all devices
-            known = pairs.setdefault(ev.channel, to_target)
+            known = pairs.setdefault(ev.stream, to_target)
             if known is not to_target and known != to_target:
                 return None
-            (sends if k == "send" else recvs).setdefault(ev.channel, []).append(ev)
+            (sends if k == "send" else recvs).setdefault(ev.stream, []).append(ev)
     for channel in set(sends) | set(recvs):
         ss, rs = sends.get(channel, []), recvs.get(channel, [])
         if len(ss) != len(rs) or any(s.shape != r.shape for s, r in zip(ss, rs)):

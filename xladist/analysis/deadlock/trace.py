@@ -222,6 +222,7 @@ def _issue(t: _Tracer, instr, frame, ctx):
         return
     ev = t.emit(instr.opcode, instr, ctx)
     ev.channel = instr.attrs.get("channel_id")
+    ev.stream = t.facts.streams.key(instr)
     ev.peer = peer
     data = instr.operands[0].shape if is_send else instr.shape.subshape((0,))
     ev.shape = data.to_text(layout=False)
@@ -239,7 +240,8 @@ def _complete(t: _Tracer, instr, frame, ctx):
     if issued is None:
         return
     ev = t.emit(instr.opcode, instr, ctx)
-    ev.channel, ev.peer, ev.link, ev.shape = issued.channel, issued.peer, issued, issued.shape
+    ev.channel, ev.stream, ev.peer, ev.link, ev.shape = (issued.channel, issued.stream,
+                                                         issued.peer, issued, issued.shape)
 
 
 @_rule("call", "fusion")
