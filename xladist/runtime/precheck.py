@@ -11,6 +11,9 @@ started by hand under mpiexec, see the callers), and
 `check=False` (`--no-check`) opts out; the run-time watchdog (xladist/runtime/watchdog.py) is then the
 only guard, and ends a hang with a report after `--timeout`.  The launching process tells the
 ranks it started that the check was done through CHECKED_ENV.
+
+`verdict(report)` is what the check concluded, as data a job spec can carry (the hang
+report says whether the check had proven the program it watched hang).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 
 from xladist.errors import DeadlockError
 
-__all__ = ["CHECKED_ENV", "precheck"]
+__all__ = ["CHECKED_ENV", "precheck", "verdict"]
 
 CHECKED_ENV = "XLADIST_CHECKED"
 
@@ -52,6 +55,24 @@ def precheck(module, num_devices: int, *, device_assignment=None, strict: bool =
                           f"{module.name} finishes; running anyway (--strict refuses it):\n"
                           f"{text}")
     return report
+
+
+def verdict(report) -> dict:
+    """The check's conclusion for a job spec: {"verdict": ..., "assumptions": [...],
+    "reasons": [...]} with verdict one of
+
+      "proven"            no device can hang or desynchronize;
+      "assuming"          proven if the listed loops run as their known_trip_count says (the
+                          check could not fold their conditions; the runtime follows them);
+      "not proven"        parts depend on data, or the check's budget ran out (`reasons`);
+      "refused"           problems were found (precheck raised; `reasons` are their texts);
+      "nothing to check"  the module never talks to another device (`report` is None).
+
+    `report` is what `precheck` returned or the DeadlockError it raised carried
+    (xladist.analysis.deadlock Report.summary() gives the same for a report)."""
+    if report is None:
+        return {"verdict": "nothing to check", "assumptions": [], "reasons": []}
+    return report.summary()
 
 
 def _stderr(text: str) -> None:

@@ -34,7 +34,7 @@ from .facts import ModuleFacts
 from .matching import match_channels, match_collectives
 from .report import Problem, Report, device_list, event_ref
 from .simulate import simulate
-from .symmetry import LazyTraces, symmetric_trace
+from .symmetry import LazyTraces, event_counts, symmetric_trace
 from .trace import DEFAULT_MAX_UNROLL, trace_device
 
 __all__ = ["DEFAULT_BUDGET", "Problem", "Report", "check_module", "resolve_devices"]
@@ -128,7 +128,7 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
         if one is not None:
             report = Report(module.name, da, [], [one], time.perf_counter() - t0,
                             strict=strict)
-            report.events = dict.fromkeys(da.devices, len(one.events))
+            report.events = event_counts(facts, one)
             report.traces = LazyTraces(da.devices, lambda d: trace_device(
                 facts, schedule, d, max_unroll=max_unroll, choose=Choices(), induction=True))
             report.symmetric = True
@@ -224,7 +224,30 @@ def _over_budget(e: OverBudget, budget: float, strict: bool) -> Problem:
 def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=False,
                 deadline=None):
     """Trace every device under `choices`, then match and simulate: (traces, problems);
-    (None, None) when devices traced loops by induction differently (then unroll)."""
+    (None, None) when devices traced loops by induction differently (then unroll).
+
+    Where a trace assumed a loop's known_trip_count, what it found holds only if the
+    assumption does: the devices are traced again with such loops stopping the trace (as
+    data-dependent loops do), and only the problems found then are certain; the others
+    become warnings "if the assumed trip counts hold"."""
+    traces, problems = _trace_and_match(facts, schedule, da, strict, max_unroll, choices,
+                                        induction, deadline, assume=True)
+    if traces is None or not any(tr.assumptions for tr in traces):
+        return traces, problems
+    _, sure = _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction,
+                               deadline, assume=False)
+    certain = {(p.kind, p.message) for p in sure or () if p.kind != "unproven"}
+    for p in problems:
+        if p.kind != "unproven" and (p.kind, p.message) not in certain:
+            p.detail.append("(found assuming the known_trip_counts above; if they do not "
+                            "hold, the data decides)")
+            if not strict:
+                p.severity = "warning"
+    return traces, problems
+
+
+def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction, deadline,
+                     assume):
     traces = []
     for d in da.devices:
         # Loops check the deadline per iteration; straight-line code per device.
@@ -232,7 +255,7 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
             raise OverBudget(d, f"the start of its trace ({len(traces)} of "
                              f"{len(da.devices)} devices traced)")
         traces.append(trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
-                                   induction=induction, deadline=deadline))
+                                   induction=induction, deadline=deadline, assume=assume))
     if induction and len({tuple(tr.shortened) for tr in traces}) > 1 and not _apart(traces):
         return None, None
     problems: list[Problem] = []
@@ -244,6 +267,14 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
                 f"{instr.opcode} {where(instr, ctx)}: {reason}",
                 [tr.device], [event_ref(None, instr, ctx)],
                 severity="error" if strict else "warning"))
+        for instr, ctx, count, why in tr.assumptions:
+            problems.append(Problem(
+                "unproven", f"assuming {where(instr, ctx)} runs {count} "
+                f"time{'s' if count != 1 else ''} on device {tr.device} (its "
+                f"known_trip_count): the check cannot fold its condition ({why}), and the "
+                "runtime follows the condition",
+                [tr.device], [event_ref(None, instr, ctx)],
+                severity="error" if strict else "warning", assumption=True))
     _merge_unproven(problems)
     match_collectives(traces, problems, deadline)
     match_channels(traces, problems, deadline)

@@ -192,7 +192,7 @@ def _trace_classes(facts, schedule, devs: _Devices, *, max_unroll, deadline, cho
                 return None  # (one part: values that never compare equal, such as NaN)
             todo[:0] = parts
             continue
-        if trace.unproven is not None:
+        if trace.unproven is not None or trace.assumptions:
             return None
         done.append((members, trace))
     return done

@@ -2,7 +2,8 @@
 
 An `Event` is one step of a device's communication trace (trace.py builds them):
 
-  sync       a synchronous collective: blocks until every member of its group arrives
+  sync       a synchronous collective: blocks until every member of its group arrives (also
+             a generic async-start wrapping a collective, which both backends run at once)
   start      an async collective's start: issues it, never blocks
   done       an async collective's done: blocks until every member has issued the start
   send/recv  issue a transfer on a channel to/from one peer, never block
@@ -10,14 +11,16 @@ An `Event` is one step of a device's communication trace (trace.py builds them):
   recv-done  blocks until the peer has issued the matching send
 
 A `Signature` is what all members of one collective must agree on; a `DeviceTrace` is one
-device's ordered events.
+device's ordered events.  A `Handle` is the value the tracer gives a start, send or recv: it
+travels through tuples, calls and loop state as the runtime's handle does, so each done finds
+the very start it completes.
 """
 
 from __future__ import annotations
 
 from xladist.hlo.ir import Instruction
 
-__all__ = ["DeviceTrace", "Event", "Signature", "where"]
+__all__ = ["DeviceTrace", "Event", "Handle", "Signature", "where"]
 
 
 def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
@@ -108,6 +111,19 @@ class Event:
         return f"<{self.kind} {self.instr.name} on device {self.device}>"
 
 
+class Handle:
+    """The traced value of a start, send or recv: its event (None when this device takes no
+    part in it) and, in a symbolic trace, its step (symmetry.py)."""
+
+    __slots__ = ("event", "op", "step")
+
+    def __init__(self, op: str, event: Event | None, step: int | None):
+        self.op, self.event, self.step = op, event, step
+
+    def __repr__(self) -> str:
+        return f"Handle({self.op}, {self.event})"
+
+
 class DeviceTrace:
     def __init__(self, device: int, replica: int, partition: int):
         self.device = device
@@ -118,4 +134,10 @@ class DeviceTrace:
         self.unproven: tuple[Instruction, str, tuple[str, ...]] | None = None
         # Loops traced by induction (induction.py): (while, ctx, trip count or trip key).
         self.shortened: list[tuple] = []
+        # Loops whose trip count was taken from known_trip_count because the condition could
+        # not be folded: (while, ctx, count, why); the verdict then says "assuming".
+        self.assumptions: list[tuple] = []
+        # A symbolic trace (symmetry.py): every communicating instruction reached, whether
+        # or not the traced device takes part, as (kind, instruction, step of its start/op).
+        self.steps: list[tuple] | None = None
 

@@ -106,7 +106,10 @@ class ModuleFacts:
         groups_t, member, pairs = shared
         operands = op.operands
         types, shapes = _leaf_shapes(operands)
-        sig = Signature(kind, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
+        # A -start's kind keeps its suffix: MPI never matches a nonblocking collective with a
+        # blocking one, so a member starting what another runs synchronously is a mismatch.
+        form = op.opcode if op.opcode.endswith("-start") else kind
+        sig = Signature(form, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
                         tuple(op.attrs["dimensions"]) if "dimensions" in op.attrs else None,
                         pairs)
         self._groups[instr] = (member, sig)

@@ -20,7 +20,16 @@ from xladist.hlo.collective_groups import PEER_ORDER, SendRecvStreams
 from . import budget
 from .budget import over_deadline
 from .events import DeviceTrace, Event
-from .report import Problem, device_list, event_ref, group_text, mismatch_problem, side_by_side
+from .report import (
+    Problem,
+    may_pass,
+    device_list,
+    event_ref,
+    group_text,
+    leaves_early,
+    mismatch_problem,
+    side_by_side,
+)
 
 __all__ = ["match_channels", "match_collectives"]
 
@@ -28,12 +37,11 @@ __all__ = ["match_channels", "match_collectives"]
 class _Instance:
     """One collective as all members of a group run it together."""
 
-    __slots__ = ("arrived", "group", "issued")
+    __slots__ = ("arrived", "group")
 
     def __init__(self, group):
         self.group = group
-        self.arrived: set[int] = set()
-        self.issued: set[int] = set()
+        self.arrived: set[int] = set()   # members that reached it (a sync) or started it
 
 
 
@@ -76,7 +84,7 @@ def match_collectives(traces: list[DeviceTrace], problems: list[Problem],
                 if all(d in truncated for d in missing):
                     continue  # they may still get there; their trace is unproven
                 devices = [d for d, _ in present]
-                problems.append(Problem(
+                problems.append(may_pass(Problem(
                     "unmatched",
                     f"{ref.instr.opcode} {ref.where()} is reached by device"
                     f"{'s' if len(devices) > 1 else ''} {device_list(devices)} but never by device"
@@ -86,7 +94,8 @@ def match_collectives(traces: list[DeviceTrace], problems: list[Problem],
                     detail=[f"device {d} reaches it as its collective #{k + 1} on this group"
                             for d, _ in present] +
                            [f"device {d} issues only {len(s)} collective(s) on this group"
-                            for d, s in zip(group, seqs) if d in missing]))
+                            for d, s in zip(group, seqs) if d in missing]),
+                    leaves_early(ref.sig)))
                 break
 
 

@@ -5,8 +5,9 @@ events) and the class path (classes.py, on class traces).
 A unit's trace is compiled into steps.  A step raises some counters by one when the unit
 reaches it and may go on once each of its waits `(counter, value)` holds a counter at that
 value or more.  For devices: a collective blocks until all members arrive (the instance's
-counter reaches the group size), an async done until all members issued the start, a
-recv-done until the peer issued the send, a send-done until the peer issued the recv.
+counter, which a sync reached or a start issued raises, reaches the group size), an async
+done likewise, a recv-done until the peer issued the send, a send-done until the peer
+issued the recv.
 Counters only grow, so waits are only ever released: the units still blocked at the end are
 blocked for good (cycles.py explains them), and the order units are run in does not change
 where they stop.
@@ -107,7 +108,7 @@ def simulate(traces: list[DeviceTrace], deadline: float | None = None) -> dict[i
     for events, i in zip(by_dev, pos):
         for ev in events[:i + 1]:   # the events passed, and the one stopped at (arrived)
             if ev.inst is not None and ev.kind in ("sync", "start"):
-                (ev.inst.arrived if ev.kind == "sync" else ev.inst.issued).add(ev.device)
+                ev.inst.arrived.add(ev.device)
             elif ev.kind in ("send", "recv"):
                 ev.issued = True
     return {tr.device: events[i] for tr, events, i in zip(traces, by_dev, pos)

@@ -17,14 +17,13 @@ Rules are registered by opcode in TRACE_RULES; only instructions that communicat
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 
 from xladist.hlo.ir import Computation, Instruction
 
 from ..schedule import communicates, computation_communicates
 from .budget import OverBudget
-from .events import DeviceTrace, Event, where
+from .events import DeviceTrace, Event, Handle, where
 from .facts import ModuleFacts, known_trip_count
 from .fold import Folder, Frame, Unknown, pick_branch
 from .induction import (
@@ -99,12 +98,15 @@ class _Tracer:
         # (key, number of branches) -> the branch every device with that key takes, for a
         # conditional whose index is unknown but keyed (check.py enumerates the choices).
         self.choose = choose
-        self.channels: dict[tuple, deque] = {}
-        self.pending_async: dict[Instruction, Event | None] = {}
+        # symmetry.py: a symbolic trace records every communicating instruction it reaches
+        # (trace.steps), whether or not the traced device takes part in it.
+        self.steps = [] if symbolic and ids is None else None
+        trace.steps = self.steps
         self.runs: dict[Instruction, int] = {}  # events per instruction, for uniform_key
         self.looping = 0  # depth of loops traced by induction around the current event
         self.induction = induction
         self.deadline = deadline
+        self.assume = True   # take known_trip_count where a condition cannot be folded
 
     def tick(self, instr: Instruction, ctx) -> None:
         """Stop with OverBudget once the check's deadline has passed (called per iteration)."""
@@ -122,6 +124,22 @@ class _Tracer:
             return None  # each group may see another value: control on it is unproven here
         runs = self.runs.get(instr, 0)
         return ("all-reduce", id(instr), group, runs)
+
+    def step(self, kind: str, instr: Instruction, link: int | None = None) -> int | None:
+        """Record a reached instruction in a symbolic trace; its index there."""
+        if self.steps is None:
+            return None
+        self.steps.append((kind, instr, link))
+        return len(self.steps) - 1
+
+    def handle(self, instr: Instruction, frame: Frame, ctx, op: str) -> Handle:
+        """The Handle a done's operand evaluates to (through tuples, calls and loop state,
+        as the runtime's handle travels); a done whose start cannot be told is unproven."""
+        h = self.folder.eval(instr.operands[0], frame) if instr.operands else None
+        if not isinstance(h, Handle) or h.op != op:
+            raise _Unproven(instr, f"the check cannot tell which {op} it completes (its "
+                            "operand is not the value of one)", ctx)
+        return h
 
     def emit(self, kind: str, instr: Instruction, ctx) -> Event:
         ev = Event(kind, instr, self.device, ctx)
@@ -150,10 +168,11 @@ class _Tracer:
 
 @_rule("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
        "collective-broadcast", "collective-permute")
-def _sync(t: _Tracer, instr, frame, ctx):
-    member, sig = t.facts.collective(instr)
+def _sync(t: _Tracer, instr, frame, ctx, op=None):
+    member, sig = t.facts.collective(instr, op)
     if t.ids is not None:
         t.ids.present(member)
+    t.step("sync", instr)
     group = member.get(t.device)
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
@@ -162,51 +181,47 @@ def _sync(t: _Tracer, instr, frame, ctx):
 
 
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
-def _start(t: _Tracer, instr, frame, ctx, op=None):
-    member, sig = t.facts.collective(instr, op)
+def _start(t: _Tracer, instr, frame, ctx):
+    member, sig = t.facts.collective(instr)
     if t.ids is not None:
         t.ids.present(member)
+    step = t.step("start", instr)
     group = member.get(t.device)
     ev = None
     if group is not None:
         ev = t.emit("start", instr, ctx)
         ev.sig, ev.group = sig, group
-    t.pending_async[instr] = ev
+    frame.memo[instr] = Handle("start", ev, step)
 
 
-@_rule("all-reduce-done", "all-gather-done", "collective-permute-done", "async-done")
+@_rule("all-reduce-done", "all-gather-done", "collective-permute-done")
 def _done(t: _Tracer, instr, frame, ctx):
-    start = instr.operands[0] if instr.operands else None
-    while start is not None and start.opcode == "async-update":
-        start = start.operands[0] if start.operands else None
-    if start is None or start not in t.pending_async:
-        return  # a start we did not trace as a collective (e.g. a synchronously walked wrapper)
-    ev_start = t.pending_async.pop(start)
-    if ev_start is None:
+    h = t.handle(instr, frame, ctx, "start")
+    t.step("done", instr, h.step)
+    if h.event is None:
         return
     ev = t.emit("done", instr, ctx)
-    ev.sig, ev.group, ev.link = ev_start.sig, ev_start.group, ev_start
+    ev.sig, ev.group, ev.link = h.event.sig, h.event.group, h.event
 
 
 @_rule("async-start")
 def _async_start(t: _Tracer, instr, frame, ctx):
+    """Both backends run a generic async-start's wrapped computation at the start
+    (interpreter/control.py, compiler/control.py AsyncStartThunk), so a wrapped collective
+    blocks there, as a synchronous one; anything else that communicates runs as if called
+    here.  (Sound for a runtime that did overlap it too: blocking earlier only delays.)"""
     wrapped = instr.attrs["calls"]
     root = wrapped.root
     if root is not None and root.family == "collective" and all(
             i is root or i.opcode == "parameter" for i in wrapped.instructions):
-        _start(t, instr, frame, ctx, op=root)
+        _sync(t, instr, frame, ctx, op=root)
     else:
-        # Anything else that communicates runs in the wrapper as if it were called here.
         t.walk(wrapped, Frame(wrapped, t.lazy_operands(instr, frame)), ctx)
 
 
-@_rule("async-update")
-def _async_update(t: _Tracer, instr, frame, ctx):
-    return None
-
-
-def _channel_queue(t: _Tracer, instr: Instruction, op: str) -> deque:
-    return t.channels.setdefault((instr.attrs.get("channel_id"), op), deque())
+@_rule("async-update", "async-done")
+def _async_rest(t: _Tracer, instr, frame, ctx):
+    return None   # the work happened at the async-start
 
 
 @_rule("send", "recv")
@@ -215,28 +230,24 @@ def _issue(t: _Tracer, instr, frame, ctx):
     is_send = instr.opcode == "send"
     if t.ids is not None:
         t.ids.present(to_target if is_send else to_source)
+    step = t.step(instr.opcode, instr)
     peer = (to_target if is_send else to_source).get(t.device)
-    queue = _channel_queue(t, instr, instr.opcode)
-    if peer is None:
-        queue.append(None)  # an end no pair names completes at once (21a)
-        return
-    ev = t.emit(instr.opcode, instr, ctx)
-    ev.channel = instr.attrs.get("channel_id")
-    ev.stream = t.facts.streams.key(instr)
-    ev.peer = peer
-    data = instr.operands[0].shape if is_send else instr.shape.subshape((0,))
-    ev.shape = data.to_text(layout=False)
-    queue.append(ev)
+    ev = None
+    if peer is not None:   # else: an end no pair names completes at once (21a)
+        ev = t.emit(instr.opcode, instr, ctx)
+        ev.channel = instr.attrs.get("channel_id")
+        ev.stream = t.facts.streams.key(instr)
+        ev.peer = peer
+        data = instr.operands[0].shape if is_send else instr.shape.subshape((0,))
+        ev.shape = data.to_text(layout=False)
+    frame.memo[instr] = Handle(instr.opcode, ev, step)
 
 
 @_rule("send-done", "recv-done")
 def _complete(t: _Tracer, instr, frame, ctx):
-    op = instr.opcode.removesuffix("-done")
-    queue = _channel_queue(t, instr, op)
-    if not queue:
-        raise t.facts._bad(instr, f"device {t.device} reaches this {instr.opcode} on channel "
-                           f"{instr.attrs.get('channel_id')} with no {op} issued before it")
-    issued = queue.popleft()
+    h = t.handle(instr, frame, ctx, instr.opcode.removesuffix("-done"))
+    t.step(instr.opcode, instr, h.step)
+    issued = h.event
     if issued is None:
         return
     ev = t.emit(instr.opcode, instr, ctx)
@@ -277,34 +288,36 @@ def _conditional(t: _Tracer, instr, frame, ctx):
 
 def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     """(iterations to trace, what to record in trace.shortened or None, period) for a loop
-    whose events repeat with a period (induction.py); None: unroll it in full."""
+    whose events repeat with a period (induction.py); None: unroll it in full.
+
+    The trip count comes from the condition, which the runtime follows: its closed form, or
+    a uniform key (all-reduce results).  known_trip_count is not trusted here: where the
+    condition gives no count, the loop is unrolled and its condition folded per iteration."""
     cond, body = instr.attrs["condition"], instr.attrs["body"]
-    n = known_trip_count(instr)
-    state = t.lazy_operands(instr, frame)[0]() if n is None or _needs_values(body) else None
+    state = t.lazy_operands(instr, frame)[0]()
     p = body_period(body, state, _needs_values)
     if p is None:
         return None
+    indices = control_slice(cond, body)
+    if indices is None:
+        return None
+    if t.ids is not None and isinstance(state, tuple):
+        t.ids.settle(*(state[j] for j in indices if j < len(state)))
+    n = closed_form_trip_count(cond, body, state)
     if n is None:
-        indices = control_slice(cond, body)
-        if indices is None:
+        key = slice_key(state, indices)
+        go = t.folder.eval(cond.root, Frame(cond, [state]))
+        if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
             return None
-        if t.ids is not None and isinstance(state, tuple):
-            t.ids.settle(*(state[j] for j in indices if j < len(state)))
-        n = closed_form_trip_count(cond, body, state)
-        if n is None:
-            key = slice_key(state, indices)
-            go = t.folder.eval(cond.root, Frame(cond, [state]))
-            if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
-                return None
-            # The slice holds all-reduce results and equal constants, and computes only from
-            # itself: every device with this key runs the same number of iterations, whatever
-            # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
-            # the counts from 3p on by their remainder modulo p.
-            at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
-                where(instr, ctx)
-            options = (INDUCTION_ITERATIONS + 1) * p
-            k = t.choose(("trip", id(instr), key), options, at, t.device)
-            return k, ("uniform", key, k, p), p
+        # The slice holds all-reduce results and equal constants, and computes only from
+        # itself: every device with this key runs the same number of iterations, whatever
+        # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
+        # the counts from 3p on by their remainder modulo p.
+        at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
+            where(instr, ctx)
+        options = (INDUCTION_ITERATIONS + 1) * p
+        k = t.choose(("trip", id(instr), key), options, at, t.device)
+        return k, ("uniform", key, k, p), p
     reps = INDUCTION_ITERATIONS * p
     if n <= max(UNROLL_BELOW, reps):
         return n, None, p  # cheap to trace in full: exact iteration numbers in reports
@@ -346,28 +359,32 @@ def _while(t: _Tracer, instr, frame, ctx):
         finally:
             if record is not None:
                 t.looping -= 1
+        _keep_handles(frame, instr, state, exact=record is None)
         return
-    n = known_trip_count(instr)
-    eager = n is None or cond_comm or _needs_values(body)
-    state = t.lazy_operands(instr, frame)[0]
-    if eager:
-        state = state()
+    # Unrolled: the condition decides, as in the runtime.  known_trip_count is taken only
+    # where the condition cannot be folded, and then the verdict says it assumed it.
+    known = known_trip_count(instr)
+    state = t.lazy_operands(instr, frame)[0]()
+    assumed = False
     k = 0
     while True:
-        if n is None or cond_comm:
-            cframe = Frame(cond, [state])
-            if cond_comm:
-                t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
-            if n is None:
-                go = folder.eval(cond.root, cframe)
-                if t.ids is not None:
-                    t.ids.settle(go)
-                if isinstance(go, Unknown):
+        cframe = Frame(cond, [state])
+        if cond_comm:
+            t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
+        if assumed:
+            go = k < known
+        else:
+            go = folder.eval(cond.root, cframe)
+            if t.ids is not None:
+                t.ids.settle(go)
+            if isinstance(go, Unknown):
+                if known is None or not t.assume:
                     raise _Unproven(instr, "its body contains collectives or channels and its "
                                     f"trip count depends on data: {go.describe()}", ctx)
-                if not bool(go):
-                    break
-        if n is not None and k >= n:
+                t.trace.assumptions.append((instr, ctx, known, go.describe()))
+                assumed = True
+                go = k < known
+        if not bool(go):
             break
         t.tick(instr, ctx + (f"iteration {k + 1} of {instr.name}",))
         if k >= t.max_unroll:
@@ -375,29 +392,45 @@ def _while(t: _Tracer, instr, frame, ctx):
                             "unrolls", ctx)
         bframe = Frame(body, [state])
         t.walk(body, bframe, ctx + (f"iteration {k + 1} of {instr.name}",))
-        if eager:
-            state = folder.eval(body.root, bframe)
-        else:
-            def state(bf=bframe):  # forced only if something later asks for the loop state
-                return folder.eval(body.root, bf)
+        state = folder.eval(body.root, bframe)
         k += 1
+    _keep_handles(frame, instr, state, exact=not assumed)
+
+
+def _keep_handles(frame: Frame, instr, state, exact: bool) -> None:
+    """After a loop that carries handles (pipelined transfers: a send or recv completed
+    after the loop), the loop's value is its traced final state, so the dones after it find
+    their last send or recv.  `exact`: every iteration was traced with the runtime's
+    values; otherwise (a loop traced by induction or on an assumed count) only the handles
+    are kept and the other elements are unknown, never a shortened loop's values."""
+    value = state() if callable(state) else state
+    if not isinstance(value, tuple) or not any(isinstance(v, Handle) for v in value):
+        return
+    if not exact:
+        value = tuple(v if isinstance(v, Handle) else
+                      Unknown(instr, "the state after a loop the check did not run in full")
+                      for v in value)
+    frame.memo[instr] = value
 
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
                  max_unroll: int = DEFAULT_MAX_UNROLL, choose=None, induction: bool = True,
                  deadline: float | None = None, symbolic: bool = False,
-                 ids=None) -> DeviceTrace:
+                 ids=None, assume: bool = True) -> DeviceTrace:
     """The ordered communication events of `device` running the module's entry computation.
 
     `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
     same on every device with that key; without it such a conditional stops the trace.
     `symbolic`: replica-id and partition-id fold to unknowns, so a trace that completes is
     every device's instruction sequence (symmetry.py); groups and peers are `device`'s.
-    `ids` (with symbolic): the class of devices `device` stands for (classes.py)."""
+    `ids` (with symbolic): the class of devices `device` stands for (classes.py).
+    `assume`: a loop whose condition cannot be folded runs its known_trip_count (recorded in
+    trace.assumptions); else it stops the trace as any data-dependent loop does."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
     tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic,
                      ids)
+    tracer.assume = assume
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:
