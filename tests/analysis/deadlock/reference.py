@@ -184,9 +184,10 @@ def reference_check(module, da, inputs) -> set[str]:
             ends = [(m, per_dev[m][k]) for m in group if k < len(per_dev.get(m, []))]
             if len({events[m][i]["sig"] for m, i in ends}) > 1:
                 found.add("mismatch")   # among the members that reach it
-            if len(ends) == len(group):
-                for end in ends:
-                    meets[end] = ends
+            if len(ends) < len(group):
+                break   # what follows on this group pairs nothing certain
+            for end in ends:
+                meets[end] = ends
     for key in set(sends) | set(recvs):
         _, src, dst = key
         ss, rs = sends.get(key, []), recvs.get(key, [])

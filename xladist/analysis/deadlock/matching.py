@@ -144,7 +144,7 @@ def match_channels(traces: list[DeviceTrace], problems: list[Problem],
                 [src, dst], [event_ref(s)],
                 detail=[f"device {src} issues {len(ss)} send(s) to device {dst} on "
                         f"{_stream(stream)}; device {dst} issues {len(rs)} recv(s) from "
-                        f"device {src}"]))
+                        f"device {src}", f"({_pairing_rule(stream)})"]))
         elif len(rs) > len(ss) and src not in truncated:
             r = rs[len(ss)]
             problems.append(Problem(
@@ -155,7 +155,7 @@ def match_channels(traces: list[DeviceTrace], problems: list[Problem],
                 [dst, src], [event_ref(r)],
                 detail=[f"device {dst} issues {len(rs)} recv(s) from device {src} on "
                         f"{_stream(stream)}; device {src} issues {len(ss)} send(s) to device "
-                        f"{dst}"]))
+                        f"{dst}", f"({_pairing_rule(stream)})"]))
 
 
 def _stream(stream, channel=None) -> str:
@@ -163,3 +163,13 @@ def _stream(stream, channel=None) -> str:
     if stream is PEER_ORDER and channel is None:
         return "the one-ended sends and recvs (paired by peers and program order)"
     return SendRecvStreams.describe(stream, channel)
+
+
+def _pairing_rule(stream) -> str:
+    """The rule that paired (or failed to pair) a transfer, for unmatched ends."""
+    if stream is PEER_ORDER:
+        return ("sends and recvs whose channel id has no end of the other kind pair by peers "
+                "and program order, as XLA pairs them (collective-semantics.md D.19)")
+    return ("a channel id carried by both sends and recvs pairs its own ends only, in program "
+            "order (collective-semantics.md D.19); XLA, which pairs by peers and order alone, "
+            "may pair them otherwise")
