@@ -12,10 +12,10 @@ from xladist.errors import ExecutionError, UnsupportedError
 from xladist.interpreter import (
     EVAL_RULES,
     Evaluator,
-    SingleDeviceContext,
     check_supported,
     register_custom_call,
 )
+from xladist.semantics.single_device import SingleDeviceContext
 from xladist.interpreter.custom_calls import CUSTOM_CALLS
 from xladist.interpreter.sort import top_k_total_order as top_k
 

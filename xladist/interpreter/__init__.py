@@ -7,8 +7,9 @@ fft_linalg, rng, batchnorm). A numerics module that does not exist yet is skippe
 listed in `MISSING_FAMILIES`; once the file exists it is imported normally, so an error
 in it surfaces instead of silently dropping its ops.
 
-Public names: Evaluator, check_supported, SingleDeviceContext, DeviceContext,
-register_custom_call, EVAL_RULES, UNSUPPORTED, TOKEN.
+Public names: Evaluator, check_supported, register_custom_call, EVAL_RULES, UNSUPPORTED.
+The device interface (DeviceContext, SingleDeviceContext), TOKEN and the rules the cpu
+backend and the collectives share with the interpreter live in xladist/semantics/.
 """
 
 from __future__ import annotations
@@ -17,13 +18,10 @@ import importlib
 import importlib.util
 
 from . import compare, control, conversion, device_ops, elementwise, shaping  # noqa: F401
-from .context import DeviceContext
 from .custom_calls import register_custom_call
 from . import lapack  # noqa: F401,E402 -- registers jax's lapack_*_ffi custom-calls
 from .evaluator import Evaluator, check_supported
-from ..semantics.values import TOKEN
 from .registry import EVAL_RULES, UNSUPPORTED, register
-from .single_device import SingleDeviceContext
 
 # Written by the numerics engineer (heavy ops); imported when present.
 NUMERICS_FAMILIES = ("dot", "convolution", "reduce", "sort", "gather_scatter", "fft_linalg",
@@ -55,11 +53,8 @@ __all__ = [
     "EVAL_RULES",
     "MISSING_FAMILIES",
     "NUMERICS_FAMILIES",
-    "TOKEN",
     "UNSUPPORTED",
-    "DeviceContext",
     "Evaluator",
-    "SingleDeviceContext",
     "check_supported",
     "register",
     "register_custom_call",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..hlo.ir import describe
 from .dtypes import as_signed, as_unsigned, kind_of, total_order_key, upcast
 from .elementwise import float_max, float_min
 from .registry import register
@@ -59,7 +60,6 @@ def compare_rule(instr, args, ev):
     direction = instr.attrs.get("direction")
     ctype = comparison_type(instr)
     if direction not in DIRECTIONS or ctype not in COMPARISON_KEYS:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: unknown comparison direction={direction} "
                                f"type={ctype}")
     ka, kb = COMPARISON_KEYS[ctype](a, b)
@@ -89,7 +89,6 @@ def clamp_rule(instr, args, ev):
     lo, x, hi = args
     fn = CLAMP.get(kind_of(x.dtype))
     if fn is None:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: clamp is not defined for "
                                f"{instr.shape.element_type}")
     return np.asarray(fn(lo, x, hi)).astype(instr.shape.dtype, copy=False)

@@ -20,6 +20,7 @@ import sys
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..hlo.ir import describe
 from .dtypes import F32, bits_of, int_limits, kind_of, unsigned_of, upcast
 from .registry import register
 
@@ -181,7 +182,6 @@ def reduce_precision_rule(instr, args, ev):
     e = int(instr.attrs["exponent_bits"])
     m = int(instr.attrs["mantissa_bits"])
     if e < 1 or m < 0:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: reduce-precision needs exponent_bits >= 1 "
                                f"and mantissa_bits >= 0, got {e} and {m}")
     return reduce_precision_array(args[0], e, m)
@@ -238,7 +238,6 @@ def stochastic_convert_rule(instr, args, ev):
     result = instr.shape.element_type
     reason = stochastic_convert_unsupported(operand, result)
     if reason is not None:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: {reason}")
     return stochastic_convert_array(args[0], args[1], random.bits, instr.shape.dtype,
                                     result.bits)

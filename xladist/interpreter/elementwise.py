@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..hlo.ir import describe
 from .dtypes import (
     as_signed,
     as_unsigned,
@@ -186,7 +187,6 @@ def _lookup(table, instr, dtype):
     kind = kind_of(dtype)
     fn = table[instr.opcode].get(kind)
     if fn is None:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: {instr.opcode} is not defined for element "
                                f"type {instr.operands[0].shape.element_type} (XLA accepts it "
                                f"for: {', '.join(sorted(table[instr.opcode]))})")

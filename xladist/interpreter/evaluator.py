@@ -30,6 +30,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError, XlaDistError
+from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from .device_ops import Pending
 from ..semantics.values import TOKEN
@@ -58,13 +59,6 @@ def _scalar_bitcast(instr, args, ev):
 # element-wise; their normal rules would reshape to the scalar dims and drop the batch.
 _VECTOR_OVERRIDES = {"broadcast": _same_scalar, "reshape": _same_scalar, "copy": _same_scalar,
                      "opt-barrier": _same_scalar, "bitcast": _scalar_bitcast}
-
-
-def describe(instr) -> str:
-    """`name = shape opcode(...)` plus the computation: how errors name an instruction."""
-    comp = instr.parent.name if instr.parent is not None else "?"
-    ops = ", ".join(o.name for o in instr.operands)
-    return f"{instr.name} = {instr.shape} {instr.opcode}({ops}) in computation {comp}"
 
 
 def _is_scalar_shape(shape: Shape) -> bool:
@@ -135,7 +129,7 @@ class Evaluator:
     def __init__(self, module, device=None, *, check: bool = True, schedule=None,
                  rules=None):
         if device is None:
-            from .single_device import SingleDeviceContext
+            from ..semantics.single_device import SingleDeviceContext
             device = SingleDeviceContext()
         self.module = module
         self.device = device
