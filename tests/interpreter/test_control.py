@@ -17,7 +17,7 @@ from xladist.interpreter import (
 )
 from xladist.semantics.single_device import SingleDeviceContext
 from xladist.interpreter.custom_calls import CUSTOM_CALLS
-from xladist.interpreter.sort import top_k_total_order as top_k
+from xladist.semantics.order import top_k_total_order as top_k
 
 
 def counting_loop(limit: int):

@@ -1,6 +1,6 @@
 """topk on every float type, both backends, against XLA:CPU's own `topk` (recorded by
 tools/gen_topk_xla.py into tests/data/topk_xla_cpu.npz), and sort's TOTALORDER compare
-against topk: one ordering key (interpreter/dtypes.total_order_key) serves both.
+against topk: one ordering key (semantics/order.total_order_key) serves both.
 
 XLA:CPU widens bf16 and the 8-bit types before ordering them, which costs two things the
 operation semantics do not promise: NaN payloads of one sign tie (their order is by index),

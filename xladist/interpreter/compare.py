@@ -17,8 +17,8 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
-from .dtypes import as_signed, as_unsigned, kind_of, total_order_key, upcast
-from .elementwise import float_max, float_min
+from ..semantics.dtypes import as_signed, as_unsigned, kind_of, upcast
+from ..semantics.order import float_max, float_min, total_order_key
 from .registry import register
 
 DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,

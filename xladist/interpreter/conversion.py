@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
-from .dtypes import F32, bits_of, int_limits, kind_of, unsigned_of, upcast
+from ..semantics.dtypes import F32, bits_of, int_limits, kind_of, unsigned_of, upcast
 from .registry import register
 
 

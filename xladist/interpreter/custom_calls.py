@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 
 from ..errors import UnsupportedError
-from .sort import top_k_total_order
+from ..semantics.order import top_k_total_order
 
 CUSTOM_CALLS: dict[str, Callable] = {}
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
-from .dtypes import (
+from ..semantics.dtypes import (
     as_signed,
     as_unsigned,
     bits_of,
@@ -42,26 +42,13 @@ from .dtypes import (
     upcast,
 )
 from . import complex_xla
+from ..semantics.order import float_max, float_min
 from .registry import register
 
 _xla = complex_xla.unary  # XLA:CPU's complex formulas (complex_xla.py), shared with the cpu backend
 
 
 # ---- float helpers ------------------------------------------------------------------
-def float_max(a, b):
-    """XLA maximum on floats: NaN wins (canonical quiet NaN), +0 > -0."""
-    r = np.where(a > b, a, b)
-    r = np.where((a == b) & np.signbit(b), a, r)
-    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, r.dtype), r)
-
-
-def float_min(a, b):
-    """XLA minimum on floats: NaN wins (canonical quiet NaN), -0 < +0."""
-    r = np.where(a < b, a, b)
-    r = np.where((a == b) & ~np.signbit(b), a, r)
-    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, r.dtype), r)
-
-
 def _float_sign(x):
     # copysign(x != 0, x) keeps -0; NaN passes through with its sign.
     r = np.copysign((x != 0).astype(x.dtype), x)

@@ -16,7 +16,7 @@ from ..errors import UnsupportedError
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from . import layout
-from .dtypes import F32, kind_of
+from ..semantics.dtypes import F32, kind_of
 from ..semantics.values import TOKEN
 from .registry import register
 
