@@ -28,15 +28,22 @@ _LOCK = threading.Lock()
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+def hashed_sources() -> list[Path]:
+    """The sources whose text decides the code a kernel gets: the compiler's own and the
+    semantics layer's (codegen emits its rules: semantics/complex_xla.py's formulas run on
+    registers through scalar_ops.LlvmOps). The whole semantics package, not a list of files,
+    so a rule codegen starts reading later is covered without anyone remembering to add it."""
+    xladist = Path(__file__).resolve().parent.parent
+    return [p for folder in ("compiler", "semantics")
+            for p in sorted((xladist / folder).rglob("*.py"))]
+
+
 @lru_cache(maxsize=1)
 def compiler_version() -> str:
-    """xladist version plus a hash of the compiler sources (codegen changes
-    invalidate cached kernels even without a version bump), the interpreter's
-    complex_xla.py (the complex formulas codegen emits) included."""
+    """xladist version plus a hash of `hashed_sources()` (codegen changes invalidate cached
+    kernels even without a version bump)."""
     h = hashlib.sha256(__version__.encode())
-    root = Path(__file__).parent
-    shared = [root.parent / "interpreter" / "complex_xla.py"]
-    for path in sorted(root.rglob("*.py")) + shared:
+    for path in hashed_sources():
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:16]}"

@@ -20,7 +20,7 @@ Numerics:
   0 -- checked against XLA:CPU;
 - sign keeps -0 and NaN; round-nearest-afz rounds halves away from zero;
 - complex exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sign, abs, multiply,
-  divide and power follow XLA:CPU's formulas step by step (complex_xla.py, the cpu
+  divide and power follow XLA:CPU's formulas step by step (semantics/complex_xla.py, the cpu
   backend runs the same code on registers), special values included.
 All functions work on arrays of any shape (call_vectorized relies on it) and never
 reference the instruction's dims.
@@ -41,11 +41,11 @@ from ..semantics.dtypes import (
     kind_of,
     upcast,
 )
-from . import complex_xla
+from ..semantics import complex_xla
 from ..semantics.order import float_max, float_min
 from .registry import register
 
-_xla = complex_xla.unary  # XLA:CPU's complex formulas (complex_xla.py), shared with the cpu backend
+_xla = complex_xla.unary  # XLA:CPU's complex formulas, shared with the cpu backend
 
 
 # ---- float helpers ------------------------------------------------------------------
