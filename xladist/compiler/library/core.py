@@ -7,9 +7,9 @@ LIBRARY_THUNKS — never a silent fallback.
   scaled-dot          block-dequantized operands, then the dot (dot.py)
   convolution         im2col (sliding windows) + BLAS tensordot, any dim_labels,
                       padding, dilation, reversal, feature/batch groups
-  fft                 numpy.fft in double precision, rounded once
-  cholesky            scipy.linalg.cholesky per matrix
-  triangular-solve    scipy.linalg.solve_triangular per matrix
+  fft                 semantics/fft.py (numpy.fft in double precision, rounded once)
+  cholesky            semantics/linalg.py (LAPACK potrf per matrix)
+  triangular-solve    semantics/linalg.py (BLAS trsm per matrix)
   topk                the interpreter's rule (total order or the comparator's)
   rng                 numpy Generator (uniform / normal)
   batch-norm-*        numpy formulas of the operation semantics
@@ -34,6 +34,8 @@ from ...errors import UnsupportedError, XlaDistError
 from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
+from ...semantics.fft import fft
+from ...semantics.linalg import cholesky, triangular_solve
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
 
@@ -315,65 +317,22 @@ def _convolution(instr, args, outs):
 
 @library("fft")
 def _fft(instr, args, outs):
-    x = args[0]
-    kind = str(instr.attrs["fft_type"]).upper()
-    n = tuple(int(v) for v in instr.attrs["fft_length"])
-    axes = tuple(range(-len(n), 0))
-    wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
-    if 0 in n or x.size == 0:
-        outs[0][...] = 0
-        return
-    fn = {"FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn,
-          "IRFFT": np.fft.irfftn}.get(kind)
-    if fn is None:
-        raise UnsupportedError(f"fft `{instr.name}`: unknown fft_type {kind}")
-    _store(outs[0], fn(wide, s=n, axes=axes))
+    _store(outs[0], fft(args[0], instr.attrs["fft_type"], instr.attrs["fft_length"],
+                        outs[0].dtype))
 
 
 @library("cholesky")
 def _cholesky(instr, args, outs):
-    import scipy.linalg
-    lower = bool(instr.attrs.get("lower", False))
-    a = args[0]
-    ct = _compute_dtype(a.dtype)
-    x = a.astype(ct)
-    batch = x.reshape((-1,) + x.shape[-2:])
-    res = np.zeros_like(batch)
-    for i, m in enumerate(batch):
-        tri = np.tril(m) if lower else np.triu(m)
-        herm = tri + np.conj(np.swapaxes(tri, -1, -2)) - np.diag(np.diag(tri))
-        try:
-            res[i] = scipy.linalg.cholesky(herm, lower=lower)
-        except (np.linalg.LinAlgError, ValueError):
-            res[i] = np.nan
-    _store(outs[0], res.reshape(x.shape))
+    _store(outs[0], cholesky(args[0], bool(instr.attrs.get("lower", False))))
 
 
 @library("triangular-solve")
 def _triangular_solve(instr, args, outs):
-    import scipy.linalg
     at = instr.attrs
-    a, b = args
-    ct = _compute_dtype(outs[0].dtype)
-    left = bool(at.get("left_side", False))
-    lower = bool(at.get("lower", False))
-    unit = bool(at.get("unit_diagonal", False))
-    trans = {"NO_TRANSPOSE": 0, "TRANSPOSE": 1, "ADJOINT": 2}[
-        str(at.get("transpose_a", "NO_TRANSPOSE")).upper()]
-    A = a.astype(ct).reshape((-1,) + a.shape[-2:])
-    B = b.astype(ct).reshape((-1,) + b.shape[-2:])
-    X = np.empty_like(B)
-    for i in range(A.shape[0]):
-        if left:
-            X[i] = scipy.linalg.solve_triangular(A[i], B[i], trans=trans, lower=lower,
-                                                 unit_diagonal=unit, check_finite=False)
-        else:
-            # x op(a) = b  <=>  op(a)^T x^T = b^T
-            t = {0: 1, 1: 0, 2: 0}[trans]
-            ai = np.conj(A[i]) if trans == 2 else A[i]
-            X[i] = scipy.linalg.solve_triangular(ai, B[i].T, trans=t, lower=lower,
-                                                 unit_diagonal=unit, check_finite=False).T
-    _store(outs[0], X.reshape(b.shape))
+    _store(outs[0], triangular_solve(
+        args[0], args[1], left_side=bool(at.get("left_side", False)),
+        lower=bool(at.get("lower", False)), unit_diagonal=bool(at.get("unit_diagonal", False)),
+        transpose_a=str(at.get("transpose_a", "NO_TRANSPOSE")).upper()))
 
 
 @library("topk")
