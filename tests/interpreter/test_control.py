@@ -16,7 +16,7 @@ from xladist.interpreter import (
     register_custom_call,
 )
 from xladist.semantics.single_device import SingleDeviceContext
-from xladist.interpreter.custom_calls import CUSTOM_CALLS
+from xladist.semantics.custom_calls import CUSTOM_CALLS
 from xladist.semantics.order import top_k_total_order as top_k
 
 

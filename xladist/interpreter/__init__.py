@@ -1,7 +1,8 @@
 """The numpy reference interpreter: xladist's executable specification of every opcode.
 
 Importing the package registers every rule family in `registry.EVAL_RULES`:
-element-wise (elementwise, compare), conversion, shaping, control (+ custom_calls),
+element-wise (elementwise, compare), conversion, shaping, control (custom calls from
+semantics/custom_calls.py),
 device_ops, and the numerics families (dot, convolution, reduce, sort, gather_scatter,
 fft_linalg, rng, batchnorm). A numerics module that does not exist yet is skipped and
 listed in `MISSING_FAMILIES`; once the file exists it is imported normally, so an error
@@ -18,8 +19,7 @@ import importlib
 import importlib.util
 
 from . import compare, control, conversion, device_ops, elementwise, shaping  # noqa: F401
-from .custom_calls import register_custom_call
-from . import lapack  # noqa: F401,E402 -- registers jax's lapack_*_ffi custom-calls
+from ..semantics.custom_calls import register_custom_call
 from .evaluator import Evaluator, check_supported
 from .registry import EVAL_RULES, UNSUPPORTED, register
 

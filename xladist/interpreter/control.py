@@ -11,7 +11,7 @@ ops, CustomCall).
   holds ((operands...), result, context...); async-update passes the value through;
   async-done yields the result;
 - copy-start/copy-done: (dest, src, u32 context), then dest;
-- custom-call dispatches on custom_call_target through custom_calls.CUSTOM_CALLS.
+- custom-call dispatches on custom_call_target through semantics/custom_calls.CUSTOM_CALLS.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
-from .custom_calls import CUSTOM_CALLS
+from ..semantics.custom_calls import CUSTOM_CALLS
 from ..semantics.values import zeros_value
 from .registry import register
 

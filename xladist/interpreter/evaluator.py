@@ -379,7 +379,7 @@ def check_supported(module) -> None:
     Finds opcodes without a rule, custom-call targets nobody registered and constants
     whose data was elided in the dump; raises UnsupportedError naming the instruction.
     """
-    from .custom_calls import CUSTOM_CALLS
+    from ..semantics.custom_calls import CUSTOM_CALLS
     problems = []
     for instr in module.all_instructions():
         if instr.opcode not in EVAL_RULES:
@@ -391,7 +391,7 @@ def check_supported(module) -> None:
                 problems.append(f"{describe(instr)}: custom-call target {target!r} is not "
                                 f"registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
                                 f"register one with "
-                                f"xladist.interpreter.custom_calls.register_custom_call")
+                                f"xladist.semantics.custom_calls.register_custom_call")
         elif instr.opcode == "constant" and (instr.literal is None or instr.literal.elided):
             problems.append(f"{describe(instr)}: constant data was elided in the dump; re-dump "
                             f"with --xla_dump_large_constants")

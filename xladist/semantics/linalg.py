@@ -1,6 +1,6 @@
 """cholesky and triangular-solve (operation semantics: Cholesky, TriangularSolve), the one
 implementation both backends call, with the LAPACK / BLAS routines scipy ships (the ones
-jax's own CPU lowering calls, interpreter/lapack.py), one matrix at a time over the leading
+jax's own CPU lowering calls, lapack.py), one matrix at a time over the leading
 batch dimensions. Floats narrower than f32 (f16, bf16) are computed in f32 and rounded at
 the end.
 

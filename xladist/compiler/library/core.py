@@ -10,14 +10,15 @@ LIBRARY_THUNKS — never a silent fallback.
   fft                 semantics/fft.py (numpy.fft in double precision, rounded once)
   cholesky            semantics/linalg.py (LAPACK potrf per matrix)
   triangular-solve    semantics/linalg.py (BLAS trsm per matrix)
-  topk                the interpreter's rule (total order or the comparator's)
+  topk                semantics/order.py's total order, or the interpreter's rule with
+                      the comparator
   rng                 numpy Generator (uniform / normal)
   batch-norm-*        numpy formulas of the operation semantics
   bitcast-convert     width-changing reinterpretation (a byte copy)
   get-dimension-size  the static dimension
   copy-start          a copy (copy-done then aliases the copy)
   custom-call         the target's function from the user registry
-                      (xladist.interpreter.custom_calls.register_custom_call), as
+                      (xladist.semantics.custom_calls.register_custom_call), as
                       XLA:CPU calls registered custom-call handlers; CustomCallThunk
 
 fn(instr, args, outs): args are the operands' logical arrays; outs the logical
@@ -34,8 +35,10 @@ from ...errors import UnsupportedError, XlaDistError
 from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
+from ...semantics.custom_calls import CUSTOM_CALLS
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
+from ...semantics.order import top_k_total_order
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
 
@@ -337,11 +340,13 @@ def _triangular_solve(instr, args, outs):
 
 @library("topk")
 def _topk(instr, args, outs):
-    # The interpreter's rule: XLA's total order without a comparator (NaN largest, -0 below
-    # +0); with `to_apply`, the comparator's order (called on whole arrays).
-    from ...interpreter.evaluator import Evaluator
-    from ...interpreter.registry import EVAL_RULES
-    values, order = EVAL_RULES["topk"](instr, [args[0]], Evaluator(None))
+    if instr.attrs.get("to_apply") is None:  # XLA's total order (semantics/order.py)
+        values, order = top_k_total_order(args[0], int(instr.attrs["k"]),
+                                          bool(instr.attrs.get("largest", True)))
+    else:  # the comparator's order: the interpreter's rule calls it on whole arrays
+        from ...interpreter.evaluator import Evaluator
+        from ...interpreter.registry import EVAL_RULES
+        values, order = EVAL_RULES["topk"](instr, [args[0]], Evaluator(None))
     _store(outs[0], values)
     _store(outs[1], order)
 
@@ -439,7 +444,6 @@ def _custom_call(instr, args, outs):  # the table's entry; CustomCallThunk does 
 def custom_call_target(instr, original=None):
     """The registered function of a custom-call, or UnsupportedError (at compile time,
     before anything runs) naming the target and the instruction."""
-    from ...interpreter.custom_calls import CUSTOM_CALLS
     target = instr.attrs.get("custom_call_target")
     fn = CUSTOM_CALLS.get(target)
     if fn is None:
@@ -448,7 +452,7 @@ def custom_call_target(instr, original=None):
         raise UnsupportedError(
             f"instruction `{orig.name}` (custom-call) in computation {comp}: custom-call "
             f"target {target!r} is not registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
-            f"register one with xladist.interpreter.custom_calls.register_custom_call")
+            f"register one with xladist.semantics.custom_calls.register_custom_call")
     return target, fn
 
 
@@ -465,7 +469,7 @@ class CustomCallThunk(LibraryThunk):
         self.orig = original
 
     def describe(self) -> str:
-        return f"target {self.target!r} (xladist.interpreter.custom_calls)"
+        return f"target {self.target!r} (xladist.semantics.custom_calls)"
 
     def run(self, frame) -> None:
         from ..thunks import _value
