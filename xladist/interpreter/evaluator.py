@@ -18,7 +18,7 @@ schedule (operands before users); a scheduler may later pass its own order via
 `Evaluator(schedule=...)`.
 
 Values (registry.py): numpy arrays with logical values (any strides; the layout only
-matters where bytes are reinterpreted, see layout.py), tuples, `TOKEN`, and
+matters where bytes are reinterpreted, see semantics/layout.py), tuples, `TOKEN`, and
 `device_ops.Pending` placeholders for results of async starts. Values are immutable:
 rules must never write into an operand array (copy first).
 """

@@ -2,7 +2,7 @@
 Slice, DynamicSlice, DynamicUpdateSlice, ConcatenateInDim, Pad, Iota, Tuple,
 GetTupleElement, ...), constants, parameters and the token plumbing.
 
-Values are logical arrays (layout.py), so reshape is numpy's row-major reshape, and copy
+Values are logical arrays (semantics/layout.py), so reshape is numpy's row-major reshape, and copy
 (even one that changes the layout) returns the same value. Only `bitcast` reinterprets
 memory: it goes through layout.bitcast. Rules return read-only views where numpy makes
 them (broadcast, transpose, slices); values are never written in place.
@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
-from . import layout
+from ..semantics import layout
 from ..semantics.dtypes import F32, kind_of
 from ..semantics.values import TOKEN
 from .registry import register
