@@ -13,7 +13,7 @@ LIBRARY_THUNKS — never a silent fallback.
   topk                semantics/order.py's total order, or the interpreter's rule with
                       the comparator
   rng                 numpy Generator (uniform / normal)
-  batch-norm-*        numpy formulas of the operation semantics
+  batch-norm-*        semantics/batchnorm.py (f32 at least, rounded once)
   bitcast-convert     width-changing reinterpretation (a byte copy)
   get-dimension-size  the static dimension
   copy-start          a copy (copy-done then aliases the copy)
@@ -35,6 +35,7 @@ from ...errors import UnsupportedError, XlaDistError
 from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
+from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 from ...semantics.custom_calls import CUSTOM_CALLS
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
@@ -388,51 +389,24 @@ def _copy_start(instr, args, outs):
             _store(o, args[0])
 
 
-def _bn_axes(x, fi):
-    return tuple(d for d in range(x.ndim) if d != fi)
-
-
-def _bcast(v, x, fi):
-    shape = [1] * x.ndim
-    shape[fi] = -1
-    return v.reshape(shape)
+def _bn_attrs(instr):
+    return float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
 
 
 @library("batch-norm-training")
 def _bn_training(instr, args, outs):
-    x, scale, offset = (np.asarray(v, np.float64) for v in args)
-    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
-    axes = _bn_axes(x, fi)
-    mean = x.mean(axis=axes)
-    var = x.var(axis=axes)
-    y = (x - _bcast(mean, x, fi)) / np.sqrt(_bcast(var, x, fi) + eps) * \
-        _bcast(scale, x, fi) + _bcast(offset, x, fi)
-    for o, v in zip(outs, (y, mean, var)):
+    for o, v in zip(outs, batch_norm_training(*args, *_bn_attrs(instr))):
         _store(o, v)
 
 
 @library("batch-norm-inference")
 def _bn_inference(instr, args, outs):
-    x, scale, offset, mean, var = (np.asarray(v, np.float64) for v in args)
-    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
-    y = (x - _bcast(mean, x, fi)) / np.sqrt(_bcast(var, x, fi) + eps) * \
-        _bcast(scale, x, fi) + _bcast(offset, x, fi)
-    _store(outs[0], y)
+    _store(outs[0], batch_norm_inference(*args, *_bn_attrs(instr)))
 
 
 @library("batch-norm-grad")
 def _bn_grad(instr, args, outs):
-    x, scale, mean, var, dy = (np.asarray(v, np.float64) for v in args)
-    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
-    axes = _bn_axes(x, fi)
-    n = x.size / x.shape[fi]
-    inv = 1.0 / np.sqrt(var + eps)
-    xc = x - _bcast(mean, x, fi)
-    dscale = (dy * xc).sum(axis=axes) * inv
-    doffset = dy.sum(axis=axes)
-    dx = _bcast(scale * inv, x, fi) * (dy - _bcast(doffset / n, x, fi)
-                                       - xc * _bcast(dscale * inv / n, x, fi))
-    for o, v in zip(outs, (dx, dscale, doffset)):
+    for o, v in zip(outs, batch_norm_grad(*args, *_bn_attrs(instr))):
         _store(o, v)
 
 
