@@ -49,10 +49,6 @@ def compiler_version() -> str:
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
-def cache_dir() -> Path | None:
-    return kernel_cache.cache_dir()
-
-
 def cache_key(module_text: str) -> str:
     h = hashlib.sha256()
     for part in (module_text, target_description(), compiler_version()):
@@ -152,11 +148,6 @@ class LoadedCode:
 
     def kernel(self, name: str):
         return KERNEL_TYPE(self.address(name))
-
-
-# The checked cache, under the names other modules (serialized.py on main) call.
-load_cached = kernel_cache.load
-store_cached = kernel_cache.store
 
 
 def get_code(module_text: str, build_ir) -> tuple[LoadedCode, bool]:
