@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.runtime.bench_loop import loop_module
+from xladist.bench.in_loop import loop_module
 from xladist.errors import ExecutionError
 from xladist.semantics.single_device import SingleDeviceContext
 

@@ -292,7 +292,7 @@ def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name
     interpreter's left fold bit for bit at any group size, non-associative reducers too."""
     import xladist.collectives as C
     from xladist.collectives import reduction
-    from xladist.collectives.bench import _reducers
+    from xladist.bench.collectives import _reducers
 
     comm = cache.get(list(range(cache.world.size)))
     n = comm.size
