@@ -80,23 +80,19 @@ def main() -> None:
     table, rejected = {}, {}
     for t, x in inputs().items():
         table[f"x.{t}"] = bits(x)
-        for largest in (True, False):
-            side = "largest" if largest else "smallest"
+        # (module, key prefix of its values and indices, key of XLA's refusal)
+        cases = [(hlo_text(t, x.size, side == "largest"), ("", f"{t}.{side}"), f"{t}.{side}")
+                 for side in ("largest", "smallest")]
+        cases += [(sort_text(t, x.size, d), ("sort_", f"{t}.{d}"), f"sort.{t}.{d}")
+                  for d in ("GT", "LT")]
+        for text, (prefix, suffix), refusal in cases:
             try:
-                (values, indices), _ = run(hlo_text(t, x.size, largest), [x])
+                (values, indices), _ = run(text, [x])
             except Exception as e:  # noqa: BLE001 -- XLA's refusal is the datum
-                rejected[f"{t}.{side}"] = str(e).splitlines()[0][:200]
+                rejected[refusal] = str(e).splitlines()[0][:200]
                 continue
-            table[f"values.{t}.{side}"] = bits(values)
-            table[f"indices.{t}.{side}"] = indices
-        for direction in ("GT", "LT"):
-            try:
-                (values, indices), _ = run(sort_text(t, x.size, direction), [x])
-            except Exception as e:  # noqa: BLE001 -- XLA's refusal is the datum
-                rejected[f"sort.{t}.{direction}"] = str(e).splitlines()[0][:200]
-                continue
-            table[f"sort_values.{t}.{direction}"] = bits(values)
-            table[f"sort_indices.{t}.{direction}"] = indices
+            table[f"{prefix}values.{suffix}"] = bits(values)
+            table[f"{prefix}indices.{suffix}"] = indices
     meta = {"tool": "tools/gen_topk_xla.py", "jax_version": version, "backend": "XLA:CPU",
             "rejected": rejected}
     table["meta"] = np.array(json.dumps(meta))
