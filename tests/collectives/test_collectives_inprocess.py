@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist.collectives as C
-from xladist.collectives.communicator import CollectiveError, CommunicatorCache, in_process_world
+from xladist.collectives import CollectiveError, CommunicatorCache, in_process_world
 from xladist.collectives.reduction import builtin_op, fold
 from tests.mpi.cases import (
     DTYPES,

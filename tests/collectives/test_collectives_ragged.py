@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.collectives.communicator import CollectiveError, in_process_world
+from xladist.collectives import CollectiveError, in_process_world
 from xladist.collectives.ragged_all_to_all import ragged_all_to_all
 from xladist.analysis.deadlock import check_module
 from tests.cli_util import xladist_cli
