@@ -13,6 +13,7 @@ import pytest
 import xladist
 from xladist.compiler.codegen.lowbits import SMALL_FLOATS, SUB_BYTE_INTS
 from xladist.hlo.shape import PRIMITIVE_TYPES, primitive_type
+from tests.optional import need_jax
 
 FLOATS = sorted(SMALL_FLOATS)
 INTS = sorted(SUB_BYTE_INTS)
@@ -673,7 +674,7 @@ ENTRY %e (a: {t}[4], b: {t}[4]) -> ({t}[4], {t}[4]) {{
 # ---- jax cross-check (optional) ------------------------------------------------------
 
 def test_fp8_matmul_and_scaling_agree_with_jax():
-    jax = pytest.importorskip("jax")
+    jax = need_jax()
     jnp = jax.numpy
 
     def f(a, b):

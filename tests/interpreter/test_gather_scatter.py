@@ -12,6 +12,7 @@ from tests.interpreter.support import S, binary, instr, run, shape_of
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.shape import Shape
 from xladist.interpreter.gather_scatter import gather
+from tests.optional import need_jax
 
 
 def naive_gather(operand, indices, offset_dims, collapsed, start_index_map, ivd, slice_sizes,
@@ -134,7 +135,7 @@ def test_gather_matches_naive(name, oshape, ispec, dn):
 
 
 def test_gather_matches_jax_with_batching_dims():
-    pytest.importorskip("jax")
+    need_jax()
     from jax import lax
     rng = np.random.RandomState(9)
     operand = rng.randn(3, 7, 4).astype(np.float32)
@@ -248,7 +249,7 @@ def test_variadic_scatter():
 
 
 def test_scatter_matches_jax():
-    pytest.importorskip("jax")
+    need_jax()
     from jax import lax
     rng = np.random.RandomState(12)
     operand = rng.randn(5, 4).astype(np.float32)

@@ -8,7 +8,6 @@ real functions, run them with `xladist.run` on 2 and 4 MPI ranks and compare wit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -25,11 +24,10 @@ from xladist.jax import folder as F
 from xladist.jax import specs as S
 
 from tests.cli_util import cli_env
+from tests.optional import HAVE_JAX, JAX_MISSING
 from tests.paths import ROOT
 
-HAVE_JAX = importlib.util.find_spec("jax") is not None
-needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install -e "
-                               "'.[jax]'); CI does not install it")
+needs_jax = pytest.mark.skipif(not HAVE_JAX, reason=JAX_MISSING)
 RUN_TIMEOUT = 120  # per-wait deadline of the MPI jobs these tests start
 
 

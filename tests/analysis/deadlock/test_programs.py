@@ -10,8 +10,6 @@ import json
 
 import pytest
 
-pytest.importorskip("xladist.hlo.parser")
-
 import xladist
 from xladist.hlo.collective_groups import DeviceAssignment
 from xladist.analysis.deadlock import check_module
