@@ -53,6 +53,7 @@ def test_mlp_forward_matches_numpy():
     np.testing.assert_allclose(loss, numpy_loss(X, Y, W1, B1, W2, B2), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_mlp_gradients_match_jax_grad():
     jax = need_jax()
     jnp = need_jax("jax.numpy")

@@ -79,6 +79,7 @@ def _data_loop_inputs(tmp_path, steps):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_unproven_program_warns_once_then_runs(tmp_path):
     inputs, x = _data_loop_inputs(tmp_path, [3, 3])
     out = tmp_path / "out.npz"
@@ -105,6 +106,7 @@ def test_strict_refuses_unproven_program(tmp_path):
 # ---- valid programs through the CLI ------------------------------------------------------------
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_ring_through_cli_at_4(tmp_path):
     x = (np.arange(16, dtype=np.float32).reshape(4, 4) - 5) * 3
     inputs = write_inputs(tmp_path / "in.npz", DATA / "ring_send_recv.n4.hlo", 4, {0: x})
@@ -155,6 +157,7 @@ ENTRY %main (x: f32[3]) -> f32[3] {
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_host_transfers_from_and_to_npz_files(tmp_path):
     module = tmp_path / "host_loop.hlo"
     module.write_text(HOST_LOOP)
@@ -179,6 +182,7 @@ def test_host_transfers_from_and_to_npz_files(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_missing_host_data_names_rank_channel_and_file(tmp_path):
     module = tmp_path / "host_loop.hlo"
     module.write_text(HOST_LOOP)
@@ -224,6 +228,7 @@ ENTRY %main (x: f32[4]) -> f32[8] {
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_channel_shape_mismatch_refused_statically_and_at_run_time(tmp_path):
     module = tmp_path / "shapes.hlo"
     module.write_text(SHAPE_MISMATCH)
@@ -287,6 +292,7 @@ def test_executor_runs_the_schedule_not_the_text_order():
 # ---- host callbacks of the Python API, relayed from the launching process ---------------------
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_python_api_host_callbacks_run_in_the_launching_process():
     from xladist.runtime.api import run
     x = np.array([[1, 2, 3], [10, 20, 30]], np.float32)

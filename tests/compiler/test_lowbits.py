@@ -155,6 +155,7 @@ OTHER = ["f64", "f32", "f16", "bf16", "s64", "s32", "s8", "u32", "u8", "pred", "
 
 
 @pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.slow
 def test_convert_to_and_from_other_types(t):
     x = all_patterns(t)
     n = x.size
@@ -195,6 +196,7 @@ def _sources(n):
 
 @pytest.mark.parametrize("src", ["f64", "f32", "f16", "bf16", "s32", "u8", "s64", "pred",
                                  "s4", "u4"])
+@pytest.mark.slow
 def test_convert_into_every_small_float(src):
     n = 64
     x = _sources(n)[src]
@@ -230,6 +232,7 @@ def _pairs(t):
 
 
 @pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.slow
 def test_elementwise_chain_rounds_after_every_op(t):
     a, b = _pairs(t)
     n = a.size
@@ -266,6 +269,7 @@ ENTRY main {{
 
 
 @pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.slow
 def test_compare_select_clamp_and_total_order(t):
     a, b = _pairs(t)
     n = a.size

@@ -150,6 +150,7 @@ ENTRY %main (x: f32[2], n: s32[]) -> (f32[2], s32[]) {
 """
 
 
+@pytest.mark.slow
 def test_cli_run_writes_outputs(tmp_path):
     hlo = tmp_path / "m.hlo"
     hlo.write_text(MODULE)

@@ -102,6 +102,7 @@ def test_signed_output_is_the_same_bits():
     np.testing.assert_array_equal(u.view(np.int32), s)
 
 
+@pytest.mark.slow
 def test_matches_jax_for_many_shapes():
     jax = need_jax()
     # u64 results need x64; jax's config is process-wide, so it is restored afterwards (left

@@ -275,6 +275,7 @@ def _readme_example() -> str:
 
 
 @needs_jax
+@pytest.mark.slow
 def test_readme_example_runs_on_4_ranks():
     """The README's data- and tensor-parallel MLP step, as written there (it compares every
     result with jax itself)."""
@@ -288,6 +289,7 @@ def test_readme_example_runs_on_4_ranks():
 
 @needs_jax
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.slow
 def test_shard_map_function_on_2_ranks(backend):
     """A function that calls jax.shard_map itself (no mesh=), with a psum and a ppermute,
     compared with the same computation in numpy."""
@@ -414,6 +416,7 @@ def test_unequal_replicated_copies_from_jax(tmp_path):
 
 
 @needs_jax
+@pytest.mark.slow
 def test_too_few_devices_says_what_to_do():
     code = ("import jax, numpy as np, xladist.jax as xj\n"
             "from xladist.errors import InputError\n"
@@ -432,6 +435,7 @@ def test_too_few_devices_says_what_to_do():
 
 
 @needs_jax
+@pytest.mark.slow
 def test_cli_export_then_xladist_run(tmp_path):
     """`xladist export-jax` on a module in the current folder, `xladist run --config`, and
     assemble: the results equal jax's expected.npz."""
