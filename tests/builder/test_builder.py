@@ -56,7 +56,7 @@ def mini_eval(module: Module, *args):
     return values[entry.root.name]
 
 
-# Opcodes newer than the XLA inside the installed jaxlib (hlo-text-format.md marks them
+# Opcodes newer than the XLA inside the installed jaxlib (docs/reference/hlo-text-format.md marks them
 # [2025]); its parser rejects them, so modules using them skip the XLA acceptance check.
 NEWER_THAN_INSTALLED_XLA = {"acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh",
                             "mulhi"}

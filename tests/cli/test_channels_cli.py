@@ -237,8 +237,8 @@ def test_channel_shape_mismatch_refused_statically_and_at_run_time(tmp_path):
     assert proc.returncode == 1
     assert "channel 1: device 0 sends f32[4]" in proc.stderr
     assert "device 1 receives f32[8]" in proc.stderr
-    # Without the check, the receiving rank finds out at its recv-done (collective-semantics
-    # 21b) and names both devices.
+    # Without the check, the receiving rank finds out at its recv-done
+    # (docs/reference/collective-semantics.md 21b) and names both devices.
     proc = xladist_cli("run", module, "-n", 2, "--inputs", inputs, "-q", "--no-check",
                        "--timeout", 30)
     assert proc.returncode == 1

@@ -237,7 +237,7 @@ def test_num_devices_must_fit_the_module():
         verify_module(m, num_devices=8)
 
 
-# ---- collectives (collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
+# ---- collectives (docs/reference/collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
 
 def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -> Module:
     add = binary_comp()

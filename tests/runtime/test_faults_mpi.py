@@ -112,7 +112,7 @@ def test_device_count_must_match_replicas_times_partitions(tmp_path):
     assert_refused(proc, "4 devices", "replica_count=2", "-n 4")
 
 
-# Collectives the verifier refuses (collective-semantics.md B.9, C.14): named instruction.
+# Collectives the verifier refuses (docs/reference/collective-semantics.md B.9, C.14): named instruction.
 BAD_COLLECTIVES = {
     "group-misses-a-device": (
         "replica_groups={{0,1}}", "replica_groups={{0}}", ["instruction s", "missing [1]"]),

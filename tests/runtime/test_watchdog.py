@@ -1,6 +1,6 @@
 """The run-time watchdog: a hang that the check was told to skip ends with a job-wide report.
 
-The data-dependent case of collective-semantics.md G.24 -- a while loop whose trip count comes
+The data-dependent case of docs/reference/collective-semantics.md G.24 -- a while loop whose trip count comes
 from per-rank data, around an all-reduce -- runs with --no-check and a small --timeout: the job
 must exit non-zero soon after the deadline, printing where every rank is and naming the ranks
 that never arrived.  Unit tests cover the report text, the daemon's publishing and the loop
