@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tests.interpreter.support import S, StandInEvaluator, comparator, instr, run, shape_of
-from xladist.hlo.ir import Computation, Instruction
+from xladist.builder import XlaBuilder
 from xladist.hlo.shape import Shape
 from xladist.interpreter.dtypes import total_order_key
 from xladist.interpreter.sort import sort_along
@@ -140,9 +140,10 @@ def test_topk_matches_jax():
 
 def test_comparator_with_unused_parameters_in_any_order():
     # jax's argsort comparator declares parameters out of order and ignores some.
-    ps = [Instruction(f"p{n}", "parameter", S("s32"), parameter_number=n) for n in (2, 3, 0, 1)]
-    lt = Instruction("lt", "compare", S("pred"), [ps[2], ps[3]], {"direction": "LT"})
-    comp = Computation("argsort_cmp", ps + [lt], lt)
+    b = XlaBuilder("argsort_cmp")
+    ps = [b.parameter(n, S("s32"), name=f"p{n}") for n in (2, 3, 0, 1)]
+    comp = b.build_computation(b.instruction("compare", [ps[2], ps[3]], direction="LT"))
+    assert [i.parameter_number for i in comp.instructions[:4]] == [2, 3, 0, 1]
     keys = np.array([[5, 3, 9, 3]], np.int32)
     iota = np.array([[0, 1, 2, 3]], np.int32)
     _, idx = run(_sort([keys, iota], 1, comp), keys, iota)
