@@ -110,7 +110,7 @@ class Comp:
         return m
 
 
-class RawComp:
+class RawComp(Comp):
     """Builds one computation from Instruction objects, without shape inference (see the
     module docstring: only for IR the builder refuses)."""
 
@@ -144,13 +144,6 @@ class RawComp:
     def done(self, root: Instruction) -> Computation:
         self.comp.root = root
         return self.comp
-
-    def module(self, root: Instruction, *called: Computation, name: str = "test") -> Module:
-        m = Module(name)
-        for c in called:
-            m.add_computation(c)
-        m.add_computation(self.done(root), entry=True)
-        return m
 
 
 def run(module, *args, device=None):
