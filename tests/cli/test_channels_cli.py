@@ -53,6 +53,7 @@ INVALID = {
 }
 
 
+@pytest.mark.slow  # one CLI process per program
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_invalid_program_is_refused_before_any_rank_starts(tmp_path, name):

@@ -276,6 +276,7 @@ def _mpiexec_wrapper(tmp_path) -> tuple[Path, Path]:
     return script, marker
 
 
+@pytest.mark.slow
 def test_run_with_explicit_mpiexec(tmp_path):
     script, marker = _mpiexec_wrapper(tmp_path)
     out = tmp_path / "out.npz"
