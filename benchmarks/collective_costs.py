@@ -108,7 +108,7 @@ def main(argv=None) -> int:
 
     from xladist.bench.collectives import _reducers
     from xladist.bench.harness import parse_size
-    from xladist.collectives.communicator import MpiCommunicator
+    from xladist.collectives import MpiCommunicator
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="64K,1M,4M")
     p.add_argument("--ops", default=",".join(OPS))
