@@ -78,6 +78,7 @@ def test_the_check_proves_it(name):
     assert unrolled.ok and not unrolled.problems, unrolled.to_text()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist.collectives as C
-from xladist.collectives.communicator import CollectiveError, CommunicatorCache, in_process_world
+from xladist.collectives import CollectiveError, CommunicatorCache, in_process_world
 from xladist.collectives.reduction import builtin_op, fold
 from tests.mpi.cases import (
     DTYPES,
@@ -222,6 +222,7 @@ def _run(mode: str, timeout_s: float):
 
 
 @needs_mpiexec
+@pytest.mark.slow
 def test_rank_that_never_joins_aborts_job_after_deadline():
     proc, elapsed = _run("hang", 2)
     assert proc.returncode != 0
@@ -233,6 +234,7 @@ def test_rank_that_never_joins_aborts_job_after_deadline():
 
 
 @needs_mpiexec
+@pytest.mark.slow
 def test_rank_that_never_joins_the_native_ordered_reduce_aborts_job_after_deadline():
     # The wait is inside one native call (xladist/collectives/ordered.py): the watchdog still ends it.
     proc, elapsed = _run("hang-ordered", 2)
@@ -297,43 +299,3 @@ def test_recycled_results_do_not_alias_across_calls():
 
     for first, second, shared in C.run_in_threads(2, body):
         assert (first, second, shared) == (3.0, 6.0, False)
-
-
-def test_bench_parse_size():
-    from xladist.collectives.bench import parse_size
-
-    assert [parse_size(s) for s in ("8", "32K", "1M", "64MiB", "2kb")] == \
-        [8, 32768, 1 << 20, 64 << 20, 2048]
-    with pytest.raises(Exception, match="not a size"):
-        parse_size("lots")
-
-
-@needs_mpiexec
-def test_bench_relaunches_itself_under_mpiexec():
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "xladist.collectives.bench", "-n", "2", "--sizes", "8,4K",
-         "--iters", "3", "--repeats", "1", "--ops", "all-reduce,all-to-all"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines() if line.strip().endswith(
-        tuple("0123456789")) and not line.startswith("#")]
-    assert len(rows) == 4
-    assert all(row[7] == "0" for row in rows)  # #wrong column
-
-
-@needs_mpiexec
-def test_bench_aa_times_raw_against_itself():
-    """--aa adds raw2/raw (the raw call on a second set of buffers) to every row and
-    states its spread: the noise floor a row's ratio is read against."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "xladist.collectives.bench", "-n", "2", "--sizes", "8,64K",
-         "--iters", "3", "--repeats", "2", "--ops", "collective-permute", "--aa"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "raw2/raw" in proc.stdout
-    rows = [line.split() for line in proc.stdout.splitlines() if line.strip().endswith(
-        tuple("0123456789")) and not line.startswith("#")]
-    assert len(rows) == 2 and all(len(row) == 15 and float(row[14]) > 0 for row in rows)
-    assert "# raw against itself on other buffers (raw2/raw, from 64 KiB): " in proc.stdout

@@ -10,7 +10,8 @@ import pytest
 
 from tests.interpreter.support import S, StandInEvaluator, instr, run
 from xladist.hlo.shape import Shape
-from xladist.interpreter.rng import philox4x32, rng_bit_generator, threefry2x32
+from xladist.semantics.rng import philox4x32, rng_bit_generator, threefry2x32
+from tests.optional import need_jax
 
 CASE = Path(__file__).parent.parent / "data" / "corpus" / "single" / "rng_bit_generator_algorithms"
 
@@ -101,9 +102,20 @@ def test_signed_output_is_the_same_bits():
     np.testing.assert_array_equal(u.view(np.int32), s)
 
 
+@pytest.mark.slow
 def test_matches_jax_for_many_shapes():
-    jax = pytest.importorskip("jax")
+    jax = need_jax()
+    # u64 results need x64; jax's config is process-wide, so it is restored afterwards (left
+    # on, it turned later tests' float64 arguments into f64 parameters: test_jax_export).
+    x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
+    try:
+        _compare_with_jax(jax)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def _compare_with_jax(jax):
     import jax.numpy as jnp
     algs = {"rng_three_fry": jax.lax.RandomAlgorithm.RNG_THREE_FRY,
             "rng_philox": jax.lax.RandomAlgorithm.RNG_PHILOX}
@@ -142,3 +154,15 @@ def test_rng_normal_moments():
     ins = instr("rng", S("f64", 20000), [S("f64"), S("f64")], distribution="rng_normal")
     a = run(ins, np.float64(1.0), np.float64(2.0))
     assert abs(a.mean() - 1.0) < 0.1 and abs(a.std() - 2.0) < 0.1
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_threefry_state_without_a_counter_is_refused_by_both_backends(backend):
+    """One state check (semantics/rng.state_problem) for both backends: the cpu backend's
+    own ThreeFry once indexed state[1] of a u64[1] state (an internal IndexError)."""
+    import xladist
+    from xladist.errors import UnsupportedError
+    text = ("HloModule r\nENTRY e {\n s = u64[1] parameter(0)\n"
+            " ROOT r = (u64[1], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry\n}\n")
+    with pytest.raises(UnsupportedError, match=r"ThreeFry needs a u64\[2\] state"):
+        xladist.compile(xladist.parse_hlo(text), backend=backend)(np.array([1], np.uint64))

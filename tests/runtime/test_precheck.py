@@ -3,7 +3,7 @@
 "proven", "assuming" (a loop's known_trip_count the check could not verify against its
 condition, which the runtime follows), "not proven" (data), "refused" (problems) and
 "nothing to check" (no communication), each on a small program whose verdict follows from
-the rules in xladist/analysis/deadlock (docs/DEADLOCK_CHECK.md).
+the rules in xladist/analysis/deadlock (docs/deadlock-check.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from xladist.runtime import progress
 from xladist.runtime.trace import TracedDevice, Tracer, format_summary, merge_partials
 from xladist import compile as compile_module
 from xladist import load_hlo, parse_hlo
-from xladist.interpreter import SingleDeviceContext
+from xladist.semantics.single_device import SingleDeviceContext
 from tests.paths import ROOT
 
 CORPUS = ROOT / "tests" / "data" / "corpus" / "jax"
@@ -51,7 +51,7 @@ class _Counting(SingleDeviceContext):
         self.seen = Counter()
 
     def collective(self, instr, args, reducer=None):
-        from xladist.interpreter.control import zeros_value
+        from xladist.semantics.values import zeros_value
         self.seen[instr.name] += 1
         return zeros_value(instr.shape)
 
@@ -73,6 +73,7 @@ def _operand_bytes(instr) -> int:
 @pytest.mark.parametrize("case,n", [("while_loop_psum_mesh4", 4),
                                     ("psum_scatter_basic_mesh4", 4),
                                     ("elementwise_reduce_mesh2", 2)])
+@pytest.mark.slow
 def test_trace_has_a_track_per_rank_and_every_collective(tmp_path, case, n):
     d = CORPUS / case
     trace = tmp_path / "trace.json"
@@ -138,6 +139,7 @@ ENTRY main {
 """
 
 
+@pytest.mark.slow
 def test_failed_run_leaves_a_partial_trace(tmp_path):
     hlo = tmp_path / "m.hlo"
     hlo.write_text(FAILS_AFTER_ALL_REDUCE)
@@ -328,6 +330,7 @@ def test_progress_names_a_long_wait_of_rank_0():
     assert "waiting" not in p.status()
 
 
+@pytest.mark.slow
 def test_python_api_writes_a_trace(tmp_path):
     import xladist
     d = CORPUS / "psum_basic_mesh4"

@@ -1,6 +1,6 @@
 """A linear order for every computation: the order the executor runs and the deadlock check walks.
 
-Constraints (collective-semantics.md D, F, G.26):
+Constraints (docs/reference/collective-semantics.md D, F, G.26):
 
 * data dependencies, control-predecessors and token chains (tokens are operands);
 * channel chains, as XLA's P2PSchedulePreparation forms them: where a computation holds
@@ -268,8 +268,9 @@ def _chain_needs(g: _Graph, anc: list[int], bit: dict[int, int]) -> dict[int, in
                     f"{chain.describe()}: it depends on the chain's first op and a later chain "
                     "op depends on it. Move it before the chain's recv or after its send-done, "
                     "so that the transfer and the collective cannot wait on each other across "
-                    "devices (collective-semantics.md G.26, XLA's P2PSchedulePreparation; or "
-                    "give the module is_scheduled=true to run it in its own order)",
+                    "devices (docs/reference/collective-semantics.md G.26, XLA's "
+                    "P2PSchedulePreparation; or give the module is_scheduled=true to run it in "
+                    "its own order)",
                     computation=g.comp.name, instruction=inner.name, line=inner.line)
         needs[first] = need
     return needs
@@ -325,8 +326,8 @@ def schedule_computation(comp: Computation) -> list[Instruction]:
                 ", ".join(_where(g.instrs[i]) for i in skipped)
             raise ScheduleError(
                 "channel chains need each other's ops first, so they cannot be serialized "
-                "(collective-semantics.md G.26: a chain's recv ... send-done holds no other "
-                "collective): " + text, computation=comp.name)
+                "(docs/reference/collective-semantics.md G.26: a chain's recv ... send-done "
+                "holds no other collective): " + text, computation=comp.name)
         order.append(pick)
         if pick in bit:
             done_bits |= bit[pick]

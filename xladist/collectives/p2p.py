@@ -1,4 +1,4 @@
-"""Send/recv channels over MPI (collective-semantics.md D.18-21b).
+"""Send/recv channels over MPI (docs/reference/collective-semantics.md D.18-21b).
 
 ``send(data, token)`` / ``recv(token)`` start a transfer and return at once; ``send-done`` /
 ``recv-done`` wait for it.  :class:`Channels` is the ``channels`` component of one rank's
@@ -216,7 +216,7 @@ class Channels:
         plan = self._plan(instr)
         if plan.source is None:
             # No pair targets this device: zeros at once (21a).
-            from xladist.interpreter.control import zeros_value
+            from xladist.semantics.values import zeros_value
             return _Transfer(instr, shape=shape, value=zeros_value(shape))
         bufs = [np.empty(tuple(s.dims), s.dtype) for s in _leaf_shapes(shape)]
         BYTE = self._MPI.BYTE

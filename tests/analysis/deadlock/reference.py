@@ -16,8 +16,8 @@ required_send_recv_pairs, SendRecvStreams). Then, on those explicit per-device e
 * a joint simulation moves every device while its next event can happen (a collective once
   every member arrived, a done once every member started, a send-done once the peer posted the
   recv, a recv-done once the peer posted the send, unbuffered channels as
-  collective-semantics.md 21a says); devices left waiting on each other in a cycle are a
-  `deadlock`.
+  docs/reference/collective-semantics.md 21a says); devices left waiting on each other in a
+  cycle are a `deadlock`.
 
 Values: the context returns zeros for what other devices would send, except an all-reduce of
 an entry parameter, which it computes exactly from every member's inputs (the generated
@@ -39,9 +39,9 @@ from xladist.hlo.collective_groups import (
     instruction_device_groups,
     required_send_recv_pairs,
 )
-from xladist.interpreter.context import DeviceContext
-from xladist.interpreter.control import zeros_value
 from xladist.interpreter.evaluator import Evaluator
+from xladist.semantics.device import DeviceContext
+from xladist.semantics.values import zeros_value
 
 __all__ = ["reference_check"]
 

@@ -88,7 +88,7 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
       num_devices: devices to simulate (default: replica_count * num_partitions); see
         `resolve_devices` for how it scales a module's header.
       device_assignment: a `[replica][partition] -> device` table (default: partition * R +
-        replica, collective-semantics.md A.7).
+        replica, docs/reference/collective-semantics.md A.7).
       strict: make "cannot prove" (control depending on data around communication) an error.
       schedule: the per-computation order to check (default: `schedule_module(module)`, the
         order the executor runs).

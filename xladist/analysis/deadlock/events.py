@@ -31,7 +31,8 @@ def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
 
 
 class Signature:
-    """What all members of one collective must agree on (collective-semantics.md G.24-25, 21b)."""
+    """What all members of one collective must agree on (docs/reference/collective-semantics.md
+    G.24-25, 21b)."""
 
     FIELDS = ("kind", "groups", "types", "shapes", "reducer", "dimensions", "pairs")
     __slots__ = FIELDS

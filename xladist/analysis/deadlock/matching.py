@@ -5,9 +5,10 @@
     else a `mismatch`; one that some members never reach is `unmatched`;
 (b) channels: on every (stream, source device, target device), the k-th send pairs with the
     k-th recv; a send whose recv is never issued (or the reverse) is `unmatched`
-    (collective-semantics.md 21a: unbuffered channels make it a hang).  A stream is the
-    runtime's pairing rule (xladist/hlo/collective_groups.py SendRecvStreams): a channel
-    whose sends and recvs both exist, else the one-ended ends paired by peers and order.
+    (docs/reference/collective-semantics.md 21a: unbuffered channels make it a hang).  A
+    stream is the runtime's pairing rule (xladist/hlo/collective_groups.py SendRecvStreams):
+    a channel whose sends and recvs both exist, else the one-ended ends paired by peers and
+    order.
 
 Matched events are linked (`Event.inst` for collectives, `Event.partner` for transfers); the
 joint simulation (simulate.py) runs on those links.
@@ -21,12 +22,13 @@ from . import budget
 from .budget import over_deadline
 from .events import DeviceTrace, Event
 from .report import (
+    REFERENCE,
     Problem,
-    may_pass,
     device_list,
     event_ref,
     group_text,
     leaves_early,
+    may_pass,
     mismatch_problem,
     side_by_side,
 )
@@ -169,7 +171,7 @@ def _pairing_rule(stream) -> str:
     """The rule that paired (or failed to pair) a transfer, for unmatched ends."""
     if stream is PEER_ORDER:
         return ("sends and recvs whose channel id has no end of the other kind pair by peers "
-                "and program order, as XLA pairs them (collective-semantics.md D.19)")
+                f"and program order, as XLA pairs them ({REFERENCE} D.19)")
     return ("a channel id carried by both sends and recvs pairs its own ends only, in program "
-            "order (collective-semantics.md D.19); XLA, which pairs by peers and order alone, "
-            "may pair them otherwise")
+            f"order ({REFERENCE} D.19); XLA, which pairs by peers and order alone, may "
+            "pair them otherwise")

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["Problem", "Report", "device_list", "event_ref", "group_text", "leaves_early",
-           "may_pass", "mismatch_problem", "side_by_side"]
+__all__ = ["REFERENCE", "Problem", "Report", "device_list", "event_ref", "group_text",
+           "leaves_early", "may_pass", "mismatch_problem", "side_by_side"]
 
 
 def device_list(devices) -> str:
@@ -37,10 +37,14 @@ def group_text(group) -> str:
     return "{" + ",".join(map(str, group)) + "}"
 
 
+# Where problems' messages point for the op semantics they rest on.
+REFERENCE = "docs/reference/collective-semantics.md"
+
+
 def leaves_early(sig) -> str | None:
     """Why a run under xladist's MPI runtime may get past this collective without every member
-    having arrived -- behaviour the op semantics do not promise (collective-semantics.md
-    G.24-25: every member meets every collective of its group) -- or None."""
+    having arrived -- behaviour the op semantics do not promise (REFERENCE G.24-25: every
+    member meets every collective of its group) -- or None."""
     if sig is None:
         return None
     kind = sig.kind.removesuffix("-start")
@@ -48,15 +52,14 @@ def leaves_early(sig) -> str | None:
         return ("the MPI runtime moves a collective-permute only between each source and its "
                 "target, so a member with no pair, or whose partner is there, may leave before "
                 "the rest of the group arrives; XLA's rendezvous waits for every participant "
-                "(collective-semantics.md G.24-25)")
+                f"({REFERENCE} G.24-25)")
     if kind == "collective-broadcast":
         return ("the root of a collective-broadcast may leave MPI_Bcast before the other "
                 "members arrive (an eager send); the op semantics have every member meet "
-                "(collective-semantics.md G.24-25)")
+                f"({REFERENCE} G.24-25)")
     if sig.shapes and all("0" in s.strip("[]").split(",") for s in sig.shapes):
         return ("a collective of zero elements moves nothing, so the MPI runtime passes it at "
-                "once; the op semantics still have every member meet (collective-semantics.md "
-                "G.24)")
+                f"once; the op semantics still have every member meet ({REFERENCE} G.24)")
     return None
 
 
@@ -154,8 +157,8 @@ def mismatch_problem(ref, ev, field: str, k: int, group) -> Problem:
                 detail=side_by_side((f"device {ref.device}", f"device {ev.device}"), rows, field),
                 field=field),
         "one collective issued with different kinds, shapes or reducers is undefined in XLA "
-        "(collective-semantics.md 21b); under MPI the run may hang, fail or finish with "
-        "meaningless numbers")
+        f"({REFERENCE} 21b); under MPI the run may hang, fail or finish with meaningless "
+        "numbers")
 
 
 class Report:

@@ -8,8 +8,9 @@ and async wrappers are entered.  The result is the ordered list of `Event`s the 
 sync, start, done, send, recv, send-done and recv-done (events.py says what each waits for).
 
 Ends of a channel that no source-target pair names complete at once and produce no event
-(collective-semantics.md 21a).  A loop or branch whose control cannot be folded, and that
-contains communication, stops the trace there: the device's later behaviour is unproven.
+(docs/reference/collective-semantics.md 21a).  A loop or branch whose control cannot be
+folded, and that contains communication, stops the trace there: the device's later
+behaviour is unproven.
 
 Rules are registered by opcode in TRACE_RULES; only instructions that communicate are visited.
 """

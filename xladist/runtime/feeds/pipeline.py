@@ -1,6 +1,6 @@
 """Per-rank infeed and outfeed: host data pipelines for replicated programs (issue 6).
 
-Every rank has its own infeed stream and its own outfeed stream (collective-semantics.md
+Every rank has its own infeed stream and its own outfeed stream (docs/reference/collective-semantics.md
 section E). One `Feeds` object per rank serves both; the DeviceContext of the run
 (`MpiDeviceContext`, or `SingleDeviceContext` for -n 1) forwards `infeed(instr)` and
 `outfeed(instr, data)` to it, and the rank calls `start(placement, module)` before the
@@ -466,7 +466,7 @@ def running_single(feeds: Feeds | None, module, *, replica: int = 0, partition: 
     if feeds is None:
         yield None
         return
-    from xladist.interpreter.single_device import SingleDeviceContext
+    from xladist.semantics.single_device import SingleDeviceContext
     placement = placements_of(module, 1)[0]
     check_paths(feeds, [placement])
     feeds.start(placement, module)
