@@ -685,7 +685,7 @@ class SendRecvStreams:
 
     * its channel_id, when the module holds both a device-to-device send and a
       device-to-device recv with that channel_id (no channel_id counts as one value): the
-      written semantics, where a channel handle names the transfer (D.19);
+      written semantics, where a channel handle names the transfer (D.19a);
     * otherwise `PEER_ORDER`, one stream for every such one-ended send and recv: XLA pairs
       device-to-device send/recv by their `_xla_send_recv_source_target_pairs` peers and
       program order whatever their channel ids, and its pipeliner writes the sends of one

@@ -171,7 +171,7 @@ def _pairing_rule(stream) -> str:
     """The rule that paired (or failed to pair) a transfer, for unmatched ends."""
     if stream is PEER_ORDER:
         return ("sends and recvs whose channel id has no end of the other kind pair by peers "
-                f"and program order, as XLA pairs them ({REFERENCE} D.19)")
+                f"and program order, as XLA pairs them ({REFERENCE} D.19a)")
     return ("a channel id carried by both sends and recvs pairs its own ends only, in program "
-            f"order ({REFERENCE} D.19); XLA, which pairs by peers and order alone, may "
+            f"order ({REFERENCE} D.19a); XLA, which pairs by peers and order alone, may "
             "pair them otherwise")
