@@ -91,3 +91,40 @@ def teardown_module(module):
     """The tally, for the record (pytest -s shows it)."""
     for what, count in sorted(TALLY.items()):
         print(f"{count:4d}  {what}")
+
+
+FAIR = """HloModule fair_alarm, replica_count=3
+
+%permute (a: f32[2]) -> f32[2] {
+  %a = f32[2]{0} parameter(0)
+  ROOT %cp = f32[2]{0} collective-permute(%a), source_target_pairs={{0,1}}
+}
+
+%skip (a: f32[2]) -> f32[2] {
+  %a = f32[2]{0} parameter(0)
+  ROOT %o = f32[2]{0} copy(%a)
+}
+
+ENTRY %main (x: f32[2], m: s32[]) -> f32[2] {
+  %x = f32[2]{0} parameter(0)
+  %m = s32[] parameter(1)
+  %id = u32[] replica-id()
+  %two = u32[] constant(2)
+  %p = pred[] compare(%id, %two), direction=LT
+  ROOT %y = f32[2]{0} conditional(%p, %x, %x), true_computation=%permute, false_computation=%skip
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_fair_alarm_names_its_rule_and_the_run_completes(tmp_path):
+    """Replica 2 never reaches a collective-permute whose pairs do not name it: the op
+    semantics have every member of the permute's group meet it (refused), while the MPI
+    runtime moves data only between replicas 0 and 1 (the run completes)."""
+    report = check_module(xladist.parse_hlo(FAIR), budget=None)
+    (p,) = report.errors
+    assert p.kind == "unmatched" and "collective-permute" in p.relies_on, report.to_text()
+    proc, out = _run(tmp_path, FAIR, 3, 1, [0, 0, 0], "interpreter")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(out, [[0, 0], [0, 1], [4, 5]])
