@@ -137,27 +137,27 @@ def match_channels(traces: list[DeviceTrace], problems: list[Problem],
                                          [("instruction", s.where(), r.where()),
                                           ("shape", s.shape, r.shape)], differs="shape")))
         if len(ss) > len(rs) and dst not in truncated:
-            s = ss[len(rs)]
-            problems.append(Problem(
-                "unmatched",
-                f"device {src} sends to device {dst} on {_stream(stream, s.channel)} at "
-                f"{s.where()}, but device {dst} never issues a matching recv; channels are "
-                "unbuffered, so the send never completes",
-                [src, dst], [event_ref(s)],
-                detail=[f"device {src} issues {len(ss)} send(s) to device {dst} on "
-                        f"{_stream(stream)}; device {dst} issues {len(rs)} recv(s) from "
-                        f"device {src}", f"({_pairing_rule(stream)})"]))
+            problems.append(_unmatched_end(ss[len(rs)], stream, dst, len(ss), len(rs)))
         elif len(rs) > len(ss) and src not in truncated:
-            r = rs[len(ss)]
-            problems.append(Problem(
-                "unmatched",
-                f"device {dst} receives from device {src} on {_stream(stream, r.channel)} at "
-                f"{r.where()}, but device {src} never issues a matching send; the recv-done "
-                "waits forever",
-                [dst, src], [event_ref(r)],
-                detail=[f"device {dst} issues {len(rs)} recv(s) from device {src} on "
-                        f"{_stream(stream)}; device {src} issues {len(ss)} send(s) to device "
-                        f"{dst}", f"({_pairing_rule(stream)})"]))
+            problems.append(_unmatched_end(rs[len(ss)], stream, src, len(rs), len(ss)))
+
+
+def _unmatched_end(ev, stream, other: int, mine: int, theirs: int) -> Problem:
+    """A send (recv) of `ev.device` that device `other` never answers: `mine` ends on this
+    side, `theirs` on the other."""
+    d = ev.device
+    send = ev.kind == "send"
+    verb, peer_op = ("sends to", "recv") if send else ("receives from", "send")
+    after = ("channels are unbuffered, so the send never completes" if send
+             else "the recv-done waits forever")
+    return Problem(
+        "unmatched",
+        f"device {d} {verb} device {other} on {_stream(stream, ev.channel)} at {ev.where()}, "
+        f"but device {other} never issues a matching {peer_op}; {after}",
+        [d, other], [event_ref(ev)],
+        detail=[f"device {d} issues {mine} {ev.kind}(s) {'to' if send else 'from'} device "
+                f"{other} on {_stream(stream)}; device {other} issues {theirs} {peer_op}(s) "
+                f"{'from' if send else 'to'} device {d}", f"({_pairing_rule(stream)})"])
 
 
 def _stream(stream, channel=None) -> str:
