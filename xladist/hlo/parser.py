@@ -78,15 +78,15 @@ class _Parser(TokenCursor):
 
     # ---- module -------------------------------------------------------------
     def parse(self) -> Module:
-        K, V = self.K, self.V
-        if K[0] == IDENT and V[0] == "HloModule":
+        kinds, texts = self.kinds, self.texts
+        if kinds[0] == IDENT and texts[0] == "HloModule":
             self.i = 1
-            if K[1] == NAME:
-                name = V[1][1:]
-            elif K[1] == IDENT:
-                name = V[1]
-            elif K[1] == LABEL:  # `HloModule name:` (XLA's lexer reads `name:` as a name)
-                name = V[1][:-1]
+            if kinds[1] == NAME:
+                name = texts[1][1:]
+            elif kinds[1] == IDENT:
+                name = texts[1]
+            elif kinds[1] == LABEL:  # `HloModule name:` (XLA's lexer reads `name:` as a name)
+                name = texts[1][:-1]
             else:
                 raise self.error(f"expected the module name after HloModule, found {self.found()}")
             self.i = 2
@@ -97,9 +97,9 @@ class _Parser(TokenCursor):
                 self.header_attr(module, seen)
         else:
             module = Module("")
-        if K[self.i] == IDENT and V[self.i] == "FileNames":
+        if kinds[self.i] == IDENT and texts[self.i] == "FileNames":
             self.stack_frames(module)
-        while K[self.i] != EOF:
+        while kinds[self.i] != EOF:
             self.computation(module)
         user = [c for c in module.computations if not c.is_async_wrapper]
         if not user:
@@ -114,10 +114,10 @@ class _Parser(TokenCursor):
 
     def header_attr(self, module: Module, seen: set[str]) -> None:
         i = self.i
-        if self.K[i] != ATTR:
+        if self.kinds[i] != ATTR:
             raise self.error("expected a module attribute like entry_computation_layout=... "
                              f"after ',', found {self.found()}")
-        key = self.V[i][:-1]
+        key = self.texts[i][:-1]
         if key in seen:
             raise self.error(f"module attribute {key} is given twice")
         seen.add(key)
@@ -158,7 +158,7 @@ class _Parser(TokenCursor):
                 self.v_ints(f"the parameter shape index in {key}")
                 if alias and self.at(","):
                     self.i += 1
-                    if self.V[self.i] not in ("may-alias", "must-alias"):
+                    if self.texts[self.i] not in ("may-alias", "must-alias"):
                         raise self.error(f"expected may-alias or must-alias in {key}, "
                                          f"found {self.found()}")
                     self.i += 1
@@ -167,7 +167,7 @@ class _Parser(TokenCursor):
                     break
                 self.i += 1
         self.expect("}", f"to close {key}")
-        return self.text[self.S[start]:self.end_of(self.i - 1)]
+        return self.text[self.starts[start]:self.end_of(self.i - 1)]
 
     def program_shape(self, what: str):
         self.expect("(", f"to open the parameter shapes of {what}")
@@ -184,18 +184,18 @@ class _Parser(TokenCursor):
 
     def stack_frames(self, module: Module) -> None:
         """FileNames / FunctionNames / FileLocations / StackFrames, kept as raw text."""
-        K, V = self.K, self.V
-        start = self.S[self.i]
+        kinds, texts = self.kinds, self.texts
+        start = self.starts[self.i]
         for section, item in (("FileNames", STRING), ("FunctionNames", STRING),
                               ("FileLocations", "{"), ("StackFrames", "{")):
-            if K[self.i] != IDENT or V[self.i] != section:
+            if kinds[self.i] != IDENT or texts[self.i] != section:
                 raise self.error(f"expected the {section} section of the stack frame table, "
                                  f"found {self.found()}")
             self.i += 1
-            while K[self.i] == INT:
+            while kinds[self.i] == INT:
                 self.i += 1
                 if item == STRING:
-                    if K[self.i] != STRING:
+                    if kinds[self.i] != STRING:
                         raise self.error(f"expected a quoted name after the id in {section}, "
                                          f"found {self.found()}")
                     self.i += 1
@@ -208,15 +208,15 @@ class _Parser(TokenCursor):
 
     # ---- computations ---------------------------------------------------------
     def computation(self, module: Module) -> None:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = first = self.i
-        is_entry = K[i] == IDENT and V[i] == "ENTRY"
+        is_entry = kinds[i] == IDENT and texts[i] == "ENTRY"
         if is_entry:
             i += 1
-        if K[i] == NAME:
-            name = V[i][1:]
-        elif K[i] == IDENT and V[i] not in _KEYWORDS:
-            name = V[i]
+        if kinds[i] == NAME:
+            name = texts[i][1:]
+        elif kinds[i] == IDENT and texts[i] not in _KEYWORDS:
+            name = texts[i]
         else:
             raise self.error("expected a computation (like '%name (p: f32[]) -> f32[] {' or "
                              f"'ENTRY main {{'), found {self.found(i)}", i)
@@ -235,8 +235,8 @@ class _Parser(TokenCursor):
         comp.line = self.line_of(first)
         symbols: dict[str, Instruction] = {}
         params: dict[int, Instruction] = {}
-        while not (K[self.i] == PUNCT and V[self.i] == "}"):
-            if K[self.i] == EOF:
+        while not (kinds[self.i] == PUNCT and texts[self.i] == "}"):
+            if kinds[self.i] == EOF:
                 raise self.error(f"expected '}}' to close computation {name}, "
                                  "found end of input")
             self.instruction(comp, symbols, params)
@@ -249,7 +249,7 @@ class _Parser(TokenCursor):
             raise self.error(f"computation {name} declares result shape "
                              f"{declared.to_text(False)} but its root {comp.root.name} has shape "
                              f"{comp.root.shape.to_text(False)}", first)
-        if self.at(",") and K[self.i + 1] == ATTR and V[self.i + 1] == "execution_thread=":
+        if self.at(",") and kinds[self.i + 1] == ATTR and texts[self.i + 1] == "execution_thread=":
             self.i += 2
             comp.execution_thread = self.v_string(f"execution_thread of computation {name}")
         for w in self.wrappers:
@@ -260,14 +260,14 @@ class _Parser(TokenCursor):
 
     def signature(self, cname: str) -> Shape:
         """`(p0: f32[2], p1: s32[]) -> f32[2]`; returns the declared result shape."""
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         self.i += 1
         if not self.at(")"):
             while True:
-                k = K[self.i]
+                k = kinds[self.i]
                 if k == LABEL:
                     self.i += 1
-                elif k in (NAME, IDENT) and K[self.i + 1] == PUNCT and V[self.i + 1] == ":":
+                elif k in (NAME, IDENT) and kinds[self.i + 1] == PUNCT and texts[self.i + 1] == ":":
                     self.i += 2
                 else:
                     raise self.error("expected a parameter like 'p0: f32[2]' in the signature "
@@ -282,22 +282,22 @@ class _Parser(TokenCursor):
 
     # ---- instructions ----------------------------------------------------------
     def instruction(self, comp: Computation, symbols: dict, params: dict) -> None:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = first = self.i
-        is_root = K[i] == IDENT and V[i] == "ROOT"
+        is_root = kinds[i] == IDENT and texts[i] == "ROOT"
         if is_root:
             i += 1
-        k = K[i]
+        k = kinds[i]
         name_i = i
-        if k == NAME or (k == IDENT and V[i] not in _KEYWORDS):
-            name = V[i][1:] if k == NAME else V[i]
+        if k == NAME or (k == IDENT and texts[i] not in _KEYWORDS):
+            name = texts[i][1:] if k == NAME else texts[i]
             i += 1
-            if K[i] != PUNCT or V[i] != "=":
-                raise self.error(f"expected '=' after instruction name {V[name_i]}, "
+            if kinds[i] != PUNCT or texts[i] != "=":
+                raise self.error(f"expected '=' after instruction name {texts[name_i]}, "
                                  f"found {self.found(i)}", i)
             i += 1
         elif k == ATTR:  # `x=f32[] ...` written without spaces
-            name = V[i][:-1]
+            name = texts[i][:-1]
             i += 1
         else:
             raise self.error("expected an instruction (like '%x = f32[] add(%a, %b)') or '}' "
@@ -308,10 +308,10 @@ class _Parser(TokenCursor):
         self.i = i
         shape = self.shape(f"as the result of {name} (after '=')")
         i = self.i
-        if K[i] != IDENT:
+        if kinds[i] != IDENT:
             raise self.error(f"expected the opcode of {name} after its shape, found "
                              f"{self.found(i)}", i)
-        opcode = V[i]
+        opcode = texts[i]
         op_i = i
         sugar = None
         if opcode not in OPCODES:
@@ -319,17 +319,17 @@ class _Parser(TokenCursor):
             if sugar is None:
                 raise self.error(f"unknown opcode '{opcode}'", i)
         i += 1
-        if K[i] != PUNCT or V[i] != "(":
+        if kinds[i] != PUNCT or texts[i] != "(":
             raise self.error(f"expected '(' after opcode {opcode} of {name}, found "
                              f"{self.found(i)}", i)
         self.i = i + 1
         instr = Instruction(name, opcode, shape)
         instr.line = self.line_of(first)
         if opcode == "parameter":
-            if K[self.i] != INT:
+            if kinds[self.i] != INT:
                 raise self.error(f"expected the parameter number in parameter {name}, found "
                                  f"{self.found()}")
-            n = int(V[self.i])
+            n = int(texts[self.i])
             if n < 0:
                 raise self.error(f"parameter number of {name} must not be negative")
             if n in params:
@@ -364,42 +364,42 @@ class _Parser(TokenCursor):
             comp.root = instr
 
     def operands(self, name: str, symbols: dict, comp: Computation) -> list:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         ops: list[Instruction] = []
         i = self.i
-        if K[i] == PUNCT and V[i] == ")":
+        if kinds[i] == PUNCT and texts[i] == ")":
             self.i = i + 1
             return ops
         while True:
-            k = K[i]
+            k = kinds[i]
             declared = None
-            if k == SHAPE or (k == PUNCT and V[i] == "(") or (
-                    k == IDENT and V[i] in PRIMITIVE_TYPES and V[i + 1] == "["):
+            if k == SHAPE or (k == PUNCT and texts[i] == "(") or (
+                    k == IDENT and texts[i] in PRIMITIVE_TYPES and texts[i + 1] == "["):
                 self.i = i
                 declared = self.shape(f"for an operand of {name}")
                 i = self.i
-                k = K[i]
-                if k == IDENT and K[i + 1] == PUNCT and V[i + 1] == "(":
+                k = kinds[i]
+                if k == IDENT and kinds[i + 1] == PUNCT and texts[i + 1] == "(":
                     raise self.error(f"nested instructions as operands are not supported (in "
                                      f"{name}); give the operand its own line", i)
             if k == NAME:
-                op = symbols.get(V[i][1:])
+                op = symbols.get(texts[i][1:])
             elif k == IDENT:
-                op = symbols.get(V[i])
+                op = symbols.get(texts[i])
             else:
                 raise self.error(f"expected an operand name in the operands of {name}, found "
                                  f"{self.found(i)}", i)
             if op is None:
-                raise self.error(f"operand {V[i]} of {name} is not defined in computation "
+                raise self.error(f"operand {texts[i]} of {name} is not defined in computation "
                                  f"{comp.name}", i)
             if declared is not None and not declared.compatible(op.shape):
-                raise self.error(f"operand {V[i]} of {name} is written with shape "
+                raise self.error(f"operand {texts[i]} of {name} is written with shape "
                                  f"{declared.to_text(False)} but {op.name} has shape "
                                  f"{op.shape.to_text(False)}", i)
             ops.append(op)
             i += 1
-            if K[i] == PUNCT:
-                t = V[i]
+            if kinds[i] == PUNCT:
+                t = texts[i]
                 if t == ",":
                     i += 1
                     continue
@@ -414,15 +414,15 @@ class _Parser(TokenCursor):
         `extra` is a second (schema, attrs) target used by async sugar: attributes of
         the wrapped op are stored on the wrapped instruction.
         """
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         name = instr.name
-        while K[self.i] == PUNCT and V[self.i] == ",":
+        while kinds[self.i] == PUNCT and texts[self.i] == ",":
             self.i += 1
             i = self.i
-            if K[i] != ATTR:
+            if kinds[i] != ATTR:
                 raise self.error(f"expected an attribute like dimensions={{0}} after ',' in "
                                  f"{name}, found {self.found(i)}", i)
-            key = V[i][:-1]
+            key = texts[i][:-1]
             self.i = i + 1
             if key in _COMMON:
                 if key == "control-predecessors":
@@ -459,14 +459,14 @@ class _Parser(TokenCursor):
                 raise self.error(f"{what} expects {{...}}, found {self.found()}")
             start = self.i
             self.skip_balanced()
-            instr.metadata = self.text[self.S[start] + 1:self.S[self.i - 1]]
+            instr.metadata = self.text[self.starts[start] + 1:self.starts[self.i - 1]]
         elif key == "frontend_attributes":
             instr.frontend_attributes = self.frontend_attributes(what)
         elif key == "control-predecessors":
             for ref_i, ref in self.name_list(what):
                 pred = symbols.get(ref)
                 if pred is None:
-                    raise self.error(f"control predecessor {self.V[ref_i]} of {instr.name} is "
+                    raise self.error(f"control predecessor {self.texts[ref_i]} of {instr.name} is "
                                      f"not defined in computation {comp.name}", ref_i)
                 instr.control_predecessors.append(pred)
         else:  # sharding, statistics, result_accuracy, origin, backend_config
@@ -478,19 +478,19 @@ class _Parser(TokenCursor):
         if not self.at("}"):
             while True:
                 i = self.i
-                if self.K[i] != ATTR:
+                if self.kinds[i] != ATTR:
                     raise self.error(f"expected key=value in {what}, found {self.found()}")
-                key = self.V[i][:-1]
+                key = self.texts[i][:-1]
                 self.i += 1
-                if self.K[self.i] == STRING:
+                if self.kinds[self.i] == STRING:
                     out[key] = self.v_string(what)
-                elif self.K[self.i] == INTLISTS:  # unquoted _xla_send_recv_source_target_pairs
-                    out[key] = self.V[self.i]
+                elif self.kinds[self.i] == INTLISTS:  # unquoted _xla_send_recv_source_target_pairs
+                    out[key] = self.texts[self.i]
                     self.i += 1
                 elif self.at("{"):
                     start = self.i
                     self.skip_balanced()
-                    out[key] = self.text[self.S[start]:self.end_of(self.i - 1)]
+                    out[key] = self.text[self.starts[start]:self.end_of(self.i - 1)]
                 else:
                     raise self.error(f"expected a quoted value or {{...}} for {key} in {what}, "
                                      f"found {self.found()}")
@@ -505,10 +505,10 @@ class _Parser(TokenCursor):
         out = []
         if not self.at("}"):
             while True:
-                k = self.K[self.i]
+                k = self.kinds[self.i]
                 if k not in (NAME, IDENT):
                     raise self.error(f"expected a name in {what}, found {self.found()}")
-                out.append((self.i, self.V[self.i][1:] if k == NAME else self.V[self.i]))
+                out.append((self.i, self.texts[self.i][1:] if k == NAME else self.texts[self.i]))
                 self.i += 1
                 if not self.at(","):
                     break
