@@ -626,3 +626,23 @@ ENTRY %e (p: f32[2]) -> f32[2] {
     assert send.frontend_attributes["_xla_send_recv_source_target_pairs"] == "{{0,1},{1,0}}"
     assert "_xla_send_recv_source_target_pairs={{0,1},{1,0}}" in module.to_text()
     assert parse_hlo(module.to_text()).to_text() == module.to_text()
+
+
+# ---- metadata / backend_config: one BRACED token when plain, the general path otherwise ----
+@pytest.mark.parametrize("value, composite", [
+    ('{op_name="jit(f)/add" source_file="/a/b.py" source_line=3}', True),
+    ('{op_name="x{}y\\"z" profile_type={1,2} stack_frame_id=4}', True),
+    ('{}', True),
+    ("{op_name='single quoted' source_line=3}", False),    # other quote kind: token by token
+    ('{op_name="a" /* comment */ source_line=3}', False),  # a comment: token by token
+    ('{ op_name="a", {nested={deeper}} }', False),          # nested two levels
+])
+def test_metadata_is_one_token_when_plain_and_reads_the_same_either_way(value, composite):
+    from xladist.hlo.lexer import BRACED, tokenize
+    text = entry(f"  ROOT %p = f32[] parameter(0), metadata={value}, "
+                 f"backend_config={value}", extra="")
+    kinds, texts, _ = tokenize(text)
+    assert (BRACED in kinds) == composite
+    p = parse_module(text).entry.instruction("p")
+    assert p.metadata == value[1:-1]
+    assert p.backend_config == value

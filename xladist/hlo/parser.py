@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..errors import HloParseError
 from .attrs import RawAttr
 from .ir import Computation, Instruction, Module
-from .lexer import ATTR, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
+from .lexer import ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
 from .opcodes import ASYNC_SUGAR_SUFFIXES, COMMON_ATTRS, OPCODES
 from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
@@ -455,6 +455,10 @@ class _Parser(TokenCursor):
     def common_attr(self, instr: Instruction, key: str, symbols: dict, comp) -> None:
         what = f"attribute {key} of {instr.name}"
         if key == "metadata":
+            if self.kinds[self.i] == BRACED:   # the whole {...} as one token (lexer.py)
+                instr.metadata = self.texts[self.i][1:-1]
+                self.i += 1
+                return
             if not self.at("{"):
                 raise self.error(f"{what} expects {{...}}, found {self.found()}")
             start = self.i
