@@ -70,3 +70,26 @@ def test_cli_runs_a_collective_module_on_two_ranks_with_the_plugin(tmp_path):
     got, expected = np.load(out), np.load(CASE / "expected.npz")
     for k in expected.files:
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+
+
+def test_compile_verifies_with_the_runs_counts_not_the_headers():
+    """Issue 30 item 1: a module without counts runs as the run says. The executable's
+    verifier takes the counts from the device context the runtime passes (here 2 replicas);
+    compiled on its own, the same module is one device and its all-gather over 2 is refused."""
+    from xladist.errors import VerifierError
+    from xladist.interpreter.context import DeviceContext
+
+    text = """HloModule m
+ENTRY e {
+  p = f32[1] parameter(0)
+  ROOT g = f32[2] all-gather(p), dimensions={0}, replica_groups={{0,1}}
+}
+"""
+    module = xladist.parse_hlo(text)
+
+    class TwoReplicas(DeviceContext):
+        replica_count, num_partitions = 2, 1
+
+    xladist.compile(module, backend="interpreter", device=TwoReplicas())
+    with pytest.raises(VerifierError, match="replica id 1 is out of range"):
+        xladist.compile(module, backend="interpreter")

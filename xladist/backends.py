@@ -80,7 +80,11 @@ def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
     factory = load_backend(backend)
     if verify:
         from .hlo.verifier import verify_module
-        verify_module(module)
+        # A run's device context knows the run's counts; a module compiled on its own is
+        # verified with its header's (a module without counts as one device).
+        device = options.get("device")
+        counts = None if device is None else (device.replica_count, device.num_partitions)
+        verify_module(module, counts=counts)
     from .hlo.dynamic_padder import pad_dynamic
     static, dynamic_results = pad_dynamic(module)
     if dynamic_results is not None or static is not module:

@@ -228,12 +228,19 @@ def test_done_must_consume_its_start():
 
 
 def test_num_devices_must_fit_the_module():
+    """The counts a module declares are fixed; the run's device total fills the other one
+    (collective_groups.run_device_counts, XLA's header-over-config rule)."""
     b = Comp("main")
     b.param("f32[]")
     m = module(b.done(), num_partitions=4)
-    verify_module(m, num_devices=4)
-    with pytest.raises(InputError, match="4 devices, but 8"):
-        verify_module(m, num_devices=8)
+    assert verify_module(m, num_devices=4).replica_count == 1
+    report = verify_module(m, num_devices=8)   # the other 2 are replicas
+    assert (report.replica_count, report.num_partitions) == (2, 4)
+    with pytest.raises(InputError, match="num_partitions=4, which does not divide the 6"):
+        verify_module(m, num_devices=6)
+    both = module(b.done(), replica_count=2, num_partitions=2)
+    with pytest.raises(InputError, match="= 4 devices; run it with -n 4, not -n 8"):
+        verify_module(both, num_devices=8)
 
 
 # ---- collectives (collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
@@ -365,10 +372,19 @@ def test_self_pairs_and_partial_permutations_are_valid():
                               source_target_pairs=((0, 0), (1, 2))))
 
 
-def test_module_without_device_count_takes_num_devices():
+def test_module_without_device_count_takes_the_runs_counts():
+    """A module declaring no counts runs as the run says: -n 4 alone is 4 replicas (the
+    runtime's reading too), so a permute over partition ids needs the run's partitions."""
     m = _collective("collective-permute", "f32[3]", "f32[3]", partitions=1, channel_id=1,
                     source_target_pairs=((0, 1), (1, 2), (2, 3), (3, 0)))
-    verify_module(m, num_devices=4)  # a channel: the 4 devices are partitions
+    err = verify_error(m, num_devices=4)
+    assert "partition id 1 is out of range [0, 1)" in str(err)
+    assert "--num-partitions" in str(err)
+    report = verify_module(m, counts=(1, 4))
+    assert (report.replica_count, report.num_partitions) == (1, 4)
+    plain = _collective("collective-permute", "f32[3]", "f32[3]", partitions=1,
+                        source_target_pairs=((0, 1), (1, 2), (2, 3), (3, 0)))
+    assert verify_module(plain, num_devices=4).replica_count == 4
     with pytest.raises(VerifierError):
         verify_module(m)
 
@@ -387,7 +403,11 @@ def test_corpus_modules_verify(path):
         case = json.load(f)
     with open(path) as f:
         m = parser.parse_module(f.read(), filename=path)
-    report = verify_module(m, num_devices=case.get("num_devices"))
+    n = case.get("num_devices")
+    # JAX runs its programs as n partitions; the text before partitioning does not say so
+    # (JAX passes num_partitions in the module config), so the run gives it, as XLA's does.
+    counts = (1, n) if n and "unoptimized" in path else None
+    report = verify_module(m, num_devices=n, counts=counts)
     assert report.instructions > 0
 
 

@@ -130,6 +130,7 @@ class _Parser(TokenCursor):
             if value < 1:
                 raise self.error(f"{key} must be at least 1, found {value}", self.i - 1)
             setattr(module, key, value)
+            module.declared_counts = module.declared_counts | {key}
         elif key == "entry_computation_layout":
             self.expect("{", f"to open {key}")
             params, result = self.program_shape(key)
