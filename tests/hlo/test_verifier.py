@@ -265,7 +265,7 @@ def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -
      "replica_groups={} is invalid with use_global_device_ids=true"),
     (dict(use_global_device_ids=True, replica_groups=groups((0, 1, 2, 3))),
      "use_global_device_ids=true requires a channel_id"),
-    (dict(channel_id=0, replica_groups=groups((0,))), "channel_id=0 must be positive"),
+    (dict(channel_id=-1, replica_groups=groups((0,))), "channel_id=-1 must not be negative"),
 ])
 def test_all_reduce_group_errors(attrs, message):
     err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))
@@ -471,3 +471,52 @@ def test_async_forms_including_sugared_wrappers():
                                             "f32[4,8]{1,0}) reduce-scatter-start"))
     err = verify_error(bad)
     assert "must be 2 for operand f32[4,8]" in str(err) and err.actual == "f32[4,8]"
+
+
+# ---- what XLA's own tests write (issue 30 items 4 and 5) ---------------------------------------
+
+_SEND_RECV_CH0 = """HloModule t
+ENTRY e {
+  p = u32[2] parameter(0)
+  t = token[] after-all()
+  r = (u32[2], u32[], token[]) recv(t), channel_id=0, frontend_attributes={_xla_send_recv_source_target_pairs="{{1,0}}"}
+  s = (u32[2], u32[], token[]) send(p, t), channel_id=0, frontend_attributes={_xla_send_recv_source_target_pairs="{{1,0}}"}
+  rd = (u32[2], token[]) recv-done(r), channel_id=0
+  sd = token[] send-done(s)DONE_CHANNEL
+  ROOT x = u32[2] get-tuple-element(rd), index=0
+}
+"""
+
+
+def test_channel_id_zero_is_a_channel():
+    """XLA's CollectiveOpsTest.SendRecv_Simple uses channel_id=0; XLA checks only shapes. A
+    done without the channel its start has is still refused (0 is not 'no channel')."""
+    from xladist import parse_hlo
+    verify_module(parse_hlo(_SEND_RECV_CH0.replace("DONE_CHANNEL", ", channel_id=0")),
+                  num_devices=2)
+    err = verify_error(parse_hlo(_SEND_RECV_CH0.replace("DONE_CHANNEL", "")), num_devices=2)
+    assert "must have the same channel_id (None vs 0)" in str(err)
+
+
+@pytest.mark.parametrize("start_shape", ["(u32[2], u32[2])", "(u32[2], u32[2], u32[], u32[])"])
+def test_collective_permute_start_with_or_without_contexts(start_shape):
+    """XLA's CollectiveOpsTest.AsyncCollectivePermute declares the 2-tuple; XLA's printer
+    writes the 4-tuple with two u32[] contexts. Both are the same op (the contexts are what
+    the declared shape lists after operand and result)."""
+    from xladist import parse_hlo
+    m = parse_hlo(f"""HloModule t
+ENTRY e {{
+  p = u32[2] parameter(0)
+  start = {start_shape} collective-permute-start(p), source_target_pairs={{{{0,1}},{{1,0}}}}
+  ROOT done = u32[2] collective-permute-done(start)
+}}
+""")
+    verify_module(m, num_devices=2)
+    bad = parse_hlo(f"""HloModule t
+ENTRY e {{
+  p = u32[2] parameter(0)
+  start = (u32[2], f32[2]) collective-permute-start(p), source_target_pairs={{{{0,1}},{{1,0}}}}
+  ROOT done = f32[2] collective-permute-done(start)
+}}
+""")
+    assert "differs" in str(verify_error(bad, num_devices=2))

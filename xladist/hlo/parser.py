@@ -19,6 +19,7 @@ from .lexer import ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, 
 from .opcodes import ASYNC_SUGAR_SUFFIXES, COMMON_ATTRS, OPCODES
 from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
+from .shape_inference import ShapeError, infer_shape
 
 __all__ = ["parse_module"]
 
@@ -75,6 +76,10 @@ class _Parser(TokenCursor):
         super().__init__(text, filename)
         self.wrappers: list[Computation] = []
         self.wrapper_names: set[str] = set()
+        # Names made up for operands written inline, per computation (a later written name
+        # that collides takes precedence: the made-up one is renamed).
+        self.inline_names: set[str] = set()
+        self.inline_count = 0
 
     # ---- module -------------------------------------------------------------
     def parse(self) -> Module:
@@ -236,6 +241,7 @@ class _Parser(TokenCursor):
         comp.line = self.line_of(first)
         symbols: dict[str, Instruction] = {}
         params: dict[int, Instruction] = {}
+        self.inline_names = set()
         while not (kinds[self.i] == PUNCT and texts[self.i] == "}"):
             if kinds[self.i] == EOF:
                 raise self.error(f"expected '}}' to close computation {name}, "
@@ -304,11 +310,33 @@ class _Parser(TokenCursor):
             raise self.error("expected an instruction (like '%x = f32[] add(%a, %b)') or '}' "
                              f"to close computation {comp.name}, found {self.found(i)}", i)
         if name in symbols:
-            raise self.error(f"instruction {name} is defined twice in computation {comp.name}",
-                             name_i)
+            if name not in self.inline_names:
+                raise self.error(f"instruction {name} is defined twice in computation "
+                                 f"{comp.name}", name_i)
+            self.rename_inline(symbols, name)   # the written name wins over a made-up one
         self.i = i
-        shape = self.shape(f"as the result of {name} (after '=')")
+        instr = self.instruction_rhs(comp, symbols, params, name, name_i, first)
+        comp.add(instr)
+        symbols[name] = instr
+        if is_root:
+            if comp.root is not None:
+                raise self.error(f"computation {comp.name} has two ROOT instructions "
+                                 f"({comp.root.name} and {name})", first)
+            comp.root = instr
+
+    def instruction_rhs(self, comp: Computation, symbols: dict, params: dict, name: str,
+                        name_i: int, first: int, shape=None, nested: bool = False
+                        ) -> Instruction:
+        """`[shape] opcode(operands)[, attributes]` after `name =`, or an operand written
+        inline (`nested`; its shape, if written, already read). Without a shape the result
+        shape is inferred from the operands and attributes, as XLA's parser does."""
+        kinds, texts = self.kinds, self.texts
         i = self.i
+        if shape is None and not nested and not (
+                kinds[i] == IDENT and kinds[i + 1] == PUNCT and texts[i + 1] == "("
+                and (texts[i] in OPCODES or _split_sugar(texts[i]))):
+            shape = self.shape(f"as the result of {name} (after '=')")
+            i = self.i
         if kinds[i] != IDENT:
             raise self.error(f"expected the opcode of {name} after its shape, found "
                              f"{self.found(i)}", i)
@@ -323,10 +351,16 @@ class _Parser(TokenCursor):
         if kinds[i] != PUNCT or texts[i] != "(":
             raise self.error(f"expected '(' after opcode {opcode} of {name}, found "
                              f"{self.found(i)}", i)
+        if shape is None and (sugar is not None or opcode in ("parameter", "constant")):
+            raise self.error(f"{opcode} {name} needs its result shape written before the "
+                             f"opcode (like 'f32[2] {opcode}(...)'): it cannot be inferred", op_i)
         self.i = i + 1
         instr = Instruction(name, opcode, shape)
         instr.line = self.line_of(first)
         if opcode == "parameter":
+            if nested:
+                raise self.error("a parameter cannot be written inline as an operand; give it "
+                                 "its own line", op_i)
             if kinds[self.i] != INT:
                 raise self.error(f"expected the parameter number in parameter {name}, found "
                                  f"{self.found()}")
@@ -344,7 +378,7 @@ class _Parser(TokenCursor):
             instr.literal = self.literal(shape, name, 0)
             self.expect(")", f"after the value of constant {name}")
         else:
-            instr.operands = self.operands(name, symbols, comp)
+            instr.operands = self.operands(name, symbols, comp, params)
         if sugar is None:
             info = OPCODES[opcode]
             if info.arity is not None and len(instr.operands) != info.arity and \
@@ -352,19 +386,38 @@ class _Parser(TokenCursor):
                 raise self.error(f"{opcode} {name} takes {info.arity} operand"
                                  f"{'s' if info.arity != 1 else ''}, found "
                                  f"{len(instr.operands)}", op_i)
-            self.attributes(instr, _SCHEMAS[opcode], instr.attrs, None, symbols, comp)
+            self.attributes(instr, _SCHEMAS[opcode], instr.attrs, None, symbols, comp,
+                            inline=nested)
             self.check_required(instr, _SCHEMAS[opcode], instr.attrs, name_i)
+        elif nested:
+            raise self.error(f"{opcode} cannot be written inline as an operand; give it its "
+                             "own line", op_i)
         else:
             self.async_sugar(instr, sugar, op_i, name_i, symbols, comp)
-        comp.add(instr)
-        symbols[name] = instr
-        if is_root:
-            if comp.root is not None:
-                raise self.error(f"computation {comp.name} has two ROOT instructions "
-                                 f"({comp.root.name} and {name})", first)
-            comp.root = instr
+        if instr.shape is None:
+            try:
+                instr.shape = infer_shape(opcode, [o.shape for o in instr.operands], instr.attrs)
+            except ShapeError as e:
+                raise self.error(f"the result shape of {name} is not written and cannot be "
+                                 f"inferred: {e}", op_i) from None
+        return instr
 
-    def operands(self, name: str, symbols: dict, comp: Computation) -> list:
+    def rename_inline(self, symbols: dict, name: str) -> None:
+        instr = symbols.pop(name)
+        self.inline_names.discard(name)
+        instr.name = self.fresh_inline_name(symbols, instr.opcode)
+        symbols[instr.name] = instr
+        self.inline_names.add(instr.name)
+
+    def fresh_inline_name(self, symbols: dict, opcode: str) -> str:
+        self.inline_count += 1
+        name = f"{opcode}.inline.{self.inline_count}"
+        while name in symbols:
+            self.inline_count += 1
+            name = f"{opcode}.inline.{self.inline_count}"
+        return name
+
+    def operands(self, name: str, symbols: dict, comp: Computation, params: dict) -> list:
         kinds, texts = self.kinds, self.texts
         ops: list[Instruction] = []
         i = self.i
@@ -380,9 +433,26 @@ class _Parser(TokenCursor):
                 declared = self.shape(f"for an operand of {name}")
                 i = self.i
                 k = kinds[i]
-                if k == IDENT and kinds[i + 1] == PUNCT and texts[i + 1] == "(":
-                    raise self.error(f"nested instructions as operands are not supported (in "
-                                     f"{name}); give the operand its own line", i)
+            if k == IDENT and kinds[i + 1] == PUNCT and texts[i + 1] == "(":
+                # An operand written inline (`add(x, s32[] constant(1))`): an instruction of
+                # its own, made up a name, placed before the one that uses it.
+                self.i = i
+                inner = self.instruction_rhs(comp, symbols, params,
+                                             self.fresh_inline_name(symbols, texts[i]), i, i,
+                                             shape=declared, nested=True)
+                comp.add(inner)
+                symbols[inner.name] = inner
+                self.inline_names.add(inner.name)
+                ops.append(inner)
+                i = self.i
+                if kinds[i] == PUNCT and texts[i] in ",)":
+                    i += 1
+                    if texts[i - 1] == ",":
+                        continue
+                    self.i = i
+                    return ops
+                raise self.error(f"expected ')' after operands of {name}, found "
+                                 f"{self.found(i)}", i)
             if k == NAME:
                 op = symbols.get(texts[i][1:])
             elif k == IDENT:
@@ -409,15 +479,18 @@ class _Parser(TokenCursor):
                     return ops
             raise self.error(f"expected ')' after operands of {name}, found {self.found(i)}", i)
 
-    def attributes(self, instr, schema, attrs, extra, symbols, comp) -> None:
+    def attributes(self, instr, schema, attrs, extra, symbols, comp, inline=False) -> None:
         """`, key=value` pairs: common ones go to Instruction fields, the rest by kind.
 
         `extra` is a second (schema, attrs) target used by async sugar: attributes of
-        the wrapped op are stored on the wrapped instruction.
+        the wrapped op are stored on the wrapped instruction. `inline`: an operand written
+        inline, whose attributes end at a ',' that starts the next operand.
         """
         kinds, texts = self.kinds, self.texts
         name = instr.name
         while kinds[self.i] == PUNCT and texts[self.i] == ",":
+            if inline and kinds[self.i + 1] != ATTR:
+                return
             self.i += 1
             i = self.i
             if kinds[i] != ATTR:

@@ -119,8 +119,10 @@ def _check_attrs(comp: Computation, instr: Instruction) -> None:
         if check is not None and not check(value) and not isinstance(value, RawAttr):
             _fail(f"attribute {spec.name}= should be of kind {spec.kind}, got {value!r}", comp,
                   instr)
-        if spec.name == "channel_id" and value < 1:
-            _fail(f"channel_id={value} must be positive", comp, instr)
+        # XLA takes any channel id; 0 is a channel like any other (send/recv in XLA's own
+        # tests use it). A negative one names no MPI tag.
+        if spec.name == "channel_id" and value < 0:
+            _fail(f"channel_id={value} must not be negative", comp, instr)
 
 
 # ---- start/done pairing -----------------------------------------------------------------------
@@ -153,7 +155,7 @@ def _check_pairing(comp: Computation, instr: Instruction) -> None:
     if instr.opcode in ("send-done", "recv-done"):
         for key in ("channel_id", "is_host_transfer"):
             a, b = instr.attrs.get(key), start.attrs.get(key)
-            if bool(a) != bool(b) or (key == "channel_id" and a != b):
+            if (a != b) if key == "channel_id" else (bool(a) != bool(b)):
                 _fail(f"{instr.opcode} and its {start.opcode} %{start.name} must have the same "
                       f"{key} ({a} vs {b})", comp, instr)
     if instr.opcode in ("async-update", "async-done"):
