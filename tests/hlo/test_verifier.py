@@ -512,11 +512,11 @@ ENTRY e {{
 }}
 """)
     verify_module(m, num_devices=2)
-    bad = parse_hlo(f"""HloModule t
-ENTRY e {{
+    bad = parse_hlo("""HloModule t
+ENTRY e {
   p = u32[2] parameter(0)
-  start = (u32[2], f32[2]) collective-permute-start(p), source_target_pairs={{{{0,1}},{{1,0}}}}
+  start = (u32[2], f32[2]) collective-permute-start(p), source_target_pairs={{0,1},{1,0}}
   ROOT done = f32[2] collective-permute-done(start)
-}}
+}
 """)
     assert "differs" in str(verify_error(bad, num_devices=2))
