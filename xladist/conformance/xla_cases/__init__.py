@@ -1,0 +1,22 @@
+"""XLA's collective tests as data: `CASES` (every case), `SKIPPED` ({test: reason}).
+
+One module per XLA source file; records.py has the record types. Imports nothing of
+xladist (the cases ship in the wheel for a conformance kit; runners live elsewhere).
+"""
+
+from __future__ import annotations
+
+from . import collective_ops
+from .records import Array, Case
+
+__all__ = ["Array", "Case", "CASES", "SKIPPED", "SOURCES"]
+
+SOURCES = (collective_ops,)
+
+CASES: list[Case] = [c for m in SOURCES for c in m.CASES]
+SKIPPED: dict[str, str] = {k: v for m in SOURCES for k, v in m.SKIPPED.items()}
+
+_names = [c.name for c in CASES]
+if len(set(_names)) != len(_names):
+    raise ValueError("xla_cases: duplicate case names "
+                     f"{sorted({n for n in _names if _names.count(n) > 1})}")
