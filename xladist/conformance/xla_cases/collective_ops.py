@@ -17,7 +17,8 @@ FIXTURE = "CollectiveOpsTest"
 
 
 def _case(test: str, module: str, n: int, *, name: str | None = None, **kw) -> Case:
-    return Case(name=name or test, source=SOURCE, test=f"{FIXTURE}.{test}", module=module,
+    return Case(name=f"{FIXTURE}.{name or test}", source=SOURCE, test=f"{FIXTURE}.{test}",
+                module=module,
                 n=n, replica_count=n, **kw)
 
 
@@ -284,7 +285,7 @@ ENTRY test_computation {
 }
 """, 4, expected=each(4, arr("u32", 6), arr("u32", 14))),
     # XLA parses this one without the config: the header says nothing, the run says 4.
-    Case(name="ReplicaId", source=SOURCE, test=f"{FIXTURE}.ReplicaId", n=4, module="""HloModule test
+    Case(name=f"{FIXTURE}.ReplicaId", source=SOURCE, test=f"{FIXTURE}.ReplicaId", n=4, module="""HloModule test
 
 ENTRY test_computation {
   id = u32[] replica-id()
@@ -618,7 +619,8 @@ _SEND_RECV_PAIR_CHAINS = """  c0 = u32[] constant(0)
 
 
 def _fp8(test: str, module: str, expected, name: str | None = None) -> Case:
-    return Case(name=name or test, source=SOURCE, test=f"Fp8CollectiveOpsTest.{test}",
+    return Case(name=f"Fp8CollectiveOpsTest.{name or test}", source=SOURCE,
+                test=f"Fp8CollectiveOpsTest.{test}",
                 module=module, n=2, replica_count=2, expected=expected)
 
 
@@ -989,7 +991,7 @@ ENTRY computation {
   ROOT recv_data = u32[] get-tuple-element(recv_done), index=0
 }
 """, 2, expected=per_device(arr("u32", 11), arr("u32", 0))),
-    Case(name="SendRecvCrossPartition", source=SOURCE,
+    Case(name=f"{FIXTURE}.SendRecvCrossPartition", source=SOURCE,
          test=f"{FIXTURE}.SendRecvCrossPartition", n=2, replica_count=1, num_partitions=2,
          module="""HloModule test
 
