@@ -93,3 +93,25 @@ ENTRY e {
     xladist.compile(module, backend="interpreter", device=TwoReplicas())
     with pytest.raises(VerifierError, match="replica id 1 is out of range"):
         xladist.compile(module, backend="interpreter")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_async_wrapped_send_recv_is_refused_not_run(backend):
+    """An async-start wrapping sends/recvs (XLA's 'async group') completes them at its
+    async-done; the built-in backends do not: the cpu backend returned zeros for the received
+    data. Refused at compile, naming the op (a gap until the backends run it)."""
+    text = """HloModule m
+group {
+  d = f32[2] parameter(0)
+  t = token[] parameter(1)
+  ROOT s = (f32[2], u32[], token[]) send(d, t), frontend_attributes={_xla_send_recv_source_target_pairs={{0,1}}}
+}
+ENTRY e {
+  p = f32[2] parameter(0)
+  t = token[] after-all()
+  a = ((f32[2], token[]), (f32[2], u32[], token[]), s32[]) async-start(p, t), calls=group
+  ROOT r = (f32[2], u32[], token[]) async-done(a)
+}
+"""
+    with pytest.raises(UnsupportedError, match="wraps send s in an async computation"):
+        xladist.compile(xladist.parse_hlo(text), backend=backend)

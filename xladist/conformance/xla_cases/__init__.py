@@ -6,12 +6,14 @@ xladist (the cases ship in the wheel for a conformance kit; runners live elsewhe
 
 from __future__ import annotations
 
-from . import all_gather_e2e, collective_ops, collective_ops_e2e, ragged_all_to_all_e2e
+from . import (all_gather_e2e, collective_ops, collective_ops_e2e, collective_pipeline_parallelism,
+               p2p_ops_e2e, ragged_all_to_all_e2e, reduce_scatter_e2e, replicated_io_feed)
 from .records import Array, Case
 
 __all__ = ["Array", "Case", "CASES", "SKIPPED", "SOURCES"]
 
-SOURCES = (collective_ops, collective_ops_e2e, all_gather_e2e, ragged_all_to_all_e2e)
+SOURCES = (collective_ops, collective_ops_e2e, all_gather_e2e, ragged_all_to_all_e2e,
+           replicated_io_feed, collective_pipeline_parallelism, reduce_scatter_e2e, p2p_ops_e2e)
 
 CASES: list[Case] = [c for m in SOURCES for c in m.CASES]
 SKIPPED: dict[str, str] = {k: v for m in SOURCES for k, v in m.SKIPPED.items()}
