@@ -20,6 +20,7 @@ from xladist.hlo.attrs import (ConvDimensionNumbers, PaddingConfig, RawAttr, Rep
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.parser import parse_module
 from xladist.hlo.shape import PRIMITIVE_TYPES, UNBOUNDED, Layout, Shape
+from xladist.hlo.verifier import verify_module
 
 ADD = """
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -530,8 +531,8 @@ ERRORS = [
      5, 12),
     ("ROOT r = add(p, c)", "the result shape of r is not written and cannot be inferred: add:",
      5, 12),
-    ("ROOT r = f32[4]{0} add(p, f32[] parameter(1))",
-     "a parameter cannot be written inline as an operand", 5, 35),
+    ("ROOT r = f32[4]{0} add(p, f32[4] parameter(0))",
+     "parameter number 0 of parameter.inline.1 is already used by p", 5, 46),
     ("ROOT r = f32[4]{0} add(p, f32[4] negate(p) p)", "expected ')' after operands of r", 5, 46),
 ]
 
@@ -702,4 +703,24 @@ ENTRY e {
     add = m.entry.instruction("a")
     assert add.operands[1].opcode == "broadcast" and add.operands[1].attrs["dimensions"] == ()
     assert add.operands[1].operands[0].literal.value.tolist() == 1
+    assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_parameters_written_inline():
+    """XLA's tests write reducers as `ROOT add = f32[] add(f32[] parameter(0), f32[]
+    parameter(1))`: inline parameters are the computation's parameters, by their numbers."""
+    m = parse_module("""HloModule m
+sum {
+  ROOT add = f32[] add(f32[] parameter(1), f32[] parameter(0))
+}
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[] reduce(p, f32[] constant(0)), dimensions={0}, to_apply=sum
+}
+""")
+    verify_module(m)
+    add = m.computation("sum").root
+    assert [o.opcode for o in add.operands] == ["parameter", "parameter"]
+    assert [o.parameter_number for o in add.operands] == [1, 0]
+    assert [i.parameter_number for i in m.computation("sum").parameters] == [0, 1]
     assert parse_module(m.to_text()).to_text() == m.to_text()

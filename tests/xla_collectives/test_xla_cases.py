@@ -7,9 +7,9 @@ would spend most of the suite starting interpreters. A case that aborts its job 
 the cases after it run in a new job.
 
 Cases with a known xladist gap (`case.gap`, e.g. "issue 30 item 6: ...") are strict xfails:
-they must fail until the gap closes, and then the mark must go. Cases on 8 devices
-oversubscribe the machine's cores and are marked slow; cases tagged "huge" (2^31-element
-buffers) run only with XLADIST_XLA_HUGE=1. Skipped XLA tests and the reasons are in README.md.
+they must fail until the gap closes, and then the mark must go. Every case is marked slow
+(it starts ranks); cases tagged "huge" (2^31-element buffers) run only with
+XLADIST_XLA_HUGE=1. Skipped XLA tests and the reasons are in README.md.
 """
 
 from __future__ import annotations
@@ -41,13 +41,12 @@ def _params():
     out = []
     for case in CASES:
         for backend in BACKENDS:
-            marks = []
-            if case.n > 4:
-                marks.append(pytest.mark.slow)
+            # Every case runs inside an mpiexec job: the slow tier (docs/testing.md).
+            marks = [pytest.mark.slow]
             if case.gap:
                 marks.append(pytest.mark.xfail(strict=True, reason=case.gap))
             if "huge" in case.tags:
-                marks += [pytest.mark.slow, pytest.mark.skipif(
+                marks += [pytest.mark.skipif(
                     not os.environ.get("XLADIST_XLA_HUGE"),
                     reason="needs several GiB per rank; XLADIST_XLA_HUGE=1 runs it")]
             out.append(pytest.param(case.name, backend, marks=marks,

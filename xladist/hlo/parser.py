@@ -358,9 +358,6 @@ class _Parser(TokenCursor):
         instr = Instruction(name, opcode, shape)
         instr.line = self.line_of(first)
         if opcode == "parameter":
-            if nested:
-                raise self.error("a parameter cannot be written inline as an operand; give it "
-                                 "its own line", op_i)
             if kinds[self.i] != INT:
                 raise self.error(f"expected the parameter number in parameter {name}, found "
                                  f"{self.found()}")

@@ -261,9 +261,9 @@ def _check_collective(comp, instr, replica_count, num_partitions):
 def _count_hint(message: str, replica_count: int, num_partitions: int) -> str:
     """What to do when ids fall outside a count of 1: the count comes from the run."""
     if "partition id" in message and "out of range [0, 1)" in message and num_partitions == 1:
-        return ("; the run has one partition: ids of a collective with channel_id are partition "
-                "ids (collective-semantics.md A.1), so give the run its partitions "
-                "(--num-partitions, or num_partitions= in the module header)")
+        return ("; the run has one partition: ids of a collective with channel_id are "
+                "partition ids (docs/reference/collective-semantics.md A.1), so give the run "
+                "its partitions (--num-partitions, or num_partitions= in the module header)")
     if "replica id" in message and "out of range [0, 1)" in message and replica_count == 1:
         return ("; the run has one replica: run the module on as many devices as its groups "
                 "name (-n), or give replica_count= in the module header")

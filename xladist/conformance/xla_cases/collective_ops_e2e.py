@@ -427,7 +427,7 @@ def _bf16():
 
 def _all_to_all(blocks: list[np.ndarray], me: int, dim: int) -> np.ndarray:
     """Array-form all-to-all over all devices: block `me` of every device's operand along
-    `dim`, concatenated in device order (collective-semantics.md C.13)."""
+    `dim`, concatenated in device order (docs/reference/collective-semantics.md C.13)."""
     n = len(blocks)
     return np.concatenate([np.split(x, n, axis=dim)[me] for x in blocks], axis=dim)
 
@@ -675,7 +675,7 @@ ENTRY entry {{
 
 # The all-gather has no channel_id, so it gathers over replicas: with 1 replica and 2
 # partitions its groups have one member, and bf16[1,2,16] cannot become bf16[1,4,16]
-# (collective-semantics.md C.11). XLA's verifier skips that check for groups of 1.
+# (docs/reference/collective-semantics.md C.11). XLA's verifier skips that check for groups of 1.
 _GATHER_OF_ONE = ("the all-gather's groups have 1 member(s) here (1 replica, no channel_id), "
                   "so the result cannot grow 2x")
 
