@@ -103,10 +103,13 @@ def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
         _refuse_async_transfers(module)
     if verify:
         from .hlo.verifier import verify_module
-        # A run's device context knows the run's counts; a module compiled on its own is
-        # verified with its header's (a module without counts as one device).
+        # A run's device context knows the run's counts (where the header says nothing); a
+        # module compiled on its own is verified with its header's (without counts: one device).
         device = options.get("device")
-        counts = None if device is None else (device.replica_count, device.num_partitions)
+        counts = None
+        if device is not None:
+            from .hlo.collective_groups import config_counts
+            counts = config_counts(module, device.replica_count, device.num_partitions)
         verify_module(module, counts=counts)
     from .hlo.dynamic_padder import pad_dynamic
     static, dynamic_results = pad_dynamic(module)

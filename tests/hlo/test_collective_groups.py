@@ -313,6 +313,17 @@ def test_run_device_counts_refused(header, n, given, message):
         run_device_counts(_header(header), n, **given)
 
 
+@pytest.mark.parametrize("header, config, counts", [
+    ("", (2, 3), (2, 3)),                              # the header says nothing: the config's
+    (", num_partitions=2", (1, 1), (1, 2)),            # a one-device stand-in context
+    (", replica_count=1", (2, 1), (1, 1)),             # written, even as 1, replaces the config
+    (", replica_count=2, num_partitions=4", (8, 1), (2, 4)),
+])
+def test_config_counts_header_replaces_the_config(header, config, counts):
+    from xladist.hlo.collective_groups import config_counts
+    assert config_counts(_header(header), *config) == counts
+
+
 def test_the_verifier_runtime_and_static_check_share_the_counts():
     """One rule: the verifier, the runtime's placement and the deadlock check read a module
     without counts at -n 2 as 2 replicas, and a header with only num_partitions=1 too."""

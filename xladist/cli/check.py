@@ -24,6 +24,8 @@ examples:
   xladist check spmd.hlo -n 4 --num-partitions 4
                                            the run's counts where the header says nothing
                                            (as `xladist run` takes them)
+  xladist check module.hlo -n 8 --replica-count 2
+                                           2 replicas of 4 partitions
   xladist check module.hlo --json          machine-readable result on stdout
   xladist check module.hlo --strict        warnings (e.g. elided constants) count as problems
   xladist check module.hlo -n 1024 --check-budget 60

@@ -50,6 +50,7 @@ __all__ = [
     "check_replica_groups",
     "check_source_target_pairs",
     "collective_permute_pairs",
+    "config_counts",
     "device_group_size",
     "device_groups",
     "explicit_groups",
@@ -424,6 +425,17 @@ def declared_counts(module) -> dict[str, int]:
     return {k: getattr(module, k) for k in COUNT_NAMES if k in named or getattr(module, k) != 1}
 
 
+def config_counts(module, replica_count: int, num_partitions: int) -> tuple[int, int]:
+    """XLA's counts for `module` under a configuration of `replica_count` x `num_partitions`:
+    each count the header declares replaces the configuration's (HloModule's config is
+    overridden by the text). A device context's counts are such a configuration; the
+    runtime's always agree with the header (run_device_counts made them), a stand-in context
+    for one device (1 x 1) does not override what the module says."""
+    header = declared_counts(module)
+    return (header.get("replica_count", replica_count),
+            header.get("num_partitions", num_partitions))
+
+
 def run_device_counts(module, num_devices: int | None = None, *,
                       replica_count: int | None = None,
                       num_partitions: int | None = None) -> tuple[int, int]:
@@ -461,8 +473,10 @@ def run_device_counts(module, num_devices: int | None = None, *,
     if r is None or p is None:
         known = p if r is None else r
         if n % known:
+            other = "replica_count" if r is None else "num_partitions"
             raise InputError(f"module {module.name} has {fixed}, which does not divide the "
-                             f"{n} devices of the run; run it on a multiple of {known} devices")
+                             f"{n} devices of the run; run it with -n {known} (or a multiple "
+                             f"of {known} devices: {other} is the rest)")
         return (n // known, p) if r is None else (r, n // known)
     if r * p != n:
         raise InputError(f"module {module.name} is built for replica_count={r} x "
