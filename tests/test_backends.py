@@ -78,7 +78,7 @@ def test_compile_verifies_with_the_runs_counts_not_the_headers():
     verifier takes the counts from the device context the runtime passes (here 2 replicas);
     compiled on its own, the same module is one device and its all-gather over 2 is refused."""
     from xladist.errors import VerifierError
-    from xladist.interpreter.context import DeviceContext
+    from xladist.semantics.device import DeviceContext
 
     text = """HloModule m
 ENTRY e {
