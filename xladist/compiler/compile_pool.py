@@ -2,16 +2,18 @@
 
 Why processes: llvmlite releases the GIL in its calls (ctypes), but it wraps every call into
 LLVM in one process-wide lock (llvmlite.binding.ffi's _LLVMLock), so threads optimize and
-emit one module at a time (measured: two threads compiling the transformer step's units took
-as long as one). So the units go to helper processes running llvm_worker.py -- the same
-function this process calls, with the same target and pipeline, so a unit's object is the
-same bytes whichever process made it -- and this process compiles units itself meanwhile.
+emit one module at a time. So the units go to helper processes running llvm_worker.py --
+the same function this process calls, with the same target and pipeline, so a unit's
+object is the same bytes whichever process made it -- and this process compiles units
+itself meanwhile.
 
   jobs(): XLADIST_COMPILE_JOBS, else parallel.thread_count() (this process's share of the
   cores). jobs() - 1 helpers are started the first time a program with MIN_UNITS units or
   more compiles, and kept for the life of the process (starting one costs ~0.25 s of a
-  core: Python and llvmlite; a few small units compile faster than that here). They block on their pipe between compiles and exit when it closes, at this
-  process's exit or death; a forked child does not use its parent's helpers.
+  core: Python and llvmlite; a few small units compile faster than that here). They block
+  on their pipe between compiles and exit when it closes, at this process's exit or death;
+  a forked child does not use its parent's helpers. `python -P`: the script's folder
+  (xladist/compiler, with its coverage.py, target.py, ...) is not put on sys.path.
 
 Largest units go first (LLVM's time grows with a unit's IR, and the exact pipeline costs
 ~3x the other), so the last unit to finish is a small one. Each unit is compiled with the
@@ -80,7 +82,8 @@ class Job:
 
 
 class CompileError(RuntimeError):
-    """LLVM failed on a unit in a helper process (the message says which and why)."""
+    """LLVM failed on a unit, or the helper process compiling it ended (the message says
+    which unit and why)."""
 
 
 class _Died(Exception):
@@ -97,9 +100,9 @@ class _Helper:
         site = os.path.dirname(os.path.dirname(os.path.abspath(llvmlite.__file__)))
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (site, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(llvm_worker.__file__)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, close_fds=True)
+        script = os.path.abspath(llvm_worker.__file__)
+        self.proc = subprocess.Popen([sys.executable, "-P", script], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, close_fds=True)
         self.lock = threading.Lock()
         self.ready = threading.Event()
         self.dead = False
