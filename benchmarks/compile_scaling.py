@@ -8,12 +8,14 @@ block data- and tensor-parallel, an MLP with Adam, a conv net), jitted for 2 dev
 module is XLA's optimized per-device SPMD module (what `xladist.jax.export` writes and
 `xladist run` compiles). Per round, in alternating order:
   * XLA:CPU: `jax.jit(step).lower(...).compile()` after `jax.clear_caches()` (a fresh
-    lowering, no compile cache), in this process, XLA's default threads; its CPU time over
-    wall time says how many cores it used;
+    lowering, no compile cache), in this process, XLA's default threads, with its CPU time
+    (all its threads);
   * xladist: `xladist.compile(module)` with an empty kernel cache, in a fresh Python
     process each time (as `xladist run` compiles: its helper processes start inside the
-    timed call), parse excluded; then the same compile again in that process with the
-    cache hot (warm: the object code loaded, no codegen, no LLVM).
+    timed call), parse excluded, with its CPU time (this process and its helpers); then the
+    same compile again in that process with the cache hot (warm: the object code loaded, no
+    codegen, no LLVM), and a cold one with a new empty cache, the helpers running.
+On a busy machine wall times move with the load; CPU times much less.
 Medians over the rounds; the load average before and after (the machine is shared: times
 move with it). --xladist PATH times another checkout's xladist (e.g. /work/main: before).
 
@@ -51,19 +53,33 @@ _CHILD = r"""
 import json, os, sys, tempfile, time
 import xladist
 import xladist.compiler.program
+try:
+    from xladist.compiler.compile_pool import helper_pids
+except ImportError:  # an xladist before compile units
+    helper_pids = list
+def cpu():  # this process and its helper processes, seconds
+    t = time.process_time()
+    for pid in helper_pids():
+        try:
+            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            t += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return t
 text = open(sys.argv[1]).read()
 module = xladist.parse_hlo(text)
 def compile_in(cache):
     os.environ["XLADIST_CACHE_DIR"] = cache
-    t0 = time.perf_counter()
+    c0, t0 = cpu(), time.perf_counter()
     exe = xladist.compile(module)
-    return time.perf_counter() - t0, exe.program
+    return time.perf_counter() - t0, cpu() - c0, exe.program
 with tempfile.TemporaryDirectory(prefix="xladist-compile-") as cache:
-    cold, prog = compile_in(cache)
-    warm, again = compile_in(cache)
+    cold, cold_cpu, prog = compile_in(cache)
+    warm, _, again = compile_in(cache)
 with tempfile.TemporaryDirectory(prefix="xladist-compile-") as cache:
-    cold2, prog2 = compile_in(cache)
-print(json.dumps({"cold": cold, "warm": warm, "warm_cached": again.cached, "cold2": cold2,
+    cold2, cold2_cpu, prog2 = compile_in(cache)
+print(json.dumps({"cold": cold, "cold_cpu": cold_cpu, "warm": warm, "warm_cached": again.cached,
+                  "cold2": cold2, "cold2_cpu": cold2_cpu,
                   "timings": prog.timings, "timings2": prog2.timings,
                   "stats": getattr(prog, "compile_stats", {}),
                   "stats2": getattr(prog2, "compile_stats", {}),
@@ -108,9 +124,9 @@ def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
     print(f"load average (1/5/15 min) at the start: {_load()}; jax {jax.__version__}, "
           f"{os.cpu_count()} cores; xladist from {checkout}; {rounds} rounds, medians, "
           f"seconds")
-    print("| step | HLO KB | kernels | XLA:CPU compile (cores) | xladist cold, fresh "
-          "process (processes) | xladist / XLA | xladist cold, helpers up | xladist warm "
-          "(cache hot) | load |")
+    print("| step | HLO KB | kernels | XLA:CPU compile: wall (CPU) | xladist cold, fresh "
+          "process: wall (CPU) | xladist / XLA: wall (CPU) | xladist cold, helpers up | "
+          "xladist warm (cache hot) | load |")
     print("|---|---|---|---|---|---|---|---|---|")
     details = []
     with tempfile.TemporaryDirectory(prefix="xladist-bench-") as tmp:
@@ -129,17 +145,19 @@ def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
                     else:
                         ours.append(xladist_fresh(path, checkout))
             t_xla = statistics.median(w for w, _ in xla)
-            cores = statistics.median(c / w for w, c in xla)
+            c_xla = statistics.median(c for _, c in xla)
             t_ours = statistics.median(o["cold"] for o in ours)
+            c_ours = statistics.median(o["cold_cpu"] for o in ours)
             t_up = statistics.median(o["cold2"] for o in ours)
             warm = statistics.median(o["warm"] for o in ours)
             procs = max(o["stats"].get("processes", 1) for o in ours)
             st = ours[-1]["stats"]
             kern = f"{ours[-1]['kernels']}" + (f" ({st['units']} units, {st['exact']} exact)"
                                                if st else "")
-            print(f"| {name} | {len(text) / 1024:.0f} | {kern} | {t_xla:.2f} ({cores:.1f}) | "
-                  f"{t_ours:.2f} ({procs}) | {t_ours / t_xla:.2f}x | {t_up:.2f} | {warm:.3f} | "
-                  f"{load0} -> {_load()} |", flush=True)
+            print(f"| {name} | {len(text) / 1024:.0f} | {kern} | {t_xla:.2f} ({c_xla:.2f}) | "
+                  f"{t_ours:.2f} ({c_ours:.2f}), {procs} processes | {t_ours / t_xla:.2f}x "
+                  f"({c_ours / c_xla:.2f}x) | {t_up:.2f} | {warm:.3f} | {load0} -> {_load()} |",
+                  flush=True)
             for which in ("timings", "timings2"):
                 phases = {k: statistics.median(o[which].get(k, 0.0) for o in ours)
                           for k in ours[-1][which]}

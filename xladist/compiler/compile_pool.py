@@ -199,6 +199,13 @@ def start_helpers(units: int, wait: float = 0) -> int:
     return sum(not h.dead for h in helpers)
 
 
+def helper_pids() -> list[int]:
+    """Process ids of this process's running helpers (for tools measuring CPU time)."""
+    if _pool is None or _pool.pid != os.getpid():
+        return []
+    return [h.proc.pid for h in _pool.helpers if not h.dead and h.proc.poll() is None]
+
+
 @atexit.register
 def _close() -> None:
     if _pool is not None:
