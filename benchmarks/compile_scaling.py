@@ -1,7 +1,7 @@
 """Cold compile, xladist against XLA:CPU, on the same modules, side by side in one run.
 
     /path/to/python-with-jax benchmarks/compile_scaling.py [--steps transformer,mlp,conv]
-        [--rounds 5] [--layers 1,4,16] [--xladist PATH]
+        [--rounds 5] [--what-if] [--layers 1,4,16] [--xladist PATH]
 
 --steps (the default): the training steps of benchmarks/training_steps.py (a transformer
 block data- and tensor-parallel, an MLP with Adam, a conv net), jitted for 2 devices. The
@@ -18,6 +18,8 @@ module is XLA's optimized per-device SPMD module (what `xladist.jax.export` writ
 On a busy machine wall times move with the load; CPU times much less.
 Medians over the rounds; the load average before and after (the machine is shared: times
 move with it). --xladist PATH times another checkout's xladist (e.g. /work/main: before).
+--what-if also times xladist with its fast-math reductions compiled without loop unrolling,
+which changes their sums' order: not what xladist does, what its bit-identity costs.
 
 --layers: the older scaling table (compile time against repeated layers of a transformer
 stack, batch 4, 32 tokens, width 64; parse + compile, one round).
@@ -66,6 +68,9 @@ def cpu():  # this process and its helper processes, seconds
         except OSError:
             pass
     return t
+if sys.argv[2:] == ["what-if"]:  # not xladist: reductions without the exact pipeline
+    from xladist.compiler import compile_pool
+    compile_pool.pipeline_exact = lambda text, target: False
 text = open(sys.argv[1]).read()
 module = xladist.parse_hlo(text)
 def compile_in(cache):
@@ -96,13 +101,12 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def xladist_fresh(path: Path, checkout: Path, jobs: str | None = None) -> dict:
+def xladist_fresh(path: Path, checkout: Path, what_if: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(checkout))
     env.pop("XLADIST_COMPILE_JOBS", None)
-    if jobs is not None:
-        env["XLADIST_COMPILE_JOBS"] = jobs
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], env=env, check=True,
-                         capture_output=True, text=True, cwd=tempfile.gettempdir())
+    argv = [sys.executable, "-c", _CHILD, str(path)] + (["what-if"] if what_if else [])
+    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True,
+                         cwd=tempfile.gettempdir())
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -116,7 +120,7 @@ def xla_compile(jax, xj, case) -> tuple[float, float]:
     return time.perf_counter() - t0, _cpu() - c0
 
 
-def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
+def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool) -> None:
     import jax
 
     import training_steps
@@ -128,7 +132,7 @@ def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
           "process: wall (CPU) | xladist / XLA: wall (CPU) | xladist cold, helpers up | "
           "xladist warm (cache hot) | load |")
     print("|---|---|---|---|---|---|---|---|---|")
-    details = []
+    details, what_ifs = [], []
     with tempfile.TemporaryDirectory(prefix="xladist-bench-") as tmp:
         for name in names:
             case = training_steps.make(name, jax)
@@ -137,13 +141,16 @@ def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
             text = xj.compile_text(prep)[0]
             path = Path(tmp) / f"{name}.hlo"
             path.write_text(text)
-            xla, ours, load0 = [], [], _load()
+            xla, ours, relaxed, load0 = [], [], [], _load()
+            sides = ["xla", "xladist"] + (["what-if"] if what_if else [])
             for r in range(rounds):
-                for side in (("xla", "xladist") if r % 2 == 0 else ("xladist", "xla")):
+                for side in (sides if r % 2 == 0 else sides[::-1]):
                     if side == "xla":
                         xla.append(xla_compile(jax, xj, case))
-                    else:
+                    elif side == "xladist":
                         ours.append(xladist_fresh(path, checkout))
+                    else:
+                        relaxed.append(xladist_fresh(path, checkout, what_if=True))
             t_xla = statistics.median(w for w, _ in xla)
             c_xla = statistics.median(c for _, c in xla)
             t_ours = statistics.median(o["cold"] for o in ours)
@@ -158,6 +165,10 @@ def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
                   f"{t_ours:.2f} ({c_ours:.2f}), {procs} processes | {t_ours / t_xla:.2f}x "
                   f"({c_ours / c_xla:.2f}x) | {t_up:.2f} | {warm:.3f} | {load0} -> {_load()} |",
                   flush=True)
+            if relaxed:
+                what_ifs.append(f"{name}: {statistics.median(o['cold'] for o in relaxed):.2f} "
+                                f"s ({statistics.median(o['cold_cpu'] for o in relaxed):.2f} "
+                                f"CPU)")
             for which in ("timings", "timings2"):
                 phases = {k: statistics.median(o[which].get(k, 0.0) for o in ours)
                           for k in ours[-1][which]}
@@ -168,6 +179,9 @@ def steps_table(names: list[str], rounds: int, checkout: Path) -> None:
           "and the dynamic-shape pass):")
     for n, ph in details:
         print(f"  {n}: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()))
+    if what_ifs:
+        print("what if reductions got the pipeline without unrolling (their sums' order "
+              "changes; not what xladist does), cold, fresh process: " + "; ".join(what_ifs))
     print(f"load average at the end: {_load()}")
 
 
@@ -259,6 +273,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--layers", default=None, help="e.g. 1,4,16: the layer-scaling table")
     ap.add_argument("--xladist", default=str(ROOT), help="checkout whose xladist to time")
+    ap.add_argument("--what-if", action="store_true",
+                    help="also time xladist with fast-math reductions compiled without loop "
+                         "unrolling (changes their results' last bits: what bit-identity "
+                         "with earlier versions costs)")
     args = ap.parse_args()
     try:
         import jax  # noqa: F401
@@ -272,7 +290,7 @@ def main() -> int:
         return 0
     import training_steps
     names = args.steps.split(",") if args.steps else list(training_steps.STEPS)
-    steps_table(names, args.rounds, Path(args.xladist).resolve())
+    steps_table(names, args.rounds, Path(args.xladist).resolve(), args.what_if)
     return 0
 
 
