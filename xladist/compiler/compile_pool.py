@@ -1,8 +1,8 @@
 """Compiling a program's units (units.py) on every core this process may use.
 
 Why processes: llvmlite releases the GIL in its calls (ctypes), but it wraps every call into
-LLVM in one process-wide lock (llvmlite.binding.ffi's _LLVMLock), so threads optimize and
-emit one module at a time. So the units go to helper processes running llvm_worker.py --
+LLVM in one process-wide lock (llvmlite.binding.ffi's _LLVMLock), and optimizing a module
+or emitting its object is one call each, so threads would take turns. So the units go to helper processes running llvm_worker.py --
 the same function this process calls, with the same target and pipeline, so a unit's
 object is the same bytes whichever process made it -- and this process compiles units
 itself meanwhile.
