@@ -104,6 +104,17 @@ def test_a_helper_that_died_idle_is_replaced(parallel):
     np.testing.assert_allclose(got, np.sin(np.exp(np.tanh(x))), rtol=2e-6)
 
 
+def test_ctrl_c_at_the_terminal_leaves_a_helper_to_the_process_that_started_it(parallel):
+    (helper,) = compile_pool._helpers(1, 1)
+    os.kill(helper.proc.pid, signal.SIGINT)  # what the terminal sends the process group
+    time.sleep(0.5)
+    assert helper.proc.poll() is None
+    prog = CpuProgram(_module("nn_functions"), compile_code=False)
+    stats: dict = {}
+    jit.compile_units(program_units(prog.builder), stats=stats)
+    assert stats["helpers"] >= 1 and compile_pool._helpers(1, 1) == [helper]
+
+
 def test_llvm_errors_name_the_unit_whichever_process_had_it(parallel):
     target = host_target()
     good = str(CpuProgram(xladist.parse_hlo(

@@ -109,6 +109,11 @@ class _Helper:
         threading.Thread(target=self._wait_ready, daemon=True,
                          name="xladist-compile-helper-start").start()
 
+    def alive(self) -> bool:
+        if not self.dead and self.proc.poll() is not None:
+            self.dead = True  # ended between compiles (killed, or out of memory)
+        return not self.dead
+
     def _wait_ready(self) -> None:
         with self.lock:
             if llvm_worker.read_frame(self.proc.stdout) is None:
@@ -155,7 +160,7 @@ class _Pool:
         self.helpers: list[_Helper] = []
 
     def grow(self, n: int) -> list[_Helper]:
-        self.helpers = [h for h in self.helpers if not h.dead]
+        self.helpers = [h for h in self.helpers if h.alive()]
         while len(self.helpers) < n:
             try:
                 self.helpers.append(_Helper())
@@ -184,7 +189,7 @@ def _helpers(n: int, units: int) -> list[_Helper]:
         if _pool is None or _pool.pid != os.getpid():
             _pool = _Pool()  # a forked child leaves its parent's helpers alone
         if units < MIN_UNITS:
-            return [h for h in _pool.helpers if not h.dead][:n]
+            return [h for h in _pool.helpers if h.alive()][:n]
         return _pool.grow(n)
 
 
@@ -196,14 +201,14 @@ def start_helpers(units: int, wait: float = 0) -> int:
     deadline = time.monotonic() + wait
     for h in helpers:
         h.ready.wait(max(0.0, deadline - time.monotonic()))
-    return sum(not h.dead for h in helpers)
+    return sum(h.alive() for h in helpers)
 
 
 def helper_pids() -> list[int]:
     """Process ids of this process's running helpers (for tools measuring CPU time)."""
     if _pool is None or _pool.pid != os.getpid():
         return []
-    return [h.proc.pid for h in _pool.helpers if not h.dead and h.proc.poll() is None]
+    return [h.proc.pid for h in _pool.helpers if h.alive()]
 
 
 @atexit.register
@@ -255,6 +260,11 @@ class _Run:
             self.busy -= 1
             self.cond.notify_all()
 
+    def cancel(self, error: BaseException) -> None:
+        with self.cond:
+            self.errors.setdefault(-1, error)
+            self.cond.notify_all()
+
     def wait(self) -> None:
         """Until no job is in progress (after an error, the others finish first)."""
         with self.cond:
@@ -298,24 +308,26 @@ def compile_jobs(jobs_: list[Job], target: Target, stats: dict | None = None) ->
                 threading.Thread(target=run.feed, args=(h,), daemon=True,
                                  name="xladist-compile-feed").start()
 
-    while True:
-        feed_ready()  # helpers that finished starting since the last job
-        i = run.claim(wait=True)
-        if i is None:
-            break
-        job = jobs_[i]
-        try:
-            obj = llvm_worker.compile_unit(job.text, target.triple, target.cpu,
-                                           target.features, job.exact)
-        except Exception as e:  # noqa: BLE001 -- raised below, after the helpers stop
-            error = CompileError(f"LLVM failed on {job.name}: {type(e).__name__}: {e}")
-            error.__cause__ = e
-            run.done(i, error=error)
-        except BaseException as e:  # an interrupt: stop handing out jobs, then raise it
-            run.done(i, error=e)
-        else:
-            run.done(i, obj)
-    run.wait()
+    try:
+        while True:
+            feed_ready()  # helpers that finished starting since the last job
+            i = run.claim(wait=True)
+            if i is None:
+                break
+            job = jobs_[i]
+            try:
+                obj = llvm_worker.compile_unit(job.text, target.triple, target.cpu,
+                                               target.features, job.exact)
+            except Exception as e:  # noqa: BLE001 -- raised below, after the helpers stop
+                error = CompileError(f"LLVM failed on {job.name}: {type(e).__name__}: {e}")
+                error.__cause__ = e
+                run.done(i, error=error)
+            else:
+                run.done(i, obj)
+        run.wait()
+    except BaseException as e:  # an interrupt: the helpers take no further job
+        run.cancel(e)
+        raise
     if run.errors:
         raise run.errors[min(run.errors)]
     if stats is not None:

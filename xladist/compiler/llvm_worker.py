@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import sys
 import threading
@@ -119,6 +120,9 @@ def serve(inp, out) -> None:
 
 
 def main() -> None:
+    # Ctrl-C at the terminal reaches the whole process group: the process that started this
+    # one decides (and closes the pipe, which ends this one), no traceback from here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Replies go to the pipe that was stdout; anything else printed goes to stderr.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
