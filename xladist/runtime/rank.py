@@ -74,7 +74,7 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
     backends that accept one. While this runs, a wait that passes `timeout` prints where every
     rank is (xladist/runtime/watchdog.py) and aborts the job.
     """
-    from xladist.collectives.communicator import CommunicatorCache, MpiCommunicator
+    from xladist.collectives import CommunicatorCache, MpiCommunicator
 
     from .mpi_context import MpiDeviceContext
 
