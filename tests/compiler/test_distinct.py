@@ -218,6 +218,7 @@ def _corpus_modules():
                 yield f"{folder.parent.name}/{folder.name}/{name}", folder / name
 
 
+@pytest.mark.slow  # every corpus module planned and its repeats emitted: ~15 s
 def test_kernels_with_one_structural_key_emit_the_same_ir():
     """The structural key (computed from the HLO, before codegen) is what makes a repeat an
     alias: on every corpus module, kernels sharing a key emit the same LLVM IR up to their
