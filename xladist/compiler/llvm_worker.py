@@ -15,7 +15,7 @@ opt level 3:
   exact=False  without loop unrolling. For IR with plain IEEE arithmetic every LLVM pass
                keeps every result bit, so this changes speed, never values; unrolling
                took ~70% of LLVM's time on the training steps of benchmarks/ and bought no
-               measurable kernel speed (docs/COMPILE.md).
+               measurable kernel speed (docs/compile.md).
 
 Protocol when run as a script (compile_pool.py is the other side): frames on stdin and
 stdout, each an 8-byte little-endian length and a pickle. First, once llvmlite is loaded,
