@@ -2,6 +2,8 @@
 
 import pytest
 
+from tests.simhosts import simhosts  # noqa: F401 -- the fixture of simulated hosts
+
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):

@@ -128,6 +128,7 @@ class LoadedCode:
     def __init__(self, obj: bytes):
         init_llvm()
         check_symbols(obj, runtime_symbols.resolved())
+        self.obj = obj  # the object code, for a launcher that ships it to its ranks
         with _LOCK:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
             self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))

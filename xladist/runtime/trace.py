@@ -111,6 +111,12 @@ class Tracer:
         if self.record:
             self.events.append((name, kind, t0, t1, args))
 
+    def add_waits(self, kind: str, ns: int, calls: int) -> None:
+        """Waits counted elsewhere (a native while loop times its MPI calls itself): they
+        count in summary(), and make no slices."""
+        self.wait_ns[kind] += int(ns)
+        self.wait_calls[kind] += int(calls)
+
     def span(self, name: str, cat: str = "run", **args):
         """`with tracer.span("compile"): ...` records one slice."""
         return _Span(self, name, cat, args, False)
@@ -208,6 +214,33 @@ def write_trace(path: str, events: list[dict], ranks: int | None = None,
     deliver(path, lambda f: f.write(data), "--trace")
 
 
+def write_trace_parts(path: str, parts: list, ranks: int | None = None,
+                      note: str | None = None) -> None:
+    """Write a trace from files that each hold one rank's events as a JSON list (what ranks
+    send the coordination service), streamed: never all ranks' events in memory at once."""
+    other = {"producer": "xladist", "ranks": ranks}
+    if note:
+        other["note"] = note
+    tail = ('],"displayTimeUnit":"ms","otherData":' +
+            json.dumps(other, separators=(",", ":")) + "}").encode()
+
+    def write(f) -> None:
+        f.write(b'{"traceEvents":[')
+        first = True
+        for part in parts:
+            with open(part, "rb") as src:
+                body = src.read().strip()
+            body = body[1:-1].strip() if body.startswith(b"[") else body
+            if not body:
+                continue
+            if not first:
+                f.write(b",")
+            f.write(body)
+            first = False
+        f.write(tail)
+    deliver(path, write, "--trace")
+
+
 def merge_partials(path: str) -> bool:
     """Merge the `PATH.rank<r>.part` files a failed run left into PATH; True if any."""
     parts = sorted(glob.glob(f"{glob.escape(path)}.rank*.part"))
@@ -251,6 +284,11 @@ class TracedDevice:
 
     # Collectives bound once for loops skip `collective` and so the timeline: not here.
     bound_collective = None
+
+    def native_waits(self, ns: int, calls: int) -> None:
+        """A native while loop's time in MPI calls (compiler/native/loop.py): collective wait
+        in the summary (its calls include send/recv waits, counted with them)."""
+        self._tracer.add_waits("collective", ns, calls)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
