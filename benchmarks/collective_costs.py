@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     from mpi4py import MPI
 
     from xladist.collectives.bench import _reducers, parse_size
-    from xladist.collectives.communicator import MpiCommunicator
+    from xladist.collectives import MpiCommunicator
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="64K,1M,4M")
     p.add_argument("--ops", default=",".join(OPS))

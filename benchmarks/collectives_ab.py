@@ -80,7 +80,7 @@ def main(argv=None) -> int:
                         "of them see a quiet machine)")
     args = p.parse_args(argv)
     import xladist.collectives as B
-    from xladist.collectives.communicator import MpiCommunicator as BComm
+    from xladist.collectives import MpiCommunicator as BComm
 
     world = MPI.COMM_WORLD
     n, r = world.Get_size(), world.Get_rank()

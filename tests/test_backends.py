@@ -60,6 +60,7 @@ def test_without_the_package_the_backend_is_unknown():
         xladist.compile(xladist.parse_hlo(MODULE), backend="toy")
 
 
+@pytest.mark.slow
 def test_cli_runs_a_collective_module_on_two_ranks_with_the_plugin(tmp_path):
     out = tmp_path / "out.npz"
     proc = xladist_cli("run", str(CASE / "module.hlo"), "-n", "2", "--backend", "toy",

@@ -19,6 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MPI_DIR = ROOT / "tests" / "mpi"
 
+# Each case is a whole mpiexec job running a file of tests/mpi/ (seconds to a minute).
+pytestmark = pytest.mark.slow
+
 
 def _mpiexec() -> str:
     exe = shutil.which("mpiexec", path=str(Path(sys.executable).parent) + os.pathsep

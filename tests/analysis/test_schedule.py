@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+import xladist
 from xladist.analysis.schedule import (
     ScheduleError,
     channel_chains,
@@ -178,8 +179,6 @@ CORPUS = TESTS / "data" / "corpus" / "jax"
 @pytest.mark.parametrize("case", sorted(p.name for p in CORPUS.iterdir() if p.is_dir()))
 def test_corpus_schedule_is_kept(case):
     """XLA's own schedules (is_scheduled=true) pass the check and the scheduler reproduces them."""
-    xladist = pytest.importorskip("xladist")
-    pytest.importorskip("xladist.hlo.parser")
     m = xladist.load_hlo(CORPUS / case / "module.hlo")
     assert m.is_scheduled
     for comp, order in schedule_module(m).items():

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from xladist.builder import BroadcastError, BuilderError, XlaBuilder
 from xladist.builder.broadcasting import binary_plan
 from xladist.hlo.ir import Module
-from xladist.hlo.shape import Shape
+from xladist.hlo.shape import Layout, Shape
 
 # ---------------------------------------------------------------------------
 # A minimal evaluator for the opcodes broadcasting produces (test reference).
@@ -56,7 +56,7 @@ def mini_eval(module: Module, *args):
     return values[entry.root.name]
 
 
-# Opcodes newer than the XLA inside the installed jaxlib (hlo-text-format.md marks them
+# Opcodes newer than the XLA inside the installed jaxlib (docs/reference/hlo-text-format.md marks them
 # [2025]); its parser rejects them, so modules using them skip the XLA acceptance check.
 NEWER_THAN_INSTALLED_XLA = {"acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh",
                             "mulhi"}
@@ -385,3 +385,22 @@ def test_broadcasting_agrees_with_numpy_on_trailing_alignment(shapes):
     a = np.arange(np.prod(lhs), dtype=np.float32).reshape(lhs)
     c = np.arange(np.prod(rhs), dtype=np.float32).reshape(rhs) * 10
     np.testing.assert_array_equal(mini_eval(m, a, c), a + c)
+
+
+def test_instruction_by_opcode_name_checks_the_shape_it_is_given():
+    """XlaBuilder.instruction: any opcode by name; a given result shape must agree with shape
+    inference in element type and dims, and its layout is kept."""
+    b = XlaBuilder("generic")
+    x = b.parameter(0, "f32[2,3]")
+    assert b.instruction("negate", [x]).shape.to_text() == "f32[2,3]{1,0}"
+    col_major = Shape.array("f32", (2, 3)).with_layout(Layout((0, 1)))
+    assert b.instruction("copy", [x], col_major).shape.to_text() == "f32[2,3]{0,1}"
+    assert b.instruction("convert", [x], "s32[2,3]").shape.to_text() == "s32[2,3]{1,0}"
+    with pytest.raises(BuilderError, match=r"the result shape given, f32\[3,2\], is not the "
+                                           r"inferred f32\[2,3\]"):
+        b.instruction("add", [x, x], "f32[3,2]")
+    with pytest.raises(BuilderError, match="unknown opcode 'frobnicate'"):
+        b.instruction("frobnicate", [x])
+    with pytest.raises(ValueError, match="convert"):  # not derivable: the shape is required
+        b.instruction("convert", [x])
+    assert [i.opcode for i in b.build(x).entry.instructions].count("add") == 0

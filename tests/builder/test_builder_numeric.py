@@ -14,9 +14,7 @@ from xladist.hlo.shape import PRIMITIVE_TYPES
 from xladist.examples.train_mlp import loss_and_grads as mlp_loss_and_grads
 
 from .test_builder import check_text
-
-pytest.importorskip("xladist.executable")
-pytest.importorskip("xladist.interpreter.evaluator")
+from tests.optional import need_jax
 
 B, D, H, C = 4, 3, 5, 2
 RNG = np.random.default_rng(42)
@@ -55,9 +53,10 @@ def test_mlp_forward_matches_numpy():
     np.testing.assert_allclose(loss, numpy_loss(X, Y, W1, B1, W2, B2), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_mlp_gradients_match_jax_grad():
-    jax = pytest.importorskip("jax")
-    jnp = pytest.importorskip("jax.numpy")
+    jax = need_jax()
+    jnp = need_jax("jax.numpy")
 
     def loss_fn(w1, b1, w2, b2):
         out = jnp.tanh(X @ w1 + b1) @ w2 + b2
@@ -200,7 +199,7 @@ def test_training_loop_with_infeed_outfeed_and_all_reduce():
     ((1, 1), "SAME", (1, 1)), ((2, 2), "SAME", (1, 1)), ((2, 1), "VALID", (1, 1)),
     ((1, 2), "SAME", (2, 1)), ((1, 1), [(1, 0), (2, 1)], (1, 1))])
 def test_conv_padding_modes_match_jax(strides, padding, rhs_dilation):
-    lax = pytest.importorskip("jax.lax")
+    lax = need_jax("jax.lax")
     lhs = RNG.normal(size=(2, 6, 7, 3)).astype(np.float32)   # NHWC
     rhs = RNG.normal(size=(3, 2, 3, 4)).astype(np.float32)   # HWIO
     dn = ("NHWC", "HWIO", "NHWC")
@@ -216,7 +215,7 @@ def test_conv_padding_modes_match_jax(strides, padding, rhs_dilation):
 
 
 def test_reduce_window_same_padding_matches_jax():
-    lax = pytest.importorskip("jax.lax")
+    lax = need_jax("jax.lax")
     x0 = RNG.normal(size=(5, 7)).astype(np.float32)
     b = XlaBuilder("pool")
     x = b.parameter(0, "f32[5,7]")

@@ -53,6 +53,7 @@ INVALID = {
 }
 
 
+@pytest.mark.slow  # one CLI process per program
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_invalid_program_is_refused_before_any_rank_starts(tmp_path, name):
@@ -79,6 +80,7 @@ def _data_loop_inputs(tmp_path, steps):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_unproven_program_warns_once_then_runs(tmp_path):
     inputs, x = _data_loop_inputs(tmp_path, [3, 3])
     out = tmp_path / "out.npz"
@@ -105,6 +107,7 @@ def test_strict_refuses_unproven_program(tmp_path):
 # ---- valid programs through the CLI ------------------------------------------------------------
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_ring_through_cli_at_4(tmp_path):
     x = (np.arange(16, dtype=np.float32).reshape(4, 4) - 5) * 3
     inputs = write_inputs(tmp_path / "in.npz", DATA / "ring_send_recv.n4.hlo", 4, {0: x})
@@ -155,6 +158,7 @@ ENTRY %main (x: f32[3]) -> f32[3] {
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_host_transfers_from_and_to_npz_files(tmp_path):
     module = tmp_path / "host_loop.hlo"
     module.write_text(HOST_LOOP)
@@ -179,6 +183,7 @@ def test_host_transfers_from_and_to_npz_files(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_missing_host_data_names_rank_channel_and_file(tmp_path):
     module = tmp_path / "host_loop.hlo"
     module.write_text(HOST_LOOP)
@@ -224,6 +229,7 @@ ENTRY %main (x: f32[4]) -> f32[8] {
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_channel_shape_mismatch_refused_statically_and_at_run_time(tmp_path):
     module = tmp_path / "shapes.hlo"
     module.write_text(SHAPE_MISMATCH)
@@ -232,8 +238,8 @@ def test_channel_shape_mismatch_refused_statically_and_at_run_time(tmp_path):
     assert proc.returncode == 1
     assert "channel 1: device 0 sends f32[4]" in proc.stderr
     assert "device 1 receives f32[8]" in proc.stderr
-    # Without the check, the receiving rank finds out at its recv-done (collective-semantics
-    # 21b) and names both devices.
+    # Without the check, the receiving rank finds out at its recv-done
+    # (docs/reference/collective-semantics.md 21b) and names both devices.
     proc = xladist_cli("run", module, "-n", 2, "--inputs", inputs, "-q", "--no-check",
                        "--timeout", 30)
     assert proc.returncode == 1
@@ -287,6 +293,7 @@ def test_executor_runs_the_schedule_not_the_text_order():
 # ---- host callbacks of the Python API, relayed from the launching process ---------------------
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_python_api_host_callbacks_run_in_the_launching_process():
     from xladist.runtime.api import run
     x = np.array([[1, 2, 3], [10, 20, 30]], np.float32)

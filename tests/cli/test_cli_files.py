@@ -50,6 +50,7 @@ def bad_files(d: Path) -> dict[str, Path]:
 
 
 # ---- the issue's rows ------------------------------------------------------------------
+@pytest.mark.slow
 def test_outputs_and_trace_in_a_missing_folder_stop_before_any_rank_starts(tmp_path):
     for flag, name in (("--outputs", "out.npz"), ("--trace", "t.json")):
         dest = tmp_path / "no" / "such" / name
@@ -61,6 +62,7 @@ def test_outputs_and_trace_in_a_missing_folder_stop_before_any_rank_starts(tmp_p
 
 
 @pytest.mark.parametrize("kind", ["random", "pickled", "truncated", "empty", "directory"])
+@pytest.mark.slow
 def test_bad_inputs_are_one_line_naming_the_option_and_file(tmp_path, kind):
     bad = bad_files(tmp_path / "bad")[kind]
     proc = xladist_cli(*RUN, "--inputs", bad, timeout=120)
@@ -81,6 +83,7 @@ def test_binary_config_is_refused_naming_the_file(tmp_path):
 BARE_PATH = "/usr/bin:/bin"
 
 
+@pytest.mark.slow
 def test_bench_finds_the_wheels_mpiexec_without_the_venv_on_path():
     """The venv's `xladist` called by its full path, the venv not activated."""
     if shutil.which("mpiexec", path=BARE_PATH):
@@ -124,6 +127,7 @@ def _remove_rescue_folders(saved: dict[str, Path]) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_results_written_after_their_folder_vanished_are_saved_elsewhere(tmp_path):
     """Rank 0's infeed function replaces the destination folder by a file during the run;
     outputs, trace and every rank's outfeed are saved elsewhere, said so, exit 1."""
@@ -175,7 +179,7 @@ def test_one_device_run_saves_its_results_in_a_fresh_folder(tmp_path, monkeypatc
         _remove_rescue_folders(saved)
 
 
-def test_python_api_moves_rescued_results_out_of_its_job_folder(tmp_path, monkeypatch):
+def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
     module = tmp_path / "loop.hlo"
     module.write_text(loop_text(2, 3))
     dest = tmp_path / "dest"
@@ -286,6 +290,7 @@ ENTRY %main (x: f8e4m3fn[4], y: s4[4]) -> (f8e4m3fn[4], s4[4], f8e5m2[4], bf16[4
 """
 
 
+@pytest.mark.slow
 def test_ml_dtypes_travel_through_npz_as_unsigned_bits(tmp_path):
     """f8/f4/s4 and the other ml_dtypes types are read from and written to npz as their
     unsigned bit patterns, like bf16: numpy writes those types with a descriptor ('<f1') that

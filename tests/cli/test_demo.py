@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import numpy as np
 
 from tests.cli_util import xladist_cli
@@ -53,6 +54,7 @@ def test_demo_prints_losses_and_summary(tmp_path):
         assert sum(e["cat"] == "outfeed" for e in mine) == steps
 
 
+@pytest.mark.slow
 def test_demo_default_is_four_ranks_under_30_s():
     import time
     t0 = time.monotonic()

@@ -107,6 +107,7 @@ def check_outfeed(items, n, count):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_npz_infeed_and_outfeed_per_rank(tmp_path, n):
     steps = 5
     module = write_module(tmp_path, n, steps)
@@ -123,6 +124,7 @@ def test_npz_infeed_and_outfeed_per_rank(tmp_path, n):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_exhausted_rank_stops_the_job_and_keeps_every_outfed_item(tmp_path, n):
     steps, short = 6, 3
     module = write_module(tmp_path, n, steps)
@@ -143,6 +145,7 @@ def test_exhausted_rank_stops_the_job_and_keeps_every_outfed_item(tmp_path, n):
         assert not (tmp_path / "out" / f"rank{r}.npz.part").exists()
 
 
+@pytest.mark.slow
 def test_mismatched_item_names_rank_infeed_index_expected_and_given(tmp_path):
     n = 2
     module = write_module(tmp_path, n, 4)
@@ -158,6 +161,7 @@ def test_mismatched_item_names_rank_infeed_index_expected_and_given(tmp_path):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_infeed_function_per_rank(tmp_path, n):
     steps = 4
     module = write_module(tmp_path, n, steps)
@@ -168,6 +172,7 @@ def test_infeed_function_per_rank(tmp_path, n):
         check_outfeed(read_outfeed(tmp_path / f"out{r}.npz"), n, steps)
 
 
+@pytest.mark.slow
 def test_infeed_function_that_raises_is_reported_once_with_rank(tmp_path):
     module = write_module(tmp_path, 2, 5)
     proc = xladist_run(module, "-n", 2, "--infeed-fn", "tests.feeds_fns:raising_on_rank1",
@@ -187,6 +192,7 @@ def test_missing_infeed_file_is_refused_before_launch(tmp_path):
     assert "nope0.npz: does not exist" in proc.stderr
 
 
+@pytest.mark.slow
 def test_single_device_cli(tmp_path):
     module = write_module(tmp_path, 1, 3)
     infeed = write_feeds(tmp_path, 1, [3])
@@ -198,6 +204,7 @@ def test_single_device_cli(tmp_path):
 
 # ---- xladist.run from a plain Python process: lambdas stay here ----------------------------------
 @pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.slow
 def test_python_api_lambda_infeed_and_callback_outfeed(n):
     steps = 4
     got: dict[int, list] = {}
@@ -210,6 +217,7 @@ def test_python_api_lambda_infeed_and_callback_outfeed(n):
         np.testing.assert_allclose(outs[r][0], expected_accs(n, steps)[-1], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_python_api_source_that_raises_is_chained():
     def source(rank, replica, partition):
         for k in range(10):
@@ -229,6 +237,7 @@ def test_python_api_source_that_raises_is_chained():
 
 
 # ---- the example ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_train_mlp_example_loss_goes_down_at_4_ranks(tmp_path):
     from xladist.examples.train_mlp import Config, make_data, reference, write_example
     cfg = Config()

@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 
 from xladist.cli import check as check_cmd
 from xladist.cli import main
 from tests.paths import TESTS
-
-pytest.importorskip("xladist.hlo.parser")
 
 CORPUS = str(TESTS / "data" / "corpus")
 PSUM = os.path.join(CORPUS, "jax", "psum_basic_mesh4", "module.hlo")

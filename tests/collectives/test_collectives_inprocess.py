@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist.collectives as C
-from xladist.collectives.communicator import CollectiveError, CommunicatorCache, in_process_world
+from xladist.collectives import CollectiveError, CommunicatorCache, in_process_world
 from xladist.collectives.reduction import builtin_op, fold
 from tests.mpi.cases import (
     DTYPES,
@@ -222,6 +222,7 @@ def _run(mode: str, timeout_s: float):
 
 
 @needs_mpiexec
+@pytest.mark.slow
 def test_rank_that_never_joins_aborts_job_after_deadline():
     proc, elapsed = _run("hang", 2)
     assert proc.returncode != 0
@@ -233,6 +234,7 @@ def test_rank_that_never_joins_aborts_job_after_deadline():
 
 
 @needs_mpiexec
+@pytest.mark.slow
 def test_rank_that_never_joins_the_native_ordered_reduce_aborts_job_after_deadline():
     # The wait is inside one native call (xladist/collectives/ordered.py): the watchdog still ends it.
     proc, elapsed = _run("hang-ordered", 2)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.collectives.communicator import CollectiveError, in_process_world
+from xladist.collectives import CollectiveError, in_process_world
 from xladist.collectives.ragged_all_to_all import ragged_all_to_all
 from xladist.analysis.deadlock import check_module
 from tests.cli_util import xladist_cli
@@ -280,6 +280,7 @@ def _cli_case(n: int):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_cli_run_two_devices(tmp_path):
     text, inputs, members = _cli_case(2)
     (tmp_path / "m.hlo").write_text(text)
@@ -295,6 +296,7 @@ def test_cli_run_two_devices(tmp_path):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_cli_bad_recv_sizes_name_rank_and_instruction(tmp_path):
     text, inputs, _ = _cli_case(2)
     inputs["arg5"][1, 0] += 1  # device 1 expects one row more from device 0 than it gets

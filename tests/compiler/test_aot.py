@@ -233,6 +233,7 @@ needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc, gcc, clang)
 
 @needs_cc
 @pytest.mark.parametrize("case", sorted(MODULES))
+@pytest.mark.slow
 def test_aot_matches_interpreter(case, tmp_path):
     module = xladist.parse_hlo(MODULES[case])
     rng = np.random.default_rng(len(case))
@@ -303,6 +304,7 @@ ENTRY main {
 @needs_cc
 @pytest.mark.parametrize("alg,words", [("rng_three_fry", 2), ("rng_philox", 3),
                                        ("rng_philox", 2), ("rng_default", 3), ("loop", 2)])
+@pytest.mark.slow
 def test_aot_rng_bit_exact(alg, words, tmp_path):
     text = RNG_LOOP if alg == "loop" else _rng_module(alg, words)
     # The key's words differ; the counter is 2^64 - 2, so Philox's u128 counter carries.
@@ -398,6 +400,7 @@ def llvm_host_is_x86() -> bool:
     return platform.machine() in ("x86_64", "AMD64")
 
 
+@pytest.mark.slow
 def test_object_needs_only_libc_and_libm(tmp_path):
     nm = shutil.which("nm")
     if nm is None:
@@ -459,6 +462,7 @@ def test_refused_with_the_instruction(case):
 
 
 @needs_cc
+@pytest.mark.slow
 def test_example_makefile_builds_and_runs(tmp_path):
     import os
     import sys

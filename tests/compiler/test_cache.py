@@ -116,6 +116,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_concurrent_processes_writing_the_same_entry(cache):
     """Four processes (as ranks do) compile and store the same entry at once; each
     runs correctly and the entry left behind is whole."""

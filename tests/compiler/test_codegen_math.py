@@ -179,6 +179,7 @@ _COMPLEX_UNARY = {"sine": np.sin, "cosine": np.cos, "tan": np.tan, "sinh": np.si
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128], ids=["c64", "c128"])
 @pytest.mark.parametrize("op", sorted(_COMPLEX_UNARY))
+@pytest.mark.slow
 def test_complex_unary_accuracy(op, dtype):
     """Complex trig/hyperbolic functions and expm1/log1p against numpy in c128: a grid of
     small, unit and large parts (tanh past overflow of cosh, expm1/log1p near 0)."""
@@ -260,6 +261,7 @@ def test_trig_of_huge_arguments(op, ref, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("op,ref", [("sine", np.sin), ("cosine", np.cos), ("tan", np.tan)])
 @pytest.mark.parametrize("n", [1000, 300_000], ids=["whole", "blocks"])
+@pytest.mark.slow
 def test_trig_fast_version_reruns_on_huge_arguments(op, ref, dtype, n):
     """Kernels with sin/cos/tan run a Cody-Waite-only version and rerun (the block, when
     split) accurately when an argument reached 2**19 (kernels.emit_kernel): a few huge

@@ -21,6 +21,7 @@ CASES = [p.name for p in cu.case_folders("single")]
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_cpu_matches_expected_and_interpreter(case):
     folder = CORPUS / case
     meta = cu.meta(folder)

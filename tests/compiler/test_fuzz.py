@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -105,6 +106,7 @@ def _build(t, dims, layout, ops, choices):
     return b.build([cur, *outs]), exact
 
 
+@pytest.mark.slow
 @settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())

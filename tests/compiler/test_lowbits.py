@@ -13,6 +13,7 @@ import pytest
 import xladist
 from xladist.compiler.codegen.lowbits import SMALL_FLOATS, SUB_BYTE_INTS
 from xladist.hlo.shape import PRIMITIVE_TYPES, primitive_type
+from tests.optional import need_jax
 
 FLOATS = sorted(SMALL_FLOATS)
 INTS = sorted(SUB_BYTE_INTS)
@@ -154,6 +155,7 @@ OTHER = ["f64", "f32", "f16", "bf16", "s64", "s32", "s8", "u32", "u8", "pred", "
 
 
 @pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.slow
 def test_convert_to_and_from_other_types(t):
     x = all_patterns(t)
     n = x.size
@@ -194,6 +196,7 @@ def _sources(n):
 
 @pytest.mark.parametrize("src", ["f64", "f32", "f16", "bf16", "s32", "u8", "s64", "pred",
                                  "s4", "u4"])
+@pytest.mark.slow
 def test_convert_into_every_small_float(src):
     n = 64
     x = _sources(n)[src]
@@ -229,6 +232,7 @@ def _pairs(t):
 
 
 @pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.slow
 def test_elementwise_chain_rounds_after_every_op(t):
     a, b = _pairs(t)
     n = a.size
@@ -265,6 +269,7 @@ ENTRY main {{
 
 
 @pytest.mark.parametrize("t", FLOATS)
+@pytest.mark.slow
 def test_compare_select_clamp_and_total_order(t):
     a, b = _pairs(t)
     n = a.size
@@ -673,7 +678,7 @@ ENTRY %e (a: {t}[4], b: {t}[4]) -> ({t}[4], {t}[4]) {{
 # ---- jax cross-check (optional) ------------------------------------------------------
 
 def test_fp8_matmul_and_scaling_agree_with_jax():
-    jax = pytest.importorskip("jax")
+    jax = need_jax()
     jnp = jax.numpy
 
     def f(a, b):

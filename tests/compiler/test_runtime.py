@@ -369,6 +369,7 @@ def test_done_without_its_start_in_flight_names_the_instruction():
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", ["pipelined_ring.n2.hlo", "pipeline_while.n2.hlo", "mine"])
+@pytest.mark.slow
 def test_pipelined_programs_through_the_cli_on_cpu(tmp_path, name):
     n = 2
     if name == "mine":
@@ -395,6 +396,7 @@ def test_pipelined_programs_through_the_cli_on_cpu(tmp_path, name):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_cli_trace_on_cpu_has_a_slice_per_thunk_on_every_rank(tmp_path):
     import json
 

@@ -103,6 +103,7 @@ def test_damaged_file_is_an_input_error(mlp_xlx, damage):
         xladist.load_executable(mlp_xlx)
 
 
+@pytest.mark.slow
 def test_cli_compile_then_run_on_two_ranks(tmp_path):
     xlx, out, cache = tmp_path / "m.xlx", tmp_path / "out.npz", tmp_path / "kcache"
     proc = xladist_cli("compile", str(CASE / "module.hlo"), "-o", str(xlx), cwd=ROOT,

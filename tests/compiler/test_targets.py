@@ -143,6 +143,7 @@ def module_irs():
 
 
 @pytest.mark.parametrize("triple,cpu", TARGETS, ids=[c for _, c in TARGETS])
+@pytest.mark.slow
 def test_every_external_call_is_on_the_allowlist(module_irs, triple, cpu, record_property):
     try:
         target.Target(triple, cpu).machine()
@@ -168,6 +169,7 @@ _TOLERANCE = {8: 1e-12, 4: 2e-6}  # itemsize -> relative tolerance of inexact fu
 
 
 @pytest.mark.parametrize("cpu", HOST_CPUS)
+@pytest.mark.slow
 def test_host_executable_targets_equal_the_interpreter(cpu, monkeypatch):
     if cpu != "host" and not _host_can_run(cpu):
         pytest.skip(f"this host lacks features of {cpu}")

@@ -318,6 +318,7 @@ def test_thread_count_sources(monkeypatch, restore_threads):
     monkeypatch.delenv("XLADIST_THREADS")
 
 
+@pytest.mark.slow
 def test_cli_threads_option_and_explain(tmp_path):
     from tests.cli_util import xladist_cli
     text, _ref, _n = CASES["softmax"]()

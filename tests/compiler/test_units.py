@@ -560,6 +560,7 @@ ENTRY main {{
 
 
 @pytest.mark.parametrize("m", [7, 1000, 20000])  # 20000 f32: longer than a row cache
+@pytest.mark.slow
 def test_row_cached_values_match_numpy(m, monkeypatch):
     monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
     text = ROW_CACHED.replace("{m}", str(m))
@@ -744,6 +745,7 @@ def _matches_xla(got, want, rtol):
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
 @pytest.mark.parametrize("t", ["c64", "c128"])
 @pytest.mark.parametrize("op", _XLA_OPS)
+@pytest.mark.slow
 def test_complex_special_values_match_the_interpreter_and_xla(op, t, backend):
     """Every complex number with real and imaginary parts in (0, -0, 1, -2.5, 1e30, inf,
     -inf, NaN), and all pairs of them for binary ops: both backends give what XLA:CPU

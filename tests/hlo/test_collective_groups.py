@@ -1,5 +1,6 @@
 """xladist.hlo.collective_groups: group modes, iota groups, expansion per mode, validity errors."""
 
+import numpy as np
 import pytest
 
 from xladist.hlo.collective_groups import (
@@ -60,7 +61,6 @@ def test_iota_worked_examples(g, s, dims, perm, expected):
 
 
 def test_iota_matches_numpy_transpose():
-    np = pytest.importorskip("numpy")
     dims, perm = [2, 3, 4], [1, 2, 0]
     want = np.arange(24).reshape(dims).transpose(perm).reshape(6, 4).tolist()
     assert iota_replica_groups(6, 4, dims, perm) == want

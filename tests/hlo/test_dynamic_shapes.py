@@ -142,6 +142,7 @@ def test_npz_outputs_of_different_sizes_are_padded_with_their_sizes(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_xladist_run_writes_each_devices_dynamic_result(tmp_path):
     hlo = tmp_path / "m.hlo"
     hlo.write_text(module("""

@@ -171,6 +171,7 @@ def test_wellformed_aliasing_header_prints_back(attr):
 
 
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.slow
 def test_combined_collective_permute_runs_on_two_ranks(backend):
     """The combined form the verifier now accepts also runs: each operand moves along the
     pairs, on both backends, under MPI."""

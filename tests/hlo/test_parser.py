@@ -1,6 +1,6 @@
 """Parsing HLO text: shapes, layouts, attributes, literals, styles, sugar, errors.
 
-Expected values are written out by hand from hlo-text-format.md and XLA's
+Expected values are written out by hand from docs/reference/hlo-text-format.md and XLA's
 operation semantics; literal values are checked bit for bit with numpy.
 """
 
@@ -451,7 +451,7 @@ ENTRY %e {
 
 
 def test_tricky_real_dump_forms():
-    """hlo-text-format.md section 10: forms seen in real dumps."""
+    """docs/reference/hlo-text-format.md section 10: forms seen in real dumps."""
     m = parse_module(entry("""
   %p0 = s32[] parameter(0)
   %p1 = f32[4,5]{1,0} parameter(1)

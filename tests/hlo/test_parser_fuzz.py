@@ -97,6 +97,7 @@ def mutated(draw):
     return text
 
 
+@pytest.mark.slow
 @settings(max_examples=300, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())

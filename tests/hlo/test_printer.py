@@ -1,6 +1,6 @@
 """Printing HLO text the way XLA does: literal formatting, layouts, attribute order, styles.
 
-Expected strings are XLA's spellings from hlo-text-format.md sections 4.4, 5 and 9
+Expected strings are XLA's spellings from docs/reference/hlo-text-format.md sections 4.4, 5 and 9
 (float digits per type from RoundTripFpToString, brace layout from
 LiteralBase::PrintWithoutShapeOneline), written out by hand.
 """

@@ -39,6 +39,7 @@ def test_print_reproduces_source_exactly(path):
     assert printed == text
 
 
+@pytest.mark.slow  # 1,143 cases: every corpus file in four print styles
 @pytest.mark.parametrize("path", FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 @pytest.mark.parametrize("style", [
     dict(), dict(sigils=False), dict(operand_shapes=True), dict(metadata=False)],

@@ -11,6 +11,7 @@ import pytest
 
 from xladist.errors import InputError, VerifierError
 from xladist.hlo import collective_groups as cg
+from xladist.hlo import parser
 from xladist.hlo.attrs import Literal, ReplicaGroups
 from xladist.hlo.ir import Computation, Instruction, Module
 from xladist.hlo.verifier import verify_module
@@ -236,7 +237,7 @@ def test_num_devices_must_fit_the_module():
         verify_module(m, num_devices=8)
 
 
-# ---- collectives (collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
+# ---- collectives (docs/reference/collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
 
 def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -> Module:
     add = binary_comp()
@@ -382,7 +383,6 @@ def _corpus_files():
 @pytest.mark.parametrize("path", _corpus_files(),
                          ids=lambda p: os.path.relpath(p, CORPUS))
 def test_corpus_modules_verify(path):
-    parser = pytest.importorskip("xladist.hlo.parser")
     with open(os.path.join(os.path.dirname(path), "case.json")) as f:
         case = json.load(f)
     with open(path) as f:
@@ -392,7 +392,6 @@ def test_corpus_modules_verify(path):
 
 
 def _corpus_module(name):
-    parser = pytest.importorskip("xladist.hlo.parser")
     with open(os.path.join(CORPUS, "jax", name, "module.hlo")) as f:
         return parser.parse_module(f.read())
 
@@ -438,7 +437,6 @@ ENTRY %main (x: f32[4,8]) -> (f32[4,8], f32[4,8], f32[4,8], f32[2,8], f32[4,8]) 
 
 
 def test_async_forms_including_sugared_wrappers():
-    parser = pytest.importorskip("xladist.hlo.parser")
     m = parser.parse_module(ASYNC)
     report = verify_module(m)
     assert report.has_collectives

@@ -1,4 +1,4 @@
-"""Hand-built IR for the interpreter tests (no parser needed; no tests here).
+"""IR for the interpreter tests, built with xladist.builder (no tests here).
 
     c = Comp()
     x = c.param("f32[4]")
@@ -6,8 +6,14 @@
     m = c.module(y)                      # entry computation with root y
     run(m, np.arange(4, dtype=np.float32))
 
+Every instruction goes through XlaBuilder.instruction: shape inference checks the result
+shape a test writes down (its layout is kept, so layout-sensitive rules see it).
 `op1(opcode, out_shape, *arrays, **attrs)` runs one instruction over parameters bound to
 the arrays and returns its value.
+
+`RawComp` / `op1(..., raw=True)` build IR that shape inference refuses, for the tests of
+the interpreter's own guards (an op on a type XLA does not define it for, a bitcast that
+changes the buffer size, instructions out of order): nothing else may use them.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import re
 
 import numpy as np
 
+from xladist.builder import XlaBuilder
+from xladist.builder.core import XlaOp
 from xladist.hlo.attrs import Literal
 from xladist.hlo.ir import Computation, Instruction, Module
 from xladist.hlo.shape import Layout, Shape, primitive_type_of_dtype
@@ -58,7 +66,53 @@ def shape_of(a) -> Shape:
 
 
 class Comp:
-    """Builds one computation; instruction names are generated."""
+    """Builds one computation with XlaBuilder; names are the builder's (`p0.1`, `add.3`)."""
+
+    def __init__(self, name: str = "main"):
+        self.b = XlaBuilder(name)
+        self._params = 0
+        self._mine: set[int] = set()
+
+    def _own(self, op: XlaOp) -> Instruction:
+        self._mine.add(id(op.instruction))
+        return op.instruction
+
+    def _op(self, instr: Instruction) -> XlaOp:
+        if id(instr) not in self._mine:
+            raise ValueError(f"{instr.name} was not made by this Comp ({self.b.name})")
+        return XlaOp(self.b, instr)
+
+    def param(self, shape) -> Instruction:
+        shape = S(shape) if isinstance(shape, str) else shape
+        n = self._params
+        self._params += 1
+        return self._own(self.b.parameter(n, shape, name=f"p{n}"))
+
+    def const(self, value, shape=None) -> Instruction:
+        value = np.asarray(value)
+        shape = (S(shape) if isinstance(shape, str) else shape) or shape_of(value)
+        return self._own(self.b.constant(value.astype(shape.dtype), shape.element_type))
+
+    def op(self, opcode, shape, *operands, **attrs) -> Instruction:
+        """`shape` None: the inferred one (needed where S cannot write it, e.g. `f32[<=2]`)."""
+        shape = S(shape) if isinstance(shape, str) else shape
+        ops = [self._op(o) for o in operands]
+        return self._own(self.b.instruction(opcode, ops, shape, **attrs))
+
+    def done(self, root: Instruction) -> Computation:
+        return self.b.build_computation(self._op(root))
+
+    def module(self, root: Instruction, *called: Computation, name: str = "test") -> Module:
+        m = Module(name)
+        for c in called:
+            m.add_computation(c)
+        m.add_computation(self.done(root), entry=True)
+        return m
+
+
+class RawComp(Comp):
+    """Builds one computation from Instruction objects, without shape inference (see the
+    module docstring: only for IR the builder refuses)."""
 
     def __init__(self, name: str = "main"):
         self.comp = Computation(name)
@@ -91,21 +145,14 @@ class Comp:
         self.comp.root = root
         return self.comp
 
-    def module(self, root: Instruction, *called: Computation, name: str = "test") -> Module:
-        m = Module(name)
-        for c in called:
-            m.add_computation(c)
-        m.add_computation(self.done(root), entry=True)
-        return m
-
 
 def run(module, *args, device=None):
     return Evaluator(module, device).run(list(args))
 
 
-def op1(opcode, out_shape, *arrays, **attrs):
-    """Evaluate `opcode` once over parameters bound to `arrays`."""
-    c = Comp()
+def op1(opcode, out_shape, *arrays, raw=False, **attrs):
+    """Evaluate `opcode` once over parameters bound to `arrays` (`raw`: see RawComp)."""
+    c = RawComp() if raw else Comp()
     params = [c.param(shape_of(a)) for a in arrays]
     root = c.op(opcode, out_shape, *params, **attrs)
     return run(c.module(root), *[np.asarray(a) for a in arrays])

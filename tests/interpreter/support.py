@@ -4,7 +4,8 @@
   comparators and scatter combiners use, with the two methods the interpreter's
   Evaluator provides (`call`, `call_vectorized`). It is deliberately independent of
   xladist's element-wise rules so the heavy ops are tested on their own.
-- builders for scalar computations and for one instruction over parameters.
+- scalar computations (reducers, comparators) and one instruction over parameters,
+  built with xladist.builder (shape inference checks every result shape written here).
 - `run(instr, *args)`: evaluates one instruction through the registered rule.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xladist.hlo.attrs import Literal
+from xladist.builder import XlaBuilder
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.shape import Shape, primitive_type_of_dtype
 
@@ -116,61 +117,46 @@ def type_name(dtype) -> str:
     return primitive_type_of_dtype(dtype).name
 
 
-def param(n: int, shape: Shape, name: str | None = None) -> Instruction:
-    return Instruction(name or f"p{n}", "parameter", shape, parameter_number=n)
-
-
-def constant(value, type_name: str, name="c") -> Instruction:
-    shape = S(type_name)
-    return Instruction(name, "constant", shape,
-                       literal=Literal(shape, np.asarray(value, shape.dtype)))
-
-
-def computation(name, instructions, root) -> Computation:
-    return Computation(name, instructions, root)
-
-
 def binary(op: str, t: str, n: int = 1) -> Computation:
     """(a0..an-1, b0..bn-1) -> op applied pairwise; a tuple for n > 1."""
-    ps = [param(i, S(t)) for i in range(2 * n)]
-    outs = [Instruction(f"r{i}", op, S(t), [ps[i], ps[n + i]]) for i in range(n)]
-    if n == 1:
-        return computation(f"{op}_{t}", ps + outs, outs[0])
-    root = Instruction("t", "tuple", Shape.tuple_of([S(t)] * n), outs)
-    return computation(f"{op}_{t}_x{n}", ps + outs + [root], root)
+    b = XlaBuilder(f"{op}_{t}" if n == 1 else f"{op}_{t}_x{n}")
+    ps = [b.parameter(i, S(t), name=f"p{i}") for i in range(2 * n)]
+    outs = [b.instruction(op, [ps[i], ps[n + i]]) for i in range(n)]
+    return b.build_computation(outs[0] if n == 1 else b.tuple(*outs))
 
 
 def comparator(direction: str, types: list[str], key: int = 0,
                total_order: bool = False) -> Computation:
     """A sort comparator over len(types) operands comparing operand `key`."""
-    ps = [param(i, S(types[i // 2])) for i in range(2 * len(types))]
-    attrs = {"direction": direction}
-    if total_order:
-        attrs["type"] = "TOTALORDER"
-    root = Instruction("lt", "compare", S("pred"), [ps[2 * key], ps[2 * key + 1]], attrs)
-    return computation(f"cmp_{direction}", ps + [root], root)
+    b = XlaBuilder(f"cmp_{direction}")
+    ps = [b.parameter(i, S(types[i // 2]), name=f"p{i}") for i in range(2 * len(types))]
+    lt = b.instruction("compare", [ps[2 * key], ps[2 * key + 1]], direction=direction,
+                       type="TOTALORDER" if total_order else None)
+    return b.build_computation(lt)
 
 
 def argmax_reducer(t: str, it: str = "s32") -> Computation:
     """(v0, i0, v1, i1) in XLA's variadic order (acc values..., x values...):
     params (a_v, a_i, b_v, b_i) -> larger value, lower index on ties."""
-    av, ai, bv, bi = param(0, S(t)), param(1, S(it)), param(2, S(t)), param(3, S(it))
-    gt = Instruction("gt", "compare", S("pred"), [av, bv], {"direction": "GT"})
-    eq = Instruction("eq", "compare", S("pred"), [av, bv], {"direction": "EQ"})
-    lt_i = Instruction("lti", "compare", S("pred"), [ai, bi], {"direction": "LT"})
-    tie = Instruction("tie", "and", S("pred"), [eq, lt_i])
-    pick = Instruction("pick", "or", S("pred"), [gt, tie])
-    v = Instruction("v", "select", S(t), [pick, av, bv])
-    i = Instruction("i", "select", S(it), [pick, ai, bi])
-    root = Instruction("t", "tuple", Shape.tuple_of([S(t), S(it)]), [v, i])
-    return computation("argmax", [av, ai, bv, bi, gt, eq, lt_i, tie, pick, v, i, root], root)
+    b = XlaBuilder("argmax")
+    av, ai = b.parameter(0, S(t), name="av"), b.parameter(1, S(it), name="ai")
+    bv, bi = b.parameter(2, S(t), name="bv"), b.parameter(3, S(it), name="bi")
+    gt = b.instruction("compare", [av, bv], direction="GT")
+    eq = b.instruction("compare", [av, bv], direction="EQ")
+    lt_i = b.instruction("compare", [ai, bi], direction="LT")
+    pick = b.instruction("or", [gt, b.instruction("and", [eq, lt_i])])
+    return b.build_computation(b.tuple(b.instruction("select", [pick, av, bv]),
+                                       b.instruction("select", [pick, ai, bi])))
 
 
 def instr(opcode: str, shape: Shape, operand_shapes, **attrs) -> Instruction:
-    ops = [param(i, s) for i, s in enumerate(operand_shapes)]
-    ins = Instruction(f"{opcode}.1", opcode, shape, ops, attrs)
-    Computation("entry", ops + [ins], ins)
-    return ins
+    """One instruction over parameters of `operand_shapes`, built with XlaBuilder: shape
+    inference checks `shape` (element type and dims; its layout is kept)."""
+    b = XlaBuilder("entry")
+    ops = [b.parameter(i, s, name=f"p{i}") for i, s in enumerate(operand_shapes)]
+    op = b.instruction(opcode, ops, shape, **attrs)
+    b.build_computation(op)
+    return op.instruction
 
 
 def run(ins: Instruction, *args, ev=None):

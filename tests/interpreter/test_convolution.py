@@ -13,6 +13,7 @@ import pytest
 from tests.interpreter.support import instr, run, shape_of
 from xladist.hlo.attrs import ConvDimensionNumbers, Window, WindowDim
 from xladist.interpreter.convolution import conv_general
+from tests.optional import need_jax
 
 
 def naive_conv(lhs, rhs, dn, wdims, G=1, B=1, acc=np.float64):
@@ -145,7 +146,7 @@ def test_bf16_convolution_accumulates_in_f32():
 
 @pytest.mark.parametrize("name,labels,ls,rs_,wd,G,B", CASES[:9], ids=[c[0] for c in CASES[:9]])
 def test_convolution_matches_jax(name, labels, ls, rs_, wd, G, B):
-    pytest.importorskip("jax")
+    need_jax()
     from jax import lax
     dn = ConvDimensionNumbers.from_text(labels)
     window = W(*wd)

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from tests import corpus_util as cu
+from xladist.hlo import parser
+from xladist.interpreter import Evaluator
 
 CORPUS = cu.CORPUS / "single"
 CASES = ["conv2d_variants", "dot_general_f32", "fft_complex", "gather_indexing", "reduce_basic",
@@ -24,8 +26,6 @@ def _leaves(value):
 
 @pytest.mark.parametrize("name", CASES)
 def test_corpus_case_matches_xla(name):
-    parser = pytest.importorskip("xladist.hlo.parser")
-    interp = pytest.importorskip("xladist.interpreter")
     case = CORPUS / name
     meta = cu.meta(case)
     assert not any(a.get("encoding") for a in meta["arrays"].values())  # no bf16 here
@@ -33,7 +33,7 @@ def test_corpus_case_matches_xla(name):
     inputs = np.load(case / "inputs.npz")
     expected = np.load(case / "expected.npz")
     args = [inputs[f"arg{i}"] for i in range(meta["num_inputs"])]
-    outs = list(_leaves(interp.Evaluator(module).run(args)))
+    outs = list(_leaves(Evaluator(module).run(args)))
     assert len(outs) == meta["num_outputs"]
     for i, got in enumerate(outs):
         cu.assert_output(got, expected[f"out{i}"], meta, f"out{i}", f"{name} out{i}")

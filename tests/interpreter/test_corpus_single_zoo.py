@@ -34,6 +34,7 @@ def test_the_zoo_is_present_and_small():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("module_file", MODULES, ids=["portable", "optimized"])
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_zoo_case(case, module_file, backend):
     folder = CORPUS / case
     meta = cu.meta(folder)

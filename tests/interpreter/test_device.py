@@ -1,5 +1,5 @@
 """Device ops on one device: ids, every collective form over a group of one, channels,
-infeed/outfeed (collective-semantics.md sections C, D, E)."""
+infeed/outfeed (docs/reference/collective-semantics.md sections C, D, E)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.interpreter.support import S, instr, run, shape_of
 from xladist.interpreter.dot import dot_general, ragged_dot
+from tests.optional import need_jax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -155,7 +156,7 @@ def test_ragged_dot_mode2_contracting_groups():
 
 
 def test_ragged_dot_matches_jax():
-    jax = pytest.importorskip("jax")
+    jax = need_jax()
     rng = np.random.RandomState(5)
     lhs = rng.randn(9, 4).astype(np.float32)
     rhs = rng.randn(3, 4, 2).astype(np.float32)

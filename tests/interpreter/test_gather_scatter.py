@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from tests.interpreter.support import S, binary, instr, run, shape_of
-from xladist.hlo.ir import Computation, Instruction
+from xladist.builder import XlaBuilder
 from xladist.hlo.shape import Shape
 from xladist.interpreter.gather_scatter import gather
+from tests.optional import need_jax
 
 
 def naive_gather(operand, indices, offset_dims, collapsed, start_index_map, ivd, slice_sizes,
@@ -134,7 +135,7 @@ def test_gather_matches_naive(name, oshape, ispec, dn):
 
 
 def test_gather_matches_jax_with_batching_dims():
-    pytest.importorskip("jax")
+    need_jax()
     from jax import lax
     rng = np.random.RandomState(9)
     operand = rng.randn(3, 7, 4).astype(np.float32)
@@ -168,8 +169,9 @@ def test_scatter_add_duplicates_accumulate():
 
 def test_scatter_applies_updates_in_order():
     # A "keep the update" combiner (returns its second parameter): the last update wins.
-    ps = [Instruction(f"p{i}", "parameter", S("s32"), parameter_number=i) for i in range(2)]
-    last = Computation("take_update", ps, ps[1])
+    b = XlaBuilder("take_update")
+    ps = [b.parameter(i, S("s32")) for i in range(2)]
+    last = b.build_computation(ps[1])
     operand = np.zeros(3, np.int32)
     indices = np.array([[0], [2], [0], [0]], np.int32)
     updates = np.array([7, 8, 9, 10], np.int32)
@@ -230,14 +232,10 @@ def test_variadic_scatter():
     indices = np.array([[2], [0], [2]], np.int32)
     ua = np.array([1, 2, 3], np.int32)
     ub = np.array([5.0, 6.0, 7.0], np.float32)
-    ps = [Instruction("a0", "parameter", S("s32"), parameter_number=0),
-          Instruction("b0", "parameter", S("f32"), parameter_number=1),
-          Instruction("a1", "parameter", S("s32"), parameter_number=2),
-          Instruction("b1", "parameter", S("f32"), parameter_number=3)]
-    add = Instruction("add", "add", S("s32"), [ps[0], ps[2]])
-    mul = Instruction("mul", "multiply", S("f32"), [ps[1], ps[3]])
-    root = Instruction("t", "tuple", Shape.tuple_of([S("s32"), S("f32")]), [add, mul])
-    comp = Computation("pair", ps + [add, mul, root], root)
+    pb = XlaBuilder("pair")
+    a0, b0 = pb.parameter(0, S("s32"), name="a0"), pb.parameter(1, S("f32"), name="b0")
+    a1, b1 = pb.parameter(2, S("s32"), name="a1"), pb.parameter(3, S("f32"), name="b1")
+    comp = pb.build_computation(pb.tuple(a0 + a1, b0 * b1))
     ins = instr("scatter", Shape.tuple_of([S("s32", 4), S("f32", 4)]),
                 [S("s32", 4), S("f32", 4), S("s32", 3, 1), S("s32", 3), S("f32", 3)],
                 update_window_dims=(), inserted_window_dims=(0,),
@@ -248,7 +246,7 @@ def test_variadic_scatter():
 
 
 def test_scatter_matches_jax():
-    pytest.importorskip("jax")
+    need_jax()
     from jax import lax
     rng = np.random.RandomState(12)
     operand = rng.randn(5, 4).astype(np.float32)

@@ -1,7 +1,7 @@
 """stochastic-convert, scaled-dot and ragged-dot on both backends, each against an
 independent reference written here from the documented algorithm (XLA's
 StochasticConvertDecomposer, ScaledDotRewriter and the RaggedDot operation semantics),
-plus jax where jax can produce the op (importorskip)."""
+plus jax where jax can produce the op (skipped without jax: tests/optional.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 import xladist
 from xladist.compiler.program import CpuProgram
 from xladist.errors import UnsupportedError, XlaDistError
+from tests.optional import need_jax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F8E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -292,7 +293,7 @@ def test_scaled_dot_malformed_scales_are_rejected_by_the_verifier(ls, match):
 
 
 def test_scaled_dot_matches_jax_lax_scaled_dot():
-    jax = pytest.importorskip("jax")
+    jax = need_jax()
     if not hasattr(jax.lax, "scaled_dot"):
         pytest.skip("this jax has no lax.scaled_dot")
     rng = np.random.default_rng(10)
@@ -428,7 +429,7 @@ def test_ragged_dot_is_a_library_thunk():
 
 @pytest.mark.parametrize("name", sorted(RAGGED))
 def test_ragged_dot_matches_jax(name):
-    jax = pytest.importorskip("jax")
+    jax = need_jax()
     case = RAGGED[name]
     lhs, rhs, sizes = _ragged_inputs(case, np.float32, len(name) + 1)
     dn = jax.lax.RaggedDotDimensionNumbers(case["jax"], case["ragged"], case["group"])

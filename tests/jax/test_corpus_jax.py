@@ -86,6 +86,7 @@ def test_corpus_sets_present():
     assert "psum_basic_mesh4" in names
 
 
+@pytest.mark.slow  # ~120 mpiexec jobs of 2-8 ranks, 3-5 s each
 @pytest.mark.timeout(JOB_TIMEOUT_S + 30)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("folder", CASES, ids=[f"{p.parent.name}/{p.name}" for p in CASES])

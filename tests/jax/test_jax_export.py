@@ -8,7 +8,6 @@ real functions, run them with `xladist.run` on 2 and 4 MPI ranks and compare wit
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -25,11 +24,10 @@ from xladist.jax import folder as F
 from xladist.jax import specs as S
 
 from tests.cli_util import cli_env
+from tests.optional import HAVE_JAX, JAX_MISSING
 from tests.paths import ROOT
 
-HAVE_JAX = importlib.util.find_spec("jax") is not None
-needs_jax = pytest.mark.skipif(not HAVE_JAX, reason="jax is not installed (pip install -e "
-                               "'.[jax]'); CI does not install it")
+needs_jax = pytest.mark.skipif(not HAVE_JAX, reason=JAX_MISSING)
 RUN_TIMEOUT = 120  # per-wait deadline of the MPI jobs these tests start
 
 
@@ -277,6 +275,7 @@ def _readme_example() -> str:
 
 
 @needs_jax
+@pytest.mark.slow
 def test_readme_example_runs_on_4_ranks():
     """The README's data- and tensor-parallel MLP step, as written there (it compares every
     result with jax itself)."""
@@ -290,6 +289,7 @@ def test_readme_example_runs_on_4_ranks():
 
 @needs_jax
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.slow
 def test_shard_map_function_on_2_ranks(backend):
     """A function that calls jax.shard_map itself (no mesh=), with a psum and a ppermute,
     compared with the same computation in numpy."""
@@ -416,6 +416,7 @@ def test_unequal_replicated_copies_from_jax(tmp_path):
 
 
 @needs_jax
+@pytest.mark.slow
 def test_too_few_devices_says_what_to_do():
     code = ("import jax, numpy as np, xladist.jax as xj\n"
             "from xladist.errors import InputError\n"
@@ -434,6 +435,7 @@ def test_too_few_devices_says_what_to_do():
 
 
 @needs_jax
+@pytest.mark.slow
 def test_cli_export_then_xladist_run(tmp_path):
     """`xladist export-jax` on a module in the current folder, `xladist run --config`, and
     assemble: the results equal jax's expected.npz."""

@@ -3,7 +3,7 @@
 The suite (tests/mpi/test_conformance.py) writes HLO text for many collectives at once, runs
 it through the real runtime on every rank, and checks every device's result against a
 reference computed here from ALL devices' inputs. Everything here is written from the rules
-in collective-semantics.md (group modes A.1-A.5, iota groups B.8, op semantics C.10-C.15),
+in docs/reference/collective-semantics.md (group modes A.1-A.5, iota groups B.8, op semantics C.10-C.15),
 independently of xladist/hlo/collective_groups.py and the runtime: a bug shared by both would otherwise
 pass unnoticed.
 
@@ -107,7 +107,7 @@ def make_input(seed: int, device: int, index: int, dims: tuple[int, ...], dt: st
     return rng.integers(-3, 4, dims).astype(dtype)
 
 
-# ---- device groups (collective-semantics.md A.3-A.7, B.8) -----------------------------------
+# ---- device groups (docs/reference/collective-semantics.md A.3-A.7, B.8) -----------------------------------
 CR, CP, CRP, FID = "cross_replica", "cross_partition", "cross_replica_and_partition", "flattened_id"
 
 

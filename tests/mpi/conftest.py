@@ -28,7 +28,7 @@ def group_sets(n: int) -> dict[str, list[list[int]]]:
 
 @pytest.fixture(scope="session")
 def cache():
-    from xladist.collectives.communicator import CommunicatorCache
+    from xladist.collectives import CommunicatorCache
 
     c = CommunicatorCache()
     n = c.world.size

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from xladist.collectives import all_reduce, deadline
-from xladist.collectives.communicator import CommunicatorCache
+from xladist.collectives import CommunicatorCache
 
 
 def main(mode: str) -> None:

@@ -1,6 +1,6 @@
 """ragged-all-to-all test cases: random per-member sizes and offsets, and the numpy reference.
 
-Written from the semantics alone (collective-semantics.md C.16, jax.lax.ragged_all_to_all's
+Written from the semantics alone (docs/reference/collective-semantics.md C.16, jax.lax.ragged_all_to_all's
 docstring), independently of xladist/collectives/ragged_all_to_all.py: entry ``j*k + u`` of a member's
 metadata is update u between it and group member j; the sender says where its chunk lands in
 the receiver's output.  Used by tests/collectives/test_collectives_ragged.py (in-process twin, CLI) and

@@ -467,7 +467,7 @@ def test_inexact_sums_bit_identical_across_members():
 def test_runs_release_their_communicators(monkeypatch):
     """Each run's communicators are freed at its end: MPICH has ~2,000 context ids per
     process, so a process that calls xladist.run in a loop would otherwise run out."""
-    from xladist.collectives.communicator import CommunicatorCache
+    from xladist.collectives import CommunicatorCache
 
     caches = []
     prepare = CommunicatorCache.prepare

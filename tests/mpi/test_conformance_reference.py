@@ -1,4 +1,4 @@
-"""The conformance suite's own reference, pinned to worked examples of collective-semantics.md.
+"""The conformance suite's own reference, pinned to worked examples of docs/reference/collective-semantics.md.
 
 No MPI needed (these run in the plain pytest run and on every rank under mpiexec): if the
 reference in conformance_helpers.py drifted, the conformance suite would check the runtime

@@ -15,7 +15,7 @@ import pytest
 from mpi4py import MPI
 
 import xladist.collectives as C
-from xladist.collectives.communicator import MpiCommunicator
+from xladist.collectives import MpiCommunicator
 
 pytestmark = pytest.mark.mpi
 

@@ -25,6 +25,7 @@ def test_loop_module_runs_k_all_reduces_in_the_interpreter():
 
 
 @pytest.mark.skipif(UNDER_MPI, reason="launches its own mpiexec")
+@pytest.mark.slow
 def test_in_loop_bench_under_mpiexec():
     proc = subprocess.run(
         [sys.executable, "-m", "xladist", "bench", "collectives", "-n", "2", "--in-loop",

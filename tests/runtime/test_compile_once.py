@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import numpy as np
 
 from tests.cli_util import xladist_cli
@@ -36,6 +37,7 @@ def _objects(cache: Path) -> list[Path]:
     return sorted(cache.rglob("*.o"))
 
 
+@pytest.mark.slow
 def test_ranks_load_the_launchers_object(tmp_path):
     cache = tmp_path / "kcache"
     _run(tmp_path, str(cache), "1")
@@ -43,6 +45,7 @@ def test_ranks_load_the_launchers_object(tmp_path):
     assert len(_objects(cache)) == 1
 
 
+@pytest.mark.slow
 def test_same_key_as_the_ranks_without_compile_once(tmp_path):
     # The ranks alone produce exactly the object the launcher would have produced.
     alone, once = tmp_path / "alone", tmp_path / "once"
@@ -51,6 +54,7 @@ def test_same_key_as_the_ranks_without_compile_once(tmp_path):
     assert [p.name for p in _objects(alone)] == [p.name for p in _objects(once)]
 
 
+@pytest.mark.slow
 def test_cache_off_the_ranks_still_get_the_launchers_code(tmp_path, monkeypatch):
     # No kernel cache anywhere: the object travels from the launching process only.
     import xladist
@@ -93,6 +97,7 @@ def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
     assert store.targets == [None]  # compiled once, for this host
 
 
+@pytest.mark.slow
 def test_xladist_run_api_hands_its_object_to_the_ranks(tmp_path, monkeypatch):
     import xladist
     from xladist.runtime import compile_once

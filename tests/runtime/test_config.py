@@ -166,6 +166,7 @@ def test_run_psum_config_matches_corpus(tmp_path):
     np.testing.assert_allclose(got["out0"], expected["out0"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_run_config_from_another_folder_with_override(tmp_path):
     # The file's outputs key is overridden on the command line; paths in the file still
     # resolve against the file, not against the current directory.
@@ -199,6 +200,7 @@ num_partitions = 2
     assert "declares replica_count=1, num_partitions=4; the run asks for 2 x 2" in proc.stderr
 
 
+@pytest.mark.slow
 def test_train_mlp_config_with_feeds_overridden(tmp_path):
     # The example's config with its data paths overridden on the command line (data
     # generated here): each rank outfeeds the losses of the numpy replay.
@@ -222,6 +224,7 @@ def test_train_mlp_config_with_feeds_overridden(tmp_path):
                                        rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_mpiexec_from_config_is_checked_before_launch(tmp_path):
     """A relative path (with a slash) resolves against the config's folder; a bare name is
     a program looked up on PATH, as --mpiexec NAME is on the command line."""
@@ -236,6 +239,7 @@ def test_mpiexec_from_config_is_checked_before_launch(tmp_path):
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_mpiexec_from_config_by_name_is_found_on_path(tmp_path):
     from xladist.collectives.mpiexec import find_mpiexec
     launcher = find_mpiexec(None, "mpiexec")

@@ -91,6 +91,7 @@ def _no_check_run(tmp_path, name):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_collective_one_rank_never_reaches(tmp_path):
     proc, elapsed = _no_check_run(tmp_path, "allreduce_some_branch.hlo")
     err = proc.stderr
@@ -104,6 +105,7 @@ def test_collective_one_rank_never_reaches(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_channel_end_never_posted(tmp_path):
     proc, elapsed = _no_check_run(tmp_path, "send_without_recv.hlo")
     err = proc.stderr
@@ -117,6 +119,7 @@ def test_channel_end_never_posted(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_failing_host_callback_ends_the_job_naming_rank_and_channel():
     from xladist.runtime.api import run
     from tests.cli.test_channels_cli import HOST_LOOP

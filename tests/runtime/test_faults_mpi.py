@@ -63,6 +63,7 @@ def assert_refused(proc: subprocess.CompletedProcess, *fragments: str) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_good_inputs_run(tmp_path):
     """The baseline the refusals below differ from: the same module and inputs work."""
     proc = xladist_run(tmp_path, MODULE, 2, GOOD_INPUTS)
@@ -84,12 +85,14 @@ def test_good_inputs_run(tmp_path):
     ("wrong-int-type", {**GOOD_INPUTS, "arg1": np.ones((2, 2, 3), np.int64)},
      ["arg1", "counts", "int32", "int64"]),
 ])
+@pytest.mark.slow
 def test_bad_inputs_are_refused_naming_the_parameter(tmp_path, case, inputs, fragments):
     proc = xladist_run(tmp_path, MODULE, 2, inputs)
     assert_refused(proc, *fragments)
     assert not (tmp_path / "out.npz").exists()
 
 
+@pytest.mark.slow
 def test_missing_inputs_file_argument(tmp_path):
     proc = xladist_run(tmp_path, MODULE, 2, None)
     assert_refused(proc, "--inputs", "arg0")
@@ -109,7 +112,7 @@ def test_device_count_must_match_replicas_times_partitions(tmp_path):
     assert_refused(proc, "4 devices", "replica_count=2", "-n 4")
 
 
-# Collectives the verifier refuses (collective-semantics.md B.9, C.14): named instruction.
+# Collectives the verifier refuses (docs/reference/collective-semantics.md B.9, C.14): named instruction.
 BAD_COLLECTIVES = {
     "group-misses-a-device": (
         "replica_groups={{0,1}}", "replica_groups={{0}}", ["instruction s", "missing [1]"]),
@@ -122,12 +125,14 @@ BAD_COLLECTIVES = {
 
 
 @pytest.mark.parametrize("case", list(BAD_COLLECTIVES))
+@pytest.mark.slow
 def test_replica_groups_that_do_not_cover_the_devices(tmp_path, case):
     old, new, fragments = BAD_COLLECTIVES[case]
     proc = xladist_run(tmp_path, MODULE.replace(old, new), 2, GOOD_INPUTS)
     assert_refused(proc, new.split("=", 1)[1], *fragments)
 
 
+@pytest.mark.slow
 def test_unequal_all_gather_groups(tmp_path):
     text = MODULE.replace("num_partitions=2", "num_partitions=4").replace(
         "%s = f32[4]{0} all-reduce(%x), channel_id=1, replica_groups={{0,1}}, "

@@ -35,6 +35,7 @@ def _check_outputs(path):
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_hostfile_localhost_runs_corpus_case(tmp_path):
     out = tmp_path / "out.npz"
     proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile", str(HOSTFILE),
@@ -43,6 +44,7 @@ def test_hostfile_localhost_runs_corpus_case(tmp_path):
     _check_outputs(out)
 
 
+@pytest.mark.slow
 def test_hostfile_from_config(tmp_path):
     out = tmp_path / "out.npz"
     cfg = tmp_path / "run.toml"
@@ -53,6 +55,7 @@ def test_hostfile_from_config(tmp_path):
     _check_outputs(out)
 
 
+@pytest.mark.slow
 def test_hostfile_reaches_mpiexec(tmp_path):
     # A host that cannot exist: mpiexec fails to start a proxy there, which it could only
     # try if it read the file; xladist adds what to check.
@@ -78,6 +81,7 @@ def test_mpiexec_command_passes_hostfile():
     assert cmd[i + 1] == "hosts" and cmd[cmd.index("-n") + 1] == "2"
 
 
+@pytest.mark.slow
 def test_progress_on_does_not_change_results(tmp_path):
     # Progress in log mode gives rank 0 alone a tracer: the run must still complete
     # (no collective that only rank 0 enters) and give the same numbers.
@@ -138,6 +142,7 @@ MPI.COMM_WORLD.Barrier()
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("capture", [True, False], ids=["captured", "forwarded"])
 @pytest.mark.parametrize("say", ["say", "silent"])
+@pytest.mark.slow
 def test_abort_message_reaches_the_user_exactly_once(tmp_path, capfd, capture, say):
     # MPICH's launcher may drop what a rank printed just before MPI_Abort; the launching
     # process's coordination service receives it before the abort and prints it, once.
@@ -223,6 +228,7 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
     # A job killed from outside (timeout, a batch system) must not leave ranks behind.
     import signal
@@ -269,6 +275,7 @@ def _mpiexec_wrapper(tmp_path) -> tuple[Path, Path]:
     return script, marker
 
 
+@pytest.mark.slow
 def test_run_with_explicit_mpiexec(tmp_path):
     script, marker = _mpiexec_wrapper(tmp_path)
     out = tmp_path / "out.npz"
@@ -279,6 +286,7 @@ def test_run_with_explicit_mpiexec(tmp_path):
     _check_outputs(out)
 
 
+@pytest.mark.slow
 def test_demo_with_explicit_mpiexec(tmp_path):
     script, marker = _mpiexec_wrapper(tmp_path)
     proc = _xladist("demo", "-n", "2", "--steps", "2", "-q", "--mpiexec", str(script),

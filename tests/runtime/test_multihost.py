@@ -28,6 +28,7 @@ from tests.feeds_fns import item
 from tests.paths import ROOT
 
 SLACK = 90.0  # job start-up on a loaded 2-core machine, on top of the deadline
+pytestmark = pytest.mark.slow  # every test starts ranks (docs/testing.md)
 
 
 def _loop(tmp_path, steps) -> tuple[Path, Path]:

@@ -243,6 +243,7 @@ def test_goodbyes_and_failures_are_not_deaths(service):
     assert svc.messages == ["rank 1: boom"]  # kept for xladist.run, not printed
 
 
+@pytest.mark.slow
 def test_a_rank_that_stops_heartbeating_is_named(service):
     svc = service(2, heartbeat=2.0)
     ranks = [FakeRank(svc, 0), FakeRank(svc, 1, host="nodeB")]

@@ -73,6 +73,7 @@ def _operand_bytes(instr) -> int:
 @pytest.mark.parametrize("case,n", [("while_loop_psum_mesh4", 4),
                                     ("psum_scatter_basic_mesh4", 4),
                                     ("elementwise_reduce_mesh2", 2)])
+@pytest.mark.slow
 def test_trace_has_a_track_per_rank_and_every_collective(tmp_path, case, n):
     d = CORPUS / case
     trace = tmp_path / "trace.json"
@@ -138,6 +139,7 @@ ENTRY main {
 """
 
 
+@pytest.mark.slow
 def test_failed_run_leaves_a_partial_trace(tmp_path):
     hlo = tmp_path / "m.hlo"
     hlo.write_text(FAILS_AFTER_ALL_REDUCE)
@@ -328,6 +330,7 @@ def test_progress_names_a_long_wait_of_rank_0():
     assert "waiting" not in p.status()
 
 
+@pytest.mark.slow
 def test_python_api_writes_a_trace(tmp_path):
     import xladist
     d = CORPUS / "psum_basic_mesh4"
@@ -377,6 +380,7 @@ ENTRY %main (x0: f32[256]) -> f32[256] {
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_stats_count_the_waits_inside_native_loops(tmp_path):
     """A compiled while loop makes its MPI calls from native code (compiler/native/loop.py),
     out of TracedDevice's sight: the driver times them itself, and --stats counts them as

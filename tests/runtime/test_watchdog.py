@@ -1,6 +1,6 @@
 """The run-time watchdog: a hang that the check was told to skip ends with a job-wide report.
 
-The data-dependent case of collective-semantics.md G.24 -- a while loop whose trip count comes
+The data-dependent case of docs/reference/collective-semantics.md G.24 -- a while loop whose trip count comes
 from per-rank data, around an all-reduce -- runs with --no-check and a small --timeout: the job
 must exit non-zero soon after the deadline, printing where every rank is and naming the ranks
 that never arrived.  Unit tests cover the report text, the daemon's publishing and the loop
@@ -50,6 +50,7 @@ def _data_loop(tmp_path, steps):
                                       ([2, 3], "scatter"), ([2, 3, 3, 2], "a2a")],
                          ids=["n2", "n4", "n2-max", "n2-permute", "n4-gather", "n2-dot",
                               "n2-reduce-scatter", "n4-all-to-all"])
+@pytest.mark.slow
 def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
     # The loop runs natively (native/loop.py; with maximum, through a native MPI user op;
     # permute: MPI_Sendrecv; gather: MPI_Allgather; dot: a BLAS call after the all-reduce,
@@ -119,6 +120,7 @@ def test_data_dependent_trip_count_ends_with_a_report(tmp_path, steps, op):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_data_dependent_channel_loop_ends_with_a_report(tmp_path):
     # Send/recv on a ring inside the loop (all on line 17), run natively by
     # compiler/native/channels.py (MPI_Irecv / MPI_Issend, MPI_Wait): rank 1's third recv-done
@@ -146,6 +148,7 @@ def test_data_dependent_channel_loop_ends_with_a_report(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_timed_out_job_still_writes_its_trace(tmp_path):
     # The trace is what a user opens to see who held the others back: a deadline abort must
     # not lose it.  Both ranks wait when the deadline passes, so both timelines are saved.
@@ -169,6 +172,7 @@ def test_a_timed_out_job_still_writes_its_trace(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_python_api_raises_with_the_report(tmp_path):
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     t0 = time.monotonic()
@@ -181,6 +185,7 @@ def test_python_api_raises_with_the_report(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_hang_after_a_proof_ends_with_a_checker_defect_line(tmp_path, monkeypatch):
     """Issue 25 item 4: when the deadlock check had proven a program that then hangs, the
     report's last line says the check was wrong and where the module was saved. A real hang
@@ -286,6 +291,7 @@ class _Monitor:
         raise AssertionError("deadline fired")
 
 
+@pytest.mark.slow
 def test_daemon_publishes_a_long_wait_and_its_end():
     wd = deadline.Watchdog(timeout_s=30.0)
     mon = _Monitor()

@@ -1,6 +1,6 @@
 """A linear order for every computation: the order the executor runs and the deadlock check walks.
 
-Constraints (collective-semantics.md D, F, G.26):
+Constraints (docs/reference/collective-semantics.md D, F, G.26):
 
 * data dependencies, control-predecessors and token chains (tokens are operands);
 * channel chains: for the i-th recv and the i-th send of one channel in a computation, with

@@ -3,7 +3,7 @@
 Group mode follows XLA: no channel_id = cross-replica; a channel_id makes all-reduce /
 all-gather / reduce-scatter cross-replica-and-partition (or flattened ids with
 use_global_device_ids) and the others cross-partition (reference:
-collective-semantics.md section A). Result shapes that depend on the group size
+docs/reference/collective-semantics.md section A). Result shapes that depend on the group size
 (all-gather, reduce-scatter) need it from the replica groups or `shard_count`.
 """
 

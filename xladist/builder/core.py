@@ -260,6 +260,34 @@ class BuilderCore:
         self._instructions.append(instr)
         return XlaOp(self, instr)
 
+    def instruction(self, opcode: str, operands: Sequence[XlaOp] = (), shape=None,
+                    **attrs) -> XlaOp:
+        """One instruction of any opcode, by its HLO name: for ops this builder has no method
+        for, and for callers that state an instruction's exact result shape (tests).
+
+        `attrs` are typed attribute values as xladist/hlo/opcodes.py documents them. The
+        result shape comes from shape inference: `shape` is required where it cannot be
+        derived (convert, reshape, bitcast, ...) and must otherwise have the inferred
+        element types and dimensions. Its layout is kept (HLO text may give any result
+        layout); without one the result gets the default layout.
+        """
+        from ..hlo.opcodes import OPCODES
+        if opcode not in OPCODES:
+            raise BuilderError(f"computation {self.name}: unknown opcode {opcode!r}")
+        if shape is None:
+            return self._add(opcode, operands, attrs)
+        declared = as_shape(shape)
+        shapes = [self._check_operand(o, opcode).shape for o in operands]
+        inferred = self._infer(opcode, shapes, {k: v for k, v in attrs.items() if v is not None},
+                               declared)
+        if inferred.without_layout() != declared.without_layout():
+            raise BuilderError(f"{opcode} in computation {self.name}: the result shape given, "
+                               f"{declared.to_text()}, is not the inferred "
+                               f"{inferred.without_layout().to_text()}")
+        op = self._add(opcode, operands, attrs, declared=declared)
+        op.instruction.shape = declared.with_default_layouts()
+        return op
+
     def _infer(self, opcode, shapes, attrs, declared) -> Shape:
         from ..hlo.shape_inference import infer_shape
         try:

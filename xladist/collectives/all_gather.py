@@ -1,4 +1,4 @@
-"""all-gather (collective-semantics.md C.11): concatenate every member's operand along ``dim``.
+"""all-gather (docs/reference/collective-semantics.md C.11): concatenate every member's operand along ``dim``.
 
 Same outline as :mod:`xladist.collectives.all_reduce`.  Member i's operand becomes slice i of the
 result, so the result's ``dim`` is ``n`` times the operand's.  When ``dim`` is the outermost

@@ -1,4 +1,4 @@
-"""all-reduce (collective-semantics.md C.10): element-wise reduction over the group.
+"""all-reduce (docs/reference/collective-semantics.md C.10): element-wise reduction over the group.
 
 Outline shared by every family module: ``<op>(comm, x, ...)`` blocks and returns a fresh
 result; ``<op>_start(comm, x, ...)`` returns a :class:`~xladist.collectives._common.Pending` whose

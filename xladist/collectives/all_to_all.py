@@ -1,4 +1,4 @@
-"""all-to-all (collective-semantics.md C.13), array form and tuple form.
+"""all-to-all (docs/reference/collective-semantics.md C.13), array form and tuple form.
 
 Same outline as :mod:`xladist.collectives.all_reduce`.
 

@@ -306,7 +306,7 @@ def _iters_for(nbytes: int, requested: int) -> int:
 def _run(args) -> int:
     from mpi4py import MPI
 
-    from xladist.collectives.communicator import MpiCommunicator
+    from xladist.collectives.mpi_communicator import MpiCommunicator
 
     comm = MPI.COMM_WORLD.Dup()
     xcomm = MpiCommunicator(MPI.COMM_WORLD.Dup(), devices=list(range(comm.Get_size())))

@@ -1,4 +1,4 @@
-"""collective-broadcast (collective-semantics.md C.15): the group's first member is the root.
+"""collective-broadcast (docs/reference/collective-semantics.md C.15): the group's first member is the root.
 
 Same outline as :mod:`xladist.collectives.all_reduce`.  ``comm`` is the communicator of this device's
 group (rank 0 = first listed member, as CommunicatorCache orders ranks by group position), or

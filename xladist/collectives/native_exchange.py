@@ -48,9 +48,9 @@ class NativeAllToAll(native_ops.NativeAllGather):
 
 
 def _ops() -> dict:
-    from . import communicator
-    communicator._mpi()
-    return communicator._MPI_OPS
+    from . import mpi_communicator
+    mpi_communicator._mpi()
+    return mpi_communicator._MPI_OPS
 
 
 def _mpi_comm(comm: Communicator):

@@ -5,7 +5,7 @@ Everything comes from the MPI library mpi4py loaded: ``dlsym`` on mpi4py's exten
 searches its dependencies, so ``MPI_Allreduce`` and ``MPI_Op_create`` are that library's, the
 one whose communicators, datatypes and ops ``MPI._handleof`` hands out.  Resolved once per
 process; the ops and datatypes made here are process-wide and never freed, like the row
-datatypes in communicator.py (a program has a handful of reducers).
+datatypes in mpi_communicator.py (a program has a handful of reducers).
 
 A native op runs a compiled reducer's MPI_User_function (``<kernel>_mpi``: the kernel on the
 two whole buffers, no Python), declared non-commutative exactly like user_op.py's Python op,

@@ -1,4 +1,4 @@
-"""Send/recv channels over MPI (collective-semantics.md D.18-21b).
+"""Send/recv channels over MPI (docs/reference/collective-semantics.md D.18-21b).
 
 ``send(data, token)`` / ``recv(token)`` start a transfer and return at once; ``send-done`` /
 ``recv-done`` wait for it.  :class:`Channels` is the ``channels`` component of one rank's

@@ -1,4 +1,4 @@
-"""collective-permute (collective-semantics.md C.14): point-to-point moves along given pairs.
+"""collective-permute (docs/reference/collective-semantics.md C.14): point-to-point moves along given pairs.
 
 Same outline as :mod:`xladist.collectives.all_reduce`.  Every member of the communicator calls it
 (SPMD); ``send_to`` / ``recv_from`` are ranks in ``comm`` or None.  A member that receives

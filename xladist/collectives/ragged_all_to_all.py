@@ -1,4 +1,4 @@
-"""ragged-all-to-all (collective-semantics.md C.16; XLA RaggedAllToAll, jax.lax.ragged_all_to_all).
+"""ragged-all-to-all (docs/reference/collective-semantics.md C.16; XLA RaggedAllToAll, jax.lax.ragged_all_to_all).
 
 Operands (every member passes its own): ``x`` (input), ``output`` (the base of the result),
 ``input_offsets``, ``send_sizes``, ``output_offsets``, ``recv_sizes``.  The four metadata arrays

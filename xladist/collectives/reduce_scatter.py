@@ -1,4 +1,4 @@
-"""reduce-scatter (collective-semantics.md C.12): all-reduce, then member i keeps part i.
+"""reduce-scatter (docs/reference/collective-semantics.md C.12): all-reduce, then member i keeps part i.
 
 Same outline as :mod:`xladist.collectives.all_reduce`.  The operand's ``dim`` must be divisible by the
 group size n; the result's ``dim`` is that divided by n.  Builtin reductions run as one

@@ -3,7 +3,7 @@
 A :class:`Reducer` is ``(kind, fn)``: ``kind`` names a recognized reduction ('sum', 'prod',
 'min', 'max', 'and', 'or', 'xor') or is ``None`` for an arbitrary computation; ``fn(a, b)`` is the
 numpy element-wise meaning, always authoritative.  The runtime builds one from the HLO
-``to_apply`` computation (collective-semantics.md C.10: a root that is a binary op of
+``to_apply`` computation (docs/reference/collective-semantics.md C.10: a root that is a binary op of
 (param0, param1)).
 
 Three paths:

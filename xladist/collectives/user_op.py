@@ -37,7 +37,7 @@ __all__ = ["raise_pending", "user_op"]
 # reducers.  So there is ONE op, and the reducer travels in the datatype: every (reducer, dtype)
 # gets its own committed datatype of the element's width, which MPI hands back to the callback;
 # the callback looks the pair up by the datatype's handle.  Process-wide and never freed (a
-# program has a handful of reducers), like the row datatypes in communicator.py.
+# program has a handful of reducers), like the row datatypes in mpi_communicator.py.
 _OP = None
 _BY_TYPE: dict[int, tuple] = {}           # datatype handle -> (fn, dtype, ufunc or None)
 _TYPES: dict[tuple, object] = {}          # (reducer, dtype) -> datatype

@@ -1,4 +1,4 @@
-"""Typed values of HLO instruction attributes (hlo-text-format.md section 4.6).
+"""Typed values of HLO instruction attributes (docs/reference/hlo-text-format.md section 4.6).
 
 Each structured attribute kind has one class here with `to_text()` giving XLA's
 spelling; the parser builds them, the printer prints them, everything else reads

@@ -1,7 +1,7 @@
 """Collective group modes, replica groups and device assignments: the one implementation.
 
 Pure Python over the IR's attribute values (no numpy, no MPI), so the verifier, the static
-deadlock check and the MPI layer read collective-semantics.md A (group modes, device identity),
+deadlock check and the MPI layer read docs/reference/collective-semantics.md A (group modes, device identity),
 B (replica-group syntax and validity) and C.14 (permute pairs) the same way. It lives in
 xladist.hlo because imports only point down; xladist/hlo/collective_groups.py re-exports it.
 
@@ -73,7 +73,7 @@ class GroupError(ValueError):
 
 
 class GroupMode(enum.Enum):
-    """How the ids in replica_groups are read (collective-semantics.md A.1-A.3)."""
+    """How the ids in replica_groups are read (docs/reference/collective-semantics.md A.1-A.3)."""
 
     CROSS_REPLICA = "CrossReplica"
     CROSS_PARTITION = "CrossPartition"
@@ -608,7 +608,7 @@ def instruction_device_groups(opcode: str, attrs: Mapping, device_assignment: De
                          require_cover=op != "collective-broadcast")
 
 
-# Device-to-device send/recv peers (collective-semantics.md D.18-21b): the runtime's channels,
+# Device-to-device send/recv peers (docs/reference/collective-semantics.md D.18-21b): the runtime's channels,
 # the interpreter and the static check all read them here.
 
 PAIRS_ATTR = "_xla_send_recv_source_target_pairs"

@@ -1,4 +1,4 @@
-"""Tokenizer for XLA's HLO text (hlo-text-format.md section 1).
+"""Tokenizer for XLA's HLO text (docs/reference/hlo-text-format.md section 1).
 
 The whole text is cut into tokens in one pass of a single compiled regular
 expression; the parser then walks three parallel lists (kinds, texts, start

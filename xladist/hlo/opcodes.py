@@ -227,7 +227,7 @@ _row("replica-id", 0, "id")
 _row("partition-id", 0, "id")
 
 # Opcodes whose generic async form (async-start wrapping them) may be printed with the
-# sugared name `<op>-start` / `<op>-update` / `<op>-done` (hlo-text-format.md 4.7).
+# sugared name `<op>-start` / `<op>-update` / `<op>-done` (docs/reference/hlo-text-format.md 4.7).
 ASYNC_SUGAR_SUFFIXES = ("-start", "-update", "-done")
 
 

@@ -1,7 +1,7 @@
 """Token-level reading of HLO values: shapes, layouts, literals, attribute values.
 
 `TokenCursor` walks the token lists of lexer.tokenize and knows how to read every
-value syntax of hlo-text-format.md sections 3, 4.6 and 5; parser.py builds modules,
+value syntax of docs/reference/hlo-text-format.md sections 3, 4.6 and 5; parser.py builds modules,
 computations and instructions on top of it. Each attribute kind of opcodes.py has
 one reader method, listed in `KIND_READERS`.
 """

@@ -1,4 +1,4 @@
-"""HLO text -> ir.Module (hlo-text-format.md sections 1-6, 10, 11).
+"""HLO text -> ir.Module (docs/reference/hlo-text-format.md sections 1-6, 10, 11).
 
 Accepts both of XLA's print styles and any mix: `%` sigils or not, operand shapes
 or not, program shapes in computation headers or not, comments anywhere,

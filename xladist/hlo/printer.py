@@ -1,4 +1,4 @@
-"""ir.Module -> HLO text, in the style of XLA's own dumps (hlo-text-format.md 4.4, 5, 9).
+"""ir.Module -> HLO text, in the style of XLA's own dumps (docs/reference/hlo-text-format.md 4.4, 5, 9).
 
 The canonical style is the long one of the corpus `module.hlo` files: `%` sigils,
 no operand shapes, program shapes (without layouts) in computation headers,

@@ -1,4 +1,4 @@
-"""Primitive types, layouts and shapes of XLA HLO (reference: hlo-text-format.md section 3).
+"""Primitive types, layouts and shapes of XLA HLO (reference: docs/reference/hlo-text-format.md section 3).
 
 A `Shape` is immutable and hashable. Array shapes carry an optional `Layout`
 (minor_to_major plus the layout extras XLA prints: tiles, memory space, ...);

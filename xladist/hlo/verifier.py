@@ -10,7 +10,7 @@ module (fused, called and synthesized async-wrapper computations included):
   from the operands (shape_inference.py, which also checks attribute ranges and the called
   computations' signatures: reducers, comparators, loop bodies, branches);
 * start/done pairing: a *-done consumes its own *-start (send-done a send on its channel, ...);
-* collectives against replica_count / num_partitions (collective-semantics.md A.1-A.6, B.9,
+* collectives against replica_count / num_partitions (docs/reference/collective-semantics.md A.1-A.6, B.9,
   C.10-C.14): group mode, ids in range and unique, groups covering every id, equal group sizes
   except all-reduce, the group size dividing all-gather / reduce-scatter / all-to-all
   dimensions, collective-permute pairs;

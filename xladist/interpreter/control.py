@@ -7,7 +7,7 @@ ops, CustomCall).
   i + 1) where an index outside [0, N) selects the last branch, as XLA does;
 - call and fusion evaluate the called computation (a fusion's kind and backend_config
   are scheduling hints only);
-- async-start runs the wrapped computation at once (hlo-text-format.md section 8) and
+- async-start runs the wrapped computation at once (docs/reference/hlo-text-format.md section 8) and
   holds ((operands...), result, context...); async-update passes the value through;
   async-done yields the result;
 - copy-start/copy-done: (dest, src, u32 context), then dest;

@@ -1,6 +1,6 @@
 """`SingleDeviceContext`: the DeviceContext of a one-device run (N = 1).
 
-Every collective runs over a group of one (collective-semantics.md section C):
+Every collective runs over a group of one (docs/reference/collective-semantics.md section C):
 all-reduce, all-gather, reduce-scatter, all-to-all and collective-broadcast are the
 identity; collective-permute copies when the pairs contain the self pair (0, 0) and gives
 zeros otherwise; a collective-broadcast on a device in no group gives zeros. A module

@@ -3,7 +3,7 @@
 XLA's default placer gives device = partition * replica_count + replica, and xladist
 runs device d on MPI rank d. A run config may give a custom assignment table
 [replica][partition] -> device id. `replica-id` / `partition-id` return the logical
-coordinates, never the device id (collective-semantics.md A.7).
+coordinates, never the device id (docs/reference/collective-semantics.md A.7).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from xladist.collectives.all_gather import all_gather, all_gather_native, all_ga
 from xladist.collectives.all_reduce import all_reduce, all_reduce_bound, all_reduce_native, all_reduce_start
 from xladist.collectives.all_to_all import all_to_all, all_to_all_start
 from xladist.collectives.broadcast import collective_broadcast, collective_broadcast_start
-from xladist.collectives.communicator import Communicator, CommunicatorCache
+from xladist.collectives.communicator import Communicator
+from xladist.collectives.communicator_cache import CommunicatorCache
 from xladist.hlo.collective_groups import GroupError, collective_permute_pairs, instruction_device_groups
 from xladist.collectives.native_exchange import all_to_all_native, reduce_scatter_native
 from xladist.collectives.permute import (

@@ -74,7 +74,7 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     backends that accept one. While this runs, a wait that passes `timeout` ends the job with
     the coordination service's report of where every rank is (xladist/runtime/watchdog.py).
     """
-    from xladist.collectives.communicator import CommunicatorCache, MpiCommunicator
+    from xladist.collectives import CommunicatorCache, MpiCommunicator
 
     from .mpi_context import MpiDeviceContext
 

@@ -1,7 +1,7 @@
 """The deadlock check's simulation core on IR built by hand (no parser needed).
 
 Also home of `IR`, a tiny helper the other deadlock/schedule tests use to build modules.
-Expected outcomes are worked out by hand from the channel rules of collective-semantics.md
+Expected outcomes are worked out by hand from the channel rules of docs/reference/collective-semantics.md
 (21a: unmatched ends complete at once; unbuffered channels; G.24 same order everywhere).
 """
 

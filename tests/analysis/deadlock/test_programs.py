@@ -1,7 +1,7 @@
 """The deadlock check on hand-written HLO programs (tests/data/deadlock) and on the JAX corpus.
 
 Each invalid program's header comment says what the check must report; the expectations below
-were worked out by hand from the channel and ordering rules (collective-semantics.md 21a, G).
+were worked out by hand from the channel and ordering rules (docs/reference/collective-semantics.md 21a, G).
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-pytest.importorskip("xladist.hlo.parser")
 
 import xladist
 from xladist.hlo.collective_groups import DeviceAssignment

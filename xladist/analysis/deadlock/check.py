@@ -7,7 +7,7 @@
     else a `mismatch`; one that some members never reach is `unmatched`;
 (b) matches channels: on every (channel, source device, target device), the k-th send pairs
     with the k-th recv; a send whose recv is never issued (or the reverse) is `unmatched`
-    (collective-semantics.md 21a: unbuffered channels make it a hang);
+    (docs/reference/collective-semantics.md 21a: unbuffered channels make it a hang);
 (c) runs all devices jointly -- a collective blocks until all members arrive, an async done
     until all members issued the start, a recv-done until the peer issued the send, a
     send-done until the peer issued the recv -- until every device finishes or none can move,
@@ -386,7 +386,7 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
       num_devices: devices to simulate (default: replica_count * num_partitions); see
         `resolve_devices` for how it scales a module's header.
       device_assignment: a `[replica][partition] -> device` table (default: partition * R +
-        replica, collective-semantics.md A.7).
+        replica, docs/reference/collective-semantics.md A.7).
       strict: make "cannot prove" (control depending on data around communication) an error.
       schedule: the per-computation order to check (default: `schedule_module(module)`, the
         order the executor runs).

@@ -13,7 +13,7 @@ and async wrappers are entered.  The result is the ordered list of `Event`s the 
   recv-done  blocks until the peer has issued the matching send
 
 Ends of a channel that no source-target pair names complete at once and produce no event
-(collective-semantics.md 21a).  A loop or branch whose control cannot be folded, and that
+(docs/reference/collective-semantics.md 21a).  A loop or branch whose control cannot be folded, and that
 contains communication, stops the trace there: the device's later behaviour is unproven.
 
 Rules are registered by opcode in TRACE_RULES; only instructions that communicate are visited.
@@ -71,7 +71,7 @@ def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
 
 
 class Signature:
-    """What all members of one collective must agree on (collective-semantics.md G.24-25, 21b)."""
+    """What all members of one collective must agree on (docs/reference/collective-semantics.md G.24-25, 21b)."""
 
     FIELDS = ("kind", "groups", "types", "shapes", "reducer", "dimensions", "pairs")
     __slots__ = FIELDS

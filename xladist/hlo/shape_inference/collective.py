@@ -1,5 +1,5 @@
 """Shape rules of collectives, point-to-point channels, feeds, tokens and device ids
-(collective-semantics.md C.10-C.17, D.18, E.21, F.23; operation semantics AllReduce,
+(docs/reference/collective-semantics.md C.10-C.17, D.18, E.21, F.23; operation semantics AllReduce,
 AllGather, ReduceScatter, AllToAll, CollectivePermute, Send/Recv, Infeed/Outfeed, AfterAll).
 
 Shape inference sees only the instruction, not the module, so the group size of all-gather,

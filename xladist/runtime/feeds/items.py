@@ -1,6 +1,6 @@
 """Feed items: what the host hands an infeed and what an outfeed hands the host.
 
-An item is the data part of one infeed or outfeed (collective-semantics.md E.21-22):
+An item is the data part of one infeed or outfeed (docs/reference/collective-semantics.md E.21-22):
 - an array leaf is a numpy array of *logical* values (as everywhere in the interpreter;
   the infeed's layout decides where the bytes sit on the device), or a `bytes`-like
   buffer holding the leaf in the layout's memory order (XLA's host-buffer contract:

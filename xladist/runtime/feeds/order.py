@@ -1,4 +1,4 @@
-"""Infeeds must be totally ordered by their tokens (collective-semantics.md E.22).
+"""Infeeds must be totally ordered by their tokens (docs/reference/collective-semantics.md E.22).
 
 Host items are consumed in program order, so two infeeds of one computation that no
 token (or other data or control dependency) orders could take their items in either

@@ -1,6 +1,6 @@
 """Per-rank infeed and outfeed: host data pipelines for replicated programs (issue 6).
 
-Every rank has its own infeed stream and its own outfeed stream (collective-semantics.md
+Every rank has its own infeed stream and its own outfeed stream (docs/reference/collective-semantics.md
 section E). One `Feeds` object per rank serves both; the DeviceContext of the run
 (`MpiDeviceContext`, or `SingleDeviceContext` for -n 1) forwards `infeed(instr)` and
 `outfeed(instr, data)` to it, and the rank calls `start(placement, module)` before the

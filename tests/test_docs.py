@@ -1,0 +1,118 @@
+"""The documentation stays true to the tree: every relative link in README.md and docs/
+leads to a file (and heading) that exists, every repository path they name exists, every
+run-config key is documented, and code comments cite the references in docs/reference/."""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.paths import ROOT
+
+DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+IDS = [str(p.relative_to(ROOT)) for p in DOCS]
+
+# The repository's top-level folders: a path starting with one of them must exist as
+# written (relative to the root). `xla:xla/...`-style upstream paths do not match.
+TOP = ("docs", "tests", "xladist", "benchmarks", "tools", "configs", "launch", "examples",
+       ".ci")
+REPO_PATH = re.compile(r"(?<![\w/.:@-])((?:%s)/[\w./-]*[\w/])(?![\w{<*])"
+                       % "|".join(re.escape(t) for t in TOP))
+# Shorthand inside backticks, relative to a package folder (`compiler/parallel.py`,
+# `codegen/kernels/distinct.py`): must be the tail of some file of the repository.
+SHORT_PATH = re.compile(r"`([\w-]+/[\w./-]*\.(?:py|md|toml|hlo|sh|c|h))`")
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+@functools.cache
+def _files() -> list[str]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode == 0 and out.stdout:
+        return out.stdout.splitlines()
+    return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()]
+
+
+def _anchors(md: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    out = set()
+    for line in FENCE.sub("", md.read_text()).splitlines():
+        m = re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=IDS)
+def test_relative_links_lead_somewhere(doc: Path):
+    bad = []
+    for target in LINK.findall(doc.read_text()):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            bad.append(f"{target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    assert not bad, f"{doc.relative_to(ROOT)}: broken links: {bad}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=IDS)
+def test_named_paths_exist(doc: Path):
+    text = doc.read_text()
+    files = _files()
+    bad = sorted({p for p in REPO_PATH.findall(text) if not (ROOT / p).exists()})
+    for short in set(SHORT_PATH.findall(text)):
+        if short.split("/")[0] in TOP or "<" in short:
+            continue
+        if not any(f == short or f.endswith("/" + short) for f in files):
+            bad.append(short)
+    assert not bad, f"{doc.relative_to(ROOT)} names paths that do not exist: {bad}"
+
+
+def test_the_checks_can_fail(tmp_path):
+    """The two patterns find what they should (so the tests above cannot pass vacuously)."""
+    text = ("see [x](nowhere.md) and [y](running.md#no-such-heading), `tests/no_such.py`, "
+            "`codegen/no_such.py`, xla:xla/service/x.cc, `out/rank{rank}.npz`")
+    assert [t for t in LINK.findall(text)] == ["nowhere.md", "running.md#no-such-heading"]
+    assert REPO_PATH.findall(text) == ["tests/no_such.py"]
+    assert SHORT_PATH.findall(text) == ["tests/no_such.py", "codegen/no_such.py"]
+    assert "compile-once-per-launch" in _anchors(ROOT / "docs" / "running.md")
+
+
+def test_readme_stays_short():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines <= 200, (f"README.md has {lines} lines: keep it to what xladist is, install, "
+                          "the quickstart, one example each and the table of contents; put "
+                          "detail in a docs/ topic file")
+
+
+def test_every_run_config_key_is_documented():
+    from xladist.runtime.config import SCHEMA
+    text = (ROOT / "docs" / "run-configs.md").read_text()
+    missing = [k for k in SCHEMA if f"| `{k}` |" not in text]
+    assert not missing, f"docs/run-configs.md lacks the config keys {missing}"
+
+
+REFERENCES = ("hlo-text-format.md", "collective-semantics.md")
+
+
+def test_code_cites_the_references_in_docs():
+    """Code comments cite docs/reference/<name>.md, which is in the repository."""
+    for name in REFERENCES:
+        assert (ROOT / "docs" / "reference" / name).is_file()
+    bare = re.compile(r"(?<![\w/.-])(%s)" % "|".join(re.escape(n) for n in REFERENCES))
+    bad = []
+    for py in sorted([*(ROOT / "xladist").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]):
+        if py == Path(__file__):
+            continue
+        for n, line in enumerate(py.read_text().splitlines(), 1):
+            if bare.search(line):
+                bad.append(f"{py.relative_to(ROOT)}:{n}")
+    assert not bad, f"cite docs/reference/<name>.md, not the bare name: {bad}"
