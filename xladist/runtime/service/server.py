@@ -336,9 +336,10 @@ class Service:
             self._spawn(self._report_hang, "xladist-service-report", st.rank,
                         float(meta.get("deadline_s", 0)))
         elif op == "failed":
-            st.ended = "failed"  # its connection may end any moment now: not a death
-            st.conn.send("ack", id=meta.get("id"))
-            self._on_failed(st, meta.get("text", ""), int(meta.get("code", 1)))
+            # Recorded, then acknowledged (the rank aborts right after: its end is no death),
+            # then the others are ended.
+            self._on_failed(st, meta.get("text", ""), int(meta.get("code", 1)),
+                            ack=lambda: st.conn.send("ack", id=meta.get("id")))
         elif op == "req":
             self._spawn(self._request, "xladist-service-req", st, meta, payload)
         elif op == "bye":
@@ -377,17 +378,20 @@ class Service:
             st.busy -= 1
             st.last_heard = time.monotonic()
 
-    def _on_failed(self, st: RankState, text: str, code: int) -> None:
+    def _on_failed(self, st: RankState, text: str, code: int, ack=None) -> None:
         with self._lock:
             st.ended = "failed"
             st.said = text
             self.failures.append((st.rank, text))
             first = not self._failing
             self._failing = True
+            self._registered.notify_all()
         if text and self.prints:
             self.emit(text)
         elif text:
             self.messages.append(text)
+        if ack is not None:
+            ack()
         if first:
             self._end_job(code, but=st.rank)
 
