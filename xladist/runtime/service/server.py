@@ -182,6 +182,7 @@ class Service:
         # do not go by themselves (a stopped process ignores MPI_Abort's signals).
         self.ending = threading.Event()
         self._failing = False            # a failure or report is under way: ends are expected
+        self._stop = threading.Event()   # set by close(): the monitor's sleep ends at once
         self.on_end = None               # called once when the service ends the job
         self.closed = False
         self._lock = threading.RLock()
@@ -431,8 +432,7 @@ class Service:
 
     # ---- the monitor: heartbeats both ways, stuck ranks ----------------------------------------
     def _monitor(self) -> None:
-        while not self.closed:
-            time.sleep(HEARTBEAT_S)
+        while not self._stop.wait(HEARTBEAT_S):
             now = time.monotonic()
             if (self.ranks and len(self.ranks) < self.size and not self._failing
                     and now - self._started > self.register_timeout):
@@ -531,6 +531,7 @@ class Service:
         if self.closed:
             return
         self.closed = True
+        self._stop.set()
         try:
             self._wake_w.send(b"x")
         except OSError:
