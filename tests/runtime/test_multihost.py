@@ -353,3 +353,25 @@ def test_collectives_over_the_network_path(tmp_path, simhosts, case):
     with np.load(out) as got, np.load(folder / "expected.npz") as want:
         for k in want.files:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_mpiexec_launch_is_served_by_rank_0(tmp_path, simhosts):
+    """`mpiexec -n 4 xladist run ...` without the launching `xladist run`: rank 0 (nodeA,
+    which sees the files) reads them and hosts the service; nodeB's ranks get the module
+    and their inputs from it, and rank 0 writes the outputs."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    import shutil
+    for name in ("module.hlo", "inputs.npz"):
+        shutil.copy(case / name, tmp_path / name)
+    out = tmp_path / "out.npz"
+    proc = subprocess.run(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
+         "run", str(tmp_path / "module.hlo"), "--inputs", str(tmp_path / "inputs.npz"),
+         "--outputs", str(out), "-q"],
+        cwd=tmp_path, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
+        timeout=SLACK)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got, np.load(case / "expected.npz") as want:
+        np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-5)

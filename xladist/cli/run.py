@@ -397,7 +397,12 @@ def _host_job(args, size: int):
         checked = _deadlock_check(module, args)  # started by hand under mpiexec: check here
     job = _job(args, module, inputs)
     code = compile_once.CodeStore(module, None if args.module.endswith(".xlx") else args.backend)
-    return Service(size, job=job, code=code, prints=False, checked=checked), job
+    service = Service(size, job=job, code=code, prints=False, checked=checked)
+    # This process is the job's host and a rank: if the job is aborted, what arrived so far
+    # (trace events, outfeed items, host sends) is still written, here, before it goes.
+    from xladist.collectives import deadline
+    deadline.on_abort(lambda: job.finish(True))
+    return service, job
 
 
 def _deadlock_check(module, args) -> dict | None:

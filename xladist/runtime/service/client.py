@@ -56,6 +56,7 @@ class Client:
         self.placement = None
         self.finished = False
         self.closing = False
+        self.service_closed = False
         self.welcome: dict | None = None
         self.target: dict | None = None
         self.prints = False
@@ -179,6 +180,8 @@ class Client:
         elif op == "abort":
             # The service ended the job (and said why): save what the abort hooks save, go.
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
+        elif op == "closing":
+            self.service_closed = True  # its end is the end of the job, not a failure
         elif op in ("welcome", "refused"):
             with self._cond:
                 self.welcome = meta if op == "welcome" else {"refused": meta.get("reason")}
@@ -196,7 +199,8 @@ class Client:
             self._cond.notify_all()
             if self.welcome is None:
                 self.welcome = {"refused": f"the service closed the connection ({why})"}
-        if self.closing or self.hosted is not None and self.hosted.closed:
+        if self.closing or self.service_closed or \
+                self.hosted is not None and self.hosted.closed:
             return
         deadline.abort_job(
             f"lost the coordination service at {self.address} ({why}): the process hosting "
@@ -304,6 +308,7 @@ def for_rank(comm) -> Client:
         if rank == 0:
             hosted = Service(size, prints=False)
             address, token = hosted.address, hosted.token
+            atexit.register(hosted.close)  # after this rank's own goodbye (atexit: LIFO)
         with deadline.waiting("sharing the coordination service's address (rank 0 hosts it)"):
             address, token = comm.bcast((address, token), root=0)
     _client = Client(address, token or "", rank, size, hosted=hosted).start()

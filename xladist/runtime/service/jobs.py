@@ -57,7 +57,8 @@ class JobHost:
         self.host = host
         self.errors: list[tuple[int, str, BaseException]] = []  # user callbacks that raised
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
-        self._feed_threads: list[threading.Thread] = []
+        self._finished = False
+        self.trace_note = None
 
     # ---- what a rank asks --------------------------------------------------------------------
     def describe(self) -> dict:
@@ -139,7 +140,11 @@ class JobHost:
     # ---- the end ---------------------------------------------------------------------------------
     def finish(self, failed: bool):
         """After the ranks have gone: outputs written (or returned), the trace, stats.
-        Returns the outputs for Outputs(mode="memory"), else None."""
+        Returns the outputs for Outputs(mode="memory"), else None. Once only (rank 0 of a
+        bare launch also calls it from its abort hook)."""
+        if self._finished:
+            return None
+        self._finished = True
         note = None
         finish = getattr(self.host, "finish", None)
         if finish is not None:  # --host-send files: also what a failed run sent

@@ -532,6 +532,9 @@ class Service:
             return
         self.closed = True
         self._stop.set()
+        for st in list(self.ranks.values()):  # not a death: the job's host is done with it
+            if st.ended is None:
+                st.conn.send("closing", timeout=1.0)
         try:
             self._wake_w.send(b"x")
         except OSError:
