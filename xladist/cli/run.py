@@ -338,7 +338,7 @@ def _launch(args, module, inputs, checked) -> int:
                                hostfile=args.hostfile, env=env, mpiexec=args.mpiexec,
                                service=service)
     finally:
-        code.close()
+        code.close()  # even when interrupted: LLVM in a thread must not outlive Python
     failed = proc.returncode != 0 or service.failed
     job.finish(failed)
     if failed and args.trace and job.trace_note:

@@ -256,7 +256,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
                                timeout=job_timeout, hosts=hosts, hostfile=hostfile,
                                mpiexec=mpiexec, service=service)
     finally:
-        code.close()
+        code.close()  # even when interrupted: LLVM in a thread must not outlive Python
     failed = proc.returncode != 0 or service.failed
     outputs = job.finish(failed)
     errors = list(job.errors)

@@ -125,6 +125,8 @@ class CodeStore:
             return self.objects.get(key)
 
     def close(self) -> None:
+        """No more compiles; waits for one under way (also when the job was interrupted: a
+        process that exits while LLVM runs in a thread crashes at exit)."""
         if self._worker is not None:
             self._jobs.put(StopIteration)
             self._worker.join(timeout=WAIT_S)

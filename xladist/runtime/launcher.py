@@ -137,15 +137,15 @@ def _launch(cmd, env, timeout, capture, service) -> subprocess.CompletedProcess:
     seen = {"stdout": bytearray(), "stderr": bytearray()}
     with _stop_on_signals():
         proc = subprocess.Popen(cmd, **kwargs)
-        # When the service ends the job, the ranks abort; a stopped one does not: stop all.
-        service.on_end = lambda: _stop_later(proc)
-        pumps = [threading.Thread(target=_pump, args=(stream, sink, held, seen[name],
-                                                      capture), daemon=True)
-                 for name, stream, sink in (("stdout", proc.stdout, _out(sys.stdout)),
-                                            ("stderr", proc.stderr, _out(sys.stderr)))]
-        for t in pumps:
-            t.start()
-        try:
+        try:  # from here on, a signal (SIGTERM from a batch system) stops the whole group
+            # When the service ends the job, the ranks abort; a stopped one does not: stop all.
+            service.on_end = lambda: _stop_later(proc)
+            pumps = [threading.Thread(target=_pump, args=(stream, sink, held, seen[name],
+                                                          capture), daemon=True)
+                     for name, stream, sink in (("stdout", proc.stdout, _out(sys.stdout)),
+                                                ("stderr", proc.stderr, _out(sys.stderr)))]
+            for t in pumps:
+                t.start()
             proc.wait(timeout=timeout)
             for t in pumps:
                 t.join(timeout=5)

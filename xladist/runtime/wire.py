@@ -199,6 +199,15 @@ def recv(sock):
     return kind, meta, recv_payload(sock, meta, size)
 
 
+def close(sock) -> None:
+    """Shut a connection down both ways (a thread blocked reading it wakes) and close it."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def connect(address: str, timeout: float):
     """A TCP connection to "host:port" (or a Unix socket path), giving up after `timeout`
     seconds of refused or unanswered attempts (the service may still be starting)."""

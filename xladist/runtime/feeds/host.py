@@ -22,7 +22,6 @@ as soon as that rank's host has closed its socket; an npz sink then writes what 
 
 from __future__ import annotations
 
-import socket
 
 from .. import wire
 from ..wire import END, FAIL, HELLO, ITEM
@@ -101,11 +100,7 @@ class SocketSource:
 
     def close(self) -> None:
         if self.sock is not None:
-            try:
-                self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self.sock.close()
+            wire.close(self.sock)
 
 
 class SocketSink:
@@ -175,7 +170,7 @@ def _fail(sock, rank, error, fail) -> None:
     fail(rank, error)
     try:
         wire.send(sock, FAIL, {"text": f"{type(error).__name__}: {error}"})
-    except OSError:
+    except (OSError, ValueError):
         pass
 
 
@@ -209,5 +204,5 @@ def consume(sock, sink, placement, lock, fail) -> None:
                 fail(placement.rank, e)
         try:
             wire.send(sock, END, {}, timeout=2.0)  # every item is delivered
-        except OSError:
+        except (OSError, ValueError):  # the rank is gone (ValueError: the service closed it)
             pass

@@ -118,11 +118,7 @@ class Conn:
 
     def close(self) -> None:
         self.open = False
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        wire.close(self.sock)
 
 
 class RankState:
