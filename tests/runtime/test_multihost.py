@@ -202,6 +202,8 @@ def test_a_killed_rank_is_named_with_its_signal_host_and_position(tmp_path, simh
     proc, marker = _start(sim, tmp_path, module, inputs, timeout=120)
     pids = _wait_for_ranks(marker, 4, proc)
     time.sleep(12.0)  # rank 2 is in its third all-reduce, waiting (and has said so)
+    if proc.poll() is not None or _rank_pids(marker).get(2) != pids[2]:
+        pytest.fail(f"the job ended before the kill:\n{_finish(proc, 10)[1]}")
     os.kill(pids[2], signal.SIGKILL)
     t0 = time.monotonic()
     _out, err = _finish(proc, 60)
