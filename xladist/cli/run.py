@@ -142,9 +142,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress line while the job runs")
     parser.add_argument("--replica-count", type=int, metavar="R",
-                        help="replicas, for a module whose header declares no counts")
+                        help="replicas, where the module header does not declare them "
+                             "(default: the devices not taken by partitions)")
     parser.add_argument("--num-partitions", type=int, metavar="P",
-                        help="partitions, for a module whose header declares no counts")
+                        help="partitions, where the module header does not declare them "
+                             "(default: the devices not taken by replicas)")
     from xladist.runtime.config import parse_assignment
     parser.add_argument("--device-assignment", type=parse_assignment, metavar="IDS",
                         help="device id per replica (rows, ';') and partition (columns, ','),"
@@ -186,11 +188,8 @@ def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = Tru
 def _check_device_count(module, n: int) -> None:
     if n < 1:
         raise InputError(f"-n must be at least 1, got {n}")
-    needed = module.num_devices
-    if needed > 1 and n != needed:
-        raise InputError(f"module {module.name} is written for {needed} devices "
-                         f"(replica_count={module.replica_count}, "
-                         f"num_partitions={module.num_partitions}); run it with -n {needed}")
+    from xladist.runtime.device import device_counts
+    device_counts(module, n)  # the one rule: the header's counts, the rest from n
 
 
 def _apply_config(args) -> None:
@@ -308,8 +307,9 @@ def _job(args, module, inputs):
                "threads": args.threads, "quiet": args.quiet}
     if xlx is None:  # the file's own text: reports name its lines
         from ..files import read_text
-        options.update(source=args.module, replica_count=module.replica_count,
-                       num_partitions=module.num_partitions)
+        from xladist.runtime.device import device_counts
+        r, p = device_counts(module, n)  # resolved here: the ranks apply them as given
+        options.update(source=args.module, replica_count=r, num_partitions=p)
         text = read_text(args.module, "MODULE", kind="HLO text")
     return JobHost(
         n, module_text=None if xlx is not None else text, xlx=xlx,

@@ -130,7 +130,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     if count < 1:
         raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
     n = count
-    device_counts(module, n)  # validates n against the module first
+    counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
     _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
                  prefetch=prefetch, timeout=timeout, backend=backend)
@@ -162,7 +162,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
             raise OutputError("; ".join(f"{what} {wanted} is saved as {saved}"
                                         for what, wanted, saved in rescued()[before:]))
         return outputs
-    return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
+    return _run_spawned(module, per_device, n, counts=counts, backend=backend, timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
                         job_timeout=job_timeout, trace=trace, transfers=transfers,
                         feed_options=feed_options, hosts=host_list(hosts),
@@ -216,7 +216,7 @@ def _run_here(module, per_device, **options):
 
 def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=None,
                  hosts=None, hostfile=None, mpiexec=None, checked=None, module_source=None,
-                 **options):
+                 counts=None, **options):
     """Ranks of xladist/runtime/rank_main.py under mpiexec, served by a coordination service
     in this process (service/jobs.py): module, inputs, callbacks and outputs all travel over
     its connections."""
@@ -243,8 +243,9 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
         host=CallbackHost(*transfers) if transfers else None,
         options={"backend": options["backend"], "timeout": options["timeout"],
                  "verify": options["verify"], "quiet": True, "source": filename,
-                 "replica_count": module.replica_count,
-                 "num_partitions": module.num_partitions,
+                 # The run's counts, resolved here (a header may declare only one, or none:
+                 # the ranks must not resolve them again from their own -n).
+                 "replica_count": counts[0], "num_partitions": counts[1],
                  "device_assignment": [list(r) for r in da] if da is not None else None})
     code = CodeStore(module, options["backend"])
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,

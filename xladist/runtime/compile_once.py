@@ -143,4 +143,4 @@ def _compile(module, target: dict | None):
             prog = CpuProgram(module, schedule_module(module))  # also stores it in the cache
         except XlaDistError:
             return None, None  # the ranks compile and report it themselves, with their rank
-        return jit.cache_key(prog.fingerprint), prog.code.obj
+        return jit.cache_key(prog.fingerprint), prog.code.blob
