@@ -229,7 +229,7 @@ def _float_scenarios(fb: FloatBits, red: str) -> list:
         if fb.has_subnormal:
             add(lambda d: fb.min_sub if d == 0 else one)
             add(lambda d: fb.min_sub if d == 0 else 0.5 if d == 1 else one)  # tie to zero
-        add(lambda d: 2.0 if d % 2 else 0.5)
+        add(lambda d: 2.0 if d == 1 else 0.5 if d == 2 else one)  # exact, in range
         add(lambda d: fb.max if d == 0 else 2.0 if d == 1 else one)  # overflow
     elif red in ("maximum", "minimum", "sel"):
         if red != "sel" and fb.nans:
@@ -257,7 +257,8 @@ def _int_scenarios(dt: str, red: str | None) -> list:
     if red == "multiply":
         return [lambda d: hi, lambda d: min(half, hi),
                 lambda d: lo if d == 0 else (-1 if signed and d == 1 else 1)]
-    return [lambda d: lo if d == 0 else hi if d == 1 else 0, lambda d: hi - d, lambda d: lo + d]
+    return [lambda d: lo if d == 0 else hi if d == 1 else 0, lambda d: max(lo, hi - d),
+            lambda d: min(hi, lo + d)]
 
 
 def edge_input(device: int, dims, dt: str, red: str | None) -> np.ndarray:
@@ -283,7 +284,7 @@ def edge_input(device: int, dims, dt: str, red: str | None) -> np.ndarray:
             sc = _float_scenarios(fb, "multiply" if (k == "complex" and red == "multiply")
                                   else red)
             if k == "complex" and red == "multiply":  # real powers of two: exact products
-                sc = [lambda d: 2.0 if d % 2 else 0.5]
+                sc = [lambda d: 2.0 if d == 1 else 0.5 if d == 2 else 1.0]
             vals = [fb.value(sc[i % len(sc)](device)) for i in range(count)]
             if k == "complex":
                 return _complex(t, vals, [fb.value(0.0)] * count, dims)
