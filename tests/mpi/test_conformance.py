@@ -114,3 +114,29 @@ def test_runs_release_their_communicators(monkeypatch):
     for cache in caches:
         assert len(cache) == 0
         assert cache.world.comm == MPI.COMM_NULL
+
+
+def test_a_run_the_backend_refuses_releases_its_communicators_too(monkeypatch):
+    """The kit goes on after a backend refuses a program (an UnsupportedError at compile,
+    after the communicators were made): before the fix each refusal kept them."""
+    from xladist import backends
+    from xladist.collectives import CommunicatorCache
+    from xladist.errors import UnsupportedError
+
+    def refuse(module, **options):
+        raise UnsupportedError("this backend runs nothing")
+    monkeypatch.setitem(backends.BACKENDS, "refuses", refuse)
+    caches = []
+    prepare = CommunicatorCache.prepare
+
+    def recording(self, groupings):
+        caches.append(self)
+        return prepare(self, groupings)
+    monkeypatch.setattr(CommunicatorCache, "prepare", recording)
+    unit = next(u for u in UNITS if u.op == "all-reduce" and u.P == WORLD)
+    job = unit.job()
+    with pytest.raises(UnsupportedError, match="runs nothing"):
+        xladist.run(job.text, job.inputs, n=WORLD, timeout=COLLECTIVE_TIMEOUT_S,
+                    backend="refuses")
+    assert len(caches) == 1 and len(caches[0]) == 0
+    assert caches[0].world.comm == MPI.COMM_NULL
