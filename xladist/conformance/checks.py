@@ -31,6 +31,7 @@ class Verdict:
     status: str
     detail: str = ""
     device: int | None = None
+    xla: str = ""  # the reference against XLA:CPU's recording: agrees / deviation / ""
 
 
 def _elements_as_bytes(a: np.ndarray) -> np.ndarray:
@@ -90,3 +91,24 @@ def first_difference(got, want, *, exact: str = "bits", tolerance=None) -> str |
     count = int(bad.sum())
     return (f"element {index}: got {show(got[where])}, expected {show(want[where])}"
             + (f" ({count} of {want.size} elements differ)" if count > 1 else ""))
+
+
+def digest(values, exact: str = "bits") -> str:
+    """A short hash of a case's values (every device's, in order) that two runs share exactly
+    when `first_difference(..., exact=exact)` finds them equal: under "reduce", every NaN
+    hashes alike and complex zeros lose their sign. XLA:CPU's recorded outputs are stored so
+    (xladist/conformance/recorded.py)."""
+    import hashlib
+    h = hashlib.sha256()
+    for v in values:
+        a = np.ascontiguousarray(np.asarray(v))
+        if exact == "reduce" and _is_float(a.dtype):
+            a = a.copy()
+            if a.dtype.kind == "c":
+                a[a == 0] = 0
+            nans = _is_nan(a)
+            if nans.any():
+                a[nans] = np.nan
+        h.update(f"{a.dtype.name}{a.shape}".encode())
+        h.update(a.reshape(-1).view(np.uint8).tobytes())
+    return h.hexdigest()[:16]

@@ -125,6 +125,11 @@ def text(results, options, seconds: float) -> str:
         lines += shown + [""]
     lines.append(f"{_summary(counts)} ({jobs} MPI job{'s' if jobs != 1 else ''}, "
                  f"{seconds:.0f} s)")
+    xla = Counter(v.xla for _, v, _ in _entries(results) if v.xla)
+    if xla:
+        lines.append(f"the reference was checked against XLA:CPU's recorded outputs on "
+                     f"{sum(xla.values())} of these cases: it agrees on {xla['agrees']}; on "
+                     f"{xla['deviation']} XLA:CPU departs from IEEE (docs/conformance.md)")
     return "\n".join(lines)
 
 
@@ -132,7 +137,7 @@ def write_json(path: str, results, options, seconds: float) -> None:
     from xladist.files import deliver
     cases = [{"name": v.case, "n": r.n, "row": c.row, "column": c.column, "mode": c.mode,
               "config": c.config, "status": v.status, "detail": v.detail, "device": v.device,
-              "reproduce": reproduce(v.case, r.n, options)}
+              "xla_cpu": v.xla, "reproduce": reproduce(v.case, r.n, options)}
              for r, v, c in _entries(results)]
     doc = {"backend": options.backend, "counts": [r.n for r in results],
            "full": options.plan.full, "select": list(options.plan.select),

@@ -85,6 +85,17 @@ def _unit_of(table, item):
     return table[item[0]] if len(item) == 1 else table[item[0]].alone(item[1])
 
 
+def _judge(unit, record) -> list[Verdict]:
+    try:
+        return unit.judge(record["outputs"], record["outfeeds"])
+    except Exception as e:  # noqa: BLE001 - a defect of the kit: say so per case, go on
+        import traceback
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return unit.error_verdict(ERROR, f"the kit failed to check this case (a defect of "
+                                         f"the conformance kit): {type(e).__name__}: {e} "
+                                         f"at {where.filename}:{where.lineno}")
+
+
 def _reader(stream, out: queue.Queue) -> None:
     for line in iter(stream.readline, b""):
         out.put(line)
@@ -134,8 +145,7 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
             if event == "start":
                 current = item
             elif event == "done":
-                result.verdicts += _unit_of(table, item).judge(record["outputs"],
-                                                               record["outfeeds"])
+                result.verdicts += _judge(_unit_of(table, item), record)
             elif event == "error" and record["split"]:
                 at = expected.index(item) + 1
                 expected[at:at] = [(item[0], c) for c in range(len(table[item[0]].cases))]

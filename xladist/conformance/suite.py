@@ -32,7 +32,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .checks import ERROR, FAIL, PASS, Verdict, first_difference
+from .checks import ERROR, FAIL, PASS, Verdict, digest, first_difference
 from .emit import ASYNC_OPS, KINDS, OPS, REDUCES, Emitter, case_name, row_of, variants
 from .groups import default_assignment
 from .program import Program
@@ -249,8 +249,14 @@ def judge_checks(checks, n, outputs, outfeeds, want, want_fed) -> list[Verdict]:
             return [Verdict(c.name, FAIL, why, d) for c in checks]
     fed = [flat_items(x) for x in outfeeds] if outfeeds is not None else [[] for _ in range(n)]
     want_fed = [flat_items(x) for x in want_fed]
+    from . import recorded
     out = []
     for c in checks:
+        ref_values = [v for d in range(n) for v in want[d][c.first_leaf:c.first_leaf + c.leaves]]
+        xla, why_xla = recorded.check(c.name, digest(ref_values, c.exact))
+        if xla == "disagrees":
+            out.append(Verdict(c.name, ERROR, why_xla))
+            continue
         problem = None
         for d in range(n):
             got = outputs[d][c.first_leaf:c.first_leaf + c.leaves] \
@@ -277,8 +283,8 @@ def judge_checks(checks, n, outputs, outfeeds, want, want_fed) -> list[Verdict]:
                     problem = (group[0], f"devices {group}, result {k}: members of one group "
                                          "hold different bits")
                     break
-        out.append(Verdict(c.name, PASS) if problem is None
-                   else Verdict(c.name, FAIL, problem[1], problem[0]))
+        out.append(Verdict(c.name, PASS, xla=xla) if problem is None
+                   else Verdict(c.name, FAIL, problem[1], problem[0], xla=xla))
     return out
 
 
