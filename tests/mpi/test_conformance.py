@@ -93,19 +93,25 @@ def test_inexact_sums_bit_identical_across_members():
     assert len(prog.checks) >= 10
 
 
-def test_runs_release_their_communicators(monkeypatch):
-    """Each run's communicators are freed at its end: MPICH has ~2,000 context ids per
-    process, so a process that calls xladist.run in a loop would otherwise run out."""
+@pytest.fixture
+def caches(monkeypatch) -> list:
+    """Every CommunicatorCache that prepares communicators in this test."""
     from xladist.collectives import CommunicatorCache
 
-    caches = []
+    made = []
     prepare = CommunicatorCache.prepare
 
     def recording(self, groupings):
-        caches.append(self)
+        made.append(self)
         return prepare(self, groupings)
 
     monkeypatch.setattr(CommunicatorCache, "prepare", recording)
+    return made
+
+
+def test_runs_release_their_communicators(caches):
+    """Each run's communicators are freed at its end: MPICH has ~2,000 context ids per
+    process, so a process that calls xladist.run in a loop would otherwise run out."""
     unit = next(u for u in UNITS if u.op == "all-reduce" and u.P == WORLD)
     job = unit.job()
     for _ in range(2):
@@ -116,23 +122,15 @@ def test_runs_release_their_communicators(monkeypatch):
         assert cache.world.comm == MPI.COMM_NULL
 
 
-def test_a_run_the_backend_refuses_releases_its_communicators_too(monkeypatch):
+def test_a_run_the_backend_refuses_releases_its_communicators_too(monkeypatch, caches):
     """The kit goes on after a backend refuses a program (an UnsupportedError at compile,
     after the communicators were made): before the fix each refusal kept them."""
     from xladist import backends
-    from xladist.collectives import CommunicatorCache
     from xladist.errors import UnsupportedError
 
     def refuse(module, **options):
         raise UnsupportedError("this backend runs nothing")
     monkeypatch.setitem(backends.BACKENDS, "refuses", refuse)
-    caches = []
-    prepare = CommunicatorCache.prepare
-
-    def recording(self, groupings):
-        caches.append(self)
-        return prepare(self, groupings)
-    monkeypatch.setattr(CommunicatorCache, "prepare", recording)
     unit = next(u for u in UNITS if u.op == "all-reduce" and u.P == WORLD)
     job = unit.job()
     with pytest.raises(UnsupportedError, match="runs nothing"):

@@ -184,6 +184,16 @@ class Emitter:
     def _params(self, tys):
         return [self.prog.param(t, f"{self.key}:{k}", self.values) for k, t in enumerate(tys)]
 
+    def _same_shape(self, dt, kind, tuple_tys):
+        """An op whose result has its operands' shapes: the operand types for the shape kind
+        (`tuple_tys` for "tuple"), their parameters, the operands' text, the result type."""
+        tys = {"scalar": [Ty(dt, ())], "zero": [Ty(dt, (0, 3))],
+               "layout": [Ty(dt, (2, 3), (0, 1))], "tuple": tuple_tys,
+               "long": [Ty(dt, (LONG,))], "edge": [Ty(dt, (EDGE_LEN,))]}[kind]
+        ps = self._params(tys)
+        res = tys[0].text() if len(tys) == 1 else tuple_text(tys)
+        return tys, ps, ", ".join(p for p, _ in ps), res
+
     def _result(self, name, res_text, leaves, expected, shared_by=()):
         self.case.leaves = leaves
         self.case.expected = expected
@@ -195,12 +205,7 @@ class Emitter:
         self.pending.append(f"  %{name} = {done_ty} {opcode}-done(%{name}.s)")
 
     def _all_reduce(self, name, v, dt, kind, red, sync, groups, where, g):
-        tys = {"scalar": [Ty(dt, ())], "zero": [Ty(dt, (0, 3))],
-               "layout": [Ty(dt, (2, 3), (0, 1))], "tuple": [Ty(dt, (3,)), Ty(dt, (2, 2))],
-               "long": [Ty(dt, (LONG,))], "edge": [Ty(dt, (EDGE_LEN,))]}[kind]
-        ps = self._params(tys)
-        ops = ", ".join(p for p, _ in ps)
-        res = tys[0].text() if len(tys) == 1 else tuple_text(tys)
+        tys, ps, ops, res = self._same_shape(dt, kind, [Ty(dt, (3,)), Ty(dt, (2, 2))])
         attrs = f"{self.attrs(v)}, to_apply={self.prog.reducer(red, dt)}"
         if sync:
             self.prog.lines.append(f"  %{name} = {res} all-reduce({ops}), {attrs}")
@@ -361,13 +366,9 @@ class Emitter:
         self._result(name, out_ty.text(), 1, expected)
 
     def _collective_permute(self, name, v, dt, kind, red, sync, groups, where, g):
-        tys = {"scalar": [Ty(dt, ())], "zero": [Ty(dt, (0, 3))],
-               "layout": [Ty(dt, (2, 3), (0, 1))],
-               "tuple": [Ty(dt, (2,)), Ty(dt, (1, 3))] if sync else [Ty(dt, (4,))],
-               "edge": [Ty(dt, (EDGE_LEN,))]}[kind]
-        ps = self._params(tys)
-        ops = ", ".join(p for p, _ in ps)
-        res = tys[0].text() if len(tys) == 1 else tuple_text(tys)
+        # an async tuple form of these has one array (its start's shape cannot hold more)
+        tuple_tys = [Ty(dt, (2,)), Ty(dt, (1, 3))] if sync else [Ty(dt, (4,))]
+        tys, ps, ops, res = self._same_shape(dt, kind, tuple_tys)
         attrs = self.attrs(v)
         if sync:
             self.prog.lines.append(f"  %{name} = {res} collective-permute({ops}), {attrs}")
@@ -384,13 +385,9 @@ class Emitter:
         self._result(name, res, len(tys), expected)
 
     def _collective_broadcast(self, name, v, dt, kind, red, sync, groups, where, g):
-        tys = {"scalar": [Ty(dt, ())], "zero": [Ty(dt, (0, 3))],
-               "layout": [Ty(dt, (2, 3), (0, 1))],
-               "tuple": [Ty(dt, (2,)), Ty(dt, (1, 3))] if sync else [Ty(dt, (4,))],
-               "edge": [Ty(dt, (EDGE_LEN,))]}[kind]
-        ps = self._params(tys)
-        ops = ", ".join(p for p, _ in ps)
-        res = tys[0].text() if len(tys) == 1 else tuple_text(tys)
+        # an async tuple form of these has one array (its start's shape cannot hold more)
+        tuple_tys = [Ty(dt, (2,)), Ty(dt, (1, 3))] if sync else [Ty(dt, (4,))]
+        tys, ps, ops, res = self._same_shape(dt, kind, tuple_tys)
         attrs = self.attrs(v)
         if sync:
             self.prog.lines.append(f"  %{name} = {res} collective-broadcast({ops}), {attrs}")

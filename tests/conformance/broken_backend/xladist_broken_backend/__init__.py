@@ -53,8 +53,11 @@ class _Broken(Executable):
         return Evaluator(self.module, self.device, schedule=self.schedule).run(args)
 
 
-def _each(value, f):
-    return tuple(f(v) for v in value) if isinstance(value, tuple) else f(value)
+def _floats(value, f):
+    """f applied to each numpy float array of a result (an array or a tuple of them)."""
+    if isinstance(value, tuple):
+        return tuple(_floats(v, f) for v in value)
+    return f(value) if value.dtype.kind == "f" else value
 
 
 class FlushToZero(_Broken):
@@ -63,23 +66,16 @@ class FlushToZero(_Broken):
             return value
 
         def flush(a):
-            if a.dtype.kind != "f":
-                return a
             tiny = np.finfo(a.dtype).tiny
             return np.where(np.abs(a) < tiny, np.copysign(np.zeros_like(a), a), a).astype(a.dtype)
-        return _each(value, flush)
+        return _floats(value, flush)
 
 
 class CanonicalNan(_Broken):
     def fix(self, instr, value, device):
         if instr.opcode != "all-gather":
             return value
-
-        def canonical(a):
-            if a.dtype.kind != "f":
-                return a
-            return np.where(np.isnan(a), np.array(np.nan, a.dtype), a)
-        return _each(value, canonical)
+        return _floats(value, lambda a: np.where(np.isnan(a), np.array(np.nan, a.dtype), a))
 
 
 class NoAllToAll(_Broken):
