@@ -106,7 +106,8 @@ def _measure(fn, k: int, held: bool, comm):
 def main(argv=None) -> int:
     from mpi4py import MPI
 
-    from xladist.collectives.bench import _reducers, parse_size
+    from xladist.bench.collectives import _reducers
+    from xladist.bench.harness import parse_size
     from xladist.collectives import MpiCommunicator
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="64K,1M,4M")

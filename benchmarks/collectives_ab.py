@@ -69,7 +69,8 @@ def _raw(MPI, comm, op, x, part, rbuf, dest, src):
 def main(argv=None) -> int:
     from mpi4py import MPI
 
-    from xladist.collectives.bench import _reducers, parse_size
+    from xladist.bench.collectives import _reducers
+    from xladist.bench.harness import parse_size
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--baseline", required=True, help="another checkout (its collectives/)")
     p.add_argument("--sizes", default="64K,1M,4M")

@@ -1,4 +1,4 @@
-"""f32 (or f64) GEMM on one core: the LLVM kernel (compiler/gemm_kernel.py) against numpy's
+"""f32 (or f64) GEMM on one core: the LLVM kernel (benchmarks/gemm_kernel.py) against numpy's
 OpenBLAS and jax.jit (XLA:CPU), square products and the MLP benchmark's products.
 
     python benchmarks/gemm_kernels.py [--repeats N] [--rows WORD,...] [--no-2048]
@@ -50,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # compute.py: the house's interleaved timing, header, and OPENBLAS_CORETYPE re-exec.
 from compute import header, interleaved_medians, jax  # noqa: E402
 
-from xladist.compiler import gemm_kernel, jit, parallel, target  # noqa: E402
+import gemm_kernel  # noqa: E402  (benchmarks/gemm_kernel.py)
+from xladist.compiler import jit, parallel, target  # noqa: E402
 
 
 def shapes(big: bool):
@@ -134,6 +135,7 @@ def describe(params, dtype) -> list[str]:
     t = target.host_target()
     vb = gemm_kernel.vector_bytes()
     vw = gemm_kernel.vector_lanes(dtype)
+    params = gemm_kernel.fitted(params, vw)  # the NC the kernel runs with
     name = np.dtype(dtype).name.replace("float", "f")
     return [f"cpu {t.cpu} ({'AVX-512' if vb == 64 else 'AVX2' if vb == 32 else '?'} + FMA "
             f"visible); kernel vectors of {vw} {name}, micro-tile {params.mr}x"

@@ -211,7 +211,7 @@ def xladist_worker(spec_file: str, rounds: int) -> None:
 def run_xladist(table: dict, rounds: int) -> dict:
     import pickle
 
-    from xladist.collectives.bench import rank_env
+    from xladist.bench.harness import rank_env
     from xladist.collectives.mpiexec import find_mpiexec
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
         pickle.dump(table, f)

@@ -1,5 +1,5 @@
 """Record what XLA:CPU returns for complex element-wise HLO ops at special values, into
-tests/data/complex_special_xla.npz (read by tests/compiler/test_complex_special.py).
+tests/data/complex_special_xla.npz (read by tests/compiler/test_units.py).
 
     pip install jax            # jax 0.10.2 wrote the committed table
     python tools/gen_complex_special.py [--show-hlo OP]

@@ -1,5 +1,6 @@
-"""Record XLA:CPU's `topk` (largest=true and false) on every float type into
-tests/data/topk_xla_cpu.npz (read by tests/interpreter/test_topk_float_types.py).
+"""Record XLA:CPU's `topk` (largest=true and false) and its stable `sort` with a TOTALORDER
+comparator (GT and LT) on every float type into tests/data/topk_xla_cpu.npz (read by
+tests/interpreter/test_topk_float_types.py).
 
     pip install jax            # jax 0.10.2 wrote the committed table
     python tools/gen_topk_xla.py
@@ -7,9 +8,11 @@ tests/data/topk_xla_cpu.npz (read by tests/interpreter/test_topk_float_types.py)
 Inputs: for the 8-bit float types every bit pattern (256 values); for f16, bf16, f32 and
 f64 the specials: +-0, +-1, +-inf, +-NaN with two payloads each, +-max, +-the smallest
 subnormal, a repeated 2 (ties). Each module is hand-written HLO text with one `topk` of
-k = n, parsed by XLA's own parser and run by XLA:CPU. Keys: `x.<type>` (the input),
-`values.<type>.<largest|smallest>`, `indices.<type>.<...>`, and `meta` (JSON: jax version,
-types XLA refused with its message). Float arrays are stored as their unsigned bit patterns
+k = n, or one `sort` of (x, iota) whose comparator is `compare(x_a, x_b), type=TOTALORDER`,
+parsed by XLA's own parser and run by XLA:CPU. Keys: `x.<type>` (the input),
+`values.<type>.<largest|smallest>`, `indices.<type>.<...>`, `sort_values.<type>.<GT|LT>`,
+`sort_indices.<type>.<GT|LT>`, and `meta` (JSON: jax version, what XLA refused with its
+message). Float arrays are stored as their unsigned bit patterns
 (npz cannot name the ml_dtypes types).
 """
 
@@ -57,6 +60,17 @@ def hlo_text(t: str, n: int, largest: bool) -> str:
             f"largest={'true' if largest else 'false'}\n}}\n")
 
 
+def sort_text(t: str, n: int, direction: str) -> str:
+    return (f"HloModule sort_{t}\n"
+            f"cmp {{\n a = {t}[] parameter(0)\n b = {t}[] parameter(1)\n"
+            f" ia = s32[] parameter(2)\n ib = s32[] parameter(3)\n"
+            f" ROOT c = pred[] compare(a, b), direction={direction}, type=TOTALORDER\n}}\n"
+            f"ENTRY e {{\n x = {t}[{n}] parameter(0)\n"
+            f" i = s32[{n}] iota(), iota_dimension=0\n"
+            f" ROOT s = ({t}[{n}], s32[{n}]) sort(x, i), dimensions={{0}}, is_stable=true, "
+            f"to_apply=cmp\n}}\n")
+
+
 def bits(x: np.ndarray) -> np.ndarray:
     return x.view(np.dtype(f"uint{x.dtype.itemsize * 8}"))
 
@@ -66,15 +80,19 @@ def main() -> None:
     table, rejected = {}, {}
     for t, x in inputs().items():
         table[f"x.{t}"] = bits(x)
-        for largest in (True, False):
-            side = "largest" if largest else "smallest"
+        # (module, key prefix of its values and indices, key of XLA's refusal)
+        cases = [(hlo_text(t, x.size, side == "largest"), ("", f"{t}.{side}"), f"{t}.{side}")
+                 for side in ("largest", "smallest")]
+        cases += [(sort_text(t, x.size, d), ("sort_", f"{t}.{d}"), f"sort.{t}.{d}")
+                  for d in ("GT", "LT")]
+        for text, (prefix, suffix), refusal in cases:
             try:
-                (values, indices), _ = run(hlo_text(t, x.size, largest), [x])
+                (values, indices), _ = run(text, [x])
             except Exception as e:  # noqa: BLE001 -- XLA's refusal is the datum
-                rejected[f"{t}.{side}"] = str(e).splitlines()[0][:200]
+                rejected[refusal] = str(e).splitlines()[0][:200]
                 continue
-            table[f"values.{t}.{side}"] = bits(values)
-            table[f"indices.{t}.{side}"] = indices
+            table[f"{prefix}values.{suffix}"] = bits(values)
+            table[f"{prefix}indices.{suffix}"] = indices
     meta = {"tool": "tools/gen_topk_xla.py", "jax_version": version, "backend": "XLA:CPU",
             "rejected": rejected}
     table["meta"] = np.array(json.dumps(meta))

@@ -14,7 +14,7 @@ import pytest
 
 import xladist
 from tests.cli_util import xladist_cli
-from xladist.interpreter import SingleDeviceContext
+from xladist.semantics.single_device import SingleDeviceContext
 from tests.paths import ROOT
 
 DATA = ROOT / "tests" / "data" / "deadlock"

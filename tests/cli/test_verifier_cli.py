@@ -7,7 +7,7 @@ import json
 import os
 
 
-from xladist.cli import check as check_cmd
+from xladist.analysis import deadlock
 from xladist.cli import main
 from tests.paths import TESTS
 
@@ -99,17 +99,11 @@ def test_deadlock_problem_exits_1(monkeypatch, capsys):
         calls.append((module.name, num_devices, strict))
         return _FakeReport(ok=False)
 
-    monkeypatch.setattr(check_cmd, "_deadlock_checker", lambda: fake_check)
+    monkeypatch.setattr(deadlock, "check_module", fake_check)
     assert main(["check", PSUM]) == 1
     out = capsys.readouterr().out
     assert out.startswith("FAIL: jit_psum_basic") and "device 1 never joins" in out
     assert calls == [("jit_psum_basic", 4, False)]
-
-
-def test_deadlock_check_not_available(monkeypatch, capsys):
-    monkeypatch.setattr(check_cmd, "_deadlock_checker", lambda: None)
-    assert main(["check", PSUM]) == 0
-    assert "deadlock check: not available" in capsys.readouterr().out
 
 
 def test_unreadable_file_is_invalid_input(capsys):

@@ -139,3 +139,17 @@ def test_an_unwritable_cache_only_costs_time(cache):
         _run()
     finally:
         os.chmod(cache, 0o700)
+
+
+def test_the_cache_key_hashes_every_rule_codegen_emits():
+    """Codegen emits the complex formulas of the module scalar_ops imports them from: a
+    change there must change the key, wherever that module lives (it moved from the
+    interpreter to xladist/semantics/); so must every other semantics rule."""
+    from pathlib import Path
+
+    from xladist.compiler.codegen import scalar_ops
+    from xladist.semantics import order
+    hashed = jit.hashed_sources()
+    assert Path(scalar_ops.cx.__file__).resolve() in hashed
+    assert Path(order.__file__).resolve() in hashed
+    assert Path(scalar_ops.__file__).resolve() in hashed

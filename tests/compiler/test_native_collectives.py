@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.runtime.bench_loop import loop_module
+from xladist.bench.in_loop import loop_module
 from xladist.errors import ExecutionError
-from xladist.interpreter import SingleDeviceContext
+from xladist.semantics.single_device import SingleDeviceContext
 
 
 class _SelfDevice(SingleDeviceContext):

@@ -23,8 +23,8 @@ from tests.cli.test_channels_cli import DATA, _Recorder, write_inputs, xladist_c
 from tests.runtime.test_watchdog import NESTED, _Contexts
 from xladist.compiler.program import CpuProgram
 from xladist.errors import ExecutionError, UnsupportedError
-from xladist.interpreter import SingleDeviceContext
-from xladist.interpreter.custom_calls import CUSTOM_CALLS, register_custom_call
+from xladist.semantics.single_device import SingleDeviceContext
+from xladist.semantics.custom_calls import CUSTOM_CALLS, register_custom_call
 
 
 def cpu(module, **options):

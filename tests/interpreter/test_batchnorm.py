@@ -8,7 +8,7 @@ import pytest
 
 from tests.interpreter.support import S, instr, run
 from xladist.hlo.shape import Shape
-from xladist.interpreter.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
+from xladist.semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 
 EPS = 1e-3
 
@@ -109,3 +109,33 @@ def test_inference_matches_training_normalization():
     y, m, v = batch_norm_training(x, scale, offset, EPS, 0)
     np.testing.assert_allclose(batch_norm_inference(x, scale, offset, m, v, EPS, 0), y,
                                rtol=1e-12)
+
+
+@pytest.mark.parametrize("t", ["f32", "bf16", "f64"])
+def test_both_backends_give_the_same_bits(t):
+    """One implementation (semantics/batchnorm.py): the cpu backend's library thunks computed
+    in f64 where the interpreter computes f32 in f32, so their f32 results differed."""
+    import ml_dtypes
+
+    import xladist
+    dt = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f64": np.float64}[t]
+    text = (f"HloModule bn\nENTRY e {{\n x = {t}[2,3,5] parameter(0)\n s = {t}[3] parameter(1)\n"
+            f" o = {t}[3] parameter(2)\n m = {t}[3] parameter(3)\n v = {t}[3] parameter(4)\n"
+            f" g = {t}[2,3,5] parameter(5)\n"
+            f" tr = ({t}[2,3,5], {t}[3], {t}[3]) batch-norm-training(x, s, o), epsilon=0.001, "
+            f"feature_index=1\n"
+            f" bi = {t}[2,3,5] batch-norm-inference(x, s, o, m, v), epsilon=0.001, "
+            f"feature_index=1\n"
+            f" gr = ({t}[2,3,5], {t}[3], {t}[3]) batch-norm-grad(x, s, m, v, g), epsilon=0.001, "
+            f"feature_index=1\n"
+            f" ROOT r = (({t}[2,3,5], {t}[3], {t}[3]), {t}[2,3,5], ({t}[2,3,5], {t}[3], {t}[3]))"
+            f" tuple(tr, bi, gr)\n}}\n")
+    rng = np.random.RandomState(3)
+    args = [rng.randn(2, 3, 5), rng.rand(3) + 0.5, rng.randn(3), rng.randn(3), rng.rand(3) + 0.1,
+            rng.randn(2, 3, 5)]
+    args = [np.asarray(a).astype(dt) for a in args]
+    module = xladist.parse_hlo(text)
+    got = xladist.compile(module, backend="interpreter")(*args)
+    want = xladist.compile(module, backend="cpu")(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.view(np.uint8), w.view(np.uint8))

@@ -12,12 +12,12 @@ from xladist.errors import ExecutionError, UnsupportedError
 from xladist.interpreter import (
     EVAL_RULES,
     Evaluator,
-    SingleDeviceContext,
     check_supported,
     register_custom_call,
 )
-from xladist.interpreter.custom_calls import CUSTOM_CALLS
-from xladist.interpreter.sort import top_k_total_order as top_k
+from xladist.semantics.single_device import SingleDeviceContext
+from xladist.semantics.custom_calls import CUSTOM_CALLS
+from xladist.semantics.order import top_k_total_order as top_k
 
 
 def counting_loop(limit: int):

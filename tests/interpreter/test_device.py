@@ -9,8 +9,9 @@ import pytest
 from tests.interpreter.ir import Comp, run, scalar_binary
 from xladist.errors import ExecutionError
 from xladist.hlo.attrs import ReplicaGroups
-from xladist.interpreter import TOKEN, SingleDeviceContext
-from xladist.interpreter.context import DeviceContext
+from xladist.semantics.single_device import SingleDeviceContext
+from xladist.semantics.values import TOKEN
+from xladist.semantics.device import DeviceContext
 from xladist.interpreter.device_ops import Reducer
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)

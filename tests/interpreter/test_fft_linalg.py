@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.interpreter.support import S, instr, run
-from xladist.interpreter.fft_linalg import cholesky, triangular_solve
+from xladist.semantics.linalg import cholesky, triangular_solve
 
 
 def dft_matrix(n, inverse=False):
@@ -75,7 +75,7 @@ def test_fft_matches_corpus_case():
     import json
     from pathlib import Path
 
-    from xladist.interpreter.fft_linalg import fft
+    from xladist.semantics.fft import fft
     case = Path(__file__).parent.parent / "data" / "corpus" / "single" / "fft_complex"
     meta = json.loads((case / "case.json").read_text())
     z = np.load(case / "inputs.npz")["arg0"]
@@ -158,3 +158,42 @@ def test_triangular_solve_instruction_f32():
     x = run(ins, a, b)
     assert x.dtype == np.float32
     np.testing.assert_allclose(x, [[1.0], [2.0]])
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_singular_triangular_solve_is_not_an_error(backend):
+    """A zero on the diagonal: XLA:CPU returns the rows it can solve and NaN after them (its
+    expander; checked with jax 0.10.2: [[1, 0.5], [nan, nan], [nan, nan]]). Both backends run
+    semantics/linalg.py's trsm, which gives the solvable row exactly and no finite value
+    after it; the cpu backend's own scipy solve_triangular raised 'singular matrix'."""
+    import xladist
+    text = ("HloModule t\nENTRY e {\n a = f32[3,3] parameter(0)\n b = f32[3,2] parameter(1)\n"
+            " ROOT r = f32[3,2] triangular-solve(a, b), left_side=true, lower=true, "
+            "unit_diagonal=false, transpose_a=NO_TRANSPOSE\n}\n")
+    a = np.array([[2, 0, 0], [1, 0, 0], [1, 1, 4]], np.float32)
+    b = np.array([[2, 1], [3, 1], [4, 1]], np.float32)
+    (x,) = xladist.compile(xladist.parse_hlo(text), backend=backend)(a, b)
+    np.testing.assert_array_equal(x[0], [1.0, 0.5])
+    assert not np.isfinite(x[1:]).any()
+
+
+@pytest.mark.parametrize("op", ["cholesky", "triangular-solve"])
+def test_both_backends_give_the_same_bits(op):
+    """One implementation (semantics/linalg.py) for both backends: the interpreter's own
+    substitution and numpy cholesky differed from the cpu backend's scipy in the last bits."""
+    import xladist
+    rng = np.random.RandomState(8)
+    m = rng.randn(4, 6, 6).astype(np.float32)
+    if op == "cholesky":
+        text = ("HloModule c\nENTRY e {\n a = f32[4,6,6] parameter(0)\n"
+                " ROOT r = f32[4,6,6] cholesky(a), lower=false\n}\n")
+        args = [m @ np.swapaxes(m, -1, -2) + 6 * np.eye(6, dtype=np.float32)]
+    else:
+        text = ("HloModule t\nENTRY e {\n a = f32[4,6,6] parameter(0)\n b = f32[4,3,6] "
+                "parameter(1)\n ROOT r = f32[4,3,6] triangular-solve(a, b), left_side=false, "
+                "lower=true, unit_diagonal=false, transpose_a=ADJOINT\n}\n")
+        args = [m + 4 * np.eye(6, dtype=np.float32), rng.randn(4, 3, 6).astype(np.float32)]
+    module = xladist.parse_hlo(text)
+    (got,) = xladist.compile(module, backend="interpreter")(*args)
+    (want,) = xladist.compile(module, backend="cpu")(*args)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

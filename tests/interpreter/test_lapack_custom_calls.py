@@ -1,4 +1,4 @@
-"""jax's CPU LAPACK custom-calls (xladist/interpreter/lapack.py) on both backends, checked
+"""jax's CPU LAPACK custom-calls (xladist/semantics/lapack.py) on both backends, checked
 against properties and numpy.linalg rather than against scipy's LAPACK itself: the solve
 satisfies op(a) x = b, the factor rebuilds the matrix, the eigen/singular values are
 numpy's. The HLO is what jax 0.10 emits (typed FFI, backend_config bytes as chars)."""

@@ -10,7 +10,7 @@ import pytest
 
 from tests.interpreter.support import S, StandInEvaluator, instr, run
 from xladist.hlo.shape import Shape
-from xladist.interpreter.rng import philox4x32, rng_bit_generator, threefry2x32
+from xladist.semantics.rng import philox4x32, rng_bit_generator, threefry2x32
 from tests.optional import need_jax
 
 CASE = Path(__file__).parent.parent / "data" / "corpus" / "single" / "rng_bit_generator_algorithms"
@@ -154,3 +154,15 @@ def test_rng_normal_moments():
     ins = instr("rng", S("f64", 20000), [S("f64"), S("f64")], distribution="rng_normal")
     a = run(ins, np.float64(1.0), np.float64(2.0))
     assert abs(a.mean() - 1.0) < 0.1 and abs(a.std() - 2.0) < 0.1
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_threefry_state_without_a_counter_is_refused_by_both_backends(backend):
+    """One state check (semantics/rng.state_problem) for both backends: the cpu backend's
+    own ThreeFry once indexed state[1] of a u64[1] state (an internal IndexError)."""
+    import xladist
+    from xladist.errors import UnsupportedError
+    text = ("HloModule r\nENTRY e {\n s = u64[1] parameter(0)\n"
+            " ROOT r = (u64[1], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry\n}\n")
+    with pytest.raises(UnsupportedError, match=r"ThreeFry needs a u64\[2\] state"):
+        xladist.compile(xladist.parse_hlo(text), backend=backend)(np.array([1], np.uint64))

@@ -9,7 +9,8 @@ import pytest
 from tests.interpreter.ir import Comp, RawComp, S, op1, run
 from xladist.errors import UnsupportedError
 from xladist.hlo.attrs import Literal, PaddingConfig, SliceSpec
-from xladist.interpreter import TOKEN, layout
+from xladist.semantics import layout
+from xladist.semantics.values import TOKEN
 
 X23 = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
 

@@ -8,7 +8,7 @@ import pytest
 from tests.interpreter.support import S, StandInEvaluator, comparator, instr, run, shape_of
 from xladist.builder import XlaBuilder
 from xladist.hlo.shape import Shape
-from xladist.interpreter.dtypes import total_order_key
+from xladist.semantics.order import total_order_key
 from xladist.interpreter.sort import sort_along
 from tests.optional import need_jax
 

@@ -1,11 +1,13 @@
-"""topk on every float type, both backends, against XLA:CPU's own `topk` (recorded by
-tools/gen_topk_xla.py into tests/data/topk_xla_cpu.npz), and sort's TOTALORDER compare
-against topk: one ordering key (interpreter/dtypes.total_order_key) serves both.
+"""topk and sort on every float type, both backends, against XLA:CPU's own `topk` and its
+stable `sort` with a TOTALORDER comparator (recorded by tools/gen_topk_xla.py into
+tests/data/topk_xla_cpu.npz), and sort's TOTALORDER compare against topk: one ordering key
+(semantics/order.total_order_key) serves both.
 
-XLA:CPU widens bf16 and the 8-bit types before ordering them, which costs two things the
-operation semantics do not promise: NaN payloads of one sign tie (their order is by index),
-and values up to f16's smallest normal (2^-14) of the 8-bit types tie with zero (its
-flush-to-zero). Those positions are compared as sets; every other position bit for bit.
+XLA:CPU widens bf16 and the 8-bit types before ordering them (in topk and in a TOTALORDER
+compare alike), which costs two things the operation semantics do not promise: NaN payloads
+of one sign tie (their order is by index), and values up to f16's smallest normal (2^-14)
+of the 8-bit types tie with zero (its flush-to-zero). Those positions are compared as sets;
+every other position bit for bit.
 """
 
 from __future__ import annotations
@@ -46,6 +48,21 @@ def _loose(t, values):
     return loose
 
 
+def _assert_order_matches(t, x, got_i, want_i, want_v, what):
+    """got_i orders x as XLA's want_i does: bit for bit except where XLA:CPU's widening
+    decides, where the same elements (NaNs of the same sign) fill the same run of positions.
+    (XLA's values want_v carry its widening too: NaN payloads come back canonical; ours are
+    the operand's bits, permuted.)"""
+    same = ~np.isnan(want_v.astype(np.float64))
+    np.testing.assert_array_equal(want_v[same].view(np.uint8), x[want_i][same].view(np.uint8))
+    loose = _loose(t, x[want_i])
+    strict = ~loose
+    np.testing.assert_array_equal(got_i[strict], want_i[strict],
+                                  err_msg=f"{t} {what} order differs from XLA:CPU's")
+    np.testing.assert_array_equal(np.sort(got_i[loose]), np.sort(want_i[loose]))
+    assert loose.sum() < x.size // 2
+
+
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
 @pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
 @pytest.mark.parametrize("t", TYPES)
@@ -57,13 +74,7 @@ def test_topk_matches_xla_cpu(t, largest, backend):
     want_i = TABLE[f"indices.{t}.{side}"]
     got_v, got_i = _run(_topk_module(t, x.size, x.size, largest), x, backend)
     np.testing.assert_array_equal(x[got_i].view(np.uint8), got_v.view(np.uint8))
-    loose = _loose(t, want_v)
-    strict = ~loose
-    np.testing.assert_array_equal(got_i[strict], want_i[strict],
-                                  err_msg=f"{t} topk order differs from XLA:CPU's")
-    # Loose runs: the same values, NaNs with the same sign.
-    np.testing.assert_array_equal(np.sort(got_i[loose]), np.sort(want_i[loose]))
-    assert loose.sum() < x.size // 2
+    _assert_order_matches(t, x, got_i, want_i, want_v, "topk")
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
@@ -85,6 +96,24 @@ def _sort_total_order_module(t, n):
             f" i = s32[{n}] iota(), iota_dimension=0\n"
             f" ROOT s = ({t}[{n}], s32[{n}]) sort(x, i), dimensions={{0}}, is_stable=true, "
             f"to_apply=gt\n}}\n")
+
+
+def _sort_module(t, n, direction):
+    return _sort_total_order_module(t, n).replace("direction=GT", f"direction={direction}")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("direction", ["GT", "LT"])
+@pytest.mark.parametrize("t", TYPES)
+def test_sort_by_totalorder_matches_xla_cpu(t, direction, backend):
+    """A stable sort of (x, iota) by `compare(a, b), direction=GT|LT, type=TOTALORDER`."""
+    dt = np.dtype(NUMPY[t])
+    x = TABLE[f"x.{t}"].view(dt)
+    want_i = TABLE[f"sort_indices.{t}.{direction}"]
+    want_v = TABLE[f"sort_values.{t}.{direction}"].view(dt)
+    got_v, got_i = _run(_sort_module(t, x.size, direction), x, backend)
+    np.testing.assert_array_equal(x[got_i].view(np.uint8), got_v.view(np.uint8))
+    _assert_order_matches(t, x, got_i, want_i, want_v, f"sort {direction}")
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])

@@ -27,7 +27,7 @@ def main(mode: str) -> None:
             time.sleep(600)  # never joins; the deadline on rank 0 must end the job
         if mode == "hang-ordered":
             # A compiled NaN-propagating max over 1 MiB: xladist/collectives/ordered.py's native call.
-            from xladist.collectives.bench import _reducers
+            from xladist.bench.collectives import _reducers
             _, red, _, _ = _reducers()["max"]
             all_reduce(comm, np.ones(1 << 18, np.float32), red, label="all-reduce.9")
         else:

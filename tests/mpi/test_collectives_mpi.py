@@ -123,7 +123,7 @@ def test_float_min_max_follow_hlo_signed_zero_and_nan(cache, dtype_name):
     import ml_dtypes
 
     import xladist.collectives as C
-    from xladist.interpreter.elementwise import float_max, float_min
+    from xladist.semantics.order import float_max, float_min
 
     dtype = ml_dtypes.bfloat16 if dtype_name == "bf16" else DTYPES[dtype_name]
     comm = cache.get(list(range(cache.world.size)))
@@ -292,7 +292,7 @@ def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name
     interpreter's left fold bit for bit at any group size, non-associative reducers too."""
     import xladist.collectives as C
     from xladist.collectives import reduction
-    from xladist.collectives.bench import _reducers
+    from xladist.bench.collectives import _reducers
 
     comm = cache.get(list(range(cache.world.size)))
     n = comm.size

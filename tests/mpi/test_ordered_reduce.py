@@ -17,7 +17,7 @@ from mpi4py import MPI
 
 pytestmark = pytest.mark.mpi
 
-# Reducers the collectives benchmark does not compile (xladist/collectives/bench.py has the NaN-
+# Reducers the collectives benchmark does not compile (xladist/bench/collectives.py has the NaN-
 # propagating f32 max, the bf16 sum and the select-based larger magnitude).
 _HLO = """HloModule ordered_reducers
 add_f16 {
@@ -80,7 +80,7 @@ def _kernel_fn(red):
 def _compiled():
     """name -> (dtype, Reducer as the runtime builds it, Reducer folding with the kernel in
     Python: the reference)."""
-    from xladist.collectives.bench import _reducers
+    from xladist.bench.collectives import _reducers
     from xladist.collectives.reduction import Reducer
     from xladist.compiler.program import compiled_reducers
     from xladist.hlo.parser import parse_module

@@ -42,7 +42,7 @@ import sys
 
 from mpi4py import MPI
 
-from xladist.interpreter.custom_calls import register_custom_call
+from xladist.semantics.custom_calls import register_custom_call
 from tests.paths import ROOT
 
 

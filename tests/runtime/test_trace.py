@@ -25,7 +25,7 @@ from xladist.runtime import progress
 from xladist.runtime.trace import TracedDevice, Tracer, format_summary, merge_partials
 from xladist import compile as compile_module
 from xladist import load_hlo, parse_hlo
-from xladist.interpreter import SingleDeviceContext
+from xladist.semantics.single_device import SingleDeviceContext
 from tests.paths import ROOT
 
 CORPUS = ROOT / "tests" / "data" / "corpus" / "jax"
@@ -51,7 +51,7 @@ class _Counting(SingleDeviceContext):
         self.seen = Counter()
 
     def collective(self, instr, args, reducer=None):
-        from xladist.interpreter.control import zeros_value
+        from xladist.semantics.values import zeros_value
         self.seen[instr.name] += 1
         return zeros_value(instr.shape)
 

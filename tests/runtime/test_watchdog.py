@@ -22,7 +22,7 @@ from xladist.runtime import watchdog
 from xladist.runtime.api import run
 from tests.cli.test_channels_cli import DATA, write_inputs, xladist_cli
 from xladist.errors import ExecutionError
-from xladist.interpreter import SingleDeviceContext
+from xladist.semantics.single_device import SingleDeviceContext
 
 TIMEOUT = 3.0
 # Job start-up (mpiexec, imports) on a loaded 2-core machine, on top of the deadline.

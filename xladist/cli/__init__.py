@@ -98,10 +98,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             # Still list every command in --help, without importing its module.
             sub.add_parser(name, add_help=False)
             continue
-        try:
-            mod = _load(name)
-        except ModuleNotFoundError:
-            continue  # a subcommand not built yet
+        mod = _load(name)
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, epilog=mod.EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)

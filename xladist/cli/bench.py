@@ -1,24 +1,27 @@
-"""`xladist bench collectives|compute ...`: the benchmarks, each against its alternative.
-
-collectives: xladist's collectives vs the same operations done directly with mpi4py, in
-the same run (xladist/collectives/bench.py). compute: the cpu backend vs numpy and, when
-installed, jax.jit (benchmarks/compute.py in a checkout).
-"""
+"""`xladist bench collectives [--in-loop] ...`: the harnesses of xladist/bench/, started
+like every other job (xladist/runtime/launcher.py)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..errors import InputError
-
-HELP = "benchmark collectives (vs raw mpi4py) or compute kernels (vs numpy/jax)"
+HELP = "benchmark xladist's collectives against raw mpi4py on this machine"
 
 EPILOG = """\
+benchmarks:
+  collectives            each collective at each message size, xladist vs raw mpi4py
+  collectives --in-loop  an all-reduce inside a compiled while loop (xladist.run), per
+                         iteration, vs a loop of raw mpi4py Allreduce
+
 examples:
   xladist bench collectives -n 2                      all ops, 8 B to 64 MiB
   xladist bench collectives -n 2 --sizes 8,1M,16M --ops all-reduce,all-gather
   xladist bench collectives -n 2 --in-loop            an all-reduce in a compiled while loop
   xladist bench collectives --help                    every option of the collectives table
+  xladist bench collectives --in-loop --help          every option of the in-loop table
+
+The compute benchmarks (the cpu backend against numpy and jax.jit) are scripts in a
+checkout's benchmarks/ folder (python benchmarks/compute.py), not subcommands.
 """
 
 
@@ -30,20 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    if args.what == "collectives" and "--in-loop" in args.options:
-        from xladist.runtime.bench_loop import main
-        return main(list(args.options), relaunch=_launch)
-    if args.what == "collectives":
-        from xladist.collectives.bench import main
-        return main(list(args.options), relaunch=_launch)
-    raise InputError(f"unknown benchmark {args.what!r}")
+    if "--in-loop" in args.options:
+        from ..bench.in_loop import main
+    else:
+        from ..bench.collectives import main
+    return main(list(args.options), launch=_launch)
 
 
-def _launch(bench_args, argv: list[str], module: str = "xladist.collectives.bench") -> int:
+def _launch(bench_args, argv: list[str], module: str) -> int:
     """The benchmark's ranks, started like every other job (xladist/runtime/launcher.py: the same
     mpiexec, a process group that Ctrl-C or a timeout stops as a whole)."""
-    from xladist.collectives.bench import rank_env
-    from xladist.runtime import launcher
+    from ..bench.harness import rank_env
+    from ..runtime import launcher
     proc = launcher.launch(bench_args.ranks, ["-m", module, *argv],
                            env=rank_env(), mpiexec=bench_args.mpiexec)
     return proc.returncode

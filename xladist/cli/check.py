@@ -8,7 +8,6 @@ are raised to the dispatcher, which prints them; with --json they are printed as
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 
@@ -48,15 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "prove the program within the budget (default 10)")
 
 
-def _deadlock_checker():
-    """xladist.analysis.deadlock.check_module if the scheduler's module is installed, else None."""
-    try:
-        mod = importlib.import_module("xladist.analysis.deadlock")
-    except ImportError:
-        return None
-    return getattr(mod, "check_module", None)
-
-
 def _text(item) -> str:
     to_text = getattr(item, "to_text", None)
     return to_text() if callable(to_text) else str(item)
@@ -69,10 +59,9 @@ def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
         return {"status": "skipped"}
     if not has_channels:
         return {"status": "not needed", "reason": "no collectives or channels"}
-    check = _deadlock_checker()
-    if check is None:
-        return {"status": "not available"}
+    from ..analysis import deadlock
     from ..errors import DeadlockError
+    check = deadlock.check_module
     try:
         report = (check(module, num_devices, strict=strict) if budget is None
                   else check(module, num_devices, strict=strict, budget=budget))

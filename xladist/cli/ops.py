@@ -4,17 +4,16 @@ Each column reads its phase's own tables, so the matrix cannot drift from the co
 - parse: the opcode has a row in hlo/opcodes.OPCODES (always "yes" here);
 - verify: hlo/shape_inference.SHAPE_RULES, else its UNSUPPORTED reason;
 - interpreter: interpreter.EVAL_RULES, else interpreter.UNSUPPORTED's reason;
-- cpu: xladist.compiler.coverage() -> {opcode: "yes" | reason}, when the compiler exists;
+- cpu: xladist.compiler.coverage() -> {opcode: "yes" | reason};
 - the opcodes hlo.dynamic_padder rewrites into static ones before any backend runs
   (set-dimension-size, dynamic-reshape) count as "yes" for the interpreter and cpu;
 - runtime: "yes" for ops that stay on the device; collectives, p2p and feeds from the MPI
-  runtime's xladist.runtime.coverage() when it exists.
+  runtime's xladist.runtime.op_coverage.coverage().
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 
 from ..hlo.dynamic_padder import REWRITTEN
@@ -42,16 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only opcodes that some phase does not support")
 
 
-def _optional(module: str):
-    """Import a phase's module if it exists (a phase may not be built yet)."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (module == e.name or module.startswith(e.name + ".")):
-            return None
-        raise
-
-
 def _table_column(rules, unsupported, missing_reason):
     def cell(op):
         if op in rules or op in REWRITTEN:
@@ -60,13 +49,8 @@ def _table_column(rules, unsupported, missing_reason):
     return cell
 
 
-def _coverage_column(module_name, not_built):
-    mod = _optional(module_name)
-    table = mod.coverage() if mod is not None and hasattr(mod, "coverage") else None
-
+def _coverage_column(table):
     def cell(op):
-        if table is None:
-            return not_built
         if op in REWRITTEN:
             return "yes"
         return table.get(op, "not listed by the phase's coverage()")
@@ -76,15 +60,16 @@ def _coverage_column(module_name, not_built):
 def coverage_matrix() -> dict[str, dict[str, str]]:
     """{opcode: {phase: "yes" | reason}} for every opcode in OPCODES."""
     from .. import interpreter
+    from ..compiler.coverage import coverage as cpu_coverage
+    from ..hlo import shape_inference as si
     from ..hlo.opcodes import OPCODES
+    from ..runtime.op_coverage import coverage as runtime_coverage
 
-    si = _optional("xladist.hlo.shape_inference")
-    verify = (_table_column(si.SHAPE_RULES, si.UNSUPPORTED, "no shape rule") if si is not None
-              else (lambda op: "verifier not built"))
+    verify = _table_column(si.SHAPE_RULES, si.UNSUPPORTED, "no shape rule")
     interp = _table_column(interpreter.EVAL_RULES, interpreter.UNSUPPORTED,
                            "no interpreter rule")
-    cpu = _coverage_column("xladist.compiler", "cpu backend not built")
-    runtime = _coverage_column("xladist.runtime", "MPI runtime coverage() not available yet")
+    cpu = _coverage_column(cpu_coverage())
+    runtime = _coverage_column(runtime_coverage())
 
     matrix = {}
     for op, info in OPCODES.items():

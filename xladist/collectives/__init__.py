@@ -13,7 +13,6 @@ Layers, bottom up:
 * one module per family: all_reduce, all_gather, all_to_all, reduce_scatter, permute,
   broadcast; each has ``<op>(comm, x, ...)`` and ``<op>_start(...) -> Pending``;
   ragged_all_to_all (blocking only: HLO has no start form of it).
-* :mod:`xladist.collectives.bench` -- ``xladist bench collectives``.
 
 Importing this package does not import mpi4py (MPI initializes on first MPI use).
 """

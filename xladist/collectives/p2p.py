@@ -203,7 +203,7 @@ class Channels:
         plan = self._plan(instr)
         if plan.source is None:
             # No pair targets this device: zeros at once (21a).
-            from xladist.interpreter.control import zeros_value
+            from xladist.semantics.values import zeros_value
             return _Transfer(instr, shape=shape, value=zeros_value(shape))
         bufs = [np.empty(tuple(s.dims), s.dtype) for s in _leaf_shapes(shape)]
         BYTE = self._MPI.BYTE

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xladist.interpreter.elementwise import float_max, float_min
+from xladist.semantics.order import maximum, minimum
 
 __all__ = [
     "AND",
@@ -73,8 +73,6 @@ __all__ = [
     "builtin_op",
     "canonicalize_nan",
     "fold",
-    "hlo_maximum",
-    "hlo_minimum",
     "nan_canonical",
     "order_free",
     "reducer_for_kind",
@@ -121,34 +119,13 @@ class Reducer:
         return self.name or self.kind or getattr(self.fn, "__name__", "custom")
 
 
-def _is_float(dtype: np.dtype) -> bool:
-    """IEEE-like floats, numpy's and ml_dtypes' (bfloat16, float8_*, float4_*: kind 'V')."""
-    return dtype.kind == "f" or (dtype.kind == "V" and (dtype.name == "bfloat16"
-                                                        or dtype.name.startswith("float")))
-
-
-def hlo_maximum(a, b):
-    """HLO maximum (the interpreter's rule, xladist/interpreter/elementwise.py): on floats NaN
-    wins as the canonical quiet NaN and +0 > -0, so the result does not depend on the operand
-    order; np.maximum keeps the NaN's payload and returns its second operand for -0 vs +0."""
-    a, b = np.asarray(a), np.asarray(b)
-    if not _is_float(a.dtype):
-        return np.maximum(a, b)
-    return float_max(a, b)
-
-
-def hlo_minimum(a, b):
-    """HLO minimum: on floats NaN wins (canonical quiet NaN) and -0 < +0 (see hlo_maximum)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if not _is_float(a.dtype):
-        return np.minimum(a, b)
-    return float_min(a, b)
-
-
 SUM = Reducer("sum", np.add, "sum")
 PROD = Reducer("prod", np.multiply, "prod")
-MIN = Reducer("min", hlo_minimum, "min")
-MAX = Reducer("max", hlo_maximum, "max")
+# HLO minimum/maximum (semantics/order.py): on floats NaN wins as the canonical quiet NaN and
+# -0 < +0, so the result does not depend on the operand order; np.minimum keeps the NaN's
+# payload and returns its second operand for -0 vs +0.
+MIN = Reducer("min", minimum, "min")
+MAX = Reducer("max", maximum, "max")
 # Bitwise ufuncs are also the logical ops on bool arrays.
 AND = Reducer("and", np.bitwise_and, "and")
 OR = Reducer("or", np.bitwise_or, "or")
@@ -184,8 +161,8 @@ _BOOL_OPS = {"and": "band", "min": "band", "or": "bor", "max": "bor", "xor": "bx
 _STANDARD_FNS = {
     "sum": (np.add,),
     "prod": (np.multiply,),
-    "min": (hlo_minimum, np.minimum),
-    "max": (hlo_maximum, np.maximum),
+    "min": (minimum, np.minimum),
+    "max": (maximum, np.maximum),
     "and": (np.bitwise_and, np.logical_and),
     "or": (np.bitwise_or, np.logical_or),
     "xor": (np.bitwise_xor, np.logical_xor),

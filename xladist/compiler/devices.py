@@ -1,6 +1,6 @@
 """Device thunks: collectives, channels, feeds and ids through the DeviceContext.
 
-The DeviceContext (xladist/interpreter/context.py) is the one interface both
+The DeviceContext (xladist/semantics/device.py) is the one interface both
 backends call, so the MPI runtime serves compiled programs unchanged. Values
 handed to it are the interpreter's: logical numpy arrays (views of our
 buffers), tuples, TOKEN. Async starts keep their handle in the RunState until the

@@ -28,22 +28,25 @@ _LOCK = threading.Lock()
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
+def hashed_sources() -> list[Path]:
+    """The sources whose text decides the code a kernel gets: the compiler's own and the
+    semantics layer's (codegen emits its rules: semantics/complex_xla.py's formulas run on
+    registers through scalar_ops.LlvmOps). The whole semantics package, not a list of files,
+    so a rule codegen starts reading later is covered without anyone remembering to add it."""
+    xladist = Path(__file__).resolve().parent.parent
+    return [p for folder in ("compiler", "semantics")
+            for p in sorted((xladist / folder).rglob("*.py"))]
+
+
 @lru_cache(maxsize=1)
 def compiler_version() -> str:
-    """xladist version plus a hash of the compiler sources (codegen changes
-    invalidate cached kernels even without a version bump), the interpreter's
-    complex_xla.py (the complex formulas codegen emits) included."""
+    """xladist version plus a hash of `hashed_sources()` (codegen changes invalidate cached
+    kernels even without a version bump)."""
     h = hashlib.sha256(__version__.encode())
-    root = Path(__file__).parent
-    shared = [root.parent / "interpreter" / "complex_xla.py"]
-    for path in sorted(root.rglob("*.py")) + shared:
+    for path in hashed_sources():
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:16]}"
-
-
-def cache_dir() -> Path | None:
-    return kernel_cache.cache_dir()
 
 
 def cache_key(module_text: str) -> str:
@@ -145,11 +148,6 @@ class LoadedCode:
 
     def kernel(self, name: str):
         return KERNEL_TYPE(self.address(name))
-
-
-# The checked cache, under the names other modules (serialized.py on main) call.
-load_cached = kernel_cache.load
-store_cached = kernel_cache.store
 
 
 def get_code(module_text: str, build_ir) -> tuple[LoadedCode, bool]:

@@ -171,7 +171,7 @@ class CpuExecutable(Executable):
         super().__init__(module)
         self.program = CpuProgram(module, schedule, code, fingerprint)
         if device is None:
-            from ..interpreter import SingleDeviceContext
+            from ..semantics.single_device import SingleDeviceContext
             device = SingleDeviceContext(infeed)
         self.device = device
         entry = self.program.entry

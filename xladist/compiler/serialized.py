@@ -59,14 +59,14 @@ def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
     `xladist run` uses; default: the text order)."""
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
-    from . import jit
+    from . import jit, kernel_cache
     from .program import CpuProgram
     module = parse_module(module_text)
     verify_module(module)
     schedule = schedule_of(module) if schedule_of is not None else {}
     prog = CpuProgram(module, schedule)
     # The object the program just loaded: from the kernel cache, or (cache off) built again.
-    obj = jit.load_cached(jit.cache_key(prog.fingerprint)) or jit.compile_ir(prog.llvm_ir())
+    obj = kernel_cache.load(jit.cache_key(prog.fingerprint)) or jit.compile_ir(prog.llvm_ir())
     header = {"module_text": module_text, "schedule": _schedule_names(schedule),
               "fingerprint": prog.fingerprint, "plan": prog.explain(), "backend": "cpu",
               "target": _target()}

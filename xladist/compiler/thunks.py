@@ -5,7 +5,7 @@ arena. Values cross computation boundaries as flat lists of leaves (one
 contiguous uint8 array per array leaf in its physical layout, None for tokens).
 Thunk kinds: kernel (a native function called with raw buffer pointers),
 library (numpy/scipy on views of the buffers), custom-call (a target of the
-user registry xladist.interpreter.custom_calls), control (while, conditional over
+user registry xladist.semantics.custom_calls), control (while, conditional over
 nested CompiledComputations) and device (the DeviceContext interface the
 interpreter also uses, so the MPI runtime plugs into both backends).
 

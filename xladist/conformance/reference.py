@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from xladist.errors import ExecutionError, InputError, UnsupportedError
+from xladist.semantics.values import zeros_value
 
 from .groups import (default_assignment, expand, iota_groups, logical_ids, member_of, mode_of,
                      pair_sources, send_recv_by_partition)
@@ -97,7 +98,7 @@ def _result_shape(instr):
 
 
 class _Device:
-    """The DeviceContext of one device in a reference run (interpreter/context.py's contract)."""
+    """The DeviceContext of one device in a reference run (semantics/device.py's contract)."""
 
     def __init__(self, world: _World, device: int):
         self.world, self.device = world, device
@@ -124,7 +125,6 @@ class _Device:
         groups = self._groups(instr, op)
         found = member_of(self.device, groups)
         if found is None:  # only collective-broadcast may leave devices out: zeros (C.15)
-            from xladist.interpreter.control import zeros_value
             return ("value", zeros_value(_result_shape(instr)))
         group, _ = found
         key = ("collective", tuple(group))
@@ -205,7 +205,6 @@ class _Device:
 
     def recv_done(self, instr, handle):
         if handle is None:
-            from xladist.interpreter.control import zeros_value
             return zeros_value(instr.shape.tuple_shapes[0])
         slot, source, recv = handle
         w = self.world
@@ -283,8 +282,7 @@ def _evaluate(op: str, group: list[int], slot: _Slot, instr, reducer) -> dict:
         for pos, d in enumerate(group):
             src = sources.get(pos)
             if src is None:
-                from xladist.interpreter.control import zeros_value
-                out[d] = zeros_value(shape)
+                    out[d] = zeros_value(shape)
             else:
                 out[d] = pack(typed(args[src]))
     elif op == "ragged-all-to-all":

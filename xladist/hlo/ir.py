@@ -28,6 +28,14 @@ from .opcodes import OPCODES
 from .shape import Shape
 
 
+def describe(instr) -> str:
+    """`name = shape opcode(...)` plus the computation: how runtime errors (both backends,
+    the device contexts) name an instruction."""
+    comp = instr.parent.name if instr.parent is not None else "?"
+    ops = ", ".join(o.name for o in instr.operands)
+    return f"{instr.name} = {instr.shape} {instr.opcode}({ops}) in computation {comp}"
+
+
 class Instruction:
     __slots__ = ("name", "opcode", "shape", "operands", "attrs", "parameter_number",
                  "literal", "control_predecessors", "metadata", "frontend_attributes",

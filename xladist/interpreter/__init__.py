@@ -1,40 +1,37 @@
 """The numpy reference interpreter: xladist's executable specification of every opcode.
 
 Importing the package registers every rule family in `registry.EVAL_RULES`:
-element-wise (elementwise, compare), conversion, shaping, control (+ custom_calls),
-device_ops, and the numerics families (dot, convolution, reduce, sort, gather_scatter,
-fft_linalg, rng, batchnorm). A numerics module that does not exist yet is skipped and
-listed in `MISSING_FAMILIES`; once the file exists it is imported normally, so an error
-in it surfaces instead of silently dropping its ops.
+element-wise (elementwise, compare), conversion, shaping, control (custom calls from
+semantics/custom_calls.py), device_ops, dot, convolution, reduce, sort, gather_scatter,
+fft_linalg, rng and batchnorm.
 
-Public names: Evaluator, check_supported, SingleDeviceContext, DeviceContext,
-register_custom_call, EVAL_RULES, UNSUPPORTED, TOKEN.
+Public names: Evaluator, check_supported, register_custom_call, EVAL_RULES, UNSUPPORTED.
+The device interface (DeviceContext, SingleDeviceContext), TOKEN and the rules the cpu
+backend and the collectives share with the interpreter live in xladist/semantics/.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
-from . import compare, control, conversion, device_ops, elementwise, shaping  # noqa: F401
-from .context import DeviceContext
-from .custom_calls import register_custom_call
-from . import lapack  # noqa: F401,E402 -- registers jax's lapack_*_ffi custom-calls
+# Imported for their registrations in EVAL_RULES.
+from . import (  # noqa: F401
+    batchnorm,
+    compare,
+    control,
+    conversion,
+    convolution,
+    device_ops,
+    dot,
+    elementwise,
+    fft_linalg,
+    gather_scatter,
+    reduce,
+    rng,
+    shaping,
+    sort,
+)
+from ..semantics.custom_calls import register_custom_call
 from .evaluator import Evaluator, check_supported
-from ..semantics.values import TOKEN
 from .registry import EVAL_RULES, UNSUPPORTED, register
-from .single_device import SingleDeviceContext
-
-# Written by the numerics engineer (heavy ops); imported when present.
-NUMERICS_FAMILIES = ("dot", "convolution", "reduce", "sort", "gather_scatter", "fft_linalg",
-                     "rng", "batchnorm")
-MISSING_FAMILIES: list[str] = []
-
-for _name in NUMERICS_FAMILIES:
-    if importlib.util.find_spec(f"{__name__}.{_name}") is None:
-        MISSING_FAMILIES.append(_name)
-    else:
-        importlib.import_module(f"{__name__}.{_name}")
 
 # Opcodes no family implements, with the reason `xladist ops` shows. Applied only where
 # no rule was registered, so a family that later implements one simply wins.
@@ -53,13 +50,8 @@ for _op, _reason in _NOT_IMPLEMENTED.items():
 
 __all__ = [
     "EVAL_RULES",
-    "MISSING_FAMILIES",
-    "NUMERICS_FAMILIES",
-    "TOKEN",
     "UNSUPPORTED",
-    "DeviceContext",
     "Evaluator",
-    "SingleDeviceContext",
     "check_supported",
     "register",
     "register_custom_call",

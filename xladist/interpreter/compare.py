@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from .dtypes import as_signed, as_unsigned, kind_of, total_order_key, upcast
-from .elementwise import float_max, float_min
+from ..hlo.ir import describe
+from ..semantics.dtypes import as_signed, as_unsigned, kind_of, upcast
+from ..semantics.order import float_max, float_min, total_order_key
 from .registry import register
 
 DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
@@ -59,7 +60,6 @@ def compare_rule(instr, args, ev):
     direction = instr.attrs.get("direction")
     ctype = comparison_type(instr)
     if direction not in DIRECTIONS or ctype not in COMPARISON_KEYS:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: unknown comparison direction={direction} "
                                f"type={ctype}")
     ka, kb = COMPARISON_KEYS[ctype](a, b)
@@ -89,7 +89,6 @@ def clamp_rule(instr, args, ev):
     lo, x, hi = args
     fn = CLAMP.get(kind_of(x.dtype))
     if fn is None:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: clamp is not defined for "
                                f"{instr.shape.element_type}")
     return np.asarray(fn(lo, x, hi)).astype(instr.shape.dtype, copy=False)

@@ -11,7 +11,7 @@ ops, CustomCall).
   holds ((operands...), result, context...); async-update passes the value through;
   async-done yields the result;
 - copy-start/copy-done: (dest, src, u32 context), then dest;
-- custom-call dispatches on custom_call_target through custom_calls.CUSTOM_CALLS.
+- custom-call dispatches on custom_call_target through semantics/custom_calls.CUSTOM_CALLS.
 """
 
 from __future__ import annotations
@@ -19,26 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..hlo.shape import Shape
-from .custom_calls import CUSTOM_CALLS
-from ..semantics.values import TOKEN
+from ..hlo.ir import describe
+from ..semantics.custom_calls import CUSTOM_CALLS
+from ..semantics.values import zeros_value
 from .registry import register
 
-
-def _describe(instr):
-    from .evaluator import describe
-    return describe(instr)
-
-
-def zeros_value(shape: Shape):
-    """A value of `shape` filled with zeros (tokens for token leaves)."""
-    if shape.is_tuple:
-        return tuple(zeros_value(s) for s in shape.tuple_shapes)
-    if shape.is_token:
-        return TOKEN
-    if shape.is_opaque:
-        return None
-    return np.zeros(shape.dims, dtype=shape.dtype)
 
 
 def _truth(value) -> bool:
@@ -67,7 +52,7 @@ def conditional_rule(instr, args, ev):
     true_comp = instr.attrs.get("true_computation")
     false_comp = instr.attrs.get("false_computation")
     if true_comp is None or false_comp is None:
-        raise UnsupportedError(f"{_describe(instr)}: conditional has neither "
+        raise UnsupportedError(f"{describe(instr)}: conditional has neither "
                                f"branch_computations nor true/false computations")
     if _truth(selector):
         return ev.call(true_comp, [args[1]])
@@ -117,6 +102,6 @@ def custom_call_rule(instr, args, ev):
     target = instr.attrs.get("custom_call_target")
     fn = CUSTOM_CALLS.get(target)
     if fn is None:
-        raise UnsupportedError(f"{_describe(instr)}: custom-call target {target!r} is not "
+        raise UnsupportedError(f"{describe(instr)}: custom-call target {target!r} is not "
                                f"registered (known: {', '.join(sorted(CUSTOM_CALLS))})")
     return fn(instr, args)

@@ -20,7 +20,10 @@ import sys
 import numpy as np
 
 from ..errors import UnsupportedError
-from .dtypes import F32, bits_of, int_limits, kind_of, unsigned_of, upcast
+from ..hlo.ir import describe
+from ..semantics.dtypes import F32, bits_of, int_limits, kind_of, unsigned_of, upcast
+from ..semantics.stochastic_convert import (stochastic_convert_array,
+                                           stochastic_convert_unsupported)
 from .registry import register
 
 
@@ -181,56 +184,12 @@ def reduce_precision_rule(instr, args, ev):
     e = int(instr.attrs["exponent_bits"])
     m = int(instr.attrs["mantissa_bits"])
     if e < 1 or m < 0:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: reduce-precision needs exponent_bits >= 1 "
                                f"and mantissa_bits >= 0, got {e} and {m}")
     return reduce_precision_array(args[0], e, m)
 
 
-# ---- stochastic-convert -------------------------------------------------------------
-
-def stochastic_convert_unsupported(operand, result) -> str | None:
-    """Why stochastic-convert from PrimitiveType `operand` to `result` has no defined value,
-    or None. XLA defines it only to signed integers (StochasticConvertDecomposer returns
-    "Unsupported stochastic convert" otherwise), and its decomposition scales the fraction
-    by 2**bits in the operand type (f16 through f32), which must be exact."""
-    if result.kind != "sint":
-        return (f"stochastic-convert to {result.name}: XLA defines stochastic rounding only "
-                "to signed integer types")
-    if operand.name == "f8e8m0fnu":
-        return "stochastic-convert from f8e8m0fnu: the type has no zero and no fraction"
-    if operand.name != "f16":
-        import ml_dtypes
-        if float(ml_dtypes.finfo(operand.dtype).max) < 2.0 ** operand.bits:
-            return (f"stochastic-convert from {operand.name}: XLA scales the fraction by "
-                    f"2**{operand.bits}, which overflows {operand.name}")
-    return None
-
-
-def stochastic_convert_array(x: np.ndarray, random: np.ndarray, random_bits: int, dtype,
-                             result_bits: int) -> np.ndarray:
-    """XLA's stochastic rounding of floats to a signed integer type of `result_bits` bits.
-
-    |x| = t + f with t = floor(|x|); the fraction as a `random_bits`-bit fixed-point
-    number, floor(f * 2**random_bits), is compared with the random bits: t rounds up
-    to t + 1 when random < that number, so with probability f for uniform bits. The sign
-    is put back after rounding; x <= INT_MIN gives INT_MIN, x >= INT_MAX gives INT_MAX
-    (so +-inf saturate) and NaN gives 0 (StochasticConvertDecomposer). Computed in f64,
-    where every step is exact for operands up to f64.
-    """
-    x = np.asarray(x)
-    f64 = x.astype(np.float64)
-    lo, hi = -(1 << (result_bits - 1)), (1 << (result_bits - 1)) - 1
-    inside = (f64 > lo) & (f64 < hi)  # False for NaN and +-inf
-    a = np.abs(np.where(inside, f64, 0.0))
-    t = np.floor(a)
-    fixed = np.floor((a - t) * 2.0 ** random_bits).astype(np.uint64)
-    up = np.asarray(random).astype(np.uint64) < fixed
-    mag = t.astype(np.int64) + up.astype(np.int64)
-    out = np.where(f64 < 0, -mag, mag)
-    out = np.where(f64 <= lo, lo, np.where(f64 >= hi, hi, out))
-    return out.astype(np.int64).astype(dtype)
-
+# ---- stochastic-convert: semantics/stochastic_convert.py ----------------------------
 
 @register("stochastic-convert")
 def stochastic_convert_rule(instr, args, ev):
@@ -238,7 +197,6 @@ def stochastic_convert_rule(instr, args, ev):
     result = instr.shape.element_type
     reason = stochastic_convert_unsupported(operand, result)
     if reason is not None:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: {reason}")
     return stochastic_convert_array(args[0], args[1], random.bits, instr.shape.dtype,
                                     result.bits)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..hlo.reducers import reducer_for
 
-from ..semantics.values import TOKEN
+from ..semantics.values import TOKEN, zeros_value
 from .registry import register
 
 
@@ -97,7 +97,6 @@ def _operand_part(instr, args):
 
 
 def _contexts(instr):
-    from .control import zeros_value
     return tuple(zeros_value(s) for s in instr.shape.tuple_shapes[2:])
 
 

@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..semantics.dequantize import dequantize
 from .registry import register
 
 
@@ -215,34 +216,6 @@ def _eval_ragged_dot(instr, args, ev):
 
 
 # ---- scaled-dot ------------------------------------------------------------------------
-
-def dequantize_type(operand: np.dtype, scale: np.dtype) -> np.dtype:
-    """The type an operand and its scale are multiplied in (XLA's ScaledDotRewriter): bf16
-    when both are narrower than 16 bits (f8/f4 data with f8e8m0 scales), the type itself
-    when they agree, f32 for two different types of one width, else the wider type."""
-    operand, scale = np.dtype(operand), np.dtype(scale)
-    if operand.itemsize < 2 and scale.itemsize < 2:
-        return np.dtype(ml_dtypes.bfloat16)
-    if operand == scale:
-        return operand
-    if operand.itemsize == scale.itemsize:
-        return np.dtype(np.float32)
-    return operand if operand.itemsize > scale.itemsize else scale
-
-
-def dequantize(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """x times its scale repeated over blocks (scale[i] covers x[i*b:(i+1)*b] along every
-    dimension), rounded once to dequantize_type."""
-    x, scale = np.asarray(x), np.asarray(scale)
-    t = dequantize_type(x.dtype, scale.dtype)
-    for d in range(x.ndim):
-        if scale.shape[d] != x.shape[d]:
-            scale = np.repeat(scale, x.shape[d] // scale.shape[d], axis=d)
-    wide = np.float64 if t == np.float64 else np.float32  # exact products of t values
-    with np.errstate(over="ignore", invalid="ignore"):
-        prod = x.astype(t).astype(wide) * scale.astype(t).astype(wide)
-    return prod.astype(t)
-
 
 @register("scaled-dot")
 def _eval_scaled_dot(instr, args, ev):

@@ -20,7 +20,7 @@ Numerics:
   0 -- checked against XLA:CPU;
 - sign keeps -0 and NaN; round-nearest-afz rounds halves away from zero;
 - complex exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sign, abs, multiply,
-  divide and power follow XLA:CPU's formulas step by step (complex_xla.py, the cpu
+  divide and power follow XLA:CPU's formulas step by step (semantics/complex_xla.py, the cpu
   backend runs the same code on registers), special values included.
 All functions work on arrays of any shape (call_vectorized relies on it) and never
 reference the instruction's dims.
@@ -31,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from .dtypes import (
+from ..hlo.ir import describe
+from ..semantics.dtypes import (
     as_signed,
     as_unsigned,
     bits_of,
@@ -40,27 +41,14 @@ from .dtypes import (
     kind_of,
     upcast,
 )
-from . import complex_xla
+from ..semantics import complex_xla
+from ..semantics.order import float_max, float_min
 from .registry import register
 
-_xla = complex_xla.unary  # XLA:CPU's complex formulas (complex_xla.py), shared with the cpu backend
+_xla = complex_xla.unary  # XLA:CPU's complex formulas, shared with the cpu backend
 
 
 # ---- float helpers ------------------------------------------------------------------
-def float_max(a, b):
-    """XLA maximum on floats: NaN wins (canonical quiet NaN), +0 > -0."""
-    r = np.where(a > b, a, b)
-    r = np.where((a == b) & np.signbit(b), a, r)
-    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, r.dtype), r)
-
-
-def float_min(a, b):
-    """XLA minimum on floats: NaN wins (canonical quiet NaN), -0 < +0."""
-    r = np.where(a < b, a, b)
-    r = np.where((a == b) & ~np.signbit(b), a, r)
-    return np.where(np.isnan(a) | np.isnan(b), np.array(np.nan, r.dtype), r)
-
-
 def _float_sign(x):
     # copysign(x != 0, x) keeps -0; NaN passes through with its sign.
     r = np.copysign((x != 0).astype(x.dtype), x)
@@ -186,7 +174,6 @@ def _lookup(table, instr, dtype):
     kind = kind_of(dtype)
     fn = table[instr.opcode].get(kind)
     if fn is None:
-        from .evaluator import describe
         raise UnsupportedError(f"{describe(instr)}: {instr.opcode} is not defined for element "
                                f"type {instr.operands[0].shape.element_type} (XLA accepts it "
                                f"for: {', '.join(sorted(table[instr.opcode]))})")

@@ -18,7 +18,7 @@ schedule (operands before users); a scheduler may later pass its own order via
 `Evaluator(schedule=...)`.
 
 Values (registry.py): numpy arrays with logical values (any strides; the layout only
-matters where bytes are reinterpreted, see layout.py), tuples, `TOKEN`, and
+matters where bytes are reinterpreted, see semantics/layout.py), tuples, `TOKEN`, and
 `device_ops.Pending` placeholders for results of async starts. Values are immutable:
 rules must never write into an operand array (copy first).
 """
@@ -30,6 +30,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError, XlaDistError
+from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from .device_ops import Pending
 from ..semantics.values import TOKEN
@@ -58,13 +59,6 @@ def _scalar_bitcast(instr, args, ev):
 # element-wise; their normal rules would reshape to the scalar dims and drop the batch.
 _VECTOR_OVERRIDES = {"broadcast": _same_scalar, "reshape": _same_scalar, "copy": _same_scalar,
                      "opt-barrier": _same_scalar, "bitcast": _scalar_bitcast}
-
-
-def describe(instr) -> str:
-    """`name = shape opcode(...)` plus the computation: how errors name an instruction."""
-    comp = instr.parent.name if instr.parent is not None else "?"
-    ops = ", ".join(o.name for o in instr.operands)
-    return f"{instr.name} = {instr.shape} {instr.opcode}({ops}) in computation {comp}"
 
 
 def _is_scalar_shape(shape: Shape) -> bool:
@@ -135,7 +129,7 @@ class Evaluator:
     def __init__(self, module, device=None, *, check: bool = True, schedule=None,
                  rules=None):
         if device is None:
-            from .single_device import SingleDeviceContext
+            from ..semantics.single_device import SingleDeviceContext
             device = SingleDeviceContext()
         self.module = module
         self.device = device
@@ -385,7 +379,7 @@ def check_supported(module) -> None:
     Finds opcodes without a rule, custom-call targets nobody registered and constants
     whose data was elided in the dump; raises UnsupportedError naming the instruction.
     """
-    from .custom_calls import CUSTOM_CALLS
+    from ..semantics.custom_calls import CUSTOM_CALLS
     problems = []
     for instr in module.all_instructions():
         if instr.opcode not in EVAL_RULES:
@@ -397,7 +391,7 @@ def check_supported(module) -> None:
                 problems.append(f"{describe(instr)}: custom-call target {target!r} is not "
                                 f"registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
                                 f"register one with "
-                                f"xladist.interpreter.custom_calls.register_custom_call")
+                                f"xladist.semantics.custom_calls.register_custom_call")
         elif instr.opcode == "constant" and (instr.literal is None or instr.literal.elided):
             problems.append(f"{describe(instr)}: constant data was elided in the dump; re-dump "
                             f"with --xla_dump_large_constants")

@@ -19,7 +19,8 @@ class InterpreterExecutable(Executable):
     def __init__(self, module, *, device=None, infeed=(), check: bool = True, schedule=None,
                  rules=None):
         super().__init__(module)
-        from . import SingleDeviceContext, check_supported
+        from ..semantics.single_device import SingleDeviceContext
+        from . import check_supported
         check_supported(module)
         self.device = device if device is not None else SingleDeviceContext(infeed)
         self.check = check

@@ -2,7 +2,7 @@
 
 Values flowing through the interpreter:
 - an array value is a numpy array holding the *logical* values; its memory order
-  follows the instruction's layout where it matters (see layout.py), so a
+  follows the instruction's layout where it matters (see semantics/layout.py), so a
   `bitcast` reinterprets the physical buffer exactly as XLA does;
 - a tuple value is a Python tuple of values;
 - a token is the `TOKEN` sentinel (xladist.semantics.values).

@@ -2,7 +2,7 @@
 Slice, DynamicSlice, DynamicUpdateSlice, ConcatenateInDim, Pad, Iota, Tuple,
 GetTupleElement, ...), constants, parameters and the token plumbing.
 
-Values are logical arrays (layout.py), so reshape is numpy's row-major reshape, and copy
+Values are logical arrays (semantics/layout.py), so reshape is numpy's row-major reshape, and copy
 (even one that changes the layout) returns the same value. Only `bitcast` reinterprets
 memory: it goes through layout.bitcast. Rules return read-only views where numpy makes
 them (broadcast, transpose, slices); values are never written in place.
@@ -13,16 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..hlo.ir import describe
 from ..hlo.shape import Shape
-from . import layout
-from .dtypes import F32, kind_of
+from ..semantics import layout
+from ..semantics.dtypes import F32, kind_of
 from ..semantics.values import TOKEN
 from .registry import register
 
-
-def _describe(instr):
-    from .evaluator import describe
-    return describe(instr)
 
 
 @register("parameter")
@@ -43,7 +40,7 @@ def literal_value(literal, shape: Shape):
 def constant_rule(instr, args, ev):
     lit = instr.literal
     if lit is None or lit.elided:
-        raise UnsupportedError(f"{_describe(instr)}: constant data was elided in the dump; "
+        raise UnsupportedError(f"{describe(instr)}: constant data was elided in the dump; "
                                f"re-dump with --xla_dump_large_constants")
     return literal_value(lit, instr.shape)
 
@@ -91,7 +88,7 @@ def _start_indices(instr, operands, rank):
     if len(operands) == 1 and operands[0].ndim == 1:
         return [int(v) for v in operands[0]]
     if len(operands) != rank:
-        raise UnsupportedError(f"{_describe(instr)}: expected {rank} start indices, got "
+        raise UnsupportedError(f"{describe(instr)}: expected {rank} start indices, got "
                                f"{len(operands)}")
     return [int(v) for v in operands]
 
@@ -176,7 +173,7 @@ def bitcast_rule(instr, args, ev):
     try:
         return layout.bitcast(args[0], src, instr.shape)
     except ValueError as e:
-        raise UnsupportedError(f"{_describe(instr)}: {e}") from None
+        raise UnsupportedError(f"{describe(instr)}: {e}") from None
 
 
 @register("tuple")

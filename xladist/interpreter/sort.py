@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from ..errors import UnsupportedError
-from .dtypes import kind_of, total_order_key
+from ..semantics.order import top_k_total_order
 from .registry import register
 
 
@@ -148,25 +148,3 @@ def _eval_topk(instr, args, ev):
         return top_k_total_order(x, k, bool(instr.attrs.get("largest", True)))
     return (np.ascontiguousarray(values[..., :k]),
             np.ascontiguousarray(idx[..., :k]).astype(np.int32))
-
-
-def top_k_total_order(x: np.ndarray, k: int, largest: bool = True
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """topk without a comparator: the k largest (smallest) along the last axis in XLA's
-    TOTALORDER (NaN above +inf, -0 below +0; dtypes.total_order_key, the one key sort's
-    TOTALORDER compare uses too), ties by lower index; (values, s32 indices). The
-    `TopK` custom call and the cpu backend's topk library thunk run this too."""
-    x = np.asarray(x)
-    kind = kind_of(x.dtype)
-    if kind == "complex":
-        raise UnsupportedError("complex values have no total order for topk")
-    key = total_order_key(x) if kind == "float" else x
-    if largest:
-        # Stable descending with ties by lower index: sort the reversed row stably
-        # and read the result backwards.
-        n = x.shape[-1]
-        idx = (n - 1) - np.argsort(key[..., ::-1], axis=-1, kind="stable")[..., ::-1]
-    else:
-        idx = np.argsort(key, axis=-1, kind="stable")
-    idx = np.ascontiguousarray(idx[..., :k])
-    return np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)

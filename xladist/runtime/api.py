@@ -176,7 +176,7 @@ def _run_here(module, per_device, **options):
 
 
 def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None, **options):
-    from .watchdog import JOB_DIR_ENV
+    from xladist.collectives.deadline import JOB_DIR_ENV
     from .feeds.host import spawned_feeds
     with tempfile.TemporaryDirectory(prefix="xladist-") as tmp:
         job = Path(tmp)

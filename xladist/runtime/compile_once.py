@@ -44,11 +44,11 @@ def compiled_for_ranks(module, backend: str | None, background: bool = True):
     if backend != "cpu" or not enabled():
         yield {}
         return
-    from xladist.compiler import jit
+    from xladist.compiler import kernel_cache
     private = None
     env: dict[str, str] = {}
     old = os.environ.get(CACHE_ENV)
-    if jit.cache_dir() is None:
+    if kernel_cache.cache_dir() is None:
         # This process uses the job's private cache until the job ends (set here, in the
         # main thread, since the compile may run in another).
         private = tempfile.mkdtemp(prefix="xladist-code-")

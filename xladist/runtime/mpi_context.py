@@ -33,7 +33,7 @@ from xladist.collectives.ragged_all_to_all import ragged_all_to_all
 from xladist.collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
 from xladist.collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
 from xladist.errors import ExecutionError, VerifierError
-from xladist.interpreter.context import DeviceContext
+from xladist.semantics.device import DeviceContext
 
 from .device import Placement
 

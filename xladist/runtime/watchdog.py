@@ -44,9 +44,8 @@ import numpy as np
 
 from xladist.collectives import deadline
 
-__all__ = ["JOB_DIR_ENV", "JobMonitor", "Members", "job_dir", "loop_tracking_rules"]
+__all__ = ["JobMonitor", "Members", "job_dir", "loop_tracking_rules"]
 
-JOB_DIR_ENV = deadline.JOB_DIR_ENV
 # A rank whose record is older than this (while it claims to wait or compute) may be dead.
 STALE_S = 3.0
 # A rank whose deadline fires while another one prints the report gives it this long.
@@ -70,7 +69,7 @@ class Members:
 def job_dir(comm) -> tuple[Path, bool]:
     """The job directory every rank of `comm` shares: $XLADIST_JOB_DIR, else one that rank 0
     creates and broadcasts (collective).  Returns (path, created_here)."""
-    env = os.environ.get(JOB_DIR_ENV)
+    env = os.environ.get(deadline.JOB_DIR_ENV)
     if env:
         return Path(env), False
     path = tempfile.mkdtemp(prefix="xladist-job-") if comm.Get_rank() == 0 else None

@@ -20,7 +20,8 @@ class ToyExecutable(Executable):
 
     def __init__(self, module, *, device=None, infeed=(), schedule=None):
         super().__init__(module)
-        from xladist.interpreter import SingleDeviceContext, check_supported
+        from xladist.interpreter import check_supported
+        from xladist.semantics.single_device import SingleDeviceContext
         check_supported(module)
         self.device = device if device is not None else SingleDeviceContext(infeed)
         self.schedule = schedule

@@ -180,7 +180,7 @@ def test_native_user_function_matches_the_python_callback_bit_for_bit(name):
     import dataclasses
 
     import xladist.collectives as C
-    from xladist.collectives.bench import _reducers
+    from xladist.bench.collectives import _reducers
     from xladist.collectives import CommunicatorCache
 
     world = MPI.COMM_WORLD

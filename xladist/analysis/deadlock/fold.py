@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xladist.hlo.ir import Computation, Instruction
+from xladist.semantics.values import TOKEN
 
 __all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "IdValue", "Unknown",
            "id_value", "key_part"]
@@ -75,16 +76,6 @@ def id_value(instr: Instruction, vals: np.ndarray):
     if len(vals) and bool(np.all(vals == vals[0])):
         return vals[:1].reshape(())
     return IdValue(instr, vals)
-
-
-class _Token:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "TOKEN"
-
-
-TOKEN = _Token()
 
 
 class Frame:

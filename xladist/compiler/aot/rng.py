@@ -1,9 +1,10 @@
 """rng-bit-generator for ahead-of-time compilation (program.py): generated code instead of the
-numpy library thunk (library/rng.py), bit-exact with it and with the interpreter.
+numpy library thunk, bit-exact with semantics/rng.py, which that thunk and the interpreter
+call.
 
     void rngN(ptr argv)    argv = [new_state, bits, state]
 
-The same stream as library/rng.py (whose docstring has XLA's layout), one loop iteration
+The same stream as semantics/rng.py (whose docstring has XLA's layout), one loop iteration
 per counter:
   ThreeFry-2x32, 20 rounds, counter state[1] + j:
     64-bit bits: element j = lo | hi << 32;

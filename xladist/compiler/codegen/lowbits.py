@@ -222,7 +222,7 @@ def round_f32(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
 def total_order_key(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value) -> ir.Value:
     """An i16 key ordering like XLA's TOTALORDER on the storage pattern: the pattern
     sign-extended from its top bit, magnitude bits flipped when negative; the fnuz NaN
-    0x80 lowest (-NaN), f8e8m0fnu unsigned (as the interpreter's dtypes.total_order_key)."""
+    0x80 lowest (-NaN), f8e8m0fnu unsigned (as semantics/order.total_order_key)."""
     v = encode(b, fmt, x, keep_payload=True)
     i16 = ir.IntType(16)
     if fmt.special == "e8m0":

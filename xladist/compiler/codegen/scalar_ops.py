@@ -19,7 +19,7 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
-from ...interpreter import complex_xla as cx
+from ...semantics import complex_xla as cx
 from . import lowbits, mathlib
 from .types import (
     C64,
@@ -90,7 +90,7 @@ def _cplx(b, re, im):
     return b.insert_value(z, im, 1)
 
 
-# ---- XLA's complex functions (interpreter/complex_xla.py, shared with the interpreter) ----
+# ---- XLA's complex functions (semantics/complex_xla.py, shared with the interpreter) -----
 
 class LlvmOps:
     """complex_xla's real-operation interface on LLVM registers of one float type."""

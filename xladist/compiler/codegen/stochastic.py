@@ -1,7 +1,7 @@
 """stochastic-convert as an element-wise emitter, so it fuses with its producers (the
 random bits usually come from rng-bit-generator, the operand from arithmetic).
 
-Semantics are the interpreter's (interpreter.conversion.stochastic_convert_array, from
+Semantics are semantics/stochastic_convert.py's (stochastic_convert_array, from
 XLA's StochasticConvertDecomposer): |x| = t + f with t = floor(|x|); t rounds up when the
 random bits are below floor(f * 2**bits), the sign is applied after rounding, x <= INT_MIN
 and x >= INT_MAX saturate, NaN gives 0. Registers hold f16/bf16 values in f32, where
@@ -13,7 +13,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...errors import UnsupportedError
-from ...interpreter.conversion import stochastic_convert_unsupported
+from ...semantics.stochastic_convert import stochastic_convert_unsupported
 from . import intrinsics as intr
 from .types import compute_type
 

@@ -7,17 +7,18 @@ LIBRARY_THUNKS — never a silent fallback.
   scaled-dot          block-dequantized operands, then the dot (dot.py)
   convolution         im2col (sliding windows) + BLAS tensordot, any dim_labels,
                       padding, dilation, reversal, feature/batch groups
-  fft                 numpy.fft in double precision, rounded once
-  cholesky            scipy.linalg.cholesky per matrix
-  triangular-solve    scipy.linalg.solve_triangular per matrix
-  topk                the interpreter's rule (total order or the comparator's)
+  fft                 semantics/fft.py (numpy.fft in double precision, rounded once)
+  cholesky            semantics/linalg.py (LAPACK potrf per matrix)
+  triangular-solve    semantics/linalg.py (BLAS trsm per matrix)
+  topk                semantics/order.py's total order, or the interpreter's rule with
+                      the comparator
   rng                 numpy Generator (uniform / normal)
-  batch-norm-*        numpy formulas of the operation semantics
+  batch-norm-*        semantics/batchnorm.py (f32 at least, rounded once)
   bitcast-convert     width-changing reinterpretation (a byte copy)
   get-dimension-size  the static dimension
   copy-start          a copy (copy-done then aliases the copy)
   custom-call         the target's function from the user registry
-                      (xladist.interpreter.custom_calls.register_custom_call), as
+                      (xladist.semantics.custom_calls.register_custom_call), as
                       XLA:CPU calls registered custom-call handlers; CustomCallThunk
 
 fn(instr, args, outs): args are the operands' logical arrays; outs the logical
@@ -34,6 +35,11 @@ from ...errors import UnsupportedError, XlaDistError
 from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
+from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
+from ...semantics.custom_calls import CUSTOM_CALLS
+from ...semantics.fft import fft
+from ...semantics.linalg import cholesky, triangular_solve
+from ...semantics.order import top_k_total_order
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
 
@@ -315,74 +321,33 @@ def _convolution(instr, args, outs):
 
 @library("fft")
 def _fft(instr, args, outs):
-    x = args[0]
-    kind = str(instr.attrs["fft_type"]).upper()
-    n = tuple(int(v) for v in instr.attrs["fft_length"])
-    axes = tuple(range(-len(n), 0))
-    wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
-    if 0 in n or x.size == 0:
-        outs[0][...] = 0
-        return
-    fn = {"FFT": np.fft.fftn, "IFFT": np.fft.ifftn, "RFFT": np.fft.rfftn,
-          "IRFFT": np.fft.irfftn}.get(kind)
-    if fn is None:
-        raise UnsupportedError(f"fft `{instr.name}`: unknown fft_type {kind}")
-    _store(outs[0], fn(wide, s=n, axes=axes))
+    _store(outs[0], fft(args[0], instr.attrs["fft_type"], instr.attrs["fft_length"],
+                        outs[0].dtype))
 
 
 @library("cholesky")
 def _cholesky(instr, args, outs):
-    import scipy.linalg
-    lower = bool(instr.attrs.get("lower", False))
-    a = args[0]
-    ct = _compute_dtype(a.dtype)
-    x = a.astype(ct)
-    batch = x.reshape((-1,) + x.shape[-2:])
-    res = np.zeros_like(batch)
-    for i, m in enumerate(batch):
-        tri = np.tril(m) if lower else np.triu(m)
-        herm = tri + np.conj(np.swapaxes(tri, -1, -2)) - np.diag(np.diag(tri))
-        try:
-            res[i] = scipy.linalg.cholesky(herm, lower=lower)
-        except (np.linalg.LinAlgError, ValueError):
-            res[i] = np.nan
-    _store(outs[0], res.reshape(x.shape))
+    _store(outs[0], cholesky(args[0], bool(instr.attrs.get("lower", False))))
 
 
 @library("triangular-solve")
 def _triangular_solve(instr, args, outs):
-    import scipy.linalg
     at = instr.attrs
-    a, b = args
-    ct = _compute_dtype(outs[0].dtype)
-    left = bool(at.get("left_side", False))
-    lower = bool(at.get("lower", False))
-    unit = bool(at.get("unit_diagonal", False))
-    trans = {"NO_TRANSPOSE": 0, "TRANSPOSE": 1, "ADJOINT": 2}[
-        str(at.get("transpose_a", "NO_TRANSPOSE")).upper()]
-    A = a.astype(ct).reshape((-1,) + a.shape[-2:])
-    B = b.astype(ct).reshape((-1,) + b.shape[-2:])
-    X = np.empty_like(B)
-    for i in range(A.shape[0]):
-        if left:
-            X[i] = scipy.linalg.solve_triangular(A[i], B[i], trans=trans, lower=lower,
-                                                 unit_diagonal=unit, check_finite=False)
-        else:
-            # x op(a) = b  <=>  op(a)^T x^T = b^T
-            t = {0: 1, 1: 0, 2: 0}[trans]
-            ai = np.conj(A[i]) if trans == 2 else A[i]
-            X[i] = scipy.linalg.solve_triangular(ai, B[i].T, trans=t, lower=lower,
-                                                 unit_diagonal=unit, check_finite=False).T
-    _store(outs[0], X.reshape(b.shape))
+    _store(outs[0], triangular_solve(
+        args[0], args[1], left_side=bool(at.get("left_side", False)),
+        lower=bool(at.get("lower", False)), unit_diagonal=bool(at.get("unit_diagonal", False)),
+        transpose_a=str(at.get("transpose_a", "NO_TRANSPOSE")).upper()))
 
 
 @library("topk")
 def _topk(instr, args, outs):
-    # The interpreter's rule: XLA's total order without a comparator (NaN largest, -0 below
-    # +0); with `to_apply`, the comparator's order (called on whole arrays).
-    from ...interpreter.evaluator import Evaluator
-    from ...interpreter.registry import EVAL_RULES
-    values, order = EVAL_RULES["topk"](instr, [args[0]], Evaluator(None))
+    if instr.attrs.get("to_apply") is None:  # XLA's total order (semantics/order.py)
+        values, order = top_k_total_order(args[0], int(instr.attrs["k"]),
+                                          bool(instr.attrs.get("largest", True)))
+    else:  # the comparator's order: the interpreter's rule calls it on whole arrays
+        from ...interpreter.evaluator import Evaluator
+        from ...interpreter.registry import EVAL_RULES
+        values, order = EVAL_RULES["topk"](instr, [args[0]], Evaluator(None))
     _store(outs[0], values)
     _store(outs[1], order)
 
@@ -424,51 +389,24 @@ def _copy_start(instr, args, outs):
             _store(o, args[0])
 
 
-def _bn_axes(x, fi):
-    return tuple(d for d in range(x.ndim) if d != fi)
-
-
-def _bcast(v, x, fi):
-    shape = [1] * x.ndim
-    shape[fi] = -1
-    return v.reshape(shape)
+def _bn_attrs(instr):
+    return float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
 
 
 @library("batch-norm-training")
 def _bn_training(instr, args, outs):
-    x, scale, offset = (np.asarray(v, np.float64) for v in args)
-    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
-    axes = _bn_axes(x, fi)
-    mean = x.mean(axis=axes)
-    var = x.var(axis=axes)
-    y = (x - _bcast(mean, x, fi)) / np.sqrt(_bcast(var, x, fi) + eps) * \
-        _bcast(scale, x, fi) + _bcast(offset, x, fi)
-    for o, v in zip(outs, (y, mean, var)):
+    for o, v in zip(outs, batch_norm_training(*args, *_bn_attrs(instr))):
         _store(o, v)
 
 
 @library("batch-norm-inference")
 def _bn_inference(instr, args, outs):
-    x, scale, offset, mean, var = (np.asarray(v, np.float64) for v in args)
-    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
-    y = (x - _bcast(mean, x, fi)) / np.sqrt(_bcast(var, x, fi) + eps) * \
-        _bcast(scale, x, fi) + _bcast(offset, x, fi)
-    _store(outs[0], y)
+    _store(outs[0], batch_norm_inference(*args, *_bn_attrs(instr)))
 
 
 @library("batch-norm-grad")
 def _bn_grad(instr, args, outs):
-    x, scale, mean, var, dy = (np.asarray(v, np.float64) for v in args)
-    eps, fi = float(instr.attrs["epsilon"]), int(instr.attrs["feature_index"])
-    axes = _bn_axes(x, fi)
-    n = x.size / x.shape[fi]
-    inv = 1.0 / np.sqrt(var + eps)
-    xc = x - _bcast(mean, x, fi)
-    dscale = (dy * xc).sum(axis=axes) * inv
-    doffset = dy.sum(axis=axes)
-    dx = _bcast(scale * inv, x, fi) * (dy - _bcast(doffset / n, x, fi)
-                                       - xc * _bcast(dscale * inv / n, x, fi))
-    for o, v in zip(outs, (dx, dscale, doffset)):
+    for o, v in zip(outs, batch_norm_grad(*args, *_bn_attrs(instr))):
         _store(o, v)
 
 
@@ -480,7 +418,6 @@ def _custom_call(instr, args, outs):  # the table's entry; CustomCallThunk does 
 def custom_call_target(instr, original=None):
     """The registered function of a custom-call, or UnsupportedError (at compile time,
     before anything runs) naming the target and the instruction."""
-    from ...interpreter.custom_calls import CUSTOM_CALLS
     target = instr.attrs.get("custom_call_target")
     fn = CUSTOM_CALLS.get(target)
     if fn is None:
@@ -489,7 +426,7 @@ def custom_call_target(instr, original=None):
         raise UnsupportedError(
             f"instruction `{orig.name}` (custom-call) in computation {comp}: custom-call "
             f"target {target!r} is not registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
-            f"register one with xladist.interpreter.custom_calls.register_custom_call")
+            f"register one with xladist.semantics.custom_calls.register_custom_call")
     return target, fn
 
 
@@ -506,7 +443,7 @@ class CustomCallThunk(LibraryThunk):
         self.orig = original
 
     def describe(self) -> str:
-        return f"target {self.target!r} (xladist.interpreter.custom_calls)"
+        return f"target {self.target!r} (xladist.semantics.custom_calls)"
 
     def run(self, frame) -> None:
         from ..thunks import _value

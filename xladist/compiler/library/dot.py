@@ -13,8 +13,8 @@ codegen (RaggedDotRewriter, ScaledDotRewriter).
                to the dimension; a later group overwrites an overlap (negative sizes).
   scaled-dot   lhs, rhs, lhs_scale, rhs_scale: each side times its scale, the scale repeated
                over contiguous blocks of every dimension it is smaller in, rounded once to
-               the dequantization type (interpreter.dot.dequantize_type), then DotGeneral
-               into the result type.
+               the dequantization type (semantics/dequantize.py, as the interpreter), then
+               DotGeneral into the result type.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import UnsupportedError
-from ...interpreter.dot import dequantize_type
+from ...semantics.dequantize import dequantize
 from .core import dot_into, library
 
 
@@ -83,22 +83,8 @@ def _ragged_dot(instr, args, outs):
                      rhs[_at(rhs.ndim, g, i)], lb, lc, drop(rb), drop(rc))
 
 
-def _dequantize(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """x * scale with the scale broadcast over blocks without materializing it: x viewed as
-    [s0, b0, s1, b1, ...] times the scale viewed as [s0, 1, s1, 1, ...]."""
-    t = dequantize_type(x.dtype, scale.dtype)
-    if x.size == 0:
-        return x.astype(t)
-    wide = np.float64 if t == np.float64 else np.float32  # products of t values are exact
-    blocks = [n for k, b in zip(scale.shape, x.shape) for n in (k, b // k)]
-    ones = [n for k in scale.shape for n in (k, 1)]
-    xb = x.astype(t).astype(wide).reshape(blocks)
-    sb = scale.astype(t).astype(wide).reshape(ones)
-    return (xb * sb).reshape(x.shape).astype(t)
-
-
 @library("scaled-dot")
 def _scaled_dot(instr, args, outs):
     lhs, rhs, lhs_scale, rhs_scale = (np.asarray(a) for a in args)
-    dot_into(outs[0], _dequantize(lhs, lhs_scale), _dequantize(rhs, rhs_scale),
+    dot_into(outs[0], dequantize(lhs, lhs_scale), dequantize(rhs, rhs_scale),
              *_dot_dims(instr))

@@ -84,7 +84,7 @@ def _conform(item, shape: Shape, path):
         if buf.nbytes != shape.nbytes:
             raise _mismatch(path, f"a raw buffer must hold the {shape.nbytes} bytes of "
                                   f"{shape_text(shape)}, it holds {buf.nbytes}")
-        from xladist.interpreter.layout import from_bytes
+        from xladist.semantics.layout import from_bytes
         return from_bytes(buf, shape)
     if not isinstance(item, (np.ndarray, np.generic)):
         raise _mismatch(path, f"a numpy array is expected, not {type(item).__name__}; "

@@ -466,7 +466,7 @@ def running_single(feeds: Feeds | None, module, *, replica: int = 0, partition: 
     if feeds is None:
         yield None
         return
-    from xladist.interpreter.single_device import SingleDeviceContext
+    from xladist.semantics.single_device import SingleDeviceContext
     placement = placements_of(module, 1)[0]
     check_paths(feeds, [placement])
     feeds.start(placement, module)

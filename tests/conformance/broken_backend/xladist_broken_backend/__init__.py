@@ -35,7 +35,8 @@ class _Broken(Executable):
 
     def __init__(self, module, *, device=None, infeed=(), schedule=None):
         super().__init__(module)
-        from xladist.interpreter import SingleDeviceContext, check_supported
+        from xladist.interpreter import check_supported
+        from xladist.semantics.single_device import SingleDeviceContext
         check_supported(module)
         self.refuse(module)
         inner = device if device is not None else SingleDeviceContext(infeed)

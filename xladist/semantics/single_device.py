@@ -25,20 +25,11 @@ from collections import defaultdict, deque
 import numpy as np
 
 from ..errors import ExecutionError
+from ..hlo.ir import describe
 from ..hlo.collective_groups import PAIRS_ATTR, parse_pairs
 from ..hlo.shape import Shape
-from .context import DeviceContext
-from ..semantics.values import TOKEN
-
-
-def _describe(instr):
-    from .evaluator import describe
-    return describe(instr)
-
-
-def _zeros(shape: Shape):
-    from .control import zeros_value
-    return zeros_value(shape)
+from .device import DeviceContext
+from .values import TOKEN, zeros_value
 
 
 def _result_of(instr, args):
@@ -61,7 +52,7 @@ def _check_identity(instr, args):
         raise ExecutionError(
             f"{instr.opcode} over a group of one device must return its operands unchanged, but "
             f"the result is {result}: this module needs more devices (run it with "
-            f"`xladist run -n N`)", instruction=_describe(instr))
+            f"`xladist run -n N`)", instruction=describe(instr))
 
 
 def _identity(ctx, instr, args, reducer):
@@ -74,10 +65,10 @@ def _permute(ctx, instr, args, reducer):
     pairs = instr.attrs.get("source_target_pairs", ())
     if len(args) == 4 and instr.attrs.get("slice_sizes"):
         raise ExecutionError("the in-place collective-permute with slice_sizes is not supported "
-                             "by the single-device runtime", instruction=_describe(instr))
+                             "by the single-device runtime", instruction=describe(instr))
     if (me, me) in {tuple(p) for p in pairs}:
         return _identity(ctx, instr, args, reducer)
-    return _zeros(_result_shape(instr))  # no source sends to us: zeros (C.14)
+    return zeros_value(_result_shape(instr))  # no source sends to us: zeros (C.14)
 
 
 def _broadcast(ctx, instr, args, reducer):
@@ -85,7 +76,7 @@ def _broadcast(ctx, instr, args, reducer):
     groups = getattr(instr.attrs.get("replica_groups"), "groups", ())
     if not groups or any(me in g for g in groups):
         return _identity(ctx, instr, args, reducer)
-    return _zeros(_result_shape(instr))
+    return zeros_value(_result_shape(instr))
 
 
 def _ragged_all_to_all(ctx, instr, args, reducer):
@@ -104,7 +95,7 @@ def _ragged_all_to_all(ctx, instr, args, reducer):
                 f"ragged-all-to-all update {e}: input_offsets={start}, send_sizes={size}, "
                 f"output_offsets={dest}, recv_sizes={int(recv[e])} must be >= 0, agree in "
                 f"size and stay within the input's {data.shape[0]} and the output's "
-                f"{out.shape[0]} rows", instruction=_describe(instr))
+                f"{out.shape[0]} rows", instruction=describe(instr))
         out[dest:dest + size] = data[start:start + size]
     return out
 
@@ -145,7 +136,7 @@ class SingleDeviceContext(DeviceContext):
         fn = COLLECTIVES.get(base)
         if fn is None:
             raise ExecutionError(f"no single-device rule for collective {base}",
-                                 instruction=_describe(instr))
+                                 instruction=describe(instr))
         return fn(self, instr, args, reducer)
 
     # ---- channels --------------------------------------------------------------------
@@ -174,13 +165,13 @@ class SingleDeviceContext(DeviceContext):
                 return self._conform(recv, next(self._host_recv), shape, "host recv")
             except StopIteration:
                 raise ExecutionError("host-transfer recv has no data left (pass host_recv= "
-                                     "to SingleDeviceContext)", instruction=_describe(instr))
+                                     "to SingleDeviceContext)", instruction=describe(instr))
         if not self._self_channel(recv):
-            return _zeros(shape)  # no peer sends to this device: zeros (D.21a)
+            return zeros_value(shape)  # no peer sends to this device: zeros (D.21a)
         queue = self._channels[recv.attrs.get("channel_id", 0)]
         if not queue:
             raise ExecutionError("recv-done has no matching send on this device: the "
-                                 "program would deadlock", instruction=_describe(instr))
+                                 "program would deadlock", instruction=describe(instr))
         return queue.popleft()
 
     # ---- feeds -----------------------------------------------------------------------
@@ -195,7 +186,7 @@ class SingleDeviceContext(DeviceContext):
         except StopIteration:
             raise ExecutionError(f"the infeed queue is empty: this infeed wants item "
                                  f"#{self._infeed_taken} ({shape}); pass more items",
-                                 instruction=_describe(instr)) from None
+                                 instruction=describe(instr)) from None
         self._infeed_taken += 1
         return self._conform(instr, item, shape, f"infeed item #{self._infeed_taken - 1}")
 
@@ -209,7 +200,7 @@ class SingleDeviceContext(DeviceContext):
         if shape.is_tuple:
             if not isinstance(item, (tuple, list)) or len(item) != len(shape.tuple_shapes):
                 raise ExecutionError(f"{what} must be a tuple of {len(shape.tuple_shapes)} "
-                                     f"arrays for {shape}", instruction=_describe(instr))
+                                     f"arrays for {shape}", instruction=describe(instr))
             return tuple(self._conform(instr, v, s, f"{what}[{i}]")
                          for i, (v, s) in enumerate(zip(item, shape.tuple_shapes)))
         if shape.is_token:
@@ -219,5 +210,5 @@ class SingleDeviceContext(DeviceContext):
             a = a.view(shape.dtype)
         if a.dtype != shape.dtype or a.shape != tuple(shape.dims):
             raise ExecutionError(f"{what} is {a.dtype}{list(a.shape)}, expected {shape}",
-                                 instruction=_describe(instr))
+                                 instruction=describe(instr))
         return a

@@ -2,8 +2,9 @@
 in the style of BLIS/GotoBLAS: packed panels of A and B, cache blocking MC/KC/NC and a
 register-blocked micro-kernel.
 
-Measured, and not the dot path: OpenBLAS (cblas through blas_blocks.py and
-native/blas.py) stays the dot path. benchmarks/gemm_kernels.py, one pinned core, f32,
+Measured, and not the dot path, so it lives with the benchmarks and not in the product:
+OpenBLAS (cblas through compiler/blas_blocks.py and compiler/native/blas.py) stays the dot
+path. benchmarks/gemm_kernels.py (which imports this file), one pinned core, f32,
 interleaved medians of 15, two runs (time of OpenBLAS / time of this kernel; > 1 is
 this kernel faster), AMD EPYC znver4 with AVX2 + FMA visible (no AVX-512), numpy's
 OpenBLAS 0.3.31 with its Haswell kernel, 6x16 tile, MC 96 KC 512:
@@ -54,12 +55,12 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import jit
-from .target import host_target, vector_width
+from xladist.compiler import jit
+from xladist.compiler.target import host_target, vector_width
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ class Params:
     nv: int = 2
     kc: int = 512
     mc: int = 96
+    # Rounded down to a multiple of NR for the vector width (fitted): 4080 columns on
+    # AVX2 (NR 16), 4064 with AVX-512 (NR 32).
     nc: int = 4080
     unroll: int = 4
     prefetch_a: int = 0
@@ -597,14 +600,22 @@ exit:
 }}"""
 
 
+def fitted(params: Params, vw: int) -> Params:
+    """params with NC rounded down to a whole number of NR = NV * VW column panels: the
+    same NC does not divide into the panels of every vector width (4080 is 255 AVX2
+    panels of 16 f32 columns, 127.5 AVX-512 panels of 32)."""
+    nr = params.nv * vw
+    return replace(params, nc=max(params.nc // nr, 1) * nr)
+
+
 def ir_text(dtype=np.float32, params: Params = DEFAULT, vw: int | None = None) -> str:
-    """The module for `dtype` and vectors of vw elements (default: the host's)."""
+    """The module for `dtype` and vectors of vw elements (default: the host's); NC is
+    fitted to the panels first."""
     t, short, _ = _TYPES[np.dtype(dtype)]
     vw = vw or vector_lanes(dtype)
     if params.mc % params.mr:
         raise ValueError("MC must be a multiple of MR")
-    if params.nc % (params.nv * vw):
-        raise ValueError("NC must be a multiple of NR")
+    params = fitted(params, vw)
     v = f"<{vw} x {t}>"
     return "\n".join([
         _micro(params, t, vw), _pack_a(params, t, vw), _pack_b(params, t, vw),
@@ -643,6 +654,7 @@ def _aligned(n: int, dtype) -> np.ndarray:
 def _packing_buffers(dtype, params: Params, vw: int):
     """This thread's (abuf, bbuf, their addresses), made once: a fresh 4 MiB buffer per
     call would page-fault on every call (and .ctypes.data costs ~1 us a look)."""
+    params = fitted(params, vw)
     nr = params.nv * vw
     key = (np.dtype(dtype), params)
     bufs = getattr(_buffers, "d", None)
@@ -694,5 +706,5 @@ def available() -> bool:
     return vector_bytes() is not None
 
 
-__all__ = ["Params", "DEFAULT", "available", "ir_text", "kernel", "matmul",
+__all__ = ["Params", "DEFAULT", "available", "fitted", "ir_text", "kernel", "matmul",
            "vector_bytes", "vector_lanes"]

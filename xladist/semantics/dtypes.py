@@ -1,4 +1,5 @@
-"""Element-type helpers shared by the interpreter's rule families.
+"""Element-type helpers: the interpreter's rule families and the semantics modules read
+element types through them.
 
 numpy's dtype.kind cannot tell ml_dtypes apart (bfloat16, float8_* and int4 are all
 kind 'V'), so rules ask `kind_of(dtype)` for the HLO kind: pred, sint, uint, float,
@@ -85,23 +86,3 @@ def int_limits(dtype) -> tuple[int, int]:
     import ml_dtypes  # its iinfo knows int4/int2 too
     info = ml_dtypes.iinfo(np.dtype(dtype))
     return int(info.min), int(info.max)
-
-
-def total_order_key(x: np.ndarray) -> np.ndarray:
-    """Signed integers ordered like XLA's TOTALORDER on floats:
-    -NaN < -inf < ... < -0 < +0 < ... < inf < NaN (by bit pattern; the f8 "fnuz" NaN
-    0x80 is -NaN, f8e8m0fnu has no sign bit)."""
-    x = np.asarray(x)
-    name = x.dtype.name
-    if name == "float8_e8m0fnu":
-        # No sign bit: every value is positive and 0xFF (NaN) the largest, as XLA:CPU
-        # orders them (it compares the f32 values: 2^-127 ... 2^127, +NaN).
-        return as_unsigned(x).astype(np.int16)
-    s = as_signed(x)
-    flip = np.array(np.iinfo(s.dtype).max, s.dtype)
-    key = np.where(s < 0, s ^ flip, s)
-    if name.endswith("fnuz"):
-        # The only NaN, 0x80, is a negative NaN (ml_dtypes and XLA:CPU widen it to
-        # -NaN): below -max, not between the negatives and +0 as its pattern would put it.
-        key = np.where(s == np.iinfo(s.dtype).min, np.int16(-32768), key.astype(np.int16))
-    return key

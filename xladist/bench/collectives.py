@@ -6,9 +6,9 @@ on preallocated buffers, in the same run, and prints time, algorithm bandwidth, 
 (nccl-tests' definitions), the number of wrong elements in xladist's result, and the ratio
 xladist/raw.
 
-Run ``python -m xladist.collectives.bench [-n N] [--sizes 8,1K,64M] [--iters K]``.  Outside mpiexec it
-re-launches itself as ``mpiexec -n N python -m xladist.collectives.bench ...`` with an environment
-tuned for this machine:
+Run ``xladist bench collectives [-n N] [--sizes 8,1K,64M] [--iters K]`` (or ``python -m
+xladist.bench.collectives ...``). Outside mpiexec it starts its ranks under mpiexec with an
+environment tuned for this machine (harness.RANK_ENV):
 
 * ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` = 1 GiB: glibc otherwise mmaps and
   unmaps every large buffer -- MPICH's 32 MiB scratch of each large all-reduce/reduce-scatter
@@ -24,49 +24,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-__all__ = ["DEFAULT_SIZES", "main", "parse_size"]
+from .harness import MAX_SIZE, bench_main, fmt_size, parse_size, under_mpi
+
+__all__ = ["DEFAULT_SIZES", "main"]
 
 DEFAULT_SIZES = ("8,32,128,512,2K,8K,32K,128K,512K,1M,4M,16M,64M")
 OPS = ("all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-permute")
-_CHILD_FLAG = "XLADIST_BENCH_CHILD"
-_RANK_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", _CHILD_FLAG)
-RANK_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": "1073741824",
-    "MALLOC_TRIM_THRESHOLD_": "1073741824",
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "MPIR_CVAR_ASYNC_PROGRESS": "0",
-}
-
-
-def parse_size(text: str) -> int:
-    """'8', '32K', '1M', '64MiB' -> bytes (binary units)."""
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    mult = 1
-    if t and t[-1] in "KMG":
-        mult = 1024 ** ("KMG".index(t[-1]) + 1)
-        t = t[:-1]
-    try:
-        value = int(t) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 8, 32K, 1M)")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
-
-
-def _fmt_size(b: int) -> str:
-    for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if b >= m and b % m == 0:
-            return f"{b // m}{unit}"
-    return str(b)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,34 +61,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="launcher used when not under MPI (default: the mpich wheel's "
                         "mpiexec, else the one on PATH; xladist/collectives/mpiexec.py)")
     return p
-
-
-def _under_mpi() -> bool:
-    return any(v in os.environ for v in _RANK_VARS)
-
-
-def rank_env() -> dict[str, str]:
-    """What the benchmark's ranks add to the environment (see the module docstring)."""
-    return {**RANK_ENV, _CHILD_FLAG: "1"}
-
-
-def _relaunch(args, argv, module: str = "xladist.collectives.bench") -> int:
-    """`python -m xladist.collectives.bench` outside MPI: the same command under mpiexec.
-    (`xladist bench collectives` launches through xladist/runtime/launcher.py instead.)"""
-    from xladist.errors import XlaDistError
-
-    from .mpiexec import find_mpiexec
-    env = dict(os.environ)
-    env.update(rank_env())
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    try:
-        mpiexec = find_mpiexec(args.mpiexec)
-    except XlaDistError as e:
-        print(f"xladist bench: error: {e}", file=sys.stderr)
-        return 2
-    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", module, *argv]
-    return subprocess.call(cmd, env=env)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -355,7 +295,7 @@ def _run(args) -> int:
             alg_r = case.nbytes / best_raw / 1e9
             ratio = best_xla / best_raw
             aa = best["raw2"] / best_raw if other is not None else None
-            say(f"  {_fmt_size(case.nbytes):>8} {case.count:>10} {case.dtype_name:>6} | "
+            say(f"  {fmt_size(case.nbytes):>8} {case.count:>10} {case.dtype_name:>6} | "
                 f"{best_xla * 1e6:>10.2f} {alg_x:>7.3f} {alg_x * case.busbw:>7.3f} {wrong:>6} | "
                 f"{best_raw * 1e6:>10.2f} {alg_r:>7.3f} {alg_r * case.busbw:>7.3f} | "
                 f"{ratio:>6.3f}" + (f" {aa:>8.3f}" if aa is not None else ""))
@@ -374,12 +314,12 @@ def _verdict(summary, say, reducer: str = "sum") -> None:
     misses = []
     for op, nbytes, tx, tr, wrong, _aa in summary:
         if wrong:
-            misses.append(f"{op} {_fmt_size(nbytes)}: {wrong} wrong elements")
+            misses.append(f"{op} {fmt_size(nbytes)}: {wrong} wrong elements")
         reduces = op in ("all-reduce", "reduce-scatter") and reducer != "sum"
         if nbytes >= (1 << 16 if reduces else 1 << 20) and tx > 1.10 * tr:
-            misses.append(f"{op} {_fmt_size(nbytes)}: {tx / tr:.2f}x raw (target <= 1.10x)")
+            misses.append(f"{op} {fmt_size(nbytes)}: {tx / tr:.2f}x raw (target <= 1.10x)")
         if nbytes <= 8 and tx - tr > 20e-6:
-            misses.append(f"{op} {_fmt_size(nbytes)}: +{(tx - tr) * 1e6:.1f} us over raw "
+            misses.append(f"{op} {fmt_size(nbytes)}: +{(tx - tr) * 1e6:.1f} us over raw "
                           "(target <= +20 us)")
     if misses:
         say("# targets missed: " + "; ".join(misses))
@@ -392,10 +332,6 @@ def _verdict(summary, say, reducer: str = "sum") -> None:
         say(f"# raw against itself on other buffers (raw2/raw, from 64 KiB): "
             f"{min(spread):.2f}-{max(spread):.2f}x; a ratio inside that spread is within "
             "what raw MPI itself moves here")
-
-
-# The largest message a run may ask for: the ranks hold several buffers of it each.
-MAX_SIZE = 1 << 30
 
 
 def _check(args) -> str | None:
@@ -413,16 +349,16 @@ def _check(args) -> str | None:
         except argparse.ArgumentTypeError as e:
             return f"--sizes: {e}"
         if size > MAX_SIZE:
-            return f"--sizes: {s} is over the limit of {_fmt_size(MAX_SIZE)}"
+            return f"--sizes: {s} is over the limit of {fmt_size(MAX_SIZE)}"
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = [o for o in ops if o not in OPS]
     if unknown or not ops:
         return f"--ops {args.ops!r}: unknown {', '.join(unknown) or 'empty list'}; choose from " \
                f"{', '.join(OPS)}"
-    if args.mpiexec and not _under_mpi():
+    if args.mpiexec and not under_mpi():
         from xladist.errors import XlaDistError
 
-        from .mpiexec import find_mpiexec
+        from xladist.collectives.mpiexec import find_mpiexec
         try:
             find_mpiexec(args.mpiexec)
         except XlaDistError as e:
@@ -430,27 +366,10 @@ def _check(args) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None, relaunch=None) -> int:
-    """Run the benchmark; outside MPI `relaunch(args, argv, module=...)` (default: under
+def main(argv: list[str] | None = None, launch=None) -> int:
+    """Run the benchmark; outside MPI `launch(args, argv, module=...)` (default: under
     mpiexec here) starts the ranks and returns the job's exit code."""
-    return bench_main(argv, relaunch, _parser, _check, _run, "xladist.collectives.bench")
-
-
-def bench_main(argv, relaunch, parser, check, run, module: str) -> int:
-    """Every benchmark's entry: parse, check the options before any rank starts, then
-    either start the ranks (`python -m module` under mpiexec) or, in a rank, run."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser().parse_args(argv)
-    problem = check(args)
-    if problem:
-        print(f"xladist bench: error: {problem}", file=sys.stderr)
-        return 2
-    if not _under_mpi():
-        return (relaunch or _relaunch)(args, argv, module=module)
-    from . import deadline
-
-    with deadline.abort_on_exception(traceback=True):
-        return run(args)
+    return bench_main(argv, launch, _parser, _check, _run, "xladist.bench.collectives")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ and the per-iteration time is (T(K) - T(1)) / (K - 1): everything paid once per 
 mpi4py does the same op in a Python loop of K ``Allreduce`` calls on preallocated buffers.
 Both are timed in the same run, alternating, best of ``--repeats``.
 
-Lives in xladist/runtime/ (not xladist/collectives/bench.py) because it drives the runtime; the launch,
-the rank environment and the size syntax are xladist/collectives/bench.py's.
+The launch, the rank environment and the size syntax are harness.py's, as for the
+collectives table (collectives.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import sys
 import time
 
 import numpy as np
+
+from .harness import MAX_SIZE, bench_main, parse_size
 
 __all__ = ["loop_module", "main"]
 
@@ -87,7 +89,6 @@ def _iters_for(nbytes: int, requested: int) -> int:
 
 
 def _check(args) -> str | None:
-    from xladist.collectives.bench import MAX_SIZE, parse_size
     if args.ranks < 1:
         return f"-n must be at least 1, got {args.ranks}"
     if args.iters < 0 or args.iters == 1 or args.repeats < 1:
@@ -111,10 +112,8 @@ def _check(args) -> str | None:
 def _run(args) -> int:
     from mpi4py import MPI
 
-    from xladist.collectives.bench import parse_size
     from xladist.hlo.parser import parse_module
-
-    from .api import run
+    from xladist.runtime.api import run
 
     comm = MPI.COMM_WORLD.Dup()
     n, rank = comm.Get_size(), comm.Get_rank()
@@ -190,9 +189,8 @@ def _run(args) -> int:
     return 1 if wrong_total else 0
 
 
-def main(argv: list[str] | None = None, relaunch=None) -> int:
-    from xladist.collectives.bench import bench_main
-    return bench_main(argv, relaunch, _parser, _check, _run, "xladist.runtime.bench_loop")
+def main(argv: list[str] | None = None, launch=None) -> int:
+    return bench_main(argv, launch, _parser, _check, _run, "xladist.bench.in_loop")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Each function computes the real and imaginary parts of one complex op from real
 operations on an `ops` object: `NumpyOps` here (the interpreter, on arrays) and the
 compiler's `LlvmOps` (codegen/scalar_ops.py, on registers) implement the same small
 interface, so both backends follow the same formula step by step and agree on every
-special value (infinities, NaN, signed zeros) and on which parts overflow.
+special value (infinities, NaN, signed zeros) and on which parts overflow. Codegen emits
+these formulas, so the kernel cache's key hashes this file (compiler/jit.py
+hashed_sources).
 
 The formulas are the ones XLA:CPU runs (jax 0.10.2), as measured by
 tools/gen_complex_special.py and recorded in tests/data/complex_special_xla.npz:

@@ -1,4 +1,4 @@
-"""`xladist bench collectives --in-loop` (xladist/runtime/bench_loop.py): the loop runs through the
+"""`xladist bench collectives --in-loop` (xladist/bench/in_loop.py): the loop runs through the
 real runtime under mpiexec and its results are checked against numpy (#wrong column)."""
 
 import os
@@ -15,7 +15,7 @@ UNDER_MPI = any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_SIZE"))
 
 def test_loop_module_runs_k_all_reduces_in_the_interpreter():
     import xladist
-    from xladist.runtime.bench_loop import loop_module
+    from xladist.bench.in_loop import loop_module
 
     module = xladist.parse_hlo(loop_module(3, "max"))
     exe = xladist.compile(module, backend="interpreter")
@@ -40,7 +40,7 @@ def test_in_loop_bench_under_mpiexec():
 
 
 def test_in_loop_bench_refuses_bad_options():
-    from xladist.runtime.bench_loop import main
+    from xladist.bench.in_loop import main
 
     assert main(["--in-loop", "--reducer", "min"]) == 2
     assert main(["--in-loop", "--iters", "1"]) == 2

@@ -2,9 +2,9 @@
 
 On CPU, jax lowers triangular_solve, cholesky, lu, qr, eigh and svd to typed-FFI
 custom-calls into the LAPACK that jaxlib loads from scipy (jaxlib/cpu/lapack_kernels.cc);
-calling the same routines through scipy.linalg.lapack gives the same numbers. Registered
-for <t> in s, d, c, z (f32, f64, c64, c128), so both backends run them (the cpu backend's
-CustomCallThunk calls this registry too):
+calling the same routines through scipy.linalg.lapack gives the same numbers. `TARGETS`
+has them for <t> in s, d, c, z (f32, f64, c64, c128); custom_calls.py registers them, and
+both backends run them from that registry:
 
 | target | operands -> results | backend_config |
 |---|---|---|
@@ -34,7 +34,6 @@ import re
 import numpy as np
 
 from ..errors import UnsupportedError
-from .custom_calls import register_custom_call
 
 _TYPES = "sdcz"  # f32, f64, c64, c128
 
@@ -193,15 +192,16 @@ def _geev(p):
     return run
 
 
-for _p in _TYPES:
-    _complex = _p in "cz"
-    register_custom_call(f"lapack_{_p}trsm_ffi", _trsm(_p))
-    register_custom_call(f"lapack_{_p}potrf_ffi", _potrf(_p))
-    register_custom_call(f"lapack_{_p}getrf_ffi", _getrf(_p))
-    register_custom_call(f"lapack_{_p}geqrf_ffi", _geqrf(_p))
-    _qr = "ungqr" if _complex else "orgqr"
-    register_custom_call(f"lapack_{_p}{_qr}_ffi", _orgqr(_p, _qr))
-    _ev = "heevd" if _complex else "syevd"
-    register_custom_call(f"lapack_{_p}{_ev}_ffi", _syevd(_p, _ev))
-    register_custom_call(f"lapack_{_p}gesdd_ffi", _gesdd(_p))
-    register_custom_call(f"lapack_{_p}geev_ffi", _geev(_p))
+def _targets() -> dict:
+    out = {}
+    for p in _TYPES:
+        qr = "ungqr" if p in "cz" else "orgqr"
+        ev = "heevd" if p in "cz" else "syevd"
+        out.update({f"lapack_{p}trsm_ffi": _trsm(p), f"lapack_{p}potrf_ffi": _potrf(p),
+                    f"lapack_{p}getrf_ffi": _getrf(p), f"lapack_{p}geqrf_ffi": _geqrf(p),
+                    f"lapack_{p}{qr}_ffi": _orgqr(p, qr), f"lapack_{p}{ev}_ffi": _syevd(p, ev),
+                    f"lapack_{p}gesdd_ffi": _gesdd(p), f"lapack_{p}geev_ffi": _geev(p)})
+    return out
+
+
+TARGETS = _targets()

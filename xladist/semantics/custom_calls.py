@@ -1,4 +1,6 @@
-"""Custom-call targets the interpreter knows: `register_custom_call(target, fn)`.
+"""The custom-call registry both backends run targets from: `register_custom_call(target,
+fn)` (the interpreter's control.py rule and the cpu backend's CustomCallThunk read
+CUSTOM_CALLS; `xladist.interpreter.register_custom_call` is the same function).
 
 `fn(instr, args) -> value` receives the custom-call instruction (its attributes,
 backend_config and result shape) and the operand values, and returns a value of exactly
@@ -13,7 +15,7 @@ Registered here:
 - `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` when shapes are unchanged:
   annotations, the identity on one device;
 - jax's CPU LAPACK targets `lapack_<s|d|c|z><routine>_ffi` (trsm, potrf, getrf, geqrf,
-  orgqr/ungqr, syevd/heevd, gesdd): see lapack.py.
+  orgqr/ungqr, syevd/heevd, gesdd, geev): see lapack.py.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from collections.abc import Callable
 
 
 from ..errors import UnsupportedError
-from .sort import top_k_total_order
+from . import lapack
+from .order import top_k_total_order
 
 CUSTOM_CALLS: dict[str, Callable] = {}
 
 
 def register_custom_call(target: str, fn: Callable, *, replace: bool = False) -> Callable:
-    """Make custom-call `target` executable by the interpreter."""
+    """Make custom-call `target` executable by both backends."""
     if target in CUSTOM_CALLS and not replace:
         raise RuntimeError(f"custom-call target {target!r} registered twice "
                            f"(pass replace=True to override)")
@@ -57,3 +60,5 @@ def _annotation(instr, args):
 register_custom_call("TopK", _topk_call)
 for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):
     register_custom_call(_target, _annotation)
+for _target, _fn in lapack.TARGETS.items():
+    register_custom_call(_target, _fn)

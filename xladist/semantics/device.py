@@ -1,9 +1,13 @@
-"""The interpreter's window onto other devices and the host.
+"""The backends' window onto other devices and the host: the `DeviceContext` interface.
 
 Ops that need another device or the host (collectives, send/recv, infeed/outfeed,
-replica-id, partition-id) call a DeviceContext. `SingleDeviceContext` implements
-them for one device (collectives over a group of one, ids 0); the MPI runtime
-(runtime/) provides the real one. Values are interpreter values (registry.py).
+replica-id, partition-id) call a DeviceContext, in both backends (the interpreter's
+device_ops.py, the cpu backend's compiler/devices.py). `SingleDeviceContext`
+(single_device.py) implements it for one device (collectives over a group of one, ids 0);
+the MPI runtime provides the real one (xladist/runtime/mpi_context.py). It sits in the
+semantics layer, below both backends and the runtime, because its contract is stated in
+values (values.py) and both sides of it -- the backends calling, the runtime
+implementing -- must agree on them.
 """
 
 from __future__ import annotations
@@ -14,17 +18,19 @@ from typing import Any
 class DeviceContext:
     """Interface; every method receives the instruction for error messages and attributes.
 
-    Contract the interpreter relies on (device_ops.py calls these):
+    Contract both backends rely on (interpreter/device_ops.py and compiler/devices.py call
+    these):
     - `collective(instr, args, reducer)` returns the value of the collective's result:
       instr.shape for the sync ops (a tuple for variadic/tuple forms); for a `*-start`
       instr (the default collective_start calls collective with it) the result part of the
       start's shape (tuple element 1 for all-gather-start / collective-permute-start). The
       base opcode is `instr.opcode.removesuffix("-start")`. A generic async-start wrapping a
       collective runs the wrapped computation, so the sync op reaches `collective`.
-    - `reducer` is a device_ops.Reducer: `reducer(a, b)` applies to_apply element-wise and
-      `reducer.computation` is the HLO computation (for mapping onto MPI builtin ops).
-    - `collective_start` / `send` / `recv` return opaque handles; the interpreter keeps them
-      in device_ops.Pending slots and passes them back to collective_done / send_done /
+    - `reducer` is an interpreter/device_ops.Reducer: `reducer(a, b)` applies to_apply
+      element-wise and `reducer.computation` is the HLO computation (for mapping onto MPI
+      builtin ops).
+    - `collective_start` / `send` / `recv` return opaque handles; the backend keeps them
+      (the interpreter in device_ops.Pending slots) and passes them back to collective_done / send_done /
       recv_done with the *done* instruction.
     - `recv_done` returns the data (recv's shape element 0); `infeed` returns the data part
       (infeed's shape element 0).

@@ -1,15 +1,20 @@
-"""The LLVM GEMM kernel (compiler/gemm_kernel.py) against numpy in float64 and against
-exact integer products: odd sizes around the micro-tile and the cache blocks, strided
-and transposed operands, f32 and f64, and the empty edges."""
+"""The LLVM GEMM kernel (benchmarks/gemm_kernel.py, the kernel benchmarks/gemm_kernels.py
+measures) against numpy in float64 and against exact integer products: odd sizes around
+the micro-tile and the cache blocks, strided and transposed operands, f32 and f64, and the
+empty edges."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from xladist.compiler import gemm_kernel as gk
+from tests.paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gemm_kernel as gk  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not gk.available(), reason="no FMA vectors on this host")
 
@@ -128,3 +133,15 @@ def test_micro_kernel_is_fma_at_the_host_width():
     text = gk.ir_text(np.float32)
     assert f"@llvm.fma.v{vw}f32" in text and " fast " not in text  # no reassociation flags
     assert f"@llvm.fma.v{vw // 2}f64" in gk.ir_text(np.float64)
+
+
+@pytest.mark.parametrize("dtype,lanes", [(np.float32, 8), (np.float32, 16),
+                                         (np.float64, 4), (np.float64, 8)])
+def test_the_default_blocks_build_at_every_vector_width(dtype, lanes):
+    """NC is fitted to NR = 2 vectors: 4080 was a multiple of AVX2's 16 f32 columns but not
+    of AVX-512's 32, and every f32 kernel on an AVX-512 host failed with "NC must be a
+    multiple of NR"."""
+    text = gk.ir_text(dtype, gk.DEFAULT, vw=lanes)
+    nc = gk.fitted(gk.DEFAULT, lanes).nc
+    assert nc % (gk.DEFAULT.nv * lanes) == 0 and 4096 - 64 <= nc <= gk.DEFAULT.nc
+    assert f"add i64 %jc, {nc}" in text

@@ -1,6 +1,6 @@
 """Buffers honour layouts: the physical byte order of a value, and back.
 
-Representation chosen: an interpreter value is a numpy array of *logical* values
+Representation chosen: a value (values.py) is a numpy array of *logical* values
 (index [i, j, ...] is element (i, j, ...) of the HLO shape), with whatever strides numpy
 chose. The layout never changes a logical value; it only decides the order in which
 elements sit in memory. So the layout appears exactly where bytes are exchanged or
@@ -12,7 +12,7 @@ reinterpreted:
   C order.
 - `from_physical(flat, shape)`: the logical array for a buffer in memory order.
 - `to_bytes` / `from_bytes`: the same as little-endian bytes (wire formats of the MPI
-  runtime, bitcast).
+  runtime and of raw feed items, bitcast).
 - `bitcast(array, src, dst)`: XLA's bitcast: the same bytes read with another shape,
   layout or (same total width) element type.
 

@@ -1,0 +1,1 @@
+"""Tests of xladist/bench/: the `xladist bench` harnesses."""
