@@ -86,7 +86,7 @@ def test_flush_to_zero_fails_with_the_element_and_a_command_that_reproduces_it(t
     command = _reproduce_lines(out)[0]
     args = shlex.split(command)[2:]
     again = conformance(*args, plugins=[BROKEN])
-    assert again.returncode == 1 and "1 cases: 0 passed, 1 failed" in again.stdout, \
+    assert again.returncode == 1 and "1 case: 0 passed, 1 failed" in again.stdout, \
         again.stdout + again.stderr
 
 

@@ -77,12 +77,14 @@ def matrix(results) -> list[str]:
 
 
 def _summary(counts: Counter) -> str:
-    words = {PASS: "passed", FAIL: "failed", ERROR: "errors", UNSUPPORTED: "not supported",
-             GAP: "known gaps", GAP_CLOSED: "known gaps now passing"}
+    words = {PASS: ("passed", "passed"), FAIL: ("failed", "failed"), ERROR: ("error", "errors"),
+             UNSUPPORTED: ("not supported", "not supported"),
+             GAP: ("known gap", "known gaps"),
+             GAP_CLOSED: ("known gap now passing", "known gaps now passing")}
     total = sum(counts.values())
-    parts = [f"{counts[s]} {words[s]}" for s in (PASS, FAIL, ERROR, UNSUPPORTED, GAP,
-                                                 GAP_CLOSED) if counts[s] or s == PASS]
-    return f"{total} cases: " + ", ".join(parts)
+    parts = [f"{counts[s]} {words[s][counts[s] != 1]}"
+             for s in (PASS, FAIL, ERROR, UNSUPPORTED, GAP, GAP_CLOSED) if counts[s] or s == PASS]
+    return f"{total} case{'s' if total != 1 else ''}: " + ", ".join(parts)
 
 
 def mode_lines(results) -> list[str]:
