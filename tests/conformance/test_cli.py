@@ -37,6 +37,18 @@ def test_list_names_every_case_without_running():
                          for n in names)
 
 
+def test_device_counts_given_in_one_or_several_options_run_once_each():
+    """-n 2 4 and -n 2 -n 4 -n 2 name the same two device counts, each run once."""
+    lists = [conformance(*counts, "--list", "--select", "*/all-gather/*s8*")
+             for counts in (("-n", "2", "4"), ("-n", "2", "-n", "4", "-n", "2"))]
+    for proc in lists:
+        assert proc.returncode == 0, proc.stderr
+    names = lists[0].stdout.split()
+    assert names == lists[1].stdout.split()
+    assert {name.split("/")[0] for name in names} == {"n2", "n4"}
+    assert len(names) == len(set(names))
+
+
 def test_an_unknown_backend_is_an_error_before_any_job():
     proc = conformance("-n", "2", "--backend", "nope")
     assert proc.returncode == 2

@@ -23,7 +23,7 @@ EPILOG = """\
 examples:
   xladist conformance                       the default suite on 2 and 4 ranks, cpu backend
   xladist conformance -n 2 --backend interpreter
-  xladist conformance -n 2 -n 4 --backend mybackend --junit report.xml
+  xladist conformance -n 2 4 --backend mybackend --junit report.xml
                                             a backend from an installed package, for CI
   xladist conformance -n 8 --full --json all.json
                                             the whole matrix: every type, configuration
@@ -41,9 +41,9 @@ the first differing element, and prints the command that reproduces it alone.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--num-devices", dest="counts", type=int, action="append",
-                        metavar="N", help="device counts (MPI ranks) to run; repeat for "
-                                          "several (default: 2 and 4)")
+    parser.add_argument("-n", "--num-devices", dest="counts", type=int, action="extend",
+                        nargs="+", metavar="N", help="device counts (MPI ranks) to run: "
+                                                     "-n 2 4 or -n 2 -n 4 (default: 2 and 4)")
     parser.add_argument("--backend", default="cpu",
                         help="backend to check: cpu, interpreter, or one an installed "
                              "package registers (docs/BACKENDS.md); default cpu")
@@ -74,7 +74,7 @@ def run(args) -> int:
     from xladist.conformance.suite import DEVICE_COUNTS, Plan, units
     from xladist.files import check_destination, check_source
 
-    counts = args.counts or runner.default_counts()
+    counts = list(dict.fromkeys(args.counts or runner.default_counts()))
     for n in counts:
         if n < 1:
             raise InputError(f"-n {n}: a device count is at least 1")

@@ -187,9 +187,8 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
     return pending
 
 
-def default_counts(hostfile: str | None = None) -> list[int]:
+def default_counts() -> list[int]:
     """Device counts when -n is not given: 2 and 4 (4 ranks on two cores is still quick)."""
-    del hostfile
     return [2, 4]
 
 
