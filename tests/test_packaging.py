@@ -7,6 +7,7 @@ venv and lists what landed in site-packages.
 
 import importlib
 import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -94,17 +95,21 @@ def test_the_wheel_installs_only_xladist_into_site_packages(installed):
 @pytest.mark.slow
 def test_the_installed_package_runs_the_conformance_suite(installed):
     """`xladist conformance` from the installed wheel, outside the checkout: the suite, its
-    XLA:CPU recordings and the ranks all come from the package."""
+    XLA:CPU recordings, XLA's own collective tests and the ranks all come from the package."""
     tmp_path, wheel, vpy, site, added = installed
     names = zipfile.ZipFile(wheel).namelist()
     assert "xladist/conformance/data/xla_cpu.json.gz" in names
+    assert "xladist/conformance/xla_cases/collective_ops.py" in names
     assert "pytest11" in zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))).decode()
     proc = subprocess.run(
         [str(vpy.parent / "xladist"), "conformance", "-n", "2", "--backend", "interpreter",
-         "--select", "*/all-reduce/*_f32_*"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=600, env={"PATH": f"{vpy.parent}:/usr/bin:/bin", "PYTHONPATH": "",
-                          "HOME": str(tmp_path), "XLADIST_PROGRESS": "off"})
+         "--select", "*/all-reduce/*_f32_*", "--select", "xla/*float32*"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=600,
+        env={"PATH": f"{vpy.parent}:/usr/bin:/bin", "PYTHONPATH": "", "HOME": str(tmp_path),
+             "XLADIST_PROGRESS": "off"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "passed (1 MPI job" in proc.stdout
+    assert re.search(r"^n=2 +XLA xla/tests/collective_ops_test\.cc +(\d+) cases: \1 passed$",
+                     proc.stdout, re.M), proc.stdout
     assert "checked against XLA:CPU's recorded outputs" in proc.stdout
