@@ -78,6 +78,25 @@ def test_interpreter_passes_and_writes_junit_and_json(tmp_path):
 
 
 @pytest.mark.slow
+def test_mpiexec_and_hostfile_reach_the_job(tmp_path):
+    """--mpiexec starts the ranks (here a wrapper that records its arguments, then runs the
+    wheel's mpiexec) and --hostfile reaches it as -f FILE."""
+    from xladist.collectives.mpiexec import find_mpiexec
+    hosts, log = tmp_path / "hosts", tmp_path / "argv"
+    hosts.write_text("localhost:4\n")
+    wrapper = tmp_path / "my-mpiexec"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {shlex.quote(str(log))}\n'
+                       f'exec {shlex.quote(find_mpiexec())} "$@"\n')
+    wrapper.chmod(0o755)
+    proc = conformance("-n", "2", "--backend", "interpreter", "--mpiexec", wrapper,
+                       "--hostfile", hosts, "--select", "*/all-gather/*s8*")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^\d+ cases: (\d+) passed \(1 MPI job", proc.stdout, re.M), proc.stdout
+    argv = log.read_text().splitlines()
+    assert argv[argv.index("-f") + 1] == str(hosts) and argv[argv.index("-n") + 1] == "2"
+
+
+@pytest.mark.slow
 def test_flush_to_zero_fails_with_the_element_and_a_command_that_reproduces_it(tmp_path):
     junit = tmp_path / "r.xml"
     proc = conformance("-n", "2", "--backend", "broken-ftz", "--select",
