@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.simhosts import simhosts  # noqa: F401 -- the fixture of simulated hosts
+
 # xladist's pytest plugin (xladist/testing/plugin.py). An installed xladist registers it
 # under the pytest11 entry point with this name, so it loads once; an editable install made
 # before the entry point existed does not register it.

@@ -19,7 +19,7 @@ import sys
 
 from xladist.errors import DeadlockError
 
-__all__ = ["CHECKED_ENV", "precheck"]
+__all__ = ["CHECKED_ENV", "precheck", "proven", "verdict"]
 
 CHECKED_ENV = "XLADIST_CHECKED"
 
@@ -52,6 +52,19 @@ def precheck(module, num_devices: int, *, device_assignment=None, strict: bool =
                           f"{module.name} finishes; running anyway (--strict refuses it):\n"
                           f"{text}")
     return report
+
+
+def proven(report) -> bool:
+    """True when the check proved the program deadlock-free: no problem and no part it could
+    not prove (a module that never communicates is not "proven": nothing was checked)."""
+    return report is not None and report.ok and not report.problems
+
+
+def verdict(report, module, how: str) -> dict:
+    """What the run-time watchdog needs to know about the check (watchdog reports end with
+    "the check proved it: a checker defect" when a proven program hangs)."""
+    return {"proven": proven(report), "module_text": module.to_text() if proven(report) else None,
+            "how": how}
 
 
 def _stderr(text: str) -> None:
