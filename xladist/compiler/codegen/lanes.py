@@ -24,9 +24,12 @@ parallel.py, are whole output elements):
 L is decided by the shape alone (never by the host: ranks on different CPUs compute the
 same bits); on AVX-512 the 32 f32 lanes are two registers, on AVX2 four, on SSE eight.
 
-This is the only place that decides a float reduction's order in compiled code; max,
-min and every other reducer stay one sequential chain (max and min of floats are exact
-in any order, so LLVM may vectorize them without flags).
+This is the only place that decides a float reduction's order in compiled code. Every
+other reducer (max, min, f16/bf16 sums, variadic reductions, computations of several
+ops) stays one sequential chain in element order, and a reduction with no reduced minor
+dimension (a column sum) one chain per output element: without fast-math flags no LLVM
+pass reorders them either. The last bits of row sums changed once when this order
+replaced LLVM's (docs/compile.md).
 """
 
 from __future__ import annotations
