@@ -33,6 +33,11 @@ def _as_module(module):
     return module
 
 
+def per_device_inputs(module, inputs, n: int) -> list[list]:
+    """Every device's argument list from `inputs` in any form `run` takes."""
+    return _per_device(_as_module(module), inputs, n)
+
+
 def _per_device(module, inputs, n: int) -> list[list]:
     """inputs: a list with one array per parameter, each with a leading device axis of N,
     or an npz path, or a list over devices of argument lists."""

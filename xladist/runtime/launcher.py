@@ -95,6 +95,33 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     process group so that nothing is orphaned when we stop it.
     """
     cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
+    with _job_environment(env, hostfile) as (env, notes):
+        return _launch(cmd, env, timeout, capture, notes)
+
+
+@contextlib.contextmanager
+def started(n: int, argv: list[str], *, hostfile: str | None = None,
+            env: dict[str, str] | None = None, mpiexec: str | None = None):
+    """`python argv...` on n ranks, running: yields the Popen (stdout and stderr are binary
+    pipes for the caller to read). Leaving the block, or a signal that stops us, stops the
+    job's whole process group; `notes` of ranks that aborted are on `proc.abort_notes()`."""
+    cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
+    with _job_environment(env, hostfile) as (env, notes), _stop_on_signals():
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.abort_notes = lambda: _abort_notes(notes)
+        try:
+            yield proc
+        finally:
+            _kill_group(proc)
+            for stream in (proc.stdout, proc.stderr):
+                stream.close()
+
+
+@contextlib.contextmanager
+def _job_environment(env: dict[str, str] | None, hostfile: str | None):
+    """The ranks' environment and where their abort notes go; the job directory is removed
+    afterwards when it was made here."""
     env = rank_environment(env)
     if hostfile is None and "OPENBLAS_CORETYPE" not in env:
         # Only on this host, whose CPU we know: other hosts may lack the instructions.
@@ -111,7 +138,7 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     notes = Path(env[deadline.JOB_DIR_ENV]) / deadline.ABORT_NOTES
     shutil.rmtree(notes, ignore_errors=True)  # a reused job directory: not this job's words
     try:
-        return _launch(cmd, env, timeout, capture, notes)
+        yield env, notes
     finally:
         if own_dir is not None:
             _remove_job_dir(Path(own_dir))
