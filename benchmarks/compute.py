@@ -16,7 +16,7 @@ warm-up. Two columns of ratios xladist/jax.jit:
   intra_op_parallelism_threads=1" set before numpy and jax load. The child prints its
   affinity and thread settings, and checks that jax's process CPU time does not exceed
   its wall time (one core busy at most).
-Both sides use the OpenBLAS kernel parallel.openblas_coretype() names for this CPU
+Both sides use the OpenBLAS kernel hostinfo.blas_coretype() names for this CPU
 (set before numpy loads). The header prints the thread counts, OpenBLAS's kernel and the
 load average: on a shared machine the ratios are noisy.
 """
@@ -55,10 +55,11 @@ sys.path.insert(0, str(ROOT))
 
 import xladist  # noqa: E402
 from xladist.compiler import parallel  # noqa: E402
+from xladist.runtime import hostinfo  # noqa: E402
 
-if parallel.openblas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
+if hostinfo.blas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
     # OpenBLAS reads it when it loads (numpy is loaded by now): start again with it set.
-    os.environ["OPENBLAS_CORETYPE"] = parallel.openblas_coretype()
+    os.environ["OPENBLAS_CORETYPE"] = hostinfo.blas_coretype()
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 try:  # jax is a reference only; the project never imports it

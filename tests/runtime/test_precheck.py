@@ -1,4 +1,5 @@
-"""precheck.verdict: the deadlock check's conclusion as data for a job spec.
+"""precheck.verdict: the deadlock check's conclusion as data for the job (the coordination
+service's `checked`, whose "proven" makes a hang report call the hang a checker defect).
 
 "proven", "assuming" (a loop's known_trip_count the check could not verify against its
 condition, which the runtime follows), "not proven" (data), "refused" (problems) and
@@ -58,8 +59,10 @@ ENTRY %main (x: f32[4], m: s32[]) -> f32[4] {{
 
 
 def test_proven():
-    assert verdict(precheck(_loop("%three"), 2)) == {
-        "verdict": "proven", "assumptions": [], "reasons": []}
+    module = _loop("%three")
+    assert verdict(precheck(module, 2), module, "xladist check m.hlo -n 2") == {
+        "verdict": "proven", "assumptions": [], "reasons": [], "proven": True,
+        "module_text": module.to_text(), "how": "xladist check m.hlo -n 2"}
 
 
 def test_a_false_known_trip_count_is_not_trusted():
@@ -73,8 +76,10 @@ def test_a_known_trip_count_the_condition_cannot_confirm_is_an_assumption():
     warnings = []
     report = precheck(_loop("%m", ', backend_config={"known_trip_count":{"n":"2"}}'), 2,
                       warn=warnings.append)
-    v = verdict(report)
-    assert v["verdict"] == "assuming" and v["reasons"] == []
+    v = verdict(report, _loop("%m"))
+    # Not proven: a hang here is not the checker's defect, and no module is kept for one.
+    assert v["verdict"] == "assuming" and v["reasons"] == [] and not v["proven"]
+    assert v["module_text"] is None
     (text,) = v["assumptions"]
     assert text.startswith("assuming w (line") and "runs 2 times on devices 0, 1" in text
     assert "known_trip_count" in text and "the runtime follows the condition" in text
@@ -116,4 +121,5 @@ def test_nothing_to_check():
     module = xladist.parse_hlo("HloModule m\n\nENTRY %main (x: f32[4]) -> f32[4] {\n"
                                "  ROOT %x = f32[4]{0} parameter(0)\n}\n")
     assert precheck(module, 2) is None
-    assert verdict(None)["verdict"] == "nothing to check"
+    assert verdict(None, module)["verdict"] == "nothing to check"
+    assert not verdict(None, module)["proven"]
