@@ -156,10 +156,10 @@ class Cluster:
                 detail = f"(exit {result.returncode})" + (f":\n{detail}" if detail else "")
             else:
                 detail = "\n".join(self._service.messages)
-            self._ended = f"its {self.n}-rank job ended {doing} {detail}".rstrip()
-            raise ClusterEnded(f"{PREFIX}: {self._ended}")
-        raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable ({self._ended}); "
-                           "start a new Cluster")
+            self._ended = f"its {self.n}-rank job ended {doing}"
+            raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip())
+        raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable ({self._ended}, "
+                           "as reported then); start a new Cluster")
 
     def _usable_or_raise(self) -> None:
         if not self.started:
@@ -241,7 +241,7 @@ class Cluster:
                 self._stop(handle, answers, failed)
             if failed:
                 job.finish(True)
-                texts = list(dict.fromkeys(text for _, text in failed.values()))
+                texts = [failed[r][1] for r in sorted(failed)]
                 raise ExecutionError(f"{PREFIX}: {texts[0]}" + "".join(
                     f"\n{PREFIX}: {t}" for t in texts[1:]) +
                     "\n(the cluster is still usable: every rank finished this call)")
