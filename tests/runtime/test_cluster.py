@@ -160,6 +160,35 @@ def test_bad_input_is_refused_before_anything_is_sent(monkeypatch):
         _assert_outputs(step.run([x, w]), _expected(x, w))
 
 
+def test_run_keeps_the_last_modules_loaded(monkeypatch):
+    loads = []
+    from xladist.runtime.service import server
+    real = server.Conn.send
+
+    def spy(self, op, *args, **kwargs):
+        if op == "order" and kwargs.get("load"):
+            loads.append(kwargs["handle"])
+        return real(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(server.Conn, "send", spy)
+    loop = DATA / "data_dependent_loop.hlo"
+    xs = np.arange(8, dtype=np.float32).reshape(2, 4)
+    other = ALL_REDUCE.replace("HloModule psum", "HloModule psum2")
+    with xladist.Cluster(n=2, keep=2) as c:
+        for seed in range(2):
+            x, w = _inputs(seed)
+            _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        assert len(set(loads)) == 1  # loaded once (on both ranks), run twice
+        got = c.run(loop, [xs, np.array([1, 1], np.int32)])
+        np.testing.assert_allclose(got[1][0], xs.sum(axis=0))
+        x, w = _inputs(5)
+        _assert_outputs(c.run(other, [x, w]), _expected(x, w))  # evicts ALL_REDUCE
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        assert len(set(loads)) == 4
+        _assert_outputs(c.run(ALL_REDUCE, [x, w], timeout=60.0), _expected(x, w))
+        assert len(set(loads)) == 5  # other settings: another load
+
+
 def test_a_ranks_exception_is_reported_and_the_cluster_stays_usable():
     x, w = _inputs(1)
     with xladist.Cluster(n=2) as c:

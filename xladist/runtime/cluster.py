@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import threading
 import time
 
@@ -45,6 +46,8 @@ FAILED_GRACE_S = 5.0
 # How long close() waits for the ranks to go before it stops their process group.
 CLOSE_WAIT_S = 30.0
 PREFIX = "xladist.Cluster"
+# A rank that takes nothing of its order for this long is gone (wire: a deadline on progress).
+SEND_TIMEOUT_S = 60.0
 
 
 class ClusterEnded(ExecutionError):
@@ -57,12 +60,15 @@ class Cluster:
     `n`: ranks (devices). `hosts` / `hostfile` / `mpiexec`: where and how, as for
     xladist.run. Defaults for every call (each call may override them): `backend`,
     `timeout` (a wait for another rank longer than this ends the job with the hang report),
-    `verify`, `check` / `strict` (the deadlock check before a module is sent).
+    `verify`, `check` / `strict` (the deadlock check before a module is sent). `keep`: how
+    many modules `run` keeps loaded on the ranks (given as text or a path, with the same
+    settings, a module runs again without being sent, checked or compiled again; the least
+    recently run is released first; 0: every run loads and releases its module).
     """
 
     def __init__(self, n: int, *, hosts=None, hostfile=None, mpiexec: str | None = None,
                  backend: str = "cpu", timeout: float = 300.0, verify: bool = True,
-                 check: bool = True, strict: bool = False):
+                 check: bool = True, strict: bool = False, keep: int = 8):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise InputError(f"n must be a whole number of ranks >= 1, got {n!r}")
         self.n = n
@@ -71,6 +77,8 @@ class Cluster:
         self._where = dict(hosts=host_list(hosts), hostfile=hostfile, mpiexec=mpiexec)
         self._ids = itertools.count(1)
         self._handles: dict[int, Compiled] = {}
+        self.keep = keep
+        self._kept: dict[tuple, Compiled] = {}   # run(text): loaded modules, least recent first
         self._lock = threading.Lock()      # one call at a time
         self._calls = None
         self._service = None
@@ -185,9 +193,37 @@ class Cluster:
                 raise InputError("a compiled handle runs with the settings it was compiled "
                                  "with; pass them to Cluster.compile")
             return module.run(inputs)
+        key = self._key(module, device_assignment, options)
+        handle = self._kept.pop(key, None)
+        if handle is not None:  # most recently used last
+            self._kept[key] = handle
+            return handle.run(inputs)
         handle = self._prepare(module, device_assignment, options)
         per_device = handle.inputs(inputs)
-        return self._call(handle, load=True, inputs=per_device, free=True)
+        if key is None or self.keep < 1:
+            return self._call(handle, load=True, inputs=per_device, free=True)
+        try:
+            outputs = self._call(handle, load=True, inputs=per_device)
+        except ClusterEnded:
+            raise
+        except BaseException:
+            if self.usable:  # loaded on some ranks, perhaps: released everywhere
+                self._call(handle, free=True)
+            raise
+        self._handles[handle.id] = handle
+        self._kept[key] = handle
+        while len(self._kept) > self.keep:
+            self._kept.pop(next(iter(self._kept))).free()
+        return outputs
+
+    def _key(self, given, device_assignment, options):
+        """What identifies a module given as text or a path, with its settings, among the
+        modules kept loaded (None: a Module object, not kept)."""
+        if not isinstance(given, (str, os.PathLike)):
+            return None
+        text, filename = _source(given, None)
+        da = tuple(map(tuple, device_assignment)) if device_assignment is not None else None
+        return text, filename, da, tuple(sorted({**self.defaults, **options}.items()))
 
     def _prepare(self, given, device_assignment, options) -> Compiled:
         unknown = set(options) - set(self.defaults)
@@ -224,9 +260,14 @@ class Cluster:
             self._busy = True
             try:
                 self._calls.begin(call, job)
-                for st in list(self._service.ranks.values()):
-                    st.conn.send("order", call=call, handle=handle.id, load=load, run=run,
-                                 free=free)
+                for r, st in sorted(self._service.ranks.items()):
+                    # This rank's inputs go with its order (described as a reply to its
+                    # `inputs` request would describe them).
+                    described, arrays, _ = job.request(st, "inputs", {"device": r}, None) \
+                        if run else ({}, (), None)
+                    st.conn.send("order", arrays=arrays, timeout=SEND_TIMEOUT_S, call=call,
+                                 handle=handle.id, load=load, run=run, free=free,
+                                 inputs=described)
                 answers = self._calls.wait(call, FAILED_GRACE_S)
             finally:
                 self._busy = False

@@ -5,8 +5,9 @@
 After it has connected to the coordination service it says `cluster-ready` and waits for
 `order` messages (service/client.py queues them): `{call, handle, load, run, free}` --
 load: take the module from the service, place this rank's device, plan its collectives and
-compile (rank.device_context, rank.compile_for), kept under `handle`; run: take this
-device's inputs, run, stream the outputs back (as rank_main.py does); free: release the
+compile (rank.device_context, rank.compile_for), kept under `handle`; run: this device's
+inputs came with the order (no request: one round trip less per call), run, stream the
+outputs back (as rank_main.py does); free: release the
 handle's communicators -- or `{end}`: say goodbye and exit. Every call ends with
 `call-done`, or `call-failed {text}` naming the rank and instruction (rank.failure_text): a
 failed call does not end the rank. What ends it as in a one-shot job: a hang (the service's
@@ -50,15 +51,15 @@ def serve(client, comm) -> None:
     loaded: dict[int, _Loaded] = {}
     client.send("cluster-ready")
     try:
-        while (order := client.orders.get()) is not None and not order.get("end"):
-            _obey(client, comm, order, loaded)
+        while (got := client.orders.get()) is not None and not got[0].get("end"):
+            _obey(client, comm, *got, loaded)
     finally:
         for item in loaded.values():
             release(item.ctx)
     client.bye()
 
 
-def _obey(client, comm, order: dict, loaded: dict) -> None:
+def _obey(client, comm, order: dict, payload, loaded: dict) -> None:
     from xladist.collectives import deadline
 
     from .rank import failure_text, release
@@ -67,7 +68,7 @@ def _obey(client, comm, order: dict, loaded: dict) -> None:
         if order.get("load"):
             loaded[handle] = _load(client, comm)
         if order.get("run"):
-            _run(client, comm, loaded[handle])
+            _run(client, loaded[handle], order["inputs"], payload)
         client.send("call-done", call=call)
     except Exception as e:  # noqa: BLE001 -- the call failed, not the rank
         text, code = failure_text(e, comm.Get_rank())
@@ -100,17 +101,18 @@ def _load(client, comm) -> _Loaded:
     return _Loaded(ctx, exe, spec)
 
 
-def _run(client, comm, item: _Loaded) -> None:
+def _run(client, item: _Loaded, described: dict, arrays) -> None:
+    """Run a loaded module on this device's inputs, which came with the order (`described`
+    as the service's `inputs` reply, JobHost.request)."""
     from xladist.collectives import deadline
 
     from .rank import watch
-    from .rank_main import _inputs, _send_outputs
+    from .rank_main import _send_outputs, unpack_inputs
     timeout = item.spec.get("timeout", 300.0)
     deadline.configure(timeout)
     ctx = item.ctx
     watch(ctx.monitor, ctx.placement)
-    with deadline.waiting("receiving this rank's inputs from the coordination service"):
-        inputs = _inputs(client, comm.Get_rank())
+    inputs = unpack_inputs(described, arrays)
     ctx.monitor.mark("computing")
     outputs = item.exe(*inputs)
     ctx.monitor.mark("finished")

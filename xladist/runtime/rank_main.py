@@ -94,8 +94,13 @@ def _module(spec: dict, blob: bytes):
 
 
 def _inputs(client, rank: int) -> list:
-    from xladist.semantics.values import TOKEN
     meta, arrays = client.request("inputs", SETUP_TIMEOUT_S, device=rank)
+    return unpack_inputs(meta, arrays)
+
+
+def unpack_inputs(meta: dict, arrays) -> list:
+    """A device's argument list from the service's `inputs` reply (JobHost.request)."""
+    from xladist.semantics.values import TOKEN
     arrays = iter(arrays or [])
     tokens = set(meta.get("tokens", []))
     return [TOKEN if i in tokens else next(arrays) for i in range(meta.get("count", 0))]

@@ -70,7 +70,8 @@ class Client:
         self.sock = None
         self._send_lock = threading.Lock()
         # Orders of a persistent cluster (`order` messages: run this, end), for its rank loop
-        # (xladist/runtime/cluster_rank.py); None once the service has gone.
+        # (xladist/runtime/cluster_rank.py), as (meta, payload); None once the service has
+        # gone.
         self.orders: queue.SimpleQueue = queue.SimpleQueue()
 
     # ---- start ---------------------------------------------------------------------------------
@@ -188,7 +189,7 @@ class Client:
             self.service_closed = True  # its end is the end of the job, not a failure
             self.orders.put(None)
         elif op == "order":
-            self.orders.put(meta)
+            self.orders.put((meta, payload))
         elif op in ("welcome", "refused"):
             with self._cond:
                 self.welcome = meta if op == "welcome" else {"refused": meta.get("reason")}
