@@ -193,14 +193,14 @@ class Cluster:
                 raise InputError("a compiled handle runs with the settings it was compiled "
                                  "with; pass them to Cluster.compile")
             return module.run(inputs)
-        key = self._key(module, device_assignment, options)
+        key = self._key(module, device_assignment, options) if self.keep > 0 else None
         handle = self._kept.pop(key, None)
         if handle is not None:  # most recently used last
             self._kept[key] = handle
             return handle.run(inputs)
         handle = self._prepare(module, device_assignment, options)
         per_device = handle.inputs(inputs)
-        if key is None or self.keep < 1:
+        if key is None:
             return self._call(handle, load=True, inputs=per_device, free=True)
         try:
             outputs = self._call(handle, load=True, inputs=per_device)
@@ -225,6 +225,16 @@ class Cluster:
         da = tuple(map(tuple, device_assignment)) if device_assignment is not None else None
         return text, filename, da, tuple(sorted({**self.defaults, **options}.items()))
 
+    def run_checked(self, module, text: str, options: dict, *, inputs, outputs,
+                    checked=None) -> None:
+        """One load-run-release of a module whose run the caller has checked itself
+        (`xladist run --batch`: its files, inputs and the deadlock check, as `xladist run`
+        checks them): `text` is what the ranks parse, `options` api.rank_options, `inputs`
+        an io.Inputs or per-device lists (None: no array parameters), `outputs` a
+        service/outputs.Outputs that writes or prints them."""
+        handle = Compiled(self, next(self._ids), module, text, checked, options)
+        self._call(handle, load=True, inputs=inputs, run=True, free=True, outputs=outputs)
+
     def _prepare(self, given, device_assignment, options) -> Compiled:
         unknown = set(options) - set(self.defaults)
         if unknown:
@@ -242,16 +252,18 @@ class Cluster:
             counts, backend=settings["backend"], timeout=settings["timeout"],
             verify=settings["verify"], source=filename, device_assignment=device_assignment))
 
-    def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False):
-        """One order to every rank; their outputs (when it runs), or the call's error."""
+    def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
+              run: bool | None = None, outputs=None):
+        """One order to every rank; their outputs (when it runs: `inputs` given, or `run`),
+        or the call's error. `outputs`: where they go (service/outputs.py; default: returned)."""
         from .service.jobs import JobHost
         from .service.outputs import Outputs
         with self._lock:
             self._usable_or_raise()
-            run = inputs is not None
+            run = inputs is not None if run is None else run
             job = JobHost(self.n, module_text=handle.text if load else None,
                           inputs=inputs if run else None,
-                          outputs=Outputs(self.n, "memory") if run else None,
+                          outputs=(outputs or Outputs(self.n, "memory")) if run else None,
                           options=handle.options)
             call = next(self._ids)
             if load:
