@@ -251,3 +251,22 @@ def test_a_cluster_refuses_a_bad_n():
     with pytest.raises(ClusterEnded, match="not started"):
         Cluster(2).run(ALL_REDUCE)
     assert cluster_module.FAILED_GRACE_S > 0
+
+
+def test_ctrl_c_during_a_call_stops_the_ranks(marker):
+    import threading
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with xladist.Cluster(n=2, timeout=120.0) as c:
+        loop = c.compile(DATA / "data_dependent_loop.hlo", check=False)
+        # A real SIGINT, as a terminal's Ctrl-C sends (interrupt_main would only set a flag
+        # that the blocked wait does not see).
+        timer = threading.Timer(3.0, os.kill, args=(os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run([x, np.array([1, 2], np.int32)])  # hangs until the interrupt
+        assert time.monotonic() - t0 < 60  # not the ranks' 120 s deadline
+        assert not c.usable
+        with pytest.raises(ClusterEnded, match="interrupted"):
+            loop.run([x, np.array([2, 2], np.int32)])
+    assert _gone(marker) == []

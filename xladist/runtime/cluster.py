@@ -181,9 +181,22 @@ class Cluster:
         """Place and compile `module` (an ir.Module, HLO text or a path) on every rank, once;
         the handle's `run(inputs)` then sends only the inputs."""
         handle = self._prepare(module, device_assignment, options)
-        self._call(handle, load=True)
-        self._handles[handle.id] = handle
+        self._load(handle)
         return handle
+
+    def _load(self, handle: Compiled, inputs=None):
+        """Load `handle` on every rank (and run it on `inputs`, if given); a load that
+        failed on some rank is released on the others."""
+        try:
+            outputs = self._call(handle, load=True, inputs=inputs)
+        except ClusterEnded:
+            raise
+        except BaseException:
+            if self.usable:
+                self._call(handle, free=True)
+            raise
+        self._handles[handle.id] = handle
+        return outputs
 
     def run(self, module, inputs=None, *, device_assignment=None, **options):
         """Run `module` (an ir.Module, HLO text, a path, or a handle from compile) with
@@ -202,15 +215,7 @@ class Cluster:
         per_device = handle.inputs(inputs)
         if key is None:
             return self._call(handle, load=True, inputs=per_device, free=True)
-        try:
-            outputs = self._call(handle, load=True, inputs=per_device)
-        except ClusterEnded:
-            raise
-        except BaseException:
-            if self.usable:  # loaded on some ranks, perhaps: released everywhere
-                self._call(handle, free=True)
-            raise
-        self._handles[handle.id] = handle
+        outputs = self._load(handle, per_device)
         self._kept[key] = handle
         while len(self._kept) > self.keep:
             self._kept.pop(next(iter(self._kept))).free()
@@ -281,6 +286,12 @@ class Cluster:
                                  handle=handle.id, load=load, run=run, free=free,
                                  inputs=described)
                 answers = self._calls.wait(call, FAILED_GRACE_S)
+            except BaseException:
+                # Interrupted (Ctrl-C) while the ranks run the call: their state is unknown.
+                self._ended = "a call was interrupted"
+                if self._popen is not None:
+                    launcher.stop_group(self._popen)
+                raise
             finally:
                 self._busy = False
                 if free or (load and not self._calls.all_done(call)):
