@@ -16,26 +16,14 @@ report, then `abort`), the loss of the service, an internal error (report_and_ab
 
 from __future__ import annotations
 
-import os
 import sys
 
 from .rank_main import SETUP_TIMEOUT_S
 
 
 def main(argv: list[str]) -> int:
-    from .hostinfo import set_blas_coretype
-    set_blas_coretype()  # this host's OpenBLAS kernel, before numpy loads OpenBLAS
-    from .rank import report_and_abort, world
-    comm = world()
-    rank = comm.Get_rank()
-    prefix = os.environ.get("XLADIST_RANK_PREFIX", "xladist.Cluster")
-    try:
-        from .service import client as service_client
-        serve(service_client.for_rank(comm), comm)
-    except BaseException as e:  # noqa: BLE001 - every failure must take the job down
-        report_and_abort(e, rank, prefix=prefix)
-        return 1
-    return 0
+    from .rank_main import main as rank_main
+    return rank_main(argv, serve)
 
 
 class _Loaded:
