@@ -266,7 +266,7 @@ def run(args) -> int:
 
 
 def _write_outputs(path, per_device) -> None:
-    """--outputs, atomically; rescued to the job directory when that fails (xladist/files.py)."""
+    """--outputs, atomically; rescued to a fresh folder when that fails (xladist/files.py)."""
     from ..files import deliver
     from ..io import npz_path, output_arrays
     arrays = output_arrays(per_device, device_axis=True)

@@ -18,9 +18,12 @@ every rank's events on rank 0, which writes the Trace Event Format file
 one process (pid) per rank named "rank r (replica i, partition j)", one thread (tid 0)
 named after its device, and `ph: "X"` complete events.
 
-When a rank fails, `write_partial` saves what that rank has to `PATH.rank<r>.part` -- on an
-exception, and from `deadline.on_abort` when its deadline passes or another thread aborts the
-job; the launching process merges the parts it finds into PATH (`merge_partials`).
+Under `xladist run` and `xladist.run` the ranks send their events to the job's coordination
+service, which writes PATH on the launching host, also after a failure (what arrived, naming
+the ranks whose events are missing). A rank given a path itself (`xladist demo`, a bare
+`mpiexec`) gathers on rank 0; when it fails, `write_partial` saves what it has to
+`PATH.rank<r>.part` on its own host -- on an exception, and from `deadline.on_abort` when its
+deadline passes or another thread aborts the job; `merge_partials` merges such parts.
 
 The same timings give the per-rank split that `xladist demo` prints (`summary()`):
 wall time of the run, time waiting in collectives, in infeed, in outfeed and in send/recv,
@@ -204,7 +207,8 @@ class _Span:
 def write_trace(path: str, events: list[dict], ranks: int | None = None,
                 note: str | None = None) -> None:
     """Write a Trace Event Format JSON object file (atomically: no half-written trace;
-    saved in the job directory, with a message, when `path` cannot be written)."""
+    rescued to a fresh folder, with a message, when `path` cannot be written:
+    xladist/files.py `deliver`)."""
     doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {"producer": "xladist", "ranks": ranks}}
     if note:
