@@ -270,3 +270,20 @@ def test_ctrl_c_during_a_call_stops_the_ranks(marker):
         with pytest.raises(ClusterEnded, match="interrupted"):
             loop.run([x, np.array([2, 2], np.int32)])
     assert _gone(marker) == []
+
+
+@pytest.mark.parametrize("after", [0.2, 1.5])
+def test_ctrl_c_while_the_ranks_start_leaves_nothing(marker, after):
+    import threading
+    timer = threading.Timer(after, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    c = Cluster(2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.start()
+            time.sleep(30)  # started before the signal (a fast machine): interrupted here
+    finally:
+        timer.cancel()
+    c.close()
+    assert not c.usable
+    assert _gone(marker) == []

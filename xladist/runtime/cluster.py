@@ -84,6 +84,7 @@ class Cluster:
         self._service = None
         self._thread = None
         self._popen = None
+        self._popen_lock = threading.Lock()
         self._result = None                # the launcher's CompletedProcess, once it ended
         self._ended: str | None = None     # why the cluster is no longer usable
         self._busy = False
@@ -109,13 +110,31 @@ class Cluster:
                                         daemon=True)
         self._thread.start()
         atexit.register(self.close)
-        if not self._calls.wait_ready():
+        try:
+            ready = self._calls.wait_ready()
+        except BaseException:  # Ctrl-C while the ranks start: no `with` block to end them
+            self._stop_now("its start was interrupted")
+            raise
+        if not ready:
             self._gone_error("while starting")  # raises
         return self
 
+    def _stop_now(self, why: str) -> None:
+        """Stop the ranks' process group now (also if mpiexec is only about to start)."""
+        with self._popen_lock:
+            self._ended = self._ended or why
+            popen = self._popen
+        if popen is not None:
+            launcher.stop_group(popen)
+        self._thread.join(CLOSE_WAIT_S)
+
     def _launch(self) -> None:
         def started(popen) -> None:
-            self._popen = popen
+            with self._popen_lock:
+                self._popen = popen
+                stop = self._ended is not None
+            if stop:
+                launcher.stop_group(popen)
         try:
             self._result = launcher.launch(
                 self.n, ["-m", "xladist.runtime.cluster_rank"], capture=True,
@@ -146,9 +165,8 @@ class Cluster:
                 for st in list(self._service.ranks.values()):
                     st.conn.send("order", end=True, timeout=2.0)
                 self._thread.join(CLOSE_WAIT_S)
-            if self._thread.is_alive() and self._popen is not None:
-                launcher.stop_group(self._popen)
-            self._thread.join(CLOSE_WAIT_S)
+            if self._thread.is_alive():
+                self._stop_now("it was closed")
         self._ended = self._ended or "it was closed"
         self._calls.codes.close()
 
@@ -288,9 +306,7 @@ class Cluster:
                 answers = self._calls.wait(call, FAILED_GRACE_S)
             except BaseException:
                 # Interrupted (Ctrl-C) while the ranks run the call: their state is unknown.
-                self._ended = "a call was interrupted"
-                if self._popen is not None:
-                    launcher.stop_group(self._popen)
+                self._stop_now("a call was interrupted")
                 raise
             finally:
                 self._busy = False
@@ -320,9 +336,7 @@ class Cluster:
                        f"and {ranks_text(waiting)} did not finish it within "
                        f"{FAILED_GRACE_S:g} s (waiting for the failed ones, in a collective): "
                        "the cluster was stopped")
-        if self._popen is not None:
-            launcher.stop_group(self._popen)
-        self._thread.join(CLOSE_WAIT_S)
+        self._stop_now(self._ended)
         raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}")
 
 
