@@ -236,6 +236,30 @@ def test_a_dead_rank_ends_the_cluster_with_the_usual_report(marker):
     assert _gone(marker) == []
 
 
+def test_a_rank_killed_during_a_call_ends_it(marker):
+    import threading
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with xladist.Cluster(n=2, timeout=120.0) as c:
+        loop = c.compile(DATA / "data_dependent_loop.hlo", check=False)
+        _, pid = c.pids[0]
+        timer = threading.Timer(2.0, os.kill, args=(pid, signal.SIGKILL))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(ClusterEnded) as info:
+            loop.run([x, np.array([1, 2], np.int32)])  # rank 1 waits in the loop meanwhile
+        assert time.monotonic() - t0 < 60  # not the ranks' 120 s deadline
+        text = str(info.value)
+        assert "during a call of data_dependent_loop" in text
+        assert "rank 0" in text and "signal 9" in text, text
+    assert _gone(marker) == []
+
+
+def test_a_cluster_inside_an_mpi_job_is_refused(monkeypatch):
+    monkeypatch.setenv("PMI_RANK", "0")
+    with pytest.raises(InputError, match="not inside an MPI job"):
+        Cluster(2).start()
+
+
 def test_a_cluster_not_closed_by_its_user_is_closed_at_exit(marker):
     c = Cluster(2).start()
     assert _left(marker)

@@ -101,6 +101,10 @@ class Cluster:
         """Launch the ranks and wait until every one is ready for orders."""
         if self.started:
             return self
+        if launcher.under_mpi():
+            raise InputError(f"{PREFIX} starts its own ranks under mpiexec: create it from a "
+                             "plain Python process, not inside an MPI job (there, every rank "
+                             "calls xladist.run itself)")
         from .service import Service
         self.started = True
         self._calls = _Calls(self.n)
