@@ -142,7 +142,7 @@ class Cluster:
         try:
             self._result = launcher.launch(
                 self.n, ["-m", "xladist.runtime.cluster_rank"], capture=True,
-                service=self._service, started=started,
+                service=self._service, on_start=started,
                 env={"XLADIST_RANK_PREFIX": PREFIX}, **self._where)
         except BaseException as e:  # noqa: BLE001 -- said by the next call
             self._result = e
