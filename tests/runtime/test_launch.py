@@ -156,6 +156,20 @@ def test_abort_message_reaches_the_user_exactly_once(tmp_path, capfd, capture, s
     assert "BAD TERMINATION" not in err and "[proxy" not in err, err  # MPICH's own words
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_a_started_job_keeps_what_its_service_heard(tmp_path):
+    # launcher.started (the conformance runner's running job): the ranks' service is made
+    # there, so a rank's last words reach proc.abort_notes() even when its stderr is lost.
+    script = tmp_path / "abort.py"
+    script.write_text(_ABORTING_RANK)
+    with launcher.started(2, [str(script), "silent"], env={"PYTHONPATH": str(ROOT)}) as proc:
+        proc.communicate(timeout=90)
+        notes = proc.abort_notes()
+    assert proc.returncode != 0
+    assert ["rank 1: the last words of rank 1" in note for note in notes].count(True) == 1, notes
+
+
 SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo", "export-jax"]
 
 

@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "export-jax": "export_jax",
     "aot": "aot",
     "compile": "compile",
+    "conformance": "conformance",
 }
 
 
@@ -43,6 +44,8 @@ examples:
   xladist compile module.hlo -o m.xlx          compile once; `xladist run m.xlx` loads it
   xladist aot module.hlo --name f -o build/    f.o + f.h: the module as a C function
   xladist ops --missing                         which opcodes a phase does not support
+  xladist conformance -n 4 --backend mine       check a backend and MPI against XLA's
+                                                collective semantics
   xladist export-jax mymodel:step --mesh data=2 --args a.npz --in-specs data -o DIR
                                                 a JAX function as a folder to run (needs jax)
 

@@ -46,7 +46,17 @@ def _source(module, parsed) -> tuple[str, str | None]:
     return parsed.to_text(), None
 
 
-def _per_device(module, inputs, n: int):
+def per_device_inputs(module, inputs, n: int) -> list[list]:
+    """Every device's argument list from `inputs` in any form `run` takes (an npz file read
+    whole: for a reference that needs every device's rows at once)."""
+    from xladist.io import Inputs
+    per_device = _per_device(_as_module(module), inputs, n)
+    if isinstance(per_device, Inputs):
+        return [per_device.device(d) for d in range(n)]
+    return per_device
+
+
+def _per_device(module, inputs, n: int) -> list[list]:
     """inputs: a list with one array per parameter, each with a leading device axis of N,
     or an npz path (also a `{device}` template of per-device files: read one device at a
     time, io.Inputs), or a list over devices of argument lists. Rows are views of the

@@ -132,6 +132,37 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     return proc
 
 
+@contextlib.contextmanager
+def started(n: int, argv: list[str], *, hostfile: str | None = None,
+            env: dict[str, str] | None = None, mpiexec: str | None = None):
+    """`python argv...` on n ranks, running: yields the Popen (stdout and stderr are binary
+    pipes for the caller to read). The job has its coordination service, made here, as
+    `launch` gives one; `proc.abort_notes()` is what it said (a failing rank's last words, a
+    hang report, a rank that died), which MPICH may have dropped from stderr. Leaving the
+    block, or a signal that stops us, stops the job's whole process group."""
+    from .service import Service
+    service = Service(n, defer_lost=True, prints=True, emit=lambda text: None)
+    cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
+    env = rank_environment({**(env or {}), **service.env()})
+    try:
+        with _stop_on_signals():
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            service.on_end = lambda: _stop_later(proc)
+            proc.service = service
+            proc.abort_notes = lambda: list(service.messages) + _explain(
+                service, "", proc.returncode or 0)
+            try:
+                yield proc
+            finally:
+                _kill_group(proc)
+                for stream in (proc.stdout, proc.stderr):
+                    stream.close()
+    finally:
+        service.close()
+
+
 def _launch(cmd, env, timeout, capture, service, on_start=None) -> subprocess.CompletedProcess:
     kwargs = dict(env=env, start_new_session=True, stdout=subprocess.PIPE,
                   stderr=subprocess.PIPE)

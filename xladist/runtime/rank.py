@@ -111,6 +111,11 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
         deadline.run_abort_hooks()
         if feeds is not None:  # deliver every item outfed so far before the job aborts
             feeds.abort()
+        # A process that goes on after the error (xladist.run in a loop under MPI, the
+        # conformance kit after a backend refused a program) must not keep this run's
+        # communicators: MPICH has about 2,000 context ids. Freeing is local in MPICH, so
+        # it cannot wait for a peer that is still inside a collective.
+        ctx.cache.free()
         raise
     if feeds is not None:
         feeds.finish()
