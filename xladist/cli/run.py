@@ -57,6 +57,8 @@ examples:
                                         write what each rank sends to the host
   xladist run m.hlo -n 8 --inputs 'in.{device}.npz' --outputs 'out.{device}.npz'
                                         one input and one output file per device
+  xladist run --batch runs.txt -n 2    every line of runs.txt (MODULE and flags) on the
+                                        same 2 ranks, started once
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
 (one per flattened result). With -n N every array has a leading device axis of size N
@@ -73,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("module", metavar="MODULE", nargs="?",
                         help="HLO text file, or a .xlx file of `xladist compile` (runs "
                              "without compiling); or `module` in the --config file")
+    parser.add_argument("--batch", metavar="LIST",
+                        help="run every line of LIST (MODULE and flags, as for one run) on "
+                             "the same N ranks, started once (xladist/cli/batch.py)")
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML run configuration (keys: "
                              "xladist/runtime/config.py SCHEMA; see configs/); options given here "
@@ -215,6 +220,9 @@ def load_run_module(args):
 
 def run(args) -> int:
     from xladist.runtime import launcher
+    if getattr(args, "batch", None):
+        from .batch import run_batch
+        return run_batch(args)
     _apply_config(args)
     if getattr(args, "threads", None) is not None:
         from ..compiler import parallel

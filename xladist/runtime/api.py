@@ -140,17 +140,13 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     if count < 1:
         raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
     n = count
+    quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
-    _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
-                 prefetch=prefetch, timeout=timeout, backend=backend)
-    checked = None
-    if check:
-        from .precheck import precheck, verdict
-        quiet = launcher.under_mpi() and _world_rank() != 0
-        report = precheck(module, n, device_assignment=device_assignment, strict=strict,
-                          warn=(lambda text: None) if quiet else None, prefix="xladist.run")
-        checked = verdict(report, module, f"xladist.run(..., n={n})")
+    checked = check_call(
+        module, n, device_assignment=device_assignment, check=check, strict=strict,
+        prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
+        prefetch=prefetch, timeout=timeout, backend=backend)
     transfers = (host_send, host_recv) if host_send or host_recv else None
     feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
                         prefetch=prefetch, timeout=timeout)
@@ -178,6 +174,22 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
                         feed_options=feed_options, hosts=host_list(hosts),
                         hostfile=hostfile, mpiexec=mpiexec, checked=checked,
                         module_source=_source(given, module))
+
+
+def check_call(module, n: int, *, device_assignment, check: bool, strict: bool,
+               prefix: str, quiet: bool = False, **settings):
+    """What can be refused about a run of `module` before any rank hears of it, but its
+    inputs (`_per_device`) and n (`device_counts`): the settings (`_check_files`) and the
+    deadlock check unless `check` is False. Returns the check's verdict (for the hang
+    report), or None."""
+    _check_files(module, n, device_assignment, **settings)
+    checked = None
+    if check:
+        from .precheck import precheck, verdict
+        report = precheck(module, n, device_assignment=device_assignment, strict=strict,
+                          warn=(lambda text: None) if quiet else None, prefix=prefix)
+        checked = verdict(report, module, f"{prefix}(..., n={n})")
+    return checked
 
 
 def host_list(hosts) -> list[str] | None:
@@ -251,12 +263,9 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
         outfeed=(lambda: make_sink(sink_spec)) if sink_spec is not None else None,
         prefetch=feed_options["prefetch"],
         host=CallbackHost(*transfers) if transfers else None,
-        options={"backend": options["backend"], "timeout": options["timeout"],
-                 "verify": options["verify"], "quiet": True, "source": filename,
-                 # The run's counts, resolved here (a header may declare only one, or none:
-                 # the ranks must not resolve them again from their own -n).
-                 "replica_count": counts[0], "num_partitions": counts[1],
-                 "device_assignment": [list(r) for r in da] if da is not None else None})
+        options=rank_options(counts, backend=options["backend"], timeout=options["timeout"],
+                             verify=options["verify"], source=filename,
+                             device_assignment=da))
     code = CodeStore(module, options["backend"])
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,
                       emit=lambda text: None, checked=checked)
@@ -293,6 +302,18 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
                           f"in {', '.join(folders)}: "
                           f"{', '.join(Path(saved).name for _, _, saved in kept)}")
     return outputs
+
+
+def rank_options(counts, *, backend: str, timeout: float, verify: bool, source: str | None,
+                 device_assignment) -> dict:
+    """The settings a served rank runs a module with (JobHost's `options`, JSON)."""
+    da = device_assignment
+    return {"backend": backend, "timeout": timeout, "verify": verify, "quiet": True,
+            "source": source,
+            # The run's counts, resolved here (a header may declare only one, or none: the
+            # ranks must not resolve them again from their own -n).
+            "replica_count": counts[0], "num_partitions": counts[1],
+            "device_assignment": [list(r) for r in da] if da is not None else None}
 
 
 def _callback_errors(errors) -> str:

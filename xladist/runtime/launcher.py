@@ -106,7 +106,7 @@ def clean_stderr(text: str | None) -> str:
 def launch(n: int, argv: list[str], *, hostfile: str | None = None,
            hosts: list[str] | None = None, env: dict[str, str] | None = None,
            timeout: float | None = None, capture: bool = False, mpiexec: str | None = None,
-           service=None) -> subprocess.CompletedProcess:
+           service=None, on_start=None) -> subprocess.CompletedProcess:
     """Run `python argv...` on n ranks and wait; Ctrl-C and timeouts kill the whole job.
 
     `service`: the job's coordination service (xladist/runtime/service/), made by the caller
@@ -114,6 +114,8 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     ranks' output passes through (minus MPICH's boilerplate) and the service's reports go to
     stderr; with it they are in the result's stderr. The result carries the service as
     `.service`. The job runs in its own process group so that nothing is orphaned.
+    `on_start(popen)` is called once mpiexec runs (a persistent cluster, which launches from
+    a thread, keeps it to stop the group: stop_group).
     """
     from .service import Service
     own = service is None
@@ -123,12 +125,11 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
     env = rank_environment({**(env or {}), **service.env()})
     try:
-        proc = _launch(cmd, env, timeout, capture, service)
+        proc = _launch(cmd, env, timeout, capture, service, on_start)
     finally:
         service.close()
     proc.service = service
     return proc
-
 
 
 @contextlib.contextmanager
@@ -161,7 +162,8 @@ def started(n: int, argv: list[str], *, hostfile: str | None = None,
     finally:
         service.close()
 
-def _launch(cmd, env, timeout, capture, service) -> subprocess.CompletedProcess:
+
+def _launch(cmd, env, timeout, capture, service, on_start=None) -> subprocess.CompletedProcess:
     kwargs = dict(env=env, start_new_session=True, stdout=subprocess.PIPE,
                   stderr=subprocess.PIPE)
     held: list[str] = []     # MPICH's report lines, held back
@@ -169,6 +171,8 @@ def _launch(cmd, env, timeout, capture, service) -> subprocess.CompletedProcess:
     with _stop_on_signals():
         proc = subprocess.Popen(cmd, **kwargs)
         try:  # from here on, a signal (SIGTERM from a batch system) stops the whole group
+            if on_start is not None:
+                on_start(proc)
             # When the service ends the job, the ranks abort; a stopped one does not: stop all.
             service.on_end = lambda: _stop_later(proc)
             pumps = [threading.Thread(target=_pump, args=(stream, sink, held, seen[name],
@@ -300,6 +304,11 @@ class _TextSink:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a job started by `launch` (SIGTERM, then SIGKILL, to its process group)."""
+    _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

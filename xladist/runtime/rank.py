@@ -74,32 +74,12 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     backends that accept one. While this runs, a wait that passes `timeout` ends the job with
     the coordination service's report of where every rank is (xladist/runtime/watchdog.py).
     """
-    from xladist.collectives import CommunicatorCache, MpiCommunicator
-
-    from .mpi_context import MpiDeviceContext
-
     comm = world()
     n = comm.Get_size()
     rank = comm.Get_rank()
     deadline.configure(timeout)
-    _share_cores(comm)
-    assignment = make_assignment(module, n, device_assignment)
-    placement = placement_for(rank, assignment)
-    from .service import client as service_client
-    monitor = service_client.for_rank(comm)
-    monitor.placed(placement)
-    deadline.watchdog.loops.clear()
-    deadline.watchdog.set_monitor(monitor)
-    cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
-    channels = None
-    if any(i.family == "p2p" for i in module.all_instructions()):
-        from xladist.collectives.p2p import Channels
-        with deadline.waiting("creating the channels' communicator"):
-            channels = Channels(comm.Dup(), placement, host=host)
-    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
-    if feeds is not None:
-        feeds.start(placement, module)  # checks the infeed order, starts the producer
-    ctx.prepare()
+    ctx = device_context(module, comm, device_assignment, feeds=feeds, host=host)
+    placement, monitor = ctx.placement, ctx.monitor
     device, spans = ctx, _untraced
     if trace and tracer is None:
         from .trace import Tracer
@@ -110,7 +90,6 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
         if trace:  # collective: every rank traces or none (progress-only tracers don't)
             tracer.align(comm)
         device, spans = TracedDevice(ctx, tracer), tracer
-    from xladist.backends import compile as compile_module
     # What a failing rank keeps: its timeline (sent to the coordination service, which merges
     # what it gets; or, when this process writes the trace itself, a part file) and what it
     # already sent to the host (--host-send files).  A job aborted by a deadline or by another
@@ -122,10 +101,8 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     forget_host = deadline.on_abort(host_finish) if host_finish else None
     try:
         with spans.span("compile", backend=backend):
-            options = _executor_options(module, backend, schedule)
-            options.update(compile_options or {})
-            exe = compile_module(module, backend=backend, verify=verify, device=device,
-                                 **options)
+            exe = compile_for(module, device, backend=backend, verify=verify,
+                              schedule=schedule, compile_options=compile_options)
         monitor.mark("computing")
         with spans.execute():
             outputs = exe(*inputs)
@@ -138,13 +115,11 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
         # conformance kit after a backend refused a program) must not keep this run's
         # communicators: MPICH has about 2,000 context ids. Freeing is local in MPICH, so
         # it cannot wait for a peer that is still inside a collective.
-        cache.free()
+        ctx.cache.free()
         raise
     if feeds is not None:
         feeds.finish()
-    if channels is not None:
-        channels.close()
-    cache.free()  # communicators are per run: a process running many programs reuses ids
+    release(ctx)
     if host_finish:
         forget_host()
         host_finish()
@@ -162,6 +137,58 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     deadline.watchdog.set_monitor(None)
     deadline.watchdog.loops.clear()
     return result
+
+
+def device_context(module, comm, device_assignment=None, *, feeds=None, host=None):
+    """This rank's device of `module`, placed, its communicators and channels made and every
+    collective planned (collective over all ranks: each calls it for the same module). The
+    context carries `placement`, `monitor` (the rank's coordination-service client, whose
+    watchdog now watches this module), `cache` and `channels`; `release` frees them."""
+    from xladist.collectives import CommunicatorCache, MpiCommunicator
+
+    from .mpi_context import MpiDeviceContext
+    _share_cores(comm)
+    assignment = make_assignment(module, comm.Get_size(), device_assignment)
+    placement = placement_for(comm.Get_rank(), assignment)
+    from .service import client as service_client
+    monitor = service_client.for_rank(comm)
+    watch(monitor, placement)
+    cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
+    channels = None
+    if any(i.family == "p2p" for i in module.all_instructions()):
+        from xladist.collectives.p2p import Channels
+        with deadline.waiting("creating the channels' communicator"):
+            channels = Channels(comm.Dup(), placement, host=host)
+    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
+    ctx.monitor = monitor
+    if feeds is not None:
+        feeds.start(placement, module)  # checks the infeed order, starts the producer
+    ctx.prepare()
+    return ctx
+
+
+def watch(monitor, placement) -> None:
+    """The watchdog's hang reports name `placement` and go through `monitor` (once per run:
+    a persistent rank runs many modules, each placed its own way)."""
+    monitor.placed(placement)
+    deadline.watchdog.loops.clear()
+    deadline.watchdog.set_monitor(monitor)
+
+
+def release(ctx) -> None:
+    """The communicators and channels of a device_context (after its last run)."""
+    if ctx.channels is not None:
+        ctx.channels.close()
+    ctx.cache.free()  # communicators are per run: a process running many programs reuses ids
+
+
+def compile_for(module, device, *, backend: str, verify: bool = True, schedule: bool = True,
+                compile_options: dict | None = None):
+    """`module` compiled for `device` (a device_context, or a traced one around it)."""
+    from xladist.backends import compile as compile_module
+    options = _executor_options(module, backend, schedule)
+    options.update(compile_options or {})
+    return compile_module(module, backend=backend, verify=verify, device=device, **options)
 
 
 def _save_trace(client, tracer, trace, partial: bool, comm=None, root: int = 0) -> None:
@@ -216,6 +243,13 @@ _untraced = _Untraced()
 
 def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:
     """Print one rank's failure once and take the whole job down (no orphaned ranks)."""
+    text, code = failure_text(error, rank)
+    deadline.abort_job(f"{prefix}: error: {text}", code, with_rank=False)
+    sys.exit(code)
+
+
+def failure_text(error: BaseException, rank: int) -> tuple[str, int]:
+    """What a rank says about its failure (named with its rank), and the exit code."""
     if isinstance(error, XlaDistError):
         text = str(error)
         if not isinstance(error, ExecutionError) or error.rank is None:
@@ -226,5 +260,4 @@ def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -
         text = f"rank {rank}: internal error: {type(error).__name__}: {error}\n" + "".join(
             traceback.format_exception(error)[-6:])
         code = 1
-    deadline.abort_job(f"{prefix}: error: {text}", code, with_rank=False)
-    sys.exit(code)
+    return text, code

@@ -21,7 +21,9 @@ import sys
 SETUP_TIMEOUT_S = 600.0
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], serve_fn=None) -> int:
+    """A rank's life: connect to the service, `serve_fn(client, comm)` (default `serve`: one
+    job; cluster_rank.serve: a persistent cluster's orders), report-and-abort on failure."""
     from .hostinfo import set_blas_coretype
     set_blas_coretype()  # this host's OpenBLAS kernel, before numpy loads OpenBLAS
     from .rank import report_and_abort, world
@@ -30,7 +32,7 @@ def main(argv: list[str]) -> int:
     prefix = os.environ.get("XLADIST_RANK_PREFIX", "xladist.run")
     try:
         from .service import client as service_client
-        serve(service_client.for_rank(comm), comm)
+        (serve_fn or serve)(service_client.for_rank(comm), comm)
     except BaseException as e:  # noqa: BLE001 - every failure must take the job down
         report_and_abort(e, rank, prefix=prefix)
         return 1
@@ -94,8 +96,13 @@ def _module(spec: dict, blob: bytes):
 
 
 def _inputs(client, rank: int) -> list:
-    from xladist.semantics.values import TOKEN
     meta, arrays = client.request("inputs", SETUP_TIMEOUT_S, device=rank)
+    return unpack_inputs(meta, arrays)
+
+
+def unpack_inputs(meta: dict, arrays) -> list:
+    """A device's argument list from the service's `inputs` reply (JobHost.request)."""
+    from xladist.semantics.values import TOKEN
     arrays = iter(arrays or [])
     tokens = set(meta.get("tokens", []))
     return [TOKEN if i in tokens else next(arrays) for i in range(meta.get("count", 0))]

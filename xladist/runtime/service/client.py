@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import queue
 import threading
 import time
 
@@ -68,6 +69,10 @@ class Client:
         self._timeout = heartbeat_timeout()
         self.sock = None
         self._send_lock = threading.Lock()
+        # Orders of a persistent cluster (`order` messages: run this, end), for its rank loop
+        # (xladist/runtime/cluster_rank.py), as (meta, payload); None once the service has
+        # gone.
+        self.orders: queue.SimpleQueue = queue.SimpleQueue()
 
     # ---- start ---------------------------------------------------------------------------------
     def start(self) -> Client:
@@ -182,6 +187,9 @@ class Client:
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
         elif op == "closing":
             self.service_closed = True  # its end is the end of the job, not a failure
+            self.orders.put(None)
+        elif op == "order":
+            self.orders.put((meta, payload))
         elif op in ("welcome", "refused"):
             with self._cond:
                 self.welcome = meta if op == "welcome" else {"refused": meta.get("reason")}
@@ -199,6 +207,7 @@ class Client:
             self._cond.notify_all()
             if self.welcome is None:
                 self.welcome = {"refused": f"the service closed the connection ({why})"}
+        self.orders.put(None)
         if self.closing or self.service_closed or \
                 self.hosted is not None and self.hosted.closed:
             return
