@@ -12,8 +12,8 @@ started by hand under mpiexec, see the callers), and
 only guard, and ends a hang with a report after `--timeout`.  The launching process tells the
 ranks it started that the check was done through CHECKED_ENV.
 
-`verdict(report)` is what the check concluded, as data a job spec can carry (the hang
-report says whether the check had proven the program it watched hang).
+`verdict(report, module, how)` is what the check concluded, as data the job carries (the
+hang report says whether the check had proven the program it watched hang).
 """
 
 from __future__ import annotations
