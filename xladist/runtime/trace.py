@@ -88,7 +88,7 @@ class Tracer:
 
     def watch(self, module, placement=None) -> None:
         """Count iterations of the while loops at the top of the entry computation."""
-        from xladist.analysis.deadlock.trace import known_trip_count
+        from xladist.analysis.deadlock.facts import known_trip_count
         self.placement = placement
         loops = [i for i in module.entry.instructions if i.opcode == "while"]
         self._loop_roots = {id(i.attrs["body"].root) for i in loops if "body" in i.attrs}
