@@ -212,6 +212,23 @@ def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path,
     assert saved.parent == tmp_path and saved.read_text() == module
 
 
+def test_a_hang_after_an_assuming_verdict_names_the_assumption(service):
+    # Issue 25: a verdict resting on known_trip_count is not "proven"; a hang then most
+    # likely means the trip count was false, and the report says which one was assumed.
+    assumed = "loop.3 (line 9): known_trip_count 2 assumed"
+    svc = service(1, checked={"verdict": "assuming", "proven": False,
+                              "assumptions": [assumed], "module_text": None})
+    r = FakeRank(svc, 0)
+    r.wait_for("welcome")
+    r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)
+    r.wait_for("abort")
+    last = svc.hang_report.splitlines()[-1]
+    assert last.startswith("xladist: the deadlock check proved this program deadlock-free "
+                           "only assuming loop trip counts")
+    assert last.endswith(assumed)
+    assert "defect of the checker" not in svc.hang_report
+
+
 def test_a_rank_that_vanishes_is_named_with_its_last_position(service):
     svc = service(2)
     ranks = [FakeRank(svc, 0), FakeRank(svc, 1, host="nodeB")]

@@ -69,8 +69,16 @@ def lost_rank(info: dict, *, sig: int | None = None, exit_code: int | None = Non
 
 
 def proven_line(checked: dict) -> str | None:
-    """The report's last line when the deadlock check had proven the program that hung:
-    the check was wrong, and the module is saved so the case can be reported."""
+    """The report's last line when the deadlock check had spoken for the program that hung.
+    Proven: the check was wrong, and the module is saved so the case can be reported.
+    Proven only assuming loop trip counts (precheck.verdict's "assuming"): the runtime follows
+    each loop's condition, not its known_trip_count, so the likely cause is a false
+    assumption -- named, so the user looks there before suspecting the checker."""
+    if checked and checked.get("verdict") == "assuming":
+        assumed = "; ".join(checked.get("assumptions") or []) or "a known_trip_count"
+        return ("xladist: the deadlock check proved this program deadlock-free only assuming "
+                "loop trip counts it could not verify; the runtime follows each loop's "
+                "condition, so this hang may mean an assumption is false: " + assumed)
     if not checked or not checked.get("proven"):
         return None
     text = checked.get("module_text")
