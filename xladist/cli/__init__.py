@@ -135,5 +135,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The `xladist` command (and `python -m xladist`): `main`, then the process ends;
+    after `xladist run` without Python's interpreter teardown (runtime/fast_exit.py)."""
+    argv = sys.argv[1:]
+    code = main(argv)
+    if next((a for a in argv if not a.startswith("-")), None) != "run":
+        sys.exit(code)
+    from ..runtime.fast_exit import exit_now
+    exit_now(code, finalize_mpi=True)  # a rank of a bare `mpiexec xladist run`
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
