@@ -276,29 +276,6 @@ def test_compiled_kernels_claim_blocks_natively(restore_threads, monkeypatch):
         release.set()
 
 
-def test_no_idle_core_runs_blocks_on_the_caller(restore_threads, monkeypatch):
-    parallel.set_threads(2)
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    monkeypatch.setitem(parallel._load, "next", float("inf"))  # no new sample
-    names = []
-
-    def block(_a, lo, hi):
-        names.append(threading.current_thread().name)
-        time.sleep(0.002)  # long enough for a woken helper to take a block
-
-    busy = (os.cpu_count() or 1) + 4.0  # every core busy
-    monkeypatch.setitem(parallel._load, "running", busy)
-    parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)])
-    assert set(names) == {threading.current_thread().name}
-    names.clear()
-    parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)], heavy=True)
-    assert "xladist-compute" in names  # a long BLAS call competes for its share anyway
-    names.clear()
-    monkeypatch.setitem(parallel._load, "running", 1.0)  # only this thread runs
-    parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)])
-    assert "xladist-compute" in names
-
-
 def test_thread_count_sources(monkeypatch, restore_threads):
     monkeypatch.setenv("XLADIST_THREADS", "3")
     assert parallel.thread_count() == 3
