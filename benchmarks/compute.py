@@ -60,7 +60,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import xladist  # noqa: E402
-from xladist.compiler import choice, parallel  # noqa: E402
+from xladist.compiler import parallel  # noqa: E402
+
+try:  # measured ways (issue 31); absent when this script times an older checkout
+    from xladist.compiler import choice
+except ImportError:
+    choice = None
 
 if parallel.openblas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
     # OpenBLAS reads it when it loads (numpy is loaded by now): start again with it set.
@@ -617,13 +622,13 @@ def company(args, repeats: int) -> list[dict]:
         print(name, flush=True)
         row = {"name": name}
         for situation in SITUATIONS:
-            before = choice.calls_by_way()
+            before = choice.calls_by_way() if choice else {}
             loaded = situation == "background load"
             with background_load() if loaded else contextlib.nullcontext():
                 load = os.getloadavg()[0]
                 got = interleaved(fns, repeats, company=situation == "after numpy+jax")
-            ways = {w: n - before.get(w, 0) for w, n in choice.calls_by_way().items()
-                    if n > before.get(w, 0)}
+            after = choice.calls_by_way() if choice else {}
+            ways = {w: n - before.get(w, 0) for w, n in after.items() if n > before.get(w, 0)}
             others = [got[k]["s"] for k in ("n", "j") if k in got]
             ratio = got["x"]["s"] / min(others) if others else None
             row[situation] = {"load": load, "ways": ways, "xladist_over_min": ratio,

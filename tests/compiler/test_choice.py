@@ -294,3 +294,44 @@ def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
     mine = rows["dot 520x300x300 float32"][choice.REGIMES[IDLE]]
     assert mine["chosen"] in choice.NAMES.values()
     assert {"pool", "caller alone"} <= set(mine)
+
+
+def test_executions_in_two_threads_keep_their_bits(monkeypatch, two_threads):
+    """One thread runs a product on OpenBLAS's threads over and over while another runs
+    a product whose blocks change bits on two OpenBLAS threads (f64 520x300x300): the
+    second never sees the first's setting (parallel.exclusive_blas, blas_scope), and the
+    caller's own setting is back once both are done."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, WHOLE)
+    parallel.set_threads(2)
+    whole = xladist.compile(_dot_module(256, 256, 256), backend="cpu")
+    blocks = xladist.compile(_dot_module(520, 300, 300, "f64"), backend="cpu")
+    rng = np.random.default_rng(4)
+    a32, b32 = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    a64, b64 = rng.standard_normal((520, 300)), rng.standard_normal((300, 300))
+    want = np.array(blocks(a64, b64)[0])
+    before = [b["threads"] for b in parallel.blas_info()]
+    stop, errors, runs = threading.Event(), [], [0]
+
+    def hammer():
+        try:
+            while not stop.is_set():
+                whole(a32, b32)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=hammer, daemon=True)
+    t.start()
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            got = np.array(blocks(a64, b64)[0])
+            runs[0] += 1
+            assert got.tobytes() == want.tobytes(), f"run {runs[0]}: bits changed"
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, errors
+    assert [b["threads"] for b in parallel.blas_info()] == before

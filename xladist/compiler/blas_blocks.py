@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import choice, conv_kernel
-from .parallel import BLAS_THREADS, openblas_threads, run_blocks, thread_count
+from .parallel import BLAS_THREADS, exclusive_blas, openblas_threads, run_blocks, thread_count
 
 # Multiply-adds per block: ~0.2-0.4 ms on one core, so the pool's hand-off (~15-50 us)
 # is small, and a block a descheduled helper holds costs the caller little.
@@ -110,7 +110,9 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
         got = np.empty_like(want)
         with openblas_threads(BLAS_THREADS):
             _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
-        with openblas_threads(threads):
+        with exclusive_blas(threads) as alone:
+            if not alone:  # another execution in flight: ask again on a later call
+                return False
             np.matmul(ra, rb, out=got)
         _agree[key] = want.tobytes() == got.tobytes()
     return _agree[key]
@@ -156,9 +158,11 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and _order(b) and \
             not np.may_share_memory(a, b) and _threads_agree(a, b, threads):
         # (numpy takes syrk for a product of a matrix with its own transpose)
-        def whole():
-            with openblas_threads(threads):
-                np.matmul(a, b, out=out)
+        def whole() -> bool:
+            with exclusive_blas(threads) as alone:
+                if alone:
+                    np.matmul(a, b, out=out)
+                return alone
     if split is None and whole is None:
         np.matmul(a, b, out=out)
         return

@@ -241,13 +241,49 @@ def openblas_threads(n: int):
             put(ctypes.c_int(was))
 
 
+# OpenBLAS's thread count is one setting for the whole process, read when a call starts.
+# The bits of a block's BLAS call assume one thread, so while any execution is in flight
+# (blas_scope) it stays at BLAS_THREADS, and a call on OpenBLAS's threads (exclusive_blas)
+# runs only when its execution is the only one, holding _blas_gate so that none starts
+# meanwhile. Executions in two threads of one process (rare) thus never see each other's
+# setting; the first to start and the last to end set and restore the caller's.
+_blas_gate = threading.Lock()
+_blas_flight = {"n": 0, "restore": None}
+
+
+@contextlib.contextmanager
 def blas_scope():
-    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after:
-    in a user's own process (a notebook calling xladist.compile), numpy's matmul outside
-    xladist keeps its threads. Ranks set it once for good (set_local_ranks -> sync_blas),
-    and then this changes nothing. A product may still run on OpenBLAS's threads inside
-    (blas_blocks.py, the measured WHOLE way: openblas_threads again for that call)."""
-    return openblas_threads(BLAS_THREADS)
+    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after
+    the last execution in flight ends: in a user's own process (a notebook calling
+    xladist.compile), numpy's matmul outside xladist keeps its threads. Ranks set it once
+    for good (set_local_ranks -> sync_blas), and then this changes nothing."""
+    with _blas_gate:
+        if _blas_flight["n"] == 0:
+            scope = openblas_threads(BLAS_THREADS)
+            scope.__enter__()
+            _blas_flight["restore"] = scope
+        _blas_flight["n"] += 1
+    try:
+        yield
+    finally:
+        with _blas_gate:
+            _blas_flight["n"] -= 1
+            if _blas_flight["n"] == 0:
+                _blas_flight["restore"].__exit__(None, None, None)
+                _blas_flight["restore"] = None
+
+
+@contextlib.contextmanager
+def exclusive_blas(n: int):
+    """OpenBLAS on `n` threads for one call of the caller's, yielding True, when no other
+    execution is in flight (blas_scope); else nothing changes and it yields False. No
+    execution starts until the block ends."""
+    with _blas_gate:
+        if _blas_flight["n"] > 1:
+            yield False
+            return
+        with openblas_threads(n):
+            yield True
 
 
 # OpenBLAS kernels by the CPU features they need, best first. Some OpenBLAS builds pick
@@ -395,7 +431,8 @@ def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
     it measured fastest now: on the pool, on the calling thread alone, or -- `whole`, a
     callable computing the same result in one call on another pool's threads (OpenBLAS,
-    blas_blocks.py) -- that way; without one, on the pool whenever it has threads. The
+    blas_blocks.py), returning False when it could not -- that way; without a site, on
+    the pool whenever it has threads. The
     blocks are the same every way, so the results are. A compiled kernel's range
     function (RANGE_TYPE) takes its blocks in native code (_NativeTask)."""
     n = thread_count()
@@ -405,7 +442,8 @@ def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     pool = _get_pool(n) if len(blocks) > 1 else None
     if site is None or not DYNAMIC:
         if pool is None:
-            whole()
+            if not whole():
+                _alone(fn, argv, blocks)
         elif not _on_pool(pool, fn, argv, blocks, n):
             _alone(fn, argv, blocks)
         return
@@ -414,7 +452,10 @@ def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     t0 = time.perf_counter()
     if way == choice.WHOLE:
         c0, m0 = time.process_time(), time.thread_time()
-        whole()
+        if not whole():  # another execution in flight (exclusive_blas): the blocks, no sample
+            if pool is None or not _on_pool(pool, fn, argv, blocks, n):
+                _alone(fn, argv, blocks)
+            return
         _foreign_during[0] += (time.process_time() - c0) - (time.thread_time() - m0)
     elif way == choice.ALONE or pool is None:
         _alone(fn, argv, blocks)
