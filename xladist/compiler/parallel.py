@@ -362,11 +362,11 @@ def _has_room() -> bool:
 # after its threaded matmul, XLA's pool a few ms after a jax call, the user's own
 # threads -- busy as FOREIGN_THREADS runnable threads or more (their CPU time over the
 # last sample's interval, smoothed, over one runnable thread's share of the cores) make
-# a busy machine the OWN_POOLS regime: there the fastest way
-# differs from the one under other processes' load (a large product is best handed to
-# OpenBLAS's awake threads; with another process on a core they wait for a descheduled
-# partner). Their CPU: the process's, less the pool's workers', the sampling thread's
-# and what ran inside our own WHOLE calls (_foreign_during).
+# a busy machine the OWN_POOLS regime: there the fastest way differs from the one under
+# other processes' load (a large product is best handed to OpenBLAS's awake threads;
+# with another process on a core they wait for a descheduled partner). Their CPU: the
+# process's, less the pool's workers', the sampling thread's and what ran inside our own
+# WHOLE calls (_foreign_during).
 FOREIGN_THREADS = 0.5
 _cpu = {"t": None, "proc": 0.0, "ours": 0.0, "tid": None, "me": 0.0, "rate": 0.0}
 _foreign_during = [0.0]  # process CPU of other threads inside WHOLE calls (run_blocks)
@@ -432,9 +432,9 @@ def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     it measured fastest now: on the pool, on the calling thread alone, or -- `whole`, a
     callable computing the same result in one call on another pool's threads (OpenBLAS,
     blas_blocks.py), returning False when it could not -- that way; without a site, on
-    the pool whenever it has threads. The
-    blocks are the same every way, so the results are. A compiled kernel's range
-    function (RANGE_TYPE) takes its blocks in native code (_NativeTask)."""
+    the pool whenever it has threads. The blocks are the same every way, so the results
+    are. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native code
+    (_NativeTask)."""
     n = thread_count()
     if n < 2 or (len(blocks) < 2 and whole is None):
         _alone(fn, argv, blocks)
