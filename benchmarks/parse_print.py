@@ -1,23 +1,39 @@
-"""Parse and print speed of the HLO text layer on a generated 10,000-instruction module.
+"""Parse, verify and print speed of the HLO text layer, in MB/s against plain tokenizing.
 
-    python benchmarks/parse_print.py [--instructions N] [--repeat R]
+    python benchmarks/parse_print.py [--file PATH | --instructions N] [--repeat R]
 
-The module mixes what real dumps contain: parameters, constants, broadcasts,
-element-wise ops, dots, reduces with a to_apply region, fusions, tuples and
-get-tuple-elements, most with metadata. Prints the best of R runs per phase.
+Without --file: a generated module of N instructions (default 10,000) mixing what real
+dumps contain: parameters, constants, broadcasts, element-wise ops, dots, reduces with a
+to_apply region, fusions, tuples and get-tuple-elements, most with metadata. With --file:
+that module, e.g. benchmarks/transformer_step.hlo (a 2-device transformer training step as
+XLA compiled it, written by gen_transformer_step.py; issue 28's "250 KB module").
+
+Phases: `plain tokens`, one regular-expression pass cutting the same bytes into words and
+punctuation (the floor a regex tokenizer cannot beat); `lexer`, xladist's tokenizer
+(hlo/lexer.py); `parse` (lexer included); `verify` (verify_module at the module's device
+count); `parse+verify`; `print`. Prints the median of R runs per phase and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from xladist.hlo.lexer import tokenize  # noqa: E402
 from xladist.hlo.parser import parse_module  # noqa: E402
 from xladist.hlo.printer import print_module  # noqa: E402
+from xladist.hlo.verifier import verify_module  # noqa: E402
+
+# Words (identifiers, numbers, %names) and single punctuation characters: no token kinds,
+# no strings, no comments -- the least work that still looks at every byte as tokens.
+_PLAIN_TOKENS = re.compile(r"[\w.%-]+|\S")
 
 
 def generate(n: int) -> str:
@@ -71,31 +87,42 @@ def generate(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def best_of(repeat: int, fn):
-    best = float("inf")
+def median_of(repeat: int, fn):
+    times = []
     result = None
     for _ in range(repeat):
         t = time.perf_counter()
         result = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, result
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--file", help="an HLO text file (default: a generated module)")
     ap.add_argument("--instructions", type=int, default=10_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args(argv)
-    text = generate(args.instructions)
-    t_parse, module = best_of(args.repeat, lambda: parse_module(text))
-    t_print, printed = best_of(args.repeat, lambda: print_module(module))
+    text = Path(args.file).read_text() if args.file else generate(args.instructions)
+    load = os.getloadavg()
+    t_plain, _ = median_of(args.repeat, lambda: sum(1 for _ in _PLAIN_TOKENS.finditer(text)))
+    t_lex, _ = median_of(args.repeat, lambda: tokenize(text))
+    t_parse, module = median_of(args.repeat, lambda: parse_module(text))
+    devices = module.replica_count * module.num_partitions
+    t_verify, _ = median_of(args.repeat, lambda: verify_module(module, num_devices=devices))
+    t_both, _ = median_of(args.repeat,
+                          lambda: verify_module(parse_module(text), num_devices=devices))
+    t_print, printed = median_of(args.repeat, lambda: print_module(module))
     count = sum(len(c.instructions) for c in module.computations)
-    assert printed == text, "printing the generated module did not reproduce it"
-    rows = [("parse", t_parse), ("print", t_print), ("parse+print", t_parse + t_print)]
-    print(f"{count} instructions, {len(text) / 1e6:.2f} MB of text, best of {args.repeat}")
-    print(f"{'phase':<12} {'seconds':>8} {'instr/s':>10}")
-    for phase, t in rows:
-        print(f"{phase:<12} {t:8.3f} {count / t:10.0f}")
+    if not args.file:
+        assert printed == text, "printing the generated module did not reproduce it"
+    mb = len(text.encode()) / 1e6
+    print(f"{args.file or 'generated module'}: {count} instructions, {mb * 1e3:.0f} KB, "
+          f"median of {args.repeat}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"{'phase':<14} {'ms':>8} {'MB/s':>7}")
+    for phase, t in (("plain tokens", t_plain), ("lexer", t_lex), ("parse", t_parse),
+                     ("verify", t_verify), ("parse+verify", t_both), ("print", t_print)):
+        print(f"{phase:<14} {t * 1e3:8.1f} {mb / t:7.1f}")
     return 0
 
 

@@ -71,3 +71,48 @@ def test_cli_runs_a_collective_module_on_two_ranks_with_the_plugin(tmp_path):
     got, expected = np.load(out), np.load(CASE / "expected.npz")
     for k in expected.files:
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+
+
+def test_compile_verifies_with_the_runs_counts_not_the_headers():
+    """Issue 30 item 1: a module without counts runs as the run says. The executable's
+    verifier takes the counts from the device context the runtime passes (here 2 replicas);
+    compiled on its own, the same module is one device and its all-gather over 2 is refused."""
+    from xladist.errors import VerifierError
+    from xladist.semantics.device import DeviceContext
+
+    text = """HloModule m
+ENTRY e {
+  p = f32[1] parameter(0)
+  ROOT g = f32[2] all-gather(p), dimensions={0}, replica_groups={{0,1}}
+}
+"""
+    module = xladist.parse_hlo(text)
+
+    class TwoReplicas(DeviceContext):
+        replica_count, num_partitions = 2, 1
+
+    xladist.compile(module, backend="interpreter", device=TwoReplicas())
+    with pytest.raises(VerifierError, match="replica id 1 is out of range"):
+        xladist.compile(module, backend="interpreter")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_async_wrapped_send_recv_is_refused_not_run(backend):
+    """An async-start wrapping sends/recvs (XLA's 'async group') completes them at its
+    async-done; the built-in backends do not: the cpu backend returned zeros for the received
+    data. Refused at compile, naming the op (a gap until the backends run it)."""
+    text = """HloModule m
+group {
+  d = f32[2] parameter(0)
+  t = token[] parameter(1)
+  ROOT s = (f32[2], u32[], token[]) send(d, t), frontend_attributes={_xla_send_recv_source_target_pairs={{0,1}}}
+}
+ENTRY e {
+  p = f32[2] parameter(0)
+  t = token[] after-all()
+  a = ((f32[2], token[]), (f32[2], u32[], token[]), s32[]) async-start(p, t), calls=group
+  ROOT r = (f32[2], u32[], token[]) async-done(a)
+}
+"""
+    with pytest.raises(UnsupportedError, match="wraps send s in an async computation"):
+        xladist.compile(xladist.parse_hlo(text), backend=backend)

@@ -79,7 +79,13 @@ def test_device_count_option(capsys):
     assert main(["check", unopt, "-n", "4", "--no-deadlock-check"]) == 0
     assert main(["check", unopt, "--no-deadlock-check"]) == 2  # groups need 4 devices
     assert main(["check", PSUM, "-n", "3"]) == 2
-    assert "4 devices, but 3" in capsys.readouterr().err
+    assert "num_partitions=4, which does not divide the 3 devices" in capsys.readouterr().err
+    # The run's counts where the header has none, as `xladist run` takes them.
+    permute = os.path.join(CORPUS, "jax_extra", "ppermute_partial_mesh4", "module.unoptimized.hlo")
+    assert main(["check", permute, "-n", "4", "--no-deadlock-check"]) == 2
+    assert "--num-partitions" in capsys.readouterr().err
+    assert main(["check", permute, "-n", "4", "--num-partitions", "4",
+                 "--no-deadlock-check"]) == 0
 
 
 class _FakeReport:

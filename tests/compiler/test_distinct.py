@@ -197,3 +197,48 @@ ENTRY e {{
     for _ in range(2 * trips):
         want = np.tanh((want.astype(np.float32) @ w).astype(np.float32))
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def _normalized_ir(spec) -> str:
+    from llvmlite import ir
+
+    from xladist.compiler.codegen.kernels import emit_kernel
+    module = ir.Module(name="k")
+    emit_kernel(module, spec)
+    # The kernel's own name, and constants' globals (named after their instruction).
+    text = str(module).replace(spec.name, "KERNEL")
+    return re.sub(r'@"?const\.[^"\s(]*"?', "@CONST", text)
+
+
+def _corpus_modules():
+    from tests import corpus_util as cu
+    for folder in cu.case_folders("single", "single_zoo", "jax", "jax_extra"):
+        for name in ("module.hlo", "module.optimized.hlo"):
+            if (folder / name).exists():
+                yield f"{folder.parent.name}/{folder.name}/{name}", folder / name
+
+
+@pytest.mark.slow  # every corpus module planned and its repeats emitted: ~15 s
+def test_kernels_with_one_structural_key_emit_the_same_ir():
+    """The structural key (computed from the HLO, before codegen) is what makes a repeat an
+    alias: on every corpus module, kernels sharing a key emit the same LLVM IR up to their
+    names -- the key leaves out nothing the emitters read."""
+    from xladist.compiler.codegen.kernels.distinct import kernel_keys
+    checked = repeats = 0
+    for what, path in _corpus_modules():
+        try:
+            prog = CpuProgram(xladist.load_hlo(path), compile_code=False)
+        except xladist.UnsupportedError:
+            continue  # the cpu backend refuses the module (its own tests say why)
+        groups: dict[str, list] = {}
+        for spec, key in zip(prog.builder.kernels, kernel_keys(prog.builder.kernels)):
+            groups.setdefault(key, []).append(spec)
+        for specs in groups.values():
+            if len(specs) > 1:
+                first = _normalized_ir(specs[0])
+                for other in specs[1:]:
+                    assert _normalized_ir(other) == first, \
+                        f"{what}: {other.name} shares {specs[0].name}'s key, not its IR"
+                    repeats += 1
+        checked += 1
+    assert checked >= 100 and repeats >= 50, (checked, repeats)

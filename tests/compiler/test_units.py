@@ -95,8 +95,9 @@ ENTRY main {
 def test_second_compile_is_a_cache_hit_and_compiles_nothing(monkeypatch):
     from xladist.compiler import jit
     calls = []
-    real = jit.compile_ir
-    monkeypatch.setattr(jit, "compile_ir", lambda text: calls.append(1) or real(text))
+    real = jit.compile_units  # a program's code: its compile units (compiler/units.py)
+    monkeypatch.setattr(jit, "compile_units",
+                        lambda units, **kw: calls.append(1) or real(units, **kw))
     text = "HloModule c\nENTRY e {\n a = f32[7] parameter(0)\n ROOT n = f32[7] negate(a)\n}\n"
     first = CpuProgram(xladist.parse_hlo(text))
     second = CpuProgram(xladist.parse_hlo(text))

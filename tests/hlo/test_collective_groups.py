@@ -272,3 +272,67 @@ def test_error_messages_name_the_module_sizes_and_the_op():
     with pytest.raises(GroupError, match=r"^collective-permute source_target_pairs=\{\{0,3\}\} "
                                          r"\(3 replica ids: no channel_id\)"):
         collective_permute_pairs([[0, 3]], False, 3, 1)
+
+
+# --- the run's device counts: the header fixes what it declares, the run fills the rest --------
+
+def _header(text: str):
+    from xladist import parse_hlo
+    return parse_hlo(f"HloModule m{text}\nENTRY e {{ ROOT p = f32[] parameter(0) }}\n")
+
+
+@pytest.mark.parametrize("header, n, given, counts", [
+    ("", 4, {}, (4, 1)),                               # nothing declared: n replicas
+    (", num_partitions=1", 2, {}, (2, 1)),             # XLA's ragged tests: P=1 from the text
+    (", replica_count=1", 2, {}, (1, 2)),
+    (", num_partitions=4", 8, {}, (2, 4)),
+    (", replica_count=2, num_partitions=2", 4, {}, (2, 2)),
+    ("", 4, {"num_partitions": 4}, (1, 4)),            # the run's --num-partitions
+    ("", 4, {"replica_count": 2}, (2, 2)),
+    (", num_partitions=2", 4, {"replica_count": 2}, (2, 2)),
+    ("", None, {}, (1, 1)),                            # compiled alone: one device
+    (", replica_count=3", None, {}, (3, 1)),
+])
+def test_run_device_counts(header, n, given, counts):
+    from xladist.hlo.collective_groups import run_device_counts
+    assert run_device_counts(_header(header), n, **given) == counts
+
+
+@pytest.mark.parametrize("header, n, given, message", [
+    (", num_partitions=4", 6, {}, "num_partitions=4, which does not divide the 6 devices"),
+    (", replica_count=2, num_partitions=2", 8, {}, "= 4 devices; run it with -n 4, not -n 8"),
+    (", num_partitions=2", 4, {"num_partitions": 4},
+     "declares num_partitions=2; the run asks for num_partitions=4"),
+    ("", 4, {"replica_count": 0}, "replica_count must be a whole number >= 1"),
+    ("", 4, {"replica_count": 3, "num_partitions": 2}, "= 6 devices; run it with -n 6, not -n 4"),
+])
+def test_run_device_counts_refused(header, n, given, message):
+    from xladist.errors import InputError
+    from xladist.hlo.collective_groups import run_device_counts
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_device_counts(_header(header), n, **given)
+
+
+@pytest.mark.parametrize("header, config, counts", [
+    ("", (2, 3), (2, 3)),                              # the header says nothing: the config's
+    (", num_partitions=2", (1, 1), (1, 2)),            # a one-device stand-in context
+    (", replica_count=1", (2, 1), (1, 1)),             # written, even as 1, replaces the config
+    (", replica_count=2, num_partitions=4", (8, 1), (2, 4)),
+])
+def test_config_counts_header_replaces_the_config(header, config, counts):
+    from xladist.hlo.collective_groups import config_counts
+    assert config_counts(_header(header), *config) == counts
+
+
+def test_the_verifier_runtime_and_static_check_share_the_counts():
+    """One rule: the verifier, the runtime's placement and the deadlock check read a module
+    without counts at -n 2 as 2 replicas, and a header with only num_partitions=1 too."""
+    from xladist.analysis.deadlock.check import resolve_devices
+    from xladist.hlo.verifier import verify_module
+    from xladist.runtime.device import device_counts
+    for header in ("", ", num_partitions=1"):
+        m = _header(header)
+        report = verify_module(m, num_devices=2)
+        da = resolve_devices(m, 2)
+        assert ((report.replica_count, report.num_partitions) == device_counts(m, 2)
+                == (da.replica_count, da.num_partitions) == (2, 1))

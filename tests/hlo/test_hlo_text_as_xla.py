@@ -86,14 +86,18 @@ ENTRY e {
 
 def test_combined_collective_permute_start_has_no_context_scalars():
     """collective-permute-start of several operands is ((inputs), (outputs)), without the
-    two u32[] of the one-operand form (XLA's InferCollectivePermuteStartShape;
-    hlo_parser_test.cc CombinedCollectivePermuteStartAndDone); ours demanded them."""
+    two u32[] of the one-operand form (hlo_parser_test.cc CombinedCollectivePermuteStartAndDone);
+    ours demanded them. XLA's InferCollectivePermuteStartShape takes the contexts from the
+    declared shape, so written ones are accepted too; the operand and result parts are not
+    free."""
     text = COMBINED_PERMUTE
     verify_module(parse_module(text))
+    verify_module(parse_module(text.replace(
+        "(f32[4]{0}, s32[2]{0})) collective", "(f32[4]{0}, s32[2]{0}), u32[], u32[]) "
+        "collective")))
     with pytest.raises(VerifierError, match="differs from the shape inferred"):
         verify_module(parse_module(text.replace(
-            "(f32[4]{0}, s32[2]{0})) collective", "(f32[4]{0}, s32[2]{0}), u32[], u32[]) "
-            "collective")))
+            "(f32[4]{0}, s32[2]{0})) collective", "(f32[4]{0}, f32[2]{0})) collective")))
 
 
 @pytest.mark.parametrize("labels", ["?b01f_0?1io->b01?f", "b0?f_0io->bf0", "bf01_oi01->bf01"])

@@ -20,6 +20,7 @@ from xladist.hlo.attrs import (ConvDimensionNumbers, PaddingConfig, RawAttr, Rep
 from xladist.hlo.ir import Computation, Instruction
 from xladist.hlo.parser import parse_module
 from xladist.hlo.shape import PRIMITIVE_TYPES, UNBOUNDED, Layout, Shape
+from xladist.hlo.verifier import verify_module
 
 ADD = """
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -526,8 +527,13 @@ ERRORS = [
     ("ROOT = f32[4]{0} copy(p)", "expected an instruction", 5, 8),
     ("ROOT r f32[4]{0} copy(p)", "expected '=' after instruction name r, found 'f32[4]{0}'",
      5, 10),
-    ("ROOT r = add(p, p)", "expected a shape as the result of r (after '='), found 'add'",
+    ("ROOT r = constant(1)", "constant r needs its result shape written before the opcode",
      5, 12),
+    ("ROOT r = add(p, c)", "the result shape of r is not written and cannot be inferred: add:",
+     5, 12),
+    ("ROOT r = f32[4]{0} add(p, f32[4] parameter(0))",
+     "parameter number 0 of parameter.inline.1 is already used by p", 5, 46),
+    ("ROOT r = f32[4]{0} add(p, f32[4] negate(p) p)", "expected ')' after operands of r", 5, 46),
 ]
 
 
@@ -626,3 +632,95 @@ ENTRY %e (p: f32[2]) -> f32[2] {
     assert send.frontend_attributes["_xla_send_recv_source_target_pairs"] == "{{0,1},{1,0}}"
     assert "_xla_send_recv_source_target_pairs={{0,1},{1,0}}" in module.to_text()
     assert parse_hlo(module.to_text()).to_text() == module.to_text()
+
+
+# ---- metadata / backend_config: one BRACED token when plain, the general path otherwise ----
+@pytest.mark.parametrize("value, composite", [
+    ('{op_name="jit(f)/add" source_file="/a/b.py" source_line=3}', True),
+    ('{op_name="x{}y\\"z" profile_type={1,2} stack_frame_id=4}', True),
+    ('{}', True),
+    ("{op_name='single quoted' source_line=3}", False),    # other quote kind: token by token
+    ('{op_name="a" /* comment */ source_line=3}', False),  # a comment: token by token
+    ('{ op_name="a", {nested={deeper}} }', False),          # nested two levels
+])
+def test_metadata_is_one_token_when_plain_and_reads_the_same_either_way(value, composite):
+    from xladist.hlo.lexer import BRACED, tokenize
+    text = entry(f"  ROOT %p = f32[] parameter(0), metadata={value}, "
+                 f"backend_config={value}", extra="")
+    kinds, texts, _ = tokenize(text)
+    assert (BRACED in kinds) == composite
+    p = parse_module(text).entry.instruction("p")
+    assert p.metadata == value[1:-1]
+    assert p.backend_config == value
+
+
+# ---- what XLA's parser takes and its tests write (issue 30 items 2 and 3) ----------------------
+
+def test_a_result_shape_left_out_is_inferred():
+    """XLA's parser infers a missing result shape (the pipeline-parallelism tests write
+    `output_ = call(...)`, `gte0 = get-tuple-element(t), index=0`, `i_ = add(i, c1)`)."""
+    m = parse_module("""HloModule m
+inc {
+  x = u32[] parameter(0)
+  ROOT y = u32[] add(x, x)
+}
+ENTRY e {
+  p = (u32[], f32[2,3]) parameter(0)
+  i = get-tuple-element(p), index=0
+  a = get-tuple-element(p), index=1
+  j = call(i), to_apply=inc
+  k = add(i, j)
+  t = transpose(a), dimensions={1,0}
+  ROOT r = tuple(k, t)
+}
+""")
+    e = m.entry
+    assert [str(e.instruction(n).shape.to_text(False)) for n in "ijkt"] == [
+        "u32[]", "u32[]", "u32[]", "f32[3,2]"]
+    assert e.root.shape.to_text(False) == "(u32[], f32[3,2])"
+    # The inferred shapes print: the text round-trips through XLA's written form.
+    assert "u32[] call(" in m.to_text() and parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_operands_written_inline_are_instructions_of_their_own():
+    """`add(counter, s32[] constant(1))` (XLA's AllReduceTest loops): the inline operand
+    becomes an instruction before its user, with a made-up name that a later written name
+    takes over; attributes of an inline operand end where the next operand starts."""
+    m = parse_module("""HloModule m
+ENTRY e {
+  p = s32[4] parameter(0)
+  a = s32[4] add(p, s32[4] broadcast(s32[] constant(1)), dimensions={})
+  constant.inline.1 = s32[] constant(7)
+  ROOT r = s32[4] multiply(a, s32[4] broadcast(constant.inline.1), dimensions={})
+}
+""")
+    names = [i.name for i in m.entry.instructions]
+    opcodes = [i.opcode for i in m.entry.instructions]
+    assert opcodes == ["parameter", "constant", "broadcast", "add", "constant", "broadcast",
+                       "multiply"]
+    assert names[4] == "constant.inline.1" and names[1] != "constant.inline.1"
+    assert len(set(names)) == len(names)
+    add = m.entry.instruction("a")
+    assert add.operands[1].opcode == "broadcast" and add.operands[1].attrs["dimensions"] == ()
+    assert add.operands[1].operands[0].literal.value.tolist() == 1
+    assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_parameters_written_inline():
+    """XLA's tests write reducers as `ROOT add = f32[] add(f32[] parameter(0), f32[]
+    parameter(1))`: inline parameters are the computation's parameters, by their numbers."""
+    m = parse_module("""HloModule m
+sum {
+  ROOT add = f32[] add(f32[] parameter(1), f32[] parameter(0))
+}
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[] reduce(p, f32[] constant(0)), dimensions={0}, to_apply=sum
+}
+""")
+    verify_module(m)
+    add = m.computation("sum").root
+    assert [o.opcode for o in add.operands] == ["parameter", "parameter"]
+    assert [o.parameter_number for o in add.operands] == [1, 0]
+    assert [i.parameter_number for i in m.computation("sum").parameters] == [0, 1]
+    assert parse_module(m.to_text()).to_text() == m.to_text()

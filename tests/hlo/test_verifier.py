@@ -229,12 +229,19 @@ def test_done_must_consume_its_start():
 
 
 def test_num_devices_must_fit_the_module():
+    """The counts a module declares are fixed; the run's device total fills the other one
+    (collective_groups.run_device_counts, XLA's header-over-config rule)."""
     b = Comp("main")
     b.param("f32[]")
     m = module(b.done(), num_partitions=4)
-    verify_module(m, num_devices=4)
-    with pytest.raises(InputError, match="4 devices, but 8"):
-        verify_module(m, num_devices=8)
+    assert verify_module(m, num_devices=4).replica_count == 1
+    report = verify_module(m, num_devices=8)   # the other 2 are replicas
+    assert (report.replica_count, report.num_partitions) == (2, 4)
+    with pytest.raises(InputError, match="num_partitions=4, which does not divide the 6"):
+        verify_module(m, num_devices=6)
+    both = module(b.done(), replica_count=2, num_partitions=2)
+    with pytest.raises(InputError, match="= 4 devices; run it with -n 4, not -n 8"):
+        verify_module(both, num_devices=8)
 
 
 # ---- collectives (docs/reference/collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
@@ -259,7 +266,7 @@ def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -
      "replica_groups={} is invalid with use_global_device_ids=true"),
     (dict(use_global_device_ids=True, replica_groups=groups((0, 1, 2, 3))),
      "use_global_device_ids=true requires a channel_id"),
-    (dict(channel_id=0, replica_groups=groups((0,))), "channel_id=0 must be positive"),
+    (dict(channel_id=-1, replica_groups=groups((0,))), "channel_id=-1 must not be negative"),
 ])
 def test_all_reduce_group_errors(attrs, message):
     err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))
@@ -366,10 +373,19 @@ def test_self_pairs_and_partial_permutations_are_valid():
                               source_target_pairs=((0, 0), (1, 2))))
 
 
-def test_module_without_device_count_takes_num_devices():
+def test_module_without_device_count_takes_the_runs_counts():
+    """A module declaring no counts runs as the run says: -n 4 alone is 4 replicas (the
+    runtime's reading too), so a permute over partition ids needs the run's partitions."""
     m = _collective("collective-permute", "f32[3]", "f32[3]", partitions=1, channel_id=1,
                     source_target_pairs=((0, 1), (1, 2), (2, 3), (3, 0)))
-    verify_module(m, num_devices=4)  # a channel: the 4 devices are partitions
+    err = verify_error(m, num_devices=4)
+    assert "partition id 1 is out of range [0, 1)" in str(err)
+    assert "--num-partitions" in str(err)
+    report = verify_module(m, counts=(1, 4))
+    assert (report.replica_count, report.num_partitions) == (1, 4)
+    plain = _collective("collective-permute", "f32[3]", "f32[3]", partitions=1,
+                        source_target_pairs=((0, 1), (1, 2), (2, 3), (3, 0)))
+    assert verify_module(plain, num_devices=4).replica_count == 4
     with pytest.raises(VerifierError):
         verify_module(m)
 
@@ -387,7 +403,11 @@ def test_corpus_modules_verify(path):
         case = json.load(f)
     with open(path) as f:
         m = parser.parse_module(f.read(), filename=path)
-    report = verify_module(m, num_devices=case.get("num_devices"))
+    n = case.get("num_devices")
+    # JAX runs its programs as n partitions; the text before partitioning does not say so
+    # (JAX passes num_partitions in the module config), so the run gives it, as XLA's does.
+    counts = (1, n) if n and "unoptimized" in path else None
+    report = verify_module(m, num_devices=n, counts=counts)
     assert report.instructions > 0
 
 
@@ -449,3 +469,52 @@ def test_async_forms_including_sugared_wrappers():
                                             "f32[4,8]{1,0}) reduce-scatter-start"))
     err = verify_error(bad)
     assert "must be 2 for operand f32[4,8]" in str(err) and err.actual == "f32[4,8]"
+
+
+# ---- what XLA's own tests write (issue 30 items 4 and 5) ---------------------------------------
+
+_SEND_RECV_CH0 = """HloModule t
+ENTRY e {
+  p = u32[2] parameter(0)
+  t = token[] after-all()
+  r = (u32[2], u32[], token[]) recv(t), channel_id=0, frontend_attributes={_xla_send_recv_source_target_pairs="{{1,0}}"}
+  s = (u32[2], u32[], token[]) send(p, t), channel_id=0, frontend_attributes={_xla_send_recv_source_target_pairs="{{1,0}}"}
+  rd = (u32[2], token[]) recv-done(r), channel_id=0
+  sd = token[] send-done(s)DONE_CHANNEL
+  ROOT x = u32[2] get-tuple-element(rd), index=0
+}
+"""
+
+
+def test_channel_id_zero_is_a_channel():
+    """XLA's CollectiveOpsTest.SendRecv_Simple uses channel_id=0; XLA checks only shapes. A
+    done without the channel its start has is still refused (0 is not 'no channel')."""
+    from xladist import parse_hlo
+    verify_module(parse_hlo(_SEND_RECV_CH0.replace("DONE_CHANNEL", ", channel_id=0")),
+                  num_devices=2)
+    err = verify_error(parse_hlo(_SEND_RECV_CH0.replace("DONE_CHANNEL", "")), num_devices=2)
+    assert "must have the same channel_id (None vs 0)" in str(err)
+
+
+@pytest.mark.parametrize("start_shape", ["(u32[2], u32[2])", "(u32[2], u32[2], u32[], u32[])"])
+def test_collective_permute_start_with_or_without_contexts(start_shape):
+    """XLA's CollectiveOpsTest.AsyncCollectivePermute declares the 2-tuple; XLA's printer
+    writes the 4-tuple with two u32[] contexts. Both are the same op (the contexts are what
+    the declared shape lists after operand and result)."""
+    from xladist import parse_hlo
+    m = parse_hlo(f"""HloModule t
+ENTRY e {{
+  p = u32[2] parameter(0)
+  start = {start_shape} collective-permute-start(p), source_target_pairs={{{{0,1}},{{1,0}}}}
+  ROOT done = u32[2] collective-permute-done(start)
+}}
+""")
+    verify_module(m, num_devices=2)
+    bad = parse_hlo("""HloModule t
+ENTRY e {
+  p = u32[2] parameter(0)
+  start = (u32[2], f32[2]) collective-permute-start(p), source_target_pairs={{0,1},{1,0}}
+  ROOT done = f32[2] collective-permute-done(start)
+}
+""")
+    assert "differs" in str(verify_error(bad, num_devices=2))

@@ -197,7 +197,7 @@ num_partitions = 2
 """)
     proc = _xladist("run", "--config", str(cfg))
     assert proc.returncode == 2
-    assert "declares replica_count=1, num_partitions=4; the run asks for 2 x 2" in proc.stderr
+    assert "declares num_partitions=4; the run asks for num_partitions=2" in proc.stderr
 
 
 @pytest.mark.slow

@@ -20,6 +20,11 @@ examples:
   xladist check module.hlo                 verify; devices from replica_count x num_partitions
   xladist check module.hlo -n 4            verify for 4 devices (a module without a device
                                            count runs as 4 replicas)
+  xladist check spmd.hlo -n 4 --num-partitions 4
+                                           the run's counts where the header says nothing
+                                           (as `xladist run` takes them)
+  xladist check module.hlo -n 8 --replica-count 2
+                                           2 replicas of 4 partitions
   xladist check module.hlo --json          machine-readable result on stdout
   xladist check module.hlo --strict        warnings (e.g. elided constants) count as problems
   xladist check module.hlo -n 1024 --check-budget 60
@@ -37,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--num-devices", type=int, default=None, metavar="N",
                         help="number of devices the module will run on "
                              "(default: replica_count x num_partitions)")
+    parser.add_argument("--replica-count", type=int, metavar="R",
+                        help="replicas, where the module header does not declare them")
+    parser.add_argument("--num-partitions", type=int, metavar="P",
+                        help="partitions, where the module header does not declare them")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--strict", action="store_true",
                         help="treat warnings as problems (exit 1)")
@@ -81,16 +90,20 @@ def _deadlock_check(module, num_devices: int, has_channels: bool, skip: bool,
 
 
 def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = True,
-               strict: bool = False, budget: float | None = None) -> dict:
+               strict: bool = False, budget: float | None = None,
+               replica_count: int | None = None, num_partitions: int | None = None) -> dict:
     """Parse, verify and deadlock-check one file; returns the result as a dict.
 
+    `replica_count` / `num_partitions`: the run's counts, as `xladist run` takes them.
     Raises HloParseError, VerifierError or InputError for invalid input.
     """
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
+    from ..runtime.config import override_device_counts
     from . import read_module_text
     text, name = read_module_text(path)
     module = parse_module(text, filename=name)
+    override_device_counts(module, replica_count, num_partitions)
     report = verify_module(module, num_devices=num_devices)
     dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock,
                          strict, budget)
@@ -147,7 +160,9 @@ def run(args) -> int:
         raise InputError(f"-n must be at least 1, got {args.num_devices}")
     try:
         result = check_file(args.file, args.num_devices, deadlock=not args.no_deadlock_check,
-                            strict=args.strict, budget=args.check_budget)
+                            strict=args.strict, budget=args.check_budget,
+                            replica_count=args.replica_count,
+                            num_partitions=args.num_partitions)
     except XlaDistError as e:
         if not args.json:
             raise

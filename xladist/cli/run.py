@@ -138,9 +138,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress line while the job runs")
     parser.add_argument("--replica-count", type=int, metavar="R",
-                        help="replicas, for a module whose header declares no counts")
+                        help="replicas, where the module header does not declare them "
+                             "(default: the devices not taken by partitions)")
     parser.add_argument("--num-partitions", type=int, metavar="P",
-                        help="partitions, for a module whose header declares no counts")
+                        help="partitions, where the module header does not declare them "
+                             "(default: the devices not taken by replicas)")
     from xladist.runtime.config import parse_assignment
     parser.add_argument("--device-assignment", type=parse_assignment, metavar="IDS",
                         help="device id per replica (rows, ';') and partition (columns, ','),"
@@ -182,11 +184,8 @@ def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = Tru
 def _check_device_count(module, n: int) -> None:
     if n < 1:
         raise InputError(f"-n must be at least 1, got {n}")
-    needed = module.num_devices
-    if needed > 1 and n != needed:
-        raise InputError(f"module {module.name} is written for {needed} devices "
-                         f"(replica_count={module.replica_count}, "
-                         f"num_partitions={module.num_partitions}); run it with -n {needed}")
+    from xladist.runtime.device import device_counts
+    device_counts(module, n)  # the one rule: the header's counts, the rest from n
 
 
 def _apply_config(args) -> None:

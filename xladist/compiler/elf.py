@@ -74,3 +74,16 @@ def undefined_symbols(data: bytes) -> dict[str, list[str]]:
                 if shndx == target and value <= r_offset < value + max(size, 1):
                     undefined[syms[idx][0]].add(name)
     return {k: sorted(v) for k, v in sorted(undefined.items())}
+
+
+def function_bytes(data: bytes) -> dict[str, bytes]:
+    """The machine code of every function the object defines, as the object holds it: a
+    field a relocation fills (a call, a constant's address) is zero here, since ELF64's
+    RELA relocations carry their addends themselves."""
+    sections = _sections(data)
+    out = {}
+    for name, kind, shndx, value, size in _symbols(data, sections):
+        if kind == _STT_FUNC and 0 < shndx < len(sections):
+            start = sections[shndx][4] + value
+            out[name] = data[start:start + size]
+    return out

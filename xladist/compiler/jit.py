@@ -1,10 +1,13 @@
 """llvmlite engine: target machine with the host's CPU features, O3, and an
 on-disk cache of compiled object code.
 
-One LLVM module holds every kernel of an HLO module. Its object file is cached
-under `$XLADIST_CACHE_DIR` (default `~/.cache/xladist`) keyed by a hash of the
-module's canonical text (fingerprint.py), the target description and the
-compiler's own version (xladist version + a hash of xladist/compiler sources), so
+A program's kernels are compiled as units (units.py: one LLVM module per distinct kernel,
+per group of native loops, and one for the reducers), in parallel (compile_pool.py), each
+into its own object; the objects travel together as one code blob (`pack_objects`), which
+MCJIT loads into one engine. The blob is cached under `$XLADIST_CACHE_DIR` (default
+`~/.cache/xladist`) keyed by a hash of the module's canonical text (fingerprint.py), the
+target description and the compiler's own version (xladist version + a hash of
+xladist/compiler sources, so a change to the pipelines of llvm_worker.py is a new key), so
 the second compilation of a module runs no codegen and no LLVM at all.
 """
 
@@ -12,7 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import threading
+import struct
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,11 +24,11 @@ import llvmlite.binding as llvm
 
 from ..version import __version__
 from ..errors import UnsupportedError
-from . import elf, kernel_cache, runtime_symbols
+from . import compile_pool, elf, kernel_cache, llvm_worker, runtime_symbols
 from .target import (Target, host_target, init_llvm, target_description, target_machine,
                      vector_width)
 
-_LOCK = threading.Lock()
+_LOCK = llvm_worker.LOCK  # one lock for every sequence of llvmlite calls in this process
 KERNEL_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -80,21 +84,13 @@ def _with_vector_width(llvm_ir: str) -> str:
     return "\n".join(lines)
 
 
-def optimize(llvm_ir: str, target: Target | None = None) -> llvm.ModuleRef:
+def optimize(llvm_ir: str, target: Target | None = None, exact: bool = True) -> llvm.ModuleRef:
+    """Parsed, verified and optimized (llvm_worker.optimize: O3, exact = with loop
+    unrolling) for the target."""
     init_llvm()
     target = target or host_target()
-    mod = llvm.parse_assembly(_with_vector_width(llvm_ir))
-    mod.verify()
-    tm = target.machine()
-    mod.triple = target.triple
-    mod.data_layout = str(tm.target_data)
-    pto = llvm.PipelineTuningOptions(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return mod
+    return llvm_worker.optimize(_with_vector_width(llvm_ir), target.machine(), target.triple,
+                                exact)
 
 
 def check_symbols(obj: bytes, allowed) -> None:
@@ -112,28 +108,88 @@ def check_symbols(obj: bytes, allowed) -> None:
 
 
 def compile_ir(llvm_ir: str, target: Target | None = None) -> bytes:
-    """LLVM IR text -> optimized native object code whose every external call is on the
-    allowlist (runtime_symbols.py)."""
-    with _LOCK:
-        target = target or host_target()
-        mod = optimize(llvm_ir, target)
-        obj = target.machine().emit_object(mod)
+    """LLVM IR text -> optimized native object code (the exact pipeline) whose every
+    external call is on the allowlist (runtime_symbols.py)."""
+    target = target or host_target()
+    obj = llvm_worker.compile_unit(_with_vector_width(llvm_ir), target.triple, target.cpu,
+                                   target.features, exact=True)
     check_symbols(obj, runtime_symbols.allowlist())
     return obj
 
 
+def compile_units(units, target: Target | None = None, *, exact: bool | None = None,
+                  stats: dict | None = None) -> bytes:
+    """A program's units (units.py) -> the code blob of their objects, compiled in parallel
+    (compile_pool.py), each with the pipeline its IR allows (compile_pool.pipeline_exact;
+    exact=True: the exact pipeline for all). `stats`: compile_pool.compile_jobs's counts."""
+    target = target or host_target()
+    jobs = []
+    for unit in units:
+        text = _with_vector_width(unit.text())
+        jobs.append(compile_pool.Job(unit.name, text, exact or compile_pool.pipeline_exact(
+            text, target)))
+    objects = compile_pool.compile_jobs(jobs, target, stats)
+    allowed = runtime_symbols.allowlist()
+    for obj in objects:
+        check_symbols(obj, allowed)
+    return pack_objects(objects)
+
+
+# A code blob holding several objects: magic, u32 count, then per object a u64 length and
+# its bytes. A blob that starts with ELF's own magic is one object (hand-written kernels).
+BUNDLE_MAGIC = b"XLDOBJS1"
+_COUNT = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
+
+
+def pack_objects(objects: list[bytes]) -> bytes:
+    parts = [BUNDLE_MAGIC, _COUNT.pack(len(objects))]
+    for obj in objects:
+        parts += [_LENGTH.pack(len(obj)), obj]
+    return b"".join(parts)
+
+
+def unpack_objects(blob: bytes) -> list[bytes]:
+    """The objects of a code blob; ValueError if it is neither a bundle nor one object."""
+    if blob[:4] == b"\x7fELF":
+        return [blob]
+    if blob[:len(BUNDLE_MAGIC)] != BUNDLE_MAGIC or len(blob) < len(BUNDLE_MAGIC) + 4:
+        raise ValueError("not xladist object code")
+    (count,) = _COUNT.unpack_from(blob, len(BUNDLE_MAGIC))
+    at = len(BUNDLE_MAGIC) + _COUNT.size
+    out = []
+    for _ in range(count):
+        if at + _LENGTH.size > len(blob):
+            raise ValueError("truncated object code")
+        (n,) = _LENGTH.unpack_from(blob, at)
+        at += _LENGTH.size
+        if at + n > len(blob):
+            raise ValueError("truncated object code")
+        out.append(blob[at:at + n])
+        at += n
+    if at != len(blob):
+        raise ValueError("trailing bytes after the objects")
+    return out
+
+
 class LoadedCode:
-    """Object code loaded into an MCJIT engine; hands out kernel addresses.
+    """Object code (a code blob: one object or a bundle) loaded into an MCJIT engine;
+    hands out kernel addresses. `blob` is what was loaded (serialized.py stores it).
 
     Every undefined symbol is checked against what runtime_symbols registered with LLVM
     before MCJIT links it: an unresolved one would be a call to address 0."""
 
-    def __init__(self, obj: bytes):
+    def __init__(self, blob: bytes):
         init_llvm()
-        check_symbols(obj, runtime_symbols.resolved())
+        objects = unpack_objects(blob)
+        allowed = runtime_symbols.resolved()
+        for obj in objects:
+            check_symbols(obj, allowed)
+        self.blob = blob
         with _LOCK:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            for obj in objects:
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.engine.finalize_object()
         self._cache: dict[str, int] = {}
 
@@ -150,13 +206,24 @@ class LoadedCode:
         return KERNEL_TYPE(self.address(name))
 
 
-def get_code(module_text: str, build_ir) -> tuple[LoadedCode, bool]:
+def get_code(module_text: str, build, timings: dict | None = None,
+             stats: dict | None = None) -> tuple[LoadedCode, bool]:
     """Compiled code for a module: from the cache (kernel_cache.py checks the entry), or
-    build_ir() -> IR text compiled and stored. Returns (code, was_cached)."""
+    built and stored: build() returns LLVM IR text (one module, compile_ir) or a list of
+    units (compile_units, which fills `stats`). Returns (code, was_cached); `timings` gets
+    the seconds of "llvm" (compiling, when not cached) and "load"."""
     key = cache_key(module_text)
-    obj = kernel_cache.load(key)
-    cached = obj is not None
-    if obj is None:
-        obj = compile_ir(build_ir())
-        kernel_cache.store(key, obj)
-    return LoadedCode(obj), cached
+    blob = kernel_cache.load(key)
+    cached = blob is not None
+    if blob is None:
+        what = build()
+        t0 = time.perf_counter()
+        blob = compile_ir(what) if isinstance(what, str) else compile_units(what, stats=stats)
+        if timings is not None:
+            timings["llvm"] = time.perf_counter() - t0
+        kernel_cache.store(key, blob)
+    t0 = time.perf_counter()
+    code = LoadedCode(blob)
+    if timings is not None:
+        timings["load"] = time.perf_counter() - t0
+    return code, cached

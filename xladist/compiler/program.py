@@ -1,8 +1,9 @@
 """compile_module(module) -> CpuExecutable: the whole pipeline, with timings.
 
   flatten (inline.py) -> fusion plan (fusion.py) -> buffer slots (buffers.py)
-  -> thunk lists (emit.py) -> LLVM IR for every kernel (codegen/) -> object
-  code (jit.py, cached on disk) -> bound thunks.
+  -> thunk lists (emit.py) -> LLVM IR per compile unit (units.py, codegen/) -> object
+  code (jit.py: units compiled in parallel by compile_pool.py, cached on disk) -> bound
+  thunks.
 
 On a cache hit no IR is generated and LLVM does not run: only the planning
 passes (pure Python, milliseconds) and loading the object file.
@@ -13,19 +14,15 @@ from __future__ import annotations
 import contextlib
 import time
 
-from llvmlite import ir
-
 from ..errors import UnsupportedError
 from ..executable import Executable
 from ..hlo.shape import Shape
-from . import blas_blocks, jit, parallel
+from . import blas_blocks, compile_pool, jit, parallel
 from .codegen.constants import logical_view
-from .codegen.kernels import emit_map_kernel
-from .codegen.kernels.distinct import alias_text, emit_distinct_kernels
 from .emit import ProgramBuilder
 from .inplace import FRESH
-from .native.collectives import emit_user_function
 from .thunks import RunState, physical_leaf
+from .units import program_units
 
 
 class CpuProgram:
@@ -46,10 +43,15 @@ class CpuProgram:
             [r.kernel_name for r in self.builder.reducers.values()] + \
             [lp.name for lp in self.builder.loops]
         self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
+        self.phases: dict[str, float] = {"plan": t1 - t0}
+        # What compiling took, when it ran (compile_pool.compile_jobs): units, exact ones,
+        # units the helper processes compiled, processes.
+        self.compile_stats: dict[str, int] = {}
         if code is None:
             if not compile_code:
                 return
-            self.code, self.cached = jit.get_code(self.fingerprint, self.llvm_ir)
+            self.code, self.cached = jit.get_code(self.fingerprint, self.units, self.phases,
+                                                  self.compile_stats)
         elif fingerprint != self.fingerprint:
             raise UnsupportedError(
                 "the stored object code was made for other kernels: this xladist plans the "
@@ -69,6 +71,8 @@ class CpuProgram:
                              for t in cc.thunks)
         self.timings = {"plan": t1 - t0, "codegen+llvm" if not self.cached else "load": t2 - t1,
                         "total": time.perf_counter() - t0}
+        # Where it went: codegen (units()), llvm (compiling the units), load (MCJIT).
+        self.timings.update({k: v for k, v in self.phases.items() if k != "plan"})
 
     def explain(self) -> list[dict]:
         """Every compiled computation: its thunks (kind, what they run, fused
@@ -101,20 +105,21 @@ class CpuProgram:
                         "slots": len(cc.asg.slots), "thunks": thunks})
         return out
 
+    def units(self) -> list:
+        """The program's compile units (units.py), each kernel's LLVM IR generated once per
+        distinct kernel; the helper processes start meanwhile (compile_pool.py)."""
+        b = self.builder
+        compile_pool.start_helpers(len(b.kernels) + len(b.loops) + bool(b.reducers))
+        t0 = time.perf_counter()
+        units = program_units(b)
+        self.phases["codegen"] = time.perf_counter() - t0
+        return units
+
     def llvm_ir(self) -> str:
-        """LLVM IR text of every kernel of the module (pure llvmlite.ir); a kernel that
-        repeats another is an alias of it (codegen/kernels/distinct.py)."""
-        mod = ir.Module(name=self.module.name)
-        # A native loop's driver calls its kernels by name in the same module.
-        in_loops = {s.thunk.spec.name for lp in self.builder.loops for s in lp.steps
-                    if s.kind == "kernel"}
-        aliases = emit_distinct_kernels(mod, self.builder.kernels, in_loops)
-        for r in self.builder.reducers.values():
-            emit_map_kernel(mod, r.kernel_name, r.computation)
-            emit_user_function(mod, r.kernel_name)  # for MPI user ops (native_collectives)
-        for lp in self.builder.loops:  # after the kernels they call
-            lp.emit(mod)
-        return str(mod) + alias_text(mod, aliases)
+        """LLVM IR text of every kernel of the module as one LLVM module (pure
+        llvmlite.ir); a kernel that repeats another is an alias of it
+        (codegen/kernels/distinct.py)."""
+        return program_units(self.builder, separate=False)[0].text()
 
 
 def compiled_reducers(module) -> dict:

@@ -8,7 +8,8 @@ File layout (all integers little-endian):
     format version                   u32 (FORMAT)
     payload length                   u64
     sha256 of the payload            32 bytes
-    payload = u32 length + JSON header, then the object code
+    payload = u32 length + JSON header, then the object code (jit.pack_objects: the
+    objects of the program's compile units)
 The JSON header holds the module text (as written by the user), the schedule (computation
 name -> instruction names), the thunk plan (CpuProgram.explain(), for people and tools),
 the kernel fingerprint (module text + kernel names: what the object was built from), the
@@ -59,14 +60,12 @@ def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
     `xladist run` uses; default: the text order)."""
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
-    from . import jit, kernel_cache
     from .program import CpuProgram
     module = parse_module(module_text)
     verify_module(module)
     schedule = schedule_of(module) if schedule_of is not None else {}
     prog = CpuProgram(module, schedule)
-    # The object the program just loaded: from the kernel cache, or (cache off) built again.
-    obj = kernel_cache.load(jit.cache_key(prog.fingerprint)) or jit.compile_ir(prog.llvm_ir())
+    obj = prog.code.blob  # the object code the program just loaded (jit.pack_objects)
     header = {"module_text": module_text, "schedule": _schedule_names(schedule),
               "fingerprint": prog.fingerprint, "plan": prog.explain(), "backend": "cpu",
               "target": _target()}

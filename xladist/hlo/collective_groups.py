@@ -16,6 +16,9 @@ xladist.hlo because imports only point down; xladist/hlo/collective_groups.py re
   GroupError with a message that names the op, the groups and the offending id;
 * `group_size(...)` / `device_group_size(...)` - the uniform size of the id groups and of the
   device groups they stand for, used for all-gather, reduce-scatter and all-to-all shapes;
+* `run_device_counts(module, num_devices, ...)` - the (replica_count, num_partitions) a run
+  uses: what the header declares, the rest from the run (docs/xla-compatibility.md); the
+  verifier, the static check and the runtime all take it from here;
 * `DeviceAssignment` - the `[replica][partition] -> device id` table (A.7);
 * `device_groups(...)` / `groups_for_device(...)` - ids to ordered device groups per mode
   (A.3, A.6), `collective_permute_pairs(...)` / `permute_device_groups(...)` for permutes;
@@ -36,6 +39,8 @@ import enum
 import re
 from collections.abc import Mapping, Sequence
 
+from ..errors import InputError
+
 __all__ = [
     "DeviceAssignment",
     "GroupError",
@@ -45,6 +50,7 @@ __all__ = [
     "check_replica_groups",
     "check_source_target_pairs",
     "collective_permute_pairs",
+    "config_counts",
     "device_group_size",
     "device_groups",
     "explicit_groups",
@@ -64,6 +70,7 @@ __all__ = [
     "parse_pairs",
     "permute_device_groups",
     "required_send_recv_pairs",
+    "run_device_counts",
     "send_recv_pairs",
 ]
 
@@ -404,6 +411,78 @@ def check_source_target_pairs(opcode: str, pairs: Sequence[Sequence[int]], has_c
             raise GroupError(f"{where()}: target {t} appears more than once")
         out.append((s, t))
     return out
+
+
+# ---- the run's device counts (docs/xla-compatibility.md) ------------------------------------
+
+COUNT_NAMES = ("replica_count", "num_partitions")
+
+
+def declared_counts(module) -> dict[str, int]:
+    """The counts the module itself fixes: those its header wrote (the parser records them in
+    `module.declared_counts`, even `num_partitions=1`) and any set to a value other than 1."""
+    named = getattr(module, "declared_counts", frozenset())
+    return {k: getattr(module, k) for k in COUNT_NAMES if k in named or getattr(module, k) != 1}
+
+
+def config_counts(module, replica_count: int, num_partitions: int) -> tuple[int, int]:
+    """XLA's counts for `module` under a configuration of `replica_count` x `num_partitions`:
+    each count the header declares replaces the configuration's (HloModule's config is
+    overridden by the text). A device context's counts are such a configuration; the
+    runtime's always agree with the header (run_device_counts made them), a stand-in context
+    for one device (1 x 1) does not override what the module says."""
+    header = declared_counts(module)
+    return (header.get("replica_count", replica_count),
+            header.get("num_partitions", num_partitions))
+
+
+def run_device_counts(module, num_devices: int | None = None, *,
+                      replica_count: int | None = None,
+                      num_partitions: int | None = None) -> tuple[int, int]:
+    """(replica_count, num_partitions) for running `module` on `num_devices` devices.
+
+    XLA reads both counts from the run's HloModuleConfig, and a count written in the module
+    header replaces the config's. xladist's run gives the device total (`-n N`) and, optionally,
+    either count (`--replica-count`, `--num-partitions`). So: a count the header declares is
+    fixed (a run option that disagrees is an error); a count given by the run comes next; a
+    count left open is `num_devices` divided by the other, which must divide it; with neither
+    fixed, the N devices are N replicas (XLA's tests' GetModuleConfigForTest(replica_count=N)).
+    Without `num_devices` (one module compiled on its own) open counts are 1.
+
+    Raises InputError naming the module, the counts and the device total.
+    """
+    header = declared_counts(module)
+    given = {"replica_count": replica_count, "num_partitions": num_partitions}
+    counts: dict[str, int | None] = {}
+    for key in COUNT_NAMES:
+        value = given[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise InputError(f"{key} must be a whole number >= 1, got {value!r}")
+        if key in header and value is not None and value != header[key]:
+            raise InputError(f"module {module.name} declares {key}={header[key]}; the run asks "
+                             f"for {key}={value}")
+        counts[key] = header.get(key, value)
+    r, p = counts["replica_count"], counts["num_partitions"]
+    if num_devices is None:
+        return r or 1, p or 1
+    n = num_devices
+    fixed = ", ".join(f"{k}={v}" for k, v in counts.items() if v is not None)
+    if r is None and p is None:
+        return n, 1
+    if r is None or p is None:
+        known = p if r is None else r
+        if n % known:
+            other = "replica_count" if r is None else "num_partitions"
+            raise InputError(f"module {module.name} has {fixed}, which does not divide the "
+                             f"{n} devices of the run; run it with -n {known} (or a multiple "
+                             f"of {known} devices: {other} is the rest)")
+        return (n // known, p) if r is None else (r, n // known)
+    if r * p != n:
+        raise InputError(f"module {module.name} is built for replica_count={r} x "
+                         f"num_partitions={p} = {r * p} devices; run it with -n {r * p}, "
+                         f"not -n {n}")
+    return r, p
 
 
 # ---- A.7 device assignment ---------------------------------------------------------------------

@@ -182,6 +182,9 @@ class Module:
         self.is_scheduled = False
         self.replica_count = 1
         self.num_partitions = 1
+        # Which of the two the header wrote (even as 1): a run fills only the others
+        # (collective_groups.run_device_counts).
+        self.declared_counts: frozenset[str] = frozenset()
         self.entry_computation_layout: tuple[list[Shape], Shape] | None = None
         # Other header attributes in text order: name -> value text (kept verbatim),
         # e.g. input_output_alias, buffer_donor, allow_spmd_sharding_propagation_to_output.

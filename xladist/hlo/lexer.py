@@ -5,13 +5,15 @@ expression; the parser then walks three parallel lists (kinds, texts, start
 offsets). Whitespace and `/* */` / `//` comments are skipped by the same
 expression, so comments may sit anywhere between tokens.
 
-Besides XLA's token classes, two composite tokens exist purely for speed, since
+Besides XLA's token classes, composite tokens exist purely for speed, since
 they make up most of a real module's text:
   SHAPE    an array shape with an optional plain layout, `f32[4,2]{1,0}`;
   INTLIST  a brace list of integers without spaces, `{1,0}`;
   INTLISTS a brace list of such lists, `{{0,1},{1,2}}`, only right after
            `source_target_pairs=` or `replica_groups=`: over thousands of devices these
-           are millions of tokens otherwise (the parser's v_intss splits the text).
+           are millions of tokens otherwise (the parser's v_intss splits the text);
+  BRACED   a whole `{...}` value right after `metadata=` or `backend_config=`, kept as text
+           by the parser: metadata is a quarter to a third of a JAX module's bytes.
 Anything that does not fit them (spaces inside, layout extras such as
 `{1,0:T(8,128)}`) is lexed piece by piece and handled by the parser's general path.
 """
@@ -42,49 +44,65 @@ STRING = 13     # "..." or '...' (text keeps the quotes and escapes)
 INTLISTS = 14   # {{0,1},{1,2}} right after source_target_pairs= or replica_groups=
 PUNCT = 15      # { } ( ) [ ] , = : -> <= ...
 OTHER = 16      # any other single character (# * + ~ < > @ ...), legal only in raw text
+BRACED = 17     # {op_name="a" source_line=3} right after metadata= or backend_config=
 
 KIND_NAMES = {EOF: "end of input", SHAPE: "shape", NAME: "name", ATTR: "attribute name",
               LABEL: "parameter name", DIMLABELS: "dim labels", SPECIAL: "float value",
               IDENT: "identifier", FLOAT: "float", DXD: "window sizes", PAD: "padding",
               INTLIST: "integer list", INT: "integer", STRING: "string",
               INTLISTS: "list of integer lists", PUNCT: "punctuation",
-              OTHER: "character"}
+              OTHER: "character", BRACED: "braced value"}
 
-_ID = r"[A-Za-z_](?:[A-Za-z0-9_.]|-(?!>))*"
+# An identifier: letters, digits, '_', '.', and '-' when not the start of '->'. Written
+# "unrolled" with possessive runs: sre steps a per-character alternation one character at a
+# time, which made identifiers (a third of a module's tokens) the lexer's slowest part.
+_ID = r"[A-Za-z_][A-Za-z0-9_.]*+(?:-(?!>)[A-Za-z0-9_.]*+)*+"
 _TYPES = "|".join(sorted(PRIMITIVE_TYPES, key=len, reverse=True))
 # Possessive: a comment is never given back to the token alternatives (else text
 # ending in `// done` would backtrack into a token 'e').
 _SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)*+"
+# The body of a BRACED token: plain characters and double-quoted strings, with braces nested
+# one level (`profile_type={1}`). Quotes of the other kind and '/' (a comment may start
+# there) are not plain, so text holding them takes the general path, token by token.
+_PLAIN = r"""[^{}"'/]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^{}"'/]*+)*+"""
 
 # STRING is written "unrolled" (runs of plain characters between escapes) because
 # sre steps a repeated alternation `(?:[^"\\]|\\.)*` one character at a time and saves
 # backtracking state per step: ~140 ns a character and more on big inputs, which made
 # the 200 KB `_xla_send_recv_source_target_pairs="{{0,1},...}"` strings of a
 # 16,384-device module most of its tokenizing time. A single-class run is ~6 ns a character.
-# Group order = token kind number; alternatives are tried left to right, so the
-# more specific patterns (shape, name=, dim labels, special floats) come first.
+# Alternatives are tried left to right: the frequent ones first (punctuation is ~40% of a
+# module's tokens, so it is tried before anything else, except '{', which the composite
+# INTLIST, INTLISTS and BRACED tokens start with), and the more specific before the general
+# (shape before name=, dim labels and special floats before identifiers). Each group is a
+# token kind; _GROUP_KINDS maps group numbers to kinds (punctuation has two groups).
 _MASTER = re.compile(
     _SKIP + "(?:"
-    rf"((?:{_TYPES})\[[0-9,<=?]*\](?:\{{\d+(?:,\d+)*\}})?)"                  # 1 SHAPE
+    r"(->|<=|\.\.\.|[}()\[\],=:])"                                           # 1 PUNCT
     rf"|(%{_ID})"                                                            # 2 NAME
-    rf"|({_ID}=)"                                                            # 3 ATTR
-    rf"|({_ID}:)"                                                            # 4 LABEL
-    r"|([0-9bf?]{2,}_[0-9io?]{2,}->[0-9bf?]{2,}(?![A-Za-z0-9_.]))"           # 5 DIMLABELS
-    r"|(-?(?:inf|nan)(?:\(0x[0-9a-fA-F]+\))?(?![A-Za-z0-9_.\-]))"            # 6 SPECIAL
-    rf"|({_ID})"                                                             # 7 IDENT
-    r"|(-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))"  # 8 FLOAT
-    r"|(\d+(?:x\d+)+)"                                                       # 9 DXD
-    r"|(-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*)"                 # 10 PAD
-    r"|(\{-?\d+(?:,-?\d+)*\})"                                               # 11 INTLIST
-    r"|(-?\d+)"                                                              # 12 INT
-    r"|(\"[^\"\\]*(?:\\.[^\"\\]*)*\"|'[^'\\]*(?:\\.[^'\\]*)*')"              # 13 STRING
+    rf"|((?:{_TYPES})\[[0-9,<=?]*\](?:\{{\d+(?:,\d+)*\}})?)"                  # 3 SHAPE
+    rf"|({_ID}=)"                                                            # 4 ATTR
+    rf"|({_ID}:)"                                                            # 5 LABEL
+    r"|([0-9bf?]{2,}_[0-9io?]{2,}->[0-9bf?]{2,}(?![A-Za-z0-9_.]))"           # 6 DIMLABELS
+    r"|(-?(?:inf|nan)(?:\(0x[0-9a-fA-F]+\))?(?![A-Za-z0-9_.\-]))"            # 7 SPECIAL
+    rf"|({_ID})"                                                             # 8 IDENT
+    r"|(-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+))"  # 9 FLOAT
+    r"|(\d+(?:x\d+)+)"                                                       # 10 DXD
+    r"|(-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*)"                 # 11 PAD
+    r"|(\{-?\d+(?:,-?\d+)*\})"                                               # 12 INTLIST
+    r"|(-?\d+)"                                                              # 13 INT
+    r"|(\"[^\"\\]*(?:\\.[^\"\\]*)*\"|'[^'\\]*(?:\\.[^'\\]*)*')"              # 14 STRING
     r"|(?:(?<=source_target_pairs=)|(?<=replica_groups=))"
-    r"(\{\{-?\d+(?:,-?\d+)*\}(?:,\{-?\d+(?:,-?\d+)*\})*\})"                     # 14 INTLISTS
-    r"|(->|<=|\.\.\.|[{}()\[\],=:])"                                         # 15 PUNCT
-    r"|(\S)"                                                                 # 16 OTHER
+    r"(\{\{-?\d+(?:,-?\d+)*\}(?:,\{-?\d+(?:,-?\d+)*\})*\})"                     # 15 INTLISTS
+    r"|(?:(?<=metadata=)|(?<=backend_config=))"
+    rf"(\{{{_PLAIN}(?:\{{{_PLAIN}\}}{_PLAIN})*+\}})"                            # 16 BRACED
+    r"|(\{)"                                                                 # 17 PUNCT
+    r"|(\S)"                                                                 # 18 OTHER
     r"|(\Z))",       # end of text: only whitespace/comments left; stops the scan
     re.S)
-_END_GROUP = 17
+_END_GROUP = 19
+_GROUP_KINDS = (None, PUNCT, NAME, SHAPE, ATTR, LABEL, DIMLABELS, SPECIAL, IDENT, FLOAT, DXD,
+                PAD, INTLIST, INT, STRING, INTLISTS, BRACED, PUNCT, OTHER)
 
 
 class LineIndex:
@@ -117,13 +135,14 @@ def tokenize(text: str, lines: LineIndex | None = None, filename: str | None = N
     texts: list[str] = []
     starts: list[int] = []
     add_kind, add_text, add_start = kinds.append, texts.append, starts.append
+    group_kinds = _GROUP_KINDS
     # Every position matches (OTHER takes any character, the last group the end), so
     # finditer never skips text.
     for m in _MASTER.finditer(text):
         g = m.lastindex
         if g == _END_GROUP:
             break
-        add_kind(g)
+        add_kind(group_kinds[g])
         add_text(m.group(g))
         add_start(m.start(g))
     # A lone quote or '/*' can only come out as OTHER: report them precisely.

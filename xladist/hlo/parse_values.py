@@ -51,55 +51,55 @@ class TokenCursor:
         self.filename = filename
         self.lines = lx.LineIndex(text)
         self.i = 0
-        self.K, self.V, self.S = lx.tokenize(text, self.lines, filename)
+        self.kinds, self.texts, self.starts = lx.tokenize(text, self.lines, filename)
         self.comps: dict[str, Computation] = {}
         self.shape_cache: dict[str, Shape] = {}
 
     # ---- errors and small helpers ---------------------------------------------
     def error(self, message: str, i: int | None = None) -> HloParseError:
-        i = self.i if i is None else min(i, len(self.S) - 1)
-        return self.lines.error(message, self.S[i], self.filename)
+        i = self.i if i is None else min(i, len(self.starts) - 1)
+        return self.lines.error(message, self.starts[i], self.filename)
 
     def found(self, i: int | None = None) -> str:
         i = self.i if i is None else i
-        if self.K[i] == EOF:
+        if self.kinds[i] == EOF:
             return "end of input"
-        t = self.V[i]
+        t = self.texts[i]
         return repr(t if len(t) <= 40 else t[:37] + "...")
 
     def at(self, p: str) -> bool:
-        return self.K[self.i] == PUNCT and self.V[self.i] == p
+        return self.kinds[self.i] == PUNCT and self.texts[self.i] == p
 
     def expect(self, p: str, context: str) -> None:
-        if self.K[self.i] != PUNCT or self.V[self.i] != p:
+        if self.kinds[self.i] != PUNCT or self.texts[self.i] != p:
             raise self.error(f"expected '{p}' {context}, found {self.found()}")
         self.i += 1
 
     def end_of(self, j: int) -> int:
-        return self.S[j] + len(self.V[j])
+        return self.starts[j] + len(self.texts[j])
 
     def line_of(self, j: int) -> int:
-        return self.lines.line_of(self.S[j])
+        return self.lines.line_of(self.starts[j])
 
     # ---- shapes -----------------------------------------------------------------
     def shape(self, what: str, depth: int = 0) -> Shape:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = self.i
-        k = K[i]
+        k = kinds[i]
         if k == SHAPE:
-            t = V[i]
+            t = texts[i]
             s = self.shape_cache.get(t)
             if s is None:
                 s = self.shape_cache[t] = self.shape_from_token(t, i)
             self.i = i + 1
             if t[-1] == "]" and (
-                    K[i + 1] == INTLIST or (K[i + 1] == PUNCT and V[i + 1] == "{" and (
-                        K[i + 2] == INT or (K[i + 2] == PUNCT and V[i + 2] == ":")))):
+                    kinds[i + 1] == INTLIST or (kinds[i + 1] == PUNCT and texts[i + 1] == "{" and (
+                        kinds[i + 2] == INT or (kinds[i + 2] == PUNCT and texts[i + 2] == ":")))):
                 s = s.with_layout(self.layout(s))
             return s
         if depth > MAX_DEPTH:
             raise self.error(f"shape nested more than {MAX_DEPTH} levels deep")
-        if k == PUNCT and V[i] == "(":
+        if k == PUNCT and texts[i] == "(":
             self.i += 1
             elems = []
             if not self.at(")"):
@@ -110,11 +110,11 @@ class TokenCursor:
                     self.i += 1
             self.expect(")", "to close a tuple shape")
             return Shape.tuple_of(elems)
-        if k == IDENT and K[i + 1] == PUNCT:
-            t = V[i]
-            if t in PRIMITIVE_TYPES and V[i + 1] == "[":
+        if k == IDENT and kinds[i + 1] == PUNCT:
+            t = texts[i]
+            if t in PRIMITIVE_TYPES and texts[i + 1] == "[":
                 return self.array_shape()
-            if t == "b" and V[i + 1] == "(":
+            if t == "b" and texts[i + 1] == "(":
                 self.i += 2
                 inner = self.shape(what, depth + 1)
                 self.expect(")", "to close a buffer shape b(...)")
@@ -159,23 +159,23 @@ class TokenCursor:
 
     def array_shape(self) -> Shape:
         """TYPE '[' dims ']' [layout], written with spaces or comments inside."""
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = self.i
-        tname = V[i]
+        tname = texts[i]
         self.i += 2
         dims, dynamic = [], []
         if not self.at("]"):
             while True:
-                k, t = K[self.i], V[self.i]
+                k, t = kinds[self.i], texts[self.i]
                 if k == INT and not t.startswith("-"):
                     dims.append(int(t))
                     dynamic.append(False)
                 elif k == OTHER and t == "?":
                     dims.append(UNBOUNDED)
                     dynamic.append(True)
-                elif k == PUNCT and t == "<=" and K[self.i + 1] == INT:
+                elif k == PUNCT and t == "<=" and kinds[self.i + 1] == INT:
                     self.i += 1
-                    dims.append(int(V[self.i]))
+                    dims.append(int(texts[self.i]))
                     dynamic.append(True)
                 else:
                     raise self.error(f"expected a dimension size in shape {tname}[...], found "
@@ -186,23 +186,24 @@ class TokenCursor:
                 self.i += 1
         self.expect("]", f"to close the dimensions of shape {tname}[...]")
         base = self.make_array(tname, dims, dynamic, None, i)
-        if K[self.i] == INTLIST or (self.at("{") and (
-                K[self.i + 1] == INT or (K[self.i + 1] == PUNCT and V[self.i + 1] == ":"))):
+        j = self.i + 1
+        if kinds[self.i] == INTLIST or (self.at("{") and (
+                kinds[j] == INT or (kinds[j] == PUNCT and texts[j] == ":"))):
             return base.with_layout(self.layout(base))
         return base
 
     def layout(self, shape: Shape) -> Layout:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         start = self.i
-        if K[start] == INTLIST:
-            m2m = tuple(int(x) for x in V[start][1:-1].split(","))
+        if kinds[start] == INTLIST:
+            m2m = tuple(int(x) for x in texts[start][1:-1].split(","))
             self.i += 1
             extras = {}
         else:
             self.i += 1
             m2m = []
-            while K[self.i] == INT:
-                m2m.append(int(V[self.i]))
+            while kinds[self.i] == INT:
+                m2m.append(int(texts[self.i]))
                 self.i += 1
                 if not self.at(","):
                     break
@@ -219,33 +220,33 @@ class TokenCursor:
 
     def layout_extras(self) -> dict:
         """The fields after ':' in a layout: D T L # * E S SC P M (section 3.3)."""
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         out: dict = {}
 
         def paren_int(field):
             self.expect("(", f"after layout field {field}")
-            if K[self.i] != INT:
+            if kinds[self.i] != INT:
                 raise self.error(f"expected an integer in layout field {field}(...), found "
                                  f"{self.found()}")
-            value = int(V[self.i])
+            value = int(texts[self.i])
             self.i += 1
             self.expect(")", f"to close layout field {field}(...)")
             return value
 
         def paren_type(field):
             self.expect("(", f"after layout field {field}")
-            if K[self.i] != IDENT or V[self.i] not in PRIMITIVE_TYPES:
+            if kinds[self.i] != IDENT or texts[self.i] not in PRIMITIVE_TYPES:
                 raise self.error(f"expected a primitive type in layout field {field}(...), "
                                  f"found {self.found()}")
-            value = V[self.i]
+            value = texts[self.i]
             self.i += 1
             self.expect(")", f"to close layout field {field}(...)")
             return value
 
         while not self.at("}"):
             i = self.i
-            t = V[i]
-            if K[i] not in (IDENT, OTHER):
+            t = texts[i]
+            if kinds[i] not in (IDENT, OTHER):
                 raise self.error(f"expected a layout field (T, L, E, S, ...) found {self.found()}")
             self.i += 1
             if t == "T":
@@ -254,9 +255,9 @@ class TokenCursor:
                     self.i += 1
                     tile = []
                     while True:
-                        if K[self.i] == INT:
-                            tile.append(int(V[self.i]))
-                        elif K[self.i] == OTHER and V[self.i] == "*":
+                        if kinds[self.i] == INT:
+                            tile.append(int(texts[self.i]))
+                        elif kinds[self.i] == OTHER and texts[self.i] == "*":
                             tile.append(-1)
                         else:
                             raise self.error(f"expected a tile size in T(...), found "
@@ -286,9 +287,9 @@ class TokenCursor:
                 configs = []
                 while self.at("("):
                     self.i += 1
-                    if K[self.i] != INT:
+                    if kinds[self.i] != INT:
                         raise self.error(f"expected a dimension in SC(...), found {self.found()}")
-                    dim = int(V[self.i])
+                    dim = int(texts[self.i])
                     self.i += 1
                     self.expect(":", "after the dimension in SC(dim:indices)")
                     idx = self.int_run("SC(...)")
@@ -304,7 +305,7 @@ class TokenCursor:
                     raise self.error(f"expected '(' after layout field D, found {self.found()}")
                 start = self.i
                 self.skip_balanced()
-                out["dim_level_types"] = self.text[self.S[start] + 1:self.S[self.i - 1]]
+                out["dim_level_types"] = self.text[self.starts[start] + 1:self.starts[self.i - 1]]
             else:
                 raise self.error(f"unknown layout field '{t}'", i)
         return out
@@ -313,9 +314,9 @@ class TokenCursor:
         """INT (',' INT)* — at least one."""
         out = []
         while True:
-            if self.K[self.i] != INT:
+            if self.kinds[self.i] != INT:
                 raise self.error(f"expected an integer in {what}, found {self.found()}")
-            out.append(int(self.V[self.i]))
+            out.append(int(self.texts[self.i]))
             self.i += 1
             if not self.at(","):
                 return out
@@ -323,10 +324,10 @@ class TokenCursor:
 
     # ---- literals ---------------------------------------------------------------
     def literal(self, shape: Shape, name: str, depth: int) -> Literal:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = self.i
-        if K[i] == PUNCT and V[i] == "{" and K[i + 1] == PUNCT and V[i + 1] == "..." \
-                and K[i + 2] == PUNCT and V[i + 2] == "}":
+        if kinds[i] == PUNCT and texts[i] == "{" and kinds[i + 1] == PUNCT \
+                and texts[i + 1] == "..." and kinds[i + 2] == PUNCT and texts[i + 2] == "}":
             self.i = i + 3
             return Literal(shape, None)
         if depth > MAX_DEPTH:
@@ -361,7 +362,7 @@ class TokenCursor:
         return Literal(shape, value)
 
     def scalar_item(self, items, where, is_complex, name) -> None:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         if is_complex:
             where.append(self.i)
             self.expect("(", f"to open a complex value (re, im) in constant {name}")
@@ -369,27 +370,27 @@ class TokenCursor:
             for n in range(2):
                 if n:
                     self.expect(",", f"between the parts of a complex value in constant {name}")
-                if K[self.i] not in _SCALAR_KINDS:
+                if kinds[self.i] not in _SCALAR_KINDS:
                     raise self.error(f"expected a number in constant {name}, found "
                                      f"{self.found()}")
-                parts.append(V[self.i])
+                parts.append(texts[self.i])
                 self.i += 1
             self.expect(")", f"to close a complex value (re, im) in constant {name}")
             items.append((parts[0], parts[1]))
             return
-        if K[self.i] not in _SCALAR_KINDS:
+        if kinds[self.i] not in _SCALAR_KINDS:
             raise self.error(f"expected a value in constant {name}, found {self.found()}")
-        items.append(V[self.i])
+        items.append(texts[self.i])
         where.append(self.i)
         self.i += 1
 
     def array_items(self, shape, level, items, where, is_complex, name) -> None:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         dims = shape.dims
         innermost = level == len(dims) - 1
         open_i = self.i
-        if innermost and K[open_i] == INTLIST and not is_complex:
-            values = V[open_i][1:-1].split(",")
+        if innermost and kinds[open_i] == INTLIST and not is_complex:
+            values = texts[open_i][1:-1].split(",")
             items.extend(values)
             where.extend([open_i] * len(values))
             count = len(values)
@@ -417,36 +418,36 @@ class TokenCursor:
     # ---- raw text values -------------------------------------------------------
     def skip_balanced(self) -> None:
         """Skip from an opening bracket to its partner (strings are single tokens)."""
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         stack = []
         j = self.i
         while True:
-            k = K[j]
+            k = kinds[j]
             if k == PUNCT:
-                t = V[j]
+                t = texts[j]
                 if t in _OPEN:
                     stack.append(j)
                 elif t in _CLOSE:
-                    if not stack or _OPEN[V[stack[-1]]] != t:
+                    if not stack or _OPEN[texts[stack[-1]]] != t:
                         raise self.error(f"unbalanced '{t}'" + (
-                            f": expected '{_OPEN[V[stack[-1]]]}'" if stack else ""), j)
+                            f": expected '{_OPEN[texts[stack[-1]]]}'" if stack else ""), j)
                     stack.pop()
                     if not stack:
                         self.i = j + 1
                         return
             elif k == EOF:
-                raise self.error(f"expected '{_OPEN[V[stack[-1]]]}' to match the "
-                                 f"'{V[stack[-1]]}' on line {self.line_of(stack[-1])}, found "
+                raise self.error(f"expected '{_OPEN[texts[stack[-1]]]}' to match the "
+                                 f"'{texts[stack[-1]]}' on line {self.line_of(stack[-1])}, found "
                                  "end of input", j)
             j += 1
 
     def raw_value(self, what: str) -> str:
         """A value kept as text: a bracketed group, a string or a token, plus anything
         glued to it without spaces (`[2,2]<=[4]`)."""
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         start = self.i
         while True:
-            k, t = K[self.i], V[self.i]
+            k, t = kinds[self.i], texts[self.i]
             if k == EOF or (k == PUNCT and (t == "," or t in _CLOSE)):
                 if self.i == start:
                     raise self.error(f"expected a value for {what}, found {self.found()}")
@@ -455,57 +456,57 @@ class TokenCursor:
                 self.skip_balanced()
             else:
                 self.i += 1
-            if self.S[self.i] != self.end_of(self.i - 1):
+            if self.starts[self.i] != self.end_of(self.i - 1):
                 break
-        return self.text[self.S[start]:self.end_of(self.i - 1)]
+        return self.text[self.starts[start]:self.end_of(self.i - 1)]
 
     # ---- typed attribute values (one method per opcodes.py kind) -------------------
     def v_int(self, what: str) -> int:
-        if self.K[self.i] != INT:
+        if self.kinds[self.i] != INT:
             raise self.error(f"{what} expects an integer, found {self.found()}")
         self.i += 1
-        return int(self.V[self.i - 1])
+        return int(self.texts[self.i - 1])
 
     def v_bool(self, what: str) -> bool:
-        t = self.V[self.i]
-        if self.K[self.i] != IDENT or t not in ("true", "false"):
+        t = self.texts[self.i]
+        if self.kinds[self.i] != IDENT or t not in ("true", "false"):
             raise self.error(f"{what} expects true or false, found {self.found()}")
         self.i += 1
         return t == "true"
 
     def v_float(self, what: str) -> float:
-        if self.K[self.i] not in (INT, FLOAT, SPECIAL) or "(" in self.V[self.i]:
+        if self.kinds[self.i] not in (INT, FLOAT, SPECIAL) or "(" in self.texts[self.i]:
             raise self.error(f"{what} expects a number, found {self.found()}")
         self.i += 1
-        return float(self.V[self.i - 1])
+        return float(self.texts[self.i - 1])
 
     def v_word(self, what: str) -> str:
-        if self.K[self.i] != IDENT:
+        if self.kinds[self.i] != IDENT:
             raise self.error(f"{what} expects a word like kLoop or LT, found {self.found()}")
         self.i += 1
-        return self.V[self.i - 1]
+        return self.texts[self.i - 1]
 
     def v_string(self, what: str) -> str:
-        if self.K[self.i] != STRING:
+        if self.kinds[self.i] != STRING:
             raise self.error(f"{what} expects a quoted string, found {self.found()}")
         try:
-            value = lx.unquote(self.V[self.i])
+            value = lx.unquote(self.texts[self.i])
         except ValueError as e:
             raise self.error(f"{what}: {e}") from None
         self.i += 1
         return value
 
     def v_ints(self, what: str) -> tuple[int, ...]:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = self.i
-        if K[i] == INTLIST:
+        if kinds[i] == INTLIST:
             self.i = i + 1
-            return tuple(map(int, V[i][1:-1].split(",")))
-        if K[i] == PUNCT and V[i] == "{":
-            if K[i + 1] == PUNCT and V[i + 1] == "}":
+            return tuple(map(int, texts[i][1:-1].split(",")))
+        if kinds[i] == PUNCT and texts[i] == "{":
+            if kinds[i + 1] == PUNCT and texts[i + 1] == "}":
                 self.i = i + 2
                 return ()
-            if K[i + 1] == INT:
+            if kinds[i + 1] == INT:
                 self.i = i + 1
                 values = self.int_run(what)
                 if self.at("}"):
@@ -514,26 +515,26 @@ class TokenCursor:
         raise self.error(f"{what} expects an integer list like {{0,1}}, found {self.found()}")
 
     def v_intss(self, what: str) -> tuple[tuple[int, ...], ...]:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = self.i
-        if K[i] == INTLISTS:
+        if kinds[i] == INTLISTS:
             self.i = i + 1
-            return _split_intlists(V[i])
+            return _split_intlists(texts[i])
         # Fast path for the common `{{0,1},{1,2},...}` (one INTLIST token per inner list):
         # permute pairs over thousands of devices come to millions of tokens, so no
         # method call per element. Anything else (spaces, errors) takes the general path.
-        if K[i] == PUNCT and V[i] == "{" and K[i + 1] == INTLIST:
+        if kinds[i] == PUNCT and texts[i] == "{" and kinds[i + 1] == INTLIST:
             out = []
             j = i + 1
-            while K[j] == INTLIST:
-                out.append(tuple(map(int, V[j][1:-1].split(","))))
+            while kinds[j] == INTLIST:
+                out.append(tuple(map(int, texts[j][1:-1].split(","))))
                 j += 1
-                if K[j] != PUNCT:
+                if kinds[j] != PUNCT:
                     break
-                if V[j] == "}":
+                if texts[j] == "}":
                     self.i = j + 1
                     return tuple(out)
-                if V[j] != ",":
+                if texts[j] != ",":
                     break
                 j += 1
         self.expect("{", f"to open {what} (a list of integer lists like {{{{0,1}},{{2,3}}}})")
@@ -548,7 +549,7 @@ class TokenCursor:
         return tuple(out)
 
     def v_replica_groups(self, what: str) -> ReplicaGroups:
-        if self.K[self.i] == IDENT and self.V[self.i] == "mesh" and self.at_next("["):
+        if self.kinds[self.i] == IDENT and self.texts[self.i] == "mesh" and self.at_next("["):
             return self.mesh_replica_groups(what)
         if not self.at("["):
             return ReplicaGroups(self.v_intss(what))
@@ -564,7 +565,7 @@ class TokenCursor:
         dims = self.int_run(what)
         self.expect("]", f"to close the iota dimensions of {what}")
         perm = None
-        if self.K[self.i] == IDENT and self.V[self.i] == "T" and self.at_next("("):
+        if self.kinds[self.i] == IDENT and self.texts[self.i] == "T" and self.at_next("("):
             self.i += 2
             perm = self.int_run(what)
             self.expect(")", f"to close T(...) in {what}")
@@ -583,11 +584,11 @@ class TokenCursor:
         names: list[str] = []
         sizes: list[int] = []
         while True:
-            if self.K[self.i] == ATTR:                    # bare name: `axis_0=`
-                names.append(self.V[self.i][:-1])
+            if self.kinds[self.i] == ATTR:                    # bare name: `axis_0=`
+                names.append(self.texts[self.i][:-1])
                 self.i += 1
-            elif self.K[self.i] in (STRING, IDENT):
-                names.append(self.V[self.i])
+            elif self.kinds[self.i] in (STRING, IDENT):
+                names.append(self.texts[self.i])
                 self.i += 1
                 self.expect("=", f"after mesh axis {names[-1]} in {what}")
             else:
@@ -599,7 +600,8 @@ class TokenCursor:
         self.expect("]", f"to close the mesh axes of {what}")
         text = "mesh[" + ",".join(f"{n}={z}" for n, z in zip(names, sizes)) + "]"
         device_ids = None
-        if self.at(",") and self.K[self.i + 1] == ATTR and self.V[self.i + 1] == "device_ids=":
+        if self.at(",") and self.kinds[self.i + 1] == ATTR \
+                and self.texts[self.i + 1] == "device_ids=":
             self.i += 2
             self.expect("(", f"to open the mesh device_ids of {what}")
             device_ids, ids_text = self.mesh_device_ids(what, sizes)
@@ -609,11 +611,11 @@ class TokenCursor:
         axes: list[tuple[int, tuple[int, int] | None]] = []
         refs: list[str] = []
         while not self.at("}"):
-            if self.K[self.i] == LABEL:                   # bare name with sub-axis: `a:`
-                name, sub = self.V[self.i][:-1], True
+            if self.kinds[self.i] == LABEL:                   # bare name with sub-axis: `a:`
+                name, sub = self.texts[self.i][:-1], True
                 self.i += 1
-            elif self.K[self.i] in (STRING, IDENT):
-                name = self.V[self.i]
+            elif self.kinds[self.i] in (STRING, IDENT):
+                name = self.texts[self.i]
                 self.i += 1
                 sub = self.at(":")
                 self.i += sub
@@ -653,7 +655,7 @@ class TokenCursor:
         dims = self.int_run(f"the mesh device_ids of {what}")
         self.expect("]", f"to close the mesh device_ids dimensions of {what}")
         perm = None
-        if self.K[self.i] == IDENT and self.V[self.i] == "T" and self.at_next("("):
+        if self.kinds[self.i] == IDENT and self.texts[self.i] == "T" and self.at_next("("):
             self.i += 2
             perm = self.int_run(f"T(...) of the mesh device_ids of {what}")
             self.expect(")", f"to close T(...) in the mesh device_ids of {what}")
@@ -668,7 +670,7 @@ class TokenCursor:
         return ids, text + (f"T({','.join(map(str, perm))})" if perm else "")
 
     def at_next(self, p: str) -> bool:
-        return self.K[self.i + 1] == PUNCT and self.V[self.i + 1] == p
+        return self.kinds[self.i + 1] == PUNCT and self.texts[self.i + 1] == p
 
     def v_pairs(self, what: str):
         start = self.i
@@ -682,18 +684,18 @@ class TokenCursor:
         return pairs
 
     def v_window(self, what: str) -> Window:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         start = self.i
         self.expect("{", f"to open {what} (like {{size=3x3 stride=2x2}})")
         fields: dict[str, list] = {}
         while not self.at("}"):
             i = self.i
-            if K[i] != ATTR:
+            if kinds[i] != ATTR:
                 raise self.error(f"expected a window field like size= in {what}, found "
                                  f"{self.found()}")
-            key = V[i][:-1]
+            key = texts[i][:-1]
             self.i += 1
-            k, t = K[self.i], V[self.i]
+            k, t = kinds[self.i], texts[self.i]
             if key == "pad":
                 if k not in (PAD,):
                     raise self.error(f"window pad expects low_high per dimension like 1_1x0_0, "
@@ -733,21 +735,21 @@ class TokenCursor:
         return Window(tuple(dims))
 
     def v_dim_labels(self, what: str) -> ConvDimensionNumbers:
-        if self.K[self.i] != DIMLABELS:
+        if self.kinds[self.i] != DIMLABELS:
             raise self.error(f"{what} expects labels like b01f_01io->b01f, found {self.found()}")
         try:
-            value = ConvDimensionNumbers.from_text(self.V[self.i])
+            value = ConvDimensionNumbers.from_text(self.texts[self.i])
         except ValueError as e:
             raise self.error(f"{what}: {e}") from None
         self.i += 1
         return value
 
     def v_padding(self, what: str) -> PaddingConfig:
-        if self.K[self.i] != PAD:
+        if self.kinds[self.i] != PAD:
             raise self.error(f"{what} expects low_high[_interior] per dimension like 0_1x2_2, "
                              f"found {self.found()}")
         dims = []
-        for d in self.V[self.i].split("x"):
+        for d in self.texts[self.i].split("x"):
             parts = [int(x) for x in d.split("_")]
             dims.append((parts[0], parts[1], parts[2] if len(parts) > 2 else 0))
         self.i += 1
@@ -761,9 +763,9 @@ class TokenCursor:
                 self.expect("[", f"to open a dimension of {what}")
                 parts = []
                 while True:
-                    if self.K[self.i] != INT:
+                    if self.kinds[self.i] != INT:
                         raise self.error(f"expected an integer in {what}, found {self.found()}")
-                    parts.append(int(self.V[self.i]))
+                    parts.append(int(self.texts[self.i]))
                     self.i += 1
                     if not self.at(":") or len(parts) == 3:
                         break
@@ -780,7 +782,7 @@ class TokenCursor:
         return SliceSpec(tuple(dims))
 
     def v_computation(self, what: str) -> Computation:
-        k, t = self.K[self.i], self.V[self.i]
+        k, t = self.kinds[self.i], self.texts[self.i]
         if k not in (NAME, IDENT):
             raise self.error(f"{what} expects a computation name, found {self.found()}")
         comp = self.comps.get(t[1:] if k == NAME else t)
@@ -838,7 +840,7 @@ class TokenCursor:
         true )`). The value is checked against the shape and kept as its text."""
         start = self.i
         self.shaped_literal(what, 0)
-        return RawAttr(self.text[self.S[start]:self.end_of(self.i - 1)])
+        return RawAttr(self.text[self.starts[start]:self.end_of(self.i - 1)])
 
     def shaped_literal(self, what: str, depth: int) -> None:
         if depth > MAX_DEPTH:

@@ -15,10 +15,11 @@ from __future__ import annotations
 from ..errors import HloParseError
 from .attrs import RawAttr
 from .ir import Computation, Instruction, Module
-from .lexer import ATTR, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
+from .lexer import ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
 from .opcodes import ASYNC_SUGAR_SUFFIXES, COMMON_ATTRS, OPCODES
 from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
+from .shape_inference import ShapeError, infer_shape
 
 __all__ = ["parse_module"]
 
@@ -75,18 +76,22 @@ class _Parser(TokenCursor):
         super().__init__(text, filename)
         self.wrappers: list[Computation] = []
         self.wrapper_names: set[str] = set()
+        # Names made up for operands written inline, per computation (a later written name
+        # that collides takes precedence: the made-up one is renamed).
+        self.inline_names: set[str] = set()
+        self.inline_count = 0
 
     # ---- module -------------------------------------------------------------
     def parse(self) -> Module:
-        K, V = self.K, self.V
-        if K[0] == IDENT and V[0] == "HloModule":
+        kinds, texts = self.kinds, self.texts
+        if kinds[0] == IDENT and texts[0] == "HloModule":
             self.i = 1
-            if K[1] == NAME:
-                name = V[1][1:]
-            elif K[1] == IDENT:
-                name = V[1]
-            elif K[1] == LABEL:  # `HloModule name:` (XLA's lexer reads `name:` as a name)
-                name = V[1][:-1]
+            if kinds[1] == NAME:
+                name = texts[1][1:]
+            elif kinds[1] == IDENT:
+                name = texts[1]
+            elif kinds[1] == LABEL:  # `HloModule name:` (XLA's lexer reads `name:` as a name)
+                name = texts[1][:-1]
             else:
                 raise self.error(f"expected the module name after HloModule, found {self.found()}")
             self.i = 2
@@ -97,9 +102,9 @@ class _Parser(TokenCursor):
                 self.header_attr(module, seen)
         else:
             module = Module("")
-        if K[self.i] == IDENT and V[self.i] == "FileNames":
+        if kinds[self.i] == IDENT and texts[self.i] == "FileNames":
             self.stack_frames(module)
-        while K[self.i] != EOF:
+        while kinds[self.i] != EOF:
             self.computation(module)
         user = [c for c in module.computations if not c.is_async_wrapper]
         if not user:
@@ -114,10 +119,10 @@ class _Parser(TokenCursor):
 
     def header_attr(self, module: Module, seen: set[str]) -> None:
         i = self.i
-        if self.K[i] != ATTR:
+        if self.kinds[i] != ATTR:
             raise self.error("expected a module attribute like entry_computation_layout=... "
                              f"after ',', found {self.found()}")
-        key = self.V[i][:-1]
+        key = self.texts[i][:-1]
         if key in seen:
             raise self.error(f"module attribute {key} is given twice")
         seen.add(key)
@@ -130,6 +135,7 @@ class _Parser(TokenCursor):
             if value < 1:
                 raise self.error(f"{key} must be at least 1, found {value}", self.i - 1)
             setattr(module, key, value)
+            module.declared_counts = module.declared_counts | {key}
         elif key == "entry_computation_layout":
             self.expect("{", f"to open {key}")
             params, result = self.program_shape(key)
@@ -158,7 +164,7 @@ class _Parser(TokenCursor):
                 self.v_ints(f"the parameter shape index in {key}")
                 if alias and self.at(","):
                     self.i += 1
-                    if self.V[self.i] not in ("may-alias", "must-alias"):
+                    if self.texts[self.i] not in ("may-alias", "must-alias"):
                         raise self.error(f"expected may-alias or must-alias in {key}, "
                                          f"found {self.found()}")
                     self.i += 1
@@ -167,7 +173,7 @@ class _Parser(TokenCursor):
                     break
                 self.i += 1
         self.expect("}", f"to close {key}")
-        return self.text[self.S[start]:self.end_of(self.i - 1)]
+        return self.text[self.starts[start]:self.end_of(self.i - 1)]
 
     def program_shape(self, what: str):
         self.expect("(", f"to open the parameter shapes of {what}")
@@ -184,18 +190,18 @@ class _Parser(TokenCursor):
 
     def stack_frames(self, module: Module) -> None:
         """FileNames / FunctionNames / FileLocations / StackFrames, kept as raw text."""
-        K, V = self.K, self.V
-        start = self.S[self.i]
+        kinds, texts = self.kinds, self.texts
+        start = self.starts[self.i]
         for section, item in (("FileNames", STRING), ("FunctionNames", STRING),
                               ("FileLocations", "{"), ("StackFrames", "{")):
-            if K[self.i] != IDENT or V[self.i] != section:
+            if kinds[self.i] != IDENT or texts[self.i] != section:
                 raise self.error(f"expected the {section} section of the stack frame table, "
                                  f"found {self.found()}")
             self.i += 1
-            while K[self.i] == INT:
+            while kinds[self.i] == INT:
                 self.i += 1
                 if item == STRING:
-                    if K[self.i] != STRING:
+                    if kinds[self.i] != STRING:
                         raise self.error(f"expected a quoted name after the id in {section}, "
                                          f"found {self.found()}")
                     self.i += 1
@@ -208,15 +214,15 @@ class _Parser(TokenCursor):
 
     # ---- computations ---------------------------------------------------------
     def computation(self, module: Module) -> None:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = first = self.i
-        is_entry = K[i] == IDENT and V[i] == "ENTRY"
+        is_entry = kinds[i] == IDENT and texts[i] == "ENTRY"
         if is_entry:
             i += 1
-        if K[i] == NAME:
-            name = V[i][1:]
-        elif K[i] == IDENT and V[i] not in _KEYWORDS:
-            name = V[i]
+        if kinds[i] == NAME:
+            name = texts[i][1:]
+        elif kinds[i] == IDENT and texts[i] not in _KEYWORDS:
+            name = texts[i]
         else:
             raise self.error("expected a computation (like '%name (p: f32[]) -> f32[] {' or "
                              f"'ENTRY main {{'), found {self.found(i)}", i)
@@ -235,8 +241,9 @@ class _Parser(TokenCursor):
         comp.line = self.line_of(first)
         symbols: dict[str, Instruction] = {}
         params: dict[int, Instruction] = {}
-        while not (K[self.i] == PUNCT and V[self.i] == "}"):
-            if K[self.i] == EOF:
+        self.inline_names = set()
+        while not (kinds[self.i] == PUNCT and texts[self.i] == "}"):
+            if kinds[self.i] == EOF:
                 raise self.error(f"expected '}}' to close computation {name}, "
                                  "found end of input")
             self.instruction(comp, symbols, params)
@@ -249,7 +256,7 @@ class _Parser(TokenCursor):
             raise self.error(f"computation {name} declares result shape "
                              f"{declared.to_text(False)} but its root {comp.root.name} has shape "
                              f"{comp.root.shape.to_text(False)}", first)
-        if self.at(",") and K[self.i + 1] == ATTR and V[self.i + 1] == "execution_thread=":
+        if self.at(",") and kinds[self.i + 1] == ATTR and texts[self.i + 1] == "execution_thread=":
             self.i += 2
             comp.execution_thread = self.v_string(f"execution_thread of computation {name}")
         for w in self.wrappers:
@@ -260,14 +267,14 @@ class _Parser(TokenCursor):
 
     def signature(self, cname: str) -> Shape:
         """`(p0: f32[2], p1: s32[]) -> f32[2]`; returns the declared result shape."""
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         self.i += 1
         if not self.at(")"):
             while True:
-                k = K[self.i]
+                k = kinds[self.i]
                 if k == LABEL:
                     self.i += 1
-                elif k in (NAME, IDENT) and K[self.i + 1] == PUNCT and V[self.i + 1] == ":":
+                elif k in (NAME, IDENT) and kinds[self.i + 1] == PUNCT and texts[self.i + 1] == ":":
                     self.i += 2
                 else:
                     raise self.error("expected a parameter like 'p0: f32[2]' in the signature "
@@ -282,36 +289,58 @@ class _Parser(TokenCursor):
 
     # ---- instructions ----------------------------------------------------------
     def instruction(self, comp: Computation, symbols: dict, params: dict) -> None:
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         i = first = self.i
-        is_root = K[i] == IDENT and V[i] == "ROOT"
+        is_root = kinds[i] == IDENT and texts[i] == "ROOT"
         if is_root:
             i += 1
-        k = K[i]
+        k = kinds[i]
         name_i = i
-        if k == NAME or (k == IDENT and V[i] not in _KEYWORDS):
-            name = V[i][1:] if k == NAME else V[i]
+        if k == NAME or (k == IDENT and texts[i] not in _KEYWORDS):
+            name = texts[i][1:] if k == NAME else texts[i]
             i += 1
-            if K[i] != PUNCT or V[i] != "=":
-                raise self.error(f"expected '=' after instruction name {V[name_i]}, "
+            if kinds[i] != PUNCT or texts[i] != "=":
+                raise self.error(f"expected '=' after instruction name {texts[name_i]}, "
                                  f"found {self.found(i)}", i)
             i += 1
         elif k == ATTR:  # `x=f32[] ...` written without spaces
-            name = V[i][:-1]
+            name = texts[i][:-1]
             i += 1
         else:
             raise self.error("expected an instruction (like '%x = f32[] add(%a, %b)') or '}' "
                              f"to close computation {comp.name}, found {self.found(i)}", i)
         if name in symbols:
-            raise self.error(f"instruction {name} is defined twice in computation {comp.name}",
-                             name_i)
+            if name not in self.inline_names:
+                raise self.error(f"instruction {name} is defined twice in computation "
+                                 f"{comp.name}", name_i)
+            self.rename_inline(symbols, name)   # the written name wins over a made-up one
         self.i = i
-        shape = self.shape(f"as the result of {name} (after '=')")
+        instr = self.instruction_rhs(comp, symbols, params, name, name_i, first)
+        comp.add(instr)
+        symbols[name] = instr
+        if is_root:
+            if comp.root is not None:
+                raise self.error(f"computation {comp.name} has two ROOT instructions "
+                                 f"({comp.root.name} and {name})", first)
+            comp.root = instr
+
+    def instruction_rhs(self, comp: Computation, symbols: dict, params: dict, name: str,
+                        name_i: int, first: int, shape=None, nested: bool = False
+                        ) -> Instruction:
+        """`[shape] opcode(operands)[, attributes]` after `name =`, or an operand written
+        inline (`nested`; its shape, if written, already read). Without a shape the result
+        shape is inferred from the operands and attributes, as XLA's parser does."""
+        kinds, texts = self.kinds, self.texts
         i = self.i
-        if K[i] != IDENT:
+        if shape is None and not nested and not (
+                kinds[i] == IDENT and kinds[i + 1] == PUNCT and texts[i + 1] == "("
+                and (texts[i] in OPCODES or _split_sugar(texts[i]))):
+            shape = self.shape(f"as the result of {name} (after '=')")
+            i = self.i
+        if kinds[i] != IDENT:
             raise self.error(f"expected the opcode of {name} after its shape, found "
                              f"{self.found(i)}", i)
-        opcode = V[i]
+        opcode = texts[i]
         op_i = i
         sugar = None
         if opcode not in OPCODES:
@@ -319,17 +348,20 @@ class _Parser(TokenCursor):
             if sugar is None:
                 raise self.error(f"unknown opcode '{opcode}'", i)
         i += 1
-        if K[i] != PUNCT or V[i] != "(":
+        if kinds[i] != PUNCT or texts[i] != "(":
             raise self.error(f"expected '(' after opcode {opcode} of {name}, found "
                              f"{self.found(i)}", i)
+        if shape is None and (sugar is not None or opcode in ("parameter", "constant")):
+            raise self.error(f"{opcode} {name} needs its result shape written before the "
+                             f"opcode (like 'f32[2] {opcode}(...)'): it cannot be inferred", op_i)
         self.i = i + 1
         instr = Instruction(name, opcode, shape)
         instr.line = self.line_of(first)
         if opcode == "parameter":
-            if K[self.i] != INT:
+            if kinds[self.i] != INT:
                 raise self.error(f"expected the parameter number in parameter {name}, found "
                                  f"{self.found()}")
-            n = int(V[self.i])
+            n = int(texts[self.i])
             if n < 0:
                 raise self.error(f"parameter number of {name} must not be negative")
             if n in params:
@@ -343,7 +375,7 @@ class _Parser(TokenCursor):
             instr.literal = self.literal(shape, name, 0)
             self.expect(")", f"after the value of constant {name}")
         else:
-            instr.operands = self.operands(name, symbols, comp)
+            instr.operands = self.operands(name, symbols, comp, params)
         if sugar is None:
             info = OPCODES[opcode]
             if info.arity is not None and len(instr.operands) != info.arity and \
@@ -351,55 +383,91 @@ class _Parser(TokenCursor):
                 raise self.error(f"{opcode} {name} takes {info.arity} operand"
                                  f"{'s' if info.arity != 1 else ''}, found "
                                  f"{len(instr.operands)}", op_i)
-            self.attributes(instr, _SCHEMAS[opcode], instr.attrs, None, symbols, comp)
+            self.attributes(instr, _SCHEMAS[opcode], instr.attrs, None, symbols, comp,
+                            inline=nested)
             self.check_required(instr, _SCHEMAS[opcode], instr.attrs, name_i)
+        elif nested:
+            raise self.error(f"{opcode} cannot be written inline as an operand; give it its "
+                             "own line", op_i)
         else:
             self.async_sugar(instr, sugar, op_i, name_i, symbols, comp)
-        comp.add(instr)
-        symbols[name] = instr
-        if is_root:
-            if comp.root is not None:
-                raise self.error(f"computation {comp.name} has two ROOT instructions "
-                                 f"({comp.root.name} and {name})", first)
-            comp.root = instr
+        if instr.shape is None:
+            try:
+                instr.shape = infer_shape(opcode, [o.shape for o in instr.operands], instr.attrs)
+            except ShapeError as e:
+                raise self.error(f"the result shape of {name} is not written and cannot be "
+                                 f"inferred: {e}", op_i) from None
+        return instr
 
-    def operands(self, name: str, symbols: dict, comp: Computation) -> list:
-        K, V = self.K, self.V
+    def rename_inline(self, symbols: dict, name: str) -> None:
+        instr = symbols.pop(name)
+        self.inline_names.discard(name)
+        instr.name = self.fresh_inline_name(symbols, instr.opcode)
+        symbols[instr.name] = instr
+        self.inline_names.add(instr.name)
+
+    def fresh_inline_name(self, symbols: dict, opcode: str) -> str:
+        self.inline_count += 1
+        name = f"{opcode}.inline.{self.inline_count}"
+        while name in symbols:
+            self.inline_count += 1
+            name = f"{opcode}.inline.{self.inline_count}"
+        return name
+
+    def operands(self, name: str, symbols: dict, comp: Computation, params: dict) -> list:
+        kinds, texts = self.kinds, self.texts
         ops: list[Instruction] = []
         i = self.i
-        if K[i] == PUNCT and V[i] == ")":
+        if kinds[i] == PUNCT and texts[i] == ")":
             self.i = i + 1
             return ops
         while True:
-            k = K[i]
+            k = kinds[i]
             declared = None
-            if k == SHAPE or (k == PUNCT and V[i] == "(") or (
-                    k == IDENT and V[i] in PRIMITIVE_TYPES and V[i + 1] == "["):
+            if k == SHAPE or (k == PUNCT and texts[i] == "(") or (
+                    k == IDENT and texts[i] in PRIMITIVE_TYPES and texts[i + 1] == "["):
                 self.i = i
                 declared = self.shape(f"for an operand of {name}")
                 i = self.i
-                k = K[i]
-                if k == IDENT and K[i + 1] == PUNCT and V[i + 1] == "(":
-                    raise self.error(f"nested instructions as operands are not supported (in "
-                                     f"{name}); give the operand its own line", i)
+                k = kinds[i]
+            if k == IDENT and kinds[i + 1] == PUNCT and texts[i + 1] == "(":
+                # An operand written inline (`add(x, s32[] constant(1))`): an instruction of
+                # its own, made up a name, placed before the one that uses it.
+                self.i = i
+                inner = self.instruction_rhs(comp, symbols, params,
+                                             self.fresh_inline_name(symbols, texts[i]), i, i,
+                                             shape=declared, nested=True)
+                comp.add(inner)
+                symbols[inner.name] = inner
+                self.inline_names.add(inner.name)
+                ops.append(inner)
+                i = self.i
+                if kinds[i] == PUNCT and texts[i] in ",)":
+                    i += 1
+                    if texts[i - 1] == ",":
+                        continue
+                    self.i = i
+                    return ops
+                raise self.error(f"expected ')' after operands of {name}, found "
+                                 f"{self.found(i)}", i)
             if k == NAME:
-                op = symbols.get(V[i][1:])
+                op = symbols.get(texts[i][1:])
             elif k == IDENT:
-                op = symbols.get(V[i])
+                op = symbols.get(texts[i])
             else:
                 raise self.error(f"expected an operand name in the operands of {name}, found "
                                  f"{self.found(i)}", i)
             if op is None:
-                raise self.error(f"operand {V[i]} of {name} is not defined in computation "
+                raise self.error(f"operand {texts[i]} of {name} is not defined in computation "
                                  f"{comp.name}", i)
             if declared is not None and not declared.compatible(op.shape):
-                raise self.error(f"operand {V[i]} of {name} is written with shape "
+                raise self.error(f"operand {texts[i]} of {name} is written with shape "
                                  f"{declared.to_text(False)} but {op.name} has shape "
                                  f"{op.shape.to_text(False)}", i)
             ops.append(op)
             i += 1
-            if K[i] == PUNCT:
-                t = V[i]
+            if kinds[i] == PUNCT:
+                t = texts[i]
                 if t == ",":
                     i += 1
                     continue
@@ -408,21 +476,24 @@ class _Parser(TokenCursor):
                     return ops
             raise self.error(f"expected ')' after operands of {name}, found {self.found(i)}", i)
 
-    def attributes(self, instr, schema, attrs, extra, symbols, comp) -> None:
+    def attributes(self, instr, schema, attrs, extra, symbols, comp, inline=False) -> None:
         """`, key=value` pairs: common ones go to Instruction fields, the rest by kind.
 
         `extra` is a second (schema, attrs) target used by async sugar: attributes of
-        the wrapped op are stored on the wrapped instruction.
+        the wrapped op are stored on the wrapped instruction. `inline`: an operand written
+        inline, whose attributes end at a ',' that starts the next operand.
         """
-        K, V = self.K, self.V
+        kinds, texts = self.kinds, self.texts
         name = instr.name
-        while K[self.i] == PUNCT and V[self.i] == ",":
+        while kinds[self.i] == PUNCT and texts[self.i] == ",":
+            if inline and kinds[self.i + 1] != ATTR:
+                return
             self.i += 1
             i = self.i
-            if K[i] != ATTR:
+            if kinds[i] != ATTR:
                 raise self.error(f"expected an attribute like dimensions={{0}} after ',' in "
                                  f"{name}, found {self.found(i)}", i)
-            key = V[i][:-1]
+            key = texts[i][:-1]
             self.i = i + 1
             if key in _COMMON:
                 if key == "control-predecessors":
@@ -455,18 +526,22 @@ class _Parser(TokenCursor):
     def common_attr(self, instr: Instruction, key: str, symbols: dict, comp) -> None:
         what = f"attribute {key} of {instr.name}"
         if key == "metadata":
+            if self.kinds[self.i] == BRACED:   # the whole {...} as one token (lexer.py)
+                instr.metadata = self.texts[self.i][1:-1]
+                self.i += 1
+                return
             if not self.at("{"):
                 raise self.error(f"{what} expects {{...}}, found {self.found()}")
             start = self.i
             self.skip_balanced()
-            instr.metadata = self.text[self.S[start] + 1:self.S[self.i - 1]]
+            instr.metadata = self.text[self.starts[start] + 1:self.starts[self.i - 1]]
         elif key == "frontend_attributes":
             instr.frontend_attributes = self.frontend_attributes(what)
         elif key == "control-predecessors":
             for ref_i, ref in self.name_list(what):
                 pred = symbols.get(ref)
                 if pred is None:
-                    raise self.error(f"control predecessor {self.V[ref_i]} of {instr.name} is "
+                    raise self.error(f"control predecessor {self.texts[ref_i]} of {instr.name} is "
                                      f"not defined in computation {comp.name}", ref_i)
                 instr.control_predecessors.append(pred)
         else:  # sharding, statistics, result_accuracy, origin, backend_config
@@ -478,19 +553,19 @@ class _Parser(TokenCursor):
         if not self.at("}"):
             while True:
                 i = self.i
-                if self.K[i] != ATTR:
+                if self.kinds[i] != ATTR:
                     raise self.error(f"expected key=value in {what}, found {self.found()}")
-                key = self.V[i][:-1]
+                key = self.texts[i][:-1]
                 self.i += 1
-                if self.K[self.i] == STRING:
+                if self.kinds[self.i] == STRING:
                     out[key] = self.v_string(what)
-                elif self.K[self.i] == INTLISTS:  # unquoted _xla_send_recv_source_target_pairs
-                    out[key] = self.V[self.i]
+                elif self.kinds[self.i] == INTLISTS:  # unquoted _xla_send_recv_source_target_pairs
+                    out[key] = self.texts[self.i]
                     self.i += 1
                 elif self.at("{"):
                     start = self.i
                     self.skip_balanced()
-                    out[key] = self.text[self.S[start]:self.end_of(self.i - 1)]
+                    out[key] = self.text[self.starts[start]:self.end_of(self.i - 1)]
                 else:
                     raise self.error(f"expected a quoted value or {{...}} for {key} in {what}, "
                                      f"found {self.found()}")
@@ -505,10 +580,10 @@ class _Parser(TokenCursor):
         out = []
         if not self.at("}"):
             while True:
-                k = self.K[self.i]
+                k = self.kinds[self.i]
                 if k not in (NAME, IDENT):
                     raise self.error(f"expected a name in {what}, found {self.found()}")
-                out.append((self.i, self.V[self.i][1:] if k == NAME else self.V[self.i]))
+                out.append((self.i, self.texts[self.i][1:] if k == NAME else self.texts[self.i]))
                 self.i += 1
                 if not self.at(","):
                     break

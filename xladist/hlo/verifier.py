@@ -1,7 +1,7 @@
 """The HLO verifier: structure, attributes, shapes and collective groups of a whole module.
 
-`verify_module(module, num_devices=None)` checks, for every computation reachable from the
-module (fused, called and synthesized async-wrapper computations included):
+`verify_module(module, num_devices=None, counts=None)` checks, for every computation reachable
+from the module (fused, called and synthesized async-wrapper computations included):
 
 * structure: an entry, unique names, no recursive calls, a root that belongs to its
   computation, parameters numbered 0..n-1 without gaps, operands from the same computation;
@@ -119,8 +119,10 @@ def _check_attrs(comp: Computation, instr: Instruction) -> None:
         if check is not None and not check(value) and not isinstance(value, RawAttr):
             _fail(f"attribute {spec.name}= should be of kind {spec.kind}, got {value!r}", comp,
                   instr)
-        if spec.name == "channel_id" and value < 1:
-            _fail(f"channel_id={value} must be positive", comp, instr)
+        # XLA takes any channel id; 0 is a channel like any other (send/recv in XLA's own
+        # tests use it). A negative one names no MPI tag.
+        if spec.name == "channel_id" and value < 0:
+            _fail(f"channel_id={value} must not be negative", comp, instr)
 
 
 # ---- start/done pairing -----------------------------------------------------------------------
@@ -153,7 +155,7 @@ def _check_pairing(comp: Computation, instr: Instruction) -> None:
     if instr.opcode in ("send-done", "recv-done"):
         for key in ("channel_id", "is_host_transfer"):
             a, b = instr.attrs.get(key), start.attrs.get(key)
-            if bool(a) != bool(b) or (key == "channel_id" and a != b):
+            if (a != b) if key == "channel_id" else (bool(a) != bool(b)):
                 _fail(f"{instr.opcode} and its {start.opcode} %{start.name} must have the same "
                       f"{key} ({a} vs {b})", comp, instr)
     if instr.opcode in ("async-update", "async-done"):
@@ -253,7 +255,19 @@ def _check_collective(comp, instr, replica_count, num_partitions):
                                          channel is not None, replica_count, num_partitions,
                                          max_uses=max(len(slices), 1) if slices else 1)
     except cg.GroupError as e:
-        _fail(str(e), comp, instr)
+        _fail(str(e) + _count_hint(str(e), replica_count, num_partitions), comp, instr)
+
+
+def _count_hint(message: str, replica_count: int, num_partitions: int) -> str:
+    """What to do when ids fall outside a count of 1: the count comes from the run."""
+    if "partition id" in message and "out of range [0, 1)" in message and num_partitions == 1:
+        return ("; the run has one partition: ids of a collective with channel_id are "
+                "partition ids (docs/reference/collective-semantics.md A.1), so give the run "
+                "its partitions (--num-partitions, or num_partitions= in the module header)")
+    if "replica id" in message and "out of range [0, 1)" in message and replica_count == 1:
+        return ("; the run has one replica: run the module on as many devices as its groups "
+                "name (-n), or give replica_count= in the module header")
+    return ""
 
 
 # ---- structure ----------------------------------------------------------------------------------
@@ -342,24 +356,16 @@ def _check_entry_layout(module: Module) -> None:
               expected=fmt(result), actual=fmt(entry.root.shape))
 
 
-def _devices(module: Module, num_devices: int | None) -> tuple[int, int]:
+def _devices(module: Module, num_devices: int | None,
+             counts: tuple[int, int] | None) -> tuple[int, int]:
     r, p = module.replica_count, module.num_partitions
     if r < 1 or p < 1:
         raise InputError(f"module {module.name}: replica_count={r} and num_partitions={p} "
                          "must be >= 1")
-    if num_devices is None or num_devices == r * p:
-        return r, p
-    if r * p == 1:
-        # A module without a device count (e.g. JAX's pre-partitioning SPMD text) gets one.
-        # A channel_id makes all-to-all / collective-permute ids partition ids and without one
-        # all ids are replica ids (A.1), so the only valid reading is partitions when any
-        # collective carries a channel, replicas otherwise.
-        if any(i.attrs.get("channel_id") is not None for i in module.all_instructions()
-               if i.opcode in _COLLECTIVES):
-            return 1, num_devices
-        return num_devices, 1
-    raise InputError(f"module {module.name} is built for replica_count={r} x num_partitions={p}"
-                     f" = {r * p} devices, but {num_devices} devices were requested")
+    if counts is not None:
+        return cg.run_device_counts(module, counts[0] * counts[1], replica_count=counts[0],
+                                    num_partitions=counts[1])
+    return cg.run_device_counts(module, num_devices)
 
 
 # ---- the walk -----------------------------------------------------------------------------------
@@ -404,15 +410,17 @@ def _check_instruction(comp, instr, report, r, p):
                                f"not checked ({UNSUPPORTED[instr.opcode]})")
 
 
-def verify_module(module: Module, *, num_devices: int | None = None) -> VerifyReport:
+def verify_module(module: Module, *, num_devices: int | None = None,
+                  counts: tuple[int, int] | None = None) -> VerifyReport:
     """Verify `module`; returns a VerifyReport or raises VerifierError at the first problem.
 
-    `num_devices` is the number of devices the module will run on; it must equal
-    replica_count * num_partitions. A module declaring neither runs as `num_devices`
-    partitions if any collective has a channel_id (SPMD programs), else as `num_devices`
-    replicas. Collectives are checked against that device layout.
+    Collectives are checked against the run's device layout: `counts` = (replica_count,
+    num_partitions) when the run has fixed them (the runtime passes its device context's), else
+    the counts `collective_groups.run_device_counts` gives for `num_devices` devices (the header's
+    counts, the rest from the device total; a module declaring neither runs as `num_devices`
+    replicas). Without either, the header's counts (1 where it says nothing).
     """
-    r, p = _devices(module, num_devices)
+    r, p = _devices(module, num_devices, counts)
     report = VerifyReport(module.name, replica_count=r, num_partitions=p)
     if module.entry is None:
         _fail(f"module {module.name} has no ENTRY computation", None)

@@ -107,7 +107,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     if count < 1:
         raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
     n = count
-    device_counts(module, n)  # validates n against the module first
+    counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
     _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
                  prefetch=prefetch, timeout=timeout, backend=backend)
@@ -135,10 +135,24 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         return outputs
     if trace:
         trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
-    return _run_spawned(module, per_device, n, backend=backend, timeout=timeout,
+    return _run_spawned(_with_counts(module, counts), per_device, n, backend=backend,
+                        timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
                         job_timeout=job_timeout, trace=trace, hosts=hosts,
                         feed_options=feed_options)
+
+
+def _with_counts(module, counts):
+    """The module as the ranks must read it: the run's counts in its header. The printer writes
+    counts other than 1, and one of them fixes the other for the ranks' -n (run_device_counts),
+    so a run's counts reach them even where the module's own header was silent."""
+    if (module.replica_count, module.num_partitions) == counts:
+        return module
+    import copy
+    out = copy.copy(module)
+    out.replica_count, out.num_partitions = counts
+    out.declared_counts = frozenset(("replica_count", "num_partitions"))
+    return out
 
 
 def _check_files(module, n, device_assignment, **settings) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from xladist.errors import InputError
 from xladist.files import read_text
+from xladist.hlo.collective_groups import run_device_counts
 
 
 class ConfigError(InputError):
@@ -52,7 +53,8 @@ class Key:
 SCHEMA: dict[str, Key] = {
     "module": Key("path", "HLO text file to run", None, "module", "MODULE", file="hlo"),
     "ranks": Key("int", "number of MPI ranks, one device each", 1, "num_devices", "-n"),
-    # Counts for a module whose header declares neither (both 1); must agree if it does.
+    # The run's counts, where the module header does not declare them (it must agree where it
+    # does); a count left open is the device total divided by the other.
     "replica_count": Key("int", "replicas (rows of the device assignment)", None,
                          "replica_count", "--replica-count"),
     "num_partitions": Key("int", "partitions (columns of the device assignment)", None,
@@ -212,17 +214,16 @@ def parse_assignment(text: str) -> list[list[int]]:
 
 def override_device_counts(module, replica_count: int | None,
                            num_partitions: int | None) -> None:
-    """Give a module that declares no counts (both 1) the run's replica/partition counts."""
-    if replica_count is None and num_partitions is None:
-        return
-    r = replica_count if replica_count is not None else 1
-    p = num_partitions if num_partitions is not None else 1
-    if module.replica_count * module.num_partitions == 1:
-        module.replica_count, module.num_partitions = r, p
-    elif (module.replica_count, module.num_partitions) != (r, p):
-        raise InputError(f"module {module.name} declares replica_count="
-                         f"{module.replica_count}, num_partitions={module.num_partitions}; "
-                         f"the run asks for {r} x {p}")
+    """Give the module the counts the run sets (--replica-count, --num-partitions), as XLA's
+    HloModuleConfig does; a count its header declares must agree (InputError otherwise). A
+    count neither sets is filled from the device total when the run starts
+    (collective_groups.run_device_counts)."""
+    run_device_counts(module, None, replica_count=replica_count,
+                      num_partitions=num_partitions)  # checks them against the header
+    for key, value in (("replica_count", replica_count), ("num_partitions", num_partitions)):
+        if value is not None:
+            setattr(module, key, value)
+            module.declared_counts = module.declared_counts | {key}
 
 
 def describe_schema() -> str:

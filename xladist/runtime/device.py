@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xladist.hlo.collective_groups import DeviceAssignment, GroupError
+from xladist.hlo.collective_groups import DeviceAssignment, GroupError, run_device_counts
 from xladist.errors import InputError
 
 __all__ = ["DeviceAssignment", "Placement", "placement_for"]
@@ -39,19 +39,10 @@ class Placement:
 
 
 def device_counts(module, n: int) -> tuple[int, int]:
-    """(replica_count, num_partitions) for running `module` on n ranks.
-
-    A module that declares neither (both 1) runs as n replicas; otherwise n must be
-    replica_count x num_partitions.
-    """
-    r, p = module.replica_count, module.num_partitions
-    if r * p == 1:
-        return n, 1
-    if r * p != n:
-        raise InputError(f"module {module.name} is written for {r * p} devices "
-                         f"(replica_count={r}, num_partitions={p}); run it with -n {r * p}, "
-                         f"not -n {n}")
-    return r, p
+    """(replica_count, num_partitions) for running `module` on n ranks: the header's counts,
+    the rest from n (a module declaring neither runs as n replicas); the one rule is
+    xladist.hlo.collective_groups.run_device_counts."""
+    return run_device_counts(module, n)
 
 
 def make_assignment(module, n: int, table=None) -> DeviceAssignment:

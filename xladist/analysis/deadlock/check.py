@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from xladist.hlo.collective_groups import DeviceAssignment, GroupError
+from xladist.hlo.collective_groups import DeviceAssignment, GroupError, run_device_counts
 from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
@@ -65,12 +65,11 @@ def resolve_devices(module: Module, num_devices: int | None,
                     device_assignment=None) -> DeviceAssignment:
     """The device assignment the check simulates.
 
-    The same rule as the verifier: `num_devices` must equal replica_count * num_partitions,
-    except that a module declaring neither runs as `num_devices` replicas.  A
-    `device_assignment` table ([replica][partition] -> device) overrides the header, which is
-    how one program is checked at several partition counts.
+    The same rule as the verifier and the runtime (collective_groups.run_device_counts): the
+    header's counts, the rest from `num_devices` (a module declaring neither runs as
+    `num_devices` replicas).  A `device_assignment` table ([replica][partition] -> device)
+    overrides the header, which is how one program is checked at several partition counts.
     """
-    R, P = module.replica_count, module.num_partitions
     if device_assignment is not None:
         try:
             da = (device_assignment if isinstance(device_assignment, DeviceAssignment)
@@ -82,15 +81,10 @@ def resolve_devices(module: Module, num_devices: int | None,
             raise InputError(f"the device assignment holds {n} devices but {num_devices} were "
                              "asked for")
         return da
-    if num_devices is not None and num_devices != R * P:
-        if num_devices < 1:
-            raise InputError(f"the number of devices must be at least 1, not {num_devices}")
-        if R * P != 1:
-            raise InputError(f"module {module.name} is built for replica_count={R} x "
-                             f"num_partitions={P} = {R * P} devices, but {num_devices} devices "
-                             "were requested")
-        R = num_devices  # a module without a device count runs as N replicas
-    return DeviceAssignment.default(R, P)
+    if num_devices is not None and num_devices < 1:
+        raise InputError(f"the number of devices must be at least 1, not {num_devices}")
+    # The runtime's rule: the header's counts, the rest from the device total.
+    return DeviceAssignment.default(*run_device_counts(module, num_devices))
 
 
 # The matching and simulation loops look at the clock every this many steps: a million

@@ -39,6 +39,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ...errors import InputError, UnsupportedError
+from .. import llvm_worker
 from ..buffers import ALIGN, _round
 from ..codegen import builtins
 from ..codegen.ir_array import c64
@@ -355,15 +356,7 @@ class AotProgram:
         text = str(self.llvm_module())
         tm, triple = target_machine(target_cpu, triple)
         with _LOCK:
-            mod = llvm.parse_assembly(text)
-            mod.verify()
-            mod.triple = triple
-            mod.data_layout = str(tm.target_data)
-            pto = llvm.PipelineTuningOptions(speed_level=3)
-            pto.loop_vectorization = True
-            pto.slp_vectorization = True
-            pb = llvm.create_pass_builder(tm, pto)
-            pb.getModulePassManager().run(mod, pb)
+            mod = llvm_worker.optimize(text, tm, triple, exact=True)
             # After optimizing: nothing in the IR calls the builtins yet (codegen does).
             mod.link_in(llvm.parse_assembly(_builtins_ir()))
             for name in builtins.provided_names():

@@ -213,20 +213,25 @@ def collective_permute(op, shapes, attrs, declared):
 
 
 def collective_permute_start(op, shapes, attrs, declared):
-    """(input, output, u32[], u32[]) where output has the input's shape (or the in-place
-    form's output operand); the combined form of several operands is ((inputs), (outputs))
-    with no u32[] contexts (XLA's InferCollectivePermuteStartShape; hlo_parser_test.cc
-    CombinedCollectivePermuteStartAndDone)."""
+    """(input, output, contexts...) where output has the input's shape (or the in-place
+    form's output operand); the combined form of several operands is ((inputs), (outputs)).
+    The contexts are what the declared shape lists after those two - none, or XLA's printed
+    u32[], u32[] - as in XLA's InferCollectivePermuteStartShape, which takes them from the
+    declared shape; without one, the single-operand forms get the two u32[] (hlo_parser_test.cc
+    CombinedCollectivePermuteStartAndDone: the combined form has none)."""
     u = make(U32, ())
+    contexts = None
+    if declared is not None and declared.is_tuple and len(declared.tuple_shapes) >= 2:
+        contexts = list(declared.tuple_shapes[2:])
     if _in_place(shapes, attrs):
         expect_count(shapes, 4)
-        return Shape.tuple_of([shapes[0], shapes[1], u, u])
+        return Shape.tuple_of([shapes[0], shapes[1], *([u, u] if contexts is None else contexts)])
     _arrays(shapes)
     if len(shapes) > 1:
         x = Shape.tuple_of([like(s) for s in shapes])
-        return Shape.tuple_of([x, x])
+        return Shape.tuple_of([x, x, *(contexts or [])])
     x = like(shapes[0])
-    return Shape.tuple_of([x, x, u, u])
+    return Shape.tuple_of([x, x, *([u, u] if contexts is None else contexts)])
 
 
 def copy_start(op, shapes, attrs, declared):

@@ -1,0 +1,135 @@
+"""LLVM IR text -> object code, the one place that says how xladist optimizes and emits.
+
+jit.py calls `compile_unit` in its own process; compile_pool.py runs this file as a
+script (`python llvm_worker.py`) in helper processes that compile units in parallel, so it
+imports nothing but the standard library and llvmlite: starting a helper must not import
+xladist's compiler (a third of a second).
+
+Two pipelines, both LLVM's O3 with the loop and SLP vectorizers and the target machine at
+opt level 3:
+  exact=True   also loop unrolling: what every kernel got before compile units existed.
+               A unit whose IR lets LLVM change the rounding of its results (compile_pool's
+               `pipeline_exact`: reassociable float reductions, libm calls, fmuladd on a
+               CPU without FMA) must keep it: how far the unroller unrolls a reduction
+               decides the order of its sum.
+  exact=False  without loop unrolling. For IR with plain IEEE arithmetic every LLVM pass
+               keeps every result bit, so this changes speed, never values; unrolling
+               took ~70% of LLVM's time on the training steps of benchmarks/ and bought no
+               measurable kernel speed (docs/compile.md).
+
+Protocol when run as a script (compile_pool.py is the other side): frames on stdin and
+stdout, each an 8-byte little-endian length and a pickle. First, once llvmlite is loaded,
+("ready", pid). Request: (job, ir_text, triple, cpu, features, exact). Reply: (job, True,
+object bytes) or (job, False, error text). The process exits at end of input, so it never
+outlives the process that started it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import sys
+import threading
+
+import llvmlite.binding as llvm
+
+_FRAME = struct.Struct("<Q")
+LOCK = threading.Lock()  # held around each compile: llvmlite objects are not shared
+_INIT = []
+
+
+def _init() -> None:
+    if not _INIT:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        _INIT.append(True)
+
+
+def target_machine(triple: str, cpu: str, features: str):
+    """A fresh target machine (MCJIT takes ownership of the one it is given)."""
+    _init()
+    if triple != llvm.get_process_triple():
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+    return llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=3, codemodel="jitdefault")
+
+
+def optimize(llvm_ir: str, tm, triple: str, exact: bool = True):
+    """Parse, verify and optimize `llvm_ir` for target machine `tm`; the ModuleRef."""
+    mod = llvm.parse_assembly(llvm_ir)
+    mod.verify()
+    mod.triple = triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.PipelineTuningOptions(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = exact
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def compile_unit(llvm_ir: str, triple: str, cpu: str, features: str,
+                 exact: bool = True) -> bytes:
+    """Optimized object code of one LLVM module for the target (triple, cpu, features)."""
+    with LOCK:
+        tm = target_machine(triple, cpu, features)
+        return tm.emit_object(optimize(llvm_ir, tm, triple, exact))
+
+
+def _read_exact(f, n: int) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        chunk = f.read(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def read_frame(f):
+    """The next pickled frame of `f`, or None at end of input."""
+    head = _read_exact(f, _FRAME.size)
+    if head is None:
+        return None
+    body = _read_exact(f, _FRAME.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def write_frame(f, value) -> None:
+    body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_FRAME.pack(len(body)) + body)
+    f.flush()
+
+
+def serve(inp, out) -> None:
+    """Compile requests from `inp` until it ends, replies to `out`."""
+    while True:
+        request = read_frame(inp)
+        if request is None:
+            return
+        job, text, triple, cpu, features, exact = request
+        try:
+            reply = (job, True, compile_unit(text, triple, cpu, features, exact))
+        except Exception as e:  # noqa: BLE001 -- reported to the parent, which raises it
+            reply = (job, False, f"{type(e).__name__}: {e}")
+        write_frame(out, reply)
+
+
+def main() -> None:
+    # Ctrl-C at the terminal reaches the whole process group: the process that started this
+    # one decides (and closes the pipe, which ends this one), no traceback from here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Replies go to the pipe that was stdout; anything else printed goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    _init()
+    write_frame(out, ("ready", os.getpid()))  # llvmlite is loaded: send work
+    serve(sys.stdin.buffer, out)
+
+
+if __name__ == "__main__":
+    main()
