@@ -1,7 +1,7 @@
 """Compute benchmarks of the cpu backend, side by side with numpy and jax.jit.
 
     python benchmarks/compute.py [--quick] [--rows WORD,...] [--no-one-thread]
-    python benchmarks/compute.py --company [--rows WORD,...] [--repeats N]
+    python benchmarks/compute.py --company [--rows WORD,...] [--repeats N] [--warm N]
 
 Every row is measured in one run, interleaving the contenders (one timed sample of
 each per round, so load bursts hit all alike): median of `--repeats` samples after a
@@ -622,9 +622,12 @@ def company(args, repeats: int) -> list[dict]:
         print(name, flush=True)
         row = {"name": name}
         for situation in SITUATIONS:
-            before = choice.calls_by_way() if choice else {}
             loaded = situation == "background load"
             with background_load() if loaded else contextlib.nullcontext():
+                for _ in range(args.warm):  # xladist's call sites learn their ways here
+                    for fn in fns.values():
+                        fn()
+                before = choice.calls_by_way() if choice else {}
                 load = os.getloadavg()[0]
                 got = interleaved(fns, repeats, company=situation == "after numpy+jax")
             after = choice.calls_by_way() if choice else {}
@@ -662,6 +665,9 @@ def main(argv=None) -> int:
                     help="(internal) measure with one thread on every side")
     ap.add_argument("--no-one-thread", action="store_true",
                     help="skip the one-thread column (no child process)")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="--company: untimed calls of every side per situation before its "
+                    "samples (steady state: xladist's call sites time every way first)")
     ap.add_argument("--company", action="store_true",
                     help="time the rows quiet, right after numpy and jax ran, and with "
                     "one busy process per core (SITUATIONS)")
