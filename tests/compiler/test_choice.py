@@ -92,7 +92,10 @@ def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls
 
 
 @pytest.fixture
-def two_threads():
+def two_threads(monkeypatch):
+    # The WHOLE way is offered only where OpenBLAS's workers sleep after a call (ranks:
+    # OPENBLAS_THREAD_TIMEOUT=4); these tests exercise it in this process regardless.
+    monkeypatch.setattr(blas_blocks, "WHOLE_OFFERED", True)
     yield
     parallel.set_threads(None)
 
@@ -335,3 +338,25 @@ def test_executions_in_two_threads_keep_their_bits(monkeypatch, two_threads):
         t.join(30)
     assert not errors, errors
     assert [b["threads"] for b in parallel.blas_info()] == before
+
+
+def test_openblas_threads_are_offered_only_where_their_workers_sleep(monkeypatch):
+    """Spinning ~0.1 s after each call (OpenBLAS's default), OpenBLAS's workers slow the
+    ways measured after them and burn CPU the wall time does not show: the WHOLE way is
+    offered only with OPENBLAS_THREAD_TIMEOUT at most WHOLE_MAX_TIMEOUT (ranks get 4)."""
+    for value, offered in (("4", True), ("8", True), ("28", False), ("", False), ("x", False)):
+        monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", value)
+        assert blas_blocks._workers_sleep() is offered, value
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
+    assert not blas_blocks._workers_sleep()
+    monkeypatch.setattr(blas_blocks, "WHOLE_OFFERED", False)
+    parallel.set_threads(2)
+    try:
+        a = np.ones((512, 512), np.float32)
+        out = np.empty((512, 512), np.float32)
+        blas_blocks._sites.clear()
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, a.copy(), out)
+        assert blas_blocks._sites and all(WHOLE not in s.ways for s in blas_blocks._sites.values())
+    finally:
+        parallel.set_threads(None)

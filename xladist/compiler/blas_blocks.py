@@ -25,6 +25,8 @@ WHOLE way is offered only where a check shows it gives the blocks' bits
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from . import choice, conv_kernel
@@ -41,6 +43,24 @@ MIN_ROWS = 256
 # From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
 # threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
 WHOLE_MIN_MACS = BLOCK_MACS
+# ... and only where OpenBLAS's workers sleep right after a call: OPENBLAS_THREAD_TIMEOUT
+# (read when OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most
+# WHOLE_MAX_TIMEOUT, as ranks get it (runtime/launcher.py). Spinning, they take CPU the
+# measured wall time does not show and slow the ways measured after them, which then
+# lose to WHOLE: in a plain process (no such setting) matmul 1024 took 37 ms on WHOLE
+# against 21 ms on the pool (compute.py --company --warm 15, load 2-3), the transformer
+# step 105 ms CPU per step against 64 ms.
+WHOLE_MAX_TIMEOUT = 8
+
+
+def _workers_sleep() -> bool:
+    try:
+        return int(os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")) <= WHOLE_MAX_TIMEOUT
+    except ValueError:
+        return False
+
+
+WHOLE_OFFERED = _workers_sleep()
 _BLAS_TYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
 
 
@@ -155,8 +175,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
     whole = None
-    if threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and _order(b) and \
-            not np.may_share_memory(a, b) and _threads_agree(a, b, threads):
+    if WHOLE_OFFERED and threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and \
+            _order(b) and not np.may_share_memory(a, b) and _threads_agree(a, b, threads):
         # (numpy takes syrk for a product of a matrix with its own transpose)
         def whole() -> bool:
             with exclusive_blas(threads) as alone:
