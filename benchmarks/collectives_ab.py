@@ -37,7 +37,13 @@ def _load_baseline(tree: str, rank: int, comm):
     """The baseline tree's collectives package, imported as ``collectives_baseline``."""
     tmp = os.path.join(tempfile.gettempdir(), f"xladist_ab_{os.getppid()}_{rank}")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(os.path.join(tree, "collectives"), os.path.join(tmp, "collectives_baseline"),
+    # xladist/collectives since the package move; a tree from before it has collectives/.
+    src = next((p for p in (os.path.join(tree, "xladist", "collectives"),
+                            os.path.join(tree, "collectives")) if os.path.isdir(p)), None)
+    if src is None:
+        raise SystemExit(f"--baseline {tree}: neither xladist/collectives nor collectives/ "
+                         f"is there")
+    shutil.copytree(src, os.path.join(tmp, "collectives_baseline"),
                     ignore=shutil.ignore_patterns("__pycache__"))
     sys.path.insert(1, tmp)
     return importlib.import_module("collectives_baseline"), tmp
@@ -72,7 +78,7 @@ def main(argv=None) -> int:
     from xladist.bench.collectives import _reducers
     from xladist.bench.harness import parse_size
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--baseline", required=True, help="another checkout (its collectives/)")
+    p.add_argument("--baseline", required=True, help="another checkout (its xladist/collectives/)")
     p.add_argument("--sizes", default="64K,1M,4M")
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--rounds", type=int, default=30)

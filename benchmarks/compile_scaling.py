@@ -1,7 +1,7 @@
 """Cold compile, xladist against XLA:CPU, on the same modules, side by side in one run.
 
     /path/to/python-with-jax benchmarks/compile_scaling.py [--steps transformer,mlp,conv]
-        [--rounds 5] [--what-if] [--layers 1,4,16] [--xladist PATH]
+        [--rounds 5] [--what-if] [--baseline PATH] [--layers 1,4,16] [--xladist PATH]
 
 --steps (the default): the training steps of benchmarks/training_steps.py (a transformer
 block data- and tensor-parallel, an MLP with Adam, a conv net), jitted for 2 devices. The
@@ -18,8 +18,11 @@ module is XLA's optimized per-device SPMD module (what `xladist.jax.export` writ
 On a busy machine wall times move with the load; CPU times much less.
 Medians over the rounds; the load average before and after (the machine is shared: times
 move with it). --xladist PATH times another checkout's xladist (e.g. /work/main: before).
---what-if also times xladist with its fast-math reductions compiled without loop unrolling,
-which changes their sums' order: not what xladist does, what its bit-identity costs.
+--what-if also times xladist with every unit compiled without loop unrolling, those that
+compile_pool.pipeline_exact keeps on the exact pipeline (libm calls; fmuladd on a CPU
+without FMA) included: not what xladist does, what those units cost.
+--baseline PATH also times another checkout's xladist cold in a fresh process, as one more
+side of the same alternating rounds (before/after a change, with XLA in the same run).
 
 --layers: the older scaling table (compile time against repeated layers of a transformer
 stack, batch 4, 32 tokens, width 64; parse + compile, one round).
@@ -68,7 +71,7 @@ def cpu():  # this process and its helper processes, seconds
         except OSError:
             pass
     return t
-if sys.argv[2:] == ["what-if"]:  # not xladist: reductions without the exact pipeline
+if sys.argv[2:] == ["what-if"]:  # not xladist: no unit on the exact pipeline
     from xladist.compiler import compile_pool
     compile_pool.pipeline_exact = lambda text, target: False
 text = open(sys.argv[1]).read()
@@ -120,7 +123,8 @@ def xla_compile(jax, xj, case) -> tuple[float, float]:
     return time.perf_counter() - t0, _cpu() - c0
 
 
-def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool) -> None:
+def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool,
+                baseline: Path | None = None) -> None:
     import jax
 
     import training_steps
@@ -132,7 +136,7 @@ def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool) ->
           "process: wall (CPU) | xladist / XLA: wall (CPU) | xladist cold, helpers up | "
           "xladist warm (cache hot) | load |")
     print("|---|---|---|---|---|---|---|---|---|")
-    details, what_ifs = [], []
+    details, what_ifs, baselines = [], [], []
     with tempfile.TemporaryDirectory(prefix="xladist-bench-") as tmp:
         for name in names:
             case = training_steps.make(name, jax)
@@ -141,14 +145,17 @@ def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool) ->
             text = xj.compile_text(prep)[0]
             path = Path(tmp) / f"{name}.hlo"
             path.write_text(text)
-            xla, ours, relaxed, load0 = [], [], [], _load()
-            sides = ["xla", "xladist"] + (["what-if"] if what_if else [])
+            xla, ours, relaxed, base, load0 = [], [], [], [], _load()
+            sides = (["xla", "xladist"] + (["what-if"] if what_if else [])
+                     + (["baseline"] if baseline else []))
             for r in range(rounds):
                 for side in (sides if r % 2 == 0 else sides[::-1]):
                     if side == "xla":
                         xla.append(xla_compile(jax, xj, case))
                     elif side == "xladist":
                         ours.append(xladist_fresh(path, checkout))
+                    elif side == "baseline":
+                        base.append(xladist_fresh(path, baseline))
                     else:
                         relaxed.append(xladist_fresh(path, checkout, what_if=True))
             t_xla = statistics.median(w for w, _ in xla)
@@ -169,6 +176,14 @@ def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool) ->
                 what_ifs.append(f"{name}: {statistics.median(o['cold'] for o in relaxed):.2f} "
                                 f"s ({statistics.median(o['cold_cpu'] for o in relaxed):.2f} "
                                 f"CPU)")
+            if base:
+                b_cpu = statistics.median(o["cold_cpu"] for o in base)
+                bst = base[-1]["stats"]
+                baselines.append(
+                    f"{name}: {statistics.median(o['cold'] for o in base):.2f} s ({b_cpu:.2f} "
+                    f"CPU, {b_cpu / c_xla:.2f}x XLA's CPU)"
+                    + (f", {bst['units']} units, {bst['exact']} exact" if bst else "")
+                    + f"; this checkout's CPU / the baseline's: {c_ours / b_cpu:.2f}x")
             for which in ("timings", "timings2"):
                 phases = {k: statistics.median(o[which].get(k, 0.0) for o in ours)
                           for k in ours[-1][which]}
@@ -180,8 +195,10 @@ def steps_table(names: list[str], rounds: int, checkout: Path, what_if: bool) ->
     for n, ph in details:
         print(f"  {n}: " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()))
     if what_ifs:
-        print("what if reductions got the pipeline without unrolling (their sums' order "
-              "changes; not what xladist does), cold, fresh process: " + "; ".join(what_ifs))
+        print("what if every unit got the pipeline without unrolling (not what xladist "
+              "does), cold, fresh process: " + "; ".join(what_ifs))
+    if baselines:
+        print(f"baseline {baseline}, cold, fresh process, same rounds: " + "; ".join(baselines))
     print(f"load average at the end: {_load()}")
 
 
@@ -274,9 +291,10 @@ def main() -> int:
     ap.add_argument("--layers", default=None, help="e.g. 1,4,16: the layer-scaling table")
     ap.add_argument("--xladist", default=str(ROOT), help="checkout whose xladist to time")
     ap.add_argument("--what-if", action="store_true",
-                    help="also time xladist with fast-math reductions compiled without loop "
-                         "unrolling (changes their results' last bits: what bit-identity "
-                         "with earlier versions costs)")
+                    help="also time xladist with every unit compiled without loop unrolling "
+                         "(not what xladist does: what the exact pipeline's units cost)")
+    ap.add_argument("--baseline", default=None,
+                    help="also time this checkout's xladist in the same rounds (before/after)")
     args = ap.parse_args()
     try:
         import jax  # noqa: F401
@@ -290,7 +308,8 @@ def main() -> int:
         return 0
     import training_steps
     names = args.steps.split(",") if args.steps else list(training_steps.STEPS)
-    steps_table(names, args.rounds, Path(args.xladist).resolve(), args.what_if)
+    steps_table(names, args.rounds, Path(args.xladist).resolve(), args.what_if,
+                Path(args.baseline).resolve() if args.baseline else None)
     return 0
 
 

@@ -21,7 +21,7 @@ warm-up. Two columns of ratios xladist/jax.jit:
 numpy and jax ran in the process (their pools still awake), and with one busy process
 per core; each cell xladist / numpy / jax with wall and CPU per call, and the ways
 xladist's split calls took (SITUATIONS, company()).
-Both sides use the OpenBLAS kernel parallel.openblas_coretype() names for this CPU
+Both sides use the OpenBLAS kernel hostinfo.blas_coretype() names for this CPU
 (set before numpy loads). The header prints the thread counts, OpenBLAS's kernel and the
 load average: on a shared machine the ratios are noisy.
 """
@@ -61,15 +61,16 @@ sys.path.insert(0, str(ROOT))
 
 import xladist  # noqa: E402
 from xladist.compiler import parallel  # noqa: E402
+from xladist.runtime import hostinfo  # noqa: E402
 
 try:  # measured ways (issue 31); absent when this script times an older checkout
     from xladist.compiler import choice
 except ImportError:
     choice = None
 
-if parallel.openblas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
+if hostinfo.blas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
     # OpenBLAS reads it when it loads (numpy is loaded by now): start again with it set.
-    os.environ["OPENBLAS_CORETYPE"] = parallel.openblas_coretype()
+    os.environ["OPENBLAS_CORETYPE"] = hostinfo.blas_coretype()
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 try:  # jax is a reference only; the project never imports it

@@ -11,9 +11,9 @@ Rows, per item size:
   item, the device side takes it from the bounded queue and checks it against the
   infeed's shape) -- what `xladist run` ranks and in-MPI `xladist.run` do per rank;
 - npz file: the same with an npz source (each item read from an uncompressed .npz);
-- socket: a lambda hosted by the launching process (xladist/runtime/feeds/host.py) streaming to a
-  rank over a Unix socket; here both ends share one process (and its GIL), so this is a
-  lower bound for the real two-process case.
+- socket: a lambda hosted by the launching process's coordination service
+  (xladist/runtime/service/, feeds/host.py) streaming to a rank over TCP; here both ends share
+  one process (and its GIL), so this is a lower bound for the real two-process case.
 "per-item overhead" is the time per item minus the numpy new copy's. The benchmark runs in
 the environment `xladist run` gives its ranks (xladist/runtime/launcher.py: malloc thresholds
 that keep large buffers on the heap), re-executing itself if needed.
@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import xladist
 from xladist.runtime.device import DeviceAssignment, Placement
 from xladist.runtime.feeds import Feeds, IterableSource, NpzSource
-from xladist.runtime.feeds.host import FeedHost, SocketSource
+from xladist.runtime.feeds.host import SocketSource
+from xladist.runtime.service import Service
+from xladist.runtime.service.jobs import JobHost
 from xladist.runtime.feeds.npz import write_items
 
 SIZES = [("4 KiB", 4 << 10, 20000), ("1 MiB", 1 << 20, 600), ("16 MiB", 16 << 20, 40)]
@@ -113,9 +115,11 @@ def main(argv=None) -> int:
             npz_source.copies = False  # np.load already returns fresh arrays
 
             def socket_run(item=item, count=count, instr=instr):
-                host = FeedHost(tmp, lambda r, rep, part: (item for _ in range(count)))
+                job = JobHost(1, infeed=IterableSource(
+                    lambda r, rep, part: (item for _ in range(count))))
+                host = Service(1, job=job)
                 try:
-                    return time_feeds(SocketSource(host.path), instr, count)
+                    return time_feeds(SocketSource(host.address, host.token), instr, count)
                 finally:
                     host.close()
             def iterable_run(item=item, count=count, instr=instr):

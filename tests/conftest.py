@@ -5,6 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.simhosts import simhosts  # noqa: F401 -- the fixture of simulated hosts
+
+# xladist's pytest plugin (xladist/testing/plugin.py). An installed xladist registers it
+# under the pytest11 entry point with this name, so it loads once; an editable install made
+# before the entry point existed does not register it.
+pytest_plugins = ["xladist.testing.plugin"]
+
 # jax (optional: tests/optional.py) fixes its number of CPU devices when its backend starts.
 # The tests that run jax meshes need up to 8, and whichever test happens to start jax first
 # must not decide the count for the rest of the session: before this, tests/jax/ failed

@@ -5,6 +5,7 @@ Public API (imported lazily so that `import xladist` stays cheap and never loads
   verify(module)                      compile(module, backend=...) -> Executable
   run(module, inputs, n=N, ...)       HloParseError, VerifierError, XlaDistError
   load_executable(path) -> Executable (a `.xlx` file from `xladist compile`, not recompiled)
+  Cluster(n=N, hosts=...)             ranks started once, many runs (docs/cluster.md)
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from .errors import (DeadlockError, ExecutionError, HloParseError, InputError, O
 
 from .version import __version__
 
-__all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "load_executable", "HloParseError",
+__all__ = ["parse_hlo", "load_hlo", "verify", "compile", "run", "load_executable", "Cluster",
+           "HloParseError",
            "VerifierError", "XlaDistError", "InputError", "ExecutionError",
            "UnsupportedError", "DeadlockError", "OutputError", "__version__"]
 
@@ -60,3 +62,11 @@ def load_executable(path, **options):
     CPU or xladist version. Options as the cpu backend's (device, infeed)."""
     from .compiler.serialized import load_executable as load
     return load(path, **options)
+
+
+def __getattr__(name: str):
+    # Cluster is imported on first use: `import xladist` stays cheap.
+    if name == "Cluster":
+        from xladist.runtime.cluster import Cluster
+        return Cluster
+    raise AttributeError(f"module 'xladist' has no attribute {name!r}")

@@ -13,9 +13,10 @@ set of rules rather than case by case (README "Error formats"):
 * writing (`write_atomic`): a temporary file in the destination's folder renamed over the
   target, so a reader never sees half a file; a failure is an OutputError;
 * rescue (`deliver`): when a result still cannot be written after a run (disk full, folder
-  removed meanwhile), it is written to the job directory ($XLADIST_JOB_DIR/rescued, or a
-  fresh temporary folder) instead, one line on stderr says where, and `rescued()` lists it
-  so that the command exits non-zero. Results are never dropped.
+  removed meanwhile), it is written to a fresh `xladist-rescued-*` folder instead, one line
+  on stderr says where (and on which host, when this is a rank of a job rather than the
+  launching process), and `rescued()` lists it so that the command exits non-zero. Results
+  are never dropped.
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ from .errors import InputError, OutputError
 __all__ = ["check_destination", "check_npz", "check_source", "deliver", "load_npz",
            "read_text", "rescued", "write_atomic"]
 
-# Where the launcher's job directory is announced (xladist/collectives/deadline.py JOB_DIR_ENV).
-JOB_DIR_ENV = "XLADIST_JOB_DIR"
-RESCUE_SUBDIR = "rescued"
 
 # Errors numpy / zipfile raise for a damaged npz (a member cut short, bad compression, a
 # header numpy cannot parse).
@@ -197,17 +195,8 @@ _fallback_dir: Path | None = None
 
 
 def rescue_dir() -> Path:
-    """Where results that could not be written go: the job directory's `rescued` folder
-    (the launcher keeps a job directory that has one), else a folder made for this process."""
+    """Where results that could not be written go: a folder made for this process."""
     global _fallback_dir
-    job = os.environ.get(JOB_DIR_ENV)
-    if job and os.path.isdir(job):
-        d = Path(job) / RESCUE_SUBDIR
-        try:
-            d.mkdir(exist_ok=True)
-            return d
-        except OSError:
-            pass
     if _fallback_dir is None or not _fallback_dir.is_dir():
         _fallback_dir = Path(tempfile.mkdtemp(prefix="xladist-rescued-"))
     return _fallback_dir
@@ -230,10 +219,20 @@ def deliver(path, write, what: str) -> Path:
         except OutputError as second:
             raise OutputError(f"{first}; saving it in {d} failed too: {second}") from None
         _rescued.append((what, os.fsdecode(path), str(target)))
+        where = f"{target} (on {_rank_host()})" if _rank_host() else str(target)
         # One write: ranks share stderr, and print() would write the newline separately.
-        sys.stderr.write(f"xladist: error: {first}; saved it as {target} instead\n")
+        sys.stderr.write(f"xladist: error: {first}; saved it as {where} instead\n")
         sys.stderr.flush()
         return target
+
+
+def _rank_host() -> str | None:
+    """This host's name when this process is a rank of an MPI job (a file it rescues is on
+    that host, which may not be the one the user works on), else None."""
+    if not any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+        return None
+    import socket
+    return os.environ.get("XLADIST_HOSTNAME") or socket.gethostname()
 
 
 def rescued() -> list[tuple[str, str, str]]:

@@ -16,6 +16,8 @@ cannot be stored in npz and are refused.
 from __future__ import annotations
 
 import os
+import struct
+import zipfile
 
 import numpy as np
 
@@ -64,6 +66,212 @@ def _param_label(i: int, name: str | None, shape: Shape) -> str:
     return label
 
 
+def byte_view(a: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array as a writable memoryview (also for the ml_dtypes
+    types, which the buffer protocol refuses)."""
+    return memoryview(a.reshape(-1).view(np.uint8))
+
+
+# ---- npz members read in place ---------------------------------------------------------------
+class NpzArray:
+    """One array of an npz file, known by its header: dtype, dims, and where its bytes are,
+    so that a part of it (one device's row) can be read without the rest. A compressed or
+    Fortran-ordered member, or one of an open file, is loaded whole on first use."""
+
+    def __init__(self, path, name: str, dtype, shape, offset: int | None, load):
+        self.path, self.name = path, name
+        self.dtype, self.shape = np.dtype(dtype), tuple(shape)
+        self.offset = offset     # where the C-ordered data starts in the file, or None
+        self._load = load
+        self._whole = None
+
+    def whole(self) -> np.ndarray:
+        if self._whole is None:
+            self._whole = np.ascontiguousarray(self._load())
+        return self._whole
+
+    def part_bytes(self, start: int, nbytes: int, chunk: int = 1 << 22):
+        """The bytes [start, start + nbytes) of the array's data, in pieces of `chunk`."""
+        if self.offset is None:
+            view = byte_view(self.whole())
+            for k in range(start, start + nbytes, chunk):
+                yield view[k:min(k + chunk, start + nbytes)]
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            end = start + nbytes
+            while start < end:
+                piece = os.pread(fd, min(chunk, end - start), self.offset + start)
+                if not piece:
+                    raise InputError(f"{self.path}: array {self.name} is cut short")
+                yield piece
+                start += len(piece)
+        finally:
+            os.close(fd)
+
+    def read_part(self, start: int, dims, dtype=None) -> np.ndarray:
+        out = np.empty(dims, dtype or self.dtype)
+        view, at = byte_view(out), 0
+        for piece in self.part_bytes(start, out.nbytes):
+            view[at:at + len(piece)] = piece
+            at += len(piece)
+        return out
+
+
+def npz_arrays(source, what: str) -> dict[str, NpzArray]:
+    """The arrays of an npz file (a path, or an open binary file) by name, headers only."""
+    from .files import NPZ_ERRORS, check_npz, load_npz
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        arrays = load_npz(source, what)
+        return {k: NpzArray(None, k, a.dtype, a.shape, None, lambda a=a: a)
+                for k, a in arrays.items()}
+    check_npz(source, what)
+    path = os.fsdecode(source)
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+            for info in z.infolist():
+                name = info.filename[:-4]
+                with z.open(info) as m:
+                    version = np.lib.format.read_magic(m)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                            np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read(m)
+                    header = m.tell()
+                offset = None
+                if info.compress_type == zipfile.ZIP_STORED and not fortran:
+                    # The member's bytes sit in the file as they are: after its local header.
+                    f.seek(info.header_offset)
+                    local = f.read(30)
+                    n, k = struct.unpack("<HH", local[26:30])
+                    offset = info.header_offset + 30 + n + k + header
+                out[name] = NpzArray(path, name, dtype, shape, offset,
+                                     lambda name=name: _load_member(path, name, what))
+    except InputError:
+        raise
+    except NPZ_ERRORS as e:
+        raise InputError(f"{what} {path}: a damaged npz file ({type(e).__name__}: {e})") \
+            from None
+    return out
+
+
+def _load_member(path, name, what):
+    from .files import load_npz
+    return load_npz(path, what)[name]
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+DEVICE_FIELD = "{device}"
+
+
+class Inputs:
+    """A run's inputs, checked against the entry's parameters from the files' headers alone,
+    and read one device at a time: `device(d)` reads only device d's rows (a rank holds its
+    own device's inputs, never everyone's), `parts(d)` gives them as byte streams for the
+    network (xladist/runtime/service/jobs.py).
+
+    `source`: an npz path (arrays `arg{i}` with a leading device axis of num_devices, or
+    without one for one device -- see `device_axis`), an open binary file, or a path
+    template with `{device}`: one npz file per device, its arrays without the device axis
+    (for data too big for one file)."""
+
+    def __init__(self, source, shapes: list[Shape], *, num_devices: int = 1,
+                 device_axis: bool | None = True, names: list[str] | None = None,
+                 what: str = "inputs"):
+        self.source, self.shapes, self.n, self.what = source, list(shapes), num_devices, what
+        self.names = names or [None] * len(shapes)
+        self.per_device = isinstance(source, str) and DEVICE_FIELD in source
+        if self.per_device:
+            self.files = [self._check(npz_arrays(self.path_of(d), what), self.path_of(d), 1,
+                                      False) for d in range(num_devices)]
+        else:
+            self.files = [self._check(npz_arrays(source, what), source, num_devices,
+                                      device_axis)]
+
+    def path_of(self, device: int) -> str:
+        try:
+            return self.source.format(device=device)
+        except (KeyError, IndexError, ValueError) as e:
+            raise InputError(f"{self.what} {self.source!r}: only the placeholder {{device}} "
+                             f"can be used ({e})") from None
+
+    def _check(self, arrays: dict[str, NpzArray], source, num_devices: int,
+               device_axis: bool | None) -> list:
+        """Per parameter: None (a token) or (member, dtype, row dims, has a device axis)."""
+        expected = {f"arg{i}" for i, s in enumerate(self.shapes) if not s.is_token}
+        extra = sorted(set(arrays) - expected, key=_key_order)
+        what = self.what
+        if extra:
+            raise InputError(f"{what} {source}: arrays the module does not take: "
+                             f"{', '.join(extra)} (the module has {len(self.shapes)} "
+                             f"parameters: arg0..arg{len(self.shapes) - 1})")
+        out = []
+        for i, shape in enumerate(self.shapes):
+            label = _param_label(i, self.names[i], shape)
+            if shape.is_token:
+                out.append(None)
+                continue
+            if shape.is_tuple:
+                raise InputError(f"{label} is a tuple; npz inputs hold arrays only")
+            key = f"arg{i}"
+            if key not in arrays:
+                raise InputError(f"{what} {source}: no array {key!r} for {label}")
+            member = arrays[key]
+            dims = tuple(shape.dims)
+            with_axis = (num_devices,) + dims
+            if device_axis is None and num_devices == 1 and member.shape == dims:
+                axis = False
+            elif device_axis is False:
+                if member.shape != dims:
+                    raise InputError(f"{key} for {label}: expected dims {list(dims)}, got "
+                                     f"{list(member.shape)}")
+                axis = False
+            else:
+                if member.shape != with_axis:
+                    if device_axis is None and num_devices == 1:
+                        wanted = f"{list(dims)} (or {list(with_axis)} with the device axis)"
+                    else:
+                        wanted = f"{list(with_axis)} (device axis first)"
+                    hint = "" if member.shape != dims else \
+                        f" (it lacks the leading device axis of size {num_devices})"
+                    raise InputError(f"{key} for {label}: expected dims {wanted}, got "
+                                     f"{list(member.shape)}{hint}")
+                axis = True
+            bits = bits_dtype(shape.dtype)
+            if member.dtype != shape.dtype and not (bits is not None and member.dtype == bits):
+                npz = f"{bits} bit patterns or " if bits is not None else ""
+                raise InputError(f"{key} for {label}: expected element type {npz}"
+                                 f"{shape.dtype}, got {member.dtype}; convert it explicitly")
+            out.append((member, np.dtype(shape.dtype), dims, axis))
+        return out
+
+    def _rows(self, device: int) -> list:
+        """Per parameter: None (a token) or (member, dtype, dims, first byte of the row)."""
+        members, row = (self.files[device], 0) if self.per_device else (self.files[0], device)
+        out = []
+        for entry in members:
+            if entry is None:
+                out.append(None)
+                continue
+            member, dtype, dims, axis = entry
+            nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+            out.append((member, dtype, dims, row * nbytes if axis else 0))
+        return out
+
+    def parts(self, device: int) -> list:
+        """Device `device`'s arguments as (dtype, dims, byte pieces) -- None for a token."""
+        return [None if r is None else
+                (r[1], r[2], r[0].part_bytes(r[3], int(np.prod(r[2], dtype=np.int64)) *
+                                             r[1].itemsize))
+                for r in self._rows(device)]
+
+    def device(self, device: int) -> list:
+        """Device `device`'s argument list (tokens as TOKEN), reading only its rows."""
+        from .semantics.values import TOKEN
+        return [TOKEN if r is None else r[0].read_part(r[3], r[2], r[1])
+                for r in self._rows(device)]
+
+
 def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
                 device_axis: bool | None = True, names: list[str] | None = None,
                 what: str = "inputs") -> list[list]:
@@ -71,58 +279,13 @@ def read_inputs(source, shapes: list[Shape], *, num_devices: int = 1,
 
     `device_axis`: True = every array has a leading axis of size num_devices; False = no
     device axis (only with num_devices == 1); None = accept either when num_devices == 1.
+    `source` may also be a `{device}` template of per-device files (class Inputs).
     Errors (an unreadable or damaged file, missing, extra, wrongly shaped or typed arrays)
     are InputErrors naming the parameter; `what` names the file's option in messages.
     """
-    from .semantics.values import TOKEN
-    names = names or [None] * len(shapes)
-    arrays = load_npz(source, what)
-    expected = {f"arg{i}" for i, s in enumerate(shapes) if not s.is_token}
-    extra = sorted(set(arrays) - expected, key=_key_order)
-    if extra:
-        raise InputError(f"{what} {source}: arrays the module does not take: {', '.join(extra)} "
-                         f"(the module has {len(shapes)} parameters: arg0..arg{len(shapes) - 1})")
-    per_device: list[list] = [[] for _ in range(num_devices)]
-    for i, shape in enumerate(shapes):
-        label = _param_label(i, names[i], shape)
-        if shape.is_token:
-            for args in per_device:
-                args.append(TOKEN)
-            continue
-        if shape.is_tuple:
-            raise InputError(f"{label} is a tuple; npz inputs hold arrays only")
-        key = f"arg{i}"
-        if key not in arrays:
-            raise InputError(f"{what} {source}: no array {key!r} for {label}")
-        a = decode(arrays[key], shape)
-        dims = tuple(shape.dims)
-        with_axis = (num_devices,) + dims
-        if device_axis is None and num_devices == 1 and a.shape == dims:
-            rows = [a]
-        elif device_axis is False:
-            if a.shape != dims:
-                raise InputError(f"{key} for {label}: expected dims {list(dims)}, got "
-                                 f"{list(a.shape)}")
-            rows = [a]
-        else:
-            if a.shape != with_axis:
-                if device_axis is None and num_devices == 1:
-                    wanted = f"{list(dims)} (or {list(with_axis)} with the device axis)"
-                else:
-                    wanted = f"{list(with_axis)} (device axis first)"
-                hint = "" if a.shape != dims else \
-                    f" (it lacks the leading device axis of size {num_devices})"
-                raise InputError(f"{key} for {label}: expected dims {wanted}, got "
-                                 f"{list(a.shape)}{hint}")
-            rows = [a[d] for d in range(num_devices)]
-        if a.dtype != shape.dtype:
-            bits = bits_dtype(shape.dtype)
-            npz = f"{bits} bit patterns or " if bits is not None else ""
-            raise InputError(f"{key} for {label}: expected element type {npz}{shape.dtype}, "
-                             f"got {arrays[key].dtype}; convert it explicitly")
-        for args, row in zip(per_device, rows):
-            args.append(np.array(row, copy=True))  # 0-d rows stay 0-d
-    return per_device
+    inputs = Inputs(source, shapes, num_devices=num_devices, device_axis=device_axis,
+                    names=names, what=what)
+    return [inputs.device(d) for d in range(num_devices)]
 
 
 def output_arrays(per_device: list[list[np.ndarray]], *, device_axis: bool = True

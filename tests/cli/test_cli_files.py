@@ -119,8 +119,16 @@ def _rescued_paths(stderr: str) -> dict[str, Path]:
     return out
 
 
+def _remove_rescue_folders(saved: dict[str, Path]) -> None:
+    """Remove the folders results were rescued into -- only folders xladist made (never a
+    parent such as /tmp itself)."""
+    for folder in {p.parent for p in saved.values()}:
+        if folder.name.startswith("xladist-rescued-"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_results_written_after_their_folder_vanished_are_saved_in_the_job_directory(tmp_path):
+def test_results_written_after_their_folder_vanished_are_saved_elsewhere(tmp_path):
     """Rank 0's infeed function replaces the destination folder by a file during the run;
     outputs, trace and every rank's outfeed are saved elsewhere, said so, exit 1."""
     n, steps = 2, 3
@@ -146,8 +154,7 @@ def test_results_written_after_their_folder_vanished_are_saved_in_the_job_direct
         events = json.loads(saved["t.json"].read_text())["traceEvents"]
         assert {e.get("pid") for e in events} >= {0, 1}
     finally:
-        for p in {p.parent.parent for p in saved.values()}:
-            shutil.rmtree(p, ignore_errors=True)
+        _remove_rescue_folders(saved)
 
 
 def test_one_device_run_saves_its_results_in_a_fresh_folder(tmp_path, monkeypatch, capsys):
@@ -157,7 +164,6 @@ def test_one_device_run_saves_its_results_in_a_fresh_folder(tmp_path, monkeypatc
     dest = tmp_path / "dest"
     dest.mkdir()
     monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
-    monkeypatch.delenv(files.JOB_DIR_ENV, raising=False)
     code = main(["run", str(module), "-q", "--prefetch", "1", "--infeed-fn",
                  "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
                  "--outputs", str(dest / "out.npz"), "--backend", "interpreter"])
@@ -170,11 +176,10 @@ def test_one_device_run_saves_its_results_in_a_fresh_folder(tmp_path, monkeypatc
             np.testing.assert_allclose(z["out0"], [expected_accs(1, 3)[-1]], rtol=1e-6)
         check_outfeed(read_outfeed(saved["o0.npz"]), 1, 3)
     finally:
-        for p in {p.parent for p in saved.values()}:
-            shutil.rmtree(p, ignore_errors=True)
+        _remove_rescue_folders(saved)
 
 
-def test_python_api_moves_rescued_results_out_of_its_job_folder(tmp_path, monkeypatch):
+def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
     module = tmp_path / "loop.hlo"
     module.write_text(loop_text(2, 3))
     dest = tmp_path / "dest"
@@ -195,14 +200,16 @@ def test_python_api_moves_rescued_results_out_of_its_job_folder(tmp_path, monkey
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_deliver_falls_back_to_the_job_directory(tmp_path, monkeypatch, capsys):
-    job = tmp_path / "job"
-    job.mkdir()
-    monkeypatch.setenv(files.JOB_DIR_ENV, str(job))
+def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(files, "_fallback_dir", None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where a folder was expected")
     where = files.deliver(blocked / "r.bin", lambda f: f.write(b"result"), "--outputs")
-    assert where == job / "rescued" / "r.bin" and where.read_bytes() == b"result"
+    assert where.parent.name.startswith("xladist-rescued-") and where.name == "r.bin"
+    assert where.parent.parent == tmp_path and where.read_bytes() == b"result"
     assert where in [Path(w) for _, _, w in files.rescued()]
     err = capsys.readouterr().err
     assert f"cannot write --outputs {blocked / 'r.bin'}" in err and str(where) in err
@@ -210,8 +217,8 @@ def test_deliver_falls_back_to_the_job_directory(tmp_path, monkeypatch, capsys):
     ok = tmp_path / "ok.bin"
     ok.write_bytes(b"old")
     assert files.deliver(ok, lambda f: f.write(b"new"), "--outputs") == ok
-    assert ok.read_bytes() == b"new" and sorted(p.name for p in tmp_path.iterdir()) == [
-        "blocked", "job", "ok.bin"]
+    assert ok.read_bytes() == b"new" and sorted(
+        p.name for p in tmp_path.iterdir() if p != where.parent) == ["blocked", "ok.bin"]
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):

@@ -400,6 +400,48 @@ def llvm_host_is_x86() -> bool:
     return platform.machine() in ("x86_64", "AMD64")
 
 
+SUMS = """HloModule m
+add { x = f32[] parameter(0)
+ y = f32[] parameter(1)
+ ROOT s = f32[] add(x, y) }
+add64 { x = f64[] parameter(0)
+ y = f64[] parameter(1)
+ ROOT s = f64[] add(x, y) }
+ENTRY main {
+  a = f32[9,517] parameter(0)
+  d = f64[5,40] parameter(1)
+  z = f32[] constant(0)
+  z64 = f64[] constant(0)
+  rows = f32[9] reduce(a, z), dimensions={1}, to_apply=add
+  sq = f32[9,517] multiply(a, a)
+  s = f32[9] reduce(sq, z), dimensions={1}, to_apply=add
+  sb = f32[9,517] broadcast(s), dimensions={0}
+  scaled = f32[9,517] divide(a, sb)
+  all = f32[] reduce(a, z), dimensions={0,1}, to_apply=add
+  r64 = f64[5] reduce(d, z64), dimensions={1}, to_apply=add64
+  ROOT t = (f32[9], f32[9,517], f32[], f64[5]) tuple(rows, scaled, all, r64)
+}
+"""
+
+
+@needs_cc
+def test_aot_float_sums_are_the_jits_bits(tmp_path, monkeypatch):
+    """Float sums fix their own order (codegen/lanes.py), and AOT picks the LLVM pipeline
+    by the rule the jit's units follow (compile_pool.pipeline_exact): the same bits, and
+    no loop unrolling for these sums."""
+    from xladist.compiler import llvm_worker
+    module = xladist.parse_hlo(SUMS)
+    rng = np.random.default_rng(5)
+    args = [_random(p.shape, rng) for p in module.entry.parameters]
+    expected = xladist.compile(module, backend="cpu")(*args)
+    chosen = []
+    optimize = llvm_worker.optimize
+    monkeypatch.setattr(llvm_worker, "optimize", lambda text, tm, triple, exact=True: (
+        chosen.append(exact), optimize(text, tm, triple, exact))[1])
+    assert_bit_exact(_build_and_run(xladist.parse_hlo(SUMS), "m", tmp_path, args), expected)
+    assert chosen == [False]
+
+
 @pytest.mark.slow
 def test_object_needs_only_libc_and_libm(tmp_path):
     nm = shutil.which("nm")

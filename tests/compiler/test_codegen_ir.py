@@ -65,7 +65,7 @@ ENTRY main {
     assert "udiv" not in body
 
 
-def test_row_reduction_accumulates_in_a_register_with_reassoc():
+def test_row_reduction_accumulates_in_lanes_without_fast_math():
     k = kernels_ir("""HloModule m
 add { x = f32[] parameter(0)
  y = f32[] parameter(1)
@@ -77,8 +77,10 @@ ENTRY main {
 }
 """)
     body = next(iter(k.values()))
-    assert re.search(r"phi\s+float", body)  # the carried accumulator
-    assert "fadd reassoc" in body
+    # 32 lanes of 32 = 32 elements (codegen/lanes.py), summed in the order it states:
+    # plain IEEE adds, so no LLVM pipeline can change a bit.
+    assert "alloca <32 x float>" in body and "fadd float" in body
+    assert "reassoc" not in body and "fast" not in body
 
 
 def test_producer_arithmetic_never_gets_fast_math():

@@ -1,6 +1,8 @@
 """A program compiled as units (compiler/units.py), in helper processes (compile_pool.py),
-with the cheaper pipeline where its IR allows it, computes what one LLVM module compiled
-with the exact pipeline computed -- what every program got before units existed.
+with the cheaper pipeline where its IR allows it, computes what one LLVM module of the
+same IR compiled with the exact pipeline computes (how every program was compiled before
+units existed; since float reductions fix their own order, codegen/lanes.py, the IR is
+not the one of those days: the reference here is today's IR through the old compile).
 
 The reference is built here from the same kernels: `CpuProgram.llvm_ir()` (the whole
 program as one module) through `jit.compile_ir` (O3 with loop unrolling). Two checks:
@@ -8,7 +10,9 @@ program as one module) through `jit.compile_ir` (O3 with loop unrolling). Two ch
     machine code byte for byte (LLVM optimizes functions one by one);
   * compiled as `xladist.compile` does (helpers on, mixed pipelines), the corpus cases'
     outputs are bit-identical to the reference program's on their recorded inputs (units
-    without fast-math flags get no loop unrolling, which must change no result bit).
+    without fast-math flags get no loop unrolling, which must change no result bit);
+  * no unit carries fast-math flags, so only libm calls (and fmuladd on a CPU without
+    FMA) keep a unit on the exact pipeline.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from xladist.compiler.units import program_units
 
 from tests import corpus_util as cu
 
-# Reductions (fast-math sums), transcendentals, training steps, native loops, f16/bf16/f8.
+# Reductions (float sums in lanes), transcendentals, training steps, native loops, f16/bf16/f8.
 # The first two run in the fast tier, the others are slow (seconds each: docs/testing.md).
 CASES = ["mlp_adam_step", "reduce_fold_order", "attention_adam_step", "convnet_sgd_step",
          "nn_functions", "transcendental_edges", "scan_grad_rnn", "nested_control",
@@ -86,6 +90,16 @@ def test_results_are_bitwise_those_of_one_module(case, parallel):
     old = CpuExecutable(module, code=jit.compile_ir(prog.llvm_ir()),
                         fingerprint=prog.fingerprint)
     assert _outputs(new, args) == _outputs(old, args)
+
+
+@pytest.mark.parametrize("case", _cases(CASES[:3]))
+def test_no_unit_keeps_the_exact_pipeline_for_fast_math(case):
+    prog = CpuProgram(_module(case), compile_code=False)
+    units = program_units(prog.builder)
+    flagged = [u.name for u in units if compile_pool._FAST_MATH.search(u.text())]
+    assert not flagged
+    # The training steps' reductions (bias gradients, softmax sums) take the fast pipeline.
+    assert not all(compile_pool.pipeline_exact(u.text(), host_target()) for u in units)
 
 
 def test_helpers_make_the_objects_this_process_makes(parallel, monkeypatch):

@@ -1,10 +1,11 @@
 """Compile once per launch (xladist/runtime/compile_once.py): `xladist run -n N` compiles in the
-launching process and the ranks load that object instead of compiling N times.
+launching process and the ranks load that object over the network (the coordination
+service) instead of compiling N times.
 
-The ranks find the launcher's object only when they compute the same cache key (same module
-text, same schedule, same kernel names); a miss would leave a second object in the cache, so
-counting objects proves the hand-over. Results are checked against the corpus's expected
-outputs (computed by XLA).
+The ranks get the launcher's object only when they compute the same cache key (same module
+text, same schedule, same kernel names, the job's target); a rank that missed would compile
+and leave a second object in the cache, so counting objects proves the hand-over. Results
+are checked against the corpus's expected outputs (computed by XLA).
 """
 
 from __future__ import annotations
@@ -54,28 +55,46 @@ def test_same_key_as_the_ranks_without_compile_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_cache_off_uses_a_private_cache_and_removes_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    _run(tmp_path, "off", "1")
-    assert not list(tmp_path.glob("xladist-code-*"))  # the job's private cache is gone
+def test_cache_off_the_ranks_still_get_the_launchers_code(tmp_path, monkeypatch):
+    # No kernel cache anywhere: the object travels from the launching process only.
+    import xladist
+    from xladist.runtime import compile_once
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
+    served = []
+    real = compile_once.CodeStore.get
+    monkeypatch.setattr(compile_once.CodeStore, "get",
+                        lambda self, key, timeout=600: served.append(real(self, key, timeout))
+                        or served[-1])
+    module = xladist.load_hlo(CASE / "module.hlo")
+    inputs = np.load(CASE / "inputs.npz")
+    outs = xladist.run(module, [inputs[k] for k in sorted(inputs.files)], n=2, timeout=60)
+    expected = np.load(CASE / "expected.npz")["out0"]
+    for d in range(2):
+        np.testing.assert_allclose(outs[d][0], expected[d], rtol=1e-5, atol=1e-5)
+    # Each rank asked for the module's object once and got it (kernels that are not the
+    # module's, compiled once per process elsewhere, are not the launcher's to give).
+    assert sum(obj is not None for obj in served) == 2, served
 
 
 def test_a_rank_compiles_nothing_after_the_launcher(tmp_path, monkeypatch):
-    # What a rank does (xladist/runtime/rank.py: the cpu backend with xladist.analysis.schedule's order),
-    # in the environment the launcher hands it: the code comes from the launcher's object.
+    # What a rank does (xladist/runtime/rank.py: the cpu backend with xladist.analysis.schedule's
+    # order), with the launcher's store as its only source of code: it compiles nothing.
     import xladist
+    from xladist.compiler import kernel_cache
     from xladist.runtime import compile_once
     from xladist.analysis.schedule import schedule_module
     from xladist.compiler.program import CpuProgram
     module = xladist.load_hlo(CASE / "module.hlo")
     monkeypatch.setenv("XLADIST_CACHE_DIR", "off")
-    with compile_once.compiled_for_ranks(module, "cpu", background=False) as env:
-        assert set(env) == {"XLADIST_CACHE_DIR"}
-        monkeypatch.setenv("XLADIST_CACHE_DIR", env["XLADIST_CACHE_DIR"])
+    store = compile_once.CodeStore(module, "cpu")
+    try:
+        kernel_cache.set_remote(store.get)
         fresh = xladist.load_hlo(CASE / "module.hlo")  # a rank loads its own copy
         assert CpuProgram(fresh, schedule_module(fresh)).cached
-    assert not Path(env["XLADIST_CACHE_DIR"]).exists()
-    assert compile_once.os.environ["XLADIST_CACHE_DIR"] == "off"  # restored
+    finally:
+        kernel_cache.set_remote(None)
+        store.close()
+    assert store.targets == [None]  # compiled once, for this host
 
 
 @pytest.mark.slow
@@ -86,7 +105,8 @@ def test_xladist_run_api_hands_its_object_to_the_ranks(tmp_path, monkeypatch):
     monkeypatch.setenv("XLADIST_CACHE_DIR", str(cache))
     compiled = []
     real = compile_once._compile
-    monkeypatch.setattr(compile_once, "_compile", lambda m: (compiled.append(m), real(m)))
+    monkeypatch.setattr(compile_once, "_compile",
+                        lambda m, t: (compiled.append(m), real(m, t))[1])
     module = xladist.load_hlo(CASE / "module.hlo")
     inputs = np.load(CASE / "inputs.npz")
     per_device = [[inputs[k][d] for k in sorted(inputs.files, key=lambda s: int(s[3:]))]

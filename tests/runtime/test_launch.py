@@ -108,10 +108,11 @@ def test_forward_stderr_passes_status_updates_and_drops_mpich_noise(monkeypatch)
             b"last line without newline")
     os.write(w, data)
     os.close(w)
-    seen = bytearray()
+    seen, held = bytearray(), []
     with os.fdopen(r, "rb") as stream:
-        launcher._forward_stderr(stream, seen)
+        launcher._pump(stream, sink, held, seen, capture=False)
     text = sink.getvalue()
+    assert held == []
     assert bytes(seen) == data  # what the abort-note check compares against: unfiltered
     assert b"\rstep 1\rstep 2 | outfeed 3" in text     # \r updates pass unchanged
     assert b"rank 1: error: boom\n" in text
@@ -119,15 +120,20 @@ def test_forward_stderr_passes_status_updates_and_drops_mpich_noise(monkeypatch)
     assert text.endswith(b"last line without newline")
 
 
-# A rank that leaves its abort note and aborts: `say` also prints it first, as abort_job does.
+# A rank that fails: `say` fails the usual way (deadline.abort_job: its last words go to the
+# coordination service, which prints them); `silent` is the case where the rank's own stderr
+# would be lost, made certain: it hands its words to the service and aborts without a print.
 _ABORTING_RANK = """
 import sys
 from mpi4py import MPI
 from xladist.collectives import deadline
+from xladist.runtime.service import client
+me = client.for_rank(MPI.COMM_WORLD)
 if MPI.COMM_WORLD.Get_rank() == 1:
     if sys.argv[1] == "say":
         deadline.abort_job("the last words of rank 1")
-    deadline._leave_abort_note("rank 1: the last words of rank 1")  # noqa: SLF001
+    me.prints = True  # only the service may print them
+    me.failing("rank 1: the last words of rank 1", 3)
     MPI.COMM_WORLD.Abort(3)
 MPI.COMM_WORLD.Barrier()
 """
@@ -138,9 +144,8 @@ MPI.COMM_WORLD.Barrier()
 @pytest.mark.parametrize("say", ["say", "silent"])
 @pytest.mark.slow
 def test_abort_message_reaches_the_user_exactly_once(tmp_path, capfd, capture, say):
-    # MPICH's launcher may drop what a rank printed just before MPI_Abort; the note the rank
-    # leaves in the job directory is printed by the launcher then -- and only then.  "silent"
-    # is that lost case made certain: the rank leaves the note but prints nothing.
+    # MPICH's launcher may drop what a rank printed just before MPI_Abort; the launching
+    # process's coordination service receives it before the abort and prints it, once.
     script = tmp_path / "abort.py"
     script.write_text(_ABORTING_RANK)
     proc = launcher.launch(2, [str(script), say], capture=capture, timeout=90,
@@ -148,16 +153,21 @@ def test_abort_message_reaches_the_user_exactly_once(tmp_path, capfd, capture, s
     err = proc.stderr if capture else capfd.readouterr().err
     assert proc.returncode != 0
     assert err.count("rank 1: the last words of rank 1") == 1, err
+    assert "BAD TERMINATION" not in err and "[proxy" not in err, err  # MPICH's own words
 
 
-def test_abort_notes_of_a_reused_job_dir_are_not_repeated(tmp_path, capfd):
-    stale = tmp_path / "job" / "aborts"
-    stale.mkdir(parents=True)
-    (stale / "rank0.txt").write_text("an old failure")
-    proc = launcher.launch(2, ["-c", "import sys; sys.exit(1)"], capture=True, timeout=90,
-                           env={"XLADIST_JOB_DIR": str(tmp_path / "job")})
+@pytest.mark.timeout(120)
+@pytest.mark.slow
+def test_a_started_job_keeps_what_its_service_heard(tmp_path):
+    # launcher.started (the conformance runner's running job): the ranks' service is made
+    # there, so a rank's last words reach proc.abort_notes() even when its stderr is lost.
+    script = tmp_path / "abort.py"
+    script.write_text(_ABORTING_RANK)
+    with launcher.started(2, [str(script), "silent"], env={"PYTHONPATH": str(ROOT)}) as proc:
+        proc.communicate(timeout=90)
+        notes = proc.abort_notes()
     assert proc.returncode != 0
-    assert "an old failure" not in proc.stderr
+    assert ["rank 1: the last words of rank 1" in note for note in notes].count(True) == 1, notes
 
 
 SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo", "export-jax"]
@@ -219,11 +229,13 @@ def test_top_level_help_lists_subcommands_and_examples():
 
 
 def _processes_with(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (the launcher hands its environment to
+    mpiexec, its proxies and every rank)."""
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if marker.encode() in (d / "cmdline").read_bytes():
+                if marker.encode() in (d / "environ").read_bytes():
                     found.append(int(d.name))
             except OSError:
                 continue
@@ -238,12 +250,13 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
 
     from xladist.examples.train_mlp import Config, write_example
     paths = write_example(tmp_path / "data", Config(replicas=2, steps=400))
-    marker = str(tmp_path / "marker.npz")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off")
+    marker = f"XLADIST_TEST_MARKER={tmp_path.name}-{os.getpid()}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off",
+               XLADIST_TEST_MARKER=marker.split("=", 1)[1])
     proc = subprocess.Popen([sys.executable, "-m", "xladist", "run",
                              paths["module"],
                              "-n", "2", "--inputs", paths["inputs"], "--infeed",
-                             paths["infeed"], "--outputs", marker, "--no-check"],
+                             paths["infeed"], "--outputs", tmp_path / "out.npz", "--no-check"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -3,10 +3,14 @@
 Constraints (docs/reference/collective-semantics.md D, F, G.26):
 
 * data dependencies, control-predecessors and token chains (tokens are operands);
-* channel chains: for the i-th recv and the i-th send of one channel in a computation, with
-  their done ops when these consume them directly, the order is
-  recv -> send -> recv-done -> send-done.  Posting the recv before the send is what lets two
-  devices that send to each other on one channel both make progress over unbuffered channels;
+* channel chains, as XLA's P2PSchedulePreparation forms them: where a computation holds
+  exactly one device-to-device recv and one send of a channel (with their done ops when
+  these consume them directly), the order is recv -> send -> recv-done -> send-done.
+  Posting the recv before the send is what lets two devices that send to each other on one
+  channel both make progress over unbuffered channels.  A channel with more sends or recvs
+  in the computation, or only one kind (XLA's pipeliner puts the sends of a transfer on one
+  channel and the recvs on another), forms no chain: XLA leaves such groups alone, and so
+  does this scheduler; their order is the dependencies' and the text's;
 * no other cross-device instruction (collective, async collective, another chain's op, or a
   call/while/conditional/fusion that contains one) may sit between a chain's first and last op:
   it goes before the chain's first op or after its last.  Otherwise the collective and the
@@ -15,7 +19,10 @@ Constraints (docs/reference/collective-semantics.md D, F, G.26):
 
 The order is deterministic: among the instructions that may go next, the one earliest in the
 text goes first, so a module already in a valid order keeps it.  A module with
-`is_scheduled=true` keeps its given (text) order, which is checked against the constraints.
+`is_scheduled=true` keeps its given (text) order, which must respect the dependencies only,
+as XLA runs a scheduled module as written: the channel chain rules are how this scheduler
+picks an order, not a property of every good order, and the deadlock check (analysis/deadlock)
+proves or refutes the given one.
 """
 
 from __future__ import annotations
@@ -111,9 +118,10 @@ class Chain:
 def channel_chains(comp: Computation) -> list[Chain]:
     """The channel chains of a computation, in text order of their first op.
 
-    The i-th recv of a channel pairs with the i-th send of that channel (one of each in the usual
-    case); a done belongs to the chain when its operand is the chain's recv/send itself.  Dones
-    whose op arrives through a loop parameter (pipelined transfers) belong to no chain.
+    A chain is the one recv and the one send of a channel in `comp` (a channel with more of
+    either, or none of one kind, forms no chain, as in XLA's P2PSchedulePreparation); a done
+    belongs to it when its operand is the chain's recv/send itself.  Dones whose op arrives
+    through a loop parameter (pipelined transfers) belong to no chain.
     """
     recvs: dict[object, list[Instruction]] = {}
     sends: dict[object, list[Instruction]] = {}
@@ -129,11 +137,10 @@ def channel_chains(comp: Computation) -> list[Chain]:
         elif instr.operands and instr.operands[0].opcode in ("send", "recv"):
             done_of.setdefault(instr.operands[0], instr)
     chains = []
-    for channel in list(dict.fromkeys(list(recvs) + list(sends))):
-        rs, ss = recvs.get(channel, []), sends.get(channel, [])
-        for k in range(max(len(rs), len(ss))):
-            r = rs[k] if k < len(rs) else None
-            s = ss[k] if k < len(ss) else None
+    for channel, rs in recvs.items():
+        ss = sends.get(channel, [])
+        if len(rs) == 1 and len(ss) == 1:
+            r, s = rs[0], ss[0]
             chains.append(Chain(channel, r, s, done_of.get(r), done_of.get(s)))
     order = {instr: i for i, instr in enumerate(comp.instructions)}
     chains.sort(key=lambda c: min(order[m] for m in c.members))
@@ -141,9 +148,10 @@ def channel_chains(comp: Computation) -> list[Chain]:
 
 
 class _Graph:
-    """Predecessor lists over one computation's instructions, by text index."""
+    """Predecessor lists over one computation's instructions, by text index; with `chains`,
+    the channel chains' order too."""
 
-    def __init__(self, comp: Computation):
+    def __init__(self, comp: Computation, chains: bool = True):
         self.comp = comp
         self.instrs = list(comp.instructions)
         self.index = {instr: i for i, instr in enumerate(self.instrs)}
@@ -155,7 +163,7 @@ class _Graph:
                 self._edge(op, instr, "operand")
             for op in instr.control_predecessors:
                 self._edge(op, instr, "control-predecessor")
-        self.chains = channel_chains(comp)
+        self.chains = channel_chains(comp) if chains else []
         for chain in self.chains:
             members = chain.members
             for a, b in itertools.pairwise(members):
@@ -260,7 +268,10 @@ def _chain_needs(g: _Graph, anc: list[int], bit: dict[int, int]) -> dict[int, in
                     f"{chain.describe()}: it depends on the chain's first op and a later chain "
                     "op depends on it. Move it before the chain's recv or after its send-done, "
                     "so that the transfer and the collective cannot wait on each other across "
-                    "devices", computation=g.comp.name, instruction=inner.name, line=inner.line)
+                    "devices (docs/reference/collective-semantics.md G.26, XLA's "
+                    "P2PSchedulePreparation; or give the module is_scheduled=true to run it in "
+                    "its own order)",
+                    computation=g.comp.name, instruction=inner.name, line=inner.line)
         needs[first] = need
     return needs
 
@@ -314,8 +325,9 @@ def schedule_computation(comp: Computation) -> list[Instruction]:
             text = "; ".join(c.describe() for c in blocked) or \
                 ", ".join(_where(g.instrs[i]) for i in skipped)
             raise ScheduleError(
-                "channel chains need each other's ops first, so they cannot be serialized: "
-                + text, computation=comp.name)
+                "channel chains need each other's ops first, so they cannot be serialized "
+                "(docs/reference/collective-semantics.md G.26: a chain's recv ... send-done "
+                "holds no other collective): " + text, computation=comp.name)
         order.append(pick)
         if pick in bit:
             done_bits |= bit[pick]
@@ -334,8 +346,10 @@ def schedule_computation(comp: Computation) -> list[Instruction]:
 
 
 def check_order(comp: Computation, order: Iterable[Instruction] | None = None) -> None:
-    """Check a given order (default: text order) against the constraints; raise ScheduleError."""
-    g = _Graph(comp)
+    """Check a given order (default: text order) against the dependencies (operands, tokens,
+    control-predecessors); raise ScheduleError.  The channel chain rules are the scheduler's
+    way to pick an order, not checked here (module docstring)."""
+    g = _Graph(comp, chains=False)
     order = list(comp.instructions if order is None else order)
     pos = {instr: k for k, instr in enumerate(order)}
     if len(pos) != len(g.instrs) or any(i not in pos for i in g.instrs):
@@ -349,17 +363,6 @@ def check_order(comp: Computation, order: Iterable[Instruction] | None = None) -
                     f"the schedule runs {_where(ib)} before {_where(ia)}, but "
                     f"{g.reason.get((a, b), 'a dependency')} requires {ia.name} first",
                     computation=comp.name, instruction=ib.name, line=ib.line)
-    for chain in g.chains:
-        members = chain.members
-        lo, hi = pos[members[0]], pos[members[-1]]
-        for k in range(lo + 1, hi):
-            x = order[k]
-            if communicates(x) and g.chain_of.get(g.index[x]) is not chain:
-                raise ScheduleError(
-                    f"{_where(x)} talks to other devices but is scheduled inside "
-                    f"{chain.describe()}; it must run before the chain's first op or after its "
-                    "last, otherwise the transfer and the collective can wait on each other "
-                    "across devices", computation=comp.name, instruction=x.name, line=x.line)
 
 
 def schedule_module(module: Module) -> dict[Computation, list[Instruction]]:

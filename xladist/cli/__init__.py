@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ..errors import InputError, OutputError, XlaDistError
@@ -26,6 +27,7 @@ SUBCOMMANDS = {
     "export-jax": "export_jax",
     "aot": "aot",
     "compile": "compile",
+    "conformance": "conformance",
 }
 
 
@@ -42,6 +44,8 @@ examples:
   xladist compile module.hlo -o m.xlx          compile once; `xladist run m.xlx` loads it
   xladist aot module.hlo --name f -o build/    f.o + f.h: the module as a C function
   xladist ops --missing                         which opcodes a phase does not support
+  xladist conformance -n 4 --backend mine       check a backend and MPI against XLA's
+                                                collective semantics
   xladist export-jax mymodel:step --mesh data=2 --args a.npz --in-specs data -o DIR
                                                 a JAX function as a folder to run (needs jax)
 
@@ -105,6 +109,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+        from ..runtime.hostinfo import set_blas_coretype
+        set_blas_coretype()  # a rank: this host's OpenBLAS kernel, before numpy loads it
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in SUBCOMMANDS else None)
     args = parser.parse_args(argv)

@@ -131,7 +131,7 @@ def _run_as_rank(args) -> int:
         if rank == 0:
             _print_header(cfg, args, size)
         with shown:
-            result = execute_on_this_rank(module, [list(params)] * size, backend=args.backend,
+            result = execute_on_this_rank(module, list(params), backend=args.backend,
                                           timeout=args.timeout, feeds=feeds, tracer=tracer,
                                           trace=args.trace, gather_to=0)
         report = _gather_report(comm, tracer, losses)

@@ -55,6 +55,10 @@ examples:
                                         data for recvs from the host, per rank and channel
   xladist run m.hlo -n 2 --host-send 'out/rank{rank}_ch{channel}.npz'
                                         write what each rank sends to the host
+  xladist run m.hlo -n 8 --inputs 'in.{device}.npz' --outputs 'out.{device}.npz'
+                                        one input and one output file per device
+  xladist run --batch runs.txt -n 2    every line of runs.txt (MODULE and flags) on the
+                                        same 2 ranks, started once
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...
 (one per flattened result). With -n N every array has a leading device axis of size N
@@ -71,6 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("module", metavar="MODULE", nargs="?",
                         help="HLO text file, or a .xlx file of `xladist compile` (runs "
                              "without compiling); or `module` in the --config file")
+    parser.add_argument("--batch", metavar="LIST",
+                        help="run every line of LIST (MODULE and flags, as for one run) on "
+                             "the same N ranks, started once (xladist/cli/batch.py)")
     parser.add_argument("--config", metavar="FILE.toml",
                         help="read settings from a TOML run configuration (keys: "
                              "xladist/runtime/config.py SCHEMA; see configs/); options given here "
@@ -81,9 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu (native code via LLVM, default) or interpreter (numpy "
                              "reference)")
     parser.add_argument("--inputs", metavar="IN.npz",
-                        help="arguments arg0.. (required when the module has parameters)")
+                        help="arguments arg0.. (required when the module has parameters); "
+                             "'in.{device}.npz': one file per device, without the device axis")
     parser.add_argument("--outputs", metavar="OUT.npz",
-                        help="write results out0.. here (default: print them)")
+                        help="write results out0.. here (default: print them); "
+                             "'out.{device}.npz': one file per device")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the verifier (for modules it does not understand yet)")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
@@ -211,6 +220,9 @@ def load_run_module(args):
 
 def run(args) -> int:
     from xladist.runtime import launcher
+    if getattr(args, "batch", None):
+        from .batch import run_batch
+        return run_batch(args)
     _apply_config(args)
     if getattr(args, "threads", None) is not None:
         from ..compiler import parallel
@@ -223,15 +235,13 @@ def run(args) -> int:
     from xladist.runtime import run_args
     run_args.check(args, module)  # every option and file, before anything runs (exit 2)
     from xladist.runtime import feeds
-    placements = feeds.check_args(args, module)  # e.g. --infeed-fn imports
+    feeds.check_args(args, module)  # e.g. --infeed-fn imports
     if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
-        # Validate everything a rank would refuse before starting any rank (exit 2).
-        _read_per_device(module, args)
-        _deadlock_check(module, args)
-        code = _launch(args, module)
-        if code != 0:  # ranks killed by another's abort left their outfeed logs
-            feeds.recover_outfeeds(feeds.from_args(args), placements)
-        return code
+        # Validate everything a rank would refuse before starting any rank (exit 2): the
+        # inputs from their files' headers (the ranks read them later, one row each).
+        inputs = _open_inputs(module, args)
+        checked = _deadlock_check(module, args)
+        return _launch(args, module, inputs, checked)
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     if args.inputs:
@@ -256,128 +266,164 @@ def run(args) -> int:
 
 
 def _write_outputs(path, per_device) -> None:
-    """--outputs, atomically; rescued to the job directory when that fails (xladist/files.py)."""
+    """--outputs, atomically; rescued to a fresh folder when that fails (xladist/files.py)."""
     from ..files import deliver
     from ..io import npz_path, output_arrays
     arrays = output_arrays(per_device, device_axis=True)
     deliver(npz_path(path), lambda f: np.savez(f, **arrays), "--outputs")
 
 
-def _read_per_device(module, args) -> list[list]:
-    from ..io import read_inputs
+def _open_inputs(module, args):
+    """The run's inputs (io.Inputs: checked from the files' headers, read one device at a
+    time), or None for a module without array parameters."""
+    from ..io import Inputs
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     n = args.num_devices
     if args.inputs:
-        return read_inputs(args.inputs, shapes, num_devices=n,
-                           device_axis=None if n == 1 else True,
-                           names=[p.name for p in params], what="--inputs")
+        return Inputs(args.inputs, shapes, num_devices=n,
+                      device_axis=None if n == 1 else True,
+                      names=[p.name for p in params], what="--inputs")
     if any(not s.is_token for s in shapes):
         raise InputError(f"module {module.name} has {len(shapes)} parameters; pass --inputs "
                          f"IN.npz with arrays arg0..arg{len(shapes) - 1}")
-    from ..semantics.values import TOKEN
-    return [[TOKEN] * len(shapes) for _ in range(n)]
+    return None
 
 
-def _launch(args, module) -> int:
-    """Start `mpiexec -n N` on this same command; ranks print their own errors. The module
-    is compiled here once and the ranks load it (xladist/runtime/compile_once.py)."""
+def _job(args, module, inputs):
+    """The run as the coordination service serves it to the ranks (runtime/service/jobs.py):
+    every file is read and written on this host, by this process."""
+    from xladist.runtime.channels_host import FileHost
+    from xladist.runtime.feeds import NpzSink, NpzSource
+    from xladist.runtime.service.jobs import JobHost
+    from xladist.runtime.service.outputs import Outputs
+
+    from ..io import DEVICE_FIELD
+    n = args.num_devices
+    if args.outputs:
+        outputs = Outputs(n, "devices" if DEVICE_FIELD in args.outputs else "npz", args.outputs)
+    else:
+        outputs = Outputs(n, "print")
+    xlx = None
+    if args.module.endswith(".xlx"):
+        precompiled_options(args)  # checks it (cpu backend only)
+        with open(args.module, "rb") as f:
+            xlx = f.read()
+    da = args.device_assignment
+    options = {"backend": args.backend, "timeout": args.timeout, "verify": not args.no_verify,
+               "device_assignment": [list(r) for r in da] if da is not None else None,
+               "threads": args.threads, "quiet": args.quiet}
+    if xlx is None:  # the file's own text: reports name its lines
+        from ..files import read_text
+        from xladist.runtime.device import device_counts
+        r, p = device_counts(module, n)  # resolved here: the ranks apply them as given
+        options.update(source=args.module, replica_count=r, num_partitions=p)
+        text = read_text(args.module, "MODULE", kind="HLO text")
+    return JobHost(
+        n, module_text=None if xlx is not None else text, xlx=xlx,
+        options=options, inputs=inputs, outputs=outputs, trace=args.trace, stats=args.stats,
+        infeed=NpzSource(args.infeed) if args.infeed else None, infeed_fn=args.infeed_fn,
+        outfeed=(lambda: NpzSink(args.outfeed)) if args.outfeed else None,
+        prefetch=args.prefetch,
+        host=FileHost(args.host_recv, args.host_send) if args.host_recv or args.host_send
+        else None)
+
+
+def _launch(args, module, inputs, checked) -> int:
+    """Start `mpiexec -n N` ranks of xladist/runtime/rank_main.py, served by a coordination
+    service in this process: it hands them the module, their inputs and compiled code (the
+    module is compiled here once, xladist/runtime/compile_once.py), takes their outputs,
+    trace and statistics, and writes them here, where the user asked."""
     from xladist.runtime import compile_once, launcher, progress
-    argv = ["-m", "xladist", *args._argv]
+    from xladist.runtime.service import Service
+    job = _job(args, module, inputs)
     precompiled = args.module.endswith(".xlx")
-    with compile_once.compiled_for_ranks(module, None if precompiled else args.backend) \
-            as code_env:
-        proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
-                               env={**progress.launch_env(args.quiet), **code_env},
-                               mpiexec=args.mpiexec)
-    if proc.returncode != 0 and args.trace:
-        from xladist.runtime.trace import merge_partials
-        if merge_partials(args.trace):
-            print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
-                  file=sys.stderr)
-    if proc.returncode == 255 and args.hostfile:
+    code = compile_once.CodeStore(module, None if precompiled else args.backend)
+    service = Service(args.num_devices, job=job, code=code, defer_lost=True, checked=checked)
+    env = {**progress.launch_env(args.quiet), "XLADIST_RANK_PREFIX": "xladist run"}
+    try:
+        proc = launcher.launch(args.num_devices, ["-m", "xladist.runtime.rank_main"],
+                               hostfile=args.hostfile, env=env, mpiexec=args.mpiexec,
+                               service=service)
+    finally:
+        code.close()  # even when interrupted: LLVM in a thread must not outlive Python
+    failed = proc.returncode != 0 or service.failed
+    job.finish(failed)
+    if failed and args.trace and job.trace_note:
+        print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
+              file=sys.stderr)
+    if proc.returncode != 0 and len(service.ranks) < args.num_devices and args.hostfile:
         print(f"xladist run: mpiexec could not start ranks on the hosts of {args.hostfile}: "
               f"every host needs passwordless ssh from here and this same Python at "
               f"{sys.executable} (see launch/README.md)", file=sys.stderr)
-    return proc.returncode
+    return proc.returncode or (1 if failed else 0)
 
 
 def _run_as_rank(args) -> int:
-    """One rank of an MPI job: run this rank's device; rank 0 writes or prints outputs."""
-    from xladist.runtime.feeds import from_args as feeds_from_args
-    from xladist.runtime.rank import execute_on_this_rank, report_and_abort, world
+    """One rank of a job started by a bare `mpiexec` / `srun`: rank 0 reads the files and hosts
+    the coordination service (the launching process's part); every rank then runs as a
+    served rank (xladist/runtime/rank_main.py)."""
+    from xladist.runtime.rank import report_and_abort, world
+    from xladist.runtime.rank_main import serve
+    from xladist.runtime.service import client as service_client
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
+    service = job = None
     try:
         if args.num_devices not in (1, size):
             raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
         args.num_devices = size
-        module = load_run_module(args)
-        _check_device_count(module, size)
-        per_device = _read_per_device(module, args)
-        if rank == 0 and not os.environ.get("XLADIST_CHECKED"):
-            _deadlock_check(module, args)  # started by hand under mpiexec: check here, once
-        tracer, shown = _watchers(args, rank)
-        with shown:
-            result = execute_on_this_rank(module, per_device, backend=args.backend,
-                                          timeout=args.timeout, verify=not args.no_verify,
-                                          gather_to=0, trace=args.trace, tracer=tracer,
-                                          device_assignment=args.device_assignment,
-                                          feeds=feeds_from_args(args),
-                                          host=_host_files(args),
-                                          compile_options=precompiled_options(args))
-        if args.stats:
-            _print_stats(comm, result.tracer)
+        if rank == 0:
+            service, job = _host_job(args, size)
+        client = service_client.host_service(service, comm)
+        serve(client, comm)
+        if rank == 0:
+            from xladist.collectives import deadline
+            from xladist.runtime.watchdog import Members
+            with deadline.waiting("waiting for every rank's outputs", Members(
+                    range(size), "all ranks")):
+                service.wait_all_ended()
+            job.finish(service.failed)
+            service.close()
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down
         report_and_abort(e, rank, prefix="xladist run")
         return 1
-    if rank == 0:
-        if args.outputs:
-            _write_outputs(args.outputs, result.all_outputs)
-        else:
-            for d, outs in enumerate(result.all_outputs):
-                print(f"device {d}:")
-                _print_outputs(outs)
     return 0
 
 
-def _deadlock_check(module, args) -> None:
-    """xladist.runtime.precheck before any rank runs (raises DeadlockError, exit 1, with the report);
-    tells the ranks about to start that it was done."""
-    if getattr(args, "no_check", False):
-        return
-    from xladist.runtime.precheck import CHECKED_ENV, precheck
-    precheck(module, args.num_devices, device_assignment=args.device_assignment,
-             strict=args.strict, budget=getattr(args, "check_budget", 10.0))
-    os.environ[CHECKED_ENV] = "1"  # inherited by the ranks mpiexec starts
-
-
-def _host_files(args):
-    """The host end of host-transfer channels: .npz files (xladist/runtime/channels_host.py)."""
-    if not (args.host_recv or args.host_send):
-        return None
-    from xladist.runtime.channels_host import FileHost
-    return FileHost(args.host_recv, args.host_send)
-
-
-def _watchers(args, rank: int):
-    """The rank's Tracer (None when nothing needs one) and rank 0's progress line."""
-    from xladist.runtime import progress
-    from xladist.runtime.trace import Tracer
-    how = progress.mode(args.quiet) if rank == 0 else "off"
-    tracer = None
-    if args.trace or args.stats or how != "off":
-        tracer = Tracer(rank, record=bool(args.trace))
-    return tracer, progress.Progress(tracer, how)
-
-
-def _print_stats(comm, tracer) -> None:
+def _host_job(args, size: int):
+    """Rank 0 of a bare launch: the checks the launcher would make, then the service."""
+    from xladist.runtime import compile_once, feeds, run_args
+    from xladist.runtime.service import Service
+    module = load_run_module(args)
+    _check_device_count(module, size)
+    run_args.check(args, module)
+    feeds.check_args(args, module)
+    inputs = _open_inputs(module, args)
+    checked = None
+    if not os.environ.get("XLADIST_CHECKED"):
+        checked = _deadlock_check(module, args)  # started by hand under mpiexec: check here
+    job = _job(args, module, inputs)
+    code = compile_once.CodeStore(module, None if args.module.endswith(".xlx") else args.backend)
+    service = Service(size, job=job, code=code, prints=False, checked=checked)
+    # This process is the job's host and a rank: if the job is aborted, what arrived so far
+    # (trace events, outfeed items, host sends) is still written, here, before it goes.
     from xladist.collectives import deadline
-    from xladist.runtime.trace import format_summary
-    with deadline.waiting("gathering per-rank timings on rank 0"):
-        summaries = comm.gather(tracer.summary(), root=0)
-    if comm.Get_rank() == 0:
-        print(format_summary(summaries), file=sys.stderr)
+    deadline.on_abort(lambda: job.finish(True))
+    return service, job
+
+
+def _deadlock_check(module, args) -> dict | None:
+    """xladist.runtime.precheck before any rank runs (raises DeadlockError, exit 1, with the
+    report); tells the ranks about to start that it was done. Returns its verdict for the
+    coordination service (a hang after a proof is a checker defect: the report says so)."""
+    if getattr(args, "no_check", False):
+        return None
+    from xladist.runtime.precheck import CHECKED_ENV, precheck, verdict
+    report = precheck(module, args.num_devices, device_assignment=args.device_assignment,
+                      strict=args.strict, budget=getattr(args, "check_budget", 10.0))
+    os.environ[CHECKED_ENV] = "1"  # inherited by the ranks mpiexec starts
+    return verdict(report, module, f"xladist check {args.module} -n {args.num_devices}")
 
 
 def _print_outputs(outputs) -> None:

@@ -32,8 +32,10 @@ all-reduce and the iteration; a loop that keeps calling never times out.
 
 A job's last words must reach the user.  MPICH's launcher sometimes drops what a rank wrote to
 stderr just before ``MPI_Abort`` (measured: 7 of 40 two-rank aborts lost a 1.5 KiB message), so
-:func:`abort_job` also leaves its message in ``$XLADIST_JOB_DIR/aborts/rank<R>.txt``; the
-launcher (xladist/runtime/launcher.py) prints every such note that did not come through stderr.
+:func:`abort_job` first hands its message to the *messenger* -- the rank's connection to the
+coordination service (xladist/runtime/service/client.py), which delivers it to the launching
+process before the abort, on whatever host that is -- and prints it itself only when the
+messenger says the service does not.
 """
 
 from __future__ import annotations
@@ -52,14 +54,12 @@ __all__ = [
     "configure",
     "on_abort",
     "run_abort_hooks",
+    "set_messenger",
     "waiting",
     "watchdog",
 ]
 
 DEFAULT_TIMEOUT_S = 300.0
-# The job directory shared by the ranks of one launch (xladist/runtime/launcher.py creates it).
-JOB_DIR_ENV = "XLADIST_JOB_DIR"
-ABORT_NOTES = "aborts"
 # After printing, before MPI_Abort: time for the launcher to forward the message from a rank on
 # another host, where the note file cannot help.  Paid only by a job that is failing anyway.
 ABORT_FLUSH_S = 0.2
@@ -96,6 +96,14 @@ def _world_rank() -> int:
 
 _abort_lock = threading.Lock()
 _aborting = False
+# messenger(text, code) -> True when it delivered `text` to a process that prints it.
+_messenger = None
+
+
+def set_messenger(messenger) -> None:
+    """Install (None: remove) the function that carries a failing rank's last words."""
+    global _messenger
+    _messenger = messenger
 
 
 def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
@@ -114,14 +122,20 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     under_mpi = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
     if first and message:
         prefix = f"rank {_world_rank()}: " if with_rank else ""
-        _leave_abort_note(f"{prefix}{message}")
-        try:
-            sys.stderr.write(f"{prefix}{message}\n")
-            sys.stderr.flush()
-        except Exception:  # noqa: BLE001, S110 -- stderr closed: still abort
-            pass
-        if under_mpi:
-            time.sleep(ABORT_FLUSH_S)
+        delivered = False
+        if _messenger is not None:
+            try:
+                delivered = _messenger(f"{prefix}{message}", code)
+            except Exception:  # noqa: BLE001 -- print it here instead
+                delivered = False
+        if not delivered:
+            try:
+                sys.stderr.write(f"{prefix}{message}\n")
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001, S110 -- stderr closed: still abort
+                pass
+            if under_mpi:
+                time.sleep(ABORT_FLUSH_S)
     if under_mpi:
         mpi.COMM_WORLD.Abort(code)
     os._exit(code)
@@ -165,22 +179,6 @@ def run_abort_hooks() -> None:
     worker = threading.Thread(target=run_all, name="xladist-abort-hooks", daemon=True)
     worker.start()
     worker.join(ABORT_HOOKS_S)
-
-
-def _leave_abort_note(text: str) -> None:
-    """Write `text` where the launcher looks after a failed job (see the module docstring)."""
-    job = os.environ.get(JOB_DIR_ENV)
-    if not job:
-        return
-    try:
-        notes = os.path.join(job, ABORT_NOTES)
-        os.makedirs(notes, exist_ok=True)
-        path = os.path.join(notes, f"rank{_world_rank()}.txt")
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)  # the launcher never reads half a note
-    except OSError:
-        pass  # no job directory on this host (a rank on another machine): stderr only
 
 
 class Watchdog:

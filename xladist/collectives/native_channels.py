@@ -2,9 +2,10 @@
 while loop's driver), like native_ops.py does for the collectives.
 
 The Python path (p2p.py Channels) starts a transfer with ``Issend`` / ``Irecv`` on the
-channels' own communicator, tag = channel_id, and its done waits the request.  A native loop
-makes the same calls with the same communicator, peers and tag, so a native rank and a
-Python rank pair up exactly as two Python ranks do, and the bytes moved are the same:
+channels' own communicator, tag = the number of its pairing stream (p2p.py), and its done
+waits the request.  A native loop makes the same calls with the same communicator, peers
+and tag, so a native rank and a Python rank pair up exactly as two Python ranks do, and the
+bytes moved are the same:
 
   start (send)   MPI_Issend(data, nbytes, MPI_BYTE, dest, tag, comm, &request)
   start (recv)   MPI_Irecv(result, nbytes, MPI_BYTE, source, tag, comm, &request), the

@@ -7,9 +7,13 @@
 * peers come from the ``_xla_send_recv_source_target_pairs`` frontend attribute, one pair list
   per channel, read by :func:`send_recv_pairs` (shared with the static check): partition ids
   inside every replica, or replica ids when the module has one partition;
-* the MPI tag is the channel_id, on a communicator used for nothing else, so two channels
-  never exchange each other's messages; MPI's non-overtaking rule pairs the k-th send with the
-  k-th recv of one (channel, source, target);
+* which send pairs with which recv is `SendRecvStreams` (xladist/hlo/collective_groups.py,
+  shared with the scheduler and the static check): by channel_id where the module has both
+  ends on that channel, else by peers and program order as XLA does (its pipeliner puts the
+  sends of one transfer on one channel and the recvs on another). The MPI tag is the
+  stream's number, on a communicator used for nothing else, so two streams never take each
+  other's messages; MPI's non-overtaking rule pairs the k-th send with the k-th recv of one
+  (stream, source, target);
 * channels are unbuffered (D.20): a send uses ``Issend``, so send-done returns only once the
   peer has posted the matching recv -- the run-time behaviour the static check proves;
 * an end that no pair names completes at once; such a recv yields zeros (21a);
@@ -31,7 +35,7 @@ from xladist.errors import ExecutionError
 
 from . import deadline as _deadline
 from ._common import contiguous
-from xladist.hlo.collective_groups import GroupError, required_send_recv_pairs
+from xladist.hlo.collective_groups import GroupError, SendRecvStreams, required_send_recv_pairs
 
 __all__ = ["Channels"]
 
@@ -75,10 +79,11 @@ class _Peer:
 
 
 class _Plan:
-    __slots__ = ("dest", "peer_device", "source", "tag")
+    __slots__ = ("channel", "dest", "peer_device", "source", "tag")
 
-    def __init__(self, tag, dest, source, peer_device):
-        self.tag = tag
+    def __init__(self, tag, channel, dest, source, peer_device):
+        self.tag = tag            # the MPI tag: the pairing stream's number
+        self.channel = channel    # the channel_id, for messages
         self.dest = dest          # world rank to send to, or None
         self.source = source      # world rank to receive from, or None
         self.peer_device = peer_device
@@ -124,6 +129,7 @@ class Channels:
         self.host = host
         self.tag_ub = int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
         self._plans: dict[object, _Plan] = {}
+        self._streams: dict[int, SendRecvStreams] = {}   # id(module) -> its pairing rule
         self._native: dict[object, object] = {}  # start instruction -> native (start, done)
         self._wd = _deadline.watchdog
 
@@ -145,10 +151,10 @@ class Channels:
             return plan
         p = self.placement
         channel = instr.attrs.get("channel_id")
-        tag = 0 if channel is None else int(channel)
+        tag = self._stream_tag(instr)
         if not 0 <= tag <= self.tag_ub:
-            raise self._error(instr, f"channel_id {channel} does not fit in an MPI tag "
-                                     f"(0..{self.tag_ub})")
+            raise self._error(instr, f"the module pairs sends and recvs on more channels than "
+                                     f"MPI has tags (0..{self.tag_ub})")
         try:
             pairs = required_send_recv_pairs(instr, p.replica_count, p.num_partitions,
                                              p.assignment)
@@ -158,10 +164,17 @@ class Channels:
         dest = next((t for s, t in pairs if s == me), None)
         source = next((s for s, t in pairs if t == me), None)
         peer = dest if instr.opcode == "send" else source
-        plan = _Plan(tag, None if dest is None else self.rank_of(dest),
+        plan = _Plan(tag, channel, None if dest is None else self.rank_of(dest),
                      None if source is None else self.rank_of(source), peer)
         self._plans[instr] = plan
         return plan
+
+    def _stream_tag(self, instr) -> int:
+        module = instr.parent.module if instr.parent is not None else None
+        streams = self._streams.get(id(module))
+        if streams is None:
+            streams = self._streams[id(module)] = SendRecvStreams(module)
+        return streams.tag(instr)
 
     def _wait(self, done, handle: _Transfer, statuses=None) -> None:
         label = f"{done.name} (line {done.line})"
@@ -188,8 +201,8 @@ class Channels:
         leaves = [contiguous(np.asarray(a)) for a in _flatten(data)]
         BYTE = self._MPI.BYTE
         reqs = [self.comm.Issend([a, BYTE], plan.dest, plan.tag) for a in leaves]
-        peer = _Peer(self.placement.device, plan.peer_device, plan.tag, "to")
-        return _Transfer(instr, reqs, keep=leaves, peer=peer, channel=plan.tag)
+        peer = _Peer(self.placement.device, plan.peer_device, plan.channel, "to")
+        return _Transfer(instr, reqs, keep=leaves, peer=peer, channel=plan.channel)
 
     def send_done(self, instr, handle: _Transfer) -> None:
         if handle.reqs:
@@ -208,8 +221,8 @@ class Channels:
         bufs = [np.empty(tuple(s.dims), s.dtype) for s in _leaf_shapes(shape)]
         BYTE = self._MPI.BYTE
         reqs = [self.comm.Irecv([b, BYTE], plan.source, plan.tag) for b in bufs]
-        peer = _Peer(self.placement.device, plan.peer_device, plan.tag, "from")
-        return _Transfer(instr, reqs, keep=bufs, shape=shape, peer=peer, channel=plan.tag)
+        peer = _Peer(self.placement.device, plan.peer_device, plan.channel, "from")
+        return _Transfer(instr, reqs, keep=bufs, shape=shape, peer=peer, channel=plan.channel)
 
     def recv_done(self, instr, handle: _Transfer):
         if handle.value is not None:
@@ -253,10 +266,10 @@ class Channels:
         from . import native_channels
         peer = plan.dest if send else plan.source
         where = None if peer is None else _Peer(self.placement.device, plan.peer_device,
-                                                plan.tag, "to" if send else "from")
+                                                plan.channel, "to" if send else "from")
 
         def mismatch(got):
-            return _size_mismatch(plan.peer_device, got, plan.tag, shape, shape.nbytes)
+            return _size_mismatch(plan.peer_device, got, plan.channel, shape, shape.nbytes)
         pair = native_channels.transfer(
             self.comm, native_channels.Transfer(self._MPI._sizeof(self._MPI.Status)),
             send=send, nbytes=shape.nbytes, peer=peer, tag=plan.tag,

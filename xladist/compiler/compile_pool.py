@@ -39,7 +39,9 @@ ENV = "XLADIST_COMPILE_JOBS"
 MIN_UNITS = 8
 
 # Fast-math flags: with any of them LLVM may change a result's rounding, and how far it
-# does depends on the pipeline (reassoc: the unroller and vectorizers decide a sum's order).
+# does depends on the pipeline (reassoc: the unroller and vectorizers would decide a sum's
+# order). Codegen emits none (float reductions fix their own order, codegen/lanes.py); the
+# clause stays so that IR which ever carries one keeps the pipeline that is safe for it.
 _FAST_MATH = re.compile(r"\b(?:reassoc|nnan|ninf|nsz|arcp|contract|afn|fast)\b")
 # A declared function that is not an LLVM intrinsic (libm's erf): LLVM may fold a call with
 # constant arguments using the host's own function, and constants appear when loops unroll.
@@ -48,7 +50,8 @@ _EXTERNAL = re.compile(r'^declare [^@]*@(?!"?llvm\.)', re.MULTILINE)
 
 def pipeline_exact(llvm_ir: str, target: Target) -> bool:
     """Whether a unit must get the pipeline every kernel got before (loop unrolling on):
-    when its IR lets LLVM's choices change result bits. llvm.fmuladd is fused on a CPU with
+    when its IR lets LLVM's choices change result bits. The one rule: jit.compile_units
+    and the AOT compile (aot/program.py) both ask it. llvm.fmuladd is fused on a CPU with
     FMA whatever the pipeline, but on one without it is a multiply and an add at run time
     while LLVM folds constants fused."""
     if _FAST_MATH.search(llvm_ir) or _EXTERNAL.search(llvm_ir):

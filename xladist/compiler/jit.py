@@ -185,7 +185,7 @@ class LoadedCode:
         allowed = runtime_symbols.resolved()
         for obj in objects:
             check_symbols(obj, allowed)
-        self.blob = blob
+        self.blob = blob  # the code blob, for a launcher that ships it to its ranks
         with _LOCK:
             self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
             for obj in objects:

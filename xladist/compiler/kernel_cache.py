@@ -18,13 +18,19 @@ crash the process, on every later run, on every rank.
 Entries are written to a temporary file in the same directory and renamed over the
 target (os.replace is atomic), so ranks compiling the same module at once each write a
 whole entry and readers see an old whole entry or a new whole one, never a mix.
+
+A rank of a job also asks the job's coordination service (`set_remote`: the runtime
+installs the fetch), which holds the object the launching process compiled for the whole
+job: a miss here is then a hit there, and remote hosts need no cache of their own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import struct
+import threading
 import warnings
 from pathlib import Path
 
@@ -81,11 +87,49 @@ def decode(key: str, data: bytes) -> bytes:
     return payload
 
 
+_remote = None
+_here = threading.local()  # .only: this thread compiles what it misses (the one who serves)
+
+
+def set_remote(fetch) -> None:
+    """`fetch(key) -> bytes | None`, asked after a miss on disk (None: nobody to ask)."""
+    global _remote
+    _remote = fetch
+
+
+@contextlib.contextmanager
+def local_only():
+    """In this thread, a miss is compiled here, never fetched: the thread compiling for the
+    job's service (rank 0 of a bare launch hosts it) must not ask itself."""
+    before = getattr(_here, "only", False)
+    _here.only = True
+    try:
+        yield
+    finally:
+        _here.only = before
+
+
 def load(key: str) -> bytes | None:
     """The cached object code for `key`, or None (absent, unreadable or damaged)."""
     path = entry_path(key)
     if path is None:
+        return _fetch(key)
+    obj = _load_file(key, path)
+    return obj if obj is not None else _fetch(key)
+
+
+def _fetch(key: str) -> bytes | None:
+    if _remote is None or getattr(_here, "only", False):
         return None
+    try:
+        return _remote(key)
+    except Exception as e:  # noqa: BLE001 -- compiling here is always possible
+        warnings.warn(f"could not fetch compiled code from the job's service ({e}); "
+                      "compiling here", KernelCacheWarning, stacklevel=3)
+        return None
+
+
+def _load_file(key: str, path: Path) -> bytes | None:
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -9,9 +9,10 @@ Two pipelines, both LLVM's O3 with the loop and SLP vectorizers and the target m
 opt level 3:
   exact=True   also loop unrolling: what every kernel got before compile units existed.
                A unit whose IR lets LLVM change the rounding of its results (compile_pool's
-               `pipeline_exact`: reassociable float reductions, libm calls, fmuladd on a
-               CPU without FMA) must keep it: how far the unroller unrolls a reduction
-               decides the order of its sum.
+               `pipeline_exact`: fast-math flags, which codegen no longer emits, libm
+               calls, fmuladd on a CPU without FMA) must keep it: LLVM may fold such a
+               call on constants that only unrolling exposes, or, with `reassoc`, let
+               the unroller decide a sum's order.
   exact=False  without loop unrolling. For IR with plain IEEE arithmetic every LLVM pass
                keeps every result bit, so this changes speed, never values; unrolling
                took ~70% of LLVM's time on the training steps of benchmarks/ and bought no

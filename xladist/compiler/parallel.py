@@ -286,29 +286,6 @@ def exclusive_blas(n: int):
             yield True
 
 
-# OpenBLAS kernels by the CPU features they need, best first. Some OpenBLAS builds pick
-# their AVX2 (Zen/Haswell) kernels on AVX-512 AMD CPUs: matmul 1024 f32 single-threaded
-# measured 15.3 ms with the Zen kernel and 8.3 ms with OPENBLAS_CORETYPE=SKYLAKEX on a
-# Zen 4 EPYC (XLA: 8.0 ms). A kernel the CPU cannot run dies with SIGILL, so it is only
-# named when every feature is present.
-_CORETYPES = (("SKYLAKEX", {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"}),)
-
-
-def openblas_coretype() -> str | None:
-    """The OPENBLAS_CORETYPE to set before OpenBLAS loads (in a new process: ranks,
-    benchmarks), or None to keep OpenBLAS's own choice."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((set(line.split(":", 1)[1].split()) for line in f
-                          if line.startswith("flags")), set())
-    except OSError:
-        return None
-    for name, needs in _CORETYPES:
-        if needs <= flags:
-            return name
-    return None
-
-
 def blas_info() -> list[dict]:
     """What each loaded OpenBLAS runs: library, kernel (core) name, threads."""
     out = []

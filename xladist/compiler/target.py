@@ -1,6 +1,11 @@
 """What code is generated for: the LLVM target (triple, CPU, features) of the host or of the
 CPU named by `XLADIST_TARGET_CPU`, and the vector width the vectorizers may use. Every part
-of it is in the kernel cache's key (`target_description`)."""
+of it is in the kernel cache's key (`target_description`).
+
+A job on several hosts compiles once, for a target every host runs (xladist/runtime/
+hostinfo.py decides it from what the ranks report): `XLADIST_JOB_TARGET` ("cpu;features;
+vector width", set by the runtime for the ranks and around the launcher's compile) then
+overrides both, so every replica runs the same object code and computes the same bits."""
 
 from __future__ import annotations
 
@@ -38,11 +43,44 @@ class Target:
                                             opt=3, codemodel="jitdefault")
 
 
+JOB_TARGET_ENV = "XLADIST_JOB_TARGET"
+
+
+def _job_target() -> tuple[str, str, int | None] | None:
+    """(cpu, features, vector width) of XLADIST_JOB_TARGET, or None."""
+    raw = os.environ.get(JOB_TARGET_ENV, "").strip()
+    if not raw:
+        return None
+    cpu, features, width = (raw.split(";") + ["", ""])[:3]
+    return cpu, features, int(width) if width else None
+
+
+def job_target_text(cpu: str, features: str, width: int | None) -> str:
+    """The XLADIST_JOB_TARGET value for a target (the inverse of `_job_target`)."""
+    return f"{cpu};{features};{'' if width is None else width}"
+
+
+def own_target() -> tuple[Target, int | None]:
+    """This machine's target and vector width as the user set it up (the host, or
+    XLADIST_TARGET_CPU), ignoring a job's choice: what a rank reports to the service."""
+    init_llvm()
+    saved = os.environ.pop(JOB_TARGET_ENV, None)
+    try:
+        return host_target(), vector_width()
+    finally:
+        if saved is not None:
+            os.environ[JOB_TARGET_ENV] = saved
+
+
 def host_target() -> Target:
     """The host, or the CPU named by `XLADIST_TARGET_CPU` (e.g. `x86-64` for the baseline
     every x86-64 runs, `haswell`): code for a subset of the host's features runs here,
-    which is how the tests reproduce other users' machines."""
+    which is how the tests reproduce other users' machines. A job's XLADIST_JOB_TARGET
+    comes first."""
     init_llvm()
+    job = _job_target()
+    if job is not None:
+        return Target(llvm.get_process_triple(), job[0], job[1])
     cpu = os.environ.get("XLADIST_TARGET_CPU", "").strip()
     if cpu and cpu != "host":
         return Target(llvm.get_process_triple(), cpu, "")
@@ -70,6 +108,9 @@ def vector_width() -> int | None:
     host (softmax 1024x4096: 5.3 -> 3.9 ms) and never slower, so AVX-512 hosts get 512.
     `XLADIST_VECTOR_WIDTH` (bits) overrides it; it is part of the cache key.
     """
+    job = _job_target()
+    if job is not None:  # the job's choice, already made from every host's own setting
+        return job[2]
     env = os.environ.get("XLADIST_VECTOR_WIDTH", "").strip()
     if env:
         return int(env)

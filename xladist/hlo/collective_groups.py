@@ -25,7 +25,10 @@ xladist.hlo because imports only point down; xladist/hlo/collective_groups.py re
 * `instruction_device_groups(opcode, attrs, da)` - all of the above for one instruction;
 * `send_recv_pairs(instr, R, P, da)` / `required_send_recv_pairs(...)` - a device-to-device
   send/recv's peers from its `_xla_send_recv_source_target_pairs` attribute (`parse_pairs`
-  reads the text), for the runtime's channels, the interpreter and the static check.
+  reads the text), for the runtime's channels, the interpreter and the static check;
+* `SendRecvStreams(module)` - which send pairs with which recv (by channel where both ends
+  share one, else by peers and program order, as XLA), for the runtime, the scheduler and
+  the static check.
 
 Vocabulary: *replica_groups* is what the instruction carries (ids whose meaning depends on the
 mode; `{}` means one group of everything); a *device group* is an ordered list of global
@@ -67,6 +70,8 @@ __all__ = [
     "iota_replica_groups",
     "mesh_axes_replica_groups",
     "PAIRS_ATTR",
+    "PEER_ORDER",
+    "SendRecvStreams",
     "parse_pairs",
     "permute_device_groups",
     "required_send_recv_pairs",
@@ -733,3 +738,71 @@ def required_send_recv_pairs(instr, replica_count: int, num_partitions: int,
                          f'{PAIRS_ATTR}="{{{{source,target}},...}}" to name its peers; '
                          "without it no device can be matched with it")
     return pairs
+
+
+# Which send pairs with which recv (docs/reference/collective-semantics.md D.19-21): the runtime's
+# tags, the scheduler's channel chains and the static check's matching all ask this one class.
+
+class _PeerOrder:
+    """The stream of the sends and recvs whose channel id has no end of the other kind."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PEER_ORDER"
+
+
+PEER_ORDER = _PeerOrder()
+
+
+class SendRecvStreams:
+    """The pairing rule of device-to-device send and recv in one module.
+
+    A send and a recv pair when they are in the same stream and name each other's devices:
+    in a stream, the k-th send from device s to device t pairs with the k-th recv at t from
+    s, in each device's program order. An instruction's stream (`key`) is
+
+    * its channel_id, when the module holds both a device-to-device send and a
+      device-to-device recv with that channel_id (no channel_id counts as one value): the
+      written semantics, where a channel handle names the transfer (D.19a);
+    * otherwise `PEER_ORDER`, one stream for every such one-ended send and recv: XLA pairs
+      device-to-device send/recv by their `_xla_send_recv_source_target_pairs` peers and
+      program order whatever their channel ids, and its pipeliner writes the sends of one
+      transfer on one channel and the recvs on another.
+
+    `tag(instr)` numbers the streams the same way on every rank (PEER_ORDER 0, then the
+    shared channel ids in increasing order, no channel_id first): the MPI tag of the
+    transfer, so that two streams never take each other's messages. Host transfers
+    (is_host_transfer=true) pair with the host, not here.
+    """
+
+    __slots__ = ("channels", "_tags")
+
+    def __init__(self, module):
+        sends: set = set()
+        recvs: set = set()
+        for instr in module.all_instructions():
+            if instr.opcode in ("send", "recv") and not instr.attrs.get("is_host_transfer",
+                                                                        False):
+                (sends if instr.opcode == "send" else recvs).add(instr.attrs.get("channel_id"))
+        self.channels = frozenset(sends & recvs)
+        order = sorted(self.channels, key=lambda c: (c is not None, c or 0))
+        self._tags = {c: k + 1 for k, c in enumerate(order)}
+        self._tags[PEER_ORDER] = 0
+
+    def key(self, instr):
+        """The stream of a device-to-device send or recv: its channel_id, or PEER_ORDER."""
+        channel = instr.attrs.get("channel_id")
+        return channel if channel in self.channels else PEER_ORDER
+
+    def tag(self, instr) -> int:
+        return self._tags[self.key(instr)]
+
+    @staticmethod
+    def describe(key, channel=None) -> str:
+        """`channel 3`, or for PEER_ORDER the end's own channel and how it pairs."""
+        if key is not PEER_ORDER:
+            return "no channel_id" if key is None else f"channel {key}"
+        own = "no channel_id" if channel is None else f"channel {channel}"
+        return (f"{own} (which has no end of the other kind: paired by peers and program "
+                "order with the other such ends)")

@@ -2,17 +2,18 @@
 
 Inside an MPI job of N ranks (the script was started with `mpiexec -n N`), every
 rank runs its device directly and every rank gets all devices' outputs back. From a
-plain Python process, the module and inputs are written to a temporary folder and
-`mpiexec -n N` runs `python -m xladist.runtime.rank_main` on it; the outputs come back the
-same way. Either way the result is a list over devices of lists of output arrays.
+plain Python process, `mpiexec -n N` (on this host, or on `hosts=` / `hostfile=`) starts
+`python -m xladist.runtime.rank_main` ranks, and this process serves them through the
+job's coordination service (xladist/runtime/service/): each rank receives the module and
+its own device's inputs over the network and streams its outputs back, and the feed and
+host-transfer callbacks run here, whatever host a rank is on. Nothing goes through a
+folder. Either way the result is a list over devices of lists of output arrays.
 """
 
 from __future__ import annotations
 
 import operator
 import os
-import pickle
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,17 +34,42 @@ def _as_module(module):
     return module
 
 
+def _source(module, parsed) -> tuple[str, str | None]:
+    """The text the ranks parse (the user's own, so reports name its lines; a Module
+    object's canonical text) and the file it came from."""
+    if isinstance(module, (str, os.PathLike)):
+        text = str(module)
+        if "\n" not in text and Path(text).exists():
+            from xladist.files import read_text
+            return read_text(text, "module file", kind="HLO text"), text
+        return text, None
+    return parsed.to_text(), None
+
+
+def per_device_inputs(module, inputs, n: int) -> list[list]:
+    """Every device's argument list from `inputs` in any form `run` takes (an npz file read
+    whole: for a reference that needs every device's rows at once)."""
+    from xladist.io import Inputs
+    per_device = _per_device(_as_module(module), inputs, n)
+    if isinstance(per_device, Inputs):
+        return [per_device.device(d) for d in range(n)]
+    return per_device
+
+
 def _per_device(module, inputs, n: int) -> list[list]:
     """inputs: a list with one array per parameter, each with a leading device axis of N,
-    or an npz path, or a list over devices of argument lists."""
+    or an npz path (also a `{device}` template of per-device files: read one device at a
+    time, io.Inputs), or a list over devices of argument lists. Rows are views of the
+    caller's arrays, not copies."""
     from xladist.semantics.values import TOKEN
-    from xladist.io import decode, read_inputs
+    from xladist.io import Inputs, decode
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     if inputs is None:
         inputs = []
     if isinstance(inputs, (str, os.PathLike)):
-        return read_inputs(inputs, shapes, num_devices=n, names=[p.name for p in params])
+        return Inputs(os.fspath(inputs), shapes, num_devices=n,
+                      names=[p.name for p in params])
     inputs = list(inputs)
     if len(inputs) == n and n > 0 and all(isinstance(x, (list, tuple)) for x in inputs):
         return [list(x) for x in inputs]
@@ -65,8 +91,10 @@ def _per_device(module, inputs, n: int) -> list[list]:
             raise InputError(f"argument {i} ({p.name}: {shape.to_text(layout=False)}): expected "
                              f"dims {list(expected)} (device axis first), got {list(a.shape)}")
         for d in range(n):
-            # np.array, not np.ascontiguousarray: that turns a 0-d row into shape [1].
-            per_device[d].append(np.array(a[d], order="C"))
+            # A row of a C-ordered array is one already (no copy); 0-d rows stay 0-d.
+            row = a[d]
+            per_device[d].append(row if isinstance(row, np.ndarray) and row.flags.c_contiguous
+                                 else np.array(row, order="C"))
     return per_device
 
 
@@ -74,8 +102,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         timeout: float = 300.0, device_assignment=None, verify: bool = True,
         job_timeout: float | None = None, trace: str | None = None, check: bool = True,
         strict: bool = False, host_send=None, host_recv=None,
-        infeed=None, outfeed=None, infeed_fn: str | None = None, prefetch: int = 8
-        ) -> list[list[np.ndarray]]:
+        infeed=None, outfeed=None, infeed_fn: str | None = None, prefetch: int = 8,
+        hosts=None, hostfile=None, mpiexec: str | None = None) -> list[list[np.ndarray]]:
     """Run `module` (an ir.Module, HLO text or a path) on n devices.
 
     `inputs`: one array per entry parameter with a leading device axis of size n (row d
@@ -98,8 +126,13 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     Host transfers (`is_host_transfer=true` channels): `host_send(rank, channel_id, array)`
     receives what a device sends to the host, `host_recv(rank, channel_id) -> array` supplies
     what a device receives from it; both are called in this process, one call at a time.
+
+    Where the ranks run (from a plain process): `hosts` -- host names, or "name:slots", or a
+    {name: slots} dict, ranks filling them in order -- or `hostfile` (MPICH's format, see
+    launch/README.md); default this host, or what the batch system gives mpiexec.
+    `mpiexec`: the launcher to start them with (default: the mpich wheel's).
     """
-    module = _as_module(module)
+    given, module = module, _as_module(module)
     try:
         count = operator.index(n)
     except TypeError:
@@ -107,19 +140,20 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     if count < 1:
         raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
     n = count
+    quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
-    _check_files(module, n, device_assignment, trace=trace, infeed=infeed, outfeed=outfeed,
-                 prefetch=prefetch, timeout=timeout, backend=backend)
-    if check:
-        from .precheck import precheck
-        quiet = launcher.under_mpi() and _world_rank() != 0
-        precheck(module, n, device_assignment=device_assignment, strict=strict,
-                 warn=(lambda text: None) if quiet else None, prefix="xladist.run")
-    hosts = (host_send, host_recv) if host_send or host_recv else None
+    checked = check_call(
+        module, n, device_assignment=device_assignment, check=check, strict=strict,
+        prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
+        prefetch=prefetch, timeout=timeout, backend=backend)
+    transfers = (host_send, host_recv) if host_send or host_recv else None
     feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
                         prefetch=prefetch, timeout=timeout)
     if launcher.under_mpi():
+        if not isinstance(per_device, list):  # an npz file: every rank reads its own row
+            per_device = [per_device.device(d) if d == _world_rank() else None
+                          for d in range(n)]
         from .feeds import make_feeds
         options_here = dict(feeds=make_feeds(**feed_options))
         from xladist.files import rescued
@@ -127,32 +161,49 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         before = len(rescued())
         outputs = _run_here(module, per_device, backend=backend, timeout=timeout,
                             device_assignment=device_assignment, verify=verify, trace=trace,
-                            **options_here, host=CallbackHost(*hosts) if hosts else None)
+                            **options_here,
+                            host=CallbackHost(*transfers) if transfers else None)
         if len(rescued()) > before:  # a trace or outfeed written elsewhere (said on stderr)
             from xladist.errors import OutputError
             raise OutputError("; ".join(f"{what} {wanted} is saved as {saved}"
                                         for what, wanted, saved in rescued()[before:]))
         return outputs
-    if trace:
-        trace = os.path.abspath(trace)  # the ranks run in the same folder, but be explicit
-    return _run_spawned(_with_counts(module, counts), per_device, n, backend=backend,
-                        timeout=timeout,
+    return _run_spawned(module, per_device, n, counts=counts, backend=backend, timeout=timeout,
                         device_assignment=device_assignment, verify=verify,
-                        job_timeout=job_timeout, trace=trace, hosts=hosts,
-                        feed_options=feed_options)
+                        job_timeout=job_timeout, trace=trace, transfers=transfers,
+                        feed_options=feed_options, hosts=host_list(hosts),
+                        hostfile=hostfile, mpiexec=mpiexec, checked=checked,
+                        module_source=_source(given, module))
 
 
-def _with_counts(module, counts):
-    """The module as the ranks must read it: the run's counts in its header. The printer writes
-    counts other than 1, and one of them fixes the other for the ranks' -n (run_device_counts),
-    so a run's counts reach them even where the module's own header was silent."""
-    if (module.replica_count, module.num_partitions) == counts:
-        return module
-    import copy
-    out = copy.copy(module)
-    out.replica_count, out.num_partitions = counts
-    out.declared_counts = frozenset(("replica_count", "num_partitions"))
-    return out
+def check_call(module, n: int, *, device_assignment, check: bool, strict: bool,
+               prefix: str, quiet: bool = False, **settings):
+    """What can be refused about a run of `module` before any rank hears of it, but its
+    inputs (`_per_device`) and n (`device_counts`): the settings (`_check_files`) and the
+    deadlock check unless `check` is False. Returns the check's verdict (for the hang
+    report), or None."""
+    _check_files(module, n, device_assignment, **settings)
+    checked = None
+    if check:
+        from .precheck import precheck, verdict
+        report = precheck(module, n, device_assignment=device_assignment, strict=strict,
+                          warn=(lambda text: None) if quiet else None, prefix=prefix)
+        checked = verdict(report, module, f"{prefix}(..., n={n})")
+    return checked
+
+
+def host_list(hosts) -> list[str] | None:
+    """`hosts=` as mpiexec's -hosts list: names, "name:slots", or {name: slots}."""
+    if hosts is None:
+        return None
+    if isinstance(hosts, str):
+        hosts = [h for h in hosts.replace(",", " ").split() if h]
+    if isinstance(hosts, dict):
+        hosts = [f"{name}:{int(slots)}" for name, slots in hosts.items()]
+    hosts = [str(h) for h in hosts]
+    if not hosts:
+        raise InputError("hosts= names no host")
+    return hosts
 
 
 def _check_files(module, n, device_assignment, **settings) -> None:
@@ -179,79 +230,93 @@ def _run_here(module, per_device, **options):
 
     from .rank import execute_on_this_rank, world
     comm = world()
-    result = execute_on_this_rank(module, per_device, gather_to=None, **options)
+    result = execute_on_this_rank(module, per_device[comm.Get_rank()], gather_to=None,
+                                  **options)
     with deadline.waiting("exchanging outputs between all ranks"):
         return comm.allgather(result.outputs)
 
 
-def _run_spawned(module, per_device, n, *, job_timeout, feed_options, hosts=None, **options):
-    from xladist.collectives.deadline import JOB_DIR_ENV
-    from .feeds.host import spawned_feeds
-    with tempfile.TemporaryDirectory(prefix="xladist-") as tmp:
-        job = Path(tmp)
-        (job / "module.hlo").write_text(module.to_text())
-        relay = None
-        if hosts:  # the callbacks stay here; ranks reach them over a socket in the job dir
-            from .channels_host import HostRelay
-            relay = HostRelay(job, *hosts)
-            options["host"] = relay.client()
-        # Python feeds stay in this process, served to the ranks over a socket.
-        feeds = spawned_feeds(job, module, n, options.get("device_assignment"), **feed_options)
-        options["feeds"] = feeds.rank_feeds
-        with open(job / "job.pkl", "wb") as f:
-            pickle.dump({"inputs": per_device, "options": options}, f)
-        try:
-            with _compiled_once(job, options) as code_env:
-                proc = launcher.launch(n, ["-m", "xladist.runtime.rank_main", str(job)], capture=True,
-                                       timeout=job_timeout,
-                                       env={JOB_DIR_ENV: str(job), **code_env})
-        finally:
-            if relay is not None:
-                relay.close()
-        feeds.after_job(proc.returncode)  # every outfeed item is delivered before we go on
-        rescued = _keep_rescued(job)
-        out = job / "outputs.pkl"
-        if proc.returncode != 0 or not out.exists():
-            if options.get("trace"):
-                from .trace import merge_partials
-                merge_partials(options["trace"])
-            detail = launcher.clean_stderr(proc.stderr).strip()
-            raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
-                                 + (f":\n{detail}" if detail else "")
-                                 + feeds.error_text() + rescued) from feeds.first_error()
-        feeds.raise_errors()
-        if rescued:
-            from xladist.errors import OutputError
-            raise OutputError(rescued.strip())
-        with open(out, "rb") as f:
-            return pickle.load(f)
+def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=None,
+                 hosts=None, hostfile=None, mpiexec=None, checked=None, module_source=None,
+                 counts=None, **options):
+    """Ranks of xladist/runtime/rank_main.py under mpiexec, served by a coordination service
+    in this process (service/jobs.py): module, inputs, callbacks and outputs all travel over
+    its connections."""
+    from .channels_host import CallbackHost
+    from .compile_once import CodeStore
+    from .feeds.pipeline import Feeds, check_paths, make_sink, make_source, placements_of
+    from .service import Service
+    from .service.jobs import JobHost
+    from .service.outputs import Outputs
+    infeed, infeed_fn = feed_options["infeed"], feed_options["infeed_fn"]
+    source = make_source(infeed, infeed_fn)  # refuses both at once
+    served = source if infeed_fn is None else None
+    sink_spec = feed_options["outfeed"]
+    if feed_options["prefetch"] < 1:
+        raise InputError(f"prefetch must be at least 1, got {feed_options['prefetch']}")
+    da = options["device_assignment"]
+    check_paths(Feeds(served, None), placements_of(module, n, da))
+    text, filename = module_source or (module.to_text(), None)
+    job = JobHost(
+        n, module_text=text, inputs=per_device, outputs=Outputs(n, "memory"),
+        trace=options["trace"], infeed=served, infeed_fn=infeed_fn,
+        outfeed=(lambda: make_sink(sink_spec)) if sink_spec is not None else None,
+        prefetch=feed_options["prefetch"],
+        host=CallbackHost(*transfers) if transfers else None,
+        options=rank_options(counts, backend=options["backend"], timeout=options["timeout"],
+                             verify=options["verify"], source=filename,
+                             device_assignment=da))
+    code = CodeStore(module, options["backend"])
+    service = Service(n, job=job, code=code, defer_lost=True, prints=True,
+                      emit=lambda text: None, checked=checked)
+    from xladist.files import rescued
+    before = len(rescued())
+    try:
+        proc = launcher.launch(n, ["-m", "xladist.runtime.rank_main"], capture=True,
+                               timeout=job_timeout, hosts=hosts, hostfile=hostfile,
+                               mpiexec=mpiexec, service=service)
+    finally:
+        code.close()  # even when interrupted: LLVM in a thread must not outlive Python
+    failed = proc.returncode != 0 or service.failed
+    outputs = job.finish(failed)
+    errors = list(job.errors)
+    if failed or outputs is None:
+        detail = launcher.clean_stderr(proc.stderr).strip()
+        note = getattr(job, "trace_note", None)
+        trace_note = f"\n(the trace {options['trace']} is partial: {note})" \
+            if options.get("trace") and note else ""
+        raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
+                             + (f":\n{detail}" if detail else "")
+                             + _callback_errors(errors) + trace_note) \
+            from (errors[0][2] if errors else None)
+    failed_out = [x for x in errors if x[1] == "outfeed"]
+    if failed_out:
+        rank, _, e = failed_out[0]
+        raise ExecutionError(f"the outfeed callback for rank {rank} raised "
+                             f"{type(e).__name__}: {e}", rank=rank) from e
+    kept = rescued()[before:]
+    if kept:  # written here, by this process, elsewhere than asked (xladist/files.py)
+        from xladist.errors import OutputError
+        folders = sorted({str(Path(saved).parent) for _, _, saved in kept})
+        raise OutputError(f"some results could not be written where asked; they are saved "
+                          f"in {', '.join(folders)}: "
+                          f"{', '.join(Path(saved).name for _, _, saved in kept)}")
+    return outputs
 
 
-def _compiled_once(job: Path, options: dict):
-    """compile_once for the ranks of rank_main: the module as they parse it (module.hlo),
-    unless the run changes how they compile (compile options, no schedule)."""
-    from . import compile_once
-    backend = options.get("backend", "cpu")
-    if options.get("compile_options") or options.get("schedule") is False:
-        backend = None
-    module = parse_file(job / "module.hlo") if backend == "cpu" else None
-    return compile_once.compiled_for_ranks(module, backend)
+def rank_options(counts, *, backend: str, timeout: float, verify: bool, source: str | None,
+                 device_assignment) -> dict:
+    """The settings a served rank runs a module with (JobHost's `options`, JSON)."""
+    da = device_assignment
+    return {"backend": backend, "timeout": timeout, "verify": verify, "quiet": True,
+            "source": source,
+            # The run's counts, resolved here (a header may declare only one, or none: the
+            # ranks must not resolve them again from their own -n).
+            "replica_count": counts[0], "num_partitions": counts[1],
+            "device_assignment": [list(r) for r in da] if da is not None else None}
 
 
-def _keep_rescued(job: Path) -> str:
-    """Results a rank could not write where asked (xladist/files.py) are in the job's
-    `rescued` folder, about to be deleted with it: move them out; returns a note saying
-    where ("" when there are none)."""
-    import shutil
-
-    from xladist.files import RESCUE_SUBDIR
-    rescued = job / RESCUE_SUBDIR
-    if not rescued.is_dir() or not any(rescued.iterdir()):
-        return ""
-    keep = Path(tempfile.mkdtemp(prefix="xladist-rescued-"))
-    names = []
-    for f in sorted(rescued.iterdir()):
-        shutil.move(str(f), keep / f.name)
-        names.append(f.name)
-    return (f"\nsome results could not be written where asked; they are saved in {keep}: "
-            f"{', '.join(names)}")
+def _callback_errors(errors) -> str:
+    """Failures of this process's callbacks (the ranks' report names the infeed ones)."""
+    return "".join(f"\n(in this process: the outfeed callback for rank {rank} raised "
+                   f"{type(e).__name__}: {e})" for rank, what, e in errors if what == "outfeed")

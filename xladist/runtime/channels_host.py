@@ -6,11 +6,10 @@ data.  Three hosts:
 
 * `CallbackHost(host_send, host_recv)`: the Python API's callbacks, called in the rank's own
   process (`xladist.run` inside an MPI job).
-* `HostRelay` + `RelayHost`: `xladist.run` from a plain process starts the ranks under mpiexec,
-  so the callbacks live in another process.  The launching process serves them over a Unix
-  socket in the job directory (one thread per connected rank, callbacks called one at a time);
-  each rank's `RelayHost` sends its request and blocks for the answer under the deadline.
-* `FileHost(recv_pattern, send_pattern)`: the CLI.  Patterns name one .npz file per rank and
+* `ServiceHost`: ranks started by `xladist run` or by `xladist.run` from a plain process
+  reach the callbacks or files of the launching process through the job's coordination
+  service (one request per transfer, callbacks called one at a time), on any host.
+* `FileHost(recv_pattern, send_pattern)`: the CLI's files, used by the launching process.  Patterns name one .npz file per rank and
   channel, with `{rank}` and `{channel}` placeholders, e.g. `host/rank{rank}_ch{channel}.npz`.
   The k-th host recv of a rank on a channel takes the k-th array of its file (the order
   `np.savez(path, a0, a1, ...)` stores them); what a rank sends to the host on a channel is
@@ -21,14 +20,13 @@ data.  Three hosts:
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from xladist.files import deliver, load_npz
 
-__all__ = ["CallbackHost", "FileHost", "HostRelay", "RelayHost"]
+__all__ = ["CallbackHost", "FileHost", "ServiceHost"]
 
 
 class CallbackHost:
@@ -40,105 +38,33 @@ class CallbackHost:
         return None
 
 
-class HostRelay:
-    """Serves `host_send`/`host_recv` to the ranks of a spawned job (launching process side)."""
+class ServiceHost:
+    """A rank's host end when the launching process holds it: each host transfer is a
+    request to the job's coordination service (service/jobs.py), which calls the callbacks
+    or reads and writes the .npz files there -- on the launching host, whatever host the
+    rank is on. The rank waits for the answer under the deadline."""
 
-    def __init__(self, directory: Path, host_send=None, host_recv=None):
-        from multiprocessing.connection import Listener
-
-        self.address = str(Path(directory) / "host.sock")
-        self.host_send = host_send
-        self.host_recv = host_recv
-        self._listener = Listener(self.address, family="AF_UNIX")
-        self._lock = threading.Lock()  # user callbacks are called one at a time
-        self._closed = False
-        self._thread = threading.Thread(target=self._serve, name="xladist-host-relay",
-                                        daemon=True)
-        self._thread.start()
-
-    def client(self) -> RelayHost:
-        return RelayHost(self.address, self.host_send is not None, self.host_recv is not None)
-
-    def _serve(self) -> None:
-        while not self._closed:
-            try:
-                conn = self._listener.accept()
-            except OSError:
-                return
-            if self._closed:
-                conn.close()
-                return
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
-
-    def _handle(self, conn) -> None:
-        with conn:
-            while True:
-                try:
-                    op, rank, channel, payload = conn.recv()
-                except (EOFError, OSError):
-                    return
-                try:
-                    with self._lock:
-                        if op == "send":
-                            self.host_send(rank, channel, payload)
-                            reply = ("ok", None)
-                        else:
-                            reply = ("ok", self.host_recv(rank, channel))
-                except Exception as e:  # noqa: BLE001 -- sent back to the rank, which reports it
-                    reply = ("error", f"{type(e).__name__}: {e}")
-                try:
-                    conn.send(reply)
-                except (OSError, ValueError):
-                    return
-
-    def close(self) -> None:
-        """Stop serving (after the job ended)."""
-        if self._closed:
-            return
-        self._closed = True
-        from multiprocessing.connection import Client
-        try:  # wake the accept() so the thread sees the flag
-            Client(self.address, family="AF_UNIX").close()
-        except OSError:
-            pass
-        self._listener.close()
-        self._thread.join(timeout=5)
-
-
-class RelayHost:
-    """A rank's end of a HostRelay (picklable: it connects on first use)."""
-
-    def __init__(self, address: str, can_send: bool, can_recv: bool):
-        self.address = address
-        self._conn = None
+    def __init__(self, client, can_send: bool, can_recv: bool, timeout: float | None = None):
+        self.client = client
+        self.timeout = timeout
         if not can_send:
             self.host_send = None
         if not can_recv:
             self.host_recv = None
 
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_conn"} | {"_conn": None}
-
-    def _ask(self, op: str, rank: int, channel, payload=None):
-        if self._conn is None:
-            from multiprocessing.connection import Client
-            self._conn = Client(self.address, family="AF_UNIX")
-        self._conn.send((op, rank, channel, payload))
-        status, value = self._conn.recv()
-        if status != "ok":
-            raise RuntimeError(value)
-        return value
-
     def host_send(self, rank: int, channel, value) -> None:
-        self._ask("send", rank, channel, value)
+        from .feeds.items import tree_of
+        tree, leaves = tree_of(value)
+        self.client.request("host", self.timeout, arrays=leaves, dir="send", channel=channel,
+                            tree=tree)
 
     def host_recv(self, rank: int, channel):
-        return self._ask("recv", rank, channel)
+        from .feeds.items import from_tree
+        meta, leaves = self.client.request("host", self.timeout, dir="recv", channel=channel)
+        return from_tree(meta["tree"], leaves or [])
 
     def finish(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        return None
 
 
 def _leaves(value) -> list:

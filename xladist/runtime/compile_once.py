@@ -1,82 +1,146 @@
-"""Compile once per launch: the launching process compiles, the N ranks only load.
+"""One compile per job: the launching process compiles, for a target every rank runs, and the
+ranks load that object over the network.
 
-Without this every rank of `xladist run -n N` runs codegen and LLVM on the same module at
-the same time (N compiles on a machine with fewer cores than ranks), and the per-host
-kernel cache (compiler/jit.py) only helps the *next* run. Here the launcher compiles the
-module exactly as a rank will (same module text, same schedule: xladist.analysis.schedule's, so the
-kernel names and thus the cache key are the same) and hands the ranks the object code
-through the kernel cache:
-  * caching on (the default): the object lands in the user's cache, every rank hits it;
-  * caching off (XLADIST_CACHE_DIR=off): the object goes to a cache directory private to
-    this job, the ranks get XLADIST_CACHE_DIR pointing there, and it is removed afterwards.
-A module the launcher cannot compile is left to the ranks: they report the error with
-their rank, as before. XLADIST_COMPILE_ONCE=0 turns this off (for measuring it).
+Without this every rank of `xladist run -n N` runs codegen and LLVM on the same module (N
+compiles on a machine with fewer cores than ranks, and on a cluster N compiles that may
+differ: ranks on hosts with other CPUs would compile other code, so "replicated" values
+would differ in their last bits). Here:
+
+1. while mpiexec starts the ranks, the launching process (or rank 0 of a bare launch)
+   compiles the module for its own CPU -- the common case, all hosts alike, needs nothing
+   else (`CodeStore`, in the background);
+2. when every rank has told the coordination service its CPU (hostinfo.target_info), the
+   service decides the job's target (hostinfo.job_target) and, if it is not that one, the
+   module is compiled again for it (`decide`);
+3. a rank compiles exactly as the launcher did -- same module text, xladist.analysis.schedule's
+   order, the job's target in XLADIST_JOB_TARGET -- so it computes the same kernel-cache
+   key, misses its own disk cache (if it has one at all) and asks the service, which sends
+   the object (`get`). The object goes to the kernel cache of the launching process as
+   usual (unless it is off); the ranks keep it in memory only.
+
+A module the launcher cannot compile is left to the ranks: they compile and report the error
+with their rank, as before. XLADIST_COMPILE_ONCE=0 turns this off (for measuring it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
+import queue
 import threading
 
 from xladist.errors import XlaDistError
 
 ENV = "XLADIST_COMPILE_ONCE"
-CACHE_ENV = "XLADIST_CACHE_DIR"
+# How long a rank's request for code may wait for the launcher's compile.
+WAIT_S = 600.0
 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
 
 
+def _text(target: dict | None) -> str | None:
+    if target is None:
+        return None
+    from xladist.compiler.target import job_target_text
+    return job_target_text(target["cpu"], target["features"], target["width"])
+
+
 @contextlib.contextmanager
-def compiled_for_ranks(module, backend: str | None, background: bool = True):
-    """Compile `module` here; yields the environment additions the ranks need ({} when
-    nothing is compiled). The job-private cache, if one was made, is removed on exit.
-
-    `background`: compile in a thread while mpiexec starts the ranks (their Python and MPI
-    start-up takes longer than the compile), so the launch waits for nothing; a rank that
-    gets to its compile before the object is stored misses the cache and compiles itself,
-    as it would without this (the cache writes whole files by rename, so it never sees half
-    an object)."""
-    if backend != "cpu" or not enabled():
-        yield {}
-        return
-    from xladist.compiler import kernel_cache
-    private = None
-    env: dict[str, str] = {}
-    old = os.environ.get(CACHE_ENV)
-    if kernel_cache.cache_dir() is None:
-        # This process uses the job's private cache until the job ends (set here, in the
-        # main thread, since the compile may run in another).
-        private = tempfile.mkdtemp(prefix="xladist-code-")
-        env[CACHE_ENV] = os.environ[CACHE_ENV] = private
-    worker = threading.Thread(target=_compile, args=(module,), daemon=True,
-                              name="xladist-compile-once")
+def targeting(target: dict | None):
+    """XLADIST_JOB_TARGET set to `target` (None: this host's own) for the block, restored
+    after: the launching process may be a user's own (xladist.run from a notebook)."""
+    from xladist.compiler.target import JOB_TARGET_ENV
+    old = os.environ.pop(JOB_TARGET_ENV, None)
+    if target is not None:
+        os.environ[JOB_TARGET_ENV] = _text(target)
     try:
-        if background:
-            worker.start()
-        else:
-            worker.run()
-        yield env
+        yield
     finally:
-        if background:
-            worker.join()
-        if private is not None:
-            shutil.rmtree(private, ignore_errors=True)
-            if old is None:
-                os.environ.pop(CACHE_ENV, None)
-            else:
-                os.environ[CACHE_ENV] = old
+        os.environ.pop(JOB_TARGET_ENV, None)
+        if old is not None:
+            os.environ[JOB_TARGET_ENV] = old
 
 
-def _compile(module) -> None:
-    from xladist.compiler.program import CpuProgram
+class CodeStore:
+    """The job's compiled code by kernel-cache key (see the module docstring). `backend`
+    other than "cpu" (or None: nothing to compile) makes it an empty store."""
 
+    def __init__(self, module, backend: str | None):
+        self.module = module
+        self.on = backend == "cpu" and enabled()
+        self.objects: dict[str, bytes] = {}
+        self.targets: list[str | None] = []   # what was compiled (None: this host's own)
+        self._jobs: queue.Queue = queue.Queue()
+        self._pending = 0
+        self._cond = threading.Condition()
+        self._worker = None
+        if self.on:
+            self._worker = threading.Thread(target=self._work, name="xladist-compile-once",
+                                            daemon=True)
+            self._worker.start()
+            self._submit(None)
+
+    def _submit(self, target: dict | None) -> None:
+        with self._cond:
+            self._pending += 1
+        self._jobs.put(target)
+
+    def _work(self) -> None:
+        # One thread: compiles for different targets set XLADIST_JOB_TARGET in turn.
+        while True:
+            target = self._jobs.get()
+            if target is StopIteration:
+                return
+            try:
+                key, obj = _compile(self.module, target)
+                if key is not None:
+                    with self._cond:
+                        self.objects[key] = obj
+                        self.targets.append(_text(target))
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def decide(self, target: dict) -> None:
+        """The job's target (from the service): compile for it unless this host's own
+        compile already is that."""
+        if not self.on:
+            return
+        from xladist.compiler.target import own_target
+        own, width = own_target()
+        if _text(target) == _text({"cpu": own.cpu, "features": own.features, "width": width}):
+            return
+        self._submit(target)
+
+    def get(self, key: str, timeout: float = WAIT_S) -> bytes | None:
+        """The object for `key` once the compiles under way are done; None if it is not
+        one of them (a rank then compiles that code itself)."""
+        if not self.on:
+            return None
+        with self._cond:
+            self._cond.wait_for(lambda: self._pending == 0, timeout)
+            return self.objects.get(key)
+
+    def close(self) -> None:
+        """No more compiles; waits for one under way (also when the job was interrupted: a
+        process that exits while LLVM runs in a thread crashes at exit)."""
+        if self._worker is not None:
+            self._jobs.put(StopIteration)
+            self._worker.join(timeout=WAIT_S)
+            self._worker = None
+
+
+def _compile(module, target: dict | None):
+    """(key, object) of `module` compiled as a rank compiles it, for `target`."""
     from xladist.analysis.schedule import schedule_module
-    try:
-        CpuProgram(module, schedule_module(module))  # stores the object in the kernel cache
-    except XlaDistError:
-        pass  # the ranks compile and report it themselves, with their rank
+    from xladist.compiler import jit, kernel_cache
+    from xladist.compiler.program import CpuProgram
+    with targeting(target), kernel_cache.local_only():
+        try:
+            prog = CpuProgram(module, schedule_module(module))  # also stores it in the cache
+        except XlaDistError:
+            return None, None  # the ranks compile and report it themselves, with their rank
+        return jit.cache_key(prog.fingerprint), prog.code.blob

@@ -62,9 +62,11 @@ SCHEMA: dict[str, Key] = {
     "device_assignment": Key("assignment", "device id of [replica][partition], e.g. "
                              "[[0, 1], [2, 3]]; default device = partition x replicas + "
                              "replica", None, "device_assignment", "--device-assignment"),
-    "inputs": Key("path", "npz of entry arguments arg0.. (leading device axis)", None,
+    "inputs": Key("path", "npz of entry arguments arg0.. (leading device axis), or one npz per "
+                  "device without it ({device} in the path is filled in)", None,
                   "inputs", "--inputs", file="npz"),
-    "outputs": Key("path", "npz to write the outputs out0.. to (default: print)", None,
+    "outputs": Key("path", "npz to write the outputs out0.. to (default: print); with "
+                   "{device} in the path, one npz per device", None,
                    "outputs", "--outputs", file="out"),
     "infeed": Key("path", "npz of each rank's infeed items ({rank}, {replica}, {partition} "
                   "in the path are filled in)", None, "infeed", "--infeed", file="npz",

@@ -8,7 +8,16 @@ here once, from measured facts on small machines:
   those 1.5-2x faster;
 - BLAS loads single-threaded: with more ranks than cores, threaded BLAS oversubscribes;
   each rank then sets its BLAS threads to its compute thread count
-  (xladist/compiler/parallel.py: its cores shared among the ranks on its node).
+  (xladist/compiler/parallel.py: its cores shared among the ranks on its node); which
+  OpenBLAS kernel runs is each rank's choice for its own host (runtime/hostinfo.py).
+
+Every launch hosts the job's coordination service (xladist/runtime/service/) in this
+process: the ranks find it through XLADIST_COORD. It writes the hang report, names a rank
+that died or got stuck, and delivers failing ranks' last words; when it ends the job and the
+ranks do not go within END_GRACE_S (a stopped process ignores MPI_Abort's signals), the
+launcher stops mpiexec's process group. After the job, a rank that died is named with the
+signal mpiexec reported for it, and MPICH's own failure lines are shown only when xladist has
+nothing better to say.
 """
 
 from __future__ import annotations
@@ -16,17 +25,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
-from xladist.collectives import deadline
 from xladist.collectives.mpiexec import find_mpiexec
-from xladist.files import RESCUE_SUBDIR
 
 # Variables that tell a process it was started by an MPI launcher (Hydra/PMI, OpenMPI, Slurm).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -70,17 +75,30 @@ def rank_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
-                    mpiexec_args: list[str] | None = None,
+                    hosts: list[str] | None = None, mpiexec_args: list[str] | None = None,
                     mpiexec: str | None = None) -> list[str]:
+    """`mpiexec -n N [-f HOSTFILE | -hosts a:2,b:2] python ARGV` (hosts: `name` or
+    `name:slots`, ranks filling them in order, as a hostfile's lines)."""
     cmd = [find_mpiexec(mpiexec), "-n", str(n)]
     if hostfile:
         cmd += ["-f", hostfile]
+    if hosts:
+        cmd += ["-hosts", ",".join(hosts)]
     cmd += list(mpiexec_args or [])
     return cmd + [sys.executable, *argv]
 
 
 # MPICH's own line after MPI_Abort: our ranks have already said what went wrong.
 _MPICH_NOISE = re.compile(r"^(Abort\(\d+\) on node \d+.*MPI_Abort.*|\s*)$")
+# MPICH's launcher reporting a failure its own way (its banner on stdout, the proxies' and
+# mpiexec's error lines on stderr): held back, and shown only when xladist cannot explain.
+_MPICH_REPORT = re.compile(r"^(=+$|=   |\[(proxy|mpiexec)[:@]|YOUR APPLICATION TERMINATED|"
+                           r"This typically refers to a problem|Please see the FAQ page)")
+_BANNER_PID = re.compile(r"PID (\d+) RUNNING AT (\S+)")
+_BANNER_CODE = re.compile(r"EXIT CODE: (\d+)")
+_BANNER_SIGNAL = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
+# After the service ends a job, how long the ranks get to go before mpiexec is stopped.
+END_GRACE_S = 5.0
 
 
 def clean_stderr(text: str | None) -> str:
@@ -90,97 +108,136 @@ def clean_stderr(text: str | None) -> str:
 
 
 def launch(n: int, argv: list[str], *, hostfile: str | None = None,
-           env: dict[str, str] | None = None, timeout: float | None = None,
-           capture: bool = False, mpiexec: str | None = None) -> subprocess.CompletedProcess:
+           hosts: list[str] | None = None, env: dict[str, str] | None = None,
+           timeout: float | None = None, capture: bool = False, mpiexec: str | None = None,
+           service=None, on_start=None) -> subprocess.CompletedProcess:
     """Run `python argv...` on n ranks and wait; Ctrl-C and timeouts kill the whole job.
 
-    Without `capture`, the ranks' stdout passes straight through and their stderr is
-    forwarded line by line minus MPICH's abort boilerplate. The job runs in its own
-    process group so that nothing is orphaned when we stop it.
+    `service`: the job's coordination service (xladist/runtime/service/), made by the caller
+    when it serves a job; else a plain one is made here for the run. Without `capture`, the
+    ranks' output passes through (minus MPICH's boilerplate) and the service's reports go to
+    stderr; with it they are in the result's stderr. The result carries the service as
+    `.service`. The job runs in its own process group so that nothing is orphaned.
+    `on_start(popen)` is called once mpiexec runs (a persistent cluster, which launches from
+    a thread, keeps it to stop the group: stop_group).
     """
-    cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
-    env = rank_environment(env)
-    if hostfile is None and "OPENBLAS_CORETYPE" not in env:
-        # Only on this host, whose CPU we know: other hosts may lack the instructions.
-        from xladist.compiler.parallel import openblas_coretype
-        coretype = openblas_coretype()
-        if coretype:
-            env["OPENBLAS_CORETYPE"] = coretype
-    # The watchdog's job directory (xladist/runtime/watchdog.py): where every rank publishes its
-    # position so the first rank whose deadline passes can say where all of them are.
-    own_dir = None
-    if not env.get(deadline.JOB_DIR_ENV):
-        own_dir = tempfile.mkdtemp(prefix="xladist-job-")
-        env[deadline.JOB_DIR_ENV] = own_dir
-    notes = Path(env[deadline.JOB_DIR_ENV]) / deadline.ABORT_NOTES
-    shutil.rmtree(notes, ignore_errors=True)  # a reused job directory: not this job's words
+    from .service import Service
+    own = service is None
+    if own:
+        service = Service(n, defer_lost=True, prints=True,
+                          emit=(lambda text: None) if capture else None)
+    cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
+    env = rank_environment({**(env or {}), **service.env()})
     try:
-        return _launch(cmd, env, timeout, capture, notes)
+        proc = _launch(cmd, env, timeout, capture, service, on_start)
     finally:
-        if own_dir is not None:
-            _remove_job_dir(Path(own_dir))
+        service.close()
+    proc.service = service
+    return proc
 
 
-def _remove_job_dir(job: Path) -> None:
-    """Remove the job directory, except results a rank could not write where asked
-    (xladist/files.py saved them in its `rescued` folder and said so)."""
-    rescued = job / RESCUE_SUBDIR
-    if not rescued.is_dir():
-        shutil.rmtree(job, ignore_errors=True)
-        return
-    for entry in job.iterdir():
-        if entry == rescued:
-            continue
-        if entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+@contextlib.contextmanager
+def started(n: int, argv: list[str], *, hostfile: str | None = None,
+            env: dict[str, str] | None = None, mpiexec: str | None = None):
+    """`python argv...` on n ranks, running: yields the Popen (stdout and stderr are binary
+    pipes for the caller to read). The job has its coordination service, made here, as
+    `launch` gives one; `proc.abort_notes()` is what it said (a failing rank's last words, a
+    hang report, a rank that died), which MPICH may have dropped from stderr. Leaving the
+    block, or a signal that stops us, stops the job's whole process group."""
+    from .service import Service
+    service = Service(n, defer_lost=True, prints=True, emit=lambda text: None)
+    cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
+    env = rank_environment({**(env or {}), **service.env()})
+    try:
+        with _stop_on_signals():
+            proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            service.on_end = lambda: _stop_later(proc)
+            proc.service = service
+            proc.abort_notes = lambda: list(service.messages) + _explain(
+                service, "", proc.returncode or 0)
+            try:
+                yield proc
+            finally:
+                _kill_group(proc)
+                for stream in (proc.stdout, proc.stderr):
+                    stream.close()
+    finally:
+        service.close()
 
 
-def _launch(cmd, env, timeout, capture, notes: Path) -> subprocess.CompletedProcess:
-    kwargs = dict(env=env, start_new_session=True)
-    if capture:
-        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    else:
-        kwargs.update(stderr=subprocess.PIPE, text=True, bufsize=1)
+def _launch(cmd, env, timeout, capture, service, on_start=None) -> subprocess.CompletedProcess:
+    kwargs = dict(env=env, start_new_session=True, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE)
+    held: list[str] = []     # MPICH's report lines, held back
+    seen = {"stdout": bytearray(), "stderr": bytearray()}
     with _stop_on_signals():
         proc = subprocess.Popen(cmd, **kwargs)
-        try:
-            if capture:
-                out, err = proc.communicate(timeout=timeout)
-            else:
-                out, err = None, None
-                seen = bytearray()
-                pump = threading.Thread(target=_forward_stderr, args=(proc.stderr, seen),
-                                        daemon=True)
-                pump.start()
-                proc.wait(timeout=timeout)
-                pump.join(timeout=5)
+        try:  # from here on, a signal (SIGTERM from a batch system) stops the whole group
+            if on_start is not None:
+                on_start(proc)
+            # When the service ends the job, the ranks abort; a stopped one does not: stop all.
+            service.on_end = lambda: _stop_later(proc)
+            pumps = [threading.Thread(target=_pump, args=(stream, sink, held, seen[name],
+                                                          capture), daemon=True)
+                     for name, stream, sink in (("stdout", proc.stdout, _out(sys.stdout)),
+                                                ("stderr", proc.stderr, _out(sys.stderr)))]
+            for t in pumps:
+                t.start()
+            proc.wait(timeout=timeout)
+            for t in pumps:
+                t.join(timeout=5)
         except BaseException:
             _kill_group(proc)
             raise
-    if proc.returncode != 0:
-        # What a rank said before aborting but MPICH's launcher dropped (xladist/collectives/deadline.py).
-        shown = err if capture else bytes(seen).decode(errors="replace")
-        lost = "".join(f"{text}\n" for text in _abort_notes(notes) if text not in shown)
-        if capture:
-            err = (err or "") + lost
-        elif lost:
-            sys.stderr.write(lost)
-            sys.stderr.flush()
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    out = bytes(seen["stdout"]).decode(errors="replace")
+    err = bytes(seen["stderr"]).decode(errors="replace")
+    words = _explain(service, "\n".join(held), proc.returncode)
+    if not words and not service.messages and held and proc.returncode != 0:
+        words = ["\n".join(held)]  # nothing better to say: MPICH's own report
+    if capture:
+        err = clean_stderr(err)
+        extra = [m for m in service.messages if m not in err] + words
+        err = "\n".join([err.rstrip("\n"), *extra]).strip("\n") + ("\n" if extra or err else "")
+    else:
+        for text in words:
+            sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out if capture else None,
+                                       err if capture else None)
 
 
-def _abort_notes(notes: Path) -> list[str]:
-    """The ranks' abort messages left in the job directory, in rank order."""
-    def rank(path: Path) -> int:
-        digits = path.stem.removeprefix("rank")
-        return int(digits) if digits.isdigit() else -1
-    try:
-        paths = sorted(notes.glob("rank*.txt"), key=rank)
-        return [p.read_text(errors="replace") for p in paths]
-    except OSError:
+def _explain(service, mpich: str, returncode: int) -> list[str]:
+    """The service's deferred words: the rank that died (named with the signal mpiexec
+    reported for it) or got stuck."""
+    from .service import report
+    if not service.lost:
         return []
+    pid = _BANNER_PID.search(mpich)
+    code = _BANNER_CODE.search(mpich)
+    sig = _BANNER_SIGNAL.search(mpich)
+    lost = service.lost
+    if pid is not None:
+        match = [i for i in lost if str(i.get("pid")) == pid.group(1)]
+        lost = match or lost
+    info = min(lost, key=lambda i: i["at"])
+    signum = int(sig.group(1)) if sig else int(code.group(1)) if code and pid and \
+        str(info.get("pid")) == pid.group(1) and info.get("how") == "lost" else None
+    return [report.lost_rank(info, sig=signum)]
+
+
+def _stop_later(proc) -> None:
+    def stop() -> None:
+        if proc.poll() is None:
+            _kill_group(proc)
+    timer = threading.Timer(END_GRACE_S, stop)
+    timer.daemon = True
+    timer.start()
+
+
+def _out(stream):
+    return getattr(stream, "buffer", None) or _TextSink(stream)
 
 
 @contextlib.contextmanager
@@ -202,34 +259,42 @@ def _stop_on_signals():
             signal.signal(s, handler)
 
 
-# How much forwarded stderr `_forward_stderr` keeps, to tell which abort notes were shown.
+# How much forwarded output `_pump` keeps.
 _SEEN_BYTES = 1 << 20
 
 
-def _forward_stderr(stream, seen: bytearray) -> None:
-    """Copy the ranks' stderr to ours as it arrives, minus MPICH's abort lines; the last
-    `_SEEN_BYTES` of it are kept in `seen`.
+def _pump(stream, out, held: list[str], seen: bytearray, capture: bool) -> None:
+    """Copy the ranks' output to ours as it arrives (unless `capture`), minus MPICH's abort
+    lines and its failure report (held back in `held`); the last `_SEEN_BYTES` are kept in
+    `seen`.
 
-    Raw bytes, not text lines: a progress line redrawn with `\r` (xladist/runtime/progress.py) has
-    no newline and must pass at once; text mode would also turn each `\r` into a newline.
+    Raw bytes, not text lines: a progress line redrawn with `\r` (xladist/runtime/progress.py)
+    has no newline and must pass at once; text mode would also turn each `\r` into a newline.
     """
-    fd, out = stream.fileno(), getattr(sys.stderr, "buffer", None) or _TextSink(sys.stderr)
+    fd = stream.fileno()
     pending = b""
     while chunk := os.read(fd, 65536):
-        seen += chunk
-        del seen[:-_SEEN_BYTES]
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            if not _MPICH_NOISE.match(line.decode(errors="replace")):
+            text = line.decode(errors="replace")
+            if _MPICH_REPORT.match(text):
+                held.append(text)
+                continue
+            seen += line + b"\n"
+            del seen[:-_SEEN_BYTES]
+            if not capture and not _MPICH_NOISE.match(text):
                 out.write(line + b"\n")
-        if pending.startswith(b"\r"):  # an in-place status update: show it now
+        if pending.startswith(b"\r") and not capture:  # an in-place status update: now
             out.write(pending)
             pending = b""
-        out.flush()
+        if not capture:
+            out.flush()
     if pending:
-        out.write(pending)
-        out.flush()
+        seen += pending
+        if not capture:
+            out.write(pending)
+            out.flush()
 
 
 class _TextSink:
@@ -243,6 +308,11 @@ class _TextSink:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a job started by `launch` (SIGTERM, then SIGKILL, to its process group)."""
+    _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

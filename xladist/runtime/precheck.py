@@ -11,6 +11,9 @@ started by hand under mpiexec, see the callers), and
 `check=False` (`--no-check`) opts out; the run-time watchdog (xladist/runtime/watchdog.py) is then the
 only guard, and ends a hang with a report after `--timeout`.  The launching process tells the
 ranks it started that the check was done through CHECKED_ENV.
+
+`verdict(report, module, how)` is what the check concluded, as data the job carries (the
+hang report says whether the check had proven the program it watched hang).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import sys
 
 from xladist.errors import DeadlockError
 
-__all__ = ["CHECKED_ENV", "precheck"]
+__all__ = ["CHECKED_ENV", "precheck", "proven", "verdict"]
 
 CHECKED_ENV = "XLADIST_CHECKED"
 
@@ -52,6 +55,41 @@ def precheck(module, num_devices: int, *, device_assignment=None, strict: bool =
                           f"{module.name} finishes; running anyway (--strict refuses it):\n"
                           f"{text}")
     return report
+
+
+def proven(report) -> bool:
+    """True when the check proved the program deadlock-free: no problem and no part it could
+    not prove (a module that never communicates is not "proven": nothing was checked)."""
+    return report is not None and report.verdict == "proven"
+
+
+def verdict(report, module=None, how: str = "") -> dict:
+    """The check's conclusion as data for the job (the coordination service's `checked`):
+
+      "verdict"      "proven"            no device can hang or desynchronize;
+                     "assuming"          proven if the listed loops run as their
+                                         known_trip_count says (the check could not fold their
+                                         conditions; the runtime follows the conditions);
+                     "not proven"        parts depend on data, or the budget ran out (`reasons`);
+                     "refused"           problems were found (precheck raised; `reasons` are
+                                         their texts);
+                     "nothing to check"  the module never talks to another device (`report`
+                                         is None);
+      "assumptions"  the known_trip_counts an "assuming" verdict rests on;
+      "reasons"      what kept it from "proven" otherwise;
+      "proven"       verdict == "proven"; the run-time watchdog's report then ends with "the
+                     check proved it: a checker defect" if the program hangs;
+      "module_text"  the module, when proven (saved with such a report); "how": the check's
+                     command, for that line.
+
+    `report` is what `precheck` returned or the DeadlockError it raised carried (Report.summary()
+    gives the first three keys for a report)."""
+    out = (report.summary() if report is not None
+           else {"verdict": "nothing to check", "assumptions": [], "reasons": []})
+    sure = proven(report)
+    out.update(proven=sure, how=how,
+               module_text=module.to_text() if sure and module is not None else None)
+    return out
 
 
 def _stderr(text: str) -> None:

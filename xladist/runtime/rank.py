@@ -7,7 +7,6 @@ MPI abort, so no rank is left waiting for a peer that died (ARCHITECTURE rule 3)
 
 from __future__ import annotations
 
-import atexit
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,48 +56,30 @@ def _share_cores(comm) -> None:
     parallel.set_local_ranks(*_SHARED_SIZE[comm.Get_size()])
 
 
-def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
+def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
                          timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
                          feeds=None, verify: bool = True, gather_to: int | None = 0,
                          compile_options: dict | None = None, trace: str | None = None,
                          tracer=None, host=None, schedule: bool = True) -> RankResult:
     """Run this rank's device of `module`.
 
-    `per_device_inputs[d]` is device d's argument list (every rank receives all of them
-    and takes its own row, so inputs are validated identically everywhere). With
-    `gather_to` set, that rank also receives every device's outputs. `trace`: write a
+    `inputs` is this rank's device's argument list (a rank holds its own device's inputs
+    only). With `gather_to` set, that rank also receives every device's outputs (an MPI
+    gather: for small results, such as the demo's; jobs stream their outputs to the
+    coordination service instead, xladist/runtime/rank_main.py). `trace`: write a
     Perfetto timeline of all ranks there (xladist/runtime/trace.py); `tracer`: a Tracer to fill
     (for progress and timing summaries) instead of a new one. `host`: the host end of
     host-transfer channels (xladist/runtime/channels_host.py). `schedule`: run every computation in
     the order of xladist.analysis.schedule.schedule_module (the order the deadlock check proves), on
-    backends that accept one. While this runs, a wait that passes `timeout` prints where every
-    rank is (xladist/runtime/watchdog.py) and aborts the job.
+    backends that accept one. While this runs, a wait that passes `timeout` ends the job with
+    the coordination service's report of where every rank is (xladist/runtime/watchdog.py).
     """
-    from xladist.collectives import CommunicatorCache, MpiCommunicator
-
-    from .mpi_context import MpiDeviceContext
-
     comm = world()
     n = comm.Get_size()
     rank = comm.Get_rank()
     deadline.configure(timeout)
-    _share_cores(comm)
-    assignment = make_assignment(module, n, device_assignment)
-    placement = placement_for(rank, assignment)
-    jdir, created = watchdog.job_dir(comm)
-    if created:
-        atexit.register(watchdog.remove_job_dir, jdir)
-    monitor = watchdog.install(jdir, placement, n)
-    cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
-    channels = None
-    if any(i.family == "p2p" for i in module.all_instructions()):
-        from xladist.collectives.p2p import Channels
-        with deadline.waiting("creating the channels' communicator"):
-            channels = Channels(comm.Dup(), placement, host=host)
-    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
-    if feeds is not None:
-        feeds.start(placement, module)  # checks the infeed order, starts the producer
-    ctx.prepare()
+    ctx = device_context(module, comm, device_assignment, feeds=feeds, host=host)
+    placement, monitor = ctx.placement, ctx.monitor
     device, spans = ctx, _untraced
     if trace and tracer is None:
         from .trace import Tracer
@@ -109,34 +90,36 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
         if trace:  # collective: every rank traces or none (progress-only tracers don't)
             tracer.align(comm)
         device, spans = TracedDevice(ctx, tracer), tracer
-    from xladist.backends import compile as compile_module
-    # What a failing rank keeps: its timeline (the launcher merges the parts it finds) and
-    # what it already sent to the host (--host-send files).  A job aborted by a deadline or by
-    # another thread never reaches the except below, so these are abort hooks; the except
-    # runs them itself.
-    forget_trace = deadline.on_abort(lambda: tracer.write_partial(trace)) if trace else None
+    # What a failing rank keeps: its timeline (sent to the coordination service, which merges
+    # what it gets; or, when this process writes the trace itself, a part file) and what it
+    # already sent to the host (--host-send files).  A job aborted by a deadline or by another
+    # thread never reaches the except below, so these are abort hooks; the except runs them
+    # itself.
+    forget_trace = deadline.on_abort(lambda: _save_trace(monitor, tracer, trace, True)) \
+        if trace else None
     host_finish = getattr(host, "finish", None)
     forget_host = deadline.on_abort(host_finish) if host_finish else None
     try:
         with spans.span("compile", backend=backend):
-            options = _executor_options(module, backend, schedule)
-            options.update(compile_options or {})
-            exe = compile_module(module, backend=backend, verify=verify, device=device,
-                                 **options)
+            exe = compile_for(module, device, backend=backend, verify=verify,
+                              schedule=schedule, compile_options=compile_options)
         monitor.mark("computing")
         with spans.execute():
-            outputs = exe(*per_device_inputs[placement.device])
+            outputs = exe(*inputs)
         monitor.mark("finished")
     except BaseException:
         deadline.run_abort_hooks()
         if feeds is not None:  # deliver every item outfed so far before the job aborts
             feeds.abort()
+        # A process that goes on after the error (xladist.run in a loop under MPI, the
+        # conformance kit after a backend refused a program) must not keep this run's
+        # communicators: MPICH has about 2,000 context ids. Freeing is local in MPICH, so
+        # it cannot wait for a peer that is still inside a collective.
+        ctx.cache.free()
         raise
     if feeds is not None:
         feeds.finish()
-    if channels is not None:
-        channels.close()
-    cache.free()  # communicators are per run: a process running many programs reuses ids
+    release(ctx)
     if host_finish:
         forget_host()
         host_finish()
@@ -148,11 +131,78 @@ def execute_on_this_rank(module, per_device_inputs, *, backend: str = "cpu",
         if rank == gather_to:
             result.all_outputs = gathered
     if trace:
-        tracer.write_merged(comm, trace, root=gather_to or 0)
+        _save_trace(monitor, tracer, trace, False, comm, gather_to or 0)
         forget_trace()
     result.tracer = tracer
-    watchdog.uninstall()
+    deadline.watchdog.set_monitor(None)
+    deadline.watchdog.loops.clear()
     return result
+
+
+def device_context(module, comm, device_assignment=None, *, feeds=None, host=None):
+    """This rank's device of `module`, placed, its communicators and channels made and every
+    collective planned (collective over all ranks: each calls it for the same module). The
+    context carries `placement`, `monitor` (the rank's coordination-service client, whose
+    watchdog now watches this module), `cache` and `channels`; `release` frees them."""
+    from xladist.collectives import CommunicatorCache, MpiCommunicator
+
+    from .mpi_context import MpiDeviceContext
+    _share_cores(comm)
+    assignment = make_assignment(module, comm.Get_size(), device_assignment)
+    placement = placement_for(comm.Get_rank(), assignment)
+    from .service import client as service_client
+    monitor = service_client.for_rank(comm)
+    watch(monitor, placement)
+    cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
+    channels = None
+    if any(i.family == "p2p" for i in module.all_instructions()):
+        from xladist.collectives.p2p import Channels
+        with deadline.waiting("creating the channels' communicator"):
+            channels = Channels(comm.Dup(), placement, host=host)
+    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
+    ctx.monitor = monitor
+    if feeds is not None:
+        feeds.start(placement, module)  # checks the infeed order, starts the producer
+    ctx.prepare()
+    return ctx
+
+
+def watch(monitor, placement) -> None:
+    """The watchdog's hang reports name `placement` and go through `monitor` (once per run:
+    a persistent rank runs many modules, each placed its own way)."""
+    monitor.placed(placement)
+    deadline.watchdog.loops.clear()
+    deadline.watchdog.set_monitor(monitor)
+
+
+def release(ctx) -> None:
+    """The communicators and channels of a device_context (after its last run)."""
+    if ctx.channels is not None:
+        ctx.channels.close()
+    ctx.cache.free()  # communicators are per run: a process running many programs reuses ids
+
+
+def compile_for(module, device, *, backend: str, verify: bool = True, schedule: bool = True,
+                compile_options: dict | None = None):
+    """`module` compiled for `device` (a device_context, or a traced one around it)."""
+    from xladist.backends import compile as compile_module
+    options = _executor_options(module, backend, schedule)
+    options.update(compile_options or {})
+    return compile_module(module, backend=backend, verify=verify, device=device, **options)
+
+
+def _save_trace(client, tracer, trace, partial: bool, comm=None, root: int = 0) -> None:
+    """`trace` True: this rank's events go to the coordination service, which writes the
+    job's trace on the launching host (also of a failed run: `partial`). A path: the ranks
+    merge their events there themselves (a gather to `root`; after a failure each rank
+    leaves `PATH.rank<r>.part` where it runs)."""
+    if trace is True:
+        from .rank_main import trace_blob
+        client.send("trace", blob=trace_blob(tracer), partial=partial, timeout=10.0)
+    elif partial:
+        tracer.write_partial(trace)
+    else:
+        tracer.write_merged(comm, trace, root=root)
 
 
 def _executor_options(module, backend: str, schedule: bool) -> dict:
@@ -193,6 +243,13 @@ _untraced = _Untraced()
 
 def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -> None:
     """Print one rank's failure once and take the whole job down (no orphaned ranks)."""
+    text, code = failure_text(error, rank)
+    deadline.abort_job(f"{prefix}: error: {text}", code, with_rank=False)
+    sys.exit(code)
+
+
+def failure_text(error: BaseException, rank: int) -> tuple[str, int]:
+    """What a rank says about its failure (named with its rank), and the exit code."""
     if isinstance(error, XlaDistError):
         text = str(error)
         if not isinstance(error, ExecutionError) or error.rank is None:
@@ -203,5 +260,4 @@ def report_and_abort(error: BaseException, rank: int, prefix: str = "xladist") -
         text = f"rank {rank}: internal error: {type(error).__name__}: {error}\n" + "".join(
             traceback.format_exception(error)[-6:])
         code = 1
-    deadline.abort_job(f"{prefix}: error: {text}", code, with_rank=False)
-    sys.exit(code)
+    return text, code

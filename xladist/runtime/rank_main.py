@@ -1,38 +1,155 @@
-"""Entry point of each rank started by `xladist.run` from a plain Python process.
+"""A rank of a served job: everything it needs comes from the coordination service.
 
-    mpiexec -n N python -m xladist.runtime.rank_main JOB_DIR
+    mpiexec -n N python -m xladist.runtime.rank_main        (XLADIST_COORD names the service)
 
-JOB_DIR holds module.hlo and job.pkl ({"inputs": per-device argument lists,
-"options": run options}); rank 0 writes outputs.pkl (a list over devices of output
-lists). A failing rank reports and aborts the job (xladist.runtime.rank.report_and_abort).
+`xladist run -n N` and `xladist.run` from a plain process start their ranks this way; under a
+bare `mpiexec -n N xladist run ...` every rank calls `serve` after rank 0 has started the
+service. A rank asks the service for the job (module and settings) and for its own
+device's inputs, runs its device, and streams its outputs back one array at a time (then its
+trace and statistics); nothing is read from or written to a disk the ranks would have to
+share. A failing rank reports and aborts the job (xladist.runtime.rank.report_and_abort).
 """
 
 from __future__ import annotations
 
-import pickle
+import json
+import os
 import sys
-from pathlib import Path
+
+# How long a rank waits for the service to hand it the job and its inputs: they are read
+# (and the code compiled) on the launching host while the ranks wait.
+SETUP_TIMEOUT_S = 600.0
 
 
-def main(argv: list[str]) -> int:
-    job = Path(argv[0])
-    from .rank import execute_on_this_rank, report_and_abort, world
-    rank = world().Get_rank()
+def main(argv: list[str], serve_fn=None) -> int:
+    """A rank's life: connect to the service, `serve_fn(client, comm)` (default `serve`: one
+    job; cluster_rank.serve: a persistent cluster's orders), report-and-abort on failure."""
+    from .hostinfo import set_blas_coretype
+    set_blas_coretype()  # this host's OpenBLAS kernel, before numpy loads OpenBLAS
+    from .rank import report_and_abort, world
+    comm = world()
+    rank = comm.Get_rank()
+    prefix = os.environ.get("XLADIST_RANK_PREFIX", "xladist.run")
     try:
-        from xladist.hlo.parser import parse_file
-        module = parse_file(job / "module.hlo")
-        with open(job / "job.pkl", "rb") as f:
-            spec = pickle.load(f)
-        result = execute_on_this_rank(module, spec["inputs"], gather_to=0, **spec["options"])
+        from .service import client as service_client
+        (serve_fn or serve)(service_client.for_rank(comm), comm)
     except BaseException as e:  # noqa: BLE001 - every failure must take the job down
-        report_and_abort(e, rank, prefix="xladist.run")
+        report_and_abort(e, rank, prefix=prefix)
         return 1
-    if rank == 0:
-        tmp = job / "outputs.pkl.tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(result.all_outputs, f)
-        tmp.rename(job / "outputs.pkl")
     return 0
+
+
+def serve(client, comm) -> None:
+    """Run this rank's part of the job the service describes (collective)."""
+    from xladist.collectives import deadline
+
+    from .channels_host import ServiceHost
+    from .rank import execute_on_this_rank
+    rank = comm.Get_rank()
+    with deadline.waiting("receiving the job from the coordination service"):
+        meta, blob = client.request("job", SETUP_TIMEOUT_S)
+    spec = meta["spec"]
+    module, compile_options = _module(spec, blob)
+    deadline.configure(spec.get("timeout", 300.0))
+    with deadline.waiting("receiving this rank's inputs from the coordination service"):
+        inputs = _inputs(client, rank)
+    if spec.get("threads") is not None:
+        from xladist.compiler import parallel
+        parallel.set_threads(spec["threads"])
+    feeds = _feeds(client, spec)
+    host = None
+    if spec.get("host_send") or spec.get("host_recv"):
+        host = ServiceHost(client, spec["host_send"], spec["host_recv"],
+                           spec.get("timeout") or None)
+    tracer, shown = _watchers(spec, rank)
+    with shown:
+        result = execute_on_this_rank(
+            module, inputs, backend=spec.get("backend", "cpu"),
+            timeout=spec.get("timeout", 300.0), verify=spec.get("verify", True),
+            device_assignment=spec.get("device_assignment"), feeds=feeds, host=host,
+            trace=True if spec.get("trace") else None, tracer=tracer, gather_to=None,
+            compile_options=compile_options, schedule=spec.get("schedule", True))
+    if spec.get("outputs"):
+        _send_outputs(client, result.outputs, spec.get("timeout") or None)
+    if spec.get("stats"):
+        client.send("stats", summary=result.tracer.summary())
+    client.bye()
+
+
+def _module(spec: dict, blob: bytes):
+    """The module and the backend options that run it (a .xlx file: without compiling)."""
+    if spec.get("xlx"):
+        import tempfile
+
+        from xladist.compiler.serialized import SerializedExecutable
+        with tempfile.NamedTemporaryFile(suffix=".xlx") as f:
+            f.write(blob)
+            f.flush()
+            exe = SerializedExecutable(f.name)
+        return exe.module, exe.options()
+    from xladist.hlo.parser import parse_module
+
+    from .config import override_device_counts
+    module = parse_module(blob.decode("utf-8"), filename=spec.get("source") or "the module")
+    override_device_counts(module, spec.get("replica_count"), spec.get("num_partitions"))
+    return module, {}
+
+
+def _inputs(client, rank: int) -> list:
+    meta, arrays = client.request("inputs", SETUP_TIMEOUT_S, device=rank)
+    return unpack_inputs(meta, arrays)
+
+
+def unpack_inputs(meta: dict, arrays) -> list:
+    """A device's argument list from the service's `inputs` reply (JobHost.request)."""
+    from xladist.semantics.values import TOKEN
+    arrays = iter(arrays or [])
+    tokens = set(meta.get("tokens", []))
+    return [TOKEN if i in tokens else next(arrays) for i in range(meta.get("count", 0))]
+
+
+def _feeds(client, spec: dict):
+    from .feeds.host import SocketSink, SocketSource
+    from .feeds.pipeline import Feeds, FunctionSource
+    source = sink = None
+    if spec.get("infeed") == "served":
+        source = SocketSource(client.address, client.token)
+    elif spec.get("infeed_fn"):
+        source = FunctionSource(spec["infeed_fn"])
+    if spec.get("outfeed") == "served":
+        sink = SocketSink(client.address, client.token, spec.get("timeout"))
+    if source is None and sink is None:
+        return None
+    return Feeds(source, sink, prefetch=spec.get("prefetch", 8), timeout=spec.get("timeout"))
+
+
+def _watchers(spec: dict, rank: int):
+    """The rank's Tracer (None when nothing needs one) and rank 0's progress line."""
+    from . import progress
+    from .trace import Tracer
+    how = progress.mode(spec.get("quiet", False)) if rank == 0 else "off"
+    tracer = None
+    if spec.get("trace") or spec.get("stats") or how != "off":
+        tracer = Tracer(rank, record=bool(spec.get("trace")))
+    return tracer, progress.Progress(tracer, how, label=spec.get("label", "xladist run"))
+
+
+def _send_outputs(client, outputs, timeout) -> None:
+    """One array at a time, straight from this rank's memory to the service's disk."""
+    import numpy as np
+
+    from xladist.collectives import deadline
+    with deadline.waiting("handing this rank's outputs to the coordination service"):
+        for i, a in enumerate(outputs):
+            if not client.send("output", arrays=[np.asarray(a)], index=i,
+                               timeout=timeout or 300.0):
+                raise ConnectionError("the coordination service stopped taking this rank's "
+                                      f"outputs (output {i})")
+        client.send("outputs-done", count=len(outputs))
+
+
+def trace_blob(tracer) -> bytes:
+    return json.dumps(tracer.trace_events(), separators=(",", ":")).encode()
 
 
 if __name__ == "__main__":

@@ -18,9 +18,12 @@ every rank's events on rank 0, which writes the Trace Event Format file
 one process (pid) per rank named "rank r (replica i, partition j)", one thread (tid 0)
 named after its device, and `ph: "X"` complete events.
 
-When a rank fails, `write_partial` saves what that rank has to `PATH.rank<r>.part` -- on an
-exception, and from `deadline.on_abort` when its deadline passes or another thread aborts the
-job; the launching process merges the parts it finds into PATH (`merge_partials`).
+Under `xladist run` and `xladist.run` the ranks send their events to the job's coordination
+service, which writes PATH on the launching host, also after a failure (what arrived, naming
+the ranks whose events are missing). A rank given a path itself (`xladist demo`, a bare
+`mpiexec`) gathers on rank 0; when it fails, `write_partial` saves what it has to
+`PATH.rank<r>.part` on its own host -- on an exception, and from `deadline.on_abort` when its
+deadline passes or another thread aborts the job; `merge_partials` merges such parts.
 
 The same timings give the per-rank split that `xladist demo` prints (`summary()`):
 wall time of the run, time waiting in collectives, in infeed, in outfeed and in send/recv,
@@ -85,7 +88,7 @@ class Tracer:
 
     def watch(self, module, placement=None) -> None:
         """Count iterations of the while loops at the top of the entry computation."""
-        from xladist.analysis.deadlock.trace import known_trip_count
+        from xladist.analysis.deadlock.facts import known_trip_count
         self.placement = placement
         loops = [i for i in module.entry.instructions if i.opcode == "while"]
         self._loop_roots = {id(i.attrs["body"].root) for i in loops if "body" in i.attrs}
@@ -110,6 +113,12 @@ class Tracer:
         self.wait_calls[kind] += 1
         if self.record:
             self.events.append((name, kind, t0, t1, args))
+
+    def add_waits(self, kind: str, ns: int, calls: int) -> None:
+        """Waits counted elsewhere (a native while loop times its MPI calls itself): they
+        count in summary(), and make no slices."""
+        self.wait_ns[kind] += int(ns)
+        self.wait_calls[kind] += int(calls)
 
     def span(self, name: str, cat: str = "run", **args):
         """`with tracer.span("compile"): ...` records one slice."""
@@ -198,7 +207,8 @@ class _Span:
 def write_trace(path: str, events: list[dict], ranks: int | None = None,
                 note: str | None = None) -> None:
     """Write a Trace Event Format JSON object file (atomically: no half-written trace;
-    saved in the job directory, with a message, when `path` cannot be written)."""
+    rescued to a fresh folder, with a message, when `path` cannot be written:
+    xladist/files.py `deliver`)."""
     doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {"producer": "xladist", "ranks": ranks}}
     if note:
@@ -206,6 +216,33 @@ def write_trace(path: str, events: list[dict], ranks: int | None = None,
     data = json.dumps(doc, separators=(",", ":")).encode()
     # Atomic; when the folder is gone by now, the trace goes to the job directory instead.
     deliver(path, lambda f: f.write(data), "--trace")
+
+
+def write_trace_parts(path: str, parts: list, ranks: int | None = None,
+                      note: str | None = None) -> None:
+    """Write a trace from files that each hold one rank's events as a JSON list (what ranks
+    send the coordination service), streamed: never all ranks' events in memory at once."""
+    other = {"producer": "xladist", "ranks": ranks}
+    if note:
+        other["note"] = note
+    tail = ('],"displayTimeUnit":"ms","otherData":' +
+            json.dumps(other, separators=(",", ":")) + "}").encode()
+
+    def write(f) -> None:
+        f.write(b'{"traceEvents":[')
+        first = True
+        for part in parts:
+            with open(part, "rb") as src:
+                body = src.read().strip()
+            body = body[1:-1].strip() if body.startswith(b"[") else body
+            if not body:
+                continue
+            if not first:
+                f.write(b",")
+            f.write(body)
+            first = False
+        f.write(tail)
+    deliver(path, write, "--trace")
 
 
 def merge_partials(path: str) -> bool:
@@ -251,6 +288,11 @@ class TracedDevice:
 
     # Collectives bound once for loops skip `collective` and so the timeline: not here.
     bound_collective = None
+
+    def native_waits(self, ns: int, calls: int) -> None:
+        """A native while loop's time in MPI calls (compiler/native/loop.py): collective wait
+        in the summary (its calls include send/recv waits, counted with them)."""
+        self._tracer.add_waits("collective", ns, calls)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)

@@ -14,6 +14,7 @@ import time
 import pytest
 
 import xladist
+from xladist.analysis.deadlock import budget as budget_mod
 from xladist.analysis.deadlock import check as check_mod
 from xladist.analysis.deadlock import check_module
 from xladist.analysis.deadlock.report import Problem
@@ -56,7 +57,7 @@ def slow_last_trace(monkeypatch):
             time.sleep(BUDGET * 2)
         return tr
     monkeypatch.setattr(check_mod, "trace_device", traced)
-    monkeypatch.setattr(check_mod, "_CLOCK_EVERY", 1)
+    monkeypatch.setattr(budget_mod, "CLOCK_EVERY", 1)
     return monkeypatch
 
 
@@ -81,15 +82,15 @@ def test_matching_collectives_stops_on_the_budget(slow_last_trace):
 
 
 def test_matching_channels_stops_on_the_budget(slow_last_trace):
-    slow_last_trace.setattr(check_mod, "_match_collectives", lambda t, p, d=None: None)
+    slow_last_trace.setattr(check_mod, "match_collectives", lambda t, p, d=None: None)
     (p,) = _check().problems
     assert "the check was matching channel 1 from device " in p.message, p.message
 
 
 def test_simulation_stops_on_the_budget(slow_last_trace):
-    slow_last_trace.setattr(check_mod, "_match_collectives", lambda t, p, d=None: None)
-    slow_last_trace.setattr(check_mod, "_match_channels", lambda t, p, d=None: None)
-    slow_last_trace.setattr(check_mod, "_CLOCK_EVERY", 16)   # the simulation checks every 1/16
+    slow_last_trace.setattr(check_mod, "match_collectives", lambda t, p, d=None: None)
+    slow_last_trace.setattr(check_mod, "match_channels", lambda t, p, d=None: None)
+    slow_last_trace.setattr(budget_mod, "CLOCK_EVERY", 16)   # the simulation checks every 1/16
     (p,) = _check().problems
     assert "the check was simulating all devices together (device 0 at event 1 of" \
            in p.message, p.message

@@ -1,64 +1,46 @@
 """The static cross-device check: prove, before any rank blocks, that a module cannot hang.
 
-`check_module(module, num_devices)` traces every device's schedule (trace.py), then:
+`check_module(module, num_devices)` is the driver.  It first tries the shortcuts (one trace
+for all devices, symmetry.py; one per class of devices, classes.py); otherwise it traces every
+device's schedule (trace.py), then
 
-(a) matches collectives: on every device group, the k-th collective each member issues must be
-    the same collective (kind, groups, element types, shapes, reducer, dimensions, pairs) --
-    else a `mismatch`; one that some members never reach is `unmatched`;
-(b) matches channels: on every (channel, source device, target device), the k-th send pairs
-    with the k-th recv; a send whose recv is never issued (or the reverse) is `unmatched`
-    (docs/reference/collective-semantics.md 21a: unbuffered channels make it a hang);
-(c) runs all devices jointly -- a collective blocks until all members arrive, an async done
-    until all members issued the start, a recv-done until the peer issued the send, a
-    send-done until the peer issued the recv -- until every device finishes or none can move,
-    then reports each cycle of waits as a `deadlock`.
+(a) matches collectives and (b) channels across devices (matching.py),
+(c) runs all devices jointly until every device finishes or none can move (simulate.py),
+    then reports each cycle of waits as a `deadlock` (cycles.py).
 
 Control that depends on data around communication stops a device's trace and is `unproven`:
 a warning, an error with strict=True.  Except a conditional whose index comes from all-reduce
 results (the same on every member of the group, e.g. `lax.cond(psum(x) > 0, ...)`): the check
-runs once per combination of its branches, devices sharing the index taking the same one, and
-a problem that only some combinations have is a warning naming them (the data decides).
-Problems and their text live in report.py.
+runs once per combination of its branches (choices.py), devices sharing the index taking the
+same one, and a problem that only some combinations have is a warning naming them (the data
+decides).  Problems and their text live in report.py.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 
 from xladist.hlo.collective_groups import DeviceAssignment, GroupError, run_device_counts
 from xladist.errors import InputError
 from xladist.hlo.ir import Module
 
-from .report import Problem, Report, event_ref, mismatch_problem, side_by_side
-from .classes import by_classes
-from .symmetry import LazyTraces, symmetric_trace
 from ..schedule import schedule_module
-from .trace import (
-    DEFAULT_MAX_UNROLL,
-    DeviceTrace,
-    Event,
-    ModuleFacts,
-    OverBudget,
-    trace_device,
-    where,
-)
+from .budget import OverBudget
+from .choices import MAX_BRANCH_RUNS, Choices
+from .classes import by_classes
+from .cycles import report_cycles
+from .events import where
+from .facts import ModuleFacts
+from .matching import match_channels, match_collectives
+from .report import Problem, Report, device_list, event_ref
+from .simulate import simulate
+from .symmetry import LazyTraces, event_counts, symmetric_trace
+from .trace import DEFAULT_MAX_UNROLL, trace_device
 
 __all__ = ["DEFAULT_BUDGET", "Problem", "Report", "check_module", "resolve_devices"]
 
 # Seconds the check may take before it says "cannot prove within the budget" (--check-budget).
 DEFAULT_BUDGET = 10.0
-
-
-class _Instance:
-    """One collective as all members of a group run it together."""
-
-    __slots__ = ("arrived", "group", "issued")
-
-    def __init__(self, group):
-        self.group = group
-        self.arrived: set[int] = set()
-        self.issued: set[int] = set()
 
 
 def resolve_devices(module: Module, num_devices: int | None,
@@ -87,286 +69,6 @@ def resolve_devices(module: Module, num_devices: int | None,
     return DeviceAssignment.default(*run_device_counts(module, num_devices))
 
 
-# The matching and simulation loops look at the clock every this many steps: a million
-# events take seconds at 1,024 devices, and perf_counter per step would cost ~10% of that.
-_CLOCK_EVERY = 4096
-
-
-def _over_deadline(deadline: float | None, doing) -> None:
-    """Raise OverBudget when `deadline` has passed; `doing()` builds the description."""
-    if deadline is not None and time.perf_counter() > deadline:
-        raise OverBudget(None, "", doing())
-
-
-def _match_collectives(traces: list[DeviceTrace], problems: list[Problem],
-                       deadline: float | None = None) -> None:
-    """(a): pair the k-th collective of each member per device group; record problems."""
-    lists: dict[tuple[int, ...], dict[int, list[Event]]] = {}
-    for tr in traces:
-        for ev in tr.events:
-            if ev.kind in ("sync", "start"):
-                lists.setdefault(ev.group, {}).setdefault(tr.device, []).append(ev)
-    truncated = {tr.device for tr in traces if tr.unproven is not None}
-    seen_mismatch: set = set()
-    steps = 0
-    for g, (group, per_dev) in enumerate(lists.items()):
-        seqs = [per_dev.get(d, []) for d in group]
-        longest = max(len(s) for s in seqs)
-        reported_mismatch = False
-        for k in range(longest):
-            steps += len(group)
-            if steps >= _CLOCK_EVERY:
-                steps = 0
-                _over_deadline(deadline, lambda: (
-                    f"matching collectives: collective #{k + 1} of device group "
-                    f"{_group(group)} ({g + 1} of {len(lists)} groups)"))
-            present = [(d, s[k]) for d, s in zip(group, seqs) if k < len(s)]
-            inst = _Instance(group) if len(present) == len(group) else None
-            ref = present[0][1]
-            for d, ev in present:
-                ev.inst = inst
-                field = ref.sig.first_difference(ev.sig)
-                if field and not reported_mismatch:
-                    key = (ref.instr, ev.instr, field)
-                    if key not in seen_mismatch:
-                        seen_mismatch.add(key)
-                        problems.append(mismatch_problem(ref, ev, field, k, group))
-                    reported_mismatch = True
-            if inst is None:
-                missing = [d for d in group if d not in {p[0] for p in present}]
-                if all(d in truncated for d in missing):
-                    continue  # they may still get there; their trace is unproven
-                devices = [d for d, _ in present]
-                problems.append(Problem(
-                    "unmatched",
-                    f"{ref.instr.opcode} {ref.where()} is reached by device"
-                    f"{'s' if len(devices) > 1 else ''} {_list(devices)} but never by device"
-                    f"{'s' if len(missing) > 1 else ''} {_list(missing)} of its group "
-                    f"{_group(group)}; the devices that reach it wait forever",
-                    devices + missing, [event_ref(ev) for _, ev in present],
-                    detail=[f"device {d} reaches it as its collective #{k + 1} on this group"
-                            for d, _ in present] +
-                           [f"device {d} issues only {len(s)} collective(s) on this group"
-                            for d, s in zip(group, seqs) if d in missing]))
-                break
-
-
-def _match_channels(traces: list[DeviceTrace], problems: list[Problem],
-                    deadline: float | None = None) -> None:
-    """(b): the k-th send on (channel, src, dst) pairs with the k-th recv on it."""
-    sends: dict[tuple, list[Event]] = {}
-    recvs: dict[tuple, list[Event]] = {}
-    for tr in traces:
-        for ev in tr.events:
-            if ev.kind == "send":
-                sends.setdefault((ev.channel, ev.device, ev.peer), []).append(ev)
-            elif ev.kind == "recv":
-                recvs.setdefault((ev.channel, ev.peer, ev.device), []).append(ev)
-    truncated = {tr.device for tr in traces if tr.unproven is not None}
-    keys = list(dict.fromkeys(list(sends) + list(recvs)))
-    steps = 0
-    for n, key in enumerate(keys):
-        channel, src, dst = key
-        ss, rs = sends.get(key, []), recvs.get(key, [])
-        steps += len(ss) + 1
-        if steps >= _CLOCK_EVERY:
-            steps = 0
-            _over_deadline(deadline, lambda: (
-                f"matching channel {channel} from device {src} to device {dst} "
-                f"({n + 1} of {len(keys)} sender/receiver pairs)"))
-        for s, r in zip(ss, rs):
-            s.partner, r.partner = r, s
-            if s.shape != r.shape:
-                problems.append(Problem(
-                    "mismatch",
-                    f"channel {channel}: device {src} sends {s.shape} at {s.where()} but device "
-                    f"{dst} receives {r.shape} at {r.where()}",
-                    [src, dst], [event_ref(s), event_ref(r)],
-                    detail=side_by_side((f"device {src}", f"device {dst}"),
-                                         [("instruction", s.where(), r.where()),
-                                          ("shape", s.shape, r.shape)], differs="shape")))
-        if len(ss) > len(rs) and dst not in truncated:
-            s = ss[len(rs)]
-            problems.append(Problem(
-                "unmatched",
-                f"device {src} sends to device {dst} on channel {channel} at {s.where()}, but "
-                f"device {dst} never issues a matching recv; channels are unbuffered, so the "
-                "send never completes",
-                [src, dst], [event_ref(s)],
-                detail=[f"device {src} issues {len(ss)} send(s) to device {dst} on channel "
-                        f"{channel}; device {dst} issues {len(rs)} recv(s) from device {src}"]))
-        elif len(rs) > len(ss) and src not in truncated:
-            r = rs[len(ss)]
-            problems.append(Problem(
-                "unmatched",
-                f"device {dst} receives from device {src} on channel {channel} at {r.where()}, "
-                f"but device {src} never issues a matching send; the recv-done waits forever",
-                [dst, src], [event_ref(r)],
-                detail=[f"device {dst} issues {len(rs)} recv(s) from device {src} on channel "
-                        f"{channel}; device {src} issues {len(ss)} send(s) to device {dst}"]))
-
-
-def _blocked(ev: Event) -> bool:
-    """Whether the device at `ev` must wait (issuing effects are applied by the caller)."""
-    k = ev.kind
-    if k == "sync":
-        return ev.inst is None or len(ev.inst.arrived) < len(ev.inst.group)
-    if k == "done":
-        inst = ev.link.inst
-        return inst is None or len(inst.issued) < len(inst.group)
-    if k in ("send-done", "recv-done"):
-        partner = ev.link.partner
-        return partner is None or not partner.issued
-    return False
-
-
-def _wait_key(ev: Event):
-    if ev.kind == "sync":
-        return ev.inst
-    if ev.kind == "done":
-        return ev.link.inst
-    return ev.link.partner
-
-
-def _simulate(traces: list[DeviceTrace], deadline: float | None = None) -> dict[int, Event]:
-    """(c): run every device until all finish or none can move; the events devices stop at."""
-    pos = {tr.device: 0 for tr in traces}
-    by_dev = {tr.device: tr.events for tr in traces}
-    waiters: dict[int, list[int]] = {}
-    runnable = deque(pos)
-    queued = set(pos)
-
-    def wake(key) -> None:
-        for d in waiters.pop(id(key), ()):
-            if d not in queued:
-                queued.add(d)
-                runnable.append(d)
-
-    total = sum(map(len, by_dev.values()))
-    steps = 0
-    while runnable:
-        d = runnable.popleft()
-        queued.discard(d)
-        events = by_dev[d]
-        i = pos[d]
-        steps += 1
-        if steps >= _CLOCK_EVERY // 16:   # each turn runs a device up to its next wait
-            steps = 0
-            _over_deadline(deadline, lambda: (
-                f"simulating all devices together (device {d} at event {i + 1} of "
-                f"{len(events)}; {sum(pos.values()):,} of {total:,} events run)"))
-        while i < len(events):
-            ev = events[i]
-            k = ev.kind
-            if k == "sync" and ev.inst is not None and d not in ev.inst.arrived:
-                ev.inst.arrived.add(d)
-                if len(ev.inst.arrived) == len(ev.inst.group):
-                    wake(ev.inst)
-            if _blocked(ev):
-                key = _wait_key(ev)
-                if key is not None:
-                    waiters.setdefault(id(key), []).append(d)
-                break
-            if k == "start" and ev.inst is not None:
-                ev.inst.issued.add(d)
-                if len(ev.inst.issued) == len(ev.inst.group):
-                    wake(ev.inst)
-            elif k in ("send", "recv"):
-                ev.issued = True
-                wake(ev)
-            i += 1
-        pos[d] = i
-    return {d: by_dev[d][i] for d, i in pos.items() if i < len(by_dev[d])}
-
-
-def _waits_for(ev: Event) -> list[int]:
-    if ev.kind == "sync":
-        return [m for m in ev.inst.group if m not in ev.inst.arrived]
-    if ev.kind == "done":
-        return [m for m in ev.link.inst.group if m not in ev.link.inst.issued]
-    return [ev.peer]
-
-
-def _why(ev: Event, other: int, stuck: dict[int, Event]) -> str:
-    if ev.kind in ("send-done", "recv-done"):
-        want = "recv" if ev.kind == "send-done" else "send"
-        return f"to issue its {want} on channel {ev.channel}"
-    return f"to reach {ev.instr.opcode} on group {_group(ev.group)}"
-
-
-def _cycles(stuck: dict[int, Event], traces: list[DeviceTrace],
-            problems: list[Problem]) -> None:
-    truncated = {tr.device for tr in traces if tr.unproven is not None}
-
-    def matched(ev: Event) -> bool:
-        if ev.kind == "sync":
-            return ev.inst is not None
-        if ev.kind == "done":
-            return ev.link.inst is not None
-        return ev.link.partner is not None
-
-    succ: dict[int, int] = {}
-    for d, ev in stuck.items():
-        if not matched(ev):
-            continue  # already reported as unmatched
-        nxt = [m for m in _waits_for(ev) if m in stuck and m not in truncated]
-        if nxt:
-            succ[d] = min(nxt)
-    reported: set[frozenset] = set()
-    in_cycle: dict[int, Problem] = {}
-    for start in sorted(succ):
-        path, seen = [], {}
-        d = start
-        while d in succ and d not in seen:
-            seen[d] = len(path)
-            path.append(d)
-            d = succ[d]
-        if d not in seen:
-            continue
-        cycle = path[seen[d]:]
-        key = frozenset(cycle)
-        if key in reported:
-            continue
-        reported.add(key)
-        # Rotate so the smallest device speaks first: stable text for the same cycle.
-        r = cycle.index(min(cycle))
-        cycle = cycle[r:] + cycle[:r]
-        lines = []
-        for j, dev in enumerate(cycle):
-            ev, nxt = stuck[dev], cycle[(j + 1) % len(cycle)]
-            head = f"device {dev}" if j == 0 else "which"
-            tail = "," if j + 1 < len(cycle) else ": none of them can proceed."
-            lines.append(f"{head} waits at {ev.where()} for device {nxt} "
-                         f"{_why(ev, nxt, stuck)}{tail}")
-        p = Problem("deadlock",
-                    f"devices {_list(cycle)} wait for each other in a cycle",
-                    list(cycle), [event_ref(stuck[dev]) for dev in cycle], detail=lines)
-        problems.append(p)
-        for dev in cycle:
-            in_cycle[dev] = p
-    # Devices blocked behind a cycle: name them under it so nobody is left unexplained.
-    for d in sorted(succ):
-        if d in in_cycle:
-            continue
-        chain, x = [], d
-        while x in succ and x not in in_cycle and x not in chain:
-            chain.append(x)
-            x = succ[x]
-        if x in in_cycle:
-            p = in_cycle[x]
-            ev = stuck[d]
-            p.detail.append(f"(device {d} is blocked behind them at {ev.where()}, waiting for "
-                            f"device {succ[d]})")
-            p.devices.append(d)
-            in_cycle[d] = p
-
-
-def _list(devices) -> str:
-    return ", ".join(str(d) for d in devices)
-
-
-def _group(group) -> str:
-    return "{" + ",".join(map(str, group)) + "}"
 
 
 def check_module(module: Module, num_devices: int | None = None, *, device_assignment=None,
@@ -414,26 +116,26 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
     if induction and symmetry:
         try:
             one = symmetric_trace(facts, schedule, max_unroll=max_unroll, induction=True,
-                                  deadline=deadline, choose=_Choices())
+                                  deadline=deadline, choose=Choices())
         except OverBudget:
             one = None  # the per-device path says where the budget ran out
         if one is not None:
             report = Report(module.name, da, [], [one], time.perf_counter() - t0,
                             strict=strict)
-            report.events = dict.fromkeys(da.devices, len(one.events))
+            report.events = event_counts(facts, one)
             report.traces = LazyTraces(da.devices, lambda d: trace_device(
-                facts, schedule, d, max_unroll=max_unroll, choose=_Choices(), induction=True))
+                facts, schedule, d, max_unroll=max_unroll, choose=Choices(), induction=True))
             report.symmetric = True
             return report
         try:
             classes = by_classes(facts, schedule, max_unroll=max_unroll, deadline=deadline,
-                                 choices=_Choices(), max_runs=MAX_BRANCH_RUNS)
+                                 choices=Choices(), max_runs=MAX_BRANCH_RUNS)
         except (OverBudget, InputError):
             classes = None  # as above; invalid input is reported as the per-device path words it
         if classes is not None:
             return _class_report(module, da, facts, schedule, classes, max_unroll, strict,
                                  time.perf_counter() - t0)
-    choices = _Choices()
+    choices = Choices()
     runs: list[tuple[list[Problem], str | None]] = []
     first = None
     while True:
@@ -449,7 +151,7 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
             # Devices shortened different loops or trip counts: induction does not apply to
             # this program as a whole; the reference unrolling decides (within the budget).
             induction = False
-            choices = _Choices()
+            choices = Choices()
             runs, first = [], None
             continue
         first = first or traces
@@ -475,7 +177,7 @@ def _class_report(module, da, facts, schedule, classes, max_unroll, strict, seco
         count.update(dict.fromkeys(members.tolist(), len(tr.events)))
     report.events = {d: count[d] for d in da.devices}
     report.traces = LazyTraces(da.devices, lambda d: trace_device(
-        facts, schedule, d, max_unroll=max_unroll, choose=_Choices(), induction=True))
+        facts, schedule, d, max_unroll=max_unroll, choose=Choices(), induction=True))
     report.classes = len(classes)
     return report
 
@@ -504,51 +206,6 @@ def _merge_runs(runs, strict: bool) -> list[Problem]:
     return problems
 
 
-# Runs of the whole check over combinations of data-chosen (but uniform) branches.
-MAX_BRANCH_RUNS = 64
-
-
-class _Choices:
-    """The branches conditionals with unknown-but-keyed indices take in one run, enumerated
-    depth first over the order the keys were met (a later key may exist only for some
-    earlier choices): every device meeting a key takes the same branch."""
-
-    def __init__(self):
-        self.fixed: dict = {}
-        self.made: dict = {}        # key -> [branch, branches, where, devices]
-        self.order: list = []
-        self.runs = 0
-
-    def __call__(self, key, n: int, where: str, device: int) -> int:
-        if key not in self.made:
-            self.made[key] = [self.fixed.get(key, 0), n, where, []]
-            self.order.append(key)
-        self.made[key][3].append(device)
-        return self.made[key][0]
-
-    def describe(self) -> list[str]:
-        out = []
-        for key in self.order:
-            k, n, w, ds = self.made[key]
-            on = f"on device{'s' if len(ds) > 1 else ''} {', '.join(map(str, ds))}"
-            if key[0] == "trip":  # a loop's uniform trip count (trace.py)
-                runs = f"{k} or more" if k == n - 1 else str(k)
-                out.append(f"{w} runs {runs} iteration{'' if k == 1 else 's'} {on}")
-            else:
-                out.append(f"{w} takes branch {k} {on}")
-        return out
-
-    def advance(self) -> bool:
-        """The next combination, or False when all were run."""
-        self.runs += 1
-        for i in range(len(self.order) - 1, -1, -1):
-            k, n = self.made[self.order[i]][:2]
-            if k + 1 < n:
-                self.fixed = {key: self.made[key][0] for key in self.order[:i]}
-                self.fixed[self.order[i]] = k + 1
-                self.made, self.order = {}, []
-                return True
-        return False
 
 
 def _over_budget(e: OverBudget, budget: float, strict: bool) -> Problem:
@@ -561,7 +218,30 @@ def _over_budget(e: OverBudget, budget: float, strict: bool) -> Problem:
 def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=False,
                 deadline=None):
     """Trace every device under `choices`, then match and simulate: (traces, problems);
-    (None, None) when devices traced loops by induction differently (then unroll)."""
+    (None, None) when devices traced loops by induction differently (then unroll).
+
+    Where a trace assumed a loop's known_trip_count, what it found holds only if the
+    assumption does: the devices are traced again with such loops stopping the trace (as
+    data-dependent loops do), and only the problems found then are certain; the others
+    become warnings "if the assumed trip counts hold"."""
+    traces, problems = _trace_and_match(facts, schedule, da, strict, max_unroll, choices,
+                                        induction, deadline, assume=True)
+    if traces is None or not any(tr.assumptions for tr in traces):
+        return traces, problems
+    _, sure = _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction,
+                               deadline, assume=False)
+    certain = {(p.kind, p.message) for p in sure or () if p.kind != "unproven"}
+    for p in problems:
+        if p.kind != "unproven" and (p.kind, p.message) not in certain:
+            p.detail.append("(found assuming the known_trip_counts above; if they do not "
+                            "hold, the data decides)")
+            if not strict:
+                p.severity = "warning"
+    return traces, problems
+
+
+def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction, deadline,
+                     assume):
     traces = []
     for d in da.devices:
         # Loops check the deadline per iteration; straight-line code per device.
@@ -569,7 +249,7 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
             raise OverBudget(d, f"the start of its trace ({len(traces)} of "
                              f"{len(da.devices)} devices traced)")
         traces.append(trace_device(facts, schedule, d, max_unroll=max_unroll, choose=choices,
-                                   induction=induction, deadline=deadline))
+                                   induction=induction, deadline=deadline, assume=assume))
     if induction and len({tuple(tr.shortened) for tr in traces}) > 1 and not _apart(traces):
         return None, None
     problems: list[Problem] = []
@@ -581,11 +261,19 @@ def _check_once(facts, schedule, da, strict, max_unroll, choices, induction=Fals
                 f"{instr.opcode} {where(instr, ctx)}: {reason}",
                 [tr.device], [event_ref(None, instr, ctx)],
                 severity="error" if strict else "warning"))
+        for instr, ctx, count, why in tr.assumptions:
+            problems.append(Problem(
+                "unproven", f"assuming {where(instr, ctx)} runs {count} "
+                f"time{'s' if count != 1 else ''} on device {tr.device} (its "
+                f"known_trip_count): the check cannot fold its condition ({why}), and the "
+                "runtime follows the condition",
+                [tr.device], [event_ref(None, instr, ctx)],
+                severity="error" if strict else "warning", assumption=True))
     _merge_unproven(problems)
-    _match_collectives(traces, problems, deadline)
-    _match_channels(traces, problems, deadline)
-    stuck = _simulate(traces, deadline)
-    _cycles(stuck, traces, problems)
+    match_collectives(traces, problems, deadline)
+    match_channels(traces, problems, deadline)
+    stuck = simulate(traces, deadline)
+    report_cycles(stuck, traces, problems)
     return traces, problems
 
 
@@ -626,5 +314,6 @@ def _merge_unproven(problems: list[Problem]) -> None:
     for p in merged.values():
         if len(p.devices) > 1:
             p.message = p.message.replace(f"device {p.devices[0]} ",
-                                          f"devices {_list(p.devices)} ", 1)
+                                          f"devices {device_list(p.devices)} ", 1)
     problems[:] = out
+

@@ -39,12 +39,14 @@ every device as before: problems are always reported by the per-device path, in 
 from __future__ import annotations
 
 import time
-from collections import deque
-
 import numpy as np
 
 from .fold import IdValue
-from .trace import DeviceTrace, ModuleFacts, OverBudget, trace_device
+from .budget import OverBudget
+from .events import DeviceTrace
+from .facts import ModuleFacts
+from .simulate import run
+from .trace import trace_device
 
 __all__ = ["MAX_CLASSES", "Split", "by_classes"]
 
@@ -190,7 +192,7 @@ def _trace_classes(facts, schedule, devs: _Devices, *, max_unroll, deadline, cho
                 return None  # (one part: values that never compare equal, such as NaN)
             todo[:0] = parts
             continue
-        if trace.unproven is not None:
+        if trace.unproven is not None or trace.assumptions:
             return None
         done.append((members, trace))
     return done
@@ -278,12 +280,12 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
                 out.append((k,) + at[id(ev)])
             elif k in ("send", "recv"):
                 to_target = facts.peers(ev.instr)[0]
-                if (ev.channel, id(to_target)) not in same:
-                    if maps.setdefault(ev.channel, to_target) != to_target:
-                        return False   # ends of one channel name different pairs
-                    same.add((ev.channel, id(to_target)))
-                seq = (sends if k == "send" else recvs)[c].setdefault(ev.channel, [])
-                at[id(ev)] = (ev.channel, len(seq))
+                if (ev.stream, id(to_target)) not in same:
+                    if maps.setdefault(ev.stream, to_target) != to_target:
+                        return False   # ends of one stream name different pairs
+                    same.add((ev.stream, id(to_target)))
+                seq = (sends if k == "send" else recvs)[c].setdefault(ev.stream, [])
+                at[id(ev)] = (ev.stream, len(seq))
                 seq.append(ev.shape)
                 out.append((k,) + at[id(ev)])
             else:   # done, send-done, recv-done: wait on what their start/send/recv issued
@@ -346,56 +348,27 @@ def _over(deadline) -> None:
 
 
 def _simulate(steps, nbrs, targets, sources, deadline) -> bool:
-    """Run every class as one device (module docstring); True when all finish."""
-    n = len(steps)
-    pos = [0] * n
-    reached: dict[tuple, int] = {}   # (partition, class) -> P-events reached (start: issued)
-    issued: dict[tuple, int] = {}    # ("send"/"recv", channel, class) -> ends issued
-    waiters: dict[tuple, list[int]] = {}
-    runnable = deque(range(n))
-    queued = set(runnable)
-    turns = 0
-
-    def wake(key):
-        for c in waiters.pop(key, ()):
-            if c not in queued:
-                queued.add(c)
-                runnable.append(c)
-
-    while runnable:
-        c = runnable.popleft()
-        queued.discard(c)
-        turns += 1
-        if turns % 1024 == 0:
-            _over(deadline)
-        seq, i = steps[c], pos[c]
-        while i < len(seq):
-            kind, key, k = seq[i]
+    """Run every class as one device (module docstring), in simulate.py's joint simulation;
+    True when all finish.  A class raises its count of events reached on a partition (a
+    sync or start) or issued on a channel (a send or recv); its k-th sync on a partition
+    waits until every class it meets there reached k + 1 events on it, its done the same,
+    its k-th send-done until every target class issued k + 1 recvs (recv-done: sends)."""
+    compiled = []
+    for c, seq in enumerate(steps):
+        out = []
+        for kind, key, k in seq:
             if kind in ("sync", "start"):
-                if reached.get((key, c), 0) <= k:   # wake others only on news (no ping-pong)
-                    reached[(key, c)] = k + 1
-                    wake(("p", key))
-                if kind == "sync":
-                    blocked = [b for b in nbrs[(key, c)] if reached.get((key, b), 0) <= k]
-                else:
-                    blocked = []
-                wait = ("p", key)
+                waits = (tuple((("p", key, b), k + 1) for b in nbrs[(key, c)])
+                         if kind == "sync" else ())
+                out.append(((("p", key, c),), waits))
             elif kind == "done":
-                blocked = [b for b in nbrs[(key, c)] if reached.get((key, b), 0) <= k]
-                wait = ("p", key)
+                out.append(((), tuple((("p", key, b), k + 1) for b in nbrs[(key, c)])))
             elif kind in ("send", "recv"):
-                issued[(kind, key, c)] = k + 1
-                wake((kind, key))
-                blocked = []
+                out.append((((kind, key, c),), ()))
             elif kind == "send-done":
-                blocked = [b for b in targets[(key, c)] if issued.get(("recv", key, b), 0) <= k]
-                wait = ("recv", key)
+                out.append(((), tuple((("recv", key, b), k + 1) for b in targets[(key, c)])))
             else:   # recv-done
-                blocked = [b for b in sources[(key, c)] if issued.get(("send", key, b), 0) <= k]
-                wait = ("send", key)
-            if blocked:
-                waiters.setdefault(wait, []).append(c)
-                break
-            i += 1
-        pos[c] = i
-    return all(p == len(seq) for p, seq in zip(pos, steps))
+                out.append(((), tuple((("send", key, b), k + 1) for b in sources[(key, c)])))
+        compiled.append(out)
+    pos = run(compiled, deadline, lambda *_: "checking the classes of devices")
+    return all(p == len(seq) for p, seq in zip(pos, compiled))

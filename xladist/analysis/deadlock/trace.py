@@ -5,38 +5,27 @@ unrolled (trip count from `known_trip_count` in backend_config, else by folding 
 over the loop state), conditionals follow the branch their folded index picks, calls, fusions
 and async wrappers are entered.  The result is the ordered list of `Event`s the device issues:
 
-  sync       a synchronous collective: blocks until every member of its group arrives
-  start      an async collective's start: issues it, never blocks
-  done       an async collective's done: blocks until every member has issued the start
-  send/recv  issue a transfer on a channel to/from one peer, never block
-  send-done  blocks until the peer has issued the matching recv (channels are unbuffered)
-  recv-done  blocks until the peer has issued the matching send
+sync, start, done, send, recv, send-done and recv-done (events.py says what each waits for).
 
 Ends of a channel that no source-target pair names complete at once and produce no event
-(docs/reference/collective-semantics.md 21a).  A loop or branch whose control cannot be folded, and that
-contains communication, stops the trace there: the device's later behaviour is unproven.
+(docs/reference/collective-semantics.md 21a).  A loop or branch whose control cannot be
+folded, and that contains communication, stops the trace there: the device's later
+behaviour is unproven.
 
 Rules are registered by opcode in TRACE_RULES; only instructions that communicate are visited.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections import deque
 from collections.abc import Callable
 
-from xladist.hlo.collective_groups import (
-    DeviceAssignment,
-    GroupError,
-    collective_permute_pairs,
-    instruction_device_groups,
-)
-from xladist.hlo.collective_groups import PAIRS_ATTR, required_send_recv_pairs
-from xladist.errors import InputError
-from xladist.hlo.ir import Computation, Instruction, Module
+from xladist.hlo.ir import Computation, Instruction
 
 from ..schedule import communicates, computation_communicates
+from .budget import OverBudget
+from .events import DeviceTrace, Event, Handle, where
+from .facts import ModuleFacts, known_trip_count
 from .fold import Folder, Frame, Unknown, pick_branch
 from .induction import (
     INDUCTION_ITERATIONS,
@@ -47,233 +36,15 @@ from .induction import (
 )
 
 __all__ = [
-    "PAIRS_ATTR",
+    "DEFAULT_MAX_UNROLL",
     "TRACE_RULES",
-    "DeviceTrace",
-    "Event",
-    "OverBudget",
-    "ModuleFacts",
-    "Signature",
+    "UNROLL_BELOW",
     "trace_device",
-    "where",
 ]
 
 DEFAULT_MAX_UNROLL = 100_000
 # Loops of at most this many iterations are traced in full even when induction applies.
 UNROLL_BELOW = 16
-
-
-def where(instr: Instruction, ctx: tuple[str, ...] = ()) -> str:
-    """`name (line N, iteration 2 of while.3)` for messages."""
-    parts = [f"line {instr.line}"] if instr.line else []
-    parts.extend(ctx)
-    return f"{instr.name} ({', '.join(parts)})" if parts else instr.name
-
-
-class Signature:
-    """What all members of one collective must agree on (docs/reference/collective-semantics.md G.24-25, 21b)."""
-
-    FIELDS = ("kind", "groups", "types", "shapes", "reducer", "dimensions", "pairs")
-    __slots__ = FIELDS
-
-    def __init__(self, kind, groups, types, shapes, reducer, dimensions, pairs):
-        self.kind = kind
-        self.groups = groups
-        self.types = types
-        self.shapes = shapes
-        self.reducer = reducer
-        self.dimensions = dimensions
-        self.pairs = pairs
-
-    def first_difference(self, other: Signature) -> str | None:
-        if self is other:
-            return None
-        for f in self.FIELDS:
-            if getattr(self, f) != getattr(other, f):
-                return f
-        return None
-
-    def show(self, field: str) -> str:
-        v = getattr(self, field)
-        if v is None:
-            return "-"
-        if field == "groups":
-            return "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in v) + "}"
-        if field == "pairs":
-            return "{" + ",".join(f"{{{s},{t}}}" for s, t in v) + "}"
-        if isinstance(v, tuple):
-            return ", ".join(map(str, v)) if v else "()"
-        return str(v)
-
-
-class Event:
-    __slots__ = (
-        "channel",
-        "ctx",
-        "device",
-        "group",
-        "index",
-        "inst",
-        "instr",
-        "issued",
-        "kind",
-        "link",
-        "looped",
-        "partner",
-        "peer",
-        "shape",
-        "sig",
-    )
-
-    def __init__(self, kind: str, instr: Instruction, device: int, ctx: tuple[str, ...]):
-        self.kind = kind
-        self.instr = instr
-        self.device = device
-        self.ctx = ctx
-        self.sig: Signature | None = None
-        self.group: tuple[int, ...] = ()
-        self.channel = None
-        self.peer: int | None = None
-        self.shape: str | None = None
-        self.link: Event | None = None      # done -> its start / send / recv
-        self.inst = None                    # the matched collective instance
-        self.partner: Event | None = None   # send <-> matched recv
-        self.issued = False
-        self.index = 0                      # position in the device's trace
-        self.looped = False                 # inside a loop traced by induction (check.py)
-
-    def where(self) -> str:
-        return where(self.instr, self.ctx)
-
-    def __repr__(self) -> str:
-        return f"<{self.kind} {self.instr.name} on device {self.device}>"
-
-
-class DeviceTrace:
-    def __init__(self, device: int, replica: int, partition: int):
-        self.device = device
-        self.replica = replica
-        self.partition = partition
-        self.events: list[Event] = []
-        # (instruction, reason, ctx) where the trace stopped because control depends on data.
-        self.unproven: tuple[Instruction, str, tuple[str, ...]] | None = None
-        # Loops traced by induction (induction.py): (while, ctx, trip count or trip key).
-        self.shortened: list[tuple] = []
-
-
-def _reducer(comp: Computation | None) -> str | None:
-    """A comparable name for a reducer: the root op when it combines the two parameters."""
-    if comp is None:
-        return None
-    root = comp.root
-    if root is not None and len(root.operands) == 2 and all(
-            o.opcode == "parameter" for o in root.operands):
-        return f"{root.opcode} ({root.shape.to_text(layout=False)})"
-    return f"computation {comp.name}"
-
-
-def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    types, dims = [], []
-    for op in instrs:
-        for _, leaf in op.shape.leaves():
-            types.append(leaf.element_type.name)
-            dims.append("[" + ",".join(map(str, leaf.dims)) + "]")
-    return tuple(types), tuple(dims)
-
-
-def _attr_key(value):
-    """A dict key equal for equal group or pair attributes.  An iota form is its few numbers
-    (the expansion follows from them); else the value itself, hashed in C: repr() of 16,384
-    explicit groups per instruction cost more than the rest of the check."""
-    iota = getattr(value, "iota", None)
-    if iota is not None and getattr(value, "mesh", None) is None:
-        return ("iota", iota)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
-
-
-_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
-
-class ModuleFacts:
-    """Device-independent facts, computed once per check: groups, signatures, channel peers."""
-
-    def __init__(self, module: Module, da: DeviceAssignment):
-        self.module = module
-        self.da = da
-        self.R, self.P = da.replica_count, da.num_partitions
-        self._groups: dict[Instruction, tuple[dict[int, tuple[int, ...]], Signature]] = {}
-        self._peers: dict[Instruction, tuple[dict[int, int], dict[int, int]]] = {}
-        self._expanded: dict[tuple, tuple] = {}  # group/pair attributes -> their expansion
-
-    def _bad(self, instr: Instruction, message: str) -> InputError:
-        comp = instr.parent.name if instr.parent else "?"
-        return InputError(f"computation {comp}, instruction {where(instr)}: {message}")
-
-    def collective(self, instr: Instruction, op: Instruction | None = None):
-        """(device -> its group, Signature) of a collective; `op` is the wrapped op if any."""
-        hit = self._groups.get(instr)
-        if hit is not None:
-            return hit
-        op = op or instr
-        kind = op.opcode.removesuffix("-start")
-        has_channel = op.attrs.get("channel_id") is not None
-        # Instructions with the same group attributes share one expansion: at thousands of
-        # devices, expanding each instruction's groups again would cost more than the check.
-        a = op.attrs
-        same = (kind, has_channel, a.get("use_global_device_ids"),
-                _attr_key(a.get("replica_groups")), _attr_key(a.get("source_target_pairs")))
-        shared = self._expanded.get(same)
-        if shared is None:
-            try:
-                groups = instruction_device_groups(kind, op.attrs, self.da)
-                pairs = None
-                if kind == "collective-permute":
-                    raw = op.attrs.get("source_target_pairs", ())
-                    pairs = tuple(collective_permute_pairs(raw, has_channel, self.R, self.P,
-                                                           self.da))
-            except GroupError as e:
-                raise self._bad(instr, str(e)) from None
-            groups_t = tuple(tuple(g) for g in groups)
-            member = {d: g for g in groups_t for d in g}
-            shared = self._expanded[same] = (groups_t, member, pairs)
-        groups_t, member, pairs = shared
-        operands = op.operands
-        types, shapes = _leaf_shapes(operands)
-        sig = Signature(kind, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
-                        tuple(op.attrs["dimensions"]) if "dimensions" in op.attrs else None,
-                        pairs)
-        self._groups[instr] = (member, sig)
-        return member, sig
-
-    def peers(self, instr: Instruction) -> tuple[dict[int, int], dict[int, int]]:
-        """(source device -> target, target device -> source) of a send/recv's channel."""
-        hit = self._peers.get(instr)
-        if hit is not None:
-            return hit
-        same = (instr.opcode, instr.frontend_attributes.get(PAIRS_ATTR))
-        hit = self._expanded.get(same)
-        if hit is None:
-            try:
-                pairs = required_send_recv_pairs(instr, self.R, self.P, self.da)
-            except GroupError as e:
-                raise self._bad(instr, str(e)) from None
-            hit = self._expanded[same] = ({s: t for s, t in pairs}, {t: s for s, t in pairs})
-        self._peers[instr] = hit
-        return hit
-
-
-class OverBudget(Exception):
-    """The check's time budget ran out; `doing` says what the check was working on
-    ("tracing device 3 at while.2 ...", "matching collectives ..."), `device` the device
-    it was on, if one."""
-
-    def __init__(self, device: int | None, where: str, doing: str | None = None):
-        super().__init__(where)
-        self.device, self.where = device, where
-        self.doing = doing or f"tracing device {device} at {where}"
 
 
 class _Unproven(Exception):
@@ -292,12 +63,6 @@ def _rule(*opcodes: str):
             TRACE_RULES[op] = fn
         return fn
     return wrap
-
-
-def known_trip_count(instr: Instruction) -> int | None:
-    """The `known_trip_count` XLA's loop analysis stored in a while's backend_config."""
-    m = _TRIP_RE.search(instr.backend_config or "")
-    return int(m.group(1)) if m else None
 
 
 def _needs_values(comp: Computation, seen=None) -> bool:
@@ -334,12 +99,15 @@ class _Tracer:
         # (key, number of branches) -> the branch every device with that key takes, for a
         # conditional whose index is unknown but keyed (check.py enumerates the choices).
         self.choose = choose
-        self.channels: dict[tuple, deque] = {}
-        self.pending_async: dict[Instruction, Event | None] = {}
+        # symmetry.py: a symbolic trace records every communicating instruction it reaches
+        # (trace.steps), whether or not the traced device takes part in it.
+        self.steps = [] if symbolic and ids is None else None
+        trace.steps = self.steps
         self.runs: dict[Instruction, int] = {}  # events per instruction, for uniform_key
         self.looping = 0  # depth of loops traced by induction around the current event
         self.induction = induction
         self.deadline = deadline
+        self.assume = True   # take known_trip_count where a condition cannot be folded
 
     def tick(self, instr: Instruction, ctx) -> None:
         """Stop with OverBudget once the check's deadline has passed (called per iteration)."""
@@ -357,6 +125,22 @@ class _Tracer:
             return None  # each group may see another value: control on it is unproven here
         runs = self.runs.get(instr, 0)
         return ("all-reduce", id(instr), group, runs)
+
+    def step(self, kind: str, instr: Instruction, link: int | None = None) -> int | None:
+        """Record a reached instruction in a symbolic trace; its index there."""
+        if self.steps is None:
+            return None
+        self.steps.append((kind, instr, link))
+        return len(self.steps) - 1
+
+    def handle(self, instr: Instruction, frame: Frame, ctx, op: str) -> Handle:
+        """The Handle a done's operand evaluates to (through tuples, calls and loop state,
+        as the runtime's handle travels); a done whose start cannot be told is unproven."""
+        h = self.folder.eval(instr.operands[0], frame) if instr.operands else None
+        if not isinstance(h, Handle) or h.op != op:
+            raise _Unproven(instr, f"the check cannot tell which {op} it completes (its "
+                            "operand is not the value of one)", ctx)
+        return h
 
     def emit(self, kind: str, instr: Instruction, ctx) -> Event:
         ev = Event(kind, instr, self.device, ctx)
@@ -385,10 +169,11 @@ class _Tracer:
 
 @_rule("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
        "collective-broadcast", "collective-permute")
-def _sync(t: _Tracer, instr, frame, ctx):
-    member, sig = t.facts.collective(instr)
+def _sync(t: _Tracer, instr, frame, ctx, op=None):
+    member, sig = t.facts.collective(instr, op)
     if t.ids is not None:
         t.ids.present(member)
+    t.step("sync", instr)
     group = member.get(t.device)
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
@@ -397,51 +182,47 @@ def _sync(t: _Tracer, instr, frame, ctx):
 
 
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
-def _start(t: _Tracer, instr, frame, ctx, op=None):
-    member, sig = t.facts.collective(instr, op)
+def _start(t: _Tracer, instr, frame, ctx):
+    member, sig = t.facts.collective(instr)
     if t.ids is not None:
         t.ids.present(member)
+    step = t.step("start", instr)
     group = member.get(t.device)
     ev = None
     if group is not None:
         ev = t.emit("start", instr, ctx)
         ev.sig, ev.group = sig, group
-    t.pending_async[instr] = ev
+    frame.memo[instr] = Handle("start", ev, step)
 
 
-@_rule("all-reduce-done", "all-gather-done", "collective-permute-done", "async-done")
+@_rule("all-reduce-done", "all-gather-done", "collective-permute-done")
 def _done(t: _Tracer, instr, frame, ctx):
-    start = instr.operands[0] if instr.operands else None
-    while start is not None and start.opcode == "async-update":
-        start = start.operands[0] if start.operands else None
-    if start is None or start not in t.pending_async:
-        return  # a start we did not trace as a collective (e.g. a synchronously walked wrapper)
-    ev_start = t.pending_async.pop(start)
-    if ev_start is None:
+    h = t.handle(instr, frame, ctx, "start")
+    t.step("done", instr, h.step)
+    if h.event is None:
         return
     ev = t.emit("done", instr, ctx)
-    ev.sig, ev.group, ev.link = ev_start.sig, ev_start.group, ev_start
+    ev.sig, ev.group, ev.link = h.event.sig, h.event.group, h.event
 
 
 @_rule("async-start")
 def _async_start(t: _Tracer, instr, frame, ctx):
+    """Both backends run a generic async-start's wrapped computation at the start
+    (interpreter/control.py, compiler/control.py AsyncStartThunk), so a wrapped collective
+    blocks there, as a synchronous one; anything else that communicates runs as if called
+    here.  (Sound for a runtime that did overlap it too: blocking earlier only delays.)"""
     wrapped = instr.attrs["calls"]
     root = wrapped.root
     if root is not None and root.family == "collective" and all(
             i is root or i.opcode == "parameter" for i in wrapped.instructions):
-        _start(t, instr, frame, ctx, op=root)
+        _sync(t, instr, frame, ctx, op=root)
     else:
-        # Anything else that communicates runs in the wrapper as if it were called here.
         t.walk(wrapped, Frame(wrapped, t.lazy_operands(instr, frame)), ctx)
 
 
-@_rule("async-update")
-def _async_update(t: _Tracer, instr, frame, ctx):
-    return None
-
-
-def _channel_queue(t: _Tracer, instr: Instruction, op: str) -> deque:
-    return t.channels.setdefault((instr.attrs.get("channel_id"), op), deque())
+@_rule("async-update", "async-done")
+def _async_rest(t: _Tracer, instr, frame, ctx):
+    return None   # the work happened at the async-start
 
 
 @_rule("send", "recv")
@@ -450,31 +231,29 @@ def _issue(t: _Tracer, instr, frame, ctx):
     is_send = instr.opcode == "send"
     if t.ids is not None:
         t.ids.present(to_target if is_send else to_source)
+    step = t.step(instr.opcode, instr)
     peer = (to_target if is_send else to_source).get(t.device)
-    queue = _channel_queue(t, instr, instr.opcode)
-    if peer is None:
-        queue.append(None)  # an end no pair names completes at once (21a)
-        return
-    ev = t.emit(instr.opcode, instr, ctx)
-    ev.channel = instr.attrs.get("channel_id")
-    ev.peer = peer
-    data = instr.operands[0].shape if is_send else instr.shape.subshape((0,))
-    ev.shape = data.to_text(layout=False)
-    queue.append(ev)
+    ev = None
+    if peer is not None:   # else: an end no pair names completes at once (21a)
+        ev = t.emit(instr.opcode, instr, ctx)
+        ev.channel = instr.attrs.get("channel_id")
+        ev.stream = t.facts.streams.key(instr)
+        ev.peer = peer
+        data = instr.operands[0].shape if is_send else instr.shape.subshape((0,))
+        ev.shape = data.to_text(layout=False)
+    frame.memo[instr] = Handle(instr.opcode, ev, step)
 
 
 @_rule("send-done", "recv-done")
 def _complete(t: _Tracer, instr, frame, ctx):
-    op = instr.opcode.removesuffix("-done")
-    queue = _channel_queue(t, instr, op)
-    if not queue:
-        raise t.facts._bad(instr, f"device {t.device} reaches this {instr.opcode} on channel "
-                           f"{instr.attrs.get('channel_id')} with no {op} issued before it")
-    issued = queue.popleft()
+    h = t.handle(instr, frame, ctx, instr.opcode.removesuffix("-done"))
+    t.step(instr.opcode, instr, h.step)
+    issued = h.event
     if issued is None:
         return
     ev = t.emit(instr.opcode, instr, ctx)
-    ev.channel, ev.peer, ev.link, ev.shape = issued.channel, issued.peer, issued, issued.shape
+    ev.channel, ev.stream, ev.peer, ev.link, ev.shape = (issued.channel, issued.stream,
+                                                         issued.peer, issued, issued.shape)
 
 
 @_rule("call", "fusion")
@@ -510,34 +289,36 @@ def _conditional(t: _Tracer, instr, frame, ctx):
 
 def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     """(iterations to trace, what to record in trace.shortened or None, period) for a loop
-    whose events repeat with a period (induction.py); None: unroll it in full."""
+    whose events repeat with a period (induction.py); None: unroll it in full.
+
+    The trip count comes from the condition, which the runtime follows: its closed form, or
+    a uniform key (all-reduce results).  known_trip_count is not trusted here: where the
+    condition gives no count, the loop is unrolled and its condition folded per iteration."""
     cond, body = instr.attrs["condition"], instr.attrs["body"]
-    n = known_trip_count(instr)
-    state = t.lazy_operands(instr, frame)[0]() if n is None or _needs_values(body) else None
+    state = t.lazy_operands(instr, frame)[0]()
     p = body_period(body, state, _needs_values)
     if p is None:
         return None
+    indices = control_slice(cond, body)
+    if indices is None:
+        return None
+    if t.ids is not None and isinstance(state, tuple):
+        t.ids.settle(*(state[j] for j in indices if j < len(state)))
+    n = closed_form_trip_count(cond, body, state)
     if n is None:
-        indices = control_slice(cond, body)
-        if indices is None:
+        key = slice_key(state, indices)
+        go = t.folder.eval(cond.root, Frame(cond, [state]))
+        if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
             return None
-        if t.ids is not None and isinstance(state, tuple):
-            t.ids.settle(*(state[j] for j in indices if j < len(state)))
-        n = closed_form_trip_count(cond, body, state)
-        if n is None:
-            key = slice_key(state, indices)
-            go = t.folder.eval(cond.root, Frame(cond, [state]))
-            if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
-                return None
-            # The slice holds all-reduce results and equal constants, and computes only from
-            # itself: every device with this key runs the same number of iterations, whatever
-            # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
-            # the counts from 3p on by their remainder modulo p.
-            at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
-                where(instr, ctx)
-            options = (INDUCTION_ITERATIONS + 1) * p
-            k = t.choose(("trip", id(instr), key), options, at, t.device)
-            return k, ("uniform", key, k, p), p
+        # The slice holds all-reduce results and equal constants, and computes only from
+        # itself: every device with this key runs the same number of iterations, whatever
+        # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
+        # the counts from 3p on by their remainder modulo p.
+        at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
+            where(instr, ctx)
+        options = (INDUCTION_ITERATIONS + 1) * p
+        k = t.choose(("trip", id(instr), key), options, at, t.device)
+        return k, ("uniform", key, k, p), p
     reps = INDUCTION_ITERATIONS * p
     if n <= max(UNROLL_BELOW, reps):
         return n, None, p  # cheap to trace in full: exact iteration numbers in reports
@@ -579,28 +360,32 @@ def _while(t: _Tracer, instr, frame, ctx):
         finally:
             if record is not None:
                 t.looping -= 1
+        _keep_handles(frame, instr, state, exact=record is None)
         return
-    n = known_trip_count(instr)
-    eager = n is None or cond_comm or _needs_values(body)
-    state = t.lazy_operands(instr, frame)[0]
-    if eager:
-        state = state()
+    # Unrolled: the condition decides, as in the runtime.  known_trip_count is taken only
+    # where the condition cannot be folded, and then the verdict says it assumed it.
+    known = known_trip_count(instr)
+    state = t.lazy_operands(instr, frame)[0]()
+    assumed = False
     k = 0
     while True:
-        if n is None or cond_comm:
-            cframe = Frame(cond, [state])
-            if cond_comm:
-                t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
-            if n is None:
-                go = folder.eval(cond.root, cframe)
-                if t.ids is not None:
-                    t.ids.settle(go)
-                if isinstance(go, Unknown):
+        cframe = Frame(cond, [state])
+        if cond_comm:
+            t.walk(cond, cframe, ctx + (f"condition {k + 1} of {instr.name}",))
+        if assumed:
+            go = k < known
+        else:
+            go = folder.eval(cond.root, cframe)
+            if t.ids is not None:
+                t.ids.settle(go)
+            if isinstance(go, Unknown):
+                if known is None or not t.assume:
                     raise _Unproven(instr, "its body contains collectives or channels and its "
                                     f"trip count depends on data: {go.describe()}", ctx)
-                if not bool(go):
-                    break
-        if n is not None and k >= n:
+                t.trace.assumptions.append((instr, ctx, known, go.describe()))
+                assumed = True
+                go = k < known
+        if not bool(go):
             break
         t.tick(instr, ctx + (f"iteration {k + 1} of {instr.name}",))
         if k >= t.max_unroll:
@@ -608,29 +393,45 @@ def _while(t: _Tracer, instr, frame, ctx):
                             "unrolls", ctx)
         bframe = Frame(body, [state])
         t.walk(body, bframe, ctx + (f"iteration {k + 1} of {instr.name}",))
-        if eager:
-            state = folder.eval(body.root, bframe)
-        else:
-            def state(bf=bframe):  # forced only if something later asks for the loop state
-                return folder.eval(body.root, bf)
+        state = folder.eval(body.root, bframe)
         k += 1
+    _keep_handles(frame, instr, state, exact=not assumed)
+
+
+def _keep_handles(frame: Frame, instr, state, exact: bool) -> None:
+    """After a loop that carries handles (pipelined transfers: a send or recv completed
+    after the loop), the loop's value is its traced final state, so the dones after it find
+    their last send or recv.  `exact`: every iteration was traced with the runtime's
+    values; otherwise (a loop traced by induction or on an assumed count) only the handles
+    are kept and the other elements are unknown, never a shortened loop's values."""
+    value = state() if callable(state) else state
+    if not isinstance(value, tuple) or not any(isinstance(v, Handle) for v in value):
+        return
+    if not exact:
+        value = tuple(v if isinstance(v, Handle) else
+                      Unknown(instr, "the state after a loop the check did not run in full")
+                      for v in value)
+    frame.memo[instr] = value
 
 
 def trace_device(facts: ModuleFacts, schedule, device: int, *,
                  max_unroll: int = DEFAULT_MAX_UNROLL, choose=None, induction: bool = True,
                  deadline: float | None = None, symbolic: bool = False,
-                 ids=None) -> DeviceTrace:
+                 ids=None, assume: bool = True) -> DeviceTrace:
     """The ordered communication events of `device` running the module's entry computation.
 
     `choose(key, n, where, device)` picks the branch of a conditional whose index is unknown but the
     same on every device with that key; without it such a conditional stops the trace.
     `symbolic`: replica-id and partition-id fold to unknowns, so a trace that completes is
     every device's instruction sequence (symmetry.py); groups and peers are `device`'s.
-    `ids` (with symbolic): the class of devices `device` stands for (classes.py)."""
+    `ids` (with symbolic): the class of devices `device` stands for (classes.py).
+    `assume`: a loop whose condition cannot be folded runs its known_trip_count (recorded in
+    trace.assumptions); else it stops the trace as any data-dependent loop does."""
     replica, partition = facts.da.logical_id(device)
     trace = DeviceTrace(device, replica, partition)
     tracer = _Tracer(facts, schedule, trace, max_unroll, choose, induction, deadline, symbolic,
                      ids)
+    tracer.assume = assume
     entry = facts.module.entry
     params = [Unknown(p, "an entry parameter (data)") for p in entry.parameters]
     try:

@@ -40,6 +40,7 @@ from llvmlite import ir
 
 from ...errors import InputError, UnsupportedError
 from .. import llvm_worker
+from ..compile_pool import pipeline_exact
 from ..buffers import ALIGN, _round
 from ..codegen import builtins
 from ..codegen.ir_array import c64
@@ -47,6 +48,7 @@ from ..codegen.kernels.distinct import emit_distinct_kernels
 from ..codegen.types import I1, I8, I32, I64, PTR
 from ..control import ConditionalThunk, WhileThunk
 from ..emit import ProgramBuilder
+from ..target import Target
 from ..thunks import KernelThunk, LibraryThunk
 from .conv import emit_conv
 from .dot import emit_dot
@@ -354,9 +356,12 @@ class AotProgram:
         """Object code for `triple` (default: this host) and `target_cpu` (default: this
         host's CPU and features when the triple is the host's, else generic)."""
         text = str(self.llvm_module())
-        tm, triple = target_machine(target_cpu, triple)
+        tm, target = target_machine(target_cpu, triple)
         with _LOCK:
-            mod = llvm_worker.optimize(text, tm, triple, exact=True)
+            # The pipeline by the rule jit's units follow (one rule: compile_pool's), so an
+            # AOT object computes the bits `xladist.compile` computes.
+            mod = llvm_worker.optimize(text, tm, target.triple,
+                                       exact=pipeline_exact(text, target))
             # After optimizing: nothing in the IR calls the builtins yet (codegen does).
             mod.link_in(llvm.parse_assembly(_builtins_ir()))
             for name in builtins.provided_names():
@@ -405,7 +410,7 @@ def _builtins_ir() -> str:
 
 
 def target_machine(cpu: str | None, triple: str | None):
-    """(TargetMachine, triple) for position-independent object code."""
+    """(TargetMachine, Target) for position-independent object code."""
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     host = llvm.get_process_triple()
@@ -419,4 +424,4 @@ def target_machine(cpu: str | None, triple: str | None):
     else:
         cpu, features = cpu or "generic", ""
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                        codemodel="default"), triple
+                                        codemodel="default"), Target(triple, cpu, features)

@@ -18,6 +18,7 @@ from ...errors import UnsupportedError
 from ...hlo.ir import Computation, Instruction
 from . import ir_array
 from .ir_array import Index, c64, layout_of
+from .lanes import lane_reducer, reduce_in_lanes
 from .loops import for_range
 from .lowbits import SMALL_FLOATS
 from .scalar_ops import SCALAR_RULES, bitcast_value
@@ -59,10 +60,6 @@ class ElementalContext:
         self.b = builder
         self.inputs = inputs
         self.scopes: list[dict] = [{}]
-        # fast_reduce: the kernel reduces with a reassociable float op; reducers
-        # inlined from here get `reassoc` flags so LLVM can vectorize them.
-        self.fast_reduce = False
-        self.reassoc = False
         # instruction -> fn(ctx, instr, index) replacing its rule (kernels/core.py's row
         # cache: a value computed in one loop and read back in another).
         self.overrides: dict[Instruction, Callable] = {}
@@ -124,24 +121,11 @@ class ElementalContext:
         """Values of comp's root (flattened if a tuple) with its parameters = args."""
         inputs = {p: ("value", a) for p, a in zip(comp.parameters, args)}
         sub = ElementalContext(self.b, inputs)
-        sub.reassoc = self.fast_reduce
         root = comp.root
         idx = Index.scalar(self.b)
         if root.opcode == "tuple":
             return [sub.gen(op, idx) for op in root.operands]
         return [sub.gen(root, idx)]
-
-
-_ASSOCIATIVE = {"add", "multiply", "maximum", "minimum"}
-
-
-def simple_float_reducer(comp) -> bool:
-    """A single associative float op of the two parameters: safe to reassociate
-    (XLA:CPU vectorizes such reductions the same way)."""
-    root = comp.root
-    return (root.opcode in _ASSOCIATIVE and root.shape.is_array
-            and root.shape.element_type.is_float
-            and all(op.opcode == "parameter" for op in root.operands))
 
 
 def _index_key(index: Index):
@@ -166,11 +150,7 @@ def _index_values(ctx, operands, index):
 def _elementwise(ctx, instr, index):
     values = _index_values(ctx, instr.operands, index)
     b = ctx.b
-    b.fast_reassoc = ctx.reassoc
-    try:
-        v = SCALAR_RULES[instr.opcode](b, instr, values)
-    finally:
-        b.fast_reassoc = False
+    v = SCALAR_RULES[instr.opcode](b, instr, values)
     t = instr.shape.element_type if instr.shape.is_array else None
     if t is not None and (is_sub_byte_int(t) or t.name in SMALL_FLOATS) \
             and not _moves_unchanged(instr):
@@ -529,9 +509,7 @@ def _reduce_elemental(ctx, instr, index):
             ctx.push()
             idx = index.derive(in_dims, list(base))
             vals = [ctx.gen(i, idx) for i in inputs]
-            saved, ctx.fast_reduce = ctx.fast_reduce, simple_float_reducer(reducer)
             out = ctx.inline(reducer, list(acc) + vals)
-            ctx.fast_reduce = saved
             ctx.pop()
             return out
         d = loops[level]
@@ -543,6 +521,9 @@ def _reduce_elemental(ctx, instr, index):
             loop.update(nxt)
         return loop.results
 
+    if n == 1 and loops and lane_reducer(reducer):  # a float sum or product
+        return reduce_in_lanes(ctx, reducer, in_dims, loops, base,
+                               lambda m: ctx.gen(inputs[0], index.derive(in_dims, m)), acc[0])
     acc = nest(0, acc)
     if n == 1:
         return acc[0]

@@ -219,8 +219,7 @@ def _arith(b, instr, v):
         op = getattr(b, _FLOAT_BIN[instr.opcode])
         return _cplx(b, op(_re(b, x), _re(b, y)), op(_im(b, x), _im(b, y)))
     if t.is_float:
-        flags = ("reassoc", "nsz") if getattr(b, "fast_reassoc", False) else ()
-        return _finish(b, instr, getattr(b, _FLOAT_BIN[instr.opcode])(x, y, flags=flags))
+        return _finish(b, instr, getattr(b, _FLOAT_BIN[instr.opcode])(x, y))
     if t.name == "pred":
         return {"add": b.or_, "subtract": b.xor, "multiply": b.and_}[instr.opcode](x, y)
     return getattr(b, _INT_BIN[instr.opcode])(x, y)

@@ -57,9 +57,15 @@ from ..codegen.loops import for_range
 from ..codegen.types import I1, I8, I32, I64, PTR, VOID
 from .ordered import T_OUT, T_SEND
 
-# Cells the driver writes (an int64 array whose address is the first table entry).
-CELL_ITERATION, CELL_WAIT, CELL_BODIES, CELL_FAILED = range(4)
-N_CELLS = 4
+# Cells the driver writes (an int64 array whose address is the first table entry):
+# the iteration, the wait cell, bodies run, the failed step; the nanoseconds spent in MPI
+# calls (for `--stats`), the address of clock_gettime (the runtime fills it in) and a
+# timespec it writes into.
+CELL_ITERATION, CELL_WAIT, CELL_BODIES, CELL_FAILED, CELL_WAIT_NS, CELL_CLOCK = range(6)
+CELL_TIMESPEC = 6  # two cells: seconds, nanoseconds
+N_CELLS = 8
+CLOCK_MONOTONIC = 1
+CLOCK_GETTIME = ir.FunctionType(I32, [I32, PTR])
 # The wait cell's low bits hold the step waited in (+1); the rest counts calls.
 WAIT_STEPS = 1 << 16
 
@@ -106,14 +112,29 @@ def emit_user_function(module: ir.Module, kernel_name: str) -> None:
     b.ret_void()
 
 
+def _now_ns(b: ir.IRBuilder, cells):
+    """CLOCK_MONOTONIC in nanoseconds, through the clock_gettime whose address the runtime
+    left in CELL_CLOCK (the vDSO's: tens of nanoseconds, against microseconds of MPI)."""
+    def cell(k):
+        return b.gep(cells, [c64(k)], inbounds=True, source_etype=I64)
+    fn = b.load(cell(CELL_CLOCK), typ=CLOCK_GETTIME.as_pointer())
+    b.call(fn, [ir.Constant(I32, CLOCK_MONOTONIC), cell(CELL_TIMESPEC)])
+    sec = b.load(cell(CELL_TIMESPEC), typ=I64)
+    return b.add(b.mul(sec, c64(1_000_000_000)), b.load(cell(CELL_TIMESPEC + 1), typ=I64))
+
+
 def _bracketed(b: ir.IRBuilder, cells, progress, index: int, fail, call) -> None:
-    """``call()`` (an MPI call returning its i32 code) with its wait-cell bracket; a failing
-    return code goes to ``fail(b, code)`` after CELL_FAILED = index."""
+    """``call()`` (an MPI call returning its i32 code) with its wait-cell bracket and its
+    time added to CELL_WAIT_NS; a failing return code goes to ``fail(b, code)`` after
+    CELL_FAILED = index."""
     wait = b.gep(cells, [c64(CELL_WAIT)], inbounds=True, source_etype=I64)
+    waited = b.gep(cells, [c64(CELL_WAIT_NS)], inbounds=True, source_etype=I64)
     done = b.add(b.load(progress, typ=I64), c64(WAIT_STEPS))
     b.store(done, progress)
     store_monotonic(b, b.add(done, c64(index + 1)), wait)
+    t0 = _now_ns(b, cells)
     rc = call()
+    b.store(b.add(b.load(waited, typ=I64), b.sub(_now_ns(b, cells), t0)), waited)
     store_monotonic(b, done, wait)
     ok = b.function.append_basic_block(f"ok{index}")
     bad = b.function.append_basic_block(f"failed{index}")

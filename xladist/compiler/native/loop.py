@@ -60,8 +60,11 @@ from .callback import describe as describe_callbacks
 from .channels import pair_up, paired
 from .collectives import (
     CELL_BODIES,
+    CELL_CLOCK,
     CELL_FAILED,
     CELL_ITERATION,
+    CELL_WAIT,
+    CELL_WAIT_NS,
     N_CELLS,
     STEPS,
     WAIT_STEPS,
@@ -70,6 +73,8 @@ from .collectives import (
 from .collectives import eligible as collective_eligible
 
 DRIVER_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+# The driver times its MPI calls with the C library's clock_gettime (its address in a cell).
+_CLOCK_GETTIME = ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
 # Loops with all-reduces run natively unless XLADIST_NATIVE_COLLECTIVES=0 (tests compare
 # both paths bit for bit; benchmarks measure the difference).
 COLLECTIVES = os.environ.get("XLADIST_NATIVE_COLLECTIVES", "1") != "0"
@@ -346,6 +351,7 @@ class NativeLoop:
             state2[k] = body_outs[s.id]
             outs2[id(self.body)][s.id] = state[k]
         cells = (ctypes.c_int64 * N_CELLS)()
+        cells[CELL_CLOCK] = _CLOCK_GETTIME
         argvs: list = []
         self._frames = [None, None] if any(d is BOUND for d in bound or ()) else None
         table = self._half(state, outs, cells, bound, argvs, 0, rs) + \
@@ -363,6 +369,10 @@ class NativeLoop:
                 wd.end_native(token)
         del argvs
         self._frames = None
+        # The loop's waits in MPI, for `--stats` (a device that keeps such totals).
+        note = getattr(getattr(rs, "device", None), "native_waits", None)
+        if note is not None:
+            note(cells[CELL_WAIT_NS], cells[CELL_WAIT] // WAIT_STEPS)
         if self._raised is not None:
             (e, thunk), self._raised = self._raised, None
             if not isinstance(e, Exception):

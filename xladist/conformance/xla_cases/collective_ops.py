@@ -837,9 +837,7 @@ ENTRY test_computation {{
   c1b = u32[2] broadcast(c1), dimensions={{}}
   ROOT result = u32[2] add(c1b, recv-data)
 }}
-""", 2, expected=per_device(arr("u32", [3, 3]), arr("u32", [2, 2])),
-          gap="issue 30 item 7: two concurrent send/recv chains on one channel (recv.1 "
-              "scheduled inside channel 0's chain) are refused by a rule XLA does not have"),
+""", 2, expected=per_device(arr("u32", [3, 3]), arr("u32", [2, 2]))),
     # _xla_send_recv_validation="invalid": XLA skips the first pair's transfer at run time,
     # so replica 0's result is not checked.
     _case("SendRecv_ValidationAttr1", f"""HloModule test, is_scheduled=true

@@ -20,15 +20,10 @@ from .records import Case, arr, full, made, per_device
 SOURCE = "xla/backends/gpu/tests/collective_pipeline_parallelism_test.cc"
 FIXTURE = "CollectivePipelineParallelismTest"
 
-# Known xladist gaps (another engineer's items of issue 30).
-_GAP_CHANNELS = ("issue 30 item 6: the sends (channel_id=1) and recvs (channel_id=2) of one "
-                 "transfer carry different channel ids; XLA pairs them by their peers and program "
-                 "order")
+# A known xladist gap: its case is a strict xfail until the gap closes.
 _GAP_ASYNC_GROUP = ("sends and recvs wrapped in one async-start (an async group, completed by the "
                     "async-done) are not run by xladist's backends yet: refused with a clear "
                     "error (before the refusal the cpu backend returned zeros)")
-_GAP_PIPELINED = ("issue 30 item 8: a pipelined send/recv loop without channel ids issues a send "
-                  "before its recv; XLA runs it, the deadlock check reports an ordering cycle")
 
 _COMMON = """
 read_buffer_mb4 {
@@ -443,9 +438,9 @@ ENTRY test_computation {{
 """
 
 
-def _send_recv_case(test, module, partitions, expected, gap) -> Case:
+def _send_recv_case(test, module, partitions, expected) -> Case:
     return Case(name=f"{FIXTURE}.{test}", source=SOURCE, test=f"{FIXTURE}.{test}", module=module,
-                n=partitions, replica_count=1, num_partitions=partitions, gap=gap,
+                n=partitions, replica_count=1, num_partitions=partitions,
                 inputs=per_device(*[full("f32", (2, 2), float(i + 1)) for i in range(partitions)]),
                 expected=per_device(*[full("f32", (2, 2), float(v)) for v in expected]))
 
@@ -786,16 +781,17 @@ CASES: list[Case] = [
     _pipeline("NaiveWoDirectBufferDependencyBFSMicrobatch5CircularRepeat2Replica4",
               _circular_mb5(False), 5, 576.0),
     # Partition 0 sends on, nothing reaches it: zeros; partition 3 ends with partition 0's 1s.
-    _send_recv_case("SendRecvLoop", _send_recv_loop(4, 3, _RING), 4, [0, 0, 0, 1],
-                    _GAP_CHANNELS),
-    _send_recv_case("SendRecvLoop2Devices", _send_recv_loop(2, 1, "{{0,1}}"), 2, [0, 1],
-                    _GAP_CHANNELS),
+    # Sends on channel 1, recvs on channel 2: paired by their peers and program order, as XLA
+    # pairs them (docs/channels.md).
+    _send_recv_case("SendRecvLoop", _send_recv_loop(4, 3, _RING), 4, [0, 0, 0, 1]),
+    _send_recv_case("SendRecvLoop2Devices", _send_recv_loop(2, 1, "{{0,1}}"), 2, [0, 1]),
     _send_recv_case("PartiallyPipelinedAsyncSendRecvLoop", _partially_pipelined(4, _RING), 4,
-                    [0, 0, 0, 1], _GAP_CHANNELS),
+                    [0, 0, 0, 1]),
     _send_recv_case("PartiallyPipelinedAsyncSendRecvLoop2Devices",
-                    _partially_pipelined(2, "{{0,1}}"), 2, [0, 0], _GAP_CHANNELS),
+                    _partially_pipelined(2, "{{0,1}}"), 2, [0, 0]),
+    # No channel ids, a send issued before its recv: runs as XLA runs it.
     _pipeline("NaiveBFSMb5Cr2Replica4SendRecvPartiallyPipelined", _SEND_RECV_PIPELINED, 5,
-              576.0, gap=_GAP_PIPELINED),
+              576.0),
     _pipeline("NaiveBFSMb5Cr2Replica4SendRecvAsyncGroup", _SEND_RECV_ASYNC_GROUP, 5, 576.0,
               gap=_GAP_ASYNC_GROUP),
 ]

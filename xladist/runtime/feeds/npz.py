@@ -112,7 +112,7 @@ def item_arrays(k: int, item) -> dict[str, np.ndarray]:
 
 def write_items(path: str, items, what: str = "--outfeed") -> None:
     """Write items to `path` atomically (a temporary file renamed into place); when that
-    fails, to the job directory, saying where (xladist/files.py `deliver`)."""
+    fails, to a fresh rescue folder, saying where (xladist/files.py `deliver`)."""
     arrays: dict[str, np.ndarray] = {}
     for k, item in enumerate(items):
         arrays.update(item_arrays(k, item))

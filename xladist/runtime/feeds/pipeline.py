@@ -30,13 +30,15 @@ callback `g(rank, replica, partition, item)` or an npz path template.
 
 `xladist.run` from a plain Python process starts the ranks under mpiexec, where a lambda
 cannot follow. There the *launching process* hosts the Python sources and callbacks
-(host.py): it listens on a Unix socket in the job's temporary folder, each rank
+(host.py) through the job's coordination service, over TCP: each rank, on whatever host,
 connects once for its infeed and once for its outfeed, and items stream as raw array
 bytes with a small JSON header. The launcher's producer runs ahead of the rank only as
 far as the socket buffer and the rank's prefetch queue allow (blocking sends:
 backpressure across the process boundary), and outfeed items cross the socket before the
-rank's program goes on, so a rank that dies has already delivered them. Named functions
-and npz paths need no host: the ranks open them directly.
+rank's program goes on, so a rank that dies has already delivered them. npz paths are
+served the same way (read and written on the launching host); named functions need no
+host: the ranks import them. (`xladist.run` called in every rank of an `mpiexec` job has
+no launching process: each rank opens its own npz paths.)
 
 Errors name the rank (replica, partition), the infeed instruction and the item index:
 "infeed exhausted on rank 1 at infeed.3 (item 17)", a shape, dtype or tuple mismatch

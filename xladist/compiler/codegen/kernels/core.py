@@ -13,8 +13,9 @@ KERNEL_EMITTERS maps a kernel kind to the function that emits its loop nest:
           fused instruction needs a multi-dimensional index, so LLVM sees one
           unit-stride loop and vectorizes it)
   reduce  loop nest over the input in physical order with the reducer inlined;
-          trailing reduced dims accumulate in registers (vectorized with
-          reassociation), other reduced dims accumulate into the output
+          trailing reduced dims accumulate in registers (float sums and products in
+          the lanes of lanes.py, an order codegen fixes), other reduced dims
+          accumulate into the output
   scatter, sort, select-and-scatter: special.py; dynamic-update-slice in place: inplace.py
 """
 
@@ -27,8 +28,9 @@ from llvmlite import ir
 
 from ....hlo.ir import Instruction
 from .. import ir_array, mathlib
-from ..elemental import ElementalContext, reduce_window_values, simple_float_reducer
+from ..elemental import ElementalContext, reduce_window_values
 from ..ir_array import Index, c64, layout_of
+from ..lanes import lane_reducer, reduce_in_lanes
 from ..loops import for_range, loop_nest
 from ..split import blocks_of, reduce_plan, split_of
 from ..types import I64, PTR, VOID
@@ -351,7 +353,6 @@ def _emit_reduce(module, spec: KernelSpec):
     kept = [d for d in range(len(in_dims)) if d not in red]
     scalar = Index.scalar(b)
     init_vals = [ctx.gen(i, scalar) for i in inits]
-    ctx.fast_reduce = simple_float_reducer(reducer)
 
     # A split kernel's block [begin, end) of input dim split.dim: it initializes and
     # accumulates only that slice of the output (out dim kept.index(split.dim)).
@@ -371,6 +372,7 @@ def _emit_reduce(module, spec: KernelSpec):
         b.ret_void()
         return
     trailing, outer, init_pass = plan
+    in_lanes = bool(trailing) and n == 1 and lane_reducer(reducer)
     if init_pass:
         write_init(None if rng is None else (kept.index(rng[0]), rng[1]))
     with loop_nest(b, in_dims, outer, name="o", ranged=rng) as (multi, _lin):
@@ -397,7 +399,12 @@ def _emit_reduce(module, spec: KernelSpec):
             return loop.results
 
         ctx.push()
-        final = nest(0, start)
+        if in_lanes:  # a float sum or product: in the order lanes.py states
+            final = [reduce_in_lanes(ctx, reducer, in_dims, trailing, base,
+                                     lambda m: ctx.gen(inputs[0], Index(b, in_dims, m)),
+                                     start[0])]
+        else:
+            final = nest(0, start)
         ctx.pop()
         for p, s, v in zip(outs, out_shapes, final):
             ir_array.write(b, p, s, out_idx, v)

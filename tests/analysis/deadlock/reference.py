@@ -1,0 +1,252 @@
+"""A reference deadlock checker, independent of xladist/analysis/deadlock: the oracle the
+soundness tests compare the fast check with.
+
+It shares no tracing code with the fast check. Every device runs the module in full with the
+real interpreter (every iteration of every loop, every branch the real values pick), in the
+order the runtime runs (xladist.analysis.schedule), on a DeviceContext that never blocks and
+records what the device does that another device must answer. Groups and peers come from the
+runtime's own readings (xladist/hlo/collective_groups.py: instruction_device_groups,
+required_send_recv_pairs, SendRecvStreams). Then, on those explicit per-device event lists:
+
+* collectives meet per device group: the k-th collective of every member on a group is one
+  instance; members that disagree on it are a `mismatch`, a group whose members issue
+  different numbers of collectives is `unmatched`;
+* transfers pair per (stream, source, target), the k-th send with the k-th recv; different
+  shapes are a `mismatch`, different counts `unmatched`;
+* a joint simulation moves every device while its next event can happen (a collective once
+  every member arrived, a done once every member started, a send-done once the peer posted the
+  recv, a recv-done once the peer posted the send, unbuffered channels as
+  docs/reference/collective-semantics.md 21a says); devices left waiting on each other in a
+  cycle are a `deadlock`.
+
+Values: the context returns zeros for what other devices would send, except an all-reduce of
+an entry parameter, which it computes exactly from every member's inputs (the generated
+programs' only data-dependent control besides their own parameters: a trip count that is the
+all-reduce max of a parameter). Control that would depend on other received data is not
+generated (tests/analysis/deadlock/programs.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from xladist.analysis.schedule import schedule_module
+from xladist.hlo.collective_groups import (
+    SendRecvStreams,
+    collective_permute_pairs,
+    instruction_device_groups,
+    required_send_recv_pairs,
+)
+from xladist.interpreter.evaluator import Evaluator
+from xladist.semantics.device import DeviceContext
+from xladist.semantics.values import zeros_value
+
+__all__ = ["reference_check"]
+
+
+class _Recorder(DeviceContext):
+    """One device's run: its events, in order. An event is a dict with `kind` and what its
+    matching needs; handles returned to the interpreter are event indices."""
+
+    def __init__(self, module, da, device, streams, inputs):
+        self.da, self.device, self.streams, self.inputs = da, device, streams, inputs
+        self.replica_id, self.partition_id = da.logical_id(device)
+        self.replica_count, self.num_partitions = da.replica_count, da.num_partitions
+        self.events: list[dict] = []
+
+    def _add(self, **event) -> int:
+        self.events.append(event)
+        return len(self.events) - 1
+
+    def _group(self, op):
+        """(this device's group, the collective's signature), or (None, None) when the device
+        takes no part (a collective-broadcast device in no group)."""
+        base = op.opcode.removesuffix("-start")
+        groups = [tuple(g) for g in instruction_device_groups(base, op.attrs, self.da)]
+        mine = next((g for g in groups if self.device in g), None)
+        pairs = None
+        if base == "collective-permute":
+            has_channel = op.attrs.get("channel_id") is not None
+            pairs = tuple(collective_permute_pairs(op.attrs.get("source_target_pairs", ()),
+                                                   has_channel, self.da.replica_count,
+                                                   self.da.num_partitions, self.da))
+        reducer = op.attrs.get("to_apply")
+        sig = (op.opcode, tuple(groups),   # a -start never meets a blocking collective in MPI
+               tuple(o.shape.to_text(layout=False) for o in op.operands),
+               None if reducer is None else reducer.root.opcode,
+               tuple(op.attrs.get("dimensions", ()) or ()), pairs)
+        return mine, sig
+
+    def _result(self, instr, op, args, reducer):
+        shape = instr.shape if not instr.opcode.endswith("-start") else (
+            instr.shape if instr.opcode == "all-reduce-start" else instr.shape.tuple_shapes[1])
+        operand = op.operands[0] if op.operands else None
+        if (op.opcode.removesuffix("-start") == "all-reduce" and operand is not None
+                and operand.opcode == "parameter" and operand.parent is op.parent.module.entry
+                and reducer is not None):
+            # Every member's own input, reduced in group order (the exact result).
+            group, _ = self._group(op)
+            values = [np.asarray(self.inputs[m][operand.parameter_number]) for m in group]
+            out = values[0]
+            for v in values[1:]:
+                out = reducer(out, v)
+            return np.asarray(out).astype(shape.dtype)
+        return zeros_value(shape)
+
+    def collective(self, instr, args, reducer=None):
+        group, sig = self._group(instr)
+        if group is not None:
+            self._add(kind="sync", instr=instr, group=group, sig=sig)
+        return self._result(instr, instr, args, reducer)
+
+    def collective_start(self, instr, args, reducer=None):
+        group, sig = self._group(instr)
+        index = None if group is None else self._add(kind="start", instr=instr, group=group,
+                                                     sig=sig)
+        return index, self._result(instr, instr, args, reducer)
+
+    def collective_done(self, instr, handle):
+        index, value = handle
+        if index is not None:
+            self._add(kind="done", instr=instr, start=index)
+        return value
+
+    def _transfer(self, instr, kind):
+        pairs = required_send_recv_pairs(instr, self.da.replica_count,
+                                         self.da.num_partitions, self.da)
+        mine = next((t if kind == "send" else s for s, t in pairs
+                     if (s if kind == "send" else t) == self.device), None)
+        if mine is None:
+            return None   # no pair names this end: done at once (21a)
+        shape = instr.operands[0].shape if kind == "send" else instr.shape.tuple_shapes[0]
+        return self._add(kind=kind, instr=instr, stream=self.streams.key(instr), peer=mine,
+                         shape=shape.to_text(layout=False))
+
+    def send(self, instr, data):
+        return self._transfer(instr, "send")
+
+    def recv(self, instr):
+        return self._transfer(instr, "recv")
+
+    def send_done(self, instr, handle):
+        if handle is not None:
+            self._add(kind="send-done", instr=instr, op=handle)
+
+    def recv_done(self, instr, handle):
+        if handle is not None:
+            self._add(kind="recv-done", instr=instr, op=handle)
+        return zeros_value(instr.shape.tuple_shapes[0])
+
+
+def record(module, da, inputs) -> dict[int, list[dict]]:
+    """Every device's events: device -> list (inputs: device -> its argument values)."""
+    schedule = schedule_module(module)
+    streams = SendRecvStreams(module)
+    out = {}
+    for d in da.devices:
+        rec = _Recorder(module, da, d, streams, inputs)
+        Evaluator(module, rec, schedule=schedule).run(inputs[d])
+        out[d] = rec.events
+    return out
+
+
+def _index(events):
+    """The k-th collective of each member per group, the k-th send/recv per channel key."""
+    on_group = defaultdict(lambda: defaultdict(list))    # group -> device -> event indices
+    sends = defaultdict(list)                            # (stream, src, dst) -> (dev, index)
+    recvs = defaultdict(list)
+    for d, evs in events.items():
+        for i, e in enumerate(evs):
+            if e["kind"] in ("sync", "start"):
+                on_group[e["group"]][d].append(i)
+            elif e["kind"] == "send":
+                sends[(e["stream"], d, e["peer"])].append(i)
+            elif e["kind"] == "recv":
+                recvs[(e["stream"], e["peer"], d)].append(i)
+    return on_group, sends, recvs
+
+
+def reference_check(module, da, inputs) -> set[str]:
+    """The kinds of problem the module has on these inputs (empty: it finishes on every
+    device): a subset of {"mismatch", "unmatched", "deadlock"}."""
+    events = record(module, da, inputs)
+    on_group, sends, recvs = _index(events)
+    found: set[str] = set()
+    # Who meets whom: (device, event index) -> the other ends it waits for.
+    meets: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for group, per_dev in on_group.items():
+        counts = {len(per_dev.get(m, [])) for m in group}
+        if len(counts) > 1:
+            found.add("unmatched")
+        for k in range(max(counts)):
+            ends = [(m, per_dev[m][k]) for m in group if k < len(per_dev.get(m, []))]
+            if len({events[m][i]["sig"] for m, i in ends}) > 1:
+                found.add("mismatch")   # among the members that reach it
+            if len(ends) < len(group):
+                break   # what follows on this group pairs nothing certain
+            for end in ends:
+                meets[end] = ends
+    for key in set(sends) | set(recvs):
+        _, src, dst = key
+        ss, rs = sends.get(key, []), recvs.get(key, [])
+        if len(ss) != len(rs):
+            found.add("unmatched")
+        for s, r in zip(ss, rs):
+            if events[src][s]["shape"] != events[dst][r]["shape"]:
+                found.add("mismatch")
+            meets[(src, s)] = [(dst, r)]
+            meets[(dst, r)] = [(src, s)]
+
+    pos = {d: 0 for d in events}
+
+    def waits_for(d, e):
+        """The (device, event) that must have been reached first; None: nothing; a list
+        containing None: something that never comes (an unmatched end)."""
+        kind = e["kind"]
+        if kind == "sync":
+            return meets.get((d, pos[d]), [None])
+        if kind == "done":   # every member must have reached its end of the instance
+            return meets.get((d, e["start"]), [None])
+        if kind in ("send-done", "recv-done"):
+            other = meets.get((d, e["op"]))
+            return [None] if other is None else [(other[0][0], other[0][1] + 1)]
+        return []
+
+    moved = True
+    while moved:
+        moved = False
+        for d, evs in events.items():
+            while pos[d] < len(evs):
+                need = waits_for(d, evs[pos[d]])
+                if any(n is None or pos[n[0]] < n[1] for n in need):
+                    break
+                pos[d] += 1
+                moved = True
+    stuck = {d: evs[pos[d]] for d, evs in events.items() if pos[d] < len(evs)}
+    # A cycle of devices each waiting (at a matched event) for another stuck one.
+    succ = {}
+    for d, e in stuck.items():
+        need = waits_for(d, e)
+        if any(n is None for n in need):
+            continue
+        blockers = sorted({m for m, i in need if m in stuck and pos[m] < i})
+        if blockers:
+            succ[d] = blockers
+    if _has_cycle(succ):
+        found.add("deadlock")
+    return found
+
+
+def _has_cycle(succ: dict[int, list[int]]) -> bool:
+    state: dict[int, int] = {}   # 1: on the path, 2: done
+
+    def visit(d) -> bool:
+        state[d] = 1
+        for m in succ.get(d, ()):
+            if state.get(m) == 1 or (m not in state and visit(m)):
+                return True
+        state[d] = 2
+        return False
+    return any(d not in state and visit(d) for d in succ)

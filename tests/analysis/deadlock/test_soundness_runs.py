@@ -1,0 +1,130 @@
+"""The deadlock check's verdicts against real runs under mpiexec (slow).
+
+A sample of generated programs (tests/analysis/deadlock/programs.py) runs for real with
+`xladist run -n N --no-check --timeout S`:
+
+* a program the check proves completes, on the cpu backend and on the interpreter, with the
+  same results;
+* a program the check refuses hangs (the watchdog ends it with its report) or fails --
+  unless every problem the check reports names the MPI behaviour a run could get through by
+  (`Problem.relies_on`: a collective member leaving early, undefined results of a mismatched
+  collective), which the op semantics do not promise: a fair alarm, counted by rule.
+
+The sample is the same on every run (derandomized); XLADIST_SOUNDNESS_EXAMPLES raises it
+(a tenth of it runs here, at least 24); XLADIST_SOUNDNESS_RUNS sets it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+import xladist
+from xladist.analysis.deadlock import check_module
+from tests.cli_util import xladist_cli
+
+from .programs import programs
+
+RUNS = int(os.environ.get("XLADIST_SOUNDNESS_RUNS", "0")) or max(
+    24, int(os.environ.get("XLADIST_SOUNDNESS_EXAMPLES", "0")) // 10)
+TIMEOUT = 4          # --timeout: every wait's deadline in the run
+TALLY: collections.Counter = collections.Counter()
+
+
+def _run(tmp, text, R, P, ms, backend):
+    path = tmp / "module.hlo"
+    path.write_text(text)
+    n = R * P
+    x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
+    np.savez(tmp / "in.npz", arg0=x, arg1=np.asarray(ms, np.int32))
+    out = tmp / f"out_{backend}.npz"
+    proc = xladist_cli("run", path, "-n", n, "--backend", backend, "--no-check",
+                       "--timeout", TIMEOUT, "--inputs", tmp / "in.npz", "--outputs", out,
+                       "-q", timeout=240)
+    return proc, (np.load(out)["out0"] if proc.returncode == 0 else None)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300 + 40 * RUNS)
+@settings(max_examples=RUNS, deadline=None, derandomize=True, database=None,
+          phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(programs())
+def test_verdicts_hold_under_mpiexec(tmp_path_factory, program):
+    text, R, P, ms = program
+    module = xladist.parse_hlo(text)
+    xladist.verify(module)
+    report = check_module(module, budget=None)
+    tmp = tmp_path_factory.mktemp("run")
+    if report.ok and not report.problems:
+        proc, got = _run(tmp, text, R, P, ms, "interpreter")
+        assert proc.returncode == 0, f"proven, but the run did not finish:\n{proc.stderr}\n{text}"
+        proc, native = _run(tmp, text, R, P, ms, "cpu")
+        assert proc.returncode == 0, f"proven, but the cpu run did not finish:\n{proc.stderr}"
+        np.testing.assert_allclose(native, got, rtol=1e-5, atol=1e-5)
+        TALLY["proven: completed, same results on both backends"] += 1
+        return
+    proc, _ = _run(tmp, text, R, P, ms, "interpreter")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if report.ok:
+        TALLY[f"{report.verdict}: the run {'completed' if proc.returncode == 0 else 'stopped'}"] \
+            += 1
+        return
+    if proc.returncode != 0:
+        hung = "the deadline" in proc.stderr
+        assert hung or "error" in proc.stderr, proc.stderr
+        TALLY[f"refused: the run {'hung (watchdog report)' if hung else 'failed'}"] += 1
+        return
+    rules = [p.relies_on for p in report.errors]
+    assert all(rules), (f"the check refused a program that completes, naming no rule it "
+                        f"relies on:\n{report.to_text()}\n{text}")
+    for rule in set(rules):
+        TALLY[f"refused, completed anyway (fair alarm): {rule[:60]}..."] += 1
+
+
+def teardown_module(module):
+    """The tally, for the record (pytest -s shows it)."""
+    for what, count in sorted(TALLY.items()):
+        print(f"{count:4d}  {what}")
+
+
+FAIR = """HloModule fair_alarm, replica_count=3
+
+%permute (a: f32[2]) -> f32[2] {
+  %a = f32[2]{0} parameter(0)
+  ROOT %cp = f32[2]{0} collective-permute(%a), source_target_pairs={{0,1}}
+}
+
+%skip (a: f32[2]) -> f32[2] {
+  %a = f32[2]{0} parameter(0)
+  ROOT %o = f32[2]{0} copy(%a)
+}
+
+ENTRY %main (x: f32[2], m: s32[]) -> f32[2] {
+  %x = f32[2]{0} parameter(0)
+  %m = s32[] parameter(1)
+  %id = u32[] replica-id()
+  %two = u32[] constant(2)
+  %p = pred[] compare(%id, %two), direction=LT
+  ROOT %y = f32[2]{0} conditional(%p, %x, %x), true_computation=%permute, false_computation=%skip
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_fair_alarm_names_its_rule_and_the_run_completes(tmp_path):
+    """Replica 2 never reaches a collective-permute whose pairs do not name it: the op
+    semantics have every member of the permute's group meet it (refused), while the MPI
+    runtime moves data only between replicas 0 and 1 (the run completes)."""
+    report = check_module(xladist.parse_hlo(FAIR), budget=None)
+    (p,) = report.errors
+    assert p.kind == "unmatched" and "collective-permute" in p.relies_on, report.to_text()
+    proc, out = _run(tmp_path, FAIR, 3, 1, [0, 0, 0], "interpreter")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_array_equal(out, [[0, 0], [0, 1], [4, 5]])

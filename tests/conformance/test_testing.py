@@ -1,0 +1,85 @@
+"""xladist.testing and its pytest plugin, from a plain process (each run starts its own MPI
+job); tests/mpi/test_plugin_example.py runs the documented example inside an MPI job."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli_util import ROOT, cli_env
+from xladist import backends
+from xladist.testing import _tolerance, assert_conforms, reference
+
+BROKEN = Path(__file__).resolve().parent / "broken_backend"
+GATHER = """HloModule gather, replica_count=2
+ENTRY e {
+  x = f32[3] parameter(0)
+  ROOT g = f32[6] all-gather(x), replica_groups={}, dimensions={0}
+}"""
+NAN = np.array([0x7FC00005, 0x3F800000, 0xFFC00000], np.uint32).view(np.float32)
+
+
+def test_reference_gives_every_device_its_result():
+    x = np.stack([NAN, NAN + 1])
+    want = reference(GATHER, [x], n=2)
+    assert len(want) == 2
+    for d in range(2):  # bits kept: payloads and signs of NaNs
+        assert want[d][0].view(np.uint32).tolist() == np.concatenate(x).view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("tolerance,dtype,expected", [
+    (None, np.float32, None), (True, np.float32, (1e-5, 1e-6)), (True, np.int32, None),
+    ({"f16": (0.1, 0)}, np.float16, (0.1, 0)), ({"f16": (0.1, 0)}, np.float32, None),
+    ((1e-3, 0), np.float64, (1e-3, 0))])
+def test_tolerances_by_element_type(tolerance, dtype, expected):
+    assert _tolerance(tolerance, np.dtype(dtype)) == expected
+
+
+@pytest.fixture
+def broken_backends(monkeypatch):
+    monkeypatch.syspath_prepend(str(BROKEN))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), str(BROKEN)]))
+    yield
+    for name in ("broken-nan", "broken-ftz", "broken-no-a2a", "broken-crash"):
+        backends.BACKENDS.pop(name, None)
+    sys.modules.pop("xladist_broken_backend", None)
+
+
+@pytest.mark.slow
+def test_assert_conforms_passes_and_names_the_device_and_element(broken_backends):
+    x = np.stack([NAN, NAN + 1])
+    got = assert_conforms(GATHER, [x], n=2, backend="interpreter")
+    assert got[1][0].view(np.uint32)[0] == 0x7FC00005
+    with pytest.raises(AssertionError, match=r"broken-nan on 2 devices \(gather\) differs from "
+                       r"the reference: device 0, result 0: element \[0\]: got nan "
+                       r"\(0x7fc00000\), expected nan \(0x7fc00005\)"):
+        assert_conforms(GATHER, [x], n=2, backend="broken-nan")
+
+
+@pytest.mark.slow
+def test_the_plugin_gives_fixtures_and_a_backend_option(tmp_path):
+    (tmp_path / "test_mine.py").write_text(
+        "def test_fixtures(xladist_backend, xladist_devices, xladist_run, xladist_reference):\n"
+        "    import numpy as np\n"
+        f"    module = '''{GATHER}'''\n"
+        "    x = np.arange(6, dtype=np.float32).reshape(2, 3)\n"
+        "    got = xladist_run(module, [x])\n"
+        "    want = xladist_reference(module, [x])\n"
+        "    assert xladist_backend == 'interpreter' and xladist_devices == 2\n"
+        "    assert [g[0].tolist() for g in got] == [w[0].tolist() for w in want]\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "xladist.testing.plugin", "--xladist-backend", "interpreter",
+                           str(tmp_path / "test_mine.py")], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+
+def test_the_documented_example_is_the_one_that_runs():
+    doc = (ROOT / "docs" / "conformance.md").read_text()
+    example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()
+    assert f"```python\n{example}```" in doc
+    assert len(example.strip().splitlines()) <= 12

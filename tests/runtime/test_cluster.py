@@ -1,0 +1,313 @@
+"""xladist.Cluster: ranks started once run many calls, checked against numpy on every
+device's inputs; a call's failure leaves the cluster usable or says it is not; nothing is
+left running after close (or after the job ended)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.errors import DeadlockError, ExecutionError, InputError
+from xladist.runtime import cluster as cluster_module
+from xladist.runtime.cluster import Cluster, ClusterEnded
+from tests.cli.test_channels_cli import DATA
+from tests.runtime.test_launch import _processes_with
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # every test starts ranks
+
+ALL_REDUCE = """HloModule psum, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[4], w: f32[4,3]) -> (f32[4], f32[3]) {
+  %x = f32[4]{0} parameter(0)
+  %w = f32[4,3]{1,0} parameter(1)
+  %r = f32[4]{0} all-reduce(%x), replica_groups={}, to_apply=%add
+  %d = f32[3]{0} dot(%r, %w), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+  ROOT %t = (f32[4]{0}, f32[3]{0}) tuple(%r, %d)
+}
+"""
+
+# Every rank fails at the infeed (the cluster's calls have no feeds): a rank's exception.
+NO_FEED = """HloModule feed, replica_count=2
+
+ENTRY %main () -> f32[4] {
+  %tok = token[] after-all()
+  %in = (f32[4]{0}, token[]) infeed(%tok)
+  ROOT %v = f32[4]{0} get-tuple-element(%in), index=0
+}
+"""
+
+
+def _expected(x, w):
+    r = x.sum(axis=0)
+    return [[r, r @ w[d]] for d in range(x.shape[0])]
+
+
+def _assert_outputs(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        for a, b in zip(g, w):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _inputs(seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((2, 4)).astype(np.float32), \
+        rng.standard_normal((2, 4, 3)).astype(np.float32)
+
+
+@pytest.fixture
+def marker(monkeypatch, tmp_path):
+    """A variable every rank (and mpiexec) inherits: who is still running afterwards."""
+    value = f"xladist-cluster-test-{tmp_path.name}-{os.getpid()}"
+    monkeypatch.setenv("XLADIST_TEST_MARKER", value)
+    return f"XLADIST_TEST_MARKER={value}"
+
+
+def _left(marker: str) -> list[int]:
+    return [p for p in _processes_with(marker) if p != os.getpid()]
+
+
+def _gone(marker: str, within: float = 10.0) -> list[int]:
+    end = time.monotonic() + within
+    while (left := _left(marker)) and time.monotonic() < end:
+        time.sleep(0.2)  # processes exit on their own: nothing to block on here
+    return left
+
+
+def test_many_calls_match_numpy_and_close_leaves_nothing(marker):
+    with xladist.Cluster(n=2) as c:
+        assert isinstance(c, Cluster) and c.usable
+        assert len(_left(marker)) >= 2  # the ranks (and mpiexec) are up
+        for seed in range(3):
+            x, w = _inputs(seed)
+            _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        # A per-device list of argument lists, as xladist.run takes it.
+        x, w = _inputs(7)
+        _assert_outputs(c.run(ALL_REDUCE, [[x[0], w[0]], [x[1], w[1]]]), _expected(x, w))
+        step = c.compile(ALL_REDUCE)
+        for seed in range(10, 14):
+            x, w = _inputs(seed)
+            _assert_outputs(step.run([x, w]), _expected(x, w))
+            _assert_outputs(c.run(step, [x, w]), _expected(x, w))
+        # Another module between runs of the handle; then the handle again.
+        loop = (DATA / "data_dependent_loop.hlo")
+        xs = np.arange(8, dtype=np.float32).reshape(2, 4)
+        got = c.run(loop, [xs, np.array([3, 3], np.int32)])
+        for d in range(2):  # three all-reduces: the sum over devices, then doubled twice
+            np.testing.assert_allclose(got[d][0], xs.sum(axis=0) * 2 ** 2)
+        x, w = _inputs(99)
+        _assert_outputs(step.run([x, w]), _expected(x, w))
+        step.free()
+        with pytest.raises(InputError, match="freed"):
+            step.run([x, w])
+    assert not c.usable
+    assert _gone(marker) == []
+    with pytest.raises(ClusterEnded, match="no longer usable"):
+        c.run(ALL_REDUCE, [x, w])
+
+
+def test_same_results_as_one_shot_run():
+    x, w = _inputs(3)
+    once = xladist.run(ALL_REDUCE, [x, w], n=2)
+    with xladist.Cluster(n=2) as c:
+        again = c.run(ALL_REDUCE, [x, w])
+    for a, b in zip(once, again):
+        for u, v in zip(a, b):
+            assert u.dtype == v.dtype and np.array_equal(u, v)
+
+
+def test_bad_input_is_refused_before_anything_is_sent(monkeypatch):
+    sent = []
+    from xladist.runtime.service import server
+    real = server.Conn.send
+
+    def spy(self, op, *args, **kwargs):
+        if op == "order":
+            sent.append(kwargs)
+        return real(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(server.Conn, "send", spy)
+    x, w = _inputs(0)
+    with xladist.Cluster(n=2) as c:
+        step = c.compile(ALL_REDUCE)
+        before = len(sent)
+        with pytest.raises(InputError, match="float64"):
+            c.run(ALL_REDUCE, [x.astype(np.float64), w])
+        with pytest.raises(InputError, match=r"expected dims \[2, 4\]"):
+            step.run([x[:1], w])
+        with pytest.raises(InputError, match="takes 2 array arguments"):
+            step.run([x])
+        with pytest.raises(InputError):  # the module wants 4 replicas
+            c.run(ALL_REDUCE.replace("replica_count=2", "replica_count=4"), [x, w])
+        with pytest.raises(DeadlockError):  # unproven, and strict
+            c.run(DATA / "data_dependent_loop.hlo", [x, np.array([1, 1], np.int32)],
+                  strict=True)
+        with pytest.raises(InputError, match="unknown settings"):
+            c.run(ALL_REDUCE, [x, w], backend_options=1)
+        assert len(sent) == before  # no rank heard of any of them
+        _assert_outputs(step.run([x, w]), _expected(x, w))
+
+
+def test_run_keeps_the_last_modules_loaded(monkeypatch):
+    loads = []
+    from xladist.runtime.service import server
+    real = server.Conn.send
+
+    def spy(self, op, *args, **kwargs):
+        if op == "order" and kwargs.get("load"):
+            loads.append(kwargs["handle"])
+        return real(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(server.Conn, "send", spy)
+    loop = DATA / "data_dependent_loop.hlo"
+    xs = np.arange(8, dtype=np.float32).reshape(2, 4)
+    other = ALL_REDUCE.replace("HloModule psum", "HloModule psum2")
+    with xladist.Cluster(n=2, keep=2) as c:
+        for seed in range(2):
+            x, w = _inputs(seed)
+            _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        assert len(set(loads)) == 1  # loaded once (on both ranks), run twice
+        got = c.run(loop, [xs, np.array([1, 1], np.int32)])
+        np.testing.assert_allclose(got[1][0], xs.sum(axis=0))
+        x, w = _inputs(5)
+        _assert_outputs(c.run(other, [x, w]), _expected(x, w))  # evicts ALL_REDUCE
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        assert len(set(loads)) == 4
+        _assert_outputs(c.run(ALL_REDUCE, [x, w], timeout=60.0), _expected(x, w))
+        assert len(set(loads)) == 5  # other settings: another load
+
+
+def test_a_ranks_exception_is_reported_and_the_cluster_stays_usable():
+    x, w = _inputs(1)
+    with xladist.Cluster(n=2) as c:
+        with pytest.raises(ExecutionError) as info:
+            c.run(NO_FEED)
+        text = str(info.value)
+        for rank in (0, 1):  # each rank, with the instruction and its line
+            assert f"rank {rank} (replica {rank}, partition 0) | in (line 5): infeed" in text
+        assert "still usable" in text
+        assert c.usable
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+
+
+def test_a_hang_ends_the_cluster_with_the_report(marker):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with xladist.Cluster(n=2, timeout=3.0) as c:
+        loop = c.compile(DATA / "data_dependent_loop.hlo", check=False)
+        got = loop.run([x, np.array([2, 2], np.int32)])
+        np.testing.assert_allclose(got[0][0], x.sum(axis=0) * 2)
+        t0 = time.monotonic()
+        with pytest.raises(ClusterEnded) as info:
+            loop.run([x, np.array([1, 2], np.int32)])  # device 1 loops once more: a hang
+        assert time.monotonic() - t0 < 60
+        text = str(info.value)
+        assert "rank 1 waits there; rank 0 never arrived" in text, text
+        assert not c.usable
+        with pytest.raises(ClusterEnded, match="no longer usable"):
+            loop.run([x, np.array([2, 2], np.int32)])
+    assert _gone(marker) == []
+
+
+def test_a_dead_rank_ends_the_cluster_with_the_usual_report(marker):
+    x, w = _inputs(2)
+    with xladist.Cluster(n=2) as c:
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        _, pid = c.pids[1]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(ClusterEnded) as info:
+            c._thread.join(60)  # the job ends (MPICH, or the service after LOST_GRACE_S)
+            c.run(ALL_REDUCE, [x, w])
+        text = str(info.value)
+        assert "rank 1" in text and "signal 9" in text, text
+        with pytest.raises(ClusterEnded, match="no longer usable"):
+            c.run(ALL_REDUCE, [x, w])
+    assert _gone(marker) == []
+
+
+def test_a_rank_killed_during_a_call_ends_it(marker):
+    import threading
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with xladist.Cluster(n=2, timeout=120.0) as c:
+        loop = c.compile(DATA / "data_dependent_loop.hlo", check=False)
+        _, pid = c.pids[0]
+        timer = threading.Timer(2.0, os.kill, args=(pid, signal.SIGKILL))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(ClusterEnded) as info:
+            loop.run([x, np.array([1, 2], np.int32)])  # rank 1 waits in the loop meanwhile
+        assert time.monotonic() - t0 < 60  # not the ranks' 120 s deadline
+        text = str(info.value)
+        assert "during a call of data_dependent_loop" in text
+        assert "rank 0" in text and "signal 9" in text, text
+    assert _gone(marker) == []
+
+
+def test_a_cluster_inside_an_mpi_job_is_refused(monkeypatch):
+    monkeypatch.setenv("PMI_RANK", "0")
+    with pytest.raises(InputError, match="not inside an MPI job"):
+        Cluster(2).start()
+
+
+def test_a_cluster_not_closed_by_its_user_is_closed_at_exit(marker):
+    c = Cluster(2).start()
+    assert _left(marker)
+    import atexit
+    atexit.unregister(c.close)  # what exit would run, run now
+    c.close()
+    assert _gone(marker) == []
+
+
+def test_a_cluster_refuses_a_bad_n():
+    with pytest.raises(InputError, match="n must be"):
+        Cluster(0)
+    with pytest.raises(ClusterEnded, match="not started"):
+        Cluster(2).run(ALL_REDUCE)
+    assert cluster_module.FAILED_GRACE_S > 0
+
+
+def test_ctrl_c_during_a_call_stops_the_ranks(marker):
+    import threading
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with xladist.Cluster(n=2, timeout=120.0) as c:
+        loop = c.compile(DATA / "data_dependent_loop.hlo", check=False)
+        # A real SIGINT, as a terminal's Ctrl-C sends (interrupt_main would only set a flag
+        # that the blocked wait does not see).
+        timer = threading.Timer(3.0, os.kill, args=(os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run([x, np.array([1, 2], np.int32)])  # hangs until the interrupt
+        assert time.monotonic() - t0 < 60  # not the ranks' 120 s deadline
+        assert not c.usable
+        with pytest.raises(ClusterEnded, match="interrupted"):
+            loop.run([x, np.array([2, 2], np.int32)])
+    assert _gone(marker) == []
+
+
+@pytest.mark.parametrize("after", [0.2, 1.5])
+def test_ctrl_c_while_the_ranks_start_leaves_nothing(marker, after):
+    import threading
+    timer = threading.Timer(after, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    c = Cluster(2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.start()
+            time.sleep(30)  # started before the signal (a fast machine): interrupted here
+    finally:
+        timer.cancel()
+    c.close()
+    assert not c.usable
+    assert _gone(marker) == []

@@ -1,0 +1,379 @@
+"""Jobs over several (simulated) hosts: nothing may need a disk two hosts share.
+
+Every test runs real ranks on made-up nodes (tests/simhosts.py: Hydra's fork launcher, one
+proxy per node name, nodes other than the launching one with a private /tmp and their own
+host name). The module, inputs, outputs, traces and feed files live in the test's folder
+under the launching host's /tmp, which the other node cannot see: they must travel over
+the coordination service. Results are checked against numpy on every rank's inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.cli.test_channels_cli import DATA, HOST_LOOP, write_inputs
+from tests.cli.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
+from tests.cli_util import cli_env, xladist_cli
+from tests.feeds_fns import item
+from tests.paths import ROOT
+
+SLACK = 90.0  # job start-up on a loaded 2-core machine, on top of the deadline
+pytestmark = pytest.mark.slow  # every test starts ranks (docs/testing.md)
+
+
+def _loop(tmp_path, steps) -> tuple[Path, Path]:
+    """data_dependent_loop.hlo on len(steps) partitions, device d looping steps[d] times."""
+    n = len(steps)
+    module = tmp_path / f"loop{n}.hlo"
+    module.write_text((DATA / "data_dependent_loop.hlo").read_text().replace(
+        "num_partitions=2", f"num_partitions={n}"))
+    x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+    inputs = write_inputs(tmp_path / f"in{n}.npz", module, n,
+                          {0: x, 1: np.array(steps, np.int32)})
+    return module, inputs
+
+
+def _run(sim, *args, timeout=SLACK, cwd=None, **env):
+    return xladist_cli("run", *args, "--hostfile", sim.hostfile, "--mpiexec", sim.mpiexec,
+                       timeout=timeout, cwd=cwd or sim.where, XLADIST_PROGRESS="off", **env)
+
+
+# ---- one true report per job -----------------------------------------------------------------
+
+@pytest.mark.timeout(600)
+def test_hang_across_hosts_gives_one_report_with_every_rank_true_position(tmp_path, simhosts):
+    """Ranks 1 (nodeA) and 2 (nodeB) wait in the same all-reduce; 0 and 3 finished. Every
+    rank's true position, on both hosts, in exactly one report -- twice in the same folder
+    (nothing is left behind that could spoil the next job)."""
+    sim = simhosts()
+    module, inputs = _loop(tmp_path, [2, 3, 3, 2])
+    for attempt in range(2):
+        t0 = time.monotonic()
+        proc = _run(sim, module, "-n", 4, "--inputs", inputs, "--no-check", "--timeout", 4)
+        elapsed = time.monotonic() - t0
+        err = proc.stderr
+        assert proc.returncode == 1, err
+        assert err.count("Where every rank is:") == 1, err
+        for r, node in ((1, "nodeA"), (2, "nodeB")):
+            assert re.search(rf"rank {r} \(replica 0, partition {r}\) on {node}: psum \(line "
+                             r"17\) over devices \[0, 1, 2, 3\] \(iteration 3 of data_loop\), "
+                             r"waiting \d+\.\d s", err), err
+        for r, node in ((0, "nodeA"), (3, "nodeB")):
+            assert f"rank {r} (replica 0, partition {r}) on {node}: finished its program" \
+                in err, err
+        assert ("psum (line 17) over devices [0, 1, 2, 3] (iteration 3 of data_loop): ranks "
+                "1, 2 wait there; ranks 0, 3 never arrived") in err, err
+        assert "no news" not in err and "BAD TERMINATION" not in err, err
+        assert elapsed < 4 + SLACK, f"attempt {attempt}: {elapsed:.1f} s"
+    # Nothing of the job is left on the other node's disk.
+    assert not list(sim.private_tmp("nodeB").glob("xladist-*")), \
+        list(sim.private_tmp("nodeB").iterdir())
+
+
+# ---- results land where the user asked, on the launching host --------------------------------
+
+@pytest.mark.timeout(600)
+def test_outputs_trace_and_outfeed_land_on_the_launching_host(tmp_path, simhosts):
+    """Rank 0 runs on nodeB, which cannot see the launching host's /tmp: the module, the
+    inputs and the infeed files come from there, and the outputs, the trace and every
+    rank's outfeed go there."""
+    sim = simhosts(nodes=[("nodeB", 2), ("nodeA", 2)], launch="nodeA")
+    n, steps = 4, 3
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(n, steps))
+    from xladist.runtime.feeds.npz import write_items
+    for r in range(n):
+        write_items(str(tmp_path / "feeds" / f"rank{r}.npz"), [item(r, k) for k in range(steps)])
+    out, trace = tmp_path / "out.npz", tmp_path / "trace.json"
+    proc = _run(sim, module, "-n", n, "--infeed", tmp_path / "feeds" / "rank{rank}.npz",
+                "--outfeed", tmp_path / "got" / "rank{rank}.npz", "--outputs", out,
+                "--trace", trace, "--timeout", 60)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as z:
+        np.testing.assert_allclose(z["out0"], np.stack([expected_accs(n, steps)[-1]] * n),
+                                   rtol=1e-6)
+    for r in range(n):
+        check_outfeed(read_outfeed(tmp_path / "got" / f"rank{r}.npz"), n, steps)
+    doc = json.loads(trace.read_text())
+    assert {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "X"} == set(range(n))
+    assert not list(sim.private_tmp("nodeB").rglob("*.npz"))
+
+
+@pytest.mark.timeout(600)
+def test_per_device_input_and_output_files(tmp_path, simhosts):
+    """`--inputs in.{device}.npz` / `--outputs out.{device}.npz`: one file per device."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    with np.load(case / "inputs.npz") as z:
+        for d in range(4):
+            np.savez(tmp_path / f"in.{d}.npz", **{k: z[k][d] for k in z.files})
+    proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", tmp_path / "in.{device}.npz",
+                "--outputs", tmp_path / "out.{device}.npz")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(case / "expected.npz") as want:
+        for d in range(4):
+            with np.load(tmp_path / f"out.{d}.npz") as got:
+                np.testing.assert_allclose(got["out0"], want["out0"][d], rtol=1e-5)
+
+
+@pytest.mark.timeout(600)
+def test_a_failed_runs_trace_names_the_ranks_that_saved_their_events(tmp_path, simhosts):
+    sim = simhosts()
+    module, inputs = _loop(tmp_path, [2, 3, 3, 2])
+    trace = tmp_path / "trace.json"
+    proc = _run(sim, module, "-n", 4, "--inputs", inputs, "--no-check", "--timeout", 4,
+                "--trace", trace)
+    assert proc.returncode == 1, proc.stderr
+    assert f"wrote the failed run's partial trace to {trace}" in proc.stderr
+    note = json.loads(trace.read_text())["otherData"]["note"]
+    assert note.startswith("partial: the run failed; ranks "), note
+    # The ranks still waiting when the service ended the job saved their events, on both
+    # hosts (nodeB's rank 2 included: its events travelled, no part file stayed behind).
+    assert re.search(r"ranks [0-9, ]*1, 2[0-9, ]* saved their events", note), note
+    assert not list(sim.private_tmp("nodeB").rglob("*.part"))
+
+
+# ---- a rank that dies or stops --------------------------------------------------------------
+
+def _rank_pids(marker: str) -> dict[int, int]:
+    pids = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes().split(b"\0")
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in env and b"rank_main" in cmd:
+            for kv in env:
+                if kv.startswith(b"PMI_RANK="):
+                    pids[int(kv[9:])] = int(d.name)
+    return pids
+
+
+def _start(sim, tmp_path, module, inputs, timeout, **env):
+    marker = f"XLADIST_TEST_MARKER={tmp_path.name}-{os.getpid()}"
+    cmd = [sys.executable, "-m", "xladist", "run", str(module), "-n", "4", "--inputs",
+           str(inputs), "--no-check", "--timeout", str(timeout), "--hostfile",
+           str(sim.hostfile), "--mpiexec", str(sim.mpiexec)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(
+        XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker.split("=", 1)[1], **env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return proc, marker
+
+
+def _wait_for_ranks(marker, n, proc, seconds=90.0) -> dict[int, int]:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and proc.poll() is None:
+        pids = _rank_pids(marker)
+        if len(pids) == n:
+            return pids
+        time.sleep(0.2)
+    raise AssertionError(f"the ranks did not start: {_rank_pids(marker)}")
+
+
+def _finish(proc, seconds):
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the job did not end within {seconds} s:\n{err}")
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_rank_is_named_with_its_signal_host_and_position(tmp_path, simhosts):
+    """SIGKILL (what the out-of-memory killer sends) to rank 2 on nodeB while it waits in
+    the all-reduce: the job ends within seconds, naming the device, host, pid, signal and
+    where the rank was -- not MPICH's banner."""
+    sim = simhosts()
+    module, inputs = _loop(tmp_path, [2, 3, 3, 2])
+    proc, marker = _start(sim, tmp_path, module, inputs, timeout=120)
+    pids = _wait_for_ranks(marker, 4, proc)
+    time.sleep(12.0)  # rank 2 is in its third all-reduce, waiting (and has said so)
+    if proc.poll() is not None or _rank_pids(marker).get(2) != pids[2]:
+        pytest.fail(f"the job ended before the kill:\n{_finish(proc, 10)[1]}")
+    os.kill(pids[2], signal.SIGKILL)
+    t0 = time.monotonic()
+    _out, err = _finish(proc, 60)
+    ended = time.monotonic() - t0
+    assert proc.returncode != 0, err
+    assert ended < 15, f"the job took {ended:.1f} s to end after the kill:\n{err}"
+    assert (f"rank 2 (device 2, replica 0, partition 2) on nodeB, pid {pids[2]}, was killed "
+            "by signal 9 (SIGKILL: often the out-of-memory killer") in err, err
+    assert "Its last position: psum (line 17) over devices [0, 1, 2, 3] (iteration 3 of " \
+           "data_loop)" in err, err
+    assert "BAD TERMINATION" not in err and "[proxy" not in err, err
+    assert _rank_pids(marker) == {}
+
+
+@pytest.mark.timeout(600)
+def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, simhosts):
+    """SIGSTOP to rank 3 (nodeB): it stops heartbeating; the service names it and ends the
+    job, the stopped process included."""
+    sim = simhosts()
+    module, inputs = _loop(tmp_path, [10 ** 8] * 4)  # all-reduces for minutes
+    proc, marker = _start(sim, tmp_path, module, inputs, timeout=120,
+                          XLADIST_HEARTBEAT_TIMEOUT="4")
+    pids = _wait_for_ranks(marker, 4, proc)
+    time.sleep(12.0)  # the job runs: every rank is in the loop (waiting: no deadline soon)
+    os.kill(pids[3], signal.SIGSTOP)
+    try:
+        _out, err = _finish(proc, 60)
+    finally:
+        try:
+            os.kill(pids[3], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode != 0, err
+    assert re.search(rf"rank 3 \(device 3, replica 0, partition 3\) on nodeB, pid {pids[3]}, "
+                     r"stopped sending heartbeats \d+ s ago", err), err
+    assert _rank_pids(marker) == {}
+
+
+# ---- xladist.run across hosts --------------------------------------------------------------
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("where", ["hosts", "hostfile"])
+def test_xladist_run_across_hosts_with_callbacks(tmp_path, simhosts, where):
+    """The module (a file in the launching host's /tmp), the inputs (this process's arrays)
+    and the host-transfer callbacks reach ranks on nodeB; their results come back."""
+    import xladist
+    sim = simhosts(nodes=[("nodeA", 1), ("nodeB", 1)])
+    module = tmp_path / "host_loop.hlo"
+    module.write_text(HOST_LOOP)
+    x = np.array([[1, 2, 3], [10, 20, 30]], np.float32)
+    items = {r: [np.full(3, 100 * r + k, np.float32) for k in range(3)] for r in range(2)}
+    sent: dict[int, list] = {0: [], 1: []}
+
+    def host_recv(rank, channel):
+        return items[rank][len(sent[rank])]
+
+    def host_send(rank, channel, value):
+        sent[rank].append(np.array(value))
+
+    place = {"hosts": ["nodeA:1", "nodeB:1"]} if where == "hosts" else \
+        {"hostfile": str(sim.hostfile)}
+    outs = xladist.run(str(module), [x], n=2, timeout=60, host_send=host_send,
+                       host_recv=host_recv, mpiexec=str(sim.mpiexec), **place)
+    for r in range(2):
+        partial = x[r] + np.cumsum(items[r], axis=0)
+        np.testing.assert_array_equal(np.stack(sent[r]), partial)
+        np.testing.assert_array_equal(outs[r][0], partial[-1])
+
+
+@pytest.mark.timeout(600)
+def test_xladist_run_feeds_callbacks_across_hosts(tmp_path, simhosts):
+    import xladist
+    sim = simhosts()
+    n, steps = 4, 3
+    got: dict[int, list] = {r: [] for r in range(n)}
+    outs = xladist.run(loop_text(n, steps), n=n, timeout=60, mpiexec=str(sim.mpiexec),
+                       hostfile=str(sim.hostfile),
+                       infeed=lambda r, replica, partition: [item(r, k) for k in range(steps)],
+                       outfeed=lambda r, replica, partition, it: got[r].append(it))
+    for r in range(n):
+        check_outfeed([(int(i), acc) for i, acc in got[r]], n, steps)
+        np.testing.assert_allclose(outs[r][0], expected_accs(n, steps)[-1], rtol=1e-6)
+
+
+# ---- one compile, one set of bits -------------------------------------------------------------
+
+MIXED = """HloModule mixed, replica_count=4
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (x: f32[65536]) -> f32[65536] {
+  %x = f32[65536]{0} parameter(0)
+  %p = f32[65536]{0} all-reduce(%x), replica_groups={}, to_apply=%add
+  %t = f32[65536]{0} tanh(%p)
+  ROOT %e = f32[65536]{0} exponential(%t)
+}
+"""
+
+
+def _mixed(tmp_path, run, **env):
+    module = tmp_path / "mixed.hlo"
+    module.write_text(MIXED)
+    inputs = tmp_path / "mixed_in.npz"
+    np.savez(inputs, arg0=np.random.default_rng(0).standard_normal((4, 65536))
+             .astype(np.float32))
+    out = tmp_path / f"mixed_out_{len(list(tmp_path.glob('mixed_out_*')))}.npz"
+    proc = run(module, "-n", 4, "--inputs", inputs, "--outputs", out, **env)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as z:
+        return z["out0"].view(np.uint32)
+
+
+@pytest.mark.timeout(600)
+def test_mixed_cpus_give_every_replica_the_same_bits(tmp_path, simhosts):
+    """nodeB emulates an older CPU (x86-64-v2: no FMA, no AVX). Code compiled for the two
+    CPUs differs in its last bits (shown on one host below); the job compiles once, for the
+    CPU every host runs, so every replica of exp(tanh(psum(x))) holds the same bits."""
+    from xladist.runtime.hostinfo import target_info
+    sim = simhosts(cpus={"nodeB": "x86-64-v2"})
+    bits = _mixed(tmp_path, lambda *a, **e: _run(sim, *a, **e))
+    for r in range(1, 4):
+        assert np.array_equal(bits[r], bits[0]), \
+            f"replica {r}: {(bits[r] != bits[0]).sum()} of {bits.shape[1]} elements differ"
+    one_host = lambda *a, **e: xladist_cli("run", *a, timeout=SLACK, **e)  # noqa: E731
+    v2 = _mixed(tmp_path, one_host, XLADIST_TARGET_CPU="x86-64-v2")
+    np.testing.assert_array_equal(bits, v2)  # what every host runs: x86-64-v2's code
+    if (target_info()["level"] or 0) >= 3:   # this host's own code differs (FMA): the test
+        own = _mixed(tmp_path, one_host)     # really mixes two CPUs
+        assert not np.array_equal(own[0], v2[0])
+
+
+# ---- the network path --------------------------------------------------------------------
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("case", ["psum_basic_mesh4", "all_to_all_basic_mesh4",
+                                  "mesh2d_psum_gather_mesh2x2"])
+def test_collectives_over_the_network_path(tmp_path, simhosts, case):
+    """No shared memory between any two ranks (MPIR_CVAR_NOLOCAL), TCP only (UCX_TLS)."""
+    folder = ROOT / "tests" / "data" / "corpus" / "jax" / case
+    if not folder.is_dir():
+        pytest.skip(f"no corpus case {case}")
+    sim = simhosts()
+    out = tmp_path / "out.npz"
+    proc = _run(sim, folder / "module.hlo", "-n", 4, "--inputs", folder / "inputs.npz",
+                "--outputs", out, MPIR_CVAR_NOLOCAL="1", UCX_TLS="tcp,self")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got, np.load(folder / "expected.npz") as want:
+        for k in want.files:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_mpiexec_launch_is_served_by_rank_0(tmp_path, simhosts):
+    """`mpiexec -n 4 xladist run ...` without the launching `xladist run`: rank 0 (nodeA,
+    which sees the files) reads them and hosts the service; nodeB's ranks get the module
+    and their inputs from it, and rank 0 writes the outputs."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    import shutil
+    for name in ("module.hlo", "inputs.npz"):
+        shutil.copy(case / name, tmp_path / name)
+    out = tmp_path / "out.npz"
+    proc = subprocess.run(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
+         "run", str(tmp_path / "module.hlo"), "--inputs", str(tmp_path / "inputs.npz"),
+         "--outputs", str(out), "-q"],
+        cwd=tmp_path, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
+        timeout=SLACK)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got, np.load(case / "expected.npz") as want:
+        np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-5)

@@ -1,0 +1,385 @@
+"""The coordination service's parts without MPI: the wire, the job's code target, the
+service's reports (with fake ranks speaking its protocol over real sockets), inputs read
+one device at a time and outputs assembled in pieces.
+
+The jobs over real ranks on simulated hosts are tests/runtime/test_multihost.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from xladist.errors import InputError
+from xladist.io import Inputs, read_inputs
+from xladist.runtime import hostinfo, wire
+from xladist.runtime.service import Service
+from xladist.runtime.service.outputs import Outputs
+
+
+# ---- the wire ---------------------------------------------------------------------------------
+
+def test_frames_carry_arrays_of_every_kind_and_blobs():
+    a, b = socket.socketpair()
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array(7, np.int32),
+              np.array([1.5, -2.0], ml_dtypes.bfloat16), np.zeros((0, 4), np.int8)]
+    streamed = wire.Streamed(np.float64, (3,), iter([np.arange(2.0).tobytes(),
+                                                      np.array([5.0]).tobytes()]))
+    wire.send_msg(a, "x", 5.0, arrays + [streamed], k=1)
+    wire.send_msg(a, "y", 5.0, blob=b"\x00payload", k=2)
+    kind, meta, got = wire.recv(b)
+    assert kind == wire.MSG and meta["op"] == "x" and meta["k"] == 1
+    for want, have in zip(arrays, got):
+        assert have.dtype == want.dtype and have.shape == want.shape
+        assert have.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(got[-1], [0.0, 1.0, 5.0])
+    _, meta, blob = wire.recv(b)
+    assert meta["op"] == "y" and blob == b"\x00payload"
+    a.close()
+    assert wire.recv(b) is None  # a clean end of stream
+    b.close()
+
+
+def test_a_peer_that_takes_nothing_is_gone_after_the_deadline():
+    a, b = socket.socketpair()
+    big = np.zeros(1 << 24, np.uint8)  # more than the socket buffers hold
+    t0 = time.monotonic()
+    with pytest.raises(wire.PeerGone, match="took no data for 0.5 s"):
+        wire.send_msg(a, "big", 0.5, [big])
+    assert time.monotonic() - t0 < 5
+    a.close()
+    b.close()
+
+
+# ---- the job's code target ----------------------------------------------------------------------
+
+HOST = {"triple": "x86_64-unknown-linux-gnu", "cpu": "znver4", "width": 512,
+        "features": "+avx,+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave,+cx16,+popcnt,"
+                    "+sse3,+sse4.1,+sse4.2,+ssse3,+sahf,+avx512f,+avx512bw,+avx512cd,"
+                    "+avx512dq,+avx512vl"}
+
+
+def _info(**kw):
+    info = dict(HOST, **kw)
+    info["level"] = hostinfo.x86_level(info["cpu"], info["features"])
+    return info
+
+
+def test_levels_of_targets():
+    assert hostinfo.x86_level(HOST["cpu"], HOST["features"]) == 4
+    assert hostinfo.x86_level("znver4", HOST["features"].replace("+avx512vl", "-avx512vl")) == 3
+    assert hostinfo.x86_level("x86-64-v2", "") == 2
+    assert hostinfo.x86_level("haswell", "") is None  # LLVM keeps a named CPU's features
+
+
+def test_one_target_for_every_rank():
+    same, why = hostinfo.job_target({0: _info(), 1: _info()}, {0: "a", 1: "b"})
+    assert same["cpu"] == "znver4" and same["width"] == 512 and "own CPU" in why
+    mixed, why = hostinfo.job_target({0: _info(), 1: _info(cpu="x86-64-v2", features="",
+                                                            width=None)},
+                                     {0: "nodeA", 1: "nodeB"})
+    assert (mixed["cpu"], mixed["features"], mixed["width"]) == ("x86-64-v2", "", None)
+    assert "x86-64-v2 on nodeB" in why and "znver4 on nodeA" in why
+    unknown, _ = hostinfo.job_target({0: _info(), 1: _info(cpu="haswell", features="")},
+                                     {0: "a", 1: "b"})
+    assert unknown["cpu"] == "x86-64"  # the baseline every x86-64 runs
+    with pytest.raises(hostinfo.TargetError, match="aarch64-unknown-linux-gnu on b"):
+        hostinfo.job_target({0: _info(), 1: _info(triple="aarch64-unknown-linux-gnu")},
+                            {0: "a", 1: "b"})
+
+
+def test_the_blas_kernel_is_chosen_from_the_hosts_own_flags():
+    avx512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx2"}
+    assert hostinfo.blas_coretype(avx512) == "SKYLAKEX"
+    assert hostinfo.blas_coretype({"avx2", "fma"}) is None  # OpenBLAS's own choice
+
+
+# ---- the service, with fake ranks -------------------------------------------------------------
+
+class FakeRank:
+    """A rank as the service sees it: the protocol over a real socket, no MPI."""
+
+    def __init__(self, service, rank, *, host="nodeA", token=None, answer=True):
+        self.rank, self.answer = rank, answer
+        self.sock = wire.connect(service.address, 10)
+        self.got: list[dict] = []
+        self.event = threading.Condition()
+        wire.send(self.sock, wire.HELLO, {
+            "role": "rank", "token": service.token if token is None else token,
+            "rank": rank, "size": service.size, "host": host, "pid": 1000 + rank,
+            "target": None})
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            while (msg := wire.recv(self.sock)) is not None:
+                meta = msg[1]
+                if meta.get("op") == "where" and self.answer:
+                    self.send("here", id=meta["id"], rec=self.rec("computing"))
+                with self.event:
+                    self.got.append(meta)
+                    self.event.notify_all()
+        except OSError:
+            pass
+
+    def rec(self, state, **kw):
+        rec = {"rank": self.rank, "device": self.rank, "replica": 0, "partition": self.rank,
+               "state": state, "finished": False, "loops": [], "updated": time.time()}
+        rec.update(kw)
+        return rec
+
+    def send(self, op, **fields):
+        wire.send_msg(self.sock, op, 5.0, **fields)
+
+    def wait_for(self, op, seconds=10.0):
+        with self.event:
+            ok = self.event.wait_for(lambda: any(m.get("op") == op for m in self.got), seconds)
+        assert ok, f"rank {self.rank} got no {op!r}: {self.got}"
+        return next(m for m in self.got if m.get("op") == op)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def service():
+    made = []
+
+    def make(size, **kw):
+        s = Service(size, emit=lambda text: None, **kw)
+        made.append(s)
+        return s
+    yield make
+    for s in made:
+        s.close()
+
+
+def _waiting(rank, since):
+    return rank.rec("waiting", what="all-reduce.3 (line 7)", where="group [0, 1]",
+                    members=[0, 1], p2p=False, since=time.time() - since)
+
+
+def test_a_wrong_token_is_refused(service):
+    svc = service(1)
+    intruder = FakeRank(svc, 0, token="guess")
+    assert intruder.wait_for("refused")["reason"].startswith("not a rank of this job")
+    assert svc.ranks == {}
+
+
+def test_one_report_with_every_ranks_position_and_then_everyone_aborts(service):
+    svc = service(2)
+    ranks = [FakeRank(svc, 0, host="nodeA"), FakeRank(svc, 1, host="nodeB", answer=False)]
+    for r in ranks:
+        assert r.wait_for("welcome")["job"] is False
+    ranks[1].send("pos", rec=_waiting(ranks[1], 2.0))  # published after 1 s of waiting
+    time.sleep(0.2)
+    for r in ranks:  # both deadlines pass: still one report
+        r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)
+    for r in ranks:
+        assert r.wait_for("abort")["code"] == 1
+    (text,) = svc.messages
+    assert text.startswith("xladist: rank ") and "(the deadline, --timeout 3)" in text
+    assert "rank 0 (replica 0, partition 0) on nodeA: computing, not waiting" in text
+    # Rank 1 did not answer `where`: its published position stands in.
+    assert "rank 1 (replica 0, partition 1) on nodeB: all-reduce.3 (line 7) over group " \
+           "[0, 1], waiting" in text
+    assert svc.hang_report == text
+
+
+def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    module = "HloModule proven_but_hangs\n"
+    svc = service(1, checked={"proven": True, "module_text": module,
+                              "how": "xladist check m.hlo -n 1"})
+    r = FakeRank(svc, 0)
+    r.wait_for("welcome")
+    r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)
+    r.wait_for("abort")
+    last = svc.hang_report.splitlines()[-1]
+    assert last.startswith("xladist: the deadlock check had proven this program "
+                           "deadlock-free, so this hang is a defect of the checker: the "
+                           "module is saved as ")
+    saved = Path(last.split("saved as ")[1].split(";")[0])
+    assert saved.parent == tmp_path and saved.read_text() == module
+
+
+def test_a_hang_after_an_assuming_verdict_names_the_assumption(service):
+    # Issue 25: a verdict resting on known_trip_count is not "proven"; a hang then most
+    # likely means the trip count was false, and the report says which one was assumed.
+    assumed = "loop.3 (line 9): known_trip_count 2 assumed"
+    svc = service(1, checked={"verdict": "assuming", "proven": False,
+                              "assumptions": [assumed], "module_text": None})
+    r = FakeRank(svc, 0)
+    r.wait_for("welcome")
+    r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)
+    r.wait_for("abort")
+    last = svc.hang_report.splitlines()[-1]
+    assert last.startswith("xladist: the deadlock check proved this program deadlock-free "
+                           "only assuming loop trip counts")
+    assert last.endswith(assumed)
+    assert "defect of the checker" not in svc.hang_report
+
+
+def test_a_rank_that_vanishes_is_named_with_its_last_position(service):
+    svc = service(2)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1, host="nodeB")]
+    for r in ranks:
+        r.wait_for("welcome")
+    ranks[1].send("placed", device=1, replica=0, partition=1)
+    ranks[1].send("pos", rec=_waiting(ranks[1], 1.5))
+    time.sleep(0.2)
+    ranks[1].close()  # died: no bye, no failed
+    assert ranks[0].wait_for("abort")
+    (text,) = svc.messages
+    assert text.startswith("xladist: rank 1 (device 1, replica 0, partition 1) on nodeB, "
+                           "pid 1001, ended without a word")
+    assert "Its last position: all-reduce.3 (line 7) over group [0, 1], waiting" in text
+
+
+def test_goodbyes_and_failures_are_not_deaths(service):
+    svc = service(2, prints=False)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1)]
+    for r in ranks:
+        r.wait_for("welcome")
+    ranks[0].send("bye")
+    ranks[0].close()
+    ranks[1].send("failed", id=1, text="rank 1: boom", code=3)
+    assert ranks[1].wait_for("ack")["id"] == 1
+    ranks[1].close()
+    assert svc.wait_all_ended(10)
+    assert svc.lost == [] and svc.failures == [(1, "rank 1: boom")]
+    assert svc.messages == ["rank 1: boom"]  # kept for xladist.run, not printed
+
+
+@pytest.mark.slow
+def test_a_rank_that_stops_heartbeating_is_named(service):
+    svc = service(2, heartbeat=2.0)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1, host="nodeB")]
+    for r in ranks:
+        r.wait_for("welcome")
+    end = time.monotonic() + 8
+    while time.monotonic() < end and not svc.messages:
+        ranks[0].send("hb")  # rank 0 lives; rank 1 says nothing
+        time.sleep(0.5)
+    (text,) = svc.messages
+    assert "rank 1 (replica 0, partition 1)" not in text  # never placed: no device yet
+    assert "rank 1 on nodeB, pid 1001, stopped sending heartbeats" in text
+    assert ranks[0].wait_for("abort")
+
+
+# ---- inputs, one device at a time ---------------------------------------------------------------
+
+def _shapes(*texts):
+    """Shapes from their text, e.g. "f32[3,5]" (element type, dims)."""
+    from xladist.hlo.shape import Shape
+    out = []
+    for t in texts:
+        name, dims = t[:-1].split("[")
+        out.append(Shape.array(name, tuple(int(d) for d in dims.split(",") if d)))
+    return out
+
+
+@pytest.mark.parametrize("how", ["stored", "compressed", "fortran"])
+def test_inputs_read_only_their_device_rows(tmp_path, how):
+    x = np.arange(4 * 3 * 5, dtype=np.float32).reshape(4, 3, 5)
+    y = np.array([0x3F80, 0x4000, 0xBF00, 0x0000], np.uint16)  # bf16 bits, one per device
+    f = tmp_path / "in.npz"
+    if how == "compressed":
+        np.savez_compressed(f, arg0=x, arg1=y)
+    else:
+        np.savez(f, arg0=np.asfortranarray(x) if how == "fortran" else x, arg1=y)
+    shapes = _shapes("f32[3,5]", "bf16[]")
+    inputs = Inputs(str(f), shapes, num_devices=4)
+    for d in (3, 0, 2):
+        a, b = inputs.device(d)
+        np.testing.assert_array_equal(a, x[d])
+        assert b.dtype == ml_dtypes.bfloat16 and b.shape == ()
+        assert b.view(np.uint16) == y[d]
+        parts = inputs.parts(d)
+        assert b"".join(bytes(p) for p in parts[0][2]) == x[d].tobytes()
+    if how == "stored":  # rows are read in place: the member's bytes are where we say
+        member = inputs.files[0][0][0]
+        assert member.offset is not None
+        with open(f, "rb") as fh:
+            fh.seek(member.offset + 2 * x[0].nbytes)
+            assert fh.read(x[0].nbytes) == x[2].tobytes()
+
+
+def test_per_device_input_files(tmp_path):
+    for d in range(3):
+        np.savez(tmp_path / f"in.{d}.npz", arg0=np.full(4, d, np.int32))
+    inputs = Inputs(str(tmp_path / "in.{device}.npz"), _shapes("s32[4]"), num_devices=3)
+    assert [int(inputs.device(d)[0][0]) for d in range(3)] == [0, 1, 2]
+    (tmp_path / "in.1.npz").unlink()
+    with pytest.raises(InputError, match=r"in\.1\.npz: does not exist"):
+        Inputs(str(tmp_path / "in.{device}.npz"), _shapes("s32[4]"), num_devices=3)
+
+
+def test_inputs_are_checked_from_headers_with_the_old_messages(tmp_path):
+    f = tmp_path / "in.npz"
+    np.savez(f, arg0=np.zeros((2, 5), np.float32))
+    with pytest.raises(InputError, match=r"expected dims \[2, 4\] \(device axis first\), got "
+                                         r"\[2, 5\]"):
+        read_inputs(f, _shapes("f32[4]"), num_devices=2, names=["x"])
+    np.savez(f, arg0=np.zeros((2, 4), np.float64))
+    with pytest.raises(InputError, match="expected element type float32, got float64"):
+        read_inputs(f, _shapes("f32[4]"), num_devices=2)
+
+
+# ---- outputs, assembled in pieces -----------------------------------------------------------
+
+def _deliver(outputs, per_device):
+    """Stream every device's arrays into `outputs` as the service does (over a socket)."""
+    for d, arrays in enumerate(per_device):
+        for i, arr in enumerate(arrays):
+            a, b = socket.socketpair()
+            t = threading.Thread(target=wire.send_msg, args=(a, "output", 10.0, [arr]),
+                                 kwargs={"index": i})
+            t.start()
+            _kind, meta, size = wire.recv_header(b)
+            outputs.receive(d, i, meta, size, b, lambda: None)
+            t.join()
+            a.close()
+            b.close()
+        outputs.device_done(d, len(arrays))
+
+
+def test_outputs_stack_pad_and_keep_bits(tmp_path):
+    bf = np.array([1.0, 2.5], ml_dtypes.bfloat16)
+    per_device = [[np.full((2, 3), d, np.float32), np.arange(d + 1, dtype=np.int32), bf]
+                  for d in range(3)]
+    out = Outputs(3, "npz", str(tmp_path / "out.npz"))
+    _deliver(out, per_device)
+    out.finish()
+    with np.load(tmp_path / "out.npz") as z:
+        np.testing.assert_array_equal(z["out0"], np.stack([a for a, _, _ in per_device]))
+        np.testing.assert_array_equal(z["out1_sizes"], [[1], [2], [3]])  # dynamic dims
+        np.testing.assert_array_equal(z["out1"], [[0, 0, 0], [0, 1, 0], [0, 1, 2]])
+        assert z["out2"].dtype == np.uint16  # bf16 as bit patterns, as io.py writes them
+        np.testing.assert_array_equal(z["out2"], np.stack([bf.view(np.uint16)] * 3))
+    assert not list(tmp_path.glob(".xladist-outputs-*"))  # the pieces are gone
+
+
+def test_outputs_one_file_per_device_and_in_memory(tmp_path):
+    per_device = [[np.full(4, d, np.float64)] for d in range(2)]
+    out = Outputs(2, "devices", str(tmp_path / "out.{device}.npz"))
+    _deliver(out, per_device)
+    out.finish()
+    for d in range(2):
+        with zipfile.ZipFile(tmp_path / f"out.{d}.npz") as z:
+            assert z.namelist() == ["out0.npy"]
+        with np.load(tmp_path / f"out.{d}.npz") as z:
+            np.testing.assert_array_equal(z["out0"], per_device[d][0])
+    mem = Outputs(2, "memory")
+    _deliver(mem, per_device)
+    got = mem.finish()
+    assert [g[0].tolist() for g in got] == [[0.0] * 4, [1.0] * 4]

@@ -1,0 +1,162 @@
+"""Float sums and products in an order xladist states, the same for every LLVM pipeline,
+CPU, vector width, thread count and rank.
+
+A reduction whose reducer is one float `add` or `multiply` of its two parameters (f32 or
+f64) used to accumulate into one register with LLVM's `reassoc` flag, so LLVM's loop
+vectorizer, interleaver and unroller chose the order of the sum -- and a different
+pipeline (or CPU) gave different last bits. Now codegen fixes the order itself and emits
+plain IEEE arithmetic: a vectorizer may only widen lane-wise operations, which keeps every
+bit, so these kernels take the pipeline without loop unrolling (compile_pool.pipeline_exact).
+
+The order, for each output element (every element computes alone; a split kernel's blocks,
+parallel.py, are whole output elements):
+  * L lanes, L = the largest power of two <= min(n, LANES), n the trip count of the
+    reduction's innermost loop (its innermost reduced dimension, physical for a reduce
+    kernel, logical inside a fusion), LANES = LANE_BITS / the element's bits (32 f32, 16 f64);
+  * lane k starts at the reducer's identity (-0.0 for add, 1.0 for multiply: combining
+    with it changes no bit, so the lane's first element is taken as is) and combines,
+    in order, elements k, k + L, k + 2L, ... of each pass of the innermost loop; loops over
+    the other reduced dimensions run around it, the lanes carrying on through them;
+  * the lanes are combined by halving: lane k with lane k + L/2 for every k < L/2, then
+    k with k + L/4, ..., down to one value t;
+  * the result is reducer(start, t): start is the init value, or, for a reduction kernel
+    that also reduces over outer loops, the partial result already in its output.
+L is decided by the shape alone (never by the host: ranks on different CPUs compute the
+same bits); on AVX-512 the 32 f32 lanes are two registers, on AVX2 four, on SSE eight.
+
+This is the only place that decides a float reduction's order in compiled code. Every
+other reducer (max, min, f16/bf16 sums, variadic reductions, computations of several
+ops) stays one sequential chain in element order, and a reduction with no reduced minor
+dimension (a column sum) one chain per output element: without fast-math flags no LLVM
+pass reorders them either. The last bits of row sums changed once when this order
+replaced LLVM's (docs/compile.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from .ir_array import c64
+from .loops import for_range
+from .types import F32, F64
+
+LANE_BITS = 1024
+_IDENTITY = {"add": -0.0, "multiply": 1.0}
+_TYPES = {"f32": F32, "f64": F64}
+_BITS = {"f32": 32, "f64": 64}
+
+
+def lane_reducer(reducer) -> bool:
+    """Whether a reduction with this to_apply computation is accumulated in lanes: one
+    float add or multiply (f32, f64) of its two parameters."""
+    root = reducer.root
+    return (root.opcode in _IDENTITY and root.shape.is_array
+            and root.shape.element_type.name in _TYPES
+            and len(reducer.parameters) == 2
+            and set(root.operands) == set(reducer.parameters))  # not add(x, x)
+
+
+def lane_count(element_type, n: int) -> int:
+    """L for an innermost loop of n elements (the module docstring)."""
+    most = LANE_BITS // _BITS[element_type.name]
+    lanes = 1
+    while lanes * 2 <= min(n, most):
+        lanes *= 2
+    return lanes
+
+
+def reduce_in_lanes(ctx, reducer, dims, loops, base: list, element: Callable, start):
+    """reducer(start, lanes) of one output element (the order above): the elements of the
+    loop nest over dimensions `loops` (outermost first, each of size > 1; the last one
+    in lanes) of an input of `dims`. base: the input's multi-index, the other dimensions
+    set; element(multi) emits the input's value there. Each loop body is a memo scope of
+    ctx (ElementalContext)."""
+    b = ctx.b
+    lanes = Lanes(ctx, reducer, dims[loops[-1]])
+    lanes.reset()
+
+    def walk(level):
+        d = loops[level]
+        if level < len(loops) - 1:
+            with for_range(b, dims[d], name=f"r{d}") as loop:
+                base[d] = loop.iv
+                ctx.push()
+                walk(level + 1)
+                ctx.pop()
+            return
+
+        def at(j):
+            base[d] = j
+            ctx.push()
+            v = element(list(base))
+            ctx.pop()
+            return v
+        lanes.accumulate(dims[d], at)
+
+    walk(0)
+    return lanes.total(start)
+
+
+class Lanes:
+    """The lanes of one reduction inside a kernel's function: a stack vector of L
+    elements (LLVM keeps it in registers once the lane loop is vectorized). Emitted as
+    reset(), accumulate() for each pass of the innermost loop, total()."""
+
+    def __init__(self, ctx, reducer, n: int):
+        self.ctx, self.reducer = ctx, reducer
+        etype = reducer.root.shape.element_type
+        self.count = lane_count(etype, n)
+        self.elem = _TYPES[etype.name]
+        self.ptr = ctx.alloca(ir.VectorType(self.elem, self.count), name="lanes")
+        with ctx.b.goto_entry_block():
+            self.lane_ptr = ctx.b.bitcast(self.ptr, self.elem.as_pointer())
+        self.identity = _IDENTITY[reducer.root.opcode]
+
+    def reset(self) -> None:
+        vec = ir.Constant(ir.VectorType(self.elem, self.count), [self.identity] * self.count)
+        self.ctx.b.store(vec, self.ptr)
+
+    def accumulate(self, n: int, gen: Callable) -> None:
+        """Combine elements 0..n-1 of the innermost loop into the lanes; gen(j) emits the
+        value of element j (an i64 register) at the builder's position. Whole rounds of
+        L elements run in a loop of L lanes (LLVM's vectorizer widens it: no lane depends
+        on another); the n mod L left over go to lanes 0.. in a loop of their own."""
+        b = self.ctx.b
+        rounds, left = divmod(n, self.count)
+        if rounds:
+            with for_range(b, rounds, name="round") as rnd:
+                first = b.mul(rnd.iv, c64(self.count))
+                with for_range(b, self.count, name="lane") as lane:
+                    self._combine(lane.iv, gen(b.add(first, lane.iv)))
+        if left:
+            with for_range(b, left, name="left") as lane:
+                self._combine(lane.iv, gen(b.add(c64(rounds * self.count), lane.iv)))
+
+    def _combine(self, k, value) -> None:
+        b = self.ctx.b
+        p = b.gep(self.lane_ptr, [k], inbounds=True)
+        b.store(self._apply(b.load(p, typ=self.elem), value), p)
+
+    def total(self, start):
+        """reducer(start, the lanes combined by halving)."""
+        b = self.ctx.b
+        v = b.load(self.ptr, typ=ir.VectorType(self.elem, self.count))
+        width = self.count
+        while width > 1:
+            half = width // 2
+            lo = b.shuffle_vector(v, v, _mask(range(half)))
+            hi = b.shuffle_vector(v, v, _mask(range(half, width)))
+            v = self._apply(lo, hi)  # lane-wise
+            width = half
+        return self._apply(start, b.extract_element(v, c64(0)))
+
+    def _apply(self, x, y):
+        # The reducer's own rule (scalar_ops), on scalars or lane-wise on vectors.
+        return self.ctx.inline(self.reducer, [x, y])[0]
+
+
+def _mask(lanes) -> ir.Constant:
+    lanes = list(lanes)
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes)

@@ -1,0 +1,508 @@
+"""`xladist.Cluster`: ranks that stay up, for many runs from one Python process.
+
+    with xladist.Cluster(n=4, hosts=...) as c:
+        out = c.run(module, inputs)            # the same result as xladist.run(module, inputs, n=4)
+        step = c.compile(module)               # placed, compiled and kept on every rank
+        for batch in batches:
+            out = step.run(batch)              # only the inputs travel
+
+`xladist.run` starts mpiexec and N interpreters for every call; a cluster starts them once
+(`python -m xladist.runtime.cluster_rank`, launcher.py) and keeps the job's coordination
+service (service/) open: each call is one `order` message to every rank, which then takes
+the module (on a load) and its own inputs from the service and streams its outputs back
+exactly as a one-shot job's rank does (rank_main.py), and says `call-done` or `call-failed`.
+
+What a call's failure leaves behind:
+* refused input (n against the module, argument count, dtypes and dims, settings, the
+  deadlock check): raised here before any rank hears of the call; the cluster is unchanged;
+* a rank's exception (the module does not compile, a run-time error at an instruction):
+  every rank that failed says so with its rank and instruction; when all ranks have
+  answered within FAILED_GRACE_S the cluster stays usable. A rank that is still inside the
+  call then is waiting for one that gave up (in a collective): the cluster is stopped and
+  says so -- its MPI state is no longer known;
+* a hang: the watchdog's report (service: every rank's position), the job ends, and the
+  cluster says it is no longer usable; so does a rank that died (named with its signal).
+`close()` (the `with` block's end, or interpreter exit) ends the ranks and waits for mpiexec;
+ranks that do not go within CLOSE_WAIT_S are stopped with their process group.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import threading
+import time
+
+from xladist.errors import ExecutionError, InputError
+
+from . import launcher
+from .device import device_counts
+from .api import _as_module, _source, check_call, host_list, rank_options
+
+# After one rank failed a call, how long the others have to finish or fail it too before
+# the cluster is taken to be stuck (a rank waiting in a collective for the failed one).
+FAILED_GRACE_S = 5.0
+# How long close() waits for the ranks to go before it stops their process group.
+CLOSE_WAIT_S = 30.0
+PREFIX = "xladist.Cluster"
+# A rank that takes nothing of its order for this long is gone (wire: a deadline on progress).
+SEND_TIMEOUT_S = 60.0
+
+
+class ClusterEnded(ExecutionError):
+    """The cluster's job has ended (a hang, a dead rank, close()); start a new Cluster."""
+
+
+class Cluster:
+    """N ranks started once; see the module docstring.
+
+    `n`: ranks (devices). `hosts` / `hostfile` / `mpiexec`: where and how, as for
+    xladist.run. Defaults for every call (each call may override them): `backend`,
+    `timeout` (a wait for another rank longer than this ends the job with the hang report),
+    `verify`, `check` / `strict` (the deadlock check before a module is sent). `keep`: how
+    many modules `run` keeps loaded on the ranks (given as text or a path, with the same
+    settings, a module runs again without being sent, checked or compiled again; the least
+    recently run is released first; 0: every run loads and releases its module).
+    """
+
+    def __init__(self, n: int, *, hosts=None, hostfile=None, mpiexec: str | None = None,
+                 backend: str = "cpu", timeout: float = 300.0, verify: bool = True,
+                 check: bool = True, strict: bool = False, keep: int = 8):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InputError(f"n must be a whole number of ranks >= 1, got {n!r}")
+        self.n = n
+        self.defaults = dict(backend=backend, timeout=timeout, verify=verify, check=check,
+                             strict=strict)
+        self._where = dict(hosts=host_list(hosts), hostfile=hostfile, mpiexec=mpiexec)
+        self._ids = itertools.count(1)
+        self._handles: dict[int, Compiled] = {}
+        self.keep = keep
+        self._kept: dict[tuple, Compiled] = {}   # run(text): loaded modules, least recent first
+        self._lock = threading.Lock()      # one call at a time
+        self._calls = None
+        self._service = None
+        self._thread = None
+        self._popen = None
+        self._popen_lock = threading.Lock()
+        self._result = None                # the launcher's CompletedProcess, once it ended
+        self._ended: str | None = None     # why the cluster is no longer usable
+        self._busy = False
+        self.started = False
+
+    # ---- start and end ---------------------------------------------------------------------
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> Cluster:
+        """Launch the ranks and wait until every one is ready for orders."""
+        if self.started:
+            return self
+        if launcher.under_mpi():
+            raise InputError(f"{PREFIX} starts its own ranks under mpiexec: create it from a "
+                             "plain Python process, not inside an MPI job (there, every rank "
+                             "calls xladist.run itself)")
+        from .service import Service
+        self.started = True
+        self._calls = _Calls(self.n)
+        self._service = Service(self.n, job=self._calls, code=self._calls.codes,
+                                defer_lost=True, prints=True, emit=lambda text: None)
+        self._thread = threading.Thread(target=self._launch, name="xladist-cluster-launch",
+                                        daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+        try:
+            ready = self._calls.wait_ready()
+        except BaseException:  # Ctrl-C while the ranks start: no `with` block to end them
+            self._stop_now("its start was interrupted")
+            raise
+        if not ready:
+            self._gone_error("while starting")  # raises
+        return self
+
+    def _stop_now(self, why: str) -> None:
+        """Stop the ranks' process group now (also if mpiexec is only about to start)."""
+        with self._popen_lock:
+            self._ended = self._ended or why
+            popen = self._popen
+        if popen is not None:
+            launcher.stop_group(popen)
+        self._thread.join(CLOSE_WAIT_S)
+
+    def _launch(self) -> None:
+        def started(popen) -> None:
+            with self._popen_lock:
+                self._popen = popen
+                stop = self._ended is not None
+            if stop:
+                launcher.stop_group(popen)
+        try:
+            self._result = launcher.launch(
+                self.n, ["-m", "xladist.runtime.cluster_rank"], capture=True,
+                service=self._service, on_start=started,
+                env={"XLADIST_RANK_PREFIX": PREFIX}, **self._where)
+        except BaseException as e:  # noqa: BLE001 -- said by the next call
+            self._result = e
+        finally:
+            self._calls.job_ended()
+
+    @property
+    def usable(self) -> bool:
+        return self.started and self._ended is None and self._thread.is_alive()
+
+    @property
+    def pids(self) -> dict[int, tuple[str, int]]:
+        """rank -> (host, pid) of the running ranks."""
+        ranks = self._service.ranks if self._service is not None else {}
+        return {r: (s.host, s.pid) for r, s in sorted(ranks.items())}
+
+    def close(self) -> None:
+        """End the ranks (their process group is stopped if they do not go); idempotent."""
+        atexit.unregister(self.close)
+        if not self.started or self._thread is None:
+            return
+        if self._thread.is_alive():
+            if not self._busy and self._ended is None:
+                for st in list(self._service.ranks.values()):
+                    st.conn.send("order", end=True, timeout=2.0)
+                self._thread.join(CLOSE_WAIT_S)
+            if self._thread.is_alive():
+                self._stop_now("it was closed")
+        self._ended = self._ended or "it was closed"
+        self._calls.codes.close()
+
+    def _gone_error(self, doing: str):
+        """The job ended: the reason, once, as a ClusterEnded (raised)."""
+        if self._ended is None:
+            result = self._result
+            if isinstance(result, BaseException):
+                detail = f"{type(result).__name__}: {result}"
+            elif result is not None:
+                detail = launcher.clean_stderr(result.stderr).strip() or \
+                    "\n".join(self._service.messages)
+                detail = f"(exit {result.returncode})" + (f":\n{detail}" if detail else "")
+            else:
+                detail = "\n".join(self._service.messages)
+            self._ended = f"its {self.n}-rank job ended {doing}"
+            raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip())
+        raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable ({self._ended}, "
+                           "as reported then); start a new Cluster")
+
+    def _usable_or_raise(self) -> None:
+        if not self.started:
+            raise ClusterEnded(f"{PREFIX}: the cluster is not started: use it in a `with` "
+                               "block, or call start()")
+        if self._ended is not None or not self._thread.is_alive():
+            self._gone_error("before this call")
+
+    # ---- calls ---------------------------------------------------------------------------
+    def compile(self, module, *, device_assignment=None, **options) -> Compiled:
+        """Place and compile `module` (an ir.Module, HLO text or a path) on every rank, once;
+        the handle's `run(inputs)` then sends only the inputs."""
+        handle = self._prepare(module, device_assignment, options)
+        self._load(handle)
+        return handle
+
+    def _load(self, handle: Compiled, inputs=None):
+        """Load `handle` on every rank (and run it on `inputs`, if given); a load that
+        failed on some rank is released on the others."""
+        try:
+            outputs = self._call(handle, load=True, inputs=inputs)
+        except ClusterEnded:
+            raise
+        except BaseException:
+            if self.usable:
+                self._call(handle, free=True)
+            raise
+        self._handles[handle.id] = handle
+        return outputs
+
+    def run(self, module, inputs=None, *, device_assignment=None, **options):
+        """Run `module` (an ir.Module, HLO text, a path, or a handle from compile) with
+        `inputs` as xladist.run takes them; returns outputs[device][i] as xladist.run does."""
+        if isinstance(module, Compiled):
+            if options or device_assignment is not None:
+                raise InputError("a compiled handle runs with the settings it was compiled "
+                                 "with; pass them to Cluster.compile")
+            return module.run(inputs)
+        key = self._key(module, device_assignment, options) if self.keep > 0 else None
+        handle = self._kept.pop(key, None)
+        if handle is not None:  # most recently used last
+            self._kept[key] = handle
+            return handle.run(inputs)
+        handle = self._prepare(module, device_assignment, options)
+        per_device = handle.inputs(inputs)
+        if key is None:
+            return self._call(handle, load=True, inputs=per_device, free=True)
+        outputs = self._load(handle, per_device)
+        self._kept[key] = handle
+        while len(self._kept) > self.keep:
+            self._kept.pop(next(iter(self._kept))).free()
+        return outputs
+
+    def _key(self, given, device_assignment, options):
+        """What identifies a module given as text or a path, with its settings, among the
+        modules kept loaded (None: a Module object, not kept)."""
+        if not isinstance(given, (str, os.PathLike)):
+            return None
+        text, filename = _source(given, None)
+        da = tuple(map(tuple, device_assignment)) if device_assignment is not None else None
+        return text, filename, da, tuple(sorted({**self.defaults, **options}.items()))
+
+    def run_checked(self, module, text: str, options: dict, *, inputs, outputs,
+                    checked=None) -> None:
+        """One load-run-release of a module whose run the caller has checked itself
+        (`xladist run --batch`: its files, inputs and the deadlock check, as `xladist run`
+        checks them): `text` is what the ranks parse, `options` api.rank_options, `inputs`
+        an io.Inputs or per-device lists (None: no array parameters), `outputs` a
+        service/outputs.Outputs that writes or prints them."""
+        handle = Compiled(self, next(self._ids), module, text, checked, options)
+        self._call(handle, load=True, inputs=inputs, run=True, free=True, outputs=outputs)
+
+    def _prepare(self, given, device_assignment, options) -> Compiled:
+        unknown = set(options) - set(self.defaults)
+        if unknown:
+            raise InputError(f"{PREFIX}: unknown settings {sorted(unknown)} (it takes "
+                             f"{sorted(self.defaults)} and device_assignment)")
+        self._usable_or_raise()
+        settings = {**self.defaults, **options}
+        module = _as_module(given)
+        counts = device_counts(module, self.n)  # n against the module's counts
+        checked = check_call(module, self.n, device_assignment=device_assignment,
+                             check=settings["check"], strict=settings["strict"], prefix=PREFIX,
+                             timeout=settings["timeout"], backend=settings["backend"])
+        text, filename = _source(given, module)
+        return Compiled(self, next(self._ids), module, text, checked, rank_options(
+            counts, backend=settings["backend"], timeout=settings["timeout"],
+            verify=settings["verify"], source=filename, device_assignment=device_assignment))
+
+    def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
+              run: bool | None = None, outputs=None):
+        """One order to every rank; their outputs (when it runs: `inputs` given, or `run`),
+        or the call's error. `outputs`: where they go (service/outputs.py; default: returned)."""
+        from .service.jobs import JobHost
+        from .service.outputs import Outputs
+        with self._lock:
+            self._usable_or_raise()
+            run = inputs is not None if run is None else run
+            job = JobHost(self.n, module_text=handle.text if load else None,
+                          inputs=inputs if run else None,
+                          outputs=(outputs or Outputs(self.n, "memory")) if run else None,
+                          options=handle.options)
+            call = next(self._ids)
+            if load:
+                self._calls.codes.add(handle.id, handle.module, handle.options["backend"])
+            self._service.checked = handle.checked
+            self._busy = True
+            try:
+                self._calls.begin(call, job)
+                for r, st in sorted(self._service.ranks.items()):
+                    # This rank's inputs go with its order (described as a reply to its
+                    # `inputs` request would describe them).
+                    described, arrays, _ = job.request(st, "inputs", {"device": r}, None) \
+                        if run else ({}, (), None)
+                    st.conn.send("order", arrays=arrays, timeout=SEND_TIMEOUT_S, call=call,
+                                 handle=handle.id, load=load, run=run, free=free,
+                                 inputs=described)
+                answers = self._calls.wait(call, FAILED_GRACE_S)
+            except BaseException:
+                # Interrupted (Ctrl-C) while the ranks run the call: their state is unknown.
+                self._stop_now("a call was interrupted")
+                raise
+            finally:
+                self._busy = False
+                if free or (load and not self._calls.all_done(call)):
+                    self._calls.codes.drop(handle.id)
+            if answers is None:
+                job.finish(True)
+                self._gone_error(f"during a call of {handle.module.name}")
+            failed = {r: a for r, a in answers.items() if a[0] == "failed"}
+            if len(answers) < self.n:  # some rank is still inside the call: stuck
+                job.finish(True)
+                self._stop(handle, answers, failed)
+            if failed:
+                job.finish(True)
+                texts = [failed[r][1] for r in sorted(failed)]
+                raise ExecutionError(f"{PREFIX}: {texts[0]}" + "".join(
+                    f"\n{PREFIX}: {t}" for t in texts[1:]) +
+                    "\n(the cluster is still usable: every rank finished this call)")
+            return job.finish(False) if run else None
+
+    def _stop(self, handle, answers, failed) -> None:
+        """Some rank failed a call and another has not come back from it: stop the job."""
+        waiting = sorted(set(range(self.n)) - set(answers))
+        said = "\n".join(f"{PREFIX}: {text}" for _, text in failed.values())
+        from .service.report import ranks_text
+        self._ended = (f"{ranks_text(sorted(failed))} failed a call of {handle.module.name} "
+                       f"and {ranks_text(waiting)} did not finish it within "
+                       f"{FAILED_GRACE_S:g} s (waiting for the failed ones, in a collective): "
+                       "the cluster was stopped")
+        self._stop_now(self._ended)
+        raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}")
+
+
+class Compiled:
+    """A module placed and compiled on every rank of a cluster (Cluster.compile)."""
+
+    def __init__(self, cluster: Cluster, ident: int, module, text: str, checked, options):
+        self.cluster, self.id, self.module, self.text = cluster, ident, module, text
+        self.checked, self.options = checked, options
+        self.freed = False
+
+    def inputs(self, inputs):
+        """`inputs` as the ranks get them, checked here (dims, element types) first."""
+        from xladist.executable import conform_argument, describe_parameter
+        from xladist.semantics.values import TOKEN
+
+        from .api import _per_device
+        per_device = _per_device(self.module, inputs, self.cluster.n)
+        if isinstance(per_device, list):
+            params = self.module.entry.parameters
+            for d, args in enumerate(per_device):
+                if len(args) != len(params):
+                    raise InputError(f"{self.module.name} takes {len(params)} arguments, "
+                                     f"device {d} got {len(args)}")
+                per_device[d] = [TOKEN if p.shape.is_token else conform_argument(
+                    a, p.shape, f"device {d}: {describe_parameter(p)}")
+                    for a, p in zip(args, params)]
+        return per_device
+
+    def run(self, inputs=None):
+        if self.freed:
+            raise InputError(f"{PREFIX}: this handle of {self.module.name} was freed")
+        return self.cluster._call(self, inputs=self.inputs(inputs))
+
+    def free(self) -> None:
+        """Release the module on every rank (a closed cluster has already)."""
+        if self.freed:
+            return
+        self.freed = True
+        self.cluster._handles.pop(self.id, None)
+        if self.cluster.usable:
+            self.cluster._call(self, free=True)
+
+
+class _Codes:
+    """The service's code store for a cluster: one compile_once.CodeStore per live module."""
+
+    def __init__(self):
+        self.target = None
+        self.stores: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def decide(self, target) -> None:
+        self.target = target
+
+    def add(self, handle: int, module, backend: str) -> None:
+        from .compile_once import CodeStore
+        store = CodeStore(module, backend)
+        if self.target is not None:
+            store.decide(self.target)
+        with self._lock:
+            self.stores[handle] = store
+
+    def get(self, key: str):
+        with self._lock:
+            stores = list(self.stores.values())
+        for store in stores:
+            obj = store.get(key)
+            if obj is not None:
+                return obj
+        return None
+
+    def drop(self, handle: int) -> None:
+        with self._lock:
+            store = self.stores.pop(handle, None)
+        if store is not None:
+            store.close()
+
+    def close(self) -> None:
+        for handle in list(self.stores):
+            self.drop(handle)
+
+
+class _Calls:
+    """The service's job object for a cluster: the current call's JobHost serves the ranks'
+    requests and takes their outputs; `call-done` / `call-failed` / `cluster-ready` come
+    here."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.codes = _Codes()
+        self.job = None
+        self.call = None
+        self.answers: dict[int, dict[int, tuple[str, str]]] = {}
+        self.ready: set[int] = set()
+        self.ended = False
+        self._cond = threading.Condition()
+
+    # what the service calls
+    def request(self, st, what, meta, payload):
+        if self.job is None:
+            raise LookupError(f"no call is under way to serve {what!r}")
+        return self.job.request(st, what, meta, payload)
+
+    def receive_output(self, st, meta, size, seen) -> None:
+        self.job.receive_output(st, meta, size, seen)
+
+    def serve_feed(self, conn, meta) -> None:
+        conn.send("refused", reason="a cluster's calls have no feeds")
+
+    def on_message(self, st, op, meta, payload) -> None:
+        if op == "cluster-ready":
+            with self._cond:
+                self.ready.add(st.rank)
+                self._cond.notify_all()
+        elif op in ("call-done", "call-failed"):
+            with self._cond:
+                got = self.answers.setdefault(int(meta["call"]), {})
+                got[st.rank] = ("done", "") if op == "call-done" else ("failed", meta["text"])
+                self._cond.notify_all()
+        elif self.job is not None:
+            self.job.on_message(st, op, meta, payload)
+
+    # what the cluster calls
+    def job_ended(self) -> None:
+        with self._cond:
+            self.ended = True
+            self._cond.notify_all()
+
+    def wait_ready(self) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self.ready) == self.n or self.ended)
+            return len(self.ready) == self.n and not self.ended
+
+    def begin(self, call: int, job) -> None:
+        with self._cond:
+            self.call, self.job = call, job
+            self.answers[call] = {}
+
+    def all_done(self, call: int) -> bool:
+        got = self.answers.get(call, {})
+        return len(got) == self.n and all(a[0] == "done" for a in got.values())
+
+    def wait(self, call: int, grace: float):
+        """Every rank's answer {rank: (status, text)}; fewer when a rank failed and the
+        others did not answer within `grace`; None when the job ended."""
+        with self._cond:
+            first_failure = None
+            while True:
+                got = self.answers[call]
+                if len(got) == self.n:
+                    break
+                if self.ended:
+                    return None
+                if first_failure is None and any(a[0] == "failed" for a in got.values()):
+                    first_failure = time.monotonic()
+                if first_failure is not None:
+                    left = first_failure + grace - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                else:
+                    self._cond.wait()
+            self.job = None
+            return dict(self.answers.pop(call))

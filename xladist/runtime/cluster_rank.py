@@ -1,0 +1,111 @@
+"""A rank of a persistent cluster (xladist/runtime/cluster.py): it stays up and obeys orders.
+
+    mpiexec -n N python -m xladist.runtime.cluster_rank     (XLADIST_COORD names the service)
+
+After it has connected to the coordination service it says `cluster-ready` and waits for
+`order` messages (service/client.py queues them): `{call, handle, load, run, free}` --
+load: take the module from the service, place this rank's device, plan its collectives and
+compile (rank.device_context, rank.compile_for), kept under `handle`; run: this device's
+inputs came with the order (no request: one round trip less per call), run, stream the
+outputs back (as rank_main.py does); free: release the
+handle's communicators -- or `{end}`: say goodbye and exit. Every call ends with
+`call-done`, or `call-failed {text}` naming the rank and instruction (rank.failure_text): a
+failed call does not end the rank. What ends it as in a one-shot job: a hang (the service's
+report, then `abort`), the loss of the service, an internal error (report_and_abort).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .rank_main import SETUP_TIMEOUT_S
+
+
+def main(argv: list[str]) -> int:
+    from .rank_main import main as rank_main
+    return rank_main(argv, serve)
+
+
+class _Loaded:
+    """A module placed and compiled on this rank (a cluster's handle)."""
+
+    def __init__(self, ctx, exe, spec: dict):
+        self.ctx, self.exe, self.spec = ctx, exe, spec
+
+
+def serve(client, comm) -> None:
+    """Obey the cluster's orders until `end` (or the service closes)."""
+    from .rank import release
+    loaded: dict[int, _Loaded] = {}
+    client.send("cluster-ready")
+    try:
+        while (got := client.orders.get()) is not None and not got[0].get("end"):
+            _obey(client, comm, *got, loaded)
+    finally:
+        for item in loaded.values():
+            release(item.ctx)
+    client.bye()
+
+
+def _obey(client, comm, order: dict, payload, loaded: dict) -> None:
+    from xladist.collectives import deadline
+
+    from .rank import failure_text, release
+    call, handle = order["call"], order["handle"]
+    try:
+        if order.get("load"):
+            loaded[handle] = _load(client, comm)
+        if order.get("run"):
+            _run(client, loaded[handle], order["inputs"], payload)
+        client.send("call-done", call=call)
+    except Exception as e:  # noqa: BLE001 -- the call failed, not the rank
+        text, code = failure_text(e, comm.Get_rank())
+        client.send("call-failed", call=call, text=text, code=code)
+    finally:
+        deadline.watchdog.set_monitor(None)
+        deadline.watchdog.loops.clear()
+        if order.get("free") and handle in loaded:
+            release(loaded.pop(handle).ctx)
+
+
+def _load(client, comm) -> _Loaded:
+    from xladist.collectives import deadline
+
+    from .rank import compile_for, device_context, release
+    from .rank_main import _module
+    with deadline.waiting("receiving the module from the coordination service"):
+        meta, blob = client.request("job", SETUP_TIMEOUT_S)
+    spec = meta["spec"]
+    module, compile_options = _module(spec, blob)
+    deadline.configure(spec.get("timeout", 300.0))
+    ctx = device_context(module, comm, spec.get("device_assignment"))
+    try:
+        exe = compile_for(module, ctx, backend=spec.get("backend", "cpu"),
+                          verify=spec.get("verify", True), schedule=spec.get("schedule", True),
+                          compile_options=compile_options)
+    except BaseException:
+        release(ctx)
+        raise
+    return _Loaded(ctx, exe, spec)
+
+
+def _run(client, item: _Loaded, described: dict, arrays) -> None:
+    """Run a loaded module on this device's inputs, which came with the order (`described`
+    as the service's `inputs` reply, JobHost.request)."""
+    from xladist.collectives import deadline
+
+    from .rank import watch
+    from .rank_main import _send_outputs, unpack_inputs
+    timeout = item.spec.get("timeout", 300.0)
+    deadline.configure(timeout)
+    ctx = item.ctx
+    watch(ctx.monitor, ctx.placement)
+    inputs = unpack_inputs(described, arrays)
+    ctx.monitor.mark("computing")
+    outputs = item.exe(*inputs)
+    ctx.monitor.mark("finished")
+    _send_outputs(client, outputs, timeout or None)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,176 @@
+"""A job served by the coordination service: what the ranks ask for and what they hand in.
+
+The launching side (`xladist run`'s launcher, `xladist.run` from a plain process, or rank 0
+under a bare mpiexec) describes the run once, as a `JobHost`; every rank then takes it from
+the service (xladist/runtime/rank_main.py), over the network:
+
+* `job`: the module (HLO text, or a .xlx file's bytes) and the run's settings, as JSON;
+* `inputs`: one device's arguments, read from the inputs where they are (a row of each npz
+  array, or a device's own file) in pieces, or from the caller's arrays -- a rank gets only
+  its own, and the launching host reads each row once;
+* `host`: a host transfer (`is_host_transfer` send/recv) served by the callbacks or the
+  .npz files of the launching process;
+* infeed and outfeed streams on connections of their own (feeds/host.py), so the
+  launching process's iterables, callbacks and files serve ranks on every host;
+* `output` / `outputs-done`, `trace`, `stats`: results, written where the user asked
+  (outputs.py) and statistics printed here.
+
+Nothing the ranks send is unpickled; inputs and items are raw arrays described in JSON.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .. import wire
+from ..feeds.items import from_tree, tree_of
+from .outputs import Outputs, Traces
+
+
+class JobHost:
+    """One job as the service serves it (see the module docstring).
+
+    `module_text` (or `xlx`: the bytes of a compiled .xlx file), `n` ranks, `options`: the
+    rank's settings (JSON: backend, timeout, verify, device_assignment, ...). `inputs`: an
+    io.Inputs, a list over devices of argument lists, or None. `outputs`: an Outputs.
+    `trace`: path of the merged trace or None. `stats`: collect per-rank time splits.
+    `feeds`: (source, sink factory, prefetch) for served feeds -- source/sink objects of
+    feeds/pipeline.py opened here, per rank -- plus `feed_fn` (a function the ranks import).
+    `host`: an object with host_send/host_recv (channels_host.py) or None.
+    """
+
+    def __init__(self, n: int, *, module_text: str | None = None, xlx: bytes | None = None,
+                 options: dict | None = None, inputs=None, outputs: Outputs | None = None,
+                 trace: str | None = None, stats: bool = False, infeed=None, outfeed=None,
+                 infeed_fn: str | None = None, prefetch: int = 8, host=None):
+        self.n = n
+        self.module_text, self.xlx = module_text, xlx
+        self.options = dict(options or {})
+        self.inputs = inputs
+        self.outputs = outputs
+        self.traces = Traces(n, trace) if trace else None
+        self.stats: dict[int, dict] = {} if stats else None
+        self.infeed, self.outfeed, self.infeed_fn = infeed, outfeed, infeed_fn
+        self.prefetch = prefetch
+        self.host = host
+        self.errors: list[tuple[int, str, BaseException]] = []  # user callbacks that raised
+        self._user_lock = threading.Lock()  # callbacks of the user run one at a time
+        self._finished = False
+        self.trace_note = None
+
+    # ---- what a rank asks --------------------------------------------------------------------
+    def describe(self) -> dict:
+        spec = dict(self.options)
+        spec.update(
+            xlx=self.xlx is not None, trace=self.traces is not None,
+            stats=self.stats is not None, outputs=self.outputs is not None,
+            infeed="served" if self.infeed is not None else None, infeed_fn=self.infeed_fn,
+            outfeed="served" if self.outfeed is not None else None, prefetch=self.prefetch,
+            host_send=getattr(self.host, "host_send", None) is not None,
+            host_recv=getattr(self.host, "host_recv", None) is not None)
+        return spec
+
+    def request(self, st, what: str, meta: dict, payload):
+        if what == "job":
+            blob = self.xlx if self.xlx is not None else (self.module_text or "").encode()
+            return {"spec": self.describe()}, (), blob
+        if what == "inputs":
+            return self._inputs(int(meta["device"]))
+        if what == "host":
+            return self._host(st, meta, payload)
+        raise LookupError(f"the service has no {what!r} for this job")
+
+    def _inputs(self, device: int):
+        if self.inputs is None:
+            return {"tokens": [], "count": 0}, (), None
+        if isinstance(self.inputs, list):
+            from xladist.semantics.values import TOKEN
+            args = self.inputs[device]
+            tokens = [i for i, a in enumerate(args) if a is TOKEN]
+            arrays = [np.asarray(a) for a in args if a is not TOKEN]
+            return {"tokens": tokens, "count": len(args)}, arrays, None
+        parts = self.inputs.parts(device)
+        tokens = [i for i, p in enumerate(parts) if p is None]
+        streams = [wire.Streamed(dtype, dims, pieces) for p in parts if p is not None
+                   for dtype, dims, pieces in [p]]
+        return {"tokens": tokens, "count": len(parts)}, streams, None
+
+    def _host(self, st, meta: dict, payload):
+        rank, channel = st.rank, meta.get("channel")
+        with self._user_lock:
+            if meta.get("dir") == "send":
+                value = from_tree(meta["tree"], payload or [])
+                self.host.host_send(rank, channel, value)
+                return {}, (), None
+            value = self.host.host_recv(rank, channel)
+        tree, leaves = tree_of(value)
+        return {"tree": tree}, leaves, None
+
+    # ---- what a rank hands in ------------------------------------------------------------------
+    def receive_output(self, st, meta: dict, size: int, seen) -> None:
+        device = st.place.get("device", st.rank)
+        self.outputs.receive(device, int(meta["index"]), meta, size, st.conn.sock, seen)
+
+    def on_message(self, st, op: str, meta: dict, payload) -> None:
+        if op == "outputs-done" and self.outputs is not None:
+            self.outputs.device_done(st.place.get("device", st.rank), int(meta["count"]))
+        elif op == "trace" and self.traces is not None:
+            self.traces.receive(st.rank, payload or b"[]", bool(meta.get("partial")))
+        elif op == "stats" and self.stats is not None:
+            self.stats[st.rank] = meta["summary"]
+
+    # ---- feeds ---------------------------------------------------------------------------------
+    def serve_feed(self, conn, meta: dict) -> None:
+        from ..feeds.host import consume, produce
+        placement = _Placement(meta)
+        if meta["role"] == "feed-in" and self.infeed is not None:
+            produce(conn.sock, self.infeed, placement, self._fail("infeed"))
+        elif meta["role"] == "feed-out" and self.outfeed is not None:
+            consume(conn.sock, self.outfeed(), placement, self._user_lock,
+                    self._fail("outfeed"))
+
+    def _fail(self, what: str):
+        def record(rank: int, error: BaseException) -> None:
+            with self._user_lock:
+                self.errors.append((rank, what, error))
+        return record
+
+    # ---- the end ---------------------------------------------------------------------------------
+    def finish(self, failed: bool):
+        """After the ranks have gone: outputs written (or returned), the trace, stats.
+        Returns the outputs for Outputs(mode="memory"), else None. Once only (rank 0 of a
+        bare launch also calls it from its abort hook)."""
+        if self._finished:
+            return None
+        self._finished = True
+        note = None
+        finish = getattr(self.host, "finish", None)
+        if finish is not None:  # --host-send files: also what a failed run sent
+            finish()
+        if self.traces is not None:
+            note = self.traces.finish(failed)
+        result = None
+        if self.outputs is not None:
+            if failed or self.outputs.missing():
+                self.outputs.discard()
+            else:
+                result = self.outputs.finish()
+        if self.stats and not failed:
+            from ..trace import format_summary
+            import sys
+            print(format_summary([self.stats[r] for r in sorted(self.stats)]),
+                  file=sys.stderr)
+        self.trace_note = note
+        return result
+
+
+class _Placement:
+    """Who a feed connection serves (what sources and sinks are opened with)."""
+
+    def __init__(self, meta: dict):
+        self.rank = int(meta["rank"])
+        self.replica = int(meta.get("replica", 0))
+        self.partition = int(meta.get("partition", 0))
+        self.device = int(meta.get("device", self.rank))

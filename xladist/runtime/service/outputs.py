@@ -1,0 +1,251 @@
+"""Results arriving at the service: outputs, traces and per-rank statistics, written on the
+launching host where the user asked.
+
+Outputs stream in one array at a time (`output` messages) and go straight to disk: each
+device's array i to a temporary .npy file next to the destination, never whole in memory.
+When the job is over, `finish` assembles what the user asked for:
+* an npz of `out{i}` stacked over devices (xladist/io.py's format, bf16/f8 as bit patterns,
+  dynamic dims padded with `out{i}_sizes`) -- copied in pieces from the temporary files;
+* one npz per device (a `{device}` template), written as soon as that device is complete;
+* the outputs printed, device by device (`xladist run` without --outputs);
+* in memory, for `xladist.run` (which returns them all anyway).
+Memory on the launching host: one piece (wire.CHUNK) per arriving array, or one device's
+array where dims differ between devices.
+
+Traces: each rank's events (JSON) go to a temporary file as they arrive; the merged trace is
+written from them, and after a failure it says which ranks saved their events and which did
+not.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from xladist.files import deliver
+from xladist.io import DEVICE_FIELD, bits_dtype, npz_path
+
+from .. import wire
+
+__all__ = ["Outputs", "Traces"]
+
+
+def _npy_header(dtype: np.dtype, shape) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_2_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+              "shape": tuple(shape)})
+    return buf.getvalue()
+
+
+def stored_dtype(dtype: np.dtype) -> np.dtype:
+    """How npz holds an element type (bf16 -> uint16 bits, ...)."""
+    return bits_dtype(dtype) or np.dtype(dtype)
+
+
+class Outputs:
+    """Where a job's outputs go: `mode` is "npz" (target: a path), "devices" (target: a path
+    template with {device}), "print" or "memory"."""
+
+    def __init__(self, n: int, mode: str, target: str | None = None, what: str = "--outputs"):
+        self.n, self.mode, self.target, self.what = n, mode, target, what
+        self.count: int | None = None
+        self.meta: dict[tuple[int, int], tuple[np.dtype, tuple]] = {}
+        self.memory: dict[tuple[int, int], np.ndarray] = {}
+        self.done: set[int] = set()
+        self._lock = threading.Lock()
+        self.errors: list[str] = []  # arrays that could not be kept (a full disk)
+        self.tmp = None
+        if mode in ("npz", "devices", "print"):
+            # Not next to the destination: that folder may vanish during the run, and the
+            # result must still reach `deliver`, which then saves it elsewhere and says so.
+            self.tmp = Path(tempfile.mkdtemp(prefix="xladist-outputs-"))
+
+    def _file(self, device: int, index: int) -> Path:
+        return self.tmp / f"d{device}_o{index}.npy"
+
+    def receive(self, device: int, index: int, meta: dict, size: int, sock, seen) -> None:
+        """Read array `index` of `device` (its bytes still on `sock`) to where it belongs."""
+        (name, dims), = meta["leaves"]
+        dtype = wire.dtype_of(name)
+        with self._lock:
+            self.meta[(device, index)] = (dtype, tuple(dims))
+        if self.mode == "memory":
+            a = np.empty(dims, dtype)
+            view = memoryview(a.reshape(-1).view(np.uint8))
+            at = 0
+
+            def into(piece) -> None:
+                nonlocal at
+                view[at:at + piece.nbytes] = piece
+                at += piece.nbytes
+                seen()
+            wire.copy_payload(sock, size, into)
+            self.memory[(device, index)] = a
+            return
+        try:
+            f = open(self._file(device, index), "wb")
+            f.write(_npy_header(stored_dtype(dtype), dims))
+        except OSError as e:
+            f = None
+            self.errors.append(f"output {index} of device {device}: {e.strerror or e}")
+
+        def write(piece) -> None:
+            nonlocal f
+            seen()
+            if f is None:
+                return  # drained: the stream stays in step with the rank
+            try:
+                f.write(piece)
+            except OSError as e:
+                self.errors.append(f"output {index} of device {device}: {e.strerror or e}")
+                f.close()
+                f = None
+        try:
+            wire.copy_payload(sock, size, write)
+        finally:
+            if f is not None:
+                f.close()
+
+    def device_done(self, device: int, count: int) -> None:
+        """Every output of `device` has arrived."""
+        with self._lock:
+            self.count = count
+            self.done.add(device)
+        if self.mode == "devices":
+            self._write_device(device)
+
+    def _array(self, device: int, index: int) -> np.ndarray:
+        """One device's array (memory-mapped from its temporary file when on disk)."""
+        if self.mode == "memory":
+            return self.memory[(device, index)]
+        dtype, _dims = self.meta[(device, index)]
+        a = np.load(self._file(device, index), mmap_mode="r", allow_pickle=False)
+        return a if a.dtype == dtype else a.view(dtype)
+
+    def _write_device(self, device: int) -> None:
+        path = npz_path(self.target.replace(DEVICE_FIELD, str(device)))
+
+        def write(f) -> None:
+            with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+                for i in range(self.count):
+                    with z.open(f"out{i}.npy", "w", force_zip64=True) as m, \
+                            open(self._file(device, i), "rb") as src:
+                        shutil.copyfileobj(src, m, wire.CHUNK)
+        deliver(path, write, f"{self.what} (device {device})")
+        for i in range(self.count):
+            self._file(device, i).unlink(missing_ok=True)
+
+    def missing(self) -> list[int]:
+        return [d for d in range(self.n) if d not in self.done]
+
+    def finish(self) -> list[list[np.ndarray]] | None:
+        """Write or print what the user asked for (all devices done). Returns the outputs
+        for "memory"."""
+        if self.errors:
+            from xladist.errors import OutputError
+            self.discard()
+            raise OutputError(f"{self.what}: the launching host could not keep the outputs "
+                              f"({'; '.join(self.errors[:3])})")
+        try:
+            if self.mode == "memory":
+                return [[self.memory[(d, i)] for i in range(self.count or 0)]
+                        for d in range(self.n)]
+            if self.mode == "npz":
+                deliver(npz_path(self.target), self._write_stacked, self.what)
+            elif self.mode == "print":
+                self._print()
+            return None
+        finally:
+            self.discard()
+
+    def _write_stacked(self, f) -> None:
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for i in range(self.count or 0):
+                metas = [self.meta[(d, i)] for d in range(self.n)]
+                dtype = stored_dtype(metas[0][0])
+                shapes = [dims for _, dims in metas]
+                if len(set(shapes)) > 1:
+                    self._write_padded(z, i, dtype, shapes)
+                    continue
+                with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
+                    m.write(_npy_header(dtype, (self.n, *shapes[0])))
+                    for d in range(self.n):
+                        with open(self._file(d, i), "rb") as src:
+                            np.lib.format.read_magic(src)
+                            np.lib.format.read_array_header_2_0(src)
+                            shutil.copyfileobj(src, m, wire.CHUNK)
+
+    def _write_padded(self, z, i: int, dtype, shapes) -> None:
+        """Dynamic dims: each device's array zero-padded to the largest, and the sizes."""
+        largest = tuple(max(dims) for dims in zip(*shapes))
+        with z.open(f"out{i}_sizes.npy", "w") as m:
+            np.lib.format.write_array(m, np.array(shapes, dtype=np.int64))
+        with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
+            m.write(_npy_header(dtype, (self.n, *largest)))
+            for d in range(self.n):
+                row = np.asarray(self._array(d, i)).view(dtype)
+                padded = np.pad(row, [(0, b - a) for a, b in zip(row.shape, largest)])
+                m.write(memoryview(np.ascontiguousarray(padded).reshape(-1).view(np.uint8)))
+
+    def _print(self) -> None:
+        with np.printoptions(threshold=200, edgeitems=4):
+            for d in range(self.n):
+                print(f"device {d}:")
+                for i in range(self.count or 0):
+                    a = self._array(d, i)
+                    print(f"out{i}: {a.dtype}{list(a.shape)}")
+                    print(np.array2string(np.asarray(a), prefix="  "), file=sys.stdout)
+        sys.stdout.flush()
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+class Traces:
+    """The ranks' trace events, merged into one Perfetto file at `path` (trace.py's format)."""
+
+    def __init__(self, n: int, path: str):
+        self.n, self.path = n, path
+        self.tmp = Path(tempfile.mkdtemp(prefix="xladist-trace-"))
+        self.saved: set[int] = set()
+        self.partial: set[int] = set()
+
+    def receive(self, rank: int, blob: bytes, partial: bool) -> None:
+        (self.tmp / f"rank{rank}.json").write_bytes(blob)
+        self.saved.add(rank)
+        if partial:
+            self.partial.add(rank)
+
+    def finish(self, failed: bool) -> str | None:
+        """Write the trace (also of a failed run, from the ranks that saved their events);
+        returns the note for a partial trace, or None."""
+        from ..trace import write_trace_parts
+        note = None
+        if failed:
+            missing = [r for r in range(self.n) if r not in self.saved]
+            saved = sorted(self.saved)
+            note = (f"partial: the run failed; {_ranks(saved) if saved else 'no rank'} saved "
+                    f"{'its' if len(saved) == 1 else 'their'} events before the job ended"
+                    + (f"; {_ranks(missing)} did not (ended before they could)"
+                       if missing else ""))
+        if self.saved or not failed:
+            write_trace_parts(self.path, [self.tmp / f"rank{r}.json" for r in sorted(self.saved)],
+                              ranks=self.n, note=note)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return note if self.saved else None
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+

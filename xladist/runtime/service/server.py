@@ -1,0 +1,547 @@
+"""The coordination service: one small TCP server per job (docs/ARCHITECTURE.md "The
+coordination service" describes the protocol).
+
+Who hosts it: the launching process (`xladist run`, `xladist.run`, `xladist demo`: its
+address reaches the ranks in XLADIST_COORD), or, for ranks started by a bare `mpiexec` /
+`srun`, a thread of rank 0 (its address goes to the others in one MPI broadcast).
+
+What it does:
+* ranks connect when they start and say who they are (rank, host, pid, CPU); when all have,
+  it answers each with the job-wide decisions (the code's target, hostinfo.job_target);
+* ranks heartbeat every HEARTBEAT_S and publish their position when a wait outlives ~1 s;
+* the first rank whose deadline passes tells it; it then asks every rank where it is right
+  now, writes THE report of the job (one per job, whatever the hosts or folders) and ends
+  the job (every rank aborts);
+* a rank whose connection ends without a goodbye died; one that stops heartbeating for
+  `heartbeat_timeout` is stuck: either is named (device, replica, partition, host, pid, last
+  position) and the job ends;
+* a failing rank's last words come here before it aborts MPI, so they reach the user even
+  when MPICH drops the rank's stderr;
+* requests (`req`): the job, a rank's inputs, compiled code, host transfers -- served by the
+  job and code objects the host gave it (jobs.py, code.py); outputs, traces and statistics
+  stream in (`output`, `trace`, `stats`); infeed and outfeed streams come on connections of
+  their own (feeds/host.py).
+
+Every send to a rank has a deadline (SEND_TIMEOUT_S): a rank that stopped reading cannot block
+the service. Nothing a peer sends is unpickled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import selectors
+import socket
+import sys
+import threading
+import time
+
+from .. import wire
+from ..watchdog import format_report
+from . import report as texts
+
+HEARTBEAT_S = 1.0
+HEARTBEAT_TIMEOUT_ENV = "XLADIST_HEARTBEAT_TIMEOUT"
+# How long the service waits for every rank to connect before it names the missing ones.
+REGISTER_TIMEOUT_ENV, DEFAULT_REGISTER_TIMEOUT_S = "XLADIST_REGISTER_TIMEOUT", 120.0
+DEFAULT_HEARTBEAT_TIMEOUT_S = 20.0
+SEND_TIMEOUT_S = 10.0
+# A rank died: how long MPICH has to end the job itself before the service does.
+LOST_GRACE_S = 3.0
+# How long the report waits for the ranks to say where they are (their last published
+# position stands in for a rank that does not answer).
+WHERE_WAIT_S = 1.5
+ADDRESS_ENV, TOKEN_ENV = "XLADIST_COORD", "XLADIST_COORD_TOKEN"
+HOST_ENV, PORT_ENV, BIND_ENV = "XLADIST_COORD_HOST", "XLADIST_COORD_PORT", "XLADIST_COORD_BIND"
+PROTOCOL = 1
+
+
+def _seconds(env: str, default: float) -> float:
+    raw = os.environ.get(env, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        return default
+
+
+def heartbeat_timeout() -> float:
+    return _seconds(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S)
+
+
+def advertised_host() -> str:
+    """The name other hosts reach this one by: XLADIST_COORD_HOST, else this host's name
+    when it resolves to an address other than loopback, else the address of the interface
+    that routes outward, else the name."""
+    explicit = os.environ.get(HOST_ENV, "").strip()
+    if explicit:
+        return explicit
+    name = socket.gethostname()
+    try:
+        addr = socket.gethostbyname(name)
+        if not addr.startswith("127."):
+            return name
+    except OSError:
+        pass
+    try:  # no packet is sent: connecting a UDP socket only picks the outgoing interface
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            return s.getsockname()[0]
+    except OSError:
+        return name
+
+
+class Conn:
+    """One accepted connection: sends are serialized and have a deadline."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.open = True
+
+    def send(self, op: str, arrays=(), blob=None, timeout: float = SEND_TIMEOUT_S,
+             wait: bool = True, **fields) -> bool:
+        """Send a message; False when the peer is gone. `wait=False`: skip it when another
+        send is under way (a ping is pointless while an array streams to the rank)."""
+        if not self.open:
+            return False
+        if not self.lock.acquire(blocking=wait):
+            return True
+        try:
+            wire.send_msg(self.sock, op, timeout, arrays, blob, **fields)
+            return True
+        except (OSError, ValueError):
+            self.open = False
+            return False
+        finally:
+            self.lock.release()
+
+    def close(self) -> None:
+        self.open = False
+        wire.close(self.sock)
+
+
+class RankState:
+    __slots__ = ("busy", "conn", "ended", "host", "last_heard", "pid", "place", "rank",
+                 "record", "said", "target")
+
+    def __init__(self, rank, host, pid, target, conn):
+        self.rank, self.host, self.pid, self.target, self.conn = rank, host, pid, target, conn
+        self.place: dict = {}
+        self.record: dict = {"state": "starting", "loops": [], "updated": time.time()}
+        self.last_heard = time.monotonic()
+        self.busy = 0           # requests being served: the rank waits on us, not stuck
+        self.ended = None       # None, "bye", "failed", "lost", "stalled"
+        self.said = None        # its last words ("failed")
+
+    def who(self) -> dict:
+        rec = {"rank": self.rank, "host": self.host, "pid": self.pid}
+        rec.update(self.place)
+        return rec
+
+
+class Service:
+    """The service of one job of `size` ranks (see the module docstring).
+
+    `job`: serves `req` job/inputs/host and collects outputs, traces, stats (jobs.JobHost),
+    or None for coordination only. `code`: compiled code by key (code.CodeStore) or None.
+    `prints`: the service prints the ranks' failure messages (it is the launching process,
+    whose stderr is the user's); else they print their own. `defer_lost`: a dead or stuck
+    rank is recorded, not printed: the launcher prints it once mpiexec has said which
+    signal ended it. `emit(text)`: where reports go (default stderr). `checked`: the deadlock
+    check's verdict ({"proven": bool, "module_text": str}) for the hang report's last line.
+    """
+
+    def __init__(self, size: int, *, job=None, code=None, prints: bool = True,
+                 defer_lost: bool = False, emit=None, checked: dict | None = None,
+                 heartbeat: float | None = None):
+        wire.check_byte_order()
+        self.size = int(size)
+        self.job = job
+        self.code = code
+        self.prints = prints
+        self.defer_lost = defer_lost
+        self._emit = emit
+        self.checked = checked or {}
+        self.heartbeat_timeout = heartbeat_timeout() if heartbeat is None else heartbeat
+        self.register_timeout = _seconds(REGISTER_TIMEOUT_ENV, DEFAULT_REGISTER_TIMEOUT_S)
+        self._started = time.monotonic()
+        self.token = secrets.token_hex(16)
+        self.ranks: dict[int, RankState] = {}
+        self.messages: list[str] = []   # everything emitted, in order (xladist.run's error)
+        self.lost: list[dict] = []      # ranks that died or got stuck (see defer_lost)
+        self.hang_report: str | None = None
+        self.failures: list[tuple[int, str]] = []
+        self.target = None               # the job's code target (welcome)
+        self.target_why = ""
+        # Set when the service ends the job; the launcher then stops mpiexec if the ranks
+        # do not go by themselves (a stopped process ignores MPI_Abort's signals).
+        self.ending = threading.Event()
+        self._failing = False            # a failure or report is under way: ends are expected
+        self._stop = threading.Event()   # set by close(): the monitor's sleep ends at once
+        self.on_end = None               # called once when the service ends the job
+        self.closed = False
+        self._lock = threading.RLock()
+        self._registered = threading.Condition(self._lock)
+        self._where: dict[int, dict] = {}
+        self._where_cond = threading.Condition(self._lock)
+        self._where_id = itertools.count(1)
+        self._threads: list[threading.Thread] = []
+        self._conns: list[Conn] = []
+        self._listen()
+        self._spawn(self._accept, "xladist-service-accept")
+        self._spawn(self._monitor, "xladist-service-monitor")
+
+    # ---- the listener -------------------------------------------------------------------------
+    def _listen(self) -> None:
+        bind = os.environ.get(BIND_ENV, "").strip() or "0.0.0.0"
+        port = int(os.environ.get(PORT_ENV, "0").strip() or 0)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.listener.bind((bind, port))
+        except OSError as e:
+            from xladist.errors import InputError
+            raise InputError(f"the coordination service cannot listen on {bind}:{port} "
+                             f"({e.strerror or e}); set {PORT_ENV} to a free port, or 0 for "
+                             "any") from None
+        self.listener.listen(min(4096, 3 * self.size + 16))
+        self.port = self.listener.getsockname()[1]
+        self.address = f"{advertised_host()}:{self.port}"
+        self._wake_r, self._wake_w = socket.socketpair()
+
+    def env(self) -> dict[str, str]:
+        """What the ranks need to reach this service."""
+        return {ADDRESS_ENV: self.address, TOKEN_ENV: self.token}
+
+    def _spawn(self, target, name, *args) -> threading.Thread:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    def _accept(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.listener, selectors.EVENT_READ)
+        sel.register(self._wake_r, selectors.EVENT_READ)
+        while not self.closed:
+            for key, _ in sel.select():
+                if key.fileobj is self._wake_r:
+                    sel.close()
+                    return
+                try:
+                    sock, _ = self.listener.accept()
+                except OSError:
+                    continue
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._spawn(self._serve, "xladist-service-conn", sock)
+        sel.close()
+
+    # ---- one connection ---------------------------------------------------------------------
+    def _serve(self, sock) -> None:
+        conn = Conn(sock)
+        with self._lock:
+            self._conns.append(conn)
+        sock.settimeout(SEND_TIMEOUT_S)  # the hello must come at once
+        try:
+            hello = wire.recv(sock)
+        except (OSError, ValueError):
+            conn.close()
+            return
+        if hello is None or hello[0] != wire.HELLO or hello[1].get("token") != self.token:
+            conn.send("refused", reason="not a rank of this job (wrong or missing token)")
+            conn.close()
+            return
+        meta = hello[1]
+        sock.settimeout(None)  # from here, liveness is the heartbeat monitor's business
+        role = meta.get("role")
+        try:
+            if role == "rank":
+                self._serve_rank(conn, meta)
+            elif role in ("feed-in", "feed-out") and self.job is not None:
+                self.job.serve_feed(conn, meta)
+            else:
+                conn.send("refused", reason=f"no service for {role!r}")
+        finally:
+            conn.close()
+
+    def _serve_rank(self, conn, meta) -> None:
+        rank = meta.get("rank")
+        if not isinstance(rank, int) or not 0 <= rank < self.size or meta.get("size") != self.size:
+            conn.send("refused", reason=f"rank {rank} of {meta.get('size')} does not belong "
+                                        f"to this job of {self.size} ranks")
+            return
+        st = RankState(rank, meta.get("host", "?"), meta.get("pid"), meta.get("target"), conn)
+        with self._lock:
+            if rank in self.ranks and self.ranks[rank].ended is None:
+                conn.send("refused", reason=f"rank {rank} is already connected")
+                return
+            self.ranks[rank] = st
+            if len(self.ranks) == self.size:
+                self._welcome_all()
+        try:
+            while True:
+                head = wire.recv_header(conn.sock)
+                if head is None:
+                    break
+                st.last_heard = time.monotonic()
+                self._on_message(st, *head)
+        except (OSError, ValueError):
+            pass
+        except Exception as e:  # noqa: BLE001 -- a bug here must not look like a dead rank
+            self._on_failed(st, f"xladist: internal error in the coordination service while "
+                                f"serving rank {st.rank}: {type(e).__name__}: {e}", 1)
+        self._on_end(st)
+
+    def _welcome_all(self) -> None:
+        """All ranks are here: decide the job-wide settings and tell everyone."""
+        from ..hostinfo import TargetError, job_target
+        infos = {r: s.target for r, s in self.ranks.items() if s.target}
+        hosts = {r: s.host for r, s in self.ranks.items()}
+        error = None
+        if len(infos) == self.size:
+            try:
+                self.target, self.target_why = job_target(infos, hosts)
+            except TargetError as e:
+                error = str(e)
+        if self.code is not None and self.target is not None and error is None:
+            self.code.decide(self.target)
+        for s in self.ranks.values():
+            s.conn.send("welcome", target=self.target, target_why=self.target_why,
+                        prints=self.prints, job=self.job is not None, error=error)
+        self._registered.notify_all()
+
+    # ---- messages from a rank -----------------------------------------------------------------
+    def _on_message(self, st: RankState, kind, meta, size) -> None:
+        op = meta.get("op")
+        if op == "output" and self.job is not None:
+            self.job.receive_output(st, meta, size, self._reader(st))
+            return
+        payload = wire.recv_payload(st.conn.sock, meta, size)
+        if op == "hb":
+            return
+        if op == "pos":
+            st.record = dict(meta["rec"], host=st.host, pid=st.pid)
+        elif op == "placed":
+            st.place = {k: meta[k] for k in ("device", "replica", "partition")}
+        elif op == "here":
+            with self._lock:
+                self._where[st.rank] = dict(meta["rec"], host=st.host, pid=st.pid)
+                self._where_cond.notify_all()
+        elif op == "deadline":
+            st.record = dict(meta["rec"], host=st.host, pid=st.pid)
+            self._spawn(self._report_hang, "xladist-service-report", st.rank,
+                        float(meta.get("deadline_s", 0)))
+        elif op == "failed":
+            # Recorded, then acknowledged (the rank aborts right after: its end is no death),
+            # then the others are ended.
+            self._on_failed(st, meta.get("text", ""), int(meta.get("code", 1)),
+                            ack=lambda: st.conn.send("ack", id=meta.get("id")))
+        elif op == "req":
+            self._spawn(self._request, "xladist-service-req", st, meta, payload)
+        elif op == "bye":
+            with self._lock:
+                st.ended = "bye"
+                self._registered.notify_all()
+        elif self.job is not None:
+            self.job.on_message(st, op, meta, payload)
+
+    def _reader(self, st: RankState):
+        """A progress hook for long payloads: a rank streaming a big output is alive."""
+        def seen() -> None:
+            st.last_heard = time.monotonic()
+        return seen
+
+    def _request(self, st: RankState, meta: dict, payload) -> None:
+        st.busy += 1
+        try:
+            what = meta.get("what")
+            try:
+                if what == "code":
+                    blob = self.code.get(meta["key"]) if self.code is not None else None
+                    reply = ({"found": blob is not None}, (), blob)
+                elif self.job is not None:
+                    reply = self.job.request(st, what, meta, payload)
+                else:
+                    raise LookupError(f"this service serves no {what!r}")
+                fields, arrays, blob = reply
+                st.conn.send("rep", arrays=arrays, blob=blob, id=meta.get("id"), ok=True,
+                             **fields)
+            except Exception as e:  # noqa: BLE001 -- the rank reports it as its own failure
+                st.conn.send("rep", id=meta.get("id"), ok=False,
+                             error=f"{type(e).__name__}: {e}" if not getattr(e, "plain", False)
+                             else str(e))
+        finally:
+            st.busy -= 1
+            st.last_heard = time.monotonic()
+
+    def _on_failed(self, st: RankState, text: str, code: int, ack=None) -> None:
+        with self._lock:
+            st.ended = "failed"
+            st.said = text
+            self.failures.append((st.rank, text))
+            first = not self._failing
+            self._failing = True
+            self._registered.notify_all()
+        if text and self.prints:
+            self.emit(text)
+        elif text:
+            self.messages.append(text)
+        if ack is not None:
+            ack()
+        if first:
+            self._end_job(code, but=st.rank)
+
+    def _on_end(self, st: RankState) -> None:
+        """A rank's connection ended: normal after its goodbye or a failure, else it died."""
+        with self._lock:
+            self._registered.notify_all()
+            if st.ended is not None:
+                return
+            st.ended = "lost"
+            expected = self._failing or self.closed
+        if not expected:
+            self._lost(st, "lost")
+
+    def _lost(self, st: RankState, how: str) -> None:
+        """A rank died or got stuck. Printed at once -- or, with defer_lost, kept for the
+        launcher, which learns from mpiexec which process really died first (when MPICH
+        takes the others down, their connections end too, a moment later)."""
+        with self._lock:
+            info = dict(st.who(), how=how, record=st.record, at=time.monotonic(),
+                        silent_s=time.monotonic() - st.last_heard)
+            self.lost.append(info)
+            first = len(self.lost) == 1
+            if not self.defer_lost:
+                if self._failing:
+                    return
+                self._failing = True
+        if first and not self.defer_lost:
+            self.emit(texts.lost_rank(info))
+            self._end_job(1, but=st.rank)
+        elif first:
+            # MPICH ends a job whose process died, and says which signal it was (the
+            # launcher reads that); the service ends it only if MPICH does not.
+            timer = threading.Timer(LOST_GRACE_S, self._end_job, args=(1, st.rank))
+            timer.daemon = True
+            timer.start()
+
+    # ---- the monitor: heartbeats both ways, stuck ranks ----------------------------------------
+    def _monitor(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            now = time.monotonic()
+            if (self.ranks and len(self.ranks) < self.size and not self._failing
+                    and now - self._started > self.register_timeout):
+                self._never_connected()
+            for st in list(self.ranks.values()):
+                if st.ended is not None:
+                    continue
+                st.conn.send("ping", timeout=HEARTBEAT_S, wait=False)
+                quiet = now - st.last_heard
+                if (self.heartbeat_timeout > 0 and quiet > self.heartbeat_timeout
+                        and st.busy == 0 and not self.ending.is_set()):
+                    with self._lock:
+                        st.ended = "stalled"
+                    self._lost(st, "stalled")
+
+    def _never_connected(self) -> None:
+        with self._lock:
+            if self._failing:
+                return
+            self._failing = True
+            missing = [r for r in range(self.size) if r not in self.ranks]
+            hosts = sorted({s.host for s in self.ranks.values()})
+        self.emit(f"xladist: {texts.ranks_text(missing)} never connected to the coordination "
+                  f"service at {self.address} within {self.register_timeout:g} s, while "
+                  f"{len(self.ranks)} did (from {', '.join(hosts)}): were they started, "
+                  f"and can their hosts reach this one on TCP port {self.port}? The job was "
+                  "ended.")
+        self._end_job(1)
+
+    # ---- the hang report ---------------------------------------------------------------------
+    def _report_hang(self, first: int, timeout: float) -> None:
+        with self._lock:
+            if self._failing or self.ending.is_set():
+                return
+            self._failing = True
+            self._where.clear()
+            ask = next(self._where_id)
+            live = [s for s in self.ranks.values() if s.ended is None]
+        for s in live:
+            s.conn.send("where", id=ask, timeout=1.0)
+        end = time.monotonic() + WHERE_WAIT_S
+        with self._lock:
+            while len(self._where) < len(live) and time.monotonic() < end:
+                self._where_cond.wait(end - time.monotonic())
+            records = {}
+            for r, s in self.ranks.items():
+                rec = self._where.get(r) or dict(s.record, host=s.host, pid=s.pid, **s.place)
+                rec.setdefault("rank", r)
+                records[r] = rec
+        text = format_report(records, first, timeout, self.size)
+        line = texts.proven_line(self.checked)
+        if line:
+            text += "\n" + line
+        self.hang_report = text
+        self.emit(text)
+        self._end_job(1)
+
+    # ---- ending ---------------------------------------------------------------------------------
+    def _end_job(self, code: int, but: int | None = None) -> None:
+        """Every rank still connected aborts the job (its abort hooks save what they can)."""
+        if self.closed:
+            return
+        first = not self.ending.is_set()
+        self.ending.set()
+        if first and self.on_end is not None:
+            self.on_end()
+        for s in list(self.ranks.values()):
+            if s.rank != but and s.ended is None:
+                s.conn.send("abort", code=code, timeout=2.0)
+
+    def emit(self, text: str) -> None:
+        self.messages.append(text)
+        if self._emit is not None:
+            self._emit(text)
+            return
+        try:
+            sys.stderr.write(text.rstrip("\n") + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    def wait_all_ended(self, timeout: float | None = None) -> bool:
+        """Until every rank has said goodbye, failed or gone (rank 0 of a bare launch waits
+        so before it writes the results)."""
+        with self._lock:
+            return self._registered.wait_for(
+                lambda: len(self.ranks) == self.size and
+                all(s.ended is not None for s in self.ranks.values()), timeout)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.hang_report or self.lost or self.failures)
+
+    def close(self) -> None:
+        """Stop serving (after the job): connections are closed, threads end."""
+        if self.closed:
+            return
+        self.closed = True
+        self._stop.set()
+        for st in list(self.ranks.values()):  # not a death: the job's host is done with it
+            if st.ended is None:
+                st.conn.send("closing", timeout=1.0)
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        self.listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            c.close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=2.0)
+        self._wake_r.close()
+        self._wake_w.close()

@@ -1,0 +1,77 @@
+"""The pytest plugin of xladist (entry point `pytest11`, loaded by any pytest run in an
+environment where xladist is installed): fixtures for conformance tests of your own.
+
+pytest-mpi's conventions: run the tests inside an MPI job with
+`mpiexec -n N python -m pytest --with-mpi`, mark them `@pytest.mark.mpi(min_size=N)`.
+Inside the job every fixture runs on the job's N ranks; without --with-mpi, each run starts
+a job of its own (slower, but the same test works).
+
+Options: --xladist-backend NAME (default cpu, or $XLADIST_BACKEND), --xladist-timeout S.
+Fixtures:
+  xladist_backend   the backend name the tests check
+  xladist_devices   N: the MPI world size inside a job, else the `mpi` mark's min_size, else 2
+  xladist_run       run(module, inputs, n=None, backend=None, **options) -> every device's
+                    outputs (xladist.testing.run_devices)
+  xladist_reference reference(module, inputs, n=None, **options) -> what they should be
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("xladist", "xladist conformance")
+    group.addoption("--xladist-backend", default=None, metavar="NAME",
+                    help="backend the xladist fixtures run (default: $XLADIST_BACKEND or cpu)")
+    group.addoption("--xladist-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="a wait for another rank longer than this fails the run (default 60)")
+
+
+def _backend(config) -> str:
+    return config.getoption("--xladist-backend") or os.environ.get("XLADIST_BACKEND") or "cpu"
+
+
+def pytest_report_header(config):
+    return f"xladist: backend {_backend(config)}"
+
+
+@pytest.fixture
+def xladist_backend(request) -> str:
+    return _backend(request.config)
+
+
+@pytest.fixture
+def xladist_devices(request) -> int:
+    from xladist.runtime.launcher import mpi_world_size, under_mpi
+    if under_mpi() and request.config.getoption("--with-mpi", default=False):
+        return mpi_world_size() or 1
+    mark = request.node.get_closest_marker("mpi")
+    if mark is not None and mark.kwargs.get("min_size"):
+        return int(mark.kwargs["min_size"])
+    return 2
+
+
+@pytest.fixture
+def xladist_run(request, xladist_backend, xladist_devices):
+    from xladist.testing import run_devices
+    timeout = request.config.getoption("--xladist-timeout")
+
+    def run(module, inputs=None, n=None, backend=None, **options):
+        options.setdefault("timeout", timeout)
+        return run_devices(module, inputs, n or xladist_devices, backend or xladist_backend,
+                           **options)
+    return run
+
+
+@pytest.fixture
+def xladist_reference(request, xladist_devices):
+    from xladist.testing import reference
+    timeout = request.config.getoption("--xladist-timeout")
+
+    def ref(module, inputs=None, n=None, **options):
+        options.setdefault("timeout", timeout)
+        return reference(module, inputs, n or xladist_devices, **options)
+    return ref
