@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -440,12 +439,14 @@ def test_pinned_workers_and_the_caller_share_no_core(restore_threads, monkeypatc
     mine = os.sched_getaffinity(0)
     for here in pool.cpus:  # the caller "on" each core in turn: the other worker helps
         monkeypatch.setattr(parallel, "_getcpu", lambda here=here: (lambda: here))
-        helpers = []
+        helpers, took = [], threading.Event()
 
-        def block(_a, lo, hi, helpers=helpers):
+        def block(_a, lo, hi, helpers=helpers, took=took):
             if threading.current_thread().name == "xladist-compute":
                 helpers.append(os.sched_getaffinity(0))
-            time.sleep(0.002)  # long enough for a woken helper to take a block
+                took.set()
+            else:  # the caller leaves blocks for the woken helper, however late it runs
+                took.wait(10)
 
         task = parallel._Task(block, None, [(i, i + 1) for i in range(8)])
         pool.run(task, 2)
