@@ -137,13 +137,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The `xladist` command (and `python -m xladist`): `main`, then the process ends;
-    after `xladist run` without Python's interpreter teardown (runtime/fast_exit.py)."""
+    the launching process of `xladist run` without Python's interpreter teardown
+    (runtime/fast_exit.py)."""
     argv = sys.argv[1:]
     code = main(argv)
-    if next((a for a in argv if not a.startswith("-")), None) != "run":
-        sys.exit(code)
+    from ..runtime.launcher import under_mpi
+    if next((a for a in argv if not a.startswith("-")), None) != "run" or under_mpi():
+        sys.exit(code)  # a rank (bare `mpiexec xladist run`) ends as MPI expects: fast_exit.py
     from ..runtime.fast_exit import exit_now
-    exit_now(code, finalize_mpi=True)  # a rank of a bare `mpiexec xladist run`
+    exit_now(code)
 
 
 if __name__ == "__main__":

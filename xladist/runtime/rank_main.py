@@ -153,5 +153,4 @@ def trace_blob(tracer) -> bytes:
 
 
 if __name__ == "__main__":
-    from .fast_exit import exit_now
-    exit_now(main(sys.argv[1:]), finalize_mpi=True)  # a failing rank aborts inside main
+    sys.exit(main(sys.argv[1:]))
