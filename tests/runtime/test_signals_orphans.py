@@ -1,0 +1,79 @@
+"""A signal that ends a launching process leaves nothing of its job behind, whenever it
+arrives: mpiexec, its ranks and the compile helpers (xladist/compiler/compile_pool.py) go
+with it. Processes are found by a marker in their environment, which every one of them
+inherits; each test polls for them to go, with a deadline, instead of sleeping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.paths import ROOT
+
+
+def marked(marker: str) -> list[int]:
+    """Processes whose environment holds `marker`."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def gone(marker: str, deadline_s: float) -> list[int]:
+    """The marked processes still running after up to `deadline_s` seconds ([]: none)."""
+    end = time.monotonic() + deadline_s
+    while (left := marked(marker)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _env(marker: str, **extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off",
+                XLADIST_TEST_MARKER=marker, **extra)
+
+
+# The launcher gets SIGTERM at the worst moment: mpiexec exists but subprocess.Popen has not
+# returned it yet (the test of the whole CLI, test_launch.py, hits this window now and then
+# when a compile helper is the third marked process it waits for).
+_SIGTERM_IN_POPEN = """
+import os, signal, subprocess, sys
+from xladist.runtime import launcher
+real = subprocess.Popen._execute_child
+def late(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    if os.path.basename(self.args[0]).startswith("mpiexec"):
+        os.kill(os.getpid(), signal.SIGTERM)
+subprocess.Popen._execute_child = late
+launcher.launch(2, ["-c", "import time; time.sleep(120)"], capture=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_sigterm_while_mpiexec_starts_leaves_no_rank(tmp_path):
+    marker = f"sigterm-popen-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_IN_POPEN], cwd=ROOT,
+                          env=_env(marker), capture_output=True, text=True, timeout=60)
+    left = gone(marker, 20)
+    _kill(left)
+    assert left == [], f"still running after the launcher ended: {left}"
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
