@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -91,6 +92,19 @@ class CompileError(RuntimeError):
 
 class _Died(Exception):
     """A helper process ended while compiling a job; args[0] is its exit code."""
+
+
+def _how_it_ended(returncode: int) -> str:
+    """A helper's end in words: a signal by name (SIGKILL is what the kernel's out-of-memory
+    killer sends), else the exit code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        why = " (out of memory?)" if returncode == -signal.SIGKILL else ""
+        return f"was killed by {name}{why}"
+    return f"ended (exit code {returncode})"
 
 
 class _Helper:
@@ -284,8 +298,8 @@ class _Run:
                     reply = helper.run(i, self.jobs[i], self.target)
                 except _Died as e:
                     self.done(i, error=CompileError(
-                        f"the LLVM helper process ended (exit code {e.args[0]}) while "
-                        f"compiling {self.jobs[i].name}"))
+                        f"the LLVM helper process {helper.proc.pid} {_how_it_ended(e.args[0])} "
+                        f"while compiling {self.jobs[i].name}"))
                     return
                 if reply is None:  # gone before it got the job: someone else does it
                     self.unclaim(i)
