@@ -112,3 +112,33 @@ def test_a_helper_killed_while_compiling_is_reported_as_killed():
         assert "was killed by SIGKILL" in str(error) and "the slow unit" in str(error)
     finally:
         helper.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_cancelled_compile_stops_and_kills_the_helpers_compiling_for_it(monkeypatch):
+    # Two equal slow units: this thread compiles one, the helper the other. cancel() kills
+    # the helper at once; compile_jobs raises Cancelled once this thread's unit is done.
+    monkeypatch.setenv(compile_pool.ENV, "2")
+    assert compile_pool.start_helpers(compile_pool.MIN_UNITS, wait=120) == 1
+    (helper,) = compile_pool._helpers(1, compile_pool.MIN_UNITS)
+    jobs = [compile_pool.Job(f"slow unit {i}", slow_ir(200), True) for i in range(2)]
+    event = threading.Event()
+    outcome: list = []
+
+    def compile_them() -> None:
+        with compile_pool.cancellable(event):
+            try:
+                outcome.append(compile_pool.compile_jobs(jobs, host_target()))
+            except BaseException as e:  # noqa: BLE001 -- looked at below
+                outcome.append(e)
+
+    worker = threading.Thread(target=compile_them)
+    worker.start()
+    time.sleep(0.5)
+    compile_pool.cancel(event)
+    assert _ends_within(helper.proc.pid, 5), "the helper went on compiling"
+    worker.join(120)
+    assert isinstance(outcome[0], compile_pool.Cancelled), outcome
+    with compile_pool.cancellable(event), pytest.raises(compile_pool.Cancelled):
+        compile_pool.compile_jobs(jobs, host_target())  # set before: nothing starts

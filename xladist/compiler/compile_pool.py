@@ -23,6 +23,7 @@ pipeline its IR allows (`pipeline_exact`, llvm_worker.py).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import signal
@@ -88,6 +89,10 @@ class Job:
 class CompileError(RuntimeError):
     """LLVM failed on a unit, or the helper process compiling it ended (the message says
     which unit and why)."""
+
+
+class Cancelled(CompileError):
+    """The compile was cancelled (`cancelling`): whoever wanted its code is ending."""
 
 
 class _Died(Exception):
@@ -228,6 +233,37 @@ def helper_pids() -> list[int]:
     return [h.proc.pid for h in _pool.helpers if h.alive()]
 
 
+# Compiles under way that may be cancelled, with the event that cancels each (`cancelling`).
+_active: dict["_Run", threading.Event] = {}
+_cancel = threading.local()
+
+
+@contextlib.contextmanager
+def cancellable(event: threading.Event):
+    """compile_jobs calls made by this thread in the block stop when `event` is set and
+    `cancel(event)` is called: no unit starts after, the helpers compiling theirs are
+    killed, and they raise Cancelled (a unit that this thread itself compiles finishes
+    first: LLVM cannot be stopped inside a process). For a launcher that a signal ends
+    while it compiles for its ranks (runtime/compile_once.py): it should not go on
+    compiling for them, and its helpers die with it at once."""
+    _cancel.event = event
+    try:
+        yield
+    finally:
+        _cancel.event = None
+
+
+def cancel(event: threading.Event) -> None:
+    """Set `event` and cancel the compiles running under it (see `cancellable`)."""
+    event.set()
+    with _pool_lock:
+        runs = [r for r, e in _active.items() if e is event]
+    for run in runs:
+        run.cancel(Cancelled("the compile was cancelled"))
+        for h in list(run.fed):
+            h.proc.kill()  # it ends its job at once; the pool replaces it when next needed
+
+
 @atexit.register
 def _close() -> None:
     if _pool is not None:
@@ -245,6 +281,7 @@ class _Run:
         self.results: list = [None] * len(jobs_)
         self.errors: dict[int, BaseException] = {}
         self.by_helpers = 0
+        self.fed: list[_Helper] = []  # the helpers compiling for it
         self.cond = threading.Condition()
 
     def claim(self, wait: bool = False) -> int | None:
@@ -315,6 +352,22 @@ def compile_jobs(jobs_: list[Job], target: Target, stats: dict | None = None) ->
     """Object code of every job, in order. `stats` gets the counts of "units", "exact"
     units, units compiled by "helpers" and "processes" used."""
     run = _Run(jobs_, target)
+    event = getattr(_cancel, "event", None)
+    if event is not None:
+        with _pool_lock:
+            _active[run] = event
+        if event.is_set():  # checked after registering: `cancel` sees the run or we see this
+            _active.pop(run, None)
+            raise Cancelled("the compile was cancelled")
+    try:
+        return _compile_run(run, stats)
+    finally:
+        with _pool_lock:
+            _active.pop(run, None)
+
+
+def _compile_run(run: _Run, stats: dict | None) -> list[bytes]:
+    jobs_, target = run.jobs, run.target
     helpers = _helpers(min(jobs(), len(jobs_)) - 1, len(jobs_))
     feeding: set[int] = set()
 
@@ -322,6 +375,7 @@ def compile_jobs(jobs_: list[Job], target: Target, stats: dict | None = None) ->
         for h in helpers:
             if id(h) not in feeding and h.ready.is_set() and not h.dead:
                 feeding.add(id(h))
+                run.fed.append(h)
                 threading.Thread(target=run.feed, args=(h,), daemon=True,
                                  name="xladist-compile-feed").start()
 

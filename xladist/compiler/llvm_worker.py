@@ -145,7 +145,10 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     _init()
-    write_frame(out, ("ready", os.getpid()))  # llvmlite is loaded: send work
+    try:
+        write_frame(out, ("ready", os.getpid()))  # llvmlite is loaded: send work
+    except OSError:  # the parent died while this one started: nothing to say, no traceback
+        os._exit(0)
     serve(sys.stdin.buffer, out)
 
 
