@@ -77,3 +77,20 @@ def test_sigterm_while_mpiexec_starts_leaves_no_rank(tmp_path):
     _kill(left)
     assert left == [], f"still running after the launcher ended: {left}"
     assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_whose_launcher_is_gone_gives_up_at_once():
+    # A launcher killed (SIGKILL) while its ranks start: their connection is refused. The
+    # service listened before any rank learnt its address, so a refusal means it is gone;
+    # before, a rank retried for CONNECT_TIMEOUT_S (60 s) and mpiexec lived on meanwhile.
+    import socket
+
+    from xladist.runtime.service.client import Client, ServiceError
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed below: nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match="cannot reach the coordination service"):
+        Client(f"127.0.0.1:{port}", "token", 0, 2).start()
+    assert time.monotonic() - t0 < 10
