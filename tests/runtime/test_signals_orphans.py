@@ -10,32 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.cli_util import gone
 from tests.paths import ROOT
-
-
-def marked(marker: str) -> list[int]:
-    """Processes whose environment holds `marker`."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if marker.encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found
-
-
-def gone(marker: str, deadline_s: float) -> list[int]:
-    """The marked processes still running after up to `deadline_s` seconds ([]: none)."""
-    end = time.monotonic() + deadline_s
-    while (left := marked(marker)) and time.monotonic() < end:
-        time.sleep(0.1)
-    return left
 
 
 def _kill(pids: list[int]) -> None:
