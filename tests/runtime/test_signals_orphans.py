@@ -10,10 +10,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.cli_util import gone
+from tests.cli_util import gone, marked
 from tests.paths import ROOT
 
 
@@ -73,3 +74,52 @@ def test_a_rank_whose_launcher_is_gone_gives_up_at_once():
     with pytest.raises(ServiceError, match="cannot reach the coordination service"):
         Client(f"127.0.0.1:{port}", "token", 0, 2).start()
     assert time.monotonic() - t0 < 10
+
+
+def _helper_started(marker: str) -> bool:
+    for pid in marked(marker):
+        try:
+            if b"llvm_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_launcher_ended_while_it_compiles_leaves_nothing(tmp_path, sig):
+    # The whole path: a cold kernel cache, a module of many compile units, `xladist run -n 2`
+    # ended as soon as its compile helper runs (the launcher compiles for the ranks, which
+    # are starting). SIGKILL: nothing runs in the launcher; its helper sees its pipe end,
+    # the ranks their connection refused or lost.
+    import numpy as np
+
+    from xladist.hlo.parser import parse_file
+    module = ROOT / "benchmarks" / "transformer_step.hlo"
+    params = parse_file(str(module), "MODULE").entry.parameters
+    np.savez(tmp_path / "in.npz", **{f"arg{i}": np.zeros((2, *p.shape.dims), p.shape.dtype)
+                                     for i, p in enumerate(params)})
+    marker = f"cold-{sig.name}-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xladist", "run", str(module), "-n", "2", "--no-check",
+         "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz")],
+        cwd=tmp_path, env=_env(marker, XLADIST_CACHE_DIR=str(tmp_path / "cache"),
+                               XLADIST_COMPILE_JOBS="2"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 120
+        while not _helper_started(marker) and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        assert proc.poll() is None and _helper_started(marker), "no compile helper started"
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        left = gone(marker, 10)
+        _kill(left)
+        assert left == [], f"still running 10 s after the launcher ended: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == (128 + sig if sig != signal.SIGKILL else -sig)
