@@ -260,8 +260,7 @@ def cancel(event: threading.Event) -> None:
         runs = [r for r, e in _active.items() if e is event]
     for run in runs:
         run.cancel(Cancelled("the compile was cancelled"))
-        for h in list(run.fed):
-            h.proc.kill()  # it ends its job at once; the pool replaces it when next needed
+        run.kill_helpers()
 
 
 @atexit.register
@@ -281,7 +280,7 @@ class _Run:
         self.results: list = [None] * len(jobs_)
         self.errors: dict[int, BaseException] = {}
         self.by_helpers = 0
-        self.fed: list[_Helper] = []  # the helpers compiling for it
+        self.holding: set[_Helper] = set()  # helpers inside feed() for it (under cond)
         self.cond = threading.Condition()
 
     def claim(self, wait: bool = False) -> int | None:
@@ -325,27 +324,44 @@ class _Run:
             while self.busy:
                 self.cond.wait()
 
+    def kill_helpers(self) -> None:
+        """Kill the helpers feeding this run (cancel): each ends its job at once, and the
+        pool replaces it when next needed. Under `cond`, which feed() takes to leave, so
+        a helper killed here has not yet passed to another run."""
+        with self.cond:
+            for h in self.holding:
+                h.proc.kill()
+
     def feed(self, helper: _Helper) -> None:
         with helper.lock:
-            while not helper.dead:
-                i = self.claim()
-                if i is None:
-                    return
-                try:
-                    reply = helper.run(i, self.jobs[i], self.target)
-                except _Died as e:
-                    self.done(i, error=CompileError(
-                        f"the LLVM helper process {helper.proc.pid} {_how_it_ended(e.args[0])} "
-                        f"while compiling {self.jobs[i].name}"))
-                    return
-                if reply is None:  # gone before it got the job: someone else does it
-                    self.unclaim(i)
-                elif reply[0]:
-                    self.by_helpers += 1
-                    self.done(i, reply[1])
-                else:
-                    self.done(i, error=CompileError(
-                        f"LLVM failed on {self.jobs[i].name}: {reply[1]}"))
+            with self.cond:
+                self.holding.add(helper)
+            try:
+                self._feed(helper)
+            finally:
+                with self.cond:
+                    self.holding.discard(helper)
+
+    def _feed(self, helper: _Helper) -> None:
+        while not helper.dead:
+            i = self.claim()
+            if i is None:
+                return
+            try:
+                reply = helper.run(i, self.jobs[i], self.target)
+            except _Died as e:
+                self.done(i, error=CompileError(
+                    f"the LLVM helper process {helper.proc.pid} {_how_it_ended(e.args[0])} "
+                    f"while compiling {self.jobs[i].name}"))
+                return
+            if reply is None:  # gone before it got the job: someone else does it
+                self.unclaim(i)
+            elif reply[0]:
+                self.by_helpers += 1
+                self.done(i, reply[1])
+            else:
+                self.done(i, error=CompileError(
+                    f"LLVM failed on {self.jobs[i].name}: {reply[1]}"))
 
 
 def compile_jobs(jobs_: list[Job], target: Target, stats: dict | None = None) -> list[bytes]:
@@ -375,7 +391,6 @@ def _compile_run(run: _Run, stats: dict | None) -> list[bytes]:
         for h in helpers:
             if id(h) not in feeding and h.ready.is_set() and not h.dead:
                 feeding.add(id(h))
-                run.fed.append(h)
                 threading.Thread(target=run.feed, args=(h,), daemon=True,
                                  name="xladist-compile-feed").start()
 
