@@ -47,11 +47,19 @@ _JOINED = re.compile(r'StrCat\(\s*(\w+)\s*,\s*$')
 _CAPS = re.compile(r"(?<![\w.%\"'])[A-Z][A-Z0-9_]{2,}(?![\w.\"'])")
 
 
+# Names the text defines (module, computations, instructions): `HloModule CRS`, `ENTRY CRS {`,
+# `ADD {`, `X = f32[] ...` may be capitalized without being placeholders.
+_DEFINED = re.compile(r"(?:HloModule|ENTRY)\s+%?([\w.\-]+)"
+                      r"|^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*="
+                      r"|^\s*%?([\w.\-]+)\s*(?:\([^)]*\)\s*->[^{]*)?\{", re.M)
+
+
 def _templated(text: str) -> bool:
     if _TEMPLATED.search(text):
         return True
     code = re.sub(r'"[^"\n]*"|//[^\n]*', "", text)   # strings and comments may say anything
-    return any(w not in _HLO_CAPS and not w.startswith("API_VERSION")
+    names = {n for m in _DEFINED.finditer(code) for n in m.groups() if n}
+    return any(w not in _HLO_CAPS and w not in names and not w.startswith("API_VERSION")
                for w in _CAPS.findall(code))
 
 

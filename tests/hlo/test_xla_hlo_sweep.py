@@ -68,8 +68,8 @@ ENTRY e {
 }
 TEST_F(T, EnumWords) {
   const char* kModule = R"(
-HloModule m
-ENTRY e {
+HloModule CRS
+ENTRY CRS {
   a = s8[2,3] parameter(0)
   b = s8[3,4] parameter(1)
   ROOT d = s32[2,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
@@ -81,7 +81,8 @@ ENTRY e {
 
 def test_prelude_joined_and_enum_words_not_placeholders(tmp_path, capsys):
     """A literal StrCat-joined to a named prelude is parsed with it (the prelude alone is not a
-    module); an attribute's enum value in capitals (PACKED_NIBBLE) is not a placeholder."""
+    module); an attribute's enum value in capitals (PACKED_NIBBLE) and a capitalized name the
+    module defines (`HloModule CRS`, `ENTRY CRS`) are not placeholders."""
     path = tmp_path / "joined_test.cc"
     path.write_text(JOINED)
     found = list(sweep.modules_in(path))
