@@ -190,3 +190,27 @@ def test_combined_collective_permute_runs_on_two_ranks(backend):
     for d in range(2):
         np.testing.assert_array_equal(outs[d][0], a[1 - d])
         np.testing.assert_array_equal(outs[d][1], b[1 - d])
+
+
+@pytest.mark.parametrize("broadcast", [
+    "ROOT %b = f32[3,2] broadcast(%s)",                       # shape written, no dimensions=
+    "ROOT %b = f32[3,2] broadcast(f32[] constant(7))",        # inline scalar operand
+])
+def test_broadcast_of_a_scalar_needs_no_dimensions(broadcast):
+    """BroadcastOfScalarDoesntNeedDimensionsAttr: XLA's parser makes `dimensions=` optional
+    when the operand is a scalar (it can only be {}). It used to be refused as a missing
+    required attribute."""
+    text = _module(f"  %s = f32[] constant(7)\n  {broadcast}").replace("-> f32[2]", "-> f32[3,2]")
+    module = parse_module(text)
+    verify_module(module)
+    root = module.entry.root
+    assert root.attrs["dimensions"] == ()
+    assert "dimensions={}" in print_module(module)
+
+
+def test_broadcast_of_an_array_still_needs_dimensions():
+    """Only a scalar operand leaves nothing to choose: an array operand's dimensions stay
+    required, as in XLA."""
+    text = _module("  %v = f32[2] constant({1, 2})\n  ROOT %b = f32[3,2] broadcast(%v)")
+    with pytest.raises(HloParseError, match="missing required attribute dimensions"):
+        parse_module(text)

@@ -385,6 +385,11 @@ class _Parser(TokenCursor):
                                  f"{len(instr.operands)}", op_i)
             self.attributes(instr, _SCHEMAS[opcode], instr.attrs, None, symbols, comp,
                             inline=nested)
+            if opcode == "broadcast" and "dimensions" not in instr.attrs and \
+                    instr.operands[0].shape is not None and \
+                    instr.operands[0].shape.is_array and instr.operands[0].shape.rank == 0:
+                # As XLA's parser: a scalar's broadcast dimensions can only be {}.
+                instr.attrs["dimensions"] = ()
             self.check_required(instr, _SCHEMAS[opcode], instr.attrs, name_i)
         elif nested:
             raise self.error(f"{opcode} cannot be written inline as an operand; give it its "
