@@ -214,3 +214,16 @@ def test_broadcast_of_an_array_still_needs_dimensions():
     text = _module("  %v = f32[2] constant({1, 2})\n  ROOT %b = f32[3,2] broadcast(%v)")
     with pytest.raises(HloParseError, match="missing required attribute dimensions"):
         parse_module(text)
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_slash_slash_comment_ends_at_any_line_end(eol):
+    """SlashSlashComment{,MsDosEolFormat,MacEolFormat}: a `//` comment ends at the line's end,
+    whether lines end in \\n, \\r\\n or a lone \\r (old Mac files). With \\r alone the comment
+    used to run to the end of the text, swallowing the module ("expected at least one
+    computation")."""
+    text = eol.join(["HloModule m", "// a comment", "ENTRY e {  // another",
+                     "  ROOT c = f32[1]{0} constant({7}) // a third", "}"])
+    module = parse_module(text)
+    verify_module(module)
+    assert module.entry.root.name == "c"
