@@ -227,3 +227,36 @@ def test_slash_slash_comment_ends_at_any_line_end(eol):
     module = parse_module(text)
     verify_module(module)
     assert module.entry.root.name == "c"
+
+
+def test_called_computation_written_in_place():
+    """CanonicalOpWithNested / ...IndexedConditionalInlinedBranches: XLA's parser takes a
+    computation's body written where its name would go (`to_apply={ ... }`, each item of
+    `branch_computations={{...}, {...}}`), as HloPrintOptions::Canonical prints it. It used
+    to be refused ("expects a computation name, found '{'"). The body gets a fresh name and
+    is defined before its user, so the module prints back with named computations."""
+    text = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  r = f32[] reduce(x, z), dimensions={0}, to_apply=
+  {
+    a = f32[] parameter(0)
+    b = f32[] parameter(1)
+    ROOT s = f32[] add(a, b)
+  }
+  i = s32[] constant(1)
+  ROOT c = f32[] conditional(i, r, r), branch_computations={
+  { p = f32[] parameter(0)
+    ROOT n = f32[] negate(p) },
+  { p = f32[] parameter(0)
+    ROOT n = f32[] abs(p) }
+  }
+}"""
+    module = parse_module(text)
+    verify_module(module)
+    names = [c.name for c in module.computations]
+    assert len(names) == 4 and len(set(names)) == 4 and names[-1] == "e"
+    again = parse_module(print_module(module))
+    verify_module(again)
+    assert [c.name for c in again.computations] == names
