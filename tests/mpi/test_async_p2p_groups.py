@@ -61,3 +61,21 @@ def test_grouped_ring_in_a_loop(backend):
     rotated = [np.roll(x, k, axis=0) for k in (1, 2, 3)]
     want = [[rotated[-1][d], sum(r[d] for r in rotated)] for d in range(N)]
     _assert_all(got, want)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_with_a_host_send(backend):
+    """A host send in the group hands this rank's data to the host; the exchange next to it
+    swaps the two devices' inputs."""
+    if N != 2:
+        pytest.skip("async_group_with_host_send.hlo is written for 2 devices")
+    me = MPI.COMM_WORLD.Get_rank()
+    sent = []
+    x = _inputs()
+    got = run((DATA / "async_group_with_host_send.hlo").read_text(), [x], n=N,
+              backend=backend, timeout=TIMEOUT,
+              host_send=lambda rank, channel, array: sent.append((rank, channel, array)))
+    _assert_all(got, [[x[1]], [x[0]]])
+    assert [(r, c) for r, c, _ in sent] == [(me, 7)]
+    np.testing.assert_array_equal(sent[0][2], x[me])

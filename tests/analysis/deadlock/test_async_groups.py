@@ -55,6 +55,15 @@ def test_grouped_ring_waits_at_the_done():
     assert "16 communication events" in report.to_text(), report.to_text()
 
 
+def test_group_with_a_host_send_proves_its_device_transfers():
+    """A host transfer in a group waits for no device (fails before: a KeyError, the check
+    looked for the host send's device handle)."""
+    module = load("async_group_with_host_send")
+    report = check_module(module, budget=None)
+    assert report.ok and report.problems == [], report.to_text()
+    assert "8 communication events" in report.to_text(), report.to_text()   # 4 per device
+
+
 def test_group_whose_partner_is_missing_is_refused():
     report, ref = _both("async_group_missing_partner")
     assert ref == {"unmatched"}

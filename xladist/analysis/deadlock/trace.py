@@ -226,8 +226,9 @@ def _async_start(t: _Tracer, instr, frame, ctx):
     group = transfer_group(instr)
     inner = Frame(wrapped, t.lazy_operands(instr, frame))
     t.walk(wrapped, inner, ctx)
-    if group:
-        t.groups[(id(frame), instr)] = [(op, inner.memo[op]) for _, op in group]
+    if group:   # host transfers wait for no device: not walked, nothing to wait for
+        t.groups[(id(frame), instr)] = [(op, inner.memo[op]) for _, op in group
+                                        if op in inner.memo]
 
 
 @_rule("async-update")
