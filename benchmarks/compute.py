@@ -1,6 +1,7 @@
 """Compute benchmarks of the cpu backend, side by side with numpy and jax.jit.
 
     python benchmarks/compute.py [--quick] [--rows WORD,...] [--no-one-thread]
+    python benchmarks/compute.py --company [--rows WORD,...] [--repeats N] [--warm N]
 
 Every row is measured in one run, interleaving the contenders (one timed sample of
 each per round, so load bursts hit all alike): median of `--repeats` samples after a
@@ -16,6 +17,10 @@ warm-up. Two columns of ratios xladist/jax.jit:
   intra_op_parallelism_threads=1" set before numpy and jax load. The child prints its
   affinity and thread settings, and checks that jax's process CPU time does not exceed
   its wall time (one core busy at most).
+`--company` (issue 31) times the rows in three situations instead: quiet, right after
+numpy and jax ran in the process (their pools still awake), and with one busy process
+per core; each cell xladist / numpy / jax with wall and CPU per call, and the ways
+xladist's split calls took (SITUATIONS, company()).
 Both sides use the OpenBLAS kernel hostinfo.blas_coretype() names for this CPU
 (set before numpy loads). The header prints the thread counts, OpenBLAS's kernel and the
 load average: on a shared machine the ratios are noisy.
@@ -40,6 +45,7 @@ if ONE_THREAD:
         pass
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -56,6 +62,11 @@ sys.path.insert(0, str(ROOT))
 import xladist  # noqa: E402
 from xladist.compiler import parallel  # noqa: E402
 from xladist.runtime import hostinfo  # noqa: E402
+
+try:  # measured ways (issue 31); absent when this script times an older checkout
+    from xladist.compiler import choice
+except ImportError:
+    choice = None
 
 if hostinfo.blas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
     # OpenBLAS reads it when it loads (numpy is loaded by now): start again with it set.
@@ -137,17 +148,33 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
     round, so a burst of load on a shared machine hits every contender alike. Each
     gets a warm-up (compiles, caches, page faults); fast calls are batched so timer
     resolution does not dominate; quiesce() before each sample."""
+    got = interleaved(fns, repeats, min_time)
+    return {k: v["s"] for k, v in got.items()}, {k: v["busy"] for k, v in got.items()}
+
+
+def interleaved(fns: dict, repeats: int, min_time: float = 0.02, company: bool = False):
+    """Per contender: median seconds per call `s`, process CPU seconds per call `cpu`
+    and CPU over wall `busy`, sampled in turns (interleaved_medians). `company`: no
+    quiesce; each sample is one call taken right after every other contender ran once
+    (untimed), their thread pools still awake -- OpenBLAS's workers spin ~0.1 s after
+    numpy's threaded matmul, XLA's a few ms after a jax call -- as in a process that
+    uses all three in turns."""
     inner = {}
     for k, fn in fns.items():
         fn()
         t0 = time.perf_counter()
         fn()
-        inner[k] = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
+        inner[k] = 1 if company else max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
     samples = {k: [] for k in fns}
     cpu, wall = dict.fromkeys(fns, 0.0), dict.fromkeys(fns, 0.0)
     for _ in range(repeats):
         for k, fn in fns.items():
-            quiesce()
+            if company:
+                for other, g in fns.items():
+                    if other != k:
+                        g()
+            else:
+                quiesce()
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(inner[k]):
                 fn()
@@ -155,8 +182,8 @@ def interleaved_medians(fns: dict, repeats: int, min_time: float = 0.02):
             cpu[k] += time.process_time() - c0
             wall[k] += w
             samples[k].append(w / inner[k])
-    return ({k: statistics.median(v) for k, v in samples.items()},
-            {k: cpu[k] / wall[k] if wall[k] else None for k in fns})
+    return {k: {"s": statistics.median(samples[k]), "cpu": cpu[k] / (repeats * inner[k]),
+                "busy": cpu[k] / wall[k] if wall[k] else None} for k in fns}
 
 
 # ---- modules (HLO text) -----------------------------------------------------------
@@ -346,7 +373,31 @@ def _jit(fn):
     return run
 
 
-def rows(quick: bool):
+def transformer_step(batch: int, tokens: int, width: int):
+    """One transformer block's training step (attention, layer norm, gelu MLP; jax.grad
+    and an SGD update; benchmarks/compile_scaling.py's step), made by jax: xladist gets
+    the HLO jax lowers it to (before XLA's optimizations, what a JAX dump holds), jax
+    runs it under jax.jit. (xladist executable, jax function, inputs as flat leaves)."""
+    from benchmarks.compile_scaling import step_function
+    rng = np.random.default_rng(0)
+    shapes = {"wq": (width, width), "wk": (width, width), "wv": (width, width),
+              "wo": (width, width), "w1": (width, 4 * width), "w2": (4 * width, width)}
+    ps = [{k: (rng.standard_normal(s) * 0.05).astype(np.float32) for k, s in shapes.items()}]
+    x = rng.standard_normal((batch, tokens, width)).astype(np.float32)
+    step = step_function(jax, jnp)
+    leaves, tree = jax.tree_util.tree_flatten((ps, x))
+    exe = compile_cpu(jax.jit(step).lower(ps, x).as_text(dialect="hlo"))
+    j = jax.jit(step)
+
+    def run_jax(*flat):
+        return jax.block_until_ready(j(*tree.unflatten(flat)))
+    return exe, run_jax, tuple(leaves)
+
+
+TRANSFORMER = "transformer block training step (8x128 tokens, width 256)"
+
+
+def rows(quick: bool, want=lambda name: True):
     rng = np.random.default_rng(0)
     f32 = np.float32
 
@@ -393,6 +444,9 @@ def rows(quick: bool):
     yb = rng.standard_normal((256, 128)).astype(f32)
     yield ("MLP training step (256x512->1024->128)", compile_cpu(MLP_PATH.read_text()),
            mlp_numpy, _jit(mlp_jax), (w1, b1, w2, b2, xb, yb), "module")
+    if jax is not None and want(TRANSFORMER):
+        exe, run_jax, leaves = transformer_step(8, 128, 256)
+        yield (TRANSFORMER, exe, None, run_jax, leaves, "module")
     corpus = ROOT / "tests" / "data" / "corpus" / "single" / "reduce_window_pooling"
     module = xladist.load_hlo(corpus / "module.hlo")
     with np.load(corpus / "inputs.npz") as npz:
@@ -446,27 +500,44 @@ def header() -> list[str]:
 
 def measure(args, repeats: int) -> list[dict]:
     table = []
-    for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick):
-        if args.rows and not any(r in name for r in args.rows.split(",")):
+    for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick, wanted(args)):
+        if not wanted(args)(name):
             continue
-        ours = exe(*inputs)
-        check(ours, np_fn(*inputs), name)
-        fns = {"x": lambda e=exe, a=inputs: e(*a), "n": lambda f=np_fn, a=inputs: f(*a)}
+        check_row(name, exe, np_fn, jax_fn, inputs)
+        fns = {"x": lambda e=exe, a=inputs: e(*a)}
+        if np_fn:
+            fns["n"] = lambda f=np_fn, a=inputs: f(*a)
         if not ONE_THREAD:  # the same executable on one thread, in turns with the rest
             fns["x1"] = lambda e=exe, a=inputs: _one_thread(e, a)
         if jax_fn:  # jax gets device arrays: the transfer is not part of its compute
             j_inputs = [jax.device_put(x) for x in inputs]
             fns["j"] = lambda f=jax_fn, a=j_inputs: f(*a)
         t, busy = interleaved_medians(fns, repeats)
-        t_x, t_n, t_j = t["x"], t["n"], t.get("j")
+        t_x, t_n, t_j = t["x"], t.get("n"), t.get("j")
         t_x1 = t.get("x1")
         table.append({"name": name, "xladist_s": t_x, "numpy_s": t_n, "jax_s": t_j,
                       "xladist_over_xladist_1thread": t_x / t_x1 if t_x1 else None,
-                      "jax_cores_busy": busy.get("j"), "numpy_over_xladist": t_n / t_x,
+                      "jax_cores_busy": busy.get("j"),
+                      "numpy_over_xladist": t_n / t_x if t_n else None,
                       "xladist_over_jax": (t_x / t_j) if t_j else None})
         if ONE_THREAD:
             print(f"  {name}: done", file=sys.stderr, flush=True)
     return table
+
+
+def wanted(args):
+    """Whether a row's name is selected by --rows."""
+    words = args.rows.split(",") if args.rows else None
+    return lambda name: words is None or any(w in name for w in words)
+
+
+def check_row(name, exe, np_fn, jax_fn, inputs) -> None:
+    """xladist's result against numpy's, or jax's where a row has no numpy version."""
+    ours = exe(*inputs)
+    if np_fn:
+        check(ours, np_fn(*inputs), name)
+    else:
+        check(list(ours), jax.tree_util.tree_leaves(jax_fn(*inputs)), name)
 
 
 def _one_thread(exe, inputs):
@@ -491,6 +562,99 @@ def one_thread_table(args, repeats: int) -> dict:
         return {r["name"]: r for r in json.loads(out.read_text())}
 
 
+# ---- in company (issue 31) -------------------------------------------------------------
+# A user's process rarely runs xladist alone: `xladist.jax` users have numpy and jax in
+# it, and machines run other work. `--company` times every selected row, every side in
+# turns, in three situations:
+#   quiet            quiesce() before each sample (the main table's rounds);
+#   after numpy+jax  each sample one call right after the other sides ran once, their
+#                    pools still awake (interleaved(company=True));
+#   background load  the quiet rounds with one busy process per core of the affinity
+#                    mask, each pinned to its core.
+SITUATIONS = ("quiet", "after numpy+jax", "background load")
+_HOG = ("import os, sys\ntry:\n    os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+        "except OSError:\n    pass\nwhile True:\n    pass\n")
+
+
+@contextlib.contextmanager
+def background_load():
+    """One busy process per core of this process's affinity mask, killed on leaving."""
+    hogs = [subprocess.Popen([sys.executable, "-c", _HOG, str(c)])
+            for c in sorted(os.sched_getaffinity(0))]
+    try:
+        time.sleep(0.5)  # started, and seen by the load samples (parallel._has_room)
+        yield len(hogs)
+    finally:
+        for h in hogs:
+            h.kill()
+        for h in hogs:
+            h.wait(10)
+
+
+def _side(got: dict | None) -> str:
+    if got is None:
+        return f"{'-':>27}"
+    return f"{got['s'] * 1e3:8.2f}ms ({got['cpu'] * 1e3:7.2f} CPU, {got['busy']:.1f}c)"
+
+
+def company(args, repeats: int) -> list[dict]:
+    """The --company table (see SITUATIONS): per row and situation each side's median
+    wall time per call, CPU time per call and cores busy (CPU / wall), xladist over the
+    faster of numpy and jax, and which ways xladist's split calls ran (choice.py)."""
+    want = wanted(args)
+    print("\n".join(header()))
+    print(f"threads: xladist {parallel.thread_count()} (its pool, or OpenBLAS's threads for a "
+          f"large product where measured faster); numpy: OpenBLAS's default "
+          f"({', '.join(str(b['threads']) for b in parallel.blas_info())}); jax: XLA:CPU's "
+          f"default pools. Each cell: median wall per call (CPU per call, cores busy).")
+    print(f"{'situation':<17} {'xladist':>27} {'numpy':>27} {'jax.jit':>27} "
+          f"{'x/min':>6}  xladist ways (calls)")
+    table = []
+    for name, exe, np_fn, jax_fn, inputs, _kind in rows(args.quick, want):
+        if not want(name):
+            continue
+        check_row(name, exe, np_fn, jax_fn, inputs)
+        fns = {"x": lambda e=exe, a=inputs: e(*a)}
+        if np_fn:
+            fns["n"] = lambda f=np_fn, a=inputs: f(*a)
+        if jax_fn:
+            j_inputs = [jax.device_put(x) for x in inputs]
+            fns["j"] = lambda f=jax_fn, a=j_inputs: f(*a)
+        print(name, flush=True)
+        row = {"name": name}
+        for situation in SITUATIONS:
+            loaded = situation == "background load"
+            with background_load() if loaded else contextlib.nullcontext():
+                for _ in range(args.warm):  # xladist's call sites learn their ways here
+                    for fn in fns.values():
+                        fn()
+                before = choice.calls_by_way() if choice else {}
+                load = os.getloadavg()[0]
+                got = interleaved(fns, repeats, company=situation == "after numpy+jax")
+            after = choice.calls_by_way() if choice else {}
+            ways = {w: n - before.get(w, 0) for w, n in after.items() if n > before.get(w, 0)}
+            others = [got[k]["s"] for k in ("n", "j") if k in got]
+            ratio = got["x"]["s"] / min(others) if others else None
+            row[situation] = {"load": load, "ways": ways, "xladist_over_min": ratio,
+                              **{side: got.get(k) for k, side in
+                                 (("x", "xladist"), ("n", "numpy"), ("j", "jax"))}}
+            print(f"  {situation:<15} {_side(got['x'])} {_side(got.get('n'))} "
+                  f"{_side(got.get('j'))} {f'{ratio:5.2f}x' if ratio else '     -'}  "
+                  f"{', '.join(f'{w} {n}' for w, n in ways.items()) or '-'}"
+                  f"  (load {load:.1f})", flush=True)
+        table.append(row)
+    print("growth under background load (wall per call, loaded / quiet):")
+    for row in table:
+        q, b = row["quiet"], row["background load"]
+        grow = {side: b[side]["s"] / q[side]["s"] for side in ("xladist", "numpy", "jax")
+                if q.get(side) and b.get(side)}
+        print(f"  {row['name'][:60]:<60} " +
+              "  ".join(f"{side} {g:.2f}x" for side, g in grow.items()))
+        row["growth"] = grow
+    print("\n".join(header()[:1]) + "  (after)")
+    return table
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
@@ -502,8 +666,19 @@ def main(argv=None) -> int:
                     help="(internal) measure with one thread on every side")
     ap.add_argument("--no-one-thread", action="store_true",
                     help="skip the one-thread column (no child process)")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="--company: untimed calls of every side per situation before its "
+                    "samples (steady state: xladist's call sites time every way first)")
+    ap.add_argument("--company", action="store_true",
+                    help="time the rows quiet, right after numpy and jax ran, and with "
+                    "one busy process per core (SITUATIONS)")
     args = ap.parse_args(argv)
     repeats = args.repeats or (5 if args.quick else 11)
+    if args.company:
+        table = company(args, repeats)
+        if args.json:
+            Path(args.json).write_text(json.dumps(table, indent=1))
+        return 0
     if args.one_thread:
         print("\n".join(header()))
         table = measure(args, repeats)
@@ -534,8 +709,9 @@ def main(argv=None) -> int:
             jr += f" (jax {row['jax_cores_busy']:.1f} cores)"
         orr = f"{o['xladist_over_jax']:8.2f}x" if o.get("xladist_over_jax") else f"{'-':>9}"
         d1 = row["xladist_over_xladist_1thread"]
+        nt = f"{row['numpy_s'] * 1e3:7.2f}ms" if row["numpy_s"] else f"{'-':>9}"
         print(f"{row['name'][:44]:<44} {row['xladist_s'] * 1e3:7.2f}ms "
-              f"{row['numpy_s'] * 1e3:7.2f}ms {jt} {jr} {orr} {d1:6.2f}x", flush=True)
+              f"{nt} {jt} {jr} {orr} {d1:6.2f}x", flush=True)
     if args.rows:
         return 0
     cold, warm = compile_rows(repeats)

@@ -66,7 +66,11 @@ def run(args) -> int:
     for b in blas_info():
         print(f"BLAS: {b['library']}, OpenBLAS kernel {b['core']} (OPENBLAS_CORETYPE="
               f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {b['threads']} thread; "
-              f"large dots and convolutions split on the compute threads")
+              f"large dots and convolutions split on the compute threads (or, a large "
+              f"product where measured faster and giving the same bits, one call on "
+              f"{thread_count()} OpenBLAS threads)")
+    print("split calls run on the pool or on the caller alone, whichever each call site "
+          "measures faster in the current regime (compiler/choice.py); same results")
     for comp in data:
         print(f"\ncomputation {comp['computation']}  (arena {comp['arena_bytes']} B, "
               f"{comp['slots']} buffers)")

@@ -12,14 +12,25 @@ the GIL inside the BLAS call, so the blocks run in parallel.
 
 Blocks depend only on the shapes, never on the thread count, so 1, 2 or 16 threads
 make the same BLAS calls on the same blocks and give bit-identical results.
+
+OpenBLAS's own threading is still the fastest way for a large product at times: right
+after numpy's matmul in the same process its threads are awake, spinning, for ~0.1 s
+(THREAD_TIMEOUT), and take a core's share from the pool's helper; handing them the
+product instead matches numpy's time. So a large 2-D product has three ways -- its blocks
+on the pool, its blocks on the caller alone, one call on OpenBLAS's threads (WHOLE) --
+and its call site measures which is fastest now (parallel.run_blocks, choice.py). The
+WHOLE way is offered only where a check shows it gives the blocks' bits
+(_threads_agree), so the results stay those of the blocks on every thread count.
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from . import conv_kernel
-from .parallel import HEAVY, run_blocks
+from . import choice, conv_kernel
+from .parallel import BLAS_THREADS, exclusive_blas, openblas_threads, run_blocks, thread_count
 
 # Multiply-adds per block: ~0.2-0.4 ms on one core, so the pool's hand-off (~15-50 us)
 # is small, and a block a descheduled helper holds costs the caller little.
@@ -29,6 +40,27 @@ BLOCK_MACS = 1 << 24
 # rows 1.09-1.46x, 256 rows 1.03x; 256x512x1024 in 128 / 256 columns 1.10x / 1.05x;
 # 1024^3 in 256 rows 0.74x (the blocks fit the cache better). A multiple of 16.
 MIN_ROWS = 256
+# From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
+# threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
+WHOLE_MIN_MACS = BLOCK_MACS
+# ... and only where OpenBLAS's workers sleep right after a call: OPENBLAS_THREAD_TIMEOUT
+# (read when OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most
+# WHOLE_MAX_TIMEOUT, as ranks get it (runtime/launcher.py). Spinning, they take CPU the
+# measured wall time does not show and slow the ways measured after them, which then
+# lose to WHOLE: in a plain process (no such setting) matmul 1024 took 37 ms on WHOLE
+# against 21 ms on the pool (compute.py --company --warm 15, load 2-3), the transformer
+# step 105 ms CPU per step against 64 ms.
+WHOLE_MAX_TIMEOUT = 8
+
+
+def _workers_sleep() -> bool:
+    try:
+        return int(os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")) <= WHOLE_MAX_TIMEOUT
+    except ValueError:
+        return False
+
+
+WHOLE_OFFERED = _workers_sleep()
 _BLAS_TYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
 
 
@@ -39,10 +71,6 @@ def _blocks(units: int, work_per_unit: int, min_units: int = 1):
     return [(b, min(b + per, units)) for b in range(0, units, per)]
 
 
-def _heavy(macs: int) -> bool:
-    return macs >= HEAVY * BLOCK_MACS
-
-
 def gemm_split(m: int, n: int, k: int):
     """(axis, blocks) of an m x k by k x n product: axis 0 splits the rows of the
     result, 1 its columns; None: one call."""
@@ -51,11 +79,85 @@ def gemm_split(m: int, n: int, k: int):
     return None if (b := _blocks(units, other * k, MIN_ROWS)) is None else (axis, b)
 
 
+# ---- the measured way of each product (choice.py) ------------------------------------
+# Keyed by everything the way's speed and bits depend on: the shapes, the operands'
+# orders, the thread count.
+_sites: dict[tuple, choice.Site] = {}
+_agree: dict[tuple, bool] = {}
+
+
+def _site(key: tuple, ways, name: str) -> choice.Site:
+    site = _sites.get(key)
+    if site is None:
+        site = _sites[key] = choice.Site(ways, name)
+    return site
+
+
+def _order(x: np.ndarray) -> str | None:
+    """"N" for a row-major matrix BLAS reads in place, "T" for a column-major one, None
+    for other strides (numpy copies those first)."""
+    it = x.itemsize
+    (s0, s1), (r, c) = x.strides, x.shape
+    if s1 == it and s0 >= c * it:
+        return "N"
+    if s0 == it and s1 >= r * it:
+        return "T"
+    return None
+
+
+def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
+    """Whether one call of this product on `threads` OpenBLAS threads gives the bits of
+    its blocks (matmul_into's ALONE and POOL ways), checked once per shape, orders and
+    thread count on random operands of the same shapes and orders. OpenBLAS's threads
+    partition the product their own way, and for some shapes that changes the order of
+    the sums: f32 37x2000x900 and 700x700x3000 on 2 threads differ from one thread in
+    the last bits (OpenBLAS 0.3.31, Haswell kernel), while 1024^3 and 512^3 agree. The
+    summation order follows from the shapes and thread count alone, and random values
+    show any difference in it in nearly every element."""
+    key = (a.dtype.char, a.shape, b.shape, _order(a), _order(b), threads)
+    if key not in _agree:
+        rng = np.random.default_rng(0)
+
+        def like(x):
+            shape = x.shape[::-1] if _order(x) == "T" else x.shape
+            v = rng.random(shape) - 0.5
+            if x.dtype.kind == "c":
+                v = v + 1j * (rng.random(shape) - 0.5)
+            v = v.astype(x.dtype)
+            return v.T if _order(x) == "T" else v
+        ra, rb = like(a), like(b)
+        want = np.empty((a.shape[0], b.shape[1]), a.dtype)
+        got = np.empty_like(want)
+        with openblas_threads(BLAS_THREADS):
+            _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
+        with exclusive_blas(threads) as alone:
+            if not alone:  # another execution in flight: ask again on a later call
+                return False
+            np.matmul(ra, rb, out=got)
+        _agree[key] = want.tobytes() == got.tobytes()
+    return _agree[key]
+
+
+def _gemm_blocks(a, b, out, split) -> None:
+    """The blocks of a 2-D product in turn on this thread."""
+    if split is None:
+        np.matmul(a, b, out=out)
+        return
+    for lo, hi in split[1]:
+        if split[0] == 0:
+            np.matmul(a[lo:hi], b, out=out[lo:hi])
+        else:
+            np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
+
+
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    """out = a @ b, 2-D or batched 3-D, out C-contiguous; split on the pool when large."""
+    """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
+    blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
+    measured fastest (choice.py); every way gives the same bits."""
     if a.dtype not in _BLAS_TYPES or out.size == 0:
         np.matmul(a, b, out=out)
         return
+    threads = thread_count()
     if a.ndim == 3:
         bsz, m, k = a.shape
         blocks = _blocks(bsz, m * k * b.shape[2]) if bsz > 1 else None
@@ -65,30 +167,50 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             else:
                 np.matmul(a, b, out=out)
             return
+        site = _site(("batched", a.dtype.char, a.shape, b.shape, threads),
+                     (choice.POOL, choice.ALONE), f"dot {bsz}x{m}x{k}x{b.shape[2]} {a.dtype}")
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]),
-                   None, blocks, _heavy(bsz * m * k * b.shape[2]))
+                   None, blocks, site)
         return
-    split = gemm_split(a.shape[0], b.shape[1], a.shape[1])
-    heavy = _heavy(a.shape[0] * a.shape[1] * b.shape[1])
-    if split is None:
+    (m, k), n = a.shape, b.shape[1]
+    split = gemm_split(m, n, k)
+    whole = None
+    if WHOLE_OFFERED and threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and \
+            _order(b) and not np.may_share_memory(a, b) and _threads_agree(a, b, threads):
+        # (numpy takes syrk for a product of a matrix with its own transpose)
+        def whole() -> bool:
+            with exclusive_blas(threads) as alone:
+                if alone:
+                    np.matmul(a, b, out=out)
+                return alone
+    if split is None and whole is None:
         np.matmul(a, b, out=out)
+        return
+    ways = ((choice.POOL, choice.ALONE) if split else (choice.ALONE,)) + \
+        ((choice.WHOLE,) if whole else ())
+    site = _site(("gemm", a.dtype.char, m, n, k, _order(a), _order(b), threads), ways,
+                 f"dot {m}x{k}x{n} {a.dtype}")
+    if split is None:
+        run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
     elif split[0] == 0:
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None,
-                   split[1], heavy)
+                   split[1], site, whole)
     else:
         run_blocks(lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi]),
-                   None, split[1], heavy)
+                   None, split[1], site, whole)
 
 
 def by_blocks(fn, units: int, work_per_unit: int) -> None:
     """fn(lo, hi) over fixed blocks of `units` independent units (a convolution's
-    images or output rows), on the pool when there is enough work."""
+    images or output rows), on the pool or the caller as measured, when there is enough
+    work."""
     blocks = _blocks(units, work_per_unit) if units > 1 else None
     if blocks is None:
         fn(0, units)
-    else:
-        run_blocks(lambda _, lo, hi: fn(lo, hi), None, blocks,
-                   _heavy(units * work_per_unit))
+        return
+    site = _site(("blocks", units, work_per_unit, thread_count()),
+                 (choice.POOL, choice.ALONE), f"blocks {units}x{work_per_unit}")
+    run_blocks(lambda _, lo, hi: fn(lo, hi), None, blocks, site)
 
 
 def describe_dot(m: int, n: int, k: int, threads: int) -> str:

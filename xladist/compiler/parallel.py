@@ -16,10 +16,13 @@ Thread count, first that applies: `set_threads(n)` (the CLI's `--threads`, the
 config key `threads`), `XLADIST_THREADS`, else the cores of this process's CPU
 affinity mask divided among the ranks on its node (`set_local_ranks`, from
 MPI_COMM_TYPE_SHARED; 1 outside MPI), at least 1. BLAS (OpenBLAS under numpy/scipy)
-runs on one thread while xladist executes (blas_scope; for good in ranks) and large BLAS calls are split into blocks on this same pool
-(blas_blocks.py): OpenBLAS's own threads spin and yield while they wait, which on a
-busy machine made a matmul many times slower than on one thread; this way kernels and
-BLAS together use thread_count() threads and every wait blocks.
+runs on one thread while xladist executes (blas_scope; for good in ranks) and large
+BLAS calls are split into blocks on this same pool (blas_blocks.py): OpenBLAS's own
+threads spin and yield while they wait, which on a busy machine made a matmul many
+times slower than on one thread; this way kernels and BLAS together use thread_count()
+threads and every wait blocks. A split call runs on the pool, on the caller alone or
+(a large product) as one call on OpenBLAS's threads, whichever its call site measured
+fastest in the current regime (run_blocks, choice.py): the same bits every way.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import queue
 import threading
 import time
 
+from . import choice
 from .codegen.split import blocks_of
 
 RANGE_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
@@ -219,24 +223,67 @@ def refresh_blas_libs() -> None:
 
 
 @contextlib.contextmanager
-def blas_scope():
-    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after:
-    in a user's own process (a notebook calling xladist.compile), numpy's matmul outside
-    xladist keeps its threads. Ranks set it once for good (set_local_ranks -> sync_blas),
-    and then this changes nothing. ~1 us per library when a change is needed."""
+def openblas_threads(n: int):
+    """Every loaded OpenBLAS on `n` threads inside the block, each library's setting
+    restored after. ~1 us per library when a change is needed."""
     if _scope_libs is None:
         refresh_blas_libs()
     changed = []
     for get, put in _scope_libs:
-        n = get()
-        if n != BLAS_THREADS:
-            put(ctypes.c_int(BLAS_THREADS))
-            changed.append((put, n))
+        was = get()
+        if was != n:
+            put(ctypes.c_int(n))
+            changed.append((put, was))
     try:
         yield
     finally:
-        for put, n in changed:
-            put(ctypes.c_int(n))
+        for put, was in changed:
+            put(ctypes.c_int(was))
+
+
+# OpenBLAS's thread count is one setting for the whole process, read when a call starts.
+# The bits of a block's BLAS call assume one thread, so while any execution is in flight
+# (blas_scope) it stays at BLAS_THREADS, and a call on OpenBLAS's threads (exclusive_blas)
+# runs only when its execution is the only one, holding _blas_gate so that none starts
+# meanwhile. Executions in two threads of one process (rare) thus never see each other's
+# setting; the first to start and the last to end set and restore the caller's.
+_blas_gate = threading.Lock()
+_blas_flight = {"n": 0, "restore": None}
+
+
+@contextlib.contextmanager
+def blas_scope():
+    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after
+    the last execution in flight ends: in a user's own process (a notebook calling
+    xladist.compile), numpy's matmul outside xladist keeps its threads. Ranks set it once
+    for good (set_local_ranks -> sync_blas), and then this changes nothing."""
+    with _blas_gate:
+        if _blas_flight["n"] == 0:
+            scope = openblas_threads(BLAS_THREADS)
+            scope.__enter__()
+            _blas_flight["restore"] = scope
+        _blas_flight["n"] += 1
+    try:
+        yield
+    finally:
+        with _blas_gate:
+            _blas_flight["n"] -= 1
+            if _blas_flight["n"] == 0:
+                _blas_flight["restore"].__exit__(None, None, None)
+                _blas_flight["restore"] = None
+
+
+@contextlib.contextmanager
+def exclusive_blas(n: int):
+    """OpenBLAS on `n` threads for one call of the caller's, yielding True, when no other
+    execution is in flight (blas_scope); else nothing changes and it yields False. No
+    execution starts until the block ends."""
+    with _blas_gate:
+        if _blas_flight["n"] > 1:
+            yield False
+            return
+        with openblas_threads(n):
+            yield True
 
 
 def blas_info() -> list[dict]:
@@ -270,21 +317,58 @@ def describe_split(split, threads: int | None = None) -> str:
 
 
 # ---- is there an idle core? -----------------------------------------------------------
-# A helper handed a block when every core is taken runs only when the scheduler
-# preempts someone, and the caller then waits for its block (on the loaded 2-core host
-# a 1 M-element row sum took 1.68x its one-thread time on 2 threads). Like libgomp's
-# OMP_DYNAMIC, which reads the load average, a split kernel runs on the calling thread
-# alone while the machine has no idle core: the runnable-thread count
-# (/proc/loadavg's "running/total", read at most every LOAD_PERIOD seconds, smoothed)
-# against the cores. The blocks are the same either way, so results do not change.
+# Which way is fastest flips with it (choice.py measures each regime apart): a helper
+# handed a block when every core is taken runs only when the scheduler preempts
+# someone, and the caller may wait for its block (on the loaded 2-core host a 1 M-element
+# row sum took 1.68x its one-thread time on 2 threads), while a kernel ten times the
+# size gains its fair share of the busy cores by splitting. Until issue 31 this regime
+# alone decided, as libgomp's OMP_DYNAMIC does: no idle core, the caller alone -- below
+# what the OS gives an ordinary multi-threaded process. The signal: the runnable-thread
+# count (/proc/loadavg's "running/total", read at most every LOAD_PERIOD seconds,
+# smoothed) against the cores.
 LOAD_PERIOD = 0.005
-DYNAMIC = True  # False: always hand blocks to the pool (tests of the pool itself)
+DYNAMIC = True  # False: always hand blocks to the pool, no choice (tests of the pool itself)
 _load = {"next": 0.0, "running": 0.0, "last": 0, "fd": None}
 
 
 def _has_room() -> bool:
+    return regime() == choice.IDLE
+
+
+# Threads of this process that are not ours -- numpy's OpenBLAS workers spinning ~0.1 s
+# after its threaded matmul, XLA's pool a few ms after a jax call, the user's own
+# threads -- busy as FOREIGN_THREADS runnable threads or more (their CPU time over the
+# last sample's interval, smoothed, over one runnable thread's share of the cores) make
+# a busy machine the OWN_POOLS regime: there the fastest way differs from the one under
+# other processes' load (a large product is best handed to OpenBLAS's awake threads;
+# with another process on a core they wait for a descheduled partner). Their CPU: the
+# process's, less the pool's workers', the sampling thread's and what ran inside our own
+# WHOLE calls (_foreign_during).
+FOREIGN_THREADS = 0.5
+_cpu = {"t": None, "proc": 0.0, "ours": 0.0, "tid": None, "me": 0.0, "rate": 0.0}
+_foreign_during = [0.0]  # process CPU of other threads inside WHOLE calls (run_blocks)
+
+
+def _foreign_rate(now: float) -> float:
+    st = _cpu
+    proc = time.process_time()
+    ours = _pool.cpu() if _pool is not None else 0.0
+    tid, me = threading.get_ident(), time.thread_time()
+    if st["t"] is not None and now > st["t"]:
+        mine = me - st["me"] if tid == st["tid"] else now - st["t"]  # another caller: at most all
+        foreign = (proc - st["proc"]) - (ours - st["ours"]) - mine - _foreign_during[0]
+        st["rate"] += 0.5 * (max(0.0, foreign) / (now - st["t"]) - st["rate"])
+    _foreign_during[0] = 0.0
+    st.update(t=now, proc=proc, ours=ours, tid=tid, me=me)
+    return st["rate"]
+
+
+def regime() -> int:
+    """choice.IDLE while a core is idle; else choice.OWN_POOLS when other threads of this
+    process are busy (_foreign_rate), else choice.OTHERS. The same blocks run in every
+    regime; the regime only tells which measurements of a site apply."""
     if not DYNAMIC:
-        return True
+        return choice.IDLE
     now = time.monotonic()
     st = _load
     if now >= st["next"]:
@@ -309,42 +393,71 @@ def _has_room() -> bool:
             st["running"] = float(running)
         else:
             st["running"] += 0.25 * (running - st["running"])
+        st["foreign"] = _foreign_rate(now)
     # The count includes the calling thread itself, and the other ranks on this node
-    # (set_local_ranks) with their threads: they are ours, not a reason to step back.
-    # Only a free core counts: with one of 2 cores busy spinning, forcing the split
-    # measured the same as one thread (matmul 512 3.04 vs 3.07 ms, MLP step 9.47 vs
-    # 9.71 ms) and with another session's process on it a 1 M chain took 1.47x.
+    # (set_local_ranks) with their threads: they are ours, not someone else's load.
     ours = (_local_ranks - 1) * thread_count()
-    return st["running"] < (os.cpu_count() or 1) + ours - 0.25
+    if st["running"] < (os.cpu_count() or 1) + ours - 0.25:
+        return choice.IDLE
+    share = (os.cpu_count() or 1) / max(1.0, st["running"])  # cores one thread gets
+    return choice.OWN_POOLS if st.get("foreign", 0.0) >= FOREIGN_THREADS * share \
+        else choice.OTHERS
 
 
-# A BLAS call with at least this many times BLOCK_MACS (blas_blocks.py: 256 M
-# multiply-adds, ~4 ms on one core) splits even with no idle core: like XLA's pool it
-# then competes for its share of the busy cores. One core busy spinning plus other
-# sessions (load ~4-7), interleaved: matmul 1024 split anyway 0.68-0.71x the
-# caller-alone time, the 3x3 conv 0.73-0.82x. Not for generated kernels: a 16 M
-# element tanh chain split under the same load took 1.3-2x its one-thread time
-# (probably its 64 blocks, each taking the GIL between native calls: a helper
-# descheduled while holding it stalls the caller; not measured apart).
-HEAVY = 16
-
-
-def run_blocks(fn, argv, blocks, heavy: bool = False) -> None:
-    """Run fn(argv, begin, end) over every block, on the pool when it has threads
-    and the machine has an idle core (or the call is heavy, see HEAVY). A compiled
-    kernel's range function (RANGE_TYPE) takes its blocks in native code (_NativeTask)."""
+def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
+    """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
+    it measured fastest now: on the pool, on the calling thread alone, or -- `whole`, a
+    callable computing the same result in one call on another pool's threads (OpenBLAS,
+    blas_blocks.py), returning False when it could not -- that way; without a site, on
+    the pool whenever it has threads. The blocks are the same every way, so the results
+    are. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native code
+    (_NativeTask)."""
     n = thread_count()
-    pool = _get_pool(n) if n > 1 and len(blocks) > 1 else None
-    if pool is None or not (heavy or _has_room()) or \
-            not pool.busy.acquire(blocking=False):
-        for lo, hi in blocks:
-            fn(argv, lo, hi)
+    if n < 2 or (len(blocks) < 2 and whole is None):
+        _alone(fn, argv, blocks)
         return
+    pool = _get_pool(n) if len(blocks) > 1 else None
+    if site is None or not DYNAMIC:
+        if pool is None:
+            if not whole():
+                _alone(fn, argv, blocks)
+        elif not _on_pool(pool, fn, argv, blocks, n):
+            _alone(fn, argv, blocks)
+        return
+    now = regime()
+    way = site.pick(now)
+    t0 = time.perf_counter()
+    if way == choice.WHOLE:
+        c0, m0 = time.process_time(), time.thread_time()
+        if not whole():  # another execution in flight (exclusive_blas): the blocks, no sample
+            if pool is None or not _on_pool(pool, fn, argv, blocks, n):
+                _alone(fn, argv, blocks)
+            return
+        _foreign_during[0] += (time.process_time() - c0) - (time.thread_time() - m0)
+    elif way == choice.ALONE or pool is None:
+        _alone(fn, argv, blocks)
+    elif not _on_pool(pool, fn, argv, blocks, n):
+        _alone(fn, argv, blocks)  # another thread of the caller's holds the pool: no sample
+        return
+    site.record(now, way, time.perf_counter() - t0)
+
+
+def _alone(fn, argv, blocks) -> None:
+    for lo, hi in blocks:
+        fn(argv, lo, hi)
+
+
+def _on_pool(pool, fn, argv, blocks, n: int) -> bool:
+    """The blocks on the pool and the caller; False (nothing ran) when the pool is busy
+    with another thread's call."""
+    if not pool.busy.acquire(blocking=False):
+        return False
     try:
         native = NATIVE_CLAIM and isinstance(fn, RANGE_TYPE) and _claimer() is not None
         pool.run((_NativeTask if native else _Task)(fn, argv, blocks), min(n, len(blocks)))
     finally:
         pool.busy.release()
+    return True
 
 
 # ---- blocks claimed in native code -----------------------------------------------------
@@ -536,8 +649,9 @@ class _Pool:
         self.off_core = {c: [q for q, w in zip(self.inbox, self.cpus) if w != c]
                          for c in set(self.cpus)} if self.cpus is not None else {}
         # Which workers are between tasks' start and end: runnable threads of ours,
-        # which the idle-core estimate (_has_room) must not count as load.
+        # which the idle-core estimate (regime) must not count as load.
         self.active = [False] * workers
+        self.clocks = [None] * workers  # each worker's CPU clock, for _foreign_rate
         # Kernels keep rows on their stack (codegen/kernels/core.py ROW_CACHE_BYTES, twice
         # when a trig kernel reruns its accurate version): a worker gets glibc's 8 MiB
         # even where threads default to less (musl: 128 KiB), instead of a SIGSEGV.
@@ -550,7 +664,22 @@ class _Pool:
         finally:
             threading.stack_size(default)
 
+    def cpu(self) -> float:
+        """CPU seconds the workers have run."""
+        total = 0.0
+        for clock in self.clocks:
+            if clock is not None:
+                try:
+                    total += time.clock_gettime(clock)
+                except OSError:
+                    pass
+        return total
+
     def _loop(self, q, i: int) -> None:
+        try:
+            self.clocks[i] = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):
+            pass
         if self.cpus is not None:
             try:  # pid 0: this thread only
                 os.sched_setaffinity(0, {self.cpus[i]})

@@ -28,6 +28,7 @@ from .buffers import Assignment, Slot
 from .codegen.constants import logical_view, to_physical
 from .codegen.kernels import RANGE_SUFFIX
 from .codegen.split import blocks_of, split_of
+from .choice import ALONE, POOL, Site
 from .parallel import RANGE_TYPE, describe_split, run_blocks
 
 
@@ -165,6 +166,8 @@ class KernelThunk(Thunk):
         # Fixed blocks of the outer dimension when the kernel is split (parallel.py).
         self.split = split_of(spec)
         self.blocks = blocks_of(self.split) if self.split is not None else None
+        # Pool or caller alone, as measured (choice.py): made on the first split call.
+        self.site = None
         self.range_fn = None
         self.argv = (ctypes.c_uint64 * max(len(slots), 1))()
         self.argv_addr = ctypes.addressof(self.argv)
@@ -183,7 +186,9 @@ class KernelThunk(Thunk):
         if self.blocks is None:
             self.fn(self.argv_addr)
         else:
-            run_blocks(self.range_fn, self.argv_addr, self.blocks)
+            if self.site is None:
+                self.site = Site((POOL, ALONE), f"kernel {self.spec.name}")
+            run_blocks(self.range_fn, self.argv_addr, self.blocks, self.site)
 
     def split_text(self) -> str:
         return describe_split(self.split)

@@ -42,6 +42,10 @@ RANK_ENV_DEFAULTS = {
     "OPENBLAS_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
+    # OpenBLAS's workers, after a product a rank ran on them (blas_blocks.py's WHOLE
+    # way), sleep at once instead of spinning ~0.1 s on a core the rank's pool (or
+    # another rank) computes on: 2^4 cycles, OpenBLAS's minimum, against 2^28.
+    "OPENBLAS_THREAD_TIMEOUT": "4",
 }
 
 

@@ -1,0 +1,378 @@
+"""The measured choice of how a split call runs (compiler/choice.py, parallel.run_blocks,
+blas_blocks.py): each call site times its ways -- the pool, the caller alone, one call on
+OpenBLAS's threads -- per regime (a core idle or not) and keeps the fastest; the ways give
+the same bits, so no choice changes a result."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.compiler import blas_blocks, choice, parallel
+from xladist.compiler.choice import ALONE, MAX_GAP, POOL, WARM, WHOLE, Site
+
+IDLE, BUSY = choice.IDLE, choice.OTHERS
+
+
+def feed(site: Site, regime: int, times: dict, calls: int) -> list[int]:
+    """`calls` picks of `site`, each way taking times[way] seconds; the ways picked."""
+    picked = []
+    for _ in range(calls):
+        way = site.pick(regime)
+        picked.append(way)
+        site.record(regime, way, times[way])
+    return picked
+
+
+def test_site_warms_every_way_then_keeps_the_fastest():
+    site = Site((POOL, ALONE, WHOLE))
+    picked = feed(site, IDLE, {POOL: 2.0, ALONE: 3.0, WHOLE: 1.0}, 200)
+    assert picked[:3 * WARM] == [POOL] * WARM + [ALONE] * WARM + [WHOLE] * WARM
+    assert site.best(IDLE) == WHOLE
+    rest = picked[3 * WARM:]
+    # Other ways are looked at again, ever more rarely while they lose.
+    assert {POOL, ALONE} <= set(rest)
+    assert rest.count(WHOLE) >= len(rest) * 0.9
+    assert sum(w != WHOLE for w in rest[-2 * MAX_GAP:]) <= 3  # gaps grew to MAX_GAP
+
+
+def test_site_follows_a_change_of_conditions():
+    """OpenBLAS's threads waking up (numpy ran) or a neighbour taking a core: the way that
+    was slower becomes faster within the same regime; the site moves to it within a few
+    of its gaps, and an exploration that wins is repeated at once."""
+    site = Site((POOL, WHOLE))
+    feed(site, IDLE, {POOL: 1.0, WHOLE: 2.0}, 300)
+    assert site.best(IDLE) == POOL
+    picked = feed(site, IDLE, {POOL: 2.0, WHOLE: 1.0}, 2 * MAX_GAP)
+    assert site.best(IDLE) == WHOLE
+    first = picked.index(WHOLE)
+    assert picked[first:first + 3] == [WHOLE] * 3  # confirmed at once, not after a gap
+
+
+def test_regimes_are_measured_apart():
+    site = Site((POOL, ALONE))
+    feed(site, IDLE, {POOL: 1.0, ALONE: 2.0}, 50)
+    feed(site, BUSY, {POOL: 3.0, ALONE: 2.5}, 50)
+    assert site.best(IDLE) == POOL and site.best(BUSY) == ALONE
+    assert site.describe()[choice.REGIMES[BUSY]]["chosen"] == "caller alone"
+    site.drop(WHOLE)  # not offered: nothing changes
+    site.drop(ALONE)
+    assert site.pick(BUSY) == POOL and site.ways == [POOL]
+    site.drop(POOL)  # the last way stays
+    assert site.ways == [POOL]
+
+
+def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls: int):
+    """run_blocks on one site, `calls` times; per call, where its blocks ran ("pool" or
+    "caller"). Time is a fake clock the ways advance, so what is asserted is the choice
+    and the dispatch, not the scheduler (a loaded machine may leave a real helper
+    unscheduled for a whole call; the pool itself is tested in test_threads.py): on the
+    pool the blocks take 8 x 4 ms / 2, alone 8 x 4 ms; with `slow_on_helpers` the pool's
+    call takes 40 ms."""
+    parallel.set_threads(2)
+    monkeypatch.setattr(parallel, "regime", lambda: BUSY if regime_busy else IDLE)
+    clock = [0.0]
+
+    class FakeTime:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        def perf_counter(self):
+            return clock[0]
+    monkeypatch.setattr(parallel, "time", FakeTime())
+
+    def on_pool(pool, fn, argv, blocks, n):
+        names.add("pool")
+        clock[0] += 0.04 if slow_on_helpers else 0.004 * len(blocks) / 2
+        return True
+    monkeypatch.setattr(parallel, "_on_pool", on_pool)
+    site = Site((POOL, ALONE))
+    per_call = []
+
+    def block(_a, lo, hi):
+        names.add("caller")
+        clock[0] += 0.004
+
+    for _ in range(calls):
+        names = set()
+        parallel.run_blocks(block, None, [(i, i + 1) for i in range(8)], site)
+        per_call.append(names)
+    return site, per_call
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    # The WHOLE way is offered only where OpenBLAS's workers sleep after a call (ranks:
+    # OPENBLAS_THREAD_TIMEOUT=4); these tests exercise it in this process regardless.
+    monkeypatch.setattr(blas_blocks, "WHOLE_OFFERED", True)
+    yield
+    parallel.set_threads(None)
+
+
+def test_no_idle_core_still_splits_when_that_is_faster(two_threads, monkeypatch):
+    """Every core busy (simulated): the call keeps its share of the machine -- the pool,
+    measured faster -- instead of stepping back to the caller alone by rule (before issue
+    31 it ran on the caller whenever no core was idle)."""
+    site, per_call = _names_per_call(True, monkeypatch, False, 2 * WARM + 7)
+    assert site.best(BUSY) == POOL
+    chosen = per_call[2 * WARM:]  # after the warm-up, before the first look elsewhere
+    assert all(names == {"pool"} for names in chosen), per_call
+
+
+def test_no_idle_core_runs_on_the_caller_when_that_is_faster(two_threads, monkeypatch):
+    site, per_call = _names_per_call(True, monkeypatch, True, 2 * WARM + 7)
+    assert site.best(BUSY) == ALONE
+    assert all(names == {"caller"} for names in per_call[2 * WARM:]), per_call
+
+
+_SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or os.cpu_count() is None,
+                    reason="needs the affinity API")
+def test_busy_processes_on_every_core(two_threads, monkeypatch, tmp_path):
+    """A real busy process on every core: the machine reads as having no idle core, the
+    split kernel's site measures that regime, and its results are still the bits of one
+    thread."""
+    cores = sorted(os.sched_getaffinity(0))
+    hogs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(c)]) for c in cores]
+    try:
+        monkeypatch.setattr(parallel, "DYNAMIC", True)
+        text = ("HloModule m\nENTRY main {\n a = f32[600,1100] parameter(0)\n"
+                " t = f32[600,1100] tanh(a)\n ROOT r = f32[600,1100] multiply(t, a)\n}\n")
+        exe = xladist.compile(xladist.parse_hlo(text), backend="cpu")
+        (thunk,) = exe.program.builder.kernel_thunks
+        assert thunk.blocks is not None and len(thunk.blocks) > 2
+        x = np.random.default_rng(0).standard_normal((600, 1100)).astype(np.float32)
+        parallel.set_threads(1)
+        one = np.array(exe(x)[0])
+        parallel.set_threads(2)
+        deadline = time.monotonic() + 10
+        while parallel._has_room() and time.monotonic() < deadline:
+            time.sleep(parallel.LOAD_PERIOD)  # the hogs show in two samples in a row
+        while parallel.regime() != choice.OTHERS and time.monotonic() < deadline:
+            time.sleep(parallel.LOAD_PERIOD)  # (an earlier test's OpenBLAS threads spinning)
+        assert parallel.regime() == choice.OTHERS, "busy processes on every core were not seen"
+        got = [np.array(exe(x)[0]) for _ in range(3 * WARM)]
+        busy = thunk.site.samples[BUSY]
+        assert all(len(busy[w]) >= 1 for w in (POOL, ALONE)), busy
+        assert all(g.tobytes() == one.tobytes() for g in got)
+    finally:
+        for h in hogs:
+            h.kill()
+        for h in hogs:
+            h.wait(10)
+
+
+def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch):
+    """No core idle (the load sample says so): a thread of this process computing --
+    numpy's OpenBLAS workers still awake, here a thread in numpy's matmul -- makes it
+    the OWN_POOLS regime; without one, OTHERS."""
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
+                                            "fd": -1})
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
+
+    def settle(want, seconds=2.0):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if parallel.regime() == want:
+                return True
+            time.sleep(0.01)
+        return False
+
+    assert settle(choice.OTHERS)
+    stop = threading.Event()
+
+    def compute():
+        a = np.ones((300, 300), np.float32)
+        while not stop.is_set():
+            a @ a  # the GIL released inside BLAS: this thread burns CPU next to ours
+
+    t = threading.Thread(target=compute, daemon=True)
+    t.start()
+    try:
+        assert settle(choice.OWN_POOLS)
+    finally:
+        stop.set()
+        t.join(10)
+    assert settle(choice.OTHERS)
+
+
+# ---- products: OpenBLAS's own threads as a way --------------------------------------
+
+def _dot_module(m, k, n, dtype="f32"):
+    return xladist.parse_hlo(
+        f"HloModule m\nENTRY main {{\n a = {dtype}[{m},{k}] parameter(0)\n"
+        f" b = {dtype}[{k},{n}] parameter(1)\n ROOT d = {dtype}[{m},{n}] dot(a, b), "
+        f"lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
+
+
+def _force(monkeypatch, way):
+    monkeypatch.setattr(Site, "pick", lambda self, regime: way if way in self.ways
+                        else self.ways[0])
+
+
+# (m, k, n): unsplit (one block), split by rows, split by columns; 37x2000x900 and
+# 700x700x3000 are shapes whose OpenBLAS 0.3.31 threads sum in another order than one
+# thread (the check must refuse them where that holds).
+PRODUCTS = [(256, 256, 256), (520, 300, 300), (100, 400, 1030), (37, 2000, 900)]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("mkn", PRODUCTS, ids=lambda s: "x".join(map(str, s)))
+def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeypatch,
+                                                              two_threads):
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    m, k, n = mkn
+    exe = xladist.compile(_dot_module(m, k, n, dtype), backend="cpu")
+    rng = np.random.default_rng(1)
+    np_t = np.float32 if dtype == "f32" else np.float64
+    a, b = rng.standard_normal((m, k)).astype(np_t), rng.standard_normal((k, n)).astype(np_t)
+    parallel.set_threads(1)
+    want = np.array(exe(a, b)[0])
+    np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    for threads in (2, 4):
+        parallel.set_threads(threads)
+        for way in (POOL, ALONE, WHOLE):
+            _force(monkeypatch, way)
+            got = np.array(exe(a, b)[0])
+            assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+
+
+def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypatch,
+                                                                       two_threads):
+    """For every product above, OpenBLAS's threads are offered exactly when they give the
+    blocks' bits on the test's own operands; and where they do not, the way is refused
+    -- without the check, forcing it changes the result (what the test above would
+    catch)."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    refused = 0
+    rng = np.random.default_rng(2)
+    for m, k, n in PRODUCTS:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        blocks = np.empty((m, n), np.float32)
+        threaded = np.empty((m, n), np.float32)
+        with parallel.openblas_threads(1):
+            blas_blocks._gemm_blocks(a, b, blocks, blas_blocks.gemm_split(m, n, k))
+        with parallel.openblas_threads(2):
+            np.matmul(a, b, out=threaded)
+        same = blocks.tobytes() == threaded.tobytes()
+        assert blas_blocks._threads_agree(a, b, 2) == same, (m, k, n)
+        refused += not same
+        if not same:  # the way would change the bits: the site does not offer it
+            parallel.set_threads(2)
+            out = np.empty((m, n), np.float32)
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, b, out)
+            site = blas_blocks._sites[("gemm", "f", m, n, k, "N", "N", 2)]
+            assert WHOLE not in site.ways
+    if refused == 0:
+        pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
+
+
+def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_threads):
+    # numpy takes syrk for it, which the check's independent operands do not exercise.
+    parallel.set_threads(2)
+    a = np.random.default_rng(3).standard_normal((300, 400)).astype(np.float32)
+    out = np.empty((300, 300), np.float32)
+    blas_blocks._sites.clear()
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, a.T, out)
+    assert all(WHOLE not in s.ways for s in blas_blocks._sites.values())
+    parallel.set_threads(1)
+    one = np.empty_like(out)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, a.T, one)
+    assert out.tobytes() == one.tobytes()
+
+
+def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "regime", lambda: IDLE)
+    parallel.set_threads(2)
+    exe = xladist.compile(_dot_module(520, 300, 300), backend="cpu")
+    a = np.ones((520, 300), np.float32)
+    b = np.ones((300, 300), np.float32)
+    for _ in range(3 * WARM):
+        exe(a, b)
+    rows = dict(choice.report())
+    mine = rows["dot 520x300x300 float32"][choice.REGIMES[IDLE]]
+    assert mine["chosen"] in choice.NAMES.values()
+    assert {"pool", "caller alone"} <= set(mine)
+
+
+def test_executions_in_two_threads_keep_their_bits(monkeypatch, two_threads):
+    """One thread runs a product on OpenBLAS's threads over and over while another runs
+    a product whose blocks change bits on two OpenBLAS threads (f64 520x300x300): the
+    second never sees the first's setting (parallel.exclusive_blas, blas_scope), and the
+    caller's own setting is back once both are done."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, WHOLE)
+    parallel.set_threads(2)
+    whole = xladist.compile(_dot_module(256, 256, 256), backend="cpu")
+    blocks = xladist.compile(_dot_module(520, 300, 300, "f64"), backend="cpu")
+    rng = np.random.default_rng(4)
+    a32, b32 = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    a64, b64 = rng.standard_normal((520, 300)), rng.standard_normal((300, 300))
+    want = np.array(blocks(a64, b64)[0])
+    before = [b["threads"] for b in parallel.blas_info()]
+    stop, errors, runs = threading.Event(), [], [0]
+
+    def hammer():
+        try:
+            while not stop.is_set():
+                whole(a32, b32)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=hammer, daemon=True)
+    t.start()
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            got = np.array(blocks(a64, b64)[0])
+            runs[0] += 1
+            assert got.tobytes() == want.tobytes(), f"run {runs[0]}: bits changed"
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, errors
+    assert [b["threads"] for b in parallel.blas_info()] == before
+
+
+def test_openblas_threads_are_offered_only_where_their_workers_sleep(monkeypatch):
+    """Spinning ~0.1 s after each call (OpenBLAS's default), OpenBLAS's workers slow the
+    ways measured after them and burn CPU the wall time does not show: the WHOLE way is
+    offered only with OPENBLAS_THREAD_TIMEOUT at most WHOLE_MAX_TIMEOUT (ranks get 4)."""
+    for value, offered in (("4", True), ("8", True), ("28", False), ("", False), ("x", False)):
+        monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", value)
+        assert blas_blocks._workers_sleep() is offered, value
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
+    assert not blas_blocks._workers_sleep()
+    monkeypatch.setattr(blas_blocks, "WHOLE_OFFERED", False)
+    parallel.set_threads(2)
+    try:
+        a = np.ones((512, 512), np.float32)
+        out = np.empty((512, 512), np.float32)
+        blas_blocks._sites.clear()
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, a.copy(), out)
+        assert blas_blocks._sites and all(WHOLE not in s.ways for s in blas_blocks._sites.values())
+    finally:
+        parallel.set_threads(None)

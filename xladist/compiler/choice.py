@@ -1,0 +1,146 @@
+"""Which of several equivalent ways to run one call is fastest now, measured.
+
+A split kernel can run its fixed blocks on the compute pool or on the calling thread
+alone; a large matrix product can also be one OpenBLAS call on OpenBLAS's own threads
+(blas_blocks.py). The ways give the same bits -- blocks are fixed by the shape, and
+OpenBLAS's threading is offered for a product only after a check that it reproduces the
+blocks' bits -- so choosing among them moves time, never results. No rule fixed in
+advance chose well everywhere (issue 31): the pool loses when every core is taken and a
+small kernel waits for a descheduled helper's block, wins by 1.5x for the same kernel
+at ten times the size; OpenBLAS's threads are the fastest way right after numpy used
+them (they are still awake) and many times the slowest when another process holds a
+core. So each call site (a kernel, a product's shape) times the ways where it runs:
+
+  * per regime (parallel.regime: a core idle; no core idle while this process's other
+    pools are awake; no core idle under other processes' load), since the best way
+    flips with it and a process moves between them within milliseconds;
+  * every way WARM times first, then the way with the lowest median of its last
+    WINDOW samples (the median: a sample the scheduler stretched does not count);
+  * another way again after `gap` calls (MIN_GAP, doubled up to MAX_GAP while it keeps
+    losing): conditions change inside a regime (OpenBLAS's threads asleep or spinning,
+    neighbours' bursts). An exploration that beats the best's median is repeated at
+    once, so its median turns over within WINDOW calls. Exploring costs at most one
+    call in MAX_GAP at the slower way's time.
+
+A site never holds anything a result depends on; two ranks, or two runs, may choose
+differently and still compute the same bits.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+POOL, ALONE, WHOLE = 0, 1, 2
+NAMES = {POOL: "pool", ALONE: "caller alone", WHOLE: "OpenBLAS threads"}
+# Regimes (parallel.regime): a core idle; none, and this process's other threads busy
+# (numpy's or XLA's pools still awake); none, other processes hold the cores.
+IDLE, OWN_POOLS, OTHERS = 0, 1, 2
+REGIMES = {IDLE: "idle core", OWN_POOLS: "own pools busy", OTHERS: "other processes busy"}
+
+WARM = 2
+WINDOW = 5
+MIN_GAP = 8
+MAX_GAP = 64
+
+
+def _median(samples: list[float]) -> float:
+    s = sorted(samples)
+    return s[(len(s) - 1) // 2]  # the lower one of an even count: one slow warm-up is out
+
+
+class Site:
+    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE), tried in
+    that order while warming up."""
+
+    __slots__ = ("name", "ways", "samples", "gap", "left", "turn", "exploring", "calls",
+                 "__weakref__")
+
+    def __init__(self, ways, name: str = ""):
+        self.name = name
+        self.ways = list(ways)
+        self.samples = [{w: [] for w in self.ways} for _ in REGIMES]  # per regime
+        self.gap = [MIN_GAP] * len(REGIMES)
+        self.left = [MIN_GAP] * len(REGIMES)
+        self.turn = [0] * len(REGIMES)
+        self.exploring = [None] * len(REGIMES)
+        self.calls = {w: 0 for w in self.ways}  # measured calls per way, for reports
+        _live.add(self)
+
+    def drop(self, way: int) -> None:
+        """Stop offering `way` (its precondition does not hold here)."""
+        if way in self.ways and len(self.ways) > 1:
+            self.ways.remove(way)
+
+    def best(self, regime: int) -> int | None:
+        """The way with the lowest median in `regime`, None before every way is warm."""
+        samples = self.samples[regime]
+        if any(len(samples[w]) < WARM for w in self.ways):
+            return None
+        return min(self.ways, key=lambda w: _median(samples[w]))
+
+    def pick(self, regime: int) -> int:
+        samples = self.samples[regime]
+        for w in self.ways:
+            if len(samples[w]) < WARM:
+                return w
+        best = self.best(regime)
+        self.left[regime] -= 1
+        if self.left[regime] > 0 or len(self.ways) < 2:
+            return best
+        others = [w for w in self.ways if w != best]
+        way = others[self.turn[regime] % len(others)]
+        self.exploring[regime] = way
+        return way
+
+    def record(self, regime: int, way: int, seconds: float) -> None:
+        samples = self.samples[regime]
+        if way not in samples:
+            return
+        self.calls[way] += 1
+        mine = samples[way]
+        mine.append(seconds)
+        if len(mine) > WINDOW:
+            del mine[0]
+        if self.exploring[regime] != way:
+            return
+        self.exploring[regime] = None
+        others = [_median(samples[w]) for w in self.ways if w != way and samples[w]]
+        if self.best(regime) == way:  # it took over: the old best is looked at soon
+            self.gap[regime] = self.left[regime] = MIN_GAP
+        elif others and seconds < min(others):
+            self.gap[regime] = MIN_GAP  # promising: look again at once (same way)
+            self.left[regime] = 1
+        else:
+            self.gap[regime] = min(2 * self.gap[regime], MAX_GAP)
+            self.left[regime] = self.gap[regime]
+            self.turn[regime] += 1
+
+    def describe(self) -> dict:
+        """Per regime: every way's median (ms) and sample count, and the way chosen."""
+        out = {}
+        for regime, label in REGIMES.items():
+            samples = self.samples[regime]
+            if not any(samples.values()):
+                continue
+            best = self.best(regime)
+            out[label] = {"chosen": NAMES[best] if best is not None else "warming up",
+                          **{NAMES[w]: (round(_median(s) * 1e3, 3), len(s))
+                             for w, s in samples.items() if s}}
+        return out
+
+
+_live: weakref.WeakSet = weakref.WeakSet()
+
+
+def report() -> list[tuple[str, dict]]:
+    """(name, describe()) of every live site that has run, for benchmarks and tests."""
+    return [(s.name, d) for s in list(_live) if (d := s.describe())]
+
+
+def calls_by_way() -> dict[str, int]:
+    """Measured calls of every live site, summed per way (benchmarks print what ran)."""
+    out: dict[str, int] = {}
+    for site in list(_live):
+        for w, n in site.calls.items():
+            out[NAMES[w]] = out.get(NAMES[w], 0) + n
+    return out
