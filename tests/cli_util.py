@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,25 @@ def xladist_cli(*args, timeout: float = 120, cwd: Path | str = ROOT,
         out, err = proc.communicate()
         pytest.fail(f"{' '.join(cmd)} did not finish in {timeout}s:\n{out}\n{err}")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def marked(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (a launcher hands its environment to
+    mpiexec, its proxies, every rank and the compile helpers)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def gone(marker: str, deadline_s: float) -> list[int]:
+    """The marked processes still running after up to `deadline_s` seconds ([]: none)."""
+    end = time.monotonic() + deadline_s
+    while (left := marked(marker)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left

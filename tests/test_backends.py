@@ -97,22 +97,33 @@ ENTRY e {
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
-def test_async_wrapped_send_recv_is_refused_not_run(backend):
-    """An async-start wrapping sends/recvs (XLA's 'async group') completes them at its
-    async-done; the built-in backends do not: the cpu backend returned zeros for the received
-    data. Refused at compile, naming the op (a gap until the backends run it)."""
-    text = """HloModule m
+def test_async_group_its_done_cannot_complete_is_refused(backend):
+    """An async-start wrapping sends/recvs (XLA's 'async group') runs on both backends, its
+    async-done completing the transfers the wrapped root returns (tests/mpi/
+    test_async_p2p_groups.py runs them); a send the root does not return could never be
+    completed: refused at compile, naming the async-start and the send."""
+    text = """HloModule m, replica_count=2
 group {
   d = f32[2] parameter(0)
   t = token[] parameter(1)
-  ROOT s = (f32[2], u32[], token[]) send(d, t), frontend_attributes={_xla_send_recv_source_target_pairs={{0,1}}}
+  s = (f32[2], u32[], token[]) send(d, t), frontend_attributes={_xla_send_recv_source_target_pairs={{0,1}}}
+  ROOT g = ((f32[2], u32[], token[])) tuple(s)
 }
 ENTRY e {
   p = f32[2] parameter(0)
   t = token[] after-all()
-  a = ((f32[2], token[]), (f32[2], u32[], token[]), s32[]) async-start(p, t), calls=group
-  ROOT r = (f32[2], u32[], token[]) async-done(a)
+  a = ((f32[2], token[]), ((f32[2], u32[], token[])), s32[]) async-start(p, t), calls=group
+  ROOT r = ((f32[2], u32[], token[])) async-done(a)
 }
 """
-    with pytest.raises(UnsupportedError, match="wraps send s in an async computation"):
-        xladist.compile(xladist.parse_hlo(text), backend=backend)
+    xladist.compile(xladist.parse_hlo(text), backend=backend)
+    broken = text.replace("ROOT g = ((f32[2], u32[], token[])) tuple(s)",
+                          "g = ((f32[2], u32[], token[])) tuple(s)\n  ROOT x = f32[2] copy(d)")
+    broken = broken.replace("((f32[2], u32[], token[])), s32[]) async-start",
+                            "f32[2], s32[]) async-start")
+    broken = broken.replace("ROOT r = ((f32[2], u32[], token[])) async-done",
+                            "ROOT r = f32[2] async-done")
+    with pytest.raises(UnsupportedError, match=r"a \(line \d+\): send s in the async "
+                                               r"computation group must be an element of "
+                                               r"its root tuple"):
+        xladist.compile(xladist.parse_hlo(broken), backend=backend)

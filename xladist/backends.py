@@ -69,25 +69,14 @@ def load_backend(name: str) -> Callable:
     return BACKENDS[name]
 
 
-_P2P = ("send", "recv", "send-done", "recv-done")
-
-
-def _refuse_async_transfers(module) -> None:
-    """Sends and recvs wrapped in an async-start (an 'async group', as XLA's GPU pipeliner
-    writes them: the async-done completes them, with no send-done / recv-done of their own)
-    are not run by the built-in backends yet: the cpu backend returned zeros for the received
-    data and the interpreter failed inside. Refused here, before any rank computes."""
+def _check_async_groups(module) -> None:
+    """Sends and recvs grouped in one async-start (xladist/hlo/async_groups.py) run on both
+    built-in backends; a group its async-done could not complete is refused here, before any
+    rank computes."""
+    from .hlo.async_groups import transfer_group
     for instr in module.all_instructions():
-        if instr.opcode != "async-start":
-            continue
-        wrapped = instr.attrs.get("calls")
-        inner = [i for i in getattr(wrapped, "instructions", ()) if i.opcode in _P2P]
-        if inner:
-            raise UnsupportedError(
-                f"{instr.name} (line {instr.line}) wraps {inner[0].opcode} {inner[0].name} in "
-                f"an async computation ({wrapped.name}); the built-in backends run send and "
-                f"recv only with their own send-done / recv-done, not completed by an "
-                f"async-done")
+        if instr.opcode == "async-start":
+            transfer_group(instr)
 
 
 def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
@@ -100,7 +89,7 @@ def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
         raise InputError(f"backend must be a name (cpu or interpreter), got {backend!r}")
     factory = load_backend(backend)
     if backend in BUILTIN:
-        _refuse_async_transfers(module)
+        _check_async_groups(module)
     if verify:
         from .hlo.verifier import verify_module
         # A run's device context knows the run's counts (where the header says nothing); a

@@ -241,3 +241,41 @@ def test_corpus_schedule_is_kept(case):
     for comp, order in schedule_module(m).items():
         assert order == comp.instructions
         assert schedule_computation(comp) == comp.instructions
+
+
+def test_an_async_group_done_waits_across_devices_so_it_leaves_a_chain():
+    """The async-done of a send/recv group (xladist/hlo/async_groups.py) waits for its
+    transfers: like any cross-device op it goes before or after a channel chain, never inside
+    it (before, it was taken as local and stayed where the text put it, inside the chain)."""
+    t3 = "(f32[4], u32[], token[])"
+    pairs = 'frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1},{1,0}}"}'
+    text = f"""HloModule m, replica_count=2
+group {{
+  a = f32[4] parameter(0)
+  t = token[] parameter(1)
+  s = {t3} send(a, t), {pairs}
+  r = {t3} recv(t), {pairs}
+  ROOT g = ({t3}, {t3}) tuple(s, r)
+}}
+ENTRY e {{
+  x = f32[4] parameter(0)
+  t = token[] after-all()
+  start = ((f32[4], token[]), ({t3}, {t3}), s32[]) async-start(x, t), calls=group
+  recv.1 = {t3} recv(t), channel_id=1, {pairs}
+  send.1 = {t3} send(x, t), channel_id=1, {pairs}
+  done = ({t3}, {t3}) async-done(start)
+  recv-done.1 = (f32[4], token[]) recv-done(recv.1), channel_id=1
+  send-done.1 = token[] send-done(send.1), channel_id=1
+  got = f32[4] get-tuple-element(recv-done.1), index=0
+  r = {t3} get-tuple-element(done), index=1
+  rd = f32[4] get-tuple-element(r), index=0
+  ROOT out = f32[4] add(got, rd)
+}}
+"""
+    m = xladist.parse_hlo(text)
+    xladist.verify(m)
+    order = names(schedule_module(m)[m.entry])
+    chain = [order.index(n) for n in ("recv.1", "send.1", "recv-done.1", "send-done.1")]
+    assert chain == sorted(chain)
+    assert not chain[0] < order.index("done") < chain[-1], order
+    assert check_module(m, budget=None).ok

@@ -190,3 +190,73 @@ def test_combined_collective_permute_runs_on_two_ranks(backend):
     for d in range(2):
         np.testing.assert_array_equal(outs[d][0], a[1 - d])
         np.testing.assert_array_equal(outs[d][1], b[1 - d])
+
+
+@pytest.mark.parametrize("broadcast", [
+    "ROOT %b = f32[3,2] broadcast(%s)",                       # shape written, no dimensions=
+    "ROOT %b = f32[3,2] broadcast(f32[] constant(7))",        # inline scalar operand
+])
+def test_broadcast_of_a_scalar_needs_no_dimensions(broadcast):
+    """BroadcastOfScalarDoesntNeedDimensionsAttr: XLA's parser makes `dimensions=` optional
+    when the operand is a scalar (it can only be {}). It used to be refused as a missing
+    required attribute."""
+    text = _module(f"  %s = f32[] constant(7)\n  {broadcast}").replace("-> f32[2]", "-> f32[3,2]")
+    module = parse_module(text)
+    verify_module(module)
+    root = module.entry.root
+    assert root.attrs["dimensions"] == ()
+    assert "dimensions={}" in print_module(module)
+
+
+def test_broadcast_of_an_array_still_needs_dimensions():
+    """Only a scalar operand leaves nothing to choose: an array operand's dimensions stay
+    required, as in XLA."""
+    text = _module("  %v = f32[2] constant({1, 2})\n  ROOT %b = f32[3,2] broadcast(%v)")
+    with pytest.raises(HloParseError, match="missing required attribute dimensions"):
+        parse_module(text)
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_slash_slash_comment_ends_at_any_line_end(eol):
+    """SlashSlashComment{,MsDosEolFormat,MacEolFormat}: a `//` comment ends at the line's end,
+    whether lines end in \\n, \\r\\n or a lone \\r (old Mac files). With \\r alone the comment
+    used to run to the end of the text, swallowing the module ("expected at least one
+    computation")."""
+    text = eol.join(["HloModule m", "// a comment", "ENTRY e {  // another",
+                     "  ROOT c = f32[1]{0} constant({7}) // a third", "}"])
+    module = parse_module(text)
+    verify_module(module)
+    assert module.entry.root.name == "c"
+
+
+def test_called_computation_written_in_place():
+    """CanonicalOpWithNested / ...IndexedConditionalInlinedBranches: XLA's parser takes a
+    computation's body written where its name would go (`to_apply={ ... }`, each item of
+    `branch_computations={{...}, {...}}`), as HloPrintOptions::Canonical prints it. It used
+    to be refused ("expects a computation name, found '{'"). The body gets a fresh name and
+    is defined before its user, so the module prints back with named computations."""
+    text = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  r = f32[] reduce(x, z), dimensions={0}, to_apply=
+  {
+    a = f32[] parameter(0)
+    b = f32[] parameter(1)
+    ROOT s = f32[] add(a, b)
+  }
+  i = s32[] constant(1)
+  ROOT c = f32[] conditional(i, r, r), branch_computations={
+  { p = f32[] parameter(0)
+    ROOT n = f32[] negate(p) },
+  { p = f32[] parameter(0)
+    ROOT n = f32[] abs(p) }
+  }
+}"""
+    module = parse_module(text)
+    verify_module(module)
+    names = [c.name for c in module.computations]
+    assert len(names) == 4 and len(set(names)) == 4 and names[-1] == "e"
+    again = parse_module(print_module(module))
+    verify_module(again)
+    assert [c.name for c in again.computations] == names

@@ -46,3 +46,48 @@ def test_sweep_finds_parses_and_reports(tmp_path, capsys):
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["status"] for r in records] == ["ok", "failed", "templated", "templated"]
     assert "undefined" in records[1]["error"] and records[1]["line"] == 11
+
+
+JOINED = r'''
+const char* const kPrelude = R"(
+HloModule p
+
+Add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+)";
+TEST_F(T, Joined) {
+  const std::string text = absl::StrCat(kPrelude, R"(
+ENTRY e {
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(x, z), dimensions={0}, to_apply=Add
+})");
+}
+TEST_F(T, EnumWords) {
+  const char* kModule = R"(
+HloModule CRS
+ENTRY CRS {
+  a = s8[2,3] parameter(0)
+  b = s8[3,4] parameter(1)
+  ROOT d = s32[2,4] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0},
+    operand_precision={PACKED_NIBBLE,PACKED_NIBBLE}
+})";
+}
+'''
+
+
+def test_prelude_joined_and_enum_words_not_placeholders(tmp_path, capsys):
+    """A literal StrCat-joined to a named prelude is parsed with it (the prelude alone is not a
+    module); an attribute's enum value in capitals (PACKED_NIBBLE) and a capitalized name the
+    module defines (`HloModule CRS`, `ENTRY CRS`) are not placeholders."""
+    path = tmp_path / "joined_test.cc"
+    path.write_text(JOINED)
+    found = list(sweep.modules_in(path))
+    assert [(line, templated) for line, _, templated in found] == [(12, False), (20, False)]
+    assert "Add {" in found[0][1] and "ENTRY e" in found[0][1]
+    assert sweep.main([str(path), "--per-file"]) == 0
+    out = capsys.readouterr().out
+    assert "joined_test.cc: 2 ok, 0 refused, 0 templated" in out

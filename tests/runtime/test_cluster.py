@@ -16,7 +16,7 @@ from xladist.errors import DeadlockError, ExecutionError, InputError
 from xladist.runtime import cluster as cluster_module
 from xladist.runtime.cluster import Cluster, ClusterEnded
 from tests.cli.test_channels_cli import DATA
-from tests.runtime.test_launch import _processes_with
+from tests.cli_util import marked
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # every test starts ranks
 
@@ -76,7 +76,7 @@ def marker(monkeypatch, tmp_path):
 
 
 def _left(marker: str) -> list[int]:
-    return [p for p in _processes_with(marker) if p != os.getpid()]
+    return [p for p in marked(marker) if p != os.getpid()]
 
 
 def _gone(marker: str, within: float = 10.0) -> list[int]:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from xladist.runtime import launcher
-from tests.cli_util import xladist_cli
+from tests.cli_util import gone, marked, xladist_cli
 from tests.paths import ROOT
 
 CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
@@ -228,20 +228,6 @@ def test_top_level_help_lists_subcommands_and_examples():
             assert f"xladist {sub}" in examples, sub
 
 
-def _processes_with(marker: str) -> list[int]:
-    """Processes whose environment holds `marker` (the launcher hands its environment to
-    mpiexec, its proxies and every rank)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if marker.encode() in (d / "environ").read_bytes():
-                    found.append(int(d.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.mark.slow
 def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
     # A job killed from outside (timeout, a batch system) must not leave ranks behind.
@@ -261,16 +247,12 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while len(_processes_with(marker)) < 3 and time.monotonic() < deadline:
+        while len(marked(marker)) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)  # the launcher, mpiexec, its proxy and the ranks
-        assert len(_processes_with(marker)) >= 3, "the job did not start"
+        assert len(marked(marker)) >= 3, "the job did not start"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        for _ in range(50):
-            if not _processes_with(marker):
-                break
-            time.sleep(0.2)
-        assert _processes_with(marker) == []
+        assert gone(marker, 10) == []
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -15,7 +15,8 @@ Constraints (docs/reference/collective-semantics.md D, F, G.26):
   call/while/conditional/fusion that contains one) may sit between a chain's first and last op:
   it goes before the chain's first op or after its last.  Otherwise the collective and the
   transfer can wait on each other across devices (G.26, XLA's P2PSchedulePreparation);
-* async starts come before their dones (a data dependency).
+* async starts come before their dones (a data dependency); the async-done of a send/recv
+  group (xladist/hlo/async_groups.py) waits for its transfers, so it counts as cross-device.
 
 The order is deterministic: among the instructions that may go next, the one earliest in the
 text goes first, so a module already in a valid order keeps it.  A module with
@@ -33,6 +34,7 @@ import weakref
 from collections.abc import Iterable
 
 from xladist.errors import VerifierError
+from xladist.hlo.async_groups import group_start, transfer_group
 from xladist.hlo.ir import Computation, Instruction, Module
 
 __all__ = [
@@ -88,6 +90,11 @@ def communicates(instr: Instruction) -> bool:
         return instr.opcode not in _LOCAL_ASYNC
     if family == "p2p":
         return is_cross_device_p2p(instr)
+    if instr.opcode == "async-done":
+        # The done of a send/recv group (xladist/hlo/async_groups.py) waits for its transfers.
+        start = group_start(instr)
+        return start is not None and any(is_cross_device_p2p(op)
+                                         for _, op in transfer_group(start))
     return any(computation_communicates(c) for c in instr.called_computations())
 
 

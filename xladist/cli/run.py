@@ -345,6 +345,9 @@ def _launch(args, module, inputs, checked) -> int:
         proc = launcher.launch(args.num_devices, ["-m", "xladist.runtime.rank_main"],
                                hostfile=args.hostfile, env=env, mpiexec=args.mpiexec,
                                service=service)
+    except BaseException:
+        code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
+        raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python
     failed = proc.returncode != 0 or service.failed

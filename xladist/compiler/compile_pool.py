@@ -23,8 +23,10 @@ pipeline its IR allows (`pipeline_exact`, llvm_worker.py).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -89,8 +91,25 @@ class CompileError(RuntimeError):
     which unit and why)."""
 
 
+class Cancelled(CompileError):
+    """The compile was cancelled (`cancelling`): whoever wanted its code is ending."""
+
+
 class _Died(Exception):
     """A helper process ended while compiling a job; args[0] is its exit code."""
+
+
+def _how_it_ended(returncode: int) -> str:
+    """A helper's end in words: a signal by name (SIGKILL is what the kernel's out-of-memory
+    killer sends), else the exit code."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        why = " (out of memory?)" if returncode == -signal.SIGKILL else ""
+        return f"was killed by {name}{why}"
+    return f"ended (exit code {returncode})"
 
 
 class _Helper:
@@ -214,6 +233,36 @@ def helper_pids() -> list[int]:
     return [h.proc.pid for h in _pool.helpers if h.alive()]
 
 
+# Compiles under way that may be cancelled, with the event that cancels each (`cancelling`).
+_active: dict["_Run", threading.Event] = {}
+_cancel = threading.local()
+
+
+@contextlib.contextmanager
+def cancellable(event: threading.Event):
+    """compile_jobs calls made by this thread in the block stop when `event` is set and
+    `cancel(event)` is called: no unit starts after, the helpers compiling theirs are
+    killed, and they raise Cancelled (a unit that this thread itself compiles finishes
+    first: LLVM cannot be stopped inside a process). For a launcher that a signal ends
+    while it compiles for its ranks (runtime/compile_once.py): it should not go on
+    compiling for them, and its helpers die with it at once."""
+    _cancel.event = event
+    try:
+        yield
+    finally:
+        _cancel.event = None
+
+
+def cancel(event: threading.Event) -> None:
+    """Set `event` and cancel the compiles running under it (see `cancellable`)."""
+    event.set()
+    with _pool_lock:
+        runs = [r for r, e in _active.items() if e is event]
+    for run in runs:
+        run.cancel(Cancelled("the compile was cancelled"))
+        run.kill_helpers()
+
+
 @atexit.register
 def _close() -> None:
     if _pool is not None:
@@ -231,6 +280,7 @@ class _Run:
         self.results: list = [None] * len(jobs_)
         self.errors: dict[int, BaseException] = {}
         self.by_helpers = 0
+        self.holding: set[_Helper] = set()  # helpers inside feed() for it (under cond)
         self.cond = threading.Condition()
 
     def claim(self, wait: bool = False) -> int | None:
@@ -274,33 +324,66 @@ class _Run:
             while self.busy:
                 self.cond.wait()
 
+    def kill_helpers(self) -> None:
+        """Kill the helpers feeding this run (cancel): each ends its job at once, and the
+        pool replaces it when next needed. Under `cond`, which feed() takes to leave, so
+        a helper killed here has not yet passed to another run."""
+        with self.cond:
+            for h in self.holding:
+                h.proc.kill()
+
     def feed(self, helper: _Helper) -> None:
         with helper.lock:
-            while not helper.dead:
-                i = self.claim()
-                if i is None:
-                    return
-                try:
-                    reply = helper.run(i, self.jobs[i], self.target)
-                except _Died as e:
-                    self.done(i, error=CompileError(
-                        f"the LLVM helper process ended (exit code {e.args[0]}) while "
-                        f"compiling {self.jobs[i].name}"))
-                    return
-                if reply is None:  # gone before it got the job: someone else does it
-                    self.unclaim(i)
-                elif reply[0]:
-                    self.by_helpers += 1
-                    self.done(i, reply[1])
-                else:
-                    self.done(i, error=CompileError(
-                        f"LLVM failed on {self.jobs[i].name}: {reply[1]}"))
+            with self.cond:
+                self.holding.add(helper)
+            try:
+                self._feed(helper)
+            finally:
+                with self.cond:
+                    self.holding.discard(helper)
+
+    def _feed(self, helper: _Helper) -> None:
+        while not helper.dead:
+            i = self.claim()
+            if i is None:
+                return
+            try:
+                reply = helper.run(i, self.jobs[i], self.target)
+            except _Died as e:
+                self.done(i, error=CompileError(
+                    f"the LLVM helper process {helper.proc.pid} {_how_it_ended(e.args[0])} "
+                    f"while compiling {self.jobs[i].name}"))
+                return
+            if reply is None:  # gone before it got the job: someone else does it
+                self.unclaim(i)
+            elif reply[0]:
+                self.by_helpers += 1
+                self.done(i, reply[1])
+            else:
+                self.done(i, error=CompileError(
+                    f"LLVM failed on {self.jobs[i].name}: {reply[1]}"))
 
 
 def compile_jobs(jobs_: list[Job], target: Target, stats: dict | None = None) -> list[bytes]:
     """Object code of every job, in order. `stats` gets the counts of "units", "exact"
     units, units compiled by "helpers" and "processes" used."""
     run = _Run(jobs_, target)
+    event = getattr(_cancel, "event", None)
+    if event is not None:
+        with _pool_lock:
+            _active[run] = event
+        if event.is_set():  # checked after registering: `cancel` sees the run or we see this
+            _active.pop(run, None)
+            raise Cancelled("the compile was cancelled")
+    try:
+        return _compile_run(run, stats)
+    finally:
+        with _pool_lock:
+            _active.pop(run, None)
+
+
+def _compile_run(run: _Run, stats: dict | None) -> list[bytes]:
+    jobs_, target = run.jobs, run.target
     helpers = _helpers(min(jobs(), len(jobs_)) - 1, len(jobs_))
     feeding: set[int] = set()
 

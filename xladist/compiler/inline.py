@@ -2,14 +2,22 @@
 
 JAX/XLA `fusion` instructions (kLoop and kCustom) and plain `call`s are inlined:
 the compiler re-plans fusion itself (fusion.py), and calls disappear so producers
-and consumers on both sides of a call can fuse. The user's Module is never
-modified: instructions are cloned, called computations (reducers, loop bodies)
-stay shared references.
+and consumers on both sides of a call can fuse. An async group of sends and recvs
+(xladist/hlo/async_groups.py) is inlined too: its sends and recvs where the async-start
+is, a send-done / recv-done for each where the async-done is, and the done's value rebuilt
+from them, so the group runs on the same channel thunks (and native loop steps) as any
+send and recv. The user's Module is never modified: instructions are cloned,
+called computations (reducers, loop bodies) stay shared references.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..hlo.async_groups import group_start, transfer_group
 from ..hlo.ir import Computation, Instruction
+from ..hlo.attrs import Literal
+from ..hlo.shape import Shape
 
 # Opcodes whose called computation is inlined into the caller.
 INLINED = {"fusion", "call"}
@@ -47,13 +55,26 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
     # (the runtime plans collectives per instruction when the program loads).
     out.original_of = {}
     mapping: dict[Instruction, Instruction] = {}
+    groups: dict = {}   # async-start of a send/recv group -> (its group, the inlined root)
 
     def emit(src: Computation, prefix: str, bound: dict[Instruction, Instruction]):
         for instr in _topological(src, schedule.get(src.name)):
             if instr.opcode == "parameter" and instr in bound:
                 mapping[instr] = bound[instr]
                 continue
+            if instr.opcode in ("async-update", "async-done") and \
+                    group_start(instr) in groups:
+                if instr.opcode == "async-done":
+                    mapping[instr] = _complete(out, prefix + instr.name, instr,
+                                               *groups[group_start(instr)], mapping)
+                continue
             ops = [mapping[o] for o in instr.operands]
+            if instr.opcode == "async-start" and transfer_group(instr):
+                callee = instr.attrs["calls"]
+                inner = {p: ops[p.parameter_number] for p in callee.parameters}
+                groups[instr] = (transfer_group(instr), emit(callee, f"{prefix}{instr.name}/",
+                                                             inner))
+                continue
             if _inlinable(instr):
                 callee = instr.attrs["calls" if instr.opcode == "fusion" else "to_apply"]
                 inner = {p: ops[p.parameter_number] for p in callee.parameters}
@@ -68,6 +89,41 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
     out.root = emit(comp, "", {})
     _drop_dead(out)
     return out
+
+
+def _complete(out: Computation, name: str, done: Instruction, group, root: Instruction,
+              mapping) -> Instruction:
+    """The async-done of a send/recv group, inlined: a send-done / recv-done per transfer (in
+    the wrapped root's order), and the done's value, each transfer's (data, u32 0, token)."""
+    u32 = Shape.scalar("u32")
+
+    def add(suffix, opcode, shape, operands=(), attrs=None, literal=None):
+        i = Instruction(f"{name}.{suffix}", opcode, shape, operands, attrs, literal=literal)
+        i.line = done.line
+        out.add(i)
+        return i
+
+    zero = add("context", "constant", u32, literal=Literal(u32, np.zeros((), np.uint32)))
+    parts = list(root.operands) if group[0][0] is not None else [root]
+    for k, op in group:
+        k = 0 if k is None else k
+        start = mapping[op]
+        channel = {a: op.attrs[a] for a in ("channel_id", "is_host_transfer")
+                   if a in op.attrs}
+        if op.opcode == "send":
+            token = add(op.name, "send-done", Shape.token(), [start], channel)
+            data = start.operands[0]
+        else:
+            received = add(op.name, "recv-done", Shape.tuple_of(
+                [op.shape.tuple_shapes[0], Shape.token()]), [start], channel)
+            data = add(f"{op.name}.data", "get-tuple-element", op.shape.tuple_shapes[0],
+                       [received], {"index": 0})
+            token = add(f"{op.name}.token", "get-tuple-element", Shape.token(), [received],
+                        {"index": 1})
+        parts[k] = add(f"{op.name}.value", "tuple", op.shape, [data, zero, token])
+    if group[0][0] is None:
+        return parts[0]
+    return add("value", "tuple", root.shape, parts)
 
 
 def _topological(comp: Computation, given=None) -> list[Instruction]:

@@ -21,14 +21,16 @@ opt level 3:
 Protocol when run as a script (compile_pool.py is the other side): frames on stdin and
 stdout, each an 8-byte little-endian length and a pickle. First, once llvmlite is loaded,
 ("ready", pid). Request: (job, ir_text, triple, cpu, features, exact). Reply: (job, True,
-object bytes) or (job, False, error text). The process exits at end of input, so it never
-outlives the process that started it.
+object bytes) or (job, False, error text). The process exits at end of input, at once, also
+in the middle of a compile, so it never outlives the process that started it, whatever
+signal ended that one (its end of the pipe closes when it dies).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import queue
 import signal
 import struct
 import sys
@@ -106,18 +108,33 @@ def write_frame(f, value) -> None:
     f.flush()
 
 
+def _compile_request(request):
+    job, text, triple, cpu, features, exact = request
+    try:
+        return (job, True, compile_unit(text, triple, cpu, features, exact))
+    except Exception as e:  # noqa: BLE001 -- reported to the parent, which raises it
+        return (job, False, f"{type(e).__name__}: {e}")
+
+
 def serve(inp, out) -> None:
-    """Compile requests from `inp` until it ends, replies to `out`."""
+    """Compile requests from `inp`, replies to `out`. The end of `inp` ends this process at
+    once, also in the middle of a compile: the parent closed the pipe or died (by any
+    signal, SIGKILL too: the kernel closes its end), and no one waits for the unit under
+    way. A thread reads the requests; this one compiles."""
+    requests: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        while (request := read_frame(inp)) is not None:
+            requests.put(request)
+        os._exit(0)
+
+    threading.Thread(target=read, daemon=True, name="xladist-helper-requests").start()
     while True:
-        request = read_frame(inp)
-        if request is None:
-            return
-        job, text, triple, cpu, features, exact = request
+        reply = _compile_request(requests.get())
         try:
-            reply = (job, True, compile_unit(text, triple, cpu, features, exact))
-        except Exception as e:  # noqa: BLE001 -- reported to the parent, which raises it
-            reply = (job, False, f"{type(e).__name__}: {e}")
-        write_frame(out, reply)
+            write_frame(out, reply)
+        except OSError:  # the parent is gone (EPIPE): the reader ends us too
+            os._exit(0)
 
 
 def main() -> None:
@@ -128,7 +145,10 @@ def main() -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     _init()
-    write_frame(out, ("ready", os.getpid()))  # llvmlite is loaded: send work
+    try:
+        write_frame(out, ("ready", os.getpid()))  # llvmlite is loaded: send work
+    except OSError:  # the parent died while this one started: nothing to say, no traceback
+        os._exit(0)
     serve(sys.stdin.buffer, out)
 
 

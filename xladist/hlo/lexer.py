@@ -60,7 +60,7 @@ _ID = r"[A-Za-z_][A-Za-z0-9_.]*+(?:-(?!>)[A-Za-z0-9_.]*+)*+"
 _TYPES = "|".join(sorted(PRIMITIVE_TYPES, key=len, reverse=True))
 # Possessive: a comment is never given back to the token alternatives (else text
 # ending in `// done` would backtrack into a token 'e').
-_SKIP = r"(?:\s+|//[^\n]*|/\*.*?\*/)*+"
+_SKIP = r"(?:\s+|//[^\n\r]*|/\*.*?\*/)*+"
 # The body of a BRACED token: plain characters and double-quoted strings, with braces nested
 # one level (`profile_type={1}`). Quotes of the other kind and '/' (a comment may start
 # there) are not plain, so text holding them takes the general path, token by token.

@@ -781,8 +781,14 @@ class TokenCursor:
         self.expect("}", f"to close {what}")
         return SliceSpec(tuple(dims))
 
+    def nested_computation(self, what: str) -> Computation:
+        """A body written in place of a computation's name; the module parser takes it."""
+        raise self.error(f"{what} expects a computation name, found {self.found()}")
+
     def v_computation(self, what: str) -> Computation:
         k, t = self.kinds[self.i], self.texts[self.i]
+        if k == PUNCT and t == "{":
+            return self.nested_computation(what)
         if k not in (NAME, IDENT):
             raise self.error(f"{what} expects a computation name, found {self.found()}")
         comp = self.comps.get(t[1:] if k == NAME else t)

@@ -237,21 +237,7 @@ class _Parser(TokenCursor):
         if self.at("("):
             declared = self.signature(name)
         self.expect("{", f"to open the body of computation {name}")
-        comp = Computation(name)
-        comp.line = self.line_of(first)
-        symbols: dict[str, Instruction] = {}
-        params: dict[int, Instruction] = {}
-        self.inline_names = set()
-        while not (kinds[self.i] == PUNCT and texts[self.i] == "}"):
-            if kinds[self.i] == EOF:
-                raise self.error(f"expected '}}' to close computation {name}, "
-                                 "found end of input")
-            self.instruction(comp, symbols, params)
-        if not comp.instructions:
-            raise self.error(f"computation {name} has no instructions")
-        self.i += 1
-        if comp.root is None:
-            comp.root = comp.instructions[-1]
+        comp = self.body(name, first)
         if declared is not None and not declared.compatible(comp.root.shape):
             raise self.error(f"computation {name} declares result shape "
                              f"{declared.to_text(False)} but its root {comp.root.name} has shape "
@@ -264,6 +250,42 @@ class _Parser(TokenCursor):
         self.wrappers = []
         module.add_computation(comp, entry=is_entry)
         self.comps[name] = comp
+
+    def body(self, name: str, first: int) -> Computation:
+        """The instructions of computation `name` up to its closing '}' (the '{' is read)."""
+        kinds, texts = self.kinds, self.texts
+        comp = Computation(name)
+        comp.line = self.line_of(first)
+        symbols: dict[str, Instruction] = {}
+        params: dict[int, Instruction] = {}
+        outer_inline, self.inline_names = self.inline_names, set()
+        while not (kinds[self.i] == PUNCT and texts[self.i] == "}"):
+            if kinds[self.i] == EOF:
+                raise self.error(f"expected '}}' to close computation {name}, "
+                                 "found end of input")
+            self.instruction(comp, symbols, params)
+        if not comp.instructions:
+            raise self.error(f"computation {name} has no instructions")
+        self.i += 1
+        if comp.root is None:
+            comp.root = comp.instructions[-1]
+        self.inline_names = outer_inline
+        return comp
+
+    def nested_computation(self, what: str) -> Computation:
+        """A computation's body written where its name would go (`to_apply={ ... }`), as
+        XLA's parser takes it and HloPrintOptions::Canonical prints it. It gets a fresh name
+        and joins the module before the computation that uses it."""
+        first = self.i
+        self.i += 1
+        name, n = "nested_computation", 0
+        while name in self.comps or name in self.wrapper_names:
+            n += 1
+            name = f"nested_computation.{n}"
+        comp = self.body(name, first)
+        self.comps[name] = comp
+        self.wrappers.append(comp)
+        return comp
 
     def signature(self, cname: str) -> Shape:
         """`(p0: f32[2], p1: s32[]) -> f32[2]`; returns the declared result shape."""
@@ -385,6 +407,11 @@ class _Parser(TokenCursor):
                                  f"{len(instr.operands)}", op_i)
             self.attributes(instr, _SCHEMAS[opcode], instr.attrs, None, symbols, comp,
                             inline=nested)
+            if opcode == "broadcast" and "dimensions" not in instr.attrs and \
+                    instr.operands[0].shape is not None and \
+                    instr.operands[0].shape.is_array and instr.operands[0].shape.rank == 0:
+                # As XLA's parser: a scalar's broadcast dimensions can only be {}.
+                instr.attrs["dimensions"] = ()
             self.check_required(instr, _SCHEMAS[opcode], instr.attrs, name_i)
         elif nested:
             raise self.error(f"{opcode} cannot be written inline as an operand; give it its "

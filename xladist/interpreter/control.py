@@ -9,7 +9,9 @@ ops, CustomCall).
   are scheduling hints only);
 - async-start runs the wrapped computation at once (docs/reference/hlo-text-format.md section 8) and
   holds ((operands...), result, context...); async-update passes the value through;
-  async-done yields the result;
+  async-done yields the result; an async group of sends and recvs (hlo/async_groups.py) is
+  issued by the start, and the done waits for every transfer and puts the received data in
+  place;
 - copy-start/copy-done: (dest, src, u32 context), then dest;
 - custom-call dispatches on custom_call_target through semantics/custom_calls.CUSTOM_CALLS.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..hlo.async_groups import group_start, transfer_group
 from ..hlo.ir import describe
 from ..semantics.custom_calls import CUSTOM_CALLS
 from ..semantics.values import zeros_value
@@ -83,7 +86,21 @@ def async_update_rule(instr, args, ev):
 
 @register("async-done")
 def async_done_rule(instr, args, ev):
-    return args[0][1]
+    result = args[0][1]
+    start = group_start(instr)
+    group = transfer_group(start) if start is not None else ()
+    if not group:
+        return result
+    parts = list(result) if group[0][0] is not None else [result]
+    for k, op in group:
+        k = 0 if k is None else k
+        data, context, token = parts[k]
+        if op.opcode == "send":
+            ev.device.send_done(instr, context.handle)
+        else:
+            data = ev.device.recv_done(instr, data.handle)
+        parts[k] = (data, np.zeros((), np.uint32), token)
+    return tuple(parts) if group[0][0] is not None else parts[0]
 
 
 @register("copy-start")

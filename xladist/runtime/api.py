@@ -275,6 +275,9 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
         proc = launcher.launch(n, ["-m", "xladist.runtime.rank_main"], capture=True,
                                timeout=job_timeout, hosts=hosts, hostfile=hostfile,
                                mpiexec=mpiexec, service=service)
+    except BaseException:
+        code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
+        raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python
     failed = proc.returncode != 0 or service.failed

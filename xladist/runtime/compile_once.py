@@ -75,6 +75,7 @@ class CodeStore:
         self._jobs: queue.Queue = queue.Queue()
         self._pending = 0
         self._cond = threading.Condition()
+        self._stop = threading.Event()  # cancel(): the job is ending, compile no more
         self._worker = None
         if self.on:
             self._worker = threading.Thread(target=self._work, name="xladist-compile-once",
@@ -89,12 +90,19 @@ class CodeStore:
 
     def _work(self) -> None:
         # One thread: compiles for different targets set XLADIST_JOB_TARGET in turn.
+        from xladist.compiler import compile_pool
         while True:
             target = self._jobs.get()
             if target is StopIteration:
                 return
             try:
-                key, obj = _compile(self.module, target)
+                if self._stop.is_set():
+                    continue
+                with compile_pool.cancellable(self._stop):
+                    try:
+                        key, obj = _compile(self.module, target)
+                    except compile_pool.Cancelled:
+                        continue
                 if key is not None:
                     with self._cond:
                         self.objects[key] = obj
@@ -124,9 +132,18 @@ class CodeStore:
             self._cond.wait_for(lambda: self._pending == 0, timeout)
             return self.objects.get(key)
 
+    def cancel(self) -> None:
+        """The job is ending early (a signal, Ctrl-C, a failed start): the compile under way
+        stops after the unit this process is compiling (its helpers are killed) and no other
+        starts, so `close` returns in about a unit's time, not the whole compile's."""
+        if self._worker is not None:
+            from xladist.compiler import compile_pool
+            compile_pool.cancel(self._stop)
+
     def close(self) -> None:
         """No more compiles; waits for one under way (also when the job was interrupted: a
-        process that exits while LLVM runs in a thread crashes at exit)."""
+        process that exits while LLVM runs in a thread crashes at exit; `cancel` first
+        shortens that wait)."""
         if self._worker is not None:
             self._jobs.put(StopIteration)
             self._worker.join(timeout=WAIT_S)

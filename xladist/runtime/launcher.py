@@ -149,10 +149,11 @@ def started(n: int, argv: list[str], *, hostfile: str | None = None,
     cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
     env = rank_environment({**(env or {}), **service.env()})
     try:
-        with _stop_on_signals():
+        with _stop_on_signals() as armed:
             proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)
+            armed(proc)
             service.on_end = lambda: _stop_later(proc)
             proc.service = service
             proc.abort_notes = lambda: list(service.messages) + _explain(
@@ -172,9 +173,10 @@ def _launch(cmd, env, timeout, capture, service, on_start=None) -> subprocess.Co
                   stderr=subprocess.PIPE)
     held: list[str] = []     # MPICH's report lines, held back
     seen = {"stdout": bytearray(), "stderr": bytearray()}
-    with _stop_on_signals():
+    with _stop_on_signals() as armed:
         proc = subprocess.Popen(cmd, **kwargs)
         try:  # from here on, a signal (SIGTERM from a batch system) stops the whole group
+            armed(proc)
             if on_start is not None:
                 on_start(proc)
             # When the service ends the job, the ranks abort; a stopped one does not: stop all.
@@ -243,20 +245,48 @@ def _out(stream):
 @contextlib.contextmanager
 def _stop_on_signals():
     """SIGTERM / SIGHUP to the launching process (`timeout`, a batch system, a closed
-    terminal) stop the job too: the ranks run in their own session and would outlive us."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    terminal) stop the job too: the ranks run in their own session and would outlive us.
+
+    Yields `armed(proc)`, to call as soon as Popen returned mpiexec: a signal that arrives
+    before (while Popen forks and execs) is held until then, because an exception raised
+    inside Popen loses the process it started -- mpiexec and its ranks ran on, orphaned.
+    Ctrl-C (the default SIGINT handler) is held the same way."""
+    held: list[int] = []
+    state = {"armed": threading.current_thread() is not threading.main_thread()}
+
+    def armed(proc) -> None:
+        state["armed"] = True
+        if held:
+            _kill_group(proc)
+            _raise_for(held[0])
+
+    if state["armed"]:
+        yield armed
         return
 
     def stop(signum, frame):
-        raise SystemExit(128 + signum)
+        if not state["armed"]:
+            held.append(signum)
+            return
+        _raise_for(signum)
 
-    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    sigs = [signal.SIGTERM, signal.SIGHUP]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        sigs.append(signal.SIGINT)
+    old = {s: signal.signal(s, stop) for s in sigs}
     try:
-        yield
+        yield armed
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+    if held and not state["armed"]:  # Popen failed: the signal still ends us
+        _raise_for(held[0])
+
+
+def _raise_for(signum: int):
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
 
 
 # How much forwarded output `_pump` keeps.

@@ -208,9 +208,11 @@ def close(sock) -> None:
     sock.close()
 
 
-def connect(address: str, timeout: float):
+def connect(address: str, timeout: float, refused_is_final: bool = False):
     """A TCP connection to "host:port" (or a Unix socket path), giving up after `timeout`
-    seconds of refused or unanswered attempts (the service may still be starting)."""
+    seconds of refused or unanswered attempts (the service may still be starting).
+    `refused_is_final`: the listener was up before this process learnt its address, so a
+    refusal means it has gone (its process died): raise at once."""
     end = time.monotonic() + timeout
     delay = 0.05
     while True:
@@ -225,8 +227,9 @@ def connect(address: str, timeout: float):
                 sock.settimeout(max(0.1, end - time.monotonic()))
                 sock.connect(address)
             return sock
-        except OSError:
-            if time.monotonic() + delay >= end:
+        except OSError as e:
+            if time.monotonic() + delay >= end or refused_is_final and isinstance(
+                    e, (ConnectionRefusedError, FileNotFoundError)):
                 raise
             time.sleep(delay)  # refused: the listener is not up yet; try again shortly
             delay = min(delay * 2, 1.0)

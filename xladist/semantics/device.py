@@ -31,7 +31,9 @@ class DeviceContext:
       builtin ops).
     - `collective_start` / `send` / `recv` return opaque handles; the backend keeps them
       (the interpreter in device_ops.Pending slots) and passes them back to collective_done / send_done /
-      recv_done with the *done* instruction.
+      recv_done with the *done* instruction: a send-done / recv-done, or for sends and recvs
+      grouped in one async computation (xladist/hlo/async_groups.py) the async-done, once per
+      transfer of the group (whose shape is the group's: take shapes from the handle).
     - `recv_done` returns the data (recv's shape element 0); `infeed` returns the data part
       (infeed's shape element 0).
     - Raise xladist.errors.ExecutionError on failure; the evaluator adds the rank (from an

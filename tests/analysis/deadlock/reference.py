@@ -128,16 +128,20 @@ class _Recorder(DeviceContext):
         return self._transfer(instr, "send")
 
     def recv(self, instr):
-        return self._transfer(instr, "recv")
+        index = self._transfer(instr, "recv")
+        return ("zeros", instr) if index is None else index
 
     def send_done(self, instr, handle):
         if handle is not None:
             self._add(kind="send-done", instr=instr, op=handle)
 
     def recv_done(self, instr, handle):
-        if handle is not None:
-            self._add(kind="recv-done", instr=instr, op=handle)
-        return zeros_value(instr.shape.tuple_shapes[0])
+        # `instr` is the recv-done, or the async-done of a send/recv group (shape: the
+        # group's), so the data shape comes from the recv, which the event holds.
+        if isinstance(handle, tuple):   # an end no pair names: zeros at once (21a)
+            return zeros_value(handle[1].shape.tuple_shapes[0])
+        self._add(kind="recv-done", instr=instr, op=handle)
+        return zeros_value(self.events[handle]["instr"].shape.tuple_shapes[0])
 
 
 def record(module, da, inputs) -> dict[int, list[dict]]:

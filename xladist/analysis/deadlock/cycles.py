@@ -20,7 +20,8 @@ def _waits_for(ev: Event) -> list[int]:
 def _why(ev: Event, other: int, stuck: dict[int, Event]) -> str:
     if ev.kind in ("send-done", "recv-done"):
         want = "recv" if ev.kind == "send-done" else "send"
-        return f"to issue its {want} on channel {ev.channel}"
+        on = "with no channel_id" if ev.channel is None else f"on channel {ev.channel}"
+        return f"to issue its {want} {on}"
     what = ev.instr.opcode
     if what == "async-start":   # both backends run the wrapped collective at the start
         what = f"async-start (its {ev.sig.kind} runs at the start)"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from xladist.hlo.async_groups import group_start, transfer_group
 from xladist.hlo.ir import Computation, Instruction
 
 from ..schedule import communicates, computation_communicates
@@ -108,6 +109,9 @@ class _Tracer:
         self.induction = induction
         self.deadline = deadline
         self.assume = True   # take known_trip_count where a condition cannot be folded
+        # (id of the caller's frame, async-start) -> [(send/recv, Handle)] of a send/recv
+        # group started there and not yet done.
+        self.groups: dict = {}
 
     def tick(self, instr: Instruction, ctx) -> None:
         """Stop with OverBudget once the check's deadline has passed (called per iteration)."""
@@ -210,19 +214,36 @@ def _async_start(t: _Tracer, instr, frame, ctx):
     """Both backends run a generic async-start's wrapped computation at the start
     (interpreter/control.py, compiler/control.py AsyncStartThunk), so a wrapped collective
     blocks there, as a synchronous one; anything else that communicates runs as if called
-    here.  (Sound for a runtime that did overlap it too: blocking earlier only delays.)"""
+    here.  (Sound for a runtime that did overlap it too: blocking earlier only delays.)
+    An async group of sends and recvs (xladist/hlo/async_groups.py) issues them all here;
+    its async-done completes them."""
     wrapped = instr.attrs["calls"]
     root = wrapped.root
     if root is not None and root.family == "collective" and all(
             i is root or i.opcode == "parameter" for i in wrapped.instructions):
         _sync(t, instr, frame, ctx, op=root)
-    else:
-        t.walk(wrapped, Frame(wrapped, t.lazy_operands(instr, frame)), ctx)
+        return
+    group = transfer_group(instr)
+    inner = Frame(wrapped, t.lazy_operands(instr, frame))
+    t.walk(wrapped, inner, ctx)
+    if group:   # host transfers wait for no device: not walked, nothing to wait for
+        t.groups[(id(frame), instr)] = [(op, inner.memo[op]) for _, op in group
+                                        if op in inner.memo]
 
 
-@_rule("async-update", "async-done")
-def _async_rest(t: _Tracer, instr, frame, ctx):
+@_rule("async-update")
+def _async_update(t: _Tracer, instr, frame, ctx):
     return None   # the work happened at the async-start
+
+
+@_rule("async-done")
+def _async_done(t: _Tracer, instr, frame, ctx):
+    """A send/recv group's done waits for each of its transfers, as a send-done / recv-done
+    would (in the wrapped root's order: every transfer was issued at the start, so the order
+    of the waits does not change whether they all complete)."""
+    start = group_start(instr)
+    for op, h in t.groups.pop((id(frame), start), ()):
+        _finish(t, instr, h, op.opcode + "-done", ctx)
 
 
 @_rule("send", "recv")
@@ -246,12 +267,17 @@ def _issue(t: _Tracer, instr, frame, ctx):
 
 @_rule("send-done", "recv-done")
 def _complete(t: _Tracer, instr, frame, ctx):
-    h = t.handle(instr, frame, ctx, instr.opcode.removesuffix("-done"))
-    t.step(instr.opcode, instr, h.step)
+    _finish(t, instr, t.handle(instr, frame, ctx, instr.opcode.removesuffix("-done")),
+            instr.opcode, ctx)
+
+
+def _finish(t: _Tracer, instr, h: Handle, kind: str, ctx):
+    """The `kind` (send-done / recv-done) of the transfer `h`, reached at `instr`."""
+    t.step(kind, instr, h.step)
     issued = h.event
     if issued is None:
         return
-    ev = t.emit(instr.opcode, instr, ctx)
+    ev = t.emit(kind, instr, ctx)
     ev.channel, ev.stream, ev.peer, ev.link, ev.shape = (issued.channel, issued.stream,
                                                          issued.peer, issued, issued.shape)
 

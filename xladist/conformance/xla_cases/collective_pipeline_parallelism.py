@@ -20,11 +20,6 @@ from .records import Case, arr, full, made, per_device
 SOURCE = "xla/backends/gpu/tests/collective_pipeline_parallelism_test.cc"
 FIXTURE = "CollectivePipelineParallelismTest"
 
-# A known xladist gap: its case is a strict xfail until the gap closes.
-_GAP_ASYNC_GROUP = ("sends and recvs wrapped in one async-start (an async group, completed by the "
-                    "async-done) are not run by xladist's backends yet: refused with a clear "
-                    "error (before the refusal the cpu backend returned zeros)")
-
 _COMMON = """
 read_buffer_mb4 {
   buffer = f32[4,16] parameter(0)
@@ -792,8 +787,7 @@ CASES: list[Case] = [
     # No channel ids, a send issued before its recv: runs as XLA runs it.
     _pipeline("NaiveBFSMb5Cr2Replica4SendRecvPartiallyPipelined", _SEND_RECV_PIPELINED, 5,
               576.0),
-    _pipeline("NaiveBFSMb5Cr2Replica4SendRecvAsyncGroup", _SEND_RECV_ASYNC_GROUP, 5, 576.0,
-              gap=_GAP_ASYNC_GROUP),
+    _pipeline("NaiveBFSMb5Cr2Replica4SendRecvAsyncGroup", _SEND_RECV_ASYNC_GROUP, 5, 576.0),
 ]
 
 SKIPPED = {

@@ -77,7 +77,10 @@ class Client:
     # ---- start ---------------------------------------------------------------------------------
     def start(self) -> Client:
         try:
-            self.sock = wire.connect(self.address, CONNECT_TIMEOUT_S)
+            # Every address a rank gets is of a Service already listening (its constructor
+            # listens before the address exists): refused = its process is gone (a
+            # launcher killed by SIGKILL while the ranks start), so no 60 s of retries.
+            self.sock = wire.connect(self.address, CONNECT_TIMEOUT_S, refused_is_final=True)
         except OSError as e:
             raise ServiceError(
                 f"rank {self.rank} on {self.host} cannot reach the coordination service at "

@@ -1,0 +1,125 @@
+"""A signal that ends a launching process leaves nothing of its job behind, whenever it
+arrives: mpiexec, its ranks and the compile helpers (xladist/compiler/compile_pool.py) go
+with it. Processes are found by a marker in their environment, which every one of them
+inherits; each test polls for them to go, with a deadline, instead of sleeping."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli_util import gone, marked
+from tests.paths import ROOT
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _env(marker: str, **extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="off",
+                XLADIST_TEST_MARKER=marker, **extra)
+
+
+# The launcher gets SIGTERM at the worst moment: mpiexec exists but subprocess.Popen has not
+# returned it yet (the test of the whole CLI, test_launch.py, hits this window now and then
+# when a compile helper is the third marked process it waits for).
+_SIGTERM_IN_POPEN = """
+import os, signal, subprocess, sys
+from xladist.runtime import launcher
+real = subprocess.Popen._execute_child
+def late(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    if os.path.basename(self.args[0]).startswith("mpiexec"):
+        os.kill(os.getpid(), signal.SIGTERM)
+subprocess.Popen._execute_child = late
+launcher.launch(2, ["-c", "import time; time.sleep(120)"], capture=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_sigterm_while_mpiexec_starts_leaves_no_rank(tmp_path):
+    marker = f"sigterm-popen-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_IN_POPEN], cwd=ROOT,
+                          env=_env(marker), capture_output=True, text=True, timeout=60)
+    left = gone(marker, 20)
+    _kill(left)
+    assert left == [], f"still running after the launcher ended: {left}"
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_whose_launcher_is_gone_gives_up_at_once():
+    # A launcher killed (SIGKILL) while its ranks start: their connection is refused. The
+    # service listened before any rank learnt its address, so a refusal means it is gone;
+    # before, a rank retried for CONNECT_TIMEOUT_S (60 s) and mpiexec lived on meanwhile.
+    import socket
+
+    from xladist.runtime.service.client import Client, ServiceError
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed below: nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match="cannot reach the coordination service"):
+        Client(f"127.0.0.1:{port}", "token", 0, 2).start()
+    assert time.monotonic() - t0 < 10
+
+
+def _helper_started(marker: str) -> bool:
+    for pid in marked(marker):
+        try:
+            if b"llvm_worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_launcher_ended_while_it_compiles_leaves_nothing(tmp_path, sig):
+    # The whole path: a cold kernel cache, a module of many compile units, `xladist run -n 2`
+    # ended as soon as its compile helper runs (the launcher compiles for the ranks, which
+    # are starting). SIGKILL: nothing runs in the launcher; its helper sees its pipe end,
+    # the ranks their connection refused or lost.
+    import numpy as np
+
+    from xladist.hlo.parser import parse_file
+    module = ROOT / "benchmarks" / "transformer_step.hlo"
+    params = parse_file(str(module), "MODULE").entry.parameters
+    np.savez(tmp_path / "in.npz", **{f"arg{i}": np.zeros((2, *p.shape.dims), p.shape.dtype)
+                                     for i, p in enumerate(params)})
+    marker = f"cold-{sig.name}-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xladist", "run", str(module), "-n", "2", "--no-check",
+         "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz")],
+        cwd=tmp_path, env=_env(marker, XLADIST_CACHE_DIR=str(tmp_path / "cache"),
+                               XLADIST_COMPILE_JOBS="2"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        end = time.monotonic() + 120
+        while not _helper_started(marker) and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        assert proc.poll() is None and _helper_started(marker), "no compile helper started"
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        left = gone(marker, 10)
+        _kill(left)
+        assert left == [], f"still running 10 s after the launcher ended: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == (128 + sig if sig != signal.SIGKILL else -sig)
