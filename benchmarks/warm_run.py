@@ -97,6 +97,11 @@ def main(argv=None) -> int:
     total: list[float] = []
     print(f"module {args.module} ({len(text) // 1024} KB), n={n}; load average before: "
           f"{_load()}")
+    # Without cached bytecode every process compiles each module it imports: the imports
+    # then take 2-4x as long as from an installed package's .pyc files.
+    print("bytecode: " + ("not written (PYTHONDONTWRITEBYTECODE): imports without a .pyc compile their source"
+                          if sys.dont_write_bytecode and not sys.pycache_prefix else
+                          f"cached ({sys.pycache_prefix or '__pycache__'})"))
     with tempfile.TemporaryDirectory(prefix="xladist-warm-") as tmp:
         inp, out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         np.savez(inp, **{f"arg{i}": a for i, a in enumerate(arrays)})

@@ -33,7 +33,7 @@ def test_no_generic_top_level_package_in_the_checkout(name):
 def test_console_script_declared():
     eps = importlib.metadata.entry_points(group="console_scripts")
     targets = {ep.name: ep.value for ep in eps}
-    assert targets.get("xladist") == "xladist.cli:main"
+    assert targets.get("xladist") == "xladist.cli:entry"
 
 
 def test_mpiexec_comes_with_the_install():

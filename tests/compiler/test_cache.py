@@ -153,3 +153,39 @@ def test_the_cache_key_hashes_every_rule_codegen_emits():
     assert Path(scalar_ops.cx.__file__).resolve() in hashed
     assert Path(order.__file__).resolve() in hashed
     assert Path(scalar_ops.__file__).resolve() in hashed
+
+
+_BUILTINS_PROBE = """
+import ctypes, sys
+import llvmlite.binding as llvm
+if sys.argv[1] == "no-llvm-codegen":  # this process must not compile the builtins itself
+    def refuse(self, module):
+        raise AssertionError("the builtins were compiled, not loaded from the cache")
+    llvm.TargetMachine.emit_object = refuse
+from xladist.compiler import runtime_symbols
+import struct
+# half -> float; the half travels in the low 16 bits of a float register (x86-64, aarch64)
+widen = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float)(
+    runtime_symbols.resolved()["__extendhfsf2"])
+print(*(widen(struct.unpack("<f", struct.pack("<HH", bits, 0))[0]) for bits in (0x3C00, 0xC100)))
+"""
+
+
+def test_runtime_builtins_object_comes_from_the_cache_in_the_next_process(cache):
+    """The builtins' object (runtime_symbols.py) is compiled by the first process and loaded
+    by the next one from this host's cache; the loaded code converts as the compiled one."""
+    from xladist.compiler.runtime_symbols import builtins_cache_key
+
+    def probe(mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", _BUILTINS_PROBE, mode],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "XLADIST_CACHE_DIR": str(cache)})
+
+    refused = probe("no-llvm-codegen")  # an empty cache: it must compile, and may not
+    assert refused.returncode != 0 and "were compiled, not loaded" in refused.stderr
+    first = probe("compile")
+    assert first.returncode == 0, first.stderr
+    assert kernel_cache.entry_path(builtins_cache_key()).exists()
+    second = probe("no-llvm-codegen")
+    assert second.returncode == 0, second.stderr
+    assert first.stdout.split() == second.stdout.split() == ["1.0", "-2.5"]

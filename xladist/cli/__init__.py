@@ -135,5 +135,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def entry() -> None:
+    """The `xladist` command (and `python -m xladist`): `main`, then the process ends;
+    the launching process of `xladist run` without Python's interpreter teardown
+    (runtime/fast_exit.py)."""
+    argv = sys.argv[1:]
+    code = main(argv)
+    from ..runtime.launcher import under_mpi
+    if next((a for a in argv if not a.startswith("-")), None) != "run" or under_mpi():
+        sys.exit(code)  # a rank (bare `mpiexec xladist run`) ends as MPI expects: fast_exit.py
+    from ..runtime.fast_exit import exit_now
+    exit_now(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -12,6 +12,7 @@ their ranks with the mpiexec found here, in this order:
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sys
@@ -25,18 +26,27 @@ __all__ = ["find_mpiexec"]
 _NAMES = ("mpiexec", "mpiexec.hydra", "mpirun")
 
 
-def _wheel_dirs() -> list[Path]:
-    dirs = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts")),
-            Path(sys.prefix) / "bin"]
+def _wheel_dirs():
+    """The folders that may hold the wheel's mpiexec, in order; the installed package's file
+    list only when the usual folders did not have it (reading it imports importlib.metadata,
+    a twentieth of a second and more before every launch)."""
+    seen = set()
+    for d in itertools.chain((Path(sys.executable).parent, Path(sysconfig.get_path("scripts")),
+                              Path(sys.prefix) / "bin"), _package_dirs()):
+        if d not in seen:
+            seen.add(d)
+            yield d
+
+
+def _package_dirs():
     try:
         from importlib.metadata import PackageNotFoundError, distribution
         dist = distribution("mpich")
         for f in dist.files or ():
             if f.name in _NAMES:
-                dirs.append(Path(dist.locate_file(f)).parent)
+                yield Path(dist.locate_file(f)).parent
     except (ImportError, PackageNotFoundError, OSError):
         pass
-    return list(dict.fromkeys(dirs))
 
 
 def _executable(path: Path) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import threading
 from functools import lru_cache
 
@@ -40,7 +41,16 @@ LIBM = _LIBM_DOUBLE + tuple(name + "f" for name in _LIBM_DOUBLE) + ("__powidf2",
 _LOCK = threading.Lock()
 
 
+# The C and math libraries by their glibc sonames: dlopen finds them (already loaded in this
+# process) without find_library's `ldconfig -p` in a subprocess, a fork of a large process.
+_SONAMES = {"c": "libc.so.6", "m": "libm.so.6"}
+
+
 def _process_library(name: str):
+    try:
+        return ctypes.CDLL(_SONAMES[name])
+    except OSError:
+        pass  # not glibc: ask the system where it is
     path = ctypes.util.find_library(name)
     try:
         return ctypes.CDLL(path) if path else None
@@ -63,17 +73,46 @@ def _library_addresses() -> dict[str, int]:
     return out
 
 
+def _builtins_target() -> Target:
+    triple = llvm.get_process_triple()
+    return Target(triple, "generic" if "aarch64" in triple else "x86-64")
+
+
+def builtins_cache_key(ir: str | None = None) -> str:
+    """The kernel-cache key of the builtins' object: this very IR (codegen/builtins.py), for
+    this target and LLVM, made the way this file and target.py make it."""
+    from pathlib import Path
+    target = _builtins_target()
+    h = hashlib.sha256()
+    for part in ("xladist runtime builtins", target.triple, target.cpu,
+                 ".".join(map(str, llvm.llvm_version_info)),
+                 builtins.runtime_ir() if ir is None else ir):
+        h.update(part.encode())
+        h.update(b"\0")
+    for source in ("target.py", "runtime_symbols.py"):
+        h.update((Path(__file__).parent / source).read_bytes())
+    return h.hexdigest()
+
+
 class _Runtime:
     """The builtins, compiled once for the baseline CPU of the host's triple (so they run
-    on every CPU of it) into their own MCJIT engine, which lives as long as the process."""
+    on every CPU of it) into their own MCJIT engine, which lives as long as the process.
+    Their object comes from this host's kernel cache when it holds it (compiling it was a
+    tenth of a warm run's compile, in every process); it is never fetched from a job's
+    service: a process without a cache compiles its own, as before."""
 
     def __init__(self):
-        target = Target(llvm.get_process_triple(), "generic" if "aarch64" in
-                        llvm.get_process_triple() else "x86-64")
-        mod = llvm.parse_assembly(builtins.runtime_ir())
-        mod.verify()
-        machine = target.machine()
-        obj = machine.emit_object(mod)
+        from . import kernel_cache
+        target = _builtins_target()
+        ir = builtins.runtime_ir()
+        key = builtins_cache_key(ir)
+        with kernel_cache.local_only():
+            obj = kernel_cache.load(key)
+        if obj is None:
+            mod = llvm.parse_assembly(ir)
+            mod.verify()
+            obj = target.machine().emit_object(mod)
+            kernel_cache.store(key, obj)
         stray = elf.undefined_symbols(obj)
         if stray:  # a builtin calling out would defeat the point; caught by the tests
             raise RuntimeError(f"xladist runtime builtins call {sorted(stray)}")
