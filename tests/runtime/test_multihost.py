@@ -145,20 +145,40 @@ def test_a_failed_runs_trace_names_the_ranks_that_saved_their_events(tmp_path, s
 
 # ---- a rank that dies or stops --------------------------------------------------------------
 
-def _rank_pids(marker: str) -> dict[int, int]:
-    pids = {}
+def _marked(marker: str):
+    """(pid, ppid, exe, cmdline, environ) of every process carrying the test's marker: the
+    launcher, mpiexec, the simulated hosts' proxies and wrappers, the ranks and their
+    helpers."""
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             env = (d / "environ").read_bytes().split(b"\0")
+            if marker.encode() not in env:
+                continue
             cmd = (d / "cmdline").read_bytes()
-        except OSError:
+            exe = os.readlink(d / "exe")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if marker.encode() in env and b"rank_main" in cmd:
+        yield int(d.name), ppid, exe, cmd, env
+
+
+def _rank_pids(marker: str) -> dict[int, int]:
+    """Rank -> pid of the rank's own Python process. Not the node wrapper's shell (or a
+    subshell it forks, whose command line still names rank_main: until it execs the rank,
+    the pid is not the rank's), not a child the rank starts."""
+    python = os.path.realpath(sys.executable)
+    found = {}
+    for pid, ppid, exe, cmd, env in _marked(marker):
+        if b"rank_main" in cmd and os.path.realpath(exe) == python:
             for kv in env:
                 if kv.startswith(b"PMI_RANK="):
-                    pids[int(kv[9:])] = int(d.name)
+                    found.setdefault(int(kv[9:]), []).append((pid, ppid))
+    pids = {}
+    for rank, procs in found.items():
+        mine = {pid for pid, _ in procs}
+        pids[rank] = next((pid for pid, ppid in procs if ppid not in mine), procs[0][0])
     return pids
 
 
@@ -170,6 +190,7 @@ def _start(sim, tmp_path, module, inputs, timeout, **env):
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(
         XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker.split("=", 1)[1], **env),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = marker
     return proc, marker
 
 
@@ -183,11 +204,40 @@ def _wait_for_ranks(marker, n, proc, seconds=90.0) -> dict[int, int]:
     raise AssertionError(f"the ranks did not start: {_rank_pids(marker)}")
 
 
+def _kill_job(proc) -> None:
+    """Everything the job started, on every simulated host: the simulated hosts' proxies
+    and ranks are not in the launcher's process group, so a test that gives up must not
+    leave them to the next test."""
+    for _ in range(3):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        left = [pid for pid, *_ in _marked(proc.marker)]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not left:
+            return
+        time.sleep(0.2)
+
+
+def _left_after_the_job(marker, seconds=10.0) -> dict[int, int]:
+    """The ranks still alive `seconds` after the launcher ended: a killed process can still
+    be listed while the kernel tears it down, so allow a moment, not a leak."""
+    end = time.monotonic() + seconds
+    while (left := _rank_pids(marker)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return left
+
+
 def _finish(proc, seconds):
     try:
         return proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_job(proc)
         out, err = proc.communicate()
         pytest.fail(f"the job did not end within {seconds} s:\n{err}")
 
@@ -215,7 +265,7 @@ def test_a_killed_rank_is_named_with_its_signal_host_and_position(tmp_path, simh
     assert "Its last position: psum (line 17) over devices [0, 1, 2, 3] (iteration 3 of " \
            "data_loop)" in err, err
     assert "BAD TERMINATION" not in err and "[proxy" not in err, err
-    assert _rank_pids(marker) == {}
+    assert _left_after_the_job(marker) == {}
 
 
 @pytest.mark.timeout(600)
@@ -239,7 +289,7 @@ def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, simhosts):
     assert proc.returncode != 0, err
     assert re.search(rf"rank 3 \(device 3, replica 0, partition 3\) on nodeB, pid {pids[3]}, "
                      r"stopped sending heartbeats \d+ s ago", err), err
-    assert _rank_pids(marker) == {}
+    assert _left_after_the_job(marker) == {}
 
 
 # ---- xladist.run across hosts --------------------------------------------------------------
