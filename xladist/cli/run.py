@@ -319,8 +319,10 @@ def _job(args, module, inputs):
         r, p = device_counts(module, n)  # resolved here: the ranks apply them as given
         options.update(source=args.module, replica_count=r, num_partitions=p)
         text = read_text(args.module, "MODULE", kind="HLO text")
+    from xladist.hlo.packed import pack
     return JobHost(
         n, module_text=None if xlx is not None else text, xlx=xlx,
+        packed=None if xlx is not None else pack(module),
         options=options, inputs=inputs, outputs=outputs, trace=args.trace, stats=args.stats,
         infeed=NpzSource(args.infeed) if args.infeed else None, infeed_fn=args.infeed_fn,
         outfeed=(lambda: NpzSink(args.outfeed)) if args.outfeed else None,

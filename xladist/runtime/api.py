@@ -257,8 +257,9 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     da = options["device_assignment"]
     check_paths(Feeds(served, None), placements_of(module, n, da))
     text, filename = module_source or (module.to_text(), None)
+    from xladist.hlo.packed import pack
     job = JobHost(
-        n, module_text=text, inputs=per_device, outputs=Outputs(n, "memory"),
+        n, module_text=text, packed=pack(module), inputs=per_device, outputs=Outputs(n, "memory"),
         trace=options["trace"], infeed=served, infeed_fn=infeed_fn,
         outfeed=(lambda: make_sink(sink_spec)) if sink_spec is not None else None,
         prefetch=feed_options["prefetch"],

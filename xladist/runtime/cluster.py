@@ -289,6 +289,7 @@ class Cluster:
             self._usable_or_raise()
             run = inputs is not None if run is None else run
             job = JobHost(self.n, module_text=handle.text if load else None,
+                          packed=handle.packed if load else None,
                           inputs=inputs if run else None,
                           outputs=(outputs or Outputs(self.n, "memory")) if run else None,
                           options=handle.options)
@@ -348,7 +349,9 @@ class Compiled:
     """A module placed and compiled on every rank of a cluster (Cluster.compile)."""
 
     def __init__(self, cluster: Cluster, ident: int, module, text: str, checked, options):
+        from xladist.hlo.packed import pack
         self.cluster, self.id, self.module, self.text = cluster, ident, module, text
+        self.packed = pack(module)  # before any compile here can touch the module
         self.checked, self.options = checked, options
         self.freed = False
 
