@@ -18,7 +18,7 @@ import xladist
 from xladist.compiler import blas_blocks, choice, parallel
 from xladist.compiler.choice import ALONE, MAX_GAP, POOL, WARM, WHOLE, Site
 
-IDLE, BUSY = choice.IDLE, choice.OTHERS
+IDLE, BUSY, OWN_POOLS = choice.IDLE, choice.OTHERS, choice.OWN_POOLS
 
 
 def feed(site: Site, regime: int, times: dict, calls: int) -> list[int]:
@@ -109,9 +109,9 @@ def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls
 
 @pytest.fixture
 def two_threads(monkeypatch):
-    # The WHOLE way is offered only where OpenBLAS's workers sleep after a call (ranks:
-    # OPENBLAS_THREAD_TIMEOUT=4); these tests exercise it in this process regardless.
-    monkeypatch.setattr(blas_blocks, "WHOLE_OFFERED", True)
+    # The WHOLE way is offered in every regime only where OpenBLAS's workers sleep after a
+    # call (ranks: OPENBLAS_THREAD_TIMEOUT=4); these tests exercise it in this process so.
+    monkeypatch.setattr(blas_blocks, "_WHOLE_ONLY", blas_blocks.whole_only(True))
     yield
     parallel.set_threads(None)
 
@@ -356,23 +356,54 @@ def test_executions_in_two_threads_keep_their_bits(monkeypatch, two_threads):
     assert [b["threads"] for b in parallel.blas_info()] == before
 
 
-def test_openblas_threads_are_offered_only_where_their_workers_sleep(monkeypatch):
-    """Spinning ~0.1 s after each call (OpenBLAS's default), OpenBLAS's workers slow the
-    ways measured after them and burn CPU the wall time does not show: the WHOLE way is
-    offered only with OPENBLAS_THREAD_TIMEOUT at most WHOLE_MAX_TIMEOUT (ranks get 4)."""
-    for value, offered in (("4", True), ("8", True), ("28", False), ("", False), ("x", False)):
+def test_openblas_threads_are_offered_only_where_their_workers_sleep_or_are_awake(monkeypatch):
+    """Spinning ~0.1 s after each call (OpenBLAS's default), OpenBLAS's workers woken by us
+    slow the ways measured after them and burn CPU the wall time does not show: the WHOLE
+    way is offered in every regime only with OPENBLAS_THREAD_TIMEOUT at most
+    WHOLE_MAX_TIMEOUT (ranks get 4); otherwise only where this process's other pools are
+    awake already (OWN_POOLS), and the bits check waits until it is first picked."""
+    for value, sleep in (("4", True), ("8", True), ("28", False), ("", False), ("x", False)):
         monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", value)
-        assert blas_blocks._workers_sleep() is offered, value
+        assert blas_blocks._workers_sleep() is sleep, value
     monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
     assert not blas_blocks._workers_sleep()
-    monkeypatch.setattr(blas_blocks, "WHOLE_OFFERED", False)
+    assert blas_blocks._WHOLE_ONLY == blas_blocks.whole_only(False)
     parallel.set_threads(2)
     try:
         a = np.ones((512, 512), np.float32)
         out = np.empty((512, 512), np.float32)
-        blas_blocks._sites.clear()
-        with parallel.blas_scope():
-            blas_blocks.matmul_into(a, a.copy(), out)
-        assert blas_blocks._sites and all(WHOLE not in s.ways for s in blas_blocks._sites.values())
+        for sleep, regimes in ((False, {OWN_POOLS}), (True, {IDLE, OWN_POOLS, BUSY})):
+            monkeypatch.setattr(blas_blocks, "_WHOLE_ONLY", blas_blocks.whole_only(sleep))
+            blas_blocks._sites.clear()
+            blas_blocks._agree.clear()
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, a.copy(), out)
+            (site,) = blas_blocks._sites.values()
+            assert {r for r in (IDLE, OWN_POOLS, BUSY) if WHOLE in site.offered(r)} == regimes
+            assert not blas_blocks._agree  # not checked before WHOLE is picked
     finally:
         parallel.set_threads(None)
+
+
+def test_a_way_offered_in_some_regimes_is_neither_picked_nor_judged_in_others():
+    site = Site((POOL, ALONE, WHOLE), only={WHOLE: (OWN_POOLS,)})
+    assert WHOLE not in feed(site, IDLE, {POOL: 2.0, ALONE: 3.0, WHOLE: 1.0}, 200)
+    assert site.best(IDLE) == POOL
+    picked = feed(site, OWN_POOLS, {POOL: 2.0, ALONE: 3.0, WHOLE: 1.0}, 200)
+    assert site.best(OWN_POOLS) == WHOLE and picked.count(WHOLE) > 150
+    site.drop(WHOLE)
+    assert site.best(OWN_POOLS) == POOL
+
+
+def test_the_products_sites_stay_bounded_and_keep_the_recent_ones(monkeypatch):
+    """A program with ever new shapes does not grow the measured sites without bound: the
+    least recently used goes first, a shape in use keeps its measurements."""
+    monkeypatch.setattr(blas_blocks, "MAX_SITES", 4)
+    blas_blocks._sites.clear()
+    first = blas_blocks._site(("gemm", 0), (POOL, ALONE), "dot 0")
+    for i in range(1, 10):
+        blas_blocks._site(("gemm", i), (POOL, ALONE), f"dot {i}")
+        assert blas_blocks._site(("gemm", 0), (POOL, ALONE), "dot 0") is first  # in use
+    assert len(blas_blocks._sites) == 4
+    assert list(blas_blocks._sites) == [("gemm", 7), ("gemm", 8), ("gemm", 9), ("gemm", 0)]
+    blas_blocks._sites.clear()

@@ -20,12 +20,15 @@ product instead matches numpy's time. So a large 2-D product has three ways -- i
 on the pool, its blocks on the caller alone, one call on OpenBLAS's threads (WHOLE) --
 and its call site measures which is fastest now (parallel.run_blocks, choice.py). The
 WHOLE way is offered only where a check shows it gives the blocks' bits
-(_threads_agree), so the results stay those of the blocks on every thread count.
+(_threads_agree), so the results stay those of the blocks on every thread count; and,
+where OpenBLAS's workers spin after each call (every process but a rank), only while
+this process's other pools are awake already (WHOLE_MAX_TIMEOUT below).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -43,13 +46,18 @@ MIN_ROWS = 256
 # From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
 # threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
 WHOLE_MIN_MACS = BLOCK_MACS
-# ... and only where OpenBLAS's workers sleep right after a call: OPENBLAS_THREAD_TIMEOUT
-# (read when OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most
-# WHOLE_MAX_TIMEOUT, as ranks get it (runtime/launcher.py). Spinning, they take CPU the
-# measured wall time does not show and slow the ways measured after them, which then
-# lose to WHOLE: in a plain process (no such setting) matmul 1024 took 37 ms on WHOLE
-# against 21 ms on the pool (compute.py --company --warm 15, load 2-3), the transformer
-# step 105 ms CPU per step against 64 ms.
+# Where OpenBLAS's workers sleep right after a call -- OPENBLAS_THREAD_TIMEOUT (read when
+# OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most WHOLE_MAX_TIMEOUT,
+# as ranks get it (runtime/launcher.py) -- it is offered in every regime. Elsewhere (a
+# plain process: a notebook, xladist.jax beside jax and numpy) they spin ~0.1 s after
+# each call, taking CPU the measured wall time does not show: woken by us on a quiet
+# machine they slowed whatever ran next (matmul 1024 took 37 ms on WHOLE against 21 ms
+# on the pool, the transformer step 77 ms CPU per step against 63 ms, and a jax call
+# between our steps 2x) -- so there it is offered only in the OWN_POOLS regime, where
+# this process's other pools (numpy's OpenBLAS, XLA's) are awake already: splitting
+# around them on the pool, matmul 1024 took 1.6-2.1x numpy's time; handing the product
+# to OpenBLAS's awake threads, numpy's (compute.py --company, "after numpy+jax").
+# Our own WHOLE calls' spin does not count as the others' (parallel._foreign_rate).
 WHOLE_MAX_TIMEOUT = 8
 
 
@@ -60,7 +68,12 @@ def _workers_sleep() -> bool:
         return False
 
 
-WHOLE_OFFERED = _workers_sleep()
+def whole_only(workers_sleep: bool) -> dict:
+    """choice.Site's `only` for a product's ways: where WHOLE is offered."""
+    return {} if workers_sleep else {choice.WHOLE: (choice.OWN_POOLS,)}
+
+
+_WHOLE_ONLY = whole_only(_workers_sleep())
 _BLAS_TYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
 
 
@@ -81,16 +94,28 @@ def gemm_split(m: int, n: int, k: int):
 
 # ---- the measured way of each product (choice.py) ------------------------------------
 # Keyed by everything the way's speed and bits depend on: the shapes, the operands'
-# orders, the thread count.
+# orders, the thread count. At most MAX_SITES, the least recently used dropped first: a
+# program with ever new shapes (dynamic ones, a serving loop over request sizes) must not
+# grow them without bound; a dropped shape that comes back measures its ways again.
+MAX_SITES = 4096
 _sites: dict[tuple, choice.Site] = {}
 _agree: dict[tuple, bool] = {}
 
 
+_sites_lock = threading.Lock()  # executions in two threads of one process (rare)
+
+
 def _site(key: tuple, ways, name: str) -> choice.Site:
-    site = _sites.get(key)
-    if site is None:
-        site = _sites[key] = choice.Site(ways, name)
-    return site
+    with _sites_lock:
+        site = _sites.pop(key, None)
+        if site is None:
+            site = choice.Site(ways, name, _WHOLE_ONLY)
+            while len(_sites) >= MAX_SITES:
+                del _sites[next(iter(_sites))]
+            while len(_agree) >= MAX_SITES:
+                del _agree[next(iter(_agree))]
+        _sites[key] = site  # the most recently used last
+        return site
 
 
 def _order(x: np.ndarray) -> str | None:
@@ -175,10 +200,15 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
     whole = None
-    if WHOLE_OFFERED and threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and \
-            _order(b) and not np.may_share_memory(a, b) and _threads_agree(a, b, threads):
+    if threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and \
+            _order(b) and not np.may_share_memory(a, b):
         # (numpy takes syrk for a product of a matrix with its own transpose)
         def whole() -> bool:
+            # Checked when first picked, not before: the check wakes OpenBLAS's threads,
+            # which a plain process's sites pick only where they are awake anyway.
+            if not _threads_agree(a, b, threads):
+                site.drop(choice.WHOLE)
+                return False
             with exclusive_blas(threads) as alone:
                 if alone:
                     np.matmul(a, b, out=out)
@@ -190,6 +220,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         ((choice.WHOLE,) if whole else ())
     site = _site(("gemm", a.dtype.char, m, n, k, _order(a), _order(b), threads), ways,
                  f"dot {m}x{k}x{n} {a.dtype}")
+    if choice.WHOLE not in site.ways:
+        whole = None
     if split is None:
         run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
     elif split[0] == 0:

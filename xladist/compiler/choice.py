@@ -22,6 +22,10 @@ core. So each call site (a kernel, a product's shape) times the ways where it ru
     once, so its median turns over within WINDOW calls. Exploring costs at most one
     call in MAX_GAP at the slower way's time.
 
+A way may be offered in some regimes only (Site's `only`): OpenBLAS's threads, in a process
+whose OpenBLAS workers spin after each call, only where this process's other pools are
+awake already (blas_blocks.py).
+
 A site never holds anything a result depends on; two ranks, or two runs, may choose
 differently and still compute the same bits.
 """
@@ -52,12 +56,14 @@ class Site:
     """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE), tried in
     that order while warming up."""
 
-    __slots__ = ("name", "ways", "samples", "gap", "left", "turn", "exploring", "calls",
-                 "__weakref__")
+    __slots__ = ("name", "ways", "only", "samples", "gap", "left", "turn", "exploring",
+                 "calls", "__weakref__")
 
-    def __init__(self, ways, name: str = ""):
+    def __init__(self, ways, name: str = "", only: dict | None = None):
+        """`only`: way -> the regimes it is offered in (others: every regime)."""
         self.name = name
         self.ways = list(ways)
+        self.only = dict(only or {})
         self.samples = [{w: [] for w in self.ways} for _ in REGIMES]  # per regime
         self.gap = [MIN_GAP] * len(REGIMES)
         self.left = [MIN_GAP] * len(REGIMES)
@@ -71,23 +77,26 @@ class Site:
         if way in self.ways and len(self.ways) > 1:
             self.ways.remove(way)
 
+    def offered(self, regime: int) -> list[int]:
+        return [w for w in self.ways if regime in self.only.get(w, (regime,))]
+
     def best(self, regime: int) -> int | None:
         """The way with the lowest median in `regime`, None before every way is warm."""
-        samples = self.samples[regime]
-        if any(len(samples[w]) < WARM for w in self.ways):
+        samples, ways = self.samples[regime], self.offered(regime)
+        if any(len(samples[w]) < WARM for w in ways):
             return None
-        return min(self.ways, key=lambda w: _median(samples[w]))
+        return min(ways, key=lambda w: _median(samples[w]))
 
     def pick(self, regime: int) -> int:
-        samples = self.samples[regime]
-        for w in self.ways:
+        samples, ways = self.samples[regime], self.offered(regime)
+        for w in ways:
             if len(samples[w]) < WARM:
                 return w
         best = self.best(regime)
         self.left[regime] -= 1
-        if self.left[regime] > 0 or len(self.ways) < 2:
+        if self.left[regime] > 0 or len(ways) < 2:
             return best
-        others = [w for w in self.ways if w != best]
+        others = [w for w in ways if w != best]
         way = others[self.turn[regime] % len(others)]
         self.exploring[regime] = way
         return way
@@ -104,7 +113,7 @@ class Site:
         if self.exploring[regime] != way:
             return
         self.exploring[regime] = None
-        others = [_median(samples[w]) for w in self.ways if w != way and samples[w]]
+        others = [_median(samples[w]) for w in self.offered(regime) if w != way and samples[w]]
         if self.best(regime) == way:  # it took over: the old best is looked at soon
             self.gap[regime] = self.left[regime] = MIN_GAP
         elif others and seconds < min(others):
