@@ -112,7 +112,7 @@ def test_partitions_only_header_on_4_devices_is_2_replicas(tmp_path):
     says so with the counts it used."""
     inputs = {k: np.repeat(v[:1], 4, axis=0) for k, v in GOOD_INPUTS.items()}
     proc = xladist_run(tmp_path, MODULE, 4, inputs)
-    assert_refused(proc, "instruction s", "replica_count=2, num_partitions=2", "missing [2, 3]")
+    assert_refused(proc, "instruction `%s = f32[4]{0} ", "replica_count=2, num_partitions=2", "missing [2, 3]")
 
 
 @pytest.mark.slow
@@ -139,12 +139,12 @@ def test_device_count_must_match_replicas_times_partitions(tmp_path):
 # Collectives the verifier refuses (docs/reference/collective-semantics.md B.9, C.14): named instruction.
 BAD_COLLECTIVES = {
     "group-misses-a-device": (
-        "replica_groups={{0,1}}", "replica_groups={{0}}", ["instruction s", "missing [1]"]),
+        "replica_groups={{0,1}}", "replica_groups={{0}}", ["instruction `%s = f32[4]{0} all-reduce(%x)", "missing [1]"]),
     "device-in-two-groups": (
         "replica_groups={{0,1}}", "replica_groups={{0,1},{1}}",
-        ["instruction s", "id 1 appears twice"]),
+        ["instruction `%s = f32[4]{0} all-reduce(%x)", "id 1 appears twice"]),
     "id-out-of-range": (
-        "replica_groups={{0,1}}", "replica_groups={{0,2}}", ["instruction s", "2 is out of range"]),
+        "replica_groups={{0,1}}", "replica_groups={{0,2}}", ["instruction `%s = f32[4]{0} all-reduce(%x)", "2 is out of range"]),
 }
 
 
@@ -165,7 +165,7 @@ def test_unequal_all_gather_groups(tmp_path):
         "dimensions={0}, use_global_device_ids=true\n  %s = f32[4]{0} slice(%g), slice={[0:4]}")
     inputs = {k: np.repeat(v[:1], 4, axis=0) for k, v in GOOD_INPUTS.items()}
     proc = xladist_run(tmp_path, text, 4, inputs)
-    assert_refused(proc, "instruction g", "same size", "[2, 1, 1]")
+    assert_refused(proc, "instruction `%g = f32[8]{0} all-gather(%x)", "same size", "[2, 1, 1]")
 
 
 @pytest.mark.parametrize("pairs,dup", [("{{0,1},{1,1}}", "target"),
@@ -176,7 +176,7 @@ def test_duplicate_permute_targets_or_sources(tmp_path, pairs, dup):
         "use_global_device_ids=true, to_apply=%add",
         f"%s = f32[4]{{0}} collective-permute(%x), channel_id=1, source_target_pairs={pairs}")
     proc = xladist_run(tmp_path, text, 2, GOOD_INPUTS)
-    assert_refused(proc, "instruction s", f"source_target_pairs={pairs}",
+    assert_refused(proc, "instruction `%s = f32[4]{0} ", f"source_target_pairs={pairs}",
                    f"{dup} {1 if dup == 'target' else 0} appears more than once")
 
 
