@@ -1,13 +1,16 @@
-"""The multi-device corpus: JAX-made SPMD modules run with `xladist run -n N` over MPI.
+"""The multi-device corpus: JAX-made SPMD modules run on N ranks over MPI.
 
 Cases: tests/data/corpus/jax/ (made by the project's owners) and
-tests/data/corpus/jax_extra/ (made by tools/gen_corpus.py). Each one is run through the CLI in
-a subprocess, exactly as a user would (`xladist run MODULE -n N --inputs inputs.npz --outputs
-out.npz`), and every output is compared with JAX's recorded per-device results: integers and
-preds bit-exact, floats with np.allclose under case.json's rtol/atol (a per-output `out_tol`
-overrides), bf16 decoded from its uint16 bits first. A case whose case.json has
-`expected_from` records a numpy reference's results instead, because XLA:CPU cannot execute
-it (ragged-all-to-all).
+tests/data/corpus/jax_extra/ (made by tools/gen_corpus.py). Each one runs on the session's
+persistent N-rank cluster (tests/cluster_fixture.py: `xladist.Cluster`, the module loaded,
+run and released per case; the same results as `xladist.run`, bit for bit), and every output
+is compared with JAX's recorded per-device results: integers and preds bit-exact, floats
+with np.allclose under case.json's rtol/atol (a per-output `out_tol` overrides), bf16
+decoded from its uint16 bits first. A case whose case.json has `expected_from` records a
+numpy reference's results instead, because XLA:CPU cannot execute it (ragged-all-to-all).
+A few cases (CLI_CASES) also run through the CLI in a fresh process, exactly as a user would
+(`xladist run MODULE -n N --inputs inputs.npz --outputs out.npz`), so the one-shot path with
+its npz files stays checked against JAX too.
 
 Rows are parametrized by backend. The `cpu` rows are skipped, with the reason, while
 `xladist.compile(module, backend="cpu")` refuses the module (UnsupportedError) or the backend
@@ -86,29 +89,61 @@ def test_corpus_sets_present():
     assert "psum_basic_mesh4" in names
 
 
-@pytest.mark.slow  # ~120 mpiexec jobs of 2-8 ranks, 3-5 s each
-@pytest.mark.timeout(JOB_TIMEOUT_S + 30)
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("folder", CASES, ids=[f"{p.parent.name}/{p.name}" for p in CASES])
-def test_corpus_case(folder: Path, backend: str, tmp_path: Path):
-    meta = cu.meta(folder)
+# Cases that also run through the CLI (one launch each, a fresh process): a bf16 case and
+# the README's mesh, on both backends between them.
+CLI_CASES = [("jax/psum_basic_mesh4", "cpu"), ("jax_extra/psum_bf16_mesh2", "interpreter")]
+
+
+def _check_outputs(folder: Path, meta: dict, got: dict, backend: str) -> None:
+    """`got` {out<i>: array stacked over devices} against JAX's recorded results."""
+    module = xladist.load_hlo(folder / "module.hlo")
+    leaves = [s for _, s in module.entry.root.shape.leaves() if s.is_array]
+    with np.load(folder / "expected.npz") as want_npz:
+        got_keys = sorted(got, key=lambda k: int(k[3:]))
+        want_keys = sorted(want_npz.files, key=lambda k: int(k[3:]))
+        assert got_keys == want_keys == [f"out{i}" for i in range(meta["num_outputs"])]
+        for key, shape in zip(want_keys, leaves):
+            want = decode(want_npz[key], shape)
+            cu.assert_output(decode(got[key], shape), want, meta, key,
+                             f"{folder.name} {key} ({backend})")
+
+
+def _skip_if_cpu_cannot(folder: Path, backend: str) -> None:
     if backend == "cpu":
         reason = _cpu_skip_reason(folder)
         if reason:
             pytest.skip(reason)
+
+
+@pytest.mark.slow  # ~120 cluster calls of 2-8 ranks (a cluster per rank count)
+@pytest.mark.timeout(JOB_TIMEOUT_S + 30)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("folder", CASES, ids=[f"{p.parent.name}/{p.name}" for p in CASES])
+def test_corpus_case(folder: Path, backend: str, cluster_run):
+    meta = cu.meta(folder)
+    _skip_if_cpu_cannot(folder, backend)
+    n = meta["num_devices"]
+    outs = cluster_run(folder / "module.hlo", folder / "inputs.npz", n=n, backend=backend,
+                       timeout=COLLECTIVE_TIMEOUT_S)
+    assert len(outs) == n
+    got = {f"out{i}": np.stack([outs[d][i] for d in range(n)])
+           for i in range(len(outs[0]))}
+    _check_outputs(folder, meta, got, backend)
+
+
+@pytest.mark.slow  # one mpiexec job each
+@pytest.mark.timeout(JOB_TIMEOUT_S + 30)
+@pytest.mark.parametrize("name, backend", CLI_CASES)
+def test_corpus_case_through_the_cli(name: str, backend: str, tmp_path: Path):
+    folder = cu.CORPUS / name
+    meta = cu.meta(folder)
+    _skip_if_cpu_cannot(folder, backend)
     n = meta["num_devices"]
     out = tmp_path / "out.npz"
     proc = run_cli(folder / "module.hlo", n, folder / "inputs.npz", out, "--backend", backend,
                    "--timeout", str(COLLECTIVE_TIMEOUT_S))
     assert proc.returncode == 0, (f"{folder.name} ({backend}, -n {n}) exited "
                                   f"{proc.returncode}:\n{proc.stderr[-4000:]}")
-    module = xladist.load_hlo(folder / "module.hlo")
-    leaves = [s for _, s in module.entry.root.shape.leaves() if s.is_array]
-    with np.load(out) as got_npz, np.load(folder / "expected.npz") as want_npz:
-        got_keys = sorted(got_npz.files, key=lambda k: int(k[3:]))
-        want_keys = sorted(want_npz.files, key=lambda k: int(k[3:]))
-        assert got_keys == want_keys == [f"out{i}" for i in range(meta["num_outputs"])]
-        for key, shape in zip(want_keys, leaves):
-            got = decode(got_npz[key], shape)
-            want = decode(want_npz[key], shape)
-            cu.assert_output(got, want, meta, key, f"{folder.name} {key} ({backend})")
+    with np.load(out) as got_npz:
+        got = {k: got_npz[k] for k in got_npz.files}
+    _check_outputs(folder, meta, got, backend)
