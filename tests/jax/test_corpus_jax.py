@@ -45,34 +45,84 @@ CASES = cu.case_folders(*SETS)
 
 
 # The probe runs in its own process: a backend under construction may crash the interpreter,
-# and that must fail one row, not the whole pytest session.
+# and that must fail one row, not the whole pytest session. One process answers every row's
+# question in turn (a module path in, a JSON verdict out) instead of one process per row;
+# its compile fills the session's kernel cache, from which the cluster's compile of the same
+# module then loads (runtime/compile_once.py computes the same key). A probe that crashed or
+# did not answer within JOB_TIMEOUT_S fails its row, and the next row starts a new one.
 _PROBE = """
-import sys
+import json, sys, traceback
 import xladist
-try:
-    xladist.compile(xladist.load_hlo(sys.argv[1]), backend="cpu")
-except UnsupportedError as e:
-    print(e)
-    sys.exit(3)
+for line in sys.stdin:
+    try:
+        xladist.compile(xladist.load_hlo(line.rstrip("\\n")), backend="cpu")
+        verdict = {"ok": True}
+    except xladist.UnsupportedError as e:
+        verdict = {"unsupported": str(e)}
+    except Exception:
+        verdict = {"error": traceback.format_exc()}
+    print(json.dumps(verdict), flush=True)
 """
 _cpu_verdicts: dict[Path, str | None] = {}
 
 
-def _cpu_skip_reason(folder: Path) -> str | None:
+class _Prober:
+    def __init__(self):
+        self.proc = None
+
+    def ask(self, module: Path) -> dict:
+        import json
+        import selectors
+        if self.proc is None or self.proc.poll() is not None:
+            import tempfile
+            self.stderr = tempfile.TemporaryFile("w+")  # a pipe nobody reads could fill up
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _PROBE], cwd=ROOT, env=dict(os.environ,
+                                                                   PYTHONPATH=str(ROOT)),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                text=True, bufsize=1)
+        try:
+            self.proc.stdin.write(f"{module}\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it died: said below
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(JOB_TIMEOUT_S)
+        line = self.proc.stdout.readline() if ready else ""
+        if line:
+            return json.loads(line)
+        self.close()  # crashed (EOF) or no answer in time
+        self.stderr.seek(0)
+        return {"error": f"the probe process ended (exit {self.proc.returncode}) or did "
+                         f"not answer in {JOB_TIMEOUT_S} s:\n{self.stderr.read()[-3000:]}"}
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cpu_probe():
+    prober = _Prober()
+    yield prober
+    prober.close()
+
+
+def _cpu_skip_reason(folder: Path, prober: _Prober) -> str | None:
     """Why the cpu backend cannot run this module yet (None: it compiles)."""
     if folder not in _cpu_verdicts:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(folder / "module.hlo")],
-                              check=False, cwd=ROOT,
-                              env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
-                              text=True, timeout=JOB_TIMEOUT_S)
-        if proc.returncode == 3:
-            _cpu_verdicts[folder] = (f"cpu backend cannot compile {folder.name} yet: "
-                                     f"{proc.stdout.strip()}")
-        else:
-            assert proc.returncode == 0, (f"compiling {folder.name} with the cpu backend "
-                                          f"failed (exit {proc.returncode}):\n"
-                                          f"{proc.stderr[-3000:]}")
-            _cpu_verdicts[folder] = None
+        verdict = prober.ask(folder / "module.hlo")
+        assert "error" not in verdict, (f"compiling {folder.name} with the cpu backend "
+                                        f"failed:\n{verdict['error']}")
+        _cpu_verdicts[folder] = (f"cpu backend cannot compile {folder.name} yet: "
+                                 f"{verdict['unsupported']}") if "unsupported" in verdict \
+            else None
     return _cpu_verdicts[folder]
 
 
@@ -108,9 +158,9 @@ def _check_outputs(folder: Path, meta: dict, got: dict, backend: str) -> None:
                              f"{folder.name} {key} ({backend})")
 
 
-def _skip_if_cpu_cannot(folder: Path, backend: str) -> None:
+def _skip_if_cpu_cannot(folder: Path, backend: str, prober: _Prober) -> None:
     if backend == "cpu":
-        reason = _cpu_skip_reason(folder)
+        reason = _cpu_skip_reason(folder, prober)
         if reason:
             pytest.skip(reason)
 
@@ -119,9 +169,9 @@ def _skip_if_cpu_cannot(folder: Path, backend: str) -> None:
 @pytest.mark.timeout(JOB_TIMEOUT_S + 30)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("folder", CASES, ids=[f"{p.parent.name}/{p.name}" for p in CASES])
-def test_corpus_case(folder: Path, backend: str, cluster_run):
+def test_corpus_case(folder: Path, backend: str, cluster_run, cpu_probe):
     meta = cu.meta(folder)
-    _skip_if_cpu_cannot(folder, backend)
+    _skip_if_cpu_cannot(folder, backend, cpu_probe)
     n = meta["num_devices"]
     outs = cluster_run(folder / "module.hlo", folder / "inputs.npz", n=n, backend=backend,
                        timeout=COLLECTIVE_TIMEOUT_S)
@@ -134,10 +184,10 @@ def test_corpus_case(folder: Path, backend: str, cluster_run):
 @pytest.mark.slow  # one mpiexec job each
 @pytest.mark.timeout(JOB_TIMEOUT_S + 30)
 @pytest.mark.parametrize("name, backend", CLI_CASES)
-def test_corpus_case_through_the_cli(name: str, backend: str, tmp_path: Path):
+def test_corpus_case_through_the_cli(name: str, backend: str, tmp_path: Path, cpu_probe):
     folder = cu.CORPUS / name
     meta = cu.meta(folder)
-    _skip_if_cpu_cannot(folder, backend)
+    _skip_if_cpu_cannot(folder, backend, cpu_probe)
     n = meta["num_devices"]
     out = tmp_path / "out.npz"
     proc = run_cli(folder / "module.hlo", n, folder / "inputs.npz", out, "--backend", backend,
