@@ -240,6 +240,7 @@ def run(args) -> int:
         # Validate everything a rank would refuse before starting any rank (exit 2): the
         # inputs from their files' headers (the ranks read them later, one row each).
         inputs = _open_inputs(module, args)
+        _verify_once(module, args)
         checked = _deadlock_check(module, args)
         return _launch(args, module, inputs, checked)
     params = module.entry.parameters
@@ -310,7 +311,8 @@ def _job(args, module, inputs):
         with open(args.module, "rb") as f:
             xlx = f.read()
     da = args.device_assignment
-    options = {"backend": args.backend, "timeout": args.timeout, "verify": not args.no_verify,
+    options = {"backend": args.backend, "timeout": args.timeout,
+               "verify": not args.no_verify and not getattr(args, "verified", False),
                "device_assignment": [list(r) for r in da] if da is not None else None,
                "threads": args.threads, "quiet": args.quiet}
     if xlx is None:  # the file's own text: reports name its lines
@@ -319,8 +321,10 @@ def _job(args, module, inputs):
         r, p = device_counts(module, n)  # resolved here: the ranks apply them as given
         options.update(source=args.module, replica_count=r, num_partitions=p)
         text = read_text(args.module, "MODULE", kind="HLO text")
+    from xladist.hlo.packed import pack
     return JobHost(
         n, module_text=None if xlx is not None else text, xlx=xlx,
+        packed=None if xlx is not None else pack(module),
         options=options, inputs=inputs, outputs=outputs, trace=args.trace, stats=args.stats,
         infeed=NpzSource(args.infeed) if args.infeed else None, infeed_fn=args.infeed_fn,
         outfeed=(lambda: NpzSink(args.outfeed)) if args.outfeed else None,
@@ -414,6 +418,17 @@ def _host_job(args, size: int):
     from xladist.collectives import deadline
     deadline.on_abort(lambda: job.finish(True))
     return service, job
+
+
+def _verify_once(module, args) -> None:
+    """The module verified here, before any rank starts (runtime/api.verify_once): a bad
+    module is refused once, without a launch; the ranks then skip their own look."""
+    if args.module.endswith(".xlx") or args.no_verify:
+        return
+    from xladist.runtime.api import verify_once
+    from xladist.runtime.device import device_counts
+    verify_once(module, device_counts(module, args.num_devices), True)
+    args.verified = True
 
 
 def _deadlock_check(module, args) -> dict | None:

@@ -75,7 +75,13 @@ class _Peer:
         self.p2p = True
 
     def __str__(self) -> str:
-        return f"channel {self.channel} {self.direction} device {self.devices[1]}"
+        return f"{_channel_words(self.channel)}{self.direction} device {self.devices[1]}"
+
+
+def _channel_words(channel) -> str:
+    """"channel 3 " -- or nothing for a send/recv without channel_id (XLA pairs those by
+    their source-target pairs: "channel None" named nothing)."""
+    return "" if channel is None else f"channel {channel} "
 
 
 class _Plan:
@@ -105,7 +111,8 @@ class _Transfer:
 
 
 def _size_mismatch(peer_device, got: int, channel, shape, nbytes: int) -> str:
-    return (f"device {peer_device} sent {got} bytes on channel {channel}, but this recv "
+    where = "" if channel is None else f" on channel {channel}"
+    return (f"device {peer_device} sent {got} bytes{where}, but this recv "
             f"expects {shape.to_text(layout=False)} ({nbytes} bytes): the two ends disagree "
             "on the shape")
 

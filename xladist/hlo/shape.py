@@ -27,6 +27,11 @@ class PrimitiveType:
     bits: int
     np_name: str | None  # numpy / ml_dtypes dtype name, None for token/opaque/tuple
 
+    def __reduce__(self):
+        # One object per type: code compares them with `is` (Shape.is_tuple), so a copy
+        # (a module unpickled by hlo/packed.py) must come back as the same object.
+        return (_type_named, (self.name,))
+
     @cached_property
     def dtype(self) -> np.dtype:
         if self.np_name is None:
@@ -92,6 +97,10 @@ PRIMITIVE_TYPES: dict[str, PrimitiveType] = {
     name: PrimitiveType(name, kind, bits, np_name) for name, kind, bits, np_name in _TYPE_ROWS
 }
 TUPLE = PrimitiveType("tuple", "tuple", 0, None)
+
+
+def _type_named(name: str) -> PrimitiveType:
+    return TUPLE if name == "tuple" else PRIMITIVE_TYPES[name]
 
 
 def primitive_type(name: str) -> PrimitiveType:

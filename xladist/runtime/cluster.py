@@ -38,7 +38,7 @@ from xladist.errors import ExecutionError, InputError
 
 from . import launcher
 from .device import device_counts
-from .api import _as_module, _source, check_call, host_list, rank_options
+from .api import _as_module, _source, check_call, host_list, rank_options, verify_once
 
 # After one rank failed a call, how long the others have to finish or fail it too before
 # the cluster is taken to be stuck (a rank waiting in a collective for the failed one).
@@ -271,13 +271,14 @@ class Cluster:
         settings = {**self.defaults, **options}
         module = _as_module(given)
         counts = device_counts(module, self.n)  # n against the module's counts
+        rank_verify = verify_once(module, counts, settings["verify"])  # once, not per rank
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
                              timeout=settings["timeout"], backend=settings["backend"])
         text, filename = _source(given, module)
         return Compiled(self, next(self._ids), module, text, checked, rank_options(
             counts, backend=settings["backend"], timeout=settings["timeout"],
-            verify=settings["verify"], source=filename, device_assignment=device_assignment))
+            verify=rank_verify, source=filename, device_assignment=device_assignment))
 
     def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
               run: bool | None = None, outputs=None):
@@ -289,6 +290,7 @@ class Cluster:
             self._usable_or_raise()
             run = inputs is not None if run is None else run
             job = JobHost(self.n, module_text=handle.text if load else None,
+                          packed=handle.packed if load else None,
                           inputs=inputs if run else None,
                           outputs=(outputs or Outputs(self.n, "memory")) if run else None,
                           options=handle.options)
@@ -348,7 +350,9 @@ class Compiled:
     """A module placed and compiled on every rank of a cluster (Cluster.compile)."""
 
     def __init__(self, cluster: Cluster, ident: int, module, text: str, checked, options):
+        from xladist.hlo.packed import pack
         self.cluster, self.id, self.module, self.text = cluster, ident, module, text
+        self.packed = pack(module)  # before any compile here can touch the module
         self.checked, self.options = checked, options
         self.freed = False
 

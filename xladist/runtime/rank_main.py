@@ -87,10 +87,13 @@ def _module(spec: dict, blob: bytes):
             f.flush()
             exe = SerializedExecutable(f.name)
         return exe.module, exe.options()
-    from xladist.hlo.parser import parse_module
-
     from .config import override_device_counts
-    module = parse_module(blob.decode("utf-8"), filename=spec.get("source") or "the module")
+    if spec.get("packed"):  # parsed by the launcher (hlo/packed.py)
+        from xladist.hlo.packed import unpack
+        module = unpack(blob, spec.get("source") or "the module")
+    else:
+        from xladist.hlo.parser import parse_module
+        module = parse_module(blob.decode("utf-8"), filename=spec.get("source") or "the module")
     override_device_counts(module, spec.get("replica_count"), spec.get("num_partitions"))
     return module, {}
 

@@ -32,7 +32,9 @@ from .outputs import Outputs, Traces
 class JobHost:
     """One job as the service serves it (see the module docstring).
 
-    `module_text` (or `xlx`: the bytes of a compiled .xlx file), `n` ranks, `options`: the
+    `module_text` (or `xlx`: the bytes of a compiled .xlx file; `packed`: the module this
+    process parsed, hlo/packed.py, which ranks load instead of parsing the text again),
+    `n` ranks, `options`: the
     rank's settings (JSON: backend, timeout, verify, device_assignment, ...). `inputs`: an
     io.Inputs, a list over devices of argument lists, or None. `outputs`: an Outputs.
     `trace`: path of the merged trace or None. `stats`: collect per-rank time splits.
@@ -42,11 +44,11 @@ class JobHost:
     """
 
     def __init__(self, n: int, *, module_text: str | None = None, xlx: bytes | None = None,
-                 options: dict | None = None, inputs=None, outputs: Outputs | None = None,
+                 packed: bytes | None = None, options: dict | None = None, inputs=None, outputs: Outputs | None = None,
                  trace: str | None = None, stats: bool = False, infeed=None, outfeed=None,
                  infeed_fn: str | None = None, prefetch: int = 8, host=None):
         self.n = n
-        self.module_text, self.xlx = module_text, xlx
+        self.module_text, self.xlx, self.packed = module_text, xlx, packed
         self.options = dict(options or {})
         self.inputs = inputs
         self.outputs = outputs
@@ -64,7 +66,8 @@ class JobHost:
     def describe(self) -> dict:
         spec = dict(self.options)
         spec.update(
-            xlx=self.xlx is not None, trace=self.traces is not None,
+            xlx=self.xlx is not None, packed=self.xlx is None and self.packed is not None,
+            trace=self.traces is not None,
             stats=self.stats is not None, outputs=self.outputs is not None,
             infeed="served" if self.infeed is not None else None, infeed_fn=self.infeed_fn,
             outfeed="served" if self.outfeed is not None else None, prefetch=self.prefetch,
@@ -74,7 +77,8 @@ class JobHost:
 
     def request(self, st, what: str, meta: dict, payload):
         if what == "job":
-            blob = self.xlx if self.xlx is not None else (self.module_text or "").encode()
+            blob = self.xlx if self.xlx is not None else self.packed if self.packed \
+                is not None else (self.module_text or "").encode()
             return {"spec": self.describe()}, (), blob
         if what == "inputs":
             return self._inputs(int(meta["device"]))
