@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.simhosts import simhosts  # noqa: F401 -- the fixture of simulated hosts
+from tests.cluster_fixture import clusters, cluster_run  # noqa: F401 -- persistent clusters
 
 # xladist's pytest plugin (xladist/testing/plugin.py). An installed xladist registers it
 # under the pytest11 entry point with this name, so it loads once; an editable install made

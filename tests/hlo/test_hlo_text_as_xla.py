@@ -176,16 +176,15 @@ def test_wellformed_aliasing_header_prints_back(attr):
 
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
 @pytest.mark.slow
-def test_combined_collective_permute_runs_on_two_ranks(backend):
+def test_combined_collective_permute_runs_on_two_ranks(backend, cluster_run):
     """The combined form the verifier now accepts also runs: each operand moves along the
-    pairs, on both backends, under MPI."""
+    pairs, on both backends, under MPI (the session's 2-rank cluster, tests/cluster_fixture.py)."""
     import numpy as np
 
-    import xladist
     text = COMBINED_PERMUTE
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.arange(4, dtype=np.int32).reshape(2, 2)
-    outs = xladist.run(parse_module(text), [[a[d], b[d]] for d in range(2)], n=2,
+    outs = cluster_run(parse_module(text), [[a[d], b[d]] for d in range(2)], n=2,
                        backend=backend, timeout=60)
     for d in range(2):
         np.testing.assert_array_equal(outs[d][0], a[1 - d])

@@ -35,12 +35,25 @@ TIMEOUT = 4          # --timeout: every wait's deadline in the run
 TALLY: collections.Counter = collections.Counter()
 
 
+def _inputs(R, P, ms):
+    n = R * P
+    return [np.arange(2 * n, dtype=np.float32).reshape(n, 2), np.asarray(ms, np.int32)]
+
+
+def _run_on_cluster(cluster_run, text, R, P, ms, backend):
+    """A proven program's output 0 stacked over devices, from the session's cluster
+    (tests/cluster_fixture.py): it must complete, so it needs no launch of its own."""
+    outs = cluster_run(text, _inputs(R, P, ms), n=R * P, backend=backend, check=False,
+                       timeout=TIMEOUT)
+    return np.stack([o[0] for o in outs])
+
+
 def _run(tmp, text, R, P, ms, backend):
     path = tmp / "module.hlo"
     path.write_text(text)
     n = R * P
-    x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
-    np.savez(tmp / "in.npz", arg0=x, arg1=np.asarray(ms, np.int32))
+    x, m = _inputs(R, P, ms)
+    np.savez(tmp / "in.npz", arg0=x, arg1=m)
     out = tmp / f"out_{backend}.npz"
     proc = xladist_cli("run", path, "-n", n, "--backend", backend, "--no-check",
                        "--timeout", TIMEOUT, "--inputs", tmp / "in.npz", "--outputs", out,
@@ -55,21 +68,26 @@ def _run(tmp, text, R, P, ms, backend):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(programs())
-def test_verdicts_hold_under_mpiexec(tmp_path_factory, program):
+def test_verdicts_hold_under_mpiexec(tmp_path_factory, cluster_run, program):
     text, R, P, ms = program
     module = xladist.parse_hlo(text)
     xladist.verify(module)
     report = check_module(module, budget=None)
-    tmp = tmp_path_factory.mktemp("run")
     if report.ok and not report.problems:
-        proc, got = _run(tmp, text, R, P, ms, "interpreter")
-        assert proc.returncode == 0, f"proven, but the run did not finish:\n{proc.stderr}\n{text}"
-        proc, native = _run(tmp, text, R, P, ms, "cpu")
-        assert proc.returncode == 0, f"proven, but the cpu run did not finish:\n{proc.stderr}"
+        # A run that does not finish raises here (the watchdog's report after TIMEOUT, or
+        # the rank's error), naming the program: the cluster's next call starts a new one.
+        try:
+            got = _run_on_cluster(cluster_run, text, R, P, ms, "interpreter")
+        except xladist.XlaDistError as e:
+            pytest.fail(f"proven, but the run did not finish:\n{e}\n{text}")
+        try:
+            native = _run_on_cluster(cluster_run, text, R, P, ms, "cpu")
+        except xladist.XlaDistError as e:
+            pytest.fail(f"proven, but the cpu run did not finish:\n{e}")
         np.testing.assert_allclose(native, got, rtol=1e-5, atol=1e-5)
         TALLY["proven: completed, same results on both backends"] += 1
         return
-    proc, _ = _run(tmp, text, R, P, ms, "interpreter")
+    proc, _ = _run(tmp_path_factory.mktemp("run"), text, R, P, ms, "interpreter")
     assert "Traceback" not in proc.stderr, proc.stderr
     if report.ok:
         TALLY[f"{report.verdict}: the run {'completed' if proc.returncode == 0 else 'stopped'}"] \
