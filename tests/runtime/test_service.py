@@ -383,3 +383,39 @@ def test_outputs_one_file_per_device_and_in_memory(tmp_path):
     _deliver(mem, per_device)
     got = mem.finish()
     assert [g[0].tolist() for g in got] == [[0.0] * 4, [1.0] * 4]
+
+
+def test_a_goodbye_after_unread_pings_is_not_lost(service, monkeypatch):
+    """A rank whose reader has not taken the service's last pings when it says goodbye must
+    not close with them unread: that sends a reset, which discards what the service has not
+    read yet -- the goodbye (and, in a real job, the last outputs) -- and the service then
+    reports the rank as having ended without a word (1 warm run in 10-15 under load)."""
+    from xladist.runtime.service import client as service_client
+    svc = service(1, prints=False)
+    handle = svc._on_message
+
+    def slowly_on_pos(st, kind, meta, size):
+        if meta.get("op") != "pos":
+            return handle(st, kind, meta, size)
+        # A loaded host: the service reads the rank's last big message slowly, and is
+        # still at it when the rank says goodbye and closes.
+        left = size
+        while left:
+            got = st.conn.sock.recv(min(left, 1 << 20))
+            assert got, "the stream ended inside the message"
+            left -= len(got)
+            time.sleep(0.05)
+    monkeypatch.setattr(svc, "_on_message", slowly_on_pos)
+    rank = service_client.Client(svc.address, svc.token, 0, 1).start()
+    take = rank._on
+
+    def slow_reader(meta, payload):
+        time.sleep(2.5)  # pings (every HEARTBEAT_S) pile up unread
+        take(meta, payload)
+    monkeypatch.setattr(rank, "_on", slow_reader)
+    time.sleep(4.0)
+    # Like a rank's last output: more than the sockets' buffers hold, still being sent.
+    assert rank.send("pos", blob=b"x" * (32 << 20), rec={"state": "finished"}, timeout=60)
+    rank.bye()
+    assert svc.wait_all_ended(15)
+    assert svc.lost == [] and svc.ranks[0].ended == "bye"

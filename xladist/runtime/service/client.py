@@ -21,6 +21,7 @@ import atexit
 import itertools
 import os
 import queue
+import socket
 import threading
 import time
 
@@ -39,6 +40,9 @@ WELCOME_TIMEOUT_S = 120.0
 # report and abort before it reports on its own.
 FIRE_WAIT_S = 10.0
 ACK_WAIT_S = 5.0
+# After its goodbye, how long a rank waits for the service to have read everything it sent
+# (the service closes its side then; Client._close_after_the_service_read_all).
+BYE_DRAIN_S = 30.0
 
 
 class ServiceError(RuntimeError):
@@ -68,6 +72,7 @@ class Client:
         self._last_heard = time.monotonic()
         self._timeout = heartbeat_timeout()
         self.sock = None
+        self._reader: threading.Thread | None = None
         self._send_lock = threading.Lock()
         # Orders of a persistent cluster (`order` messages: run this, end), for its rank loop
         # (xladist/runtime/cluster_rank.py), as (meta, payload); None once the service has
@@ -91,7 +96,9 @@ class Client:
         wire.send(self.sock, wire.HELLO, {
             "role": "rank", "token": self.token, "protocol": PROTOCOL, "rank": self.rank,
             "size": self.size, "host": self.host, "pid": os.getpid(), "target": target_info()})
-        threading.Thread(target=self._read, name="xladist-service-reader", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, name="xladist-service-reader",
+                                        daemon=True)
+        self._reader.start()
         with self._cond:
             if not self._cond.wait_for(lambda: self.welcome is not None, WELCOME_TIMEOUT_S):
                 raise ServiceError(f"rank {self.rank}: the coordination service at "
@@ -295,8 +302,29 @@ class Client:
         from xladist.compiler import kernel_cache
         kernel_cache.set_remote(None)
         self.send("bye", timeout=5.0)
+        self._close_after_the_service_read_all()
+
+    def _close_after_the_service_read_all(self) -> None:
+        """Close this end only once the service has read everything sent on it. A socket
+        closed with unread data in its receive buffer (a heartbeat or ping of the service's
+        the reader had not taken yet) sends a reset instead of an end of stream, and the
+        reset discards what the service had not read yet: this rank's last outputs and its
+        goodbye. Under load that was 1 warm run in 10-15 ending "rank 1 ... ended without a
+        word ... finished its program" with its results lost. So: end our sending side (the
+        service reads to the end, then closes its side), let the reader take whatever comes
+        until then, and close -- waiting at most BYE_DRAIN_S for a service that never does."""
+        sock = self.sock
+        if sock is None:
+            return
         try:
-            self.sock.close()
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        reader = self._reader
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(BYE_DRAIN_S)
+        try:
+            sock.close()
         except OSError:
             pass
 

@@ -291,7 +291,7 @@ class Service:
         except Exception as e:  # noqa: BLE001 -- a bug here must not look like a dead rank
             self._on_failed(st, f"xladist: internal error in the coordination service while "
                                 f"serving rank {st.rank}: {type(e).__name__}: {e}", 1)
-        self._on_end(st)
+        self._on_end(st)  # then _serve closes our side: the rank's wait to close ends
 
     def _welcome_all(self) -> None:
         """All ranks are here: decide the job-wide settings and tell everyone."""
