@@ -518,3 +518,47 @@ ENTRY e {
 }
 """)
     assert "differs" in str(verify_error(bad, num_devices=2))
+
+
+_AR_START = """HloModule m, replica_count=2
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+ENTRY main {
+  x = f32[4] parameter(0)
+  start = f32[4] all-reduce-start(x), replica_groups={{0,1}}, to_apply=add
+DONES
+}
+"""
+
+
+@pytest.mark.parametrize("dones,why", [
+    ("  ROOT y = f32[4] negate(x)", "its users: none"),
+    ("  d1 = f32[4] all-reduce-done(start)\n  d2 = f32[4] all-reduce-done(start)\n"
+     "  ROOT y = f32[4] add(d1, d2)", "its users: %d1 (all-reduce-done), %d2 (all-reduce-done)"),
+])
+def test_a_start_must_be_completed_by_exactly_one_done(dones, why):
+    """As XLA's verifier: a start nothing completes (or two dones complete) leaves its
+    transfer in flight past the program's end; it ran before, its transfers never waited."""
+    from xladist.hlo.parser import parse_module
+    module = parse_module(_AR_START.replace("DONES", dones))
+    err = verify_error(module)
+    assert "instruction `%start = " in str(err)
+    assert "all-reduce-start must have exactly one user, all-reduce-done, that completes it" \
+        in str(err) and why in str(err)
+    good = parse_module(_AR_START.replace(
+        "DONES", "  ROOT d = f32[4] all-reduce-done(start)"))
+    verify_module(good)
+
+
+def test_an_async_group_start_without_its_done_is_refused():
+    from xladist.hlo.parser import parse_module
+    from tests.paths import DATA
+    text = (DATA / "deadlock" / "async_group_exchange.n2.hlo").read_text()
+    verify_module(parse_module(text))  # its sends and recvs are the async body's root
+    cut = text[:text.index("  %done = ")] + \
+        "  ROOT %out = (f32[4]{0}, f32[4]{0}) tuple(%x, %y)\n}\n"
+    err = verify_error(parse_module(cut))
+    assert "async-start must have exactly one user, async-update or async-done" in str(err)

@@ -140,6 +140,36 @@ _DONE_OF = {
     "async-done": ("async-start", "async-update"),
 }
 _CARRIED = ("get-tuple-element", "parameter")
+# start opcode -> what its one user must be (XLA's verifier, VerifyAsynchronousInstructionPairs):
+# a start that nothing completes -- or that two dones complete -- leaves its transfer or copy
+# in flight past the end of the program (a send/recv may also go into a tuple: pipelined
+# through a loop; as the root of an async computation it is completed by the async-done).
+_ONE_USER = {
+    "async-start": ("async-update", "async-done"),
+    "async-update": ("async-update", "async-done"),
+    "all-reduce-start": ("all-reduce-done",),
+    "copy-start": ("copy-done",),
+    "collective-permute-start": ("collective-permute-done",),
+    "send": ("send-done", "tuple"),
+    "recv": ("recv-done", "tuple"),
+}
+
+
+def _check_completed(comp: Computation, async_bodies: set[int]) -> None:
+    users = None
+    for instr in comp.instructions:
+        allowed = _ONE_USER.get(instr.opcode)
+        if allowed is None:
+            continue
+        if instr.opcode in ("send", "recv") and instr is comp.root and id(comp) in async_bodies:
+            continue
+        if users is None:
+            users = comp.users()
+        mine = users.get(instr, [])
+        if len(mine) != 1 or mine[0].opcode not in allowed:
+            found = ", ".join(f"%{u.name} ({u.opcode})" for u in mine) or "none"
+            _fail(f"{instr.opcode} must have exactly one user, {' or '.join(allowed)}, that "
+                  f"completes it; its users: {found}", comp, instr)
 
 
 def _check_pairing(comp: Computation, instr: Instruction) -> None:
@@ -431,10 +461,13 @@ def verify_module(module: Module, *, num_devices: int | None = None,
         names[c.name] = c
     comps = _reachable(module)
     _check_no_recursion(comps)
+    async_bodies = {id(i.attrs["calls"]) for c in comps for i in c.instructions
+                    if i.opcode == "async-start" and i.attrs.get("calls") is not None}
     for comp in comps:
         _check_structure(comp)
         for instr in comp.instructions:
             _check_instruction(comp, instr, report, r, p)
+        _check_completed(comp, async_bodies)  # after: a done's own check says more
         report.computations += 1
         report.instructions += len(comp.instructions)
     _check_entry_layout(module)
