@@ -23,7 +23,7 @@ import pytest
 
 from tests.cli.test_channels_cli import DATA, HOST_LOOP, write_inputs
 from tests.cli.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
-from tests.cli_util import cli_env, xladist_cli
+from tests.cli_util import cli_env, marked, xladist_cli
 from tests.feeds_fns import item
 from tests.paths import ROOT
 
@@ -213,7 +213,7 @@ def _kill_job(proc) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        left = [pid for pid, *_ in _marked(proc.marker)]
+        left = marked(proc.marker)
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)

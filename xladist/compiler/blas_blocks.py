@@ -57,7 +57,9 @@ WHOLE_MIN_MACS = BLOCK_MACS
 # this process's other pools (numpy's OpenBLAS, XLA's) are awake already: splitting
 # around them on the pool, matmul 1024 took 1.6-2.1x numpy's time; handing the product
 # to OpenBLAS's awake threads, numpy's (compute.py --company, "after numpy+jax").
-# Our own WHOLE calls' spin does not count as the others' (parallel._foreign_rate).
+# What OpenBLAS's workers burn inside our own WHOLE calls does not count as the others'
+# (parallel._foreign_during); their spin after our call does, so a site that chose
+# WHOLE keeps them awake while its calls come less than ~0.1 s apart.
 WHOLE_MAX_TIMEOUT = 8
 
 
@@ -105,15 +107,18 @@ _agree: dict[tuple, bool] = {}
 _sites_lock = threading.Lock()  # executions in two threads of one process (rare)
 
 
+def _bound(table: dict) -> None:
+    """Room for one more entry in `table` (under _sites_lock): the oldest go first."""
+    while len(table) >= MAX_SITES:
+        del table[next(iter(table))]
+
+
 def _site(key: tuple, ways, name: str) -> choice.Site:
     with _sites_lock:
         site = _sites.pop(key, None)
         if site is None:
             site = choice.Site(ways, name, _WHOLE_ONLY)
-            while len(_sites) >= MAX_SITES:
-                del _sites[next(iter(_sites))]
-            while len(_agree) >= MAX_SITES:
-                del _agree[next(iter(_agree))]
+            _bound(_sites)
         _sites[key] = site  # the most recently used last
         return site
 
@@ -140,27 +145,32 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     summation order follows from the shapes and thread count alone, and random values
     show any difference in it in nearly every element."""
     key = (a.dtype.char, a.shape, b.shape, _order(a), _order(b), threads)
-    if key not in _agree:
-        rng = np.random.default_rng(0)
+    known = _agree.get(key)
+    if known is not None:
+        return known
+    rng = np.random.default_rng(0)
 
-        def like(x):
-            shape = x.shape[::-1] if _order(x) == "T" else x.shape
-            v = rng.random(shape) - 0.5
-            if x.dtype.kind == "c":
-                v = v + 1j * (rng.random(shape) - 0.5)
-            v = v.astype(x.dtype)
-            return v.T if _order(x) == "T" else v
-        ra, rb = like(a), like(b)
-        want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-        got = np.empty_like(want)
-        with openblas_threads(BLAS_THREADS):
-            _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
-        with exclusive_blas(threads) as alone:
-            if not alone:  # another execution in flight: ask again on a later call
-                return False
-            np.matmul(ra, rb, out=got)
-        _agree[key] = want.tobytes() == got.tobytes()
-    return _agree[key]
+    def like(x):
+        shape = x.shape[::-1] if _order(x) == "T" else x.shape
+        v = rng.random(shape) - 0.5
+        if x.dtype.kind == "c":
+            v = v + 1j * (rng.random(shape) - 0.5)
+        v = v.astype(x.dtype)
+        return v.T if _order(x) == "T" else v
+    ra, rb = like(a), like(b)
+    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    got = np.empty_like(want)
+    with openblas_threads(BLAS_THREADS):
+        _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
+    with exclusive_blas(threads) as alone:
+        if not alone:  # another execution in flight: ask again on a later call
+            return False
+        np.matmul(ra, rb, out=got)
+    agree = want.tobytes() == got.tobytes()
+    with _sites_lock:
+        _bound(_agree)
+        _agree[key] = agree
+    return agree
 
 
 def _gemm_blocks(a, b, out, split) -> None:
