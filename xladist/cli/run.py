@@ -427,7 +427,7 @@ def _verify_once(module, args) -> None:
         return
     from xladist.runtime.api import verify_once
     from xladist.runtime.device import device_counts
-    verify_once(module, device_counts(module, args.num_devices), True)
+    verify_once(module, device_counts(module, args.num_devices))
     args.verified = True
 
 

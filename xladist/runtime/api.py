@@ -143,9 +143,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
-    # Spawned ranks get the module verified here, once (the ranks under a user's own
-    # mpiexec verify their copies themselves, in _run_here).
-    rank_verify = verify if launcher.under_mpi() else verify_once(module, counts, verify)
+    if verify and not launcher.under_mpi():
+        verify_once(module, counts)  # spawned ranks skip it (under mpiexec: _run_here does it)
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,
         prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
@@ -172,7 +171,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
                                         for what, wanted, saved in rescued()[before:]))
         return outputs
     return _run_spawned(module, per_device, n, counts=counts, backend=backend, timeout=timeout,
-                        device_assignment=device_assignment, verify=rank_verify,
+                        device_assignment=device_assignment, verify=False,
                         job_timeout=job_timeout, trace=trace, transfers=transfers,
                         feed_options=feed_options, hosts=host_list(hosts),
                         hostfile=hostfile, mpiexec=mpiexec, checked=checked,
@@ -311,16 +310,14 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     return outputs
 
 
-def verify_once(module, counts, verify: bool) -> bool:
+def verify_once(module, counts) -> None:
     """Verify `module` here, with the run's (replica_count, num_partitions), before any
-    rank hears of it -- a bad module is refused once, before the launch, instead of by
-    every rank after it -- and return the ranks' own `verify` setting: False, as it was
-    done (the verifier only reads the module, so the ranks' copy needs no second look)."""
-    if verify:
-        from xladist.hlo.collective_groups import config_counts
-        from xladist.hlo.verifier import verify_module
-        verify_module(module, counts=config_counts(module, *counts))
-    return False
+    rank hears of it: a bad module is refused once, before the launch, instead of by every
+    rank after it. The ranks then run it with verify=False (the verifier only reads the
+    module, so their copy needs no second look)."""
+    from xladist.hlo.collective_groups import config_counts
+    from xladist.hlo.verifier import verify_module
+    verify_module(module, counts=config_counts(module, *counts))
 
 
 def rank_options(counts, *, backend: str, timeout: float, verify: bool, source: str | None,

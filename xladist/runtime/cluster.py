@@ -271,14 +271,15 @@ class Cluster:
         settings = {**self.defaults, **options}
         module = _as_module(given)
         counts = device_counts(module, self.n)  # n against the module's counts
-        rank_verify = verify_once(module, counts, settings["verify"])  # once, not per rank
+        if settings["verify"]:
+            verify_once(module, counts)  # here, once: the ranks skip it
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
                              timeout=settings["timeout"], backend=settings["backend"])
         text, filename = _source(given, module)
         return Compiled(self, next(self._ids), module, text, checked, rank_options(
             counts, backend=settings["backend"], timeout=settings["timeout"],
-            verify=rank_verify, source=filename, device_assignment=device_assignment))
+            verify=False, source=filename, device_assignment=device_assignment))
 
     def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
               run: bool | None = None, outputs=None):
