@@ -18,10 +18,10 @@ from ...errors import UnsupportedError
 from ...hlo.ir import Computation, Instruction
 from . import ir_array
 from .ir_array import Index, c64, layout_of
-from .lanes import lane_reducer, reduce_in_lanes
+from .lanes import lane_reducer, raw_step, reduce_in_lanes
 from .loops import for_range
 from .lowbits import SMALL_FLOATS
-from .scalar_ops import SCALAR_RULES, bitcast_value
+from .scalar_ops import SCALAR_RULES, bitcast_value, canonical_nan
 from .types import (
     I1,
     I64,
@@ -116,6 +116,18 @@ class ElementalContext:
         phi.add_incoming(tv, tb)
         phi.add_incoming(ev, eb)
         return phi
+
+    def step(self, reducer: Computation, args: list) -> list:
+        """One step of a reduction's chain: the reducer inlined, or its raw LLVM op
+        (lanes.raw_step), whose chain ends in settle()."""
+        raw = raw_step(reducer)
+        return [raw(self.b, *args)] if raw else self.inline(reducer, args)
+
+    def settle(self, reducer: Computation, values: list) -> list:
+        """The end of a chain of step()s: the reducer's rule for which NaN."""
+        if raw_step(reducer) is None:
+            return values
+        return [canonical_nan(v, self.b) for v in values]
 
     def inline(self, comp: Computation, args: list) -> list:
         """Values of comp's root (flattened if a tuple) with its parameters = args."""
@@ -509,7 +521,7 @@ def _reduce_elemental(ctx, instr, index):
             ctx.push()
             idx = index.derive(in_dims, list(base))
             vals = [ctx.gen(i, idx) for i in inputs]
-            out = ctx.inline(reducer, list(acc) + vals)
+            out = ctx.step(reducer, list(acc) + vals)
             ctx.pop()
             return out
         d = loops[level]
@@ -524,7 +536,7 @@ def _reduce_elemental(ctx, instr, index):
     if n == 1 and loops and lane_reducer(reducer):  # a float sum or product
         return reduce_in_lanes(ctx, reducer, in_dims, loops, base,
                                lambda m: ctx.gen(inputs[0], index.derive(in_dims, m)), acc[0])
-    acc = nest(0, acc)
+    acc = ctx.settle(reducer, nest(0, acc))
     if n == 1:
         return acc[0]
     raise UnsupportedError(f"variadic reduce `{instr.name}` fused into another kernel")
@@ -584,7 +596,7 @@ def reduce_window_values(ctx, instr, index):
             idx = index.derive(in_dims, pos)
             vals = [ctx.gen(i, idx) for i in inputs]
             accs = [b.load(s) for s in acc_slots]
-            out = ctx.inline(reducer, accs + vals)
+            out = ctx.step(reducer, accs + vals)
             for s, v in zip(acc_slots, out):
                 b.store(v, s)
             ctx.pop()
@@ -602,4 +614,4 @@ def reduce_window_values(ctx, instr, index):
         if wdims[d].size <= 1:
             src[d] = c64(0)
     nest(0)
-    return [b.load(s) for s in acc_slots]
+    return ctx.settle(reducer, [b.load(s) for s in acc_slots])

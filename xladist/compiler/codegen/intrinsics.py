@@ -8,6 +8,8 @@ from .types import F32, F64, HALF
 
 
 def _suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):  # lane-wise (codegen/lanes.py)
+        return f"v{t.count}{_suffix(t.element)}"
     if isinstance(t, ir.IntType):
         return f"i{t.width}"
     if t == F32:

@@ -254,13 +254,28 @@ def _div_rem(b, instr, v):
     return b.select(y_zero, x, b.select(overflow, zero, q))
 
 
+def _float_max_min(b, is_max: bool, x, y):
+    """XLA maximum / minimum of floats as semantics/order.py's float_max / float_min
+    (the interpreter's): +0 > -0, and a NaN operand gives the canonical quiet NaN.
+    llvm.maximum alone returns a NaN whose sign and payload vary (max(NaN, -NaN) gave -NaN
+    on x86), so the two backends differed in the bits; canonical_nan keeps it one rule.
+    A reduction's chain may take llvm.maximum alone for its steps and canonical_nan once
+    at its end (codegen/lanes.py raw_step): a NaN stays a NaN through every step."""
+    return canonical_nan((intr.maximum if is_max else intr.minimum)(b, x, y), b)
+
+
+def canonical_nan(v, b):
+    """v, but the canonical quiet NaN for any NaN (scalar or lane-wise)."""
+    return b.select(b.fcmp_unordered("uno", v, v), _c(v.type, math.nan), v)
+
+
 @_register("maximum", "minimum")
 def _max_min(b, instr, v):
     t = _etype(instr)
     x, y = v
     is_max = instr.opcode == "maximum"
     if t.is_float:
-        return (intr.maximum if is_max else intr.minimum)(b, x, y)
+        return _float_max_min(b, is_max, x, y)
     if t.is_complex:
         _unsupported(instr, "complex maximum/minimum")
     signed = t.kind == "sint"
@@ -534,7 +549,7 @@ def _clamp(b, instr, v):
     lo, x, hi = v
     t = _etype(instr)
     if t.is_float:
-        return intr.minimum(b, intr.maximum(b, x, lo), hi)
+        return _float_max_min(b, False, _float_max_min(b, True, x, lo), hi)
     signed = t.kind == "sint"
     gt = (lambda a, c: b.icmp_signed(">", a, c)) if signed else \
         (lambda a, c: b.icmp_unsigned(">", a, c))

@@ -388,7 +388,7 @@ def _emit_reduce(module, spec: KernelSpec):
                 ctx.push()
                 idx = Index(b, in_dims, list(base))
                 vals = [ctx.gen(i, idx) for i in inputs]
-                out = ctx.inline(reducer, list(acc) + vals)
+                out = ctx.step(reducer, list(acc) + vals)
                 ctx.pop()
                 return out
             d = trailing[level]
@@ -404,7 +404,7 @@ def _emit_reduce(module, spec: KernelSpec):
                                      lambda m: ctx.gen(inputs[0], Index(b, in_dims, m)),
                                      start[0])]
         else:
-            final = nest(0, start)
+            final = ctx.settle(reducer, nest(0, start))
         ctx.pop()
         for p, s, v in zip(outs, out_shapes, final):
             ir_array.write(b, p, s, out_idx, v)
