@@ -1,5 +1,6 @@
-"""tests/cluster_fixture.py: the suite's persistent clusters give what `xladist.run` gives,
-and a call that ends its cluster does not end the next test's."""
+"""xladist/testing/clusters.py (the suite's persistent clusters, tests/cluster_fixture.py):
+they give what `xladist.run` gives, and a call that ends its cluster does not end the next
+test's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import xladist
 from xladist.runtime.cluster import ClusterEnded
 from tests.cli.test_channels_cli import DATA
-from tests.cluster_fixture import Clusters
+from xladist.testing.clusters import Clusters
 from tests.runtime.test_cluster import ALL_REDUCE, _expected, _inputs
 
 

@@ -1,5 +1,6 @@
-"""xladist.testing and its pytest plugin, from a plain process (each run starts its own MPI
-job); tests/mpi/test_plugin_example.py runs the documented example inside an MPI job."""
+"""xladist.testing and its pytest plugin, from a plain process (runs go to ranks kept for the
+process, or a job of their own); tests/mpi/test_plugin_example.py runs the documented
+example inside an MPI job."""
 
 import os
 import subprocess
@@ -69,13 +70,24 @@ def test_the_plugin_gives_fixtures_and_a_backend_option(tmp_path):
         "    got = xladist_run(module, [x])\n"
         "    want = xladist_reference(module, [x])\n"
         "    assert xladist_backend == 'interpreter' and xladist_devices == 2\n"
-        "    assert [g[0].tolist() for g in got] == [w[0].tolist() for w in want]\n")
+        "    assert [g[0].tolist() for g in got] == [w[0].tolist() for w in want]\n"
+        "\n"
+        "def test_again(xladist_run):\n"
+        "    import numpy as np\n"
+        f"    module = '''{GATHER}'''\n"
+        "    got = xladist_run(module, [np.ones((2, 3), np.float32)])\n"
+        "    assert got[1][0].tolist() == [1.0] * 6\n"
+        "\n"
+        "def test_both_ran_on_one_kept_cluster():\n"
+        "    from xladist.testing.clusters import shared\n"
+        "    assert shared().started == 1 and shared().live[2].usable\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:randomly",
                            "-p", "xladist.testing.plugin", "--xladist-backend", "interpreter",
                            str(tmp_path / "test_mine.py")], cwd=tmp_path, env=cli_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 passed" in proc.stdout
+    assert "3 passed" in proc.stdout
 
 
 def test_the_documented_example_is_the_one_that_runs():
@@ -83,3 +95,35 @@ def test_the_documented_example_is_the_one_that_runs():
     example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()
     assert f"```python\n{example}```" in doc
     assert len(example.strip().splitlines()) <= 12
+
+
+# ---- from a plain process: ranks kept for the process (xladist/testing/clusters.py) ----
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_runs_from_a_plain_process_share_one_kept_cluster(monkeypatch):
+    """Two runs on 2 ranks start one cluster, not two jobs, and give the reference's bits;
+    a run in another environment gets ranks started in it (as a fresh job would), and
+    persistent=False a job of its own."""
+    from xladist.testing import clusters
+    from xladist.runtime import api
+    monkeypatch.setattr(clusters, "_shared", [])
+    jobs = []
+    real_run = api.run
+    monkeypatch.setattr(api, "run", lambda *a, **k: jobs.append(1) or real_run(*a, **k))
+    try:
+        x = np.stack([NAN, NAN + 1])
+        assert_conforms(GATHER, [x], n=2, backend="interpreter")
+        got = assert_conforms(GATHER, [x * 2], n=2, backend="cpu")
+        np.testing.assert_array_equal(got[1][0], np.concatenate([x[0] * 2, x[1] * 2]))
+        kept = clusters.shared()
+        assert kept.started == 1 and jobs == []
+        first = kept.live[2]
+        monkeypatch.setenv("XLADIST_TESTING_PROBE", "1")
+        assert_conforms(GATHER, [x], n=2, backend="interpreter")
+        assert kept.started == 2 and kept.live[2] is not first and not first.usable
+        assert_conforms(GATHER, [x], n=2, backend="interpreter", persistent=False)
+        assert kept.started == 2 and jobs == [1]
+    finally:
+        clusters.close_shared()
+    assert not clusters.shared().live

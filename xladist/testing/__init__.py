@@ -5,10 +5,11 @@ device's outputs with the reference (docs/conformance.md).
     assert_conforms(module, inputs, n=4, backend="mine")
 
 `run_devices` runs a module on n MPI ranks (inside an MPI job -- `mpiexec -n N python -m
-pytest --with-mpi` -- on this job's ranks; from a plain process, a job of n ranks is started)
-and returns every device's outputs. `reference` gives what every device should return: the
-module run for all devices by the interpreter in one process, collectives evaluated from all
-members' values under docs/reference/collective-semantics.md (xladist/conformance/reference.py).
+pytest --with-mpi` -- on this job's ranks; from a plain process, on n ranks kept for the
+process, clusters.py) and returns every device's outputs. `reference` gives what every
+device should return: the module run for all devices by the interpreter in one process,
+collectives evaluated from all members' values under
+docs/reference/collective-semantics.md (xladist/conformance/reference.py).
 `assert_conforms` compares the two bit for bit (NaN payloads and the sign of zero included),
 or within a tolerance per element type when asked, and its AssertionError names the device,
 the result and the first differing element. The pytest plugin (xladist/testing/plugin.py,
@@ -57,13 +58,22 @@ def _under_mpi() -> bool:
 
 def run_devices(module, inputs=None, n: int = 2, backend: str = "cpu", *,
                 device_assignment=None, infeed=None, outfeed: bool = False,
-                timeout: float = 60.0) -> Outputs:
+                timeout: float = 60.0, persistent: bool = True) -> Outputs:
     """Run `module` on n devices with `backend` (module doc); `inputs` as xladist.run takes
     them: one array per parameter with a leading device axis, or a list over devices of
     argument lists. `infeed`: a list over devices of item lists; `outfeed=True` collects every
-    device's outfeed items (needs an MPI job of n ranks)."""
+    device's outfeed items (needs an MPI job of n ranks).
+
+    From a plain process a run without feeds goes to this process's kept n-rank cluster
+    (xladist/testing/clusters.py: started by the first such run, every run loading and
+    releasing its own module), not to a new job: the same results, without an mpiexec
+    start per run. `persistent=False`: a job of its own (a run with feeds always)."""
     from xladist.runtime.api import run
     module = _module(module)
+    if persistent and infeed is None and not outfeed and not _under_mpi():
+        from .clusters import shared
+        return Outputs(shared().run(module, inputs, n=n, backend=backend, timeout=timeout,
+                                    device_assignment=device_assignment))
     options: dict = {}
     if infeed is not None:
         options["infeed"] = [list(items) for items in infeed]
@@ -126,15 +136,17 @@ def _tolerance(tolerance, dtype):
 
 def assert_conforms(module, inputs=None, *, n: int = 2, backend: str = "cpu",
                     tolerance=None, device_assignment=None, infeed=None,
-                    outfeed: bool = False, timeout: float = 60.0) -> Outputs:
+                    outfeed: bool = False, timeout: float = 60.0,
+                    persistent: bool = True) -> Outputs:
     """Run `module` on n devices with `backend` and assert that every device's outputs are
     the reference's: bit for bit by default; `tolerance=True` allows DEFAULT_TOLERANCES per
     element type (integers stay exact), a dict {element type: (rtol, atol)} chooses them, an
-    (rtol, atol) pair applies to every floating type. Returns the backend's outputs."""
+    (rtol, atol) pair applies to every floating type. `persistent`: as run_devices.
+    Returns the backend's outputs."""
     from xladist.conformance.checks import first_difference
     module = _module(module)
     got = run_devices(module, inputs, n, backend, device_assignment=device_assignment,
-                      infeed=infeed, outfeed=outfeed, timeout=timeout)
+                      infeed=infeed, outfeed=outfeed, timeout=timeout, persistent=persistent)
     want = reference(module, inputs, n, device_assignment=device_assignment,
                      infeed=[list(x) for x in infeed] if infeed is not None else None,
                      timeout=timeout)

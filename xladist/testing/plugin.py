@@ -3,10 +3,13 @@ environment where xladist is installed): fixtures for conformance tests of your 
 
 pytest-mpi's conventions: run the tests inside an MPI job with
 `mpiexec -n N python -m pytest --with-mpi`, mark them `@pytest.mark.mpi(min_size=N)`.
-Inside the job every fixture runs on the job's N ranks; without --with-mpi, each run starts
-a job of its own (slower, but the same test works).
+Inside the job every fixture runs on the job's N ranks; without --with-mpi, runs go to ranks
+kept for the session (xladist/testing/clusters.py: one cluster per rank count, every run
+loading and releasing its own module; a run with feeds, or every run with
+--xladist-fresh-jobs, starts a job of its own). The same test works both ways.
 
-Options: --xladist-backend NAME (default cpu, or $XLADIST_BACKEND), --xladist-timeout S.
+Options: --xladist-backend NAME (default cpu, or $XLADIST_BACKEND), --xladist-timeout S,
+--xladist-fresh-jobs.
 Fixtures:
   xladist_backend   the backend name the tests check
   xladist_devices   N: the MPI world size inside a job, else the `mpi` mark's min_size, else 2
@@ -28,10 +31,18 @@ def pytest_addoption(parser):
                     help="backend the xladist fixtures run (default: $XLADIST_BACKEND or cpu)")
     group.addoption("--xladist-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="a wait for another rank longer than this fails the run (default 60)")
+    group.addoption("--xladist-fresh-jobs", action="store_true", default=False,
+                    help="without --with-mpi, start a job for every run instead of keeping "
+                         "ranks for the session")
 
 
 def _backend(config) -> str:
     return config.getoption("--xladist-backend") or os.environ.get("XLADIST_BACKEND") or "cpu"
+
+
+def pytest_unconfigure(config):
+    from xladist.testing.clusters import close_shared
+    close_shared()  # the session's kept ranks end with it
 
 
 def pytest_report_header(config):
@@ -58,9 +69,11 @@ def xladist_devices(request) -> int:
 def xladist_run(request, xladist_backend, xladist_devices):
     from xladist.testing import run_devices
     timeout = request.config.getoption("--xladist-timeout")
+    fresh = request.config.getoption("--xladist-fresh-jobs")
 
     def run(module, inputs=None, n=None, backend=None, **options):
         options.setdefault("timeout", timeout)
+        options.setdefault("persistent", not fresh)
         return run_devices(module, inputs, n or xladist_devices, backend or xladist_backend,
                            **options)
     return run
