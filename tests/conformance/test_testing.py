@@ -90,6 +90,28 @@ def test_the_plugin_gives_fixtures_and_a_backend_option(tmp_path):
     assert "3 passed" in proc.stdout
 
 
+
+@pytest.mark.slow
+def test_fresh_jobs_option_starts_a_job_per_run_for_fixtures_and_direct_calls(tmp_path):
+    (tmp_path / "test_fresh.py").write_text(
+        "import numpy as np\n"
+        "from xladist.testing import assert_conforms\n"
+        "from xladist.testing.clusters import shared\n"
+        "\n"
+        "def test_runs(xladist_run):\n"
+        f"    module = '''{GATHER}'''\n"
+        "    x = np.ones((2, 3), np.float32)\n"
+        "    assert xladist_run(module, [x])[1][0].tolist() == [1.0] * 6\n"
+        "    assert_conforms(module, [x], n=2, backend='interpreter')\n"
+        "    assert shared().started == 0\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "xladist.testing.plugin", "--xladist-fresh-jobs",
+                           "--xladist-backend", "interpreter", str(tmp_path / "test_fresh.py")],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
 def test_the_documented_example_is_the_one_that_runs():
     doc = (ROOT / "docs" / "conformance.md").read_text()
     example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()

@@ -58,7 +58,7 @@ def _under_mpi() -> bool:
 
 def run_devices(module, inputs=None, n: int = 2, backend: str = "cpu", *,
                 device_assignment=None, infeed=None, outfeed: bool = False,
-                timeout: float = 60.0, persistent: bool = True) -> Outputs:
+                timeout: float = 60.0, persistent: bool | None = None) -> Outputs:
     """Run `module` on n devices with `backend` (module doc); `inputs` as xladist.run takes
     them: one array per parameter with a leading device axis, or a list over devices of
     argument lists. `infeed`: a list over devices of item lists; `outfeed=True` collects every
@@ -67,12 +67,15 @@ def run_devices(module, inputs=None, n: int = 2, backend: str = "cpu", *,
     From a plain process a run without feeds goes to this process's kept n-rank cluster
     (xladist/testing/clusters.py: started by the first such run, every run loading and
     releasing its own module), not to a new job: the same results, without an mpiexec
-    start per run. `persistent=False`: a job of its own (a run with feeds always)."""
+    start per run. `persistent=False`: a job of its own (a run with feeds always); None:
+    clusters.KEEP (False in a pytest session run with --xladist-fresh-jobs)."""
     from xladist.runtime.api import run
+    from . import clusters
     module = _module(module)
+    if persistent is None:
+        persistent = clusters.KEEP
     if persistent and infeed is None and not outfeed and not _under_mpi():
-        from .clusters import shared
-        return Outputs(shared().run(module, inputs, n=n, backend=backend, timeout=timeout,
+        return Outputs(clusters.shared().run(module, inputs, n=n, backend=backend, timeout=timeout,
                                     device_assignment=device_assignment))
     options: dict = {}
     if infeed is not None:
@@ -137,7 +140,7 @@ def _tolerance(tolerance, dtype):
 def assert_conforms(module, inputs=None, *, n: int = 2, backend: str = "cpu",
                     tolerance=None, device_assignment=None, infeed=None,
                     outfeed: bool = False, timeout: float = 60.0,
-                    persistent: bool = True) -> Outputs:
+                    persistent: bool | None = None) -> Outputs:
     """Run `module` on n devices with `backend` and assert that every device's outputs are
     the reference's: bit for bit by default; `tolerance=True` allows DEFAULT_TOLERANCES per
     element type (integers stay exact), a dict {element type: (rtol, atol)} chooses them, an

@@ -28,6 +28,10 @@ import threading
 TAKEN = frozenset({"backend", "timeout", "device_assignment", "verify", "check", "strict"})
 
 
+# Whether run_devices keeps ranks when not told (its `persistent=None`); the plugin sets it
+# False for a session run with --xladist-fresh-jobs.
+KEEP = True
+
 # Set by pytest for every test (the test's name and phase): not a setting of the ranks.
 _PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
 

@@ -5,8 +5,9 @@ pytest-mpi's conventions: run the tests inside an MPI job with
 `mpiexec -n N python -m pytest --with-mpi`, mark them `@pytest.mark.mpi(min_size=N)`.
 Inside the job every fixture runs on the job's N ranks; without --with-mpi, runs go to ranks
 kept for the session (xladist/testing/clusters.py: one cluster per rank count, every run
-loading and releasing its own module; a run with feeds, or every run with
---xladist-fresh-jobs, starts a job of its own). The same test works both ways.
+loading and releasing its own module; a run with feeds, or every run of a session with
+--xladist-fresh-jobs -- the fixtures' and xladist.testing's own -- starts a job of its
+own). The same test works both ways.
 
 Options: --xladist-backend NAME (default cpu, or $XLADIST_BACKEND), --xladist-timeout S,
 --xladist-fresh-jobs.
@@ -40,6 +41,11 @@ def _backend(config) -> str:
     return config.getoption("--xladist-backend") or os.environ.get("XLADIST_BACKEND") or "cpu"
 
 
+def pytest_configure(config):
+    from xladist.testing import clusters
+    clusters.KEEP = not config.getoption("--xladist-fresh-jobs")
+
+
 def pytest_unconfigure(config):
     from xladist.testing.clusters import close_shared
     close_shared()  # the session's kept ranks end with it
@@ -69,11 +75,9 @@ def xladist_devices(request) -> int:
 def xladist_run(request, xladist_backend, xladist_devices):
     from xladist.testing import run_devices
     timeout = request.config.getoption("--xladist-timeout")
-    fresh = request.config.getoption("--xladist-fresh-jobs")
 
     def run(module, inputs=None, n=None, backend=None, **options):
         options.setdefault("timeout", timeout)
-        options.setdefault("persistent", not fresh)
         return run_devices(module, inputs, n or xladist_devices, backend or xladist_backend,
                            **options)
     return run
