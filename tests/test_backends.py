@@ -127,3 +127,22 @@ ENTRY e {
                                                r"computation group must be an element of "
                                                r"its root tuple"):
         xladist.compile(xladist.parse_hlo(broken), backend=backend)
+
+
+def test_checking_a_builtin_backends_name_does_not_import_it():
+    """A launcher checks the backend before its ranks start; the cpu backend's import
+    (codegen, llvmlite) is the ranks' to pay: the check does not load it, and an unknown
+    name is still refused with the known ones listed."""
+    import subprocess
+    code = ("import sys\nfrom xladist.backends import check_backend\n"
+            "from xladist.errors import UnsupportedError\n"
+            "check_backend('cpu'); check_backend('interpreter')\n"
+            "assert 'xladist.compiler.program' not in sys.modules, 'cpu backend imported'\n"
+            "assert 'xladist.interpreter.executable' not in sys.modules\n"
+            "try:\n    check_backend('nonesuch')\nexcept UnsupportedError as e:\n"
+            "    assert 'cpu' in str(e) and 'interpreter' in str(e), e\nelse:\n"
+            "    raise SystemExit('nonesuch accepted')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.returncode == 0, proc.stderr

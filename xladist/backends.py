@@ -61,12 +61,20 @@ def load_backend(name: str) -> Callable:
     if name not in BACKENDS and name in BUILTIN:
         module, attr = BUILTIN[name].split(":")
         BACKENDS[name] = getattr(importlib.import_module(module), attr)
-    if name not in BACKENDS:
-        _load_plugin(name)
+    check_backend(name)
+    return BACKENDS[name]
+
+
+def check_backend(name: str) -> None:
+    """UnsupportedError (listing the known names) unless backend `name` exists. A built-in
+    one is not imported: a launcher checks the name before its ranks start, and the cpu
+    backend's import (codegen, llvmlite: ~60 ms) is the ranks' to pay, not the launcher's."""
+    if name in BACKENDS or name in BUILTIN:
+        return
+    _load_plugin(name)
     if name not in BACKENDS:
         known = ", ".join(sorted(set(BACKENDS) | set(BUILTIN) | set(_plugins())))
         raise UnsupportedError(f"backend {name!r} is not available (available: {known})")
-    return BACKENDS[name]
 
 
 def _check_async_groups(module) -> None:

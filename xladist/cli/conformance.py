@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from xladist.backends import load_backend
+    from xladist.backends import check_backend
     from xladist.collectives.mpiexec import find_mpiexec
     from xladist.conformance import report, runner
     from xladist.conformance.suite import DEVICE_COUNTS, Plan, units
@@ -85,7 +85,7 @@ def run(args) -> int:
                 for case in unit.cases:
                     print(case.name)
         return 0
-    load_backend(args.backend)  # an unknown backend is an error before any job starts
+    check_backend(args.backend)  # an unknown backend is an error before any job starts
     if args.mpiexec:
         find_mpiexec(args.mpiexec)
     if args.hostfile:

@@ -81,8 +81,8 @@ def run(args) -> int:
         if args.mpiexec:
             from xladist.collectives.mpiexec import find_mpiexec
             find_mpiexec(args.mpiexec)
-        from ..backends import load_backend
-        load_backend(args.backend)  # UnsupportedError (exit 2) here, not in every rank
+        from ..backends import check_backend
+        check_backend(args.backend)  # UnsupportedError (exit 2) here, not in every rank
     if launcher.under_mpi():
         return _run_as_rank(args)
     from xladist.runtime import progress

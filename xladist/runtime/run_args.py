@@ -104,11 +104,11 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
 def check(args, module, *, options: bool = True) -> list:
     """All of the above for a run of `module` with `args`; returns the ranks' placements.
     `options`: messages name command-line options (else the Python API's keywords)."""
-    from xladist.backends import load_backend
+    from xladist.backends import check_backend
 
     from .feeds import placements_of
     check_numbers(args, options=options)
-    load_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
+    check_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
     placements = placements_of(module, args.num_devices,
                                getattr(args, "device_assignment", None))
     check_files(args, module, placements, options=options)
