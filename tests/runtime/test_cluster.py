@@ -311,3 +311,62 @@ def test_ctrl_c_while_the_ranks_start_leaves_nothing(marker, after):
     c.close()
     assert not c.usable
     assert _gone(marker) == []
+
+
+# ---- feeds on a cluster's calls --------------------------------------------------------
+
+def test_calls_take_their_own_feeds_served_by_this_process(tmp_path):
+    """Each call gets its own infeed (iterables, a named function, npz files) and outfeed
+    (a callback, npz files), served while it runs, as xladist.run's feeds; the values are
+    numpy's sums of every rank's items. A call whose infeed ends early fails naming the
+    infeed, and the cluster stays usable; so does one whose outfeed callback raises."""
+    from xladist.runtime.feeds.npz import read_items, write_items
+    from tests.cli.test_feeds_cli import expected_accs, loop_text
+    from tests.feeds_fns import item
+    steps = 3
+    with xladist.Cluster(n=2) as c:
+        step = c.compile(loop_text(2, steps))
+        for call in range(2):
+            got = []
+            shift = 100.0 * call
+            outs = step.run(infeed=[[item(r, k) + shift for k in range(steps)] for r in range(2)],
+                            outfeed=lambda rank, rep, part, it: got.append((rank, it)))
+            want = [a + 2 * shift * (k + 1) for k, a in enumerate(expected_accs(2, steps))]
+            for r in range(2):
+                np.testing.assert_allclose(outs[r][0], want[-1])
+                mine = [it for rank, it in got if rank == r]
+                assert [int(i) for i, _ in mine] == list(range(steps))
+                for (_, acc), w in zip(mine, want):
+                    np.testing.assert_allclose(acc, w)
+        # Files, through Cluster.run with a module given as text.
+        for r in range(2):
+            write_items(str(tmp_path / f"in{r}.npz"), [item(r, k) for k in range(steps)])
+        c.run(loop_text(2, steps), infeed=str(tmp_path / "in{rank}.npz"),
+              outfeed=str(tmp_path / "out{rank}.npz"))
+        for r in range(2):
+            accs = [np.asarray(x[1]) for x in read_items(str(tmp_path / f"out{r}.npz"))]
+            np.testing.assert_allclose(np.stack(accs), np.stack(expected_accs(2, steps)))
+        # A named function, imported in the ranks.
+        def drop(rank, rep, part, it):
+            pass
+        outs = step.run(infeed_fn="tests.feeds_fns:steps", outfeed=drop)
+        np.testing.assert_allclose(outs[1][0], expected_accs(2, steps)[-1])
+        # An infeed that ends early: the call fails, the next one runs.
+        with pytest.raises(ExecutionError, match=r"infeed"):
+            step.run(infeed=[[item(r, 0)] for r in range(2)], outfeed=drop)
+        assert c.usable
+
+        def broken(rank, rep, part, it):
+            raise RuntimeError("disk full")
+        with pytest.raises(ExecutionError, match=r"outfeed callback for rank \d raised "
+                                                 r"RuntimeError: disk full"):
+            step.run(infeed_fn="tests.feeds_fns:steps", outfeed=broken)
+        assert c.usable
+        outs = step.run(infeed_fn="tests.feeds_fns:steps", outfeed=drop)
+        np.testing.assert_allclose(outs[0][0], expected_accs(2, steps)[-1])
+        # Refused before any rank hears of the call.
+        with pytest.raises(InputError, match="prefetch"):
+            step.run(infeed_fn="tests.feeds_fns:steps", prefetch=0)
+        with pytest.raises(InputError, match="infeed"):
+            step.run(infeed=str(tmp_path / "missing{rank}.npz"))
+        assert c.usable

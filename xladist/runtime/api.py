@@ -246,25 +246,15 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     its connections."""
     from .channels_host import CallbackHost
     from .compile_once import CodeStore
-    from .feeds.pipeline import Feeds, check_paths, make_sink, make_source, placements_of
     from .service import Service
     from .service.jobs import JobHost
     from .service.outputs import Outputs
-    infeed, infeed_fn = feed_options["infeed"], feed_options["infeed_fn"]
-    source = make_source(infeed, infeed_fn)  # refuses both at once
-    served = source if infeed_fn is None else None
-    sink_spec = feed_options["outfeed"]
-    if feed_options["prefetch"] < 1:
-        raise InputError(f"prefetch must be at least 1, got {feed_options['prefetch']}")
     da = options["device_assignment"]
-    check_paths(Feeds(served, None), placements_of(module, n, da))
     text, filename = module_source or (module.to_text(), None)
     from xladist.hlo.packed import pack
     job = JobHost(
         n, module_text=text, packed=pack(module), inputs=per_device, outputs=Outputs(n, "memory"),
-        trace=options["trace"], infeed=served, infeed_fn=infeed_fn,
-        outfeed=(lambda: make_sink(sink_spec)) if sink_spec is not None else None,
-        prefetch=feed_options["prefetch"],
+        trace=options["trace"], **served_feeds(module, n, da, **feed_options),
         host=CallbackHost(*transfers) if transfers else None,
         options=rank_options(counts, backend=options["backend"], timeout=options["timeout"],
                              verify=options["verify"], source=filename,
@@ -308,6 +298,24 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
                           f"in {', '.join(folders)}: "
                           f"{', '.join(Path(saved).name for _, _, saved in kept)}")
     return outputs
+
+
+def served_feeds(module, n: int, device_assignment, *, infeed=None, outfeed=None,
+                 infeed_fn: str | None = None, prefetch: int = 8, timeout=None) -> dict:
+    """A job's feeds as the coordination service serves them (JobHost's infeed, infeed_fn,
+    outfeed, prefetch): the source and the sink factory made here, in the launching
+    process, and checked before any rank hears of them (both an infeed and an infeed
+    function, prefetch < 1, an infeed npz file some rank lacks: InputError)."""
+    from .feeds.pipeline import Feeds, check_paths, make_sink, make_source, placements_of
+    source = make_source(infeed, infeed_fn)  # refuses both at once
+    served = source if infeed_fn is None else None
+    if prefetch < 1:
+        raise InputError(f"prefetch must be at least 1, got {prefetch}")
+    check_paths(Feeds(served, None), placements_of(module, n, device_assignment))
+    sink = (lambda: make_sink(outfeed)) if outfeed is not None else None
+    if outfeed is not None:
+        make_sink(outfeed)  # refuses what is neither a path template nor a callable
+    return dict(infeed=served, infeed_fn=infeed_fn, outfeed=sink, prefetch=prefetch)
 
 
 def verify_once(module, counts) -> None:

@@ -206,11 +206,11 @@ class Cluster:
         self._load(handle)
         return handle
 
-    def _load(self, handle: Compiled, inputs=None):
-        """Load `handle` on every rank (and run it on `inputs`, if given); a load that
-        failed on some rank is released on the others."""
+    def _load(self, handle: Compiled, inputs=None, feeds: dict | None = None):
+        """Load `handle` on every rank (and run it on `inputs`, if given, with `feeds`); a
+        load that failed on some rank is released on the others."""
         try:
-            outputs = self._call(handle, load=True, inputs=inputs)
+            outputs = self._call(handle, load=True, inputs=inputs, feeds=feeds)
         except ClusterEnded:
             raise
         except BaseException:
@@ -220,24 +220,29 @@ class Cluster:
         self._handles[handle.id] = handle
         return outputs
 
-    def run(self, module, inputs=None, *, device_assignment=None, **options):
+    def run(self, module, inputs=None, *, device_assignment=None, infeed=None, outfeed=None,
+            infeed_fn: str | None = None, prefetch: int = 8, **options):
         """Run `module` (an ir.Module, HLO text, a path, or a handle from compile) with
-        `inputs` as xladist.run takes them; returns outputs[device][i] as xladist.run does."""
+        `inputs` as xladist.run takes them; returns outputs[device][i] as xladist.run does.
+        `infeed`, `outfeed`, `infeed_fn`, `prefetch`: this call's feeds, as xladist.run
+        takes them (served by this process, docs/feeds.md)."""
+        feeds = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn, prefetch=prefetch)
         if isinstance(module, Compiled):
             if options or device_assignment is not None:
                 raise InputError("a compiled handle runs with the settings it was compiled "
                                  "with; pass them to Cluster.compile")
-            return module.run(inputs)
+            return module.run(inputs, **feeds)
         key = self._key(module, device_assignment, options) if self.keep > 0 else None
         handle = self._kept.pop(key, None)
         if handle is not None:  # most recently used last
             self._kept[key] = handle
-            return handle.run(inputs)
+            return handle.run(inputs, **feeds)
         handle = self._prepare(module, device_assignment, options)
         per_device = handle.inputs(inputs)
+        served = handle.feeds(feeds)
         if key is None:
-            return self._call(handle, load=True, inputs=per_device, free=True)
-        outputs = self._load(handle, per_device)
+            return self._call(handle, load=True, inputs=per_device, free=True, feeds=served)
+        outputs = self._load(handle, per_device, served)
         self._kept[key] = handle
         while len(self._kept) > self.keep:
             self._kept.pop(next(iter(self._kept))).free()
@@ -282,9 +287,11 @@ class Cluster:
             verify=False, source=filename, device_assignment=device_assignment))
 
     def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
-              run: bool | None = None, outputs=None):
+              run: bool | None = None, outputs=None, feeds: dict | None = None):
         """One order to every rank; their outputs (when it runs: `inputs` given, or `run`),
-        or the call's error. `outputs`: where they go (service/outputs.py; default: returned)."""
+        or the call's error. `outputs`: where they go (service/outputs.py; default:
+        returned). `feeds`: the call's feeds (api.served_feeds), served while it runs."""
+        from .api import _callback_errors
         from .service.jobs import JobHost
         from .service.outputs import Outputs
         with self._lock:
@@ -294,7 +301,10 @@ class Cluster:
                           packed=handle.packed if load else None,
                           inputs=inputs if run else None,
                           outputs=(outputs or Outputs(self.n, "memory")) if run else None,
-                          options=handle.options)
+                          options=handle.options, **(feeds if run and feeds else {}))
+            spec = job.describe()
+            fed = {k: spec[k] for k in ("infeed", "infeed_fn", "outfeed", "prefetch")} \
+                if run and (spec["infeed"] or spec["infeed_fn"] or spec["outfeed"]) else None
             call = next(self._ids)
             if load:
                 self._calls.codes.add(handle.id, handle.module, handle.options["backend"])
@@ -309,7 +319,7 @@ class Cluster:
                         if run else ({}, (), None)
                     st.conn.send("order", arrays=arrays, timeout=SEND_TIMEOUT_S, call=call,
                                  handle=handle.id, load=load, run=run, free=free,
-                                 inputs=described)
+                                 inputs=described, feeds=fed)
                 answers = self._calls.wait(call, FAILED_GRACE_S)
             except BaseException:
                 # Interrupted (Ctrl-C) while the ranks run the call: their state is unknown.
@@ -330,9 +340,16 @@ class Cluster:
                 job.finish(True)
                 texts = [failed[r][1] for r in sorted(failed)]
                 raise ExecutionError(f"{PREFIX}: {texts[0]}" + "".join(
-                    f"\n{PREFIX}: {t}" for t in texts[1:]) +
+                    f"\n{PREFIX}: {t}" for t in texts[1:]) + _callback_errors(job.errors) +
                     "\n(the cluster is still usable: every rank finished this call)")
-            return job.finish(False) if run else None
+            result = job.finish(False) if run else None
+            outfed = [x for x in job.errors if x[1] == "outfeed"]
+            if outfed:  # every rank finished; this process's callback did not take it all
+                rank, _, e = outfed[0]
+                raise ExecutionError(f"{PREFIX}: the outfeed callback for rank {rank} raised "
+                                     f"{type(e).__name__}: {e}\n(the cluster is still usable:"
+                                     " every rank finished this call)", rank=rank) from e
+            return result
 
     def _stop(self, handle, answers, failed) -> None:
         """Some rank failed a call and another has not come back from it: stop the job."""
@@ -375,10 +392,26 @@ class Compiled:
                     for a, p in zip(args, params)]
         return per_device
 
-    def run(self, inputs=None):
+    def feeds(self, feeds: dict) -> dict | None:
+        """A call's feeds (Cluster.run's infeed, outfeed, infeed_fn, prefetch), checked
+        here and made ready to serve (api.served_feeds); None without any."""
+        from .api import _check_files, served_feeds
+        if feeds["infeed"] is None and feeds["outfeed"] is None and feeds["infeed_fn"] is None:
+            return None
+        da = self.options.get("device_assignment")
+        _check_files(self.module, self.cluster.n, da, infeed=feeds["infeed"],
+                     outfeed=feeds["outfeed"], prefetch=feeds["prefetch"])
+        return served_feeds(self.module, self.cluster.n, da, **feeds)
+
+    def run(self, inputs=None, *, infeed=None, outfeed=None, infeed_fn: str | None = None,
+            prefetch: int = 8):
+        """Run on every rank with `inputs` (and this call's feeds, as Cluster.run)."""
         if self.freed:
             raise InputError(f"{PREFIX}: this handle of {self.module.name} was freed")
-        return self.cluster._call(self, inputs=self.inputs(inputs))
+        per_device = self.inputs(inputs)
+        served = self.feeds(dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
+                                 prefetch=prefetch))
+        return self.cluster._call(self, inputs=per_device, feeds=served)
 
     def free(self) -> None:
         """Release the module on every rank (a closed cluster has already)."""
@@ -454,7 +487,11 @@ class _Calls:
         self.job.receive_output(st, meta, size, seen)
 
     def serve_feed(self, conn, meta) -> None:
-        conn.send("refused", reason="a cluster's calls have no feeds")
+        job = self.job
+        if job is None:
+            conn.send("refused", reason="no call of the cluster is under way")
+            return
+        job.serve_feed(conn, meta)
 
     def on_message(self, st, op, meta, payload) -> None:
         if op == "cluster-ready":

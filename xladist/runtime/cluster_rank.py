@@ -6,8 +6,9 @@ After it has connected to the coordination service it says `cluster-ready` and w
 `order` messages (service/client.py queues them): `{call, handle, load, run, free}` --
 load: take the module from the service, place this rank's device, plan its collectives and
 compile (rank.device_context, rank.compile_for), kept under `handle`; run: this device's
-inputs came with the order (no request: one round trip less per call), run, stream the
-outputs back (as rank_main.py does); free: release the
+inputs came with the order (no request: one round trip less per call), the call's feeds
+(`feeds`: infeed and outfeed streams opened for this call, as a one-shot rank opens them),
+run, stream the outputs back (as rank_main.py does); free: release the
 handle's communicators -- or `{end}`: say goodbye and exit. Every call ends with
 `call-done`, or `call-failed {text}` naming the rank and instruction (rank.failure_text): a
 failed call does not end the rank. What ends it as in a one-shot job: a hang (the service's
@@ -56,7 +57,7 @@ def _obey(client, comm, order: dict, payload, loaded: dict) -> None:
         if order.get("load"):
             loaded[handle] = _load(client, comm)
         if order.get("run"):
-            _run(client, loaded[handle], order["inputs"], payload)
+            _run(client, loaded[handle], order["inputs"], payload, order.get("feeds"))
         client.send("call-done", call=call)
     except Exception as e:  # noqa: BLE001 -- the call failed, not the rank
         text, code = failure_text(e, comm.Get_rank())
@@ -89,21 +90,35 @@ def _load(client, comm) -> _Loaded:
     return _Loaded(ctx, exe, spec)
 
 
-def _run(client, item: _Loaded, described: dict, arrays) -> None:
+def _run(client, item: _Loaded, described: dict, arrays, fed: dict | None) -> None:
     """Run a loaded module on this device's inputs, which came with the order (`described`
-    as the service's `inputs` reply, JobHost.request)."""
+    as the service's `inputs` reply, JobHost.request), with the call's feeds (`fed`: as a
+    one-shot job's spec gives them, served by the cluster's process for this call only)."""
     from xladist.collectives import deadline
 
     from .rank import watch
-    from .rank_main import _send_outputs, unpack_inputs
+    from .rank_main import _feeds, _send_outputs, unpack_inputs
     timeout = item.spec.get("timeout", 300.0)
     deadline.configure(timeout)
     ctx = item.ctx
     watch(ctx.monitor, ctx.placement)
     inputs = unpack_inputs(described, arrays)
-    ctx.monitor.mark("computing")
-    outputs = item.exe(*inputs)
-    ctx.monitor.mark("finished")
+    feeds = _feeds(client, {**fed, "timeout": timeout}) if fed else None
+    if feeds is not None:
+        ctx.feeds = feeds
+        feeds.start(ctx.placement, ctx.module)
+    try:
+        ctx.monitor.mark("computing")
+        outputs = item.exe(*inputs)
+        ctx.monitor.mark("finished")
+    except BaseException:
+        if feeds is not None:  # every item outfed so far still reaches the caller
+            feeds.abort()
+        raise
+    finally:
+        ctx.feeds = None
+    if feeds is not None:
+        feeds.finish()  # the outfeed delivered before the outputs and call-done
     _send_outputs(client, outputs, timeout or None)
 
 

@@ -64,19 +64,21 @@ def run_devices(module, inputs=None, n: int = 2, backend: str = "cpu", *,
     argument lists. `infeed`: a list over devices of item lists; `outfeed=True` collects every
     device's outfeed items (needs an MPI job of n ranks).
 
-    From a plain process a run without feeds goes to this process's kept n-rank cluster
+    From a plain process a run goes to this process's kept n-rank cluster
     (xladist/testing/clusters.py: started by the first such run, every run loading and
-    releasing its own module), not to a new job: the same results, without an mpiexec
-    start per run. `persistent=False`: a job of its own (a run with feeds always); None:
+    releasing its own module, its infeed served for that run), not to a new job: the same
+    results, without an mpiexec start per run. `persistent=False`: a job of its own; None:
     clusters.KEEP (False in a pytest session run with --xladist-fresh-jobs)."""
     from xladist.runtime.api import run
     from . import clusters
     module = _module(module)
     if persistent is None:
         persistent = clusters.KEEP
-    if persistent and infeed is None and not outfeed and not _under_mpi():
-        return Outputs(clusters.shared().run(module, inputs, n=n, backend=backend, timeout=timeout,
-                                    device_assignment=device_assignment))
+    if persistent and not outfeed and not _under_mpi():
+        fed = {"infeed": [list(items) for items in infeed]} if infeed is not None else {}
+        return Outputs(clusters.shared().run(module, inputs, n=n, backend=backend,
+                                             timeout=timeout,
+                                             device_assignment=device_assignment, **fed))
     options: dict = {}
     if infeed is not None:
         options["infeed"] = [list(items) for items in infeed]

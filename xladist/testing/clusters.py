@@ -22,10 +22,11 @@ from __future__ import annotations
 import os
 import threading
 
-# What Cluster.run takes of xladist.run's keyword arguments; the rest (feeds, host
-# transfers, traces, hosts, job_timeout) are not offered by a cluster: such a run starts
-# a job of its own.
-TAKEN = frozenset({"backend", "timeout", "device_assignment", "verify", "check", "strict"})
+# What Cluster.run takes of xladist.run's keyword arguments; the rest (host transfers,
+# traces, hosts, job_timeout) are not offered by a cluster: such a run starts a job of its
+# own.
+TAKEN = frozenset({"backend", "timeout", "device_assignment", "verify", "check", "strict",
+                   "infeed", "outfeed", "infeed_fn", "prefetch"})
 
 
 # Whether run_devices keeps ranks when not told (its `persistent=None`); the plugin sets it
@@ -68,7 +69,7 @@ class Clusters:
         other = set(options) - TAKEN
         if other:
             raise TypeError(f"a cluster's run does not take {sorted(other)} (it has no "
-                            "feeds, host transfers or traces): call xladist.run")
+                            "host transfers or traces): call xladist.run")
         return self.get(n).run(module, inputs, **options)
 
     def close(self) -> None:
