@@ -129,3 +129,45 @@ def test_cli_damaged_file_exit_2(tmp_path):
     proc = xladist_cli("run", str(bad), "-n", "1", cwd=ROOT, timeout=60)
     assert proc.returncode == 2
     assert "not a valid xladist executable" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_python_run_and_cluster_take_a_xlx_and_compile_nothing(tmp_path, monkeypatch):
+    """xladist.run and xladist.Cluster take a `.xlx` path as `xladist run` does: the ranks
+    load its code (no process compiles the module), with XLA's expected results; an
+    Executable runs as its module; a .xlx with another backend, or a damaged one, is
+    refused before any rank starts."""
+    xlx, cache = tmp_path / "m.xlx", tmp_path / "kcache"
+    proc = xladist_cli("compile", str(CASE / "module.hlo"), "-o", str(xlx), cwd=ROOT,
+                       timeout=120, XLADIST_CACHE_DIR="off")
+    assert proc.returncode == 0, proc.stderr
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(cache))
+    module = xladist.load_hlo(CASE / "module.hlo")
+    with np.load(CASE / "inputs.npz") as npz:
+        args = [npz[f"arg{p.parameter_number}"] for p in module.entry.parameters]
+    with np.load(CASE / "expected.npz") as npz:  # out{i}: result i, device axis first
+        expected = [npz[f"out{i}"] for i in range(len(npz.files))]
+    n = args[0].shape[0]
+
+    def check(outs):
+        assert len(outs) == n
+        for d in range(n):
+            for g, w in zip(outs[d], expected, strict=True):
+                np.testing.assert_allclose(g, w[d], rtol=1e-5, atol=1e-5)
+    one_shot = xladist.run(str(xlx), args, n=n)
+    check(one_shot)
+    with xladist.Cluster(n=n) as c:
+        for outs in (c.run(xlx, args), c.compile(str(xlx)).run(args)):
+            for a, b in zip(outs, one_shot):
+                assert all(np.array_equal(u, v) for u, v in zip(a, b))
+    assert not [p for p in cache.rglob("*.o") if p.stem != builtins_cache_key()]
+    from_exe = xladist.run(xladist.compile(module), args, n=n)
+    for a, b in zip(from_exe, one_shot):
+        assert all(np.array_equal(u, v) for u, v in zip(a, b))
+    with pytest.raises(InputError, match="holds cpu code.*backend='cpu' only"):
+        xladist.run(str(xlx), args, n=n, backend="interpreter")
+    bad = tmp_path / "bad.xlx"
+    bad.write_bytes(b"XLADIST\x00X" + bytes(60))
+    with pytest.raises(InputError, match="not a valid xladist executable"):
+        xladist.run(str(bad), args, n=n)

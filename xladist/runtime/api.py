@@ -26,12 +26,37 @@ from .device import device_counts
 
 
 def _as_module(module):
+    """The ir.Module of what run and Cluster take: a Module, HLO text, a path to HLO text
+    or to a `.xlx` file, or an Executable (xladist.compile's, xladist.load_executable's)."""
+    from xladist.executable import Executable
+    if isinstance(module, Executable):
+        return module.module
+    if is_xlx(module):
+        return precompiled(module)[0].module
     if isinstance(module, (str, os.PathLike)):
         text = str(module)
         if "\n" not in text and Path(text).exists():
             return parse_file(text)
         return parse_module(text)
     return module
+
+
+def is_xlx(given) -> bool:
+    """Whether `given` names a `.xlx` file of `xladist compile`."""
+    return isinstance(given, (str, os.PathLike)) and "\n" not in str(given) and \
+        str(given).endswith(".xlx")
+
+
+def precompiled(path, backend: str = "cpu"):
+    """(SerializedExecutable, the file's bytes) of a `.xlx` file: validated here (another
+    CPU or xladist version is refused), its bytes what the ranks load without compiling."""
+    from xladist.compiler.serialized import SerializedExecutable
+    if backend != "cpu":
+        raise InputError(f"{os.fspath(path)} holds cpu code; it runs with backend='cpu' only, "
+                         f"not {backend!r}")
+    serial = SerializedExecutable(path)
+    with open(path, "rb") as f:
+        return serial, f.read()
 
 
 def _source(module, parsed) -> tuple[str, str | None]:
@@ -104,7 +129,9 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         strict: bool = False, host_send=None, host_recv=None,
         infeed=None, outfeed=None, infeed_fn: str | None = None, prefetch: int = 8,
         hosts=None, hostfile=None, mpiexec: str | None = None) -> list[list[np.ndarray]]:
-    """Run `module` (an ir.Module, HLO text or a path) on n devices.
+    """Run `module` on n devices: an ir.Module, HLO text, a path to HLO text, a `.xlx`
+    file of `xladist compile` (its code runs, nothing is compiled), or an Executable (its
+    module runs, compiled by the ranks' `backend`).
 
     `inputs`: one array per entry parameter with a leading device axis of size n (row d
     for device d), or a list over devices of argument lists, or an npz path.
@@ -132,7 +159,12 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     launch/README.md); default this host, or what the batch system gives mpiexec.
     `mpiexec`: the launcher to start them with (default: the mpich wheel's).
     """
-    given, module = module, _as_module(module)
+    given, serial, xlx = module, None, None
+    if is_xlx(given):  # compiled once: the ranks load its code (backend cpu only)
+        serial, xlx = precompiled(given, backend)
+        module = serial.module
+    else:
+        module = _as_module(given)
     try:
         count = operator.index(n)
     except TypeError:
@@ -143,7 +175,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
-    if verify and not launcher.under_mpi():
+    if verify and xlx is None and not launcher.under_mpi():
         verify_once(module, counts)  # spawned ranks skip it (under mpiexec: _run_here does it)
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,
@@ -161,6 +193,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         from xladist.files import rescued
         from .channels_host import CallbackHost
         before = len(rescued())
+        if serial is not None:  # run the file's code, compile nothing
+            options_here["compile_options"] = serial.options()
         outputs = _run_here(module, per_device, backend=backend, timeout=timeout,
                             device_assignment=device_assignment, verify=verify, trace=trace,
                             **options_here,
@@ -175,7 +209,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
                         job_timeout=job_timeout, trace=trace, transfers=transfers,
                         feed_options=feed_options, hosts=host_list(hosts),
                         hostfile=hostfile, mpiexec=mpiexec, checked=checked,
-                        module_source=_source(given, module))
+                        module_source=None if xlx else _source(given, module), xlx=xlx)
 
 
 def check_call(module, n: int, *, device_assignment, check: bool, strict: bool,
@@ -240,7 +274,7 @@ def _run_here(module, per_device, **options):
 
 def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=None,
                  hosts=None, hostfile=None, mpiexec=None, checked=None, module_source=None,
-                 counts=None, **options):
+                 counts=None, xlx: bytes | None = None, **options):
     """Ranks of xladist/runtime/rank_main.py under mpiexec, served by a coordination service
     in this process (service/jobs.py): module, inputs, callbacks and outputs all travel over
     its connections."""
@@ -253,13 +287,14 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     text, filename = module_source or (module.to_text(), None)
     from xladist.hlo.packed import pack
     job = JobHost(
-        n, module_text=text, packed=pack(module), inputs=per_device, outputs=Outputs(n, "memory"),
+        n, module_text=None if xlx else text, xlx=xlx, packed=None if xlx else pack(module),
+        inputs=per_device, outputs=Outputs(n, "memory"),
         trace=options["trace"], **served_feeds(module, n, da, **feed_options),
         host=CallbackHost(*transfers) if transfers else None,
         options=rank_options(counts, backend=options["backend"], timeout=options["timeout"],
                              verify=options["verify"], source=filename,
                              device_assignment=da))
-    code = CodeStore(module, options["backend"])
+    code = CodeStore(module, None if xlx else options["backend"])  # a .xlx: nothing to compile
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,
                       emit=lambda text: None, checked=checked)
     from xladist.files import rescued

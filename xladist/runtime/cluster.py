@@ -38,7 +38,8 @@ from xladist.errors import ExecutionError, InputError
 
 from . import launcher
 from .device import device_counts
-from .api import _as_module, _source, check_call, host_list, rank_options, verify_once
+from .api import (_as_module, _source, check_call, host_list, is_xlx, precompiled, rank_options,
+                  verify_once)
 
 # After one rank failed a call, how long the others have to finish or fail it too before
 # the cluster is taken to be stuck (a rank waiting in a collective for the failed one).
@@ -200,8 +201,9 @@ class Cluster:
 
     # ---- calls ---------------------------------------------------------------------------
     def compile(self, module, *, device_assignment=None, **options) -> Compiled:
-        """Place and compile `module` (an ir.Module, HLO text or a path) on every rank, once;
-        the handle's `run(inputs)` then sends only the inputs."""
+        """Place and compile `module` (what run takes: an ir.Module, HLO text, a path, a
+        `.xlx` file -- loaded, not compiled -- or an Executable) on every rank, once; the
+        handle's `run(inputs)` then sends only the inputs."""
         handle = self._prepare(module, device_assignment, options)
         self._load(handle)
         return handle
@@ -222,8 +224,8 @@ class Cluster:
 
     def run(self, module, inputs=None, *, device_assignment=None, infeed=None, outfeed=None,
             infeed_fn: str | None = None, prefetch: int = 8, **options):
-        """Run `module` (an ir.Module, HLO text, a path, or a handle from compile) with
-        `inputs` as xladist.run takes them; returns outputs[device][i] as xladist.run does.
+        """Run `module` (an ir.Module, HLO text, a path, a `.xlx` file, an Executable, or a
+        handle from compile) with `inputs` as xladist.run takes them; returns outputs[device][i] as xladist.run does.
         `infeed`, `outfeed`, `infeed_fn`, `prefetch`: this call's feeds, as xladist.run
         takes them (served by this process, docs/feeds.md)."""
         feeds = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn, prefetch=prefetch)
@@ -253,7 +255,16 @@ class Cluster:
         modules kept loaded (None: a Module object, not kept)."""
         if not isinstance(given, (str, os.PathLike)):
             return None
-        text, filename = _source(given, None)
+        if is_xlx(given):  # the file's bytes: another file written there is another module
+            import hashlib
+            try:
+                with open(given, "rb") as f:
+                    text, filename = hashlib.sha256(f.read()).hexdigest(), os.fspath(given)
+            except OSError:
+                return None  # _prepare says why it cannot be read
+
+        else:
+            text, filename = _source(given, None)
         da = tuple(map(tuple, device_assignment)) if device_assignment is not None else None
         return text, filename, da, tuple(sorted({**self.defaults, **options}.items()))
 
@@ -274,17 +285,22 @@ class Cluster:
                              f"{sorted(self.defaults)} and device_assignment)")
         self._usable_or_raise()
         settings = {**self.defaults, **options}
-        module = _as_module(given)
+        xlx = None
+        if is_xlx(given):  # compiled once: the ranks load its code (backend cpu only)
+            serial, xlx = precompiled(given, settings["backend"])
+            module = serial.module
+        else:
+            module = _as_module(given)
         counts = device_counts(module, self.n)  # n against the module's counts
-        if settings["verify"]:
+        if settings["verify"] and xlx is None:
             verify_once(module, counts)  # here, once: the ranks skip it
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
                              timeout=settings["timeout"], backend=settings["backend"])
-        text, filename = _source(given, module)
+        text, filename = (None, os.fspath(given)) if xlx else _source(given, module)
         return Compiled(self, next(self._ids), module, text, checked, rank_options(
             counts, backend=settings["backend"], timeout=settings["timeout"],
-            verify=False, source=filename, device_assignment=device_assignment))
+            verify=False, source=filename, device_assignment=device_assignment), xlx=xlx)
 
     def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
               run: bool | None = None, outputs=None, feeds: dict | None = None):
@@ -298,6 +314,7 @@ class Cluster:
             self._usable_or_raise()
             run = inputs is not None if run is None else run
             job = JobHost(self.n, module_text=handle.text if load else None,
+                          xlx=handle.xlx if load else None,
                           packed=handle.packed if load else None,
                           inputs=inputs if run else None,
                           outputs=(outputs or Outputs(self.n, "memory")) if run else None,
@@ -306,8 +323,9 @@ class Cluster:
             fed = {k: spec[k] for k in ("infeed", "infeed_fn", "outfeed", "prefetch")} \
                 if run and (spec["infeed"] or spec["infeed_fn"] or spec["outfeed"]) else None
             call = next(self._ids)
-            if load:
-                self._calls.codes.add(handle.id, handle.module, handle.options["backend"])
+            if load:  # a .xlx has its code: nothing to compile
+                self._calls.codes.add(handle.id, handle.module,
+                                      None if handle.xlx else handle.options["backend"])
             self._service.checked = handle.checked
             self._busy = True
             try:
@@ -367,10 +385,13 @@ class Cluster:
 class Compiled:
     """A module placed and compiled on every rank of a cluster (Cluster.compile)."""
 
-    def __init__(self, cluster: Cluster, ident: int, module, text: str, checked, options):
+    def __init__(self, cluster: Cluster, ident: int, module, text: str | None, checked,
+                 options, xlx: bytes | None = None):
         from xladist.hlo.packed import pack
         self.cluster, self.id, self.module, self.text = cluster, ident, module, text
-        self.packed = pack(module)  # before any compile here can touch the module
+        self.xlx = xlx  # a .xlx file's bytes: the ranks load its code, not the text
+        # (packed before any compile here can touch the module)
+        self.packed = pack(module) if xlx is None else None
         self.checked, self.options = checked, options
         self.freed = False
 
