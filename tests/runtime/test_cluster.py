@@ -370,3 +370,33 @@ def test_calls_take_their_own_feeds_served_by_this_process(tmp_path):
         with pytest.raises(InputError, match="infeed"):
             step.run(infeed=str(tmp_path / "missing{rank}.npz"))
         assert c.usable
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_epochs_of_the_training_example_on_one_cluster():
+    """examples/train_mlp/README.md's epochs loop: one compile, then one call per epoch with
+    that epoch's infeed shards and a loss callback; every epoch's losses and parameters
+    are numpy's float64 SGD from the previous epoch's parameters, and the loss falls."""
+    from xladist.examples.train_mlp import Config, build_module, make_data, reference
+    cfg = Config(replicas=2, steps=8)
+    params, batches = make_data(Config(replicas=2, steps=3 * cfg.steps))
+    means = []
+    with xladist.Cluster(n=cfg.replicas) as c:
+        step = c.compile(build_module(cfg))
+        for epoch in range(3):
+            shard = [b[epoch * cfg.steps:(epoch + 1) * cfg.steps] for b in batches]
+            losses = {r: [] for r in range(cfg.replicas)}
+            out = step.run([np.stack([p] * cfg.replicas) for p in params],
+                           infeed=lambda rank, replica, partition: shard[rank],
+                           outfeed=lambda rank, replica, partition, loss:
+                               losses[rank].append(float(loss)))
+            want_losses, want_params = reference(params, shard, cfg.lr)
+            for r in range(cfg.replicas):
+                np.testing.assert_allclose(losses[r], want_losses[r], rtol=1e-4, atol=1e-6)
+                for g, w in zip(out[r], want_params):
+                    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+            assert all(np.array_equal(a, b) for a, b in zip(out[0], out[1]))
+            params = out[0]
+            means.append(np.mean([losses[r] for r in losses]))
+    assert means[-1] < means[0] / 2, means
