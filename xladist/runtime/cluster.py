@@ -225,9 +225,10 @@ class Cluster:
     def run(self, module, inputs=None, *, device_assignment=None, infeed=None, outfeed=None,
             infeed_fn: str | None = None, prefetch: int = 8, **options):
         """Run `module` (an ir.Module, HLO text, a path, a `.xlx` file, an Executable, or a
-        handle from compile) with `inputs` as xladist.run takes them; returns outputs[device][i] as xladist.run does.
-        `infeed`, `outfeed`, `infeed_fn`, `prefetch`: this call's feeds, as xladist.run
-        takes them (served by this process, docs/feeds.md)."""
+        handle from compile) with `inputs` as xladist.run takes them; returns
+        outputs[device][i] as xladist.run does. `infeed`, `outfeed`, `infeed_fn`,
+        `prefetch`: this call's feeds, as xladist.run takes them (served by this process,
+        docs/feeds.md)."""
         feeds = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn, prefetch=prefetch)
         if isinstance(module, Compiled):
             if options or device_assignment is not None:
@@ -262,7 +263,6 @@ class Cluster:
                     text, filename = hashlib.sha256(f.read()).hexdigest(), os.fspath(given)
             except OSError:
                 return None  # _prepare says why it cannot be read
-
         else:
             text, filename = _source(given, None)
         da = tuple(map(tuple, device_assignment)) if device_assignment is not None else None

@@ -15,9 +15,10 @@ parallel.py, are whole output elements):
     reduction's innermost loop (its innermost reduced dimension, physical for a reduce
     kernel, logical inside a fusion), LANES = LANE_BITS / the element's bits (32 f32, 16 f64);
   * lane k starts at the reducer's identity (-0.0 for add, 1.0 for multiply, -inf for
-    maximum, +inf for minimum: combining with it changes no bit, so the lane's first element is taken as is) and combines,
-    in order, elements k, k + L, k + 2L, ... of each pass of the innermost loop; loops over
-    the other reduced dimensions run around it, the lanes carrying on through them;
+    maximum, +inf for minimum: combining with it changes no bit, so the lane's first
+    element is taken as is) and combines, in order, elements k, k + L, k + 2L, ... of each
+    pass of the innermost loop; loops over the other reduced dimensions run around it, the
+    lanes carrying on through them;
   * the lanes are combined by halving: lane k with lane k + L/2 for every k < L/2, then
     k with k + L/4, ..., down to one value t;
   * the result is reducer(start, t): start is the init value, or, for a reduction kernel
