@@ -5,7 +5,10 @@ inputs are minimal modules written here for each syntax fact, not XLA's test tex
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+
+import xladist
 
 from xladist.errors import HloParseError, VerifierError
 from xladist.hlo.parser import parse_module
@@ -259,3 +262,70 @@ ENTRY e {
     again = parse_module(print_module(module))
     verify_module(again)
     assert [c.name for c in again.computations] == names
+
+
+def test_a_name_the_parser_gave_is_never_the_texts_and_yields_to_it():
+    """A body written in place is named nested_computation (an async op's wrapped one
+    NAME.wrapped_computation). A computation of that name defined later in the text used
+    to be refused ("defined twice", pointing at the body written in place), and a name
+    in the text could reach the parser's own computation: `to_apply=nested_computation`
+    before that definition bound the in-place reducer. Now the text's computation keeps
+    its name, the parser's takes another, and a name refers only to what the text defines."""
+    reducer = """to_apply={
+    a = f32[] parameter(0)
+    b = f32[] parameter(1)
+    ROOT s = f32[] add(a, b)
+  }"""
+    later = f"""HloModule m
+helper {{
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[] reduce(x, z), dimensions={{0}}, {reducer}
+}}
+nested_computation {{
+  p = f32[] parameter(0)
+  ROOT n = f32[] negate(p)
+}}
+s.wrapped_computation {{
+  p = f32[] parameter(0)
+  ROOT n = f32[] abs(p)
+}}
+ENTRY e {{
+  x = f32[4] parameter(0)
+  s = ((f32[4]), f32[4]) all-to-all-start(x), dimensions={{0}}, replica_groups={{}}
+  d = f32[4] all-to-all-done(s)
+  r = f32[] call(d), to_apply=helper
+  y = f32[] call(r), to_apply=nested_computation
+  w = f32[] call(y), to_apply=s.wrapped_computation
+  ROOT t = (f32[], f32[], f32[]) tuple(r, y, w)
+}}"""
+    module = parse_module(later)
+    verify_module(module)
+    names = [c.name for c in module.computations]
+    assert len(set(names)) == len(names), names
+    e = module.entry
+    assert e.instruction("y").attrs["to_apply"].root.opcode == "negate"
+    assert e.instruction("w").attrs["to_apply"].root.opcode == "abs"
+    assert e.instruction("r").attrs["to_apply"].name == "helper"
+    again = parse_module(print_module(module))
+    assert [c.name for c in again.computations] == names
+    assert print_module(again) == print_module(module)
+    x = np.arange(4, dtype=np.float32)
+    for backend in ("interpreter", "cpu"):
+        got = xladist.compile(module, backend=backend)(x)
+        assert [float(v) for v in got] == [6.0, -6.0, 6.0], backend
+    used_first = """HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  z = f32[] constant(0)
+  r = f32[] reduce(x, z), dimensions={0}, %s
+  ROOT y = f32[] call(r), to_apply=nested_computation
+}
+nested_computation {
+  p = f32[] parameter(0)
+  ROOT n = f32[] negate(p)
+}""" % reducer
+    with pytest.raises(HloParseError, match=r":10:\d+: computation nested_computation used by "
+                                            r".* is not defined; computations must be defined "
+                                            r"before they are used"):
+        parse_module(used_first)

@@ -75,7 +75,10 @@ class _Parser(TokenCursor):
     def __init__(self, text: str, filename: str | None):
         super().__init__(text, filename)
         self.wrappers: list[Computation] = []
-        self.wrapper_names: set[str] = set()
+        # Computations the parser named (a body written in place, an async op's wrapped
+        # computation): never found by a name in the text, and renamed when the text later
+        # defines a computation of that name (_rename_generated).
+        self.generated: dict[str, Computation] = {}
         # Names made up for operands written inline, per computation (a later written name
         # that collides takes precedence: the made-up one is renamed).
         self.inline_names: set[str] = set()
@@ -226,6 +229,8 @@ class _Parser(TokenCursor):
         else:
             raise self.error("expected a computation (like '%name (p: f32[]) -> f32[] {' or "
                              f"'ENTRY main {{'), found {self.found(i)}", i)
+        if name in self.generated:
+            self._rename_generated(name)
         if name in self.comps:
             raise self.error(f"computation {name} is defined twice (first on line "
                              f"{self.comps[name].line})", i)
@@ -278,14 +283,27 @@ class _Parser(TokenCursor):
         and joins the module before the computation that uses it."""
         first = self.i
         self.i += 1
-        name, n = "nested_computation", 0
-        while name in self.comps or name in self.wrapper_names:
-            n += 1
-            name = f"nested_computation.{n}"
-        comp = self.body(name, first)
-        self.comps[name] = comp
+        comp = self.body(self._fresh("nested_computation"), first)
+        self.generated[comp.name] = comp
         self.wrappers.append(comp)
         return comp
+
+    def _fresh(self, base: str, avoid: tuple = ()) -> str:
+        """`base`, or `base.1`, `base.2`, ...: a computation name not taken so far (nor in
+        `avoid`)."""
+        name, n = base, 0
+        while name in self.comps or name in self.generated or name in avoid:
+            n += 1
+            name = f"{base}.{n}"
+        return name
+
+    def _rename_generated(self, name: str) -> None:
+        """The text defines a computation called `name`, a name the parser gave one of its
+        own: that one takes another (nothing in the text can refer to it by name), so the
+        module's computations keep distinct names and print and parse back as they are."""
+        comp = self.generated.pop(name)
+        comp.name = self._fresh(name, avoid=(name,))
+        self.generated[comp.name] = comp
 
     def signature(self, cname: str) -> Shape:
         """`(p0: f32[2], p1: s32[]) -> f32[2]`; returns the declared result shape."""
@@ -639,10 +657,7 @@ class _Parser(TokenCursor):
                 raise self.error(f"{base}{suffix} {name} must have a tuple shape "
                                  "((operands...), result, ...)", name_i)
             # Never printed nor referenced by name; unique so module.computation() works.
-            wname = f"{name}.wrapped_computation"
-            while wname in self.comps or wname in self.wrapper_names:
-                wname += ".1"
-            self.wrapper_names.add(wname)
+            wname = self._fresh(f"{name}.wrapped_computation")
             wrapped = Computation(wname)
             wrapped.is_async_wrapper = True
             wrapped.line = instr.line
@@ -656,6 +671,7 @@ class _Parser(TokenCursor):
             root.line = instr.line
             wrapped.root = wrapped.add(root)
             instr.attrs["calls"] = wrapped
+            self.generated[wname] = wrapped
             self.wrappers.append(wrapped)
             return
         if len(instr.operands) != 1:
