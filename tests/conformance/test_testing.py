@@ -141,6 +141,12 @@ def test_runs_from_a_plain_process_share_one_kept_cluster(monkeypatch):
         kept = clusters.shared()
         assert kept.started == 1 and jobs == []
         first = kept.live[2]
+        # What xladist sets for a moment (a background compile's job target) is no change.
+        from xladist.compiler.target import JOB_TARGET_ENV, job_target_text
+        monkeypatch.setenv(JOB_TARGET_ENV, job_target_text("znver4", "+avx2", 512))
+        assert_conforms(GATHER, [x], n=2, backend="interpreter")
+        monkeypatch.delenv(JOB_TARGET_ENV)
+        assert kept.started == 1 and kept.live[2] is first
         monkeypatch.setenv("XLADIST_TESTING_PROBE", "1")
         assert_conforms(GATHER, [x], n=2, backend="interpreter")
         assert kept.started == 2 and kept.live[2] is not first and not first.usable
