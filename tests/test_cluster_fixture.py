@@ -51,7 +51,9 @@ def test_a_call_that_ends_its_cluster_leaves_the_next_a_fresh_one():
         assert not first.usable
         x2, w = _inputs(3)
         got = pool.run(ALL_REDUCE, [x2, w], n=2)
-        assert pool.live[2] is not first and pool.started == 2
+        assert pool.live[2] is not first and pool.started == 2, pool.why
+        assert pool.why[1][1].startswith("the last one ended (its 2-rank job ended during a "
+                                         "call of data_dependent_loop"), pool.why
         for g, ref in zip(got, _expected(x2, w)):
             for a, b in zip(g, ref):
                 np.testing.assert_allclose(a, b, rtol=1e-6)

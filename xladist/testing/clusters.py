@@ -60,6 +60,7 @@ class Clusters:
         self.live: dict[int, object] = {}
         self._env: dict[int, list] = {}  # the environment each cluster's ranks started with
         self.started = 0  # how many clusters were started (for the record)
+        self.why: list[tuple[int, str]] = []  # (n, why) of every start, in order
         self._lock = threading.Lock()
 
     def get(self, n: int):
@@ -67,13 +68,22 @@ class Clusters:
         env = _environment()
         with self._lock:
             cluster = self.live.get(n)
-            if cluster is not None and cluster.usable and self._env.get(n) == env:
+            if cluster is None:
+                why = "first run"
+            elif not cluster.usable:
+                why = f"the last one ended ({cluster._ended or 'its job is gone'})"
+            elif self._env.get(n) != env:
+                old, new = dict(self._env[n]), dict(env)
+                why = "environment changed: " + ", ".join(
+                    sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k)))
+            else:
                 return cluster
             if cluster is not None:
                 cluster.close()
             cluster = Cluster(n=n, keep=0).start()
             self.live[n], self._env[n] = cluster, env
             self.started += 1
+            self.why.append((n, why))
             return cluster
 
     def run(self, module, inputs=None, n: int = 1, **options):
