@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
 import pytest
 import numpy as np
 
@@ -121,3 +122,37 @@ def test_xladist_run_api_hands_its_object_to_the_ranks(tmp_path, monkeypatch):
             np.testing.assert_allclose(outs[d][j], expected[k][d], rtol=1e-5, atol=1e-5)
     # This process compiled, and the ranks used its key (else a second object).
     assert len(compiled) == 1 and len(_objects(cache)) == 1
+
+
+def test_compiling_for_a_job_target_leaves_other_threads_and_the_environment_alone(monkeypatch):
+    """The launching process compiles for a job's target in a background thread; a user's
+    compile in another thread meanwhile keeps this host's target, and nothing is left in
+    os.environ. (compile_once.targeting used to set XLADIST_JOB_TARGET for the whole
+    process: the other thread compiled for the job's CPU, and two such blocks in two
+    threads restored each other's value, leaving one behind.)"""
+    import threading
+
+    from xladist.compiler import target as tg
+    from xladist.runtime.compile_once import targeting
+    monkeypatch.delenv(tg.JOB_TARGET_ENV, raising=False)
+    monkeypatch.delenv("XLADIST_TARGET_CPU", raising=False)
+    own = tg.host_target().cpu
+    job = {"cpu": "haswell" if own != "haswell" else "skylake", "features": "+avx2,+fma",
+           "width": None}
+    seen, inside, done = {}, threading.Event(), threading.Event()
+
+    def compile_for_the_job():
+        with targeting(job):
+            seen["job"] = tg.host_target().cpu
+            inside.set()
+            done.wait(10)
+        seen["after"] = tg.host_target().cpu
+    t = threading.Thread(target=compile_for_the_job)
+    t.start()
+    assert inside.wait(10)
+    seen["other thread"] = tg.host_target().cpu
+    seen["env"] = os.environ.get(tg.JOB_TARGET_ENV)
+    done.set()
+    t.join(10)
+    assert seen == {"job": job["cpu"], "other thread": own, "env": None, "after": own}
+    assert tg.JOB_TARGET_ENV not in os.environ

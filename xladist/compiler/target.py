@@ -9,7 +9,9 @@ overrides both, so every replica runs the same object code and computes the same
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -46,9 +48,34 @@ class Target:
 JOB_TARGET_ENV = "XLADIST_JOB_TARGET"
 
 
+# A thread's own job target, over XLADIST_JOB_TARGET (job_target_for).
+_thread = threading.local()
+
+
+@contextlib.contextmanager
+def job_target_for(text: str | None):
+    """This thread compiles for `text` (job_target_text's form; None: this host's own
+    target) inside the block, whatever XLADIST_JOB_TARGET says. The launching process
+    compiles for a job's target in a background thread (runtime/compile_once.py) while
+    its other threads -- a user's own compiles, another cluster's -- keep theirs. Setting
+    the process's environment instead reached every thread at once, and two such blocks
+    in two threads restored each other's value: a job target was left in the environment
+    (a kept test cluster then saw its environment change and started again)."""
+    old = getattr(_thread, "text", None)
+    _thread.text = "" if text is None else text
+    try:
+        yield
+    finally:
+        _thread.text = old
+
+
 def _job_target() -> tuple[str, str, int | None] | None:
-    """(cpu, features, vector width) of XLADIST_JOB_TARGET, or None."""
-    raw = os.environ.get(JOB_TARGET_ENV, "").strip()
+    """(cpu, features, vector width) of this thread's job target (job_target_for) or of
+    XLADIST_JOB_TARGET, or None."""
+    raw = getattr(_thread, "text", None)
+    if raw is None:
+        raw = os.environ.get(JOB_TARGET_ENV, "")
+    raw = raw.strip()
     if not raw:
         return None
     cpu, features, width = (raw.split(";") + ["", ""])[:3]
@@ -64,12 +91,8 @@ def own_target() -> tuple[Target, int | None]:
     """This machine's target and vector width as the user set it up (the host, or
     XLADIST_TARGET_CPU), ignoring a job's choice: what a rank reports to the service."""
     init_llvm()
-    saved = os.environ.pop(JOB_TARGET_ENV, None)
-    try:
+    with job_target_for(None):
         return host_target(), vector_width()
-    finally:
-        if saved is not None:
-            os.environ[JOB_TARGET_ENV] = saved
 
 
 def host_target() -> Target:

@@ -24,7 +24,6 @@ with their rank, as before. XLADIST_COMPILE_ONCE=0 turns this off (for measuring
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
@@ -47,20 +46,12 @@ def _text(target: dict | None) -> str | None:
     return job_target_text(target["cpu"], target["features"], target["width"])
 
 
-@contextlib.contextmanager
 def targeting(target: dict | None):
-    """XLADIST_JOB_TARGET set to `target` (None: this host's own) for the block, restored
-    after: the launching process may be a user's own (xladist.run from a notebook)."""
-    from xladist.compiler.target import JOB_TARGET_ENV
-    old = os.environ.pop(JOB_TARGET_ENV, None)
-    if target is not None:
-        os.environ[JOB_TARGET_ENV] = _text(target)
-    try:
-        yield
-    finally:
-        os.environ.pop(JOB_TARGET_ENV, None)
-        if old is not None:
-            os.environ[JOB_TARGET_ENV] = old
+    """This thread compiles for `target` (None: this host's own) inside the block; the
+    process's environment and its other threads are untouched (the launching process may
+    be a user's own: xladist.run from a notebook)."""
+    from xladist.compiler.target import job_target_for
+    return job_target_for(_text(target))
 
 
 class CodeStore:

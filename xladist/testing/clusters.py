@@ -39,14 +39,15 @@ _PER_TEST = frozenset({"PYTEST_CURRENT_TEST"})
 
 def _environment() -> list:
     """os.environ, less what is not the user's setting for the ranks: pytest's per-test
-    variable, and what xladist itself sets in this process for a moment -- the job target
-    a background compile sets while it runs (compile_once.targeting: a run that read it
-    then restarted its cluster for nothing), the CLI's deadlock-check mark."""
+    variable, XLADIST_JOB_TARGET (a rank takes its job's target from the coordination
+    service; a launching process's background compile once set it here for a moment, and
+    a run that read it restarted its cluster for nothing) and the CLI's deadlock-check
+    mark."""
     from xladist.compiler.target import JOB_TARGET_ENV
     from xladist.runtime.precheck import CHECKED_ENV
     skip = _PER_TEST | {JOB_TARGET_ENV, CHECKED_ENV}
     for _ in range(10):
-        try:  # (that background compile may change os.environ while it is read here)
+        try:  # (another thread may change os.environ while it is read here)
             return sorted(kv for kv in os.environ.items() if kv[0] not in skip)
         except RuntimeError:
             continue
