@@ -155,3 +155,30 @@ def test_runs_from_a_plain_process_share_one_kept_cluster(monkeypatch):
     finally:
         clusters.close_shared()
     assert not clusters.shared().live
+
+
+OUTFEED = """HloModule of, replica_count=2
+ENTRY e {
+  x = f32[3] parameter(0)
+  t = token[] after-all()
+  two = f32[] constant(2)
+  b = f32[3] broadcast(two), dimensions={}
+  y = f32[3] multiply(x, b)
+  o = token[] outfeed(y, t), outfeed_shape=f32[3]{0}
+  ROOT r = f32[3] add(x, x)
+}"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("persistent", [True, False])
+def test_outfeeds_are_compared_from_a_plain_process_too(persistent):
+    """outfeed=True used to need an MPI job ("outfeed=True needs an MPI job of n ranks");
+    from a plain process the outfeed callbacks run here, for every rank, on kept ranks or in
+    a job of its own, and assert_conforms compares every rank's items with the reference's."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = assert_conforms(OUTFEED, [x], n=2, backend="interpreter", outfeed=True,
+                          persistent=persistent)
+    for r in range(2):
+        assert len(got.outfeeds[r]) == 1
+        np.testing.assert_array_equal(got.outfeeds[r][0], x[r] * 2)

@@ -62,7 +62,7 @@ def run_devices(module, inputs=None, n: int = 2, backend: str = "cpu", *,
     """Run `module` on n devices with `backend` (module doc); `inputs` as xladist.run takes
     them: one array per parameter with a leading device axis, or a list over devices of
     argument lists. `infeed`: a list over devices of item lists; `outfeed=True` collects every
-    device's outfeed items (needs an MPI job of n ranks).
+    rank's outfeed items (`outputs.outfeeds[rank]`, in program order).
 
     From a plain process a run goes to this process's kept n-rank cluster
     (xladist/testing/clusters.py: started by the first such run, every run loading and
@@ -74,25 +74,28 @@ def run_devices(module, inputs=None, n: int = 2, backend: str = "cpu", *,
     module = _module(module)
     if persistent is None:
         persistent = clusters.KEEP
-    if persistent and not outfeed and not _under_mpi():
-        fed = {"infeed": [list(items) for items in infeed]} if infeed is not None else {}
-        return Outputs(clusters.shared().run(module, inputs, n=n, backend=backend,
-                                             timeout=timeout,
-                                             device_assignment=device_assignment, **fed))
     options: dict = {}
     if infeed is not None:
         options["infeed"] = [list(items) for items in infeed]
-    mine: list = []
+    by_rank: dict[int, list] = {}  # (inside an MPI job: this rank's own only)
     if outfeed:
-        if not _under_mpi():
-            raise ValueError("outfeed=True needs an MPI job of n ranks (mpiexec -n N python "
-                             "-m pytest --with-mpi)")
-        options["outfeed"] = lambda rank, replica, partition, item: mine.append(item)
-    result = Outputs(run(module, inputs, n=n, backend=backend, timeout=timeout,
-                         device_assignment=device_assignment, **options))
-    if outfeed:
+        options["outfeed"] = lambda rank, replica, partition, item: \
+            by_rank.setdefault(rank, []).append(item)
+    under_mpi = _under_mpi()
+    if persistent and not under_mpi:
+        result = Outputs(clusters.shared().run(module, inputs, n=n, backend=backend,
+                                               timeout=timeout,
+                                               device_assignment=device_assignment,
+                                               **options))
+    else:
+        result = Outputs(run(module, inputs, n=n, backend=backend, timeout=timeout,
+                             device_assignment=device_assignment, **options))
+    if outfeed and under_mpi:
         from mpi4py import MPI
-        result.outfeeds = MPI.COMM_WORLD.allgather(mine)
+        comm = MPI.COMM_WORLD
+        result.outfeeds = comm.allgather(by_rank.get(comm.Get_rank(), []))
+    elif outfeed:  # the callbacks ran here, in this process, for every rank
+        result.outfeeds = [by_rank.get(r, []) for r in range(n)]
     return result
 
 
