@@ -32,7 +32,7 @@ def _as_module(module):
     if isinstance(module, Executable):
         return module.module
     if is_xlx(module):
-        return precompiled(module)[0].module
+        return resolve(module)[0]
     if isinstance(module, (str, os.PathLike)):
         text = str(module)
         if "\n" not in text and Path(text).exists():
@@ -47,16 +47,20 @@ def is_xlx(given) -> bool:
         str(given).endswith(".xlx")
 
 
-def precompiled(path, backend: str = "cpu"):
-    """(SerializedExecutable, the file's bytes) of a `.xlx` file: validated here (another
-    CPU or xladist version is refused), its bytes what the ranks load without compiling."""
+def resolve(given, backend: str = "cpu"):
+    """(module, SerializedExecutable or None, the `.xlx` file's bytes or None) of what run
+    and Cluster take. A `.xlx` file is validated here (another CPU or xladist version is
+    refused; it runs with backend cpu only) and its bytes are what the ranks load without
+    compiling; anything else is _as_module's."""
+    if not is_xlx(given):
+        return _as_module(given), None, None
     from xladist.compiler.serialized import SerializedExecutable
     if backend != "cpu":
-        raise InputError(f"{os.fspath(path)} holds cpu code; it runs with backend='cpu' only, "
+        raise InputError(f"{os.fspath(given)} holds cpu code; it runs with backend='cpu' only, "
                          f"not {backend!r}")
-    serial = SerializedExecutable(path)
-    with open(path, "rb") as f:
-        return serial, f.read()
+    serial = SerializedExecutable(given)
+    with open(given, "rb") as f:
+        return serial.module, serial, f.read()
 
 
 def _source(module, parsed) -> tuple[str, str | None]:
@@ -159,12 +163,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     launch/README.md); default this host, or what the batch system gives mpiexec.
     `mpiexec`: the launcher to start them with (default: the mpich wheel's).
     """
-    given, serial, xlx = module, None, None
-    if is_xlx(given):  # compiled once: the ranks load its code (backend cpu only)
-        serial, xlx = precompiled(given, backend)
-        module = serial.module
-    else:
-        module = _as_module(given)
+    given = module
+    module, serial, xlx = resolve(given, backend)  # a .xlx: the ranks load its code
     try:
         count = operator.index(n)
     except TypeError:
@@ -340,7 +340,8 @@ def served_feeds(module, n: int, device_assignment, *, infeed=None, outfeed=None
     """A job's feeds as the coordination service serves them (JobHost's infeed, infeed_fn,
     outfeed, prefetch): the source and the sink factory made here, in the launching
     process, and checked before any rank hears of them (both an infeed and an infeed
-    function, prefetch < 1, an infeed npz file some rank lacks: InputError)."""
+    function, prefetch < 1, an infeed npz file some rank lacks: InputError). `timeout`
+    (taken with the other feed options) is the ranks' own deadline: not used here."""
     from .feeds.pipeline import Feeds, check_paths, make_sink, make_source, placements_of
     source = make_source(infeed, infeed_fn)  # refuses both at once
     served = source if infeed_fn is None else None

@@ -38,8 +38,7 @@ from xladist.errors import ExecutionError, InputError
 
 from . import launcher
 from .device import device_counts
-from .api import (_as_module, _source, check_call, host_list, is_xlx, precompiled, rank_options,
-                  verify_once)
+from .api import _source, check_call, host_list, is_xlx, rank_options, resolve, verify_once
 
 # After one rank failed a call, how long the others have to finish or fail it too before
 # the cluster is taken to be stuck (a rank waiting in a collective for the failed one).
@@ -285,12 +284,7 @@ class Cluster:
                              f"{sorted(self.defaults)} and device_assignment)")
         self._usable_or_raise()
         settings = {**self.defaults, **options}
-        xlx = None
-        if is_xlx(given):  # compiled once: the ranks load its code (backend cpu only)
-            serial, xlx = precompiled(given, settings["backend"])
-            module = serial.module
-        else:
-            module = _as_module(given)
+        module, _, xlx = resolve(given, settings["backend"])  # a .xlx: the ranks load its code
         counts = device_counts(module, self.n)  # n against the module's counts
         if settings["verify"] and xlx is None:
             verify_once(module, counts)  # here, once: the ranks skip it

@@ -46,12 +46,12 @@ def _environment() -> list:
     from xladist.compiler.target import JOB_TARGET_ENV
     from xladist.runtime.precheck import CHECKED_ENV
     skip = _PER_TEST | {JOB_TARGET_ENV, CHECKED_ENV}
-    for _ in range(10):
-        try:  # (another thread may change os.environ while it is read here)
+    for attempt in range(10):
+        try:
             return sorted(kv for kv in os.environ.items() if kv[0] not in skip)
-        except RuntimeError:
-            continue
-    return sorted(kv for kv in os.environ.items() if kv[0] not in skip)
+        except RuntimeError:  # another thread changed os.environ while it was read
+            if attempt == 9:
+                raise
 
 
 class Clusters:

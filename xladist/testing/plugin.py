@@ -5,9 +5,9 @@ pytest-mpi's conventions: run the tests inside an MPI job with
 `mpiexec -n N python -m pytest --with-mpi`, mark them `@pytest.mark.mpi(min_size=N)`.
 Inside the job every fixture runs on the job's N ranks; without --with-mpi, runs go to ranks
 kept for the session (xladist/testing/clusters.py: one cluster per rank count, every run
-loading and releasing its own module; a run with feeds, or every run of a session with
---xladist-fresh-jobs -- the fixtures' and xladist.testing's own -- starts a job of its
-own). The same test works both ways.
+loading and releasing its own module, its feeds served for that run; every run of a
+session with --xladist-fresh-jobs -- the fixtures' and xladist.testing's own -- starts a
+job of its own). The same test works both ways.
 
 Options: --xladist-backend NAME (default cpu, or $XLADIST_BACKEND), --xladist-timeout S,
 --xladist-fresh-jobs.

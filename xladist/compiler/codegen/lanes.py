@@ -5,9 +5,9 @@ A reduction whose reducer is one float `add`, `multiply`, `maximum` or `minimum`
 two parameters (f32 or f64) is accumulated in lanes. Sums and products used to accumulate
 into one register with LLVM's `reassoc` flag, so LLVM's loop vectorizer, interleaver and
 unroller chose the order of the sum -- and a different pipeline (or CPU) gave different
-last bits. Now codegen fixes the order itself and emits
-plain IEEE arithmetic: a vectorizer may only widen lane-wise operations, which keeps every
-bit, so these kernels take the pipeline without loop unrolling (compile_pool.pipeline_exact).
+last bits. Now codegen fixes the order itself and emits plain IEEE arithmetic: a
+vectorizer may only widen lane-wise operations, which keeps every bit, so these kernels
+take the pipeline without loop unrolling (compile_pool.pipeline_exact).
 
 The order, for each output element (every element computes alone; a split kernel's blocks,
 parallel.py, are whole output elements):
@@ -136,6 +136,7 @@ class Lanes:
         with ctx.b.goto_entry_block():
             self.lane_ptr = ctx.b.bitcast(self.ptr, self.elem.as_pointer())
         self.identity = _IDENTITY[reducer.root.opcode]
+        self.raw = raw_step(reducer)  # maximum / minimum: total() applies the rule
 
     def reset(self) -> None:
         vec = ir.Constant(ir.VectorType(self.elem, self.count), [self.identity] * self.count)
@@ -161,8 +162,7 @@ class Lanes:
         b = self.ctx.b
         p = b.gep(self.lane_ptr, [k], inbounds=True)
         acc = b.load(p, typ=self.elem)
-        raw = raw_step(self.reducer)  # total() applies the rule
-        b.store(raw(b, acc, value) if raw else self._apply(acc, value), p)
+        b.store(self.raw(b, acc, value) if self.raw else self._apply(acc, value), p)
 
     def total(self, start):
         """reducer(start, the lanes combined by halving)."""

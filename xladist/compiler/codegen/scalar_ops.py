@@ -549,7 +549,8 @@ def _clamp(b, instr, v):
     lo, x, hi = v
     t = _etype(instr)
     if t.is_float:
-        return _float_max_min(b, False, _float_max_min(b, True, x, lo), hi)
+        # min(max(x, lo), hi) with the rule once: a NaN stays a NaN through both ops
+        return canonical_nan(intr.minimum(b, intr.maximum(b, x, lo), hi), b)
     signed = t.kind == "sint"
     gt = (lambda a, c: b.icmp_signed(">", a, c)) if signed else \
         (lambda a, c: b.icmp_unsigned(">", a, c))
