@@ -391,21 +391,8 @@ class Compiled:
 
     def inputs(self, inputs):
         """`inputs` as the ranks get them, checked here (dims, element types) first."""
-        from xladist.executable import conform_argument, describe_parameter
-        from xladist.semantics.values import TOKEN
-
         from .api import _per_device
-        per_device = _per_device(self.module, inputs, self.cluster.n)
-        if isinstance(per_device, list):
-            params = self.module.entry.parameters
-            for d, args in enumerate(per_device):
-                if len(args) != len(params):
-                    raise InputError(f"{self.module.name} takes {len(params)} arguments, "
-                                     f"device {d} got {len(args)}")
-                per_device[d] = [TOKEN if p.shape.is_token else conform_argument(
-                    a, p.shape, f"device {d}: {describe_parameter(p)}")
-                    for a, p in zip(args, params)]
-        return per_device
+        return _per_device(self.module, inputs, self.cluster.n)
 
     def feeds(self, feeds: dict) -> dict | None:
         """A call's feeds (Cluster.run's infeed, outfeed, infeed_fn, prefetch), checked
