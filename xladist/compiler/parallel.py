@@ -124,9 +124,10 @@ def thread_count() -> int:
     """The threads this process computes with (see the module docstring)."""
     if _explicit is not None:
         return _explicit
-    env = os.environ.get("XLADIST_THREADS", "").strip()
-    if env:
-        return _parse(env, "XLADIST_THREADS")
+    from ..environment import setting
+    env = setting("XLADIST_THREADS")
+    if env is not None:
+        return env
     return max(1, available_cores() // max(1, _local_ranks))
 
 

@@ -134,9 +134,10 @@ def vector_width() -> int | None:
     job = _job_target()
     if job is not None:  # the job's choice, already made from every host's own setting
         return job[2]
-    env = os.environ.get("XLADIST_VECTOR_WIDTH", "").strip()
-    if env:
-        return int(env)
+    from ..environment import setting
+    env = setting("XLADIST_VECTOR_WIDTH")
+    if env is not None:
+        return env
     if os.environ.get("XLADIST_TARGET_CPU", "host").strip() not in ("", "host"):
         return None  # a named CPU gets LLVM's own tuning for it
     return 512 if _host_has_avx512() else None

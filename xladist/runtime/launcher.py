@@ -62,6 +62,8 @@ def mpi_world_size() -> int | None:
 
 
 def rank_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    from xladist.environment import check
+    check()  # the ranks inherit it: a bad XLADIST_* number stops the launch here (exit 2)
     env = dict(os.environ)
     for k, v in RANK_ENV_DEFAULTS.items():
         env.setdefault(k, v)
