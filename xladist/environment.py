@@ -44,8 +44,16 @@ def setting(name: str, default=None):
     return value
 
 
+def target_cpu() -> str | None:
+    """The CPU XLADIST_TARGET_CPU names, or None for the host (unset, empty or `host`).
+    Whether LLVM knows it is compiler/target.check_cpu's to say."""
+    cpu = os.environ.get("XLADIST_TARGET_CPU", "").strip()
+    return cpu if cpu and cpu != "host" else None
+
+
 def check() -> None:
-    """Every numeric XLADIST_* variable set here takes its value (InputError otherwise):
-    called before ranks start, which inherit this environment."""
+    """Every numeric XLADIST_* variable set here takes its value (InputError otherwise).
+    Before ranks start, runtime/launcher.check_environment calls it with the check of
+    XLADIST_TARGET_CPU (compiler/target.py: a CPU name only LLVM can judge)."""
     for name in _NUMBERS:
         setting(name)

@@ -3,6 +3,8 @@ before any rank starts (xladist/environment.py)."""
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 
 from tests.cli_util import ROOT, xladist_cli
@@ -54,3 +56,38 @@ def test_good_values_and_defaults(monkeypatch):
     assert environment.setting("XLADIST_COORD_PORT", 7) == 0
     assert environment.setting("XLADIST_THREADS", None) is None
     environment.check()
+
+
+# Before: LLVM warned "'bogus9' is not a recognized processor for this target" once per
+# target machine, then aborted the process: "LLVM ERROR: 64-bit code requested on a
+# subtarget that doesn't support it!" (exit 1, no word from xladist).
+def test_an_unknown_target_cpu_is_named():
+    proc = xladist_cli("run", CASE / "module.hlo", "-n", 4, "--inputs", CASE / "inputs.npz",
+                       "-q", XLADIST_TARGET_CPU="bogus9")
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("xladist run: error: XLADIST_TARGET_CPU 'bogus9' is not a CPU "
+                           "LLVM knows for ")
+
+
+def test_aot_refuses_an_unknown_target_cpu(tmp_path):
+    proc = xladist_cli("aot", ROOT / "benchmarks" / "mlp_train_step.hlo", "--name", "step",
+                       "-o", tmp_path, "--target-cpu", "bogus9")
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("xladist aot: error: --target-cpu 'bogus9' is not a CPU LLVM knows")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 CPU names")
+def test_known_cpus_pass(monkeypatch):
+    from xladist.compiler.target import check_cpu, host_target
+    import llvmlite.binding as llvm
+    for cpu in ("x86-64", "x86-64-v3", "haswell"):
+        check_cpu(llvm.get_process_triple(), cpu, "test")
+    monkeypatch.setenv("XLADIST_TARGET_CPU", "x86-64-v3")
+    assert host_target().cpu == "x86-64-v3"
+    launcher.check_environment()
+    monkeypatch.setenv("XLADIST_TARGET_CPU", "nosuchcpu")
+    with pytest.raises(InputError, match="XLADIST_TARGET_CPU 'nosuchcpu' is not a CPU"):
+        launcher.rank_environment()

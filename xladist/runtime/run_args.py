@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 from xladist.collectives.mpiexec import find_mpiexec
-from xladist.environment import check as check_environment
 from xladist.errors import InputError
 from xladist.files import check_destination, check_npz, read_text
 
@@ -109,6 +108,7 @@ def check(args, module, *, options: bool = True) -> list:
 
     from .feeds import placements_of
     check_numbers(args, options=options)
+    from .launcher import check_environment
     check_environment()  # XLADIST_THREADS=abc and the like, which the ranks inherit
     check_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
     placements = placements_of(module, args.num_devices,
