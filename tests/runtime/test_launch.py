@@ -304,3 +304,15 @@ def test_bogus_mpiexec_is_input_error(tmp_path, sub, bad):
     assert proc.returncode == 2, proc.stderr
     assert f"--mpiexec {path}: not an executable program" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ops_refuses_an_unknown_family(capsys):
+    # Before: `xladist ops --family nosuch` printed an empty table and exited 0.
+    from xladist.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["ops", "--family", "nosuch"])
+    assert e.value.code == 2
+    assert "--family: invalid choice: 'nosuch' (choose from 'elementwise_unary'" in \
+        capsys.readouterr().err
+    assert main(["ops", "--family", "feed"]) == 0
+    assert capsys.readouterr().out.split()[6:8] == ["infeed", "yes"]
