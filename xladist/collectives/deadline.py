@@ -232,6 +232,12 @@ class Watchdog:
         self.current = token
         self.exit_loop()
 
+    def waiting_now(self):
+        """(what, where, start) of the wait this process is in now, or None: for readers
+        outside the watchdog (runtime/progress.py), whom a native loop's bracket would
+        otherwise reach unresolved."""
+        return self._resolved(self.current)
+
     def _resolved(self, cur):
         """A native loop's bracket as the (what, where, start) it waits in now, or None
         while it computes; any other `current` as is."""
