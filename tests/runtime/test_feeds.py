@@ -342,3 +342,41 @@ def test_bf16_items_from_uint16_bits():
     xs = [np.array([1, 2, 3], ml_dtypes.bfloat16).view(np.uint16)] * 2
     outs, _ = run_one(module, lambda r, rep, part: xs)
     np.testing.assert_array_equal(outs[0].astype(np.float32), [2, 4, 6])
+
+
+def _sink_over_a_socketpair(timeout: float, answer: bool):
+    """A rank's SocketSink whose 'service' end reads its END and answers only if told."""
+    import socket
+
+    from xladist.runtime import wire
+    from xladist.runtime.feeds.host import SocketSink
+    rank_end, service_end = socket.socketpair()
+    sink = SocketSink("unused:0", "token", timeout=timeout)
+    sink.sock, sink.placement = rank_end, Placement(rank=1, replica=1, partition=0, device=1,
+                                                    assignment=None)
+
+    def service():
+        wire.recv(service_end)  # END
+        if answer:
+            wire.send(service_end, wire.END, {})
+    threading.Thread(target=service, daemon=True).start()
+    return sink, service_end
+
+
+def test_an_outfeed_not_taken_within_the_deadline_fails_the_rank(monkeypatch):
+    # Before: close() waited 5 s for the service's word that every item reached the user's
+    # callback, then gave up silently: with a callback slower than that, xladist.run
+    # returned success with 1 of 6 items delivered (the rest went with the job).
+    sink, keep = _sink_over_a_socketpair(0.3, answer=False)
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError, match=r"^rank 1 \(replica 1, partition 0\): the outfeed "
+                       r"consumer in the launching process did not take rank 1's last outfeed "
+                       r"items within 0\.3 s"):
+        sink.close(failed=False)
+    assert time.monotonic() - t0 < 3
+    sink, keep = _sink_over_a_socketpair(0.3, answer=True)
+    sink.close(failed=False)  # confirmed: fine
+    from xladist.runtime.feeds import host
+    monkeypatch.setattr(host, "FAILED_CLOSE_S", 0.3)
+    sink, keep = _sink_over_a_socketpair(0.3, answer=False)
+    sink.close(failed=True)  # the rank's own failure is what gets reported
