@@ -74,6 +74,14 @@ class Cluster:
         self.n = n
         self.defaults = dict(backend=backend, timeout=timeout, verify=verify, check=check,
                              strict=strict)
+        from types import SimpleNamespace
+
+        from xladist.backends import check_backend
+
+        from .run_args import check_numbers
+        # the defaults every call gets, checked as a call's own (run_args), before ranks start
+        check_numbers(SimpleNamespace(timeout=timeout), options=False)
+        check_backend(backend)
         self._where = dict(hosts=host_list(hosts), hostfile=hostfile, mpiexec=mpiexec)
         self._ids = itertools.count(1)
         self._handles: dict[int, Compiled] = {}
