@@ -91,7 +91,10 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
         if not isinstance(value, str):
             raise InputError(f"{name} must be a path, got {type(value).__name__}")
         for path, what in _paths(key, value, module, placements, name).items():
-            if spec.file == "npz":
+            if spec.file == "npz" and key == "infeed":
+                from .feeds.npz import check_items
+                check_items(path, what)  # also its keys: item0, item1, ... (names only)
+            elif spec.file == "npz":
                 check_npz(path, what)
             elif spec.file == "text":
                 read_text(path, what, kind="hostfile text")
