@@ -316,3 +316,19 @@ def test_ops_refuses_an_unknown_family(capsys):
         capsys.readouterr().err
     assert main(["ops", "--family", "feed"]) == 0
     assert capsys.readouterr().out.split()[6:8] == ["infeed", "yes"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--check-budget", "-1"], "--check-budget must be a number of seconds >= 0, got -1.0"),
+    (["--check-budget", "nan"], "--check-budget must be a number of seconds >= 0, got nan"),
+    (["--replica-count", "0"], "--replica-count must be at least 1, got 0"),
+])
+def test_check_refuses_bad_numbers_as_run_does(capsys, argv, says):
+    # Before: `xladist check m.hlo --check-budget -1` ran the check (exit 0) where `xladist
+    # run` refused the same option; and run's message offered "(0: no deadline)" for a
+    # budget, where 0 means "give up at once".
+    from xladist.cli import main
+    from tests.cli.test_channels_cli import DATA
+    module = sorted(DATA.glob("*.hlo"))[0]
+    assert main(["check", str(module), *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"xladist check: error: {says}"

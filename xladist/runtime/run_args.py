@@ -38,8 +38,9 @@ def check_numbers(args, *, options: bool = True) -> None:
         if spec.type == "int" and value < 1:
             raise InputError(f"{_name(key, options)} must be at least 1, got {value}")
         if spec.type == "float" and (math.isnan(value) or value < 0):
-            raise InputError(f"{_name(key, options)} must be a number of seconds >= 0 (0: "
-                             f"no deadline), got {value}")
+            zero = " (0: no deadline)" if key == "timeout" else ""
+            raise InputError(f"{_name(key, options)} must be a number of seconds >= 0{zero}, "
+                             f"got {value}")
 
 
 def _fill(option: str, template: str, allowed: str, fields: dict) -> str:
