@@ -36,6 +36,7 @@ import queue
 import threading
 import time
 
+from ..environment import setting
 from . import choice
 from .codegen.split import blocks_of
 
@@ -124,7 +125,6 @@ def thread_count() -> int:
     """The threads this process computes with (see the module docstring)."""
     if _explicit is not None:
         return _explicit
-    from ..environment import setting
     env = setting("XLADIST_THREADS")
     if env is not None:
         return env
