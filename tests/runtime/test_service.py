@@ -406,6 +406,9 @@ def test_a_goodbye_after_unread_pings_is_not_lost(service, monkeypatch):
             left -= len(got)
             time.sleep(0.05)
     monkeypatch.setattr(svc, "_on_message", slowly_on_pos)
+    # A rank's client sets the job target in its process's environment; this one runs in
+    # the test process: undone at teardown, so later tests compile for the host again.
+    monkeypatch.setenv("XLADIST_JOB_TARGET", "")  # (delenv of an unset one undoes nothing)
     rank = service_client.Client(svc.address, svc.token, 0, 1).start()
     take = rank._on
 
