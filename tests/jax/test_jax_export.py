@@ -152,6 +152,28 @@ def test_assemble_from_synthetic_shards(tmp_path):
         assert np.array_equal(g.astype(np.float64), np.asarray(a).astype(np.float64))
 
 
+def test_assemble_decodes_the_bits_npz_keeps(tmp_path):
+    """outputs.npz holds bf16 as uint16 and f8/int4/f4 as uint8 bits (xladist.io.encode,
+    what `xladist run --outputs` writes); assemble took only bf16 back and refused an f8 or
+    int4 result ("device 0's shard is uint8[1, 8], meta.json expects float8_e5m2[1, 8])."""
+    from xladist.io import encode
+    mesh = {"d": 2}
+    arrays = [np.linspace(-3, 3, 8).astype(ml_dtypes.float8_e5m2).reshape(2, 4),
+              (np.arange(8) - 4).astype(ml_dtypes.int4).reshape(2, 4),
+              np.linspace(-1, 1, 4).astype(ml_dtypes.float4_e2m1fn),
+              np.linspace(-1, 1, 4).astype(ml_dtypes.bfloat16)]
+    specs = [(("d",),), (None, ("d",)), (), (("d",),)]
+    meta = _meta(mesh, [(a.shape, a.dtype, s) for a, s in zip(arrays, specs)])
+    F.write_meta(tmp_path, meta)
+    np.savez(tmp_path / "outputs.npz", **{
+        f"out{i}": encode(np.stack(_cut(a, m)))
+        for i, (a, m) in enumerate(zip(arrays, meta["outputs"]))})
+    got = xj.assemble(tmp_path, tmp_path / "outputs.npz")
+    for g, a in zip(got, arrays):
+        assert g.dtype == a.dtype and g.shape == a.shape
+        np.testing.assert_array_equal(g.view(np.uint8), a.view(np.uint8))
+
+
 def test_replicated_copies_that_differ_are_refused():
     mesh = {"d": 2}
     meta = _meta(mesh, [((3,), np.float32, ())])
