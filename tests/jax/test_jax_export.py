@@ -382,6 +382,31 @@ def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
 
 
 @needs_jax
+def test_export_with_int4_arguments(tmp_path):
+    """jax's ahead-of-time call refuses int4 arguments (packed layout compiled, one byte per
+    element given); export took jax's expected results from that call and raised
+    ValueError. Sub-byte arguments go through jit's own call: expected.npz holds jax's
+    results, here a ring ppermute of int4 and an all-gather of float8, against numpy."""
+    import jax
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    def fn(a, b):
+        return jax.shard_map(
+            lambda u, w: (lax.ppermute(u, "d", [(i, (i + 1) % 4) for i in range(4)]),
+                          lax.all_gather(w, "d", tiled=True)),
+            in_specs=(P("d"), P("d")), out_specs=(P("d"), P()), check_vma=False)(a, b)
+
+    a = (np.arange(16) % 15 - 7).reshape(4, 4).astype(ml_dtypes.int4)
+    b = np.linspace(-2, 2, 8).astype(ml_dtypes.float8_e4m3fn)
+    out = xj.export(fn, a, b, mesh_shape={"d": 4}, in_specs=P("d"),
+                    out_specs=[P("d"), P()], path=tmp_path / "s4")
+    shifted, gathered = xj.assemble(out, out / F.EXPECTED)
+    np.testing.assert_array_equal(shifted.astype(np.int32), np.roll(a, 1, axis=0).astype(np.int32))
+    np.testing.assert_array_equal(gathered.view(np.uint8), b.view(np.uint8))
+
+
+@needs_jax
 def test_cli_reports_a_failing_function(capsys, tmp_path, args_npz, monkeypatch):
     (tmp_path / "broken_fn.py").write_text("def f(a, b):\n    return a @ a  # [4,6] @ [4,6]\n")
     monkeypatch.chdir(tmp_path)
