@@ -336,3 +336,18 @@ def test_tanh_f32_saturates_to_exactly_one():
     near = _run_unary("tanh", band)
     assert np.abs(near).max() <= 1.0
     _check(near, np.tanh(band.astype(np.float64)), 4e-7, 0, "tanh")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_expm1_up_to_exp_overflow(dtype):
+    """expm1 is finite wherever exp is: Kahan's (u-1)*x/log(u) overflowed in the product
+    from x ~ 84 in f32 (~703 in f64), so expm1(88) was inf instead of 1.65e38."""
+    top = 88.72 if dtype == np.float32 else 709.78
+    x = np.concatenate([np.linspace(39.0, top, 4001), [41.0, 84.0, 88.0, 700.0, 709.0]])
+    x = x[x <= top].astype(dtype)
+    got = _run_unary("exponential-minus-one", x)
+    want = np.expm1(x.astype(np.float64))
+    assert np.isfinite(got).all()
+    _check(got, want, 4e-7 if dtype == np.float32 else 4e-15, 0, "expm1")
+    over = np.array([top + 0.01 * top, np.inf], dtype)
+    np.testing.assert_array_equal(_run_unary("exponential-minus-one", over), [np.inf, np.inf])

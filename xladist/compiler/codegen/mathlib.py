@@ -121,8 +121,10 @@ def expm1(b, x):
     y = b.fdiv(b.fmul(um1, x), lu)
     y = b.select(b.fcmp_ordered("==", um1, _c(x.type, -1.0)), um1, y)
     y = b.select(b.fcmp_ordered("==", u, _c(x.type, 1.0)), x, y)
-    # u = inf: the quotient is inf/inf; the answer is inf.
-    y = b.select(b.fcmp_ordered("==", u, _c(x.type, math.inf)), u, y)
+    # Past x = 40, u - 1 rounds to u in f32 and f64 (e^40 > 2**53) and needs no correction,
+    # while (u-1)*x overflows from x ~ 84 in f32 (~703 in f64), below exp's own overflow
+    # (88.72, 709.78): expm1(88) was inf. Also u = inf: there the quotient is inf/inf.
+    y = b.select(b.fcmp_ordered(">", x, _c(x.type, 40.0)), um1, y)
     return b.select(_is_nan(b, x), x, y)
 
 
