@@ -351,3 +351,12 @@ def test_expm1_up_to_exp_overflow(dtype):
     _check(got, want, 4e-7 if dtype == np.float32 else 4e-15, 0, "expm1")
     over = np.array([top + 0.01 * top, np.inf], dtype)
     np.testing.assert_array_equal(_run_unary("exponential-minus-one", over), [np.inf, np.inf])
+
+
+def test_erf_f32_stays_within_one():
+    """erf is bounded by 1; the f32 rational passed it by an ulp for |x| in ~[3.7, 4]
+    (erf(-3.9999) = -1.0000001 against numpy's -1.0), so 1 - erf(x) went negative."""
+    x = np.linspace(-6, 6, 120001).astype(np.float32)
+    got = _run_unary("erf", x)
+    assert np.abs(got).max() <= 1.0
+    _check(got, scipy.special.erf(x.astype(np.float64)), 4e-7, 1e-37, "erf")

@@ -465,6 +465,9 @@ def erf(b, x):
         xc = intr.minnum(b, intr.maxnum(b, x, _c(t, -4.0)), _c(t, 4.0))
         z = b.fmul(xc, xc)
         y = b.fdiv(b.fmul(xc, _poly(b, z, _ERF_P)), _poly(b, z, _ERF_Q))
+        # The rational passes 1 by an ulp between ~3.7 and the clamp (erf(-3.9999) gave
+        # -1.0000001); erf is bounded, and 1 - erf(x) must not go negative.
+        y = intr.minnum(b, intr.maxnum(b, y, _c(t, -1.0)), _c(t, 1.0))
         return b.select(_is_nan(b, x), x, y)
     # f64 keeps libm's erf: no vector implementation of double precision yet.
     return intr.libm(b, "erf", [x])
