@@ -111,6 +111,14 @@ class ExecutionError(XlaDistError):
         return (" | ".join(where) + ": " if where else "") + self.message
 
 
+def out_of_memory(error: MemoryError, what: str = "", **where) -> ExecutionError:
+    """The one message for an allocation that failed: not a bug, so no traceback; `what`
+    names the buffer, `where` locates it (rank, replica, partition, instruction)."""
+    detail = str(error) or "the allocation failed"
+    return ExecutionError(f"out of memory{' for ' + what if what else ''}: {detail}",
+                          **where)
+
+
 class DeadlockError(XlaDistError):
     """The static cross-device check found a program that would hang or mismatch."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, out_of_memory
 from .hlo.shape import Shape
 from .semantics.values import TOKEN
 
@@ -94,7 +94,13 @@ class Executable:
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         args = self.check_arguments(arrays)
-        leaves = flatten_result(self.execute(args), self.result_shape)
+        value = self.execute(args)
+        try:  # (a broadcast root is a view until here)
+            leaves = flatten_result(value, self.result_shape)
+        except MemoryError as e:
+            root = self.module.entry.root
+            raise out_of_memory(e, f"the result {root.name} "
+                                   f"({self.result_shape.to_text(layout=False)})") from None
         if self.dynamic_results is not None:
             leaves = self.dynamic_results.cut(leaves)
         return leaves

@@ -8,6 +8,7 @@ leave every item outfed before the failure in the outfeed files.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from xladist.runtime.api import run as xrun
 from xladist.runtime.feeds.npz import write_items
 from tests.cli_util import xladist_cli
 from tests.feeds_fns import item
-from xladist.errors import ExecutionError
+from xladist.errors import ExecutionError, InputError
 from tests.paths import ROOT
 
 JOB_TIMEOUT = 240
@@ -190,6 +191,27 @@ def test_missing_infeed_file_is_refused_before_launch(tmp_path):
     assert proc.returncode == 2
     assert "for rank 0 (replica 0, partition 0)" in proc.stderr
     assert "nope0.npz: does not exist" in proc.stderr
+
+
+
+@pytest.mark.parametrize("keys, says", [
+    (["x0"], "array 'x0' is not an item (keys are item0, item1, ..."),
+    (["item0", "item2"], "items must be numbered 0, 1, ... without gaps: item 1 is missing"),
+])
+def test_infeed_file_with_keys_that_are_not_items_is_refused_before_launch(tmp_path, keys,
+                                                                         says):
+    # Before: the ranks started and rank 1 failed at its first infeed ("the infeed source
+    # (in the launching process) raised InputError: ..."), exit 1.
+    module = write_module(tmp_path, 2, 1)
+    for r in range(2):
+        np.savez(tmp_path / f"in{r}.npz", **{k: np.zeros(4, np.float32) for k in keys})
+    proc = xladist_run(module, "-n", 2, "--infeed", tmp_path / "in{rank}.npz")
+    assert proc.returncode == 2, proc.stderr
+    assert "for rank 0 (replica 0, partition 0)" in proc.stderr and says in proc.stderr
+    assert "raised" not in proc.stderr
+    with pytest.raises(InputError, match=re.escape(says)):  # the Python API alike
+        xrun(str(module), None, n=2, infeed=str(tmp_path / "in{rank}.npz"),
+             outfeed=lambda *a: None)
 
 
 @pytest.mark.slow

@@ -182,3 +182,18 @@ def test_outfeeds_are_compared_from_a_plain_process_too(persistent):
     for r in range(2):
         assert len(got.outfeeds[r]) == 1
         np.testing.assert_array_equal(got.outfeeds[r][0], x[r] * 2)
+
+
+@pytest.mark.parametrize("tolerance", ["abc", (1e-5,), {"f32": 3}, (-1, 0), ("a", "b")])
+def test_a_bad_tolerance_is_refused_before_anything_runs(tolerance, monkeypatch):
+    # Before: "abc" ran the module on the devices, then failed with ValueError: too many
+    # values to unpack (expected 2) from numpy's comparison.
+    import xladist.testing as testing
+    from xladist.errors import InputError
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the module ran")
+    monkeypatch.setattr(testing, "run_devices", ran)
+    with pytest.raises(InputError, match="tolerance must be True, an \\(rtol, atol\\) pair"):
+        assert_conforms("HloModule m\nENTRY e {\n  ROOT c = f32[] constant(1)\n}\n",
+                        tolerance=tolerance)

@@ -5,6 +5,7 @@ left running after close (or after the job ended)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -275,6 +276,19 @@ def test_a_cluster_refuses_a_bad_n():
     with pytest.raises(ClusterEnded, match="not started"):
         Cluster(2).run(ALL_REDUCE)
     assert cluster_module.FAILED_GRACE_S > 0
+
+
+@pytest.mark.parametrize("setting, error", [
+    (dict(timeout=-1), "timeout must be a number of seconds >= 0"),
+    (dict(timeout="abc"), "timeout must be a number, got 'abc'"),
+    (dict(backend="gpu"), "backend 'gpu' is not available"),
+])
+def test_a_cluster_refuses_bad_defaults_before_its_ranks_start(setting, error):
+    # Before: Cluster(2, timeout=-1) started two ranks (a second of work) and only the
+    # first call said "timeout must be ...", for every call after it too.
+    from xladist.errors import XlaDistError
+    with pytest.raises(XlaDistError, match=re.escape(error)):
+        Cluster(2, **setting)
 
 
 def test_ctrl_c_during_a_call_stops_the_ranks(marker):

@@ -16,7 +16,7 @@ import xladist
 from xladist.runtime.feeds import npz as feeds_npz
 from xladist.runtime.device import DeviceAssignment, Placement
 from xladist.runtime.feeds import Feeds, NpzSink, Prefetcher, make_feeds, running_single
-from xladist.errors import ExecutionError, VerifierError
+from xladist.errors import ExecutionError, InputError, VerifierError
 
 RNG = np.random.default_rng(6)
 P0 = Placement(0, 0, 0, 0, DeviceAssignment.default(1, 1))
@@ -296,13 +296,14 @@ def test_npz_source_and_sink_round_trip(tmp_path):
 
 
 def test_npz_source_refuses_gaps_and_mixed_keys(tmp_path):
+    # refused before the program starts (feeds.check_paths -> npz.check_items)
     np.savez(tmp_path / "gap.npz", item0=np.zeros(3, np.float32), item2=np.zeros(3, np.float32))
-    text = _error(loop_module(1), str(tmp_path / "gap.npz"))
-    assert "item 1 is missing but item 2 is there" in text
+    with pytest.raises(InputError, match="item 1 is missing but item 2 is there"):
+        run_one(loop_module(1), str(tmp_path / "gap.npz"))
     np.savez(tmp_path / "mixed.npz", item0=np.zeros(3, np.float32),
              item0_0=np.zeros(3, np.float32))
-    assert "both as item0 and as tuple elements" in _error(loop_module(1),
-                                                           str(tmp_path / "mixed.npz"))
+    with pytest.raises(InputError, match="both as item0 and as tuple elements"):
+        run_one(loop_module(1), str(tmp_path / "mixed.npz"))
 
 
 def test_outfeed_is_written_when_the_program_fails(tmp_path):
@@ -342,3 +343,41 @@ def test_bf16_items_from_uint16_bits():
     xs = [np.array([1, 2, 3], ml_dtypes.bfloat16).view(np.uint16)] * 2
     outs, _ = run_one(module, lambda r, rep, part: xs)
     np.testing.assert_array_equal(outs[0].astype(np.float32), [2, 4, 6])
+
+
+def _sink_over_a_socketpair(timeout: float, answer: bool):
+    """A rank's SocketSink whose 'service' end reads its END and answers only if told."""
+    import socket
+
+    from xladist.runtime import wire
+    from xladist.runtime.feeds.host import SocketSink
+    rank_end, service_end = socket.socketpair()
+    sink = SocketSink("unused:0", "token", timeout=timeout)
+    sink.sock, sink.placement = rank_end, Placement(rank=1, replica=1, partition=0, device=1,
+                                                    assignment=None)
+
+    def service():
+        wire.recv(service_end)  # END
+        if answer:
+            wire.send(service_end, wire.END, {})
+    threading.Thread(target=service, daemon=True).start()
+    return sink, service_end
+
+
+def test_an_outfeed_not_taken_within_the_deadline_fails_the_rank(monkeypatch):
+    # Before: close() waited 5 s for the service's word that every item reached the user's
+    # callback, then gave up silently: with a callback slower than that, xladist.run
+    # returned success with 1 of 6 items delivered (the rest went with the job).
+    sink, keep = _sink_over_a_socketpair(0.3, answer=False)
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError, match=r"^rank 1 \(replica 1, partition 0\): the outfeed "
+                       r"consumer in the launching process did not take rank 1's last outfeed "
+                       r"items within 0\.3 s"):
+        sink.close(failed=False)
+    assert time.monotonic() - t0 < 3
+    sink, keep = _sink_over_a_socketpair(0.3, answer=True)
+    sink.close(failed=False)  # confirmed: fine
+    from xladist.runtime.feeds import host
+    monkeypatch.setattr(host, "FAILED_CLOSE_S", 0.3)
+    sink, keep = _sink_over_a_socketpair(0.3, answer=False)
+    sink.close(failed=True)  # the rank's own failure is what gets reported

@@ -304,3 +304,31 @@ def test_bogus_mpiexec_is_input_error(tmp_path, sub, bad):
     assert proc.returncode == 2, proc.stderr
     assert f"--mpiexec {path}: not an executable program" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ops_refuses_an_unknown_family(capsys):
+    # Before: `xladist ops --family nosuch` printed an empty table and exited 0.
+    from xladist.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["ops", "--family", "nosuch"])
+    assert e.value.code == 2
+    assert "--family: invalid choice: 'nosuch' (choose from 'elementwise_unary'" in \
+        capsys.readouterr().err
+    assert main(["ops", "--family", "feed"]) == 0
+    assert capsys.readouterr().out.split()[6:8] == ["infeed", "yes"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--check-budget", "-1"], "--check-budget must be a number of seconds >= 0, got -1.0"),
+    (["--check-budget", "nan"], "--check-budget must be a number of seconds >= 0, got nan"),
+    (["--replica-count", "0"], "--replica-count must be at least 1, got 0"),
+])
+def test_check_refuses_bad_numbers_as_run_does(capsys, argv, says):
+    # Before: `xladist check m.hlo --check-budget -1` ran the check (exit 0) where `xladist
+    # run` refused the same option; and run's message offered "(0: no deadline)" for a
+    # budget, where 0 means "give up at once".
+    from xladist.cli import main
+    from tests.cli.test_channels_cli import DATA
+    module = sorted(DATA.glob("*.hlo"))[0]
+    assert main(["check", str(module), *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"xladist check: error: {says}"

@@ -439,3 +439,22 @@ def test_loop_rules_record_iterations_of_communicating_loops_only():
     assert device.seen == [f"iteration {i} of loop, iteration {j} of inner"
                            for i in (1, 2, 3) for j in (1, 2)]
     assert deadline.watchdog.loops == []  # every loop popped its entry
+
+
+def test_the_progress_line_reads_a_native_loops_wait(monkeypatch):
+    # Before: rank 0's progress thread unpacked the native loop's bracket as a tuple and died
+    # with "TypeError: cannot unpack non-iterable _NativeWaits object" (a traceback on the
+    # job's stderr) once a native loop waited 2 s: seen with a stopped peer.
+    from xladist.runtime import progress
+    wd = deadline.Watchdog(timeout_s=0)
+    monkeypatch.setattr(deadline, "watchdog", wd)
+    cells = np.zeros(2, np.int64)
+    token = wd.begin_native("loop", cells, {0: ("psum (line 7)", "devices [0, 1]")})
+    try:
+        assert progress._long_wait() is None  # computing
+        cells[1] = 1  # waiting at step 1
+        assert wd.waiting_now()[0] == "psum (line 7)"
+        monkeypatch.setattr(progress, "LONG_WAIT_S", 0.0)
+        assert progress._long_wait().startswith("waiting 0 s in psum (line 7)")
+    finally:
+        wd.end_native(token)

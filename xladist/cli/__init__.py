@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-from ..errors import InputError, OutputError, XlaDistError
+from ..errors import InputError, OutputError, XlaDistError, out_of_memory
 from ..files import rescued
 
 # name -> module under xladist.cli; imported lazily so `xladist fmt` never loads MPI.
@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except XlaDistError as e:
         print(f"xladist {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except MemoryError as e:  # not a bug: no traceback (errors.out_of_memory's words)
+        print(f"xladist {args.command}: error: {out_of_memory(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"xladist {args.command}: interrupted", file=sys.stderr)
         return 130

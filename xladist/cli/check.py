@@ -158,6 +158,8 @@ def run(args) -> int:
     if args.num_devices is not None and args.num_devices < 1:
         from ..errors import InputError
         raise InputError(f"-n must be at least 1, got {args.num_devices}")
+    from ..runtime.run_args import check_numbers
+    check_numbers(args)  # --check-budget, --replica-count, ... as `xladist run` checks them
     try:
         result = check_file(args.file, args.num_devices, deadlock=not args.no_deadlock_check,
                             strict=args.strict, budget=args.check_budget,

@@ -36,7 +36,9 @@ DEVICE_FAMILIES = ("collective", "collective_async", "p2p", "feed")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the matrix as JSON")
-    parser.add_argument("--family", help="only opcodes of this family (see opcodes.FAMILIES)")
+    from ..hlo.opcodes import FAMILIES
+    parser.add_argument("--family", choices=FAMILIES, metavar="FAMILY",
+                        help="only opcodes of this family: " + ", ".join(FAMILIES))
     parser.add_argument("--missing", action="store_true",
                         help="only opcodes that some phase does not support")
 

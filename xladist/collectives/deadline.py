@@ -72,15 +72,8 @@ REFRESH_S = 1.0
 
 
 def _env_timeout() -> float:
-    raw = os.environ.get("XLADIST_COLLECTIVE_TIMEOUT")
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        return float(raw)
-    except ValueError:
-        print(f"xladist: ignoring XLADIST_COLLECTIVE_TIMEOUT={raw!r} (not a number of seconds); "
-              f"using {DEFAULT_TIMEOUT_S:g} s", file=sys.stderr)
-        return DEFAULT_TIMEOUT_S
+    from xladist.environment import setting
+    return setting("XLADIST_COLLECTIVE_TIMEOUT", DEFAULT_TIMEOUT_S)
 
 
 def _world_rank() -> int:
@@ -185,7 +178,9 @@ class Watchdog:
     """Per-process deadline for the operation the main thread is blocked in."""
 
     def __init__(self, timeout_s: float | None = None):
-        self.timeout_s = _env_timeout() if timeout_s is None else float(timeout_s)
+        # None: XLADIST_COLLECTIVE_TIMEOUT, read at first use (a bad value is an InputError
+        # then, not at import).
+        self._timeout_s = None if timeout_s is None else float(timeout_s)
         # (what, where, start) or None.  One attribute so the daemon never sees a torn update.
         self.current: tuple[str, object, float] | None = None
         self._cond = threading.Condition()
@@ -194,6 +189,16 @@ class Watchdog:
         # [[while name, iteration], ...] of the main thread, outermost first (see module doc).
         self.loops: list[list] = []
         self.monitor = None
+
+    @property
+    def timeout_s(self) -> float:
+        if self._timeout_s is None:
+            self._timeout_s = _env_timeout()
+        return self._timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self._timeout_s = float(value)
 
     # -- hot path -------------------------------------------------------------------------------
     def begin(self, what: str, where: object = None):
@@ -226,6 +231,12 @@ class Watchdog:
     def end_native(self, token) -> None:
         self.current = token
         self.exit_loop()
+
+    def waiting_now(self):
+        """(what, where, start) of the wait this process is in now, or None: for readers
+        outside the watchdog (runtime/progress.py), whom a native loop's bracket would
+        otherwise reach unresolved."""
+        return self._resolved(self.current)
 
     def _resolved(self, cur):
         """A native loop's bracket as the (what, where, start) it waits in now, or None

@@ -33,7 +33,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..errors import InputError
 from . import llvm_worker
 from .target import Target
 
@@ -62,14 +61,9 @@ def pipeline_exact(llvm_ir: str, target: Target) -> bool:
 
 
 def jobs() -> int:
-    env = os.environ.get(ENV, "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise InputError(f"{ENV} must be a whole number of processes >= 1, got {env!r}")
+    from ..environment import setting
+    n = setting(ENV)
+    if n is not None:
         return n
     from .parallel import thread_count
     return thread_count()

@@ -36,6 +36,7 @@ import queue
 import threading
 import time
 
+from ..environment import setting
 from . import choice
 from .codegen.split import blocks_of
 
@@ -124,9 +125,9 @@ def thread_count() -> int:
     """The threads this process computes with (see the module docstring)."""
     if _explicit is not None:
         return _explicit
-    env = os.environ.get("XLADIST_THREADS", "").strip()
-    if env:
-        return _parse(env, "XLADIST_THREADS")
+    env = setting("XLADIST_THREADS")
+    if env is not None:
+        return env
     return max(1, available_cores() // max(1, _local_ranks))
 
 

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 import llvmlite.binding as llvm
 
+from ..environment import setting, target_cpu
+
 
 @lru_cache(maxsize=1)
 def init_llvm() -> None:
@@ -104,11 +106,48 @@ def host_target() -> Target:
     job = _job_target()
     if job is not None:
         return Target(llvm.get_process_triple(), job[0], job[1])
-    cpu = os.environ.get("XLADIST_TARGET_CPU", "").strip()
-    if cpu and cpu != "host":
+    cpu = target_cpu()
+    if cpu is not None:
+        check_cpu(llvm.get_process_triple(), cpu, "XLADIST_TARGET_CPU")
         return Target(llvm.get_process_triple(), cpu, "")
     return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(),
                   llvm.get_host_cpu_features().flatten())
+
+
+def check_cpu(triple: str, cpu: str, what: str) -> None:
+    """InputError naming `what` unless LLVM knows `cpu` for `triple`. LLVM only warns on
+    stderr about an unknown one and goes on with no features, and then aborts the whole
+    process in code generation ("LLVM ERROR: 64-bit code requested on a subtarget that
+    doesn't support it!"): so the warning is the test."""
+    if not _known_cpu(triple, cpu):
+        from ..errors import InputError
+        raise InputError(f"{what} {cpu!r} is not a CPU LLVM knows for {triple} (for "
+                         f"example x86-64, x86-64-v3, haswell, znver3; `llc -mcpu=help` "
+                         f"lists them)")
+
+
+@lru_cache(maxsize=None)
+def _known_cpu(triple: str, cpu: str) -> bool:
+    import sys
+    import tempfile
+    init_llvm()
+    target = llvm.Target.from_triple(triple)
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as caught:
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)  # LLVM writes its warning to the fd, not to sys.stderr
+        try:
+            target.create_target_machine(cpu=cpu, features="")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        lines = caught.read().decode(errors="replace").splitlines(keepends=True)
+    unknown = "is not a recognized processor for this target"
+    others = [line for line in lines if unknown not in line]
+    if others:  # another thread's output in that instant: passed on
+        sys.stderr.write("".join(others))
+    return len(others) == len(lines)
 
 
 def target_machine():
@@ -134,10 +173,10 @@ def vector_width() -> int | None:
     job = _job_target()
     if job is not None:  # the job's choice, already made from every host's own setting
         return job[2]
-    env = os.environ.get("XLADIST_VECTOR_WIDTH", "").strip()
-    if env:
-        return int(env)
-    if os.environ.get("XLADIST_TARGET_CPU", "host").strip() not in ("", "host"):
+    env = setting("XLADIST_VECTOR_WIDTH")
+    if env is not None:
+        return env
+    if target_cpu() is not None:
         return None  # a named CPU gets LLVM's own tuning for it
     return 512 if _host_has_avx512() else None
 

@@ -22,7 +22,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from ..errors import ExecutionError, XlaDistError
+from ..errors import ExecutionError, XlaDistError, out_of_memory
 from ..hlo.ir import Instruction
 from .buffers import Assignment, Slot
 from .codegen.constants import logical_view, to_physical
@@ -252,6 +252,8 @@ def thunk_error(e: Exception, thunk, device) -> Exception:
         return _located(e, thunk, device)
     if isinstance(e, XlaDistError):
         return e
+    if isinstance(e, MemoryError):
+        return _located(out_of_memory(e), thunk, device)
     err = thunk.fail(f"internal cpu backend error: {type(e).__name__}: {e}")
     return _located(err, thunk, device)
 
@@ -361,7 +363,11 @@ class CompiledComputation:
         """Result leaves of one run; copy_arena=False when the caller copies every
         result that is not a fresh buffer anyway (the executable's entry)."""
         if self._template is None:
-            self._prepare()
+            try:
+                self._prepare()
+            except MemoryError as e:
+                raise _located(out_of_memory(e, f"the buffers of computation {self.name}"),
+                               None, rs.device) from None
         bufs, addrs = self._template
         bufs, addrs = list(bufs), list(addrs)
         need = self._need
@@ -380,7 +386,11 @@ class CompiledComputation:
             # pool's reference, the local `a` and getrefcount's argument): fresh
             # large buffers cost a page fault per 4 KiB on first touch.
             if a is None or sys.getrefcount(a) > 3:
-                a = np.empty(s.nbytes, dtype=np.uint8)
+                try:
+                    a = np.empty(s.nbytes, dtype=np.uint8)
+                except MemoryError as e:
+                    what = f"the result {s.name} ({s.shape.to_text(layout=False)})"
+                    raise _located(out_of_memory(e, what), None, rs.device) from None
                 pool[s.id] = a
             bufs[s.id] = a
             if s.id in need:

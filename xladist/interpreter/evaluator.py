@@ -29,7 +29,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from ..errors import ExecutionError, UnsupportedError, XlaDistError
+from ..errors import ExecutionError, UnsupportedError, XlaDistError, out_of_memory
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from .device_ops import Pending
@@ -280,7 +280,7 @@ class Evaluator:
     def _eval(self, instr, operands):
         rule = self._rule(instr)
         try:
-            value = rule(instr, operands, self)
+            value = _normalize(rule(instr, operands, self))
         except XlaDistError as e:
             if isinstance(e, ExecutionError):  # locate it: rank, device, instruction
                 if e.instruction is None:
@@ -291,9 +291,12 @@ class Evaluator:
                     e.replica, e.partition = d.replica_id, d.partition_id
                 e.args = (e._format(),)
             raise
+        except MemoryError as e:  # not a bug: the value does not fit
+            d = self.device
+            raise out_of_memory(e, rank=getattr(d, "rank", None), replica=d.replica_id,
+                                partition=d.partition_id, instruction=describe(instr)) from None
         except Exception as e:  # a bug in a rule: say which instruction tripped it
             raise self._internal(instr, f"{type(e).__name__}: {e}") from e
-        value = _normalize(value)
         if self.check:
             why = value_matches(value, instr.shape, self._batch)
             if why:

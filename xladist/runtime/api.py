@@ -34,11 +34,19 @@ def _as_module(module):
     if is_xlx(module):
         return resolve(module)[0]
     if isinstance(module, (str, os.PathLike)):
-        text = str(module)
-        if "\n" not in text and Path(text).exists():
-            return parse_file(text)
-        return parse_module(text)
+        if _names_file(module):
+            return parse_file(os.fspath(module))
+        return parse_module(str(module))
     return module
+
+
+def _names_file(given) -> bool:
+    """Whether `given` (a str or PathLike) names a file rather than holding HLO text: a
+    PathLike, or one line that is a file or has no '{' (HLO text always has a computation
+    body), so that a mistyped path is "does not exist", not a parse error at its '/'."""
+    if isinstance(given, os.PathLike):
+        return True
+    return "\n" not in given and (Path(given).exists() or "{" not in given)
 
 
 def is_xlx(given) -> bool:
@@ -67,11 +75,11 @@ def _source(module, parsed) -> tuple[str, str | None]:
     """The text the ranks parse (the user's own, so reports name its lines; a Module
     object's canonical text) and the file it came from."""
     if isinstance(module, (str, os.PathLike)):
-        text = str(module)
-        if "\n" not in text and Path(text).exists():
+        if _names_file(module):
             from xladist.files import read_text
+            text = os.fspath(module)
             return read_text(text, "module file", kind="HLO text"), text
-        return text, None
+        return str(module), None
     return parsed.to_text(), None
 
 
@@ -101,7 +109,7 @@ def _per_device(module, inputs, n: int) -> list[list]:
                       names=[p.name for p in params])
     inputs = list(inputs)
     if len(inputs) == n and n > 0 and all(isinstance(x, (list, tuple)) for x in inputs):
-        return [list(x) for x in inputs]
+        return _conformed(module, [list(x) for x in inputs])
     arrays = [a for a in inputs]
     wanted = [s for s in shapes if not s.is_token]
     if len(arrays) != len(wanted):
@@ -124,6 +132,22 @@ def _per_device(module, inputs, n: int) -> list[list]:
             row = a[d]
             per_device[d].append(row if isinstance(row, np.ndarray) and row.flags.c_contiguous
                                  else np.array(row, order="C"))
+    return _conformed(module, per_device)
+
+
+def _conformed(module, per_device: list[list]) -> list[list]:
+    """Every device's arguments checked against the parameters (count, element type, dims:
+    executable.conform_argument, the one rule) here, before any rank hears of the run."""
+    from xladist.executable import conform_argument, describe_parameter
+    from xladist.semantics.values import TOKEN
+    params = module.entry.parameters
+    for d, args in enumerate(per_device):
+        if len(args) != len(params):
+            raise InputError(f"{module.name} takes {len(params)} arguments, "
+                             f"device {d} got {len(args)}")
+        per_device[d] = [TOKEN if p.shape.is_token else conform_argument(
+            a, p.shape, f"device {d}: {describe_parameter(p)}")
+            for a, p in zip(args, params)]
     return per_device
 
 

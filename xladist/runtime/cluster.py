@@ -74,6 +74,14 @@ class Cluster:
         self.n = n
         self.defaults = dict(backend=backend, timeout=timeout, verify=verify, check=check,
                              strict=strict)
+        from types import SimpleNamespace
+
+        from xladist.backends import check_backend
+
+        from .run_args import check_numbers
+        # the defaults every call gets, checked as a call's own (run_args), before ranks start
+        check_numbers(SimpleNamespace(timeout=timeout), options=False)
+        check_backend(backend)
         self._where = dict(hosts=host_list(hosts), hostfile=hostfile, mpiexec=mpiexec)
         self._ids = itertools.count(1)
         self._handles: dict[int, Compiled] = {}
@@ -391,21 +399,8 @@ class Compiled:
 
     def inputs(self, inputs):
         """`inputs` as the ranks get them, checked here (dims, element types) first."""
-        from xladist.executable import conform_argument, describe_parameter
-        from xladist.semantics.values import TOKEN
-
         from .api import _per_device
-        per_device = _per_device(self.module, inputs, self.cluster.n)
-        if isinstance(per_device, list):
-            params = self.module.entry.parameters
-            for d, args in enumerate(per_device):
-                if len(args) != len(params):
-                    raise InputError(f"{self.module.name} takes {len(params)} arguments, "
-                                     f"device {d} got {len(args)}")
-                per_device[d] = [TOKEN if p.shape.is_token else conform_argument(
-                    a, p.shape, f"device {d}: {describe_parameter(p)}")
-                    for a, p in zip(args, params)]
-        return per_device
+        return _per_device(self.module, inputs, self.cluster.n)
 
     def feeds(self, feeds: dict) -> dict | None:
         """A call's feeds (Cluster.run's infeed, outfeed, infeed_fn, prefetch), checked

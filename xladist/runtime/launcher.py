@@ -61,7 +61,18 @@ def mpi_world_size() -> int | None:
     return None
 
 
+def check_environment() -> None:
+    """What the ranks inherit, checked here (InputError, exit 2): the numeric XLADIST_*
+    variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows)."""
+    from xladist.environment import check, target_cpu
+    check()
+    if target_cpu() is not None:  # (the compiler is imported only then: 0.3 s)
+        from xladist.compiler.target import host_target
+        host_target()
+
+
 def rank_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    check_environment()  # every launch: a bad XLADIST_* value stops it here (exit 2)
     env = dict(os.environ)
     for k, v in RANK_ENV_DEFAULTS.items():
         env.setdefault(k, v)

@@ -170,7 +170,7 @@ def _loop_iteration() -> int:
 def _long_wait() -> str | None:
     """`waiting 3 s in all-reduce.60 (line 62)` when rank 0 has been blocked for a while
     (short waits would only flicker)."""
-    cur = deadline.watchdog.current
+    cur = deadline.watchdog.waiting_now()
     if cur is None:
         return None
     what, _where, start = cur

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xladist.collectives import deadline
-from xladist.errors import ExecutionError, XlaDistError
+from xladist.errors import ExecutionError, XlaDistError, out_of_memory
 
 from . import watchdog
 from .device import make_assignment, placement_for
@@ -255,6 +255,8 @@ def failure_text(error: BaseException, rank: int) -> tuple[str, int]:
         if not isinstance(error, ExecutionError) or error.rank is None:
             text = f"rank {rank}: {text}"
         code = error.exit_code
+    elif isinstance(error, MemoryError):  # not a bug: no traceback
+        text, code = f"rank {rank}: {out_of_memory(error)}", 1
     else:
         import traceback
         text = f"rank {rank}: internal error: {type(error).__name__}: {error}\n" + "".join(

@@ -38,8 +38,9 @@ def check_numbers(args, *, options: bool = True) -> None:
         if spec.type == "int" and value < 1:
             raise InputError(f"{_name(key, options)} must be at least 1, got {value}")
         if spec.type == "float" and (math.isnan(value) or value < 0):
-            raise InputError(f"{_name(key, options)} must be a number of seconds >= 0 (0: "
-                             f"no deadline), got {value}")
+            zero = " (0: no deadline)" if key == "timeout" else ""
+            raise InputError(f"{_name(key, options)} must be a number of seconds >= 0{zero}, "
+                             f"got {value}")
 
 
 def _fill(option: str, template: str, allowed: str, fields: dict) -> str:
@@ -91,7 +92,10 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
         if not isinstance(value, str):
             raise InputError(f"{name} must be a path, got {type(value).__name__}")
         for path, what in _paths(key, value, module, placements, name).items():
-            if spec.file == "npz":
+            if spec.file == "npz" and key == "infeed":
+                from .feeds.npz import check_items
+                check_items(path, what)  # also its keys: item0, item1, ... (names only)
+            elif spec.file == "npz":
                 check_npz(path, what)
             elif spec.file == "text":
                 read_text(path, what, kind="hostfile text")
@@ -108,6 +112,8 @@ def check(args, module, *, options: bool = True) -> list:
 
     from .feeds import placements_of
     check_numbers(args, options=options)
+    from .launcher import check_environment
+    check_environment()  # XLADIST_THREADS=abc and the like, which the ranks inherit
     check_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
     placements = placements_of(module, args.num_devices,
                                getattr(args, "device_assignment", None))

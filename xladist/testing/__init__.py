@@ -130,6 +130,24 @@ def reference(module, inputs=None, n: int = 2, *, device_assignment=None, infeed
     return value
 
 
+def _check_tolerance(tolerance) -> None:
+    """InputError, before anything runs, for a `tolerance` assert_conforms does not take."""
+    from xladist.errors import InputError
+
+    def pair(value) -> bool:
+        try:
+            rtol, atol = value
+            return float(rtol) >= 0 and float(atol) >= 0
+        except (TypeError, ValueError):
+            return False
+    if tolerance is None or isinstance(tolerance, bool):
+        return
+    pairs = tolerance.values() if isinstance(tolerance, dict) else [tolerance]
+    if isinstance(tolerance, str) or not all(pair(p) for p in pairs):
+        raise InputError(f"tolerance must be True, an (rtol, atol) pair of numbers >= 0 or a "
+                         f"dict {{element type: (rtol, atol)}}, got {tolerance!r}")
+
+
 def _tolerance(tolerance, dtype):
     if tolerance is None or tolerance is False:
         return None
@@ -152,6 +170,7 @@ def assert_conforms(module, inputs=None, *, n: int = 2, backend: str = "cpu",
     (rtol, atol) pair applies to every floating type. `persistent`: as run_devices.
     Returns the backend's outputs."""
     from xladist.conformance.checks import first_difference
+    _check_tolerance(tolerance)
     module = _module(module)
     got = run_devices(module, inputs, n, backend, device_assignment=device_assignment,
                       infeed=infeed, outfeed=outfeed, timeout=timeout, persistent=persistent)

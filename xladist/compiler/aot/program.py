@@ -48,7 +48,7 @@ from ..codegen.kernels.distinct import emit_distinct_kernels
 from ..codegen.types import I1, I8, I32, I64, PTR
 from ..control import ConditionalThunk, WhileThunk
 from ..emit import ProgramBuilder
-from ..target import Target
+from ..target import Target, check_cpu
 from ..thunks import KernelThunk, LibraryThunk
 from .conv import emit_conv
 from .dot import emit_dot
@@ -423,5 +423,6 @@ def target_machine(cpu: str | None, triple: str | None):
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     else:
         cpu, features = cpu or "generic", ""
+        check_cpu(triple, cpu, "--target-cpu")
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
                                         codemodel="default"), Target(triple, cpu, features)

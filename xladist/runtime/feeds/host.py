@@ -28,6 +28,8 @@ from ..wire import END, FAIL, HELLO, ITEM
 from .items import from_tree, tree_of
 
 CONNECT_TIMEOUT_S = 60.0
+# After a rank failed, how long its outfeed waits for the service to take the items so far.
+FAILED_CLOSE_S = 5.0
 
 
 class RemoteSourceError(RuntimeError):
@@ -112,6 +114,7 @@ class SocketSink:
         self.sock = None
 
     def open(self, placement) -> None:
+        self.placement = placement
         self.sock = _connect(self.address, self.token, "feed-out", placement,
                              CONNECT_TIMEOUT_S)
         if self.timeout is None:
@@ -130,16 +133,33 @@ class SocketSink:
                                f"reading ({e.strerror or e}); see its error") from None
 
     def close(self, *, failed: bool) -> None:
+        """Say END and wait for the service's word that every item reached the user's
+        callback or file. After a success that wait has the run's deadline, and not hearing
+        within it fails the rank: the items still in the socket would be lost with the
+        job while it reported success. After a failure, 5 s at most."""
         if self.sock is None:
             return
+        wait = FAILED_CLOSE_S if failed else (self.timeout or None)
+        confirmed = False
         try:
-            wire.send(self.sock, END, {}, timeout=5.0)
-            self.sock.settimeout(5.0)
+            wire.send(self.sock, END, {}, timeout=wait)
+            self.sock.settimeout(wait)
             wire.recv(self.sock)  # the service closes once every item is delivered
-        except OSError:
+            confirmed = True
+        except OSError:  # (wire.PeerGone too)
             pass
-        self.sock.close()
-        self.sock = None
+        finally:
+            self.sock.close()
+            self.sock = None
+        if not confirmed and not failed:
+            from xladist.errors import ExecutionError
+            p = self.placement
+            raise ExecutionError(
+                f"the outfeed consumer in the launching process did not take rank {p.rank}'s "
+                f"last outfeed items within {self.timeout:g} s of the program's end (the "
+                f"deadline; raise it with --timeout): an outfeed callback slower than that, "
+                f"or the launching process stopped reading", rank=p.rank, replica=p.replica,
+                partition=p.partition)
 
 
 # ---- the service's side ----------------------------------------------------------------------

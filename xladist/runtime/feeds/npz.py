@@ -70,19 +70,32 @@ def _index(files) -> dict[int, list[str] | str]:
     return out
 
 
-def read_items(path: str):
-    """Yield the items of an npz file in order, reading each member only when needed."""
-    what = "infeed file"
+def _open(path: str, what: str):
+    """(the opened npz file, its item index): InputError naming `what` and `path` when it is
+    not a readable npz (files.check_npz) or its keys are not items (_index)."""
     check_npz(path, what)
     try:
         data = np.load(path, allow_pickle=False)
     except NPZ_ERRORS as e:
         raise InputError(f"{what} {path}: cannot read it ({type(e).__name__}: {e})") from None
+    try:
+        return data, _index(data.files)
+    except ValueError as e:
+        data.close()
+        raise InputError(f"{what} {path}: {e}") from None
+
+
+def check_items(path: str, what: str = "infeed file") -> None:
+    """Before a launch: `path` is an npz file of items (names only: no member is read)."""
+    data, _ = _open(path, what)
+    data.close()
+
+
+def read_items(path: str):
+    """Yield the items of an npz file in order, reading each member only when needed."""
+    what = "infeed file"
+    data, index = _open(path, what)
     with data:
-        try:
-            index = _index(data.files)
-        except ValueError as e:
-            raise InputError(f"{what} {path}: {e}") from None
         for k in range(len(index)):
             keys = index[k]
             try:

@@ -421,11 +421,10 @@ def check_paths(feeds: Feeds | None, placements) -> None:
     xladist/files.py)."""
     if feeds is None or not isinstance(feeds.source, NpzSource):
         return
-    from xladist.files import check_npz
     for p in placements:
         path = npz.format_path(feeds.source.template, p)
-        check_npz(path, f"infeed file for rank {p.rank} (replica {p.replica}, partition "
-                        f"{p.partition})")
+        npz.check_items(path, f"infeed file for rank {p.rank} (replica {p.replica}, "
+                              f"partition {p.partition})")
 
 
 def recover_outfeeds(feeds: Feeds | None, placements) -> None:

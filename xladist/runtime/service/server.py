@@ -58,11 +58,8 @@ PROTOCOL = 1
 
 
 def _seconds(env: str, default: float) -> float:
-    raw = os.environ.get(env, "").strip()
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        return default
+    from xladist.environment import setting
+    return setting(env, default)
 
 
 def heartbeat_timeout() -> float:
@@ -195,7 +192,8 @@ class Service:
     # ---- the listener -------------------------------------------------------------------------
     def _listen(self) -> None:
         bind = os.environ.get(BIND_ENV, "").strip() or "0.0.0.0"
-        port = int(os.environ.get(PORT_ENV, "0").strip() or 0)
+        from xladist.environment import setting
+        port = setting(PORT_ENV, 0)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

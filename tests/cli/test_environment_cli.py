@@ -1,0 +1,93 @@
+"""XLADIST_* variables with values they do not take: one line naming the variable, exit 2,
+before any rank starts (xladist/environment.py)."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from tests.cli_util import ROOT, xladist_cli
+from xladist import environment
+from xladist.errors import InputError
+from xladist.runtime import launcher
+
+CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+
+
+# Before: XLADIST_THREADS=abc and XLADIST_HEARTBEAT_TIMEOUT=abc were ignored (the run went
+# ahead, exit 0); XLADIST_VECTOR_WIDTH=abc printed a compile thread's traceback and
+# "rank 0: internal error: ValueError"; XLADIST_COORD_PORT=abc the CLI's own traceback.
+@pytest.mark.parametrize("name, value, what", [
+    ("XLADIST_THREADS", "abc", "a whole number of threads >= 1"),
+    ("XLADIST_VECTOR_WIDTH", "abc", "a vector width in bits"),
+    ("XLADIST_COORD_PORT", "abc", "a TCP port number"),
+    ("XLADIST_HEARTBEAT_TIMEOUT", "abc", "a number of seconds >= 0"),
+])
+def test_run_refuses_a_bad_variable_before_launch(name, value, what):
+    proc = xladist_cli("run", CASE / "module.hlo", "-n", 4, "--backend", "interpreter",
+                       "--inputs", CASE / "inputs.npz", "-q", **{name: value})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"xladist run: error: environment variable {name}='{value}': "
+                           f"expected {what}")
+
+
+@pytest.mark.parametrize("name, value", [
+    ("XLADIST_THREADS", "0"), ("XLADIST_COMPILE_JOBS", "1.5"), ("XLADIST_VECTOR_WIDTH", "-8"),
+    ("XLADIST_COLLECTIVE_TIMEOUT", "nan"), ("XLADIST_REGISTER_TIMEOUT", "-1"),
+    ("XLADIST_COORD_PORT", "65536"),
+])
+def test_every_launch_checks_the_variables(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(InputError, match=f"environment variable {name}='{value}'"):
+        environment.check()
+    # every launch (run, demo, bench, a Cluster's ranks) builds the ranks' environment here
+    with pytest.raises(InputError, match=f"environment variable {name}="):
+        launcher.rank_environment()
+
+
+def test_good_values_and_defaults(monkeypatch):
+    monkeypatch.setenv("XLADIST_COLLECTIVE_TIMEOUT", " 2.5 ")
+    monkeypatch.setenv("XLADIST_COORD_PORT", "0")
+    monkeypatch.delenv("XLADIST_THREADS", raising=False)
+    assert environment.setting("XLADIST_COLLECTIVE_TIMEOUT", 300.0) == 2.5
+    assert environment.setting("XLADIST_COORD_PORT", 7) == 0
+    assert environment.setting("XLADIST_THREADS", None) is None
+    environment.check()
+
+
+# Before: LLVM warned "'bogus9' is not a recognized processor for this target" once per
+# target machine, then aborted the process: "LLVM ERROR: 64-bit code requested on a
+# subtarget that doesn't support it!" (exit 1, no word from xladist).
+def test_an_unknown_target_cpu_is_named():
+    proc = xladist_cli("run", CASE / "module.hlo", "-n", 4, "--inputs", CASE / "inputs.npz",
+                       "-q", XLADIST_TARGET_CPU="bogus9")
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("xladist run: error: XLADIST_TARGET_CPU 'bogus9' is not a CPU "
+                           "LLVM knows for ")
+
+
+def test_aot_refuses_an_unknown_target_cpu(tmp_path):
+    proc = xladist_cli("aot", ROOT / "benchmarks" / "mlp_train_step.hlo", "--name", "step",
+                       "-o", tmp_path, "--target-cpu", "bogus9")
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("xladist aot: error: --target-cpu 'bogus9' is not a CPU LLVM knows")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 CPU names")
+def test_known_cpus_pass(monkeypatch):
+    from xladist.compiler.target import check_cpu, host_target
+    import llvmlite.binding as llvm
+    for cpu in ("x86-64", "x86-64-v3", "haswell"):
+        check_cpu(llvm.get_process_triple(), cpu, "test")
+    monkeypatch.setenv("XLADIST_TARGET_CPU", "x86-64-v3")
+    assert host_target().cpu == "x86-64-v3"
+    launcher.check_environment()
+    monkeypatch.setenv("XLADIST_TARGET_CPU", "nosuchcpu")
+    with pytest.raises(InputError, match="XLADIST_TARGET_CPU 'nosuchcpu' is not a CPU"):
+        launcher.rank_environment()

@@ -1,0 +1,57 @@
+"""xladist.run checks its inputs and its module argument before any rank starts."""
+
+import numpy as np
+import pytest
+
+import xladist
+from xladist.errors import InputError
+from xladist.runtime import api
+
+PSUM = """HloModule m, replica_count=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(p), replica_groups={{0,1}}, to_apply=add
+}
+"""
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def launched(*args, **kwargs):
+        raise AssertionError("ranks were started for inputs that should have been refused")
+    monkeypatch.setattr(api, "_run_spawned", launched)
+
+
+@pytest.mark.parametrize("given, got", [
+    (np.ones((2, 4), np.int32), "got a int32 array of dims"),
+    (np.array([[object()] * 4] * 2), "got a object array of dims"),
+])
+def test_element_type_is_checked_before_launch(no_launch, given, got):
+    # Before: only the dims were checked here; ranks started and one failed with
+    # "rank 1: parameter 0 ..." (ExecutionError), an object array with an internal error.
+    with pytest.raises(InputError, match=r"device 0: parameter 0 \(p: f32\[4\]\): expected "
+                                         r"f32\[4\] \(float32\), " + got):
+        xladist.run(PSUM, [given], n=2)
+
+
+def test_per_device_argument_lists_are_checked_before_launch(no_launch):
+    ok = np.ones(4, np.float32)
+    with pytest.raises(InputError, match=r"device 1: parameter 0 .*got a float64 array"):
+        xladist.run(PSUM, [[ok], [ok.astype(np.float64)]], n=2)
+    with pytest.raises(InputError, match=r"takes 1 arguments, device 0 got 2"):
+        xladist.run(PSUM, [[ok, ok], [ok, ok]], n=2)
+
+
+def test_a_missing_module_file_is_named(no_launch, tmp_path):
+    # Before: the path was parsed as HLO text: "<text>:1:1: expected a computation ... found '/'".
+    missing = tmp_path / "nope.hlo"
+    for given in (str(missing), missing):
+        with pytest.raises(InputError, match=r"module file .*nope\.hlo: does not exist"):
+            xladist.run(given, [np.ones((2, 4), np.float32)], n=2)
