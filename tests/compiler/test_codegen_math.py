@@ -318,3 +318,45 @@ ENTRY main {
     assert "internal" in defines[accurate[0]][0]
     assert "two_over_pi" not in defines[fast][1]
     assert f"@{accurate[0]}" in defines[fast][1] or f'@"{accurate[0]}"' in defines[fast][1]
+
+
+def test_tanh_f32_saturates_to_exactly_one():
+    """From |x| ~ 9 f32 tanh is +-1 (numpy in f64, rounded); XLA:CPU gives +-1 from its
+    clamp 7.9988 on. The rational at the old clamp gave 0.99999976 for every larger |x|
+    (inf too): within 4 ulp, but 1 - tanh(x), which a GELU's gradient multiplies by x**2,
+    was 2.4e-7 instead of 0 (a JAX transformer step's weight update was off by 0.3%)."""
+    big = np.array([9.5, 10.0, 20.0, 88.0, 1e4, 3e38, np.inf], np.float32)
+    x = np.concatenate([big, -big])
+    want = np.tanh(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(_run_unary("tanh", x), want)
+    # Near the clamp: never past +-1 (the unfused evaluation order exceeds 1 there), and
+    # within 4 ulp of numpy.
+    band = np.linspace(7.5, 9.5, 20001).astype(np.float32)
+    band = np.concatenate([band, -band])
+    near = _run_unary("tanh", band)
+    assert np.abs(near).max() <= 1.0
+    _check(near, np.tanh(band.astype(np.float64)), 4e-7, 0, "tanh")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_expm1_up_to_exp_overflow(dtype):
+    """expm1 is finite wherever exp is: Kahan's (u-1)*x/log(u) overflowed in the product
+    from x ~ 84 in f32 (~703 in f64), so expm1(88) was inf instead of 1.65e38."""
+    top = 88.72 if dtype == np.float32 else 709.78
+    x = np.concatenate([np.linspace(39.0, top, 4001), [41.0, 84.0, 88.0, 700.0, 709.0]])
+    x = x[x <= top].astype(dtype)
+    got = _run_unary("exponential-minus-one", x)
+    want = np.expm1(x.astype(np.float64))
+    assert np.isfinite(got).all()
+    _check(got, want, 4e-7 if dtype == np.float32 else 4e-15, 0, "expm1")
+    over = np.array([top + 0.01 * top, np.inf], dtype)
+    np.testing.assert_array_equal(_run_unary("exponential-minus-one", over), [np.inf, np.inf])
+
+
+def test_erf_f32_stays_within_one():
+    """erf is bounded by 1; the f32 rational passed it by an ulp for |x| in ~[3.7, 4]
+    (erf(-3.9999) = -1.0000001 against numpy's -1.0), so 1 - erf(x) went negative."""
+    x = np.linspace(-6, 6, 120001).astype(np.float32)
+    got = _run_unary("erf", x)
+    assert np.abs(got).max() <= 1.0
+    _check(got, scipy.special.erf(x.astype(np.float64)), 4e-7, 1e-37, "erf")

@@ -152,6 +152,28 @@ def test_assemble_from_synthetic_shards(tmp_path):
         assert np.array_equal(g.astype(np.float64), np.asarray(a).astype(np.float64))
 
 
+def test_assemble_decodes_the_bits_npz_keeps(tmp_path):
+    """outputs.npz holds bf16 as uint16 and f8/int4/f4 as uint8 bits (xladist.io.encode,
+    what `xladist run --outputs` writes); assemble took only bf16 back and refused an f8 or
+    int4 result ("device 0's shard is uint8[1, 8], meta.json expects float8_e5m2[1, 8])."""
+    from xladist.io import encode
+    mesh = {"d": 2}
+    arrays = [np.linspace(-3, 3, 8).astype(ml_dtypes.float8_e5m2).reshape(2, 4),
+              (np.arange(8) - 4).astype(ml_dtypes.int4).reshape(2, 4),
+              np.linspace(-1, 1, 4).astype(ml_dtypes.float4_e2m1fn),
+              np.linspace(-1, 1, 4).astype(ml_dtypes.bfloat16)]
+    specs = [(("d",),), (None, ("d",)), (), (("d",),)]
+    meta = _meta(mesh, [(a.shape, a.dtype, s) for a, s in zip(arrays, specs)])
+    F.write_meta(tmp_path, meta)
+    np.savez(tmp_path / "outputs.npz", **{
+        f"out{i}": encode(np.stack(_cut(a, m)))
+        for i, (a, m) in enumerate(zip(arrays, meta["outputs"]))})
+    got = xj.assemble(tmp_path, tmp_path / "outputs.npz")
+    for g, a in zip(got, arrays):
+        assert g.dtype == a.dtype and g.shape == a.shape
+        np.testing.assert_array_equal(g.view(np.uint8), a.view(np.uint8))
+
+
 def test_replicated_copies_that_differ_are_refused():
     mesh = {"d": 2}
     meta = _meta(mesh, [((3,), np.float32, ())])
@@ -357,6 +379,31 @@ def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
     assert [ins[f"arg{i}"].dtype for i in range(2)] == [p.shape.dtype for p in params] == [
         np.float32, np.int32]
     np.testing.assert_array_equal(xj.assemble(out, out / F.EXPECTED)[0], np.arange(4.0) * 3)
+
+
+@needs_jax
+def test_export_with_int4_arguments(tmp_path):
+    """jax's ahead-of-time call refuses int4 arguments (packed layout compiled, one byte per
+    element given); export took jax's expected results from that call and raised
+    ValueError. Sub-byte arguments go through jit's own call: expected.npz holds jax's
+    results, here a ring ppermute of int4 and an all-gather of float8, against numpy."""
+    import jax
+    from jax import lax
+    from jax.sharding import PartitionSpec as P
+
+    def fn(a, b):
+        return jax.shard_map(
+            lambda u, w: (lax.ppermute(u, "d", [(i, (i + 1) % 4) for i in range(4)]),
+                          lax.all_gather(w, "d", tiled=True)),
+            in_specs=(P("d"), P("d")), out_specs=(P("d"), P()), check_vma=False)(a, b)
+
+    a = (np.arange(16) % 15 - 7).reshape(4, 4).astype(ml_dtypes.int4)
+    b = np.linspace(-2, 2, 8).astype(ml_dtypes.float8_e4m3fn)
+    out = xj.export(fn, a, b, mesh_shape={"d": 4}, in_specs=P("d"),
+                    out_specs=[P("d"), P()], path=tmp_path / "s4")
+    shifted, gathered = xj.assemble(out, out / F.EXPECTED)
+    np.testing.assert_array_equal(shifted.astype(np.int32), np.roll(a, 1, axis=0).astype(np.int32))
+    np.testing.assert_array_equal(gathered.view(np.uint8), b.view(np.uint8))
 
 
 @needs_jax

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import ExecutionError, InputError
+from ..io import bits_dtype
 from .folder import read_meta
 
 
@@ -42,8 +43,8 @@ def assemble_one(result: dict, shards: list[np.ndarray], label: str) -> np.ndarr
     owner: dict[tuple, int] = {}  # block -> the first device that supplied it
     for d, (block, shard) in enumerate(zip(index, shards)):
         shard = np.asarray(shard)
-        if shard.dtype == np.uint16 and dtype.name == "bfloat16":
-            shard = shard.view(dtype)  # npz keeps bf16 as its uint16 bits
+        if shard.dtype == bits_dtype(dtype):
+            shard = shard.view(dtype)  # npz keeps bf16, f8, int4, ... as their unsigned bits
         where = tuple(slice(a, b) for a, b in block)
         want = tuple(b - a for a, b in block)
         if shard.shape != want or shard.dtype != dtype:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, UnsupportedError
+from ..semantics.dtypes import bits_of
 from . import folder as F
 from . import specs as S
 
@@ -83,6 +84,7 @@ class Prepared:
     mesh: object
     device_args: list
     lowered: object
+    jitted: object  # jax.jit(fn, shardings): output_rows calls it for sub-byte arguments
 
     @property
     def n(self) -> int:
@@ -177,7 +179,7 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
                          keep_unused=True)  # argument i stays entry parameter i
         lowered = jitted.lower(*device_args)
     return Prepared(fn, host, mesh_shape, ins, outs, leaves, treedef, mesh, device_args,
-                    lowered)
+                    lowered, jitted)
 
 
 def _is_host_callback(target: str) -> bool:
@@ -235,7 +237,16 @@ def output_rows(prep: Prepared, compiled) -> list[np.ndarray]:
     jax = import_jax()
     part = prep.partition_of()
     rows = []
-    for leaf in jax.tree_util.tree_leaves(compiled(*prep.device_args)):
+    # jax's ahead-of-time call refuses sub-byte arguments (int4, uint4, float4_e2m1fn): it
+    # compiled them for packed layouts but device_put gives them one byte per element
+    # (jax 0.10.2: "Computation was compiled for input layouts that disagree"). jit's own
+    # call relays them; it compiles the same lowering again, so only those take it.
+    if any(bits_of(a.dtype) < 8 for a in prep.host_args):
+        with jax.set_mesh(prep.mesh):
+            results = prep.jitted(*prep.device_args)
+    else:
+        results = compiled(*prep.device_args)
+    for leaf in jax.tree_util.tree_leaves(results):
         by = {part[s.device.id]: np.asarray(s.data) for s in leaf.addressable_shards}
         rows.append(np.stack([by[d] for d in range(prep.n)]))
     return rows

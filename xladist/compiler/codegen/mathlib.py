@@ -121,8 +121,10 @@ def expm1(b, x):
     y = b.fdiv(b.fmul(um1, x), lu)
     y = b.select(b.fcmp_ordered("==", um1, _c(x.type, -1.0)), um1, y)
     y = b.select(b.fcmp_ordered("==", u, _c(x.type, 1.0)), x, y)
-    # u = inf: the quotient is inf/inf; the answer is inf.
-    y = b.select(b.fcmp_ordered("==", u, _c(x.type, math.inf)), u, y)
+    # Past x = 40, u - 1 rounds to u in f32 and f64 (e^40 > 2**53) and needs no correction,
+    # while (u-1)*x overflows from x ~ 84 in f32 (~703 in f64), below exp's own overflow
+    # (88.72, 709.78): expm1(88) was inf. Also u = inf: there the quotient is inf/inf.
+    y = b.select(b.fcmp_ordered(">", x, _c(x.type, 40.0)), um1, y)
     return b.select(_is_nan(b, x), x, y)
 
 
@@ -192,13 +194,20 @@ _TANH_Q = [4.89352518554385e-03, 2.26843463243900e-03, 1.18534705686654e-04,
 def tanh(b, x):
     t = x.type
     if t == F32:
-        clamp = 7.90531110763549805
+        # Past the clamp tanh is +-1 in f32 (XLA:CPU's clamp for fused multiply-adds). The
+        # rational at a clamp is 1 only for one evaluation order: _poly's fmuladd fuses or
+        # not by target, and at Eigen's unfused clamp (7.9053) the fused form gave
+        # 0.99999976 for every larger |x|, inf included. So the saturation is a select, and
+        # |y| <= 1 is enforced for the unfused form, which exceeds 1 just below the clamp.
+        clamp = 7.99881172180175781
+        ax = intr.fabs(b, x)
         xc = intr.minnum(b, intr.maxnum(b, x, _c(t, -clamp)), _c(t, clamp))
         z = b.fmul(xc, xc)
         p = b.fmul(xc, _poly(b, z, _TANH_P))
         q = _poly(b, z, _TANH_Q)
-        y = b.fdiv(p, q)
-        small = b.fcmp_ordered("<", intr.fabs(b, x), _c(t, 0.0004))
+        y = intr.minnum(b, intr.maxnum(b, b.fdiv(p, q), _c(t, -1.0)), _c(t, 1.0))
+        y = b.select(b.fcmp_ordered(">=", ax, _c(t, clamp)), intr.copysign(b, _c(t, 1.0), x), y)
+        small = b.fcmp_ordered("<", ax, _c(t, 0.0004))
         y = b.select(small, x, y)
         return b.select(_is_nan(b, x), x, y)
     # f64: tanh|x| = -m / (2 + m) with m = expm1(-2|x|): no cancellation anywhere.
@@ -456,6 +465,9 @@ def erf(b, x):
         xc = intr.minnum(b, intr.maxnum(b, x, _c(t, -4.0)), _c(t, 4.0))
         z = b.fmul(xc, xc)
         y = b.fdiv(b.fmul(xc, _poly(b, z, _ERF_P)), _poly(b, z, _ERF_Q))
+        # The rational passes 1 by an ulp between ~3.7 and the clamp (erf(-3.9999) gave
+        # -1.0000001); erf is bounded, and 1 - erf(x) must not go negative.
+        y = intr.minnum(b, intr.maxnum(b, y, _c(t, -1.0)), _c(t, 1.0))
         return b.select(_is_nan(b, x), x, y)
     # f64 keeps libm's erf: no vector implementation of double precision yet.
     return intr.libm(b, "erf", [x])
