@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import xladist
-from xladist.compiler import blas_blocks, choice, parallel
-from xladist.compiler.choice import ALONE, MAX_GAP, POOL, WARM, WHOLE, Site
+from xladist.compiler import blas_blocks, blas_pool, choice, parallel
+from xladist.compiler.choice import ALONE, MAX_GAP, POOL, SHARED, WARM, WHOLE, Site
 
 IDLE, BUSY, OWN_POOLS = choice.IDLE, choice.OTHERS, choice.OWN_POOLS
 
@@ -245,7 +245,7 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     for threads in (2, 4):
         parallel.set_threads(threads)
-        for way in (POOL, ALONE, WHOLE):
+        for way in (POOL, ALONE, WHOLE, SHARED):
             _force(monkeypatch, way)
             got = np.array(exe(a, b)[0])
             assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
@@ -279,7 +279,7 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
             with parallel.blas_scope():
                 blas_blocks.matmul_into(a, b, out)
             site = blas_blocks._sites[("gemm", "f", m, n, k, "N", "N", 2)]
-            assert WHOLE not in site.ways
+            assert WHOLE not in site.ways and SHARED not in site.ways
     if refused == 0:
         pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
 
@@ -292,12 +292,68 @@ def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_
     blas_blocks._sites.clear()
     with parallel.blas_scope():
         blas_blocks.matmul_into(a, a.T, out)
-    assert all(WHOLE not in s.ways for s in blas_blocks._sites.values())
+    assert all(WHOLE not in s.ways and SHARED not in s.ways
+               for s in blas_blocks._sites.values())
     parallel.set_threads(1)
     one = np.empty_like(out)
     with parallel.blas_scope():
         blas_blocks.matmul_into(a, a.T, one)
     assert out.tobytes() == one.tobytes()
+
+
+def _needs_pool_callback():
+    if not blas_pool.available():
+        pytest.skip("no OpenBLAS with a threads callback (0.3.27 on) in this process")
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_openblas_split_on_the_pool_gives_its_own_threads_bits_and_runs_on_the_pool(
+        threads, two_threads):
+    """The SHARED way: OpenBLAS's jobs of one threaded call run on the compute pool
+    (the callback counts them; the pool's workers take CPU), and the product is the one
+    OpenBLAS's own threads compute, bit for bit, for shapes its threads cut in rows,
+    columns or both."""
+    _needs_pool_callback()
+    parallel.set_threads(threads)
+    rng = np.random.default_rng(5)
+    for m, k, n in [(512, 256, 512), (64, 300, 1500), (1100, 200, 90), (37, 2000, 900)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        server, pooled = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+        assert blas_blocks._threaded(a, b, server, threads, server=True)
+        before, cpu = blas_pool.counts["pool"], parallel._get_pool(threads).cpu()
+        assert blas_blocks._threaded(a, b, pooled, threads)
+        assert blas_pool.counts["pool"] == before + 1, (m, k, n)
+        assert pooled.tobytes() == server.tobytes(), (m, k, n)
+        np.testing.assert_allclose(pooled, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    assert parallel._get_pool(threads).cpu() > cpu
+    assert blas_pool._owner["tid"] is None  # the callback is gone after the call
+
+
+def test_another_threads_openblas_call_inside_the_window_runs_on_threads_of_its_own(
+        two_threads):
+    """While one execution's product runs its jobs on the pool, the callback is
+    installed for the whole process: a threaded OpenBLAS call another thread makes then
+    (a user's own numpy) gets its jobs run all at once on threads started for it --
+    the right product, and no hang."""
+    _needs_pool_callback()
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((400, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 500)).astype(np.float32)
+    with parallel.openblas_threads(2):
+        want = a @ b
+    got = {}
+    before = blas_pool.counts["threads"]
+    with parallel.exclusive_blas(2) as alone:
+        assert alone
+        with blas_pool.on_pool(2) as complete:
+            user = threading.Thread(target=lambda: got.update(v=a @ b))
+            user.start()
+            user.join(60)
+            assert not user.is_alive()
+        assert complete()
+    assert blas_pool.counts["threads"] == before + 1
+    assert got["v"].tobytes() == want.tobytes()
 
 
 def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
@@ -307,7 +363,7 @@ def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
     exe = xladist.compile(_dot_module(520, 300, 300), backend="cpu")
     a = np.ones((520, 300), np.float32)
     b = np.ones((300, 300), np.float32)
-    for _ in range(3 * WARM):
+    for _ in range(len(choice.NAMES) * WARM):  # every way warm
         exe(a, b)
     rows = dict(choice.report())
     mine = rows["dot 520x300x300 float32"][choice.REGIMES[IDLE]]

@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from . import choice, conv_kernel
+from . import blas_pool, choice, conv_kernel
 from .parallel import BLAS_THREADS, exclusive_blas, openblas_threads, run_blocks, thread_count
 
 # Multiply-adds per block: ~0.2-0.4 ms on one core, so the pool's hand-off (~15-50 us)
@@ -162,15 +162,31 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     got = np.empty_like(want)
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
-    with exclusive_blas(threads) as alone:
-        if not alone:  # another execution in flight: ask again on a later call
-            return False
-        np.matmul(ra, rb, out=got)
+    if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
+        return False
     agree = want.tobytes() == got.tobytes()
     with _sites_lock:
         _bound(_agree)
         _agree[key] = agree
     return agree
+
+
+def _threaded(a, b, out, threads: int, server: bool = False) -> bool:
+    """out = a @ b as one OpenBLAS call cut for `threads` threads: its jobs on the pool
+    (blas_pool.py) unless `server` or it is not available, else on OpenBLAS's own
+    threads. False (nothing ran) while another execution is in flight. The cut depends on
+    the shapes and `threads` alone, so both give the same bits."""
+    with exclusive_blas(threads) as alone:
+        if not alone:
+            return False
+        if server or not blas_pool.available():
+            np.matmul(a, b, out=out)
+            return True
+        with blas_pool.on_pool(threads) as complete:
+            np.matmul(a, b, out=out)
+        if not complete():  # a job could not be started: the product another way
+            np.matmul(a, b, out=out)
+        return True
 
 
 def _gemm_blocks(a, b, out, split) -> None:
@@ -209,29 +225,30 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         return
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
-    whole = None
+    whole = {}
     if threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and \
             _order(b) and not np.may_share_memory(a, b):
         # (numpy takes syrk for a product of a matrix with its own transpose)
-        def whole() -> bool:
-            # Checked when first picked, not before: the check wakes OpenBLAS's threads,
-            # which a plain process's sites pick only where they are awake anyway.
-            if not _threads_agree(a, b, threads):
-                site.drop(choice.WHOLE)
-                return False
-            with exclusive_blas(threads) as alone:
-                if alone:
-                    np.matmul(a, b, out=out)
-                return alone
-    if split is None and whole is None:
+        def threaded(way: int):
+            def call() -> bool:
+                # Checked when first picked, not before: the check costs the product
+                # twice (where blas_pool is not available, it wakes OpenBLAS's threads).
+                if not _threads_agree(a, b, threads):
+                    site.drop(choice.WHOLE)
+                    site.drop(choice.SHARED)
+                    return False
+                return _threaded(a, b, out, threads, server=way == choice.WHOLE)
+            return call
+        whole = {choice.WHOLE: threaded(choice.WHOLE)}
+        if blas_pool.available():
+            whole[choice.SHARED] = threaded(choice.SHARED)
+    if split is None and not whole:
         np.matmul(a, b, out=out)
         return
-    ways = ((choice.POOL, choice.ALONE) if split else (choice.ALONE,)) + \
-        ((choice.WHOLE,) if whole else ())
+    ways = ((choice.POOL, choice.ALONE) if split else (choice.ALONE,)) + tuple(whole)
     site = _site(("gemm", a.dtype.char, m, n, k, _order(a), _order(b), threads), ways,
                  f"dot {m}x{k}x{n} {a.dtype}")
-    if choice.WHOLE not in site.ways:
-        whole = None
+    whole = {w: call for w, call in whole.items() if w in site.ways}
     if split is None:
         run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
     elif split[0] == 0:

@@ -2,7 +2,7 @@
 
 A split kernel can run its fixed blocks on the compute pool or on the calling thread
 alone; a large matrix product can also be one OpenBLAS call on OpenBLAS's own threads
-(blas_blocks.py). The ways give the same bits -- blocks are fixed by the shape, and
+(blas_blocks.py), or that call's jobs on the pool (blas_pool.py). The ways give the same bits -- blocks are fixed by the shape, and
 OpenBLAS's threading is offered for a product only after a check that it reproduces the
 blocks' bits -- so choosing among them moves time, never results. No rule fixed in
 advance chose well everywhere (issue 31): the pool loses when every core is taken and a
@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import weakref
 
-POOL, ALONE, WHOLE = 0, 1, 2
-NAMES = {POOL: "pool", ALONE: "caller alone", WHOLE: "OpenBLAS threads"}
+POOL, ALONE, WHOLE, SHARED = 0, 1, 2, 3
+NAMES = {POOL: "pool", ALONE: "caller alone", WHOLE: "OpenBLAS threads",
+         SHARED: "OpenBLAS split on the pool"}
 # Regimes (parallel.regime): a core idle; none, and this process's other threads busy
 # (numpy's or XLA's pools still awake); none, other processes hold the cores.
 IDLE, OWN_POOLS, OTHERS = 0, 1, 2
@@ -53,8 +54,8 @@ def _median(samples: list[float]) -> float:
 
 
 class Site:
-    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE), tried in
-    that order while warming up."""
+    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE, SHARED),
+    tried in that order while warming up."""
 
     __slots__ = ("name", "ways", "only", "samples", "gap", "left", "turn", "exploring",
                  "calls", "__weakref__")

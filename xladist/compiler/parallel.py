@@ -211,16 +211,33 @@ def sync_blas() -> None:
 
 
 _scope_libs: list | None = None   # the OpenBLAS libraries blas_scope sets, found at compile
+_callback_setters: list = []      # their set-threads-callback functions (blas_pool.py)
 
 
 def refresh_blas_libs() -> None:
     """Find the loaded OpenBLAS libraries again (compiling calls it: numpy/scipy may have
     loaded another since); blas_scope uses this list, since reading /proc/self/maps per
     execution would cost ~2 ms."""
-    global _scope_libs
+    global _scope_libs, _callback_setters
+    libs = _openblas_libs()
     _scope_libs = [(getattr(lib, f"{pre}openblas_get_num_threads{suf}"),
                     getattr(lib, f"{pre}openblas_set_num_threads{suf}"))
-                   for lib, pre, suf, _p in _openblas_libs()]
+                   for lib, pre, suf, _p in libs]
+    setters = [getattr(lib, f"{pre}openblas_set_threads_callback_function{suf}", None)
+               for lib, pre, suf, _p in libs]
+    for fn in setters:
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_void_p], None
+    # Every library or none: the callback must reach whichever one numpy calls.
+    _callback_setters = setters if setters and None not in setters else []
+
+
+def blas_callback_setters() -> list:
+    """The set-threads-callback function (OpenBLAS 0.3.27 on) of every loaded OpenBLAS,
+    or [] when one of them has none."""
+    if _scope_libs is None:
+        refresh_blas_libs()
+    return _callback_setters
 
 
 @contextlib.contextmanager
@@ -407,20 +424,21 @@ def regime() -> int:
 
 def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
-    it measured fastest now: on the pool, on the calling thread alone, or -- `whole`, a
-    callable computing the same result in one call on another pool's threads (OpenBLAS,
-    blas_blocks.py), returning False when it could not -- that way; without a site, on
-    the pool whenever it has threads. The blocks are the same every way, so the results
-    are. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native code
-    (_NativeTask)."""
+    it measured fastest now: on the pool, on the calling thread alone, or one of `whole`
+    -- way -> a callable computing the same result in one call partitioned another way
+    (OpenBLAS's, on its threads or on the pool: blas_blocks.py), returning False when it
+    could not; without a site, on the pool whenever it has threads. Every way gives the
+    same bits. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native
+    code (_NativeTask)."""
     n = thread_count()
-    if n < 2 or (len(blocks) < 2 and whole is None):
+    whole = whole or {}
+    if n < 2 or (len(blocks) < 2 and not whole):
         _alone(fn, argv, blocks)
         return
     pool = _get_pool(n) if len(blocks) > 1 else None
     if site is None or not DYNAMIC:
         if pool is None:
-            if not whole():
+            if not next(iter(whole.values()))():
                 _alone(fn, argv, blocks)
         elif not _on_pool(pool, fn, argv, blocks, n):
             _alone(fn, argv, blocks)
@@ -428,13 +446,14 @@ def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     now = regime()
     way = site.pick(now)
     t0 = time.perf_counter()
-    if way == choice.WHOLE:
+    if way in whole:
         c0, m0 = time.process_time(), time.thread_time()
-        if not whole():  # another execution in flight (exclusive_blas): the blocks, no sample
+        if not whole[way]():  # another execution in flight (exclusive_blas): the blocks, no sample
             if pool is None or not _on_pool(pool, fn, argv, blocks, n):
                 _alone(fn, argv, blocks)
             return
-        _foreign_during[0] += (time.process_time() - c0) - (time.thread_time() - m0)
+        if way == choice.WHOLE:  # OpenBLAS's workers are not the pool's (_foreign_rate)
+            _foreign_during[0] += (time.process_time() - c0) - (time.thread_time() - m0)
     elif way == choice.ALONE or pool is None:
         _alone(fn, argv, blocks)
     elif not _on_pool(pool, fn, argv, blocks, n):
@@ -448,14 +467,15 @@ def _alone(fn, argv, blocks) -> None:
         fn(argv, lo, hi)
 
 
-def _on_pool(pool, fn, argv, blocks, n: int) -> bool:
+def _on_pool(pool, fn, argv, blocks, n: int, together: bool = False) -> bool:
     """The blocks on the pool and the caller; False (nothing ran) when the pool is busy
-    with another thread's call."""
+    with another thread's call. `together`: see _Pool.run."""
     if not pool.busy.acquire(blocking=False):
         return False
     try:
         native = NATIVE_CLAIM and isinstance(fn, RANGE_TYPE) and _claimer() is not None
-        pool.run((_NativeTask if native else _Task)(fn, argv, blocks), min(n, len(blocks)))
+        pool.run((_NativeTask if native else _Task)(fn, argv, blocks), min(n, len(blocks)),
+                 together)
     finally:
         pool.busy.release()
     return True
@@ -692,10 +712,15 @@ class _Pool:
             task.work()
             self.active[i] = False
 
-    def run(self, task: _Task, participants: int) -> None:
+    def run(self, task: _Task, participants: int, together: bool = False) -> None:
+        """`together`: the blocks wait for each other (blas_pool.py's jobs), so each
+        needs a thread of its own: workers on the caller's core are woken too when
+        those off it are too few (participants - 1 <= len(inbox))."""
         helpers = self.inbox
         if self.cpus is not None:  # not the worker that shares the caller's core
             helpers = self.off_core.get(_getcpu()(), self.inbox)
+            if together and len(helpers) < participants - 1:
+                helpers = helpers + [q for q in self.inbox if q not in helpers]
         for q in helpers[:participants - 1]:
             q.put(task)
         task.work()

@@ -1,0 +1,153 @@
+"""OpenBLAS's own split of a product, run on xladist's compute pool.
+
+OpenBLAS (0.3.27 on) lets its caller run the jobs of a threaded call on the caller's
+threads (openblas_set_threads_callback_function): the level-3 driver cuts the product
+its own way -- each thread packs its slice of one operand once and every thread reads
+all the packed slices, so nothing is packed twice -- and hands the callback `numjobs`
+jobs that must all run at once (they wait for each other's packed slices). On its own
+threads that is the fastest way to multiply two large matrices on an idle machine
+(matmul 1024: numpy's OpenBLAS on 2 threads ~10.8 ms against ~11.6 ms for xladist's
+fixed blocks, blas_blocks.py, each of which packs the whole other operand again), but
+its workers spin ~0.1 s after every call (THREAD_TIMEOUT) in a process that has not
+lowered the timeout, taking a core from whatever runs next. Run on the pool, the
+product gets OpenBLAS's partition and the pool's blocking waits: the pool's workers
+sleep as soon as the call ends (choice.SHARED).
+
+The callback is installed only for the length of one such call (`on_pool`), and only
+by an execution that holds OpenBLAS alone (parallel.exclusive_blas); the jobs go to the
+pool through the native claim loop (parallel._on_pool) with one block per job. A call
+made meanwhile by another thread of the process (a user's own numpy) also arrives in
+the callback: its jobs run on threads started for it, all at once, as OpenBLAS needs.
+
+Bits: the partition depends on the shapes and the thread count alone, not on which
+threads run it, so this way gives the bits of OpenBLAS's own threads -- offered, like
+them, only where a check shows those equal the blocks' (blas_blocks._threads_agree).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import threading
+
+from . import parallel
+
+# jobs(argv, lo, hi): argv = [dojob, jobdata, element size, dojob's third argument];
+# runs dojob(i, jobdata + i * size, extra) for i in [lo, hi). A RANGE_TYPE function, so
+# the pool's native claim loop hands out the jobs.
+_JOBS_IR = """
+define void @xladist_blas_jobs(ptr %argv, i64 %lo, i64 %hi) nounwind {
+entry:
+  %fn = load ptr, ptr %argv
+  %p1 = getelementptr i64, ptr %argv, i64 1
+  %data = load ptr, ptr %p1
+  %p2 = getelementptr i64, ptr %argv, i64 2
+  %size = load i64, ptr %p2
+  %p3 = getelementptr i64, ptr %argv, i64 3
+  %extra64 = load i64, ptr %p3
+  %extra = trunc i64 %extra64 to i32
+  br label %loop
+loop:
+  %i = phi i64 [%lo, %entry], [%i1, %body]
+  %more = icmp slt i64 %i, %hi
+  br i1 %more, label %body, label %exit
+body:
+  %off = mul i64 %i, %size
+  %job = getelementptr i8, ptr %data, i64 %off
+  %i32 = trunc i64 %i to i32
+  call void %fn(i32 %i32, ptr %job, i32 %extra)
+  %i1 = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}
+"""
+
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                             ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
+_jobs: list = []           # [RANGE_TYPE jobs function, its code] once built
+_owner = {"tid": None, "n": 0, "failed": False}
+counts = {"pool": 0, "threads": 0}  # calls whose jobs ran on the pool / on threads of their own
+_lock = threading.Lock()
+
+
+def _jobs_fn():
+    """The compiled jobs function, or None when it cannot be built."""
+    if not _jobs:
+        with _lock:
+            if not _jobs:
+                try:
+                    from . import jit
+                    code, _cached = jit.get_code("xladist blas_jobs\n" + _JOBS_IR,
+                                                 lambda: _JOBS_IR)
+                    _jobs[:] = [parallel.RANGE_TYPE(code.address("xladist_blas_jobs")), code]
+                except Exception:  # noqa: BLE001 - the way is simply not offered
+                    _jobs[:] = [None, None]
+    return _jobs[0]
+
+
+def available() -> bool:
+    """Whether products can run OpenBLAS's split on the pool in this process."""
+    return bool(parallel.blas_callback_setters()) and _jobs_fn() is not None and \
+        parallel._claimer() is not None
+
+
+def _on_threads(fn, argv, numjobs: int) -> None:
+    """Every job at once: job 0 here, each other on a thread of its own."""
+    threads = [threading.Thread(target=fn, args=(argv, i, i + 1), daemon=True)
+               for i in range(1, numjobs)]
+    for t in threads:
+        t.start()
+    fn(argv, 0, 1)
+    for t in threads:
+        t.join()
+
+
+def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
+    try:
+        fn = _jobs[0]
+        argv = (ctypes.c_uint64 * 4)(dojob or 0, jobdata or 0, size, extra & 0xFFFFFFFF)
+        addr = ctypes.addressof(argv)
+        if numjobs <= 1:
+            fn(addr, 0, max(numjobs, 0))
+            return
+        # The jobs wait for each other: each needs a thread of its own, two on one
+        # thread would never end. The pool gives them that when it has a worker for
+        # every job but the caller's (together=True wakes workers on the caller's core
+        # too, as a pool larger than the cores has).
+        pool = parallel._get_pool(_owner["n"]) if threading.get_ident() == _owner["tid"] \
+            else None
+        if pool is not None and numjobs <= len(pool.inbox) + 1:
+            if parallel._on_pool(pool, fn, addr, [(i, i + 1) for i in range(numjobs)],
+                                 numjobs, together=True):
+                counts["pool"] += 1
+                return
+        _on_threads(fn, addr, numjobs)
+        counts["threads"] += 1
+    except BaseException:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
+        # Nothing above fails short of running out of threads. Jobs that did not run
+        # leave the product unfinished: the owner computes it again another way.
+        _owner["failed"] = True
+
+
+_callback = _CALLBACK(_run)
+_address = ctypes.cast(_callback, ctypes.c_void_p).value
+
+
+@contextlib.contextmanager
+def on_pool(n: int):
+    """Inside the block, OpenBLAS's threaded calls made by this thread run their jobs on
+    the pool (of `n` threads; OpenBLAS's thread count is the caller's to set, n at most).
+    The caller holds OpenBLAS alone (parallel.exclusive_blas). Yields a function that
+    tells whether every call's jobs ran (False: compute the product again). Only where
+    available()."""
+    setters = parallel.blas_callback_setters() if available() else []
+    _owner.update(tid=threading.get_ident(), n=n, failed=False)
+    for put in setters:
+        put(_address)
+    try:
+        yield lambda: not _owner["failed"]
+    finally:
+        for put in setters:
+            put(None)
+        _owner.update(tid=None, n=0)
