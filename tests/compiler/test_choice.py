@@ -171,6 +171,35 @@ def test_busy_processes_on_every_core(two_threads, monkeypatch, tmp_path):
             h.wait(10)
 
 
+def test_a_busy_count_from_before_a_pause_does_not_outlive_it(monkeypatch):
+    """The runnable count comes back slowly from a busy sample while samples come
+    LOAD_PERIOD apart (the other sessions' load comes in bursts), but by the time that
+    passed, not by the samples taken: after a pause -- the caller ran numpy or jax, or
+    nothing -- a busy count from before it says nothing about now, and an idle machine
+    is the IDLE regime at the first sample. (Counted in samples, a plain process's
+    first calls after numpy's burst ran in a busy regime and handed large products to
+    OpenBLAS's threads, whose spin after the call then kept it busy.)"""
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "_foreign_rate", lambda now: 0.0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    running = {"n": 6}
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"1 1 1 %d/99 1\n" % running["n"])
+    st = {"next": 0.0, "running": 0.0, "last": 0, "fd": -1, "at": 0.0}
+    monkeypatch.setattr(parallel, "_load", st)
+
+    def sample(after: float):
+        """regime() as if `after` seconds passed since the last sample."""
+        st["next"] = 0.0
+        st["at"] = time.monotonic() - after
+        return parallel.regime()
+
+    sample(0.005)  # a busy core counts once two samples in a row show it
+    assert sample(0.005) == choice.OTHERS
+    running["n"] = 1  # the calling thread alone
+    assert sample(0.005) != choice.IDLE  # one sample after a busy one: not yet
+    assert sample(0.5) == choice.IDLE    # half a second later: idle now
+
+
 def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch):
     """No core idle (the load sample says so): a thread of this process computing --
     numpy's OpenBLAS workers still awake, here a thread in numpy's matmul -- makes it

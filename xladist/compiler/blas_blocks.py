@@ -18,11 +18,13 @@ after numpy's matmul in the same process its threads are awake, spinning, for ~0
 (THREAD_TIMEOUT), and take a core's share from the pool's helper; handing them the
 product instead matches numpy's time. So a large 2-D product has three ways -- its blocks
 on the pool, its blocks on the caller alone, one call on OpenBLAS's threads (WHOLE) --
-and its call site measures which is fastest now (parallel.run_blocks, choice.py). The
-WHOLE way is offered only where a check shows it gives the blocks' bits
-(_threads_agree), so the results stay those of the blocks on every thread count; and,
-where OpenBLAS's workers spin after each call (every process but a rank), only while
-this process's other pools are awake already (WHOLE_MAX_TIMEOUT below).
+and its call site measures which is fastest now (parallel.run_blocks, choice.py). A
+fourth way, SHARED, runs that one call's jobs on the pool (blas_pool.py): OpenBLAS's
+partition without its workers' spin. Both are offered only where a check shows they give
+the blocks' bits (_threads_agree), so the results stay those of the blocks on every
+thread count; and WHOLE, where OpenBLAS's workers spin after each call (every process but
+a rank), only while this process's other pools are awake already (WHOLE_MAX_TIMEOUT
+below).
 """
 
 from __future__ import annotations

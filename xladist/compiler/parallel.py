@@ -346,7 +346,7 @@ def describe_split(split, threads: int | None = None) -> str:
 # smoothed) against the cores.
 LOAD_PERIOD = 0.005
 DYNAMIC = True  # False: always hand blocks to the pool, no choice (tests of the pool itself)
-_load = {"next": 0.0, "running": 0.0, "last": 0, "fd": None}
+_load = {"next": 0.0, "running": 0.0, "last": 0, "fd": None, "at": 0.0}
 
 
 def _has_room() -> bool:
@@ -391,6 +391,15 @@ def regime() -> int:
     st = _load
     if now >= st["next"]:
         st["next"] = now + LOAD_PERIOD
+        # Samples read LOAD_PERIOD apart while calls come; after a pause (the caller did
+        # something else) the smoothing goes by the time that passed, not by samples: a
+        # busy count from before the pause says nothing about now. Counting it kept a
+        # plain process's first calls after numpy's burst in the busy regimes, where a
+        # large product went to OpenBLAS's threads, whose own spin after the call then
+        # kept the regime busy for as long as calls came (the MLP step, compute.py
+        # --company, quiet: 14-16 ms of CPU per step against 10-12 ms).
+        periods = max(1.0, (now - st.get("at", now)) / max(LOAD_PERIOD, 1e-6))
+        st["at"] = now
         try:
             if st["fd"] is None:
                 st["fd"] = os.open("/proc/loadavg", os.O_RDONLY)
@@ -410,7 +419,7 @@ def regime() -> int:
         if running >= st["running"]:
             st["running"] = float(running)
         else:
-            st["running"] += 0.25 * (running - st["running"])
+            st["running"] += (1.0 - 0.75 ** periods) * (running - st["running"])
         st["foreign"] = _foreign_rate(now)
     # The count includes the calling thread itself, and the other ranks on this node
     # (set_local_ranks) with their threads: they are ours, not someone else's load.
