@@ -385,6 +385,37 @@ def test_another_threads_openblas_call_inside_the_window_runs_on_threads_of_its_
     assert got["v"].tobytes() == want.tobytes()
 
 
+def test_ctrl_c_inside_a_product_on_the_pool_is_raised_after_its_jobs_end(two_threads):
+    """SIGINT while OpenBLAS's jobs run on the pool: the jobs' data lives on OpenBLAS's
+    caller's stack, so the callback waits them out and then the KeyboardInterrupt
+    reaches the caller -- never swallowed (the product recomputed as if nothing
+    happened), never a crash from jobs still running after their caller returned."""
+    _needs_pool_callback()
+    import signal
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((1024, 1024)).astype(np.float32)
+    b = rng.standard_normal((1024, 1024)).astype(np.float32)
+    out = np.empty((1024, 1024), np.float32)
+    want = np.empty_like(out)
+    assert blas_blocks._threaded(a, b, want, 2)
+    main = threading.get_ident()
+    inside = 0
+    for delay in (0.001, 0.002, 0.004, 0.006, 0.008):
+        timer = threading.Timer(delay, signal.pthread_kill, (main, signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                blas_blocks._threaded(a, b, out, 2)
+                time.sleep(1)  # the signal came after the product: it is raised here
+        finally:
+            timer.join()
+        inside += isinstance(blas_pool._owner["error"], KeyboardInterrupt)  # in the callback
+    assert blas_blocks._threaded(a, b, out, 2)
+    assert out.tobytes() == want.tobytes()
+    if inside == 0:
+        pytest.skip("no signal arrived inside a product's jobs")
+
+
 def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     monkeypatch.setattr(parallel, "regime", lambda: IDLE)

@@ -66,7 +66,7 @@ exit:
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
 _jobs: list = []           # [RANGE_TYPE jobs function, its code] once built
-_owner = {"tid": None, "n": 0, "failed": False}
+_owner = {"tid": None, "n": 0, "error": None}
 counts = {"pool": 0, "threads": 0}  # calls whose jobs ran on the pool / on threads of their own
 _lock = threading.Lock()
 
@@ -100,7 +100,7 @@ def _on_threads(fn, argv, numjobs: int) -> None:
         t.start()
     fn(argv, 0, 1)
     for t in threads:
-        t.join()
+        parallel._wait_out(t.join)
 
 
 def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
@@ -124,10 +124,11 @@ def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
                 return
         _on_threads(fn, addr, numjobs)
         counts["threads"] += 1
-    except BaseException:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
-        # Nothing above fails short of running out of threads. Jobs that did not run
-        # leave the product unfinished: the owner computes it again another way.
-        _owner["failed"] = True
+    except BaseException as e:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
+        # Running out of threads (jobs that did not run leave the product unfinished:
+        # the owner computes it again another way), or Ctrl-C once every job has ended
+        # (parallel._wait_out): the owner raises it.
+        _owner["error"] = e
 
 
 _callback = _CALLBACK(_run)
@@ -139,14 +140,21 @@ def on_pool(n: int):
     """Inside the block, OpenBLAS's threaded calls made by this thread run their jobs on
     the pool (of `n` threads; OpenBLAS's thread count is the caller's to set, n at most).
     The caller holds OpenBLAS alone (parallel.exclusive_blas). Yields a function that
-    tells whether every call's jobs ran (False: compute the product again). Only where
+    tells whether every call's jobs ran (False: compute the product again), and raises
+    a KeyboardInterrupt or SystemExit that arrived in the callback. Only where
     available()."""
     setters = parallel.blas_callback_setters() if available() else []
-    _owner.update(tid=threading.get_ident(), n=n, failed=False)
+    _owner.update(tid=threading.get_ident(), n=n, error=None)
     for put in setters:
         put(_address)
+
+    def complete() -> bool:
+        error = _owner["error"]
+        if error is not None and not isinstance(error, Exception):
+            raise error
+        return error is None
     try:
-        yield lambda: not _owner["failed"]
+        yield complete
     finally:
         for put in setters:
             put(None)

@@ -571,6 +571,21 @@ class _NativeTask:
                 self.done.release()
 
 
+def _wait_out(wait) -> None:
+    """wait() to its end even when a signal handler raises in it (Ctrl-C in the main
+    thread), and then raise what it raised: blocks that still run may use memory the
+    caller's return would free (blas_pool.py: OpenBLAS's jobs live on its caller's stack)."""
+    raised = None
+    while True:
+        try:
+            wait()
+            break
+        except BaseException as e:  # noqa: BLE001 -- re-raised below
+            raised = raised or e
+    if raised is not None:
+        raise raised
+
+
 def _get_pool(n: int):
     global _pool
     if _pool is None or _pool.size != n:
@@ -733,6 +748,9 @@ class _Pool:
         for q in helpers[:participants - 1]:
             q.put(task)
         task.work()
-        task.done.acquire()  # blocks until the last claimed block is finished
+        if together:
+            _wait_out(task.done.acquire)
+        else:
+            task.done.acquire()  # blocks until the last claimed block is finished
         if task.error is not None:
             raise task.error
