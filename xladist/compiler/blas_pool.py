@@ -65,25 +65,13 @@ exit:
 
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
-_jobs: list = []           # [RANGE_TYPE jobs function, its code] once built
 _owner = {"tid": None, "n": 0, "error": None}
 counts = {"pool": 0, "threads": 0}  # calls whose jobs ran on the pool / on threads of their own
-_lock = threading.Lock()
 
 
 def _jobs_fn():
-    """The compiled jobs function, or None when it cannot be built."""
-    if not _jobs:
-        with _lock:
-            if not _jobs:
-                try:
-                    from . import jit
-                    code, _cached = jit.get_code("xladist blas_jobs\n" + _JOBS_IR,
-                                                 lambda: _JOBS_IR)
-                    _jobs[:] = [parallel.RANGE_TYPE(code.address("xladist_blas_jobs")), code]
-                except Exception:  # noqa: BLE001 - the way is simply not offered
-                    _jobs[:] = [None, None]
-    return _jobs[0]
+    """The compiled jobs function, or None (then the way is not offered)."""
+    return parallel.native_function(_JOBS_IR, "xladist_blas_jobs", parallel.RANGE_TYPE)
 
 
 def available() -> bool:
@@ -105,7 +93,7 @@ def _on_threads(fn, argv, numjobs: int) -> None:
 
 def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
     try:
-        fn = _jobs[0]
+        fn = _jobs_fn()
         argv = (ctypes.c_uint64 * 4)(dojob or 0, jobdata or 0, size, extra & 0xFFFFFFFF)
         addr = ctypes.addressof(argv)
         if numjobs <= 1:

@@ -524,23 +524,31 @@ exit:
 _CLAIM_TYPE = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                ctypes.c_int64)
-_claim: list = []
+_native: dict = {}  # symbol -> [ctypes function or None, its code]
+
+
+def native_function(ir: str, symbol: str, ctype):
+    """`symbol` of the LLVM IR `ir` as a `ctype` function, compiled once per process
+    (through the kernel cache); None when it cannot be built (the caller has another
+    way)."""
+    got = _native.get(symbol)
+    if got is None:
+        with _lock:
+            got = _native.get(symbol)
+            if got is None:
+                try:
+                    from . import jit
+                    code, _cached = jit.get_code(f"xladist {symbol}\n" + ir, lambda: ir)
+                    got = [ctype(code.address(symbol)), code]
+                except Exception:  # noqa: BLE001 - None: the caller's other way
+                    got = [None, None]
+                _native[symbol] = got
+    return got[0]
 
 
 def _claimer():
-    """The compiled claim loop (once per process, through the kernel cache), or None
-    when it cannot be built (then blocks are claimed in Python)."""
-    if not _claim:
-        with _lock:
-            if not _claim:
-                try:
-                    from . import jit
-                    code, _cached = jit.get_code("xladist claim_blocks\n" + _CLAIM_IR,
-                                                 lambda: _CLAIM_IR)
-                    _claim[:] = [_CLAIM_TYPE(code.address("xladist_claim_blocks")), code]
-                except Exception:  # noqa: BLE001 - the Python claim loop still works
-                    _claim[:] = [None, None]
-    return _claim[0]
+    """The compiled claim loop, or None (then blocks are claimed in Python)."""
+    return native_function(_CLAIM_IR, "xladist_claim_blocks", _CLAIM_TYPE)
 
 
 class _NativeTask:
@@ -562,7 +570,7 @@ class _NativeTask:
         self.error = None
 
     def work(self) -> None:
-        got = _claim[0](*self.args)
+        got = _claimer()(*self.args)
         if got:
             with self.count:
                 self.finished += got
