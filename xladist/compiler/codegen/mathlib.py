@@ -476,11 +476,17 @@ def erf(b, x):
 @_via_f64
 def cbrt(b, x):
     t = F64
-    ax = intr.fabs(b, x)
+    ax0 = intr.fabs(b, x)
+    # A subnormal a is scaled by 2**162 first (exactly; the root by 2**54): unscaled, the
+    # Newton step's y^3 - a is itself subnormal and lost up to 170 ulp (cbrt(3.07e-312)).
+    sub = b.fcmp_ordered("<", ax0, _c(t, 2.0 ** -1022))
+    ax = b.select(sub, b.fmul(ax0, _c(t, 2.0 ** 162)), ax0)
     y = exp(b, b.fmul(log(b, ax), _c(t, 1.0 / 3.0)))
     # One Newton step fixes the last bits: y -= (y^3 - a) / (3 y^2).
     y2 = b.fmul(y, y)
     y = b.fsub(y, b.fdiv(b.fsub(b.fmul(y2, y), ax), b.fmul(_c(t, 3.0), y2)))
+    y = b.select(sub, b.fmul(y, _c(t, 2.0 ** -54)), y)
+    ax = ax0
     special = b.or_(b.fcmp_ordered("==", ax, _c(t, 0.0)),
                     b.fcmp_unordered("uno", b.fsub(ax, ax), _c(t, 0.0)))
     y = b.select(special, ax, y)
