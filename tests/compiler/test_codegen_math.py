@@ -385,3 +385,17 @@ def test_erf_f32_of_tiny_arguments():
     want = scipy.special.erf(x.astype(np.float64))
     spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
     assert (np.abs(got - want) <= 4 * spacing).all()
+
+
+def test_power_f64_at_the_overflow_threshold():
+    """f64 pow rounded y*log|x| to one double, whose absolute error is pow's relative one:
+    pow(2, 1024) and pow(0.5, -1024) gave 1.7976931348622732e308 instead of inf (XLA:CPU,
+    C99), pow(max, 1) that too instead of max. The e*ln2 part of the exponent is now exact,
+    so powers of two are exact across the whole range."""
+    big = np.finfo(np.float64).max
+    x = np.array([2.0, 0.5, 2.0, -2.0, big, 2.0, 2.0, 2.0, 4.0, 0.5, 2.0, 1024.0, 2.0])
+    y = np.array([1024.0, -1024.0, 1023.0, 1023.0, 1.0, -1022.0, -1074.0, -1075.0, -537.0,
+                  1074.0, 1023.5, 102.4, 1e-300])
+    with np.errstate(all="ignore"):
+        want = np.power(x, y)
+    np.testing.assert_array_equal(_run_binary("power", x, y), want)
