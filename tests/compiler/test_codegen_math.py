@@ -399,3 +399,20 @@ def test_power_f64_at_the_overflow_threshold():
     with np.errstate(all="ignore"):
         want = np.power(x, y)
     np.testing.assert_array_equal(_run_binary("power", x, y), want)
+
+
+def test_f64_integer_powers_of_integers_are_exact():
+    """f64 pow(x, y) for integer x and y whose |x| ** |y| is below 2**53 gives the exact
+    result rounded once (Fraction arithmetic): exp(y * log|x|) was off by an ulp or more
+    there (pow(-20, 3) = -7999.999999999999), where XLA:CPU gives the exact value.
+    (numpy's pow is 1 ulp off at some reciprocals itself: pow(5, -5) =
+    0.00031999999999999997, where 1/3125 rounds to 0.00032.)"""
+    from fractions import Fraction
+    pairs = [(bx, ey) for bx in range(-20, 21) for ey in range(-6, 12)
+             if abs(bx) ** abs(ey) < 2 ** 53 and (bx != 0 or ey >= 0)]
+    x = np.array([p[0] for p in pairs], np.float64)
+    y = np.array([p[1] for p in pairs], np.float64)
+    want = np.array([float(Fraction(bx) ** ey) for bx, ey in pairs])
+    got = _run_binary("power", x, y)
+    bad = np.flatnonzero(got != want)
+    assert not len(bad), [(x[i], y[i], got[i], want[i]) for i in bad[:5]]

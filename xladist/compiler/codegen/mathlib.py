@@ -561,6 +561,32 @@ def pow(b, x, y):
     return _pow64(b, x, y, True)
 
 
+# f64 integer powers of integers are exact by repeated multiplication while every
+# product used stays below 2**53: exp(y * log|x|) is off by an ulp or more there
+# (pow(-20, 3) gave -7999.999999999999, 176 of 738 such results were inexact), where
+# XLA:CPU gives the exact value. Exponents below 2**_INT_BITS. Cost: f64 pow 4.1 -> 5.0
+# ns per element on one thread (2M elements). f32 pow (computed in f64) does without:
+# its integer results below 2**24 round to the exact value anyway, and the path cost it
+# 30% for the few halfway results above (4 of 738; XLA:CPU misrounds 2).
+_INT_BITS = 6
+
+
+def _int_power(b, ax, y):
+    """(|x| ** |y| by binary exponentiation over the low _INT_BITS bits of |y|, whether
+    |y| is below 2**_INT_BITS)."""
+    t = ax.type
+    ay = intr.fabs(b, y)
+    small = b.fcmp_ordered("<", ay, _c(t, float(1 << _INT_BITS)))
+    n = b.fptosi(b.select(small, ay, _c(t, 0.0)), I64)
+    r, p = _c(t, 1.0), ax
+    for k in range(_INT_BITS):
+        bit = b.icmp_unsigned("!=", b.and_(n, _c(I64, 1 << k)), _c(I64, 0))
+        r = b.select(bit, b.fmul(r, p), r)
+        if k + 1 < _INT_BITS:
+            p = b.fmul(p, p)
+    return r, small
+
+
 def _pow64(b, x, y, exact_exponent):
     t = F64
     ax = intr.fabs(b, x)
@@ -568,6 +594,14 @@ def _pow64(b, x, y, exact_exponent):
         mag = exp(b, *_y_log(b, y, ax))
     else:
         mag = exp(b, b.fmul(y, log(b, ax)))
+    if exact_exponent:  # f64 (f32's results are rounded from these f64 ones anyway)
+        whole, small = _int_power(b, ax, y)
+        exact = b.and_(b.and_(small, _is_integer(b, y)),
+                       b.and_(_is_integer(b, ax),
+                              b.fcmp_ordered("<", whole, _c(t, 2.0 ** 53))))
+        whole = b.select(b.fcmp_ordered("<", y, _c(t, 0.0)), b.fdiv(_c(t, 1.0), whole),
+                         whole)
+        mag = b.select(exact, whole, mag)
     odd = _is_odd_integer(b, y)
     x_neg = b.icmp_signed("<", b.bitcast(x, I64), _c(I64, 0))
     mag = b.select(b.and_(x_neg, odd), b.fneg(mag), mag)
