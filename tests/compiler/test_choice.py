@@ -416,6 +416,43 @@ def test_ctrl_c_inside_a_product_on_the_pool_is_raised_after_its_jobs_end(two_th
         pytest.skip("no signal arrived inside a product's jobs")
 
 
+def test_a_forked_child_runs_products_on_a_pool_of_its_own(two_threads):
+    """After fork the child has none of the parent's threads: the pool's workers are
+    gone. OpenBLAS's jobs on the pool need every worker at once -- in a child that kept
+    the parent's pool they waited forever -- and split kernels ran every block on the
+    caller. The child starts its own pool: its product on the pool is right and ends."""
+    _needs_pool_callback()
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((512, 512)).astype(np.float32)
+    b = rng.standard_normal((512, 512)).astype(np.float32)
+    want = np.empty((512, 512), np.float32)
+    assert blas_blocks._threaded(a, b, want, 2)  # the parent's pool exists
+    parent_pool = parallel._get_pool(2)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when the product ran on a pool of its own
+        code = 1
+        try:
+            out = np.empty_like(want)
+            before = blas_pool.counts["pool"]
+            ok = blas_blocks._threaded(a, b, out, 2)
+            code = 0 if ok and out.tobytes() == want.tobytes() and \
+                blas_pool.counts["pool"] == before + 1 and \
+                parallel._get_pool(2) is not parent_pool else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's product on the pool never ended")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
 def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     monkeypatch.setattr(parallel, "regime", lambda: IDLE)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 
 from . import parallel
@@ -118,6 +119,18 @@ def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
         # (parallel._wait_out): the owner raises it.
         _owner["error"] = e
 
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread's product had the callback installed: its
+    owner thread is not in the child, so OpenBLAS goes back to its own threads."""
+    if _owner["tid"] is not None:
+        for put in parallel.blas_callback_setters():
+            put(None)
+        _owner.update(tid=None, n=0, error=None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _callback = _CALLBACK(_run)
 _address = ctypes.cast(_callback, ctypes.c_void_p).value

@@ -603,6 +603,23 @@ def _get_pool(n: int):
     return _pool
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (multiprocessing's default on Linux before 3.14) has none of the
+    parent's threads: the pool's workers are gone -- its calls ran every block on the
+    caller, and OpenBLAS's jobs on the pool (blas_pool.py), which need every worker,
+    waited forever -- and a lock another thread held at the fork stays held. The child
+    starts its own pool on first use. (Executions another thread had in flight stay
+    counted in _blas_flight: the child then only skips OpenBLAS's threads.)"""
+    global _pool, _lock, _blas_gate
+    _pool = None
+    _lock = threading.Lock()
+    _blas_gate = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Task:
     """One split kernel call: its blocks are claimed one at a time, by whoever comes.
 
