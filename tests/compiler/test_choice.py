@@ -359,6 +359,31 @@ def test_openblas_split_on_the_pool_gives_its_own_threads_bits_and_runs_on_the_p
     assert blas_pool._owner["tid"] is None  # the callback is gone after the call
 
 
+def test_a_product_whose_openblas_never_calls_back_stops_offering_the_pool_split(
+        monkeypatch, two_threads):
+    """The callback is installed in every loaded OpenBLAS that has the setter (scipy
+    1.17's own has none, numpy 2.4's has); whether the one numpy's matmul calls is among
+    them, the first call tells: a product whose call never reached the callback (here:
+    none installed) ran on OpenBLAS's own threads -- the same bits -- and its site stops
+    offering the way."""
+    _needs_pool_callback()
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "blas_callback_setters", lambda: [])
+    monkeypatch.setattr(blas_pool, "available", lambda: True)
+    _force(monkeypatch, SHARED)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    exe = xladist.compile(_dot_module(512, 256, 384), backend="cpu")
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((512, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 384)).astype(np.float32)
+    got = np.array(exe(a, b)[0])
+    site = blas_blocks._sites[("gemm", "f", 512, 384, 256, "N", "N", 2)]
+    assert SHARED not in site.ways and WHOLE in site.ways
+    parallel.set_threads(1)
+    assert got.tobytes() == np.array(exe(a, b)[0]).tobytes()
+
+
 def test_another_threads_openblas_call_inside_the_window_runs_on_threads_of_its_own(
         two_threads):
     """While one execution's product runs its jobs on the pool, the callback is

@@ -239,7 +239,13 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                     site.drop(choice.WHOLE)
                     site.drop(choice.SHARED)
                     return False
-                return _threaded(a, b, out, threads, server=way == choice.WHOLE)
+                before = blas_pool.counts["calls"]
+                ran = _threaded(a, b, out, threads, server=way == choice.WHOLE)
+                if ran and way == choice.SHARED and blas_pool.counts["calls"] == before:
+                    # The callback was not reached: the OpenBLAS numpy calls has none
+                    # (another loaded one had), or it ran this shape on one thread.
+                    site.drop(choice.SHARED)
+                return ran
             return call
         whole = {choice.WHOLE: threaded(choice.WHOLE)}
         if blas_pool.available():

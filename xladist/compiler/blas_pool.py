@@ -67,7 +67,8 @@ exit:
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
 _owner = {"tid": None, "n": 0, "error": None}
-counts = {"pool": 0, "threads": 0}  # calls whose jobs ran on the pool / on threads of their own
+# Callback calls; of them, those whose jobs ran on the pool / on threads of their own.
+counts = {"calls": 0, "pool": 0, "threads": 0}
 
 
 def _jobs_fn():
@@ -93,6 +94,7 @@ def _on_threads(fn, argv, numjobs: int) -> None:
 
 
 def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
+    counts["calls"] += 1
     try:
         fn = _jobs_fn()
         argv = (ctypes.c_uint64 * 4)(dojob or 0, jobdata or 0, size, extra & 0xFFFFFFFF)

@@ -228,13 +228,14 @@ def refresh_blas_libs() -> None:
     for fn in setters:
         if fn is not None:
             fn.argtypes, fn.restype = [ctypes.c_void_p], None
-    # Every library or none: the callback must reach whichever one numpy calls.
-    _callback_setters = setters if setters and None not in setters else []
+    # Those that have one (scipy 1.17's own OpenBLAS has none, numpy 2.4's has): whether
+    # the one numpy's matmul calls has it, its first call tells (blas_blocks.py).
+    _callback_setters = [fn for fn in setters if fn is not None]
 
 
 def blas_callback_setters() -> list:
-    """The set-threads-callback function (OpenBLAS 0.3.27 on) of every loaded OpenBLAS,
-    or [] when one of them has none."""
+    """The set-threads-callback functions (OpenBLAS 0.3.27 on) of the loaded OpenBLAS
+    libraries that have one."""
     if _scope_libs is None:
         refresh_blas_libs()
     return _callback_setters
