@@ -457,7 +457,5 @@ def _deadlock_check(module, args) -> dict | None:
 
 
 def _print_outputs(outputs) -> None:
-    with np.printoptions(threshold=200, edgeitems=4):
-        for i, a in enumerate(outputs):
-            print(f"out{i}: {a.dtype}{list(a.shape)}")
-            print(np.array2string(np.asarray(a), prefix="  "), file=sys.stdout)
+    from ..io import outputs_text
+    sys.stdout.write(outputs_text(outputs))
