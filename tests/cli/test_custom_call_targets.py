@@ -6,7 +6,6 @@ refuses it (semantics/custom_calls.check_registered, the backends' own message),
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import xladist
 from xladist.cli.check import check_file
 from xladist.errors import UnsupportedError
 from xladist.semantics.custom_calls import CUSTOM_CALLS, register_custom_call
-from tests.cli_util import xladist_cli
+from tests.cli_util import probe_mpiexec, xladist_cli
 
 MODULE = """HloModule m
 
@@ -33,16 +32,6 @@ def _compile_error() -> str:
     return str(e.value)
 
 
-def _probe(tmp_path):
-    """An mpiexec that only notes it was started: no launch may get that far."""
-    calls = tmp_path / "mpiexec.calls"
-    probe = tmp_path / "mpiexec"
-    probe.write_text(f"#!{sys.executable}\nopen({str(calls)!r}, 'a').write('called\\n')\n"
-                     "raise SystemExit(3)\n")
-    probe.chmod(0o755)
-    return probe, calls
-
-
 def test_check_refuses_an_unregistered_target_as_the_run_does(tmp_path):
     (tmp_path / "cc.hlo").write_text(MODULE)
     proc = xladist_cli("check", tmp_path / "cc.hlo")
@@ -57,7 +46,7 @@ def test_check_refuses_an_unregistered_target_as_the_run_does(tmp_path):
 
 
 def test_run_refuses_an_unregistered_target_before_starting_any_rank(tmp_path):
-    probe, calls = _probe(tmp_path)
+    probe, calls = probe_mpiexec(tmp_path)
     (tmp_path / "cc.hlo").write_text(MODULE)
     np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
     proc = xladist_cli("run", tmp_path / "cc.hlo", "-n", "2", "--inputs", tmp_path / "in.npz",
