@@ -36,7 +36,7 @@ from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
-from ...semantics.custom_calls import CUSTOM_CALLS
+from ...semantics.custom_calls import lookup
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
@@ -418,18 +418,9 @@ def _custom_call(instr, args, outs):  # the table's entry; CustomCallThunk does 
 
 
 def custom_call_target(instr, original=None):
-    """The registered function of a custom-call, or UnsupportedError (at compile time,
-    before anything runs) naming the target and the instruction."""
-    target = instr.attrs.get("custom_call_target")
-    fn = CUSTOM_CALLS.get(target)
-    if fn is None:
-        orig = original if original is not None else instr
-        comp = orig.parent.name if orig.parent is not None else "?"
-        raise UnsupportedError(
-            f"instruction `{orig.name}` (custom-call) in computation {comp}: custom-call "
-            f"target {target!r} is not registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
-            f"register one with xladist.semantics.custom_calls.register_custom_call")
-    return target, fn
+    """The target of a custom-call and its registered function, or UnsupportedError (at
+    compile time, before anything runs) naming the target and the instruction."""
+    return instr.attrs.get("custom_call_target"), lookup(instr, original)
 
 
 class CustomCallThunk(LibraryThunk):
