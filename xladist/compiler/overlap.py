@@ -101,7 +101,12 @@ def run(thunks, plan: Plan, frame, tracer, where: list) -> None:
     outer = deferrals.pending, deferrals.allowed, deferrals.joiner
     pending: list = []
     deferrals.pending = pending
-    deferrals.joiner = lambda: _join(thunks, pending, where, None)
+
+    def join_all() -> None:  # OpenBLAS's threading is about to change (run_blocks)
+        running = where[0]
+        _join(thunks, pending, where, None)
+        where[0] = running
+    deferrals.joiner = join_all
     try:
         deferrable = plan.deferrable
         for i, t in enumerate(thunks):

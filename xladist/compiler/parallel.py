@@ -399,7 +399,7 @@ def regime() -> int:
         # large product went to OpenBLAS's threads, whose own spin after the call then
         # kept the regime busy for as long as calls came (the MLP step, compute.py
         # --company, quiet: 14-16 ms of CPU per step against 10-12 ms).
-        periods = max(1.0, (now - st.get("at", now)) / max(LOAD_PERIOD, 1e-6))
+        periods = max(1.0, (now - st["at"]) / max(LOAD_PERIOD, 1e-6))
         st["at"] = now
         try:
             if st["fd"] is None:
