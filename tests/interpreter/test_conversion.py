@@ -207,6 +207,40 @@ ENTRY main {
         ["0x0", "0x100", "0x8000", "0x400", "0x400", "0x100", "0x100", "0x7c00"]
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_bitcast_convert_of_sub_byte_types_packs_bit_fields_recorded_from_xla_cpu(backend):
+    """int4/uint4/int2/float4 have a bit width below a byte (ml_dtypes stores one per byte):
+    a bitcast-convert to or from 8 bits packs ratio elements into each byte, element 0 in
+    the lowest bits (s8 0x12 -> s4 [2, 1]). Both backends viewed the bytes instead and
+    failed ('expected dims [4], got [4, 2]'). Expected values: XLA:CPU (jax 0.10.2,
+    lax.bitcast_convert_type)."""
+    import xladist
+    i4 = np.array([[1, -2], [7, -8], [0, -1], [3, 4]], ml_dtypes.int4)
+    u8 = np.array([0x12, 0x90, 0x7F, 0xFF, 0xE4], np.uint8)
+    text = """HloModule m
+ENTRY main {
+  i = s4[4,2] parameter(0)
+  u = u8[5] parameter(1)
+  a = s8[4] bitcast-convert(i)
+  b = s4[5,2] bitcast-convert(u)
+  c = f4e2m1fn[5,2] bitcast-convert(u)
+  d = s2[5,4] bitcast-convert(u)
+  e = u4[4,2] bitcast-convert(i)
+  f = u8[5] bitcast-convert(b)
+  ROOT r = (s8[4], s4[5,2], f4e2m1fn[5,2], s2[5,4], u4[4,2], u8[5]) tuple(a, b, c, d, e, f)
+}
+"""
+    a, b, c, d, e, f = xladist.compile(xladist.parse_hlo(text), backend=backend)(i4, u8)
+    assert a.tolist() == [-31, -121, -16, 67]
+    assert b.astype(np.int8).tolist() == [[2, 1], [0, -7], [-1, 7], [-1, -1], [4, -2]]
+    assert c.astype(np.float32).tolist() == [[1.0, 0.5], [0.0, -0.5], [-6.0, 6.0],
+                                             [-6.0, -6.0], [2.0, -4.0]]
+    assert d.astype(np.int8).tolist() == [[-2, 0, 1, 0], [0, 0, 1, -2], [-1, -1, -1, 1],
+                                          [-1, -1, -1, -1], [0, 1, -2, -1]]
+    assert e.astype(np.uint8).tolist() == [[1, 14], [7, 8], [0, 15], [3, 4]]
+    np.testing.assert_array_equal(f, u8)
+
+
 @pytest.mark.parametrize("backend", ["interpreter", pytest.param("cpu", marks=pytest.mark.xfail(
     strict=True, reason="the cpu backend's bf16 store quiets signalling NaNs (types.py "
     "f32_to_bf16 says why it was not changed)"))])
