@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
 from ..semantics.dtypes import (F32, bits_of, bitcast_convert, int_limits, kind_of,
-                               unsigned_of, upcast)
+                               store_as, unsigned_of, upcast)
 from ..semantics.stochastic_convert import (stochastic_convert_array,
                                            stochastic_convert_unsupported)
 from .registry import register
@@ -69,8 +69,8 @@ def _float_to_float(x, dtype):
     if x.dtype.itemsize < 4 and np.dtype(dtype).itemsize < 4 and x.dtype != dtype:
         # Between narrow floats: exact through f32, then one rounding (ml_dtypes has no
         # direct cast for some pairs, e.g. float4_e2m1fn -> float8_e8m0fnu).
-        return upcast(x).astype(dtype)
-    return x.astype(dtype)
+        return store_as(upcast(x), dtype)
+    return store_as(x, dtype)
 
 
 def _float_to_complex(x, dtype):

@@ -44,6 +44,26 @@ def compute_dtype(dtype) -> np.dtype:
     return dtype
 
 
+@cache
+def _has_no_nan(dtype) -> bool:
+    return primitive_type_of_dtype(np.dtype(dtype)).name == "f4e2m1fn"
+
+
+def store_as(x: np.ndarray, dtype) -> np.ndarray:
+    """x (a result computed in a wider type, or a convert's operand) rounded to dtype as
+    XLA:CPU stores it: numpy's / ml_dtypes' cast, except that f4e2m1fn, which has neither
+    NaN nor inf, stores every NaN as -0 (0x8) -- ml_dtypes gives a zero whose sign is
+    the NaN's inverted. (The cpu backend's encode in compiler/codegen/lowbits.py is the
+    same rule in LLVM IR.)"""
+    x = np.asarray(x)
+    out = x.astype(dtype, copy=False)
+    if _has_no_nan(out.dtype) and x.dtype != out.dtype and kind_of(x.dtype) == "float":
+        nan = np.isnan(x)
+        if nan.any():
+            out = np.where(nan, np.array(-0.0, np.float32).astype(out.dtype), out)
+    return out
+
+
 def upcast(x: np.ndarray) -> np.ndarray:
     """x in its compute dtype (exact: every narrow float is representable in f32)."""
     c = compute_dtype(x.dtype)
