@@ -158,20 +158,22 @@ def _syevd(p, routine):
     return run
 
 
-def _gesdd(p):
+def _svd(p, routine):
+    """gesdd (divide and conquer) and gesvd (QR iteration): the same operands, results and
+    modes, and scipy wraps both with the same arguments."""
     def run(instr, args):
         mode = _config(instr).get("mode", "A")
         _, _, u_shape, vt_shape, _ = instr.shape.tuple_shapes
 
         def one(a):
             if mode == "N":
-                _, s, _, info = _lapack(p, "gesdd")(a, compute_uv=0)
+                _, s, _, info = _lapack(p, routine)(a, compute_uv=0)
                 return (s, np.zeros(u_shape.dims[-2:], a.dtype),
                         np.zeros(vt_shape.dims[-2:], a.dtype), info)
-            u, s, vt, info = _lapack(p, "gesdd")(a, compute_uv=1, full_matrices=int(mode == "A"))
+            u, s, vt, info = _lapack(p, routine)(a, compute_uv=1, full_matrices=int(mode == "A"))
             return s, u, vt, info
         s, u, vt, info = _batched(4, one, args[0])
-        _check(instr, info, "gesdd")
+        _check(instr, info, routine)
         return _result(instr, (args[0], s, u, vt, info))
     return run
 
@@ -214,24 +216,6 @@ def _geev(p):
             return w, vl if left else zeros, vr if right else zeros, info
         values = _batched(len(shapes), one, args[0])
         return _result(instr, values)
-    return run
-
-
-def _gesvd(p):
-    def run(instr, args):
-        mode = _config(instr).get("mode", "A")
-        _, _, u_shape, vt_shape, _ = instr.shape.tuple_shapes
-
-        def one(a):
-            if mode == "N":
-                _, s, _, info = _lapack(p, "gesvd")(a, compute_uv=0)
-                return (s, np.zeros(u_shape.dims[-2:], a.dtype),
-                        np.zeros(vt_shape.dims[-2:], a.dtype), info)
-            u, s, vt, info = _lapack(p, "gesvd")(a, compute_uv=1, full_matrices=int(mode == "A"))
-            return s, u, vt, info
-        s, u, vt, info = _batched(4, one, args[0])
-        _check(instr, info, "gesvd")
-        return _result(instr, (args[0], s, u, vt, info))
     return run
 
 
@@ -340,8 +324,8 @@ def _targets() -> dict:
         out.update({f"lapack_{p}trsm_ffi": _trsm(p), f"lapack_{p}potrf_ffi": _potrf(p),
                     f"lapack_{p}getrf_ffi": _getrf(p), f"lapack_{p}geqrf_ffi": _geqrf(p),
                     f"lapack_{p}{qr}_ffi": _orgqr(p, qr), f"lapack_{p}{ev}_ffi": _syevd(p, ev),
-                    f"lapack_{p}gesdd_ffi": _gesdd(p), f"lapack_{p}geev_ffi": _geev(p),
-                    f"lapack_{p}gesvd_ffi": _gesvd(p), f"lapack_{p}gees_ffi": _gees(p),
+                    f"lapack_{p}gesdd_ffi": _svd(p, "gesdd"), f"lapack_{p}geev_ffi": _geev(p),
+                    f"lapack_{p}gesvd_ffi": _svd(p, "gesvd"), f"lapack_{p}gees_ffi": _gees(p),
                     f"lapack_{p}gehrd_ffi": _gehrd(p), f"lapack_{p}{trd}_ffi": _sytrd(p, trd),
                     f"lapack_{p}gtsv_ffi": _gtsv(p), f"lapack_{p}geqp3_ffi": _geqp3(p),
                     f"lapack_{p}{mqr}_ffi": _ormqr(p, mqr)})
