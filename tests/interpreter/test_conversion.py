@@ -207,6 +207,71 @@ ENTRY main {
         ["0x0", "0x100", "0x8000", "0x400", "0x400", "0x100", "0x100", "0x7c00"]
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_f4e2m1fn_stores_every_nan_as_minus_zero_recorded_from_xla_cpu(backend):
+    """f4e2m1fn has neither NaN nor inf: XLA:CPU stores a NaN of either sign, converted or
+    computed (sqrt(-1), 0/0, log(-0.5), rem(x, 0)), as -0 (0x8). Both backends followed
+    ml_dtypes, whose cast gives a zero of the NaN's sign inverted (-NaN -> +0)."""
+    import xladist
+    f32 = np.array([0x7FC00000, 0xFFC00000, 0x7FC00001, 0xFFC00001], np.uint32).view(np.float32)
+    f16 = np.array([0x7E00, 0xFE00], np.uint16).view(np.float16)
+    x = np.array([-1, 0, 2, -0.5, 0], ml_dtypes.float4_e2m1fn)
+    y = np.array([0, 0, 0, 0, -0.0], ml_dtypes.float4_e2m1fn)
+    text = """HloModule m
+ENTRY main {
+  f = f32[4] parameter(0)
+  h = f16[2] parameter(1)
+  x = f4e2m1fn[5] parameter(2)
+  y = f4e2m1fn[5] parameter(3)
+  a = f4e2m1fn[4] convert(f)
+  b = f4e2m1fn[2] convert(h)
+  s = f4e2m1fn[5] sqrt(x)
+  d = f4e2m1fn[5] divide(x, y)
+  l = f4e2m1fn[5] log(x)
+  r = f4e2m1fn[5] remainder(x, y)
+  ROOT t = (f4e2m1fn[4], f4e2m1fn[2], f4e2m1fn[5], f4e2m1fn[5], f4e2m1fn[5], f4e2m1fn[5]) tuple(a, b, s, d, l, r)
+}
+"""
+    outs = xladist.compile(xladist.parse_hlo(text), backend=backend)(f32, f16, x, y)
+    assert [o.view(np.uint8).tolist() for o in outs] == [
+        [8, 8, 8, 8], [8, 8], [8, 0, 3, 8, 0], [15, 8, 7, 15, 8], [8, 15, 1, 8, 15],
+        [8, 8, 8, 8, 8]]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_bitcast_convert_of_sub_byte_types_packs_bit_fields_recorded_from_xla_cpu(backend):
+    """int4/uint4/int2/float4 have a bit width below a byte (ml_dtypes stores one per byte):
+    a bitcast-convert to or from 8 bits packs ratio elements into each byte, element 0 in
+    the lowest bits (s8 0x12 -> s4 [2, 1]). Both backends viewed the bytes instead and
+    failed ('expected dims [4], got [4, 2]'). Expected values: XLA:CPU (jax 0.10.2,
+    lax.bitcast_convert_type)."""
+    import xladist
+    i4 = np.array([[1, -2], [7, -8], [0, -1], [3, 4]], ml_dtypes.int4)
+    u8 = np.array([0x12, 0x90, 0x7F, 0xFF, 0xE4], np.uint8)
+    text = """HloModule m
+ENTRY main {
+  i = s4[4,2] parameter(0)
+  u = u8[5] parameter(1)
+  a = s8[4] bitcast-convert(i)
+  b = s4[5,2] bitcast-convert(u)
+  c = f4e2m1fn[5,2] bitcast-convert(u)
+  d = s2[5,4] bitcast-convert(u)
+  e = u4[4,2] bitcast-convert(i)
+  f = u8[5] bitcast-convert(b)
+  ROOT r = (s8[4], s4[5,2], f4e2m1fn[5,2], s2[5,4], u4[4,2], u8[5]) tuple(a, b, c, d, e, f)
+}
+"""
+    a, b, c, d, e, f = xladist.compile(xladist.parse_hlo(text), backend=backend)(i4, u8)
+    assert a.tolist() == [-31, -121, -16, 67]
+    assert b.astype(np.int8).tolist() == [[2, 1], [0, -7], [-1, 7], [-1, -1], [4, -2]]
+    assert c.astype(np.float32).tolist() == [[1.0, 0.5], [0.0, -0.5], [-6.0, 6.0],
+                                             [-6.0, -6.0], [2.0, -4.0]]
+    assert d.astype(np.int8).tolist() == [[-2, 0, 1, 0], [0, 0, 1, -2], [-1, -1, -1, 1],
+                                          [-1, -1, -1, -1], [0, 1, -2, -1]]
+    assert e.astype(np.uint8).tolist() == [[1, 14], [7, 8], [0, 15], [3, 4]]
+    np.testing.assert_array_equal(f, u8)
+
+
 @pytest.mark.parametrize("backend", ["interpreter", pytest.param("cpu", marks=pytest.mark.xfail(
     strict=True, reason="the cpu backend's bf16 store quiets signalling NaNs (types.py "
     "f32_to_bf16 says why it was not changed)"))])

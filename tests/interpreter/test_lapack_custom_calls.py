@@ -100,17 +100,20 @@ def test_syevd_values_ascending_and_vectors(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", ["A", "S", "N"])
-def test_gesdd_modes(backend, mode):
+@pytest.mark.parametrize("routine", ["gesdd", "gesvd"])
+def test_svd_modes(backend, mode, routine):
     rng = np.random.default_rng(4)
     a = rng.standard_normal((2, 4, 3))
     u_cols = 4 if mode in "AN" else 3
     _, s, u, vt, info = _run(
         backend, ["f64[2,4,3]"], f"(f64[2,4,3], f64[2,3], f64[2,4,{u_cols}], f64[2,3,3], s32[2])",
-        'custom_call_target="lapack_dgesdd_ffi", ' + _cfg(mode=mode), a)
+        f'custom_call_target="lapack_d{routine}_ffi", ' + _cfg(mode=mode), a)
     np.testing.assert_array_equal(info, [0, 0])
     np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
     if mode != "N":
         np.testing.assert_allclose(u[..., :3] * s[:, None] @ vt, a, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(vt, 0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -145,8 +148,136 @@ def test_geev_complex_right_vectors_only(backend):
     np.testing.assert_array_equal(vl, 0)
 
 
-def test_an_unregistered_lapack_target_is_refused_by_name():
-    with pytest.raises(xladist.UnsupportedError, match="lapack_sgees_ffi"):
-        _run("cpu", ["f32[3,3]"], "(f32[3,3], f32[3], f32[3], f32[3,3], s32[], s32[])",
-             'custom_call_target="lapack_sgees_ffi", '
-             + _cfg(mode="V", sort="N"), np.eye(3, dtype=np.float32))
+def test_an_unregistered_jaxlib_target_is_refused_by_name():
+    # jax's tridiagonal_solve(..., perturb_singular=True) on CPU: not a LAPACK routine.
+    with pytest.raises(xladist.UnsupportedError, match="tridiagonal_solve_perturbed_ffi"):
+        _run("cpu", ["f32[3]", "f32[3]", "f32[3]", "f32[3,1]"], "f32[3,1]",
+             'custom_call_target="tridiagonal_solve_perturbed_ffi", backend_config={}',
+             *[np.ones(3, np.float32)] * 3, np.ones((3, 1), np.float32))
+
+
+def _householder_q(h, tau, below):
+    """Q = H(0) H(1) ... from LAPACK's reflectors: v_i has 1 at row i + below, then the
+    entries of column i under it (gehrd, sytrd lower: below = 1; geqrf: below = 0)."""
+    n = h.shape[0]
+    q = np.eye(n, dtype=h.dtype)
+    for i, t in enumerate(tau):
+        v = np.zeros(n, h.dtype)
+        v[i + below] = 1
+        v[i + below + 1:] = h[i + below + 1:, i]
+        q = q @ (np.eye(n) - t * np.outer(v, v.conj()))
+    return q
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gtsv_solves_the_batched_tridiagonal_system_and_keeps_the_unused_ends(backend):
+    rng = np.random.default_rng(6)
+    dl, d, du = rng.standard_normal((3, 2, 5))
+    d = d + 4
+    b = rng.standard_normal((2, 5, 3))
+    dl_out, d_out, du_out, x, info = _run(
+        backend, ["f64[2,5]"] * 3 + ["f64[2,5,3]"],
+        "(f64[2,5], f64[2,5], f64[2,5], f64[2,5,3], s32[2])",
+        'custom_call_target="lapack_dgtsv_ffi", backend_config={}', dl, d, du, b)
+    np.testing.assert_array_equal(info, [0, 0])
+    for k in range(2):
+        a = np.diag(d[k]) + np.diag(dl[k, 1:], -1) + np.diag(du[k, :-1], 1)
+        np.testing.assert_allclose(a @ x[k], b[k], atol=1e-12)
+    # dl[0] and du[n-1] lie outside the matrix: LAPACK never sees them
+    np.testing.assert_array_equal(dl_out[:, 0], dl[:, 0])
+    np.testing.assert_array_equal(du_out[:, -1], du[:, -1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gehrd_reflectors_rebuild_the_matrix(backend):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((5, 5))
+    h, tau, info = _run(backend, ["f64[5,5]"], "(f64[5,5], f64[4], s32[])",
+                        'custom_call_target="lapack_dgehrd_ffi", '
+                        'backend_config={high = 5 : i32, low = 1 : i32}', a)
+    assert info == 0
+    q = _householder_q(h, tau, below=1)
+    hess = np.triu(h, -1)
+    np.testing.assert_allclose(q @ hess @ q.T, a, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_hetrd_tridiagonal_has_the_matrix_eigenvalues(backend, uplo):
+    rng = np.random.default_rng(8)
+    z = rng.standard_normal((2, 4, 4)) + 1j * rng.standard_normal((2, 4, 4))
+    a = (z + z.conj().transpose(0, 2, 1)).astype(np.complex64)
+    c, d, e, tau, info = _run(backend, ["c64[2,4,4]"],
+                              "(c64[2,4,4], f32[2,4], f32[2,3], c64[2,3], s32[2])",
+                              'custom_call_target="lapack_chetrd_ffi", ' + _cfg(uplo=uplo), a)
+    np.testing.assert_array_equal(info, [0, 0])
+    for k in range(2):
+        t = np.diag(d[k]) + np.diag(e[k], 1) + np.diag(e[k], -1)
+        np.testing.assert_allclose(np.linalg.eigvalsh(t), np.linalg.eigvalsh(a[k]), atol=1e-4)
+    if uplo == "L":
+        q = _householder_q(c[0].astype(np.complex128), tau[0], below=1)
+        t = np.diag(d[0]) + np.diag(e[0], 1) + np.diag(e[0], -1)
+        np.testing.assert_allclose(q @ t @ q.conj().T, a[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gees_real_schur_form_vectors_and_eigenvalues(backend):
+    rot = np.array([[0.0, -2.0, 1.0], [2.0, 0.0, 0.5], [0.0, 0.0, 3.0]])
+    a = np.stack([rot, np.random.default_rng(9).standard_normal((3, 3))])
+    t, vs, wr, wi, sdim, info = _run(
+        backend, ["f64[2,3,3]"], "(f64[2,3,3], f64[2,3,3], f64[2,3], f64[2,3], s32[2], s32[2])",
+        'custom_call_target="lapack_dgees_ffi", ' + _cfg(mode="V", sort="N"), a)
+    np.testing.assert_array_equal(info, [0, 0])
+    np.testing.assert_array_equal(sdim, [0, 0])
+    for k in range(2):
+        np.testing.assert_allclose(vs[k] @ t[k] @ vs[k].T, a[k], atol=1e-12)
+        np.testing.assert_allclose(np.tril(t[k], -2), 0, atol=1e-12)  # quasi-triangular
+        np.testing.assert_allclose(np.sort_complex(wr[k] + 1j * wi[k]),
+                                   np.sort_complex(np.linalg.eigvals(a[k])), atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gees_complex_without_vectors(backend):
+    rng = np.random.default_rng(10)
+    a = rng.standard_normal((3, 3)) + 1j * rng.standard_normal((3, 3))
+    t, vs, w, sdim, info = _run(backend, ["c128[3,3]"],
+                                "(c128[3,3], c128[3,3], c128[3], s32[], s32[])",
+                                'custom_call_target="lapack_zgees_ffi", '
+                                + _cfg(mode="N", sort="N"), a)
+    assert info == 0
+    np.testing.assert_allclose(np.tril(t, -1), 0)
+    np.testing.assert_allclose(np.sort_complex(np.diag(t)), np.sort_complex(w))
+    np.testing.assert_allclose(np.sort_complex(w), np.sort_complex(np.linalg.eigvals(a)),
+                               atol=1e-12)
+    np.testing.assert_array_equal(vs, 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_geqp3_pivots_are_one_based_and_rebuild_the_permuted_matrix(backend):
+    a = np.array([[1.0, 10.0, 2.0], [0.0, 20.0, 1.0], [1.0, 5.0, 3.0], [2.0, 0.0, 0.0]])
+    qr, jpvt, tau = _run(backend, ["f64[4,3]", "s32[3]"], "(f64[4,3], s32[3], f64[3])",
+                         'custom_call_target="lapack_dgeqp3_ffi", backend_config={}',
+                         a, np.zeros(3, np.int32))
+    assert sorted(jpvt) == [1, 2, 3] and jpvt[0] == 2  # column 1 has the largest norm
+    q = _householder_q(np.pad(qr, ((0, 0), (0, 1))), tau, below=0)
+    r = np.triu(np.pad(qr, ((0, 0), (0, 1))))[:, :3]
+    np.testing.assert_allclose(q @ r, a[:, jpvt - 1], atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("left,transpose", [(True, True), (True, False), (False, True),
+                                            (False, False)])
+def test_unmqr_applies_q_on_either_side(backend, left, transpose):
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))
+    h, tau = np.linalg.qr(a, mode="raw")  # numpy's geqrf, its reflectors transposed
+    h = h.T.copy()
+    q = _householder_q(np.pad(h, ((0, 0), (0, 1))), tau, below=0)
+    c = rng.standard_normal((4, 2) if left else (2, 4)) + 0j
+    shape = "c128[4,2]" if left else "c128[2,4]"
+    cfg = "backend_config={left = %s, transpose = %s}" % (str(left).lower(),
+                                                        str(transpose).lower())
+    (out,) = _run(backend, ["c128[4,3]", "c128[3]", shape], shape,
+                  'custom_call_target="lapack_zunmqr_ffi", ' + cfg, h, tau, c)
+    op = q.conj().T if transpose else q
+    np.testing.assert_allclose(out, op @ c if left else c @ op, atol=1e-12)

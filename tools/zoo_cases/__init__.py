@@ -401,6 +401,36 @@ def linalg_eig(rot, b, zr, zi):
     return w, v, jnp.linalg.eigvals(b), wz, vz, bad
 
 
+@case("the rest of jax's CPU LAPACK custom-calls: jax.scipy.linalg.schur (gees, real and "
+      "complex, vectors off), hessenberg with Q (gehrd + orgqr), lax.linalg.tridiagonal "
+      "(sytrd lower, hetrd upper, batched), tridiagonal_solve (gtsv, batched), svd with "
+      "algorithm=QR (gesvd: full, reduced), qr with pivoting (geqp3) and "
+      "lax.linalg.ormqr (ormqr/unmqr, both sides, transposed or not). Factors are unique only "
+      "up to signs: the same LAPACK routine on the same input gives the same signs.",
+      lambda rng: [normal(rng, (4, 4)), normal(rng, (2, 3, 3)), normal(rng, (3, 3)),
+                   normal(rng, (2, 5)), normal(rng, (2, 5, 2)), normal(rng, (4, 3))],
+      rtol=1e-3, atol=1e-4)
+def linalg_lapack_more(a, b, zi, tri, rhs, m):
+    from jax._src.lax.linalg import geqrf
+    z = lax.complex(b[0], zi)
+    t, q = jax.scipy.linalg.schur(a)
+    tz, qz = jax.scipy.linalg.schur(z, output="complex")
+    h, hq = jax.scipy.linalg.hessenberg(a, calc_q=True)
+    sym = b + jnp.swapaxes(b, 1, 2)
+    herm = z + jnp.conj(z.T)
+    x = lax.linalg.tridiagonal_solve(tri.at[:, 0].set(0), tri + 4, tri.at[:, -1].set(0), rhs)
+    u, s, vt = lax.linalg.svd(m, algorithm=lax.linalg.SvdAlgorithm.QR)
+    qp, rp, piv = jax.scipy.linalg.qr(m, pivoting=True)
+    hh, tau = geqrf(m)
+    ormqr = lax.linalg.ormqr
+    return (t, q, tz, qz, lax.linalg.schur(b, compute_schur_vectors=False)[0], h, hq,
+            *lax.linalg.tridiagonal(sym, lower=True), *lax.linalg.tridiagonal(herm, lower=False),
+            x, u, s, vt, lax.linalg.svd(m.T, full_matrices=False,
+                                        algorithm=lax.linalg.SvdAlgorithm.QR)[0],
+            qp, rp, piv, ormqr(hh, tau, m, left=True, transpose=True),
+            ormqr(hh, tau, m.T, left=False, transpose=False))
+
+
 # ---- random ---------------------------------------------------------------------------------
 
 @case("jax.random with threefry keys from input key data: split, fold_in "

@@ -15,13 +15,12 @@ convert follows XLA:CPU (elemental_ir_emitter.cc, checked against XLA:CPU):
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
-from ..semantics.dtypes import F32, bits_of, int_limits, kind_of, unsigned_of, upcast
+from ..semantics.dtypes import (F32, bits_of, bitcast_convert, int_limits, kind_of,
+                               store_as, unsigned_of, upcast)
 from ..semantics.stochastic_convert import (stochastic_convert_array,
                                            stochastic_convert_unsupported)
 from .registry import register
@@ -70,8 +69,8 @@ def _float_to_float(x, dtype):
     if x.dtype.itemsize < 4 and np.dtype(dtype).itemsize < 4 and x.dtype != dtype:
         # Between narrow floats: exact through f32, then one rounding (ml_dtypes has no
         # direct cast for some pairs, e.g. float4_e2m1fn -> float8_e8m0fnu).
-        return upcast(x).astype(dtype)
-    return x.astype(dtype)
+        return store_as(upcast(x), dtype)
+    return store_as(x, dtype)
 
 
 def _float_to_complex(x, dtype):
@@ -106,26 +105,9 @@ def convert_rule(instr, args, ev):
     return convert_array(args[0], instr.shape.dtype)
 
 
-def bitcast_convert_array(x: np.ndarray, dtype) -> np.ndarray:
-    """Reinterpret bits; a width change adds or removes a minor dimension (little-endian)."""
-    x = np.require(x, requirements="C")  # np.ascontiguousarray would make a scalar rank 1
-    dtype = np.dtype(dtype)
-    src, dst = x.dtype.itemsize, dtype.itemsize
-    if sys.byteorder != "little":  # pragma: no cover - XLA defines the byte order
-        raise UnsupportedError("bitcast-convert needs a little-endian host")
-    if src == dst:
-        return x.view(dtype)
-    if src > dst:
-        return x[..., None].view(dtype)  # a scalar too: (1,) -> (src // dst,) elements
-    if not x.shape or x.shape[-1] * src != dst:
-        raise UnsupportedError(f"bitcast-convert {x.dtype}{list(x.shape)} -> {dtype}: the "
-                               f"minor dimension must hold {dst // src} elements")
-    return x.view(dtype).reshape(x.shape[:-1])
-
-
 @register("bitcast-convert")
 def bitcast_convert_rule(instr, args, ev):
-    return bitcast_convert_array(args[0], instr.shape.dtype)
+    return bitcast_convert(args[0], instr.shape.dtype)
 
 
 # ---- reduce-precision ----------------------------------------------------------------

@@ -39,6 +39,7 @@ from ..semantics.dtypes import (
     compute_dtype,
     int_limits,
     kind_of,
+    store_as,
     upcast,
 )
 from ..semantics import complex_xla
@@ -183,7 +184,7 @@ def _lookup(table, instr, dtype):
 def unary_rule(instr, args, ev):
     x = args[0]
     fn = _lookup(UNARY, instr, x.dtype)
-    return np.asarray(fn(upcast(x))).astype(instr.shape.dtype, copy=False)
+    return store_as(fn(upcast(x)), instr.shape.dtype)
 
 
 register(*UNARY)(unary_rule)
@@ -336,7 +337,7 @@ def binary_rule(instr, args, ev):
     fn = _lookup(BINARY, instr, a.dtype)
     if compute_dtype(a.dtype) != a.dtype:
         a, b = upcast(a), upcast(b)
-    return np.asarray(fn(a, b)).astype(instr.shape.dtype, copy=False)
+    return store_as(fn(a, b), instr.shape.dtype)
 
 
 register(*BINARY)(binary_rule)

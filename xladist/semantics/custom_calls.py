@@ -17,7 +17,8 @@ Registered here:
 - `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` when shapes are unchanged:
   annotations, the identity on one device;
 - jax's CPU LAPACK targets `lapack_<s|d|c|z><routine>_ffi` (trsm, potrf, getrf, geqrf,
-  orgqr/ungqr, syevd/heevd, gesdd, geev): see lapack.py.
+  geqp3, orgqr/ungqr, ormqr/unmqr, syevd/heevd, sytrd/hetrd, gesdd, gesvd, geev, gees,
+  gehrd, gtsv): see lapack.py.
 """
 
 from __future__ import annotations

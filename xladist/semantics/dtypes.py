@@ -8,10 +8,12 @@ complex.
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from ..hlo.shape import primitive_type_of_dtype
 
 F32 = np.dtype(np.float32)
@@ -40,6 +42,26 @@ def compute_dtype(dtype) -> np.dtype:
     if kind_of(dtype) == "float" and dtype.itemsize < 4:
         return F32
     return dtype
+
+
+@cache
+def _has_no_nan(dtype) -> bool:
+    return primitive_type_of_dtype(np.dtype(dtype)).name == "f4e2m1fn"
+
+
+def store_as(x: np.ndarray, dtype) -> np.ndarray:
+    """x (a result computed in a wider type, or a convert's operand) rounded to dtype as
+    XLA:CPU stores it: numpy's / ml_dtypes' cast, except that f4e2m1fn, which has neither
+    NaN nor inf, stores every NaN as -0 (0x8) -- ml_dtypes gives a zero whose sign is
+    the NaN's inverted. (The cpu backend's encode in compiler/codegen/lowbits.py is the
+    same rule in LLVM IR.)"""
+    x = np.asarray(x)
+    out = x.astype(dtype, copy=False)
+    if _has_no_nan(out.dtype) and x.dtype != out.dtype and kind_of(x.dtype) == "float":
+        nan = np.isnan(x)
+        if nan.any():
+            out = np.where(nan, np.array(-0.0, np.float32).astype(out.dtype), out)
+    return out
 
 
 def upcast(x: np.ndarray) -> np.ndarray:
@@ -86,3 +108,43 @@ def int_limits(dtype) -> tuple[int, int]:
     import ml_dtypes  # its iinfo knows int4/int2 too
     info = ml_dtypes.iinfo(np.dtype(dtype))
     return int(info.min), int(info.max)
+
+
+def from_bits(u: np.ndarray, dtype) -> np.ndarray:
+    """Unsigned bit patterns (the low bits_of(dtype) bits of each element of u) as values of
+    dtype; sub-byte types keep their pattern in a byte's low bits, as ml_dtypes does."""
+    dtype = np.dtype(dtype)
+    n = bits_of(dtype)
+    if n >= 8:
+        return np.asarray(u).astype(unsigned_of(dtype)).view(dtype)
+    return (np.asarray(u) & ((1 << n) - 1)).astype(np.uint8).view(dtype)
+
+
+def bitcast_convert(x: np.ndarray, dtype) -> np.ndarray:
+    """XLA's BitcastConvertType: reinterpret bits; a width change adds or removes a minor
+    dimension of width ratio elements, element 0 in the lowest bits (little-endian: bytes
+    for byte-sized types, bit fields for int4/int2/float4: s8 0x12 -> s4 [2, 1])."""
+    x = np.require(x, requirements="C")  # np.ascontiguousarray would make a scalar rank 1
+    dtype = np.dtype(dtype)
+    src, dst = bits_of(x.dtype), bits_of(dtype)
+    if sys.byteorder != "little":  # pragma: no cover - XLA defines the byte order
+        raise UnsupportedError("bitcast-convert needs a little-endian host")
+    if src > dst and min(src, dst) >= 8:
+        return x[..., None].view(dtype)  # a scalar too: (1,) -> (src // dst,) elements
+    if src < dst and (not x.shape or x.shape[-1] * src != dst):
+        raise UnsupportedError(f"bitcast-convert {x.dtype}{list(x.shape)} -> {dtype}: the "
+                               f"minor dimension must hold {dst // src} elements")
+    if min(src, dst) >= 8:
+        return x.view(dtype) if src == dst else x.view(dtype).reshape(x.shape[:-1])
+    u = as_unsigned(x).astype(np.uint64)
+    if src == dst:
+        return from_bits(u, dtype)
+    if src > dst:
+        mask = np.uint64((1 << dst) - 1)
+        return from_bits(np.stack([(u >> np.uint64(i * dst)) & mask
+                                   for i in range(src // dst)], axis=-1), dtype)
+    acc = np.zeros(x.shape[:-1], np.uint64)
+    for i in range(dst // src):
+        acc |= u[..., i] << np.uint64(i * src)
+    return from_bits(acc, dtype)
+

@@ -19,8 +19,9 @@ by tests/compiler/test_lowbits.py:
 - "fn" types (no inf, NaN = all-ones magnitude): overflow and +-inf -> +-NaN;
 - "fnuz" types (no inf, no -0, NaN = 0x80): overflow, inf and NaN -> 0x80, a
   negative value that rounds to zero -> +0;
-- "none" (f4e2m1fn, no inf and no NaN): overflow and inf saturate to +-max; NaN
-  becomes a zero whose sign is the NaN's sign inverted (ml_dtypes' behaviour);
+- "none" (f4e2m1fn, no inf and no NaN): overflow and inf saturate to +-max; every NaN
+  becomes -0 (0x8), as XLA:CPU stores it (ml_dtypes gives a zero of the NaN's sign
+  inverted; the interpreter's semantics.dtypes.store_as makes the same correction);
 - "e8m0" (f8e8m0fnu, unsigned powers of two, no zero): zero, negatives, inf, NaN and
   overflow -> 0xFF (NaN); f32 subnormals up to 2^-127 -> 2^-127, above it -> 2^-126.
 Decoding is exact; NaNs decode to a quiet NaN carrying the pattern's sign bit (0x80
@@ -182,10 +183,10 @@ def encode(b: ir.IRBuilder, fmt: SmallFloat, x: ir.Value,
     elif fmt.special == "fnuz":
         signed = b.select(b.icmp_unsigned("==", r, _c(0)), _c(0), b.or_(signbit, r))
         out = b.select(over, _c(1 << nb), signed)
-    else:  # "none": saturate; NaN -> zero with the inverted sign
+    else:  # "none": saturate; every NaN -> -0 (XLA:CPU; semantics.dtypes.store_as)
         is_nan = b.icmp_unsigned(">", mag, _c(_INF))
         sat = b.or_(signbit, b.select(over, _c(fmt.max_magnitude), r))
-        out = b.select(is_nan, b.shl(b.xor(sign, _c(1)), _c(nb)), sat)
+        out = b.select(is_nan, _c(1 << nb), sat)
     return b.trunc(out, _I8)
 
 

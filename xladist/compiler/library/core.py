@@ -37,6 +37,7 @@ from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 from ...semantics.custom_calls import lookup
+from ...semantics.dtypes import bitcast_convert
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
@@ -376,7 +377,7 @@ def _rng(instr, args, outs):
 
 @library("bitcast-convert")
 def _bitcast_convert(instr, args, outs):
-    _store(outs[0], np.ascontiguousarray(args[0]).view(outs[0].dtype).reshape(outs[0].shape))
+    _store(outs[0], bitcast_convert(args[0], outs[0].dtype).reshape(outs[0].shape))
 
 
 @library("get-dimension-size")
