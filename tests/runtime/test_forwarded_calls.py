@@ -143,6 +143,59 @@ def test_a_module_beside_the_script_reaches_the_ranks(tmp_path):
     assert proc.stdout.split() == [str(v) for v in want], proc.stdout
 
 
+PLUGIN = """\
+from xladist.semantics.custom_calls import register_custom_call
+
+
+def _scaled(k):
+    def scaled(instr, args):
+        return args[0] * k
+    return scaled
+
+
+register_custom_call("test.forwarded", _scaled(3))  # a closure: not importable by name
+from xladist.interpreter.executable import InterpreterExecutable as Executable  # noqa: E402
+"""
+
+
+@pytest.fixture
+def cc_plugin(tmp_path, monkeypatch, registered):
+    """An installed backend package (its dist-info on sys.path and on the ranks' PYTHONPATH)
+    that registers target test.forwarded as it loads."""
+    import os
+
+    from xladist import backends
+    folder = tmp_path / "site"
+    (folder / "xladist_cc_plugin-0.1.dist-info").mkdir(parents=True)
+    (folder / "xladist_cc_plugin.py").write_text(PLUGIN)
+    (folder / "xladist_cc_plugin-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: xladist-cc-plugin\nVersion: 0.1\n")
+    (folder / "xladist_cc_plugin-0.1.dist-info" / "entry_points.txt").write_text(
+        "[xladist.backends]\nccplugin = xladist_cc_plugin:Executable\n")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(folder)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    monkeypatch.setattr(backends, "BACKENDS", dict(backends.BACKENDS))
+    monkeypatch.setattr(backends, "PLUGIN_CALLS", dict(backends.PLUGIN_CALLS))
+    yield
+    sys.modules.pop("xladist_cc_plugin", None)
+
+
+@pytest.mark.timeout(300)
+def test_a_target_the_runs_backend_plugin_registers_is_not_forwarded(cc_plugin):
+    """The ranks load the run's backend plugin too, so its targets need nothing (here a
+    closure, which could not be forwarded); the same target with another backend is
+    refused before any rank starts."""
+    from xladist.hlo.parser import parse_module
+    from xladist.runtime.forwarded_calls import references
+    out = xladist.run(MODULE, [_inputs()], n=2, backend="ccplugin", timeout=60,
+                      job_timeout=240)
+    for got, want in zip(out, _expected(lambda x: 3 * x)):
+        np.testing.assert_array_equal(got[0], want)
+    with pytest.raises(UnsupportedError, match="defined inside a function"):
+        references(parse_module(MODULE), "interpreter")
+
+
 def test_a_rank_names_what_was_forwarded_for_a_target_still_unknown(monkeypatch):
     """What a rank started by a launcher says (custom_calls.FORWARDED set by
     forwarded_calls.register) of a target neither built in nor forwarded."""

@@ -319,7 +319,7 @@ def _job(args, module, inputs):
     from xladist.runtime.launcher import under_mpi
     if not under_mpi():  # ranks it starts: fresh processes (under mpiexec: the script's own)
         from xladist.runtime.forwarded_calls import references
-        options["custom_calls"] = references(module)
+        options["custom_calls"] = references(module, args.backend)
     if xlx is None:  # the file's own text: reports name its lines
         from ..files import read_text
         from xladist.runtime.device import device_counts

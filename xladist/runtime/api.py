@@ -398,7 +398,7 @@ def rank_options(counts, *, backend: str, timeout: float, verify: bool, source: 
     from .forwarded_calls import references
     da = device_assignment
     return {"backend": backend, "timeout": timeout, "verify": verify, "quiet": True,
-            "source": source, "custom_calls": references(module),
+            "source": source, "custom_calls": references(module, backend),
             # The run's counts, resolved here (a header may declare only one, or none: the
             # ranks must not resolve them again from their own -n).
             "replica_count": counts[0], "num_partitions": counts[1],

@@ -7,7 +7,8 @@ process registered. So the launcher sends, with the job's settings (api.rank_opt
 the job description every rank reads), a reference to each function the module needs
 beyond the built-ins -- its module and qualified name, and the sys.path folder it was
 imported from -- and a rank imports and registers it before it loads the module
-(`register`). Like multiprocessing's spawn, code travels by name, never pickled.
+(`register`). Targets the ranks have anyway -- the built-ins, and those the run's backend
+plugin registers as it loads -- are not sent. Like multiprocessing's spawn, code travels by name, never pickled.
 
 What a rank cannot import by name is refused here, before any rank starts (`references`):
 a lambda, a closure, a local class's method, a bound method or other callable object, and a
@@ -28,13 +29,19 @@ WHAT_TO_DO = ("define the function at the top level of a module the ranks can im
               "N python script.py`, where every rank runs its registrations itself")
 
 
-def references(module) -> dict[str, dict]:
+def references(module, backend: str) -> dict[str, dict]:
     """target -> {"function": "module:qualname", "path": folder or None} for every
     custom-call target of `module` this process registered beyond the built-ins
-    (custom_calls.added); UnsupportedError naming every one the ranks could not import."""
+    (custom_calls.added) and beyond what loading `backend`'s plugin registered (the ranks
+    load it too: backends.PLUGIN_CALLS); UnsupportedError naming every one the ranks could
+    not import."""
+    from xladist.backends import PLUGIN_CALLS
     from xladist.semantics.custom_calls import added
     refs, problems = {}, []
+    theirs = PLUGIN_CALLS.get(backend, {})
     for target, fn in added(module).items():
+        if theirs.get(target) is fn:
+            continue
         why = _not_importable(fn)
         if why:
             problems.append(f"custom-call target {target!r} is registered in this process to "
