@@ -84,6 +84,16 @@ def test_a_lambda_is_refused_before_any_rank_starts(registered, tmp_path):
     assert not calls.exists()
 
 
+def test_a_target_registered_nowhere_is_refused_before_any_rank_starts(tmp_path):
+    probe, calls = probe_mpiexec(tmp_path)
+    assert "test.forwarded" not in CUSTOM_CALLS
+    with pytest.raises(UnsupportedError) as e:
+        xladist.run(MODULE, [_inputs()], n=2, mpiexec=str(probe))
+    assert "custom-call target 'test.forwarded' is not registered" in str(e.value)
+    assert "in the process that calls xladist.run" in str(e.value)
+    assert not calls.exists()
+
+
 SCRIPT = """\
 import sys
 
