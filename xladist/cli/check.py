@@ -1,8 +1,8 @@
 """`xladist check FILE`: parse and verify an HLO module, then check it for cross-device deadlocks.
 
 Exit codes: 0 the module is valid, 1 a problem was found (a deadlock, or a warning under
---strict), 2 invalid input (parse or verifier error, a custom-call target nobody registered,
-bad options). Parse and verifier errors are raised to the dispatcher, which prints them;
+--strict: e.g. a custom-call target nobody registered, which `xladist run` refuses), 2 invalid
+input (parse or verifier error, bad options). Parse and verifier errors are raised to the dispatcher, which prints them;
 with --json they are printed as JSON instead.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from ..errors import XlaDistError
+from ..errors import UnsupportedError, XlaDistError
 
 HELP = "parse and verify an HLO module (shapes, attributes, collective groups, deadlocks)"
 
@@ -34,8 +34,9 @@ examples:
   xladist check module.hlo --no-deadlock-check
                                            verifier only (no cross-device schedule proof)
 
-exit codes: 0 ok, 1 problem found, 2 invalid input (parse or verifier error, or a
-            custom-call target nobody registered, as `xladist run` refuses it)
+exit codes: 0 ok (warnings, e.g. a custom-call target nobody registered -- which
+            `xladist run` refuses -- go to stderr), 1 problem found (warnings too under
+            --strict), 2 invalid input (parse or verifier error)
 """
 
 
@@ -97,8 +98,10 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     """Parse, verify and deadlock-check one file; returns the result as a dict.
 
     `replica_count` / `num_partitions`: the run's counts, as `xladist run` takes them.
-    Raises HloParseError, VerifierError or InputError for invalid input, UnsupportedError
-    for a custom-call target this process has not registered.
+    Raises HloParseError, VerifierError or InputError for invalid input. A custom-call
+    target this process has not registered is a warning: the module is valid HLO (an
+    unoptimized JAX dump carries the partitioner's own targets), but `xladist run` refuses
+    it.
     """
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
@@ -109,10 +112,15 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     module = parse_module(text, filename=name)
     override_device_counts(module, replica_count, num_partitions)
     report = verify_module(module, num_devices=num_devices)
-    check_registered(module)  # a target nobody registered, refused as `xladist run` does
+    try:
+        check_registered(module)
+        cannot_run = []
+    except UnsupportedError as e:  # refused by `xladist run` (the same message)
+        cannot_run = [f"xladist run refuses this module: {e}"]
     dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock,
                          strict, budget)
-    warnings = list(report.warnings) + [f"deadlock check: {w}" for w in dl.get("warnings", [])]
+    warnings = list(report.warnings) + cannot_run + \
+        [f"deadlock check: {w}" for w in dl.get("warnings", [])]
     return {
         "file": path,
         "module": module.name,
