@@ -6,8 +6,8 @@ CUSTOM_CALLS; `xladist.interpreter.register_custom_call` is the same function).
 backend_config and result shape) and the operand values, and returns a value of exactly
 instr.shape. A target nobody registered is refused before a module starts, naming the
 target and the instruction: `lookup` (the backends, as they compile or prepare a module)
-and `check_registered` (`xladist check`; `xladist run`, `xladist.run`, `xladist.Cluster`
-before they start any rank)
+and `check_registered` (`xladist run`, `xladist.run`, `xladist.Cluster` before they start
+any rank; `xladist check` warns with it)
 say it in the same words.
 
 The registry is per process. Ranks that xladist.run / xladist.Cluster start are fresh
