@@ -20,6 +20,10 @@ BUILTIN = {
 }
 
 BACKENDS: dict[str, Callable] = {}
+# backend -> the custom-call targets its entry point registered as it loaded: every process
+# that loads it (the ranks of a run with it too) has them, so none is forwarded
+# (runtime/forwarded_calls.py).
+PLUGIN_CALLS: dict[str, dict[str, Callable]] = {}
 
 
 def register_backend(name: str, factory: Callable, *, replace: bool = False) -> None:
@@ -44,6 +48,8 @@ def _load_plugin(name: str) -> None:
     ep = _plugins().get(name)
     if ep is None:
         return
+    from .semantics.custom_calls import CUSTOM_CALLS
+    before = dict(CUSTOM_CALLS)
     try:
         factory = ep.load()
     except Exception as e:  # noqa: BLE001 - a broken plugin must not look like a crash here
@@ -52,6 +58,7 @@ def _load_plugin(name: str) -> None:
     if not callable(factory):
         raise UnsupportedError(f"backend {name!r}: entry point {ep.value!r} is not callable "
                                f"(it must be factory(module, **options) -> Executable)")
+    PLUGIN_CALLS[name] = {t: f for t, f in CUSTOM_CALLS.items() if before.get(t) is not f}
     BACKENDS.setdefault(name, factory)
 
 

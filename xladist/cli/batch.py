@@ -144,6 +144,6 @@ def _run_line(cluster, line, where: str, base) -> None:
         outputs = Outputs(n, "print")
     options = rank_options(counts, backend=line.backend, timeout=line.timeout,
                            verify=not line.no_verify, source=line.module,
-                           device_assignment=line.device_assignment)
+                           device_assignment=line.device_assignment, module=module)
     cluster.run_checked(module, read_text(line.module, "MODULE", kind="HLO text"), options,
                         inputs=inputs, outputs=outputs, checked=checked)

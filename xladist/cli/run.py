@@ -316,6 +316,10 @@ def _job(args, module, inputs):
                "verify": not args.no_verify and not getattr(args, "verified", False),
                "device_assignment": [list(r) for r in da] if da is not None else None,
                "threads": args.threads, "quiet": args.quiet}
+    from xladist.runtime.launcher import under_mpi
+    if not under_mpi():  # ranks it starts: fresh processes (under mpiexec: the script's own)
+        from xladist.runtime.forwarded_calls import references
+        options["custom_calls"] = references(module, args.backend)
     if xlx is None:  # the file's own text: reports name its lines
         from ..files import read_text
         from xladist.runtime.device import device_counts
@@ -425,9 +429,9 @@ def _host_job(args, size: int):
 def _check_targets(module) -> None:
     """Every custom-call target registered (UnsupportedError, exit 2), before any rank
     starts. This process's registry is the ranks': ranks it launches are fresh processes
-    that register what it has (the built-ins; an --infeed-fn module imported by both, which
-    feeds.check_args did here first), and under a bare mpiexec this is one of the ranks,
-    whose script registered its targets on every rank."""
+    that have the built-ins and are forwarded the rest (an --infeed-fn module's, imported
+    here by feeds.check_args: runtime/forwarded_calls.py), and under a bare mpiexec this
+    is one of the ranks, whose script registered its targets on every rank."""
     from xladist.semantics.custom_calls import check_registered
     check_registered(module)
 

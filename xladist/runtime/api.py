@@ -243,6 +243,8 @@ def check_call(module, n: int, *, device_assignment, check: bool, strict: bool,
     deadlock check unless `check` is False. Returns the check's verdict (for the hang
     report), or None."""
     _check_files(module, n, device_assignment, **settings)
+    from xladist.semantics.custom_calls import check_registered
+    check_registered(module)  # a target registered nowhere: refused here, not by every rank
     checked = None
     if check:
         from .precheck import precheck, verdict
@@ -317,7 +319,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
         host=CallbackHost(*transfers) if transfers else None,
         options=rank_options(counts, backend=options["backend"], timeout=options["timeout"],
                              verify=options["verify"], source=filename,
-                             device_assignment=da))
+                             device_assignment=da, module=module))
     code = CodeStore(module, None if xlx else options["backend"])  # a .xlx: nothing to compile
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,
                       emit=lambda text: None, checked=checked)
@@ -389,11 +391,14 @@ def verify_once(module, counts) -> None:
 
 
 def rank_options(counts, *, backend: str, timeout: float, verify: bool, source: str | None,
-                 device_assignment) -> dict:
-    """The settings a served rank runs a module with (JobHost's `options`, JSON)."""
+                 device_assignment, module) -> dict:
+    """The settings a served rank runs `module` with (JobHost's `options`, JSON), with the
+    custom-call targets this process registered for it (forwarded_calls.references:
+    UnsupportedError, before any rank hears of the run, for one the ranks cannot import)."""
+    from .forwarded_calls import references
     da = device_assignment
     return {"backend": backend, "timeout": timeout, "verify": verify, "quiet": True,
-            "source": source,
+            "source": source, "custom_calls": references(module, backend),
             # The run's counts, resolved here (a header may declare only one, or none: the
             # ranks must not resolve them again from their own -n).
             "replica_count": counts[0], "num_partitions": counts[1],

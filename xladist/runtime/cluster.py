@@ -302,7 +302,8 @@ class Cluster:
         text, filename = (None, os.fspath(given)) if xlx else _source(given, module)
         return Compiled(self, next(self._ids), module, text, checked, rank_options(
             counts, backend=settings["backend"], timeout=settings["timeout"],
-            verify=False, source=filename, device_assignment=device_assignment), xlx=xlx)
+            verify=False, source=filename, device_assignment=device_assignment,
+            module=module), xlx=xlx)
 
     def _call(self, handle: Compiled, *, load: bool = False, inputs=None, free: bool = False,
               run: bool | None = None, outputs=None, feeds: dict | None = None):

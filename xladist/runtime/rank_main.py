@@ -77,7 +77,11 @@ def serve(client, comm) -> None:
 
 
 def _module(spec: dict, blob: bytes):
-    """The module and the backend options that run it (a .xlx file: without compiling)."""
+    """The module and the backend options that run it (a .xlx file: without compiling),
+    after the custom-call targets the launching process forwarded are registered here."""
+    if "custom_calls" in spec:  # started by a launcher (under a bare mpiexec: not sent)
+        from .forwarded_calls import register
+        register(spec["custom_calls"])
     if spec.get("xlx"):
         import tempfile
 

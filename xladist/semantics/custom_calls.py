@@ -6,8 +6,16 @@ CUSTOM_CALLS; `xladist.interpreter.register_custom_call` is the same function).
 backend_config and result shape) and the operand values, and returns a value of exactly
 instr.shape. A target nobody registered is refused before a module starts, naming the
 target and the instruction: `lookup` (the backends, as they compile or prepare a module)
-and `check_registered` (`xladist check`, and `xladist run` before it starts any rank)
+and `check_registered` (`xladist run`, `xladist.run`, `xladist.Cluster` before they start
+any rank; `xladist check` warns with it)
 say it in the same words.
+
+The registry is per process. Ranks that xladist.run / xladist.Cluster start are fresh
+processes: the launcher forwards every target the module uses that it registered beyond
+the built-ins, as a reference to an importable function (xladist/runtime/forwarded_calls.py),
+and each rank imports and registers it before it loads the module; `FORWARDED` is what a
+served rank received (None in any other process), which its error for a target still
+unknown names.
 
 Registered here:
 - `TopK` (XLA's CPU runtime, runtime_topk.cc): operand [batch, n] or [n]; result
@@ -31,11 +39,14 @@ from . import lapack
 from .order import top_k_total_order
 
 CUSTOM_CALLS: dict[str, Callable] = {}
+# A served rank's forwarded targets (target -> "module:qualname"); None outside such a rank.
+FORWARDED: dict[str, str] | None = None
 
 
 def register_custom_call(target: str, fn: Callable, *, replace: bool = False) -> Callable:
-    """Make custom-call `target` executable by both backends."""
-    if target in CUSTOM_CALLS and not replace:
+    """Make custom-call `target` executable by both backends. The same function again is
+    no change (a module imported twice, or by a rank that was also forwarded it)."""
+    if target in CUSTOM_CALLS and CUSTOM_CALLS[target] is not fn and not replace:
         raise RuntimeError(f"custom-call target {target!r} registered twice "
                            f"(pass replace=True to override)")
     CUSTOM_CALLS[target] = fn
@@ -44,9 +55,20 @@ def register_custom_call(target: str, fn: Callable, *, replace: bool = False) ->
 
 def why_unregistered(instr) -> str:
     """Why custom-call `instr` cannot run: its target is not registered (and what is)."""
-    return (f"custom-call target {instr.attrs.get('custom_call_target')!r} is not registered "
-            f"(known: {', '.join(sorted(CUSTOM_CALLS))}); register one with "
-            f"xladist.semantics.custom_calls.register_custom_call")
+    target = instr.attrs.get("custom_call_target")
+    known = ", ".join(sorted(CUSTOM_CALLS))
+    how = "xladist.semantics.custom_calls.register_custom_call"
+    if FORWARDED is None:
+        return (f"custom-call target {target!r} is not registered (known: {known}); register "
+                f"one with {how}: in the process that calls xladist.run or xladist.Cluster "
+                f"(it is forwarded to the ranks they start), or, under mpiexec, in the script "
+                f"every rank runs")
+    sent = ", ".join(f"{t!r} as {ref}" for t, ref in sorted(FORWARDED.items())) or "none"
+    return (f"custom-call target {target!r} is not registered on this rank (known: {known}). "
+            f"A rank started by xladist.run, xladist.Cluster or `xladist run` has the "
+            f"built-in targets, those its backend registers, and those the launching "
+            f"process had registered when it sent the module, forwarded by reference "
+            f"(forwarded: {sent}); register it there with {how} before the call")
 
 
 def unregistered(instr, original=None) -> str:
@@ -104,3 +126,14 @@ for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):
     register_custom_call(_target, _annotation)
 for _target, _fn in lapack.TARGETS.items():
     register_custom_call(_target, _fn)
+# What every process has once this module is imported: nothing of it needs forwarding.
+BUILTIN: dict[str, Callable] = dict(CUSTOM_CALLS)
+
+
+def added(module) -> dict[str, Callable]:
+    """The custom-call targets `module` uses whose function this process registered beyond
+    (or instead of) the built-ins: what fresh ranks lack unless they are handed it."""
+    used = {i.attrs.get("custom_call_target") for i in module.all_instructions()
+            if i.opcode == "custom-call"}
+    return {t: CUSTOM_CALLS[t] for t in sorted(used, key=str)
+            if t in CUSTOM_CALLS and CUSTOM_CALLS[t] is not BUILTIN.get(t)}
