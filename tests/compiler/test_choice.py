@@ -427,11 +427,13 @@ def test_ctrl_c_inside_a_product_on_the_pool_is_raised_after_its_jobs_end(two_th
     inside = 0
     for delay in (0.001, 0.002, 0.004, 0.006, 0.008):
         timer = threading.Timer(delay, signal.pthread_kill, (main, signal.SIGINT))
-        timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):
+                # Started in here: on a loaded machine the timer can fire before start()
+                # returns (its Event.wait), and that interrupt belongs to this block too.
+                timer.start()
                 blas_blocks._threaded(a, b, out, 2)
-                time.sleep(1)  # the signal came after the product: it is raised here
+                timer.join()  # the signal came after the product: it is raised here
         finally:
             timer.join()
         inside += isinstance(blas_pool._owner["error"], KeyboardInterrupt)  # in the callback
