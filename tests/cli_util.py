@@ -68,3 +68,14 @@ def gone(marker: str, deadline_s: float) -> list[int]:
     while (left := marked(marker)) and time.monotonic() < end:
         time.sleep(0.1)
     return left
+
+
+def probe_mpiexec(tmp_path: Path) -> tuple[Path, Path]:
+    """An mpiexec (for --mpiexec) that only notes it was started, in the second path, and
+    fails: a test that no launch got that far asserts the note does not exist."""
+    calls = tmp_path / "mpiexec.calls"
+    probe = tmp_path / "mpiexec"
+    probe.write_text(f"#!{sys.executable}\nopen({str(calls)!r}, 'a').write('called\\n')\n"
+                     "raise SystemExit(3)\n")
+    probe.chmod(0o755)
+    return probe, calls

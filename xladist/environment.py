@@ -1,4 +1,5 @@
-"""The XLADIST_* environment variables that hold numbers: read and checked in one place.
+"""The XLADIST_* environment variables that hold numbers, and XLADIST_CACHE_DIR: read and
+checked in one place.
 
 A value that is not what the variable takes (`XLADIST_THREADS=abc`, a negative timeout, a
 port beyond 65535) is an InputError naming the variable and what it takes: from `check()`,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 from .errors import InputError
 
@@ -51,9 +53,44 @@ def target_cpu() -> str | None:
     return cpu if cpu and cpu != "host" else None
 
 
+CACHE_OFF = ("", "off", "none", "0")
+
+
+def cache_dir() -> Path | None:
+    """The compiled-kernel cache directory: XLADIST_CACHE_DIR, default ~/.cache/xladist;
+    None when the variable turns the cache off (empty, `off`, `none`, `0`)."""
+    env = os.environ.get("XLADIST_CACHE_DIR")
+    if env is not None and env.strip().lower() in CACHE_OFF:
+        return None
+    return Path(env) if env else Path.home() / ".cache" / "xladist"
+
+
+def check_cache_dir() -> None:
+    """InputError when the kernel cache directory cannot be one: it, or the nearest of its
+    parents that exists, is a file. Otherwise every kernel of every process would warn
+    that its entry cannot be read (a missing directory is created when an entry is
+    written; one that cannot be written only makes runs slower)."""
+    d = cache_dir()
+    if d is None:
+        return
+    there = d
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    if there.exists() and not there.is_dir():
+        what = f"{there} is a file" if there == d else f"{there}, a part of it, is a file"
+        raw = os.environ.get("XLADIST_CACHE_DIR")
+        name = (f"environment variable XLADIST_CACHE_DIR={raw!r}" if raw
+                else f"the kernel cache directory {d} (XLADIST_CACHE_DIR is not set)")
+        raise InputError(f"{name}: {what}, not a directory; name a directory (created "
+                         f"when missing) or set XLADIST_CACHE_DIR=off to run without the "
+                         f"kernel cache")
+
+
 def check() -> None:
-    """Every numeric XLADIST_* variable set here takes its value (InputError otherwise).
-    Before ranks start, runtime/launcher.check_environment calls it with the check of
-    XLADIST_TARGET_CPU (compiler/target.py: a CPU name only LLVM can judge)."""
+    """Every numeric XLADIST_* variable set here takes its value, and XLADIST_CACHE_DIR
+    names a directory (InputError otherwise). Before ranks start,
+    runtime/launcher.check_environment calls it with the check of XLADIST_TARGET_CPU
+    (compiler/target.py: a CPU name only LLVM can judge)."""
     for name in _NUMBERS:
         setting(name)
+    check_cache_dir()

@@ -311,6 +311,20 @@ def output_arrays(per_device: list[list[np.ndarray]], *, device_axis: bool = Tru
     return arrays
 
 
+def outputs_text(outputs) -> str:
+    """One device's outputs as `xladist run` prints them without --outputs: each under its
+    label `outN: dtype[dims]`, indented two spaces as a whole (numpy's bracket alignment
+    kept on every row), long arrays summarized. Ends with a newline."""
+    lines = []
+    with np.printoptions(threshold=200, edgeitems=4):
+        for i, a in enumerate(outputs):
+            a = np.asarray(a)
+            lines.append(f"out{i}: {a.dtype}{list(a.shape)}")
+            # prefix: the width of what precedes the first row, which rows 2.. are aligned to
+            lines.append("  " + np.array2string(a, prefix="  "))
+    return "".join(line + "\n" for line in lines)
+
+
 def _pad_to_largest(rows: list[np.ndarray]) -> list[np.ndarray]:
     largest = tuple(max(dims) for dims in zip(*(r.shape for r in rows)))
     return [np.pad(r, [(0, b - d) for d, b in zip(r.shape, largest)]) for r in rows]

@@ -91,3 +91,44 @@ def test_known_cpus_pass(monkeypatch):
     monkeypatch.setenv("XLADIST_TARGET_CPU", "nosuchcpu")
     with pytest.raises(InputError, match="XLADIST_TARGET_CPU 'nosuchcpu' is not a CPU"):
         launcher.rank_environment()
+
+
+ADD = """HloModule add
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[4] add(p, p)
+}
+"""
+
+
+# Before: XLADIST_CACHE_DIR naming a file gave the right result (exit 0) and a
+# KernelCacheWarning "kernel cache entry FILE/8c/....o cannot be read ([Errno 20] Not a
+# directory ...)" for every kernel, from every process.
+def test_a_cache_dir_that_is_a_file_is_one_error_before_launch(tmp_path):
+    import numpy as np
+    (tmp_path / "add.hlo").write_text(ADD)
+    np.savez(tmp_path / "in.npz", arg0=np.ones(4, np.float32))
+    cache = tmp_path / "cache"
+    cache.write_text("")
+    proc = xladist_cli("run", tmp_path / "add.hlo", "--inputs", tmp_path / "in.npz",
+                       XLADIST_CACHE_DIR=str(cache))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == (f"xladist run: error: environment variable XLADIST_CACHE_DIR="
+                           f"'{cache}': {cache} is a file, not a directory; name a directory "
+                           f"(created when missing) or set XLADIST_CACHE_DIR=off to run "
+                           f"without the kernel cache\n")
+
+
+def test_the_cache_dir_must_be_able_to_be_a_directory(monkeypatch, tmp_path):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path / "file" / "sub"))
+    with pytest.raises(InputError, match=r"XLADIST_CACHE_DIR=.*file, a part of it, is a file"):
+        environment.check()
+    with pytest.raises(InputError, match="XLADIST_CACHE_DIR="):
+        launcher.rank_environment()
+    for fine in (tmp_path / "new" / "sub", tmp_path, "off", ""):
+        monkeypatch.setenv("XLADIST_CACHE_DIR", str(fine))
+        environment.check()
+    assert not (tmp_path / "new").exists()  # checked, not created

@@ -4,14 +4,12 @@ valid one runs with the ranks skipping their own look (runtime/api.verify_once).
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
 import xladist
 from xladist.errors import VerifierError
-from tests.cli_util import xladist_cli
+from tests.cli_util import probe_mpiexec, xladist_cli
 
 BAD = """HloModule bad, replica_count=2
 
@@ -24,18 +22,8 @@ ENTRY main {
 GOOD = BAD.replace("f32[8]", "f32[4]")
 
 
-def _probe(tmp_path):
-    """An mpiexec that only notes it was started: no launch may get that far."""
-    calls = tmp_path / "mpiexec.calls"
-    probe = tmp_path / "mpiexec"
-    probe.write_text(f"#!{sys.executable}\nopen({str(calls)!r}, 'a').write('called\\n')\n"
-                     "raise SystemExit(3)\n")
-    probe.chmod(0o755)
-    return probe, calls
-
-
 def test_the_cli_refuses_an_invalid_module_before_starting_any_rank(tmp_path):
-    probe, calls = _probe(tmp_path)
+    probe, calls = probe_mpiexec(tmp_path)
     (tmp_path / "bad.hlo").write_text(BAD)
     np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32),
              arg1=np.ones((2, 8), np.float32))
@@ -50,7 +38,7 @@ def test_the_cli_refuses_an_invalid_module_before_starting_any_rank(tmp_path):
 
 
 def test_xladist_run_refuses_an_invalid_module_before_starting_any_rank(tmp_path):
-    probe, calls = _probe(tmp_path)
+    probe, calls = probe_mpiexec(tmp_path)
     with pytest.raises(VerifierError, match=r"instruction `%z = .*add: lhs and rhs must have"):
         xladist.run(xladist.parse_hlo(BAD), [[np.ones(4, np.float32), np.ones(8, np.float32)]] * 2,
                     n=2, mpiexec=str(probe), check=False)

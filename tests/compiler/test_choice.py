@@ -89,7 +89,7 @@ def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls
             return clock[0]
     monkeypatch.setattr(parallel, "time", FakeTime())
 
-    def on_pool(pool, fn, argv, blocks, n):
+    def on_pool(pool, fn, argv, blocks, n, defer=False):
         names.add("pool")
         clock[0] += 0.04 if slow_on_helpers else 0.004 * len(blocks) / 2
         return True
@@ -209,7 +209,7 @@ def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch)
     monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
     cores = os.cpu_count() or 1
     monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
-                                            "fd": -1})
+                                            "fd": -1, "at": time.monotonic()})
     monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
 
     def settle(want, seconds=2.0):

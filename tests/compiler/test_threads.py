@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -464,7 +465,7 @@ def test_one_busy_sample_is_not_a_busy_core(monkeypatch):
     monkeypatch.setattr(parallel, "_local_ranks", 1)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 1.0, "last": 1,
-                                            "fd": -1})
+                                            "fd": -1, "at": time.monotonic()})
     readings = []
     monkeypatch.setattr(os, "pread", lambda fd, n, off: b"0.5 0.5 0.5 %d/99 1\n" % readings.pop(0))
     readings[:] = [1, 3, 1, 1]  # one transient: room every time

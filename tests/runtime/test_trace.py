@@ -399,3 +399,53 @@ def test_stats_count_the_waits_inside_native_loops(tmp_path):
         assert float(row[6]) > 0.0, proc.stderr
     with np.load(tmp_path / "out.npz") as z:  # x <- (x + x) / 2 keeps ones
         np.testing.assert_array_equal(z["out0"], np.ones((2, 256), np.float32))
+
+
+KNOWN_TRIPS = """HloModule loop
+
+%cond (s: (s32[], f32[2])) -> pred[] {
+  %s = (s32[], f32[2]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(5)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (s: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %s = (s32[], f32[2]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %x = f32[2] get-tuple-element(%s), index=1
+  %one = s32[] constant(1)
+  %j = s32[] add(%i, %one)
+  %y = f32[2] add(%x, %x)
+  ROOT %t = (s32[], f32[2]) tuple(%j, %y)
+}
+
+ENTRY %main (x: f32[2]) -> (s32[], f32[2]) {
+  %x = f32[2] parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[2]) tuple(%zero, %x)
+  ROOT %w = (s32[], f32[2]) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"5"}}
+}
+"""
+
+
+# Before: watch() imported the deadlock analysis (35-75 ms) to read the loop's
+# known_trip_count. Only rank 0 has a tracer when nothing is traced (its progress line), and
+# it watched after setting up its device, so every rank waited that long for rank 0 at its
+# first collective. The count is now worked out when the progress line first asks.
+def test_watching_a_module_leaves_the_trip_count_for_later():
+    code = f"""
+import sys
+from xladist import parse_hlo
+from xladist.runtime.trace import Tracer
+module = parse_hlo({KNOWN_TRIPS!r})
+t = Tracer(0, record=False)
+t.watch(module)
+print("xladist.analysis.deadlock" in sys.modules)
+print(t.trip_count)
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "5"]

@@ -123,7 +123,8 @@ def _run_line(cluster, line, where: str, base) -> None:
     from xladist.runtime.service.outputs import Outputs
 
     from ..files import read_text
-    from .run import _apply_config, _deadlock_check, _open_inputs, load_run_module
+    from .run import (_apply_config, _check_targets, _deadlock_check, _open_inputs,
+                      load_run_module)
     _apply_config(line)
     _refuse_unoffered(line, where, base=base)  # also what its --config set
     if line.module.endswith(".xlx"):
@@ -132,6 +133,7 @@ def _run_line(cluster, line, where: str, base) -> None:
     module = load_run_module(line)
     counts = device_counts(module, n)
     run_args.check(line, module)
+    _check_targets(module)
     inputs = _open_inputs(module, line)
     checked = _deadlock_check(module, line)
     if line.outputs:

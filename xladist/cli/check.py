@@ -1,8 +1,9 @@
 """`xladist check FILE`: parse and verify an HLO module, then check it for cross-device deadlocks.
 
 Exit codes: 0 the module is valid, 1 a problem was found (a deadlock, or a warning under
---strict), 2 invalid input (parse or verifier error, bad options). Parse and verifier errors
-are raised to the dispatcher, which prints them; with --json they are printed as JSON instead.
+--strict), 2 invalid input (parse or verifier error, a custom-call target nobody registered,
+bad options). Parse and verifier errors are raised to the dispatcher, which prints them;
+with --json they are printed as JSON instead.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ examples:
   xladist check module.hlo --no-deadlock-check
                                            verifier only (no cross-device schedule proof)
 
-exit codes: 0 ok, 1 problem found, 2 invalid input (parse or verifier error)
+exit codes: 0 ok, 1 problem found, 2 invalid input (parse or verifier error, or a
+            custom-call target nobody registered, as `xladist run` refuses it)
 """
 
 
@@ -95,16 +97,19 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     """Parse, verify and deadlock-check one file; returns the result as a dict.
 
     `replica_count` / `num_partitions`: the run's counts, as `xladist run` takes them.
-    Raises HloParseError, VerifierError or InputError for invalid input.
+    Raises HloParseError, VerifierError or InputError for invalid input, UnsupportedError
+    for a custom-call target this process has not registered.
     """
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
     from ..runtime.config import override_device_counts
+    from ..semantics.custom_calls import check_registered
     from . import read_module_text
     text, name = read_module_text(path)
     module = parse_module(text, filename=name)
     override_device_counts(module, replica_count, num_partitions)
     report = verify_module(module, num_devices=num_devices)
+    check_registered(module)  # a target nobody registered, refused as `xladist run` does
     dl = _deadlock_check(module, report.num_devices, report.has_collectives, not deadlock,
                          strict, budget)
     warnings = list(report.warnings) + [f"deadlock check: {w}" for w in dl.get("warnings", [])]

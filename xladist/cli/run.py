@@ -236,6 +236,7 @@ def run(args) -> int:
     run_args.check(args, module)  # every option and file, before anything runs (exit 2)
     from xladist.runtime import feeds
     feeds.check_args(args, module)  # e.g. --infeed-fn imports
+    _check_targets(module)
     if args.num_devices > 1 or args.hostfile or args.trace or args.stats:
         # Validate everything a rank would refuse before starting any rank (exit 2): the
         # inputs from their files' headers (the ranks read them later, one row each).
@@ -406,6 +407,7 @@ def _host_job(args, size: int):
     _check_device_count(module, size)
     run_args.check(args, module)
     feeds.check_args(args, module)
+    _check_targets(module)
     inputs = _open_inputs(module, args)
     checked = None
     if not os.environ.get("XLADIST_CHECKED"):
@@ -418,6 +420,16 @@ def _host_job(args, size: int):
     from xladist.collectives import deadline
     deadline.on_abort(lambda: job.finish(True))
     return service, job
+
+
+def _check_targets(module) -> None:
+    """Every custom-call target registered (UnsupportedError, exit 2), before any rank
+    starts. This process's registry is the ranks': ranks it launches are fresh processes
+    that register what it has (the built-ins; an --infeed-fn module imported by both, which
+    feeds.check_args did here first), and under a bare mpiexec this is one of the ranks,
+    whose script registered its targets on every rank."""
+    from xladist.semantics.custom_calls import check_registered
+    check_registered(module)
 
 
 def _verify_once(module, args) -> None:
@@ -445,7 +457,5 @@ def _deadlock_check(module, args) -> dict | None:
 
 
 def _print_outputs(outputs) -> None:
-    with np.printoptions(threshold=200, edgeitems=4):
-        for i, a in enumerate(outputs):
-            print(f"out{i}: {a.dtype}{list(a.shape)}")
-            print(np.array2string(np.asarray(a), prefix="  "), file=sys.stdout)
+    from ..io import outputs_text
+    sys.stdout.write(outputs_text(outputs))

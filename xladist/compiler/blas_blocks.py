@@ -203,10 +203,11 @@ def _gemm_blocks(a, b, out, split) -> None:
             np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
 
 
-def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray, defer: bool = False) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
     blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
-    measured fastest (choice.py); every way gives the same bits."""
+    measured fastest (choice.py); every way gives the same bits. `defer`: `out` is the
+    calling thunk's result (parallel.run_blocks)."""
     if a.dtype not in _BLAS_TYPES or out.size == 0:
         np.matmul(a, b, out=out)
         return
@@ -216,14 +217,14 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         blocks = _blocks(bsz, m * k * b.shape[2]) if bsz > 1 else None
         if blocks is None:
             if bsz == 1:
-                matmul_into(a[0], b[0], out[0])
+                matmul_into(a[0], b[0], out[0], defer)
             else:
                 np.matmul(a, b, out=out)
             return
         site = _site(("batched", a.dtype.char, a.shape, b.shape, threads),
                      (choice.POOL, choice.ALONE), f"dot {bsz}x{m}x{k}x{b.shape[2]} {a.dtype}")
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]),
-                   None, blocks, site)
+                   None, blocks, site, defer=defer)
         return
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
@@ -261,10 +262,10 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
     elif split[0] == 0:
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None,
-                   split[1], site, whole)
+                   split[1], site, whole, defer)
     else:
         run_blocks(lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi]),
-                   None, split[1], site, whole)
+                   None, split[1], site, whole, defer)
 
 
 def by_blocks(fn, units: int, work_per_unit: int) -> None:

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import struct
 import threading
 import warnings
 from pathlib import Path
 
+from .. import environment
 from ..errors import OutputError
 from ..files import write_atomic
 
@@ -48,12 +48,9 @@ class KernelCacheWarning(UserWarning):
 
 
 def cache_dir() -> Path | None:
-    """The kernel cache directory, or None when caching is disabled
-    (XLADIST_CACHE_DIR set to an empty string or 'off')."""
-    env = os.environ.get("XLADIST_CACHE_DIR")
-    if env is not None and env.strip().lower() in ("", "off", "none", "0"):
-        return None
-    return Path(env) if env else Path.home() / ".cache" / "xladist"
+    """The kernel cache directory, or None when caching is disabled (xladist/environment.py:
+    XLADIST_CACHE_DIR, checked there before any rank starts)."""
+    return environment.cache_dir()
 
 
 def entry_path(key: str) -> Path | None:

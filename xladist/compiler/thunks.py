@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from time import perf_counter_ns
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from .buffers import Assignment, Slot
 from .codegen.constants import logical_view, to_physical
 from .codegen.kernels import RANGE_SUFFIX
 from .codegen.split import blocks_of, split_of
+from . import overlap
 from .choice import ALONE, POOL, Site
 from .parallel import RANGE_TYPE, describe_split, run_blocks
 
@@ -103,6 +103,11 @@ class Thunk:
     kind = "?"
     instr: Instruction | None = None
     _slice = None
+    # overlap.py: `ordered` -- reads and writes name every buffer the thunk touches, so
+    # it may change places with a thunk sharing none; `defers` -- its split calls may
+    # return while a helper finishes their last block (they write its final results).
+    ordered = False
+    defers = False
 
     def __init__(self):
         self.reads: list[Slot] = []
@@ -155,6 +160,7 @@ class TraceSlice:
 
 class KernelThunk(Thunk):
     kind = "kernel"
+    ordered = defers = True
 
     def __init__(self, spec, slots: list[Slot], reads, writes):
         super().__init__()
@@ -188,7 +194,7 @@ class KernelThunk(Thunk):
         else:
             if self.site is None:
                 self.site = Site((POOL, ALONE), f"kernel {self.spec.name}")
-            run_blocks(self.range_fn, self.argv_addr, self.blocks, self.site)
+            run_blocks(self.range_fn, self.argv_addr, self.blocks, self.site, defer=True)
 
     def split_text(self) -> str:
         return describe_split(self.split)
@@ -205,9 +211,11 @@ class LibraryThunk(Thunk):
     tuple operands), outs the logical views of the result leaves to fill."""
 
     kind = "library"
+    ordered = True  # a library function reads its operands and writes its results only
 
     def __init__(self, instr, fn, name, operand_slots, out_slots):
         super().__init__()
+        self.defers = instr.opcode == "dot"
         self.instr = instr
         self.fn = fn
         self.name = name
@@ -321,6 +329,7 @@ class CompiledComputation:
             elif s.kind == "out":
                 self._out_slots.append(s)
         self._template = (bufs, addrs)
+        self._plan = overlap.Plan(self.thunks)
         # Only kernels read addresses (KernelThunk.ids); other thunks read frame.bufs.
         self._need = frozenset(i for t in self.thunks for i in getattr(t, "ids", ()))
         self._param_addr = [(k, s.id) for k, s in enumerate(self.param_slots)
@@ -395,20 +404,12 @@ class CompiledComputation:
             bufs[s.id] = a
             if s.id in need:
                 addrs[s.id] = address(a)
-        tracer = rs.tracer
-        t = None
+        where = [None]  # the thunk running, or whose split call is being joined
         try:
-            if tracer is None:
-                for t in self.thunks:
-                    t.run(frame)
-            else:
-                for t in self.thunks:
-                    t0 = perf_counter_ns()
-                    t.run(frame)
-                    tracer.instruction(t.trace_slice, t0, perf_counter_ns())
+            overlap.run(self.thunks, self._plan, frame, rs.tracer, where)
         except Exception as e:  # noqa: BLE001 -- a bug in a thunk: say which instruction
-            raise thunk_error(e, t, rs.device) from (None if isinstance(e, XlaDistError)
-                                                     else e)
+            raise thunk_error(e, where[0], rs.device) from (None if isinstance(e, XlaDistError)
+                                                            else e)
         out = [bufs[sid] if sid is not None else None for sid in self._root_ids]
         if copy_arena and self._root_dyn:
             lo, hi = self._arena_range

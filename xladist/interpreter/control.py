@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..hlo.async_groups import group_start, transfer_group
 from ..hlo.ir import describe
-from ..semantics.custom_calls import CUSTOM_CALLS
+from ..semantics.custom_calls import lookup
 from ..semantics.values import zeros_value
 from .registry import register
 
@@ -116,9 +116,4 @@ def copy_done_rule(instr, args, ev):
 
 @register("custom-call")
 def custom_call_rule(instr, args, ev):
-    target = instr.attrs.get("custom_call_target")
-    fn = CUSTOM_CALLS.get(target)
-    if fn is None:
-        raise UnsupportedError(f"{describe(instr)}: custom-call target {target!r} is not "
-                               f"registered (known: {', '.join(sorted(CUSTOM_CALLS))})")
-    return fn(instr, args)
+    return lookup(instr)(instr, args)

@@ -382,19 +382,15 @@ def check_supported(module) -> None:
     Finds opcodes without a rule, custom-call targets nobody registered and constants
     whose data was elided in the dump; raises UnsupportedError naming the instruction.
     """
-    from ..semantics.custom_calls import CUSTOM_CALLS
+    from ..semantics.custom_calls import CUSTOM_CALLS, why_unregistered
     problems = []
     for instr in module.all_instructions():
         if instr.opcode not in EVAL_RULES:
             reason = UNSUPPORTED.get(instr.opcode, "no interpreter rule is registered")
             problems.append(f"{describe(instr)}: opcode {instr.opcode}: {reason}")
         elif instr.opcode == "custom-call":
-            target = instr.attrs.get("custom_call_target")
-            if target not in CUSTOM_CALLS:
-                problems.append(f"{describe(instr)}: custom-call target {target!r} is not "
-                                f"registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
-                                f"register one with "
-                                f"xladist.semantics.custom_calls.register_custom_call")
+            if instr.attrs.get("custom_call_target") not in CUSTOM_CALLS:
+                problems.append(f"{describe(instr)}: {why_unregistered(instr)}")
         elif instr.opcode == "constant" and (instr.literal is None or instr.literal.elided):
             problems.append(f"{describe(instr)}: constant data was elided in the dump; re-dump "
                             f"with --xla_dump_large_constants")

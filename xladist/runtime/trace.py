@@ -75,7 +75,9 @@ class Tracer:
         self.run_ns = 0
         self.iterations = 0               # iterations of the entry computation's while loops
         self.outfeed_items = 0
-        self.trip_count: int | None = None
+        self._loops: list = []            # the entry's top-level while loops (watch)
+        self._trip_count: int | None = None
+        self._trips_known = False
         self.placement = None
         self._loop_roots: set[int] = set()
 
@@ -88,12 +90,25 @@ class Tracer:
 
     def watch(self, module, placement=None) -> None:
         """Count iterations of the while loops at the top of the entry computation."""
-        from xladist.analysis.deadlock.facts import known_trip_count
         self.placement = placement
         loops = [i for i in module.entry.instructions if i.opcode == "while"]
         self._loop_roots = {id(i.attrs["body"].root) for i in loops if "body" in i.attrs}
-        trips = [known_trip_count(i) for i in loops]
-        self.trip_count = trips[0] if len(trips) == 1 else None
+        self._loops, self._trips_known = loops, False
+
+    @property
+    def trip_count(self) -> int | None:
+        """The known_trip_count of the entry's one top-level loop (None: none, several, or
+        not recorded). Worked out when first asked -- by the progress line, drawn from the
+        first second on in its own thread -- not in watch(): importing the deadlock
+        analysis costs 35-75 ms, which rank 0 alone (the one with a progress line) spent
+        between setting up its device and its first step, so every rank waited that long
+        for it at its first collective."""
+        if not self._trips_known:
+            from xladist.analysis.deadlock.facts import known_trip_count
+            trips = [known_trip_count(i) for i in self._loops]
+            self._trip_count = trips[0] if len(trips) == 1 else None
+            self._trips_known = True
+        return self._trip_count
 
     # ---- hooks -------------------------------------------------------------------------
     def instruction(self, instr, t0: int, t1: int) -> None:

@@ -90,6 +90,18 @@ def test_both_devices_wait_on_recv_done_before_sending():
         "send on channel 2: none of them can proceed."]
 
 
+# Before: "... for device 1 to issue its send on channel 1," -- the waiting recv's channel;
+# the send it pairs with (by peers and program order) is on channel 2.
+def test_a_cycle_through_one_ended_channels_names_the_sends_channel():
+    report = check("one_ended_recv_first")
+    (p,) = report.problems
+    assert p.kind == "deadlock" and p.devices == [0, 1]
+    assert p.detail == [
+        "device 0 waits at recv-done (line 12) for device 1 to issue its send on channel 2,",
+        "which waits at recv-done (line 12) for device 0 to issue its send on channel 2: none "
+        "of them can proceed."]
+
+
 @pytest.mark.parametrize("n", [3, 4])
 def test_three_device_cyclic_wait(n):
     report = check("cyclic_wait_3", n)

@@ -19,8 +19,12 @@ def _waits_for(ev: Event) -> list[int]:
 
 def _why(ev: Event, other: int, stuck: dict[int, Event]) -> str:
     if ev.kind in ("send-done", "recv-done"):
+        # The peer's end, not this one: one-ended sends and recvs pair by peers and program
+        # order across channels (matching.py), so a recv on channel 1 may wait for a send on
+        # channel 2. Only matched ends reach here (report_cycles), so the partner is known.
         want = "recv" if ev.kind == "send-done" else "send"
-        on = "with no channel_id" if ev.channel is None else f"on channel {ev.channel}"
+        theirs = ev.link.partner
+        on = "with no channel_id" if theirs.channel is None else f"on channel {theirs.channel}"
         return f"to issue its {want} {on}"
     what = ev.instr.opcode
     if what == "async-start":   # both backends run the wrapped collective at the start

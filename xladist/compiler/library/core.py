@@ -36,7 +36,7 @@ from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
-from ...semantics.custom_calls import CUSTOM_CALLS
+from ...semantics.custom_calls import lookup
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
@@ -74,11 +74,13 @@ def _dot(instr, args, outs):
     """DotGeneral: batch dims first, then lhs free dims, then rhs free dims."""
     a = instr.attrs
     dot_into(outs[0], *args, a.get("lhs_batch_dims", ()), a.get("lhs_contracting_dims", ()),
-             a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()))
+             a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()), final=True)
 
 
-def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
-    """DotGeneral of lhs and rhs written into the array (or view) `out`."""
+def dot_into(out, lhs, rhs, lb, lc, rb, rc, final: bool = False) -> None:
+    """DotGeneral of lhs and rhs written into the array (or view) `out`. `final`: `out`
+    is the thunk's result and nothing reads it before the thunk returns, so BLAS's
+    blocks writing straight into it may still run when this returns (overlap.py)."""
     lb, lc, rb, rc = list(lb), list(lc), list(rb), list(rc)
     lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
@@ -90,10 +92,10 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
         rm = rhs.transpose(rc + rf).astype(ct, copy=False).reshape(rhs.shape[rc[0]], -1)
         o2 = out.reshape(lm.shape[0], rm.shape[1])
         if o2.flags.c_contiguous:
-            matmul_into(lm, rm, o2)
+            matmul_into(lm, rm, o2, defer=final)
             return
         if o2.T.flags.c_contiguous:  # a transposed result layout: (A B)^T = B^T A^T
-            matmul_into(rm.T, lm.T, o2.T)
+            matmul_into(rm.T, lm.T, o2.T, defer=final)
             return
     bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
     m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
@@ -103,7 +105,7 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     rm = rhs.transpose(rb + rc + rf).astype(ct, copy=False).reshape(bsz, k, n)
     if out.dtype == ct and out.flags.c_contiguous:
         # BLAS writes straight into the result buffer.
-        matmul_into(lm, rm, out.reshape(bsz, m, n))
+        matmul_into(lm, rm, out.reshape(bsz, m, n), defer=final)
         return
     tmp = np.empty((bsz, m, n), ct)
     matmul_into(lm, rm, tmp)
@@ -416,18 +418,9 @@ def _custom_call(instr, args, outs):  # the table's entry; CustomCallThunk does 
 
 
 def custom_call_target(instr, original=None):
-    """The registered function of a custom-call, or UnsupportedError (at compile time,
-    before anything runs) naming the target and the instruction."""
-    target = instr.attrs.get("custom_call_target")
-    fn = CUSTOM_CALLS.get(target)
-    if fn is None:
-        orig = original if original is not None else instr
-        comp = orig.parent.name if orig.parent is not None else "?"
-        raise UnsupportedError(
-            f"instruction `{orig.name}` (custom-call) in computation {comp}: custom-call "
-            f"target {target!r} is not registered (known: {', '.join(sorted(CUSTOM_CALLS))}); "
-            f"register one with xladist.semantics.custom_calls.register_custom_call")
-    return target, fn
+    """The target of a custom-call and its registered function, or UnsupportedError (at
+    compile time, before anything runs) naming the target and the instruction."""
+    return instr.attrs.get("custom_call_target"), lookup(instr, original)
 
 
 class CustomCallThunk(LibraryThunk):
@@ -436,6 +429,7 @@ class CustomCallThunk(LibraryThunk):
     against the result shape and copied into the result buffers."""
 
     kind = "custom-call"
+    ordered = False  # user code: it may touch anything
 
     def __init__(self, instr, original, operand_slots, out_slots):
         self.target, fn = custom_call_target(instr, original)

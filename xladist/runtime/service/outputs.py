@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from xladist.files import deliver
-from xladist.io import DEVICE_FIELD, bits_dtype, npz_path
+from xladist.io import DEVICE_FIELD, bits_dtype, npz_path, outputs_text
 
 from .. import wire
 
@@ -196,13 +196,9 @@ class Outputs:
                 m.write(memoryview(np.ascontiguousarray(padded).reshape(-1).view(np.uint8)))
 
     def _print(self) -> None:
-        with np.printoptions(threshold=200, edgeitems=4):
-            for d in range(self.n):
-                print(f"device {d}:")
-                for i in range(self.count or 0):
-                    a = self._array(d, i)
-                    print(f"out{i}: {a.dtype}{list(a.shape)}")
-                    print(np.array2string(np.asarray(a), prefix="  "), file=sys.stdout)
+        for d in range(self.n):
+            sys.stdout.write(f"device {d}:\n" + outputs_text(
+                [self._array(d, i) for i in range(self.count or 0)]))
         sys.stdout.flush()
 
     def discard(self) -> None:
