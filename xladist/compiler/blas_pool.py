@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import threading
 
 from . import parallel
@@ -67,8 +68,9 @@ exit:
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
 _owner = {"tid": None, "n": 0, "error": None}
-# Callback calls; of them, those whose jobs ran on the pool / on threads of their own.
-counts = {"calls": 0, "pool": 0, "threads": 0}
+# Callback calls; of them, those whose jobs ran on the pool / on threads of their own;
+# products a Ctrl-C arrived in (held, raised once the product ended: _ctrl_c_held).
+counts = {"calls": 0, "pool": 0, "threads": 0, "held": 0}
 
 
 def _jobs_fn():
@@ -117,8 +119,9 @@ def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
         counts["threads"] += 1
     except BaseException as e:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
         # Running out of threads (jobs that did not run leave the product unfinished:
-        # the owner computes it again another way), or Ctrl-C once every job has ended
-        # (parallel._wait_out): the owner raises it.
+        # the owner computes it again another way), or what another signal's handler
+        # raised once every job has ended (parallel._wait_out): the owner raises it.
+        # (Ctrl-C does not arrive here: on_pool holds it, _ctrl_c_held.)
         _owner["error"] = e
 
 
@@ -139,26 +142,55 @@ _address = ctypes.cast(_callback, ctypes.c_void_p).value
 
 
 @contextlib.contextmanager
+def _ctrl_c_held():
+    """SIGINT's Python handler runs later, at the end of the block. A KeyboardInterrupt
+    raised by the main thread's handler inside the callback has nowhere safe to go: at
+    the callback's first lines ctypes prints and drops it (OpenBLAS returns as if the
+    jobs had run: the product unfinished, reported as fine), and between waking the
+    pool's workers and the caller's own jobs it leaves jobs that wait for each other,
+    on a stack that is about to be freed. Held here, it is raised once, after the
+    product has ended whole. Only the main thread runs signal handlers; SIG_DFL / SIG_IGN
+    raise nothing in Python."""
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        # signal.signal first runs the handlers of pending signals (a SIGINT: into
+        # `held`); another's may raise there: the handler is put back all the same.
+        parallel._wait_out(lambda: signal.signal(signal.SIGINT, handler))
+        if held:
+            counts["held"] += 1
+            handler(signal.SIGINT, held[0])  # Python's default: raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
 def on_pool(n: int):
     """Inside the block, OpenBLAS's threaded calls made by this thread run their jobs on
     the pool (of `n` threads; OpenBLAS's thread count is the caller's to set, n at most).
     The caller holds OpenBLAS alone (parallel.exclusive_blas). Yields a function that
     tells whether every call's jobs ran (False: compute the product again), and raises
-    a KeyboardInterrupt or SystemExit that arrived in the callback. Only where
-    available()."""
+    a BaseException other than Exception (SystemExit from a signal handler) that
+    arrived in the callback; a Ctrl-C is held for the block and raised at its end
+    (_ctrl_c_held). Only where available()."""
     setters = parallel.blas_callback_setters() if available() else []
-    _owner.update(tid=threading.get_ident(), n=n, error=None)
-    for put in setters:
-        put(_address)
-
-    def complete() -> bool:
-        error = _owner["error"]
-        if error is not None and not isinstance(error, Exception):
-            raise error
-        return error is None
-    try:
-        yield complete
-    finally:
+    with _ctrl_c_held():
+        _owner.update(tid=threading.get_ident(), n=n, error=None)
         for put in setters:
-            put(None)
-        _owner.update(tid=None, n=0)
+            put(_address)
+
+        def complete() -> bool:
+            error = _owner["error"]
+            if error is not None and not isinstance(error, Exception):
+                raise error
+            return error is None
+        try:
+            yield complete
+        finally:
+            for put in setters:
+                put(None)
+            _owner.update(tid=None, n=0)
