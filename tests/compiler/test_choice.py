@@ -89,7 +89,7 @@ def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls
             return clock[0]
     monkeypatch.setattr(parallel, "time", FakeTime())
 
-    def on_pool(pool, fn, argv, blocks, n, defer=False):
+    def on_pool(pool, fn, argv, blocks, n):
         names.add("pool")
         clock[0] += 0.04 if slow_on_helpers else 0.004 * len(blocks) / 2
         return True

@@ -203,11 +203,10 @@ def _gemm_blocks(a, b, out, split) -> None:
             np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
 
 
-def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray, defer: bool = False) -> None:
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
     blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
-    measured fastest (choice.py); every way gives the same bits. `defer`: `out` is the
-    calling thunk's result (parallel.run_blocks)."""
+    measured fastest (choice.py); every way gives the same bits."""
     if a.dtype not in _BLAS_TYPES or out.size == 0:
         np.matmul(a, b, out=out)
         return
@@ -217,14 +216,14 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray, defer: bool = Fal
         blocks = _blocks(bsz, m * k * b.shape[2]) if bsz > 1 else None
         if blocks is None:
             if bsz == 1:
-                matmul_into(a[0], b[0], out[0], defer)
+                matmul_into(a[0], b[0], out[0])
             else:
                 np.matmul(a, b, out=out)
             return
         site = _site(("batched", a.dtype.char, a.shape, b.shape, threads),
                      (choice.POOL, choice.ALONE), f"dot {bsz}x{m}x{k}x{b.shape[2]} {a.dtype}")
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]),
-                   None, blocks, site, defer=defer)
+                   None, blocks, site)
         return
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
@@ -262,10 +261,10 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray, defer: bool = Fal
         run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
     elif split[0] == 0:
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None,
-                   split[1], site, whole, defer)
+                   split[1], site, whole)
     else:
         run_blocks(lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi]),
-                   None, split[1], site, whole, defer)
+                   None, split[1], site, whole)
 
 
 def by_blocks(fn, units: int, work_per_unit: int) -> None:

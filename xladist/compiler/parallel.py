@@ -432,18 +432,14 @@ def regime() -> int:
         else choice.OTHERS
 
 
-def run_blocks(fn, argv, blocks, site=None, whole=None, defer: bool = False) -> None:
+def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
     it measured fastest now: on the pool, on the calling thread alone, or one of `whole`
     -- way -> a callable computing the same result in one call partitioned another way
     (OpenBLAS's, on its threads or on the pool: blas_blocks.py), returning False when it
     could not; without a site, on the pool whenever it has threads. Every way gives the
     same bits. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native
-    code (_NativeTask).
-
-    `defer`: the blocks' outputs are the calling thunk's final results, so when the
-    executor allows it (deferrals.allowed, overlap.py) the call may return while a helper
-    still runs its last block, leaving a Join in deferrals.pending."""
+    code (_NativeTask)."""
     n = thread_count()
     whole = whole or {}
     if n < 2 or (len(blocks) < 2 and not whole):
@@ -452,19 +448,15 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, defer: bool = False) -> 
     pool = _get_pool(n) if len(blocks) > 1 else None
     if site is None or not DYNAMIC:
         if pool is None:
-            if deferrals.pending:  # OpenBLAS's threading changes: no block of ours in it
-                deferrals.join_all()
             if not next(iter(whole.values()))():
                 _alone(fn, argv, blocks)
-        else:
-            _pooled(pool, fn, argv, blocks, n, defer)
+        elif not _on_pool(pool, fn, argv, blocks, n):
+            _alone(fn, argv, blocks)
         return
     now = regime()
     way = site.pick(now)
     t0 = time.perf_counter()
     if way in whole:
-        if deferrals.pending:  # as above
-            deferrals.join_all()
         c0, m0 = time.process_time(), time.thread_time()
         if not whole[way]():  # another execution in flight (exclusive_blas): the blocks, no sample
             if pool is None or not _on_pool(pool, fn, argv, blocks, n):
@@ -474,26 +466,10 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, defer: bool = False) -> 
             _foreign_during[0] += (time.process_time() - c0) - (time.thread_time() - m0)
     elif way == choice.ALONE or pool is None:
         _alone(fn, argv, blocks)
-    elif not _pooled(pool, fn, argv, blocks, n, defer, site, now, t0):
-        return  # no sample now: the pool was another thread's, or the call is pending
+    elif not _on_pool(pool, fn, argv, blocks, n):
+        _alone(fn, argv, blocks)  # another thread of the caller's holds the pool: no sample
+        return
     site.record(now, way, time.perf_counter() - t0)
-
-
-def _pooled(pool, fn, argv, blocks, n: int, defer: bool, site=None, regime_now: int = 0,
-            t0: float = 0.0) -> bool:
-    """The blocks on the pool; True when all ran by the time it returns. False when
-    another thread of the caller's held the pool (they ran on the caller alone), or when
-    `defer`red: a helper still runs a block, and the executor joins the call later."""
-    ran = _on_pool(pool, fn, argv, blocks, n,
-                   defer=defer and deferrals.allowed and deferrals.pending is not None)
-    if not ran:
-        _alone(fn, argv, blocks)
-        return False
-    if ran is not True:
-        deferrals.pending.append(Join(ran, site, regime_now, choice.POOL,
-                                      time.perf_counter() - t0))
-        return False
-    return True
 
 
 def _alone(fn, argv, blocks) -> None:
@@ -501,71 +477,19 @@ def _alone(fn, argv, blocks) -> None:
         fn(argv, lo, hi)
 
 
-def _on_pool(pool, fn, argv, blocks, n: int, together: bool = False, defer: bool = False):
-    """The blocks on the pool and the caller: True when they ran, False (nothing ran)
-    when the pool is busy with another thread's call, or -- `defer` -- the task when a
-    helper still runs a block of it (Join finishes it). `together`: see _Pool.run."""
+def _on_pool(pool, fn, argv, blocks, n: int, together: bool = False) -> bool:
+    """The blocks on the pool and the caller; False (nothing ran) when the pool is busy
+    with another thread's call. `together`: see _Pool.run."""
     if not pool.busy.acquire(blocking=False):
         return False
     try:
         claimer = _claimer() if NATIVE_CLAIM and isinstance(fn, RANGE_TYPE) else None
         task = _NativeTask(fn, argv, blocks, claimer) if claimer is not None \
             else _Task(fn, argv, blocks)
-        if not pool.run(task, min(n, len(blocks)), together, defer):
-            return task
+        pool.run(task, min(n, len(blocks)), together)
     finally:
         pool.busy.release()
     return True
-
-
-# ---- a split call that returns before a late helper's block ends -----------------------
-# On a busy machine a helper is descheduled in the middle of a block (its core's other
-# process runs its time slice), and the caller, its own blocks done, slept until the
-# helper's block ended: ~3 ms per step of compute.py's MLP under background load, its
-# process one runnable thread short the whole time. The executor (overlap.py) instead
-# lets such a call return, runs thunks that touch none of its buffers meanwhile, and
-# joins it before the first thunk that does.
-class _Deferrals(threading.local):
-    allowed = False  # the running thunk's split calls may return early (overlap.py)
-    pending = None   # the executor's list of Joins; None outside an executor's run
-
-    def join_all(self) -> None:
-        """Finish every pending call (the executor's own join, which names the thunk)."""
-        self.joiner()
-
-    joiner = None
-
-
-deferrals = _Deferrals()
-
-
-class Join:
-    """A split call left running on a helper; `finish` waits for its last block, raises
-    what a block raised, and gives its site the call's time: the caller's part plus what
-    the wait blocked (so the way is judged by what it cost the caller)."""
-
-    __slots__ = ("task", "site", "regime", "way", "spent", "owner", "ended")
-
-    def __init__(self, task, site, regime: int, way: int, spent: float):
-        self.task, self.site, self.regime, self.way, self.spent = task, site, regime, way, spent
-        self.owner = None  # the executor's index of the thunk that made the call
-        self.ended = False  # task.done taken (it is released once)
-
-    def ready(self) -> bool:
-        """Whether the last block has ended (then finish() does not wait)."""
-        if not self.ended:
-            self.ended = self.task.done.acquire(blocking=False)
-        return self.ended
-
-    def finish(self) -> None:
-        t0 = time.perf_counter()
-        if not self.ended:
-            self.task.done.acquire()
-            self.ended = True
-        if self.site is not None:
-            self.site.record(self.regime, self.way, self.spent + time.perf_counter() - t0)
-        if self.task.error is not None:
-            raise self.task.error
 
 
 # ---- blocks claimed in native code -----------------------------------------------------
@@ -637,7 +561,7 @@ class _NativeTask:
                  "claim")
 
     def __init__(self, fn, argv, blocks, claim):
-        self.claim = claim  # the compiled claim loop (_claimer)
+        self.claim = claim  # the compiled claim loop (_claimer), looked up once per call
         self.fn, self.argv = ctypes.cast(fn, ctypes.c_void_p).value, argv
         self.next = ctypes.c_int64(0)
         self.nb = len(blocks)
@@ -841,13 +765,10 @@ class _Pool:
             task.work()
             self.active[i] = False
 
-    def run(self, task: _Task, participants: int, together: bool = False,
-            defer: bool = False) -> bool:
-        """True when every block has run. `together`: the blocks wait for each other
-        (blas_pool.py's jobs), so each needs a thread of its own: workers on the caller's
-        core are woken too when those off it are too few (participants - 1 <=
-        len(inbox)). `defer`: when a helper still runs a block after the caller's own
-        part, return False at once; the caller finishes the task later (Join)."""
+    def run(self, task: _Task, participants: int, together: bool = False) -> None:
+        """`together`: the blocks wait for each other (blas_pool.py's jobs), so each
+        needs a thread of its own: workers on the caller's core are woken too when
+        those off it are too few (participants - 1 <= len(inbox))."""
         helpers = self.inbox
         if self.cpus is not None:  # not the worker that shares the caller's core
             helpers = self.off_core.get(_getcpu()(), self.inbox)
@@ -858,11 +779,7 @@ class _Pool:
         task.work()
         if together:
             _wait_out(task.done.acquire)
-        elif defer:
-            if not task.done.acquire(blocking=False):
-                return False
         else:
             task.done.acquire()  # blocks until the last claimed block is finished
         if task.error is not None:
             raise task.error
-        return True

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -27,7 +28,6 @@ from .buffers import Assignment, Slot
 from .codegen.constants import logical_view, to_physical
 from .codegen.kernels import RANGE_SUFFIX
 from .codegen.split import blocks_of, split_of
-from . import overlap
 from .choice import ALONE, POOL, Site
 from .parallel import RANGE_TYPE, describe_split, run_blocks
 
@@ -103,11 +103,6 @@ class Thunk:
     kind = "?"
     instr: Instruction | None = None
     _slice = None
-    # overlap.py: `ordered` -- reads and writes name every buffer the thunk touches, so
-    # it may change places with a thunk sharing none; `defers` -- its split calls may
-    # return while a helper finishes their last block (they write its final results).
-    ordered = False
-    defers = False
 
     def __init__(self):
         self.reads: list[Slot] = []
@@ -160,7 +155,6 @@ class TraceSlice:
 
 class KernelThunk(Thunk):
     kind = "kernel"
-    ordered = defers = True
 
     def __init__(self, spec, slots: list[Slot], reads, writes):
         super().__init__()
@@ -194,7 +188,7 @@ class KernelThunk(Thunk):
         else:
             if self.site is None:
                 self.site = Site((POOL, ALONE), f"kernel {self.spec.name}")
-            run_blocks(self.range_fn, self.argv_addr, self.blocks, self.site, defer=True)
+            run_blocks(self.range_fn, self.argv_addr, self.blocks, self.site)
 
     def split_text(self) -> str:
         return describe_split(self.split)
@@ -211,11 +205,9 @@ class LibraryThunk(Thunk):
     tuple operands), outs the logical views of the result leaves to fill."""
 
     kind = "library"
-    ordered = True  # a library function reads its operands and writes its results only
 
     def __init__(self, instr, fn, name, operand_slots, out_slots):
         super().__init__()
-        self.defers = instr.opcode == "dot"
         self.instr = instr
         self.fn = fn
         self.name = name
@@ -329,7 +321,6 @@ class CompiledComputation:
             elif s.kind == "out":
                 self._out_slots.append(s)
         self._template = (bufs, addrs)
-        self._plan = overlap.Plan(self.thunks)
         # Only kernels read addresses (KernelThunk.ids); other thunks read frame.bufs.
         self._need = frozenset(i for t in self.thunks for i in getattr(t, "ids", ()))
         self._param_addr = [(k, s.id) for k, s in enumerate(self.param_slots)
@@ -404,12 +395,20 @@ class CompiledComputation:
             bufs[s.id] = a
             if s.id in need:
                 addrs[s.id] = address(a)
-        where = [None]  # the thunk running, or whose split call is being joined
+        tracer = rs.tracer
+        t = None
         try:
-            overlap.run(self.thunks, self._plan, frame, rs.tracer, where)
+            if tracer is None:
+                for t in self.thunks:
+                    t.run(frame)
+            else:
+                for t in self.thunks:
+                    t0 = perf_counter_ns()
+                    t.run(frame)
+                    tracer.instruction(t.trace_slice, t0, perf_counter_ns())
         except Exception as e:  # noqa: BLE001 -- a bug in a thunk: say which instruction
-            raise thunk_error(e, where[0], rs.device) from (None if isinstance(e, XlaDistError)
-                                                            else e)
+            raise thunk_error(e, t, rs.device) from (None if isinstance(e, XlaDistError)
+                                                     else e)
         out = [bufs[sid] if sid is not None else None for sid in self._root_ids]
         if copy_arena and self._root_dyn:
             lo, hi = self._arena_range

@@ -75,13 +75,11 @@ def _dot(instr, args, outs):
     """DotGeneral: batch dims first, then lhs free dims, then rhs free dims."""
     a = instr.attrs
     dot_into(outs[0], *args, a.get("lhs_batch_dims", ()), a.get("lhs_contracting_dims", ()),
-             a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()), final=True)
+             a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()))
 
 
-def dot_into(out, lhs, rhs, lb, lc, rb, rc, final: bool = False) -> None:
-    """DotGeneral of lhs and rhs written into the array (or view) `out`. `final`: `out`
-    is the thunk's result and nothing reads it before the thunk returns, so BLAS's
-    blocks writing straight into it may still run when this returns (overlap.py)."""
+def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
+    """DotGeneral of lhs and rhs written into the array (or view) `out`."""
     lb, lc, rb, rc = list(lb), list(lc), list(rb), list(rc)
     lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
     rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
@@ -93,10 +91,10 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc, final: bool = False) -> None:
         rm = rhs.transpose(rc + rf).astype(ct, copy=False).reshape(rhs.shape[rc[0]], -1)
         o2 = out.reshape(lm.shape[0], rm.shape[1])
         if o2.flags.c_contiguous:
-            matmul_into(lm, rm, o2, defer=final)
+            matmul_into(lm, rm, o2)
             return
         if o2.T.flags.c_contiguous:  # a transposed result layout: (A B)^T = B^T A^T
-            matmul_into(rm.T, lm.T, o2.T, defer=final)
+            matmul_into(rm.T, lm.T, o2.T)
             return
     bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
     m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
@@ -106,7 +104,7 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc, final: bool = False) -> None:
     rm = rhs.transpose(rb + rc + rf).astype(ct, copy=False).reshape(bsz, k, n)
     if out.dtype == ct and out.flags.c_contiguous:
         # BLAS writes straight into the result buffer.
-        matmul_into(lm, rm, out.reshape(bsz, m, n), defer=final)
+        matmul_into(lm, rm, out.reshape(bsz, m, n))
         return
     tmp = np.empty((bsz, m, n), ct)
     matmul_into(lm, rm, tmp)
@@ -430,7 +428,6 @@ class CustomCallThunk(LibraryThunk):
     against the result shape and copied into the result buffers."""
 
     kind = "custom-call"
-    ordered = False  # user code: it may touch anything
 
     def __init__(self, instr, original, operand_slots, out_slots):
         self.target, fn = custom_call_target(instr, original)
