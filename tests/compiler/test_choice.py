@@ -457,21 +457,34 @@ def _lands_after_a_job_went_to_a_worker(frame, event, arg) -> bool:
                                               queue.SimpleQueue)
 
 
+class _TimedOut(BaseException):
+    """What a test-suite timeout's SIGALRM handler raises (pytest-timeout's Failed is a
+    BaseException too)."""
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGALRM raising"])
 @pytest.mark.parametrize("lands", [_lands_at_callback_start,
                                    _lands_after_a_job_went_to_a_worker],
                          ids=["callback start", "after a job went to a worker"])
 def test_ctrl_c_at_any_point_of_the_callback_is_raised_once_the_product_has_ended_whole(
-        lands, two_threads):
+        lands, how, two_threads):
     """A SIGINT handled at the callback's first line (no job has run yet): ctypes
     printed and dropped the KeyboardInterrupt, OpenBLAS returned as if the jobs had
     run, and the product was left uncomputed and reported as fine. Handled just after
     a job went to a worker: the caller left without running its own job, the worker's
     job waited for it forever (the next product on the pool hung) on a stack already
     freed. The interrupt is held while the product runs and raised once it has ended
-    whole. (The profile hook only places the real signal where a Ctrl-C lands by
+    whole; so is what any other signal's Python handler raises (a test suite's timeout
+    on SIGALRM). (The profile hook only places the real signal where one lands by
     chance.)"""
     _needs_pool_callback()
     import signal
+    signum, raised = signal.SIGINT, KeyboardInterrupt
+    if how == "SIGALRM raising":
+        def timed_out(got, frame):
+            raise _TimedOut()
+        previous = signal.signal(signal.SIGALRM, timed_out)
+        signum, raised = signal.SIGALRM, _TimedOut
     rng = np.random.default_rng(9)
     a = rng.standard_normal((512, 512)).astype(np.float32)
     b = rng.standard_normal((512, 512)).astype(np.float32)
@@ -484,14 +497,16 @@ def test_ctrl_c_at_any_point_of_the_callback_is_raised_once_the_product_has_ende
     def hook(frame, event, arg):
         if not sent and lands(frame, event, arg):
             sent.append(True)
-            signal.pthread_kill(main, signal.SIGINT)
+            signal.pthread_kill(main, signum)
 
     sys.setprofile(hook)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(raised):
             blas_blocks._threaded(a, b, out, 2)
     finally:
         sys.setprofile(None)
+        if signum == signal.SIGALRM:
+            signal.signal(signal.SIGALRM, previous)
     assert sent
     assert out.tobytes() == want.tobytes()
     again = np.empty_like(want)

@@ -69,7 +69,7 @@ _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
 _owner = {"tid": None, "n": 0, "error": None}
 # Callback calls; of them, those whose jobs ran on the pool / on threads of their own;
-# products a Ctrl-C arrived in (held, raised once the product ended: _ctrl_c_held).
+# products a signal arrived in (held, handled once the product ended: _signals_held).
 counts = {"calls": 0, "pool": 0, "threads": 0, "held": 0}
 
 
@@ -121,7 +121,7 @@ def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
         # Running out of threads (jobs that did not run leave the product unfinished:
         # the owner computes it again another way), or what another signal's handler
         # raised once every job has ended (parallel._wait_out): the owner raises it.
-        # (Ctrl-C does not arrive here: on_pool holds it, _ctrl_c_held.)
+        # (No signal handler runs here: on_pool holds them, _signals_held.)
         _owner["error"] = e
 
 
@@ -142,30 +142,41 @@ _address = ctypes.cast(_callback, ctypes.c_void_p).value
 
 
 @contextlib.contextmanager
-def _ctrl_c_held():
-    """SIGINT's Python handler runs later, at the end of the block. A KeyboardInterrupt
-    raised by the main thread's handler inside the callback has nowhere safe to go: at
-    the callback's first lines ctypes prints and drops it (OpenBLAS returns as if the
+def _signals_held():
+    """Every signal with a Python handler (SIGINT's KeyboardInterrupt, a SIGTERM or
+    SIGALRM handler raising -- pytest-timeout's, a batch script's) runs it later, at the
+    end of the block. What a handler raises inside the callback has nowhere safe to go:
+    at the callback's first lines ctypes prints and drops it (OpenBLAS returns as if the
     jobs had run: the product unfinished, reported as fine), and between waking the
     pool's workers and the caller's own jobs it leaves jobs that wait for each other,
-    on a stack that is about to be freed. Held here, it is raised once, after the
-    product has ended whole. Only the main thread runs signal handlers; SIG_DFL / SIG_IGN
-    raise nothing in Python."""
-    handler = signal.getsignal(signal.SIGINT)
-    if not callable(handler) or threading.current_thread() is not threading.main_thread():
+    on a stack that is about to be freed. Held here, the handlers run in arrival order
+    after the product has ended whole. Only the main thread runs signal handlers;
+    SIG_DFL / SIG_IGN run none in Python."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    handlers = {}
+    for signum in signal.valid_signals():
+        try:
+            handler = signal.getsignal(signum)
+        except (ValueError, OSError):
+            continue
+        if callable(handler):
+            handlers[signum] = handler
+    held: list = []
+    for signum in handlers:
+        signal.signal(signum, lambda got, frame: held.append((got, frame)))
     try:
         yield
     finally:
-        # signal.signal first runs the handlers of pending signals (a SIGINT: into
-        # `held`); another's may raise there: the handler is put back all the same.
-        parallel._wait_out(lambda: signal.signal(signal.SIGINT, handler))
+        # signal.signal first runs the handlers of pending signals (into `held`): each
+        # handler is put back all the same.
+        for signum, handler in handlers.items():
+            parallel._wait_out(lambda s=signum, h=handler: signal.signal(s, h))
         if held:
             counts["held"] += 1
-            handler(signal.SIGINT, held[0])  # Python's default: raise KeyboardInterrupt
+            for signum, frame in held:  # Python's SIGINT default raises KeyboardInterrupt
+                handlers[signum](signum, frame)
 
 
 @contextlib.contextmanager
@@ -174,11 +185,11 @@ def on_pool(n: int):
     the pool (of `n` threads; OpenBLAS's thread count is the caller's to set, n at most).
     The caller holds OpenBLAS alone (parallel.exclusive_blas). Yields a function that
     tells whether every call's jobs ran (False: compute the product again), and raises
-    a BaseException other than Exception (SystemExit from a signal handler) that
-    arrived in the callback; a Ctrl-C is held for the block and raised at its end
-    (_ctrl_c_held). Only where available()."""
+    a BaseException other than Exception that arrived in the callback; signals with a
+    Python handler (Ctrl-C) are held for the block and handled at its end
+    (_signals_held). Only where available()."""
     setters = parallel.blas_callback_setters() if available() else []
-    with _ctrl_c_held():
+    with _signals_held():
         _owner.update(tid=threading.get_ident(), n=n, error=None)
         for put in setters:
             put(_address)
