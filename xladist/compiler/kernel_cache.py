@@ -47,14 +47,10 @@ class KernelCacheWarning(UserWarning):
     """A cache entry could not be used; it is being recompiled and replaced."""
 
 
-def cache_dir() -> Path | None:
-    """The kernel cache directory, or None when caching is disabled (xladist/environment.py:
-    XLADIST_CACHE_DIR, checked there before any rank starts)."""
-    return environment.cache_dir()
-
-
 def entry_path(key: str) -> Path | None:
-    d = cache_dir()
+    """Where entry `key` lives; None when caching is off (the directory: XLADIST_CACHE_DIR,
+    read and checked before any rank starts in xladist/environment.py)."""
+    d = environment.cache_dir()
     return None if d is None else d / key[:2] / f"{key}.o"
 
 
