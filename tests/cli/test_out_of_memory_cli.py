@@ -42,8 +42,12 @@ def test_run_names_the_buffer(tmp_path, backend, n, where):
                        tmp_path / "in.npz", "--timeout", 60)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    [line] = proc.stderr.strip().splitlines()
-    assert re.match(r"xladist run: error: " + where + ALLOC, line), line
+    # One line per rank that failed: with two ranks both may run out of memory and say so
+    # before the job ends, or the first failure ends the other rank first.
+    lines = proc.stderr.strip().splitlines()
+    assert 1 <= len(lines) <= n, proc.stderr
+    for line in lines:
+        assert re.match(r"xladist run: error: " + where + ALLOC, line), line
 
 
 def test_an_interpreter_rule_names_its_instruction():

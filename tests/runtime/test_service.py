@@ -106,8 +106,10 @@ def test_the_blas_kernel_is_chosen_from_the_hosts_own_flags():
 class FakeRank:
     """A rank as the service sees it: the protocol over a real socket, no MPI."""
 
-    def __init__(self, service, rank, *, host="nodeA", token=None, answer=True):
-        self.rank, self.answer = rank, answer
+    def __init__(self, service, rank, *, host="nodeA", token=None, answer=True, save_s=0.0):
+        """`save_s`: how long its abort hooks take when the job ends (None: it never says
+        it saved)."""
+        self.rank, self.answer, self.save_s = rank, answer, save_s
         self.sock = wire.connect(service.address, 10)
         self.got: list[dict] = []
         self.event = threading.Condition()
@@ -123,8 +125,12 @@ class FakeRank:
                 meta = msg[1]
                 if meta.get("op") == "where" and self.answer:
                     self.send("here", id=meta["id"], rec=self.rec("computing"))
+                if meta.get("op") == "save" and self.save_s is not None:
+                    time.sleep(self.save_s)
+                    meta = dict(meta, saved_at=time.monotonic())
+                    self.send("saved")
                 with self.event:
-                    self.got.append(meta)
+                    self.got.append(dict(meta, _at=time.monotonic()))
                     self.event.notify_all()
         except OSError:
             pass
@@ -137,6 +143,10 @@ class FakeRank:
 
     def send(self, op, **fields):
         wire.send_msg(self.sock, op, 5.0, **fields)
+
+    def at(self, op) -> float:
+        """When `op` arrived (monotonic seconds)."""
+        return next(m["_at"] for m in self.got if m.get("op") == op)
 
     def wait_for(self, op, seconds=10.0):
         with self.event:
@@ -221,6 +231,41 @@ def test_one_report_with_every_ranks_position_and_then_everyone_aborts(service):
     assert "rank 1 (replica 0, partition 1) on nodeB: all-reduce.3 (line 7) over group " \
            "[0, 1], waiting" in text
     assert svc.hang_report == text
+
+
+def test_no_rank_aborts_before_every_rank_saved_its_events(service):
+    # MPI_Abort from the first rank to abort kills the others wherever they are: a rank
+    # still sending its trace lost it (the flaky multi-host trace test). The service asks
+    # every live rank to save first, and sends `abort` only after all said they had.
+    svc = service(3)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1, save_s=0.8), FakeRank(svc, 2)]
+    for r in ranks:
+        r.wait_for("welcome")
+    ranks[0].send("deadline", rec=_waiting(ranks[0], 3.0), deadline_s=3.0)
+    for r in ranks:
+        r.wait_for("abort")
+    slow_saved = next(m["saved_at"] for m in ranks[1].got if m.get("op") == "save")
+    assert min(r.at("abort") for r in ranks) >= slow_saved
+
+
+def test_a_failing_ranks_ack_waits_for_the_others_to_save_but_not_forever(service):
+    svc = service(3, prints=False)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1, save_s=0.5), FakeRank(svc, 2, save_s=None)]
+    for r in ranks:
+        r.wait_for("welcome")
+    t0 = time.monotonic()
+    ranks[0].send("failed", id=7, text="rank 0: boom", code=2)
+    assert ranks[0].wait_for("ack")["id"] == 7  # the failing rank aborts right after this
+    acked = ranks[0].at("ack")
+    # Rank 1 saved first; rank 2 never answered, so the wait ended at SAVE_WAIT_S.
+    saved = next(m["saved_at"] for m in ranks[1].got if m.get("op") == "save")
+    assert acked >= saved
+    from xladist.runtime.service.server import SAVE_WAIT_S
+    assert SAVE_WAIT_S - 0.5 <= acked - t0 < SAVE_WAIT_S + 3
+    for r in ranks[1:]:
+        assert r.wait_for("abort")["code"] == 2
+        assert r.at("abort") - t0 >= SAVE_WAIT_S - 0.5
+    assert "abort" not in [m.get("op") for m in ranks[0].got]  # it aborts by itself
 
 
 def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ hosts the service, else to one that rank 0 starts and announces by one MPI broad
 * the monitor of xladist/collectives/deadline.py: long waits are published (`publish`), a
   deadline that passes is told to the service (`fire`), which writes the job's one report;
 * a reader thread that answers the service while the main thread is blocked in MPI: where
-  it is right now (`where`), and `abort` (the job is being ended);
+  it is right now (`where`), `save` and `abort` (the job is being ended: save, then go);
 * the last words of a failing rank (`deadline.set_messenger`), delivered before MPI_Abort.
 """
 
@@ -192,6 +192,11 @@ class Client:
                 self._cond.notify_all()
         elif op == "where":
             self.send("here", timeout=2.0, id=meta.get("id"), rec=self._where())
+        elif op == "save":
+            # The job is ending: save what the abort hooks save now, while no rank has
+            # aborted yet (the service sends `abort` once every rank said so).
+            deadline.run_abort_hooks()
+            self.send("saved", timeout=2.0)
         elif op == "abort":
             # The service ended the job (and said why): save what the abort hooks save, go.
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)

@@ -52,6 +52,12 @@ LOST_GRACE_S = 3.0
 # How long the report waits for the ranks to say where they are (their last published
 # position stands in for a rank that does not answer).
 WHERE_WAIT_S = 1.5
+# Ending a job: how long the ranks still connected have to run their abort hooks (save their
+# trace, host-transfer files) before any of them aborts. MPI_Abort from the first rank done
+# kills the others wherever they are, so without this phase a rank's events were lost when
+# another rank finished saving first. Below client.ACK_WAIT_S: a failing rank's
+# acknowledgement waits for this phase.
+SAVE_WAIT_S = 4.0
 ADDRESS_ENV, TOKEN_ENV = "XLADIST_COORD", "XLADIST_COORD_TOKEN"
 HOST_ENV, PORT_ENV, BIND_ENV = "XLADIST_COORD_HOST", "XLADIST_COORD_PORT", "XLADIST_COORD_BIND"
 PROTOCOL = 1
@@ -183,6 +189,8 @@ class Service:
         self._where: dict[int, dict] = {}
         self._where_cond = threading.Condition(self._lock)
         self._where_id = itertools.count(1)
+        self._saved: set[int] = set()   # ranks that ran their abort hooks (_save_all)
+        self._saving = False
         self._threads: list[threading.Thread] = []
         self._conns: list[Conn] = []
         self._listen()
@@ -334,6 +342,10 @@ class Service:
             with self._lock:
                 self._where[st.rank] = dict(meta["rec"], host=st.host, pid=st.pid)
                 self._where_cond.notify_all()
+        elif op == "saved":
+            with self._lock:
+                self._saved.add(st.rank)
+                self._registered.notify_all()
         elif op == "deadline":
             st.record = dict(meta["rec"], host=st.host, pid=st.pid)
             self._spawn(self._report_hang, "xladist-service-report", st.rank,
@@ -393,6 +405,8 @@ class Service:
             self.emit(text)
         elif text:
             self.messages.append(text)
+        if first:
+            self._save_all(but=st.rank)  # before the ack: the failing rank aborts after it
         if ack is not None:
             ack()
         if first:
@@ -498,12 +512,29 @@ class Service:
         if self.closed:
             return
         first = not self.ending.is_set()
+        if first:
+            self._save_all(but)
         self.ending.set()
         if first and self.on_end is not None:
             self.on_end()
         for s in list(self.ranks.values()):
             if s.rank != but and s.ended is None:
                 s.conn.send("abort", code=code, timeout=2.0)
+
+    def _save_all(self, but: int | None) -> None:
+        """Every rank still connected (but `but`, which saved before it failed) runs its
+        abort hooks and says so, for at most SAVE_WAIT_S; only then does any rank abort."""
+        with self._lock:
+            if self._saving:
+                return
+            self._saving = True
+            live = [s for s in self.ranks.values() if s.ended is None and s.rank != but]
+        for s in live:
+            s.conn.send("save", timeout=1.0)
+        with self._lock:
+            self._registered.wait_for(
+                lambda: all(s.rank in self._saved or s.ended is not None for s in live),
+                SAVE_WAIT_S)
 
     def emit(self, text: str) -> None:
         self.messages.append(text)
