@@ -299,3 +299,47 @@ def test_recycled_results_do_not_alias_across_calls():
 
     for first, second, shared in C.run_in_threads(2, body):
         assert (first, second, shared) == (3.0, 6.0, False)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_all_reduce_keeps_no_reducer_alive(n, dtype):
+    """A program's reducers (and, through their compiled kernels, its code) are freed with it.
+    all_reduce's plan cache was keyed by the Reducer: every program a cluster's rank loaded
+    and freed stayed in memory (~60 KB each, found measuring a rank's RSS over 1,000 calls).
+    A standard sum (builtin MPI op, or the user op on bf16) and a custom reducer."""
+    import gc
+    import weakref
+
+    import ml_dtypes
+
+    import xladist.collectives.reduction as R
+
+    dtype = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+    class Kernel:  # stands for a compiled reducer: `into` is its bound method
+        def into(self, a, b, out):
+            np.add(a, b, out=out)
+
+    def custom(a, b):
+        return a + b
+
+    refs = []
+
+    def body(comm):
+        x = np.arange(6, dtype=dtype) + comm.rank
+        got = []
+        for fn, kind in ((np.add, "sum"), (custom, None)):
+            kernel = Kernel()
+            reducer = R.Reducer(kind, fn, "sum", into=kernel.into)
+            got.append(C.all_reduce(comm, x, reducer))
+            refs.append((weakref.ref(reducer), weakref.ref(kernel)))
+        return got
+
+    expected = sum(np.arange(6, dtype=dtype) + r for r in range(n))
+    for got in C.run_in_threads(n, body):
+        for g in got:
+            np.testing.assert_array_equal(g, expected)
+    gc.collect()
+    alive = [i for i, pair in enumerate(refs) for r in pair if r() is not None]
+    assert not alive, f"{len(alive)} reducers or kernels outlived their all-reduce"

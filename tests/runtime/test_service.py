@@ -183,6 +183,36 @@ def test_a_wrong_token_is_refused(service):
     assert svc.ranks == {}
 
 
+def test_ended_connections_leave_nothing_behind(service):
+    """A cluster's service lives for thousands of calls, and every load and every call's
+    feeds open connections of their own. It kept each ended connection and its thread:
+    ~12 KB a call in the cluster's process, found measuring 1,000 calls. 200 connections
+    here (refused, wrong token, gone before the hello), then as many Thread objects as
+    before, give or take the service's own."""
+    import gc
+
+    svc = service(1)
+
+    def threads():
+        gc.collect()
+        return sum(isinstance(o, threading.Thread) for o in gc.get_objects())
+
+    before = threads()
+    for k in range(200):
+        sock = wire.connect(svc.address, 10)
+        if k % 3 == 0:
+            sock.close()  # gone before saying hello
+            continue
+        token = svc.token if k % 3 == 1 else "guess"
+        wire.send(sock, wire.HELLO, {"role": "feed-in", "token": token})
+        assert wire.recv(sock)[1]["op"] == "refused"
+        sock.close()
+    deadline = time.monotonic() + 10
+    while (now := threads()) >= before + 10 and time.monotonic() < deadline:
+        time.sleep(0.1)  # the last connections' threads may still be ending
+    assert now < before + 10, f"{now - before} more Thread objects after 200 connections"
+
+
 def test_one_report_with_every_ranks_position_and_then_everyone_aborts(service):
     svc = service(2)
     ranks = [FakeRank(svc, 0, host="nodeA"), FakeRank(svc, 1, host="nodeB", answer=False)]

@@ -251,8 +251,27 @@ def test_event_cap_counts_dropped_slices():
     exe(np.zeros(8, np.float32))
     kept = sum(ev[1] == "instruction" for ev in tracer.events)
     assert kept <= 10 and tracer.dropped == 7 * 5 + 4 * 6 + 7 - kept
-    assert tracer.wait_calls["collective"] == 5  # waits are always kept
+    assert tracer.wait_calls["collective"] == 5  # waits are always counted
     assert any("dropped" in e["name"] for e in tracer.trace_events())
+
+
+def test_event_cap_bounds_wait_slices_too():
+    """Wait slices are capped as instruction slices are (each kind at max_events): a long
+    loop with a collective per step kept one slice per step before, ~300 bytes each on every
+    rank and in the launching process (10^6 steps: ~300 MB). The totals still count every
+    wait, and the trace says how many slices it left out."""
+    module = parse_hlo(LOOP)
+    tracer = Tracer(0, max_events=3)
+    exe = compile_module(module, backend="interpreter",
+                         device=TracedDevice(SingleDeviceContext(), tracer))
+    exe(np.zeros(8, np.float32))
+    waits = [ev for ev in tracer.events if ev[1] == "collective"]
+    instructions = [ev for ev in tracer.events if ev[1] == "instruction"]
+    assert len(waits) == 3 and tracer.dropped_waits == 2
+    assert len(instructions) == 3  # the waits kept take no instruction slice's place
+    assert tracer.wait_calls["collective"] == 5 and tracer.summary()["calls"]["collective"] == 5
+    marks = [e["name"] for e in tracer.trace_events() if e.get("ph") == "i"]
+    assert "2 wait slices dropped (over 3)" in marks
 
 
 def test_format_summary_splits_wall_time():

@@ -27,27 +27,38 @@ from ._common import Pending, bind_into_result, contiguous
 from .communicator import Communicator
 from .ordered import bind as _ordered, canon_width, native as _ordered_native, worthwhile
 from .reduction import (SUM, Reducer, builtin_op, canonicalize_nan, fold, nan_canonical,
-                        user_op_ok)
+                        standard, user_op_ok)
 
 __all__ = ["all_reduce", "all_reduce_bound", "all_reduce_native", "all_reduce_start"]
 
-_PLANS: dict[tuple[Reducer, np.dtype, bool], tuple[str | Reducer, np.dtype, bool] | None] = {}
+# Plans of the standard reducers, keyed by what decides them (reduction.standard): their
+# kind, their fn (numpy's, alive for the process), the dtype and the group size. Not by the
+# Reducer: each program builds its own, and an entry would keep it alive for the life of
+# the process, and through its compiled kernels (`into`, `native`) the program's whole code:
+# ~60 KB per program that a cluster's rank (or an MPI job calling xladist.run) loaded and
+# freed. A plan whose op is the reducer itself holds _THIS_REDUCER instead.
+_PLANS: dict[tuple, tuple | None] = {}
+_THIS_REDUCER = object()
 
 
 def _plan(reducer: Reducer, dtype: np.dtype, size: int):
     """``(op, wire_dtype, canonicalize_nan)`` or None for the generic path; ``op`` is a builtin
     op name or the Reducer itself, which the communicator runs as an MPI user-defined op."""
-    key = (reducer, dtype, size > 2)
+    if not standard(reducer):  # its own function: MPI runs it as a user op or not at all
+        return (reducer, dtype, False) if user_op_ok(reducer, dtype, size) else None
+    key = (reducer.kind, reducer.fn, dtype, size > 2)
     try:
-        return _PLANS[key]
+        plan = _PLANS[key]
     except KeyError:
         plan = builtin_op(reducer, dtype)
         if plan is not None:
             plan = (*plan, nan_canonical(reducer, dtype))
         elif user_op_ok(reducer, dtype, size):
-            plan = (reducer, dtype, False)
+            plan = (_THIS_REDUCER, dtype, False)
         _PLANS[key] = plan
-        return plan
+    if plan is not None and plan[0] is _THIS_REDUCER:
+        return (reducer, *plan[1:])
+    return plan
 
 
 def _ordered_path(plan, reducer: Reducer, dtype: np.dtype, nbytes: int) -> int | None:

@@ -76,6 +76,7 @@ __all__ = [
     "nan_canonical",
     "order_free",
     "reducer_for_kind",
+    "standard",
     "user_op_ok",
 ]
 
@@ -169,6 +170,14 @@ _STANDARD_FNS = {
 }
 
 
+def standard(reducer: Reducer) -> bool:
+    """Whether ``fn`` is numpy's (or semantics/order.py's) function of the reducer's kind: only
+    then may MPI's own operation of that kind stand in for it. What MPI can do with a reducer
+    depends on nothing else of it than its kind, this and the dtype."""
+    kind = reducer.kind
+    return kind is not None and reducer.fn in _STANDARD_FNS[kind]
+
+
 def builtin_op(reducer: Reducer, dtype: np.dtype) -> tuple[str, np.dtype] | None:
     """``(mpi_op_name, wire_dtype)`` if MPI can do this reduction exactly, else None (generic).
 
@@ -177,7 +186,7 @@ def builtin_op(reducer: Reducer, dtype: np.dtype) -> tuple[str, np.dtype] | None
     the standard ufunc of its kind always takes the generic path: ``fn`` is the truth.
     """
     kind = reducer.kind
-    if kind is None or reducer.fn not in _STANDARD_FNS[kind]:
+    if not standard(reducer):
         return None
     dtype = np.dtype(dtype)
     ch = dtype.char
@@ -204,7 +213,7 @@ _ORDER_FREE_KINDS = {"min", "max", "and", "or", "xor"}
 def order_free(reducer: Reducer, dtype: np.dtype) -> bool:
     """True if every bracketing of the rank-ordered reduction gives bit-identical results."""
     kind = reducer.kind
-    if kind is None or reducer.fn not in _STANDARD_FNS[kind]:
+    if not standard(reducer):
         return False
     return kind in _ORDER_FREE_KINDS or np.dtype(dtype).kind in "biu"
 

@@ -37,6 +37,7 @@ import sys
 import threading
 
 import llvmlite.binding as llvm
+from llvmlite.binding.newpassmanagers import NewPassManager
 
 _FRAME = struct.Struct("<Q")
 LOCK = threading.Lock()  # held around each compile: llvmlite objects are not shared
@@ -71,8 +72,23 @@ def optimize(llvm_ir: str, tm, triple: str, exact: bool = True):
     pto.slp_vectorization = True
     pto.loop_unrolling = exact
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    mpm = pb.getModulePassManager()
+    try:
+        mpm.run(mod, pb)
+    finally:
+        dispose_pass_manager(mpm)
     return mod
+
+
+def dispose_pass_manager(mpm) -> None:
+    """Free a module pass manager now. llvmlite's ModulePassManager never frees its own: its
+    class lists ffi.ObjectRef before NewPassManager, so the `_dispose` that __del__ calls is
+    ObjectRef's, which does nothing (llvmlite 0.50). Each optimized unit leaked ~70 KB of
+    native memory: a process compiling 2,000 small modules grew by 150 MB. `detach` after
+    the dispose: a later llvmlite whose own __del__ frees it does not free it twice."""
+    if not mpm.closed:
+        NewPassManager._dispose(mpm)
+        mpm.detach()
 
 
 def compile_unit(llvm_ir: str, triple: str, cpu: str, features: str,

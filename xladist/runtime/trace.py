@@ -43,9 +43,12 @@ import numpy as np
 from xladist.collectives import deadline
 from xladist.files import deliver
 
-# A rank keeps at most this many slices (the waits are always kept and always counted);
-# beyond it instruction slices are counted in `dropped` instead, so a long loop cannot
-# exhaust memory or make a trace that Perfetto refuses to open.
+# A rank keeps at most this many instruction slices, and as many wait slices again;
+# beyond them slices are counted in `dropped` / `dropped_waits` instead (the waits' totals
+# in summary() count every wait), so a long loop cannot exhaust memory or make a trace
+# that Perfetto refuses to open. Waits were once kept without a bound: a loop with one
+# all-reduce per step kept ~300 bytes per step on each rank and in the launching process
+# (and ~140 bytes per step in the file), 10^6 steps ~ 300 MB each.
 MAX_EVENTS = 200_000
 
 # Wait kinds: the category of their slices and a key of summary()["wait_s"].
@@ -70,6 +73,8 @@ class Tracer:
         self.origin_ns = _now()
         self.events: list[tuple] = []     # (name, cat, t0_ns, t1_ns, args or None)
         self.dropped = 0
+        self.waits_kept = 0
+        self.dropped_waits = 0
         self.wait_ns: dict[str, int] = defaultdict(int)
         self.wait_calls: dict[str, int] = defaultdict(int)
         self.run_ns = 0
@@ -117,16 +122,21 @@ class Tracer:
             self.iterations += 1
         if not self.record:
             return
-        if len(self.events) >= self.max_events:
+        if len(self.events) - self.waits_kept >= self.max_events:
             self.dropped += 1
             return
         self.events.append((instr.name, "instruction", t0, t1, instr))
 
     def wait(self, kind: str, name: str, t0: int, t1: int, args: dict | None = None) -> None:
-        """A call that waited on another device or the host (always kept)."""
+        """A call that waited on another device or the host (always counted; its slice
+        kept while fewer than max_events waits were)."""
         self.wait_ns[kind] += t1 - t0
         self.wait_calls[kind] += 1
         if self.record:
+            if self.waits_kept >= self.max_events:
+                self.dropped_waits += 1
+                return
+            self.waits_kept += 1
             self.events.append((name, kind, t0, t1, args))
 
     def add_waits(self, kind: str, ns: int, calls: int) -> None:
@@ -177,10 +187,11 @@ class Tracer:
             elif args:
                 ev["args"] = args
             out.append(ev)
-        if self.dropped:
-            out.append({"ph": "i", "s": "p", "name": f"{self.dropped} instruction slices "
-                        f"dropped (over {self.max_events})", "pid": pid, "tid": 0,
-                        "ts": (_now() - origin) / 1e3})
+        for n, what in ((self.dropped, "instruction"), (self.dropped_waits, "wait")):
+            if n:
+                out.append({"ph": "i", "s": "p", "name": f"{n} {what} slices dropped (over "
+                            f"{self.max_events})", "pid": pid, "tid": 0,
+                            "ts": (_now() - origin) / 1e3})
         return out
 
     def write_merged(self, comm, path: str, root: int = 0) -> None:

@@ -222,8 +222,12 @@ class Service:
 
     def _spawn(self, target, name, *args) -> threading.Thread:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            # Only the threads still running: a cluster's service lives for thousands of
+            # calls, and each load and each call's feeds open connections of their own.
+            self._threads = [u for u in self._threads if u.is_alive()]
+            self._threads.append(t)
         t.start()
-        self._threads.append(t)
         return t
 
     def _accept(self) -> None:
@@ -248,28 +252,32 @@ class Service:
         conn = Conn(sock)
         with self._lock:
             self._conns.append(conn)
+        try:
+            self._serve_conn(conn)
+        finally:
+            conn.close()
+            with self._lock:  # closed: close() has nothing left to do for it
+                self._conns.remove(conn)
+
+    def _serve_conn(self, conn) -> None:
+        sock = conn.sock
         sock.settimeout(SEND_TIMEOUT_S)  # the hello must come at once
         try:
             hello = wire.recv(sock)
         except (OSError, ValueError):
-            conn.close()
             return
         if hello is None or hello[0] != wire.HELLO or hello[1].get("token") != self.token:
             conn.send("refused", reason="not a rank of this job (wrong or missing token)")
-            conn.close()
             return
         meta = hello[1]
         sock.settimeout(None)  # from here, liveness is the heartbeat monitor's business
         role = meta.get("role")
-        try:
-            if role == "rank":
-                self._serve_rank(conn, meta)
-            elif role in ("feed-in", "feed-out") and self.job is not None:
-                self.job.serve_feed(conn, meta)
-            else:
-                conn.send("refused", reason=f"no service for {role!r}")
-        finally:
-            conn.close()
+        if role == "rank":
+            self._serve_rank(conn, meta)
+        elif role in ("feed-in", "feed-out") and self.job is not None:
+            self.job.serve_feed(conn, meta)
+        else:
+            conn.send("refused", reason=f"no service for {role!r}")
 
     def _serve_rank(self, conn, meta) -> None:
         rank = meta.get("rank")
@@ -569,7 +577,9 @@ class Service:
             conns = list(self._conns)
         for c in conns:
             c.close()
-        for t in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
             if t is not threading.current_thread():
                 t.join(timeout=2.0)
         self._wake_r.close()
