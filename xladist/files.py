@@ -21,6 +21,7 @@ set of rules rather than case by case (README "Error formats"):
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -98,11 +99,24 @@ def check_npz(path, what: str) -> None:
                                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
                     # (format 3.0, UTF-8 field names: np.load's allow_pickle=False still
                     # refuses object arrays when the data is read)
-                    dtype = read_header(f)[2] if read_header else np.dtype(np.uint8)
+                    if read_header:
+                        shape, _, dtype = read_header(f)
+                        header = f.tell()
+                    else:
+                        dtype = np.dtype(np.uint8)
                 if dtype.hasobject:
                     raise InputError(f"{what} {p}: array {info.filename[:-4]!r} holds Python "
                                      "objects (pickled data); xladist reads only plain "
                                      "numeric arrays and never unpickles")
+                if read_header:
+                    # The member holds as many bytes as its header's dims need: a member cut
+                    # short would otherwise be read in place past its end (io.NpzArray).
+                    need = header + dtype.itemsize * math.prod(shape)
+                    if info.file_size < need:
+                        raise InputError(
+                            f"{what} {p}: array {info.filename[:-4]!r} is cut short: its "
+                            f"header says {dtype} {list(shape)} ({need - header} bytes), the "
+                            f"file holds {max(info.file_size - header, 0)} of them")
     except InputError:
         raise
     except zipfile.BadZipFile as e:

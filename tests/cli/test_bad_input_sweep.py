@@ -1,0 +1,70 @@
+"""Defects found by a sweep of bad input through every entry point (badinput38): each test
+is a case that printed a traceback, ran on wrong data, or raised a non-xladist error.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import xladist
+from tests.cli_util import xladist_cli
+from xladist import files
+from xladist.errors import InputError
+
+ONE_DEVICE = """HloModule one
+
+ENTRY main {
+  x = f32[2,4] parameter(0)
+  ROOT r = f32[2,4] negate(x)
+}
+"""
+
+
+def cut_member_npz(path: Path, array: np.ndarray, cut: int) -> Path:
+    """A well-formed zip whose arg0.npy member lacks its last `cut` bytes of data: what a
+    writer that died mid-array, or a hand-made archive, leaves."""
+    buf = io.BytesIO()
+    np.save(buf, array)
+    data = buf.getvalue()
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("arg0.npy", data[:len(data) - cut])
+    return path
+
+
+# ---- an npz member cut short is refused, not read past its end ---------------------------
+def test_an_npz_member_cut_short_is_refused_naming_the_array(tmp_path):
+    """Before: the inputs reader reads a stored member in place, so a member shorter than
+    its header's dims got the zip's central directory bytes as data, and `xladist run`
+    printed results of garbage with exit 0."""
+    bad = cut_member_npz(tmp_path / "cut.npz", np.arange(8, dtype=np.float32).reshape(2, 4), 8)
+    with pytest.raises(InputError, match=r"array 'arg0' is cut short: its header says "
+                                         r"float32 \[2, 4\] \(32 bytes\), the file holds 24"):
+        files.check_npz(bad, "--inputs")
+    module = xladist.parse_hlo(ONE_DEVICE)
+    from xladist.io import read_inputs
+    with pytest.raises(InputError, match="cut short"):
+        read_inputs(str(bad), [p.shape for p in module.entry.parameters])
+    # a whole member still reads
+    good = cut_member_npz(tmp_path / "good.npz", np.arange(8, dtype=np.float32).reshape(2, 4), 0)
+    files.check_npz(good, "--inputs")
+    np.testing.assert_array_equal(
+        read_inputs(str(good), [p.shape for p in module.entry.parameters],
+                    device_axis=None)[0][0], np.arange(8, dtype=np.float32).reshape(2, 4))
+
+
+@pytest.mark.slow
+def test_run_with_an_npz_member_cut_short_exits_2_before_running(tmp_path):
+    module = tmp_path / "one.hlo"
+    module.write_text(ONE_DEVICE)
+    bad = cut_member_npz(tmp_path / "cut.npz", np.arange(8, dtype=np.float32).reshape(1, 2, 4), 4)
+    proc = xladist_cli("run", module, "--inputs", bad, "--backend", "interpreter", timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip() == (f"xladist run: error: --inputs {bad}: array 'arg0' is cut "
+                                   f"short: its header says float32 [1, 2, 4] (32 bytes), the "
+                                   f"file holds 28 of them")
+    assert proc.stdout == ""
