@@ -68,3 +68,29 @@ def test_run_with_an_npz_member_cut_short_exits_2_before_running(tmp_path):
                                    f"short: its header says float32 [1, 2, 4] (32 bytes), the "
                                    f"file holds 28 of them")
     assert proc.stdout == ""
+
+
+# ---- `xladist compile` reads and writes files as every other command does ------------------
+def test_compile_checks_its_module_and_output_as_every_command_does(tmp_path, capsys):
+    """Before: `xladist compile latin1.hlo -o m.xlx` ended in a UnicodeDecodeError traceback
+    (exit 1), a parse error named `<text>` instead of the file, and a bad -o was found only
+    after compiling, as `cannot write ...` (compile.py opened the files itself)."""
+    from xladist.cli import main
+    latin1 = tmp_path / "latin1.hlo"
+    latin1.write_bytes(ONE_DEVICE.replace("one", "caf\xe9").encode("latin-1"))
+    assert main(["compile", str(latin1), "-o", str(tmp_path / "m.xlx")]) == 2
+    assert capsys.readouterr().err == (f"xladist compile: error: MODULE {latin1}: not UTF-8 "
+                                       f"text (byte 0xe9 at offset 13); expected HLO text\n")
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(ONE_DEVICE[:-3])
+    assert main(["compile", str(broken), "-o", str(tmp_path / "m.xlx")]) == 2
+    assert capsys.readouterr().err.startswith(f"xladist compile: error: {broken}:5:30: "
+                                              "expected '}' to close computation main")
+    good = tmp_path / "good.hlo"
+    good.write_text(ONE_DEVICE)
+    missing = f"the folder {tmp_path / 'no'} does not exist (create it first)"
+    for out, says in ((tmp_path / "no" / "m.xlx", missing),
+                      (tmp_path, "is a directory; give a file name")):
+        assert main(["compile", str(good), "-o", str(out)]) == 2
+        assert capsys.readouterr().err == f"xladist compile: error: -o {out}: {says}\n"
+    assert not list(tmp_path.glob("*.xlx"))
