@@ -94,3 +94,57 @@ def test_compile_checks_its_module_and_output_as_every_command_does(tmp_path, ca
         assert main(["compile", str(good), "-o", str(out)]) == 2
         assert capsys.readouterr().err == f"xladist compile: error: -o {out}: {says}\n"
     assert not list(tmp_path.glob("*.xlx"))
+
+
+# ---- a timeout beyond the operating system's timers is refused ----------------------------
+PSUM = """HloModule psum, replica_count=2
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=sum
+}
+"""
+
+
+@pytest.mark.parametrize("value", ["1e309", "inf", "1e11"])
+def test_a_timeout_beyond_the_timers_range_is_refused_before_launch(tmp_path, capsys, value):
+    """Before: `xladist run m.hlo -n 2 --timeout 1e11` (or `inf`, `1e309`, `timeout = inf`
+    in a config, `xladist demo --timeout 1e309`) started the ranks, whose deadline thread
+    and coordination socket died with `OverflowError: timestamp out of range for platform
+    time_t` tracebacks (exit 1, or 0 for demo); `xladist conformance --timeout nan` ran
+    every case to "no case passed"."""
+    from xladist.cli import main
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    want = (f"--timeout must be at most 1000000000 seconds (31 years) (0: no deadline), "
+            f"got {float(value)}")
+    assert main(["run", str(module), "-n", "2", "--inputs", str(tmp_path / "in.npz"),
+                 "--timeout", value]) == 2
+    assert capsys.readouterr().err == f"xladist run: error: {want}\n"
+    assert main(["demo", "-n", "2", "--timeout", value]) == 2
+    assert capsys.readouterr().err == f"xladist demo: error: {want}\n"
+    with pytest.raises(InputError, match="timeout must be at most 1000000000 seconds"):
+        xladist.run(xladist.parse_hlo(PSUM), [np.ones((2, 4), np.float32)], n=2,
+                    timeout=float(value))
+    with pytest.raises(InputError, match="timeout must be at most 1000000000 seconds"):
+        xladist.Cluster(n=2, timeout=float(value))
+
+
+def test_conformance_refuses_a_nan_timeout():
+    from xladist.cli import main
+    assert main(["conformance", "-n", "2", "--timeout", "nan", "--select", "*"]) == 2
+
+
+def test_timeout_variables_beyond_the_timers_range_are_refused(monkeypatch):
+    from xladist import environment
+    monkeypatch.setenv("XLADIST_COLLECTIVE_TIMEOUT", "1e20")
+    with pytest.raises(InputError, match="XLADIST_COLLECTIVE_TIMEOUT='1e20'"):
+        environment.setting("XLADIST_COLLECTIVE_TIMEOUT")
+    assert environment.check_seconds(1e9, "--timeout") == 1e9
