@@ -148,3 +148,25 @@ def test_timeout_variables_beyond_the_timers_range_are_refused(monkeypatch):
     with pytest.raises(InputError, match="XLADIST_COLLECTIVE_TIMEOUT='1e20'"):
         environment.setting("XLADIST_COLLECTIVE_TIMEOUT")
     assert environment.check_seconds(1e9, "--timeout") == 1e9
+
+
+# ---- the Python API checks where the ranks run before it starts them ---------------------
+def test_python_api_checks_hostfile_and_mpiexec_before_any_rank_starts(tmp_path):
+    """Before: `xladist.run(m, x, n=1, hostfile="hosts")` with no such file launched
+    mpiexec and raised ExecutionError holding MPICH's banner (`HYDU_parse_hostfile ...
+    unable to open host file`); `xladist.Cluster(n=1, hostfile=...)` accepted it and failed
+    only at start. `xladist run --hostfile` checks it before launch (run_args)."""
+    module = xladist.parse_hlo(ONE_DEVICE)
+    x = np.ones((1, 2, 4), np.float32)
+    binary = tmp_path / "hosts.bin"
+    binary.write_bytes(b"\xff\xfe")
+    cases = [(dict(hostfile=tmp_path / "nope"), "hostfile .*nope: does not exist"),
+             (dict(hostfile=tmp_path), "is a directory, not a file"),
+             (dict(hostfile=str(binary)), "not UTF-8 text"),
+             (dict(hostfile=5), "hostfile must be a path, got int"),
+             (dict(mpiexec=str(tmp_path / "mpiexec")), "mpiexec .*: not an executable program")]
+    for kw, says in cases:
+        with pytest.raises(InputError, match=says):
+            xladist.run(module, [x], n=1, **kw)
+        with pytest.raises(InputError, match=says):
+            xladist.Cluster(n=1, **kw)

@@ -204,7 +204,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,
         prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
-        prefetch=prefetch, timeout=timeout, backend=backend)
+        prefetch=prefetch, timeout=timeout, backend=backend,
+        **({} if launcher.under_mpi() else dict(hostfile=hostfile, mpiexec=mpiexec)))
     transfers = (host_send, host_recv) if host_send or host_recv else None
     feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
                         prefetch=prefetch, timeout=timeout)
