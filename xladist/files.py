@@ -41,13 +41,16 @@ NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, Key
                NotImplementedError, SyntaxError)
 
 
-def _is_path(source) -> bool:
+def is_path(source) -> bool:
+    """Whether `source` can name a file (str, bytes, PathLike), not an open file or other."""
     return isinstance(source, (str, bytes, os.PathLike))
 
 
 # ---- sources ---------------------------------------------------------------------------
 def check_source(path, what: str) -> Path:
     """`path` is a readable, non-empty regular file (InputError naming `what` otherwise)."""
+    if not is_path(path):
+        raise InputError(f"{what} must be a path, got {type(path).__name__}")
     p = Path(os.fsdecode(path))
     if not str(path):
         raise InputError(f"{what}: the path is empty")
@@ -57,6 +60,8 @@ def check_source(path, what: str) -> Path:
         raise InputError(f"{what} {p}: does not exist") from None
     except OSError as e:
         raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # a NUL byte in the path
+        raise InputError(f"{what} {str(p)!r}: not a usable path ({e})") from None
     if p.is_dir():
         raise InputError(f"{what} {p}: is a directory, not a file")
     if not p.is_file():
@@ -128,7 +133,7 @@ def check_npz(path, what: str) -> None:
 def load_npz(source, what: str) -> dict:
     """Every array of an npz file (a path or an open binary file): {name: array}."""
     import numpy as np
-    if _is_path(source):
+    if is_path(source):
         check_npz(source, what)
     try:
         with np.load(source, allow_pickle=False) as data:

@@ -170,3 +170,32 @@ def test_python_api_checks_hostfile_and_mpiexec_before_any_rank_starts(tmp_path)
             xladist.run(module, [x], n=1, **kw)
         with pytest.raises(InputError, match=says):
             xladist.Cluster(n=1, **kw)
+
+
+# ---- the Python API raises xladist's errors for arguments of the wrong kind ----------------
+def test_python_api_names_arguments_of_the_wrong_kind(tmp_path):
+    """Before: AttributeError ('NoneType' object has no attribute 'replica_count') from
+    xladist.run(None) and xladist.verify(None), TypeError / ValueError from deep inside for
+    a device assignment that is not a table, inputs or hosts of the wrong kind, and a path
+    that is None, an int or holds a NUL byte (load_hlo, load_executable)."""
+    module = xladist.parse_hlo(ONE_DEVICE)
+    x = [np.ones((1, 2, 4), np.float32)]
+    cases = [
+        (lambda: xladist.run(None, x), "a module to run is a parsed module, .*got NoneType"),
+        (lambda: xladist.run(5, x), "got int"),
+        (lambda: xladist.verify(None), "verify takes a parsed module"),
+        (lambda: xladist.verify(ONE_DEVICE), "verify takes a parsed module.*got str"),
+        (lambda: xladist.run(module, 5), "inputs are one array per parameter.*got int"),
+        (lambda: xladist.run(module, x, device_assignment=[0]),
+         r"device assignment must be a list over replicas .*got \[0\]"),
+        (lambda: xladist.run(module, x, device_assignment="0"), "device assignment must be"),
+        (lambda: xladist.run(module, x, device_assignment=[[0.5]]), "device assignment must be"),
+        (lambda: xladist.run(module, x, hosts=5), "hosts= takes host names"),
+        (lambda: xladist.load_hlo(None), "module file must be a path, got NoneType"),
+        (lambda: xladist.load_hlo("a\x00b"), r"module file 'a\\x00b': not a usable path"),
+        (lambda: xladist.load_executable(None), "executable must be a path, got NoneType"),
+        (lambda: xladist.load_executable(tmp_path / "nope.xlx"), "cannot read .*nope.xlx: No such file"),
+    ]
+    for call, says in cases:
+        with pytest.raises(InputError, match=says):
+            call()

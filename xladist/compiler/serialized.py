@@ -88,6 +88,9 @@ class SerializedExecutable:
     """A validated `.xlx` file: its module, schedule and object code."""
 
     def __init__(self, path):
+        from ..files import is_path
+        if not is_path(path):
+            raise InputError(f"executable must be a path, got {type(path).__name__}")
         self.path = str(path)
         try:
             with open(path, "rb") as f:
