@@ -199,3 +199,19 @@ def test_python_api_names_arguments_of_the_wrong_kind(tmp_path):
     for call, says in cases:
         with pytest.raises(InputError, match=says):
             call()
+
+
+# ---- a batch list's line cannot hold another --batch -------------------------------------
+def test_a_batch_line_with_its_own_batch_is_refused(tmp_path, capsys):
+    """Before: `xladist run --batch runs.txt -n 2` whose line was `m.hlo --inputs in.npz
+    --batch other.txt` ran m.hlo and ignored --batch other.txt without a word (exit 0)."""
+    from xladist.cli import main
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    runs = tmp_path / "runs.txt"
+    runs.write_text(f"{module} --inputs {tmp_path / 'in.npz'} --batch {runs}\n")
+    assert main(["run", "--batch", str(runs), "-n", "2"]) == 2
+    assert capsys.readouterr().err == (f"xladist run: error: {runs}:1: --batch on a line of a "
+                                       f"batch list: a line is one run (list the other list's "
+                                       f"lines here instead)\n")
