@@ -194,7 +194,8 @@ def test_python_api_names_arguments_of_the_wrong_kind(tmp_path):
         (lambda: xladist.load_hlo(None), "module file must be a path, got NoneType"),
         (lambda: xladist.load_hlo("a\x00b"), r"module file 'a\\x00b': not a usable path"),
         (lambda: xladist.load_executable(None), "executable must be a path, got NoneType"),
-        (lambda: xladist.load_executable(tmp_path / "nope.xlx"), "cannot read .*nope.xlx: No such file"),
+        (lambda: xladist.load_executable(tmp_path / "nope.xlx"),
+         "cannot read .*nope.xlx: No such file"),
     ]
     for call, says in cases:
         with pytest.raises(InputError, match=says):
@@ -215,3 +216,30 @@ def test_a_batch_line_with_its_own_batch_is_refused(tmp_path, capsys):
     assert capsys.readouterr().err == (f"xladist run: error: {runs}:1: --batch on a line of a "
                                        f"batch list: a line is one run (list the other list's "
                                        f"lines here instead)\n")
+
+
+# ---- export-jax checks -o and --args before the function runs ----------------------------
+def test_export_jax_checks_its_folder_and_args_before_the_function_runs(tmp_path, capsys,
+                                                                       monkeypatch):
+    """Before: `xladist export-jax m:f --args a.npz --mesh data=2 -o FILE` traced and ran f
+    with jax, then blamed it: `m:f failed while jax traced, lowered or ran it:
+    FileExistsError: [Errno 17] File exists` (and xladist.jax.export raised the
+    FileExistsError); --args was read by np.load directly (`cannot read it as npz: [Errno
+    2] ...`), not by files.py as every other npz."""
+    from xladist.cli import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fns_badinput.py").write_text("def f(x):\n    return x * 2\n")
+    np.savez(tmp_path / "a.npz", arg0=np.ones((4, 4), np.float32))
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    argv = ["export-jax", "fns_badinput:f", "--mesh", "data=2", "--no-expected"]
+    assert main([*argv, "--args", "a.npz", "-o", str(a_file)]) == 2
+    assert capsys.readouterr().err == (f"xladist export-jax: error: -o {a_file}: is a file; "
+                                       f"give a folder (made if missing)\n")
+    assert main([*argv, "--args", "missing.npz", "-o", "out"]) == 2
+    assert capsys.readouterr().err == ("xladist export-jax: error: --args missing.npz: "
+                                       "does not exist\n")
+    np.savez(tmp_path / "obj.npz", arg0=np.array([None, 1], dtype=object))
+    assert main([*argv, "--args", "obj.npz", "-o", "out"]) == 2
+    assert "--args obj.npz: array 'arg0' holds Python objects" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
