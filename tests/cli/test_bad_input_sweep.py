@@ -243,3 +243,48 @@ def test_export_jax_checks_its_folder_and_args_before_the_function_runs(tmp_path
     assert main([*argv, "--args", "obj.npz", "-o", "out"]) == 2
     assert "--args obj.npz: array 'arg0' holds Python objects" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ---- a custom-call target's wrong value or exception: the same on both backends ----------
+CUSTOM = """HloModule cc
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT c = f32[4] custom-call(x), custom_call_target="%s"
+}
+"""
+
+
+def _float64_zeros(instr, args):
+    return np.zeros(4, np.float64)
+
+
+def _raises(instr, args):
+    raise ValueError("exploded")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_a_custom_call_target_is_held_to_its_result_type_on_every_backend(backend):
+    """Before: on the cpu backend a target returning float64 where f32[4] was expected was
+    converted without a word (the interpreter refused it); on the interpreter, a target
+    that raised or returned a wrong value was an 'internal interpreter error'."""
+    from xladist.errors import ExecutionError
+    from xladist.semantics.custom_calls import CUSTOM_CALLS, register_custom_call
+    x = np.arange(4, dtype=np.float32)
+    try:
+        register_custom_call("badinput_f64", _float64_zeros)
+        register_custom_call("badinput_raises", _raises)
+        exe = xladist.compile(xladist.parse_hlo(CUSTOM % "badinput_f64"), backend=backend)
+        with pytest.raises(ExecutionError, match="custom-call target 'badinput_f64' returned "
+                                                 ".*float64.* where f32\\[4\\] was expected"
+                           ) as e:
+            exe(x)
+        assert "internal" not in str(e.value)
+        exe = xladist.compile(xladist.parse_hlo(CUSTOM % "badinput_raises"), backend=backend)
+        with pytest.raises(ExecutionError, match="custom-call target 'badinput_raises' raised "
+                                                 "ValueError: exploded") as e:
+            exe(x)
+        assert "internal" not in str(e.value)
+    finally:
+        CUSTOM_CALLS.pop("badinput_f64", None)
+        CUSTOM_CALLS.pop("badinput_raises", None)
