@@ -137,8 +137,10 @@ class _Gen:
         elif trip == "uniform_as":  # the same all-reduce, the trip count fixed at n
             entry += ["%lim0 = s32[] all-reduce(%m), replica_groups={}, to_apply=%max",
                       f"%lim = s32[] constant({n})"]
-        elif trip == "data":
+        elif trip in ("data", "cond_uniform"):
             entry.append("%lim = s32[] copy(%m)")
+        elif trip == "cond_uniform_as":
+            entry.append(f"%lim = s32[] constant({n})")
         else:  # device: replica-id + n
             entry += ["%rid = u32[] replica-id()", "%rids = s32[] convert(%rid)",
                       f"%nn = s32[] constant({n})", "%lim = s32[] add(%rids, %nn)"]
@@ -166,11 +168,20 @@ class _Gen:
             "  %p = (s32[], f32[4]{0}, s32[]) parameter(0)\n"
             "  %i = s32[] get-tuple-element(%p), index=0\n"
             "  %l = s32[] get-tuple-element(%p), index=2\n"
-            "  ROOT %lt = pred[] compare(%i, %l), direction=LT\n}\n",
+            + _COND_BOUND.get(trip, "")
+            + f"  ROOT %lt = pred[] compare(%i, {'%ml' if trip == 'cond_uniform' else '%l'}), "
+            "direction=LT\n}\n",
             "%body (p: (s32[], f32[4], s32[])) -> (s32[], f32[4], s32[]) {\n  "
             + "\n  ".join(body) + "\n}\n",
             "ENTRY %main (x: f32[4], m: s32[]) -> f32[4] {\n  " + "\n  ".join(entry) + "\n}\n"])
 
+
+# "cond_uniform": the condition itself all-reduces (the max of every device's m, each
+# evaluation: jax's `while i < pmax(m)`); "cond_uniform_as": the same all-reduce in the
+# condition, the trip count fixed at n (the reference, one count at a time).
+_COND_BOUND = dict.fromkeys(
+    ("cond_uniform", "cond_uniform_as"),
+    "  %ml = s32[] all-reduce(%l), replica_groups={}, to_apply=%max\n")
 
 BODY_KINDS = ["ar", "ar", "chan", "chan_deadlock", "cond_parity", "cond_replica_skip",
               "cond_replica_shape"]
@@ -196,18 +207,18 @@ def _both(text: str):
                          max_size=2),
        body=st.lists(st.tuples(st.sampled_from(BODY_KINDS), st.integers(0, 3)),
                      min_size=1, max_size=3),
-       trip=st.sampled_from(["const", "const", "uniform", "data", "device"]),
+       trip=st.sampled_from(["const", "const", "uniform", "cond_uniform", "data", "device"]),
        n=st.integers(0, 13))
 def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body, trip, n):
     text = _Gen(replicas).module(prologue, body, trip, n)
     fast, slow = _both(text)
-    if trip != "uniform":
+    if trip not in ("uniform", "cond_uniform"):
         assert _verdict(fast) == _verdict(slow), (text, fast.to_text(), slow.to_text())
         return
     # The reference cannot prove a trip count from data; run it at each count 0..5 instead:
     # a problem at some counts is a warning ("the data decides"), one at every count an error.
     per_count = [_verdict(check_module(xladist.parse_hlo(
-        _Gen(replicas).module(prologue, body, "uniform_as", k)), engine="unroll"))[1]
+        _Gen(replicas).module(prologue, body, f"{trip}_as", k)), engine="unroll"))[1]
         for k in range(6)]
     # By kind: a problem with the same text in several runs is reported once, naming the
     # devices of the first run it showed in (those blocked behind a cycle vary by count).

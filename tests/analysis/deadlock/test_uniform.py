@@ -241,11 +241,11 @@ def test_a_trip_count_uniform_per_row_is_proven_when_the_loop_stays_in_rows(body
 
 
 # ---- the jax_extra corpus ---------------------------------------------------------------------
-# Every case is proven, except where the data really decides: a while loop whose trip count is
-# a pmax (unbounded, not enumerable), and a switch whose third branch permutes across both rows
-# while each row picks its branch from its own psum (a real hang if the rows disagree).
+# Every case is proven, except where the data really decides: a switch whose third branch
+# permutes across both rows while each row picks its branch from its own psum (a real hang if
+# the rows disagree). (loops_collectives_mesh2's `while pmax(max|x|) > 0.3` was "unproven"
+# until the check read an all-reduce in a loop's condition as uniform.)
 EXPECTED_WARNINGS = {
-    "loops_collectives_mesh2": {"unproven"},
     "cond_switch_collectives_mesh2x2": {"unmatched"},
 }
 
@@ -259,3 +259,185 @@ def test_jax_extra_corpus(case):
     assert report.ok, report.to_text()
     assert {p.kind for p in report.problems} == EXPECTED_WARNINGS.get(case, set()), \
         report.to_text()
+
+
+# ---- loops whose condition all-reduces: `while psum(i) < 6` ----------------------------------
+# jax's usual convergence loop under shard_map, `lax.while_loop(lambda c: lax.psum(c[1], "d")
+# < 6, step, (a, 0))`, puts the collective in the condition (found by the JAX mesh sweep:
+# every run warned "unproven"). Each member of the all-reduce's group gets the same result in
+# every evaluation, whatever it contributes, so the group runs the same number of iterations;
+# the check enumerates it as it does a uniform trip count (trace.py _plan_by_induction).
+# Here each device steps its counter by its own data `k`: psum(i) after t iterations is t
+# times the group's sum of k, so the trip count is data, uniform per group of the condition.
+JAX_LOOPS = TESTS / "data" / "deadlock" / "jax_while_psum_cond"
+
+CLOOP = """HloModule m, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%addi (i: s32[], j: s32[]) -> s32[] {
+  %i = s32[] parameter(0)
+  %j = s32[] parameter(1)
+  ROOT %s = s32[] add(%i, %j)
+}
+
+%cond (c: (f32[4], s32[], s32[])) -> pred[] {
+  %c = (f32[4]{0}, s32[], s32[]) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=1
+  %ck = s32[] get-tuple-element(%c), index=2
+  COND_OP
+  %v = s32[] COND_VALUE
+  %lim = s32[] constant(6)
+  ROOT %lt = pred[] compare(%v, %lim), direction=LT
+}
+
+%body (b: (f32[4], s32[], s32[])) -> (f32[4], s32[], s32[]) {
+  %b = (f32[4]{0}, s32[], s32[]) parameter(0)
+  %x = f32[4]{0} get-tuple-element(%b), index=0
+  %i = s32[] get-tuple-element(%b), index=1
+  %k = s32[] get-tuple-element(%b), index=2
+  %y = f32[4]{0} BODY_OP
+  %i1 = s32[] add(%i, %k)
+  ROOT %t = (f32[4]{0}, s32[], s32[]) tuple(%y, %i1, %k)
+}
+
+ENTRY %e (x0: f32[4], k: s32[]) -> f32[4] {
+  %x0 = f32[4]{0} parameter(0)
+  %k = s32[] parameter(1)
+  %z = s32[] constant(0)
+  %t0 = (f32[4]{0}, s32[], s32[]) tuple(%x0, %z, %k)
+  %w = (f32[4]{0}, s32[], s32[]) while(%t0), condition=%cond, body=%body
+  %r = f32[4]{0} get-tuple-element(%w), index=0
+  ROOT %all = f32[4]{0} all-reduce(%r), channel_id=4, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+}
+"""
+
+COLS = "{{0,2},{1,3}}"
+_PSUM = ("%ps = s32[] all-reduce(%ci), channel_id=1, replica_groups=GROUPS, "
+         "use_global_device_ids=true, to_apply=%addi")
+_RING = '_xla_send_recv_source_target_pairs="{{0,1},{1,2},{2,3},{3,0}}"'
+_RECV = "\n  ".join([
+    "%tok = token[] after-all()",
+    f"%rv = (s32[], u32[], token[]) recv(%tok), channel_id=5, frontend_attributes={{{_RING}}}",
+    f"%sn = (s32[], u32[], token[]) send(%ci, %tok), channel_id=5, frontend_attributes={{{_RING}}}",
+    "%rd = (s32[], token[]) recv-done(%rv), channel_id=5",
+    "%sd = token[] send-done(%sn), channel_id=5",
+    "%ps = s32[] get-tuple-element(%rd), index=0"])
+
+
+def cloop(cond_groups=ALL, body_groups=ALL, value="copy(%ps)", cond_op=_PSUM, n=4,
+          step="%k"):
+    """`step`: what the body adds to the counter (the device's data k, or a constant)."""
+    text = (CLOOP.replace("COND_OP", cond_op.replace("GROUPS", cond_groups))
+            .replace("%i1 = s32[] add(%i, %k)", f"%one = s32[] constant(1)\n  "
+                     f"%i1 = s32[] add(%i, {step})")
+            .replace("COND_VALUE", value)
+            .replace("BODY_OP", _ROW_AR.replace("GROUPS", body_groups)))
+    if n == 2:
+        text = (text.replace("num_partitions=4", "num_partitions=2")
+                .replace("{{0,1,2,3}}", "{{0,1}}").replace(_RING, _RING.replace(
+                    "{{0,1},{1,2},{2,3},{3,0}}", "{{0,1},{1,0}}")))
+    m = xladist.parse_hlo(text)
+    xladist.verify(m)
+    return m
+
+
+def _not_proven(report):
+    """Never "proven": unproven (a warning) or a problem the data may decide."""
+    kinds = {p.kind for p in report.problems}
+    assert report.problems and kinds <= {"unproven", "unmatched", "mismatch", "deadlock"}, \
+        report.to_text()
+    assert not report.ok or kinds == {"unproven"} or all(
+        p.severity == "warning" for p in report.problems), report.to_text()
+
+
+@pytest.mark.parametrize("name, n", [("m2_f32", 2), ("m4_s32", 4)])
+def test_jax_while_with_psum_in_its_condition_is_proven(name, n):
+    module = xladist.load_hlo(JAX_LOOPS / f"{name}.hlo")
+    report = check_module(module, n, strict=True)
+    assert report.ok and report.problems == [], report.to_text()
+    # The per-device path proves it too (no class shortcut), and the unrolling reference,
+    # which cannot enumerate a trip count, does not.
+    assert check_module(module, n, symmetry=False, strict=True).problems == []
+    slow = check_module(module, n, engine="unroll")
+    assert [p.kind for p in slow.problems] == ["unproven"], slow.to_text()
+
+
+@pytest.mark.parametrize("cond_groups, body_groups", [
+    (ALL, ALL), (ALL, ROWS), (ALL, COLS),
+    # rows may run different counts; nothing in the loop links two rows
+    (ROWS, ROWS), (ROWS, "{{0},{1},{2},{3}}")])
+def test_condition_psum_uniform_over_the_body_groups_is_proven(cond_groups, body_groups):
+    report = check_module(cloop(cond_groups, body_groups), 4, strict=True)
+    assert report.ok and report.problems == [], report.to_text()
+
+
+@pytest.mark.parametrize("cond_groups, body_groups", [
+    # the rows' trip counts may differ and the body's all-reduce spans both rows: row 1
+    # leaves the loop while row 0 waits in it (test_cond_loops_run.py runs it: a hang)
+    (ROWS, ALL), (ROWS, COLS), (COLS, ROWS),
+    # every device on its own: nothing keeps them together
+    ("{{0},{1},{2},{3}}", ALL)])
+def test_condition_psum_over_groups_the_body_crosses_is_not_proven(cond_groups, body_groups):
+    _not_proven(check_module(cloop(cond_groups, body_groups), 4))
+    assert not check_module(cloop(cond_groups, body_groups), 4, strict=True).ok
+
+
+@pytest.mark.parametrize("value", [
+    # the uniform sum plus a per-device value: partition-id, the device's own counter (it
+    # steps by the device's data), the device's data itself
+    "add(%ps, %pid)", "add(%ps, %ci)", "add(%ps, %ck)", "copy(%ci)"])
+def test_condition_mixing_psum_with_a_device_value_is_not_proven(value):
+    op = _PSUM + "\n  %pidu = u32[] partition-id()\n  %pid = s32[] convert(%pidu)"
+    _not_proven(check_module(cloop(value=value, cond_op=op), 4))
+
+
+@pytest.mark.parametrize("cond_op", [
+    # what a neighbour holds is not what this device holds: no group decides together
+    "%ps = s32[] collective-permute(%ci), channel_id=1, "
+    "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}",
+    _RECV,
+    # an all-reduce-start/done pair is not read as uniform (only a synchronous all-reduce)
+    "%st = s32[] all-reduce-start(%ci), channel_id=1, replica_groups={{0,1,2,3}}, "
+    "use_global_device_ids=true, to_apply=%addi\n  %ps = s32[] all-reduce-done(%st)"])
+def test_condition_reading_a_permute_or_a_channel_is_not_proven(cond_op):
+    _not_proven(check_module(cloop(cond_op=cond_op), 4))
+
+
+def test_condition_psum_plus_a_counter_is_proven():
+    # `psum(k) + i < 6` with i stepping by 1 from 0: the counter is the same on every
+    # device (a constant stepped by a constant), the psum uniform; and with i stepping by
+    # the device's own k, not.
+    op = _PSUM.replace("(%ci)", "(%ck)")
+    m = cloop(value="add(%ps, %ci)", cond_op=op, step="%one")
+    assert check_module(m, 4, strict=True).problems == [], check_module(m, 4).to_text()
+    _not_proven(check_module(cloop(value="add(%ps, %ci)", cond_op=op), 4))
+
+
+def test_every_evaluation_of_the_condition_is_traced():
+    """Trip count t: the condition's all-reduce runs t + 1 times (its last evaluation is
+    false), interleaved with t bodies; from 3 on one traced iteration stands for the rest."""
+    from xladist.analysis.deadlock.facts import ModuleFacts
+    from xladist.analysis.deadlock.check import resolve_devices
+    from xladist.analysis.deadlock.trace import trace_device
+    from xladist.analysis.schedule import schedule_module
+    m = cloop()
+    facts = ModuleFacts(m, resolve_devices(m, 4))
+    for chosen, labels in [
+            (0, ["condition 1"]),
+            (2, ["condition 1", "iteration 1", "condition 2", "iteration 2", "condition 3"]),
+            (3, ["condition 1", "iteration 1", "condition 2", "iteration 2", "condition 3",
+                 "from iteration 3", "from condition 4"])]:
+        tr = trace_device(facts, schedule_module(m), 1,
+                          choose=lambda key, n, where, d, k=chosen: k)
+        assert tr.unproven is None
+        got = [(ev.instr.name, ev.ctx[-1].removesuffix(" of w") if ev.ctx else None)
+               for ev in tr.events]
+        want = [("ps" if "condition" in lab else "y", lab) for lab in labels] + [("all", None)]
+        assert [g[1] for g in got[:-1]] == labels and got[-1][0] == "all", got
+        assert [g[0] for g in got[:-1]] == [w[0] for w in want[:-1]], got
+        assert tr.shortened and tr.shortened[0][2][0] == "uniform"

@@ -89,9 +89,12 @@ def _view(i: Instruction):
     return _Wrapped(root, operands)
 
 
-def _reads(root: Instruction, param: Instruction) -> set[int] | None:
+def _reads(root: Instruction, param: Instruction,
+           reduced: list | None = None) -> set[int] | None:
     """The tuple indices of `param` that `root` reads through pure ops; None if it reads
-    anything else (the whole parameter, device ids, data)."""
+    anything else (the whole parameter, device ids, data).  With `reduced` (a list), an
+    all-reduce is read too: its result is the same on every member of its group whatever
+    its operand, so the operand is not followed and the all-reduce joins `reduced`."""
     out: set[int] = set()
     seen: set[Instruction] = set()
     stack = [root]
@@ -100,6 +103,9 @@ def _reads(root: Instruction, param: Instruction) -> set[int] | None:
         if i in seen:
             continue
         seen.add(i)
+        if reduced is not None and i.opcode == "all-reduce" and i.shape.is_array:
+            reduced.append(i)
+            continue
         if i.shape.is_array and i.shape.size > MAX_FOLD_ELEMENTS:
             return None
         if i.opcode == "get-tuple-element" and i.operands[0] is param:
@@ -111,15 +117,19 @@ def _reads(root: Instruction, param: Instruction) -> set[int] | None:
     return out
 
 
-def control_slice(cond: Computation, body: Computation) -> tuple[int, ...] | None:
+def control_slice(cond: Computation, body: Computation,
+                  reduced: list | None = None) -> tuple[int, ...] | None:
     """The loop-state indices that decide the trip count, closed under the body; None when
-    they depend on anything but themselves and constants."""
+    they depend on anything but themselves and constants.  With `reduced` (a list: the
+    condition communicates), the condition may also read all-reduces it computes itself,
+    which are appended to `reduced` (their operands are not part of the slice: every member
+    of the group gets the same result whatever each member contributes)."""
     if len(cond.parameters) != 1 or len(body.parameters) != 1:
         return None
     root = body.root
     if root is None or root.opcode != "tuple" or cond.root is None:
         return None
-    todo = _reads(cond.root, cond.parameters[0])
+    todo = _reads(cond.root, cond.parameters[0], reduced)
     if todo is None:
         return None
     done: set[int] = set()

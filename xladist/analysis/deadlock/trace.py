@@ -325,7 +325,12 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     p = body_period(body, state, _needs_values)
     if p is None:
         return None
-    indices = control_slice(cond, body)
+    # A condition that communicates (`while psum(x) < 6`) issues its events once per
+    # iteration and once more at the end: they must not depend on the iteration either.
+    reduced = [] if computation_communicates(cond) else None
+    if reduced is not None and _needs_values(cond):
+        return None
+    indices = control_slice(cond, body, reduced)
     if indices is None:
         return None
     if t.ids is not None and isinstance(state, tuple):
@@ -333,13 +338,21 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     n = closed_form_trip_count(cond, body, state)
     if n is None:
         key = slice_key(state, indices)
+        if reduced:
+            # The condition's own all-reduces: each member of a group gets the same result
+            # in every evaluation, whatever it contributes; their groups (and how often
+            # this device ran them: which loop instance) join the key, so devices in
+            # different groups choose apart (check.py then proves the loop only if nothing
+            # inside it links them).
+            keys = tuple(t.uniform_key(ar) for ar in reduced)
+            key = None if key is None or None in keys else key + keys
         go = t.folder.eval(cond.root, Frame(cond, [state]))
         if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
             return None
         # The slice holds all-reduce results and equal constants, and computes only from
-        # itself: every device with this key runs the same number of iterations, whatever
-        # it is.  Enumerated like a data-chosen branch: each count below 3p exactly, and
-        # the counts from 3p on by their remainder modulo p.
+        # itself and the condition's all-reduces: every device with this key runs the same
+        # number of iterations, whatever it is.  Enumerated like a data-chosen branch: each
+        # count below 3p exactly, and the counts from 3p on by their remainder modulo p.
         at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
             where(instr, ctx)
         options = (INDUCTION_ITERATIONS + 1) * p
@@ -351,15 +364,18 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     return reps + (n - reps) % p, (n, p), p
 
 
-def _label(instr, k: int, trips: int, record, p: int) -> str:
+def _label(instr, k: int, trips: int, record, p: int, what: str = "iteration",
+           shown: int | None = None) -> str:
     """Iteration k (1-based) of a loop traced by induction: from iteration 2p + 1 on, one
-    traced iteration stands for itself and every p-th one after it."""
+    traced iteration stands for itself and every p-th one after it.  `what`, `shown`: the
+    condition's evaluation `shown` that follows iteration k, which stands for as many."""
+    shown = k if shown is None else shown
     if record is None or k <= (INDUCTION_ITERATIONS - 1) * p or (
             record[0] == "uniform" and record[2] < INDUCTION_ITERATIONS * p):
-        return f"iteration {k} of {instr.name}"
+        return f"{what} {shown} of {instr.name}"
     if p == 1:
-        return f"from iteration {k} of {instr.name}"
-    return f"iteration {k} of {instr.name} and every {p}th after it"
+        return f"from {what} {shown} of {instr.name}"
+    return f"{what} {shown} of {instr.name} and every {p}th after it"
 
 
 @_rule("while")
@@ -367,7 +383,7 @@ def _while(t: _Tracer, instr, frame, ctx):
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     folder = t.folder
     cond_comm = computation_communicates(cond)
-    plan = _plan_by_induction(t, instr, frame, ctx) if t.induction and not cond_comm else None
+    plan = _plan_by_induction(t, instr, frame, ctx) if t.induction else None
     if plan is not None:
         trips, record, p = plan
         if record is not None:
@@ -375,6 +391,10 @@ def _while(t: _Tracer, instr, frame, ctx):
             t.looping += 1
         state = t.lazy_operands(instr, frame)[0]
         try:
+            # A communicating condition runs before every iteration and once more after
+            # the last (its false evaluation): evaluation k + 1 follows iteration k.
+            if cond_comm:
+                t.walk(cond, Frame(cond, [state]), ctx + (f"condition 1 of {instr.name}",))
             for k in range(trips):
                 label = _label(instr, k + 1, trips, record, p)
                 t.tick(instr, ctx + (label,))
@@ -383,6 +403,9 @@ def _while(t: _Tracer, instr, frame, ctx):
 
                 def state(bf=bframe):  # forced only if the body asks for the loop state
                     return folder.eval(body.root, bf)
+                if cond_comm:
+                    t.walk(cond, Frame(cond, [state]), ctx + (_label(
+                        instr, k + 1, trips, record, p, "condition", k + 2),))
         finally:
             if record is not None:
                 t.looping -= 1
