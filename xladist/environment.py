@@ -47,6 +47,7 @@ _NUMBERS = {
                                   "a number of seconds >= 0 (0: off), at most 1e9"),
     "XLADIST_REGISTER_TIMEOUT": (False, 0, MAX_SECONDS, "a number of seconds >= 0, at most 1e9"),
     "XLADIST_COORD_PORT": (True, 0, 65535, "a TCP port number, 0 (any free one) to 65535"),
+    "XLADIST_CACHE_MAX_MB": (False, 0, None, "a size in MiB >= 0 (0: no bound)"),
 }
 
 

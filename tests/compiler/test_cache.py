@@ -189,3 +189,67 @@ def test_runtime_builtins_object_comes_from_the_cache_in_the_next_process(cache)
     second = probe("no-llvm-codegen")
     assert second.returncode == 0, second.stderr
     assert first.stdout.split() == second.stdout.split() == ["1.0", "-2.5"]
+
+
+def _key(i: int, shard: str = "ab") -> str:
+    return shard + f"{i:062x}"
+
+
+def test_the_cache_is_bounded_least_recently_used_first(cache, monkeypatch):
+    """A stream of distinct modules grew the cache without bound (~5 KB per small module on
+    disk). With XLADIST_CACHE_MAX_MB each `key[:2]` folder keeps at most 1/256 of it: a
+    store evicts that folder's least recently used entries (a hit counts as a use), never
+    one used in the last minute, never the one just written; old temporary files of
+    crashed writers go too, a writer's fresh one stays."""
+    monkeypatch.setenv("XLADIST_CACHE_MAX_MB", "0")  # filled without a bound first
+    budget = 4 * (1 << 20) // kernel_cache.SHARDS
+    payload = bytes(3000)
+    size = len(kernel_cache.encode(_key(0), payload))
+    for i in range(300):
+        kernel_cache.store(_key(i), payload)
+        path = kernel_cache.entry_path(_key(i))
+        t = 1_000_000 + i  # written long ago, in this order
+        os.utime(path, (t, t))
+    folder = kernel_cache.entry_path(_key(0)).parent
+    stale, fresh = folder / ".x.o.1.tmp", folder / ".x.o.2.tmp"
+    stale.write_bytes(b"partial")
+    os.utime(stale, (1_000_000, 1_000_000))
+    fresh.write_bytes(b"partial")
+    monkeypatch.setenv("XLADIST_CACHE_MAX_MB", "4")  # 16 KiB per folder
+    # Entry 250 is read again (a hit): now the most recently used, it must survive.
+    assert kernel_cache.load(_key(250)) == payload
+    assert os.path.getmtime(kernel_cache.entry_path(_key(250))) > 1_000_300
+    kernel_cache.store(_key(300), payload)  # prunes the folder it wrote into
+    left = sorted(p.name for p in folder.glob("*.o"))
+    assert sum((folder / n).stat().st_size for n in left) <= budget
+    assert len(left) == budget // size, left
+    assert _key(300) + ".o" in left and _key(250) + ".o" in left
+    # the others kept are the most recently written ones
+    assert _key(299) + ".o" in left and _key(0) + ".o" not in left
+    assert not stale.exists() and fresh.exists()
+    # another folder is pruned by its own stores only
+    kernel_cache.store(_key(0, "cd"), payload)
+    assert kernel_cache.load(_key(0, "cd")) == payload
+
+
+def test_the_bound_never_evicts_what_was_used_in_the_last_minute(cache, monkeypatch):
+    monkeypatch.setenv("XLADIST_CACHE_MAX_MB", "0.001")  # smaller than one entry
+    for i in range(20):
+        kernel_cache.store(_key(i), bytes(3000))
+    # all were written just now: other processes may be about to read them
+    assert len(list(kernel_cache.entry_path(_key(0)).parent.glob("*.o"))) == 20
+    monkeypatch.setenv("XLADIST_CACHE_MAX_MB", "0")  # 0: no bound
+    for i in range(20):
+        path = kernel_cache.entry_path(_key(i))
+        os.utime(path, (1_000_000, 1_000_000))
+    kernel_cache.store(_key(99), bytes(3000))
+    assert len(list(kernel_cache.entry_path(_key(0)).parent.glob("*.o"))) == 21
+
+
+def test_the_cache_bound_is_checked_before_anything_runs(monkeypatch):
+    from xladist import environment
+    from xladist.errors import InputError
+
+    monkeypatch.setenv("XLADIST_CACHE_MAX_MB", "-1")
+    with pytest.raises(InputError, match="XLADIST_CACHE_MAX_MB='-1'.*MiB"):
+        environment.check()

@@ -327,6 +327,51 @@ def test_reduce_scatter_compiled_fold_matches_left_fold(cache, monkeypatch, name
         assert calls == [4096] * (n - 1), "the compiled kernel must fold whole parts"
 
 
+def test_user_op_keeps_no_reducer_alive(cache):
+    """Each program builds its own reducers, whose fn and into reach the whole program (a
+    cluster's ranks load one per call). The user op's tables held every (reducer, dtype) and
+    its fn for the process's life: a rank kept every program it ever ran (~50 KB per cluster
+    call with a custom reducer). Now a reducer that goes takes nothing with it, its datatype
+    serves the next reducer, and results stay the left fold, bit-identical on every member."""
+    import gc
+    import weakref
+
+    import xladist.collectives as C
+    from xladist.collectives import reduction, user_op
+    from xladist.collectives.communicator import _BOUND_ENTRIES
+    from xladist.semantics.order import maximum
+
+    comm = cache.get(list(range(cache.world.size)))
+    n = comm.size
+    kept = reduction.Reducer("max", maximum, "kept max")  # alive throughout: still right
+    refs, before = [], len(user_op._BY_TYPE)  # other tests' reducers live on (tests/mpi/cases.py)
+    for i in range(300):
+        payload = np.full(1000, i)  # what a program's reducer reaches
+
+        def sub(a, b, payload=payload):
+            return a - b + payload[:0].sum().astype(a.dtype)
+
+        # max over any group (order-free), a custom non-associative reducer over two members
+        red = (reduction.Reducer("max", maximum, f"max {i}") if n > 2 or i % 2
+               else reduction.Reducer(None, sub, f"sub {i}"))
+        dtype = np.dtype([np.float32, np.float64, DTYPES["bf16"]][i % 3])
+        assert reduction.builtin_op(red, dtype) is None and reduction.user_op_ok(red, dtype, n)
+        xs = [make_input(SEED, 7 * i + r, (5,), dtype) for r in range(n)]
+        for r_, sync in ((red, i % 2 == 0), (kept, True)):
+            got = (C.all_reduce(comm, xs[comm.rank], r_) if sync
+                   else C.all_reduce_start(comm, xs[comm.rank], r_).wait())
+            assert got.tobytes() == reduction.fold(r_, xs).tobytes(), f"{r_} {dtype} n={n}"
+            assert len(set(MPI.COMM_WORLD.allgather(got.tobytes()))) == 1
+        refs.append((weakref.ref(red), weakref.ref(payload)))
+        del red, sub, payload
+    gc.collect()
+    # The communicator's bounded table of bound calls (communicator.py) keeps the latest few.
+    alive = sum(r() is not None or p() is not None for r, p in refs)
+    assert alive <= _BOUND_ENTRIES, f"{alive} of 300 reducers (or what their fn reaches) alive"
+    # the datatypes in use: the live reducers', not one per reducer ever seen
+    assert len(user_op._BY_TYPE) - before <= _BOUND_ENTRIES + 3, len(user_op._BY_TYPE) - before
+
+
 def test_user_op_error_is_raised_not_swallowed(cache):
     import xladist.collectives as C
     from xladist.collectives.reduction import Reducer

@@ -22,42 +22,60 @@ computations) over groups of three or more down the generic path, which folds le
 order exactly like the interpreter.
 
 Buffers travel as an MPI datatype of the element's width (so MPI never splits an element),
-one datatype per (reducer, dtype), which tells the single callback what to compute.  An exception in ``fn`` cannot
+one datatype per live (reducer, dtype), which tells the single callback what to compute.  An exception in ``fn`` cannot
 propagate through MPI's C stack: it is kept and re-raised by :func:`raise_pending` once the
 MPI call returns.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 __all__ = ["raise_pending", "user_op"]
 
 # mpi4py allows only a few user-defined ops per process, while a program may have any number of
-# reducers.  So there is ONE op, and the reducer travels in the datatype: every (reducer, dtype)
-# gets its own committed datatype of the element's width, which MPI hands back to the callback;
-# the callback looks the pair up by the datatype's handle.  Process-wide and never freed (a
-# program has a handful of reducers), like the row datatypes in mpi_communicator.py.
+# reducers.  So there is ONE op, and the reducer travels in the datatype: every live (reducer,
+# dtype) gets its own committed datatype of the element's width, which MPI hands back to the
+# callback; the callback looks the reducer up by the datatype's handle.  Nothing here keeps a
+# reducer alive: every program (each cluster call loads one) builds its own reducers, whose fn
+# and into reach the whole program, so the tables hold the reducer weakly, and when it goes its
+# datatypes go back to a pool of their width for the next reducer (no MPI call from a garbage
+# collection, which may run inside an MPI callback or after MPI_Finalize).  The datatypes in
+# use are the reducers alive at once, not every reducer the process ever saw.
 _OP = None
-_BY_TYPE: dict[int, tuple] = {}           # datatype handle -> (fn, dtype, ufunc or None)
-_TYPES: dict[tuple, object] = {}          # (reducer, dtype) -> datatype
+_BY_TYPE: dict[int, tuple] = {}   # datatype handle -> (weakref to the reducer, dtype)
+_TYPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # reducer -> {dtype: datatype}
+_FREE: dict[int, list] = {}       # itemsize -> committed datatypes no live reducer uses
 _errors: list[BaseException] = []
 
 
 def _combine(inbuf, inoutbuf, datatype):
     try:
-        fn, dtype, ufunc, into = _BY_TYPE[datatype.py2f()]
+        ref, dtype = _BY_TYPE[datatype.py2f()]
+        reducer = ref()
+        if reducer is None:  # cannot happen while a call runs: its caller holds the reducer
+            raise RuntimeError("the all-reduce's reducer was freed during the call")
+        fn, into = reducer.fn, reducer.into
         a = np.frombuffer(inbuf, dtype)
         b = np.frombuffer(inoutbuf, dtype)
         with np.errstate(all="ignore"):
             if into is not None:
                 into(a, b, b)
-            elif ufunc is not None:
-                ufunc(a, b, out=b, casting="unsafe")
+            elif isinstance(fn, np.ufunc):
+                fn(a, b, out=b, casting="unsafe")
             else:
                 np.copyto(b, fn(a, b), casting="unsafe")
     except BaseException as e:  # noqa: BLE001 -- re-raised after the MPI call returns
         _errors.append(e)
+
+
+def _release(types: dict) -> None:
+    """A reducer went: its datatypes return to the pool (dict and list operations only)."""
+    for dtype, dt in types.items():
+        _BY_TYPE.pop(dt.py2f(), None)
+        _FREE.setdefault(dtype.itemsize, []).append(dt)
 
 
 def user_op(MPI, reducer, dtype: np.dtype):
@@ -67,16 +85,19 @@ def user_op(MPI, reducer, dtype: np.dtype):
     global _OP
     if reducer.native:
         return _native(MPI, reducer.native, dtype)
-    key = (reducer, dtype)
-    dt = _TYPES.get(key)
+    types = _TYPES.get(reducer)
+    if types is None:
+        types = _TYPES[reducer] = {}
+        # The dict, not the reducer: the finalizer must not keep it alive.
+        weakref.finalize(reducer, _release, types)
+    dt = types.get(dtype)
     if dt is None:
         if _OP is None:
             _OP = MPI.Op.Create(_combine, commute=False)
-        dt = MPI.BYTE.Create_contiguous(dtype.itemsize).Commit()
-        fn = reducer.fn
-        _BY_TYPE[dt.py2f()] = (fn, dtype, fn if isinstance(fn, np.ufunc) else None,
-                               reducer.into)
-        _TYPES[key] = dt
+        free = _FREE.get(dtype.itemsize)
+        dt = free.pop() if free else MPI.BYTE.Create_contiguous(dtype.itemsize).Commit()
+        _BY_TYPE[dt.py2f()] = (weakref.ref(reducer), dtype)
+        types[dtype] = dt
     return _OP, dt
 
 

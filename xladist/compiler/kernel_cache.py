@@ -19,6 +19,17 @@ Entries are written to a temporary file in the same directory and renamed over t
 target (os.replace is atomic), so ranks compiling the same module at once each write a
 whole entry and readers see an old whole entry or a new whole one, never a mix.
 
+The cache is bounded (XLADIST_CACHE_MAX_MB, default DEFAULT_MAX_MB; 0: no bound) by
+least-recently-used eviction, as ccache does it: each of the 256 `key[:2]` folders holds at
+most 1/256 of the bound, and a store prunes the folder it wrote into (one listing of
+~1/256 of the entries, only after a cold compile). A hit sets the entry's modification
+time, so the oldest is the least recently used. Safe with any number of processes and hosts
+sharing the folder or not: a pruner never deletes an entry used (read or written) in the
+last MIN_AGE_S seconds nor one whose time changed since it looked, and deleting can never
+hurt a reader (an entry is read whole through one open file, which keeps its bytes after
+`unlink`; a missing entry is a miss, compiled again and stored). Temporary files a crashed
+writer left are removed after STALE_TMP_S.
+
 A rank of a job also asks the job's coordination service (`set_remote`: the runtime
 installs the fetch), which holds the object the launching process compiled for the whole
 job: a miss here is then a hit there, and remote hosts need no cache of their own.
@@ -28,7 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import struct
+import time
 import threading
 import warnings
 from pathlib import Path
@@ -41,6 +54,10 @@ MAGIC = b"XLDKCACH"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sI32sQ32s")
 HEADER_SIZE = _HEADER.size
+DEFAULT_MAX_MB = 2048     # XLADIST_CACHE_MAX_MB when unset: ~400,000 small modules
+SHARDS = 256              # the `key[:2]` folders
+MIN_AGE_S = 60.0          # an entry used this recently is never evicted
+STALE_TMP_S = 86400.0     # a writer's temporary file this old was left by a crash
 
 
 class KernelCacheWarning(UserWarning):
@@ -132,11 +149,14 @@ def _load_file(key: str, path: Path) -> bytes | None:
                       KernelCacheWarning, stacklevel=2)
         return None
     try:
-        return decode(key, data)
+        payload = decode(key, data)
     except ValueError as e:
         warnings.warn(f"kernel cache entry {path} is damaged ({e}); recompiling and "
                       f"replacing it", KernelCacheWarning, stacklevel=2)
         return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # most recently used (a read-only cache just does not record it)
+    return payload
 
 
 def store(key: str, payload: bytes) -> None:
@@ -148,4 +168,44 @@ def store(key: str, payload: bytes) -> None:
         # temporary file + rename: ranks writing the same entry never leave a partial one
         write_atomic(path, lambda f: f.write(encode(key, payload)), "kernel cache entry")
     except (OSError, OutputError):
-        pass  # a read-only or full cache is not an error, only slower
+        return  # a read-only or full cache is not an error, only slower
+    limit = environment.setting("XLADIST_CACHE_MAX_MB", DEFAULT_MAX_MB)
+    if limit:
+        prune(path.parent, limit * (1 << 20) / SHARDS, keep=path.name)
+
+
+def prune(folder: Path, budget: float, keep: str = "", now: float | None = None) -> None:
+    """Delete the least recently used entries of one `key[:2]` folder until its entries
+    hold at most `budget` bytes (module doc: what is never deleted, and why deleting is safe
+    for everyone else); `keep` (the entry just written) stays."""
+    now = time.time() if now is None else now
+    entries = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        p = folder / name
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # another process removed it
+        if name.endswith(".o"):
+            entries.append((st.st_mtime_ns, st.st_size, name))
+        elif name.startswith(".") and name.endswith(".tmp") and now - st.st_mtime > STALE_TMP_S:
+            with contextlib.suppress(OSError):
+                p.unlink()
+    total = sum(size for _, size, _ in entries)
+    for mtime, size, name in sorted(entries):  # oldest first
+        if total <= budget:
+            break
+        if name == keep or now - mtime / 1e9 < MIN_AGE_S:
+            continue
+        p = folder / name
+        try:
+            if p.stat().st_mtime_ns != mtime:
+                continue  # used since we looked
+            p.unlink()
+        except OSError:
+            continue  # gone already (another pruner), or not ours to delete
+        total -= size
