@@ -38,8 +38,9 @@ def load_hlo(path, what: str = "module file"):
 
 def verify(module):
     """Check every instruction's shape and attributes; raises VerifierError."""
+    from .hlo.ir import expect_module
     from .hlo.verifier import verify_module
-    return verify_module(module)
+    return verify_module(expect_module(module, "verify"))
 
 
 def compile(module, backend: str = "cpu", **options):

@@ -96,10 +96,8 @@ def _check_async_groups(module) -> None:
 
 def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
     """Compile `module` for one device with the named backend; returns an Executable."""
-    from .hlo.ir import Module
-    if not isinstance(module, Module):
-        raise InputError(f"compile takes a parsed module (xladist.load_hlo(path) or "
-                         f"xladist.parse_hlo(text)), got {type(module).__name__}")
+    from .hlo.ir import expect_module
+    expect_module(module, "compile")
     if not isinstance(backend, str):
         raise InputError(f"backend must be a name (cpu or interpreter), got {backend!r}")
     factory = load_backend(backend)

@@ -17,14 +17,35 @@ from pathlib import Path
 
 from .errors import InputError
 
+# The longest wait (a timeout, a budget) xladist takes, in seconds: about 31 years. Longer
+# ones overflow the operating system's timers (threading waits, select: time_t), which
+# ended a run with OverflowError tracebacks from its ranks; 0 is how to say "no deadline".
+MAX_SECONDS = 1e9
+
+
+def check_seconds(value, what: str, zero: str = "") -> float:
+    """`value` is a number of seconds from 0 to MAX_SECONDS (InputError naming `what`
+    otherwise); `zero` says what 0 means, e.g. " (0: no deadline)"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{what} must be a number, got {value!r}")
+    if not value >= 0:  # also NaN
+        raise InputError(f"{what} must be a number of seconds >= 0{zero}, got {value}")
+    if value > MAX_SECONDS:
+        raise InputError(f"{what} must be at most {MAX_SECONDS:.0f} seconds (31 years)"
+                         f"{zero}, got {value}")
+    return float(value)
+
+
 # name: (whole number?, least value, greatest value or None, what it takes)
 _NUMBERS = {
     "XLADIST_THREADS": (True, 1, None, "a whole number of threads >= 1"),
     "XLADIST_COMPILE_JOBS": (True, 1, None, "a whole number of processes >= 1"),
     "XLADIST_VECTOR_WIDTH": (True, 1, None, "a vector width in bits, a whole number >= 1"),
-    "XLADIST_COLLECTIVE_TIMEOUT": (False, 0, None, "a number of seconds >= 0 (0: no deadline)"),
-    "XLADIST_HEARTBEAT_TIMEOUT": (False, 0, None, "a number of seconds >= 0 (0: off)"),
-    "XLADIST_REGISTER_TIMEOUT": (False, 0, None, "a number of seconds >= 0"),
+    "XLADIST_COLLECTIVE_TIMEOUT": (False, 0, MAX_SECONDS,
+                                   "a number of seconds >= 0 (0: no deadline), at most 1e9"),
+    "XLADIST_HEARTBEAT_TIMEOUT": (False, 0, MAX_SECONDS,
+                                  "a number of seconds >= 0 (0: off), at most 1e9"),
+    "XLADIST_REGISTER_TIMEOUT": (False, 0, MAX_SECONDS, "a number of seconds >= 0, at most 1e9"),
     "XLADIST_COORD_PORT": (True, 0, 65535, "a TCP port number, 0 (any free one) to 65535"),
     "XLADIST_CACHE_MAX_MB": (False, 0, None, "a size in MiB >= 0 (0: no bound)"),
 }

@@ -21,6 +21,7 @@ set of rules rather than case by case (README "Error formats"):
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
@@ -40,13 +41,16 @@ NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, Key
                NotImplementedError, SyntaxError)
 
 
-def _is_path(source) -> bool:
+def is_path(source) -> bool:
+    """Whether `source` can name a file (str, bytes, PathLike), not an open file or other."""
     return isinstance(source, (str, bytes, os.PathLike))
 
 
 # ---- sources ---------------------------------------------------------------------------
 def check_source(path, what: str) -> Path:
     """`path` is a readable, non-empty regular file (InputError naming `what` otherwise)."""
+    if not is_path(path):
+        raise InputError(f"{what} must be a path, got {type(path).__name__}")
     p = Path(os.fsdecode(path))
     if not str(path):
         raise InputError(f"{what}: the path is empty")
@@ -56,6 +60,8 @@ def check_source(path, what: str) -> Path:
         raise InputError(f"{what} {p}: does not exist") from None
     except OSError as e:
         raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # a NUL byte in the path
+        raise InputError(f"{what} {str(p)!r}: not a usable path ({e})") from None
     if p.is_dir():
         raise InputError(f"{what} {p}: is a directory, not a file")
     if not p.is_file():
@@ -98,11 +104,24 @@ def check_npz(path, what: str) -> None:
                                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
                     # (format 3.0, UTF-8 field names: np.load's allow_pickle=False still
                     # refuses object arrays when the data is read)
-                    dtype = read_header(f)[2] if read_header else np.dtype(np.uint8)
+                    if read_header:
+                        shape, _, dtype = read_header(f)
+                        header = f.tell()
+                    else:
+                        dtype = np.dtype(np.uint8)
                 if dtype.hasobject:
                     raise InputError(f"{what} {p}: array {info.filename[:-4]!r} holds Python "
                                      "objects (pickled data); xladist reads only plain "
                                      "numeric arrays and never unpickles")
+                if read_header:
+                    # The member holds as many bytes as its header's dims need: a member cut
+                    # short would otherwise be read in place past its end (io.NpzArray).
+                    need = header + dtype.itemsize * math.prod(shape)
+                    if info.file_size < need:
+                        raise InputError(
+                            f"{what} {p}: array {info.filename[:-4]!r} is cut short: its "
+                            f"header says {dtype} {list(shape)} ({need - header} bytes), the "
+                            f"file holds {max(info.file_size - header, 0)} of them")
     except InputError:
         raise
     except zipfile.BadZipFile as e:
@@ -114,7 +133,7 @@ def check_npz(path, what: str) -> None:
 def load_npz(source, what: str) -> dict:
     """Every array of an npz file (a path or an open binary file): {name: array}."""
     import numpy as np
-    if _is_path(source):
+    if is_path(source):
         check_npz(source, what)
     try:
         with np.load(source, allow_pickle=False) as data:

@@ -64,6 +64,9 @@ def _parse(args, path: str, number: int, argv: list[str]):
     except InputError as e:
         raise InputError(f"{path}:{number}: {e}") from None
     line._argv = ["run", *argv]
+    if line.batch is not None:
+        raise InputError(f"{path}:{number}: --batch on a line of a batch list: a line is one "
+                         f"run (list the other list's lines here instead)")
     if line.num_devices != args.num_devices:
         raise InputError(f"{path}:{number}: -n {line.num_devices} differs from the batch's "
                          f"-n {args.num_devices} (one batch, one set of ranks)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import InputError, UnsupportedError
+from ..errors import UnsupportedError
 
 HELP = "compile a module into a serialized executable (.xlx) that runs without compiling"
 
@@ -33,11 +33,9 @@ def run(args) -> int:
     from xladist.compiler.serialized import write_executable
     if args.backend != "cpu":
         raise UnsupportedError(f"backend {args.backend!r} cannot be serialized; only cpu can")
-    try:
-        with open(args.file, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise InputError(f"cannot read {args.file}: {e.strerror}") from None
-    size = write_executable(args.output, text, schedule_module)
+    from ..files import check_destination, read_text
+    text = read_text(args.file, "MODULE", kind="HLO text")
+    check_destination(args.output, "-o")  # before compiling, not after
+    size = write_executable(args.output, text, schedule_module, filename=args.file)
     print(f"wrote {args.output} ({size} bytes)")
     return 0

@@ -69,9 +69,8 @@ def run(args) -> int:
         raise InputError(f"-n must be at least 1, got {args.num_devices}")
     if args.steps is not None and args.steps < 1:
         raise InputError(f"--steps must be at least 1, got {args.steps}")
-    if not args.timeout >= 0:  # also NaN
-        raise InputError(f"--timeout must be a number of seconds >= 0 (0: no deadline), got "
-                         f"{args.timeout}")
+    from ..environment import check_seconds
+    check_seconds(args.timeout, "--timeout", " (0: no deadline)")
     if not launcher.under_mpi():  # the files, checked once before any rank starts
         from ..files import check_destination, read_text
         if args.trace:

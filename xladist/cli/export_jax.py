@@ -57,14 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_args(path: str | None) -> list:
-    import numpy as np
     if path is None:
         return []
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise InputError(f"--args {path}: cannot read it as npz: {e}") from None
+    from ..files import load_npz
+    arrays = load_npz(path, "--args")
     wanted = [f"arg{i}" for i in range(len(arrays))]
     if sorted(arrays) != sorted(wanted):
         raise InputError(f"--args {path}: expected arrays named arg0..arg{len(arrays) - 1}, "
@@ -81,6 +77,8 @@ def run(args) -> int:
                                                            "--in-specs"))):
         specs.check(s, mesh, a.shape, f"--in-specs item {i} (for arg{i})")
     specs.parse_specs(args.out_specs, "--out-specs")  # syntax now; counts once jax traced
+    from ..jax.lowering import check_folder
+    check_folder(args.output, "-o")  # before the function runs: a bad -o is not its fault
     import_jax()  # say so before the function's own `import jax` fails
     sys.path.insert(0, os.getcwd())  # as `python -m`: modules in the current folder import
     from xladist.runtime.feeds import load_function

@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 
 from ..errors import InputError, UnsupportedError
 
@@ -54,14 +53,15 @@ def _schedule_names(schedule) -> dict:
     return {getattr(c, "name", c): [i.name for i in order] for c, order in schedule.items()}
 
 
-def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
+def compile_to_bytes(module_text: str, schedule_of=None, filename: str | None = None) -> bytes:
     """The `.xlx` bytes of a module, compiled for this host; `schedule_of(module)` gives the
     instruction order (the cli passes xladist.analysis.schedule's: the order every rank of
-    `xladist run` uses; default: the text order)."""
+    `xladist run` uses; default: the text order). `filename` names the text in parse
+    errors."""
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
     from .program import CpuProgram
-    module = parse_module(module_text)
+    module = parse_module(module_text, filename=filename)
     verify_module(module)
     schedule = schedule_of(module) if schedule_of is not None else {}
     prog = CpuProgram(module, schedule)
@@ -74,16 +74,13 @@ def compile_to_bytes(module_text: str, schedule_of=None) -> bytes:
     return _HEAD.pack(MAGIC, FORMAT, len(payload), hashlib.sha256(payload).digest()) + payload
 
 
-def write_executable(path, module_text: str, schedule_of=None) -> int:
-    data = compile_to_bytes(module_text, schedule_of)
-    d = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+def write_executable(path, module_text: str, schedule_of=None,
+                     filename: str | None = None) -> int:
+    """Compile `module_text` and write its `.xlx` file to `path` (atomically: files.py);
+    the number of bytes written."""
+    from ..files import write_atomic
+    data = compile_to_bytes(module_text, schedule_of, filename)
+    write_atomic(path, lambda f: f.write(data), "executable")
     return len(data)
 
 
@@ -91,6 +88,9 @@ class SerializedExecutable:
     """A validated `.xlx` file: its module, schedule and object code."""
 
     def __init__(self, path):
+        from ..files import is_path
+        if not is_path(path):
+            raise InputError(f"executable must be a path, got {type(path).__name__}")
         self.path = str(path)
         try:
             with open(path, "rb") as f:

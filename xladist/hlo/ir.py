@@ -220,3 +220,13 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
+
+
+def expect_module(value, call: str) -> "Module":
+    """`value` if it is a parsed Module; else InputError saying what `call` takes (the
+    Python API's functions that take only a parsed module: compile, verify)."""
+    if not isinstance(value, Module):
+        from ..errors import InputError
+        raise InputError(f"{call} takes a parsed module (xladist.load_hlo(path) or "
+                         f"xladist.parse_hlo(text)), got {type(value).__name__}")
+    return value

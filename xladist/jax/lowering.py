@@ -294,7 +294,17 @@ def write(path, prep: Prepared, text: str, ins: list[np.ndarray],
     return out
 
 
+def check_folder(path, what: str) -> None:
+    """Before jax traces anything: the export folder `path` can be made or written (not a
+    file, nearest existing folder writable; InputError naming `what`)."""
+    from ..files import check_destination
+    if Path(path).exists() and not Path(path).is_dir():
+        raise InputError(f"{what} {path}: is a file; give a folder (made if missing)")
+    check_destination(Path(path) / F.MODULE, what, create_dirs=True)
+
+
 def export(fn, *args, mesh_shape, in_specs, out_specs, path, expected=True) -> Path:
+    check_folder(path, "path")
     prep = prepare(fn, *args, mesh_shape=mesh_shape, in_specs=in_specs, out_specs=out_specs)
     text, compiled, _ = compile_text(prep)
     outs = output_rows(prep, compiled) if expected else None

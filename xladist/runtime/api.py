@@ -37,6 +37,10 @@ def _as_module(module):
         if _names_file(module):
             return parse_file(os.fspath(module))
         return parse_module(str(module))
+    from xladist.hlo.ir import Module
+    if not isinstance(module, Module):
+        raise InputError(f"a module to run is a parsed module, HLO text, a path to HLO text "
+                         f"or to a .xlx file, or an Executable; got {type(module).__name__}")
     return module
 
 
@@ -107,7 +111,12 @@ def _per_device(module, inputs, n: int) -> list[list]:
     if isinstance(inputs, (str, os.PathLike)):
         return Inputs(os.fspath(inputs), shapes, num_devices=n,
                       names=[p.name for p in params])
-    inputs = list(inputs)
+    try:
+        inputs = list(inputs)
+    except TypeError:
+        raise InputError(f"inputs are one array per parameter (device axis first), a list "
+                         f"over devices of argument lists, or an npz path; got "
+                         f"{type(inputs).__name__}") from None
     if len(inputs) == n and n > 0 and all(isinstance(x, (list, tuple)) for x in inputs):
         return _conformed(module, [list(x) for x in inputs])
     arrays = [a for a in inputs]
@@ -204,7 +213,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,
         prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
-        prefetch=prefetch, timeout=timeout, backend=backend)
+        prefetch=prefetch, timeout=timeout, backend=backend,
+        **({} if launcher.under_mpi() else dict(hostfile=hostfile, mpiexec=mpiexec)))
     transfers = (host_send, host_recv) if host_send or host_recv else None
     feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
                         prefetch=prefetch, timeout=timeout)
@@ -260,9 +270,14 @@ def host_list(hosts) -> list[str] | None:
         return None
     if isinstance(hosts, str):
         hosts = [h for h in hosts.replace(",", " ").split() if h]
-    if isinstance(hosts, dict):
-        hosts = [f"{name}:{int(slots)}" for name, slots in hosts.items()]
-    hosts = [str(h) for h in hosts]
+    try:
+        if isinstance(hosts, dict):
+            hosts = [f"{name}:{operator.index(slots)}" for name, slots in hosts.items()]
+        hosts = [str(h) for h in hosts]
+    except TypeError:
+        raise InputError(f"hosts= takes host names (a list, or one string separated by commas "
+                         f"or spaces), 'name:slots' or a {{name: slots}} dict; got "
+                         f"{hosts!r}") from None
     if not hosts:
         raise InputError("hosts= names no host")
     return hosts

@@ -78,10 +78,13 @@ class Cluster:
 
         from xladist.backends import check_backend
 
-        from .run_args import check_numbers
+        from .run_args import check_files, check_numbers
         # the defaults every call gets, checked as a call's own (run_args), before ranks start
         check_numbers(SimpleNamespace(timeout=timeout), options=False)
         check_backend(backend)
+        # where the ranks run: a hostfile and an mpiexec, as a call of xladist.run checks them
+        check_files(SimpleNamespace(hostfile=_path(hostfile), mpiexec=_path(mpiexec)), None, [],
+                    options=False)
         self._where = dict(hosts=host_list(hosts), hostfile=hostfile, mpiexec=mpiexec)
         self._ids = itertools.count(1)
         self._handles: dict[int, Compiled] = {}
@@ -559,3 +562,8 @@ class _Calls:
                     self._cond.wait()
             self.job = None
             return dict(self.answers.pop(call))
+
+
+def _path(value):
+    """A PathLike as the str run_args checks; anything else as given."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value

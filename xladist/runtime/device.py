@@ -8,6 +8,8 @@ coordinates, never the device id (docs/reference/collective-semantics.md A.7).
 
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass
 
 from xladist.hlo.collective_groups import DeviceAssignment, GroupError, run_device_counts
@@ -49,6 +51,12 @@ def make_assignment(module, n: int, table=None) -> DeviceAssignment:
     r, p = device_counts(module, n)
     if table is None:
         return DeviceAssignment.default(r, p)
+    try:  # whole numbers in rows: not a flat list, strings, floats (DeviceAssignment int()s)
+        table = [[operator.index(d) for d in row] for row in table]
+    except TypeError:
+        raise InputError(f"device assignment must be a list over replicas of lists over "
+                         f"partitions of device ids, e.g. [[0, 1], [2, 3]]; got {table!r}") \
+            from None
     try:
         da = DeviceAssignment(table)
     except GroupError as e:

@@ -12,9 +12,9 @@ the others have worked for an hour.
 
 from __future__ import annotations
 
-import math
 
 from xladist.collectives.mpiexec import find_mpiexec
+from xladist.environment import check_seconds
 from xladist.errors import InputError
 from xladist.files import check_destination, check_npz, read_text
 
@@ -28,7 +28,8 @@ def _name(key: str, options: bool) -> str:
 
 
 def check_numbers(args, *, options: bool = True) -> None:
-    """-n, counts and --prefetch at least 1; --timeout a number of seconds >= 0."""
+    """-n, counts and --prefetch at least 1; --timeout, --check-budget a number of seconds
+    from 0 to environment.MAX_SECONDS."""
     for key, spec in SCHEMA.items():
         value = getattr(args, spec.dest, None)
         if value is None or isinstance(value, bool) or spec.type not in ("int", "float"):
@@ -37,10 +38,9 @@ def check_numbers(args, *, options: bool = True) -> None:
             raise InputError(f"{_name(key, options)} must be a number, got {value!r}")
         if spec.type == "int" and value < 1:
             raise InputError(f"{_name(key, options)} must be at least 1, got {value}")
-        if spec.type == "float" and (math.isnan(value) or value < 0):
-            zero = " (0: no deadline)" if key == "timeout" else ""
-            raise InputError(f"{_name(key, options)} must be a number of seconds >= 0{zero}, "
-                             f"got {value}")
+        if spec.type == "float":
+            check_seconds(value, _name(key, options),
+                          " (0: no deadline)" if key == "timeout" else "")
 
 
 def _fill(option: str, template: str, allowed: str, fields: dict) -> str:

@@ -89,6 +89,17 @@ def lookup(instr, original=None) -> Callable:
     return fn
 
 
+def target_raised(target, error: BaseException) -> str:
+    """What a user's custom-call target raising `error` is called, by every backend."""
+    return f"custom-call target {target!r} raised {type(error).__name__}: {error}"
+
+
+def target_returned(target, got: str, expected) -> str:
+    """What a custom-call target that returned the wrong kind of value (`got`: its dims,
+    element type or kind) is called, by every backend."""
+    return f"custom-call target {target!r} returned {got} where {expected} was expected"
+
+
 def check_registered(module) -> None:
     """UnsupportedError naming every custom-call of `module` whose target this process has
     not registered. The registry is per process: call it where the module will run (or in

@@ -36,7 +36,7 @@ from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..thunks import LibraryThunk
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
-from ...semantics.custom_calls import lookup
+from ...semantics.custom_calls import lookup, target_raised, target_returned
 from ...semantics.dtypes import bitcast_convert
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
@@ -447,20 +447,21 @@ class CustomCallThunk(LibraryThunk):
         except XlaDistError:
             raise
         except Exception as e:
-            raise self.fail(f"custom-call target {self.target!r} raised "
-                            f"{type(e).__name__}: {e}") from e
+            raise self.fail(target_raised(self.target, e)) from e
         leaves: list = []
         if not _leaves(self.instr.shape, value, leaves):
-            raise self.fail(f"custom-call target {self.target!r} returned "
-                            f"{type(value).__name__} where {self.instr.shape.to_text()} "
-                            f"was expected")
+            raise self.fail(target_returned(self.target, type(value).__name__,
+                                            self.instr.shape.to_text()))
         for slot, (shape, v) in zip(self.out_slots, leaves):
             if slot is None or not shape.is_array:
                 continue
             v = np.asarray(v)
             if v.shape != tuple(shape.dims):
-                raise self.fail(f"custom-call target {self.target!r} returned dims "
-                                f"{list(v.shape)} where {shape.to_text()} was expected")
+                raise self.fail(target_returned(self.target, f"dims {list(v.shape)}",
+                                                shape.to_text()))
+            if v.dtype != shape.dtype:  # never converted silently (the interpreter neither)
+                raise self.fail(target_returned(self.target, f"element type {v.dtype}",
+                                                shape.to_text()))
             _store(frame.view(slot), v)
 
 
