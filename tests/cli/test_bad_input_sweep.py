@@ -96,6 +96,31 @@ def test_compile_checks_its_module_and_output_as_every_command_does(tmp_path, ca
     assert not list(tmp_path.glob("*.xlx"))
 
 
+def test_aot_checks_its_output_folder_before_compiling(tmp_path, capsys, monkeypatch):
+    """Before: `xladist aot m.hlo --name m -o FILE` (an existing file) compiled, then said
+    `cannot write to FILE: [Errno 17] File exists: 'FILE'`; the three outputs were written in
+    place, so a build reading them could see half an object."""
+    from xladist.cli import main
+    good = tmp_path / "good.hlo"
+    good.write_text(ONE_DEVICE)
+    compiled = []
+    from xladist.compiler.aot import AotProgram
+    real = AotProgram.compile
+    monkeypatch.setattr(AotProgram, "compile",
+                        lambda self, *a: compiled.append(1) or real(self, *a))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert main(["aot", str(good), "--name", "m", "-o", str(a_file)]) == 2
+    assert capsys.readouterr().err == (f"xladist aot: error: -o {a_file / 'm.o'}: {a_file} "
+                                       "is not a folder\n")
+    assert not compiled
+    out = tmp_path / "new" / "build"  # folders made on the way
+    assert main(["aot", str(good), "--name", "m", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == ["m.h", "m.ldflags", "m.o"]
+    assert (out / "m.o").read_bytes()[:4] == b"\x7fELF" and compiled == [1]
+
+
 # ---- a timeout beyond the operating system's timers is refused ----------------------------
 PSUM = """HloModule psum, replica_count=2
 

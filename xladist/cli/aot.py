@@ -35,9 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from xladist.compiler.aot import AotProgram
+    from xladist.files import check_destination, write_atomic
     from xladist.hlo.parser import parse_file
     from xladist.hlo.verifier import verify_module
 
+    out = Path(args.output)
+    # Before compiling: the folder (made if missing) must be one we can write in.
+    check_destination(out / f"{args.name}.o", "-o", create_dirs=True)
     module = parse_file(args.file)
     verify_module(module)
     if module.replica_count * module.num_partitions > 1:
@@ -45,14 +49,14 @@ def run(args) -> int:
                          f"devices; ahead-of-time compilation takes single-device programs")
     program = AotProgram(module, args.name)
     obj = program.compile(args.target_cpu, args.triple)
-    out = Path(args.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / f"{args.name}.o").write_bytes(obj)
-        (out / f"{args.name}.h").write_text(program.header())
-        (out / f"{args.name}.ldflags").write_text("\n")
     except OSError as e:
-        raise InputError(f"cannot write to {out}: {e}") from None
+        raise InputError(f"-o {out}: cannot create the folder ({e.strerror or e})") from None
+    # Each file whole or not at all (a build reading them never sees half an object).
+    for suffix, data in ((".o", obj), (".h", program.header().encode()), (".ldflags", b"\n")):
+        write_atomic(out / f"{args.name}{suffix}", lambda f, d=data: f.write(d),
+                     "ahead-of-time output")
     print(f"wrote {out / args.name}.o ({len(obj)} bytes), {args.name}.h, {args.name}.ldflags; "
           f"temp {program.temp} bytes")
     return 0
