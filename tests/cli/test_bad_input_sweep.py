@@ -121,6 +121,21 @@ def test_aot_checks_its_output_folder_before_compiling(tmp_path, capsys, monkeyp
     assert (out / "m.o").read_bytes()[:4] == b"\x7fELF" and compiled == [1]
 
 
+def test_outputs_with_an_unknown_placeholder_is_refused(tmp_path, capsys):
+    """Before: `--outputs 'o.{devce}.npz'` wrote a file literally named o.{devce}.npz."""
+    from xladist.cli import main
+    good = tmp_path / "good.hlo"
+    good.write_text(ONE_DEVICE)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    out = tmp_path / "o.{devce}.npz"
+    assert main(["run", str(good), "-n", "1", "--inputs", str(tmp_path / "in.npz"),
+                 "--outputs", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"xladist run: error: --outputs {str(out)!r}: only the placeholders "
+                          "{device} can be used (KeyError: 'devce')"), err
+    assert not list(tmp_path.glob("o.*"))
+
+
 # ---- a timeout beyond the operating system's timers is refused ----------------------------
 PSUM = """HloModule psum, replica_count=2
 

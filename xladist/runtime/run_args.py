@@ -61,6 +61,9 @@ def _paths(key: str, value: str, module, placements, name: str) -> dict[str, str
     """The files a setting names, each with how messages name it: the path itself, or its
     template filled in for every rank (and host channel)."""
     spec = SCHEMA[key]
+    if key == "outputs" and "{" in value:
+        # A misspelt placeholder ({devce}) is refused, not taken as part of the file name.
+        _fill(name, value, "{device}", dict(device=0))
     if key in ("inputs", "outputs") and "{device}" in value:  # one file per device
         return {_fill(name, value, "{device}", dict(device=p.device)):
                 f"{name} {value!r} for device {p.device}:" for p in placements}
