@@ -199,7 +199,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     given = module
     module, serial, xlx = resolve(given, backend)  # a .xlx: the ranks load its code
     try:
-        count = operator.index(n)
+        count = 0 if isinstance(n, bool) else operator.index(n)  # n=True is no count
     except TypeError:
         count = 0
     if count < 1:

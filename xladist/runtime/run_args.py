@@ -32,9 +32,9 @@ def check_numbers(args, *, options: bool = True) -> None:
     from 0 to environment.MAX_SECONDS."""
     for key, spec in SCHEMA.items():
         value = getattr(args, spec.dest, None)
-        if value is None or isinstance(value, bool) or spec.type not in ("int", "float"):
+        if value is None or spec.type not in ("int", "float"):
             continue
-        if not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):  # n=True: no 1
             raise InputError(f"{_name(key, options)} must be a number, got {value!r}")
         if spec.type == "int" and value < 1:
             raise InputError(f"{_name(key, options)} must be at least 1, got {value}")
