@@ -268,6 +268,26 @@ def test_a_failing_ranks_ack_waits_for_the_others_to_save_but_not_forever(servic
     assert "abort" not in [m.get("op") for m in ranks[0].got]  # it aborts by itself
 
 
+def test_a_failure_during_a_hang_report_waits_for_the_others_to_save(service):
+    # Rank 0's deadline starts the report (which waits up to WHERE_WAIT_S for `where`
+    # answers); rank 2 fails meanwhile. Its ack -- after which it aborts, killing the
+    # others -- must wait until slow rank 1 has saved, not come at once because the job was
+    # already failing.
+    svc = service(3, prints=False)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1, save_s=1.0, answer=False), FakeRank(svc, 2)]
+    for r in ranks:
+        r.wait_for("welcome")
+    ranks[0].send("deadline", rec=_waiting(ranks[0], 3.0), deadline_s=3.0)
+    time.sleep(0.2)
+    ranks[2].send("failed", id=3, text="rank 2: boom", code=1)
+    ranks[2].wait_for("ack")
+    saved = next(m["saved_at"] for m in ranks[1].got if m.get("op") == "save")
+    assert ranks[2].at("ack") >= saved
+    for r in ranks[:2]:
+        r.wait_for("abort")
+        assert r.at("abort") >= saved
+
+
 def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile

@@ -190,7 +190,8 @@ class Service:
         self._where_cond = threading.Condition(self._lock)
         self._where_id = itertools.count(1)
         self._saved: set[int] = set()   # ranks that ran their abort hooks (_save_all)
-        self._saving = False
+        self._saving = False              # _save_all has begun ...
+        self._save_over = threading.Event()  # ... and ended
         self._threads: list[threading.Thread] = []
         self._conns: list[Conn] = []
         self._listen()
@@ -405,8 +406,9 @@ class Service:
             self.emit(text)
         elif text:
             self.messages.append(text)
-        if first:
-            self._save_all(but=st.rank)  # before the ack: the failing rank aborts after it
+        # Before the ack, whichever failure this is (the first, or one during a hang
+        # report or another's failure): the failing rank aborts right after it.
+        self._save_all(but=st.rank)
         if ack is not None:
             ack()
         if first:
@@ -523,18 +525,24 @@ class Service:
 
     def _save_all(self, but: int | None) -> None:
         """Every rank still connected (but `but`, which saved before it failed) runs its
-        abort hooks and says so, for at most SAVE_WAIT_S; only then does any rank abort."""
+        abort hooks and says so, for at most SAVE_WAIT_S; only then does any rank abort. A
+        second caller (a failure and a hang report at once) waits for the first one's phase
+        instead of sending `abort` in the middle of it."""
         with self._lock:
-            if self._saving:
-                return
-            self._saving = True
+            begun, self._saving = self._saving, True
             live = [s for s in self.ranks.values() if s.ended is None and s.rank != but]
-        for s in live:
-            s.conn.send("save", timeout=1.0)
-        with self._lock:
-            self._registered.wait_for(
-                lambda: all(s.rank in self._saved or s.ended is not None for s in live),
-                SAVE_WAIT_S)
+        if begun:
+            self._save_over.wait(SAVE_WAIT_S + 1.0)
+            return
+        try:
+            for s in live:
+                s.conn.send("save", timeout=1.0)
+            with self._lock:
+                self._registered.wait_for(
+                    lambda: all(s.rank in self._saved or s.ended is not None for s in live),
+                    SAVE_WAIT_S)
+        finally:
+            self._save_over.set()
 
     def emit(self, text: str) -> None:
         self.messages.append(text)
