@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
-from ..errors import InputError, OutputError, XlaDistError, out_of_memory
-from ..files import rescued
+from ..errors import OutputError, XlaDistError, out_of_memory
+from ..files import read_text, rescued, utf8_text
 
 # name -> module under xladist.cli; imported lazily so `xladist fmt` never loads MPI.
 SUBCOMMANDS = {
@@ -70,13 +70,8 @@ def read_module_text(path: str) -> tuple[str, str]:
     if path == "-":
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
         if isinstance(data, bytes):
-            try:
-                data = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"standard input: not UTF-8 text (byte 0x{data[e.start]:02x}"
-                                 f" at offset {e.start}); expected HLO text") from None
+            data = utf8_text(data, "standard input", "HLO text")
         return data, "<stdin>"
-    from ..files import read_text
     return read_text(path, "FILE", kind="HLO text"), path
 
 

@@ -35,11 +35,12 @@ def parse_module(text: str, filename: str | None = None) -> Module:
     malformed. `filename` only appears in error messages.
     """
     if isinstance(text, (bytes, bytearray)):
+        from ..errors import InputError
+        from ..files import utf8_text
         try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise HloParseError(f"the text is not UTF-8 ({e.reason})", 1, 1, "",
-                                filename) from None
+            text = utf8_text(bytes(text), "the text", "HLO text")  # a leading BOM dropped
+        except InputError as e:
+            raise HloParseError(str(e), 1, 1, "", filename) from None
     p = _Parser(text, filename)
     try:
         return p.parse()
