@@ -6,12 +6,15 @@ port beyond 65535) is an InputError naming the variable and what it takes: from 
 which the launching process calls before any rank starts (xladist/runtime/run_args.py,
 launcher.rank_environment), and from `setting()` wherever the value is used -- never a
 ValueError's traceback from a rank, never a silent fall back to the default.
-docs/environment.md lists them all.
+docs/environment.md lists them all. The rules these settings share with the options and
+keywords that take the same kind of number are here too: `check_seconds` (a wait) and
+`check_count` (a count: devices, ranks, replicas, items read ahead).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import os
 from pathlib import Path
 
@@ -34,6 +37,19 @@ def check_seconds(value, what: str, zero: str = "") -> float:
         raise InputError(f"{what} must be at most {MAX_SECONDS:.0f} seconds (31 years)"
                          f"{zero}, got {value}")
     return float(value)
+
+
+def check_count(value, what: str) -> int:
+    """`value` is a whole number >= 1 -- an int or a numpy integer, not a bool (n=True is
+    no count), a float (1.5, 2.0) or a string ("2") -- returned as an int; InputError
+    naming `what` otherwise. The one rule for a count a user gives."""
+    try:
+        count = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        count = None
+    if count is None or count < 1:
+        raise InputError(f"{what} must be a whole number >= 1, got {value!r}")
+    return count
 
 
 # name: (whole number?, least value, greatest value or None, what it takes)

@@ -140,8 +140,7 @@ def test_python_api_refuses_a_bool_where_a_count_or_seconds_go(tmp_path):
     """Before: xladist.run(m, [x], n=True) ran on one device (True taken as 1)."""
     m = xladist.parse_hlo(ONE_DEVICE)
     x = np.ones((2, 4), np.float32)
-    with pytest.raises(InputError, match=r"^n must be a whole number of devices >= 1, got "
-                                         r"True$"):
+    with pytest.raises(InputError, match=r"^n must be a whole number >= 1, got True$"):
         xladist.run(m, [x[None]], n=True)
     with pytest.raises(InputError, match=r"^timeout must be a number, got False$"):
         xladist.run(m, [x[None]], n=1, timeout=False)

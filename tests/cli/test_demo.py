@@ -70,4 +70,4 @@ def test_demo_default_is_four_ranks_under_30_s():
 def test_demo_rejects_bad_arguments():
     proc = _demo("--steps", "0")
     assert proc.returncode == 2
-    assert "--steps must be at least 1" in proc.stderr
+    assert "--steps must be a whole number >= 1" in proc.stderr

@@ -3,6 +3,8 @@ before its fix."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,42 @@ def test_a_byte_order_mark_inside_the_text_is_named(tmp_path, capsys):
         bad = tmp_path / "bad.hlo"
         bad.write_bytes(BOM + b"H\xff")
         xladist.load_hlo(bad)
+
+
+# ---- n: one rule for xladist.run and xladist.Cluster -------------------------------------
+@pytest.mark.parametrize("n", [0, -1, 1.5, "2", True, 2.0, np.float64(1.0)])
+def test_run_and_cluster_refuse_a_count_that_is_not_one_in_the_same_words(n):
+    """Before: two copies of the rule in their own words ('a whole number of devices' for
+    run, 'of ranks' for Cluster), and np.int64(1) ran with xladist.run but was refused by
+    Cluster."""
+    module = xladist.parse_hlo(ONE_DEVICE)
+    x = np.ones((1, 2, 4), np.float32)
+    says = rf"^n must be a whole number >= 1, got {re.escape(repr(n))}$"
+    with pytest.raises(InputError, match=says):
+        xladist.run(module, [x], n=n)
+    with pytest.raises(InputError, match=says):
+        xladist.Cluster(n=n)
+
+
+def test_run_and_cluster_take_the_same_counts():
+    module = xladist.parse_hlo(ONE_DEVICE)
+    x = np.arange(8, dtype=np.float32).reshape(1, 2, 4)
+    for n in (1, np.int64(1)):
+        [[out]] = xladist.run(module, [x], n=n)
+        np.testing.assert_array_equal(out, -x[0])
+        cluster = xladist.Cluster(n=n)  # not started: the count is checked on creation
+        assert cluster.n == 1 and type(cluster.n) is int
+        cluster.close()
+    with pytest.raises(InputError, match=r"^prefetch must be a whole number >= 1, got 1.5$"):
+        xladist.run(module, [x], n=1, prefetch=1.5)  # before: ran
+
+
+def test_the_commands_refuse_a_count_below_one_in_the_same_words(tmp_path, capsys):
+    from xladist.cli import main
+    path = tmp_path / "one.hlo"
+    path.write_text(ONE_DEVICE)
+    for argv in (["check", str(path), "-n", "0"], ["run", str(path), "-n", "0"],
+                 ["demo", "-n", "0"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (f"xladist {argv[0]}: error: -n must be a whole "
+                                           f"number >= 1, got 0\n")

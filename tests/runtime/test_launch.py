@@ -321,7 +321,7 @@ def test_ops_refuses_an_unknown_family(capsys):
 @pytest.mark.parametrize("argv, says", [
     (["--check-budget", "-1"], "--check-budget must be a number of seconds >= 0, got -1.0"),
     (["--check-budget", "nan"], "--check-budget must be a number of seconds >= 0, got nan"),
-    (["--replica-count", "0"], "--replica-count must be at least 1, got 0"),
+    (["--replica-count", "0"], "--replica-count must be a whole number >= 1, got 0"),
 ])
 def test_check_refuses_bad_numbers_as_run_does(capsys, argv, says):
     # Before: `xladist check m.hlo --check-budget -1` ran the check (exit 0) where `xladist

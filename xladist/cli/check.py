@@ -168,9 +168,6 @@ def _print_text(result: dict, strict: bool) -> None:
 
 
 def run(args) -> int:
-    if args.num_devices is not None and args.num_devices < 1:
-        from ..errors import InputError
-        raise InputError(f"-n must be at least 1, got {args.num_devices}")
     from ..runtime.run_args import check_numbers
     check_numbers(args)  # --check-budget, --replica-count, ... as `xladist run` checks them
     try:

@@ -64,12 +64,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from xladist.runtime import launcher
 
-    from ..errors import InputError
-    if args.num_devices < 1:
-        raise InputError(f"-n must be at least 1, got {args.num_devices}")
-    if args.steps is not None and args.steps < 1:
-        raise InputError(f"--steps must be at least 1, got {args.steps}")
-    from ..environment import check_seconds
+    from ..environment import check_count, check_seconds
+    check_count(args.num_devices, "-n")
+    if args.steps is not None:
+        check_count(args.steps, "--steps")
     check_seconds(args.timeout, "--timeout", " (0: no deadline)")
     if not launcher.under_mpi():  # the files, checked once before any rank starts
         from ..files import check_destination, read_text

@@ -191,8 +191,8 @@ def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = Tru
 
 
 def _check_device_count(module, n: int) -> None:
-    if n < 1:
-        raise InputError(f"-n must be at least 1, got {n}")
+    from xladist.environment import check_count
+    check_count(n, "-n")
     from xladist.runtime.device import device_counts
     device_counts(module, n)  # the one rule: the header's counts, the rest from n
 

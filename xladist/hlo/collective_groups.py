@@ -42,6 +42,7 @@ import enum
 import re
 from collections.abc import Mapping, Sequence
 
+from ..environment import check_count
 from ..errors import InputError
 
 __all__ = [
@@ -461,9 +462,8 @@ def run_device_counts(module, num_devices: int | None = None, *,
     counts: dict[str, int | None] = {}
     for key in COUNT_NAMES:
         value = given[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise InputError(f"{key} must be a whole number >= 1, got {value!r}")
+        if value is not None:
+            value = check_count(value, key)
         if key in header and value is not None and value != header[key]:
             raise InputError(f"module {module.name} declares {key}={header[key]}; the run asks "
                              f"for {key}={value}")

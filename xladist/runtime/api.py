@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xladist.environment import check_count
 from xladist.errors import ExecutionError, InputError
 from xladist.hlo.parser import parse_file, parse_module
 
@@ -198,13 +199,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     """
     given = module
     module, serial, xlx = resolve(given, backend)  # a .xlx: the ranks load its code
-    try:
-        count = 0 if isinstance(n, bool) else operator.index(n)  # n=True is no count
-    except TypeError:
-        count = 0
-    if count < 1:
-        raise InputError(f"n must be a whole number of devices >= 1, got {n!r}")
-    n = count
+    n = check_count(n, "n")
     quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
@@ -386,8 +381,7 @@ def served_feeds(module, n: int, device_assignment, *, infeed=None, outfeed=None
     from .feeds.pipeline import Feeds, check_paths, make_sink, make_source, placements_of
     source = make_source(infeed, infeed_fn)  # refuses both at once
     served = source if infeed_fn is None else None
-    if prefetch < 1:
-        raise InputError(f"prefetch must be at least 1, got {prefetch}")
+    check_count(prefetch, "prefetch")
     check_paths(Feeds(served, None), placements_of(module, n, device_assignment))
     sink = (lambda: make_sink(outfeed)) if outfeed is not None else None
     if outfeed is not None:

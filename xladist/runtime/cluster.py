@@ -69,9 +69,8 @@ class Cluster:
     def __init__(self, n: int, *, hosts=None, hostfile=None, mpiexec: str | None = None,
                  backend: str = "cpu", timeout: float = 300.0, verify: bool = True,
                  check: bool = True, strict: bool = False, keep: int = 8):
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise InputError(f"n must be a whole number of ranks >= 1, got {n!r}")
-        self.n = n
+        from xladist.environment import check_count
+        self.n = n = check_count(n, "n")
         self.defaults = dict(backend=backend, timeout=timeout, verify=verify, check=check,
                              strict=strict)
         from types import SimpleNamespace

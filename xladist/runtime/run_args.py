@@ -14,7 +14,7 @@ from __future__ import annotations
 
 
 from xladist.collectives.mpiexec import find_mpiexec
-from xladist.environment import check_seconds
+from xladist.environment import check_count, check_seconds
 from xladist.errors import InputError
 from xladist.files import check_destination, check_npz, read_text
 
@@ -28,17 +28,15 @@ def _name(key: str, options: bool) -> str:
 
 
 def check_numbers(args, *, options: bool = True) -> None:
-    """-n, counts and --prefetch at least 1; --timeout, --check-budget a number of seconds
-    from 0 to environment.MAX_SECONDS."""
+    """-n, counts and --prefetch whole numbers >= 1 (environment.check_count); --timeout,
+    --check-budget a number of seconds from 0 to environment.MAX_SECONDS (check_seconds)."""
     for key, spec in SCHEMA.items():
         value = getattr(args, spec.dest, None)
         if value is None or spec.type not in ("int", "float"):
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):  # n=True: no 1
-            raise InputError(f"{_name(key, options)} must be a number, got {value!r}")
-        if spec.type == "int" and value < 1:
-            raise InputError(f"{_name(key, options)} must be at least 1, got {value}")
-        if spec.type == "float":
+        if spec.type == "int":
+            check_count(value, _name(key, options))
+        else:
             check_seconds(value, _name(key, options),
                           " (0: no deadline)" if key == "timeout" else "")
 
