@@ -26,11 +26,14 @@ from .errors import InputError
 MAX_SECONDS = 1e9
 
 
-def check_seconds(value, what: str, zero: str = "") -> float:
+def check_seconds(value, what: str, zero: str = "", *, positive: bool = False) -> float:
     """`value` is a number of seconds from 0 to MAX_SECONDS (InputError naming `what`
-    otherwise); `zero` says what 0 means, e.g. " (0: no deadline)"."""
+    otherwise); `zero` says what 0 means, e.g. " (0: no deadline)"; `positive`: 0 is
+    refused too (a wait that must end: `xladist conformance --timeout`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{what} must be a number, got {value!r}")
+    if positive and not value > 0:  # also NaN
+        raise InputError(f"{what} must be a number of seconds > 0, got {value}")
     if not value >= 0:  # also NaN
         raise InputError(f"{what} must be a number of seconds >= 0{zero}, got {value}")
     if value > MAX_SECONDS:

@@ -140,3 +140,20 @@ def test_the_commands_refuse_a_count_below_one_in_the_same_words(tmp_path, capsy
         assert main(argv) == 2
         assert capsys.readouterr().err == (f"xladist {argv[0]}: error: -n must be a whole "
                                            f"number >= 1, got 0\n")
+
+
+# ---- xladist conformance --timeout: one check ----------------------------------------------
+@pytest.mark.parametrize("value, says", [
+    ("0", "must be a number of seconds > 0, got 0.0"),
+    ("-1", "must be a number of seconds > 0, got -1.0"),
+    ("nan", "must be a number of seconds > 0, got nan"),
+    ("1e11", "must be at most 1000000000 seconds (31 years), got 100000000000.0"),
+])
+def test_conformance_timeout_is_checked_once_in_the_words_of_every_timeout(capsys, value,
+                                                                          says):
+    """Before: a positivity check of its own came first ('--timeout 0: give a positive
+    number of seconds'), then environment.check_seconds for the range: two checks in two
+    forms."""
+    from xladist.cli import main
+    assert main(["conformance", "-n", "2", "--timeout", value, "--select", "*"]) == 2
+    assert capsys.readouterr().err == f"xladist conformance: error: --timeout {says}\n"

@@ -93,10 +93,9 @@ def run(args) -> int:
     for path, what in ((args.junit, "--junit"), (args.json, "--json")):
         if path:
             check_destination(path, what)
-    if not args.timeout > 0:  # also NaN
-        raise InputError(f"--timeout {args.timeout:g}: give a positive number of seconds")
     from ..environment import check_seconds
-    check_seconds(args.timeout, "--timeout")  # not beyond the timers' range
+    # A case's job must end (0 would be no deadline), and not beyond the timers' range.
+    check_seconds(args.timeout, "--timeout", positive=True)
     unusual = [n for n in counts if n not in DEVICE_COUNTS]
     if unusual:
         print(f"xladist conformance: note: the suite is written for {DEVICE_COUNTS} devices; "
