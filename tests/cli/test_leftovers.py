@@ -136,7 +136,7 @@ def test_the_commands_refuse_a_count_below_one_in_the_same_words(tmp_path, capsy
     path = tmp_path / "one.hlo"
     path.write_text(ONE_DEVICE)
     for argv in (["check", str(path), "-n", "0"], ["run", str(path), "-n", "0"],
-                 ["demo", "-n", "0"]):
+                 ["demo", "-n", "0"], ["conformance", "-n", "2", "0", "--list"]):
         assert main(argv) == 2
         assert capsys.readouterr().err == (f"xladist {argv[0]}: error: -n must be a whole "
                                            f"number >= 1, got 0\n")

@@ -15,8 +15,6 @@ import argparse
 import sys
 import time
 
-from ..errors import InputError
-
 HELP = "check a backend and MPI against XLA's collective semantics"
 
 EPILOG = """\
@@ -74,10 +72,9 @@ def run(args) -> int:
     from xladist.conformance.suite import DEVICE_COUNTS, Plan, units
     from xladist.files import check_destination, check_source
 
-    counts = list(dict.fromkeys(args.counts or runner.default_counts()))
-    for n in counts:
-        if n < 1:
-            raise InputError(f"-n {n}: a device count is at least 1")
+    from xladist.environment import check_count
+    counts = [check_count(n, "-n") for n in dict.fromkeys(args.counts or
+                                                          runner.default_counts())]
     plan = Plan(full=args.full, select=tuple(args.select), xla=args.xla)
     if args.list:
         for n in counts:
