@@ -19,3 +19,8 @@ class Targets:
     @staticmethod
     def negate(instr, args):
         return np.negative(args[0])
+
+
+def scalar_add(instr, args):
+    """a + b in the operands' element type: a reducer's combiner as a target."""
+    return (args[0] + args[1]).astype(args[0].dtype)

@@ -20,6 +20,7 @@ from .devices import CompiledReducer, DeviceThunk
 from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
 from .inplace import PASS_THROUGH, plan_in_place
+from .interpreted import calls_python, evaluate, python_reducer
 from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk
 from .native.loop import NativeLoop
 from .simplify import simplify
@@ -152,6 +153,10 @@ def _kernel(pb: ProgramBuilder, instr, plan: FusionPlan, asg: Assignment, inplac
 @_builder("library")
 def _library(pb, instr, plan, asg, inplace):
     fn = LIBRARY_THUNKS.get(instr.opcode)
+    if fn is None and calls_python(instr):  # fusion.base_kind: the interpreter's rule
+        return LibraryThunk(instr, evaluate, f"{instr.opcode} (its computation calls a "
+                            f"custom-call target: run by the interpreter's rule)",
+                            [asg.leaves[o] for o in instr.operands], asg.leaves[instr])
     if fn is None:
         reason = UNSUPPORTED.get(instr.opcode, "no library thunk")
         raise UnsupportedError(f"instruction `{instr.name}` ({instr.opcode}) in computation "
@@ -203,7 +208,9 @@ CONTROL_UNSUPPORTED: dict[str, str] = {}
 @_builder("device")
 def _device(pb, instr, plan, asg, inplace):
     comp = reducer_for(instr)  # to_apply, in the operands' element type
-    reducer = pb.reducer(comp) if comp is not None else None
+    reducer = python_reducer(comp)  # it calls a custom-call target: interpreted.py
+    if reducer is None and comp is not None:
+        reducer = pb.reducer(comp)
     original = getattr(instr.parent, "original_of", {}).get(instr)
     return DeviceThunk(instr, [asg.leaves[o] for o in instr.operands], asg.leaves[instr],
                        reducer, original)

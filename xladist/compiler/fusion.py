@@ -14,7 +14,9 @@ kernels or *materialized* as the root of a kernel of their own:
   root      a kernel root that absorbs its producers but is never fused into a
             consumer: reduce, reduce-window, transpose, scatter, sort,
             select-and-scatter
-  library / control / device: thunks of their own (library/, thunks.py)
+  library / control / device: thunks of their own (library/, thunks.py); a map or root
+            whose computation calls a custom-call target is a library thunk running the
+            interpreter's rule (interpreted.py)
 
 An elemental instruction is materialized when a user cannot fuse it (library,
 control, device, tuple, the computation's result), when it is expensive and
@@ -34,6 +36,7 @@ from .codegen.kernels import KernelSpec
 from .codegen.kernels.special import sort_scratch_bytes
 from .codegen.scalar_ops import SCALAR_RULES
 from .codegen.split import EXPENSIVE  # ops costing many loads per element
+from .interpreted import calls_python
 
 ELEMENTAL = set(SCALAR_RULES) | {
     "broadcast", "reshape", "copy", "reverse", "slice", "dynamic-slice",
@@ -81,11 +84,15 @@ def base_kind(instr: Instruction) -> str:
         return "const"
     if op in ALIAS:
         return "alias"
+    if op == "map" and calls_python(instr):
+        return "library"  # a custom-call in its computation: the interpreter's rule
     if op in ELEMENTAL:
         if op == "bitcast-convert" and instr.shape.element_type.bits != \
                 instr.operands[0].shape.element_type.bits:
             return "library"
         return "elemental"
+    if op in ROOT_KERNELS and calls_python(instr):
+        return "library"
     if op in ROOT_KERNELS:
         return "root"
     if op in CONTROL:

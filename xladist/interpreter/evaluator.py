@@ -156,6 +156,13 @@ class Evaluator:
         with np.errstate(all="ignore"):
             return self._call(computation, list(args), None)
 
+    def evaluate(self, instr, operands):
+        """The value of one instruction on its operands' values, by its rule, checked and
+        with its errors located as in a run (the cpu backend evaluates an instruction whose
+        computation calls a custom-call target this way: compiler/interpreted.py)."""
+        with np.errstate(all="ignore"):
+            return self._eval(instr, list(operands))
+
     def call_vectorized(self, computation, arrays):
         """Apply a scalar computation element-wise over arrays of one (broadcast) shape.
 
