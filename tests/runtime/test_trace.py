@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -347,6 +348,84 @@ def test_progress_names_a_long_wait_of_rank_0():
     finally:
         deadline.watchdog.end(token)
     assert "waiting" not in p.status()
+
+
+def test_progress_shows_the_step_of_a_native_loop(monkeypatch):
+    """Before: a cpu native while loop's progress line had no step: its loop entry (the
+    iteration its driver writes to a cell each iteration, deadline.begin_native) could be
+    unpacked but not indexed, and the line's `loops[0][1]` fell back to no step."""
+    import ctypes
+
+    from xladist.collectives import deadline
+    from xladist.compiler.native.collectives import CELL_ITERATION, N_CELLS
+    wd = deadline.Watchdog(timeout_s=0)  # no daemon thread
+    monkeypatch.setattr(deadline, "watchdog", wd)
+    p = progress.Progress(_FakeTracer(), "log", stream=io.StringIO())
+    cells = (ctypes.c_int64 * N_CELLS)()
+    token = wd.begin_native("while.7", cells, {})
+    try:
+        cells[CELL_ITERATION] = 37
+        assert "| step 37/100 (" in p.status()
+        cells[CELL_ITERATION] = 38  # read live, as the driver writes it
+        assert "| step 38/100 (" in p.status()
+        assert wd.loop_context() == "iteration 38 of while.7"
+    finally:
+        wd.end_native(token)
+    assert "step" not in p.status()
+
+
+LONG_NATIVE_LOOP = """HloModule long_native_loop, replica_count=2
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+cond {
+  p = (s32[], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  n = s32[] constant(4000000)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+body {
+  p = (s32[], f32[1]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  x = f32[1] get-tuple-element(p), index=1
+  one = s32[] constant(1)
+  i2 = s32[] add(i, one)
+  r = f32[1] all-reduce(x), replica_groups={}, to_apply=add
+  ROOT t = (s32[], f32[1]) tuple(i2, r)
+}
+ENTRY main {
+  x = f32[1] parameter(0)
+  z = s32[] constant(0)
+  t = (s32[], f32[1]) tuple(z, x)
+  w = (s32[], f32[1]) while(t), condition=cond, body=body
+  ROOT o = f32[1] get-tuple-element(w), index=1
+}
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_a_native_loops_progress_line_counts_its_steps(tmp_path):
+    """The whole way: `xladist run` of a 2-rank loop of all-reduces that the cpu backend
+    runs as one native driver (4e6 iterations, seconds), with the progress line as on
+    a terminal; before, it showed the time alone."""
+    module = tmp_path / "loop.hlo"
+    module.write_text(LONG_NATIVE_LOOP)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, arg0=np.ones((2, 1), np.float32))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLADIST_PROGRESS="tty")
+    proc = subprocess.run([sys.executable, "-m", "xladist", "run", str(module), "-n", "2",
+                           "--inputs", str(inputs), "--outputs", str(tmp_path / "o.npz")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    steps = [int(m) for m in re.findall(r"xladist run: [\d.]+ s \| step (\d+) ", proc.stderr)]
+    assert steps, proc.stderr  # the line was drawn (the loop runs for seconds) with steps
+    assert steps == sorted(steps) and 0 < steps[-1] <= 4000000
+    with np.load(tmp_path / "o.npz") as z:  # x <- x + x on 2 devices, 4e6 times: inf
+        assert np.isinf(z["out0"]).all()
 
 
 @pytest.mark.slow

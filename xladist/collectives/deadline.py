@@ -369,7 +369,10 @@ _CELL_ITERATION, _CELL_WAIT, _WAIT_STEPS = 0, 1, 1 << 16
 
 
 class _NativeLoopEntry:
-    """A ``loops`` entry whose iteration the native loop itself keeps in ``cells``."""
+    """A ``loops`` entry whose iteration the native loop itself keeps in ``cells`` (one
+    store per iteration that the driver makes anyway): read as ``[name, iteration]`` like
+    any other entry -- unpacked by the reports, indexed by the progress line
+    (runtime/progress.py), which before saw no step for a native loop."""
 
     __slots__ = ("cells", "name")
 
@@ -378,6 +381,12 @@ class _NativeLoopEntry:
 
     def __iter__(self):
         return iter((self.name, int(self.cells[_CELL_ITERATION])))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, k):
+        return (self.name, int(self.cells[_CELL_ITERATION]))[k]
 
 
 class _NativeWaits:

@@ -8,7 +8,8 @@ seconds instead, so logs stay readable. Short runs print nothing. `--quiet` turn
 
 The numbers come from what rank 0 keeps anyway: the iteration of its outermost loop
 that communicates (the deadline watchdog's loop stack, kept for hang reports; for a
-training loop, the step; the total when XLA recorded a known_trip_count) or, when the
+training loop, the step; the total when XLA recorded a known_trip_count; a cpu native
+loop's is the cell its driver writes each iteration for the same reports) or, when the
 run is traced, the Tracer's count of top-level loop iterations; outfeed items (rank 0's
 counters-only Tracer, xladist/runtime/trace.py); and the wait rank 0 has been blocked in for more
 than LONG_WAIT_S. A daemon thread draws the line: it sleeps on an Event
