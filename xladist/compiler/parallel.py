@@ -241,10 +241,9 @@ def blas_callback_setters() -> list:
     return _callback_setters
 
 
-@contextlib.contextmanager
-def openblas_threads(n: int):
-    """Every loaded OpenBLAS on `n` threads inside the block, each library's setting
-    restored after. ~1 us per library when a change is needed."""
+def _set_blas_threads(n: int) -> list:
+    """Every loaded OpenBLAS on `n` threads; what _restore_blas_threads takes to put
+    each library's setting back. ~1 us per library when a change is needed."""
     if _scope_libs is None:
         refresh_blas_libs()
     changed = []
@@ -253,11 +252,23 @@ def openblas_threads(n: int):
         if was != n:
             put(ctypes.c_int(n))
             changed.append((put, was))
+    return changed
+
+
+def _restore_blas_threads(changed: list) -> None:
+    for put, was in changed:
+        put(ctypes.c_int(was))
+
+
+@contextlib.contextmanager
+def openblas_threads(n: int):
+    """Every loaded OpenBLAS on `n` threads inside the block, each library's setting
+    restored after."""
+    changed = _set_blas_threads(n)
     try:
         yield
     finally:
-        for put, was in changed:
-            put(ctypes.c_int(was))
+        _restore_blas_threads(changed)
 
 
 # OpenBLAS's thread count is one setting for the whole process, read when a call starts.
@@ -270,39 +281,73 @@ _blas_gate = threading.Lock()
 _blas_flight = {"n": 0, "restore": None}
 
 
-@contextlib.contextmanager
-def blas_scope():
-    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after
-    the last execution in flight ends: in a user's own process (a notebook calling
-    xladist.compile), numpy's matmul outside xladist keeps its threads. Ranks set it once
-    for good (set_local_ranks -> sync_blas), and then this changes nothing."""
-    with _blas_gate:
-        if _blas_flight["n"] == 0:
-            scope = openblas_threads(BLAS_THREADS)
-            scope.__enter__()
-            _blas_flight["restore"] = scope
-        _blas_flight["n"] += 1
-    try:
-        yield
-    finally:
+class _BlasScope:
+    """blas_scope's context manager: a class, not a generator, since every execution of
+    a program with a BLAS call enters one."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        with _blas_gate:
+            if _blas_flight["n"] == 0:
+                _blas_flight["restore"] = _set_blas_threads(BLAS_THREADS)
+            _blas_flight["n"] += 1
+
+    def __exit__(self, *exc) -> None:
         with _blas_gate:
             _blas_flight["n"] -= 1
             if _blas_flight["n"] == 0:
-                _blas_flight["restore"].__exit__(None, None, None)
+                _restore_blas_threads(_blas_flight["restore"])
                 _blas_flight["restore"] = None
 
 
-@contextlib.contextmanager
-def exclusive_blas(n: int):
-    """OpenBLAS on `n` threads for one call of the caller's, yielding True, when no other
-    execution is in flight (blas_scope); else nothing changes and it yields False. No
-    execution starts until the block ends."""
-    with _blas_gate:
+_BLAS_SCOPE = _BlasScope()
+
+
+def blas_scope() -> _BlasScope:
+    """OpenBLAS on BLAS_THREADS for one execution (`with blas_scope():`), the caller's
+    setting restored after the last execution in flight ends: in a user's own process (a
+    notebook calling xladist.compile), numpy's matmul outside xladist keeps its threads.
+    Ranks set it once for good (set_local_ranks -> sync_blas), and then this changes
+    nothing."""
+    return _BLAS_SCOPE
+
+
+class _ExclusiveBlas:
+    """exclusive_blas's context manager (a class, as _BlasScope). It releases the gate it
+    took: a fork meanwhile gives the child a new one (_after_fork_in_child)."""
+
+    __slots__ = ("n", "changed", "gate")
+
+    def __init__(self, n: int):
+        self.n, self.changed, self.gate = n, None, None
+
+    def __enter__(self) -> bool:
+        self.gate = gate = _blas_gate
+        gate.acquire()
         if _blas_flight["n"] > 1:
-            yield False
-            return
-        with openblas_threads(n):
-            yield True
+            return False
+        try:
+            self.changed = _set_blas_threads(self.n)
+        except BaseException:
+            gate.release()
+            raise
+        return True
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.changed is not None:
+                _restore_blas_threads(self.changed)
+        finally:
+            self.changed = None
+            self.gate.release()
+
+
+def exclusive_blas(n: int) -> _ExclusiveBlas:
+    """`with exclusive_blas(n) as alone:` OpenBLAS on `n` threads for one call of the
+    caller's, alone True, when no other execution is in flight (blas_scope); else nothing
+    changes and alone is False. No execution starts until the block ends."""
+    return _ExclusiveBlas(n)
 
 
 def blas_info() -> list[dict]:
@@ -382,6 +427,19 @@ def _foreign_rate(now: float) -> float:
     return st["rate"]
 
 
+_cpus = {"n": 1, "next": 0.0}
+CPUS_PERIOD = 1.0
+
+
+def _online_cpus(now: float) -> int:
+    """The machine's online cores (what /proc/loadavg's runnable count is against), read
+    at most every CPUS_PERIOD seconds: os.cpu_count() reads a sysfs file each time (~6 us,
+    more right after a pause), and regime() runs on every split call."""
+    if now >= _cpus["next"]:
+        _cpus.update(n=os.cpu_count() or 1, next=now + CPUS_PERIOD)
+    return _cpus["n"]
+
+
 def regime() -> int:
     """choice.IDLE while a core is idle; else choice.OWN_POOLS when other threads of this
     process are busy (_foreign_rate), else choice.OTHERS. The same blocks run in every
@@ -424,10 +482,11 @@ def regime() -> int:
         st["foreign"] = _foreign_rate(now)
     # The count includes the calling thread itself, and the other ranks on this node
     # (set_local_ranks) with their threads: they are ours, not someone else's load.
-    ours = (_local_ranks - 1) * thread_count()
-    if st["running"] < (os.cpu_count() or 1) + ours - 0.25:
+    ours = (_local_ranks - 1) * thread_count() if _local_ranks > 1 else 0
+    cpus = _online_cpus(now)
+    if st["running"] < cpus + ours - 0.25:
         return choice.IDLE
-    share = (os.cpu_count() or 1) / max(1.0, st["running"])  # cores one thread gets
+    share = cpus / max(1.0, st["running"])  # cores one thread gets
     return choice.OWN_POOLS if st.get("foreign", 0.0) >= FOREIGN_THREADS * share \
         else choice.OTHERS
 
