@@ -651,10 +651,10 @@ def test_the_products_sites_stay_bounded_and_keep_the_recent_ones(monkeypatch):
     least recently used goes first, a shape in use keeps its measurements."""
     monkeypatch.setattr(blas_blocks, "MAX_SITES", 4)
     blas_blocks._sites.clear()
-    first = blas_blocks._site(("gemm", 0), (POOL, ALONE), "dot 0")
+    first = blas_blocks._site(("gemm", 0), (POOL, ALONE), lambda: "dot 0")
     for i in range(1, 10):
-        blas_blocks._site(("gemm", i), (POOL, ALONE), f"dot {i}")
-        assert blas_blocks._site(("gemm", 0), (POOL, ALONE), "dot 0") is first  # in use
+        blas_blocks._site(("gemm", i), (POOL, ALONE), lambda: f"dot {i}")
+        assert blas_blocks._site(("gemm", 0), (POOL, ALONE), lambda: "dot 0") is first  # in use
     assert len(blas_blocks._sites) == 4
     assert list(blas_blocks._sites) == [("gemm", 7), ("gemm", 8), ("gemm", 9), ("gemm", 0)]
     blas_blocks._sites.clear()
