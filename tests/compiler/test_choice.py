@@ -181,7 +181,7 @@ def test_a_busy_count_from_before_a_pause_does_not_outlive_it(monkeypatch):
     first calls after numpy's burst ran in a busy regime and handed large products to
     OpenBLAS's threads, whose spin after the call then kept it busy.)"""
     monkeypatch.setattr(parallel, "DYNAMIC", True)
-    monkeypatch.setattr(parallel, "_foreign_rate", lambda now: 0.0)
+    monkeypatch.setattr(parallel, "_foreign_runnable", lambda now: 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     running = {"n": 6}
     monkeypatch.setattr(os, "pread", lambda fd, n, off: b"1 1 1 %d/99 1\n" % running["n"])
@@ -199,6 +199,36 @@ def test_a_busy_count_from_before_a_pause_does_not_outlive_it(monkeypatch):
     running["n"] = 1  # the calling thread alone
     assert sample(0.005) != choice.IDLE  # one sample after a busy one: not yet
     assert sample(0.5) == choice.IDLE    # half a second later: idle now
+
+
+def test_a_burst_of_this_process_before_a_pause_is_not_a_busy_pool_now(monkeypatch):
+    """No core idle (the load sample says so) and a thread of this process computed
+    before the caller's pause -- numpy's matmul, a jax call, then asleep -- is not the
+    OWN_POOLS regime after it: the regime says who is runnable now. (Measured over the
+    interval since the last sample, a burst before the pause kept a plain process's
+    calls under other processes' load in OWN_POOLS, where OpenBLAS's threads are offered:
+    compute.py --company, background load, every matmul 1024 sample.)"""
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
+                                            "fd": -1, "at": time.monotonic()})
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
+    parallel.regime()
+    assert parallel.regime() == choice.OTHERS
+    a = np.ones((300, 300), np.float32)
+    for _ in range(2):
+        def burst():
+            end = time.monotonic() + 0.1
+            while time.monotonic() < end:
+                a @ a
+        t = threading.Thread(target=burst, daemon=True)
+        t.start()
+        t.join(10)
+        # The caller's pause: the burst has ended, and OpenBLAS's workers, which spin
+        # ~0.1 s after numpy's last threaded call, are asleep.
+        time.sleep(0.3)
+        assert parallel.regime() == choice.OTHERS
 
 
 def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch):

@@ -59,8 +59,8 @@ WHOLE_MIN_MACS = BLOCK_MACS
 # this process's other pools (numpy's OpenBLAS, XLA's) are awake already: splitting
 # around them on the pool, matmul 1024 took 1.6-2.1x numpy's time; handing the product
 # to OpenBLAS's awake threads, numpy's (compute.py --company, "after numpy+jax").
-# What OpenBLAS's workers burn inside our own WHOLE calls does not count as the others'
-# (parallel._foreign_during); their spin after our call does, so a site that chose
+# The regime is read as a call starts (parallel._foreign_runnable): OpenBLAS's workers
+# still spinning after our own WHOLE call count as awake pools, so a site that chose
 # WHOLE keeps them awake while its calls come less than ~0.1 s apart.
 WHOLE_MAX_TIMEOUT = 8
 
