@@ -201,6 +201,16 @@ def test_a_busy_count_from_before_a_pause_does_not_outlive_it(monkeypatch):
     assert sample(0.5) == choice.IDLE    # half a second later: idle now
 
 
+def _no_core_idle(monkeypatch):
+    """regime() samples a load of 8 runnable threads more than the cores, every call."""
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
+    cores = os.cpu_count() or 1
+    monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
+                                            "fd": -1, "at": time.monotonic()})
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
+
+
 def test_a_burst_of_this_process_before_a_pause_is_not_a_busy_pool_now(monkeypatch):
     """No core idle (the load sample says so) and a thread of this process computed
     before the caller's pause -- numpy's matmul, a jax call, then asleep -- is not the
@@ -208,12 +218,7 @@ def test_a_burst_of_this_process_before_a_pause_is_not_a_busy_pool_now(monkeypat
     interval since the last sample, a burst before the pause kept a plain process's
     calls under other processes' load in OWN_POOLS, where OpenBLAS's threads are offered:
     compute.py --company, background load, every matmul 1024 sample.)"""
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
-    cores = os.cpu_count() or 1
-    monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
-                                            "fd": -1, "at": time.monotonic()})
-    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
+    _no_core_idle(monkeypatch)
     parallel.regime()
     assert parallel.regime() == choice.OTHERS
     a = np.ones((300, 300), np.float32)
@@ -235,12 +240,7 @@ def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch)
     """No core idle (the load sample says so): a thread of this process computing --
     numpy's OpenBLAS workers still awake, here a thread in numpy's matmul -- makes it
     the OWN_POOLS regime; without one, OTHERS."""
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
-    cores = os.cpu_count() or 1
-    monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
-                                            "fd": -1, "at": time.monotonic()})
-    monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
+    _no_core_idle(monkeypatch)
 
     def settle(want, seconds=2.0):
         end = time.monotonic() + seconds
