@@ -261,6 +261,15 @@ def conv_numpy(x, k):
     return out
 
 
+ADD8_HLO = """HloModule add8
+ENTRY main {
+  a = f32[8] parameter(0)
+  b = f32[8] parameter(1)
+  ROOT r = f32[8] add(a, b)
+}
+"""
+
+
 def matmul_hlo(n: int) -> str:
     return f"""HloModule matmul
 ENTRY main {{
@@ -407,6 +416,14 @@ def rows(quick: bool, want=lambda name: True):
                 lambda a, b, c: np.tanh(a * b + c) * f32(0.5) + a,
                 _jit(lambda a, b, c: jnp.tanh(a * b + c) * 0.5 + a), (a, b, c), "fast")
 
+    # The cost of a call itself: what a loop of small steps pays on every step (argument
+    # checks, buffers, the thunk list, the result), beside numpy's and jax.jit's dispatch.
+    v = rng.standard_normal(8).astype(f32)
+    yield ("call: f32[8] add", compile_cpu(ADD8_HLO), lambda a, b: a + b,
+           _jit(lambda a, b: a + b), (v, v), "fast")
+    s8 = rng.standard_normal((8, 8)).astype(f32)
+    yield ("call: 8x8 f32 dot", compile_cpu(matmul_hlo(8)), lambda p, q: p @ q,
+           _jit(lambda p, q: p @ q), (s8, s8), "blas")
     yield chain(1 << 20)
     yield chain((1 << 22) if quick else (1 << 24))
     n = 1024 if quick else 4096
@@ -523,6 +540,11 @@ def measure(args, repeats: int) -> list[dict]:
         if ONE_THREAD:
             print(f"  {name}: done", file=sys.stderr, flush=True)
     return table
+
+
+def _time(seconds: float) -> str:
+    """Nine columns: ms, or us below 0.1 ms (the call rows)."""
+    return f"{seconds * 1e3:7.2f}ms" if seconds >= 1e-4 else f"{seconds * 1e6:7.2f}us"
 
 
 def wanted(args):
@@ -703,14 +725,14 @@ def main(argv=None) -> int:
         o = one.get(row["name"], {})
         row["one_thread_xladist_over_jax"] = o.get("xladist_over_jax")
         t_j = row["jax_s"]
-        jt = f"{t_j * 1e3:7.2f}ms" if t_j else f"{'-':>9}"
+        jt = _time(t_j) if t_j else f"{'-':>9}"
         jr = f"{row['xladist_over_jax']:8.2f}x" if t_j else f"{'-':>9}"
         if row["jax_cores_busy"]:
             jr += f" (jax {row['jax_cores_busy']:.1f} cores)"
         orr = f"{o['xladist_over_jax']:8.2f}x" if o.get("xladist_over_jax") else f"{'-':>9}"
         d1 = row["xladist_over_xladist_1thread"]
-        nt = f"{row['numpy_s'] * 1e3:7.2f}ms" if row["numpy_s"] else f"{'-':>9}"
-        print(f"{row['name'][:44]:<44} {row['xladist_s'] * 1e3:7.2f}ms "
+        nt = _time(row["numpy_s"]) if row["numpy_s"] else f"{'-':>9}"
+        print(f"{row['name'][:44]:<44} {_time(row['xladist_s'])} "
               f"{nt} {jt} {jr} {orr} {d1:6.2f}x", flush=True)
     if args.rows:
         return 0

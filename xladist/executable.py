@@ -83,14 +83,23 @@ class Executable:
         self.module = module
         self.parameters = module.entry.parameters
         self.result_shape = module.entry.root.shape
+        # Per parameter, the (dtype, dims) an array argument passes as it is, or None
+        # (tuples, tokens): the common call is checked without building any message.
+        self._exact = [(p.shape.dtype, tuple(p.shape.dims)) if p.shape.is_array else None
+                       for p in self.parameters]
 
     def check_arguments(self, arrays) -> list:
         if len(arrays) != len(self.parameters):
             wanted = ", ".join(describe_parameter(p) for p in self.parameters) or "none"
             raise InputError(f"{self.module.name} takes {len(self.parameters)} arguments "
                              f"({wanted}), got {len(arrays)}")
-        return [conform_argument(a, p.shape, describe_parameter(p))
-                for a, p in zip(arrays, self.parameters)]
+        out = list(arrays)
+        for k, (a, exact) in enumerate(zip(arrays, self._exact)):
+            if exact is None or type(a) is not np.ndarray or a.dtype != exact[0] or \
+                    a.shape != exact[1]:
+                p = self.parameters[k]
+                out[k] = conform_argument(a, p.shape, describe_parameter(p))
+        return out
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         args = self.check_arguments(arrays)

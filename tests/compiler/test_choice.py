@@ -181,7 +181,7 @@ def test_a_busy_count_from_before_a_pause_does_not_outlive_it(monkeypatch):
     first calls after numpy's burst ran in a busy regime and handed large products to
     OpenBLAS's threads, whose spin after the call then kept it busy.)"""
     monkeypatch.setattr(parallel, "DYNAMIC", True)
-    monkeypatch.setattr(parallel, "_foreign_rate", lambda now: 0.0)
+    monkeypatch.setattr(parallel, "_foreign_runnable", lambda now: 0)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     running = {"n": 6}
     monkeypatch.setattr(os, "pread", lambda fd, n, off: b"1 1 1 %d/99 1\n" % running["n"])
@@ -201,16 +201,46 @@ def test_a_busy_count_from_before_a_pause_does_not_outlive_it(monkeypatch):
     assert sample(0.5) == choice.IDLE    # half a second later: idle now
 
 
-def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch):
-    """No core idle (the load sample says so): a thread of this process computing --
-    numpy's OpenBLAS workers still awake, here a thread in numpy's matmul -- makes it
-    the OWN_POOLS regime; without one, OTHERS."""
+def _no_core_idle(monkeypatch):
+    """regime() samples a load of 8 runnable threads more than the cores, every call."""
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     monkeypatch.setattr(parallel, "LOAD_PERIOD", 0.0)
     cores = os.cpu_count() or 1
     monkeypatch.setattr(parallel, "_load", {"next": 0.0, "running": 0.0, "last": 0,
                                             "fd": -1, "at": time.monotonic()})
     monkeypatch.setattr(os, "pread", lambda fd, n, off: b"9 9 9 %d/99 1\n" % (cores + 8))
+
+
+def test_a_burst_of_this_process_before_a_pause_is_not_a_busy_pool_now(monkeypatch):
+    """No core idle (the load sample says so) and a thread of this process computed
+    before the caller's pause -- numpy's matmul, a jax call, then asleep -- is not the
+    OWN_POOLS regime after it: the regime says who is runnable now. (Measured over the
+    interval since the last sample, a burst before the pause kept a plain process's
+    calls under other processes' load in OWN_POOLS, where OpenBLAS's threads are offered:
+    compute.py --company, background load, every matmul 1024 sample.)"""
+    _no_core_idle(monkeypatch)
+    parallel.regime()
+    assert parallel.regime() == choice.OTHERS
+    a = np.ones((300, 300), np.float32)
+    for _ in range(2):
+        def burst():
+            end = time.monotonic() + 0.1
+            while time.monotonic() < end:
+                a @ a
+        t = threading.Thread(target=burst, daemon=True)
+        t.start()
+        t.join(10)
+        # The caller's pause: the burst has ended, and OpenBLAS's workers, which spin
+        # ~0.1 s after numpy's last threaded call, are asleep.
+        time.sleep(0.3)
+        assert parallel.regime() == choice.OTHERS
+
+
+def test_busy_threads_of_this_process_are_told_from_other_processes(monkeypatch):
+    """No core idle (the load sample says so): a thread of this process computing --
+    numpy's OpenBLAS workers still awake, here a thread in numpy's matmul -- makes it
+    the OWN_POOLS regime; without one, OTHERS."""
+    _no_core_idle(monkeypatch)
 
     def settle(want, seconds=2.0):
         end = time.monotonic() + seconds
@@ -651,10 +681,10 @@ def test_the_products_sites_stay_bounded_and_keep_the_recent_ones(monkeypatch):
     least recently used goes first, a shape in use keeps its measurements."""
     monkeypatch.setattr(blas_blocks, "MAX_SITES", 4)
     blas_blocks._sites.clear()
-    first = blas_blocks._site(("gemm", 0), (POOL, ALONE), "dot 0")
+    first = blas_blocks._site(("gemm", 0), (POOL, ALONE), lambda: "dot 0")
     for i in range(1, 10):
-        blas_blocks._site(("gemm", i), (POOL, ALONE), f"dot {i}")
-        assert blas_blocks._site(("gemm", 0), (POOL, ALONE), "dot 0") is first  # in use
+        blas_blocks._site(("gemm", i), (POOL, ALONE), lambda: f"dot {i}")
+        assert blas_blocks._site(("gemm", 0), (POOL, ALONE), lambda: "dot 0") is first  # in use
     assert len(blas_blocks._sites) == 4
     assert list(blas_blocks._sites) == [("gemm", 7), ("gemm", 8), ("gemm", 9), ("gemm", 0)]
     blas_blocks._sites.clear()

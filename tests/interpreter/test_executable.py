@@ -66,6 +66,36 @@ def test_argument_errors_name_the_parameter(args, match):
         exe(*args)
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_arguments_of_any_memory_order_give_the_same_results(backend):
+    """The executable takes a C-ordered argument as its buffer as it is and converts any
+    other (a strided or Fortran-ordered view, a 0-d numpy scalar) first; parameters in a
+    column-major layout, too. Every form gives numpy's answer; a big-endian array is
+    refused like any other element type."""
+    mod = xladist.parse_hlo("""HloModule m
+ENTRY e {
+  a = f32[3,4]{1,0} parameter(0)
+  b = f32[4,2]{0,1} parameter(1)
+  s = f32[] parameter(2)
+  d = f32[3,2]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  bs = f32[3,2]{1,0} broadcast(s), dimensions={}
+  ROOT r = f32[3,2]{1,0} add(d, bs)
+}""")
+    exe = xladist.compile(mod, backend=backend)
+    rng = np.random.default_rng(1)
+    a = rng.integers(-4, 4, (3, 8)).astype(np.float32)
+    b = rng.integers(-4, 4, (2, 4)).astype(np.float32)
+    want = a[:, ::2] @ b.T + np.float32(0.5)
+    for args in [(a[:, ::2], b.T, np.float32(0.5)),
+                 (np.ascontiguousarray(a[:, ::2]), np.ascontiguousarray(b.T),
+                  np.array(0.5, np.float32)),
+                 (np.asfortranarray(a[:, ::2]), np.asfortranarray(b.T), np.float32(0.5))]:
+        (got,) = exe(*args)
+        assert got.flags.c_contiguous and np.array_equal(got, want), args
+    with pytest.raises(InputError, match=r"parameter 0 .*got a >f4 array"):
+        exe(a[:, ::2].astype(">f4"), b.T, np.float32(0.5))
+
+
 def test_backend_table():
     with pytest.raises(UnsupportedError, match=r"backend 'nope' is not available"):
         xladist.compile(two_param_module(), backend="nope", verify=False)

@@ -59,8 +59,8 @@ WHOLE_MIN_MACS = BLOCK_MACS
 # this process's other pools (numpy's OpenBLAS, XLA's) are awake already: splitting
 # around them on the pool, matmul 1024 took 1.6-2.1x numpy's time; handing the product
 # to OpenBLAS's awake threads, numpy's (compute.py --company, "after numpy+jax").
-# What OpenBLAS's workers burn inside our own WHOLE calls does not count as the others'
-# (parallel._foreign_during); their spin after our call does, so a site that chose
+# The regime is read as a call starts (parallel._foreign_runnable): OpenBLAS's workers
+# still spinning after our own WHOLE call count as awake pools, so a site that chose
 # WHOLE keeps them awake while its calls come less than ~0.1 s apart.
 WHOLE_MAX_TIMEOUT = 8
 
@@ -115,11 +115,13 @@ def _bound(table: dict) -> None:
         del table[next(iter(table))]
 
 
-def _site(key: tuple, ways, name: str) -> choice.Site:
+def _site(key: tuple, ways, name) -> choice.Site:
+    """The site of `key`, made with `ways` and name() (a function: the name is only
+    formatted for a new site) the first time."""
     with _sites_lock:
         site = _sites.pop(key, None)
         if site is None:
-            site = choice.Site(ways, name, _WHOLE_ONLY)
+            site = choice.Site(ways, name(), _WHOLE_ONLY)
             _bound(_sites)
         _sites[key] = site  # the most recently used last
         return site
@@ -221,15 +223,17 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                 np.matmul(a, b, out=out)
             return
         site = _site(("batched", a.dtype.char, a.shape, b.shape, threads),
-                     (choice.POOL, choice.ALONE), f"dot {bsz}x{m}x{k}x{b.shape[2]} {a.dtype}")
+                     (choice.POOL, choice.ALONE),
+                     lambda: f"dot {bsz}x{m}x{k}x{b.shape[2]} {a.dtype}")
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]),
                    None, blocks, site)
         return
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
     whole = {}
-    if threads > 1 and m * n * k >= WHOLE_MIN_MACS and _order(a) and \
-            _order(b) and not np.may_share_memory(a, b):
+    order_a, order_b = _order(a), _order(b)
+    if threads > 1 and m * n * k >= WHOLE_MIN_MACS and order_a and \
+            order_b and not np.may_share_memory(a, b):
         # (numpy takes syrk for a product of a matrix with its own transpose)
         def threaded(way: int):
             def call() -> bool:
@@ -254,8 +258,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         np.matmul(a, b, out=out)
         return
     ways = ((choice.POOL, choice.ALONE) if split else (choice.ALONE,)) + tuple(whole)
-    site = _site(("gemm", a.dtype.char, m, n, k, _order(a), _order(b), threads), ways,
-                 f"dot {m}x{k}x{n} {a.dtype}")
+    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads), ways,
+                 lambda: f"dot {m}x{k}x{n} {a.dtype}")
     whole = {w: call for w, call in whole.items() if w in site.ways}
     if split is None:
         run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
@@ -276,7 +280,7 @@ def by_blocks(fn, units: int, work_per_unit: int) -> None:
         fn(0, units)
         return
     site = _site(("blocks", units, work_per_unit, thread_count()),
-                 (choice.POOL, choice.ALONE), f"blocks {units}x{work_per_unit}")
+                 (choice.POOL, choice.ALONE), lambda: f"blocks {units}x{work_per_unit}")
     run_blocks(lambda _, lo, hi: fn(lo, hi), None, blocks, site)
 
 

@@ -241,10 +241,9 @@ def blas_callback_setters() -> list:
     return _callback_setters
 
 
-@contextlib.contextmanager
-def openblas_threads(n: int):
-    """Every loaded OpenBLAS on `n` threads inside the block, each library's setting
-    restored after. ~1 us per library when a change is needed."""
+def _set_blas_threads(n: int) -> list:
+    """Every loaded OpenBLAS on `n` threads; what _restore_blas_threads takes to put
+    each library's setting back. ~1 us per library when a change is needed."""
     if _scope_libs is None:
         refresh_blas_libs()
     changed = []
@@ -253,11 +252,23 @@ def openblas_threads(n: int):
         if was != n:
             put(ctypes.c_int(n))
             changed.append((put, was))
+    return changed
+
+
+def _restore_blas_threads(changed: list) -> None:
+    for put, was in changed:
+        put(ctypes.c_int(was))
+
+
+@contextlib.contextmanager
+def openblas_threads(n: int):
+    """Every loaded OpenBLAS on `n` threads inside the block, each library's setting
+    restored after."""
+    changed = _set_blas_threads(n)
     try:
         yield
     finally:
-        for put, was in changed:
-            put(ctypes.c_int(was))
+        _restore_blas_threads(changed)
 
 
 # OpenBLAS's thread count is one setting for the whole process, read when a call starts.
@@ -270,39 +281,73 @@ _blas_gate = threading.Lock()
 _blas_flight = {"n": 0, "restore": None}
 
 
-@contextlib.contextmanager
-def blas_scope():
-    """OpenBLAS on BLAS_THREADS for one execution, the caller's setting restored after
-    the last execution in flight ends: in a user's own process (a notebook calling
-    xladist.compile), numpy's matmul outside xladist keeps its threads. Ranks set it once
-    for good (set_local_ranks -> sync_blas), and then this changes nothing."""
-    with _blas_gate:
-        if _blas_flight["n"] == 0:
-            scope = openblas_threads(BLAS_THREADS)
-            scope.__enter__()
-            _blas_flight["restore"] = scope
-        _blas_flight["n"] += 1
-    try:
-        yield
-    finally:
+class _BlasScope:
+    """blas_scope's context manager: a class, not a generator, since every execution of
+    a program with a BLAS call enters one."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        with _blas_gate:
+            if _blas_flight["n"] == 0:
+                _blas_flight["restore"] = _set_blas_threads(BLAS_THREADS)
+            _blas_flight["n"] += 1
+
+    def __exit__(self, *exc) -> None:
         with _blas_gate:
             _blas_flight["n"] -= 1
             if _blas_flight["n"] == 0:
-                _blas_flight["restore"].__exit__(None, None, None)
+                _restore_blas_threads(_blas_flight["restore"])
                 _blas_flight["restore"] = None
 
 
-@contextlib.contextmanager
-def exclusive_blas(n: int):
-    """OpenBLAS on `n` threads for one call of the caller's, yielding True, when no other
-    execution is in flight (blas_scope); else nothing changes and it yields False. No
-    execution starts until the block ends."""
-    with _blas_gate:
+_BLAS_SCOPE = _BlasScope()
+
+
+def blas_scope() -> _BlasScope:
+    """OpenBLAS on BLAS_THREADS for one execution (`with blas_scope():`), the caller's
+    setting restored after the last execution in flight ends: in a user's own process (a
+    notebook calling xladist.compile), numpy's matmul outside xladist keeps its threads.
+    Ranks set it once for good (set_local_ranks -> sync_blas), and then this changes
+    nothing."""
+    return _BLAS_SCOPE
+
+
+class _ExclusiveBlas:
+    """exclusive_blas's context manager (a class, as _BlasScope). It releases the gate it
+    took: a fork meanwhile gives the child a new one (_after_fork_in_child)."""
+
+    __slots__ = ("n", "changed", "gate")
+
+    def __init__(self, n: int):
+        self.n, self.changed, self.gate = n, None, None
+
+    def __enter__(self) -> bool:
+        self.gate = gate = _blas_gate
+        gate.acquire()
         if _blas_flight["n"] > 1:
-            yield False
-            return
-        with openblas_threads(n):
-            yield True
+            return False
+        try:
+            self.changed = _set_blas_threads(self.n)
+        except BaseException:
+            gate.release()
+            raise
+        return True
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self.changed is not None:
+                _restore_blas_threads(self.changed)
+        finally:
+            self.changed = None
+            self.gate.release()
+
+
+def exclusive_blas(n: int) -> _ExclusiveBlas:
+    """`with exclusive_blas(n) as alone:` OpenBLAS on `n` threads for one call of the
+    caller's, alone True, when no other execution is in flight (blas_scope); else nothing
+    changes and alone is False. No execution starts until the block ends."""
+    return _ExclusiveBlas(n)
 
 
 def blas_info() -> list[dict]:
@@ -356,35 +401,84 @@ def _has_room() -> bool:
 
 # Threads of this process that are not ours -- numpy's OpenBLAS workers spinning ~0.1 s
 # after its threaded matmul, XLA's pool a few ms after a jax call, the user's own
-# threads -- busy as FOREIGN_THREADS runnable threads or more (their CPU time over the
-# last sample's interval, smoothed, over one runnable thread's share of the cores) make
-# a busy machine the OWN_POOLS regime: there the fastest way differs from the one under
-# other processes' load (a large product is best handed to OpenBLAS's awake threads;
-# with another process on a core they wait for a descheduled partner). Their CPU: the
-# process's, less the pool's workers', the sampling thread's and what ran inside our own
-# WHOLE calls (_foreign_during).
-FOREIGN_THREADS = 0.5
-_cpu = {"t": None, "proc": 0.0, "ours": 0.0, "tid": None, "me": 0.0, "rate": 0.0}
-_foreign_during = [0.0]  # process CPU of other threads inside WHOLE calls (run_blocks)
+# threads -- runnable now make a busy machine the OWN_POOLS regime: there the fastest way
+# differs from the one under other processes' load (a large product is best handed to
+# OpenBLAS's awake threads; with another process on a core they wait for a descheduled
+# partner). Now, from each thread's state: the process's CPU time over the interval since
+# the last sample (until stop 39) held whatever ran in it -- after a pause, numpy's or
+# jax's whole call -- and kept a plain process under other processes' load in OWN_POOLS
+# for calls long after their pools slept (compute.py --company, background load: every
+# matmul 1024 call). A thread is looked at again only when its CPU clock has moved since
+# it was last seen asleep, and the list of threads is read at most every TASKS_PERIOD.
+TASKS_PERIOD = 1.0
+_tasks = {"ids": [], "next": 0.0, "seen": {}}
 
 
-def _foreign_rate(now: float) -> float:
-    st = _cpu
-    proc = time.process_time()
-    ours = _pool.cpu() if _pool is not None else 0.0
-    tid, me = threading.get_ident(), time.thread_time()
-    if st["t"] is not None and now > st["t"]:
-        mine = me - st["me"] if tid == st["tid"] else now - st["t"]  # another caller: at most all
-        foreign = (proc - st["proc"]) - (ours - st["ours"]) - mine - _foreign_during[0]
-        st["rate"] += 0.5 * (max(0.0, foreign) / (now - st["t"]) - st["rate"])
-    _foreign_during[0] = 0.0
-    st.update(t=now, proc=proc, ours=ours, tid=tid, me=me)
-    return st["rate"]
+def _thread_cpu(tid: int) -> float | None:
+    """CPU seconds the thread `tid` (a native id) of this process has run, None when it
+    has ended: Linux's clock id of a thread's CPU clock (CPUCLOCK_PERTHREAD |
+    CPUCLOCK_SCHED over the id), no /proc read."""
+    try:
+        return time.clock_gettime(((~tid) << 3) | 6)
+    except (OSError, ValueError, OverflowError):
+        return None
+
+
+def _foreign_runnable(now: float) -> int:
+    """Threads of this process runnable now, other than the caller and the pool's
+    workers (/proc/self/task/TID/stat); 0 where there is no /proc."""
+    st = _tasks
+    if now >= st["next"]:
+        try:
+            st["ids"] = [int(t) for t in os.listdir("/proc/self/task")]
+        except (OSError, ValueError):
+            st["ids"] = []
+        st["next"] = now + TASKS_PERIOD
+    me = threading.get_native_id()
+    ours = _pool.native_ids if _pool is not None else ()
+    last_seen, seen, n = st["seen"], {}, 0
+    for tid in st["ids"]:
+        if tid == me or tid in ours:
+            continue
+        cpu = _thread_cpu(tid)
+        if cpu is None:
+            continue  # it has ended
+        last = last_seen.get(tid)
+        if last is not None and last[0] == cpu and not last[1]:
+            seen[tid] = last  # asleep when last seen, and has not run since
+            continue
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, 512)
+            finally:
+                os.close(fd)
+            end = stat.rindex(b")")  # the name may hold spaces and parentheses
+            running = stat[end + 2:end + 3] == b"R"
+        except (OSError, ValueError):
+            continue
+        seen[tid] = (cpu, running)
+        n += running
+    st["seen"] = seen
+    return n
+
+
+_cpus = {"n": 1, "next": 0.0}
+CPUS_PERIOD = 1.0
+
+
+def _online_cpus(now: float) -> int:
+    """The machine's online cores (what /proc/loadavg's runnable count is against), read
+    at most every CPUS_PERIOD seconds: os.cpu_count() reads a sysfs file each time (~6 us,
+    more right after a pause), and regime() runs on every split call."""
+    if now >= _cpus["next"]:
+        _cpus.update(n=os.cpu_count() or 1, next=now + CPUS_PERIOD)
+    return _cpus["n"]
 
 
 def regime() -> int:
     """choice.IDLE while a core is idle; else choice.OWN_POOLS when other threads of this
-    process are busy (_foreign_rate), else choice.OTHERS. The same blocks run in every
+    process are runnable (_foreign_runnable), else choice.OTHERS. The same blocks run in every
     regime; the regime only tells which measurements of a site apply."""
     if not DYNAMIC:
         return choice.IDLE
@@ -421,15 +515,16 @@ def regime() -> int:
             st["running"] = float(running)
         else:
             st["running"] += (1.0 - 0.75 ** periods) * (running - st["running"])
-        st["foreign"] = _foreign_rate(now)
+        st["foreign"] = None  # read when the cores are all busy (below)
     # The count includes the calling thread itself, and the other ranks on this node
     # (set_local_ranks) with their threads: they are ours, not someone else's load.
-    ours = (_local_ranks - 1) * thread_count()
-    if st["running"] < (os.cpu_count() or 1) + ours - 0.25:
+    ours = (_local_ranks - 1) * thread_count() if _local_ranks > 1 else 0
+    cpus = _online_cpus(now)
+    if st["running"] < cpus + ours - 0.25:
         return choice.IDLE
-    share = (os.cpu_count() or 1) / max(1.0, st["running"])  # cores one thread gets
-    return choice.OWN_POOLS if st.get("foreign", 0.0) >= FOREIGN_THREADS * share \
-        else choice.OTHERS
+    if st.get("foreign") is None:
+        st["foreign"] = _foreign_runnable(now)
+    return choice.OWN_POOLS if st["foreign"] else choice.OTHERS
 
 
 def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
@@ -457,13 +552,10 @@ def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
     way = site.pick(now)
     t0 = time.perf_counter()
     if way in whole:
-        c0, m0 = time.process_time(), time.thread_time()
         if not whole[way]():  # another execution in flight (exclusive_blas): the blocks, no sample
             if pool is None or not _on_pool(pool, fn, argv, blocks, n):
                 _alone(fn, argv, blocks)
             return
-        if way == choice.WHOLE:  # OpenBLAS's workers are not the pool's (_foreign_rate)
-            _foreign_during[0] += (time.process_time() - c0) - (time.thread_time() - m0)
     elif way == choice.ALONE or pool is None:
         _alone(fn, argv, blocks)
     elif not _on_pool(pool, fn, argv, blocks, n):
@@ -725,7 +817,7 @@ class _Pool:
         # Which workers are between tasks' start and end: runnable threads of ours,
         # which the idle-core estimate (regime) must not count as load.
         self.active = [False] * workers
-        self.clocks = [None] * workers  # each worker's CPU clock, for _foreign_rate
+        self.native_ids: set[int] = set()  # the workers' thread ids (_foreign_runnable)
         # Kernels keep rows on their stack (codegen/kernels/core.py ROW_CACHE_BYTES, twice
         # when a trig kernel reruns its accurate version): a worker gets glibc's 8 MiB
         # even where threads default to less (musl: 128 KiB), instead of a SIGSEGV.
@@ -740,20 +832,10 @@ class _Pool:
 
     def cpu(self) -> float:
         """CPU seconds the workers have run."""
-        total = 0.0
-        for clock in self.clocks:
-            if clock is not None:
-                try:
-                    total += time.clock_gettime(clock)
-                except OSError:
-                    pass
-        return total
+        return sum(_thread_cpu(t) or 0.0 for t in list(self.native_ids))
 
     def _loop(self, q, i: int) -> None:
-        try:
-            self.clocks[i] = time.pthread_getcpuclockid(threading.get_ident())
-        except (AttributeError, OSError):
-            pass
+        self.native_ids.add(threading.get_native_id())
         if self.cpus is not None:
             try:  # pid 0: this thread only
                 os.sched_setaffinity(0, {self.cpus[i]})

@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import time
 
+import numpy as np
+
 from ..errors import UnsupportedError
 from ..executable import Executable
 from ..hlo.shape import Shape
@@ -185,11 +187,18 @@ class CpuExecutable(Executable):
         self._copy_mask = [s is not None and s.kind != "out" and src != FRESH
                            for s, src in zip(entry.root_slots, entry.sources)]
         self._param_shapes = [p.shape for p in module.entry.parameters]
+        # Array parameters in the default (row-major) layout: a C-ordered argument is its
+        # own physical leaf, viewed as bytes without to_physical's steps.
+        self._row_major = [s.is_array and (s.rank < 2 or s.has_default_layout())
+                           for s in self._param_shapes]
 
     def execute(self, args):
         leaves = []
-        for v, s in zip(args, self._param_shapes):
-            leaves.extend(to_leaves(v, s))
+        for v, s, plain in zip(args, self._param_shapes, self._row_major):
+            if plain and v.flags.c_contiguous:
+                leaves.append(v.reshape(-1).view(np.uint8))
+            else:
+                leaves.extend(to_leaves(v, s))
         # Results that are not fresh buffers are copied here (_copy_mask), so the
         # entry need not copy the ones still in its arena first.
         with parallel.blas_scope() if self.program.uses_blas else contextlib.nullcontext():

@@ -215,10 +215,18 @@ class LibraryThunk(Thunk):
         self.out_slots = out_slots
         self.reads = [s for slots in operand_slots for s in slots if s is not None]
         self.writes = [s for s in out_slots if s is not None]
+        # Per operand: (shape, slot id) of an array operand, whose value is one view;
+        # None for tuples and tokens (_value builds those).
+        self._arrays = [(op.shape, slots[0].id) if op.shape.is_array and slots and
+                        slots[0] is not None else None
+                        for op, slots in zip(instr.operands, operand_slots)]
 
     def run(self, frame: Frame) -> None:
-        args = [_value(frame, op.shape, slots)
-                for op, slots in zip(self.instr.operands, self.operand_slots)]
+        bufs = frame.bufs
+        args = [logical_view(a[0], bufs[a[1]]) if a is not None else
+                _value(frame, op.shape, slots)
+                for a, op, slots in zip(self._arrays, self.instr.operands,
+                                        self.operand_slots)]
         outs = [frame.view(s) for s in self.out_slots]
         try:
             with np.errstate(all="ignore"):

@@ -27,6 +27,7 @@ views of the result leaves, written in place.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -54,8 +55,18 @@ def library(*opcodes):
 
 
 def _compute_dtype(dtype) -> np.dtype:
-    """BLAS-friendly dtype: narrow floats compute in f32."""
-    dtype = np.dtype(dtype)
+    """BLAS-friendly dtype: narrow floats compute in f32 (a table lookup: every dot and
+    convolution asks, and the dtype's name costs ~1 us each time)."""
+    got = _COMPUTE.get(dtype)
+    if got is None:
+        got = _COMPUTE[dtype] = _compute_dtype_of(np.dtype(dtype))
+    return got
+
+
+_COMPUTE: dict = {}
+
+
+def _compute_dtype_of(dtype: np.dtype) -> np.dtype:
     if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16" \
             or dtype.name.startswith(("float8", "float4")):
         return np.dtype(np.float32)  # one rounding at the end, as the interpreter
@@ -78,17 +89,37 @@ def _dot(instr, args, outs):
              a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()))
 
 
+@functools.lru_cache(maxsize=1024)
+def _dot_dims(lnd: int, rnd: int, lb: tuple, lc: tuple, rb: tuple, rc: tuple):
+    """For operands of lnd and rnd dims: the free dims of each side, whether it is a plain
+    matrix product (no batch, one contraction, at most one free dim a side), and the
+    transposes that put each operand in (batch, free, contracting) / (batch,
+    contracting, free) order (None where it is in that order already)."""
+    lf = tuple(d for d in range(lnd) if d not in lb and d not in lc)
+    rf = tuple(d for d in range(rnd) if d not in rb and d not in rc)
+    plain = not lb and len(lf) <= 1 and len(lc) == 1 and len(rf) <= 1
+
+    def order(perm):
+        return None if perm == tuple(range(len(perm))) else perm
+    return lf, rf, plain, order(lb + lf + lc), order(rb + rc + rf)
+
+
 def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     """DotGeneral of lhs and rhs written into the array (or view) `out`."""
-    lb, lc, rb, rc = list(lb), list(lc), list(rb), list(rc)
-    lf = [d for d in range(lhs.ndim) if d not in lb and d not in lc]
-    rf = [d for d in range(rhs.ndim) if d not in rb and d not in rc]
+    lb, lc, rb, rc = tuple(lb), tuple(lc), tuple(rb), tuple(rc)
+    lf, rf, plain, lperm, rperm = _dot_dims(lhs.ndim, rhs.ndim, lb, lc, rb, rc)
     ct = _compute_dtype(out.dtype)
-    if not lb and len(lf) <= 1 and len(lc) == 1 and len(rf) <= 1 and out.dtype == ct:
+    lt = lhs if lperm is None else lhs.transpose(lperm)
+    rt = rhs if rperm is None else rhs.transpose(rperm)
+    if lt.dtype != ct:
+        lt = lt.astype(ct)
+    if rt.dtype != ct:
+        rt = rt.astype(ct)
+    if plain and out.dtype == ct:
         # Plain matrix product: hand BLAS the (possibly transposed) views directly;
         # numpy passes the transposition flags instead of copying.
-        lm = lhs.transpose(lf + lc).astype(ct, copy=False).reshape(-1, lhs.shape[lc[0]])
-        rm = rhs.transpose(rc + rf).astype(ct, copy=False).reshape(rhs.shape[rc[0]], -1)
+        lm = lt.reshape(-1, lhs.shape[lc[0]])
+        rm = rt.reshape(rhs.shape[rc[0]], -1)
         o2 = out.reshape(lm.shape[0], rm.shape[1])
         if o2.flags.c_contiguous:
             matmul_into(lm, rm, o2)
@@ -100,8 +131,8 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
     k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
     n = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
-    lm = lhs.transpose(lb + lf + lc).astype(ct, copy=False).reshape(bsz, m, k)
-    rm = rhs.transpose(rb + rc + rf).astype(ct, copy=False).reshape(bsz, k, n)
+    lm = lt.reshape(bsz, m, k)
+    rm = rt.reshape(bsz, k, n)
     if out.dtype == ct and out.flags.c_contiguous:
         # BLAS writes straight into the result buffer.
         matmul_into(lm, rm, out.reshape(bsz, m, n))
