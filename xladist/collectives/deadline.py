@@ -341,16 +341,20 @@ class Watchdog:
         """``iteration 5 of while.2, iteration 1 of while.7`` (outermost first), or ''."""
         return ", ".join(f"iteration {k} of {name}" for name, k in list(self.loops))
 
+    # The daemon is woken only by a change: a persistent rank (runtime/cluster_rank.py)
+    # configures the same deadline and monitor for each of its many calls.
     def configure(self, timeout_s: float) -> None:
         with self._cond:
-            self.timeout_s = float(timeout_s)
-            self._cond.notify_all()
+            if self._timeout_s != float(timeout_s):
+                self.timeout_s = float(timeout_s)
+                self._cond.notify_all()
 
     def set_monitor(self, monitor) -> None:
         """Install (or, with None, remove) the job-wide monitor; see the module docstring."""
         with self._cond:
-            self.monitor = monitor
-            self._cond.notify_all()
+            if self.monitor is not monitor:
+                self.monitor = monitor
+                self._cond.notify_all()
 
     def describe_current(self) -> str | None:
         cur = self._resolved(self.current)

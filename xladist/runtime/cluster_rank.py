@@ -63,7 +63,7 @@ def _obey(client, comm, order: dict, payload, loaded: dict) -> None:
         text, code = failure_text(e, comm.Get_rank())
         client.send("call-failed", call=call, text=text, code=code)
     finally:
-        deadline.watchdog.set_monitor(None)
+        # The monitor stays: it is this rank's client for all its calls.
         deadline.watchdog.loops.clear()
         if order.get("free") and handle in loaded:
             release(loaded.pop(handle).ctx)

@@ -10,7 +10,8 @@ neither end ever converts. Nothing on the wire is pickled: the service never run
 peer sent.
 
 Every wait here has a deadline when the caller gives one (`timeout`): sending uses
-non-blocking sends under `select` and fails when the peer takes nothing for that long;
+non-blocking sends (waiting in `select` only while the peer's buffer is full) and fails
+when the peer takes nothing for that long;
 receiving uses the socket's own timeout. A peer that died is an
 end-of-stream (or a connection error) as soon as its host's kernel closed the socket.
 """
@@ -78,20 +79,19 @@ def _send_all(sock, data, timeout: float | None) -> None:
         sock.sendall(data)
         return
     view = memoryview(data).cast("B")
-    deadline = time.monotonic() + timeout
+    deadline = None
     while view.nbytes:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise PeerGone(f"the peer took no data for {timeout:g} s")
-        _, ready, _ = select.select([], [sock], [], left)
-        if not ready:
-            continue
-        try:
+        try:  # first without waiting: a small message nearly always fits at once
             sent = sock.send(view[:CHUNK], socket.MSG_DONTWAIT)
-        except BlockingIOError:
+        except BlockingIOError:  # the peer's buffer is full: wait until it takes some
+            now = time.monotonic()
+            deadline = deadline or now + timeout
+            if now >= deadline:
+                raise PeerGone(f"the peer took no data for {timeout:g} s") from None
+            select.select([], [sock], [], deadline - now)
             continue
         view = view[sent:]
-        deadline = time.monotonic() + timeout
+        deadline = None  # progress: the deadline starts again at the next full buffer
 
 
 def send(sock, kind: int, meta: dict, arrays=(), blob: bytes | None = None, *,
