@@ -4,8 +4,8 @@
 
 The module is tiny (an all-reduce of f32[4] and nothing else: its step is microseconds), so
 a call's wall time is its overhead. Rows (median wall time per call, from this process):
-- handle.run: `c.compile(module)` once, then `handle.run(inputs)`: one order to every rank,
-  each rank asks for its inputs, runs, streams its outputs back, says done;
+- handle.run: `c.compile(module)` once, then `handle.run(inputs)`: one order to every rank
+  with its inputs, and one answer from each: call-done with its outputs;
 - Cluster.run(text), kept: the same text again -- the cluster keeps the loaded module
   (Cluster(keep=8)), so this is handle.run plus reading the key;
 - Cluster.run(text), keep=0: the module shipped with every call: the launching process

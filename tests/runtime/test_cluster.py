@@ -255,6 +255,141 @@ def test_a_rank_killed_during_a_call_ends_it(marker):
     assert _gone(marker) == []
 
 
+# ---- a call's one message back: call-done with the outputs ------------------------------
+
+BIG = """HloModule big, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[1048577], y: s32[3]) -> (f32[1048577], s32[3]) {
+  %x = f32[1048577]{0} parameter(0)
+  %y = s32[3]{0} parameter(1)
+  %r = f32[1048577]{0} all-reduce(%x), replica_groups={}, to_apply=%add
+  %n = s32[3]{0} negate(%y)
+  ROOT %t = (f32[1048577]{0}, s32[3]{0}) tuple(%r, %n)
+}
+"""
+
+
+def test_outputs_larger_than_the_wires_pieces_come_back_with_each_call():
+    """A rank's outputs travel with its call-done, one message (cluster_rank): an output
+    of 4 MiB and 4 bytes (more than one of the wire's pieces) and a small one, call after
+    call, are numpy's on every device."""
+    from xladist.runtime import wire
+    assert 1048577 * 4 > wire.CHUNK
+    rng = np.random.default_rng(0)
+    with xladist.Cluster(n=2) as c:
+        step = c.compile(BIG)
+        for call in range(3):
+            x = rng.standard_normal((2, 1048577)).astype(np.float32)
+            y = rng.integers(-9, 9, (2, 3)).astype(np.int32)
+            got = step.run([x, y]) if call < 2 else c.run(BIG, [x, y])
+            for d in range(2):
+                np.testing.assert_allclose(got[d][0], x[0] + x[1], rtol=1e-6)
+                np.testing.assert_array_equal(got[d][1], -y[d])
+
+
+# One rank fails at an instruction or not, as its inputs say: a call of a handle fails on
+# rank 1 alone while rank 0 finishes (and sends its outputs).
+MAYBE_FEED = """HloModule maybe_feed, replica_count=2
+
+%skip (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%p)
+}
+
+%feed (q: f32[4]) -> f32[4] {
+  %q = f32[4]{0} parameter(0)
+  %tok = token[] after-all()
+  %in = (f32[4]{0}, token[]) infeed(%tok)
+  ROOT %v = f32[4]{0} get-tuple-element(%in), index=0
+}
+
+ENTRY %main (x: f32[4], c: pred[]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %c = pred[] parameter(1)
+  ROOT %r = f32[4]{0} conditional(%c, %x, %x), true_computation=%feed, false_computation=%skip
+}
+"""
+
+
+def test_a_rank_failing_alone_in_a_handles_call_is_named_and_the_cluster_stays_usable():
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with xladist.Cluster(n=2) as c:
+        step = c.compile(MAYBE_FEED)
+        got = step.run([x, np.array([False, False])])
+        np.testing.assert_array_equal(got[1][0], -x[1])
+        with pytest.raises(ExecutionError) as info:
+            step.run([x, np.array([False, True])])  # rank 1 takes the infeed's branch
+        text = str(info.value)
+        assert "rank 1 (replica 1, partition 0) | in (line 11): infeed" in text, text
+        assert "rank 0" not in text and "still usable" in text, text
+        assert c.usable
+        for _ in range(2):
+            got = step.run([x + 1, np.array([False, False])])
+            for d in range(2):
+                np.testing.assert_array_equal(got[d][0], -(x[d] + 1))
+
+
+# Computes for as long as its trip count says, without a collective (the interpreter: a
+# few microseconds an iteration).
+SPIN = """HloModule spin, replica_count=2
+
+%cond (s: (s32[], f32[])) -> pred[] {
+  %s = (s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %lim = s32[] constant(0)
+  ROOT %lt = pred[] compare(%i, %lim), direction=GT
+}
+
+%body (b: (s32[], f32[])) -> (s32[], f32[]) {
+  %b = (s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %one = s32[] constant(1)
+  %j = s32[] subtract(%i, %one)
+  %v = f32[] get-tuple-element(%b), index=1
+  %w = f32[] add(%v, %v)
+  ROOT %t = (s32[], f32[]) tuple(%j, %w)
+}
+
+ENTRY %main (x: f32[], n: s32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %n = s32[] parameter(1)
+  %init = (s32[], f32[]) tuple(%n, %x)
+  %loop = (s32[], f32[]) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[] get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_a_rank_killed_while_computing_is_named_with_this_calls_placement(marker):
+    """A cluster's rank says neither where it runs (when it ran there last) nor that it
+    computes (the service marks it from the order): killed in a call of a handle whose
+    device assignment differs from the call before, it is named with this call's replica
+    and as computing."""
+    import threading
+    x = np.ones(2, np.float32)
+    with xladist.Cluster(n=2, backend="interpreter") as c:
+        plain = c.compile(SPIN)
+        swapped = c.compile(SPIN, device_assignment=[[1], [0]])  # rank 0 runs replica 1
+        for step in (plain, swapped, plain, swapped, plain):
+            np.testing.assert_array_equal(step.run([x, np.array([3, 3], np.int32)])[0][0], 8)
+        _, pid = c.pids[0]
+        timer = threading.Timer(2.0, os.kill, args=(pid, signal.SIGKILL))
+        timer.start()
+        with pytest.raises(ClusterEnded) as info:
+            swapped.run([x, np.array([2 ** 30, 2 ** 30], np.int32)])  # minutes of work
+        text = str(info.value)
+        assert re.search(r"rank 0 \(device 0, replica 1, partition 0\) on \S+, pid \d+, was "
+                         r"killed by signal 9", text), text
+        assert "Its last position: computing, not waiting for another rank" in text, text
+    assert _gone(marker) == []
+
+
 def test_a_cluster_inside_an_mpi_job_is_refused(monkeypatch):
     monkeypatch.setenv("PMI_RANK", "0")
     with pytest.raises(InputError, match="not inside an MPI job"):

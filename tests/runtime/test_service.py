@@ -480,6 +480,91 @@ def test_outputs_one_file_per_device_and_in_memory(tmp_path):
     assert [g[0].tolist() for g in got] == [[0.0] * 4, [1.0] * 4]
 
 
+def _outputs_job(n, tmp_path, mode):
+    from xladist.runtime.service.jobs import JobHost
+    target = str(tmp_path / "out.npz") if mode == "npz" else None
+    return JobHost(n, options={}, outputs=Outputs(n, mode, target))
+
+
+@pytest.mark.parametrize("mode", ["npz", "memory"])
+def test_a_ranks_outputs_come_in_one_message_and_go_where_they_belong(service, tmp_path,
+                                                                      mode):
+    """Every output of a rank, with its done, is one message (rank_main._send_outputs):
+    each array is read in pieces to its place -- one larger than the wire's pieces
+    among them -- on each rank's own device, and the device is then complete."""
+    per_device = [[np.full((3, 2), d, np.float32),
+                   np.arange(wire.CHUNK // 4 + 5, dtype=np.int32) * (d + 1),  # > one piece
+                   np.array([1.0, -2.5], ml_dtypes.bfloat16), np.zeros((0, 3), np.int8)]
+                  for d in range(2)]
+    job = _outputs_job(2, tmp_path, mode)
+    svc = service(2, job=job, prints=False)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1)]
+    for r in ranks:
+        r.wait_for("welcome")
+    for r in reversed(ranks):  # rank 1 runs device 0, rank 0 device 1
+        r.send("placed", device=1 - r.rank, replica=1 - r.rank, partition=0)
+        r.send("outputs", arrays=per_device[1 - r.rank], outputs=4)
+        r.send("bye")
+    assert svc.wait_all_ended(20)
+    assert svc.lost == [] and svc.failures == []
+    got = job.finish(False)
+    if mode == "npz":
+        with np.load(tmp_path / "out.npz") as z:
+            got = [[z[f"out{i}"][d] for i in range(4)] for d in range(2)]
+    for want, have in zip(per_device, got):
+        for a, b in zip(want, have):
+            assert b.shape == a.shape and b.tobytes() == a.tobytes()
+
+
+def test_a_clusters_service_knows_a_ranks_state_from_its_orders_and_answers(service):
+    """A cluster's rank says nothing when it starts and ends a call (cluster_rank): the
+    service marks it 'computing' when the order goes out (Cluster._call) and 'finished' at
+    its answer, so a rank that dies is still named with what it was doing."""
+    from xladist.runtime.cluster import _Calls
+    svc = service(2, job=_Calls(2), defer_lost=False)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1, host="nodeB")]
+    for r in ranks:
+        r.wait_for("welcome")
+    for r in ranks:
+        r.send("placed", device=r.rank, replica=r.rank, partition=0)
+    svc.job.begin(1, None)
+    deadline = time.monotonic() + 10
+    while len([s for s in svc.ranks.values() if s.place]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for st in svc.ranks.values():
+        st.mark("computing")  # as Cluster._call, before it sends the order
+    ranks[0].send("call-done", call=1)
+    deadline = time.monotonic() + 10
+    while svc.ranks[0].record.get("state") != "finished" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert svc.ranks[0].record["state"] == "finished"
+    ranks[1].close()  # died during the call
+    assert ranks[0].wait_for("abort")
+    (text,) = svc.messages
+    assert text.startswith("xladist: rank 1 (device 1, replica 1, partition 0) on nodeB, "
+                           "pid 1001, ended without a word")
+    assert "Its last position: computing, not waiting for another rank." in text
+
+
+def test_outputs_of_a_call_given_up_are_read_and_dropped(service):
+    """A rank's call-done (with its outputs) that comes after the cluster gave the call
+    up is read to its end and dropped: the connection stays in step, nothing fails."""
+    from xladist.runtime.cluster import _Calls
+    calls = _Calls(1)
+    svc = service(1, job=calls, prints=False)
+    r = FakeRank(svc, 0)
+    r.wait_for("welcome")
+    r.send("call-done", call=4, arrays=[np.zeros(wire.CHUNK + 8, np.uint8)], outputs=1)
+    r.send("cluster-ready")  # the next message is read as one
+    deadline = time.monotonic() + 10
+    while not calls.ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls.ready == {0}
+    r.send("bye")
+    assert svc.wait_all_ended(10)
+    assert svc.lost == [] and svc.failures == [] and svc.ranks[0].ended == "bye"
+
+
 def test_a_goodbye_after_unread_pings_is_not_lost(service, monkeypatch):
     """A rank whose reader has not taken the service's last pings when it says goodbye must
     not close with them unread: that sends a reset, which discards what the service has not

@@ -8,9 +8,11 @@
 
 `xladist.run` starts mpiexec and N interpreters for every call; a cluster starts them once
 (`python -m xladist.runtime.cluster_rank`, launcher.py) and keeps the job's coordination
-service (service/) open: each call is one `order` message to every rank, which then takes
-the module (on a load) and its own inputs from the service and streams its outputs back
-exactly as a one-shot job's rank does (rank_main.py), and says `call-done` or `call-failed`.
+service (service/) open: each call is one `order` message to every rank, with that rank's
+inputs; the rank takes the module from the service (on a load), runs, and answers with one
+message: `call-done` with its outputs (streamed as a one-shot job's rank streams them,
+rank_main.py), or `call-failed`. The service knows from the order and the answer what the
+rank is doing (computing, finished), so the rank does not say so.
 
 What a call's failure leaves behind:
 * refused input (n against the module, argument count, dtypes and dims, settings, the
@@ -340,6 +342,7 @@ class Cluster:
                     # `inputs` request would describe them).
                     described, arrays, _ = job.request(st, "inputs", {"device": r}, None) \
                         if run else ({}, (), None)
+                    st.mark("computing")  # the rank does not say so itself (cluster_rank)
                     st.conn.send("order", arrays=arrays, timeout=SEND_TIMEOUT_S, call=call,
                                  handle=handle.id, load=load, run=run, free=free,
                                  inputs=described, feeds=fed)
@@ -496,8 +499,14 @@ class _Calls:
             raise LookupError(f"no call is under way to serve {what!r}")
         return self.job.request(st, what, meta, payload)
 
-    def receive_output(self, st, meta, size, seen) -> None:
-        self.job.receive_output(st, meta, size, seen)
+    def receive_outputs(self, st, meta, size, seen) -> None:
+        """A rank's outputs, which come with its `call-done`."""
+        job = self.job
+        if job is None or meta.get("call") != self.call:  # a call given up (_stop)
+            from .wire import copy_payload
+            copy_payload(st.conn.sock, size, lambda piece: seen())  # the stream stays in step
+            return
+        job.receive_outputs(st, meta, size, seen)
 
     def serve_feed(self, conn, meta) -> None:
         job = self.job
@@ -512,10 +521,12 @@ class _Calls:
                 self.ready.add(st.rank)
                 self._cond.notify_all()
         elif op in ("call-done", "call-failed"):
+            st.mark("finished")
             with self._cond:
                 got = self.answers.setdefault(int(meta["call"]), {})
                 got[st.rank] = ("done", "") if op == "call-done" else ("failed", meta["text"])
-                self._cond.notify_all()
+                if len(got) == self.n or op == "call-failed":  # what wait() waits for
+                    self._cond.notify_all()
         elif self.job is not None:
             self.job.on_message(st, op, meta, payload)
 

@@ -8,9 +8,9 @@ load: take the module from the service, place this rank's device, plan its colle
 compile (rank.device_context, rank.compile_for), kept under `handle`; run: this device's
 inputs came with the order (no request: one round trip less per call), the call's feeds
 (`feeds`: infeed and outfeed streams opened for this call, as a one-shot rank opens them),
-run, stream the outputs back (as rank_main.py does); free: release the
-handle's communicators -- or `{end}`: say goodbye and exit. Every call ends with
-`call-done`, or `call-failed {text}` naming the rank and instruction (rank.failure_text): a
+run; free: release the handle's communicators -- or `{end}`: say goodbye and exit. Every
+call ends with one message: `call-done` (after a run, with the outputs, as rank_main.py
+sends them), or `call-failed {text}` naming the rank and instruction (rank.failure_text): a
 failed call does not end the rank. What ends it as in a one-shot job: a hang (the service's
 report, then `abort`), the loss of the service, an internal error (report_and_abort).
 """
@@ -56,9 +56,10 @@ def _obey(client, comm, order: dict, payload, loaded: dict) -> None:
     try:
         if order.get("load"):
             loaded[handle] = _load(client, comm)
-        if order.get("run"):
-            _run(client, loaded[handle], order["inputs"], payload, order.get("feeds"))
-        client.send("call-done", call=call)
+        if order.get("run"):  # answers call-done with the outputs
+            _run(client, call, loaded[handle], order["inputs"], payload, order.get("feeds"))
+        else:
+            client.send("call-done", call=call)
     except Exception as e:  # noqa: BLE001 -- the call failed, not the rank
         text, code = failure_text(e, comm.Get_rank())
         client.send("call-failed", call=call, text=text, code=code)
@@ -90,10 +91,11 @@ def _load(client, comm) -> _Loaded:
     return _Loaded(ctx, exe, spec)
 
 
-def _run(client, item: _Loaded, described: dict, arrays, fed: dict | None) -> None:
+def _run(client, call: int, item: _Loaded, described: dict, arrays, fed: dict | None) -> None:
     """Run a loaded module on this device's inputs, which came with the order (`described`
     as the service's `inputs` reply, JobHost.request), with the call's feeds (`fed`: as a
-    one-shot job's spec gives them, served by the cluster's process for this call only)."""
+    one-shot job's spec gives them, served by the cluster's process for this call only),
+    and answer `call-done` with the outputs: one message."""
     from xladist.collectives import deadline
 
     from .rank import watch
@@ -108,9 +110,10 @@ def _run(client, item: _Loaded, described: dict, arrays, fed: dict | None) -> No
         ctx.feeds = feeds
         feeds.start(ctx.placement, ctx.module)
     try:
-        ctx.monitor.mark("computing")
+        # The service marked this rank 'computing' when it sent the order, and marks it
+        # 'finished' at its answer (RankState.mark): no message of its own for either.
         outputs = item.exe(*inputs)
-        ctx.monitor.mark("finished")
+        ctx.monitor.mark("finished", tell=False)
     except BaseException:
         if feeds is not None:  # every item outfed so far still reaches the caller
             feeds.abort()
@@ -119,7 +122,7 @@ def _run(client, item: _Loaded, described: dict, arrays, fed: dict | None) -> No
         ctx.feeds = None
     if feeds is not None:
         feeds.finish()  # the outfeed delivered before the outputs and call-done
-    _send_outputs(client, outputs, timeout or None)
+    _send_outputs(client, outputs, timeout or None, "call-done", call=call)
 
 
 if __name__ == "__main__":

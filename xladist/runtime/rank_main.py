@@ -5,7 +5,7 @@
 `xladist run -n N` and `xladist.run` from a plain process start their ranks this way; under a
 bare `mpiexec -n N xladist run ...` every rank calls `serve` after rank 0 has started the
 service. A rank asks the service for the job (module and settings) and for its own
-device's inputs, runs its device, and streams its outputs back one array at a time (then its
+device's inputs, runs its device, and streams its outputs back in one message (then its
 trace and statistics); nothing is read from or written to a disk the ranks would have to
 share. A failing rank reports and aborts the job (xladist.runtime.rank.report_and_abort).
 """
@@ -141,18 +141,20 @@ def _watchers(spec: dict, rank: int):
     return tracer, progress.Progress(tracer, how, label=spec.get("label", "xladist run"))
 
 
-def _send_outputs(client, outputs, timeout) -> None:
-    """One array at a time, straight from this rank's memory to the service's disk."""
+def _send_outputs(client, outputs, timeout, op: str = "outputs", **fields) -> None:
+    """All of this rank's outputs in one message (`op {outputs: count, **fields}`: the
+    service reads each array to where it goes, in pieces, and then takes `op` as any other
+    message), straight from this rank's memory: one array after the other, never copied
+    whole."""
     import numpy as np
 
     from xladist.collectives import deadline
+    arrays = [np.asarray(a) for a in outputs]
     with deadline.waiting("handing this rank's outputs to the coordination service"):
-        for i, a in enumerate(outputs):
-            if not client.send("output", arrays=[np.asarray(a)], index=i,
-                               timeout=timeout or 300.0):
-                raise ConnectionError("the coordination service stopped taking this rank's "
-                                      f"outputs (output {i})")
-        client.send("outputs-done", count=len(outputs))
+        if not client.send(op, arrays=arrays, timeout=timeout or 300.0, outputs=len(arrays),
+                           **fields):
+            raise ConnectionError("the coordination service stopped taking this rank's "
+                                  f"outputs ({len(arrays)} arrays)")
 
 
 def trace_blob(tracer) -> bytes:

@@ -66,6 +66,12 @@ def leaves_meta(arrays) -> list:
     return [[a.dtype.name, list(a.shape)] for a in arrays]
 
 
+def leaf_nbytes(leaf) -> int:
+    """The bytes on the stream of one array described as in `leaves` ([dtype, dims])."""
+    name, dims = leaf
+    return int(np.prod(dims, dtype=np.int64)) * dtype_of(name).itemsize
+
+
 def _views(arrays) -> list:
     return [a if isinstance(a, Streamed) else byte_view(np.ascontiguousarray(a))
             for a in arrays]

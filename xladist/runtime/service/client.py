@@ -59,6 +59,7 @@ class Client:
         self.hosted = hosted            # the Service, when this process hosts it (rank 0)
         self.host = host_name()
         self.placement = None
+        self._placed = None             # the placement the service was last told
         self.finished = False
         self.closing = False
         self.service_closed = False
@@ -244,19 +245,27 @@ class Client:
 
     # ---- the deadline's monitor --------------------------------------------------------------
     def placed(self, placement) -> None:
+        """A program placed on this rank starts (the service is told where, unless it was
+        told so already: a cluster's rank runs one module many times)."""
         self.placement = placement
         self.finished = False
-        self.send("placed", device=placement.device, replica=placement.replica,
-                  partition=placement.partition)
+        where = dict(device=placement.device, replica=placement.replica,
+                     partition=placement.partition)
+        if where != self._placed:
+            self._placed = where
+            self.send("placed", **where)
 
     def publish(self, pos: dict) -> None:
         self.send("pos", timeout=2.0, rec=record(self.placement, pos, finished=self.finished))
 
-    def mark(self, state: str) -> None:
-        """The main thread's own news: 'computing' when the program starts, 'finished'."""
+    def mark(self, state: str, tell: bool = True) -> None:
+        """The main thread's own news: 'computing' when the program starts, 'finished'.
+        `tell=False`: for this rank's own answers (`where`) only -- a cluster's service
+        knows it from its order and the call's answer (server.RankState.mark)."""
         if state == "finished":
             self.finished = True
-        self.publish({"state": state, "loops": []})
+        if tell:
+            self.publish({"state": state, "loops": []})
 
     def fire(self, pos: dict, timeout: float) -> str | None:
         """This rank's deadline passed: the service writes the report and ends the job (this

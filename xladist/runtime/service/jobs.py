@@ -12,8 +12,8 @@ the service (xladist/runtime/rank_main.py), over the network:
   .npz files of the launching process;
 * infeed and outfeed streams on connections of their own (feeds/host.py), so the
   launching process's iterables, callbacks and files serve ranks on every host;
-* `output` / `outputs-done`, `trace`, `stats`: results, written where the user asked
-  (outputs.py) and statistics printed here.
+* `outputs` (every output of a rank in one message), `trace`, `stats`: results, written
+  where the user asked (outputs.py) and statistics printed here.
 
 Nothing the ranks send is unpickled; inputs and items are raw arrays described in JSON.
 """
@@ -113,14 +113,21 @@ class JobHost:
         return {"tree": tree}, leaves, None
 
     # ---- what a rank hands in ------------------------------------------------------------------
-    def receive_output(self, st, meta: dict, size: int, seen) -> None:
+    def receive_outputs(self, st, meta: dict, size: int, seen) -> None:
+        """All of a rank's outputs, one message (`outputs`: their count; their arrays on the
+        stream, `size` bytes): each read to where it goes, then the device is done."""
+        if self.outputs is None:  # not asked for: a defect of the rank's code
+            wire.copy_payload(st.conn.sock, size, lambda piece: seen())  # stay in step
+            raise RuntimeError(f"rank {st.rank} sent outputs to a job that takes none")
         device = st.place.get("device", st.rank)
-        self.outputs.receive(device, int(meta["index"]), meta, size, st.conn.sock, seen)
+        leaves = meta.get("leaves", [])
+        for i, leaf in enumerate(leaves):
+            self.outputs.receive(device, i, {"leaves": [leaf]}, wire.leaf_nbytes(leaf),
+                                 st.conn.sock, seen)
+        self.outputs.device_done(device, len(leaves))
 
     def on_message(self, st, op: str, meta: dict, payload) -> None:
-        if op == "outputs-done" and self.outputs is not None:
-            self.outputs.device_done(st.place.get("device", st.rank), int(meta["count"]))
-        elif op == "trace" and self.traces is not None:
+        if op == "trace" and self.traces is not None:
             self.traces.receive(st.rank, payload or b"[]", bool(meta.get("partial")))
         elif op == "stats" and self.stats is not None:
             self.stats[st.rank] = meta["summary"]

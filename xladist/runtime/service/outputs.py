@@ -1,8 +1,9 @@
 """Results arriving at the service: outputs, traces and per-rank statistics, written on the
 launching host where the user asked.
 
-Outputs stream in one array at a time (`output` messages) and go straight to disk: each
-device's array i to a temporary .npy file next to the destination, never whole in memory.
+Outputs stream in one array after the other (a rank's `outputs` message holds them all,
+jobs.JobHost.receive_outputs) and go straight to disk: each device's array i to a
+temporary .npy file, never whole in memory.
 When the job is over, `finish` assembles what the user asked for:
 * an npz of `out{i}` stacked over devices (xladist/io.py's format, bf16/f8 as bit patterns,
   dynamic dims padded with `out{i}_sizes`) -- copied in pieces from the temporary files;

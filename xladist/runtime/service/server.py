@@ -19,8 +19,8 @@ What it does:
   when MPICH drops the rank's stderr;
 * requests (`req`): the job, a rank's inputs, compiled code, host transfers -- served by the
   job and code objects the host gave it (jobs.py, code.py); outputs, traces and statistics
-  stream in (`output`, `trace`, `stats`); infeed and outfeed streams come on connections of
-  their own (feeds/host.py).
+  stream in (a message with `outputs` -- all of a rank's, read in pieces --, `trace`,
+  `stats`); infeed and outfeed streams come on connections of their own (feeds/host.py).
 
 Every send to a rank has a deadline (SEND_TIMEOUT_S): a rank that stopped reading cannot block
 the service. Nothing a peer sends is unpickled.
@@ -36,9 +36,10 @@ import socket
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 from .. import wire
-from ..watchdog import format_report
+from ..watchdog import format_report, record
 from . import report as texts
 
 HEARTBEAT_S = 1.0
@@ -141,6 +142,14 @@ class RankState:
         rec = {"rank": self.rank, "host": self.host, "pid": self.pid}
         rec.update(self.place)
         return rec
+
+    def mark(self, state: str) -> None:
+        """What the rank is doing, known here without its word: a cluster's rank given an
+        order is 'computing', one that answered it 'finished' (its long waits are still
+        published by the rank itself, `pos`)."""
+        where = SimpleNamespace(rank=self.rank, **self.place) if self.place else None
+        self.record = dict(record(where, {"state": state, "loops": []},
+                                  finished=state == "finished"), host=self.host, pid=self.pid)
 
 
 class Service:
@@ -329,10 +338,13 @@ class Service:
     # ---- messages from a rank -----------------------------------------------------------------
     def _on_message(self, st: RankState, kind, meta, size) -> None:
         op = meta.get("op")
-        if op == "output" and self.job is not None:
-            self.job.receive_output(st, meta, size, self._reader(st))
-            return
-        payload = wire.recv_payload(st.conn.sock, meta, size)
+        if "outputs" in meta and self.job is not None:
+            # The rank's outputs (rank_main._send_outputs): each array read in pieces to
+            # where it goes; then the message is taken as any other.
+            self.job.receive_outputs(st, meta, size, self._reader(st))
+            payload = None
+        else:
+            payload = wire.recv_payload(st.conn.sock, meta, size)
         if op == "hb":
             return
         if op == "pos":
