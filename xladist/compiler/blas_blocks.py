@@ -209,7 +209,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
     blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
     measured fastest (choice.py); every way gives the same bits."""
-    if a.dtype not in _BLAS_TYPES or out.size == 0:
+    if a.dtype not in _BLAS_TYPES or out.size == 0 or a.ndim == 2 and \
+            a.shape[0] * a.shape[1] * b.shape[1] < min(BLOCK_MACS, WHOLE_MIN_MACS):
+        # (a 2-D product under BLOCK_MACS is one block: gemm_split gives None)
         np.matmul(a, b, out=out)
         return
     threads = thread_count()
