@@ -29,6 +29,7 @@ below).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -88,9 +89,11 @@ def _blocks(units: int, work_per_unit: int, min_units: int = 1):
     return [(b, min(b + per, units)) for b in range(0, units, per)]
 
 
+@functools.lru_cache(maxsize=1024)
 def gemm_split(m: int, n: int, k: int):
     """(axis, blocks) of an m x k by k x n product: axis 0 splits the rows of the
-    result, 1 its columns; None: one call."""
+    result, 1 its columns; None: one call. (Cached: every large product asks, on every
+    call; the blocks are not to be changed.)"""
     axis = 0 if m >= n else 1
     units, other = (m, n) if axis == 0 else (n, m)
     return None if (b := _blocks(units, other * k, MIN_ROWS)) is None else (axis, b)
@@ -209,7 +212,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
     blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
     measured fastest (choice.py); every way gives the same bits."""
-    if a.dtype not in _BLAS_TYPES or out.size == 0:
+    if a.dtype not in _BLAS_TYPES or out.size == 0 or a.ndim == 2 and \
+            a.shape[0] * a.shape[1] * b.shape[1] < min(BLOCK_MACS, WHOLE_MIN_MACS):
+        # (a 2-D product under BLOCK_MACS is one block: gemm_split gives None)
         np.matmul(a, b, out=out)
         return
     threads = thread_count()

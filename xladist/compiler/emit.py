@@ -21,7 +21,7 @@ from .fusion import FusionPlan, plan_fusion
 from .inline import flatten
 from .inplace import PASS_THROUGH, plan_in_place
 from .interpreted import calls_python, evaluate, python_reducer
-from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk
+from .library import LIBRARY_THUNKS, UNSUPPORTED, CustomCallThunk, DotThunk
 from .native.loop import NativeLoop
 from .simplify import simplify
 from .thunks import CompiledComputation, KernelThunk, LibraryThunk, Thunk
@@ -165,6 +165,8 @@ def _library(pb, instr, plan, asg, inplace):
         original = getattr(instr.parent, "original_of", {}).get(instr, instr)
         return CustomCallThunk(instr, original, [asg.leaves[o] for o in instr.operands],
                                asg.leaves[instr])
+    if instr.opcode == "dot":
+        return DotThunk(instr, [asg.leaves[o] for o in instr.operands], asg.leaves[instr])
     return LibraryThunk(instr, fn, instr.opcode, [asg.leaves[o] for o in instr.operands],
                         asg.leaves[instr])
 

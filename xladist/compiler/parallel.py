@@ -424,29 +424,31 @@ def _thread_cpu(tid: int) -> float | None:
         return None
 
 
-def _foreign_runnable(now: float) -> int:
-    """Threads of this process runnable now, other than the caller and the pool's
-    workers (/proc/self/task/TID/stat); 0 where there is no /proc."""
+def _foreign_runnable(now: float) -> bool:
+    """Whether a thread of this process other than the caller and the pool's workers is
+    runnable now (/proc/self/task/TID/stat); False where there is no /proc. It stops at
+    the first one: after a jax call XLA's threads all spin, and reading each one's state
+    costs ~10 us."""
     st = _tasks
+    seen = st["seen"]
     if now >= st["next"]:
         try:
             st["ids"] = [int(t) for t in os.listdir("/proc/self/task")]
         except (OSError, ValueError):
             st["ids"] = []
         st["next"] = now + TASKS_PERIOD
+        st["seen"] = seen = {t: seen[t] for t in st["ids"] if t in seen}  # the ended go
     me = threading.get_native_id()
     ours = _pool.native_ids if _pool is not None else ()
-    last_seen, seen, n = st["seen"], {}, 0
     for tid in st["ids"]:
         if tid == me or tid in ours:
             continue
         cpu = _thread_cpu(tid)
         if cpu is None:
             continue  # it has ended
-        last = last_seen.get(tid)
+        last = seen.get(tid)
         if last is not None and last[0] == cpu and not last[1]:
-            seen[tid] = last  # asleep when last seen, and has not run since
-            continue
+            continue  # asleep when last seen, and has not run since
         try:
             fd = os.open(f"/proc/self/task/{tid}/stat", os.O_RDONLY)
             try:
@@ -458,9 +460,9 @@ def _foreign_runnable(now: float) -> int:
         except (OSError, ValueError):
             continue
         seen[tid] = (cpu, running)
-        n += running
-    st["seen"] = seen
-    return n
+        if running:
+            return True
+    return False
 
 
 _cpus = {"n": 1, "next": 0.0}

@@ -253,7 +253,7 @@ class AotProgram:
                 b = self._while(b, t, addr)
             elif isinstance(t, ConditionalThunk):
                 b = self._conditional(b, t, addr)
-            elif type(t) is LibraryThunk and t.name in GENERATED:
+            elif isinstance(t, LibraryThunk) and t.kind == "library" and t.name in GENERATED:
                 self._generated(b, t, addr)
             else:
                 where = _where(t.instr) if t.instr is not None else t.kind

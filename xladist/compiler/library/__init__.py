@@ -12,10 +12,11 @@ from .core import (
     LIBRARY_THUNKS,
     UNSUPPORTED,
     CustomCallThunk,
+    DotThunk,
     custom_call_target,
     dot_into,
     library,
 )
 
-__all__ = ["LIBRARY_THUNKS", "UNSUPPORTED", "CustomCallThunk", "custom_call_target",
+__all__ = ["LIBRARY_THUNKS", "UNSUPPORTED", "CustomCallThunk", "DotThunk", "custom_call_target",
            "dot_into", "library"]

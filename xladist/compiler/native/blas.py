@@ -209,7 +209,9 @@ class DotStep:
 
     @staticmethod
     def eligible(thunk) -> bool:
-        if type(thunk) is not LibraryThunk or plan(thunk.instr) is None:
+        # (a custom-call's thunk is a LibraryThunk too, of another kind)
+        if not isinstance(thunk, LibraryThunk) or thunk.kind != "library" or \
+                plan(thunk.instr) is None:
             return False
         ops, outs = thunk.operand_slots, thunk.out_slots
         return len(ops) == 2 and all(len(o) == 1 and o[0] is not None for o in ops) \
