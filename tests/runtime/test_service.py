@@ -22,6 +22,7 @@ from xladist.io import Inputs, read_inputs
 from xladist.runtime import hostinfo, wire
 from xladist.runtime.service import Service
 from xladist.runtime.service.outputs import Outputs
+from xladist.runtime.service.server import PROTOCOL
 
 
 # ---- the wire ---------------------------------------------------------------------------------
@@ -106,7 +107,8 @@ def test_the_blas_kernel_is_chosen_from_the_hosts_own_flags():
 class FakeRank:
     """A rank as the service sees it: the protocol over a real socket, no MPI."""
 
-    def __init__(self, service, rank, *, host="nodeA", token=None, answer=True, save_s=0.0):
+    def __init__(self, service, rank, *, host="nodeA", token=None, answer=True, save_s=0.0,
+                 protocol=None):
         """`save_s`: how long its abort hooks take when the job ends (None: it never says
         it saved)."""
         self.rank, self.answer, self.save_s = rank, answer, save_s
@@ -115,6 +117,7 @@ class FakeRank:
         self.event = threading.Condition()
         wire.send(self.sock, wire.HELLO, {
             "role": "rank", "token": service.token if token is None else token,
+            "protocol": PROTOCOL if protocol is None else protocol,
             "rank": rank, "size": service.size, "host": host, "pid": 1000 + rank,
             "target": None})
         threading.Thread(target=self._read, daemon=True).start()
@@ -174,6 +177,19 @@ def service():
 def _waiting(rank, since):
     return rank.rec("waiting", what="all-reduce.3 (line 7)", where="group [0, 1]",
                     members=[0, 1], p2p=False, since=time.time() - since)
+
+
+def test_a_rank_of_another_xladist_is_refused_by_name(service):
+    """A rank whose host runs another xladist (ranks on other hosts run their own
+    install) speaks another protocol: it is refused at its hello, by host and version,
+    instead of failing on a message neither side understands."""
+    svc = service(1)
+    old = FakeRank(svc, 0, host="nodeB", protocol=PROTOCOL - 1)
+    reason = old.wait_for("refused")["reason"]
+    assert reason.startswith("rank 0 on nodeB runs xladist (an older one) (coordination "
+                             f"protocol {PROTOCOL - 1}), the launching process xladist ")
+    assert reason.endswith("install the same xladist on every host")
+    assert svc.ranks == {}
 
 
 def test_a_wrong_token_is_refused(service):

@@ -26,6 +26,7 @@ import threading
 import time
 
 from xladist.collectives import deadline
+from xladist.version import __version__
 
 from .. import wire
 from ..hostinfo import host_name, target_info
@@ -95,7 +96,8 @@ class Client:
                 f"XLADIST_COORD_PORT, launch/README.md)") from None
         self.sock.settimeout(None)
         wire.send(self.sock, wire.HELLO, {
-            "role": "rank", "token": self.token, "protocol": PROTOCOL, "rank": self.rank,
+            "role": "rank", "token": self.token, "protocol": PROTOCOL, "version": __version__,
+            "rank": self.rank,
             "size": self.size, "host": self.host, "pid": os.getpid(), "target": target_info()})
         self._reader = threading.Thread(target=self._read, name="xladist-service-reader",
                                         daemon=True)

@@ -38,6 +38,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+from ...version import __version__
 from .. import wire
 from ..watchdog import format_report, record
 from . import report as texts
@@ -61,7 +62,8 @@ WHERE_WAIT_S = 1.5
 SAVE_WAIT_S = 4.0
 ADDRESS_ENV, TOKEN_ENV = "XLADIST_COORD", "XLADIST_COORD_TOKEN"
 HOST_ENV, PORT_ENV, BIND_ENV = "XLADIST_COORD_HOST", "XLADIST_COORD_PORT", "XLADIST_COORD_BIND"
-PROTOCOL = 1
+# 2: a rank's outputs come in one message with its answer (stop 39)
+PROTOCOL = 2
 
 
 def _seconds(env: str, default: float) -> float:
@@ -291,6 +293,15 @@ class Service:
 
     def _serve_rank(self, conn, meta) -> None:
         rank = meta.get("rank")
+        if meta.get("protocol") != PROTOCOL:
+            # Another xladist on that host (ranks on other hosts run their own install):
+            # its messages would not be understood, so say it now, by name.
+            conn.send("refused", reason=(
+                f"rank {rank} on {meta.get('host', '?')} runs xladist "
+                f"{meta.get('version', '(an older one)')} (coordination protocol "
+                f"{meta.get('protocol')}), the launching process xladist {__version__} "
+                f"(protocol {PROTOCOL}): install the same xladist on every host"))
+            return
         if not isinstance(rank, int) or not 0 <= rank < self.size or meta.get("size") != self.size:
             conn.send("refused", reason=f"rank {rank} of {meta.get('size')} does not belong "
                                         f"to this job of {self.size} ranks")
