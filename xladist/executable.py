@@ -57,6 +57,22 @@ def conform_argument(value, shape: Shape, what: str):
     return a
 
 
+def exact_form(shape: Shape):
+    """(dtype, dims) of the arrays a parameter of `shape` takes as they are, or None
+    (tuples, tokens): conform_parameter's fast path."""
+    return (shape.dtype, tuple(shape.dims)) if shape.is_array else None
+
+
+def conform_parameter(value, param, exact, where: str = ""):
+    """`value` for entry parameter `param` (conform_argument); `exact` is its exact_form.
+    An array of exactly that type and dims is taken without building the message an
+    error needs (describe_parameter's two strings per argument per call)."""
+    if exact is not None and type(value) is np.ndarray and value.dtype == exact[0] and \
+            value.shape == exact[1]:
+        return value
+    return conform_argument(value, param.shape, where + describe_parameter(param))
+
+
 def flatten_result(value, shape: Shape) -> list[np.ndarray]:
     """Array leaves of a result in order (tuples flattened depth-first, tokens dropped)."""
     if shape.is_tuple:
@@ -83,23 +99,15 @@ class Executable:
         self.module = module
         self.parameters = module.entry.parameters
         self.result_shape = module.entry.root.shape
-        # Per parameter, the (dtype, dims) an array argument passes as it is, or None
-        # (tuples, tokens): the common call is checked without building any message.
-        self._exact = [(p.shape.dtype, tuple(p.shape.dims)) if p.shape.is_array else None
-                       for p in self.parameters]
+        self._exact = [exact_form(p.shape) for p in self.parameters]
 
     def check_arguments(self, arrays) -> list:
         if len(arrays) != len(self.parameters):
             wanted = ", ".join(describe_parameter(p) for p in self.parameters) or "none"
             raise InputError(f"{self.module.name} takes {len(self.parameters)} arguments "
                              f"({wanted}), got {len(arrays)}")
-        out = list(arrays)
-        for k, (a, exact) in enumerate(zip(arrays, self._exact)):
-            if exact is None or type(a) is not np.ndarray or a.dtype != exact[0] or \
-                    a.shape != exact[1]:
-                p = self.parameters[k]
-                out[k] = conform_argument(a, p.shape, describe_parameter(p))
-        return out
+        return [conform_parameter(a, p, exact)
+                for a, p, exact in zip(arrays, self.parameters, self._exact)]
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         args = self.check_arguments(arrays)

@@ -148,16 +148,16 @@ def _per_device(module, inputs, n: int) -> list[list]:
 def _conformed(module, per_device: list[list]) -> list[list]:
     """Every device's arguments checked against the parameters (count, element type, dims:
     executable.conform_argument, the one rule) here, before any rank hears of the run."""
-    from xladist.executable import conform_argument, describe_parameter
+    from xladist.executable import conform_parameter, exact_form
     from xladist.semantics.values import TOKEN
     params = module.entry.parameters
+    exact = [exact_form(p.shape) for p in params]
     for d, args in enumerate(per_device):
         if len(args) != len(params):
             raise InputError(f"{module.name} takes {len(params)} arguments, "
                              f"device {d} got {len(args)}")
-        per_device[d] = [TOKEN if p.shape.is_token else conform_argument(
-            a, p.shape, f"device {d}: {describe_parameter(p)}")
-            for a, p in zip(args, params)]
+        per_device[d] = [TOKEN if p.shape.is_token else conform_parameter(
+            a, p, e, f"device {d}: ") for a, p, e in zip(args, params, exact)]
     return per_device
 
 
