@@ -618,3 +618,25 @@ def test_a_goodbye_after_unread_pings_is_not_lost(service, monkeypatch):
     rank.bye()
     assert svc.wait_all_ended(15)
     assert svc.lost == [] and svc.ranks[0].ended == "bye"
+
+
+def test_a_late_answer_to_a_call_given_up_leaves_nothing_behind():
+    """A cluster call given up when one rank failed and the others did not answer within
+    the grace (cluster._Calls.wait) may still get their answers later: they are dropped,
+    not kept as a call nobody waits for (one dict per call given up, for the cluster's
+    life)."""
+    from types import SimpleNamespace
+
+    from xladist.runtime.cluster import _Calls
+    calls = _Calls(2)
+    ranks = [SimpleNamespace(rank=r, mark=lambda state: None) for r in range(2)]
+    calls.begin(1, job=None)
+    calls.on_message(ranks[0], "call-failed", {"call": 1, "text": "rank 0 failed"}, None)
+    assert calls.wait(1, grace=0.0) == {0: ("failed", "rank 0 failed")}
+    calls.on_message(ranks[1], "call-done", {"call": 1}, None)  # late
+    assert calls.answers == {}
+    calls.begin(2, job=None)
+    for r in ranks:
+        calls.on_message(r, "call-done", {"call": 2}, None)
+    assert calls.wait(2, grace=0.0) == {0: ("done", ""), 1: ("done", "")}
+    assert calls.answers == {}

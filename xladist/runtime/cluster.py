@@ -523,7 +523,9 @@ class _Calls:
         elif op in ("call-done", "call-failed"):
             st.mark("finished")
             with self._cond:
-                got = self.answers.setdefault(int(meta["call"]), {})
+                got = self.answers.get(int(meta["call"]))
+                if got is None:  # a call given up (wait() returned without it): dropped
+                    return
                 got[st.rank] = ("done", "") if op == "call-done" else ("failed", meta["text"])
                 if len(got) == self.n or op == "call-failed":  # what wait() waits for
                     self._cond.notify_all()
