@@ -6,9 +6,10 @@ every run, with fresh arguments each time, and a case whose BLAS operands are no
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import xladist
 from xladist.compiler.library import DotThunk
@@ -126,3 +127,62 @@ ENTRY e {
         x = np.random.default_rng(seed).integers(-2, 3, (4, 4)).astype(np.float32)
         (got,) = exe(x)
         np.testing.assert_array_equal(got, x @ w @ w @ w)
+
+
+# ---- random dot_generals: every run against einsum ---------------------------------------
+_LETTERS = "abcdefgh"  # at most 2 + 2 + 2 + 2 axes
+
+
+@st.composite
+def _dots(draw):
+    """A dot_general of random batch / contracting / free dims, dims in any order on each
+    side, any layout of each operand and of the result, f32 or f64."""
+    nb, nc = draw(st.integers(0, 2)), draw(st.integers(1, 2))
+    nlf, nrf = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    sizes = draw(st.lists(st.integers(1, 4), min_size=nb + nc + nlf + nrf,
+                          max_size=nb + nc + nlf + nrf))
+    batch, contract = list(range(nb)), list(range(nb, nb + nc))
+    lfree = list(range(nb + nc, nb + nc + nlf))
+    rfree = list(range(nb + nc + nlf, nb + nc + nlf + nrf))
+    lhs_axes = draw(st.permutations(batch + contract + lfree))
+    rhs_axes = draw(st.permutations(batch + contract + rfree))
+    # The result: batch dims, then lhs's free dims in lhs's order, then rhs's in rhs's.
+    out_axes = batch + [a for a in lhs_axes if a in lfree] + [a for a in rhs_axes if a in rfree]
+    ty = draw(st.sampled_from(["f32", "f64"]))
+
+    def layout(rank):
+        return draw(st.permutations(list(range(rank))))
+    return sizes, lhs_axes, rhs_axes, out_axes, batch, contract, ty, \
+        layout(len(lhs_axes)), layout(len(rhs_axes)), layout(len(out_axes))
+
+
+def _shape_text(ty, sizes, axes, layout):
+    text = f"{ty}[{','.join(str(sizes[a]) for a in axes)}]"
+    return text + f"{{{','.join(map(str, layout))}}}" if axes else text
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_dots())
+def test_random_dots_give_einsums_product_on_every_run(dot):
+    """The dot thunk's first run and its later ones (views made from the buffers) against
+    numpy's einsum, for random dim orders and layouts: three runs with fresh arguments,
+    after a first one with the same array twice where the operands have one shape."""
+    sizes, la, ra, oa, batch, contract, ty, ll, rl, ol = dot
+    dims = (f"lhs_batch_dims={{{','.join(str(la.index(a)) for a in batch)}}}, "
+            f"lhs_contracting_dims={{{','.join(str(la.index(a)) for a in contract)}}}, "
+            f"rhs_batch_dims={{{','.join(str(ra.index(a)) for a in batch)}}}, "
+            f"rhs_contracting_dims={{{','.join(str(ra.index(a)) for a in contract)}}}")
+    module = _module(_shape_text(ty, sizes, la, ll), _shape_text(ty, sizes, ra, rl),
+                     _shape_text(ty, sizes, oa, ol), dims)
+    exe = xladist.compile(module, backend="cpu")
+    spec = (f"{''.join(_LETTERS[a] for a in la)},{''.join(_LETTERS[a] for a in ra)}"
+            f"->{''.join(_LETTERS[a] for a in oa)}")
+    dtype = np.float32 if ty == "f32" else np.float64
+    rng = np.random.default_rng(len(spec))
+    runs = [tuple(rng.integers(-3, 4, [sizes[a] for a in axes]).astype(dtype)
+                  for axes in (la, ra)) for _ in range(3)]
+    if [sizes[a] for a in la] == [sizes[a] for a in ra]:
+        runs.insert(0, (runs[0][0], runs[0][0]))  # the first run: one buffer for both
+    for a, b in runs:
+        (got,) = exe(a, b)
+        np.testing.assert_array_equal(got, np.einsum(spec, a, b).astype(dtype))
