@@ -24,7 +24,7 @@ import llvmlite.binding as llvm
 
 from ..version import __version__
 from ..errors import UnsupportedError
-from . import compile_pool, elf, kernel_cache, llvm_worker, runtime_symbols
+from . import elf, kernel_cache, llvm_worker, runtime_symbols
 from .target import (Target, host_target, init_llvm, target_description, target_machine,
                      vector_width)
 
@@ -122,6 +122,7 @@ def compile_units(units, target: Target | None = None, *, exact: bool | None = N
     """A program's units (units.py) -> the code blob of their objects, compiled in parallel
     (compile_pool.py), each with the pipeline its IR allows (compile_pool.pipeline_exact;
     exact=True: the exact pipeline for all). `stats`: compile_pool.compile_jobs's counts."""
+    from . import compile_pool  # (and subprocess) only when there is something to compile
     target = target or host_target()
     jobs = []
     for unit in units:

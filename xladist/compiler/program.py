@@ -19,12 +19,11 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..executable import Executable
 from ..hlo.shape import Shape
-from . import blas_blocks, compile_pool, jit, parallel
+from . import blas_blocks, jit, parallel
 from .codegen.constants import logical_view
 from .emit import ProgramBuilder
 from .inplace import FRESH
 from .thunks import RunState, physical_leaf
-from .units import program_units
 
 
 class CpuProgram:
@@ -110,6 +109,9 @@ class CpuProgram:
     def units(self) -> list:
         """The program's compile units (units.py), each kernel's LLVM IR generated once per
         distinct kernel; the helper processes start meanwhile (compile_pool.py)."""
+        # Codegen's modules are imported here: a cache hit (a warm run) never needs them.
+        from . import compile_pool
+        from .units import program_units
         b = self.builder
         compile_pool.start_helpers(len(b.kernels) + len(b.loops) + bool(b.reducers))
         t0 = time.perf_counter()
@@ -121,6 +123,7 @@ class CpuProgram:
         """LLVM IR text of every kernel of the module as one LLVM module (pure
         llvmlite.ir); a kernel that repeats another is an alias of it
         (codegen/kernels/distinct.py)."""
+        from .units import program_units
         return program_units(self.builder, separate=False)[0].text()
 
 

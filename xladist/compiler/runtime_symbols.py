@@ -17,7 +17,6 @@ Anything else fails compilation with UnsupportedError naming the kernel and the 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import hashlib
 import threading
 from functools import lru_cache
@@ -51,7 +50,8 @@ def _process_library(name: str):
         return ctypes.CDLL(_SONAMES[name])
     except OSError:
         pass  # not glibc: ask the system where it is
-    path = ctypes.util.find_library(name)
+    from ctypes.util import find_library  # (and subprocess) only then
+    path = find_library(name)
     try:
         return ctypes.CDLL(path) if path else None
     except OSError:

@@ -20,8 +20,6 @@ host.
 from __future__ import annotations
 
 import argparse
-import difflib
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +149,7 @@ def _check(key: str, value, file: Path):
 
 def load(path) -> dict:
     """The settings in a config file, checked, paths made absolute: {key: value}."""
+    import tomllib  # here: a run without --config never reads TOML
     file = Path(path)
     try:
         raw = tomllib.loads(read_text(file, "--config", kind="TOML"))
@@ -161,6 +160,7 @@ def load(path) -> dict:
     out = {}
     for key, value in raw.items():
         if key not in SCHEMA:
+            import difflib
             close = difflib.get_close_matches(key, SCHEMA, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"{file}: unknown key {key!r}{hint}; known keys: "

@@ -103,11 +103,10 @@ def register(refs: dict) -> None:
     replaces a built-in one it replaced), and note them for the error of a target still
     unknown here (custom_calls.FORWARDED)."""
     from xladist.semantics import custom_calls
-
-    from .feeds.pipeline import load_function
     if custom_calls.FORWARDED is None:
         custom_calls.FORWARDED = {}
     for target, ref in refs.items():
+        from .feeds.pipeline import load_function  # (a job without forwarded targets: never)
         path = ref.get("path")
         if path and path not in sys.path and Path(path).is_dir():
             sys.path.append(path)  # after the ranks' own entries: it shadows nothing

@@ -116,17 +116,20 @@ def unpack_inputs(meta: dict, arrays) -> list:
 
 
 def _feeds(client, spec: dict):
-    from .feeds.host import SocketSink, SocketSource
-    from .feeds.pipeline import Feeds, FunctionSource
+    # The feeds' modules only for a job that has feeds.
     source = sink = None
     if spec.get("infeed") == "served":
+        from .feeds.host import SocketSource
         source = SocketSource(client.address, client.token)
     elif spec.get("infeed_fn"):
+        from .feeds.pipeline import FunctionSource
         source = FunctionSource(spec["infeed_fn"])
     if spec.get("outfeed") == "served":
+        from .feeds.host import SocketSink
         sink = SocketSink(client.address, client.token, spec.get("timeout"))
     if source is None and sink is None:
         return None
+    from .feeds.pipeline import Feeds
     return Feeds(source, sink, prefetch=spec.get("prefetch", 8), timeout=spec.get("timeout"))
 
 

@@ -468,11 +468,14 @@ def _topk(instr, args, outs):
     _store(outs[1], order)
 
 
-_RNG = np.random.default_rng()
+_RNG = None  # made at the first rng op: numpy.random is not imported before
 
 
 @library("rng")
 def _rng(instr, args, outs):
+    global _RNG
+    if _RNG is None:
+        _RNG = np.random.default_rng()
     dist = str(instr.attrs["distribution"]).lower()
     a, b = args[0], args[1]
     shape = outs[0].shape
