@@ -19,7 +19,6 @@ host.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +174,7 @@ def explicit_options(add_arguments, argv: list[str]) -> set[str]:
     Parsed again by the same option definitions with every default suppressed, so
     abbreviations and `--opt=value` forms count exactly as argparse counts them.
     """
+    import argparse  # (here and below: a rank reads no command line)
     p = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
     add_arguments(p)
     for action in p._actions:
@@ -203,6 +203,7 @@ def apply(args, add_arguments, argv: list[str]) -> dict:
 
 def parse_assignment(text: str) -> list[list[int]]:
     """`--device-assignment "0,1;2,3"`: rows are replicas, columns partitions."""
+    import argparse
     try:
         rows = [[int(d) for d in row.split(",")] for row in text.split(";")]
     except ValueError:

@@ -22,7 +22,6 @@ from xladist.collectives.broadcast import collective_broadcast, collective_broad
 from xladist.collectives.communicator import Communicator
 from xladist.collectives.communicator_cache import CommunicatorCache
 from xladist.hlo.collective_groups import GroupError, collective_permute_pairs, instruction_device_groups
-from xladist.collectives.native_exchange import all_to_all_native, reduce_scatter_native
 from xladist.collectives.permute import (
     collective_permute,
     collective_permute_native,
@@ -264,6 +263,7 @@ class MpiDeviceContext(DeviceContext):
         plan = self.plans.get(instr)
         if instr.opcode != "reduce-scatter" or plan is None or plan.comm is None:
             return None
+        from xladist.collectives.native_exchange import reduce_scatter_native
         return reduce_scatter_native(plan.comm, self._reducer(plan, reducer),
                                      instr.shape.dtype, instr.shape.nbytes, plan.label)
 
@@ -273,6 +273,7 @@ class MpiDeviceContext(DeviceContext):
         plan = self.plans.get(instr)
         if instr.opcode != "all-to-all" or plan is None or plan.comm is None:
             return None
+        from xladist.collectives.native_exchange import all_to_all_native
         return all_to_all_native(plan.comm, instr.shape.nbytes, plan.label)
 
     def native_channel(self, start, done):
