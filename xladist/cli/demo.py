@@ -15,8 +15,6 @@ import os
 import sys
 import time
 
-import numpy as np
-
 HELP = "train a small MLP data-parallel on N ranks and show where the time goes"
 
 EPILOG = """\
@@ -98,6 +96,8 @@ def _config(args, replicas: int):
 
 
 def _run_as_rank(args) -> int:
+    import numpy as np
+
     from xladist.runtime import progress
     from xladist.runtime.feeds import make_feeds
     from xladist.runtime.rank import execute_on_this_rank, report_and_abort, world
@@ -154,6 +154,8 @@ def _print_header(cfg, args, size: int) -> None:
 
 
 def _print_summary(cfg, params, batches, report, result, args) -> None:
+    import numpy as np
+
     from xladist.runtime.trace import format_summary
 
     from ..examples.train_mlp import reference

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..hlo.dynamic_padder import REWRITTEN
-
 HELP = "print which opcodes each phase supports (parse, verify, interpreter, cpu, runtime)"
 
 EPILOG = """\
@@ -44,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _table_column(rules, unsupported, missing_reason):
+    from ..hlo.dynamic_padder import REWRITTEN  # (the module and its imports: only here)
+
     def cell(op):
         if op in rules or op in REWRITTEN:
             return "yes"
@@ -52,6 +52,8 @@ def _table_column(rules, unsupported, missing_reason):
 
 
 def _coverage_column(table):
+    from ..hlo.dynamic_padder import REWRITTEN
+
     def cell(op):
         if op in REWRITTEN:
             return "yes"

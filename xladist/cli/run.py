@@ -14,10 +14,12 @@ import argparse
 import functools
 import os
 import sys
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `xladist --help` does not load it
+    import numpy as np
 
 HELP = "run an HLO module on N devices and write its outputs"
 
@@ -269,6 +271,8 @@ def run(args) -> int:
 
 def _write_outputs(path, per_device) -> None:
     """--outputs, atomically; rescued to a fresh folder when that fails (xladist/files.py)."""
+    import numpy as np
+
     from ..files import deliver
     from ..io import npz_path, output_arrays
     arrays = output_arrays(per_device, device_axis=True)
