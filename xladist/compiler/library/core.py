@@ -36,7 +36,7 @@ from ...errors import UnsupportedError, XlaDistError
 from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..codegen.constants import logical_view
-from ..thunks import LibraryThunk
+from ..thunks import LibraryThunk, address
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 from ...semantics.custom_calls import lookup, target_raised, target_returned
 from ...semantics.dtypes import bitcast_convert
@@ -85,9 +85,22 @@ def _store(out: np.ndarray, value) -> None:
 @library("dot")
 def _dot(instr, args, outs):
     """DotGeneral: batch dims first, then lhs free dims, then rhs free dims."""
+    dot_into(outs[0], *args, *_dot_attrs(instr))
+
+
+def _dot_attrs(instr) -> tuple:
+    """(lhs batch, lhs contracting, rhs batch, rhs contracting) dims of a dot, as tuples."""
     a = instr.attrs
-    dot_into(outs[0], *args, a.get("lhs_batch_dims", ()), a.get("lhs_contracting_dims", ()),
-             a.get("rhs_batch_dims", ()), a.get("rhs_contracting_dims", ()))
+    return tuple(tuple(a.get(k, ()) or ()) for k in (
+        "lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims"))
+
+
+def _sizes(lhs, rhs, lb, lf, lc, rf) -> tuple[int, int, int, int]:
+    """(batch, m, k, n) of a DotGeneral: the products of its batch, free and contracting
+    dims."""
+    def size(x, dims):
+        return int(np.prod([x.shape[d] for d in dims], dtype=np.int64))
+    return size(lhs, lb), size(lhs, lf), size(lhs, lc), size(rhs, rf)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -116,10 +129,7 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     ct = _compute_dtype(out.dtype)
     lt = (lhs if lperm is None else lhs.transpose(lperm)).astype(ct, copy=False)
     rt = (rhs if rperm is None else rhs.transpose(rperm)).astype(ct, copy=False)
-    bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
-    m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
-    k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    n = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
+    bsz, m, k, n = _sizes(lhs, rhs, lb, lf, lc, rf)
     tmp = np.empty((bsz, m, n), ct)
     matmul_into(lt.reshape(bsz, m, k), rt.reshape(bsz, k, n), tmp)
     _store(out, tmp.reshape(out.shape))
@@ -154,10 +164,7 @@ def blas_operands(out, lhs, rhs, lb: tuple, lc: tuple, rb: tuple, rc: tuple,
             return rm.T, lm.T, o2.T, True
     if not out.flags.c_contiguous:
         return None
-    bsz = int(np.prod([lhs.shape[d] for d in lb], dtype=np.int64))
-    m = int(np.prod([lhs.shape[d] for d in lf], dtype=np.int64))
-    k = int(np.prod([lhs.shape[d] for d in lc], dtype=np.int64))
-    n = int(np.prod([rhs.shape[d] for d in rf], dtype=np.int64))
+    bsz, m, k, n = _sizes(lhs, rhs, lb, lf, lc, rf)
     # BLAS writes straight into the result buffer (the operands' reshapes may copy).
     return lt.reshape(bsz, m, k), rt.reshape(bsz, k, n), out.reshape(bsz, m, n), False
 
@@ -172,16 +179,20 @@ class DotThunk(LibraryThunk):
 
     def __init__(self, instr, operand_slots, out_slots):
         super().__init__(instr, _dot, "dot", operand_slots, out_slots)
-        a = instr.attrs
-        self._dims = tuple(tuple(a.get(k, ()) or ()) for k in (
-            "lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
-            "rhs_contracting_dims"))
-        self._views = None  # [(slot id, dtype, dims, offset, strides)] x 3, or False
+        self._dims = _dot_attrs(instr)
+        # [(slot id, dtype, dims, offset, strides)] x 3 once found; None: not looked for
+        # yet; False: the general path (an operand or the result without one buffer).
+        ones = len(self._arrays) == 2 and None not in self._arrays and \
+            self.out_slots[0] is not None
+        self._views = None if ones else False
 
     def run(self, frame) -> None:
         views = self._views
         if not views:
-            self._first(frame)
+            if views is None:
+                self._first(frame)
+            else:
+                super().run(frame)
             return
         bufs = frame.bufs
         a, b, o = (np.ndarray(dims, dtype, bufs[sid], offset, strides)
@@ -195,10 +206,6 @@ class DotThunk(LibraryThunk):
             raise self.fail(f"library call {self.name} failed: {e}") from e
 
     def _first(self, frame) -> None:
-        if self._views is not None or any(a is None for a in self._arrays) or \
-                self.out_slots[0] is None:
-            super().run(frame)
-            return
         (ls, lid), (rs, rid) = self._arrays
         out_slot = self.out_slots[0]
         bufs = frame.bufs
@@ -221,7 +228,7 @@ def _placed(x: np.ndarray, bufs: list, sid: int):
     """(sid, dtype, dims, byte offset, strides) of `x` inside the buffer of slot `sid`, or
     None when it is not a view of it (a reshape copied)."""
     buf = bufs[sid]
-    lo, x_at = buf.__array_interface__["data"][0], x.__array_interface__["data"][0]
+    lo, x_at = address(buf), address(x)
     if x.size == 0 or not lo <= x_at < lo + buf.nbytes:
         return None
     return sid, x.dtype, x.shape, x_at - lo, x.strides
