@@ -29,20 +29,20 @@ def _custom_calls(comps, seen: set[int]):
             yield from _custom_calls(i.called_computations(), seen)
 
 
-def python_targets(instr: Instruction) -> list[Instruction]:
-    """The custom-calls in the computations `instr` applies (nested calls included)."""
-    return list(_custom_calls(instr.called_computations(), set()))
+def _targets(comps) -> list[Instruction]:
+    """The custom-calls in `comps` and the computations they call, each looked up: a
+    target nobody registered is refused now, at compile time, by name."""
+    calls = list(_custom_calls(comps, set()))
+    for c in calls:
+        lookup(c)
+    return calls
 
 
 def calls_python(instr: Instruction) -> bool:
     """Whether `instr` applies a computation that calls a custom-call target (fusion.py:
     then it is a library thunk running `evaluate`, not a kernel)."""
-    if not instr.called_computations():
-        return False
-    calls = python_targets(instr)
-    for c in calls:
-        lookup(c)  # a target nobody registered: refused now, at compile time, by name
-    return bool(calls)
+    comps = instr.called_computations()
+    return bool(comps) and bool(_targets(comps))
 
 
 def python_reducer(comp: Computation | None):
@@ -50,13 +50,8 @@ def python_reducer(comp: Computation | None):
     (a binary function on arrays, applied element by element as the interpreter applies
     it), which the device context runs in Python as it does for the interpreter backend;
     None when `comp` calls no target (then the reducer is compiled: emit.py)."""
-    if comp is None:
+    if comp is None or not _targets([comp]):
         return None
-    calls = list(_custom_calls([comp], set()))
-    if not calls:
-        return None
-    for c in calls:
-        lookup(c)  # refused at compile time when nobody registered it
     from ..interpreter.device_ops import Reducer
     from ..interpreter.evaluator import Evaluator
     return Reducer(comp, Evaluator(None))
