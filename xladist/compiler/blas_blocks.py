@@ -231,7 +231,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                      (choice.POOL, choice.ALONE),
                      lambda: f"dot {bsz}x{m}x{k}x{b.shape[2]} {a.dtype}")
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b[lo:hi], out=out[lo:hi]),
-                   None, blocks, site)
+                   None, blocks, site, n=threads)
         return
     (m, k), n = a.shape, b.shape[1]
     split = gemm_split(m, n, k)
@@ -267,13 +267,14 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                  lambda: f"dot {m}x{k}x{n} {a.dtype}")
     whole = {w: call for w, call in whole.items() if w in site.ways}
     if split is None:
-        run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole)
+        run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole,
+                   threads)
     elif split[0] == 0:
         run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None,
-                   split[1], site, whole)
+                   split[1], site, whole, threads)
     else:
         run_blocks(lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi]),
-                   None, split[1], site, whole)
+                   None, split[1], site, whole, threads)
 
 
 def by_blocks(fn, units: int, work_per_unit: int) -> None:

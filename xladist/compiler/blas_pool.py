@@ -14,10 +14,18 @@ product gets OpenBLAS's partition and the pool's blocking waits: the pool's work
 sleep as soon as the call ends (choice.SHARED).
 
 The callback is installed only for the length of one such call (`on_pool`), and only
-by an execution that holds OpenBLAS alone (parallel.exclusive_blas); the jobs go to the
-pool through the native claim loop (parallel._on_pool) with one block per job. A call
-made meanwhile by another thread of the process (a user's own numpy) also arrives in
-the callback: its jobs run on threads started for it, all at once, as OpenBLAS needs.
+by an execution that holds OpenBLAS alone (parallel.exclusive_blas) and the pool. It is
+native code (_NATIVE_IR), and so is everything it does for its owner: before the
+product starts, the pool's workers are handed a native wait (`standby`), one job slot
+each; the callback publishes the jobs, wakes them (a futex), runs job 0 itself and
+sleeps until theirs are done; when the product has ended the workers are let go. No
+Python runs between OpenBLAS's call and its return -- so no signal handler can either
+(Ctrl-C, a test suite's SIGALRM timeout): what one raises comes after the product, whole
+-- and the call costs no Python callback, no queue hand-off and no GIL hand-over (a
+quiesced matmul 1024 spent ~0.15 ms of cold Python there, stop 40). A call made
+meanwhile by another thread of the process (a user's own numpy) also arrives in the
+callback: it goes on to a Python callback (_run) whose jobs run on threads started for
+them, all at once, as OpenBLAS needs.
 
 Bits: the partition depends on the shapes and the thread count alone, not on which
 threads run it, so this way gives the bits of OpenBLAS's own threads -- offered, like
@@ -26,11 +34,10 @@ them, only where a check shows those equal the blocks' (blas_blocks._threads_agr
 
 from __future__ import annotations
 
-import _signal  # signal.py's own module, on plain ints (_signal_numbers)
-import contextlib
 import ctypes
+import itertools
 import os
-import signal
+import platform
 import threading
 
 from . import parallel
@@ -66,23 +73,252 @@ exit:
 }
 """
 
+# The futex system call, by machine: the native wait below is a futex on a word of the
+# slot. Elsewhere the way is not offered (available()).
+_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+
+# The slot: one per process (the callback has no argument of its own to find it by), a
+# global of the native module, owned by the one window open at a time (on_pool: its
+# execution holds OpenBLAS alone and the pool). Words, i64 each; GEN, DONE and each
+# worker's STATE are futex words (their low 32 bits).
+(GEN, OPEN, DOJOB, DATA, SIZE, EXTRA, NUMJOBS, DONE, OWNER, ARMED, CALLS, FAILED,
+ SYSCALL, SELF, FALLBACK, FUTEX, POOLED, USED) = range(18)
+STATE = 32  # STATE + k: worker k's state, window * 4 + (1 handed out, 2 waiting), or 0
+MAX_WORKERS = 96
+_WORDS = STATE + MAX_WORKERS
+
+# xladist_blas_callback: OpenBLAS's threads callback. Another thread's call goes on to
+# FALLBACK (the Python _run). The owner's: numjobs <= 1 run here; else, the first such
+# call of the window with a waiting worker for every job but the first publishes them
+# (DONE = 0, then GEN + 1, woken), runs job 0 and sleeps on DONE until the workers'
+# jobs are done. Otherwise (a second threaded call in one window, more jobs than
+# workers: neither happens while OpenBLAS runs one level-3 call on at most the pool's
+# threads) FAILED is set and nothing runs: the owner computes the product again.
+# xladist_blas_standby(k, window, seen): worker k's part, once: it waits (if the window
+# has not closed before it began) until GEN moves past `seen`, runs job k+1 if there is
+# one -- its STATE back to 0 first: the window cannot close before DONE counts the job
+# -- adds one to DONE, wakes the caller and returns; without a job it waits on until the
+# window closes. So a worker is back in the pool as the product ends, and closing the
+# window waits for nobody.
+# xladist_blas_close(window): OPEN = 0, GEN + 1, every worker woken; a worker that had
+# not begun is cancelled, one still waiting is waited for.
+_NATIVE_IR = """
+@slot = global [128 x i64] zeroinitializer
+
+define ptr @xladist_blas_slot() nounwind {
+  ret ptr @slot
+}
+
+define internal ptr @word(i64 %i) alwaysinline nounwind {
+  %p = getelementptr [128 x i64], ptr @slot, i64 0, i64 %i
+  ret ptr %p
+}
+
+define internal void @futex(ptr %addr, i32 %op, i32 %val) nounwind {
+  %fp = call ptr @word(i64 12)
+  %sys = load ptr, ptr %fp
+  %np = call ptr @word(i64 15)
+  %nr = load i64, ptr %np
+  %r = call i64 (i64, ...) %sys(i64 %nr, ptr %addr, i32 %op, i32 %val, ptr null, ptr null, i32 0)
+  ret void
+}
+
+define internal void @run_job(i64 %j) nounwind {
+  %fnp = call ptr @word(i64 2)
+  %fn = load ptr, ptr %fnp
+  %dp = call ptr @word(i64 3)
+  %data = load ptr, ptr %dp
+  %sp = call ptr @word(i64 4)
+  %size = load i64, ptr %sp
+  %ep = call ptr @word(i64 5)
+  %extra64 = load i64, ptr %ep
+  %extra = trunc i64 %extra64 to i32
+  %off = mul i64 %j, %size
+  %job = getelementptr i8, ptr %data, i64 %off
+  %j32 = trunc i64 %j to i32
+  call void %fn(i32 %j32, ptr %job, i32 %extra)
+  ret void
+}
+
+define void @xladist_blas_callback(i32 %sync, ptr %dojob, i32 %numjobs, i64 %size,
+                                   ptr %data, i32 %extra) nounwind {
+entry:
+  %selfp = call ptr @word(i64 13)
+  %selffn = load ptr, ptr %selfp
+  %me = call i64 %selffn()
+  %ownp = call ptr @word(i64 8)
+  %owner = load atomic i64, ptr %ownp seq_cst, align 8
+  %mine = icmp eq i64 %me, %owner
+  br i1 %mine, label %own, label %other
+other:
+  %fbp = call ptr @word(i64 14)
+  %fb = load ptr, ptr %fbp
+  call void %fb(i32 %sync, ptr %dojob, i32 %numjobs, i64 %size, ptr %data, i32 %extra)
+  ret void
+own:
+  %callsp = call ptr @word(i64 10)
+  %c0 = atomicrmw add ptr %callsp, i64 1 seq_cst
+  %n = sext i32 %numjobs to i64
+  %single = icmp sle i64 %n, 1
+  br i1 %single, label %inline, label %many
+inline:
+  %i = phi i64 [0, %own], [%i1, %inline_body]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %inline_body, label %done_inline
+inline_body:
+  %off = mul i64 %i, %size
+  %job = getelementptr i8, ptr %data, i64 %off
+  %i32 = trunc i64 %i to i32
+  call void %dojob(i32 %i32, ptr %job, i32 %extra)
+  %i1 = add i64 %i, 1
+  br label %inline
+done_inline:
+  ret void
+many:
+  %need = sub i64 %n, 1
+  %armedp = call ptr @word(i64 9)
+  %armed = load i64, ptr %armedp
+  %short = icmp sgt i64 %need, %armed
+  %usedp = call ptr @word(i64 17)
+  %used = load i64, ptr %usedp
+  %again = icmp ne i64 %used, 0
+  %cannot = or i1 %short, %again
+  br i1 %cannot, label %fail, label %go
+fail:
+  %failp = call ptr @word(i64 11)
+  store atomic i64 1, ptr %failp seq_cst, align 8
+  ret void
+go:
+  store i64 1, ptr %usedp
+  %fnp = call ptr @word(i64 2)
+  store ptr %dojob, ptr %fnp
+  %dp = call ptr @word(i64 3)
+  store ptr %data, ptr %dp
+  %sp = call ptr @word(i64 4)
+  store i64 %size, ptr %sp
+  %ep = call ptr @word(i64 5)
+  %extra64 = zext i32 %extra to i64
+  store i64 %extra64, ptr %ep
+  %np = call ptr @word(i64 6)
+  store i64 %n, ptr %np
+  %donep = call ptr @word(i64 7)
+  store atomic i32 0, ptr %donep seq_cst, align 8
+  %genp = call ptr @word(i64 0)
+  %g0 = atomicrmw add ptr %genp, i32 1 seq_cst
+  call void @futex(ptr %genp, i32 129, i32 2147483647)
+  call void %dojob(i32 0, ptr %data, i32 %extra)
+  %need32 = trunc i64 %need to i32
+  br label %wait
+wait:
+  %d = load atomic i32, ptr %donep seq_cst, align 8
+  %fin = icmp sge i32 %d, %need32
+  br i1 %fin, label %finished, label %sleep
+sleep:
+  call void @futex(ptr %donep, i32 128, i32 %d)
+  br label %wait
+finished:
+  %pooledp = call ptr @word(i64 16)
+  %p0 = atomicrmw add ptr %pooledp, i64 1 seq_cst
+  ret void
+}
+
+define void @xladist_blas_standby(i64 %k, i64 %window, i64 %seen0) nounwind {
+entry:
+  %idx = add i64 %k, 32
+  %statep = call ptr @word(i64 %idx)
+  %w4 = shl i64 %window, 2
+  %w32 = trunc i64 %w4 to i32
+  %handed = or i32 %w32, 1
+  %waiting = or i32 %w32, 2
+  %cx = cmpxchg ptr %statep, i32 %handed, i32 %waiting seq_cst seq_cst
+  %began = extractvalue { i32, i1 } %cx, 1
+  br i1 %began, label %start, label %cancelled
+cancelled:
+  ret void
+start:
+  %genp = call ptr @word(i64 0)
+  %openp = call ptr @word(i64 1)
+  %donep = call ptr @word(i64 7)
+  %np = call ptr @word(i64 6)
+  %seen00 = trunc i64 %seen0 to i32
+  %j = add i64 %k, 1
+  br label %loop
+loop:
+  %seen = phi i32 [%seen00, %start], [%seen, %sleep], [%g, %nojob]
+  %g = load atomic i32, ptr %genp seq_cst, align 8
+  %open = load atomic i64, ptr %openp seq_cst, align 8
+  %closed = icmp ne i64 %open, %window
+  br i1 %closed, label %leave, label %look
+look:
+  %same = icmp eq i32 %g, %seen
+  br i1 %same, label %sleep, label %jobs
+sleep:
+  call void @futex(ptr %genp, i32 128, i32 %seen)
+  br label %loop
+jobs:
+  %n = load i64, ptr %np
+  %mine = icmp slt i64 %j, %n
+  br i1 %mine, label %job, label %nojob
+nojob:
+  br label %loop
+job:
+  store atomic i32 0, ptr %statep seq_cst, align 8
+  call void @run_job(i64 %j)
+  %d0 = atomicrmw add ptr %donep, i32 1 seq_cst
+  call void @futex(ptr %donep, i32 129, i32 1)
+  ret void
+leave:
+  store atomic i32 0, ptr %statep seq_cst, align 8
+  call void @futex(ptr %statep, i32 129, i32 1)
+  ret void
+}
+
+define void @xladist_blas_close(i64 %window) nounwind {
+entry:
+  %openp = call ptr @word(i64 1)
+  store atomic i64 0, ptr %openp seq_cst, align 8
+  %genp = call ptr @word(i64 0)
+  %g0 = atomicrmw add ptr %genp, i32 1 seq_cst
+  call void @futex(ptr %genp, i32 129, i32 2147483647)
+  %armedp = call ptr @word(i64 9)
+  %armed = load i64, ptr %armedp
+  %w4 = shl i64 %window, 2
+  %w32 = trunc i64 %w4 to i32
+  %handed = or i32 %w32, 1
+  %waiting = or i32 %w32, 2
+  br label %each
+each:
+  %k = phi i64 [0, %entry], [%k1, %next]
+  %more = icmp slt i64 %k, %armed
+  br i1 %more, label %cancel, label %exit
+cancel:
+  %idx = add i64 %k, 32
+  %statep = call ptr @word(i64 %idx)
+  %cx = cmpxchg ptr %statep, i32 %handed, i32 0 seq_cst seq_cst
+  br label %check
+check:
+  %v = load atomic i32, ptr %statep seq_cst, align 8
+  %busy = icmp eq i32 %v, %waiting
+  br i1 %busy, label %sleep, label %next
+sleep:
+  call void @futex(ptr %statep, i32 128, i32 %waiting)
+  br label %check
+next:
+  %k1 = add i64 %k, 1
+  br label %each
+exit:
+  ret void
+}
+"""
+
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
-_owner = {"tid": None, "n": 0, "error": None}
-# Callback calls; of them, those whose jobs ran on the pool / on threads of their own;
-# products a signal arrived in (held, handled once the product ended: _signals_held).
-counts = {"calls": 0, "pool": 0, "threads": 0, "held": 0}
-
-
-def _jobs_fn():
-    """The compiled jobs function, or None (then the way is not offered)."""
-    return parallel.native_function(_JOBS_IR, "xladist_blas_jobs", parallel.RANGE_TYPE)
-
-
-def available() -> bool:
-    """Whether products can run OpenBLAS's split on the pool in this process."""
-    return bool(parallel.blas_callback_setters()) and _jobs_fn() is not None and \
-        parallel._claimer() is not None
+_STANDBY = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+_CLOSE = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+_SLOT = ctypes.CFUNCTYPE(ctypes.c_void_p)
+_owner = {"tid": None}
+# Callback calls; of them, those whose jobs ran on the pool / on threads of their own.
+counts = {"calls": 0, "pool": 0, "threads": 0}
 
 
 def _on_threads(fn, argv, numjobs: int) -> None:
@@ -96,34 +332,65 @@ def _on_threads(fn, argv, numjobs: int) -> None:
         parallel._wait_out(t.join)
 
 
+def _jobs_fn():
+    """The compiled jobs function (_JOBS_IR), or None."""
+    return parallel.native_function(_JOBS_IR, "xladist_blas_jobs", parallel.RANGE_TYPE)
+
+
 def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
+    """The callback's way for a threaded OpenBLAS call of a thread other than the owner's
+    (a user's own numpy inside the window): every job at once on threads of its own."""
     counts["calls"] += 1
     try:
-        fn = _jobs_fn()
         argv = (ctypes.c_uint64 * 4)(dojob or 0, jobdata or 0, size, extra & 0xFFFFFFFF)
-        addr = ctypes.addressof(argv)
-        if numjobs <= 1:
-            fn(addr, 0, max(numjobs, 0))
-            return
-        # The jobs wait for each other: each needs a thread of its own, two on one
-        # thread would never end. The pool gives them that when it has a worker for
-        # every job but the caller's (together=True wakes workers on the caller's core
-        # too, as a pool larger than the cores has).
-        pool = parallel._get_pool(_owner["n"]) if threading.get_ident() == _owner["tid"] \
-            else None
-        if pool is not None and numjobs <= len(pool.inbox) + 1:
-            if parallel._on_pool(pool, fn, addr, [(i, i + 1) for i in range(numjobs)],
-                                 numjobs, together=True):
-                counts["pool"] += 1
-                return
-        _on_threads(fn, addr, numjobs)
+        _on_threads(_jobs_fn(), ctypes.addressof(argv), max(numjobs, 0))
         counts["threads"] += 1
     except BaseException as e:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
-        # Running out of threads (jobs that did not run leave the product unfinished:
-        # the owner computes it again another way), or what another signal's handler
-        # raised once every job has ended (parallel._wait_out): the owner raises it.
-        # (No signal handler runs here: on_pool holds them, _signals_held.)
-        _owner["error"] = e
+        _owner["error"] = e  # out of threads: the owner's product is computed again
+
+
+_fallback = _CALLBACK(_run)
+
+
+class _Native:
+    """The compiled callback, standby and close functions and the slot's words."""
+
+    def __init__(self, code):
+        self.code = code  # keeps the functions alive
+        self.slot = (ctypes.c_int64 * _WORDS).from_address(
+            _SLOT(code.address("xladist_blas_slot"))())
+        self.callback = code.address("xladist_blas_callback")
+        self.standby = _STANDBY(code.address("xladist_blas_standby"))
+        self.close = _CLOSE(code.address("xladist_blas_close"))
+        libc = ctypes.CDLL(None)
+        self.slot[SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
+        self.slot[SELF] = ctypes.cast(libc.pthread_self, ctypes.c_void_p).value
+        self.slot[FALLBACK] = ctypes.cast(_fallback, ctypes.c_void_p).value
+        self.slot[FUTEX] = _FUTEX
+
+
+_native: list = []
+
+
+def _compiled() -> _Native | None:
+    """The native part (_NATIVE_IR), built once per process, or None where it cannot be."""
+    if not _native:
+        got = None
+        if _FUTEX is not None and _jobs_fn() is not None:
+            try:
+                from . import jit
+                code, _cached = jit.get_code("xladist blas_pool\n" + _NATIVE_IR,
+                                             lambda: _NATIVE_IR)
+                got = _Native(code)
+            except Exception:  # noqa: BLE001 -- then the way is not offered
+                got = None
+        _native.append(got)
+    return _native[0]
+
+
+def available() -> bool:
+    """Whether products can run OpenBLAS's split on the pool in this process."""
+    return bool(parallel.blas_callback_setters()) and _compiled() is not None
 
 
 def _after_fork_in_child() -> None:
@@ -132,89 +399,104 @@ def _after_fork_in_child() -> None:
     if _owner["tid"] is not None:
         for put in parallel.blas_callback_setters():
             put(None)
-        _owner.update(tid=None, n=0, error=None)
+        _owner.update(tid=None, error=None)
+        if _native and _native[0] is not None:
+            _native[0].slot[OWNER] = _native[0].slot[OPEN] = 0
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_callback = _CALLBACK(_run)
-_address = ctypes.cast(_callback, ctypes.c_void_p).value
+
+class _Standby:
+    """Worker k's part of one on_pool window (xladist_blas_standby), as a pool task."""
+
+    __slots__ = ("standby", "k", "window", "seen")
+
+    def __init__(self, standby, k: int, window: int, seen: int):
+        self.standby, self.k, self.window, self.seen = standby, k, window, seen
+
+    def work(self) -> None:
+        self.standby(self.k, self.window, self.seen)
 
 
-_numbers: list = []
+_windows = itertools.count()
 
 
-def _signal_numbers() -> list[int]:
-    """Every valid signal number, as plain ints (read once). _signals_held looks at each
-    one per product through the `_signal` module signal.py wraps: signal.getsignal turns
-    every answer into an enum member: ~45 us for the 65 signals, against ~2 us here."""
-    if not _numbers:
-        _numbers.extend(sorted(int(s) for s in signal.valid_signals()))
-    return _numbers
+def _window() -> int:
+    """A new window's id, 1 to 2^29 - 1: STATE words hold it times 4 in 32 bits."""
+    return next(_windows) % ((1 << 29) - 1) + 1
 
 
-@contextlib.contextmanager
-def _signals_held():
-    """Every signal with a Python handler (SIGINT's KeyboardInterrupt, a SIGTERM or
-    SIGALRM handler raising -- pytest-timeout's, a batch script's) runs it later, at the
-    end of the block. What a handler raises inside the callback has nowhere safe to go:
-    at the callback's first lines ctypes prints and drops it (OpenBLAS returns as if the
-    jobs had run: the product unfinished, reported as fine), and between waking the
-    pool's workers and the caller's own jobs it leaves jobs that wait for each other,
-    on a stack that is about to be freed. Held here, the handlers run in arrival order
-    after the product has ended whole. Only the main thread runs signal handlers;
-    SIG_DFL / SIG_IGN run none in Python."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    handlers = {}
-    for signum in _signal_numbers():
+class on_pool:
+    """`with on_pool(n) as complete:` OpenBLAS's threaded calls made by this thread inside
+    the block run their jobs on the pool (of `n` threads; OpenBLAS's thread count is the
+    caller's to set, n at most). The caller holds OpenBLAS alone (parallel.exclusive_blas).
+    complete() tells whether every call's jobs ran (False: the pool was busy with another
+    thread's call, or a call could not be given workers: compute the product another
+    way), and raises a BaseException other than Exception that a fallback call raised.
+    Only where available(). (A class, not a generator: every SHARED product enters one.)"""
+
+    __slots__ = ("n", "native", "pool", "window", "setters", "ran")
+
+    def __init__(self, n: int):
+        self.n, self.native, self.pool, self.window, self.setters = n, None, None, 0, []
+        self.ran = False  # every call's jobs ran (known once the window closed)
+
+    def __enter__(self):
+        native = _compiled() if available() else None
+        if native is None:
+            return self.complete
+        pool = parallel._get_pool(self.n)
+        if not pool.busy.acquire(blocking=False):  # another thread's call holds it
+            return self.complete
+        self.pool = pool
         try:
-            handler = _signal.getsignal(signum)
-        except (ValueError, OSError):
-            continue
-        if callable(handler):
-            handlers[signum] = handler
-    held: list = []
-    for signum in handlers:
-        _signal.signal(signum, lambda got, frame: held.append((got, frame)))
-    try:
-        yield
-    finally:
-        # signal.signal first runs the handlers of pending signals (into `held`): each
-        # handler is put back all the same.
-        for signum, handler in handlers.items():
-            parallel._wait_out(lambda s=signum, h=handler: _signal.signal(s, h))
-        if held:
-            counts["held"] += 1
-            for signum, frame in held:  # Python's SIGINT default raises KeyboardInterrupt
-                handlers[signum](signum, frame)
+            slot, me = native.slot, threading.get_ident()
+            helpers = pool.helpers(min(self.n - 1, MAX_WORKERS), together=True)
+            self.window = window = _window()
+            for w in (CALLS, FAILED, POOLED, USED):
+                slot[w] = 0
+            slot[OWNER], slot[OPEN], slot[ARMED] = me, window, len(helpers)
+            for k in range(len(helpers)):
+                slot[STATE + k] = window * 4 + 1
+            self.native = native
+            _owner.update(tid=me, error=None)
+            seen = slot[GEN] & 0xFFFFFFFF
+            for k, q in enumerate(helpers):
+                q.put(_Standby(native.standby, k, window, seen))
+            self.setters = parallel.blas_callback_setters()
+            for put in self.setters:
+                put(native.callback)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.complete
 
+    def complete(self) -> bool:
+        error = _owner["error"]
+        if error is not None and not isinstance(error, Exception):
+            raise error
+        return self.ran and error is None
 
-@contextlib.contextmanager
-def on_pool(n: int):
-    """Inside the block, OpenBLAS's threaded calls made by this thread run their jobs on
-    the pool (of `n` threads; OpenBLAS's thread count is the caller's to set, n at most).
-    The caller holds OpenBLAS alone (parallel.exclusive_blas). Yields a function that
-    tells whether every call's jobs ran (False: compute the product again), and raises
-    a BaseException other than Exception that arrived in the callback; signals with a
-    Python handler (Ctrl-C) are held for the block and handled at its end
-    (_signals_held). Only where available()."""
-    setters = parallel.blas_callback_setters() if available() else []
-    with _signals_held():
-        _owner.update(tid=threading.get_ident(), n=n, error=None)
-        for put in setters:
-            put(_address)
-
-        def complete() -> bool:
-            error = _owner["error"]
-            if error is not None and not isinstance(error, Exception):
-                raise error
-            return error is None
+    def __exit__(self, *exc) -> None:
+        native, pool = self.native, self.pool
         try:
-            yield complete
+            if native is not None:
+                for put in self.setters:
+                    put(None)
+                # Cancels workers that had not begun, waits for any still waiting (none,
+                # after a product whose jobs ran: each returned with its job); the GIL is
+                # free meanwhile (ctypes).
+                native.close(self.window)
+                slot = native.slot
+                counts["calls"] += slot[CALLS]
+                counts["pool"] += slot[POOLED]
+                self.ran = not slot[FAILED]
+                slot[OWNER] = 0
+                _owner["tid"] = None
         finally:
-            for put in setters:
-                put(None)
-            _owner.update(tid=None, n=0)
+            self.native = self.pool = None
+            self.setters = []
+            if pool is not None:
+                pool.busy.release()

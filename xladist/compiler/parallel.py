@@ -529,15 +529,16 @@ def regime() -> int:
     return choice.OWN_POOLS if st["foreign"] else choice.OTHERS
 
 
-def run_blocks(fn, argv, blocks, site=None, whole=None) -> None:
+def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) -> None:
     """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
     it measured fastest now: on the pool, on the calling thread alone, or one of `whole`
     -- way -> a callable computing the same result in one call partitioned another way
     (OpenBLAS's, on its threads or on the pool: blas_blocks.py), returning False when it
     could not; without a site, on the pool whenever it has threads. Every way gives the
     same bits. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native
-    code (_NativeTask)."""
-    n = thread_count()
+    code (_NativeTask). `n`: thread_count(), when the caller has it already."""
+    if n is None:
+        n = thread_count()
     whole = whole or {}
     if n < 2 or (len(blocks) < 2 and not whole):
         _alone(fn, argv, blocks)
@@ -571,16 +572,16 @@ def _alone(fn, argv, blocks) -> None:
         fn(argv, lo, hi)
 
 
-def _on_pool(pool, fn, argv, blocks, n: int, together: bool = False) -> bool:
+def _on_pool(pool, fn, argv, blocks, n: int) -> bool:
     """The blocks on the pool and the caller; False (nothing ran) when the pool is busy
-    with another thread's call. `together`: see _Pool.run."""
+    with another thread's call."""
     if not pool.busy.acquire(blocking=False):
         return False
     try:
         claimer = _claimer() if NATIVE_CLAIM and isinstance(fn, RANGE_TYPE) else None
         task = _NativeTask(fn, argv, blocks, claimer) if claimer is not None \
             else _Task(fn, argv, blocks)
-        pool.run(task, min(n, len(blocks)), together)
+        pool.run(task, min(n, len(blocks)))
     finally:
         pool.busy.release()
     return True
@@ -849,21 +850,22 @@ class _Pool:
             task.work()
             self.active[i] = False
 
-    def run(self, task: _Task, participants: int, together: bool = False) -> None:
-        """`together`: the blocks wait for each other (blas_pool.py's jobs), so each
-        needs a thread of its own: workers on the caller's core are woken too when
-        those off it are too few (participants - 1 <= len(inbox))."""
+    def helpers(self, count: int, together: bool = False) -> list:
+        """The inboxes of up to `count` workers to hand a call's work to: those not on
+        the caller's core (pinned). `together`: the work waits for itself (blas_pool.py's
+        jobs), so each part needs a thread of its own: workers on the caller's core are
+        taken too when those off it are too few."""
         helpers = self.inbox
         if self.cpus is not None:  # not the worker that shares the caller's core
             helpers = self.off_core.get(_getcpu()(), self.inbox)
-            if together and len(helpers) < participants - 1:
+            if together and len(helpers) < count:
                 helpers = helpers + [q for q in self.inbox if q not in helpers]
-        for q in helpers[:participants - 1]:
+        return helpers[:count]
+
+    def run(self, task: _Task, participants: int) -> None:
+        for q in self.helpers(participants - 1):
             q.put(task)
         task.work()
-        if together:
-            _wait_out(task.done.acquire)
-        else:
-            task.done.acquire()  # blocks until the last claimed block is finished
+        task.done.acquire()  # blocks until the last claimed block is finished
         if task.error is not None:
             raise task.error
