@@ -497,6 +497,7 @@ def test_a_cgroup_cpu_quota_caps_the_threads(monkeypatch, files, cgroup, want):
         table["/proc/self/cgroup"] = cgroup
     monkeypatch.setattr(parallel, "_read", table.get)
     monkeypatch.setattr(parallel, "_cgroup_limit", [])
+    monkeypatch.setattr(parallel, "_counted", dict(parallel._counted, next=0.0))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     monkeypatch.setattr(parallel, "_local_ranks", 1)
     monkeypatch.setattr(parallel, "_explicit", None)
