@@ -6,7 +6,8 @@ set of rules rather than case by case (README "Error formats"):
 * sources (`check_source`, `read_text`, `check_npz`, `load_npz`): a missing path, a
   directory, an unreadable or empty file, text that is not UTF-8 (`utf8_text`, the one
   decoding of a text file's bytes: a leading byte-order mark, as some Windows editors
-  write, is dropped), an npz that is not a zip
+  write, is dropped -- `without_mark`, the one rule for it, which `parse_hlo` also applies
+  to text given as a string), an npz that is not a zip
   archive, is cut short, or holds pickled (object) members - each one InputError (exit 2)
   naming the option (`what`) and the file. npz files are always read with
   allow_pickle=False: loading a file must never run code from it;
@@ -34,7 +35,7 @@ from pathlib import Path
 from .errors import InputError, OutputError
 
 __all__ = ["check_destination", "check_npz", "check_source", "deliver", "load_npz",
-           "read_text", "rescued", "utf8_text", "write_atomic"]
+           "read_text", "rescued", "utf8_text", "without_mark", "write_atomic"]
 
 
 # Errors numpy / zipfile raise for a damaged npz (a member cut short, bad compression, a
@@ -75,18 +76,25 @@ def check_source(path, what: str) -> Path:
     return p
 
 
+def without_mark(text: str) -> str:
+    """`text` without the byte-order mark (U+FEFF) that some Windows editors write first --
+    an encoding's signature, not text; dropping it leaves every line:column as an editor
+    shows it. A mark anywhere else stays in the text (the HLO parser names it). The one
+    rule for a leading mark: every text file xladist reads (`utf8_text`) and HLO text given
+    as a string (`parse_hlo`, read by the user with encoding="utf-8") pass through it."""
+    return text[1:] if text.startswith("\ufeff") else text
+
+
 def utf8_text(data: bytes, where: str, kind: str) -> str:
-    """The text of a text file's (or standard input's) bytes: UTF-8, without the byte-order
-    mark (U+FEFF) that some Windows editors write first -- an encoding's signature, not
-    text; dropping it leaves every line:column as an editor shows it. A mark anywhere else
-    stays in the text (the HLO parser names it). InputError naming `where` (the option and
-    file) and `kind` (the expected format) when the bytes are not UTF-8."""
+    """The text of a text file's (or standard input's) bytes: UTF-8, without a leading
+    byte-order mark (`without_mark`). InputError naming `where` (the option and file) and
+    `kind` (the expected format) when the bytes are not UTF-8."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset "
                          f"{e.start}); expected {kind}") from None
-    return text[1:] if text.startswith("\ufeff") else text
+    return without_mark(text)
 
 
 def read_text(path, what: str, kind: str = "text") -> str:

@@ -1,5 +1,5 @@
-"""Defects left from the bad-input sweep (leftovers39): each test is a case that failed
-before its fix."""
+"""Defects left from the bad-input sweep (leftovers39, leftovers40): each test is a case
+that failed before its fix."""
 
 from __future__ import annotations
 
@@ -80,6 +80,52 @@ def test_errors_after_a_byte_order_mark_keep_their_line_and_column(tmp_path, bad
     assert (errors[0].line, errors[0].column) == where
     assert (errors[1].line, errors[1].column) == where
     assert errors[1].line_text == errors[0].line_text
+
+
+@pytest.mark.parametrize("bad, where", [
+    (None, None),                          # no error: the module parses
+    ("HloModule one\n\nENTRY main {\n  x = f32[2,4] parameter(0)\n  ROOT r = f32[2,4] "
+     "negate(y)\n}\n", (5, 28)),           # an error on a later line
+    ("HloModule one 7\n", (1, 15)),        # an error on the mark's own line
+], ids=["parses", "error-later-line", "error-first-line"])
+def test_a_string_starting_with_a_byte_order_mark_parses_as_its_file_does(tmp_path, bad,
+                                                                          where):
+    """Before: `xladist.parse_hlo(open(path, encoding="utf-8").read())` of a file a Windows
+    editor saved was `<text>:1:1: expected a computation ..., found a byte-order mark
+    (U+FEFF)`, while `xladist.load_hlo(path)` of the same file worked: the leading mark was
+    dropped from bytes and files only. Now a string gets the same rule, and an error's
+    line:column is the one without the mark, as for the file."""
+    text = bad or ONE_DEVICE
+    path = tmp_path / "marked.hlo"
+    path.write_bytes(BOM + text.encode())
+    as_read = path.read_text(encoding="utf-8")
+    assert as_read.startswith("\ufeff")  # what the user hands parse_hlo
+    if bad is None:
+        module = xladist.parse_hlo(as_read)
+        assert module.name == "one" and module.to_text() == xladist.load_hlo(path).to_text()
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        np.testing.assert_array_equal(xladist.compile(module, backend="interpreter")(x)[0], -x)
+        return
+    errors = []
+    for parse in (lambda: xladist.load_hlo(path), lambda: xladist.parse_hlo(as_read)):
+        with pytest.raises(HloParseError) as e:
+            parse()
+        errors.append(e.value)
+    assert (errors[0].line, errors[0].column) == where
+    assert (errors[1].line, errors[1].column) == where
+    assert errors[1].line_text == errors[0].line_text == text.splitlines()[where[0] - 1]
+
+
+def test_a_second_byte_order_mark_in_a_string_is_named():
+    """Only the first character may be the mark: a second one (or one anywhere else) stays
+    an error at its own line:column, naming it."""
+    with pytest.raises(HloParseError, match="found a byte-order mark .U.FEFF., which is "
+                                            "not HLO text") as e:
+        xladist.parse_hlo("\ufeff\ufeff" + ONE_DEVICE)
+    assert (e.value.line, e.value.column) == (1, 1)
+    with pytest.raises(HloParseError, match="found a byte-order mark") as e:
+        xladist.parse_hlo("\ufeff" + ONE_DEVICE.replace("  ROOT", "  \ufeffROOT"))
+    assert (e.value.line, e.value.column) == (5, 3)
 
 
 def test_a_byte_order_mark_inside_the_text_is_named(tmp_path, capsys):

@@ -37,7 +37,7 @@ def test_parse_mesh_keeps_order():
     assert list(S.parse_mesh("model=2, data=3").items()) == [("model", 2), ("data", 3)]
 
 
-@pytest.mark.parametrize("text,needle", [("data2", "axis=size"), ("data=0", "at least 1"),
+@pytest.mark.parametrize("text,needle", [("data2", "axis=size"), ("data=0", "must be a whole number >= 1, got 0"),
                                          ("d=2,d=2", "twice"), ("2=2", "axis=size")])
 def test_parse_mesh_errors(text, needle):
     with pytest.raises(InputError, match=needle):

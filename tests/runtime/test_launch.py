@@ -81,6 +81,56 @@ def test_mpiexec_command_passes_hostfile():
     assert cmd[i + 1] == "hosts" and cmd[cmd.index("-n") + 1] == "2"
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+def _marked_hostfile(tmp_path):
+    """launch/hostfile.localhost as a Windows editor saves it: a UTF-8 byte-order mark
+    first."""
+    path = tmp_path / "hosts"
+    path.write_bytes(BOM + HOSTFILE.read_bytes())
+    return path
+
+
+def test_a_hostfile_starting_with_a_byte_order_mark_gives_mpiexec_its_host_names(tmp_path):
+    """Before: mpiexec got the user's file, whose mark MPICH read as part of the first host
+    name (`ssh: Could not resolve hostname \\357\\273\\277localhost`), though xladist's
+    own check of the file (files.read_text) drops it. Now mpiexec is given the hostfile's
+    text as xladist reads it. A stand-in mpiexec shows the host lines of the file it is
+    given."""
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(BOM + b"nodeA:2\nnodeB:2\n")
+    fake = tmp_path / "mpiexec"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != -f ]; do shift; done\n'
+                    'echo "given: $2"\ncat "$2"\n')
+    fake.chmod(0o755)
+    proc = launcher.launch(2, ["-c", "pass"], hostfile=str(hosts), mpiexec=str(fake),
+                           capture=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    given, *lines = proc.stdout.splitlines()
+    assert lines == ["nodeA:2", "nodeB:2"]  # before: "\ufeffnodeA:2"
+    assert hosts.read_bytes().startswith(BOM)  # the user's file is left as it is
+    assert not os.path.exists(given.removeprefix("given: "))  # the copy lives with the job
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"nodeA:2\nnodeB:2\n")  # no mark: mpiexec reads the user's own file
+    proc = launcher.launch(2, ["-c", "pass"], hostfile=str(plain), mpiexec=str(fake),
+                           capture=True, timeout=30)
+    assert proc.stdout.splitlines() == [f"given: {plain}", "nodeA:2", "nodeB:2"]
+
+
+@pytest.mark.slow
+def test_a_hostfile_starting_with_a_byte_order_mark_runs(tmp_path):
+    """The same through `xladist run --hostfile` on this machine: before, mpiexec could not
+    start ranks on the host `\\ufefflocalhost` (exit 1); now the case runs and gives XLA's
+    outputs."""
+    out = tmp_path / "out.npz"
+    proc = _xladist("run", str(CASE / "module.hlo"), "-n", "2", "--hostfile",
+                    str(_marked_hostfile(tmp_path)), "--inputs", str(CASE / "inputs.npz"),
+                    "--outputs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    _check_outputs(out)
+
+
 @pytest.mark.slow
 def test_progress_on_does_not_change_results(tmp_path):
     # Progress in log mode gives rank 0 alone a tracer: the run must still complete

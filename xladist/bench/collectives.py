@@ -29,6 +29,9 @@ import time
 
 import numpy as np
 
+from xladist.environment import check_count
+from xladist.errors import InputError
+
 from .harness import MAX_SIZE, bench_main, fmt_size, parse_size, under_mpi
 
 __all__ = ["DEFAULT_SIZES", "main"]
@@ -336,10 +339,13 @@ def _verdict(summary, say, reducer: str = "sum") -> None:
 
 def _check(args) -> str | None:
     """What is wrong with the options, before any rank starts (None: nothing)."""
-    if args.ranks < 1:
-        return f"-n must be at least 1, got {args.ranks}"
-    if args.iters < 0 or args.repeats < 1:
-        return f"--iters must be >= 0 and --repeats >= 1, got {args.iters} and {args.repeats}"
+    try:
+        check_count(args.ranks, "-n")
+        check_count(args.repeats, "--repeats")
+    except InputError as e:
+        return str(e)
+    if args.iters < 0:
+        return f"--iters must be >= 0 (0: scaled to the size), got {args.iters}"
     sizes = [s for s in args.sizes.split(",") if s.strip()]
     if not sizes:
         return f"--sizes {args.sizes!r}: no sizes"

@@ -21,6 +21,9 @@ import time
 
 import numpy as np
 
+from xladist.environment import check_count
+from xladist.errors import InputError
+
 from .harness import MAX_SIZE, bench_main, parse_size
 
 __all__ = ["loop_module", "main"]
@@ -89,11 +92,13 @@ def _iters_for(nbytes: int, requested: int) -> int:
 
 
 def _check(args) -> str | None:
-    if args.ranks < 1:
-        return f"-n must be at least 1, got {args.ranks}"
-    if args.iters < 0 or args.iters == 1 or args.repeats < 1:
-        return (f"--iters must be 0 (scaled) or >= 2 and --repeats >= 1, got {args.iters} "
-                f"and {args.repeats}")
+    try:
+        check_count(args.ranks, "-n")
+        check_count(args.repeats, "--repeats")
+    except InputError as e:
+        return str(e)
+    if args.iters < 0 or args.iters == 1:
+        return f"--iters must be 0 (scaled) or >= 2, got {args.iters}"
     sizes = [s for s in args.sizes.split(",") if s.strip()]
     if not sizes:
         return f"--sizes {args.sizes!r}: no sizes"

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..errors import OutputError, XlaDistError, out_of_memory
-from ..files import read_text, rescued, utf8_text
+from ..files import read_text, rescued, utf8_text, without_mark
 
 # name -> module under xladist.cli; imported lazily so `xladist fmt` never loads MPI.
 SUBCOMMANDS = {
@@ -65,12 +65,13 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def read_module_text(path: str) -> tuple[str, str]:
-    """The HLO text of FILE ('-': standard input) and the name to show in messages; every
-    problem with the file is an InputError naming it (xladist/files.py)."""
+    """The HLO text of FILE ('-': standard input) and the name to show in messages, for
+    hlo.parser.parse_text (its leading byte-order mark dropped here); every problem with
+    the file is an InputError naming it (xladist/files.py)."""
     if path == "-":
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-        if isinstance(data, bytes):
-            data = utf8_text(data, "standard input", "HLO text")
+        data = utf8_text(data, "standard input", "HLO text") if isinstance(data, bytes) \
+            else without_mark(data)  # the one rule for a leading byte-order mark, either way
         return data, "<stdin>"
     return read_text(path, "FILE", kind="HLO text"), path
 

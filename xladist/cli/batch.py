@@ -93,6 +93,8 @@ def run_batch(args) -> int:
     if args.config:
         raise InputError("--config goes on the lines of a --batch list, one per run")
     _refuse_unoffered(args, "--batch")
+    from xladist.runtime.run_args import check_numbers
+    check_numbers(args)  # -n and the rest named as options (not Cluster's keyword n)
     runs = []
     for number, argv in _lines(args.batch):
         line = _parse(args, args.batch, number, argv)

@@ -103,13 +103,13 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     unoptimized JAX dump carries the partitioner's own targets), but `xladist run` refuses
     it.
     """
-    from ..hlo.parser import parse_module
+    from ..hlo.parser import parse_text
     from ..hlo.verifier import verify_module
     from ..runtime.config import override_device_counts
     from ..semantics.custom_calls import check_registered
     from . import read_module_text
     text, name = read_module_text(path)
-    module = parse_module(text, filename=name)
+    module = parse_text(text, filename=name)
     override_device_counts(module, replica_count, num_partitions)
     report = verify_module(module, num_devices=num_devices)
     try:

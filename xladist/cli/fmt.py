@@ -31,12 +31,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from ..hlo.parser import parse_module
+    from ..hlo.parser import parse_text
     from ..hlo.printer import print_module
 
     from . import read_module_text
     text, name = read_module_text(args.file)
-    module = parse_module(text, filename=name)
+    module = parse_text(text, filename=name)
     out = print_module(module, sigils=not args.short, operand_shapes=args.operand_shapes,
                        metadata=not (args.short or args.no_metadata))
     if args.check:

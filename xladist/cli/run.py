@@ -193,14 +193,14 @@ def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = Tru
 
 
 def _check_device_count(module, n: int) -> None:
-    from xladist.environment import check_count
-    check_count(n, "-n")
     from xladist.runtime.device import device_counts
     device_counts(module, n)  # the one rule: the header's counts, the rest from n
 
 
 def _apply_config(args) -> None:
-    """--config FILE fills what the command line did not set; MODULE is then required."""
+    """--config FILE fills what the command line did not set; MODULE is then required.
+    Every number of the run (-n, --replica-count, --prefetch, --timeout, ...) is then
+    checked and named as its option, before the module is read (run_args.check_numbers)."""
     if getattr(args, "config", None):
         from xladist.runtime import config
         argv = list(args._argv)
@@ -209,6 +209,8 @@ def _apply_config(args) -> None:
     if args.module is None:
         raise InputError("no module to run: give MODULE or --config FILE with "
                          "module = \"path/to/module.hlo\"")
+    from xladist.runtime.run_args import check_numbers
+    check_numbers(args)
 
 
 def load_run_module(args):

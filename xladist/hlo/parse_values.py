@@ -67,7 +67,7 @@ class TokenCursor:
         t = self.texts[i]
         if t == "\ufeff":  # invisible in most editors: name it
             return ("a byte-order mark (U+FEFF), which is not HLO text (xladist drops one "
-                    "only where it starts a file it reads)")
+                    "only where it starts the text)")
         return repr(t if len(t) <= 40 else t[:37] + "...")
 
     def at(self, p: str) -> bool:

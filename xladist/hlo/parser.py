@@ -21,7 +21,7 @@ from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
 from .shape_inference import ShapeError, infer_shape
 
-__all__ = ["parse_module"]
+__all__ = ["parse_module", "parse_text"]
 
 _SCHEMAS = {name: {a.name: a for a in info.attrs} for name, info in OPCODES.items()}
 _COMMON = frozenset(COMMON_ATTRS)
@@ -32,15 +32,26 @@ def parse_module(text: str, filename: str | None = None) -> Module:
     """Parse HLO module text (either print style) into an `ir.Module`.
 
     Raises HloParseError (with line, column and the line's text) for anything
-    malformed. `filename` only appears in error messages.
+    malformed. `filename` only appears in error messages. Text as a user hands it over:
+    a leading byte-order mark is dropped (files.without_mark, as from a file: text read
+    with encoding="utf-8" keeps it), bytes are decoded as a file's (files.utf8_text).
     """
+    from ..files import utf8_text, without_mark
     if isinstance(text, (bytes, bytearray)):
         from ..errors import InputError
-        from ..files import utf8_text
         try:
             text = utf8_text(bytes(text), "the text", "HLO text")  # a leading BOM dropped
         except InputError as e:
             raise HloParseError(str(e), 1, 1, "", filename) from None
+    elif isinstance(text, str):
+        text = without_mark(text)
+    return parse_text(text, filename)
+
+
+def parse_text(text: str, filename: str | None = None) -> Module:
+    """`parse_module` of text a reader has decoded already (files.read_text / utf8_text:
+    its leading mark dropped once there): parsed as it is, so a second mark is the error
+    it is in the file."""
     p = _Parser(text, filename)
     try:
         return p.parse()
@@ -59,7 +70,7 @@ def parse_file(path, what: str = "module file") -> Module:
     """Read and parse an HLO text file: InputError when it cannot be read (`what` names it
     in the message), HloParseError when it is not HLO."""
     from ..files import read_text
-    return parse_module(read_text(path, what, kind="HLO text"), filename=str(path))
+    return parse_text(read_text(path, what, kind="HLO text"), filename=str(path))
 
 
 def _split_sugar(opcode: str):

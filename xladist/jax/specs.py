@@ -21,6 +21,7 @@ import ast
 import math
 import re
 
+from ..environment import check_count
 from ..errors import InputError
 
 Spec = tuple  # tuple[None | tuple[str, ...], ...]
@@ -48,12 +49,11 @@ def check_mesh(mesh_shape) -> dict[str, int]:
     if not isinstance(mesh_shape, dict) or not mesh_shape:
         raise InputError(f"mesh_shape must be a non-empty dict of axis name -> size, e.g. "
                          f"{{'data': 2, 'model': 2}}; got {mesh_shape!r}")
-    for name, size in mesh_shape.items():
+    for name in mesh_shape:
         if not isinstance(name, str) or not _NAME.match(name):
             raise InputError(f"mesh axis names must be identifiers, got {name!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise InputError(f"mesh axis {name!r} needs a size of at least 1, got {size!r}")
-    return dict(mesh_shape)
+    return {name: check_count(size, f"mesh axis {name!r}")
+            for name, size in mesh_shape.items()}
 
 
 def mesh_size(mesh_shape: dict[str, int]) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from xladist.environment import check_count
 from xladist.errors import InputError
 from xladist.files import read_text
 from xladist.hlo.collective_groups import run_device_counts
@@ -138,8 +139,11 @@ def _check(key: str, value, file: Path):
         return str((file.parent / value).resolve()) if value else value
     if t == "float":
         return float(value)
-    if t == "int" and value < 1:
-        raise ConfigError(f"{file}: key {key!r} must be at least 1, got {value}")
+    if t == "int":
+        try:
+            check_count(value, f"{file}: key {key!r}")
+        except InputError as e:
+            raise ConfigError(str(e)) from None
     if t == "assignment" and len({len(r) for r in value}) != 1:
         raise ConfigError(f"{file}: key {key!r}: every replica row needs the same number "
                           f"of partitions, got rows of {[len(r) for r in value]}")

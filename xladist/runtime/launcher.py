@@ -28,6 +28,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -99,6 +100,32 @@ def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
     return cmd + [sys.executable, *argv]
 
 
+@contextlib.contextmanager
+def hostfile_as_read(hostfile: str | None):
+    """The hostfile to give mpiexec: the user's own file, or -- when its text as xladist reads
+    it (files.read_text: UTF-8, a leading byte-order mark dropped) is not the file's bytes --
+    a copy of that text, kept for the job's life. MPICH reads a hostfile's bytes as they
+    are: the mark a Windows editor writes first became part of the first host's name
+    (`ssh: Could not resolve hostname \\357\\273\\277node01`)."""
+    if not hostfile:
+        yield hostfile
+        return
+    from xladist.files import read_text
+    path = os.fspath(hostfile)
+    text = read_text(path, "hostfile", kind="hostfile text")
+    if text.encode("utf-8") == Path(path).read_bytes():
+        yield path
+        return
+    fd, copy = tempfile.mkstemp(prefix="xladist-hostfile-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        yield copy
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+
+
 # MPICH's own line after MPI_Abort: our ranks have already said what went wrong.
 _MPICH_NOISE = re.compile(r"^(Abort\(\d+\) on node \d+.*MPI_Abort.*|\s*)$")
 # MPICH's launcher reporting a failure its own way (its banner on stdout, the proxies' and
@@ -137,10 +164,11 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     if own:
         service = Service(n, defer_lost=True, prints=True,
                           emit=(lambda text: None) if capture else None)
-    cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
     env = rank_environment({**(env or {}), **service.env()})
     try:
-        proc = _launch(cmd, env, timeout, capture, service, on_start)
+        with hostfile_as_read(hostfile) as hostfile:
+            cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
+            proc = _launch(cmd, env, timeout, capture, service, on_start)
     finally:
         service.close()
     proc.service = service
@@ -157,10 +185,10 @@ def started(n: int, argv: list[str], *, hostfile: str | None = None,
     block, or a signal that stops us, stops the job's whole process group."""
     from .service import Service
     service = Service(n, defer_lost=True, prints=True, emit=lambda text: None)
-    cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
     env = rank_environment({**(env or {}), **service.env()})
     try:
-        with _stop_on_signals() as armed:
+        with hostfile_as_read(hostfile) as hostfile, _stop_on_signals() as armed:
+            cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)
             proc = subprocess.Popen(cmd, env=env, start_new_session=True,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE)

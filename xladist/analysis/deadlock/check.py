@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import time
 
-from xladist.hlo.collective_groups import DeviceAssignment, GroupError, run_device_counts
+from xladist.environment import check_count
 from xladist.errors import InputError
+from xladist.hlo.collective_groups import DeviceAssignment, GroupError, run_device_counts
 from xladist.hlo.ir import Module
 
 from ..schedule import schedule_module
@@ -63,8 +64,8 @@ def resolve_devices(module: Module, num_devices: int | None,
             raise InputError(f"the device assignment holds {n} devices but {num_devices} were "
                              "asked for")
         return da
-    if num_devices is not None and num_devices < 1:
-        raise InputError(f"the number of devices must be at least 1, not {num_devices}")
+    if num_devices is not None:
+        num_devices = check_count(num_devices, "num_devices")
     # The runtime's rule: the header's counts, the rest from the device total.
     return DeviceAssignment.default(*run_device_counts(module, num_devices))
 

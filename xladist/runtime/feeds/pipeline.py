@@ -54,6 +54,7 @@ import queue
 import threading
 import traceback
 
+from xladist.environment import check_count
 from xladist.errors import ExecutionError, InputError
 
 from . import npz
@@ -207,8 +208,7 @@ class Prefetcher:
     """The producer thread and bounded queue of one rank's infeed."""
 
     def __init__(self, source, placement, depth: int):
-        if depth < 1:
-            raise InputError(f"prefetch depth must be at least 1, got {depth}")
+        depth = check_count(depth, "prefetch")
         self.source = source
         self.placement = placement
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
