@@ -462,12 +462,17 @@ class on_pool:
                 slot[STATE + k] = window * 4 + 1
             self.native = native
             _owner.update(tid=me, error=None)
-            seen = slot[GEN] & 0xFFFFFFFF
-            for k, q in enumerate(helpers):
-                q.put(_Standby(native.standby, k, window, seen))
+            tasks = [_Standby(native.standby, k, window, slot[GEN] & 0xFFFFFFFF)
+                     for k in range(len(helpers))]
             self.setters = parallel.blas_callback_setters()
             for put in self.setters:
                 put(native.callback)
+            # The workers last, and no foreign call after: a woken worker takes the GIL
+            # at this thread's next release of it -- inside a ctypes call here, this
+            # thread would then wait for the GIL back (~0.1 ms after a pause); in the
+            # product, numpy has let it go.
+            for q, task in zip(helpers, tasks):
+                q.put(task)
         except BaseException:
             self.__exit__()
             raise
