@@ -370,21 +370,25 @@ class _Native:
 
 
 _native: list = []
+_native_lock = threading.Lock()
 
 
 def _compiled() -> _Native | None:
-    """The native part (_NATIVE_IR), built once per process, or None where it cannot be."""
+    """The native part (_NATIVE_IR), built once per process (one slot: two threads' first
+    products must not each build their own), or None where it cannot be."""
     if not _native:
-        got = None
-        if _FUTEX is not None and _jobs_fn() is not None:
-            try:
-                from . import jit
-                code, _cached = jit.get_code("xladist blas_pool\n" + _NATIVE_IR,
-                                             lambda: _NATIVE_IR)
-                got = _Native(code)
-            except Exception:  # noqa: BLE001 -- then the way is not offered
+        with _native_lock:
+            if not _native:
                 got = None
-        _native.append(got)
+                if _FUTEX is not None and _jobs_fn() is not None:
+                    try:
+                        from . import jit
+                        code, _cached = jit.get_code("xladist blas_pool\n" + _NATIVE_IR,
+                                                     lambda: _NATIVE_IR)
+                        got = _Native(code)
+                    except Exception:  # noqa: BLE001 -- then the way is not offered
+                        got = None
+                _native.append(got)
     return _native[0]
 
 
@@ -395,7 +399,10 @@ def available() -> bool:
 
 def _after_fork_in_child() -> None:
     """A child forked while another thread's product had the callback installed: its
-    owner thread is not in the child, so OpenBLAS goes back to its own threads."""
+    owner thread is not in the child, so OpenBLAS goes back to its own threads. (A lock
+    another thread held at the fork stays held in the child: a new one.)"""
+    global _native_lock
+    _native_lock = threading.Lock()
     if _owner["tid"] is not None:
         for put in parallel.blas_callback_setters():
             put(None)
