@@ -24,6 +24,7 @@ import queue
 import socket
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from xladist.collectives import deadline
 from xladist.version import __version__
@@ -31,8 +32,10 @@ from xladist.version import __version__
 from .. import wire
 from ..hostinfo import host_name, target_info
 from ..watchdog import record
-from .server import (ADDRESS_ENV, HEARTBEAT_S, PROTOCOL, TOKEN_ENV, Service,
-                     heartbeat_timeout)
+from .protocol import ADDRESS_ENV, HEARTBEAT_S, PROTOCOL, TOKEN_ENV, heartbeat_timeout
+
+if TYPE_CHECKING:
+    from .server import Service
 
 CONNECT_TIMEOUT_S = 60.0
 # How long a rank waits for the others to connect (MPI_Init has already waited for them all).
@@ -362,6 +365,7 @@ def for_rank(comm) -> Client:
     hosted = None
     if not address:
         if rank == 0:
+            from .server import Service  # only rank 0 of a bare launch hosts the service
             hosted = Service(size, prints=False)
             address, token = hosted.address, hosted.token
             atexit.register(hosted.close)  # after this rank's own goodbye (atexit: LIFO)

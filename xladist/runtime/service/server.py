@@ -42,12 +42,10 @@ from ...version import __version__
 from .. import wire
 from ..watchdog import format_report, record
 from . import report as texts
+from .protocol import ADDRESS_ENV, HEARTBEAT_S, PROTOCOL, TOKEN_ENV, heartbeat_timeout
 
-HEARTBEAT_S = 1.0
-HEARTBEAT_TIMEOUT_ENV = "XLADIST_HEARTBEAT_TIMEOUT"
 # How long the service waits for every rank to connect before it names the missing ones.
 REGISTER_TIMEOUT_ENV, DEFAULT_REGISTER_TIMEOUT_S = "XLADIST_REGISTER_TIMEOUT", 120.0
-DEFAULT_HEARTBEAT_TIMEOUT_S = 20.0
 SEND_TIMEOUT_S = 10.0
 # A rank died: how long MPICH has to end the job itself before the service does.
 LOST_GRACE_S = 3.0
@@ -60,19 +58,12 @@ WHERE_WAIT_S = 1.5
 # another rank finished saving first. Below client.ACK_WAIT_S: a failing rank's
 # acknowledgement waits for this phase.
 SAVE_WAIT_S = 4.0
-ADDRESS_ENV, TOKEN_ENV = "XLADIST_COORD", "XLADIST_COORD_TOKEN"
 HOST_ENV, PORT_ENV, BIND_ENV = "XLADIST_COORD_HOST", "XLADIST_COORD_PORT", "XLADIST_COORD_BIND"
-# 2: a rank's outputs come in one message with its answer (stop 39)
-PROTOCOL = 2
 
 
 def _seconds(env: str, default: float) -> float:
     from xladist.environment import setting
     return setting(env, default)
-
-
-def heartbeat_timeout() -> float:
-    return _seconds(HEARTBEAT_TIMEOUT_ENV, DEFAULT_HEARTBEAT_TIMEOUT_S)
 
 
 def advertised_host() -> str:
