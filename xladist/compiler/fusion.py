@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from ..hlo.ir import Computation, Instruction
 from .codegen.ir_array import layout_of
 from .codegen.kernels import KernelSpec
-from .codegen.kernels.special import sort_scratch_bytes
 from .codegen.scalar_ops import SCALAR_RULES
 from .codegen.split import EXPENSIVE  # ops costing many loads per element
 from .interpreted import calls_python
@@ -279,5 +278,7 @@ def _kernel_spec(plan: FusionPlan, root: Instruction, name: str) -> KernelSpec:
     kind = ROOT_KERNELS.get(root.opcode, "loop")
     outputs = [s for _, s in root.shape.leaves()]
     spec = KernelSpec(name, kind, root, fused, inputs, outputs)
-    spec.scratch = sort_scratch_bytes(root) if kind == "sort" else 0
+    if kind == "sort":
+        from .codegen.kernels.special import sort_scratch_bytes
+        spec.scratch = sort_scratch_bytes(root)
     return spec

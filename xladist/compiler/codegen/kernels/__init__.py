@@ -5,10 +5,11 @@ core.py     the KernelSpec, the table of kernel emitters (KERNEL_EMITTERS), loop
             sin/cos/tan (emit_kernel), map kernels for collective reducers
 special.py  scatter, sort, select-and-scatter
 inplace.py  a dynamic-update-slice written into its operand's buffer
+            (both register their kinds when emit_kernel first runs: a compile from the
+            kernel cache emits nothing and does not import them)
 distinct.py each distinct kernel emitted once, the repeats as aliases of its functions
 """
 
-from . import inplace, special  # noqa: F401  (register their kernel kinds)
 from .core import (
     ACCURATE_SUFFIX,
     KERNEL_EMITTERS,

@@ -137,6 +137,7 @@ def emit_kernel(module: ir.Module, spec: KernelSpec) -> None:
     the accurate one when an argument needed Payne-Hanek. Rerunning is safe because a
     kernel's outputs never alias its inputs (buffers.py), except an in-place update's,
     which is emitted accurate only."""
+    from . import inplace, special  # noqa: F401  (register their kinds; not at a cache hit)
     emit = KERNEL_EMITTERS[spec.kind]
     if spec.inplace:
         emit(module, spec)
