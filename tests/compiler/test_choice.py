@@ -112,7 +112,7 @@ def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls
 def two_threads(monkeypatch):
     # The WHOLE way is offered in every regime only where OpenBLAS's workers sleep after a
     # call (ranks: OPENBLAS_THREAD_TIMEOUT=4); these tests exercise it in this process so.
-    monkeypatch.setattr(blas_blocks, "_WHOLE_ONLY", blas_blocks.whole_only(True))
+    monkeypatch.setattr(blas_blocks, "_PRODUCT_REGIMES", blas_blocks.product_regimes(True))
     yield
     parallel.set_threads(None)
 
@@ -733,25 +733,32 @@ def test_openblas_threads_are_offered_only_where_their_workers_sleep_or_are_awak
     slow the ways measured after them and burn CPU the wall time does not show: the WHOLE
     way is offered in every regime only with OPENBLAS_THREAD_TIMEOUT at most
     WHOLE_MAX_TIMEOUT (ranks get 4); otherwise only where this process's other pools are
-    awake already (OWN_POOLS), and the bits check waits until it is first picked."""
+    awake already (OWN_POOLS), and the bits check waits until it is first picked.
+    OpenBLAS's split on the pool (SHARED) is never offered under other processes' load
+    (BUSY here): its jobs wait for each other spinning, on partners a neighbour holds
+    off their cores."""
     for value, sleep in (("4", True), ("8", True), ("28", False), ("", False), ("x", False)):
         monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", value)
         assert blas_blocks._workers_sleep() is sleep, value
     monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT")
     assert not blas_blocks._workers_sleep()
-    assert blas_blocks._WHOLE_ONLY == blas_blocks.whole_only(False)
+    assert blas_blocks._PRODUCT_REGIMES == blas_blocks.product_regimes(False)
     parallel.set_threads(2)
     try:
         a = np.ones((512, 512), np.float32)
         out = np.empty((512, 512), np.float32)
         for sleep, regimes in ((False, {OWN_POOLS}), (True, {IDLE, OWN_POOLS, BUSY})):
-            monkeypatch.setattr(blas_blocks, "_WHOLE_ONLY", blas_blocks.whole_only(sleep))
+            monkeypatch.setattr(blas_blocks, "_PRODUCT_REGIMES",
+                                blas_blocks.product_regimes(sleep))
             blas_blocks._sites.clear()
             blas_blocks._agree.clear()
             with parallel.blas_scope():
                 blas_blocks.matmul_into(a, a.copy(), out)
             (site,) = blas_blocks._sites.values()
             assert {r for r in (IDLE, OWN_POOLS, BUSY) if WHOLE in site.offered(r)} == regimes
+            if SHARED in site.ways:  # where blas_pool is available
+                assert {r for r in (IDLE, OWN_POOLS, BUSY) if SHARED in site.offered(r)} == \
+                    {IDLE, OWN_POOLS}
             assert not blas_blocks._agree  # not checked before WHOLE is picked
     finally:
         parallel.set_threads(None)

@@ -73,12 +73,27 @@ def _workers_sleep() -> bool:
         return False
 
 
-def whole_only(workers_sleep: bool) -> dict:
-    """choice.Site's `only` for a product's ways: where WHOLE is offered."""
-    return {} if workers_sleep else {choice.WHOLE: (choice.OWN_POOLS,)}
+# OpenBLAS's split on the pool (SHARED) is not offered under other processes' load (the
+# OTHERS regime), in any process: its jobs wait for each other's packed slices by spinning
+# inside OpenBLAS, so a job whose thread a neighbour's process holds off its core keeps
+# the other spinning. The MLP step under two busy processes, each way forced (median of
+# 25, four runs, stop 40): the pool's blocks 12.1-15.7 ms, SHARED 13.2-19.3 ms; offered
+# there, the measured choice took it for a third of the products (noise makes a slow way
+# look fast now and then) and the step ran 15.8-17.2 ms against 10.7-17.8 ms without it
+# (compute.py --company, six runs each), the transformer step 81-105 ms (70-80 ms CPU)
+# against 85-90 ms (63-66 ms CPU).
 
 
-_WHOLE_ONLY = whole_only(_workers_sleep())
+def product_regimes(workers_sleep: bool) -> dict:
+    """choice.Site's `only` for a product's ways: the regimes SHARED and WHOLE are
+    offered in (WHOLE in every regime where OpenBLAS's workers sleep after a call)."""
+    only = {choice.SHARED: (choice.IDLE, choice.OWN_POOLS)}
+    if not workers_sleep:
+        only[choice.WHOLE] = (choice.OWN_POOLS,)
+    return only
+
+
+_PRODUCT_REGIMES = product_regimes(_workers_sleep())
 _BLAS_TYPES = {np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)}
 
 
@@ -124,7 +139,7 @@ def _site(key: tuple, ways, name) -> choice.Site:
     with _sites_lock:
         site = _sites.pop(key, None)
         if site is None:
-            site = choice.Site(ways, name(), _WHOLE_ONLY)
+            site = choice.Site(ways, name(), _PRODUCT_REGIMES)
             _bound(_sites)
         _sites[key] = site  # the most recently used last
         return site
