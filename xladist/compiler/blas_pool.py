@@ -42,37 +42,6 @@ import threading
 
 from . import parallel
 
-# jobs(argv, lo, hi): argv = [dojob, jobdata, element size, dojob's third argument];
-# runs dojob(i, jobdata + i * size, extra) for i in [lo, hi). A RANGE_TYPE function, so
-# the pool's native claim loop hands out the jobs.
-_JOBS_IR = """
-define void @xladist_blas_jobs(ptr %argv, i64 %lo, i64 %hi) nounwind {
-entry:
-  %fn = load ptr, ptr %argv
-  %p1 = getelementptr i64, ptr %argv, i64 1
-  %data = load ptr, ptr %p1
-  %p2 = getelementptr i64, ptr %argv, i64 2
-  %size = load i64, ptr %p2
-  %p3 = getelementptr i64, ptr %argv, i64 3
-  %extra64 = load i64, ptr %p3
-  %extra = trunc i64 %extra64 to i32
-  br label %loop
-loop:
-  %i = phi i64 [%lo, %entry], [%i1, %body]
-  %more = icmp slt i64 %i, %hi
-  br i1 %more, label %body, label %exit
-body:
-  %off = mul i64 %i, %size
-  %job = getelementptr i8, ptr %data, i64 %off
-  %i32 = trunc i64 %i to i32
-  call void %fn(i32 %i32, ptr %job, i32 %extra)
-  %i1 = add i64 %i, 1
-  br label %loop
-exit:
-  ret void
-}
-"""
-
 # The futex system call, by machine: the native wait below is a futex on a word of the
 # slot. Elsewhere the way is not offered (available()).
 _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
@@ -109,6 +78,32 @@ define ptr @xladist_blas_slot() nounwind {
   ret ptr @slot
 }
 
+define void @xladist_blas_jobs(ptr %argv, i64 %lo, i64 %hi) nounwind {
+entry:
+  %fn = load ptr, ptr %argv
+  %p1 = getelementptr i64, ptr %argv, i64 1
+  %data = load ptr, ptr %p1
+  %p2 = getelementptr i64, ptr %argv, i64 2
+  %size = load i64, ptr %p2
+  %p3 = getelementptr i64, ptr %argv, i64 3
+  %extra64 = load i64, ptr %p3
+  %extra = trunc i64 %extra64 to i32
+  br label %loop
+loop:
+  %i = phi i64 [%lo, %entry], [%i1, %body]
+  %more = icmp slt i64 %i, %hi
+  br i1 %more, label %body, label %exit
+body:
+  %off = mul i64 %i, %size
+  %job = getelementptr i8, ptr %data, i64 %off
+  %i32 = trunc i64 %i to i32
+  call void %fn(i32 %i32, ptr %job, i32 %extra)
+  %i1 = add i64 %i, 1
+  br label %loop
+exit:
+  ret void
+}
+
 define internal ptr @word(i64 %i) alwaysinline nounwind {
   %p = getelementptr [128 x i64], ptr @slot, i64 0, i64 %i
   ret ptr %p
@@ -124,19 +119,10 @@ define internal void @futex(ptr %addr, i32 %op, i32 %val) nounwind {
 }
 
 define internal void @run_job(i64 %j) nounwind {
-  %fnp = call ptr @word(i64 2)
-  %fn = load ptr, ptr %fnp
-  %dp = call ptr @word(i64 3)
-  %data = load ptr, ptr %dp
-  %sp = call ptr @word(i64 4)
-  %size = load i64, ptr %sp
-  %ep = call ptr @word(i64 5)
-  %extra64 = load i64, ptr %ep
-  %extra = trunc i64 %extra64 to i32
-  %off = mul i64 %j, %size
-  %job = getelementptr i8, ptr %data, i64 %off
-  %j32 = trunc i64 %j to i32
-  call void %fn(i32 %j32, ptr %job, i32 %extra)
+  ; DOJOB, DATA, SIZE, EXTRA are the slot's words 2-5: the jobs function's argv
+  %argv = call ptr @word(i64 2)
+  %j1 = add i64 %j, 1
+  call void @xladist_blas_jobs(ptr %argv, i64 %j, i64 %j1)
   ret void
 }
 
@@ -162,17 +148,16 @@ own:
   %single = icmp sle i64 %n, 1
   br i1 %single, label %inline, label %many
 inline:
-  %i = phi i64 [0, %own], [%i1, %inline_body]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %inline_body, label %done_inline
-inline_body:
-  %off = mul i64 %i, %size
-  %job = getelementptr i8, ptr %data, i64 %off
-  %i32 = trunc i64 %i to i32
-  call void %dojob(i32 %i32, ptr %job, i32 %extra)
-  %i1 = add i64 %i, 1
-  br label %inline
-done_inline:
+  %argv = alloca [4 x i64]
+  store ptr %dojob, ptr %argv
+  %a1 = getelementptr i64, ptr %argv, i64 1
+  store ptr %data, ptr %a1
+  %a2 = getelementptr i64, ptr %argv, i64 2
+  store i64 %size, ptr %a2
+  %a3 = getelementptr i64, ptr %argv, i64 3
+  %extra64i = zext i32 %extra to i64
+  store i64 %extra64i, ptr %a3
+  call void @xladist_blas_jobs(ptr %argv, i64 0, i64 %n)
   ret void
 many:
   %need = sub i64 %n, 1
@@ -206,7 +191,7 @@ go:
   %genp = call ptr @word(i64 0)
   %g0 = atomicrmw add ptr %genp, i32 1 seq_cst
   call void @futex(ptr %genp, i32 129, i32 2147483647)
-  call void %dojob(i32 0, ptr %data, i32 %extra)
+  call void @run_job(i64 0)
   %need32 = trunc i64 %need to i32
   br label %wait
 wait:
@@ -332,18 +317,13 @@ def _on_threads(fn, argv, numjobs: int) -> None:
         parallel._wait_out(t.join)
 
 
-def _jobs_fn():
-    """The compiled jobs function (_JOBS_IR), or None."""
-    return parallel.native_function(_JOBS_IR, "xladist_blas_jobs", parallel.RANGE_TYPE)
-
-
 def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
     """The callback's way for a threaded OpenBLAS call of a thread other than the owner's
     (a user's own numpy inside the window): every job at once on threads of its own."""
     counts["calls"] += 1
     try:
         argv = (ctypes.c_uint64 * 4)(dojob or 0, jobdata or 0, size, extra & 0xFFFFFFFF)
-        _on_threads(_jobs_fn(), ctypes.addressof(argv), max(numjobs, 0))
+        _on_threads(_native[0].jobs, ctypes.addressof(argv), max(numjobs, 0))
         counts["threads"] += 1
     except BaseException as e:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
         _owner["error"] = e  # out of threads: the owner's product is computed again
@@ -362,6 +342,10 @@ class _Native:
         self.callback = code.address("xladist_blas_callback")
         self.standby = _STANDBY(code.address("xladist_blas_standby"))
         self.close = _CLOSE(code.address("xladist_blas_close"))
+        # jobs(argv, lo, hi), argv = [dojob, jobdata, element size, dojob's third
+        # argument]: dojob(i, jobdata + i * size, extra) for i in [lo, hi) -- the owner's
+        # single job, and the fallback's jobs on threads of their own.
+        self.jobs = parallel.RANGE_TYPE(code.address("xladist_blas_jobs"))
         libc = ctypes.CDLL(None)
         self.slot[SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
         self.slot[SELF] = ctypes.cast(libc.pthread_self, ctypes.c_void_p).value
@@ -380,7 +364,7 @@ def _compiled() -> _Native | None:
         with _native_lock:
             if not _native:
                 got = None
-                if _FUTEX is not None and _jobs_fn() is not None:
+                if _FUTEX is not None:
                     try:
                         from . import jit
                         code, _cached = jit.get_code("xladist blas_pool\n" + _NATIVE_IR,
