@@ -464,6 +464,32 @@ def test_calls_the_pool_cannot_give_workers_are_reported_unfinished(two_threads)
     right_after()
 
 
+def test_a_product_waits_for_the_pool_another_threads_split_call_holds(two_threads):
+    """An execution without a BLAS call is not kept out by exclusive_blas, and its split
+    kernels hold the pool for a moment: a product that finds the pool busy waits for it and
+    then runs its jobs there (before: the callback went in regardless and each job ran
+    on a thread started for it)."""
+    _needs_pool_callback()
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((512, 384)).astype(np.float32)
+    b = rng.standard_normal((384, 512)).astype(np.float32)
+    with parallel.openblas_threads(2):
+        want = a @ b
+    pool = parallel._get_pool(2)
+    assert pool.busy.acquire(blocking=False)
+    releaser = threading.Timer(0.05, pool.busy.release)
+    releaser.start()
+    before = blas_pool.counts["pool"]
+    got = np.empty_like(want)
+    t0 = time.monotonic()
+    assert blas_blocks._threaded(a, b, got, 2)
+    releaser.join()
+    assert time.monotonic() - t0 >= 0.04
+    assert blas_pool.counts["pool"] == before + 1
+    assert got.tobytes() == want.tobytes()
+    assert not pool.busy.locked()
+
+
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_many_windows_in_a_row_keep_their_bits(threads, two_threads):
     """Windows opened and closed back to back, on pools as large as the cores and larger

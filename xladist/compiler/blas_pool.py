@@ -423,35 +423,35 @@ class on_pool:
     """`with on_pool(n) as complete:` OpenBLAS's threaded calls made by this thread inside
     the block run their jobs on the pool (of `n` threads; OpenBLAS's thread count is the
     caller's to set, n at most). The caller holds OpenBLAS alone (parallel.exclusive_blas).
-    complete() tells whether every call's jobs ran (False: the pool was busy with another
-    thread's call, or a call could not be given workers: compute the product another
-    way), and raises a BaseException other than Exception that a fallback call raised.
-    Only where available(). (A class, not a generator: every SHARED product enters one.)"""
+    complete() tells whether every call's jobs ran (False: a call could not be given
+    workers: compute the product another way), and raises a BaseException other than
+    Exception that a fallback call raised. Where not available(), the calls run on
+    OpenBLAS's own threads (the same bits). (A class, not a generator: every SHARED
+    product enters one.)"""
 
     __slots__ = ("n", "native", "pool", "window", "setters", "ran")
 
     def __init__(self, n: int):
         self.n, self.native, self.pool, self.window, self.setters = n, None, None, 0, []
-        self.ran = False  # every call's jobs ran (known once the window closed)
+        self.ran = True  # every call's jobs ran (known once the window closed)
 
     def __enter__(self):
         native = _compiled() if available() else None
         if native is None:
             return self.complete
         pool = parallel._get_pool(self.n)
-        if not pool.busy.acquire(blocking=False):  # another thread's call holds it
-            return self.complete
-        self.pool = pool
+        # Another thread's split call may hold the pool for a moment (an execution without
+        # a BLAS call is not kept out by exclusive_blas): its blocks end on their own.
+        parallel._wait_out(pool.busy.acquire)
+        self.pool, self.native, self.window = pool, native, _window()
         try:
-            slot, me = native.slot, threading.get_ident()
+            slot, me, window = native.slot, threading.get_ident(), self.window
             helpers = pool.helpers(min(self.n - 1, MAX_WORKERS), together=True)
-            self.window = window = _window()
             for w in (CALLS, FAILED, POOLED, USED):
                 slot[w] = 0
             slot[OWNER], slot[OPEN], slot[ARMED] = me, window, len(helpers)
             for k in range(len(helpers)):
                 slot[STATE + k] = window * 4 + 1
-            self.native = native
             _owner.update(tid=me, error=None)
             tasks = [_Standby(native.standby, k, window, slot[GEN] & 0xFFFFFFFF)
                      for k in range(len(helpers))]
