@@ -82,8 +82,6 @@ def _workers_sleep() -> bool:
 # look fast now and then) and the step ran 15.8-17.2 ms against 10.7-17.8 ms without it
 # (compute.py --company, six runs each), the transformer step 81-105 ms (70-80 ms CPU)
 # against 85-90 ms (63-66 ms CPU).
-
-
 def product_regimes(workers_sleep: bool) -> dict:
     """choice.Site's `only` for a product's ways: the regimes SHARED and WHOLE are
     offered in (WHOLE in every regime where OpenBLAS's workers sleep after a call)."""
