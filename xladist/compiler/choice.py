@@ -24,7 +24,8 @@ core. So each call site (a kernel, a product's shape) times the ways where it ru
 
 A way may be offered in some regimes only (Site's `only`): OpenBLAS's threads, in a process
 whose OpenBLAS workers spin after each call, only where this process's other pools are
-awake already (blas_blocks.py).
+awake already; OpenBLAS's split on the pool never under other processes' load, where its
+jobs spin on partners held off their cores (blas_blocks.product_regimes).
 
 A site never holds anything a result depends on; two ranks, or two runs, may choose
 differently and still compute the same bits.
