@@ -490,6 +490,36 @@ def test_a_product_waits_for_the_pool_another_threads_split_call_holds(two_threa
     assert not pool.busy.locked()
 
 
+def test_ctrl_c_while_a_product_waits_for_the_pool_leaves_the_pool_free(two_threads):
+    """Ctrl-C while a product waits for the pool another thread's split call holds: the
+    KeyboardInterrupt reaches the caller and the pool is not left taken (every later
+    product on the pool would wait for it forever)."""
+    _needs_pool_callback()
+    import signal
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((512, 384)).astype(np.float32)
+    b = rng.standard_normal((384, 512)).astype(np.float32)
+    pool = parallel._get_pool(2)
+    assert pool.busy.acquire(blocking=False)  # the other thread's call, let go at 0.2 s
+    releaser = threading.Timer(0.2, pool.busy.release)
+    main = threading.get_ident()
+    interrupt = threading.Timer(0.05, signal.pthread_kill, (main, signal.SIGINT))
+    releaser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.start()
+            blas_blocks._threaded(a, b, np.empty((512, 512), np.float32), 2)
+    finally:
+        interrupt.join()
+        releaser.join()
+    assert not pool.busy.locked()
+    got = np.empty((512, 512), np.float32)
+    before = blas_pool.counts["pool"]
+    assert blas_blocks._threaded(a, b, got, 2)
+    assert blas_pool.counts["pool"] == before + 1
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("threads", [2, 3, 4])
 def test_many_windows_in_a_row_keep_their_bits(threads, two_threads):
     """Windows opened and closed back to back, on pools as large as the cores and larger

@@ -441,9 +441,12 @@ class on_pool:
             return self.complete
         pool = parallel._get_pool(self.n)
         # Another thread's split call may hold the pool for a moment (an execution without
-        # a BLAS call is not kept out by exclusive_blas): its blocks end on their own.
-        parallel._wait_out(pool.busy.acquire)
-        self.pool, self.native, self.window = pool, native, _window()
+        # a BLAS call is not kept out by exclusive_blas): its blocks end on their own. (A
+        # plain acquire: what a signal handler raises while it waits leaves the lock
+        # untaken -- _wait_out would take it and then raise, leaving the pool held.)
+        pool.busy.acquire()
+        self.pool = pool
+        self.native, self.window = native, _window()
         try:
             slot, me, window = native.slot, threading.get_ident(), self.window
             helpers = pool.helpers(min(self.n - 1, MAX_WORKERS), together=True)
