@@ -261,9 +261,10 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                     site.drop(choice.WHOLE)
                     site.drop(choice.SHARED)
                     return False
-                before = blas_pool.counts["calls"]
+                before, busy = blas_pool.counts["calls"], blas_pool.counts["busy"]
                 ran = _threaded(a, b, out, threads, server=way == choice.WHOLE)
-                if ran and way == choice.SHARED and blas_pool.counts["calls"] == before:
+                if ran and way == choice.SHARED and blas_pool.counts["calls"] == before \
+                        and blas_pool.counts["busy"] == busy:
                     # The callback was not reached: the OpenBLAS numpy calls has none
                     # (another loaded one had), or it ran this shape on one thread.
                     site.drop(choice.SHARED)

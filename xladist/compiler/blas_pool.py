@@ -50,27 +50,29 @@ _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.
 # global of the native module, owned by the one window open at a time (on_pool: its
 # execution holds OpenBLAS alone and the pool). Words, i64 each; GEN, DONE and each
 # worker's STATE are futex words (their low 32 bits).
-(GEN, OPEN, DOJOB, DATA, SIZE, EXTRA, NUMJOBS, DONE, OWNER, ARMED, CALLS, FAILED,
+(GEN, OPEN, DOJOB, DATA, SIZE, EXTRA, NUMJOBS, DONE, OWNER, ARMED, CALLS, FELL_BACK,
  SYSCALL, SELF, FALLBACK, FUTEX, POOLED, USED) = range(18)
 STATE = 32  # STATE + k: worker k's state, window * 4 + (1 handed out, 2 waiting), or 0
 MAX_WORKERS = 96
 _WORDS = STATE + MAX_WORKERS
 
-# xladist_blas_callback: OpenBLAS's threads callback. Another thread's call goes on to
-# FALLBACK (the Python _run). The owner's: numjobs <= 1 run here; else, the first such
+# xladist_blas_callback: OpenBLAS's threads callback. Another thread's call, or any call
+# while no window is open, goes on to FALLBACK (the Python _run). The owner's: numjobs
+# <= 1 run here; else, the first such
 # call of the window with a waiting worker for every job but the first publishes them
 # (DONE = 0, then GEN + 1, woken), runs job 0 and sleeps on DONE until the workers'
 # jobs are done. Otherwise (a second threaded call in one window, more jobs than
 # workers: neither happens while OpenBLAS runs one level-3 call on at most the pool's
-# threads) FAILED is set and nothing runs: the owner computes the product again.
+# threads) it counts FELL_BACK and goes on to FALLBACK too: never back to OpenBLAS
+# without its jobs run.
 # xladist_blas_standby(k, window, seen): worker k's part, once: it waits (if the window
 # has not closed before it began) until GEN moves past `seen`, runs job k+1 if there is
 # one -- its STATE back to 0 first: the window cannot close before DONE counts the job
 # -- adds one to DONE, wakes the caller and returns; without a job it waits on until the
 # window closes. So a worker is back in the pool as the product ends, and closing the
 # window waits for nobody.
-# xladist_blas_close(window): OPEN = 0, GEN + 1, every worker woken; a worker that had
-# not begun is cancelled, one still waiting is waited for.
+# xladist_blas_close(window): OWNER = OPEN = 0, GEN + 1, every worker woken; a worker
+# that had not begun is cancelled, one still waiting is waited for.
 _NATIVE_IR = """
 @slot = global [128 x i64] zeroinitializer
 
@@ -134,7 +136,11 @@ entry:
   %me = call i64 %selffn()
   %ownp = call ptr @word(i64 8)
   %owner = load atomic i64, ptr %ownp seq_cst, align 8
-  %mine = icmp eq i64 %me, %owner
+  %isme = icmp eq i64 %me, %owner
+  %openp0 = call ptr @word(i64 1)
+  %open0 = load atomic i64, ptr %openp0 seq_cst, align 8
+  %isopen = icmp ne i64 %open0, 0
+  %mine = and i1 %isme, %isopen
   br i1 %mine, label %own, label %other
 other:
   %fbp = call ptr @word(i64 14)
@@ -171,7 +177,10 @@ many:
   br i1 %cannot, label %fail, label %go
 fail:
   %failp = call ptr @word(i64 11)
-  store atomic i64 1, ptr %failp seq_cst, align 8
+  %f0 = atomicrmw add ptr %failp, i64 1 seq_cst
+  %fbp2 = call ptr @word(i64 14)
+  %fb2 = load ptr, ptr %fbp2
+  call void %fb2(i32 %sync, ptr %dojob, i32 %numjobs, i64 %size, ptr %data, i32 %extra)
   ret void
 go:
   store i64 1, ptr %usedp
@@ -247,19 +256,21 @@ jobs:
 nojob:
   br label %loop
 job:
-  store atomic i32 0, ptr %statep seq_cst, align 8
+  %cxj = cmpxchg ptr %statep, i32 %waiting, i32 0 seq_cst seq_cst
   call void @run_job(i64 %j)
   %d0 = atomicrmw add ptr %donep, i32 1 seq_cst
   call void @futex(ptr %donep, i32 129, i32 1)
   ret void
 leave:
-  store atomic i32 0, ptr %statep seq_cst, align 8
+  %cxl = cmpxchg ptr %statep, i32 %waiting, i32 0 seq_cst seq_cst
   call void @futex(ptr %statep, i32 129, i32 1)
   ret void
 }
 
 define void @xladist_blas_close(i64 %window) nounwind {
 entry:
+  %ownp = call ptr @word(i64 8)
+  store atomic i64 0, ptr %ownp seq_cst, align 8
   %openp = call ptr @word(i64 1)
   store atomic i64 0, ptr %openp seq_cst, align 8
   %genp = call ptr @word(i64 0)
@@ -302,8 +313,10 @@ _STANDBY = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64
 _CLOSE = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 _SLOT = ctypes.CFUNCTYPE(ctypes.c_void_p)
 _owner = {"tid": None}
-# Callback calls; of them, those whose jobs ran on the pool / on threads of their own.
-counts = {"calls": 0, "pool": 0, "threads": 0}
+# Callback calls; of them, those whose jobs ran on the pool / on threads of their own;
+# windows not opened because the pool was busy; the owner's calls the pool could not give
+# workers (sent to threads of their own).
+counts = {"calls": 0, "pool": 0, "threads": 0, "busy": 0, "fell back": 0}
 
 
 def _on_threads(fn, argv, numjobs: int) -> None:
@@ -319,7 +332,9 @@ def _on_threads(fn, argv, numjobs: int) -> None:
 
 def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
     """The callback's way for a threaded OpenBLAS call of a thread other than the owner's
-    (a user's own numpy inside the window): every job at once on threads of its own."""
+    (a user's own numpy inside the window), of any thread while no window is open, and of
+    the owner's calls the window cannot give workers: every job at once on threads of
+    its own."""
     counts["calls"] += 1
     try:
         argv = (ctypes.c_uint64 * 4)(dojob or 0, jobdata or 0, size, extra & 0xFFFFFFFF)
@@ -423,34 +438,37 @@ class on_pool:
     """`with on_pool(n) as complete:` OpenBLAS's threaded calls made by this thread inside
     the block run their jobs on the pool (of `n` threads; OpenBLAS's thread count is the
     caller's to set, n at most). The caller holds OpenBLAS alone (parallel.exclusive_blas).
-    complete() tells whether every call's jobs ran (False: a call could not be given
-    workers: compute the product another way), and raises a BaseException other than
-    Exception that a fallback call raised. Where not available(), the calls run on
+    complete() tells whether every call's jobs ran (False: a call the pool could not give
+    workers went to threads of its own, and starting them failed: compute the product
+    another way), and raises a BaseException other than Exception that a fallback call
+    raised. Where not available(), the calls run on
     OpenBLAS's own threads (the same bits). (A class, not a generator: every SHARED
     product enters one.)"""
 
-    __slots__ = ("n", "native", "pool", "window", "setters", "ran")
+    __slots__ = ("n", "native", "pool", "window", "setters")
 
     def __init__(self, n: int):
         self.n, self.native, self.pool, self.window, self.setters = n, None, None, 0, []
-        self.ran = True  # every call's jobs ran (known once the window closed)
 
     def __enter__(self):
         native = _compiled() if available() else None
         if native is None:
             return self.complete
         pool = parallel._get_pool(self.n)
-        # Another thread's split call may hold the pool for a moment (an execution without
-        # a BLAS call is not kept out by exclusive_blas): its blocks end on their own. (A
-        # plain acquire: what a signal handler raises while it waits leaves the lock
-        # untaken -- _wait_out would take it and then raise, leaving the pool held.)
-        pool.busy.acquire()
+        if not pool.busy.acquire(blocking=False):
+            # Another thread's split call holds it (an execution without a BLAS call is
+            # not kept out by exclusive_blas): the product runs on OpenBLAS's own threads
+            # -- the same bits -- and its site keeps the way (blas_blocks.py).
+            counts["busy"] += 1
+            return self.complete
         self.pool = pool
         self.native, self.window = native, _window()
         try:
             slot, me, window = native.slot, threading.get_ident(), self.window
+            if slot[OPEN]:  # a window a signal's exception kept from closing: closed now
+                native.close(slot[OPEN])
             helpers = pool.helpers(min(self.n - 1, MAX_WORKERS), together=True)
-            for w in (CALLS, FAILED, POOLED, USED):
+            for w in (CALLS, FELL_BACK, POOLED, USED):
                 slot[w] = 0
             slot[OWNER], slot[OPEN], slot[ARMED] = me, window, len(helpers)
             for k in range(len(helpers)):
@@ -476,23 +494,26 @@ class on_pool:
         error = _owner["error"]
         if error is not None and not isinstance(error, Exception):
             raise error
-        return self.ran and error is None
+        return error is None
 
     def __exit__(self, *exc) -> None:
         native, pool = self.native, self.pool
         try:
             if native is not None:
+                # First (one call, no Python between its steps): no owner, the window
+                # closed, workers that had not begun cancelled, any still waiting waited
+                # for (none after a product whose jobs ran: each returned with its job).
+                # A call the callback gets from here on goes to the fallback. Should a
+                # signal's exception skip this, the next window closes this one first, a
+                # worker left waiting clears only its own window's state, and the owner's
+                # path needs an open window.
+                native.close(self.window)
                 for put in self.setters:
                     put(None)
-                # Cancels workers that had not begun, waits for any still waiting (none,
-                # after a product whose jobs ran: each returned with its job); the GIL is
-                # free meanwhile (ctypes).
-                native.close(self.window)
                 slot = native.slot
-                counts["calls"] += slot[CALLS]
+                counts["calls"] += slot[CALLS] - slot[FELL_BACK]  # _run counted those
                 counts["pool"] += slot[POOLED]
-                self.ran = not slot[FAILED]
-                slot[OWNER] = 0
+                counts["fell back"] += slot[FELL_BACK]
                 _owner["tid"] = None
         finally:
             self.native = self.pool = None
