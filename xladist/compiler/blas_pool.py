@@ -38,6 +38,7 @@ import ctypes
 import itertools
 import os
 import platform
+import string
 import threading
 
 from . import parallel
@@ -50,18 +51,19 @@ _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.
 # global of the native module, owned by the one window open at a time (on_pool: its
 # execution holds OpenBLAS alone and the pool). Words, i64 each; GEN, DONE and each
 # worker's STATE are futex words (their low 32 bits).
+# The IR below names them as $GEN, ... : one layout, substituted into it.
 (GEN, OPEN, DOJOB, DATA, SIZE, EXTRA, NUMJOBS, DONE, OWNER, ARMED, CALLS, FELL_BACK,
  SYSCALL, SELF, FALLBACK, FUTEX, POOLED, USED) = range(18)
 STATE = 32  # STATE + k: worker k's state, window * 4 + (1 handed out, 2 waiting), or 0
 MAX_WORKERS = 96
-_WORDS = STATE + MAX_WORKERS
+WORDS = STATE + MAX_WORKERS
+WAIT, WAKE = 128, 129  # the futex operations FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
 
 # xladist_blas_callback: OpenBLAS's threads callback. Another thread's call, or any call
 # while no window is open, goes on to FALLBACK (the Python _run). The owner's: numjobs
-# <= 1 run here; else, the first such
-# call of the window with a waiting worker for every job but the first publishes them
-# (DONE = 0, then GEN + 1, woken), runs job 0 and sleeps on DONE until the workers'
-# jobs are done. Otherwise (a second threaded call in one window, more jobs than
+# <= 1 run here; else, the first such call of the window with a waiting worker for every
+# job but the first publishes them (DONE = 0, then GEN + 1, woken), runs job 0 and
+# sleeps on DONE until the workers' jobs are done. Otherwise (a second threaded call in one window, more jobs than
 # workers: neither happens while OpenBLAS runs one level-3 call on at most the pool's
 # threads) it counts FELL_BACK and goes on to FALLBACK too: never back to OpenBLAS
 # without its jobs run.
@@ -73,8 +75,8 @@ _WORDS = STATE + MAX_WORKERS
 # window waits for nobody.
 # xladist_blas_close(window): OWNER = OPEN = 0, GEN + 1, every worker woken; a worker
 # that had not begun is cancelled, one still waiting is waited for.
-_NATIVE_IR = """
-@slot = global [128 x i64] zeroinitializer
+_NATIVE_IR = string.Template("""
+@slot = global [$WORDS x i64] zeroinitializer
 
 define ptr @xladist_blas_slot() nounwind {
   ret ptr @slot
@@ -107,22 +109,22 @@ exit:
 }
 
 define internal ptr @word(i64 %i) alwaysinline nounwind {
-  %p = getelementptr [128 x i64], ptr @slot, i64 0, i64 %i
+  %p = getelementptr [$WORDS x i64], ptr @slot, i64 0, i64 %i
   ret ptr %p
 }
 
 define internal void @futex(ptr %addr, i32 %op, i32 %val) nounwind {
-  %fp = call ptr @word(i64 12)
+  %fp = call ptr @word(i64 $SYSCALL)
   %sys = load ptr, ptr %fp
-  %np = call ptr @word(i64 15)
+  %np = call ptr @word(i64 $FUTEX)
   %nr = load i64, ptr %np
   %r = call i64 (i64, ...) %sys(i64 %nr, ptr %addr, i32 %op, i32 %val, ptr null, ptr null, i32 0)
   ret void
 }
 
 define internal void @run_job(i64 %j) nounwind {
-  ; DOJOB, DATA, SIZE, EXTRA are the slot's words 2-5: the jobs function's argv
-  %argv = call ptr @word(i64 2)
+  ; DOJOB, DATA, SIZE, EXTRA: consecutive words, the jobs function's argv
+  %argv = call ptr @word(i64 $DOJOB)
   %j1 = add i64 %j, 1
   call void @xladist_blas_jobs(ptr %argv, i64 %j, i64 %j1)
   ret void
@@ -131,75 +133,63 @@ define internal void @run_job(i64 %j) nounwind {
 define void @xladist_blas_callback(i32 %sync, ptr %dojob, i32 %numjobs, i64 %size,
                                    ptr %data, i32 %extra) nounwind {
 entry:
-  %selfp = call ptr @word(i64 13)
+  %selfp = call ptr @word(i64 $SELF)
   %selffn = load ptr, ptr %selfp
   %me = call i64 %selffn()
-  %ownp = call ptr @word(i64 8)
+  %ownp = call ptr @word(i64 $OWNER)
   %owner = load atomic i64, ptr %ownp seq_cst, align 8
   %isme = icmp eq i64 %me, %owner
-  %openp0 = call ptr @word(i64 1)
+  %openp0 = call ptr @word(i64 $OPEN)
   %open0 = load atomic i64, ptr %openp0 seq_cst, align 8
   %isopen = icmp ne i64 %open0, 0
   %mine = and i1 %isme, %isopen
   br i1 %mine, label %own, label %other
 other:
-  %fbp = call ptr @word(i64 14)
+  %fbp = call ptr @word(i64 $FALLBACK)
   %fb = load ptr, ptr %fbp
   call void %fb(i32 %sync, ptr %dojob, i32 %numjobs, i64 %size, ptr %data, i32 %extra)
   ret void
 own:
-  %callsp = call ptr @word(i64 10)
+  %callsp = call ptr @word(i64 $CALLS)
   %c0 = atomicrmw add ptr %callsp, i64 1 seq_cst
+  %fnp = call ptr @word(i64 $DOJOB)
+  store ptr %dojob, ptr %fnp
+  %dp = call ptr @word(i64 $DATA)
+  store ptr %data, ptr %dp
+  %sp = call ptr @word(i64 $SIZE)
+  store i64 %size, ptr %sp
+  %ep = call ptr @word(i64 $EXTRA)
+  %extra64 = zext i32 %extra to i64
+  store i64 %extra64, ptr %ep
   %n = sext i32 %numjobs to i64
   %single = icmp sle i64 %n, 1
   br i1 %single, label %inline, label %many
 inline:
-  %argv = alloca [4 x i64]
-  store ptr %dojob, ptr %argv
-  %a1 = getelementptr i64, ptr %argv, i64 1
-  store ptr %data, ptr %a1
-  %a2 = getelementptr i64, ptr %argv, i64 2
-  store i64 %size, ptr %a2
-  %a3 = getelementptr i64, ptr %argv, i64 3
-  %extra64i = zext i32 %extra to i64
-  store i64 %extra64i, ptr %a3
-  call void @xladist_blas_jobs(ptr %argv, i64 0, i64 %n)
+  call void @xladist_blas_jobs(ptr %fnp, i64 0, i64 %n)
   ret void
 many:
   %need = sub i64 %n, 1
-  %armedp = call ptr @word(i64 9)
+  %armedp = call ptr @word(i64 $ARMED)
   %armed = load i64, ptr %armedp
   %short = icmp sgt i64 %need, %armed
-  %usedp = call ptr @word(i64 17)
+  %usedp = call ptr @word(i64 $USED)
   %used = load i64, ptr %usedp
   %again = icmp ne i64 %used, 0
   %cannot = or i1 %short, %again
   br i1 %cannot, label %fail, label %go
 fail:
-  %failp = call ptr @word(i64 11)
+  %failp = call ptr @word(i64 $FELL_BACK)
   %f0 = atomicrmw add ptr %failp, i64 1 seq_cst
-  %fbp2 = call ptr @word(i64 14)
-  %fb2 = load ptr, ptr %fbp2
-  call void %fb2(i32 %sync, ptr %dojob, i32 %numjobs, i64 %size, ptr %data, i32 %extra)
-  ret void
+  br label %other
 go:
   store i64 1, ptr %usedp
-  %fnp = call ptr @word(i64 2)
-  store ptr %dojob, ptr %fnp
-  %dp = call ptr @word(i64 3)
-  store ptr %data, ptr %dp
-  %sp = call ptr @word(i64 4)
-  store i64 %size, ptr %sp
-  %ep = call ptr @word(i64 5)
-  %extra64 = zext i32 %extra to i64
-  store i64 %extra64, ptr %ep
-  %np = call ptr @word(i64 6)
+  %np = call ptr @word(i64 $NUMJOBS)
   store i64 %n, ptr %np
-  %donep = call ptr @word(i64 7)
+  %donep = call ptr @word(i64 $DONE)
   store atomic i32 0, ptr %donep seq_cst, align 8
-  %genp = call ptr @word(i64 0)
+  %genp = call ptr @word(i64 $GEN)
   %g0 = atomicrmw add ptr %genp, i32 1 seq_cst
-  call void @futex(ptr %genp, i32 129, i32 2147483647)
+  call void @futex(ptr %genp, i32 $WAKE, i32 2147483647)
   call void @run_job(i64 0)
   %need32 = trunc i64 %need to i32
   br label %wait
@@ -208,17 +198,17 @@ wait:
   %fin = icmp sge i32 %d, %need32
   br i1 %fin, label %finished, label %sleep
 sleep:
-  call void @futex(ptr %donep, i32 128, i32 %d)
+  call void @futex(ptr %donep, i32 $WAIT, i32 %d)
   br label %wait
 finished:
-  %pooledp = call ptr @word(i64 16)
+  %pooledp = call ptr @word(i64 $POOLED)
   %p0 = atomicrmw add ptr %pooledp, i64 1 seq_cst
   ret void
 }
 
 define void @xladist_blas_standby(i64 %k, i64 %window, i64 %seen0) nounwind {
 entry:
-  %idx = add i64 %k, 32
+  %idx = add i64 %k, $STATE
   %statep = call ptr @word(i64 %idx)
   %w4 = shl i64 %window, 2
   %w32 = trunc i64 %w4 to i32
@@ -230,10 +220,10 @@ entry:
 cancelled:
   ret void
 start:
-  %genp = call ptr @word(i64 0)
-  %openp = call ptr @word(i64 1)
-  %donep = call ptr @word(i64 7)
-  %np = call ptr @word(i64 6)
+  %genp = call ptr @word(i64 $GEN)
+  %openp = call ptr @word(i64 $OPEN)
+  %donep = call ptr @word(i64 $DONE)
+  %np = call ptr @word(i64 $NUMJOBS)
   %seen00 = trunc i64 %seen0 to i32
   %j = add i64 %k, 1
   br label %loop
@@ -247,7 +237,7 @@ look:
   %same = icmp eq i32 %g, %seen
   br i1 %same, label %sleep, label %jobs
 sleep:
-  call void @futex(ptr %genp, i32 128, i32 %seen)
+  call void @futex(ptr %genp, i32 $WAIT, i32 %seen)
   br label %loop
 jobs:
   %n = load i64, ptr %np
@@ -259,24 +249,24 @@ job:
   %cxj = cmpxchg ptr %statep, i32 %waiting, i32 0 seq_cst seq_cst
   call void @run_job(i64 %j)
   %d0 = atomicrmw add ptr %donep, i32 1 seq_cst
-  call void @futex(ptr %donep, i32 129, i32 1)
+  call void @futex(ptr %donep, i32 $WAKE, i32 1)
   ret void
 leave:
   %cxl = cmpxchg ptr %statep, i32 %waiting, i32 0 seq_cst seq_cst
-  call void @futex(ptr %statep, i32 129, i32 1)
+  call void @futex(ptr %statep, i32 $WAKE, i32 1)
   ret void
 }
 
 define void @xladist_blas_close(i64 %window) nounwind {
 entry:
-  %ownp = call ptr @word(i64 8)
+  %ownp = call ptr @word(i64 $OWNER)
   store atomic i64 0, ptr %ownp seq_cst, align 8
-  %openp = call ptr @word(i64 1)
+  %openp = call ptr @word(i64 $OPEN)
   store atomic i64 0, ptr %openp seq_cst, align 8
-  %genp = call ptr @word(i64 0)
+  %genp = call ptr @word(i64 $GEN)
   %g0 = atomicrmw add ptr %genp, i32 1 seq_cst
-  call void @futex(ptr %genp, i32 129, i32 2147483647)
-  %armedp = call ptr @word(i64 9)
+  call void @futex(ptr %genp, i32 $WAKE, i32 2147483647)
+  %armedp = call ptr @word(i64 $ARMED)
   %armed = load i64, ptr %armedp
   %w4 = shl i64 %window, 2
   %w32 = trunc i64 %w4 to i32
@@ -288,7 +278,7 @@ each:
   %more = icmp slt i64 %k, %armed
   br i1 %more, label %cancel, label %exit
 cancel:
-  %idx = add i64 %k, 32
+  %idx = add i64 %k, $STATE
   %statep = call ptr @word(i64 %idx)
   %cx = cmpxchg ptr %statep, i32 %handed, i32 0 seq_cst seq_cst
   br label %check
@@ -297,7 +287,7 @@ check:
   %busy = icmp eq i32 %v, %waiting
   br i1 %busy, label %sleep, label %next
 sleep:
-  call void @futex(ptr %statep, i32 128, i32 %waiting)
+  call void @futex(ptr %statep, i32 $WAIT, i32 %waiting)
   br label %check
 next:
   %k1 = add i64 %k, 1
@@ -305,7 +295,7 @@ next:
 exit:
   ret void
 }
-"""
+""").substitute(globals())
 
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int)
@@ -352,7 +342,7 @@ class _Native:
 
     def __init__(self, code):
         self.code = code  # keeps the functions alive
-        self.slot = (ctypes.c_int64 * _WORDS).from_address(
+        self.slot = (ctypes.c_int64 * WORDS).from_address(
             _SLOT(code.address("xladist_blas_slot"))())
         self.callback = code.address("xladist_blas_callback")
         self.standby = _STANDBY(code.address("xladist_blas_standby"))
