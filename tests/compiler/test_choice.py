@@ -427,6 +427,16 @@ def _window_product(threads: int, pool: int, *pairs):
     return outs, complete()
 
 
+def _operands_and_product(seed: int):
+    """f32 512x384 and 384x512 operands and their product on OpenBLAS's own 2 threads."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((512, 384)).astype(np.float32)
+    b = rng.standard_normal((384, 512)).astype(np.float32)
+    want = np.empty((512, 512), np.float32)
+    assert blas_blocks._threaded(a, b, want, 2, server=True)
+    return a, b, want
+
+
 def test_calls_the_pool_cannot_give_workers_run_on_threads_of_their_own(two_threads):
     """The native callback runs a call's jobs on the pool only when a waiting worker
     stands for every job but the caller's, once per window (each worker returns with its
@@ -436,11 +446,7 @@ def test_calls_the_pool_cannot_give_workers_run_on_threads_of_their_own(two_thre
     OpenBLAS runs on one thread) lets its workers go. After each, the next product on
     the pool is right and ends."""
     _needs_pool_callback()
-    rng = np.random.default_rng(11)
-    a = rng.standard_normal((512, 384)).astype(np.float32)
-    b = rng.standard_normal((384, 512)).astype(np.float32)
-    with parallel.openblas_threads(2):
-        want = a @ b
+    a, b, want = _operands_and_product(11)
     with parallel.openblas_threads(4):
         want4 = a @ b
     pool = parallel._get_pool(2)
@@ -474,11 +480,7 @@ def test_a_product_that_finds_the_pool_busy_runs_on_openblas_threads_and_keeps_t
     kernels hold the pool for a moment: a product that finds the pool busy runs on
     OpenBLAS's own threads (the same bits), once, and its site still offers the way."""
     _needs_pool_callback()
-    rng = np.random.default_rng(13)
-    a = rng.standard_normal((512, 384)).astype(np.float32)
-    b = rng.standard_normal((384, 512)).astype(np.float32)
-    want = np.empty((512, 512), np.float32)
-    assert blas_blocks._threaded(a, b, want, 2, server=True)
+    a, b, want = _operands_and_product(13)
     pool = parallel._get_pool(2)
     assert pool.busy.acquire(blocking=False)
     try:
@@ -504,11 +506,7 @@ def test_a_window_an_exception_kept_from_closing_harms_no_later_product(two_thre
     window closes the stale one first, and the stale worker clears nothing of the new
     window's."""
     _needs_pool_callback()
-    rng = np.random.default_rng(15)
-    a = rng.standard_normal((512, 384)).astype(np.float32)
-    b = rng.standard_normal((384, 512)).astype(np.float32)
-    want = np.empty((512, 512), np.float32)
-    assert blas_blocks._threaded(a, b, want, 2, server=True)
+    a, b, want = _operands_and_product(15)
     pool = parallel._get_pool(2)
     try:
         with parallel.exclusive_blas(2) as alone:
@@ -529,6 +527,31 @@ def test_a_window_an_exception_kept_from_closing_harms_no_later_product(two_thre
         assert blas_pool.counts["pool"] == before + 1
         assert again.tobytes() == want.tobytes()
     assert not pool.busy.locked()
+
+
+@pytest.mark.parametrize("numjobs", [0, 1, 2, 3])
+def test_the_callback_runs_every_job_once_with_its_own_data(numjobs, two_threads):
+    """OpenBLAS's callback called directly inside a window (2 threads: one worker): no job,
+    one job (run on the caller), two (one on the worker), three (more than the workers:
+    the fallback's threads) -- each job index once, with the address of its own element
+    of the job data and the extra argument."""
+    _needs_pool_callback()
+    import ctypes
+    seen, lock = [], threading.Lock()
+    data = (ctypes.c_char * (64 * 4))()
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+    def dojob(i, job, extra):
+        with lock:
+            seen.append((i, job - ctypes.addressof(data), extra))
+
+    callback = blas_pool._CALLBACK(blas_pool._compiled().callback)
+    with parallel.exclusive_blas(2) as alone:
+        assert alone
+        with blas_pool.on_pool(2) as complete:
+            callback(0, ctypes.cast(dojob, ctypes.c_void_p), numjobs, 64, data, 7)
+    assert complete()
+    assert sorted(seen) == [(i, 64 * i, 7) for i in range(numjobs)]
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4])
