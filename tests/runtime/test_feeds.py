@@ -336,6 +336,103 @@ def test_part_log_of_a_killed_rank_is_recovered(tmp_path):
     assert not (tmp_path / "out0.npz.part").exists()
 
 
+def _rescue_here(tmp_path, monkeypatch):
+    """Rescued results go to a fresh folder under tmp_path; returns files.rescued's count."""
+    import tempfile
+
+    from xladist import files
+    monkeypatch.setattr(files, "_fallback_dir", None)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return len(files.rescued())
+
+
+def _block(folder):
+    """The destination folder replaced by a plain file after the run's checks."""
+    import shutil
+    shutil.rmtree(folder)
+    folder.write_text("not a folder any more\n")
+
+
+def _rescued_items(before: int):
+    from xladist import files
+    (what, wanted, saved), = files.rescued()[before:]
+    assert what == "--outfeed"
+    return wanted, _load_items(saved)
+
+
+def _load_items(path):
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def test_an_outfeed_whose_folder_went_before_it_opened_is_rescued_whole(tmp_path, monkeypatch):
+    # Before: open() raised OutputError (its log could not be created), and in the service
+    # that killed the rank's stream thread: no item read, none rescued, no END.
+    before = _rescue_here(tmp_path, monkeypatch)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    _block(dest)
+    sink = NpzSink(str(dest / "o{rank}.npz"))
+    sink.open(P0)
+    sink.write(np.arange(3, dtype=np.float32))
+    sink.write((np.array(7, np.int32), np.ones(2)))
+    sink.close(failed=False)
+    wanted, items = _rescued_items(before)
+    assert wanted == str(dest / "o0.npz")
+    np.testing.assert_array_equal(items["item0"], [0, 1, 2])
+    assert items["item1_0"] == 7 and sorted(items) == ["item0", "item1_0", "item1_1"]
+
+
+def test_an_outfeed_log_that_fails_midway_loses_no_item(tmp_path):
+    import os
+    sink = NpzSink(str(tmp_path / "o{rank}.npz"))
+    sink.open(P0)
+    sink.write(np.zeros(2, np.float32))
+    os.close(sink.log.fd)  # the next append fails (as on a full disk)
+    sink.log.fd = os.open(os.devnull, os.O_RDONLY)
+    sink.write(np.ones(2, np.float32))
+    sink.write(np.full(2, 2, np.float32))
+    assert sink.log is None
+    sink.close(failed=False)
+    items = _load_items(tmp_path / "o0.npz")
+    assert sorted(items) == ["item0", "item1", "item2"]
+    np.testing.assert_array_equal(items["item2"], [2, 2])
+    assert not (tmp_path / "o0.npz.part").exists()
+
+
+def test_a_rank_stream_reaching_the_service_after_its_folder_went_is_rescued(tmp_path,
+                                                                              monkeypatch):
+    # The service's side of a rank's outfeed (feeds.host.consume) when the rank's stream
+    # starts after the destination became unwritable: every item is read and rescued, the
+    # rank is told they were delivered, nothing is recorded as failed.
+    import socket
+
+    from xladist.runtime import wire
+    from xladist.runtime.feeds.host import consume, send_item
+    before = _rescue_here(tmp_path, monkeypatch)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    _block(dest)
+    rank_end, service_end = socket.socketpair()
+    failures = []
+    t = threading.Thread(target=consume, args=(service_end, NpzSink(str(dest / "o{rank}.npz")),
+                                               P0, threading.Lock(),
+                                               lambda r, e: failures.append((r, e))))
+    t.start()
+    for k in range(3):
+        send_item(rank_end, np.full(2, k, np.float32), timeout=10)
+    wire.send(rank_end, wire.END, {}, timeout=10)
+    rank_end.settimeout(10)
+    answer = wire.recv(rank_end)
+    t.join(10)
+    assert not t.is_alive() and failures == []
+    assert answer is not None and answer[0] == wire.END
+    wanted, items = _rescued_items(before)
+    assert sorted(items) == ["item0", "item1", "item2"]
+    np.testing.assert_array_equal(items["item2"], [2, 2])
+
+
 def test_bf16_items_from_uint16_bits():
     import ml_dtypes
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")

@@ -197,9 +197,13 @@ def _fail(sock, rank, error, fail) -> None:
 def consume(sock, sink, placement, lock, fail) -> None:
     """Hand the rank's outfeed items to `sink` in order; at its END (or when the rank died:
     the items so far are kept) close the sink."""
-    sink.open(placement)
     failed = True
     try:
+        try:
+            sink.open(placement)
+        except BaseException as e:  # noqa: BLE001 - user code: stop this rank's stream
+            fail(placement.rank, e)
+            return
         while True:
             try:
                 msg = recv_item(sock)

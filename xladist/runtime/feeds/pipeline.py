@@ -55,7 +55,7 @@ import threading
 import traceback
 
 from xladist.environment import check_count
-from xladist.errors import ExecutionError, InputError
+from xladist.errors import ExecutionError, InputError, OutputError
 
 from . import npz
 from .items import ItemMismatch, conform, copy_item, is_empty_tuple, owned
@@ -158,29 +158,48 @@ class CallbackSink:
 
 
 class NpzSink:
-    """One npz file per rank, written on close; every item is logged on arrival."""
+    """One npz file per rank, written on close; every item is also logged on arrival.
+
+    The items are kept in memory, and close delivers them, or rescues them to a fresh
+    folder when the destination cannot be written any more (npz.write_items). The log only
+    guards against a killed process, so a log that cannot be opened or appended to (its
+    folder removed or replaced since the run's start, a full disk) is dropped, not an error:
+    the items still reach the user through close."""
 
     def __init__(self, template: str):
         self.template = str(template)
         self.path = None
         self.items: list = []
         self.log = None
+        self.opened = False
 
     def open(self, placement) -> None:
         self.path = npz.format_path(self.template, placement)
         self.items = []
-        self.log = npz.PartLog(self.path)
+        self.opened = True
+        try:
+            self.log = npz.PartLog(self.path)
+        except OutputError:
+            self.log = None
 
     def write(self, item) -> None:
-        self.log.append(item)
-        self.items.append(item)
-
-    def close(self, *, failed: bool) -> None:
+        self.items.append(item)  # first: a failed log must not lose the item
         if self.log is None:
             return
-        npz.write_items(self.path, self.items)
-        self.log.close(remove=True)
-        self.log = None
+        try:
+            self.log.append(item)
+        except OSError:
+            self.log.close(remove=True)
+            self.log = None
+
+    def close(self, *, failed: bool) -> None:
+        if not self.opened:
+            return
+        self.opened = False
+        npz.write_items(self.path, self.items)  # raises only when the rescue failed too
+        if self.log is not None:  # after: the log is the last copy while that can fail
+            self.log.close(remove=True)
+            self.log = None
 
     def recover(self, placements) -> None:
         """After a failed job: write the file of every rank that left only a log."""
