@@ -60,25 +60,45 @@ def test_site_follows_a_change_of_conditions():
 def test_regimes_are_measured_apart():
     site = Site((POOL, ALONE))
     feed(site, IDLE, {POOL: 1.0, ALONE: 2.0}, 50)
-    feed(site, BUSY, {POOL: 3.0, ALONE: 2.5}, 50)
-    assert site.best(IDLE) == POOL and site.best(BUSY) == ALONE
-    assert site.describe()[choice.REGIMES[BUSY]]["chosen"] == "caller alone"
+    feed(site, OWN_POOLS, {POOL: 3.0, ALONE: 2.5}, 50)
+    assert site.best(IDLE) == POOL and site.best(OWN_POOLS) == ALONE
+    assert site.describe()[choice.REGIMES[OWN_POOLS]]["chosen"] == "caller alone"
     site.drop(WHOLE)  # not offered: nothing changes
     site.drop(ALONE)
-    assert site.pick(BUSY) == POOL and site.ways == [POOL]
+    assert site.pick(OWN_POOLS) == POOL and site.ways == [POOL]
     site.drop(POOL)  # the last way stays
     assert site.ways == [POOL]
 
 
-def _names_per_call(regime_busy: bool, monkeypatch, slow_on_helpers: bool, calls: int):
-    """run_blocks on one site, `calls` times; per call, where its blocks ran ("pool" or
+def test_under_other_processes_load_a_site_with_the_pool_keeps_its_share():
+    """Other processes hold every core: the caller alone is not offered where the pool
+    is, even when its calls time faster -- they run in the caller's time slice and leave
+    the process one core's share (choice.SHARE_REGIMES). Without the pool it is the way."""
+    site = Site((POOL, ALONE))
+    picked = feed(site, BUSY, {POOL: 3.0, ALONE: 1.0}, 200)
+    assert set(picked) == {POOL} and site.best(BUSY) == POOL
+    assert site.samples[BUSY][ALONE] == [] and site.calls[ALONE] == 0
+    assert feed(site, OWN_POOLS, {POOL: 3.0, ALONE: 1.0}, 50).count(ALONE) > 40
+    products = Site((ALONE, WHOLE), only={WHOLE: (OWN_POOLS,)})  # a product with no split
+    assert set(feed(products, BUSY, {ALONE: 2.0, WHOLE: 1.0}, 20)) == {ALONE}
+    # A site may still offer it there when told so.
+    told = Site((POOL, ALONE), only={ALONE: (IDLE, OWN_POOLS, BUSY)})
+    assert feed(told, BUSY, {POOL: 3.0, ALONE: 1.0}, 50).count(ALONE) > 40
+    # A way dropped may leave only ways restricted to other regimes: those are offered.
+    lone = Site((POOL, ALONE, WHOLE), only={WHOLE: (OWN_POOLS,)})
+    lone.drop(POOL)
+    assert lone.offered(BUSY) == [ALONE, WHOLE] and lone.pick(BUSY) in (ALONE, WHOLE)
+
+
+def _names_per_call(regime: int, monkeypatch, slow_on_helpers: bool, calls: int):
+    """run_blocks on one site in `regime`, `calls` times; per call, where its blocks ran ("pool" or
     "caller"). Time is a fake clock the ways advance, so what is asserted is the choice
     and the dispatch, not the scheduler (a loaded machine may leave a real helper
     unscheduled for a whole call; the pool itself is tested in test_threads.py): on the
     pool the blocks take 8 x 4 ms / 2, alone 8 x 4 ms; with `slow_on_helpers` the pool's
     call takes 40 ms."""
     parallel.set_threads(2)
-    monkeypatch.setattr(parallel, "regime", lambda: BUSY if regime_busy else IDLE)
+    monkeypatch.setattr(parallel, "regime", lambda: regime)
     clock = [0.0]
 
     class FakeTime:
@@ -121,16 +141,23 @@ def test_no_idle_core_still_splits_when_that_is_faster(two_threads, monkeypatch)
     """Every core busy (simulated): the call keeps its share of the machine -- the pool,
     measured faster -- instead of stepping back to the caller alone by rule (before issue
     31 it ran on the caller whenever no core was idle)."""
-    site, per_call = _names_per_call(True, monkeypatch, False, 2 * WARM + 7)
+    site, per_call = _names_per_call(BUSY, monkeypatch, False, 2 * WARM + 7)
     assert site.best(BUSY) == POOL
     chosen = per_call[2 * WARM:]  # after the warm-up, before the first look elsewhere
     assert all(names == {"pool"} for names in chosen), per_call
 
 
-def test_no_idle_core_runs_on_the_caller_when_that_is_faster(two_threads, monkeypatch):
-    site, per_call = _names_per_call(True, monkeypatch, True, 2 * WARM + 7)
-    assert site.best(BUSY) == ALONE
+def test_own_pools_awake_runs_on_the_caller_when_that_is_faster(two_threads, monkeypatch):
+    site, per_call = _names_per_call(OWN_POOLS, monkeypatch, True, 2 * WARM + 7)
+    assert site.best(OWN_POOLS) == ALONE
     assert all(names == {"caller"} for names in per_call[2 * WARM:]), per_call
+
+
+def test_other_processes_load_keeps_the_pool_even_when_alone_times_faster(two_threads,
+                                                                          monkeypatch):
+    site, per_call = _names_per_call(BUSY, monkeypatch, True, 2 * WARM + 7)
+    assert site.best(BUSY) == POOL
+    assert all(names == {"pool"} for names in per_call), per_call
 
 
 _SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
@@ -140,8 +167,8 @@ _SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True
                     reason="needs the affinity API")
 def test_busy_processes_on_every_core(two_threads, monkeypatch, tmp_path):
     """A real busy process on every core: the machine reads as having no idle core, the
-    split kernel's site measures that regime, and its results are still the bits of one
-    thread."""
+    split kernel's site runs on the pool there (the caller alone is not offered:
+    choice.SHARE_REGIMES), and its results are still the bits of one thread."""
     cores = sorted(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(c)]) for c in cores]
     try:
@@ -163,7 +190,7 @@ def test_busy_processes_on_every_core(two_threads, monkeypatch, tmp_path):
         assert parallel.regime() == choice.OTHERS, "busy processes on every core were not seen"
         got = [np.array(exe(x)[0]) for _ in range(3 * WARM)]
         busy = thunk.site.samples[BUSY]
-        assert all(len(busy[w]) >= 1 for w in (POOL, ALONE)), busy
+        assert len(busy[POOL]) >= 1 and busy[ALONE] == [], busy
         assert all(g.tobytes() == one.tobytes() for g in got)
     finally:
         for h in hogs:

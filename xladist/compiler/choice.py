@@ -22,6 +22,17 @@ core. So each call site (a kernel, a product's shape) times the ways where it ru
     once, so its median turns over within WINDOW calls. Exploring costs at most one
     call in MAX_GAP at the slower way's time.
 
+Under other processes' load a site that has the pool does not offer the caller alone
+(SHARE_REGIMES): its per-call times cannot show what it costs. A call on one thread that
+fits in the caller's time slice runs at full speed, and the slices the neighbour takes in
+between fall outside every sample or are the outliers the median drops; over a step the
+process then gets one core's share of the machine where the pool gets it one per thread,
+as the OS gives any multi-threaded process. Measured, the MLP training step under one busy
+process per core (benchmarks/compute.py's, median of 25, two runs): with the caller alone
+offered 13.7 and 16.5 ms (it took a quarter of the calls), without 11.6 and 13.6 ms, every
+call on the pool 11.4 and 11.8 ms, jax 13.6 and 14.6 ms; the transformer step 88.7, 84.4,
+84.9 and jax 120 ms.
+
 A way may be offered in some regimes only (Site's `only`): OpenBLAS's threads, in a process
 whose OpenBLAS workers spin after each call, only where this process's other pools are
 awake already; OpenBLAS's split on the pool never under other processes' load, where its
@@ -43,6 +54,9 @@ NAMES = {POOL: "pool", ALONE: "caller alone", WHOLE: "OpenBLAS threads",
 IDLE, OWN_POOLS, OTHERS = 0, 1, 2
 REGIMES = {IDLE: "idle core", OWN_POOLS: "own pools busy", OTHERS: "other processes busy"}
 
+# Where a site with the pool offers the caller alone (not under other processes' load).
+SHARE_REGIMES = (IDLE, OWN_POOLS)
+
 WARM = 2
 WINDOW = 5
 MIN_GAP = 8
@@ -62,10 +76,13 @@ class Site:
                  "calls", "__weakref__")
 
     def __init__(self, ways, name: str = "", only: dict | None = None):
-        """`only`: way -> the regimes it is offered in (others: every regime)."""
+        """`only`: way -> the regimes it is offered in (others: every regime; ALONE, on a
+        site with POOL, SHARE_REGIMES)."""
         self.name = name
         self.ways = list(ways)
         self.only = dict(only or {})
+        if POOL in self.ways:
+            self.only.setdefault(ALONE, SHARE_REGIMES)
         self.samples = [{w: [] for w in self.ways} for _ in REGIMES]  # per regime
         self.gap = [MIN_GAP] * len(REGIMES)
         self.left = [MIN_GAP] * len(REGIMES)
@@ -80,7 +97,9 @@ class Site:
             self.ways.remove(way)
 
     def offered(self, regime: int) -> list[int]:
-        return [w for w in self.ways if regime in self.only.get(w, (regime,))]
+        """The ways offered in `regime` (every way, should none be: a dropped way may
+        have left only ones restricted to other regimes)."""
+        return [w for w in self.ways if regime in self.only.get(w, (regime,))] or self.ways
 
     def best(self, regime: int) -> int | None:
         """The way with the lowest median in `regime`, None before every way is warm."""
