@@ -464,6 +464,43 @@ def _operands_and_product(seed: int):
     return a, b, want
 
 
+def test_the_fallback_begins_no_job_unless_every_job_has_a_thread(monkeypatch, capsys):
+    """blas_pool's fallback runs a call's jobs all at once, each on a thread of its own
+    (they wait for each other's parts). When a thread cannot start, no job may begin:
+    one begun beside a partner never started would spin for ever on OpenBLAS's stack
+    after its call returned. Before, the threads already started ran their jobs."""
+    barrier = threading.Barrier(4, timeout=10)
+    ran = []
+
+    def job(argv, lo, hi):
+        barrier.wait()  # every job at once, or this breaks
+        ran.append((argv, lo, hi))
+    blas_pool._on_threads(job, 7, 4)
+    assert sorted(ran) == [(7, i, i + 1) for i in range(4)]
+
+    ran.clear()
+    real_start, started = threading.Thread.start, []
+
+    def start(self):
+        if len(started) == 2:
+            raise RuntimeError("can't start new thread")
+        started.append(self)
+        real_start(self)
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(blas_pool.NoThreads, match="RuntimeError: can't start new thread"):
+        blas_pool._on_threads(lambda argv, lo, hi: ran.append(lo), 0, 4)
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    assert ran == [] and len(started) == 2 and not any(t.is_alive() for t in started)
+    # Through the callback's fallback, for a thread that is not the window's owner: said
+    # on stderr, since the call it was made for cannot be failed.
+    monkeypatch.setattr(blas_pool, "_on_threads", lambda fn, argv, n: (_ for _ in ()).throw(
+        blas_pool.NoThreads("RuntimeError: can't start new thread")))
+    monkeypatch.setattr(blas_pool, "_native", [type("N", (), {"jobs": None})()])
+    blas_pool._run(None, 0, 2, 0, 0, 0)
+    assert "could not start threads for its jobs (RuntimeError: can't start new thread); " \
+        "its result is wrong" in capsys.readouterr().err
+
+
 def test_calls_the_pool_cannot_give_workers_run_on_threads_of_their_own(two_threads):
     """The native callback runs a call's jobs on the pool only when a waiting worker
     stands for every job but the caller's, once per window (each worker returns with its

@@ -39,6 +39,7 @@ import itertools
 import os
 import platform
 import string
+import sys
 import threading
 
 from . import parallel
@@ -309,12 +310,35 @@ _owner = {"tid": None}
 counts = {"calls": 0, "pool": 0, "threads": 0, "busy": 0, "fell back": 0}
 
 
+class NoThreads(RuntimeError):
+    """The threads for a call's jobs could not all start; none of its jobs ran."""
+
+
 def _on_threads(fn, argv, numjobs: int) -> None:
-    """Every job at once: job 0 here, each other on a thread of its own."""
-    threads = [threading.Thread(target=fn, args=(argv, i, i + 1), daemon=True)
-               for i in range(1, numjobs)]
-    for t in threads:
-        t.start()
+    """Every job at once: job 0 here, each other on a thread of its own. No job begins
+    before every thread has started: the jobs wait for each other's parts, so one begun
+    beside a partner whose thread could not start would spin for ever, reading OpenBLAS's
+    stack after its call returned. A thread that cannot start raises NoThreads here, no
+    job run."""
+    go, run = threading.Event(), [True]
+
+    def job(i: int) -> None:
+        go.wait()
+        if run[0]:
+            fn(argv, i, i + 1)
+    threads = []
+    try:
+        for i in range(1, numjobs):
+            threads.append(threading.Thread(target=job, args=(i,), daemon=True))
+            threads[-1].start()
+    except BaseException as e:
+        run[0] = False
+        go.set()
+        for t in threads:
+            if t.ident is not None:
+                parallel._wait_out(t.join)
+        raise NoThreads(f"{type(e).__name__}: {e}") from e
+    go.set()
     fn(argv, 0, 1)
     for t in threads:
         parallel._wait_out(t.join)
@@ -331,7 +355,15 @@ def _run(sync, dojob, numjobs, size, jobdata, extra) -> None:
         _on_threads(_native[0].jobs, ctypes.addressof(argv), max(numjobs, 0))
         counts["threads"] += 1
     except BaseException as e:  # noqa: BLE001 -- a callback cannot raise into OpenBLAS
-        _owner["error"] = e  # out of threads: the owner's product is computed again
+        if isinstance(e, NoThreads) and _owner["tid"] != threading.get_ident():
+            # Another thread's numpy call: its result is not computed, and the callback
+            # cannot fail the call, so that must not pass unnoticed.
+            sys.stderr.write(f"xladist: error: OpenBLAS's threaded call in thread "
+                             f"{threading.current_thread().name} could not start threads "
+                             f"for its jobs ({e}); its result is wrong\n")
+            sys.stderr.flush()
+        else:
+            _owner["error"] = e  # the owner's product is computed again (or e raised)
 
 
 _fallback = _CALLBACK(_run)
