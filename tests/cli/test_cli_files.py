@@ -221,6 +221,25 @@ def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
         p.name for p in tmp_path.iterdir() if p != where.parent) == ["blocked", "ok.bin"]
 
 
+def test_deliver_whose_rescue_folder_cannot_be_made_raises_output_error(tmp_path,
+                                                                       monkeypatch):
+    # Before: a rescue folder that could not be made (a disk full for every folder) raised
+    # NotADirectoryError / OSError out of deliver: a traceback from the CLI, and not the
+    # OutputError that xladist.run promises.
+    import tempfile
+    monkeypatch.setattr(files, "_fallback_dir", None)
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "file" / "tmp"))
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder was expected")
+    before = len(files.rescued())
+    with pytest.raises(OutputError) as info:
+        files.deliver(blocked / "r.bin", lambda f: f.write(b"result"), "--outputs")
+    assert str(info.value).startswith(f"cannot write --outputs {blocked / 'r.bin'}: ")
+    assert "making a folder to save it in failed too: Not a directory" in str(info.value)
+    assert len(files.rescued()) == before
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     target = tmp_path / "out.npz"
     target.write_bytes(b"previous")
