@@ -200,6 +200,36 @@ def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, monkeypatch):
+    # The launching process's temp folder (where the service keeps each rank's trace events
+    # until the run ends) is replaced by a file during the run. Before: the OSError of the
+    # events' file, in the service's thread of the rank, counted as that rank's connection
+    # ending: "rank 0 ... ended without a word: killed by a signal", the job ended, the
+    # trace lost. Now the events stay in memory and the whole trace is written.
+    import tempfile
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    scratch = tmp_path / "scratch"
+    (scratch / "tmp").mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch / "tmp"))  # this process only
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(scratch))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    got = []
+    outs = xladist.run(str(module), None, n=2, backend="interpreter", prefetch=1,
+                       timeout=60, infeed_fn="tests.feeds_fns:steps_then_block_dir",
+                       outfeed=lambda rank, replica, partition, x: got.append((rank, x)),
+                       trace=str(tmp_path / "t.json"), job_timeout=180)
+    assert scratch.is_file()  # the infeed function did replace it
+    np.testing.assert_allclose(outs[1][0], expected_accs(2, 3)[-1], rtol=1e-6)
+    for r in range(2):
+        check_outfeed([(int(i), acc) for rank, (i, acc) in got if rank == r], 2, 3)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert {e["pid"] for e in doc["traceEvents"]} == {0, 1}
+    assert "note" not in doc["otherData"]
+
+
 def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(files, "_fallback_dir", None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
