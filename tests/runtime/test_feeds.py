@@ -482,6 +482,34 @@ def test_an_outfeed_that_can_be_neither_written_nor_rescued_is_an_error_not_a_ha
     assert job._user_lock.acquire(timeout=1)  # not left held
 
 
+def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_are_named():
+    # service.Service.close lets the job's outfeed streams finish (JobHost.drain_outfeeds)
+    # before it closes their connections: at most the run's timeout, then the rank whose
+    # items are still arriving is recorded, and close goes on.
+    import socket
+
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.service.jobs import JobHost
+    got = []
+    job = JobHost(2, options={"timeout": 0.5},
+                  outfeed=lambda: make_feeds(outfeed=lambda r, rep, part, x: got.append(r)).sink)
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 1}))
+    t.start()
+    send_item(rank_end, np.zeros(2, np.float32), timeout=10)
+    t0 = time.monotonic()
+    job.drain_outfeeds()  # the rank never ends its stream
+    assert 0.4 < time.monotonic() - t0 < 5 and got == [1]
+    (rank, what, error), = job.errors
+    assert (rank, what) == (1, "outfeed")
+    assert "did not take rank 1's last outfeed items within 0.5 s of the job's end" in str(error)
+    rank_end.close()  # its end of stream: the thread ends, nothing is recorded twice
+    t.join(10)
+    assert not t.is_alive() and len(job.errors) == 1
+    job.drain_outfeeds()  # nothing left: returns at once
+
+
 def test_bf16_items_from_uint16_bits():
     import ml_dtypes
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")

@@ -59,6 +59,8 @@ class JobHost:
         self.host = host
         self.errors: list[tuple[int, str, BaseException]] = []  # user callbacks that raised
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
+        self._streaming: dict[int, int] = {}  # rank -> its outfeed streams being taken
+        self._streams_done = threading.Condition()
         self._finished = False
         self.trace_note = None
 
@@ -139,8 +141,36 @@ class JobHost:
         if meta["role"] == "feed-in" and self.infeed is not None:
             produce(conn.sock, self.infeed, placement, self._fail("infeed"))
         elif meta["role"] == "feed-out" and self.outfeed is not None:
-            consume(conn.sock, self.outfeed(), placement, self._user_lock,
-                    self._fail("outfeed"))
+            rank = placement.rank
+            with self._streams_done:
+                self._streaming[rank] = self._streaming.get(rank, 0) + 1
+            try:
+                consume(conn.sock, self.outfeed(), placement, self._user_lock,
+                        self._fail("outfeed"))
+            finally:
+                with self._streams_done:
+                    self._streaming[rank] -= 1
+                    if not self._streaming[rank]:
+                        del self._streaming[rank]
+                    self._streams_done.notify_all()
+
+    def drain_outfeeds(self) -> None:
+        """The job is over (every rank has ended): let the outfeed streams still being
+        taken -- items a rank sent before it failed or was killed, still in its socket
+        while the callback or file takes the ones before -- reach the user before the
+        service closes their connections. At most the run's deadline (`timeout`, 0: none);
+        a rank whose items are still arriving then is recorded as an outfeed failure."""
+        timeout = float(self.options.get("timeout") or 0) or None
+        with self._streams_done:
+            if self._streams_done.wait_for(lambda: not self._streaming, timeout):
+                return
+            late = sorted(self._streaming)
+        from xladist.errors import ExecutionError
+        for rank in late:
+            self._fail("outfeed")(rank, ExecutionError(
+                f"the outfeed consumer in this process did not take rank {rank}'s last "
+                f"outfeed items within {timeout:g} s of the job's end (the deadline; raise "
+                f"it with --timeout / timeout=): the items not taken by then are lost"))
 
     def _fail(self, what: str):
         def record(rank: int, error: BaseException) -> None:
