@@ -230,6 +230,40 @@ def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, mon
     assert "note" not in doc["otherData"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
+        tmp_path, monkeypatch, capsys):
+    # The outfeed's folder is replaced by a file during the run, and no rescue folder can
+    # be made (a disk full for every folder). Before: the service recorded the failure and
+    # nobody looked at it: nothing said, exit 0, the items gone. Now the run says which
+    # files were lost and why, exit 1; the outputs are still written.
+    import errno
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    dest, good = tmp_path / "dest", tmp_path / "good"
+    dest.mkdir()
+    good.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
+                 "--outputs", str(good / "out.npz"), "--backend", "interpreter",
+                 "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    for r in range(2):
+        assert (f"cannot write --outfeed {dest / f'o{r}.npz'}: Not a directory; making a "
+                f"folder to save it in failed too: No space left on device") in err, err
+    with np.load(good / "out.npz") as z:
+        np.testing.assert_allclose(z["out0"], np.stack([expected_accs(2, 3)[-1]] * 2),
+                                   rtol=1e-6)
+
+
 def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(files, "_fallback_dir", None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))

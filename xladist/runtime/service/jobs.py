@@ -182,28 +182,48 @@ class JobHost:
     def finish(self, failed: bool):
         """After the ranks have gone: outputs written (or returned), the trace, stats.
         Returns the outputs for Outputs(mode="memory"), else None. Once only (rank 0 of a
-        bare launch also calls it from its abort hook)."""
+        bare launch also calls it from its abort hook). Every result is attempted; one
+        that could be neither written nor rescued (files.deliver) -- and, after a success,
+        an npz outfeed that could not -- is an OutputError at the end, naming them all."""
         if self._finished:
             return None
         self._finished = True
-        note = None
+        from xladist.errors import OutputError
+        lost: list[str] = []  # results that could be neither written nor rescued
+
+        def attempt(step):
+            """One result; the next ones are still written when it cannot be."""
+            try:
+                return step()
+            except OutputError as e:
+                lost.append(str(e))
+                return None
         finish = getattr(self.host, "finish", None)
         if finish is not None:  # --host-send files: also what a failed run sent
-            finish()
-        if self.traces is not None:
-            note = self.traces.finish(failed)
+            attempt(finish)
+        note = attempt(lambda: self.traces.finish(failed)) if self.traces is not None \
+            else None
         result = None
         if self.outputs is not None:
             if failed or self.outputs.missing():
                 self.outputs.discard()
             else:
-                result = self.outputs.finish()
+                result = attempt(self.outputs.finish)
         if self.stats and not failed:
             from ..trace import format_summary
             import sys
             print(format_summary([self.stats[r] for r in sorted(self.stats)]),
                   file=sys.stderr)
         self.trace_note = note
+        if not failed:
+            # An npz outfeed that could not be written or rescued (its rank was told its
+            # items were taken: they were, and then lost here). After a failure the run's
+            # error is raised instead, naming it (api._callback_errors).
+            with self._user_lock:
+                lost.extend(str(e) for _, what, e in self.errors
+                            if what == "outfeed" and isinstance(e, OutputError))
+        if lost:
+            raise OutputError("; ".join(lost))
         return result
 
 
