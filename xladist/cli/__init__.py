@@ -117,7 +117,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, epilog=mod.EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
-        p.set_defaults(_module=mod)
+        p.set_defaults(_module=mod, _parser=p)
     return parser
 
 
@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         set_blas_coretype()  # a rank: this host's OpenBLAS kernel, before numpy loads it
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in SUBCOMMANDS else None)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's parser: its usage, `xladist run: error: ...`
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args._argv = argv  # ranks re-run the same command under mpiexec
     if getattr(args, "_module", None) is None:
         parser.print_help()
