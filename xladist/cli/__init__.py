@@ -76,6 +76,24 @@ def read_module_text(path: str) -> tuple[str, str]:
     return read_text(path, "FILE", kind="HLO text"), path
 
 
+def ranks_never_started(proc, service, n: int, command: str) -> int:
+    """After a launch (runtime/launcher.launch): 0 when all n ranks reached the job's
+    coordination service, or the service already said why some did not. Else a launcher
+    that started none or only some (not an MPI launcher, one that failed silently, or one
+    that exited 0 without running anything) is said, naming it, and the exit code is
+    returned: its own, or 1 when it claimed success -- the run did not happen."""
+    missing = [r for r in range(n) if r not in service.ranks]
+    if not missing or service.messages:
+        return 0
+    from ..runtime.service.report import ranks_text
+    launcher = proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args
+    print(f"xladist {command}: {launcher} exited with status {proc.returncode}, but "
+          f"{ranks_text(missing)} of {n} never started, so the job did not run. Is it an "
+          f"MPI launcher that takes `-n N PROGRAM` (--mpiexec)?",
+          file=sys.stderr)
+    return proc.returncode or 1
+
+
 def _load(name: str):
     return importlib.import_module(f"xladist.cli.{SUBCOMMANDS[name]}")
 
@@ -99,7 +117,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, epilog=mod.EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
-        p.set_defaults(_module=mod)
+        p.set_defaults(_module=mod, _parser=p)
     return parser
 
 
@@ -110,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         set_blas_coretype()  # a rank: this host's OpenBLAS kernel, before numpy loads it
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in SUBCOMMANDS else None)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's parser: its usage, `xladist run: error: ...`
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     args._argv = argv  # ranks re-run the same command under mpiexec
     if getattr(args, "_module", None) is None:
         parser.print_help()

@@ -84,7 +84,8 @@ def run(args) -> int:
     argv = ["-m", "xladist", *args._argv]
     proc = launcher.launch(args.num_devices, argv, hostfile=args.hostfile,
                            env=progress.launch_env(args.quiet), mpiexec=args.mpiexec)
-    return proc.returncode
+    from . import ranks_never_started
+    return ranks_never_started(proc, proc.service, args.num_devices, "demo") or proc.returncode
 
 
 def _config(args, replicas: int):

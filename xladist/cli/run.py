@@ -366,15 +366,19 @@ def _launch(args, module, inputs, checked) -> int:
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python
     failed = proc.returncode != 0 or service.failed
-    job.finish(failed)
-    if failed and args.trace and job.trace_note:
-        print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
-              file=sys.stderr)
     if proc.returncode != 0 and len(service.ranks) < args.num_devices and args.hostfile:
         print(f"xladist run: mpiexec could not start ranks on the hosts of {args.hostfile}: "
               f"every host needs passwordless ssh from here and this same Python at "
               f"{sys.executable} (see launch/README.md)", file=sys.stderr)
-    return proc.returncode or (1 if failed else 0)
+        unstarted = 0
+    else:
+        from . import ranks_never_started
+        unstarted = ranks_never_started(proc, service, args.num_devices, "run")
+    job.finish(failed or bool(unstarted))
+    if failed and args.trace and job.trace_note:
+        print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
+              file=sys.stderr)
+    return unstarted or proc.returncode or (1 if failed else 0)
 
 
 def _run_as_rank(args) -> int:

@@ -5,9 +5,10 @@ alone; a large matrix product can also be one OpenBLAS call on OpenBLAS's own th
 (blas_blocks.py), or that call's jobs on the pool (blas_pool.py). The ways give the same bits -- blocks are fixed by the shape, and
 OpenBLAS's threading is offered for a product only after a check that it reproduces the
 blocks' bits -- so choosing among them moves time, never results. No rule fixed in
-advance chose well everywhere (issue 31): the pool loses when every core is taken and a
-small kernel waits for a descheduled helper's block, wins by 1.5x for the same kernel
-at ten times the size; OpenBLAS's threads are the fastest way right after numpy used
+advance chose well everywhere (issue 31): a small kernel's call on the pool times slower
+when every core is taken and it waits for a descheduled helper's block (yet over a step
+the pool keeps the process its share there: below), wins by 1.5x for the same kernel at
+ten times the size; OpenBLAS's threads are the fastest way right after numpy used
 them (they are still awake) and many times the slowest when another process holds a
 core. So each call site (a kernel, a product's shape) times the ways where it runs:
 

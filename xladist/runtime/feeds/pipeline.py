@@ -189,8 +189,11 @@ class NpzSink:
         try:
             self.log.append(item)
         except OSError:
-            self.log.close(remove=True)
-            self.log = None
+            log, self.log = self.log, None
+            try:
+                log.close(remove=True)
+            except OSError:
+                pass  # (its descriptor may be what failed)
 
     def close(self, *, failed: bool) -> None:
         if not self.opened:

@@ -1,0 +1,60 @@
+"""A launcher that starts no rank is a failed run, said as such (found by using the CLI as
+a new user, cli41).
+
+Before: `xladist run m.hlo -n 2 --inputs in.npz --outputs out.npz --mpiexec X`, where X
+exited 0 without starting anything (a wrapper script, a launcher that is not MPI's), exited
+0 with nothing printed and no out.npz; with an X that failed silently (`/bin/false`) it
+exited 1 with nothing printed. `xladist demo` the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xladist.cli import main
+
+PSUM = """HloModule psum, replica_count=2
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=sum
+}
+"""
+
+
+def _launcher(tmp_path, status: int):
+    path = tmp_path / f"launcher{status}.sh"
+    path.write_text(f"#!/bin/sh\nexit {status}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_run_whose_launcher_starts_no_rank_fails_naming_it(tmp_path, capsys, status):
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    launcher = _launcher(tmp_path, status)
+    out = tmp_path / "out.npz"
+    code = main(["run", str(module), "-n", "2", "--inputs", str(tmp_path / "in.npz"),
+                 "--outputs", str(out), "--mpiexec", str(launcher), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert err == (f"xladist run: {launcher} exited with status {status}, but ranks 0, 1 of 2 "
+                   f"never started, so the job did not run. Is it an MPI launcher that takes "
+                   f"`-n N PROGRAM` (--mpiexec)?\n")
+    assert not out.exists()
+
+
+def test_demo_whose_launcher_starts_no_rank_fails_naming_it(tmp_path, capsys):
+    launcher = _launcher(tmp_path, 0)
+    assert main(["demo", "-n", "2", "--mpiexec", str(launcher), "-q"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"xladist demo: {launcher} exited with status 0, but ranks 0, 1 of 2 never started")
