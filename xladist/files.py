@@ -248,7 +248,12 @@ def deliver(path, write, what: str) -> Path:
     try:
         return write_atomic(path, write, what)
     except OutputError as first:
-        d = rescue_dir()
+        try:
+            d = rescue_dir()
+        except OSError as e:  # a full disk: no folder can be made either
+            raise OutputError(f"{first}; making a folder to save it in failed too: "
+                              f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else
+                                                      "")) from None
         target = d / Path(os.fsdecode(path)).name
         k = 1
         while target.exists():

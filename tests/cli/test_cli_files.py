@@ -200,6 +200,70 @@ def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, monkeypatch):
+    # The launching process's temp folder (where the service keeps each rank's trace events
+    # until the run ends) is replaced by a file during the run. Before: the OSError of the
+    # events' file, in the service's thread of the rank, counted as that rank's connection
+    # ending: "rank 0 ... ended without a word: killed by a signal", the job ended, the
+    # trace lost. Now the events stay in memory and the whole trace is written.
+    import tempfile
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    scratch = tmp_path / "scratch"
+    (scratch / "tmp").mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch / "tmp"))  # this process only
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(scratch))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    got = []
+    outs = xladist.run(str(module), None, n=2, backend="interpreter", prefetch=1,
+                       timeout=60, infeed_fn="tests.feeds_fns:steps_then_block_dir",
+                       outfeed=lambda rank, replica, partition, x: got.append((rank, x)),
+                       trace=str(tmp_path / "t.json"), job_timeout=180)
+    assert scratch.is_file()  # the infeed function did replace it
+    np.testing.assert_allclose(outs[1][0], expected_accs(2, 3)[-1], rtol=1e-6)
+    for r in range(2):
+        check_outfeed([(int(i), acc) for rank, (i, acc) in got if rank == r], 2, 3)
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert {e["pid"] for e in doc["traceEvents"]} == {0, 1}
+    assert "note" not in doc["otherData"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
+        tmp_path, monkeypatch, capsys):
+    # The outfeed's folder is replaced by a file during the run, and no rescue folder can
+    # be made (a disk full for every folder). Before: the service recorded the failure and
+    # nobody looked at it: nothing said, exit 0, the items gone. Now the run says which
+    # files were lost and why, exit 1; the outputs are still written.
+    import errno
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    dest, good = tmp_path / "dest", tmp_path / "good"
+    dest.mkdir()
+    good.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
+                 "--outputs", str(good / "out.npz"), "--backend", "interpreter",
+                 "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    for r in range(2):
+        assert (f"cannot write --outfeed {dest / f'o{r}.npz'}: Not a directory; making a "
+                f"folder to save it in failed too: No space left on device") in err, err
+    with np.load(good / "out.npz") as z:
+        np.testing.assert_allclose(z["out0"], np.stack([expected_accs(2, 3)[-1]] * 2),
+                                   rtol=1e-6)
+
+
 def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(files, "_fallback_dir", None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -219,6 +283,25 @@ def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     assert files.deliver(ok, lambda f: f.write(b"new"), "--outputs") == ok
     assert ok.read_bytes() == b"new" and sorted(
         p.name for p in tmp_path.iterdir() if p != where.parent) == ["blocked", "ok.bin"]
+
+
+def test_deliver_whose_rescue_folder_cannot_be_made_raises_output_error(tmp_path,
+                                                                       monkeypatch):
+    # Before: a rescue folder that could not be made (a disk full for every folder) raised
+    # NotADirectoryError / OSError out of deliver: a traceback from the CLI, and not the
+    # OutputError that xladist.run promises.
+    import tempfile
+    monkeypatch.setattr(files, "_fallback_dir", None)
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "file" / "tmp"))
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder was expected")
+    before = len(files.rescued())
+    with pytest.raises(OutputError) as info:
+        files.deliver(blocked / "r.bin", lambda f: f.write(b"result"), "--outputs")
+    assert str(info.value).startswith(f"cannot write --outputs {blocked / 'r.bin'}: ")
+    assert "making a folder to save it in failed too: Not a directory" in str(info.value)
+    assert len(files.rescued()) == before
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):

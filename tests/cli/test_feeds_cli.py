@@ -258,6 +258,36 @@ def test_python_api_source_that_raises_is_chained():
     assert mine[0] == [0, 1] and mine[1] in ([0], [0, 1]), mine
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_python_api_delivers_every_item_outfed_before_a_failure_to_a_slow_callback():
+    # Rank 1's infeed ends after 5 items: each rank outfeeds steps 0-4, then rank 1 fails
+    # and rank 0 is killed with the job. The callback takes 1 s an item: when mpiexec has
+    # ended, most items are still in the ranks' sockets on this side. Before: the service
+    # closed those sockets when the job ended, so xladist.run raised with 3-5 of the 10
+    # items delivered, dropped the rest, and called the callback once more after it had
+    # returned. Now every item outfed before the failure reaches the callback first.
+    import time
+    steps, taken = 5, []
+    returned = []
+
+    def slow(rank, replica, partition, x):
+        time.sleep(1.0)
+        taken.append((rank, int(x[0]), bool(returned)))
+    with pytest.raises(ExecutionError, match="infeed exhausted on rank 1"):
+        try:
+            xrun(loop_text(2, steps + 1), n=2, timeout=60, job_timeout=JOB_TIMEOUT,
+                 infeed=lambda rank, replica, partition: [
+                     item(rank, k) for k in range(steps + 1 if rank == 0 else steps)],
+                 outfeed=slow)
+        finally:
+            returned.append(True)
+    time.sleep(1.5)  # a callback still running would append now
+    assert sorted((r, k) for r, k, _ in taken) == [(r, k) for r in (0, 1)
+                                                   for k in range(steps)], taken
+    assert not any(late for _, _, late in taken), taken
+
+
 # ---- the example ---------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_train_mlp_example_loss_goes_down_at_4_ranks(tmp_path):

@@ -433,6 +433,83 @@ def test_a_rank_stream_reaching_the_service_after_its_folder_went_is_rescued(tmp
     np.testing.assert_array_equal(items["item2"], [2, 2])
 
 
+def _no_rescue_either(tmp_path, monkeypatch):
+    """The rescue folder cannot be made either (as on a disk that is full for every
+    folder): its temp dir is under a plain file."""
+    import tempfile
+
+    from xladist import files
+    monkeypatch.setattr(files, "_fallback_dir", None)
+    (tmp_path / "tmp-is-a-file").write_text("x")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp-is-a-file" / "tmp"))
+
+
+class _FeedConn:
+    def __init__(self, sock):
+        self.sock = sock
+
+
+def test_an_outfeed_that_can_be_neither_written_nor_rescued_is_an_error_not_a_hang(
+        tmp_path, monkeypatch):
+    # Before: consume recorded the sink's failure at close while it held the lock of the
+    # user's callbacks, and the job's record of failures takes that same lock: the service
+    # thread deadlocked, the rank never heard that its items were taken and waited out its
+    # deadline (300 s by default), and the other ranks' streams stopped behind the lock.
+    import socket
+
+    from xladist.errors import OutputError
+    from xladist.runtime import wire
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.service.jobs import JobHost
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    _block(dest)
+    _no_rescue_either(tmp_path, monkeypatch)
+    job = JobHost(1, outfeed=lambda: NpzSink(str(dest / "o{rank}.npz")))
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 0}))
+    t.start()
+    send_item(rank_end, np.zeros(2, np.float32), timeout=10)
+    wire.send(rank_end, wire.END, {}, timeout=10)
+    rank_end.settimeout(10)
+    answer = wire.recv(rank_end)
+    t.join(10)
+    assert not t.is_alive() and answer is not None and answer[0] == wire.END
+    (rank, what, error), = job.errors
+    assert (rank, what) == (0, "outfeed") and isinstance(error, OutputError)
+    assert f"cannot write --outfeed {dest / 'o0.npz'}" in str(error)
+    assert job._user_lock.acquire(timeout=1)  # not left held
+
+
+def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_are_named():
+    # service.Service.close lets the job's outfeed streams finish (JobHost.drain_outfeeds)
+    # before it closes their connections: at most the run's timeout, then the rank whose
+    # items are still arriving is recorded, and close goes on.
+    import socket
+
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.service.jobs import JobHost
+    got = []
+    job = JobHost(2, options={"timeout": 0.5},
+                  outfeed=lambda: make_feeds(outfeed=lambda r, rep, part, x: got.append(r)).sink)
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 1}))
+    t.start()
+    send_item(rank_end, np.zeros(2, np.float32), timeout=10)
+    t0 = time.monotonic()
+    job.drain_outfeeds()  # the rank never ends its stream
+    assert 0.4 < time.monotonic() - t0 < 5 and got == [1]
+    (rank, what, error), = job.errors
+    assert (rank, what) == (1, "outfeed")
+    assert "did not take rank 1's last outfeed items within 0.5 s of the job's end" in str(error)
+    rank_end.close()  # its end of stream: the thread ends, nothing is recorded twice
+    t.join(10)
+    assert not t.is_alive() and len(job.errors) == 1
+    job.drain_outfeeds()  # nothing left: returns at once
+
+
 def test_bf16_items_from_uint16_bits():
     import ml_dtypes
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")

@@ -640,3 +640,34 @@ def test_a_late_answer_to_a_call_given_up_leaves_nothing_behind():
         calls.on_message(r, "call-done", {"call": 2}, None)
     assert calls.wait(2, grace=0.0) == {0: ("done", ""), 1: ("done", "")}
     assert calls.answers == {}
+
+
+def test_job_finish_writes_every_result_before_saying_which_could_not_be(tmp_path):
+    # Before: the first result that could be neither written nor rescued (here the
+    # --host-send files) raised out of JobHost.finish, and the trace after it was never
+    # written; an npz outfeed that failed so was only recorded, never reported.
+    import json
+
+    from xladist.errors import OutputError
+    from xladist.runtime.service.jobs import JobHost
+
+    class Host:
+        host_send = host_recv = None
+
+        def finish(self):
+            raise OutputError("cannot write --host-send h.npz: no room; making a folder to "
+                              "save it in failed too: no room")
+    job = JobHost(1, host=Host(), trace=str(tmp_path / "t.json"))
+    job.traces.receive(0, b'[{"name": "x", "pid": 0}]', False)
+    job._fail("outfeed")(0, OutputError("cannot write --outfeed o0.npz: no room"))
+    job._fail("outfeed")(0, ValueError("a callback's own error: api.py reports it"))
+    with pytest.raises(OutputError) as info:
+        job.finish(failed=False)
+    assert str(info.value) == ("cannot write --host-send h.npz: no room; making a folder to "
+                               "save it in failed too: no room; cannot write --outfeed "
+                               "o0.npz: no room")
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"] == [
+        {"name": "x", "pid": 0}]
+    failed = JobHost(1, trace=str(tmp_path / "t2.json"))
+    failed._fail("outfeed")(0, OutputError("cannot write --outfeed o0.npz: no room"))
+    assert failed.finish(failed=True) is None  # the run's own error says it

@@ -247,7 +247,8 @@ def write_trace(path: str, events: list[dict], ranks: int | None = None,
 def write_trace_parts(path: str, parts: list, ranks: int | None = None,
                       note: str | None = None) -> None:
     """Write a trace from files that each hold one rank's events as a JSON list (what ranks
-    send the coordination service), streamed: never all ranks' events in memory at once."""
+    send the coordination service), streamed: never all ranks' events in memory at once.
+    A part may also be the list's bytes themselves (events that could not go to a file)."""
     other = {"producer": "xladist", "ranks": ranks}
     if note:
         other["note"] = note
@@ -258,8 +259,11 @@ def write_trace_parts(path: str, parts: list, ranks: int | None = None,
         f.write(b'{"traceEvents":[')
         first = True
         for part in parts:
-            with open(part, "rb") as src:
-                body = src.read().strip()
+            if isinstance(part, bytes):
+                body = part.strip()
+            else:
+                with open(part, "rb") as src:
+                    body = src.read().strip()
             body = body[1:-1].strip() if body.startswith(b"[") else body
             if not body:
                 continue

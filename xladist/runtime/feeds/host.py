@@ -221,11 +221,14 @@ def consume(sock, sink, placement, lock, fail) -> None:
                 fail(placement.rank, e)
                 return
     finally:
+        error = None
         with lock:
             try:
                 sink.close(failed=failed)
             except Exception as e:  # noqa: BLE001 - e.g. the file cannot be written
-                fail(placement.rank, e)
+                error = e
+        if error is not None:  # not under `lock`: recording a failure may take it
+            fail(placement.rank, error)
         try:
             wire.send(sock, END, {}, timeout=2.0)  # every item is delivered
         except (OSError, ValueError):  # the rank is gone (ValueError: the service closed it)

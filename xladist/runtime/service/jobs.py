@@ -59,6 +59,8 @@ class JobHost:
         self.host = host
         self.errors: list[tuple[int, str, BaseException]] = []  # user callbacks that raised
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
+        self._streaming: dict[int, int] = {}  # rank -> its outfeed streams being taken
+        self._streams_done = threading.Condition()
         self._finished = False
         self.trace_note = None
 
@@ -139,8 +141,36 @@ class JobHost:
         if meta["role"] == "feed-in" and self.infeed is not None:
             produce(conn.sock, self.infeed, placement, self._fail("infeed"))
         elif meta["role"] == "feed-out" and self.outfeed is not None:
-            consume(conn.sock, self.outfeed(), placement, self._user_lock,
-                    self._fail("outfeed"))
+            rank = placement.rank
+            with self._streams_done:
+                self._streaming[rank] = self._streaming.get(rank, 0) + 1
+            try:
+                consume(conn.sock, self.outfeed(), placement, self._user_lock,
+                        self._fail("outfeed"))
+            finally:
+                with self._streams_done:
+                    self._streaming[rank] -= 1
+                    if not self._streaming[rank]:
+                        del self._streaming[rank]
+                    self._streams_done.notify_all()
+
+    def drain_outfeeds(self) -> None:
+        """The job is over (every rank has ended): let the outfeed streams still being
+        taken -- items a rank sent before it failed or was killed, still in its socket
+        while the callback or file takes the ones before -- reach the user before the
+        service closes their connections. At most the run's deadline (`timeout`, 0: none);
+        a rank whose items are still arriving then is recorded as an outfeed failure."""
+        timeout = float(self.options.get("timeout") or 0) or None
+        with self._streams_done:
+            if self._streams_done.wait_for(lambda: not self._streaming, timeout):
+                return
+            late = sorted(self._streaming)
+        from xladist.errors import ExecutionError
+        for rank in late:
+            self._fail("outfeed")(rank, ExecutionError(
+                f"the outfeed consumer in this process did not take rank {rank}'s last "
+                f"outfeed items within {timeout:g} s of the job's end (the deadline; raise "
+                f"it with --timeout / timeout=): the items not taken by then are lost"))
 
     def _fail(self, what: str):
         def record(rank: int, error: BaseException) -> None:
@@ -152,28 +182,48 @@ class JobHost:
     def finish(self, failed: bool):
         """After the ranks have gone: outputs written (or returned), the trace, stats.
         Returns the outputs for Outputs(mode="memory"), else None. Once only (rank 0 of a
-        bare launch also calls it from its abort hook)."""
+        bare launch also calls it from its abort hook). Every result is attempted; one
+        that could be neither written nor rescued (files.deliver) -- and, after a success,
+        an npz outfeed that could not -- is an OutputError at the end, naming them all."""
         if self._finished:
             return None
         self._finished = True
-        note = None
+        from xladist.errors import OutputError
+        lost: list[str] = []  # results that could be neither written nor rescued
+
+        def attempt(step):
+            """One result; the next ones are still written when it cannot be."""
+            try:
+                return step()
+            except OutputError as e:
+                lost.append(str(e))
+                return None
         finish = getattr(self.host, "finish", None)
         if finish is not None:  # --host-send files: also what a failed run sent
-            finish()
-        if self.traces is not None:
-            note = self.traces.finish(failed)
+            attempt(finish)
+        note = attempt(lambda: self.traces.finish(failed)) if self.traces is not None \
+            else None
         result = None
         if self.outputs is not None:
             if failed or self.outputs.missing():
                 self.outputs.discard()
             else:
-                result = self.outputs.finish()
+                result = attempt(self.outputs.finish)
         if self.stats and not failed:
             from ..trace import format_summary
             import sys
             print(format_summary([self.stats[r] for r in sorted(self.stats)]),
                   file=sys.stderr)
         self.trace_note = note
+        if not failed:
+            # An npz outfeed that could not be written or rescued (its rank was told its
+            # items were taken: they were, and then lost here). After a failure the run's
+            # error is raised instead, naming it (api._callback_errors).
+            with self._user_lock:
+                lost.extend(str(e) for _, what, e in self.errors
+                            if what == "outfeed" and isinstance(e, OutputError))
+        if lost:
+            raise OutputError("; ".join(lost))
         return result
 
 

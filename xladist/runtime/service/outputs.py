@@ -13,9 +13,9 @@ When the job is over, `finish` assembles what the user asked for:
 Memory on the launching host: one piece (wire.CHUNK) per arriving array, or one device's
 array where dims differ between devices.
 
-Traces: each rank's events (JSON) go to a temporary file as they arrive; the merged trace is
-written from them, and after a failure it says which ranks saved their events and which did
-not.
+Traces: each rank's events (JSON) go to a temporary file as they arrive (or stay in memory
+when that file cannot be written); the merged trace is written from them, and after a
+failure it says which ranks saved their events and which did not.
 """
 
 from __future__ import annotations
@@ -216,9 +216,18 @@ class Traces:
         self.tmp = Path(tempfile.mkdtemp(prefix="xladist-trace-"))
         self.saved: set[int] = set()
         self.partial: set[int] = set()
+        self.kept: dict[int, bytes] = {}  # events whose file could not be written
 
     def receive(self, rank: int, blob: bytes, partial: bool) -> None:
-        (self.tmp / f"rank{rank}.json").write_bytes(blob)
+        """Keep a rank's events: in a file, or in memory when the file cannot be written
+        (the temp folder full or removed). Never raises OSError: in the service's thread
+        of the rank it would end the rank's connection, as if the rank had died."""
+        try:
+            (self.tmp / f"rank{rank}.json").write_bytes(blob)
+        except OSError:
+            self.kept[rank] = bytes(blob)
+        else:
+            self.kept.pop(rank, None)
         self.saved.add(rank)
         if partial:
             self.partial.add(rank)
@@ -236,7 +245,8 @@ class Traces:
                     + (f"; {_ranks(missing)} did not (ended before they could)"
                        if missing else ""))
         if self.saved or not failed:
-            write_trace_parts(self.path, [self.tmp / f"rank{r}.json" for r in sorted(self.saved)],
+            write_trace_parts(self.path, [self.kept.get(r, self.tmp / f"rank{r}.json")
+                                          for r in sorted(self.saved)],
                               ranks=self.n, note=note)
         shutil.rmtree(self.tmp, ignore_errors=True)
         return note if self.saved else None

@@ -590,6 +590,9 @@ class Service:
         for st in list(self.ranks.values()):  # not a death: the job's host is done with it
             if st.ended is None:
                 st.conn.send("closing", timeout=1.0)
+        drain = getattr(self.job, "drain_outfeeds", None)
+        if drain is not None:  # outfed items still on their way to the user: not dropped
+            drain()
         try:
             self._wake_w.send(b"x")
         except OSError:
