@@ -136,4 +136,5 @@ def test_the_generator_writes_items_decided_by_groups_both_within_and_crossing()
         seen[program.decided] += 1
 
     draw()
-    assert seen["within"] >= 20 and seen["crossing"] >= 20 and not seen[""], seen
+    # (A module with none at all is rare: the one filled branch holds only empty branches.)
+    assert seen["within"] >= 20 and seen["crossing"] >= 20 and seen[""] <= 10, seen
