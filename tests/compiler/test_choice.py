@@ -376,13 +376,14 @@ def _gemm_site(a, b, threads):
     return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads)]
 
 
-@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("threads", [1, 2, 3])
 def test_a_product_cut_coarser_runs_so_and_keeps_the_fixed_blocks_bits(threads, monkeypatch,
                                                                        two_threads):
     """The WIDE way (a block per thread on the pool) and the ONE way (one call on the
     caller), where the check found they give the bits of the fixed blocks: they run --
     each forced call is recorded as its way, not handed to the blocks -- and the result is
-    the fixed blocks' on one thread."""
+    the fixed blocks' on one thread. On one thread (a rank per core) the product chooses
+    between its blocks and one call."""
     m, k, n = 1100, 400, 160  # 5 fixed blocks of rows, the last one short
     rng = np.random.default_rng(4)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -395,7 +396,7 @@ def test_a_product_cut_coarser_runs_so_and_keeps_the_fixed_blocks_bits(threads, 
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     parallel.set_threads(threads)
     blas_blocks._sites.clear()
-    for way in (WIDE, ONE):
+    for way in (WIDE, ONE) if threads > 1 else (ONE,):
         _force(monkeypatch, way)
         for _ in range(3):
             out = np.full((m, n), np.nan, np.float32)
@@ -403,8 +404,12 @@ def test_a_product_cut_coarser_runs_so_and_keeps_the_fixed_blocks_bits(threads, 
                 blas_blocks.matmul_into(a, b, out)
             assert out.tobytes() == want.tobytes(), choice.NAMES[way]
         assert _gemm_site(a, b, threads).calls[way] == 3, choice.NAMES[way]
-    assert blas_blocks.wide_split(split, threads) == \
-        (0, [(m * t // threads, m * (t + 1) // threads) for t in range(threads)])
+    if threads == 1:
+        assert _gemm_site(a, b, 1).ways == [ALONE, ONE]
+        assert blas_blocks.wide_split(split, threads) is None
+    else:
+        assert blas_blocks.wide_split(split, threads) == \
+            (0, [(m * t // threads, m * (t + 1) // threads) for t in range(threads)])
 
 
 def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_threads):

@@ -297,8 +297,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     order_a, order_b = _order(a), _order(b)
     # numpy takes syrk for a product of a matrix with its own transpose (other sums): no
     # way that calls it on the whole operands is offered then.
-    apart = threads > 1 and not np.may_share_memory(a, b)
-    if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b:
+    apart = not np.may_share_memory(a, b)
+    if apart and threads > 1 and m * n * k >= WHOLE_MIN_MACS and order_a and order_b:
         def threaded(way: int):
             def call() -> bool:
                 # Checked when first picked, not before: the check costs the product
@@ -353,7 +353,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         if wide is not None:
             cuts[choice.WIDE] = cut(choice.WIDE)
         cuts[choice.ONE] = cut(choice.ONE)
-    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 else (choice.ALONE,)
+    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
+        (choice.ALONE,)
     site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads),
                  ways + tuple(whole) + tuple(cuts), lambda: f"dot {m}x{k}x{n} {a.dtype}")
     whole = {w: call for w, call in {**whole, **cuts}.items() if w in site.ways}
