@@ -412,6 +412,29 @@ def test_a_product_cut_coarser_runs_so_and_keeps_the_fixed_blocks_bits(threads, 
             (0, [(m * t // threads, m * (t + 1) // threads) for t in range(threads)])
 
 
+@pytest.mark.parametrize("cap", ["CUT_MAX_MACS", "CUT_MAX_BYTES"])
+def test_a_product_too_large_for_the_cuts_check_keeps_its_fixed_blocks(cap, monkeypatch,
+                                                                       two_threads):
+    """The check of a coarser cut runs the product three times on random operands: a
+    product beyond its bounds (multiply-adds, the check's memory) is not offered the cuts
+    and never pays it."""
+    m, k, n = 1100, 400, 160
+    monkeypatch.setattr(blas_blocks, cap, 1000)
+    checked = []
+    monkeypatch.setattr(blas_blocks, "_cuts_agree", lambda *a: checked.append(a) or (1, 1))
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    out = np.empty((m, n), np.float32)
+    for _ in range(2 * WARM * 6):
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+    assert (out == k).all()
+    assert not {WIDE, ONE} & set(_gemm_site(a, b, 2).ways) and not checked
+
+
 def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_threads):
     """A BLAS whose sums depend on how many rows one call covers (as OpenBLAS's
     small-matrix kernels do below a size) -- simulated: a call over more rows than a fixed

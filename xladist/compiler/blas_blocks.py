@@ -52,6 +52,12 @@ MIN_ROWS = 256
 # From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
 # threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
 WHOLE_MIN_MACS = BLOCK_MACS
+# The coarser cuts (WIDE, ONE) are offered up to this many multiply-adds and this much
+# memory for their check (_cuts_agree: both operands and two results, random): the check
+# runs the product three times on one thread, once per shape, in the first calls --
+# 1024^3 f32 ~70 ms and 16 MiB -- while a cut saves a few percent of each call.
+CUT_MAX_MACS = 1 << 30
+CUT_MAX_BYTES = 64 << 20
 # Where OpenBLAS's workers sleep right after a call -- OPENBLAS_THREAD_TIMEOUT (read when
 # OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most WHOLE_MAX_TIMEOUT,
 # as ranks get it (runtime/launcher.py) -- it is offered in every regime. Elsewhere (a
@@ -330,7 +336,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     else:
         block = lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
     cuts = {}
-    if len(split[1]) > 1 and apart:
+    if len(split[1]) > 1 and apart and m * n * k <= CUT_MAX_MACS and \
+            (m * k + k * n + 2 * m * n) * a.itemsize <= CUT_MAX_BYTES:
         # Coarser cuts than the fixed blocks: each block packs the whole other operand
         # again, so fewer blocks cost less CPU where that packing is dear (1024^3 f32 on
         # one thread, OpenBLAS 0.3.31's SkylakeX kernel: one call 21.4 ms, a block per
