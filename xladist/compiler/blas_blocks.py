@@ -52,12 +52,22 @@ MIN_ROWS = 256
 # From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
 # threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
 WHOLE_MIN_MACS = BLOCK_MACS
-# The coarser cuts (WIDE, ONE) are offered up to this many multiply-adds and this much
-# memory for their check (_cuts_agree: both operands and two results, random): the check
-# runs the product three times on one thread, once per shape, in the first calls --
-# 1024^3 f32 ~70 ms and 16 MiB -- while a cut saves a few percent of each call.
-CUT_MAX_MACS = 1 << 30
-CUT_MAX_BYTES = 64 << 20
+# A way that needs a bits check (WHOLE, SHARED: _threads_agree; WIDE, ONE: _cuts_agree)
+# is offered up to this many multiply-adds and this much memory for the check (both
+# operands and two results, random): a check runs the product two or three times, mostly
+# on one thread, once per shape, in the site's first calls -- 1024^3 f32 ~70 ms and
+# 16 MiB; 8192^3 would stall a first step for ~30 s and take 1 GiB -- while the way saves
+# a few percent of a large product's call.
+CHECK_MAX_MACS = 1 << 32
+CHECK_MAX_BYTES = 256 << 20
+
+
+def _checkable(m: int, n: int, k: int, itemsize: int) -> bool:
+    """Whether a bits check of an m x k by k x n product is cheap enough to run."""
+    return m * n * k <= CHECK_MAX_MACS and \
+        (m * k + k * n + 2 * m * n) * itemsize <= CHECK_MAX_BYTES
+
+
 # Where OpenBLAS's workers sleep right after a call -- OPENBLAS_THREAD_TIMEOUT (read when
 # OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most WHOLE_MAX_TIMEOUT,
 # as ranks get it (runtime/launcher.py) -- it is offered in every regime. Elsewhere (a
@@ -302,8 +312,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     whole = {}
     order_a, order_b = _order(a), _order(b)
     # numpy takes syrk for a product of a matrix with its own transpose (other sums): no
-    # way that calls it on the whole operands is offered then.
-    apart = not np.may_share_memory(a, b)
+    # way that calls it on the whole operands is offered then; nor any checked way where
+    # the check would cost too much.
+    apart = not np.may_share_memory(a, b) and _checkable(m, n, k, a.itemsize)
     if apart and threads > 1 and m * n * k >= WHOLE_MIN_MACS and order_a and order_b:
         def threaded(way: int):
             def call() -> bool:
@@ -336,8 +347,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     else:
         block = lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
     cuts = {}
-    if len(split[1]) > 1 and apart and m * n * k <= CUT_MAX_MACS and \
-            (m * k + k * n + 2 * m * n) * a.itemsize <= CUT_MAX_BYTES:
+    if len(split[1]) > 1 and apart:
         # Coarser cuts than the fixed blocks: each block packs the whole other operand
         # again, so fewer blocks cost less CPU where that packing is dear (1024^3 f32 on
         # one thread, OpenBLAS 0.3.31's SkylakeX kernel: one call 21.4 ms, a block per
