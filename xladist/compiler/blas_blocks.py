@@ -187,15 +187,24 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     known = _agree.get(key)
     if known is not None:
         return known
-    rng = np.random.default_rng(0)
-    ra, rb = _random_like(a, rng), _random_like(b, rng)
-    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    got = np.empty_like(want)
+    ra, rb, want, got = _check_arrays(a, b)
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
     if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
         return False
-    agree = want.tobytes() == got.tobytes()
+    return _learned(key, want.tobytes() == got.tobytes())
+
+
+def _check_arrays(a: np.ndarray, b: np.ndarray):
+    """A bits check's arrays: random operands like a and b (dtype, dims, order), and two
+    results of their product's dims."""
+    rng = np.random.default_rng(0)
+    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+
+
+def _learned(key: tuple, agree):
+    """A check's answer, kept (bounded as the sites are)."""
     with _sites_lock:
         _bound(_agree)
         _agree[key] = agree
@@ -235,21 +244,14 @@ def _cuts_agree(a, b, split, wide) -> tuple[bool, bool]:
     known = _agree.get(key)
     if known is not None:
         return known
-    rng = np.random.default_rng(0)
-    ra, rb = _random_like(a, rng), _random_like(b, rng)
-    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    got = np.empty_like(want)
+    ra, rb, want, got = _check_arrays(a, b)
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
         np.matmul(ra, rb, out=got)
         one = want.tobytes() == got.tobytes()
         if wide is not None:
             _gemm_blocks(ra, rb, got, wide)
-    agree = one, wide is not None and want.tobytes() == got.tobytes()
-    with _sites_lock:
-        _bound(_agree)
-        _agree[key] = agree
-    return agree
+    return _learned(key, (one, wide is not None and want.tobytes() == got.tobytes()))
 
 
 def _threaded(a, b, out, threads: int, server: bool = False) -> bool:
