@@ -20,9 +20,10 @@ required_send_recv_pairs, SendRecvStreams). Then, on those explicit per-device e
   cycle are a `deadlock`.
 
 Values: the context returns zeros for what other devices would send, except an all-reduce of
-an entry parameter, which it computes exactly from every member's inputs (the generated
-programs' only data-dependent control besides their own parameters: a trip count that is the
-all-reduce max of a parameter). Control that would depend on other received data is not
+an entry parameter, which it computes exactly from the inputs of every member of this
+device's group (the generated programs' only data-dependent control besides their own
+parameters: a trip count or a branch decided by an all-reduce of a parameter, over every
+device or over groups of devices that may then decide apart). Control that would depend on other received data is not
 generated (tests/analysis/deadlock/programs.py).
 """
 

@@ -1,10 +1,12 @@
 """The deadlock check against an independent reference, on generated multi-device programs.
 
-tests/analysis/deadlock/programs.py generates programs (send/recv with agreeing, disagreeing,
-partial and one-sided pairs on one, two or no channel ids; collectives with partial groups
-and broadcast roots; branches and trip counts on ids, data and all-reduces of data; async
-starts and dones; recv-first and send-first splits over called computations; pipelined
-loops; 2-5 devices in replica, partition and mixed modes; some scheduled as written).
+tests/analysis/deadlock/programs.py generates programs (send/recv with agreeing,
+disagreeing, partial and one-sided pairs on one, two or no channel ids; collectives with
+partial groups and broadcast roots; branches and trip counts on ids, data and all-reduces of
+data -- over every device or over groups of devices, each group deciding alone, with the
+items inside kept within the deciding groups or crossing them; async starts and dones;
+recv-first and send-first splits over called computations; pipelined loops; 2-5 devices in
+replica, partition and mixed modes; some scheduled as written).
 tests/analysis/deadlock/reference.py runs each device in full with the interpreter and
 decides from explicit per-device event lists, sharing no code with the check but the
 runtime's own readings of groups, pairs and order.
@@ -19,7 +21,8 @@ induction from 3 iterations on (UNROLL_BELOW = 0):
 * when the reference finds nothing, the check reports no error (zero false alarms: both read
   the op semantics, where every member meets every collective and channels are unbuffered).
 
-XLADIST_SOUNDNESS_EXAMPLES raises the number of examples (default 300).
+XLADIST_SOUNDNESS_EXAMPLES raises the number of examples (default 300); the tally (pytest
+-s) counts the verdicts and the examples decided by groups of devices of each kind.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from .reference import reference_check
 
 EXAMPLES = int(os.environ.get("XLADIST_SOUNDNESS_EXAMPLES", "300"))
 TALLY: collections.Counter = collections.Counter()
+DECIDED: collections.Counter = collections.Counter()   # examples per Program.decided
 
 
 def inputs_of(da, ms):
@@ -69,12 +73,9 @@ def compare(report, ref: set[str], text: str) -> None:
         += 1
 
 
-@pytest.mark.timeout(120 + 2 * EXAMPLES)
-@settings(max_examples=EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(programs())
-def test_the_check_agrees_with_the_reference(program):
-    text, R, P, ms = program
+def agree(program) -> None:
+    """The check, by default and with loops shortened by induction, against the reference."""
+    text, R, P, ms, decided = program
     module = xladist.parse_hlo(text)
     xladist.verify(module)
     try:
@@ -83,9 +84,34 @@ def test_the_check_agrees_with_the_reference(program):
         reject()   # no order exists (a chain's send needs its own recv-done): exit 2 for both
     da = DeviceAssignment.default(R, P)
     ref = reference_check(module, da, inputs_of(da, ms))
-    compare(check_module(module, budget=None), ref, text)
+    report = check_module(module, budget=None)
+    compare(report, ref, text)
     with mock.patch.object(trace_mod, "UNROLL_BELOW", 0):
         compare(check_module(module, budget=None), ref, text)
+    if decided:
+        DECIDED[f"{decided}: {report.verdict}, reference "
+                f"{'finds ' + '+'.join(sorted(ref)) if ref else 'ok'}"] += 1
+        DECIDED[decided] += 1
+
+
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.mark.timeout(120 + 2 * EXAMPLES)
+@SETTINGS
+@given(programs())
+def test_the_check_agrees_with_the_reference(program):
+    agree(program)
+
+
+@pytest.mark.timeout(120 + 2 * EXAMPLES)
+@SETTINGS
+@given(programs(decided_by_groups=True))
+def test_the_check_agrees_with_the_reference_where_groups_of_devices_decide(program):
+    """`lax.cond(psum(x, 'row') > 0, ...)`: each group decides alone; items within the
+    deciding groups complete, items crossing them may hang where the groups decide apart."""
+    agree(program)
 
 
 def teardown_module(module):
@@ -93,3 +119,22 @@ def teardown_module(module):
     configuration."""
     for what, count in sorted(TALLY.items()):
         print(f"{count:6d}  {what}")
+    for what, count in sorted(DECIDED.items()):
+        print(f"{count:6d}  examples decided by groups of devices, items {what}")
+
+
+def test_the_generator_writes_items_decided_by_groups_both_within_and_crossing():
+    """Both kinds of program decided by an all-reduce over groups of devices come up in a
+    sample of programs(decided_by_groups=True): items kept within the deciding groups, and
+    items crossing them (a hang where the groups decide apart)."""
+    seen: collections.Counter = collections.Counter()
+
+    @settings(max_examples=100, deadline=None, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(programs(decided_by_groups=True))
+    def draw(program):
+        seen[program.decided] += 1
+
+    draw()
+    # (A module with none at all is rare: the one filled branch holds only empty branches.)
+    assert seen["within"] >= 20 and seen["crossing"] >= 20 and seen[""] <= 10, seen

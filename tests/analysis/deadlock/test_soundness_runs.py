@@ -10,8 +10,12 @@ A sample of generated programs (tests/analysis/deadlock/programs.py) runs for re
   (`Problem.relies_on`: a collective member leaving early, undefined results of a mismatched
   collective), which the op semantics do not promise: a fair alarm, counted by rule.
 
-The sample is the same on every run (derandomized); XLADIST_SOUNDNESS_EXAMPLES raises it
-(a tenth of it runs here, at least 24); XLADIST_SOUNDNESS_RUNS sets it.
+A second sample is of programs with a branch or loop decided by an all-reduce over groups
+of devices (`programs(decided_by_groups=True)`), half the size: each group decides alone,
+so items crossing the groups really hang where the groups decide apart.
+
+The samples are the same on every run (derandomized); XLADIST_SOUNDNESS_EXAMPLES raises
+them (a tenth of it runs here, at least 24); XLADIST_SOUNDNESS_RUNS sets the first.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .programs import programs
 
 RUNS = int(os.environ.get("XLADIST_SOUNDNESS_RUNS", "0")) or max(
     24, int(os.environ.get("XLADIST_SOUNDNESS_EXAMPLES", "0")) // 10)
+GROUP_RUNS = max(1, RUNS // 2)
 TIMEOUT = 4          # --timeout: every wait's deadline in the run
 TALLY: collections.Counter = collections.Counter()
 
@@ -61,15 +66,41 @@ def _run(tmp, text, R, P, ms, backend):
     return proc, (np.load(out)["out0"] if proc.returncode == 0 else None)
 
 
+def _sample(runs):
+    return settings(max_examples=runs, deadline=None, derandomize=True, database=None,
+                    phases=[Phase.generate],
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300 + 40 * RUNS)
-@settings(max_examples=RUNS, deadline=None, derandomize=True, database=None,
-          phases=[Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                 HealthCheck.function_scoped_fixture])
+@_sample(RUNS)
 @given(programs())
 def test_verdicts_hold_under_mpiexec(tmp_path_factory, cluster_run, program):
-    text, R, P, ms = program
+    _verdict_holds(tmp_path_factory, cluster_run, program)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300 + 40 * GROUP_RUNS)
+@_sample(GROUP_RUNS)
+@given(programs(decided_by_groups=True))
+def test_verdicts_hold_under_mpiexec_where_groups_of_devices_decide(tmp_path_factory,
+                                                                     cluster_run, program):
+    """`lax.cond(psum(x, 'row') > 0, ...)`: items within the deciding groups complete,
+    items crossing them hang where the groups decide apart."""
+    _verdict_holds(tmp_path_factory, cluster_run, program)
+
+
+def _verdict_holds(tmp_path_factory, cluster_run, program) -> None:
+    """The assertions of the module docstring for one program; what happened goes to the
+    tally (by kind, for programs decided by groups of devices)."""
+    label = f"decided by groups, items {program.decided}: " if program.decided else ""
+    TALLY.update(label + what for what in _verdict(tmp_path_factory, cluster_run, program))
+
+
+def _verdict(tmp_path_factory, cluster_run, program) -> list[str]:
+    text, R, P, ms, _ = program
     module = xladist.parse_hlo(text)
     xladist.verify(module)
     report = check_module(module, budget=None)
@@ -85,24 +116,20 @@ def test_verdicts_hold_under_mpiexec(tmp_path_factory, cluster_run, program):
         except xladist.XlaDistError as e:
             pytest.fail(f"proven, but the cpu run did not finish:\n{e}")
         np.testing.assert_allclose(native, got, rtol=1e-5, atol=1e-5)
-        TALLY["proven: completed, same results on both backends"] += 1
-        return
+        return ["proven: completed, same results on both backends"]
     proc, _ = _run(tmp_path_factory.mktemp("run"), text, R, P, ms, "interpreter")
     assert "Traceback" not in proc.stderr, proc.stderr
     if report.ok:
-        TALLY[f"{report.verdict}: the run {'completed' if proc.returncode == 0 else 'stopped'}"] \
-            += 1
-        return
+        ran = "completed" if proc.returncode == 0 else "stopped"
+        return [f"{report.verdict}: the run {ran}"]
     if proc.returncode != 0:
         hung = "the deadline" in proc.stderr
         assert hung or "error" in proc.stderr, proc.stderr
-        TALLY[f"refused: the run {'hung (watchdog report)' if hung else 'failed'}"] += 1
-        return
+        return [f"refused: the run {'hung (watchdog report)' if hung else 'failed'}"]
     rules = [p.relies_on for p in report.errors]
     assert all(rules), (f"the check refused a program that completes, naming no rule it "
                         f"relies on:\n{report.to_text()}\n{text}")
-    for rule in set(rules):
-        TALLY[f"refused, completed anyway (fair alarm): {rule[:60]}..."] += 1
+    return [f"refused, completed anyway (fair alarm): {rule[:60]}..." for rule in set(rules)]
 
 
 def teardown_module(module):
