@@ -365,15 +365,15 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
             out = np.empty((m, n), np.float32)
             with parallel.blas_scope():
                 blas_blocks.matmul_into(a, b, out)
-            site = blas_blocks._sites[("gemm", "f", m, n, k, "N", "N", 2)]
+            site = blas_blocks._sites[("gemm", "f", m, n, k, "N", "N", 2, True)]
             assert WHOLE not in site.ways and SHARED not in site.ways
     if refused == 0:
         pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
 
 
-def _gemm_site(a, b, threads):
+def _gemm_site(a, b, threads, checkable=True):
     (m, k), n = a.shape, b.shape[1]
-    return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads)]
+    return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads, checkable)]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -433,7 +433,7 @@ def test_a_product_too_large_for_a_bits_check_keeps_its_fixed_blocks(cap, monkey
         with parallel.blas_scope():
             blas_blocks.matmul_into(a, b, out)
     assert (out == k).all()
-    assert _gemm_site(a, b, 2).ways == [POOL, ALONE] and not checked
+    assert _gemm_site(a, b, 2, False).ways == [POOL, ALONE] and not checked
 
 
 def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_threads):
@@ -478,6 +478,58 @@ def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_thread
         assert out.tobytes() == want.tobytes(), choice.NAMES[way]
         assert way not in _gemm_site(a, b, 2).ways
     blas_blocks._agree.clear()  # what the simulated library taught is not kept
+
+
+def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypatch,
+                                                                      two_threads):
+    """a @ a.T (numpy's syrk: no way but the fixed blocks) and a @ c.T of the same shapes
+    and orders are two sites: sharing one, the syrk product -- offered none of the checked
+    ways -- ran its blocks on the pool whenever the site picked one of them and recorded
+    that time as the way's (found by review: 3 pool runs recorded as each of "OpenBLAS
+    threads", "pool, a block per thread" and "caller alone, one call"), so the other product's choice went by times no one call made."""
+    m, k = 600, 100
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    c = rng.standard_normal((m, k)).astype(np.float32)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    _force(monkeypatch, POOL)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, c.T, np.empty((m, m), np.float32))
+    want = np.empty((m, m), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, a.T, want, blas_blocks.gemm_split(m, m, k))
+    for way in (WIDE, ONE, WHOLE):
+        _force(monkeypatch, way)
+        for _ in range(3):
+            out = np.empty((m, m), np.float32)
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, a.T, out)
+            assert out.tobytes() == want.tobytes()
+    recorded = {(s.name, choice.NAMES[w]): s.calls[w] for s in blas_blocks._sites.values()
+                for w in (WIDE, ONE, WHOLE) if s.calls.get(w)}
+    assert not recorded
+
+
+def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
+    """On one thread (a rank per core) a split product chooses between its fixed blocks
+    in turn and one call, both on the caller: no pool is made for it."""
+    m, k, n = 1100, 400, 160
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "_pool", None)
+    parallel.set_threads(1)
+    blas_blocks._sites.clear()
+    for _ in range(4 * WARM):
+        out = np.empty((m, n), np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert (out == k).all()
+    site, = blas_blocks._sites.values()
+    assert site.ways == [ALONE, ONE] and all(site.calls.values())
+    assert parallel._pool is None
 
 
 def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_threads):
@@ -545,7 +597,7 @@ def test_a_product_whose_openblas_never_calls_back_stops_offering_the_pool_split
     a = rng.standard_normal((512, 256)).astype(np.float32)
     b = rng.standard_normal((256, 384)).astype(np.float32)
     got = np.array(exe(a, b)[0])
-    site = blas_blocks._sites[("gemm", "f", 512, 384, 256, "N", "N", 2)]
+    site = blas_blocks._sites[("gemm", "f", 512, 384, 256, "N", "N", 2, True)]
     assert SHARED not in site.ways and WHOLE in site.ways
     parallel.set_threads(1)
     assert got.tobytes() == np.array(exe(a, b)[0]).tobytes()

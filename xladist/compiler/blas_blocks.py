@@ -133,9 +133,10 @@ def gemm_split(m: int, n: int, k: int):
 
 # ---- the measured way of each product (choice.py) ------------------------------------
 # Keyed by everything the way's speed and bits depend on: the shapes, the operands'
-# orders, the thread count. At most MAX_SITES, the least recently used dropped first: a
-# program with ever new shapes (dynamic ones, a serving loop over request sizes) must not
-# grow them without bound; a dropped shape that comes back measures its ways again.
+# orders, the thread count, and for a 2-D product whether it may take a checked way. At
+# most MAX_SITES, the least recently used dropped first: a program with ever new shapes
+# (dynamic ones, a serving loop over request sizes) must not grow them without bound; a
+# dropped shape that comes back measures its ways again.
 MAX_SITES = 4096
 _sites: dict[tuple, choice.Site] = {}
 _agree: dict[tuple, bool] = {}
@@ -374,7 +375,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         cuts[choice.ONE] = cut(choice.ONE)
     ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
         (choice.ALONE,)
-    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads),
+    # (apart in the key: a product of overlapping operands offers fewer ways, and on a
+    # site of the others its blocks would be timed as the ways it does not run)
+    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads, apart),
                  ways + tuple(whole) + tuple(cuts), lambda: f"dot {m}x{k}x{n} {a.dtype}")
     whole = {w: call for w, call in {**whole, **cuts}.items() if w in site.ways}
     run_blocks(block, None, split[1], site, whole, threads)
