@@ -512,6 +512,40 @@ def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypa
     assert not recorded
 
 
+@pytest.mark.parametrize("threads,way", [(1, ONE), (2, WIDE), (2, ONE), (2, WHOLE)])
+def test_a_check_without_memory_keeps_the_fixed_blocks(threads, way, monkeypatch,
+                                                       two_threads):
+    """A bits check allocates random operands and two results (up to CHECK_MAX_BYTES):
+    where that memory is not there the way is not offered and the product runs its fixed
+    blocks -- the execution does not fail. Found by review: the MemoryError went up
+    through matmul_into, on one thread (a rank per core) from a product that ran no check
+    at all before the coarser cuts."""
+    m, k, n = 1100, 400, 160
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+
+    def no_memory(*_):
+        raise MemoryError
+    monkeypatch.setattr(blas_blocks, "_random_like", no_memory)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(threads)
+    blas_blocks._sites.clear()
+    blas_blocks._agree.clear()
+    _force(monkeypatch, way)
+    for _ in range(2):
+        out = np.full((m, n), np.nan, np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert out.tobytes() == want.tobytes()
+    site, = blas_blocks._sites.values()
+    assert way not in site.ways
+    assert not blas_blocks._agree  # nothing learned: the memory may be there later
+
+
 def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
     """On one thread (a rank per core) a split product chooses between its fixed blocks
     in turn and one call, both on the caller: no pool is made for it."""

@@ -188,7 +188,10 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     known = _agree.get(key)
     if known is not None:
         return known
-    ra, rb, want, got = _check_arrays(a, b)
+    arrays = _check_arrays(a, b)
+    if arrays is None:  # no memory for the check: the way is not offered
+        return False
+    ra, rb, want, got = arrays
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
     if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
@@ -198,10 +201,14 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
 
 def _check_arrays(a: np.ndarray, b: np.ndarray):
     """A bits check's arrays: random operands like a and b (dtype, dims, order), and two
-    results of their product's dims."""
+    results of their product's dims; None when there is no memory for them (the check
+    is optional: the product then runs its fixed blocks, and nothing is learned)."""
     rng = np.random.default_rng(0)
-    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+    try:
+        want = np.empty((a.shape[0], b.shape[1]), a.dtype)
+        return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+    except MemoryError:
+        return None
 
 
 def _learned(key: tuple, agree):
@@ -245,7 +252,10 @@ def _cuts_agree(a, b, split, wide) -> tuple[bool, bool]:
     known = _agree.get(key)
     if known is not None:
         return known
-    ra, rb, want, got = _check_arrays(a, b)
+    arrays = _check_arrays(a, b)
+    if arrays is None:  # no memory for the check: neither cut is offered
+        return False, False
+    ra, rb, want, got = arrays
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
         np.matmul(ra, rb, out=got)
