@@ -546,6 +546,34 @@ def test_a_check_without_memory_keeps_the_fixed_blocks(threads, way, monkeypatch
     assert not blas_blocks._agree  # nothing learned: the memory may be there later
 
 
+@pytest.mark.parametrize("check", ["cuts", "threads"])
+@pytest.mark.parametrize("dtype,mkn", [("f", (2048, 4096, 16)), ("F", (1100, 400, 160))])
+def test_a_bits_check_takes_the_memory_its_bound_counts(check, dtype, mkn, two_threads):
+    """CHECK_MAX_BYTES bounds a check's operands and two results; the check takes no
+    more at its peak (numpy's allocations, tracemalloc). Found by review: random operands
+    made in float64 and then converted, and the results compared as bytes copies, took
+    up to 3x the bound (f32 2048x4096x16: 2.96x, c64 1100x400x160: 2.28x), so a check
+    the bound admitted at 256 MiB took ~750 MiB."""
+    import tracemalloc
+    m, k, n = mkn
+    a, b = np.ones((m, k), dtype), np.ones((n, k), dtype).T
+    split = blas_blocks.gemm_split(m, n, k)
+    blas_blocks._agree.clear()
+    tracemalloc.start()
+    try:
+        if check == "cuts":
+            blas_blocks._cuts_agree(a, b, split, blas_blocks.wide_split(split, 2))
+        else:
+            parallel.set_threads(2)
+            blas_blocks._threads_agree(a, b, 2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        blas_blocks._agree.clear()
+    bound = (m * k + k * n + 2 * m * n) * a.itemsize
+    assert peak <= bound + (1 << 20), peak / bound
+
+
 def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
     """On one thread (a rank per core) a split product chooses between its fixed blocks
     in turn and one call, both on the caller: no pool is made for it."""

@@ -196,7 +196,7 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
     if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
         return False
-    return _learned(key, want.tobytes() == got.tobytes())
+    return _learned(key, _same_bits(want, got))
 
 
 def _check_arrays(a: np.ndarray, b: np.ndarray):
@@ -220,13 +220,23 @@ def _learned(key: tuple, agree):
 
 
 def _random_like(x: np.ndarray, rng) -> np.ndarray:
-    """Random values of x's dtype, dims and order (a bits check's operand)."""
+    """Random values in [-0.5, 0.5) of x's dtype, dims and order (a bits check's
+    operand), made in place: no more memory than the operand's (CHECK_MAX_BYTES)."""
     shape = x.shape[::-1] if _order(x) == "T" else x.shape
-    v = rng.random(shape) - 0.5
-    if x.dtype.kind == "c":
-        v = v + 1j * (rng.random(shape) - 0.5)
-    v = v.astype(x.dtype)
+    v = np.empty(shape, x.dtype)
+    parts = v.reshape(-1).view(x.dtype.char.lower())  # a complex one's real, imaginary
+    rng.random(out=parts, dtype=parts.dtype)
+    parts -= 0.5
     return v.T if _order(x) == "T" else v
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether a check's two results hold the same bits, compared a slice at a time: no
+    copy of them (CHECK_MAX_BYTES)."""
+    xb, yb = x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8)
+    step = 1 << 18
+    return all(np.array_equal(xb[i:i + step], yb[i:i + step])
+               for i in range(0, xb.size, step))
 
 
 def wide_split(split, threads: int):
@@ -259,10 +269,10 @@ def _cuts_agree(a, b, split, wide) -> tuple[bool, bool]:
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
         np.matmul(ra, rb, out=got)
-        one = want.tobytes() == got.tobytes()
+        one = _same_bits(want, got)
         if wide is not None:
             _gemm_blocks(ra, rb, got, wide)
-    return _learned(key, (one, wide is not None and want.tobytes() == got.tobytes()))
+    return _learned(key, (one, wide is not None and _same_bits(want, got)))
 
 
 def _threaded(a, b, out, threads: int, server: bool = False) -> bool:
