@@ -574,6 +574,40 @@ def test_a_bits_check_takes_the_memory_its_bound_counts(check, dtype, mkn, two_t
     assert peak <= bound + (1 << 20), peak / bound
 
 
+def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
+        monkeypatch, two_threads):
+    """The check of OpenBLAS's threads needs its execution to be the only one in flight
+    (exclusive_blas); beside another one it cannot run and says so ("ask later"). Found
+    by review: the site took that answer for a failed check and dropped WHOLE and SHARED
+    for good, so a product whose threads give the blocks' bits lost the way because
+    another thread of the process ran an execution at its first pick."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    m, k, n = 512, 256, 384  # OpenBLAS's threads give its blocks' bits (test above)
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    blas_blocks._agree.clear()
+    _force(monkeypatch, WHOLE)
+    out = np.empty((m, n), np.float32)
+    with parallel.blas_scope(), parallel.blas_scope():  # two executions in flight
+        blas_blocks.matmul_into(a, b, out)
+    assert out.tobytes() == want.tobytes()
+    site = _gemm_site(a, b, 2)
+    assert WHOLE in site.ways and site.calls[WHOLE] == 0
+    if not blas_blocks._threads_agree(a, b, 2):
+        pytest.skip("this OpenBLAS sums 512x256x384 another way on 2 threads")
+    with parallel.blas_scope():  # alone now: the way runs
+        blas_blocks.matmul_into(a, b, out)
+    assert out.tobytes() == want.tobytes() and site.calls[WHOLE] == 1
+
+
 def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
     """On one thread (a rank per core) a split product chooses between its fixed blocks
     in turn and one call, both on the caller: no pool is made for it."""

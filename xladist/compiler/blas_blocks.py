@@ -175,7 +175,7 @@ def _order(x: np.ndarray) -> str | None:
     return None
 
 
-def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
+def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool | None:
     """Whether one call of this product on `threads` OpenBLAS threads gives the bits of
     its blocks (matmul_into's ALONE and POOL ways), checked once per shape, orders and
     thread count on random operands of the same shapes and orders. OpenBLAS's threads
@@ -183,7 +183,8 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     the sums: f32 37x2000x900 and 700x700x3000 on 2 threads differ from one thread in
     the last bits (OpenBLAS 0.3.31, Haswell kernel), while 1024^3 and 512^3 agree. The
     summation order follows from the shapes and thread count alone, and random values
-    show any difference in it in nearly every element."""
+    show any difference in it in nearly every element. None: not known yet (another
+    execution is in flight, so the threaded call cannot run)."""
     key = (a.dtype.char, a.shape, b.shape, _order(a), _order(b), threads)
     known = _agree.get(key)
     if known is not None:
@@ -195,7 +196,7 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
     if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
-        return False
+        return None
     return _learned(key, _same_bits(want, got))
 
 
@@ -343,9 +344,11 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             def call() -> bool:
                 # Checked when first picked, not before: the check costs the product
                 # twice (where blas_pool is not available, it wakes OpenBLAS's threads).
-                if not _threads_agree(a, b, threads):
-                    site.drop(choice.WHOLE)
-                    site.drop(choice.SHARED)
+                agree = _threads_agree(a, b, threads)
+                if not agree:
+                    if agree is False:  # (None: not known yet)
+                        site.drop(choice.WHOLE)
+                        site.drop(choice.SHARED)
                     return False
                 before, busy = blas_pool.counts["calls"], blas_pool.counts["busy"]
                 ran = _threaded(a, b, out, threads, server=way == choice.WHOLE)
