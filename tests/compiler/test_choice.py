@@ -362,11 +362,16 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
         refused += not same
         if not same:  # the way would change the bits: the site does not offer it
             parallel.set_threads(2)
+            monkeypatch.setattr(parallel, "DYNAMIC", True)
+            _force(monkeypatch, WHOLE)  # (its first pick runs the check)
+            key = ("gemm", "f", m, n, k, "N", "N", 2, True)
+            blas_blocks._sites.pop(key, None)
             out = np.empty((m, n), np.float32)
             with parallel.blas_scope():
                 blas_blocks.matmul_into(a, b, out)
-            site = blas_blocks._sites[("gemm", "f", m, n, k, "N", "N", 2, True)]
+            site = blas_blocks._sites[key]
             assert WHOLE not in site.ways and SHARED not in site.ways
+            assert out.tobytes() == blocks.tobytes()
     if refused == 0:
         pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
 
