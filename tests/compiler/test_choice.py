@@ -491,7 +491,8 @@ def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypa
     and orders are two sites: sharing one, the syrk product -- offered none of the checked
     ways -- ran its blocks on the pool whenever the site picked one of them and recorded
     that time as the way's (found by review: 3 pool runs recorded as each of "OpenBLAS
-    threads", "pool, a block per thread" and "caller alone, one call"), so the other product's choice went by times no one call made."""
+    threads", "pool, a block per thread" and "caller alone, one call"), so the other
+    product's choice went by times no such call made."""
     m, k = 600, 100
     rng = np.random.default_rng(11)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -611,6 +612,39 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     with parallel.blas_scope():  # alone now: the way runs
         blas_blocks.matmul_into(a, b, out)
     assert out.tobytes() == want.tobytes() and site.calls[WHOLE] == 1
+
+
+@pytest.mark.parametrize("dtype", ["F", "D"])
+def test_every_way_of_a_complex_product_of_transposed_operands_gives_the_blocks_bits(
+        dtype, monkeypatch, two_threads):
+    """The every-way test above runs f32 and f64 of row-major operands; the checked ways
+    (OpenBLAS's threads and split, the coarser cuts) also keep the fixed blocks' bits for
+    complex products of a transposed and a strided operand, on 2 and 3 threads."""
+    m, k, n = 1100, 200, 160
+    rng = np.random.default_rng(14)
+
+    def rand(shape):
+        return (rng.random(shape) - 0.5 + 1j * (rng.random(shape) - 0.5)).astype(dtype)
+    a = rand((k, m)).T                      # order "T"
+    b = rand((k, n + 7))[:, 3:n + 3]        # order "N", leading dimension > n
+    split = blas_blocks.gemm_split(m, n, k)
+    assert split is not None and blas_blocks._order(a) == "T"
+    want = np.empty((m, n), dtype)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, split)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    for threads in (2, 3):
+        parallel.set_threads(threads)
+        blas_blocks._sites.clear()
+        for way in (WIDE, ONE, WHOLE, SHARED):
+            _force(monkeypatch, way)
+            out = np.full((m, n), np.nan, dtype)
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, b, out)
+            assert out.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+        site, = blas_blocks._sites.values()
+        ran = {w for w, c in site.calls.items() if c}  # checked and run, not dropped
+        assert ({WIDE, ONE} if threads == 2 else {ONE}) <= ran, [choice.NAMES[w] for w in ran]
 
 
 def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
