@@ -242,7 +242,8 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
 
 def wide_split(split, threads: int):
     """One block per thread along the axis of the fixed blocks `split` (gemm_split),
-    the WIDE way's cut; None when there are no more threads than blocks."""
+    the WIDE way's cut; None on one thread or when there are no more blocks than
+    threads."""
     axis, blocks = split
     if not 1 < threads < len(blocks):
         return None
@@ -308,8 +309,9 @@ def _gemm_blocks(a, b, out, split) -> None:
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
-    blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
-    measured fastest (choice.py); every way gives the same bits."""
+    blocks on the pool or the caller, as one call on OpenBLAS's threads or their split on
+    the pool, or (2-D) cut more coarsely -- a block per thread, one call on the caller --
+    as its site measured fastest (choice.py); every way gives the same bits."""
     if a.dtype not in _BLAS_TYPES or out.size == 0 or a.ndim == 2 and \
             a.shape[0] * a.shape[1] * b.shape[1] < min(BLOCK_MACS, WHOLE_MIN_MACS):
         # (a 2-D product under BLOCK_MACS is one block: gemm_split gives None)
