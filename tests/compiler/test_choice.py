@@ -586,7 +586,8 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     (exclusive_blas); beside another one it cannot run and says so ("ask later"). Found
     by review: the site took that answer for a failed check and dropped WHOLE and SHARED
     for good, so a product whose threads give the blocks' bits lost the way because
-    another thread of the process ran an execution at its first pick."""
+    another thread of the process ran an execution at its first pick. Asked again at
+    each pick meanwhile, the check does not pay its product of the blocks each time."""
     if not parallel.blas_info():
         pytest.skip("no OpenBLAS loaded in this process")
     m, k, n = 512, 256, 384  # OpenBLAS's threads give its blocks' bits (test above)
@@ -601,12 +602,17 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     blas_blocks._sites.clear()
     blas_blocks._agree.clear()
     _force(monkeypatch, WHOLE)
-    out = np.empty((m, n), np.float32)
-    with parallel.blas_scope(), parallel.blas_scope():  # two executions in flight
-        blas_blocks.matmul_into(a, b, out)
-    assert out.tobytes() == want.tobytes()
+    checked = []
+    real = blas_blocks._gemm_blocks
+    monkeypatch.setattr(blas_blocks, "_gemm_blocks", lambda *x: checked.append(1) or real(*x))
+    for _ in range(3):
+        out = np.empty((m, n), np.float32)
+        with parallel.blas_scope(), parallel.blas_scope():  # two executions in flight
+            blas_blocks.matmul_into(a, b, out)
+        assert out.tobytes() == want.tobytes()
     site = _gemm_site(a, b, 2)
     assert WHOLE in site.ways and site.calls[WHOLE] == 0
+    assert not checked  # the check's product of the blocks is not paid at each pick
     if not blas_blocks._threads_agree(a, b, 2):
         pytest.skip("this OpenBLAS sums 512x256x384 another way on 2 threads")
     with parallel.blas_scope():  # alone now: the way runs

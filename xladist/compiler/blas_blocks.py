@@ -193,10 +193,12 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool | None:
     if arrays is None:  # no memory for the check: the way is not offered
         return False
     ra, rb, want, got = arrays
+    # The threaded call first: while another execution is in flight it cannot run, and
+    # the way is asked again at its next pick -- without the blocks' product each time.
+    if not _threaded(ra, rb, got, threads):
+        return None
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
-    if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
-        return None
     return _learned(key, _same_bits(want, got))
 
 
