@@ -264,6 +264,41 @@ def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
                                    rtol=1e-6)
 
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_per_device_outputs_that_could_be_neither_written_nor_rescued_fail_the_run(
+        tmp_path, monkeypatch, capsys):
+    # `--outputs 'dest/out{device}.npz'`, dest replaced by a file during the run, no rescue
+    # folder possible. Before: "xladist: internal error in the coordination service while
+    # serving rank 0: OutputError: ..." for each rank. Now the usual one-line error naming
+    # each file and both reasons, exit 1; the outfeed files are still written.
+    import errno
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    dest, good = tmp_path / "dest", tmp_path / "good"
+    dest.mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(good / "o{rank}.npz"),
+                 "--outputs", str(dest / "out{device}.npz"), "--backend", "interpreter",
+                 "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert err.startswith("xladist run: error: cannot write --outputs (device "), err
+    for d in range(2):
+        assert (f"cannot write --outputs (device {d}) {dest / f'out{d}.npz'}: Not a "
+                f"directory; making a folder to save it in failed too: No space left on "
+                f"device") in err, err
+    for r in range(2):
+        check_outfeed(read_outfeed(good / f"o{r}.npz"), 2, 3)
+
+
 def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(files, "_fallback_dir", None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -496,6 +496,41 @@ def test_outputs_one_file_per_device_and_in_memory(tmp_path):
     assert [g[0].tolist() for g in got] == [[0.0] * 4, [1.0] * 4]
 
 
+def test_a_device_file_that_can_be_neither_written_nor_rescued_is_named_at_the_end(
+        tmp_path, monkeypatch):
+    # Before: the OutputError of files.deliver left Outputs.device_done in the service's
+    # thread of the rank: `xladist run --outputs 'dest/out{device}.npz'` with dest replaced
+    # by a file and no rescue folder possible said "xladist: internal error in the
+    # coordination service while serving rank 0: OutputError: ..." for each rank, and the
+    # other results were not known to be safe. Now every device is attempted and the job's
+    # end names each file that was lost, after writing the rest.
+    import errno
+
+    from xladist import files
+    from xladist.errors import OutputError
+    from xladist.runtime.service.jobs import JobHost
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    (tmp_path / "dest").write_text("a file where the folder was")
+    per_device = [[np.full(4, d, np.float32)] for d in range(2)]
+    for failed in (False, True):  # also after a failed run: the files were written before
+        trace = tmp_path / f"t{failed}.json"
+        job = JobHost(2, options={}, trace=str(trace), outputs=Outputs(
+            2, "devices", str(tmp_path / "dest" / "out{device}.npz")))
+        _deliver(job.outputs, per_device)  # raises nothing: it is the service's thread
+        job.traces.receive(0, b"[]", False)
+        job.traces.receive(1, b"[]", False)
+        with pytest.raises(OutputError) as info:
+            job.finish(failed=failed)
+        assert str(info.value) == "; ".join(
+            f"cannot write --outputs (device {d}) {tmp_path / 'dest' / f'out{d}.npz'}: Not "
+            f"a directory; making a folder to save it in failed too: No space left on device"
+            for d in range(2))
+        assert trace.is_file()  # the other results are written
+
+
 def _outputs_job(n, tmp_path, mode):
     from xladist.runtime.service.jobs import JobHost
     target = str(tmp_path / "out.npz") if mode == "npz" else None

@@ -183,7 +183,8 @@ class JobHost:
         """After the ranks have gone: outputs written (or returned), the trace, stats.
         Returns the outputs for Outputs(mode="memory"), else None. Once only (rank 0 of a
         bare launch also calls it from its abort hook). Every result is attempted; one
-        that could be neither written nor rescued (files.deliver) -- and, after a success,
+        that could be neither written nor rescued (files.deliver) -- also a `{device}`
+        output file written when its device ended (Outputs.lost), and, after a success,
         an npz outfeed that could not -- is an OutputError at the end, naming them all."""
         if self._finished:
             return None
@@ -209,6 +210,7 @@ class JobHost:
                 self.outputs.discard()
             else:
                 result = attempt(self.outputs.finish)
+            lost.extend(self.outputs.lost)  # `{device}` files, written as each device ended
         if self.stats and not failed:
             from ..trace import format_summary
             import sys

@@ -63,6 +63,8 @@ class Outputs:
         self.done: set[int] = set()
         self._lock = threading.Lock()
         self.errors: list[str] = []  # arrays that could not be kept (a full disk)
+        self.broken: set[int] = set()  # devices with such an array
+        self.lost: list[str] = []  # per-device files that could be neither written nor rescued
         self.tmp = None
         if mode in ("npz", "devices", "print"):
             # Not next to the destination: that folder may vanish during the run, and the
@@ -96,7 +98,7 @@ class Outputs:
             f.write(_npy_header(stored_dtype(dtype), dims))
         except OSError as e:
             f = None
-            self.errors.append(f"output {index} of device {device}: {e.strerror or e}")
+            self._lose(device, f"output {index} of device {device}: {e.strerror or e}")
 
         def write(piece) -> None:
             nonlocal f
@@ -106,7 +108,7 @@ class Outputs:
             try:
                 f.write(piece)
             except OSError as e:
-                self.errors.append(f"output {index} of device {device}: {e.strerror or e}")
+                self._lose(device, f"output {index} of device {device}: {e.strerror or e}")
                 f.close()
                 f = None
         try:
@@ -115,13 +117,26 @@ class Outputs:
             if f is not None:
                 f.close()
 
+    def _lose(self, device: int, text: str) -> None:
+        with self._lock:
+            self.errors.append(text)
+            self.broken.add(device)
+
     def device_done(self, device: int, count: int) -> None:
-        """Every output of `device` has arrived."""
+        """Every output of `device` has arrived. A `{device}` file is written now; one that
+        can be neither written nor rescued (files.deliver) is kept in `lost`, for the job's
+        end (JobHost.finish) to name, never raised here: in the service's thread of the
+        rank an exception would be taken for a defect of the service."""
         with self._lock:
             self.count = count
             self.done.add(device)
-        if self.mode == "devices":
-            self._write_device(device)
+        if self.mode == "devices" and device not in self.broken:
+            from xladist.errors import OutputError
+            try:
+                self._write_device(device)
+            except OutputError as e:
+                with self._lock:
+                    self.lost.append(str(e))
 
     def _array(self, device: int, index: int) -> np.ndarray:
         """One device's array (memory-mapped from its temporary file when on disk)."""
