@@ -299,6 +299,26 @@ def test_per_device_outputs_that_could_be_neither_written_nor_rescued_fail_the_r
         check_outfeed(read_outfeed(good / f"o{r}.npz"), 2, 3)
 
 
+
+def test_a_run_whose_temporary_folder_cannot_be_made_says_so_before_any_rank_starts(
+        tmp_path, monkeypatch, capsys):
+    # Before: tempfile.mkdtemp's FileNotFoundError, as a Python traceback from the CLI.
+    import tempfile
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    gone = tmp_path / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))  # this process's temp folder, removed
+    monkeypatch.delenv("TMPDIR", raising=False)
+    code = main(["run", str(module), "-n", "2", "-q", "--infeed-fn", "tests.feeds_fns:steps",
+                 "--outputs", str(tmp_path / "out.npz"), "--backend", "interpreter"])
+    err = capsys.readouterr().err
+    assert code == 1 and err == (
+        f"xladist run: error: cannot make a temporary folder in {gone} for the outputs while "
+        f"the ranks run: No such file or directory (TMPDIR is not set); set TMPDIR to a "
+        f"writable folder with room\n"), err
+    assert not (tmp_path / "out.npz").exists()
+
+
 def test_deliver_falls_back_to_a_fresh_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(files, "_fallback_dir", None)
     monkeypatch.setenv("TMPDIR", str(tmp_path))

@@ -531,6 +531,34 @@ def test_a_device_file_that_can_be_neither_written_nor_rescued_is_named_at_the_e
         assert trace.is_file()  # the other results are written
 
 
+
+def test_outputs_without_a_temporary_folder_are_a_clear_error_or_kept_in_memory(
+        tmp_path, monkeypatch, capsys):
+    # Before: Outputs' tempfile.mkdtemp let its OSError out when this process's temp folder
+    # was removed or full: `xladist run ... --outputs out.npz` (or printing them) ended in
+    # a Python traceback. Now files are one OutputError naming the folder and TMPDIR,
+    # before any rank starts; outputs to print are kept in memory and printed.
+    import tempfile
+
+    from xladist.errors import OutputError
+    gone = tmp_path / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))
+    monkeypatch.setenv("TMPDIR", str(gone))
+    for mode, target in (("npz", "out.npz"), ("devices", "out{device}.npz")):
+        with pytest.raises(OutputError) as info:
+            Outputs(2, mode, str(tmp_path / target))
+        assert str(info.value) == (
+            f"cannot make a temporary folder in {gone} for the outputs while the ranks run: "
+            f"No such file or directory (TMPDIR is {gone}); set TMPDIR to a writable folder "
+            f"with room")
+    out = Outputs(2, "print")
+    _deliver(out, [[np.full(3, d, np.float32)] for d in range(2)])
+    assert out.finish() is None
+    assert capsys.readouterr().out == (
+        "device 0:\nout0: float32[3]\n  [0. 0. 0.]\ndevice 1:\nout0: float32[3]\n"
+        "  [1. 1. 1.]\n")
+
+
 def _outputs_job(n, tmp_path, mode):
     from xladist.runtime.service.jobs import JobHost
     target = str(tmp_path / "out.npz") if mode == "npz" else None

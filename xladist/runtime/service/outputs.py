@@ -14,7 +14,7 @@ Memory on the launching host: one piece (wire.CHUNK) per arriving array, or one 
 array where dims differ between devices.
 
 Traces: each rank's events (JSON) go to a temporary file as they arrive (or stay in memory
-when that file cannot be written); the merged trace is written from them, and after a
+when that file, or the temporary folder, cannot be made); the merged trace is written from them, and after a
 failure it says which ranks saved their events and which did not.
 """
 
@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from xladist.files import deliver
+from xladist.errors import OutputError
+from xladist.files import deliver, temp_folder
 from xladist.io import DEVICE_FIELD, bits_dtype, npz_path, outputs_text
 
 from .. import wire
@@ -66,10 +66,18 @@ class Outputs:
         self.broken: set[int] = set()  # devices with such an array
         self.lost: list[str] = []  # per-device files that could be neither written nor rescued
         self.tmp = None
+        self.in_memory = mode == "memory"
         if mode in ("npz", "devices", "print"):
             # Not next to the destination: that folder may vanish during the run, and the
             # result must still reach `deliver`, which then saves it elsewhere and says so.
-            self.tmp = Path(tempfile.mkdtemp(prefix="xladist-outputs-"))
+            # When none can be made, outputs to print are kept in memory; files are an
+            # OutputError before any rank starts (they may be too large for memory).
+            try:
+                self.tmp = temp_folder("xladist-outputs-", "the outputs while the ranks run")
+            except OutputError:
+                if mode != "print":
+                    raise
+                self.in_memory = True
 
     def _file(self, device: int, index: int) -> Path:
         return self.tmp / f"d{device}_o{index}.npy"
@@ -80,7 +88,7 @@ class Outputs:
         dtype = wire.dtype_of(name)
         with self._lock:
             self.meta[(device, index)] = (dtype, tuple(dims))
-        if self.mode == "memory":
+        if self.in_memory:
             a = np.empty(dims, dtype)
             view = memoryview(a.reshape(-1).view(np.uint8))
             at = 0
@@ -131,7 +139,6 @@ class Outputs:
             self.count = count
             self.done.add(device)
         if self.mode == "devices" and device not in self.broken:
-            from xladist.errors import OutputError
             try:
                 self._write_device(device)
             except OutputError as e:
@@ -140,7 +147,7 @@ class Outputs:
 
     def _array(self, device: int, index: int) -> np.ndarray:
         """One device's array (memory-mapped from its temporary file when on disk)."""
-        if self.mode == "memory":
+        if self.in_memory:
             return self.memory[(device, index)]
         dtype, _dims = self.meta[(device, index)]
         a = np.load(self._file(device, index), mmap_mode="r", allow_pickle=False)
@@ -166,7 +173,6 @@ class Outputs:
         """Write or print what the user asked for (all devices done). Returns the outputs
         for "memory"."""
         if self.errors:
-            from xladist.errors import OutputError
             self.discard()
             raise OutputError(f"{self.what}: the launching host could not keep the outputs "
                               f"({'; '.join(self.errors[:3])})")
@@ -228,7 +234,10 @@ class Traces:
 
     def __init__(self, n: int, path: str):
         self.n, self.path = n, path
-        self.tmp = Path(tempfile.mkdtemp(prefix="xladist-trace-"))
+        try:
+            self.tmp = temp_folder("xladist-trace-", "the trace")
+        except OutputError:  # the temp folder removed or full: the events stay in memory
+            self.tmp = None
         self.saved: set[int] = set()
         self.partial: set[int] = set()
         self.kept: dict[int, bytes] = {}  # events whose file could not be written
@@ -238,6 +247,8 @@ class Traces:
         (the temp folder full or removed). Never raises OSError: in the service's thread
         of the rank it would end the rank's connection, as if the rank had died."""
         try:
+            if self.tmp is None:
+                raise OSError("no temporary folder")
             (self.tmp / f"rank{rank}.json").write_bytes(blob)
         except OSError:
             self.kept[rank] = bytes(blob)
@@ -260,10 +271,12 @@ class Traces:
                     + (f"; {_ranks(missing)} did not (ended before they could)"
                        if missing else ""))
         if self.saved or not failed:
-            write_trace_parts(self.path, [self.kept.get(r, self.tmp / f"rank{r}.json")
+            write_trace_parts(self.path, [self.kept[r] if r in self.kept
+                                          else self.tmp / f"rank{r}.json"
                                           for r in sorted(self.saved)],
                               ranks=self.n, note=note)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return note if self.saved else None
 
 
