@@ -510,6 +510,57 @@ def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_ar
     job.drain_outfeeds()  # nothing left: returns at once
 
 
+
+def test_a_cluster_call_gives_ranks_whose_items_are_still_being_taken_their_time():
+    # cluster._Calls.wait: after a rank failed a call, the others have FAILED_GRACE_S to
+    # answer before the cluster takes them to be stuck in a collective and stops. Before,
+    # that ran from the failure alone: a rank that had finished and only waited for a slow
+    # outfeed callback to take its last items was killed, the cluster stopped, its last
+    # items lost (a real cluster: tests/runtime/test_cluster.py). Now the grace runs from
+    # the last item the callback took, and not while it holds one.
+    import socket
+    from types import SimpleNamespace
+
+    from xladist.runtime.cluster import _Calls
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.service.jobs import JobHost
+    release, holding, got = threading.Event(), threading.Event(), []
+
+    def slow(rank, rep, part, x):
+        holding.set()
+        release.wait(30)
+        got.append(rank)
+    job = JobHost(2, options={"timeout": 30},
+                  outfeed=lambda: make_feeds(outfeed=slow).sink)
+    calls = _Calls(2)
+    calls.begin(1, job)
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 0}))
+    t.start()
+    send_item(rank_end, np.zeros(2, np.float32), timeout=10)
+    assert holding.wait(10)
+    ranks = [SimpleNamespace(rank=r, mark=lambda state: None) for r in range(2)]
+    calls.on_message(ranks[1], "call-failed", {"call": 1, "text": "rank 1 failed"}, None)
+    answers = []
+    waiter = threading.Thread(target=lambda: answers.append(calls.wait(1, grace=0.3)))
+    waiter.start()
+    waiter.join(1.5)  # the grace is long over, but rank 0's item is in the callback's hands
+    assert waiter.is_alive() and got == []
+    release.set()
+    waiter.join(10)  # no answer from rank 0: the grace runs out 0.3 s after the item
+    assert answers == [{1: ("failed", "rank 1 failed")}] and got == [0]
+    rank_end.close()
+    t.join(10)
+    assert job.errors == []
+    # Without a rank's items in hand, the grace counts from the failure, as before.
+    calls.begin(2, JobHost(2, options={"timeout": 30}))
+    calls.on_message(ranks[1], "call-failed", {"call": 2, "text": "rank 1 failed"}, None)
+    t0 = time.monotonic()
+    assert calls.wait(2, grace=0.3) == {1: ("failed", "rank 1 failed")}
+    assert time.monotonic() - t0 < 2
+
+
 def test_bf16_items_from_uint16_bits():
     import ml_dtypes
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")

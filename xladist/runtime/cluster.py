@@ -19,7 +19,8 @@ What a call's failure leaves behind:
   deadlock check): raised here before any rank hears of the call; the cluster is unchanged;
 * a rank's exception (the module does not compile, a run-time error at an instruction):
   every rank that failed says so with its rank and instruction; when all ranks have
-  answered within FAILED_GRACE_S the cluster stays usable. A rank that is still inside the
+  answered within FAILED_GRACE_S (counted from the last outfeed item this process took,
+  while it still takes the call's items: _Calls._grace_left) the cluster stays usable. A rank that is still inside the
   call then is waiting for one that gave up (in a collective): the cluster is stopped and
   says so -- its MPI state is no longer known;
 * a hang: the watchdog's report (service: every rank's position), the job ends, and the
@@ -355,13 +356,18 @@ class Cluster:
                 self._busy = False
                 if free or (load and not self._calls.all_done(call)):
                     self._calls.codes.drop(handle.id)
+            # Every item the ranks outfed reaches this call's consumer before the call
+            # returns or raises (also a failed rank's, which waits for it at most
+            # feeds.host.FAILED_CLOSE_S): at most the run's deadline, as for a one-shot job.
             if answers is None:
+                job.drain_outfeeds()
                 job.finish(True)
                 self._gone_error(f"during a call of {handle.module.name}")
             failed = {r: a for r, a in answers.items() if a[0] == "failed"}
             if len(answers) < self.n:  # some rank is still inside the call: stuck
-                job.finish(True)
-                self._stop(handle, answers, failed)
+                self._stop(handle, answers, failed, job)
+            job.drain_outfeeds()
+            self._calls.feeding = None
             if failed:
                 job.finish(True)
                 texts = [failed[r][1] for r in sorted(failed)]
@@ -377,8 +383,9 @@ class Cluster:
                                      " every rank finished this call)", rank=rank) from e
             return result
 
-    def _stop(self, handle, answers, failed) -> None:
-        """Some rank failed a call and another has not come back from it: stop the job."""
+    def _stop(self, handle, answers, failed, job) -> None:
+        """Some rank failed a call and another has not come back from it: stop the job
+        (then the items its ranks outfed still reach the call's consumer)."""
         waiting = sorted(set(range(self.n)) - set(answers))
         said = "\n".join(f"{PREFIX}: {text}" for _, text in failed.values())
         from .service.report import ranks_text
@@ -387,6 +394,8 @@ class Cluster:
                        f"{FAILED_GRACE_S:g} s (waiting for the failed ones, in a collective): "
                        "the cluster was stopped")
         self._stop_now(self._ended)
+        job.drain_outfeeds()
+        job.finish(True)
         raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}")
 
 
@@ -487,6 +496,7 @@ class _Calls:
         self.n = n
         self.codes = _Codes()
         self.job = None
+        self.feeding = None  # the job of the call whose outfeed may still be arriving
         self.call = None
         self.answers: dict[int, dict[int, tuple[str, str]]] = {}
         self.ready: set[int] = set()
@@ -545,16 +555,38 @@ class _Calls:
 
     def begin(self, call: int, job) -> None:
         with self._cond:
-            self.call, self.job = call, job
+            self.call, self.job, self.feeding = call, job, job
             self.answers[call] = {}
 
     def all_done(self, call: int) -> bool:
         got = self.answers.get(call, {})
         return len(got) == self.n and all(a[0] == "done" for a in got.values())
 
+    def _grace_left(self, first_failure: float, grace: float) -> float:
+        """How long the ranks that have not answered still get after the first failure:
+        `grace` from that failure -- or, while this process is still taking the call's
+        outfeed items (a slow callback: a rank that waits for it to take its last items is
+        not stuck), from the last item taken, none running out while one is in hand; at
+        most the run's deadline after the failure (JobHost.deadline_s)."""
+        now = time.monotonic()
+        job = self.job
+        if job is None:
+            return first_failure + grace - now
+        quiet = job.outfeed_quiet_since()
+        left = grace if quiet is None else max(first_failure, quiet) + grace - now
+        cap = job.deadline_s
+        return left if cap is None else min(left, first_failure + cap - now)
+
+    def drain_outfeeds(self) -> None:
+        """The job is over (Service.close): the call under way, if any, gets its outfeed
+        items as a one-shot job does (JobHost.drain_outfeeds)."""
+        job = self.feeding
+        if job is not None:
+            job.drain_outfeeds()
+
     def wait(self, call: int, grace: float):
         """Every rank's answer {rank: (status, text)}; fewer when a rank failed and the
-        others did not answer within `grace`; None when the job ended."""
+        others did not answer within the grace (`_grace_left`); None when the job ended."""
         with self._cond:
             first_failure = None
             while True:
@@ -566,7 +598,7 @@ class _Calls:
                 if first_failure is None and any(a[0] == "failed" for a in got.values()):
                     first_failure = time.monotonic()
                 if first_failure is not None:
-                    left = first_failure + grace - time.monotonic()
+                    left = self._grace_left(first_failure, grace)
                     if left <= 0:
                         break
                     self._cond.wait(left)

@@ -21,6 +21,7 @@ Nothing the ranks send is unpickled; inputs and items are raw arrays described i
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -61,6 +62,9 @@ class JobHost:
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
         self._streaming: dict[int, int] = {}  # rank -> its outfeed streams being taken
         self._streams_done = threading.Condition()
+        self._in_hand = 0        # outfeed items the consumer (callback, file) holds now
+        self._handed_at = 0.0    # when it last gave one back (time.monotonic)
+        self._named_late: set[int] = set()  # ranks drain_outfeeds recorded
         self._finished = False
         self.trace_note = None
 
@@ -145,8 +149,8 @@ class JobHost:
             with self._streams_done:
                 self._streaming[rank] = self._streaming.get(rank, 0) + 1
             try:
-                consume(conn.sock, self.outfeed(), placement, self._user_lock,
-                        self._fail("outfeed"))
+                consume(conn.sock, _Watched(self.outfeed(), self), placement,
+                        self._user_lock, self._fail("outfeed"))
             finally:
                 with self._streams_done:
                     self._streaming[rank] -= 1
@@ -159,18 +163,38 @@ class JobHost:
         taken -- items a rank sent before it failed or was killed, still in its socket
         while the callback or file takes the ones before -- reach the user before the
         service closes their connections. At most the run's deadline (`timeout`, 0: none);
-        a rank whose items are still arriving then is recorded as an outfeed failure."""
-        timeout = float(self.options.get("timeout") or 0) or None
+        a rank whose items are still arriving then is recorded as an outfeed failure (once:
+        the service's close and a cluster's call may both drain a call's streams)."""
+        timeout = self.deadline_s
         with self._streams_done:
             if self._streams_done.wait_for(lambda: not self._streaming, timeout):
                 return
-            late = sorted(self._streaming)
+            late = sorted(set(self._streaming) - self._named_late)
+            self._named_late.update(late)
         from xladist.errors import ExecutionError
         for rank in late:
             self._fail("outfeed")(rank, ExecutionError(
                 f"the outfeed consumer in this process did not take rank {rank}'s last "
                 f"outfeed items within {timeout:g} s of the job's end (the deadline; raise "
                 f"it with --timeout / timeout=): the items not taken by then are lost"))
+
+    @property
+    def deadline_s(self) -> float | None:
+        """The run's deadline (`timeout`; None: 0, no deadline): how long this process waits
+        for the ranks' outfeed items after the end of their program."""
+        return float(self.options.get("timeout") or 0) or None
+
+    def _handing(self, delta: int) -> None:
+        with self._streams_done:
+            self._in_hand += delta
+            self._handed_at = time.monotonic()
+
+    def outfeed_quiet_since(self) -> float | None:
+        """None while the outfeed consumer (the user's callback, an npz file) holds an item;
+        else when it last gave one back (time.monotonic; 0.0: never). A rank whose items it
+        is still taking is waiting for this process, not stuck (cluster._Calls.wait)."""
+        with self._streams_done:
+            return None if self._in_hand else self._handed_at
 
     def _fail(self, what: str):
         def record(rank: int, error: BaseException) -> None:
@@ -227,6 +251,31 @@ class JobHost:
         if lost:
             raise OutputError("; ".join(lost))
         return result
+
+
+class _Watched:
+    """A rank's outfeed sink, telling its job while the consumer holds an item or writes
+    the items' file (JobHost.outfeed_quiet_since)."""
+
+    def __init__(self, sink, job: JobHost):
+        self.sink, self.job = sink, job
+
+    def open(self, placement) -> None:
+        self.sink.open(placement)
+
+    def write(self, item) -> None:
+        self.job._handing(+1)
+        try:
+            self.sink.write(item)
+        finally:
+            self.job._handing(-1)
+
+    def close(self, *, failed: bool) -> None:
+        self.job._handing(+1)  # an npz file being written: the items are still in hand
+        try:
+            self.sink.close(failed=failed)
+        finally:
+            self.job._handing(-1)
 
 
 class _Placement:
