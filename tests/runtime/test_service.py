@@ -559,6 +559,34 @@ def test_outputs_without_a_temporary_folder_are_a_clear_error_or_kept_in_memory(
         "  [1. 1. 1.]\n")
 
 
+
+def test_outfeed_failures_not_raised_by_finish_are_lines_naming_the_rank():
+    # `xladist run` never looked at job.errors: an --outfeed file whose writer raised
+    # (MemoryError writing the archive), or one that could be neither written nor rescued
+    # in a run that failed anyway, was lost without a word -- exit 0 in the first case.
+    # JobHost.outfeed_failures gives what finish did not raise, one line per failure.
+    from xladist.errors import ExecutionError, OutputError
+    from xladist.runtime.service.jobs import JobHost
+    for failed in (False, True):
+        job = JobHost(2, options={})
+        job._fail("infeed")(0, ValueError("said by the rank that asked for the item"))
+        job._fail("outfeed")(1, MemoryError("no memory for the archive"))
+        job._fail("outfeed")(0, OutputError("cannot write --outfeed o0.npz: no room"))
+        job._fail("outfeed")(1, ExecutionError("the outfeed consumer in this process did "
+                                               "not take rank 1's last outfeed items"))
+        if failed:
+            assert job.finish(failed=True) is None
+        else:
+            with pytest.raises(OutputError, match="^cannot write --outfeed o0.npz: no room$"):
+                job.finish(failed=False)
+        assert job.outfeed_failures() == [
+            "rank 1's outfeed: MemoryError: no memory for the archive; items may be missing "
+            "from it"] + (["rank 0's outfeed: cannot write --outfeed o0.npz: no room"]
+                          if failed else []) + [
+            "rank 1's outfeed: the outfeed consumer in this process did not take rank 1's "
+            "last outfeed items"]
+
+
 def _outputs_job(n, tmp_path, mode):
     from xladist.runtime.service.jobs import JobHost
     target = str(tmp_path / "out.npz") if mode == "npz" else None

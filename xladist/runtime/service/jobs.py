@@ -65,6 +65,7 @@ class JobHost:
         self._in_hand = 0        # outfeed items the consumer (callback, file) holds now
         self._handed_at = 0.0    # when it last gave one back (time.monotonic)
         self._named_late: set[int] = set()  # ranks drain_outfeeds recorded
+        self._said: set[int] = set()  # ids of the errors finish raised
         self._finished = False
         self.trace_note = None
 
@@ -246,11 +247,28 @@ class JobHost:
             # items were taken: they were, and then lost here). After a failure the run's
             # error is raised instead, naming it (api._callback_errors).
             with self._user_lock:
-                lost.extend(str(e) for _, what, e in self.errors
-                            if what == "outfeed" and isinstance(e, OutputError))
+                said = [e for _, what, e in self.errors
+                        if what == "outfeed" and isinstance(e, OutputError)]
+                self._said.update(map(id, said))
+            lost.extend(map(str, said))
         if lost:
             raise OutputError("; ".join(lost))
         return result
+
+
+    def outfeed_failures(self) -> list[str]:
+        """One line per failure of this process's outfeed consumers (`errors`: a callback
+        or an npz file's writer that raised, items not taken by the deadline) that
+        `finish` did not raise, naming the rank: for `xladist run`, which has no other way
+        to say them (xladist.run and a Cluster's call put `errors` in their own error)."""
+        from xladist.errors import XlaDistError
+        with self._user_lock:
+            errors = [(rank, e) for rank, what, e in self.errors
+                      if what == "outfeed" and id(e) not in self._said]
+        return [f"rank {rank}'s outfeed: " + (str(e) if isinstance(e, XlaDistError) else
+                                              f"{type(e).__name__}: {e}; items may be "
+                                              f"missing from it")
+                for rank, e in errors]
 
 
 class _Watched:
