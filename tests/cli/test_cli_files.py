@@ -200,6 +200,47 @@ def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_failed_run_whose_trace_is_lost_too_still_says_why_it_failed(tmp_path,
+                                                                      monkeypatch):
+    # Rank 1's infeed raises; the trace's folder is replaced by a file during the run and
+    # no rescue folder can be made. Before: xladist.run raised only the trace's
+    # OutputError -- the run's failure (which rank, which instruction, why) was hidden
+    # behind it, as if only the trace had gone. Now the ExecutionError of the failure,
+    # with what could not be kept added.
+    import errno
+
+    from tests.feeds_fns import item
+    from xladist.errors import ExecutionError
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+
+    def feed(rank, rep, part):
+        for k in range(10):
+            if rank == 0 and k == 2 and dest.is_dir():
+                shutil.rmtree(dest)
+                dest.write_text("not a folder any more")
+            if rank == 1 and k == 3:
+                raise ValueError("shard 1 is corrupt at record 3")
+            yield item(rank, k)
+    with pytest.raises(ExecutionError) as info:
+        xladist.run(loop_text(2, 5), None, n=2, backend="interpreter", timeout=60,
+                    prefetch=1, infeed=feed, outfeed=lambda *a: None,
+                    trace=str(dest / "t.json"), job_timeout=180)
+    text = str(info.value)
+    assert "rank 1 (replica 1, partition 0) | in (line 21): the infeed source (in the " \
+        "launching process) raised ValueError: shard 1 is corrupt at record 3" in text, text
+    assert text.endswith(f"(and some results could not be kept: cannot write --trace "
+                         f"{dest / 't.json'}: Not a directory; making a folder to save it "
+                         f"in failed too: No space left on device)"), text
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, monkeypatch):

@@ -187,8 +187,9 @@ class Cluster:
         self._ended = self._ended or "it was closed"
         self._calls.codes.close()
 
-    def _gone_error(self, doing: str):
-        """The job ended: the reason, once, as a ClusterEnded (raised)."""
+    def _gone_error(self, doing: str, lost: str = ""):
+        """The job ended: the reason, once, as a ClusterEnded (raised); `lost`: what of
+        the call's results could not be kept (JobHost.finish_failed)."""
         if self._ended is None:
             result = self._result
             if isinstance(result, BaseException):
@@ -200,9 +201,9 @@ class Cluster:
             else:
                 detail = "\n".join(self._service.messages)
             self._ended = f"its {self.n}-rank job ended {doing}"
-            raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip())
+            raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip() + lost)
         raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable ({self._ended}, "
-                           "as reported then); start a new Cluster")
+                           "as reported then); start a new Cluster" + lost)
 
     def _usable_or_raise(self) -> None:
         if not self.started:
@@ -361,19 +362,19 @@ class Cluster:
             # feeds.host.FAILED_CLOSE_S): at most the run's deadline, as for a one-shot job.
             if answers is None:
                 job.drain_outfeeds()
-                job.finish(True)
-                self._gone_error(f"during a call of {handle.module.name}")
+                self._gone_error(f"during a call of {handle.module.name}",
+                                 job.finish_failed())
             failed = {r: a for r, a in answers.items() if a[0] == "failed"}
             if len(answers) < self.n:  # some rank is still inside the call: stuck
                 self._stop(handle, answers, failed, job)
             job.drain_outfeeds()
             self._calls.feeding = None
             if failed:
-                job.finish(True)
+                lost = job.finish_failed()
                 texts = [failed[r][1] for r in sorted(failed)]
                 raise ExecutionError(f"{PREFIX}: {texts[0]}" + "".join(
                     f"\n{PREFIX}: {t}" for t in texts[1:]) + _callback_errors(job.errors) +
-                    "\n(the cluster is still usable: every rank finished this call)")
+                    lost + "\n(the cluster is still usable: every rank finished this call)")
             result = job.finish(False) if run else None
             outfed = [x for x in job.errors if x[1] == "outfeed"]
             if outfed:  # every rank finished; this process's callback did not take it all
@@ -395,8 +396,8 @@ class Cluster:
                        "the cluster was stopped")
         self._stop_now(self._ended)
         job.drain_outfeeds()
-        job.finish(True)
-        raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}")
+        lost = job.finish_failed()
+        raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}{lost}")
 
 
 class Compiled:

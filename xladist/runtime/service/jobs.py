@@ -256,6 +256,17 @@ class JobHost:
         return result
 
 
+    def finish_failed(self) -> str:
+        """`finish(failed=True)` for a caller that raises the run's own error (xladist.run,
+        a Cluster's call): what could not be kept is added to that error, never raised in
+        its place (the run's failure must not be hidden behind a lost trace)."""
+        from xladist.errors import OutputError
+        try:
+            self.finish(True)
+        except OutputError as e:
+            return f"\n(and some results could not be kept: {e})"
+        return ""
+
     def outfeed_failures(self) -> list[str]:
         """One line per failure of this process's outfeed consumers (`errors`: a callback
         or an npz file's writer that raised, items not taken by the deadline) that
