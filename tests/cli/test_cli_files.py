@@ -488,6 +488,34 @@ def test_feed_templates_are_checked_for_every_rank(tmp_path):
            f"{tmp_path / 'in' / 'rank1.npz'}: not an npz file" in proc.stderr
 
 
+
+def test_a_per_rank_destination_two_ranks_would_share_is_refused(tmp_path, capsys):
+    # Before: `xladist run -n 2 --outfeed o.npz` (no {rank}) ran, both ranks' items were
+    # written to o.npz, one after the other, and one rank's were lost: exit 0, nothing said.
+    # The same for xladist.run's outfeed path, and --host-send without {rank}/{channel}.
+    from tests.cli.test_channels_cli import HOST_LOOP
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 2))
+    code = main(["run", str(module), "-n", "2", "--infeed-fn", "tests.feeds_fns:steps",
+                 "--outfeed", str(tmp_path / "o.npz"), "--backend", "interpreter"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (
+        f"xladist run: error: --outfeed '{tmp_path / 'o.npz'}': rank 0 (replica 0, partition "
+        f"0) and rank 1 (replica 1, partition 0) would both write {tmp_path / 'o.npz'}, and "
+        f"one's data would be lost; put {{rank}} in the path\n"), err
+    with pytest.raises(InputError, match=r"^outfeed '.*o\.npz': rank 0 .* would both write"):
+        xladist.run(loop_text(2, 2), None, n=2, backend="interpreter",
+                    infeed_fn="tests.feeds_fns:steps", outfeed=str(tmp_path / "o.npz"))
+    host = tmp_path / "host.hlo"
+    host.write_text(HOST_LOOP)
+    code = main(["run", str(host), "-n", "2", "--host-send", str(tmp_path / "s{channel}.npz")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(
+        f"xladist run: error: --host-send '{tmp_path / 's{channel}.npz'}': rank 0 (channel 8) "
+        f"and rank 1 (channel 8) would both write {tmp_path / 's8.npz'}"), err
+    assert not list(tmp_path.glob("*.npz"))
+
+
 _NARROW = """HloModule narrow, num_partitions=2
 
 ENTRY %main (x: f8e4m3fn[4], y: s4[4]) -> (f8e4m3fn[4], s4[4], f8e5m2[4], bf16[4]) {
