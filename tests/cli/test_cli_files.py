@@ -271,6 +271,35 @@ def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, mon
     assert "note" not in doc["otherData"]
 
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_outputs_arriving_after_the_temp_folder_went_are_written(tmp_path, monkeypatch,
+                                                                 capsys):
+    # The launching process's temp folder (where arriving outputs wait for the run's end)
+    # is replaced by a file during the run. Before: "xladist run: error: --outputs: the
+    # launching host could not keep the outputs (output 0 of device 0: Not a directory;
+    # ...)", exit 1, the results of a run that had succeeded lost. Now they are written.
+    import tempfile
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    scratch, good = tmp_path / "scratch", tmp_path / "good"
+    (scratch / "tmp").mkdir(parents=True)
+    good.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch / "tmp"))  # this process only
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(scratch))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(good / "o{rank}.npz"),
+                 "--outputs", str(good / "out.npz"), "--backend", "interpreter",
+                 "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 0 and err == "" and scratch.is_file(), err
+    with np.load(good / "out.npz") as z:
+        np.testing.assert_allclose(z["out0"], np.stack([expected_accs(2, 3)[-1]] * 2),
+                                   rtol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(

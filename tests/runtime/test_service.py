@@ -587,6 +587,42 @@ def test_outfeed_failures_not_raised_by_finish_are_lines_naming_the_rank():
             "last outfeed items"]
 
 
+
+@pytest.mark.parametrize("mode", ["npz", "devices", "print"])
+def test_outputs_whose_temporary_folder_went_during_the_run_are_kept_in_memory(
+        tmp_path, mode, capsys):
+    # Before: outputs arriving after the launching process's temporary folder had been
+    # removed or replaced (a temp cleaner, a full disk) were dropped: "--outputs: the
+    # launching host could not keep the outputs (output 0 of device 0: Not a directory)",
+    # exit 1, the results of a run that had succeeded gone -- also when they were only to
+    # be printed (a real 2-rank run: /work/scratch/lost42/r8.py). Now such an array is kept
+    # in memory and written or printed as any other.
+    import shutil
+
+    bf = np.array([1.0, -2.5], ml_dtypes.bfloat16)
+    per_device = [[np.full((2, 3), d, np.float32), bf * (d + 1)] for d in range(2)]
+    target = {"npz": "out.npz", "devices": "out{device}.npz", "print": None}[mode]
+    out = Outputs(2, mode, str(tmp_path / target) if target else None)
+    shutil.rmtree(out.tmp)
+    out.tmp.write_text("not a folder any more")
+    try:
+        _deliver(out, per_device)
+        assert out.finish() is None
+    finally:
+        out.tmp = None  # (discard: nothing of ours left to remove)
+    if mode == "print":
+        assert capsys.readouterr().out.endswith(
+            "device 1:\nout0: float32[2, 3]\n  [[1. 1. 1.]\n   [1. 1. 1.]]\nout1: bfloat16[2]\n"
+            "  [2 -5]\n")
+        return
+    for d in range(2):
+        path = tmp_path / ("out.npz" if mode == "npz" else f"out{d}.npz")
+        with np.load(path) as z:
+            got = [z["out0"][d], z["out1"][d]] if mode == "npz" else [z["out0"], z["out1"]]
+        np.testing.assert_array_equal(got[0], per_device[d][0])
+        np.testing.assert_array_equal(got[1], per_device[d][1].view(np.uint16))
+
+
 def _outputs_job(n, tmp_path, mode):
     from xladist.runtime.service.jobs import JobHost
     target = str(tmp_path / "out.npz") if mode == "npz" else None

@@ -3,7 +3,8 @@ launching host where the user asked.
 
 Outputs stream in one array after the other (a rank's `outputs` message holds them all,
 jobs.JobHost.receive_outputs) and go straight to disk: each device's array i to a
-temporary .npy file, never whole in memory.
+temporary .npy file, never whole in memory (but for an array whose file cannot be made: the
+temporary folder removed or full since the run began; it is kept in memory instead).
 When the job is over, `finish` assembles what the user asked for:
 * an npz of `out{i}` stacked over devices (xladist/io.py's format, bf16/f8 as bit patterns,
   dynamic dims padded with `out{i}_sizes`) -- copied in pieces from the temporary files;
@@ -88,7 +89,22 @@ class Outputs:
         dtype = wire.dtype_of(name)
         with self._lock:
             self.meta[(device, index)] = (dtype, tuple(dims))
-        if self.in_memory:
+        f = None
+        if not self.in_memory:
+            try:
+                f = open(self._file(device, index), "wb")
+                f.write(_npy_header(stored_dtype(dtype), dims))
+            except OSError:
+                # The temporary folder removed, replaced or full since the run began: this
+                # array is kept in memory instead (a result is not lost for want of a
+                # temporary file).
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+                    f = None
+        if f is None:
             a = np.empty(dims, dtype)
             view = memoryview(a.reshape(-1).view(np.uint8))
             at = 0
@@ -99,14 +115,9 @@ class Outputs:
                 at += piece.nbytes
                 seen()
             wire.copy_payload(sock, size, into)
-            self.memory[(device, index)] = a
+            with self._lock:
+                self.memory[(device, index)] = a
             return
-        try:
-            f = open(self._file(device, index), "wb")
-            f.write(_npy_header(stored_dtype(dtype), dims))
-        except OSError as e:
-            f = None
-            self._lose(device, f"output {index} of device {device}: {e.strerror or e}")
 
         def write(piece) -> None:
             nonlocal f
@@ -147,7 +158,7 @@ class Outputs:
 
     def _array(self, device: int, index: int) -> np.ndarray:
         """One device's array (memory-mapped from its temporary file when on disk)."""
-        if self.in_memory:
+        if (device, index) in self.memory:
             return self.memory[(device, index)]
         dtype, _dims = self.meta[(device, index)]
         a = np.load(self._file(device, index), mmap_mode="r", allow_pickle=False)
@@ -159,12 +170,22 @@ class Outputs:
         def write(f) -> None:
             with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
                 for i in range(self.count):
-                    with z.open(f"out{i}.npy", "w", force_zip64=True) as m, \
-                            open(self._file(device, i), "rb") as src:
-                        shutil.copyfileobj(src, m, wire.CHUNK)
+                    with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
+                        if (device, i) in self.memory:
+                            dtype, dims = self.meta[(device, i)]
+                            m.write(_npy_header(stored_dtype(dtype), dims))
+                            self._copy_data(device, i, m)
+                            continue
+                        with open(self._file(device, i), "rb") as src:
+                            shutil.copyfileobj(src, m, wire.CHUNK)
         deliver(path, write, f"{self.what} (device {device})")
         for i in range(self.count):
-            self._file(device, i).unlink(missing_ok=True)
+            with self._lock:
+                self.memory.pop((device, i), None)
+            try:
+                self._file(device, i).unlink(missing_ok=True)
+            except OSError:
+                pass  # its folder went (replaced by a file): discard() tries again
 
     def missing(self) -> list[int]:
         return [d for d in range(self.n) if d not in self.done]
@@ -200,10 +221,18 @@ class Outputs:
                 with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
                     m.write(_npy_header(dtype, (self.n, *shapes[0])))
                     for d in range(self.n):
-                        with open(self._file(d, i), "rb") as src:
-                            np.lib.format.read_magic(src)
-                            np.lib.format.read_array_header_2_0(src)
-                            shutil.copyfileobj(src, m, wire.CHUNK)
+                        self._copy_data(d, i, m)
+
+    def _copy_data(self, device: int, index: int, m) -> None:
+        """The bytes of one device's array, from memory or its temporary file, into `m`."""
+        if (device, index) in self.memory:
+            a = self.memory[(device, index)]
+            m.write(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)))
+            return
+        with open(self._file(device, index), "rb") as src:
+            np.lib.format.read_magic(src)
+            np.lib.format.read_array_header_2_0(src)
+            shutil.copyfileobj(src, m, wire.CHUNK)
 
     def _write_padded(self, z, i: int, dtype, shapes) -> None:
         """Dynamic dims: each device's array zero-padded to the largest, and the sizes."""
