@@ -17,7 +17,7 @@ import pytest
 
 import xladist
 from xladist.compiler import blas_blocks, blas_pool, choice, parallel
-from xladist.compiler.choice import ALONE, MAX_GAP, POOL, SHARED, WARM, WHOLE, Site
+from xladist.compiler.choice import ALONE, MAX_GAP, ONE, POOL, SHARED, WARM, WHOLE, WIDE, Site
 
 IDLE, BUSY, OWN_POOLS = choice.IDLE, choice.OTHERS, choice.OWN_POOLS
 
@@ -332,7 +332,7 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     for threads in (2, 4):
         parallel.set_threads(threads)
-        for way in (POOL, ALONE, WHOLE, SHARED):
+        for way in (POOL, ALONE, WHOLE, SHARED, WIDE, ONE):
             _force(monkeypatch, way)
             got = np.array(exe(a, b)[0])
             assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
@@ -371,6 +371,115 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
         pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
 
 
+def _gemm_site(a, b, threads):
+    (m, k), n = a.shape, b.shape[1]
+    return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_product_cut_coarser_runs_so_and_keeps_the_fixed_blocks_bits(threads, monkeypatch,
+                                                                       two_threads):
+    """The WIDE way (a block per thread on the pool) and the ONE way (one call on the
+    caller), where the check found they give the bits of the fixed blocks: they run --
+    each forced call is recorded as its way, not handed to the blocks -- and the result is
+    the fixed blocks' on one thread. On one thread (a rank per core) the product chooses
+    between its blocks and one call."""
+    m, k, n = 1100, 400, 160  # 5 fixed blocks of rows, the last one short
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    split = blas_blocks.gemm_split(m, n, k)
+    assert split[0] == 0 and len(split[1]) == 5
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, split)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(threads)
+    blas_blocks._sites.clear()
+    for way in (WIDE, ONE) if threads > 1 else (ONE,):
+        _force(monkeypatch, way)
+        for _ in range(3):
+            out = np.full((m, n), np.nan, np.float32)
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, b, out)
+            assert out.tobytes() == want.tobytes(), choice.NAMES[way]
+        assert _gemm_site(a, b, threads).calls[way] == 3, choice.NAMES[way]
+    if threads == 1:
+        assert _gemm_site(a, b, 1).ways == [ALONE, ONE]
+        assert blas_blocks.wide_split(split, threads) is None
+    else:
+        assert blas_blocks.wide_split(split, threads) == \
+            (0, [(m * t // threads, m * (t + 1) // threads) for t in range(threads)])
+
+
+@pytest.mark.parametrize("cap", ["CHECK_MAX_MACS", "CHECK_MAX_BYTES"])
+def test_a_product_too_large_for_a_bits_check_keeps_its_fixed_blocks(cap, monkeypatch,
+                                                                     two_threads):
+    """A bits check runs the product two or three times on random operands: a product
+    beyond its bounds (multiply-adds, the check's memory) is offered no way that needs
+    one (OpenBLAS's threads, its split on the pool, the coarser cuts) and never pays it."""
+    m, k, n = 1100, 400, 160
+    monkeypatch.setattr(blas_blocks, cap, 1000)
+    checked = []
+    monkeypatch.setattr(blas_blocks, "_cuts_agree", lambda *a: checked.append(a) or (1, 1))
+    monkeypatch.setattr(blas_blocks, "_threads_agree", lambda *a: checked.append(a) or 1)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    out = np.empty((m, n), np.float32)
+    for _ in range(2 * WARM * 6):
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+    assert (out == k).all()
+    assert _gemm_site(a, b, 2).ways == [POOL, ALONE] and not checked
+
+
+def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_threads):
+    """A BLAS whose sums depend on how many rows one call covers (as OpenBLAS's
+    small-matrix kernels do below a size) -- simulated: a call over more rows than a fixed
+    block adds one ulp: the coarser cuts give other bits, the check sees it, the site
+    drops both, and every forced call still gives the fixed blocks' bits (without the
+    check, WIDE and ONE would return the changed ones)."""
+    real = np.matmul
+
+    class Library:  # blas_blocks' numpy, with the simulated BLAS
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def matmul(x, y, out):
+            real(x, y, out=out)
+            if out.shape[0] > most:
+                np.nextafter(out, np.inf, out=out)
+            return out
+    m, k, n = 1100, 400, 160
+    split = blas_blocks.gemm_split(m, n, k)
+    most = max(hi - lo for lo, hi in split[1])  # the rows of the largest fixed block
+    monkeypatch.setattr(blas_blocks, "np", Library())
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, split)
+    one = blas_blocks.np.matmul(a, b, out=np.empty_like(want))
+    assert not np.array_equal(want, one), "the simulated library changes nothing"
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    blas_blocks._agree.clear()
+    for way in (WIDE, ONE):
+        _force(monkeypatch, way)
+        out = np.empty((m, n), np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert out.tobytes() == want.tobytes(), choice.NAMES[way]
+        assert way not in _gemm_site(a, b, 2).ways
+    blas_blocks._agree.clear()  # what the simulated library taught is not kept
+
+
 def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_threads):
     # numpy takes syrk for it, which the check's independent operands do not exercise.
     parallel.set_threads(2)
@@ -379,7 +488,7 @@ def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_
     blas_blocks._sites.clear()
     with parallel.blas_scope():
         blas_blocks.matmul_into(a, a.T, out)
-    assert all(WHOLE not in s.ways and SHARED not in s.ways
+    assert all(not {WHOLE, SHARED, WIDE, ONE} & set(s.ways)
                for s in blas_blocks._sites.values())
     parallel.set_threads(1)
     one = np.empty_like(out)

@@ -24,7 +24,10 @@ partition without its workers' spin. Both are offered only where a check shows t
 the blocks' bits (_threads_agree), so the results stay those of the blocks on every
 thread count; and WHOLE, where OpenBLAS's workers spin after each call (every process but
 a rank), only while this process's other pools are awake already (WHOLE_MAX_TIMEOUT
-below).
+below). Two more cut a split product more coarsely -- a block per thread on the pool
+(WIDE), one call on the caller (ONE) -- since every block packs the whole other operand
+again; they too are offered only where a check shows they give the blocks' bits
+(_cuts_agree).
 """
 
 from __future__ import annotations
@@ -49,6 +52,22 @@ MIN_ROWS = 256
 # From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
 # threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
 WHOLE_MIN_MACS = BLOCK_MACS
+# A way that needs a bits check (WHOLE, SHARED: _threads_agree; WIDE, ONE: _cuts_agree)
+# is offered up to this many multiply-adds and this much memory for the check (both
+# operands and two results, random): a check runs the product two or three times, mostly
+# on one thread, once per shape, in the site's first calls -- 1024^3 f32 ~70 ms and
+# 16 MiB; 8192^3 would stall a first step for ~30 s and take 1 GiB -- while the way saves
+# a few percent of a large product's call.
+CHECK_MAX_MACS = 1 << 32
+CHECK_MAX_BYTES = 256 << 20
+
+
+def _checkable(m: int, n: int, k: int, itemsize: int) -> bool:
+    """Whether a bits check of an m x k by k x n product is cheap enough to run."""
+    return m * n * k <= CHECK_MAX_MACS and \
+        (m * k + k * n + 2 * m * n) * itemsize <= CHECK_MAX_BYTES
+
+
 # Where OpenBLAS's workers sleep right after a call -- OPENBLAS_THREAD_TIMEOUT (read when
 # OpenBLAS loads; 2^N cycles of spinning, default N=28, ~0.1 s) at most WHOLE_MAX_TIMEOUT,
 # as ranks get it (runtime/launcher.py) -- it is offered in every regime. Elsewhere (a
@@ -168,27 +187,71 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     known = _agree.get(key)
     if known is not None:
         return known
-    rng = np.random.default_rng(0)
-
-    def like(x):
-        shape = x.shape[::-1] if _order(x) == "T" else x.shape
-        v = rng.random(shape) - 0.5
-        if x.dtype.kind == "c":
-            v = v + 1j * (rng.random(shape) - 0.5)
-        v = v.astype(x.dtype)
-        return v.T if _order(x) == "T" else v
-    ra, rb = like(a), like(b)
-    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    got = np.empty_like(want)
+    ra, rb, want, got = _check_arrays(a, b)
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
     if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
         return False
-    agree = want.tobytes() == got.tobytes()
+    return _learned(key, want.tobytes() == got.tobytes())
+
+
+def _check_arrays(a: np.ndarray, b: np.ndarray):
+    """A bits check's arrays: random operands like a and b (dtype, dims, order), and two
+    results of their product's dims."""
+    rng = np.random.default_rng(0)
+    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+
+
+def _learned(key: tuple, agree):
+    """A check's answer, kept (bounded as the sites are)."""
     with _sites_lock:
         _bound(_agree)
         _agree[key] = agree
     return agree
+
+
+def _random_like(x: np.ndarray, rng) -> np.ndarray:
+    """Random values of x's dtype, dims and order (a bits check's operand)."""
+    shape = x.shape[::-1] if _order(x) == "T" else x.shape
+    v = rng.random(shape) - 0.5
+    if x.dtype.kind == "c":
+        v = v + 1j * (rng.random(shape) - 0.5)
+    v = v.astype(x.dtype)
+    return v.T if _order(x) == "T" else v
+
+
+def wide_split(split, threads: int):
+    """One block per thread along the axis of the fixed blocks `split` (gemm_split),
+    the WIDE way's cut; None when there are no more threads than blocks."""
+    axis, blocks = split
+    if not 1 < threads < len(blocks):
+        return None
+    units = blocks[-1][1]
+    return axis, [(units * t // threads, units * (t + 1) // threads) for t in range(threads)]
+
+
+def _cuts_agree(a, b, split, wide) -> tuple[bool, bool]:
+    """Whether one call (the ONE way), and the blocks `wide` (WIDE; None: not asked),
+    give the bits of the product's fixed blocks `split`: checked once per shapes, orders
+    and cut, on random operands, as _threads_agree. Each block is one BLAS call whose
+    sums run over the whole of k, so for OpenBLAS's kernels the rows or columns a call
+    covers do not change them (all agree for every shape the tests try) -- but a library
+    may take another kernel for a small call (OpenBLAS's small-matrix path), so it is
+    checked, not assumed."""
+    key = ("cuts", a.dtype.char, a.shape, b.shape, _order(a), _order(b),
+           None if wide is None else len(wide[1]))
+    known = _agree.get(key)
+    if known is not None:
+        return known
+    ra, rb, want, got = _check_arrays(a, b)
+    with openblas_threads(BLAS_THREADS):
+        _gemm_blocks(ra, rb, want, split)
+        np.matmul(ra, rb, out=got)
+        one = want.tobytes() == got.tobytes()
+        if wide is not None:
+            _gemm_blocks(ra, rb, got, wide)
+    return _learned(key, (one, wide is not None and want.tobytes() == got.tobytes()))
 
 
 def _threaded(a, b, out, threads: int, server: bool = False) -> bool:
@@ -250,9 +313,11 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     split = gemm_split(m, n, k)
     whole = {}
     order_a, order_b = _order(a), _order(b)
-    if threads > 1 and m * n * k >= WHOLE_MIN_MACS and order_a and \
-            order_b and not np.may_share_memory(a, b):
-        # (numpy takes syrk for a product of a matrix with its own transpose)
+    # numpy takes syrk for a product of a matrix with its own transpose (other sums): no
+    # way that calls it on the whole operands is offered then; nor any checked way where
+    # the check would cost too much.
+    apart = not np.may_share_memory(a, b) and _checkable(m, n, k, a.itemsize)
+    if apart and threads > 1 and m * n * k >= WHOLE_MIN_MACS and order_a and order_b:
         def threaded(way: int):
             def call() -> bool:
                 # Checked when first picked, not before: the check costs the product
@@ -276,19 +341,43 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if split is None and not whole:
         np.matmul(a, b, out=out)
         return
-    ways = ((choice.POOL, choice.ALONE) if split else (choice.ALONE,)) + tuple(whole)
-    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads), ways,
-                 lambda: f"dot {m}x{k}x{n} {a.dtype}")
-    whole = {w: call for w, call in whole.items() if w in site.ways}
     if split is None:
-        run_blocks(lambda _, lo, hi: np.matmul(a, b, out=out), None, [(0, m)], site, whole,
-                   threads)
+        block = lambda _, lo, hi: np.matmul(a, b, out=out)  # noqa: E731
+        split = (0, [(0, m)])
     elif split[0] == 0:
-        run_blocks(lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi]), None,
-                   split[1], site, whole, threads)
+        block = lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
     else:
-        run_blocks(lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi]),
-                   None, split[1], site, whole, threads)
+        block = lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
+    cuts = {}
+    if len(split[1]) > 1 and apart:
+        # Coarser cuts than the fixed blocks: each block packs the whole other operand
+        # again, so fewer blocks cost less CPU where that packing is dear (1024^3 f32 on
+        # one thread, OpenBLAS 0.3.31's SkylakeX kernel: one call 21.4 ms, a block per
+        # thread of 2 21.7 ms, the four fixed blocks 22.4 ms), and more where smaller
+        # blocks fit the cache better (MIN_ROWS): measured, as the other ways.
+        wide = wide_split(split, threads)
+
+        def cut(way: int):
+            def call() -> bool:
+                one, wide_too = _cuts_agree(a, b, split, wide)
+                if not (one if way == choice.ONE else wide_too):
+                    site.drop(way)  # it would change the bits (the fixed blocks run)
+                    return False
+                if way == choice.ONE:
+                    np.matmul(a, b, out=out)
+                else:  # the pool, or the caller alone when another call holds it
+                    run_blocks(block, None, wide[1], n=threads)
+                return True
+            return call
+        if wide is not None:
+            cuts[choice.WIDE] = cut(choice.WIDE)
+        cuts[choice.ONE] = cut(choice.ONE)
+    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
+        (choice.ALONE,)
+    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads),
+                 ways + tuple(whole) + tuple(cuts), lambda: f"dot {m}x{k}x{n} {a.dtype}")
+    whole = {w: call for w, call in {**whole, **cuts}.items() if w in site.ways}
+    run_blocks(block, None, split[1], site, whole, threads)
 
 
 def by_blocks(fn, units: int, work_per_unit: int) -> None:
