@@ -300,6 +300,26 @@ def test_outputs_arriving_after_the_temp_folder_went_are_written(tmp_path, monke
                                    rtol=1e-6)
 
 
+def _run_blocking(tmp_path, monkeypatch, outfeed: Path, outputs: Path) -> int:
+    """`xladist run` (in this process) of a 2-rank loop writing `outfeed` and `outputs`,
+    whose folder tmp_path/dest rank 0's infeed function replaces by a file during the run,
+    with no rescue folder possible (a disk full for every folder); its exit code."""
+    import errno
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    for folder in ("dest", "good"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(tmp_path / "dest"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    return main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(outfeed),
+                 "--outputs", str(outputs), "--backend", "interpreter", "--timeout", "60"])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
@@ -308,22 +328,8 @@ def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
     # be made (a disk full for every folder). Before: the service recorded the failure and
     # nobody looked at it: nothing said, exit 0, the items gone. Now the run says which
     # files were lost and why, exit 1; the outputs are still written.
-    import errno
-
-    def no_room():
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(files, "rescue_dir", no_room)
-    module = tmp_path / "loop.hlo"
-    module.write_text(loop_text(2, 3))
     dest, good = tmp_path / "dest", tmp_path / "good"
-    dest.mkdir()
-    good.mkdir()
-    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
-    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
-                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
-                 "--outputs", str(good / "out.npz"), "--backend", "interpreter",
-                 "--timeout", "60"])
+    code = _run_blocking(tmp_path, monkeypatch, dest / "o{rank}.npz", good / "out.npz")
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err, err
     for r in range(2):
@@ -334,7 +340,6 @@ def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
                                    rtol=1e-6)
 
 
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_per_device_outputs_that_could_be_neither_written_nor_rescued_fail_the_run(
@@ -343,21 +348,8 @@ def test_per_device_outputs_that_could_be_neither_written_nor_rescued_fail_the_r
     # folder possible. Before: "xladist: internal error in the coordination service while
     # serving rank 0: OutputError: ..." for each rank. Now the usual one-line error naming
     # each file and both reasons, exit 1; the outfeed files are still written.
-    import errno
-
-    def no_room():
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(files, "rescue_dir", no_room)
-    module = tmp_path / "loop.hlo"
-    module.write_text(loop_text(2, 3))
     dest, good = tmp_path / "dest", tmp_path / "good"
-    dest.mkdir()
-    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
-    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
-                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(good / "o{rank}.npz"),
-                 "--outputs", str(dest / "out{device}.npz"), "--backend", "interpreter",
-                 "--timeout", "60"])
+    code = _run_blocking(tmp_path, monkeypatch, good / "o{rank}.npz", dest / "out{device}.npz")
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err and "internal error" not in err, err
     assert err.startswith("xladist run: error: cannot write --outputs (device "), err
