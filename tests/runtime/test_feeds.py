@@ -561,6 +561,37 @@ def test_a_cluster_call_gives_ranks_whose_items_are_still_being_taken_their_time
     assert time.monotonic() - t0 < 2
 
 
+
+def test_a_host_about_to_be_killed_writes_the_outfeed_files_still_open(tmp_path):
+    # Rank 0 of a bare mpiexec launch hosts the job; when the job is aborted, its abort hook
+    # closes the outfeed files whose streams have not ended (JobHost.close_outfeeds),
+    # writing the items that arrived. Before, the process died with only the .part log
+    # (tests/cli/test_feeds_cli.py, a real bare launch).
+    import socket
+
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.feeds.npz import read_items
+    from xladist.runtime.service.jobs import JobHost
+    job = JobHost(2, options={"timeout": 30},
+                  outfeed=lambda: NpzSink(str(tmp_path / "o{rank}.npz")))
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 1}))
+    t.start()
+    for k in range(2):
+        send_item(rank_end, np.full(2, k, np.float32), timeout=10)
+    log, deadline = tmp_path / "o1.npz.part", time.monotonic() + 10
+    while (not log.exists() or len(feeds_npz.read_part(str(log))) < 2) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)  # both items taken (logged); the stream stays open
+    job.close_outfeeds()
+    assert [x.tolist() for x in read_items(str(tmp_path / "o1.npz"))] == [[0, 0], [1, 1]]
+    assert not (tmp_path / "o1.npz.part").exists()
+    rank_end.close()
+    t.join(10)
+    assert not t.is_alive() and job.errors == []
+
+
 def test_bf16_items_from_uint16_bits():
     import ml_dtypes
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")

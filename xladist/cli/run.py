@@ -447,7 +447,11 @@ def _host_job(args, size: int):
     # This process is the job's host and a rank: if the job is aborted, what arrived so far
     # (trace events, outfeed items, host sends) is still written, here, before it goes.
     from xladist.collectives import deadline
-    deadline.on_abort(lambda: job.finish(True))
+
+    def save() -> None:
+        job.close_outfeeds()
+        _finish(job, True)
+    deadline.on_abort(save)
     return service, job
 
 

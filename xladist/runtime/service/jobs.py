@@ -66,6 +66,7 @@ class JobHost:
         self._handed_at = 0.0    # when it last gave one back (time.monotonic)
         self._named_late: set[int] = set()  # ranks drain_outfeeds recorded
         self._said: set[int] = set()  # ids of the errors finish raised
+        self._sinks: dict[int, tuple[int, _Watched]] = {}  # outfeed sinks open: id -> rank
         self._finished = False
         self.trace_note = None
 
@@ -147,13 +148,15 @@ class JobHost:
             produce(conn.sock, self.infeed, placement, self._fail("infeed"))
         elif meta["role"] == "feed-out" and self.outfeed is not None:
             rank = placement.rank
+            sink = _Watched(self.outfeed(), self)
             with self._streams_done:
                 self._streaming[rank] = self._streaming.get(rank, 0) + 1
+                self._sinks[id(sink)] = (rank, sink)
             try:
-                consume(conn.sock, _Watched(self.outfeed(), self), placement,
-                        self._user_lock, self._fail("outfeed"))
+                consume(conn.sock, sink, placement, self._user_lock, self._fail("outfeed"))
             finally:
                 with self._streams_done:
+                    self._sinks.pop(id(sink), None)
                     self._streaming[rank] -= 1
                     if not self._streaming[rank]:
                         del self._streaming[rank]
@@ -178,6 +181,26 @@ class JobHost:
                 f"the outfeed consumer in this process did not take rank {rank}'s last "
                 f"outfeed items within {timeout:g} s of the job's end (the deadline; raise "
                 f"it with --timeout / timeout=): the items not taken by then are lost"))
+
+    def close_outfeeds(self, wait: float = 5.0) -> None:
+        """This process is about to be killed (rank 0 of a bare mpiexec launch, which hosts
+        the job, in its abort hook): every outfeed sink still open is closed now, writing the
+        items that arrived (an --outfeed file), as the end of its stream would have. Before,
+        the process died with only the file's .part log. `wait`: for a callback under way."""
+        with self._streams_done:
+            sinks = list(self._sinks.values())
+        failures = []
+        for rank, sink in sinks:
+            if not self._user_lock.acquire(timeout=wait):
+                break  # a callback that does not return: the abort goes on
+            try:
+                sink.close(failed=True)
+            except Exception as e:  # noqa: BLE001 - e.g. the file cannot be written
+                failures.append((rank, e))
+            finally:
+                self._user_lock.release()
+        for rank, e in failures:  # (not under the lock: recording takes it)
+            self._fail("outfeed")(rank, e)
 
     @property
     def deadline_s(self) -> float | None:
