@@ -20,9 +20,9 @@ What a call's failure leaves behind:
 * a rank's exception (the module does not compile, a run-time error at an instruction):
   every rank that failed says so with its rank and instruction; when all ranks have
   answered within FAILED_GRACE_S (counted from the last outfeed item this process took,
-  while it still takes the call's items: _Calls._grace_left) the cluster stays usable. A rank that is still inside the
-  call then is waiting for one that gave up (in a collective): the cluster is stopped and
-  says so -- its MPI state is no longer known;
+  while it still takes the call's items: _Calls._grace_left) the cluster stays usable. A
+  rank that is still inside the call then is waiting for one that gave up (in a
+  collective): the cluster is stopped and says so -- its MPI state is no longer known;
 * a hang: the watchdog's report (service: every rank's position), the job ends, and the
   cluster says it is no longer usable; so does a rank that died (named with its signal).
 `close()` (the `with` block's end, or interpreter exit) ends the ranks and waits for mpiexec;

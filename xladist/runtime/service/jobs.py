@@ -66,7 +66,7 @@ class JobHost:
         self._handed_at = 0.0    # when it last gave one back (time.monotonic)
         self._named_late: set[int] = set()  # ranks drain_outfeeds recorded
         self._said: set[int] = set()  # ids of the errors finish raised
-        self._sinks: dict[int, tuple[int, _Watched]] = {}  # outfeed sinks open: id -> rank
+        self._sinks: dict[int, tuple[int, _Watched]] = {}  # open sinks: id -> (rank, sink)
         self._finished = False
         self.trace_note = None
 
@@ -268,7 +268,8 @@ class JobHost:
         if not failed:
             # An npz outfeed that could not be written or rescued (its rank was told its
             # items were taken: they were, and then lost here). After a failure the run's
-            # error is raised instead, naming it (api._callback_errors).
+            # error is raised instead, naming it (api._callback_errors; xladist run prints
+            # outfeed_failures).
             with self._user_lock:
                 said = [e for _, what, e in self.errors
                         if what == "outfeed" and isinstance(e, OutputError)]
@@ -277,7 +278,6 @@ class JobHost:
         if lost:
             raise OutputError("; ".join(lost))
         return result
-
 
     def finish_failed(self) -> str:
         """`finish(failed=True)` for a caller that raises the run's own error (xladist.run,

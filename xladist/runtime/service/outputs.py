@@ -15,8 +15,8 @@ Memory on the launching host: one piece (wire.CHUNK) per arriving array, or one 
 array where dims differ between devices.
 
 Traces: each rank's events (JSON) go to a temporary file as they arrive (or stay in memory
-when that file, or the temporary folder, cannot be made); the merged trace is written from them, and after a
-failure it says which ranks saved their events and which did not.
+when that file, or the temporary folder, cannot be made); the merged trace is written from
+them, and after a failure it says which ranks saved their events and which did not.
 """
 
 from __future__ import annotations
