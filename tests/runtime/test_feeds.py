@@ -620,6 +620,32 @@ def _sink_over_a_socketpair(timeout: float, answer: bool):
     return sink, service_end
 
 
+
+def test_an_outfeed_whose_consumer_went_is_not_said_to_be_slow():
+    # The launching process stopped taking the rank's items because its consumer failed
+    # (an --outfeed file's writer raised: the service closed the stream). Before, the rank
+    # said "the outfeed consumer ... did not take rank 1's last outfeed items within 20 s
+    # of the program's end (the deadline; raise it with --timeout): an outfeed callback
+    # slower than that ..." at once -- neither slow nor 20 s (a real run:
+    # /work/scratch/lost42/r2.py). Now it says the stream ended and where to look.
+    import socket
+
+    from xladist.runtime.feeds.host import SocketSink
+    rank_end, service_end = socket.socketpair()
+    sink = SocketSink("unused:0", "token", timeout=20)
+    sink.sock, sink.placement = rank_end, Placement(rank=1, replica=1, partition=0, device=1,
+                                                    assignment=None)
+    service_end.close()
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError) as info:
+        sink.close(failed=False)
+    assert time.monotonic() - t0 < 3
+    assert str(info.value) == (
+        "rank 1 (replica 1, partition 0): the launching process stopped taking rank 1's "
+        "outfeed items before it had them all (Broken pipe): its outfeed callback or file "
+        "failed (see the launching process's error), or it ended")
+
+
 def test_an_outfeed_not_taken_within_the_deadline_fails_the_rank(monkeypatch):
     # Before: close() waited 5 s for the service's word that every item reached the user's
     # callback, then gave up silently: with a callback slower than that, xladist.run
