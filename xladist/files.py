@@ -35,7 +35,8 @@ from pathlib import Path
 from .errors import InputError, OutputError
 
 __all__ = ["check_destination", "check_npz", "check_source", "deliver", "load_npz",
-           "read_text", "rescued", "utf8_text", "without_mark", "write_atomic"]
+           "read_text", "rescued", "temp_folder", "utf8_text", "without_mark",
+           "write_atomic"]
 
 
 # Errors numpy / zipfile raise for a damaged npz (a member cut short, bad compression, a
@@ -227,6 +228,23 @@ def write_atomic(path, write, what: str = "file") -> Path:
             except OSError:
                 pass
     return p
+
+
+def temp_folder(prefix: str, what: str) -> Path:
+    """A fresh folder in this process's temp folder (tempfile's: TMPDIR, else /tmp, ...)
+    for `what` (e.g. "the outputs while the ranks run"). When none can be made (the temp
+    folder removed, full, not writable): an OutputError naming the folder and TMPDIR,
+    not the standard library's OSError."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    except OSError as e:  # (gettempdir's "No usable temporary directory" is one too)
+        folder = tempfile.tempdir
+        tmpdir = os.environ.get("TMPDIR")
+        raise OutputError(
+            "cannot make a temporary folder" + (f" in {folder}" if folder else "")
+            + f" for {what}: {e.strerror or e} (TMPDIR "
+            + (f"is {tmpdir}" if tmpdir is not None else "is not set") + "); set TMPDIR to "
+            "a writable folder with room") from None
 
 
 # ---- rescue ----------------------------------------------------------------------------

@@ -323,3 +323,38 @@ def test_python_api_host_callbacks_run_in_the_launching_process():
         want = x[r] + np.cumsum([np.full(3, 100 * r + k, np.float32) for k in range(3)], axis=0)
         np.testing.assert_array_equal(np.stack(mine), want)
         np.testing.assert_array_equal(got[r][0], want[-1])
+
+
+def test_host_send_files_are_all_attempted_before_one_error_names_those_lost(tmp_path,
+                                                                            monkeypatch):
+    # Before: FileHost.finish stopped at the first channel whose file could be neither
+    # written nor rescued: the later ranks' --host-send files were never written (a real
+    # 2-rank run, rank 0's folder replaced by a file, no rescue folder possible:
+    # /work/scratch/lost42/r4.py). Now every file is attempted, then one OutputError names
+    # every one that was lost.
+    import errno
+
+    from xladist import files
+    from xladist.errors import OutputError
+    from xladist.runtime.channels_host import FileHost
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    host = FileHost(send_pattern=str(tmp_path / "sent{rank}" / "r{rank}_ch{channel}.npz"))
+    for r in range(3):
+        host.host_send(r, 8, np.full(2, r, np.float32))
+        host.host_send(r, 8, (np.full(3, 10 + r, np.int32),))
+    for r in (0, 2):
+        (tmp_path / f"sent{r}").write_text("a file where the folder was")
+    with pytest.raises(OutputError) as info:
+        host.finish()
+    assert str(info.value) == "; ".join(
+        f"cannot write --host-send {tmp_path / f'sent{r}' / f'r{r}_ch8.npz'}: Not a "
+        f"directory; making a folder to save it in failed too: No space left on device"
+        for r in (0, 2))
+    with np.load(tmp_path / "sent1" / "r1_ch8.npz") as z:
+        got = [z[name] for name in z.files]
+    np.testing.assert_array_equal(got[0], np.full(2, 1, np.float32))
+    np.testing.assert_array_equal(got[1], np.full(3, 11, np.int32))
+    host.finish()  # (what was sent is attempted once: an abort hook may call it again)

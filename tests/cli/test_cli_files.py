@@ -200,6 +200,47 @@ def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_failed_run_whose_trace_is_lost_too_still_says_why_it_failed(tmp_path,
+                                                                      monkeypatch):
+    # Rank 1's infeed raises; the trace's folder is replaced by a file during the run and
+    # no rescue folder can be made. Before: xladist.run raised only the trace's
+    # OutputError -- the run's failure (which rank, which instruction, why) was hidden
+    # behind it, as if only the trace had gone. Now the ExecutionError of the failure,
+    # with what could not be kept added.
+    import errno
+
+    from tests.feeds_fns import item
+    from xladist.errors import ExecutionError
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+
+    def feed(rank, rep, part):
+        for k in range(10):
+            if rank == 0 and k == 2 and dest.is_dir():
+                shutil.rmtree(dest)
+                dest.write_text("not a folder any more")
+            if rank == 1 and k == 3:
+                raise ValueError("shard 1 is corrupt at record 3")
+            yield item(rank, k)
+    with pytest.raises(ExecutionError) as info:
+        xladist.run(loop_text(2, 5), None, n=2, backend="interpreter", timeout=60,
+                    prefetch=1, infeed=feed, outfeed=lambda *a: None,
+                    trace=str(dest / "t.json"), job_timeout=180)
+    text = str(info.value)
+    assert "rank 1 (replica 1, partition 0) | in (line 21): the infeed source (in the " \
+        "launching process) raised ValueError: shard 1 is corrupt at record 3" in text, text
+    assert text.endswith(f"(and some results could not be kept: cannot write --trace "
+                         f"{dest / 't.json'}: Not a directory; making a folder to save it "
+                         f"in failed too: No space left on device)"), text
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, monkeypatch):
@@ -230,6 +271,55 @@ def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, mon
     assert "note" not in doc["otherData"]
 
 
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_outputs_arriving_after_the_temp_folder_went_are_written(tmp_path, monkeypatch,
+                                                                 capsys):
+    # The launching process's temp folder (where arriving outputs wait for the run's end)
+    # is replaced by a file during the run. Before: "xladist run: error: --outputs: the
+    # launching host could not keep the outputs (output 0 of device 0: Not a directory;
+    # ...)", exit 1, the results of a run that had succeeded lost. Now they are written.
+    import tempfile
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    scratch, good = tmp_path / "scratch", tmp_path / "good"
+    (scratch / "tmp").mkdir(parents=True)
+    good.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch / "tmp"))  # this process only
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(scratch))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(good / "o{rank}.npz"),
+                 "--outputs", str(good / "out.npz"), "--backend", "interpreter",
+                 "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 0 and err == "" and scratch.is_file(), err
+    with np.load(good / "out.npz") as z:
+        np.testing.assert_allclose(z["out0"], np.stack([expected_accs(2, 3)[-1]] * 2),
+                                   rtol=1e-6)
+
+
+def _run_blocking(tmp_path, monkeypatch, outfeed: Path, outputs: Path) -> int:
+    """`xladist run` (in this process) of a 2-rank loop writing `outfeed` and `outputs`,
+    whose folder tmp_path/dest rank 0's infeed function replaces by a file during the run,
+    with no rescue folder possible (a disk full for every folder); its exit code."""
+    import errno
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    for folder in ("dest", "good"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(tmp_path / "dest"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    return main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
+                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(outfeed),
+                 "--outputs", str(outputs), "--backend", "interpreter", "--timeout", "60"])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
@@ -238,28 +328,88 @@ def test_an_outfeed_that_could_be_neither_written_nor_rescued_fails_the_run(
     # be made (a disk full for every folder). Before: the service recorded the failure and
     # nobody looked at it: nothing said, exit 0, the items gone. Now the run says which
     # files were lost and why, exit 1; the outputs are still written.
-    import errno
-
-    def no_room():
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(files, "rescue_dir", no_room)
-    module = tmp_path / "loop.hlo"
-    module.write_text(loop_text(2, 3))
     dest, good = tmp_path / "dest", tmp_path / "good"
-    dest.mkdir()
-    good.mkdir()
-    monkeypatch.setenv("XLADIST_TEST_BLOCK_DIR", str(dest))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
-    code = main(["run", str(module), "-n", "2", "-q", "--prefetch", "1", "--infeed-fn",
-                 "tests.feeds_fns:steps_then_block_dir", "--outfeed", str(dest / "o{rank}.npz"),
-                 "--outputs", str(good / "out.npz"), "--backend", "interpreter",
-                 "--timeout", "60"])
+    code = _run_blocking(tmp_path, monkeypatch, dest / "o{rank}.npz", good / "out.npz")
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err, err
     for r in range(2):
         assert (f"cannot write --outfeed {dest / f'o{r}.npz'}: Not a directory; making a "
                 f"folder to save it in failed too: No space left on device") in err, err
     with np.load(good / "out.npz") as z:
+        np.testing.assert_allclose(z["out0"], np.stack([expected_accs(2, 3)[-1]] * 2),
+                                   rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_per_device_outputs_that_could_be_neither_written_nor_rescued_fail_the_run(
+        tmp_path, monkeypatch, capsys):
+    # `--outputs 'dest/out{device}.npz'`, dest replaced by a file during the run, no rescue
+    # folder possible. Before: "xladist: internal error in the coordination service while
+    # serving rank 0: OutputError: ..." for each rank. Now the usual one-line error naming
+    # each file and both reasons, exit 1; the outfeed files are still written.
+    dest, good = tmp_path / "dest", tmp_path / "good"
+    code = _run_blocking(tmp_path, monkeypatch, good / "o{rank}.npz", dest / "out{device}.npz")
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert err.startswith("xladist run: error: cannot write --outputs (device "), err
+    for d in range(2):
+        assert (f"cannot write --outputs (device {d}) {dest / f'out{d}.npz'}: Not a "
+                f"directory; making a folder to save it in failed too: No space left on "
+                f"device") in err, err
+    for r in range(2):
+        check_outfeed(read_outfeed(good / f"o{r}.npz"), 2, 3)
+
+
+
+def test_a_run_whose_temporary_folder_cannot_be_made_says_so_before_any_rank_starts(
+        tmp_path, monkeypatch, capsys):
+    # Before: tempfile.mkdtemp's FileNotFoundError, as a Python traceback from the CLI.
+    import tempfile
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    gone = tmp_path / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))  # this process's temp folder, removed
+    monkeypatch.delenv("TMPDIR", raising=False)
+    code = main(["run", str(module), "-n", "2", "-q", "--infeed-fn", "tests.feeds_fns:steps",
+                 "--outputs", str(tmp_path / "out.npz"), "--backend", "interpreter"])
+    err = capsys.readouterr().err
+    assert code == 1 and err == (
+        f"xladist run: error: cannot make a temporary folder in {gone} for the outputs while "
+        f"the ranks run: No such file or directory (TMPDIR is not set); set TMPDIR to a "
+        f"writable folder with room\n"), err
+    assert not (tmp_path / "out.npz").exists()
+
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_outfeed_file_whose_writer_failed_fails_the_run_naming_the_rank(
+        tmp_path, monkeypatch, capsys):
+    # Rank 1's --outfeed file cannot be made (MemoryError while its archive is written, in
+    # the launching process). Before: xladist run never looked at the failures its feeds
+    # recorded (job.errors): no o1.npz, nothing said, exit 0. Now one line names the rank
+    # and what failed, exit 1; the other files are written.
+    from xladist.runtime.feeds import pipeline
+    close = pipeline.NpzSink.close
+
+    def failing(self, *, failed):
+        if self.path.endswith("o1.npz"):
+            raise MemoryError("no memory for the npz archive")
+        close(self, failed=failed)
+    monkeypatch.setattr(pipeline.NpzSink, "close", failing)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.feeds_fns
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 3))
+    code = main(["run", str(module), "-n", "2", "-q", "--infeed-fn", "tests.feeds_fns:steps",
+                 "--outfeed", str(tmp_path / "o{rank}.npz"), "--outputs",
+                 str(tmp_path / "out.npz"), "--backend", "interpreter", "--timeout", "60"])
+    err = capsys.readouterr().err
+    assert code == 1 and err == ("xladist run: error: rank 1's outfeed: MemoryError: no "
+                                 "memory for the npz archive; items may be missing from "
+                                 "it\n"), err
+    check_outfeed(read_outfeed(tmp_path / "o0.npz"), 2, 3)
+    with np.load(tmp_path / "out.npz") as z:
         np.testing.assert_allclose(z["out0"], np.stack([expected_accs(2, 3)[-1]] * 2),
                                    rtol=1e-6)
 
@@ -357,6 +507,34 @@ def test_feed_templates_are_checked_for_every_rank(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"--infeed '{infeed}' for rank 1 (replica 1, partition 0): " \
            f"{tmp_path / 'in' / 'rank1.npz'}: not an npz file" in proc.stderr
+
+
+
+def test_a_per_rank_destination_two_ranks_would_share_is_refused(tmp_path, capsys):
+    # Before: `xladist run -n 2 --outfeed o.npz` (no {rank}) ran, both ranks' items were
+    # written to o.npz, one after the other, and one rank's were lost: exit 0, nothing said.
+    # The same for xladist.run's outfeed path, and --host-send without {rank}/{channel}.
+    from tests.cli.test_channels_cli import HOST_LOOP
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(2, 2))
+    code = main(["run", str(module), "-n", "2", "--infeed-fn", "tests.feeds_fns:steps",
+                 "--outfeed", str(tmp_path / "o.npz"), "--backend", "interpreter"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (
+        f"xladist run: error: --outfeed '{tmp_path / 'o.npz'}': rank 0 (replica 0, partition "
+        f"0) and rank 1 (replica 1, partition 0) would both write {tmp_path / 'o.npz'}, and "
+        f"one's data would be lost; put {{rank}} in the path\n"), err
+    with pytest.raises(InputError, match=r"^outfeed '.*o\.npz': rank 0 .* would both write"):
+        xladist.run(loop_text(2, 2), None, n=2, backend="interpreter",
+                    infeed_fn="tests.feeds_fns:steps", outfeed=str(tmp_path / "o.npz"))
+    host = tmp_path / "host.hlo"
+    host.write_text(HOST_LOOP)
+    code = main(["run", str(host), "-n", "2", "--host-send", str(tmp_path / "s{channel}.npz")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(
+        f"xladist run: error: --host-send '{tmp_path / 's{channel}.npz'}': rank 0 (channel 8) "
+        f"and rank 1 (channel 8) would both write {tmp_path / 's8.npz'}"), err
+    assert not list(tmp_path.glob("*.npz"))
 
 
 _NARROW = """HloModule narrow, num_partitions=2

@@ -9,6 +9,7 @@ leave every item outfed before the failure in the outfeed files.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +184,42 @@ def test_infeed_function_that_raises_is_reported_once_with_rank(tmp_path):
     assert msg in proc.stderr
     assert proc.stderr.count("shard 1 is corrupt") == 1, proc.stderr
     check_outfeed(read_outfeed(tmp_path / "out1.npz"), 2, 2)  # steps 0, 1 before item 2
+
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_bare_mpiexec_launch_writes_every_outfeed_file_when_a_rank_fails(tmp_path):
+    # `mpiexec -n 2 xladist run ...`: rank 0 hosts the job (its files and the service).
+    # Rank 1's infeed function raises at item 2. Before: rank 0 was aborted in the
+    # all-reduce, never ended its own outfeed stream, and died with only out0.npz.part --
+    # its items outfed before the failure not in out0.npz, nothing said. Now its abort hook
+    # closes the outfeed files still open (JobHost.close_outfeeds): both files hold steps
+    # 0 and 1.
+    import os
+    import signal
+    import subprocess
+
+    from tests.cli_util import cli_env
+    from xladist.runtime.launcher import find_mpiexec
+    module = write_module(tmp_path, 2, 5)
+    proc = subprocess.Popen(
+        [find_mpiexec(), "-n", "2", sys.executable, "-m", "xladist", "run", str(module),
+         "--infeed-fn", "tests.feeds_fns:raising_on_rank1", "--outfeed",
+         str(tmp_path / "out{rank}.npz"), "--timeout", "60", "-q"],
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # mpiexec and its ranks: nothing left running
+        _, err = proc.communicate()
+        pytest.fail(f"the bare launch did not end:\n{err}")
+    assert proc.returncode != 0
+    assert "shard 1 is corrupt at record 2" in err, err
+    for r in range(2):
+        check_outfeed(read_outfeed(tmp_path / f"out{r}.npz"), 2, 2)  # steps 0, 1
+        assert not (tmp_path / f"out{r}.npz.part").exists()
 
 
 def test_missing_infeed_file_is_refused_before_launch(tmp_path):

@@ -510,6 +510,88 @@ def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_ar
     job.drain_outfeeds()  # nothing left: returns at once
 
 
+
+def test_a_cluster_call_gives_ranks_whose_items_are_still_being_taken_their_time():
+    # cluster._Calls.wait: after a rank failed a call, the others have FAILED_GRACE_S to
+    # answer before the cluster takes them to be stuck in a collective and stops. Before,
+    # that ran from the failure alone: a rank that had finished and only waited for a slow
+    # outfeed callback to take its last items was killed, the cluster stopped, its last
+    # items lost (a real cluster: tests/runtime/test_cluster.py). Now the grace runs from
+    # the last item the callback took, and not while it holds one.
+    import socket
+    from types import SimpleNamespace
+
+    from xladist.runtime.cluster import _Calls
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.service.jobs import JobHost
+    release, holding, got = threading.Event(), threading.Event(), []
+
+    def slow(rank, rep, part, x):
+        holding.set()
+        release.wait(30)
+        got.append(rank)
+    job = JobHost(2, options={"timeout": 30},
+                  outfeed=lambda: make_feeds(outfeed=slow).sink)
+    calls = _Calls(2)
+    calls.begin(1, job)
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 0}))
+    t.start()
+    send_item(rank_end, np.zeros(2, np.float32), timeout=10)
+    assert holding.wait(10)
+    ranks = [SimpleNamespace(rank=r, mark=lambda state: None) for r in range(2)]
+    calls.on_message(ranks[1], "call-failed", {"call": 1, "text": "rank 1 failed"}, None)
+    answers = []
+    waiter = threading.Thread(target=lambda: answers.append(calls.wait(1, grace=0.3)))
+    waiter.start()
+    waiter.join(1.5)  # the grace is long over, but rank 0's item is in the callback's hands
+    assert waiter.is_alive() and got == []
+    release.set()
+    waiter.join(10)  # no answer from rank 0: the grace runs out 0.3 s after the item
+    assert answers == [{1: ("failed", "rank 1 failed")}] and got == [0]
+    rank_end.close()
+    t.join(10)
+    assert job.errors == []
+    # Without a rank's items in hand, the grace counts from the failure, as before.
+    calls.begin(2, JobHost(2, options={"timeout": 30}))
+    calls.on_message(ranks[1], "call-failed", {"call": 2, "text": "rank 1 failed"}, None)
+    t0 = time.monotonic()
+    assert calls.wait(2, grace=0.3) == {1: ("failed", "rank 1 failed")}
+    assert time.monotonic() - t0 < 2
+
+
+
+def test_a_host_about_to_be_killed_writes_the_outfeed_files_still_open(tmp_path):
+    # Rank 0 of a bare mpiexec launch hosts the job; when the job is aborted, its abort hook
+    # closes the outfeed files whose streams have not ended (JobHost.close_outfeeds),
+    # writing the items that arrived. Before, the process died with only the .part log
+    # (tests/cli/test_feeds_cli.py, a real bare launch).
+    import socket
+
+    from xladist.runtime.feeds.host import send_item
+    from xladist.runtime.feeds.npz import read_items
+    from xladist.runtime.service.jobs import JobHost
+    job = JobHost(2, options={"timeout": 30},
+                  outfeed=lambda: NpzSink(str(tmp_path / "o{rank}.npz")))
+    rank_end, service_end = socket.socketpair()
+    t = threading.Thread(target=job.serve_feed, daemon=True,
+                         args=(_FeedConn(service_end), {"role": "feed-out", "rank": 1}))
+    t.start()
+    for k in range(2):
+        send_item(rank_end, np.full(2, k, np.float32), timeout=10)
+    log, deadline = tmp_path / "o1.npz.part", time.monotonic() + 10
+    while (not log.exists() or len(feeds_npz.read_part(str(log))) < 2) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)  # both items taken (logged); the stream stays open
+    job.close_outfeeds()
+    assert [x.tolist() for x in read_items(str(tmp_path / "o1.npz"))] == [[0, 0], [1, 1]]
+    assert not (tmp_path / "o1.npz.part").exists()
+    rank_end.close()
+    t.join(10)
+    assert not t.is_alive() and job.errors == []
+
+
 def test_bf16_items_from_uint16_bits():
     import ml_dtypes
     text = LOOP.replace("f32", "bf16").replace("STEPS", "2")
@@ -536,6 +618,32 @@ def _sink_over_a_socketpair(timeout: float, answer: bool):
             wire.send(service_end, wire.END, {})
     threading.Thread(target=service, daemon=True).start()
     return sink, service_end
+
+
+
+def test_an_outfeed_whose_consumer_went_is_not_said_to_be_slow():
+    # The launching process stopped taking the rank's items because its consumer failed
+    # (an --outfeed file's writer raised: the service closed the stream). Before, the rank
+    # said "the outfeed consumer ... did not take rank 1's last outfeed items within 20 s
+    # of the program's end (the deadline; raise it with --timeout): an outfeed callback
+    # slower than that ..." at once -- neither slow nor 20 s (a real run:
+    # /work/scratch/lost42/r2.py). Now it says the stream ended and where to look.
+    import socket
+
+    from xladist.runtime.feeds.host import SocketSink
+    rank_end, service_end = socket.socketpair()
+    sink = SocketSink("unused:0", "token", timeout=20)
+    sink.sock, sink.placement = rank_end, Placement(rank=1, replica=1, partition=0, device=1,
+                                                    assignment=None)
+    service_end.close()
+    t0 = time.monotonic()
+    with pytest.raises(ExecutionError) as info:
+        sink.close(failed=False)
+    assert time.monotonic() - t0 < 3
+    assert str(info.value) == (
+        "rank 1 (replica 1, partition 0): the launching process stopped taking rank 1's "
+        "outfeed items before it had them all (Broken pipe): its outfeed callback or file "
+        "failed (see the launching process's error), or it ended")
 
 
 def test_an_outfeed_not_taken_within_the_deadline_fails_the_rank(monkeypatch):

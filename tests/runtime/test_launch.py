@@ -118,6 +118,34 @@ def test_a_hostfile_starting_with_a_byte_order_mark_gives_mpiexec_its_host_names
     assert proc.stdout.splitlines() == [f"given: {plain}", "nodeA:2", "nodeB:2"]
 
 
+
+def test_a_marked_hostfile_without_a_temporary_folder_is_a_clear_error(tmp_path,
+                                                                       monkeypatch):
+    # Before: the copy of a hostfile's text (its byte-order mark dropped) was made with
+    # tempfile.mkstemp, whose FileNotFoundError (this process's temp folder removed or
+    # full) was a Python traceback from `xladist run --hostfile`. Now it is the one error
+    # of files.temp_folder, naming the folder and TMPDIR; the copy still goes with the job.
+    import tempfile
+
+    from xladist.errors import OutputError
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(BOM + b"nodeA:2\n")
+    gone = tmp_path / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))
+    monkeypatch.setenv("TMPDIR", str(gone))
+    with pytest.raises(OutputError) as info:
+        with launcher.hostfile_as_read(str(hosts)):
+            pass
+    assert str(info.value) == (
+        f"cannot make a temporary folder in {gone} for the text of the hostfile {hosts}: No "
+        f"such file or directory (TMPDIR is {gone}); set TMPDIR to a writable folder with "
+        f"room")
+    gone.mkdir()
+    with launcher.hostfile_as_read(str(hosts)) as given:
+        assert Path(given).read_bytes() == b"nodeA:2\n"
+    assert list(gone.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_a_hostfile_starting_with_a_byte_order_mark_runs(tmp_path):
     """The same through `xladist run --hostfile` on this machine: before, mpiexec could not

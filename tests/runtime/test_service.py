@@ -496,6 +496,133 @@ def test_outputs_one_file_per_device_and_in_memory(tmp_path):
     assert [g[0].tolist() for g in got] == [[0.0] * 4, [1.0] * 4]
 
 
+def test_a_device_file_that_can_be_neither_written_nor_rescued_is_named_at_the_end(
+        tmp_path, monkeypatch):
+    # Before: the OutputError of files.deliver left Outputs.device_done in the service's
+    # thread of the rank: `xladist run --outputs 'dest/out{device}.npz'` with dest replaced
+    # by a file and no rescue folder possible said "xladist: internal error in the
+    # coordination service while serving rank 0: OutputError: ..." for each rank, and the
+    # other results were not known to be safe. Now every device is attempted and the job's
+    # end names each file that was lost, after writing the rest.
+    import errno
+
+    from xladist import files
+    from xladist.errors import OutputError
+    from xladist.runtime.service.jobs import JobHost
+
+    def no_room():
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files, "rescue_dir", no_room)
+    (tmp_path / "dest").write_text("a file where the folder was")
+    per_device = [[np.full(4, d, np.float32)] for d in range(2)]
+    for failed in (False, True):  # also after a failed run: the files were written before
+        trace = tmp_path / f"t{failed}.json"
+        job = JobHost(2, options={}, trace=str(trace), outputs=Outputs(
+            2, "devices", str(tmp_path / "dest" / "out{device}.npz")))
+        _deliver(job.outputs, per_device)  # raises nothing: it is the service's thread
+        job.traces.receive(0, b"[]", False)
+        job.traces.receive(1, b"[]", False)
+        with pytest.raises(OutputError) as info:
+            job.finish(failed=failed)
+        assert str(info.value) == "; ".join(
+            f"cannot write --outputs (device {d}) {tmp_path / 'dest' / f'out{d}.npz'}: Not "
+            f"a directory; making a folder to save it in failed too: No space left on device"
+            for d in range(2))
+        assert trace.is_file()  # the other results are written
+
+
+
+def test_outputs_without_a_temporary_folder_are_a_clear_error_or_kept_in_memory(
+        tmp_path, monkeypatch, capsys):
+    # Before: Outputs' tempfile.mkdtemp let its OSError out when this process's temp folder
+    # was removed or full: `xladist run ... --outputs out.npz` (or printing them) ended in
+    # a Python traceback. Now files are one OutputError naming the folder and TMPDIR,
+    # before any rank starts; outputs to print are kept in memory and printed.
+    import tempfile
+
+    from xladist.errors import OutputError
+    gone = tmp_path / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(gone))
+    monkeypatch.setenv("TMPDIR", str(gone))
+    for mode, target in (("npz", "out.npz"), ("devices", "out{device}.npz")):
+        with pytest.raises(OutputError) as info:
+            Outputs(2, mode, str(tmp_path / target))
+        assert str(info.value) == (
+            f"cannot make a temporary folder in {gone} for the outputs while the ranks run: "
+            f"No such file or directory (TMPDIR is {gone}); set TMPDIR to a writable folder "
+            f"with room")
+    out = Outputs(2, "print")
+    _deliver(out, [[np.full(3, d, np.float32)] for d in range(2)])
+    assert out.finish() is None
+    assert capsys.readouterr().out == (
+        "device 0:\nout0: float32[3]\n  [0. 0. 0.]\ndevice 1:\nout0: float32[3]\n"
+        "  [1. 1. 1.]\n")
+
+
+
+def test_outfeed_failures_not_raised_by_finish_are_lines_naming_the_rank():
+    # `xladist run` never looked at job.errors: an --outfeed file whose writer raised
+    # (MemoryError writing the archive), or one that could be neither written nor rescued
+    # in a run that failed anyway, was lost without a word -- exit 0 in the first case.
+    # JobHost.outfeed_failures gives what finish did not raise, one line per failure.
+    from xladist.errors import ExecutionError, OutputError
+    from xladist.runtime.service.jobs import JobHost
+    for failed in (False, True):
+        job = JobHost(2, options={})
+        job._fail("infeed")(0, ValueError("said by the rank that asked for the item"))
+        job._fail("outfeed")(1, MemoryError("no memory for the archive"))
+        job._fail("outfeed")(0, OutputError("cannot write --outfeed o0.npz: no room"))
+        job._fail("outfeed")(1, ExecutionError("the outfeed consumer in this process did "
+                                               "not take rank 1's last outfeed items"))
+        if failed:
+            assert job.finish(failed=True) is None
+        else:
+            with pytest.raises(OutputError, match="^cannot write --outfeed o0.npz: no room$"):
+                job.finish(failed=False)
+        assert job.outfeed_failures() == [
+            "rank 1's outfeed: MemoryError: no memory for the archive; items may be missing "
+            "from it"] + (["rank 0's outfeed: cannot write --outfeed o0.npz: no room"]
+                          if failed else []) + [
+            "rank 1's outfeed: the outfeed consumer in this process did not take rank 1's "
+            "last outfeed items"]
+
+
+
+@pytest.mark.parametrize("mode", ["npz", "devices", "print"])
+def test_outputs_whose_temporary_folder_went_during_the_run_are_kept_in_memory(
+        tmp_path, mode, capsys):
+    # Before: outputs arriving after the launching process's temporary folder had been
+    # removed or replaced (a temp cleaner, a full disk) were dropped: "--outputs: the
+    # launching host could not keep the outputs (output 0 of device 0: Not a directory)",
+    # exit 1, the results of a run that had succeeded gone -- also when they were only to
+    # be printed (a real 2-rank run: /work/scratch/lost42/r8.py). Now such an array is kept
+    # in memory and written or printed as any other.
+    import shutil
+
+    bf = np.array([1.0, -2.5], ml_dtypes.bfloat16)
+    per_device = [[np.full((2, 3), d, np.float32), bf * (d + 1)] for d in range(2)]
+    target = {"npz": "out.npz", "devices": "out{device}.npz", "print": None}[mode]
+    out = Outputs(2, mode, str(tmp_path / target) if target else None)
+    shutil.rmtree(out.tmp)
+    out.tmp.write_text("not a folder any more")
+    try:
+        _deliver(out, per_device)
+        assert out.finish() is None
+    finally:
+        out.tmp = None  # (discard: nothing of ours left to remove)
+    if mode == "print":
+        assert capsys.readouterr().out.endswith(
+            "device 1:\nout0: float32[2, 3]\n  [[1. 1. 1.]\n   [1. 1. 1.]]\nout1: bfloat16[2]\n"
+            "  [2 -5]\n")
+        return
+    for d in range(2):
+        path = tmp_path / ("out.npz" if mode == "npz" else f"out{d}.npz")
+        with np.load(path) as z:
+            got = [z["out0"][d], z["out1"][d]] if mode == "npz" else [z["out0"], z["out1"]]
+        np.testing.assert_array_equal(got[0], per_device[d][0])
+        np.testing.assert_array_equal(got[1], per_device[d][1].view(np.uint16))
+
+
 def _outputs_job(n, tmp_path, mode):
     from xladist.runtime.service.jobs import JobHost
     target = str(tmp_path / "out.npz") if mode == "npz" else None

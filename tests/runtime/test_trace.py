@@ -186,6 +186,24 @@ def test_service_keeps_events_whose_temporary_file_cannot_be_written(tmp_path):
     assert doc["traceEvents"] == [{"name": "c", "pid": 0}, {"name": "b", "pid": 1}]
 
 
+
+def test_service_keeps_events_in_memory_when_no_temporary_folder_can_be_made(
+        tmp_path, monkeypatch):
+    # Before: Traces' tempfile.mkdtemp let its OSError out (this process's temp folder
+    # removed, or full): `xladist run --trace` ended in a Python traceback before any rank
+    # started, xladist.run(trace=) raised FileNotFoundError. Now the events stay in memory.
+    import tempfile
+
+    from xladist.runtime.service.outputs import Traces
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    traces = Traces(2, str(tmp_path / "t.json"))
+    traces.receive(1, json.dumps([{"name": "b", "pid": 1}]).encode(), False)
+    traces.receive(0, json.dumps([{"name": "a", "pid": 0}]).encode(), False)
+    assert traces.finish(failed=False) is None
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["traceEvents"] == [{"name": "a", "pid": 0}, {"name": "b", "pid": 1}]
+
+
 # ---- in-process: the tracer hooks on one device -----------------------------------------
 LOOP = """
 HloModule loop

@@ -374,11 +374,25 @@ def _launch(args, module, inputs, checked) -> int:
     else:
         from . import ranks_never_started
         unstarted = ranks_never_started(proc, service, args.num_devices, "run")
-    job.finish(failed or bool(unstarted))
+    unsaid = _finish(job, failed or bool(unstarted))
     if failed and args.trace and job.trace_note:
         print(f"xladist run: wrote the failed run's partial trace to {args.trace}",
               file=sys.stderr)
-    return unstarted or proc.returncode or (1 if failed else 0)
+    return unstarted or proc.returncode or (1 if failed or unsaid else 0)
+
+
+def _finish(job, failed: bool) -> list[str]:
+    """The job's results written (JobHost.finish; its OutputError goes on to main), and
+    then what failed in this process's feeds that no rank and no result said -- an
+    --outfeed file's writer that raised, items not taken by the deadline -- one line each,
+    naming the rank (JobHost.outfeed_failures). Returns those lines: the run fails."""
+    try:
+        job.finish(failed)
+    finally:
+        unsaid = job.outfeed_failures()
+        for line in unsaid:
+            print(f"xladist run: error: {line}", file=sys.stderr)
+    return unsaid
 
 
 def _run_as_rank(args) -> int:
@@ -405,8 +419,9 @@ def _run_as_rank(args) -> int:
             with deadline.waiting("waiting for every rank's outputs", Members(
                     range(size), "all ranks")):
                 service.wait_all_ended()
-            job.finish(service.failed)
-            service.close()
+            service.close()  # (after the outfeed streams still arriving: drain_outfeeds)
+            if _finish(job, service.failed):
+                return 1
     except BaseException as e:  # noqa: BLE001 - a failing rank must take the job down
         report_and_abort(e, rank, prefix="xladist run")
         return 1
@@ -432,7 +447,11 @@ def _host_job(args, size: int):
     # This process is the job's host and a rank: if the job is aborted, what arrived so far
     # (trace events, outfeed items, host sends) is still written, here, before it goes.
     from xladist.collectives import deadline
-    deadline.on_abort(lambda: job.finish(True))
+
+    def save() -> None:
+        job.close_outfeeds()
+        _finish(job, True)
+    deadline.on_abort(save)
     return service, job
 
 

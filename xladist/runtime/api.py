@@ -345,7 +345,8 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python
     failed = proc.returncode != 0 or service.failed
-    outputs = job.finish(failed)
+    lost = job.finish_failed() if failed else ""
+    outputs = None if failed else job.finish(False)
     errors = list(job.errors)
     if failed or outputs is None:
         detail = launcher.clean_stderr(proc.stderr).strip()
@@ -354,7 +355,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
             if options.get("trace") and note else ""
         raise ExecutionError(f"the {n}-rank job failed (exit {proc.returncode})"
                              + (f":\n{detail}" if detail else "")
-                             + _callback_errors(errors) + trace_note) \
+                             + _callback_errors(errors) + trace_note + lost) \
             from (errors[0][2] if errors else None)
     failed_out = [x for x in errors if x[1] == "outfeed"]
     if failed_out:

@@ -126,13 +126,22 @@ class FileHost:
 
     def finish(self) -> None:
         """Write what each channel sent to the host (when the rank's program has finished,
-        failed or is being aborted)."""
-        for (rank, channel), arrays in self._sent.items():
+        failed or is being aborted). Every channel's file is attempted; those that could be
+        neither written nor rescued (files.deliver) are then one OutputError naming them
+        all."""
+        from xladist.errors import OutputError
+        sent, self._sent = self._sent, {}
+        lost: list[str] = []
+        for (rank, channel), arrays in sent.items():
             path = self._path(self.send_pattern, rank, channel)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError:
                 pass  # deliver reports it and saves the data in the job directory
             stored = [_storable(a) for a in arrays]
-            deliver(path, lambda f, stored=stored: np.savez(f, *stored), "--host-send")
-        self._sent.clear()
+            try:
+                deliver(path, lambda f, stored=stored: np.savez(f, *stored), "--host-send")
+            except OutputError as e:
+                lost.append(str(e))
+        if lost:
+            raise OutputError("; ".join(lost))

@@ -19,9 +19,10 @@ What a call's failure leaves behind:
   deadlock check): raised here before any rank hears of the call; the cluster is unchanged;
 * a rank's exception (the module does not compile, a run-time error at an instruction):
   every rank that failed says so with its rank and instruction; when all ranks have
-  answered within FAILED_GRACE_S the cluster stays usable. A rank that is still inside the
-  call then is waiting for one that gave up (in a collective): the cluster is stopped and
-  says so -- its MPI state is no longer known;
+  answered within FAILED_GRACE_S (counted from the last outfeed item this process took,
+  while it still takes the call's items: _Calls._grace_left) the cluster stays usable. A
+  rank that is still inside the call then is waiting for one that gave up (in a
+  collective): the cluster is stopped and says so -- its MPI state is no longer known;
 * a hang: the watchdog's report (service: every rank's position), the job ends, and the
   cluster says it is no longer usable; so does a rank that died (named with its signal).
 `close()` (the `with` block's end, or interpreter exit) ends the ranks and waits for mpiexec;
@@ -186,8 +187,9 @@ class Cluster:
         self._ended = self._ended or "it was closed"
         self._calls.codes.close()
 
-    def _gone_error(self, doing: str):
-        """The job ended: the reason, once, as a ClusterEnded (raised)."""
+    def _gone_error(self, doing: str, lost: str = ""):
+        """The job ended: the reason, once, as a ClusterEnded (raised); `lost`: what of
+        the call's results could not be kept (JobHost.finish_failed)."""
         if self._ended is None:
             result = self._result
             if isinstance(result, BaseException):
@@ -199,9 +201,9 @@ class Cluster:
             else:
                 detail = "\n".join(self._service.messages)
             self._ended = f"its {self.n}-rank job ended {doing}"
-            raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip())
+            raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip() + lost)
         raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable ({self._ended}, "
-                           "as reported then); start a new Cluster")
+                           "as reported then); start a new Cluster" + lost)
 
     def _usable_or_raise(self) -> None:
         if not self.started:
@@ -355,19 +357,24 @@ class Cluster:
                 self._busy = False
                 if free or (load and not self._calls.all_done(call)):
                     self._calls.codes.drop(handle.id)
+            # Every item the ranks outfed reaches this call's consumer before the call
+            # returns or raises (also a failed rank's, which waits for it at most
+            # feeds.host.FAILED_CLOSE_S): at most the run's deadline, as for a one-shot job.
             if answers is None:
-                job.finish(True)
-                self._gone_error(f"during a call of {handle.module.name}")
+                job.drain_outfeeds()
+                self._gone_error(f"during a call of {handle.module.name}",
+                                 job.finish_failed())
             failed = {r: a for r, a in answers.items() if a[0] == "failed"}
             if len(answers) < self.n:  # some rank is still inside the call: stuck
-                job.finish(True)
-                self._stop(handle, answers, failed)
+                self._stop(handle, answers, failed, job)
+            job.drain_outfeeds()
+            self._calls.feeding = None
             if failed:
-                job.finish(True)
+                lost = job.finish_failed()
                 texts = [failed[r][1] for r in sorted(failed)]
                 raise ExecutionError(f"{PREFIX}: {texts[0]}" + "".join(
                     f"\n{PREFIX}: {t}" for t in texts[1:]) + _callback_errors(job.errors) +
-                    "\n(the cluster is still usable: every rank finished this call)")
+                    lost + "\n(the cluster is still usable: every rank finished this call)")
             result = job.finish(False) if run else None
             outfed = [x for x in job.errors if x[1] == "outfeed"]
             if outfed:  # every rank finished; this process's callback did not take it all
@@ -377,8 +384,9 @@ class Cluster:
                                      " every rank finished this call)", rank=rank) from e
             return result
 
-    def _stop(self, handle, answers, failed) -> None:
-        """Some rank failed a call and another has not come back from it: stop the job."""
+    def _stop(self, handle, answers, failed, job) -> None:
+        """Some rank failed a call and another has not come back from it: stop the job
+        (then the items its ranks outfed still reach the call's consumer)."""
         waiting = sorted(set(range(self.n)) - set(answers))
         said = "\n".join(f"{PREFIX}: {text}" for _, text in failed.values())
         from .service.report import ranks_text
@@ -387,7 +395,9 @@ class Cluster:
                        f"{FAILED_GRACE_S:g} s (waiting for the failed ones, in a collective): "
                        "the cluster was stopped")
         self._stop_now(self._ended)
-        raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}")
+        job.drain_outfeeds()
+        lost = job.finish_failed()
+        raise ClusterEnded(f"{said}\n{PREFIX}: {self._ended}{lost}")
 
 
 class Compiled:
@@ -487,6 +497,7 @@ class _Calls:
         self.n = n
         self.codes = _Codes()
         self.job = None
+        self.feeding = None  # the job of the call whose outfeed may still be arriving
         self.call = None
         self.answers: dict[int, dict[int, tuple[str, str]]] = {}
         self.ready: set[int] = set()
@@ -545,16 +556,38 @@ class _Calls:
 
     def begin(self, call: int, job) -> None:
         with self._cond:
-            self.call, self.job = call, job
+            self.call, self.job, self.feeding = call, job, job
             self.answers[call] = {}
 
     def all_done(self, call: int) -> bool:
         got = self.answers.get(call, {})
         return len(got) == self.n and all(a[0] == "done" for a in got.values())
 
+    def _grace_left(self, first_failure: float, grace: float) -> float:
+        """How long the ranks that have not answered still get after the first failure:
+        `grace` from that failure -- or, while this process is still taking the call's
+        outfeed items (a slow callback: a rank that waits for it to take its last items is
+        not stuck), from the last item taken, none running out while one is in hand; at
+        most the run's deadline after the failure (JobHost.deadline_s)."""
+        now = time.monotonic()
+        job = self.job
+        if job is None:
+            return first_failure + grace - now
+        quiet = job.outfeed_quiet_since()
+        left = grace if quiet is None else max(first_failure, quiet) + grace - now
+        cap = job.deadline_s
+        return left if cap is None else min(left, first_failure + cap - now)
+
+    def drain_outfeeds(self) -> None:
+        """The job is over (Service.close): the call under way, if any, gets its outfeed
+        items as a one-shot job does (JobHost.drain_outfeeds)."""
+        job = self.feeding
+        if job is not None:
+            job.drain_outfeeds()
+
     def wait(self, call: int, grace: float):
         """Every rank's answer {rank: (status, text)}; fewer when a rank failed and the
-        others did not answer within `grace`; None when the job ended."""
+        others did not answer within the grace (`_grace_left`); None when the job ended."""
         with self._cond:
             first_failure = None
             while True:
@@ -566,7 +599,7 @@ class _Calls:
                 if first_failure is None and any(a[0] == "failed" for a in got.values()):
                     first_failure = time.monotonic()
                 if first_failure is not None:
-                    left = first_failure + grace - time.monotonic()
+                    left = self._grace_left(first_failure, grace)
                     if left <= 0:
                         break
                     self._cond.wait(left)

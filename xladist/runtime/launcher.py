@@ -28,7 +28,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -116,14 +115,21 @@ def hostfile_as_read(hostfile: str | None):
     if text.encode("utf-8") == Path(path).read_bytes():
         yield path
         return
-    fd, copy = tempfile.mkstemp(prefix="xladist-hostfile-")
+    from xladist.files import temp_folder
+    folder = temp_folder("xladist-hostfile-", f"the text of the hostfile {path}")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        yield copy
+        copy = folder / "hostfile"
+        try:
+            copy.write_text(text, encoding="utf-8")
+        except OSError as e:  # a full disk
+            from xladist.errors import OutputError
+            raise OutputError(f"cannot write the text of the hostfile {path} to {copy} (for "
+                              f"mpiexec): {e.strerror or e}; set TMPDIR to a writable folder "
+                              f"with room") from None
+        yield str(copy)
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(copy)
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # MPICH's own line after MPI_Abort: our ranks have already said what went wrong.

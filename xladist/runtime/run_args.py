@@ -68,18 +68,32 @@ def _paths(key: str, value: str, module, placements, name: str) -> dict[str, str
     if not spec.template:
         return {value: name}
     out: dict[str, str] = {}
+    writers: dict[str, str] = {}  # a written file -> who writes it
+
+    def one_writer(path: str, who: str, fields: str) -> None:
+        """A file written per rank (and channel) is written by one of them only: two
+        writing the same file would lose one's items without a word."""
+        if spec.file not in ("out", "out_dirs"):
+            return
+        if path in writers:
+            raise InputError(f"{name} {value!r}: {writers[path]} and {who} would both write "
+                             f"{path}, and one's data would be lost; put {fields} in the "
+                             "path")
+        writers[path] = who
     if key in ("host_recv", "host_send"):
         channels = _host_channels(module, "recv" if key == "host_recv" else "send")
         for p in placements:
             for c in channels:
                 path = _fill(name, value, "{rank} and {channel}", dict(rank=p.rank, channel=c))
+                one_writer(path, f"rank {p.rank} (channel {c})", "{rank} and {channel}")
                 out.setdefault(path, f"{name} {value!r} for rank {p.rank}, channel {c}:")
         return out
     for p in placements:
         path = _fill(name, value, "{rank}, {replica} and {partition}",
                      dict(rank=p.rank, replica=p.replica, partition=p.partition))
-        out.setdefault(path, f"{name} {value!r} for rank {p.rank} (replica {p.replica}, "
-                             f"partition {p.partition}):")
+        who = f"rank {p.rank} (replica {p.replica}, partition {p.partition})"
+        one_writer(path, who, "{rank}")
+        out.setdefault(path, f"{name} {value!r} for {who}:")
     return out
 
 

@@ -43,6 +43,10 @@ class PeerGone(ConnectionError):
     """The other end closed the connection or stopped answering within the deadline."""
 
 
+class PeerSilent(PeerGone):
+    """The other end took or sent nothing within the deadline (it may still be there)."""
+
+
 def check_byte_order() -> None:
     if sys.byteorder != "little":
         raise RuntimeError("xladist sends arrays in little-endian byte order; this host is "
@@ -93,7 +97,7 @@ def _send_all(sock, data, timeout: float | None) -> None:
             now = time.monotonic()
             deadline = deadline or now + timeout
             if now >= deadline:
-                raise PeerGone(f"the peer took no data for {timeout:g} s") from None
+                raise PeerSilent(f"the peer took no data for {timeout:g} s") from None
             select.select([], [sock], [], deadline - now)
             continue
         view = view[sent:]
@@ -141,7 +145,7 @@ def _recv_into(sock, view: memoryview) -> None:
         try:
             k = sock.recv_into(view[got:got + CHUNK])
         except TimeoutError:
-            raise PeerGone("the peer sent nothing within the deadline") from None
+            raise PeerSilent("the peer sent nothing within the deadline") from None
         if k == 0:
             raise PeerGone(f"the stream ended inside a frame ({got} of {view.nbytes} bytes)")
         got += k
@@ -155,7 +159,7 @@ def recv_header(sock):
     try:
         k = sock.recv_into(view)
     except TimeoutError:
-        raise PeerGone("the peer sent nothing within the deadline") from None
+        raise PeerSilent("the peer sent nothing within the deadline") from None
     if k == 0:
         return None
     if k < HEADER_SIZE:

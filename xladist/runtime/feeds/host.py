@@ -140,26 +140,32 @@ class SocketSink:
         if self.sock is None:
             return
         wait = FAILED_CLOSE_S if failed else (self.timeout or None)
-        confirmed = False
+        why = None
         try:
             wire.send(self.sock, END, {}, timeout=wait)
             self.sock.settimeout(wait)
             wire.recv(self.sock)  # the service closes once every item is delivered
-            confirmed = True
-        except OSError:  # (wire.PeerGone too)
-            pass
+        except TimeoutError as e:  # (socket.timeout)
+            why = wire.PeerSilent(str(e))
+        except OSError as e:  # (wire.PeerGone too)
+            why = e
         finally:
             self.sock.close()
             self.sock = None
-        if not confirmed and not failed:
+        if why is not None and not failed:
             from xladist.errors import ExecutionError
             p = self.placement
-            raise ExecutionError(
-                f"the outfeed consumer in the launching process did not take rank {p.rank}'s "
-                f"last outfeed items within {self.timeout:g} s of the program's end (the "
-                f"deadline; raise it with --timeout): an outfeed callback slower than that, "
-                f"or the launching process stopped reading", rank=p.rank, replica=p.replica,
-                partition=p.partition)
+            if isinstance(why, wire.PeerSilent):
+                text = (f"the outfeed consumer in the launching process did not take rank "
+                        f"{p.rank}'s last outfeed items within {self.timeout:g} s of the "
+                        f"program's end (the deadline; raise it with --timeout): an outfeed "
+                        f"callback slower than that, or the launching process stopped reading")
+            else:  # the connection ended: the consumer failed, or the process went
+                text = (f"the launching process stopped taking rank {p.rank}'s outfeed items "
+                        f"before it had them all ({why.strerror or why}): its outfeed "
+                        f"callback or file failed (see the launching process's error), or "
+                        f"it ended")
+            raise ExecutionError(text, rank=p.rank, replica=p.replica, partition=p.partition)
 
 
 # ---- the service's side ----------------------------------------------------------------------

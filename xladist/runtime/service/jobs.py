@@ -21,6 +21,7 @@ Nothing the ranks send is unpickled; inputs and items are raw arrays described i
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -61,6 +62,11 @@ class JobHost:
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
         self._streaming: dict[int, int] = {}  # rank -> its outfeed streams being taken
         self._streams_done = threading.Condition()
+        self._in_hand = 0        # outfeed items the consumer (callback, file) holds now
+        self._handed_at = 0.0    # when it last gave one back (time.monotonic)
+        self._named_late: set[int] = set()  # ranks drain_outfeeds recorded
+        self._said: set[int] = set()  # ids of the errors finish raised
+        self._sinks: dict[int, tuple[int, _Watched]] = {}  # open sinks: id -> (rank, sink)
         self._finished = False
         self.trace_note = None
 
@@ -142,13 +148,15 @@ class JobHost:
             produce(conn.sock, self.infeed, placement, self._fail("infeed"))
         elif meta["role"] == "feed-out" and self.outfeed is not None:
             rank = placement.rank
+            sink = _Watched(self.outfeed(), self)
             with self._streams_done:
                 self._streaming[rank] = self._streaming.get(rank, 0) + 1
+                self._sinks[id(sink)] = (rank, sink)
             try:
-                consume(conn.sock, self.outfeed(), placement, self._user_lock,
-                        self._fail("outfeed"))
+                consume(conn.sock, sink, placement, self._user_lock, self._fail("outfeed"))
             finally:
                 with self._streams_done:
+                    self._sinks.pop(id(sink), None)
                     self._streaming[rank] -= 1
                     if not self._streaming[rank]:
                         del self._streaming[rank]
@@ -159,18 +167,58 @@ class JobHost:
         taken -- items a rank sent before it failed or was killed, still in its socket
         while the callback or file takes the ones before -- reach the user before the
         service closes their connections. At most the run's deadline (`timeout`, 0: none);
-        a rank whose items are still arriving then is recorded as an outfeed failure."""
-        timeout = float(self.options.get("timeout") or 0) or None
+        a rank whose items are still arriving then is recorded as an outfeed failure (once:
+        the service's close and a cluster's call may both drain a call's streams)."""
+        timeout = self.deadline_s
         with self._streams_done:
             if self._streams_done.wait_for(lambda: not self._streaming, timeout):
                 return
-            late = sorted(self._streaming)
+            late = sorted(set(self._streaming) - self._named_late)
+            self._named_late.update(late)
         from xladist.errors import ExecutionError
         for rank in late:
             self._fail("outfeed")(rank, ExecutionError(
                 f"the outfeed consumer in this process did not take rank {rank}'s last "
                 f"outfeed items within {timeout:g} s of the job's end (the deadline; raise "
                 f"it with --timeout / timeout=): the items not taken by then are lost"))
+
+    def close_outfeeds(self, wait: float = 5.0) -> None:
+        """This process is about to be killed (rank 0 of a bare mpiexec launch, which hosts
+        the job, in its abort hook): every outfeed sink still open is closed now, writing the
+        items that arrived (an --outfeed file), as the end of its stream would have. Before,
+        the process died with only the file's .part log. `wait`: for a callback under way."""
+        with self._streams_done:
+            sinks = list(self._sinks.values())
+        failures = []
+        for rank, sink in sinks:
+            if not self._user_lock.acquire(timeout=wait):
+                break  # a callback that does not return: the abort goes on
+            try:
+                sink.close(failed=True)
+            except Exception as e:  # noqa: BLE001 - e.g. the file cannot be written
+                failures.append((rank, e))
+            finally:
+                self._user_lock.release()
+        for rank, e in failures:  # (not under the lock: recording takes it)
+            self._fail("outfeed")(rank, e)
+
+    @property
+    def deadline_s(self) -> float | None:
+        """The run's deadline (`timeout`; None: 0, no deadline): how long this process waits
+        for the ranks' outfeed items after the end of their program."""
+        return float(self.options.get("timeout") or 0) or None
+
+    def _handing(self, delta: int) -> None:
+        with self._streams_done:
+            self._in_hand += delta
+            self._handed_at = time.monotonic()
+
+    def outfeed_quiet_since(self) -> float | None:
+        """None while the outfeed consumer (the user's callback, an npz file) holds an item;
+        else when it last gave one back (time.monotonic; 0.0: never). A rank whose items it
+        is still taking is waiting for this process, not stuck (cluster._Calls.wait)."""
+        with self._streams_done:
+            return None if self._in_hand else self._handed_at
 
     def _fail(self, what: str):
         def record(rank: int, error: BaseException) -> None:
@@ -183,7 +231,8 @@ class JobHost:
         """After the ranks have gone: outputs written (or returned), the trace, stats.
         Returns the outputs for Outputs(mode="memory"), else None. Once only (rank 0 of a
         bare launch also calls it from its abort hook). Every result is attempted; one
-        that could be neither written nor rescued (files.deliver) -- and, after a success,
+        that could be neither written nor rescued (files.deliver) -- also a `{device}`
+        output file written when its device ended (Outputs.lost), and, after a success,
         an npz outfeed that could not -- is an OutputError at the end, naming them all."""
         if self._finished:
             return None
@@ -209,6 +258,7 @@ class JobHost:
                 self.outputs.discard()
             else:
                 result = attempt(self.outputs.finish)
+            lost.extend(self.outputs.lost)  # `{device}` files, written as each device ended
         if self.stats and not failed:
             from ..trace import format_summary
             import sys
@@ -218,13 +268,66 @@ class JobHost:
         if not failed:
             # An npz outfeed that could not be written or rescued (its rank was told its
             # items were taken: they were, and then lost here). After a failure the run's
-            # error is raised instead, naming it (api._callback_errors).
+            # error is raised instead, naming it (api._callback_errors; xladist run prints
+            # outfeed_failures).
             with self._user_lock:
-                lost.extend(str(e) for _, what, e in self.errors
-                            if what == "outfeed" and isinstance(e, OutputError))
+                said = [e for _, what, e in self.errors
+                        if what == "outfeed" and isinstance(e, OutputError)]
+                self._said.update(map(id, said))
+            lost.extend(map(str, said))
         if lost:
             raise OutputError("; ".join(lost))
         return result
+
+    def finish_failed(self) -> str:
+        """`finish(failed=True)` for a caller that raises the run's own error (xladist.run,
+        a Cluster's call): what could not be kept is added to that error, never raised in
+        its place (the run's failure must not be hidden behind a lost trace)."""
+        from xladist.errors import OutputError
+        try:
+            self.finish(True)
+        except OutputError as e:
+            return f"\n(and some results could not be kept: {e})"
+        return ""
+
+    def outfeed_failures(self) -> list[str]:
+        """One line per failure of this process's outfeed consumers (`errors`: a callback
+        or an npz file's writer that raised, items not taken by the deadline) that
+        `finish` did not raise, naming the rank: for `xladist run`, which has no other way
+        to say them (xladist.run and a Cluster's call put `errors` in their own error)."""
+        from xladist.errors import XlaDistError
+        with self._user_lock:
+            errors = [(rank, e) for rank, what, e in self.errors
+                      if what == "outfeed" and id(e) not in self._said]
+        return [f"rank {rank}'s outfeed: " + (str(e) if isinstance(e, XlaDistError) else
+                                              f"{type(e).__name__}: {e}; items may be "
+                                              f"missing from it")
+                for rank, e in errors]
+
+
+class _Watched:
+    """A rank's outfeed sink, telling its job while the consumer holds an item or writes
+    the items' file (JobHost.outfeed_quiet_since)."""
+
+    def __init__(self, sink, job: JobHost):
+        self.sink, self.job = sink, job
+
+    def open(self, placement) -> None:
+        self.sink.open(placement)
+
+    def write(self, item) -> None:
+        self.job._handing(+1)
+        try:
+            self.sink.write(item)
+        finally:
+            self.job._handing(-1)
+
+    def close(self, *, failed: bool) -> None:
+        self.job._handing(+1)  # an npz file being written: the items are still in hand
+        try:
+            self.sink.close(failed=failed)
+        finally:
+            self.job._handing(-1)
 
 
 class _Placement:

@@ -3,7 +3,8 @@ launching host where the user asked.
 
 Outputs stream in one array after the other (a rank's `outputs` message holds them all,
 jobs.JobHost.receive_outputs) and go straight to disk: each device's array i to a
-temporary .npy file, never whole in memory.
+temporary .npy file, never whole in memory (but for an array whose file cannot be made: the
+temporary folder removed or full since the run began; it is kept in memory instead).
 When the job is over, `finish` assembles what the user asked for:
 * an npz of `out{i}` stacked over devices (xladist/io.py's format, bf16/f8 as bit patterns,
   dynamic dims padded with `out{i}_sizes`) -- copied in pieces from the temporary files;
@@ -14,22 +15,22 @@ Memory on the launching host: one piece (wire.CHUNK) per arriving array, or one 
 array where dims differ between devices.
 
 Traces: each rank's events (JSON) go to a temporary file as they arrive (or stay in memory
-when that file cannot be written); the merged trace is written from them, and after a
-failure it says which ranks saved their events and which did not.
+when that file, or the temporary folder, cannot be made); the merged trace is written from
+them, and after a failure it says which ranks saved their events and which did not.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from xladist.files import deliver
+from xladist.errors import OutputError
+from xladist.files import deliver, temp_folder
 from xladist.io import DEVICE_FIELD, bits_dtype, npz_path, outputs_text
 
 from .. import wire
@@ -63,11 +64,21 @@ class Outputs:
         self.done: set[int] = set()
         self._lock = threading.Lock()
         self.errors: list[str] = []  # arrays that could not be kept (a full disk)
+        self.broken: set[int] = set()  # devices with such an array
+        self.lost: list[str] = []  # per-device files that could be neither written nor rescued
         self.tmp = None
+        self.in_memory = mode == "memory"
         if mode in ("npz", "devices", "print"):
             # Not next to the destination: that folder may vanish during the run, and the
             # result must still reach `deliver`, which then saves it elsewhere and says so.
-            self.tmp = Path(tempfile.mkdtemp(prefix="xladist-outputs-"))
+            # When none can be made, outputs to print are kept in memory; files are an
+            # OutputError before any rank starts (they may be too large for memory).
+            try:
+                self.tmp = temp_folder("xladist-outputs-", "the outputs while the ranks run")
+            except OutputError:
+                if mode != "print":
+                    raise
+                self.in_memory = True
 
     def _file(self, device: int, index: int) -> Path:
         return self.tmp / f"d{device}_o{index}.npy"
@@ -78,7 +89,22 @@ class Outputs:
         dtype = wire.dtype_of(name)
         with self._lock:
             self.meta[(device, index)] = (dtype, tuple(dims))
-        if self.mode == "memory":
+        f = None
+        if not self.in_memory:
+            try:
+                f = open(self._file(device, index), "wb")
+                f.write(_npy_header(stored_dtype(dtype), dims))
+            except OSError:
+                # The temporary folder removed, replaced or full since the run began: this
+                # array is kept in memory instead (a result is not lost for want of a
+                # temporary file).
+                if f is not None:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+                    f = None
+        if f is None:
             a = np.empty(dims, dtype)
             view = memoryview(a.reshape(-1).view(np.uint8))
             at = 0
@@ -89,14 +115,9 @@ class Outputs:
                 at += piece.nbytes
                 seen()
             wire.copy_payload(sock, size, into)
-            self.memory[(device, index)] = a
+            with self._lock:
+                self.memory[(device, index)] = a
             return
-        try:
-            f = open(self._file(device, index), "wb")
-            f.write(_npy_header(stored_dtype(dtype), dims))
-        except OSError as e:
-            f = None
-            self.errors.append(f"output {index} of device {device}: {e.strerror or e}")
 
         def write(piece) -> None:
             nonlocal f
@@ -106,7 +127,7 @@ class Outputs:
             try:
                 f.write(piece)
             except OSError as e:
-                self.errors.append(f"output {index} of device {device}: {e.strerror or e}")
+                self._lose(device, f"output {index} of device {device}: {e.strerror or e}")
                 f.close()
                 f = None
         try:
@@ -115,17 +136,29 @@ class Outputs:
             if f is not None:
                 f.close()
 
+    def _lose(self, device: int, text: str) -> None:
+        with self._lock:
+            self.errors.append(text)
+            self.broken.add(device)
+
     def device_done(self, device: int, count: int) -> None:
-        """Every output of `device` has arrived."""
+        """Every output of `device` has arrived. A `{device}` file is written now; one that
+        can be neither written nor rescued (files.deliver) is kept in `lost`, for the job's
+        end (JobHost.finish) to name, never raised here: in the service's thread of the
+        rank an exception would be taken for a defect of the service."""
         with self._lock:
             self.count = count
             self.done.add(device)
-        if self.mode == "devices":
-            self._write_device(device)
+        if self.mode == "devices" and device not in self.broken:
+            try:
+                self._write_device(device)
+            except OutputError as e:
+                with self._lock:
+                    self.lost.append(str(e))
 
     def _array(self, device: int, index: int) -> np.ndarray:
         """One device's array (memory-mapped from its temporary file when on disk)."""
-        if self.mode == "memory":
+        if (device, index) in self.memory:
             return self.memory[(device, index)]
         dtype, _dims = self.meta[(device, index)]
         a = np.load(self._file(device, index), mmap_mode="r", allow_pickle=False)
@@ -137,12 +170,22 @@ class Outputs:
         def write(f) -> None:
             with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
                 for i in range(self.count):
-                    with z.open(f"out{i}.npy", "w", force_zip64=True) as m, \
-                            open(self._file(device, i), "rb") as src:
-                        shutil.copyfileobj(src, m, wire.CHUNK)
+                    with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
+                        if (device, i) in self.memory:
+                            dtype, dims = self.meta[(device, i)]
+                            m.write(_npy_header(stored_dtype(dtype), dims))
+                            self._copy_data(device, i, m)
+                            continue
+                        with open(self._file(device, i), "rb") as src:
+                            shutil.copyfileobj(src, m, wire.CHUNK)
         deliver(path, write, f"{self.what} (device {device})")
         for i in range(self.count):
-            self._file(device, i).unlink(missing_ok=True)
+            with self._lock:
+                self.memory.pop((device, i), None)
+            try:
+                self._file(device, i).unlink(missing_ok=True)
+            except OSError:
+                pass  # its folder went (replaced by a file): discard() tries again
 
     def missing(self) -> list[int]:
         return [d for d in range(self.n) if d not in self.done]
@@ -151,7 +194,6 @@ class Outputs:
         """Write or print what the user asked for (all devices done). Returns the outputs
         for "memory"."""
         if self.errors:
-            from xladist.errors import OutputError
             self.discard()
             raise OutputError(f"{self.what}: the launching host could not keep the outputs "
                               f"({'; '.join(self.errors[:3])})")
@@ -179,10 +221,18 @@ class Outputs:
                 with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
                     m.write(_npy_header(dtype, (self.n, *shapes[0])))
                     for d in range(self.n):
-                        with open(self._file(d, i), "rb") as src:
-                            np.lib.format.read_magic(src)
-                            np.lib.format.read_array_header_2_0(src)
-                            shutil.copyfileobj(src, m, wire.CHUNK)
+                        self._copy_data(d, i, m)
+
+    def _copy_data(self, device: int, index: int, m) -> None:
+        """The bytes of one device's array, from memory or its temporary file, into `m`."""
+        if (device, index) in self.memory:
+            a = self.memory[(device, index)]
+            m.write(memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8)))
+            return
+        with open(self._file(device, index), "rb") as src:
+            np.lib.format.read_magic(src)
+            np.lib.format.read_array_header_2_0(src)
+            shutil.copyfileobj(src, m, wire.CHUNK)
 
     def _write_padded(self, z, i: int, dtype, shapes) -> None:
         """Dynamic dims: each device's array zero-padded to the largest, and the sizes."""
@@ -213,7 +263,10 @@ class Traces:
 
     def __init__(self, n: int, path: str):
         self.n, self.path = n, path
-        self.tmp = Path(tempfile.mkdtemp(prefix="xladist-trace-"))
+        try:
+            self.tmp = temp_folder("xladist-trace-", "the trace")
+        except OutputError:  # the temp folder removed or full: the events stay in memory
+            self.tmp = None
         self.saved: set[int] = set()
         self.partial: set[int] = set()
         self.kept: dict[int, bytes] = {}  # events whose file could not be written
@@ -223,6 +276,8 @@ class Traces:
         (the temp folder full or removed). Never raises OSError: in the service's thread
         of the rank it would end the rank's connection, as if the rank had died."""
         try:
+            if self.tmp is None:
+                raise OSError("no temporary folder")
             (self.tmp / f"rank{rank}.json").write_bytes(blob)
         except OSError:
             self.kept[rank] = bytes(blob)
@@ -245,10 +300,12 @@ class Traces:
                     + (f"; {_ranks(missing)} did not (ended before they could)"
                        if missing else ""))
         if self.saved or not failed:
-            write_trace_parts(self.path, [self.kept.get(r, self.tmp / f"rank{r}.json")
+            write_trace_parts(self.path, [self.kept[r] if r in self.kept
+                                          else self.tmp / f"rank{r}.json"
                                           for r in sorted(self.saved)],
                               ranks=self.n, note=note)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return note if self.saved else None
 
 
