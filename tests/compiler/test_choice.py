@@ -362,18 +362,23 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
         refused += not same
         if not same:  # the way would change the bits: the site does not offer it
             parallel.set_threads(2)
+            monkeypatch.setattr(parallel, "DYNAMIC", True)
+            _force(monkeypatch, WHOLE)  # (its first pick runs the check)
+            key = ("gemm", "f", m, n, k, "N", "N", 2, True)
+            blas_blocks._sites.pop(key, None)
             out = np.empty((m, n), np.float32)
             with parallel.blas_scope():
                 blas_blocks.matmul_into(a, b, out)
-            site = blas_blocks._sites[("gemm", "f", m, n, k, "N", "N", 2)]
+            site = blas_blocks._sites[key]
             assert WHOLE not in site.ways and SHARED not in site.ways
+            assert out.tobytes() == blocks.tobytes()
     if refused == 0:
         pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
 
 
-def _gemm_site(a, b, threads):
+def _gemm_site(a, b, threads, checkable=True):
     (m, k), n = a.shape, b.shape[1]
-    return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads)]
+    return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads, checkable)]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -433,7 +438,7 @@ def test_a_product_too_large_for_a_bits_check_keeps_its_fixed_blocks(cap, monkey
         with parallel.blas_scope():
             blas_blocks.matmul_into(a, b, out)
     assert (out == k).all()
-    assert _gemm_site(a, b, 2).ways == [POOL, ALONE] and not checked
+    assert _gemm_site(a, b, 2, False).ways == [POOL, ALONE] and not checked
 
 
 def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_threads):
@@ -478,6 +483,194 @@ def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_thread
         assert out.tobytes() == want.tobytes(), choice.NAMES[way]
         assert way not in _gemm_site(a, b, 2).ways
     blas_blocks._agree.clear()  # what the simulated library taught is not kept
+
+
+def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypatch,
+                                                                      two_threads):
+    """a @ a.T (numpy's syrk: no way but the fixed blocks) and a @ c.T of the same shapes
+    and orders are two sites: sharing one, the syrk product -- offered none of the checked
+    ways -- ran its blocks on the pool whenever the site picked one of them and recorded
+    that time as the way's (found by review: 3 pool runs recorded as each of "OpenBLAS
+    threads", "pool, a block per thread" and "caller alone, one call"), so the other
+    product's choice went by times no such call made."""
+    m, k = 600, 100
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    c = rng.standard_normal((m, k)).astype(np.float32)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    _force(monkeypatch, POOL)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, c.T, np.empty((m, m), np.float32))
+    want = np.empty((m, m), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, a.T, want, blas_blocks.gemm_split(m, m, k))
+    for way in (WIDE, ONE, WHOLE):
+        _force(monkeypatch, way)
+        for _ in range(3):
+            out = np.empty((m, m), np.float32)
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, a.T, out)
+            assert out.tobytes() == want.tobytes()
+    recorded = {(s.name, choice.NAMES[w]): s.calls[w] for s in blas_blocks._sites.values()
+                for w in (WIDE, ONE, WHOLE) if s.calls.get(w)}
+    assert not recorded
+
+
+@pytest.mark.parametrize("threads,way", [(1, ONE), (2, WIDE), (2, ONE), (2, WHOLE)])
+def test_a_check_without_memory_keeps_the_fixed_blocks(threads, way, monkeypatch,
+                                                       two_threads):
+    """A bits check allocates random operands and two results (up to CHECK_MAX_BYTES):
+    where that memory is not there the way is not offered and the product runs its fixed
+    blocks -- the execution does not fail. Found by review: the MemoryError went up
+    through matmul_into, on one thread (a rank per core) from a product that ran no check
+    at all before the coarser cuts."""
+    m, k, n = 1100, 400, 160
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+
+    def no_memory(*_):
+        raise MemoryError
+    monkeypatch.setattr(blas_blocks, "_random_like", no_memory)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(threads)
+    blas_blocks._sites.clear()
+    blas_blocks._agree.clear()
+    _force(monkeypatch, way)
+    for _ in range(2):
+        out = np.full((m, n), np.nan, np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert out.tobytes() == want.tobytes()
+    site, = blas_blocks._sites.values()
+    assert way not in site.ways
+    assert not blas_blocks._agree  # nothing learned: the memory may be there later
+
+
+@pytest.mark.parametrize("check", ["cuts", "threads"])
+@pytest.mark.parametrize("dtype,mkn", [("f", (2048, 4096, 16)), ("F", (1100, 400, 160))])
+def test_a_bits_check_takes_the_memory_its_bound_counts(check, dtype, mkn, two_threads):
+    """CHECK_MAX_BYTES bounds a check's operands and two results; the check takes no
+    more at its peak (numpy's allocations, tracemalloc). Found by review: random operands
+    made in float64 and then converted, and the results compared as bytes copies, took
+    up to 3x the bound (f32 2048x4096x16: 2.96x, c64 1100x400x160: 2.28x), so a check
+    the bound admitted at 256 MiB took ~750 MiB."""
+    import tracemalloc
+    m, k, n = mkn
+    a, b = np.ones((m, k), dtype), np.ones((n, k), dtype).T
+    split = blas_blocks.gemm_split(m, n, k)
+    blas_blocks._agree.clear()
+    tracemalloc.start()
+    try:
+        if check == "cuts":
+            blas_blocks._cuts_agree(a, b, split, blas_blocks.wide_split(split, 2))
+        else:
+            parallel.set_threads(2)
+            blas_blocks._threads_agree(a, b, 2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        blas_blocks._agree.clear()
+    bound = (m * k + k * n + 2 * m * n) * a.itemsize
+    assert peak <= bound + (1 << 20), peak / bound
+
+
+def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
+        monkeypatch, two_threads):
+    """The check of OpenBLAS's threads needs its execution to be the only one in flight
+    (exclusive_blas); beside another one it cannot run and says so ("ask later"). Found
+    by review: the site took that answer for a failed check and dropped WHOLE and SHARED
+    for good, so a product whose threads give the blocks' bits lost the way because
+    another thread of the process ran an execution at its first pick. Asked again at
+    each pick meanwhile, the check does not pay its product of the blocks each time."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    m, k, n = 512, 256, 384  # OpenBLAS's threads give its blocks' bits (test above)
+    rng = np.random.default_rng(13)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(2)
+    blas_blocks._sites.clear()
+    blas_blocks._agree.clear()
+    _force(monkeypatch, WHOLE)
+    checked = []
+    real = blas_blocks._gemm_blocks
+    monkeypatch.setattr(blas_blocks, "_gemm_blocks", lambda *x: checked.append(1) or real(*x))
+    for _ in range(3):
+        out = np.empty((m, n), np.float32)
+        with parallel.blas_scope(), parallel.blas_scope():  # two executions in flight
+            blas_blocks.matmul_into(a, b, out)
+        assert out.tobytes() == want.tobytes()
+    site = _gemm_site(a, b, 2)
+    assert WHOLE in site.ways and site.calls[WHOLE] == 0
+    assert not checked  # the check's product of the blocks is not paid at each pick
+    if not blas_blocks._threads_agree(a, b, 2):
+        pytest.skip("this OpenBLAS sums 512x256x384 another way on 2 threads")
+    with parallel.blas_scope():  # alone now: the way runs
+        blas_blocks.matmul_into(a, b, out)
+    assert out.tobytes() == want.tobytes() and site.calls[WHOLE] == 1
+
+
+@pytest.mark.parametrize("dtype", ["F", "D"])
+def test_every_way_of_a_complex_product_of_transposed_operands_gives_the_blocks_bits(
+        dtype, monkeypatch, two_threads):
+    """The every-way test above runs f32 and f64 of row-major operands; the checked ways
+    (OpenBLAS's threads and split, the coarser cuts) also keep the fixed blocks' bits for
+    complex products of a transposed and a strided operand, on 2 and 3 threads."""
+    m, k, n = 1100, 200, 160
+    rng = np.random.default_rng(14)
+
+    def rand(shape):
+        return (rng.random(shape) - 0.5 + 1j * (rng.random(shape) - 0.5)).astype(dtype)
+    a = rand((k, m)).T                      # order "T"
+    b = rand((k, n + 7))[:, 3:n + 3]        # order "N", leading dimension > n
+    split = blas_blocks.gemm_split(m, n, k)
+    assert split is not None and blas_blocks._order(a) == "T"
+    want = np.empty((m, n), dtype)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, split)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    for threads in (2, 3):
+        parallel.set_threads(threads)
+        blas_blocks._sites.clear()
+        for way in (WIDE, ONE, WHOLE, SHARED):
+            _force(monkeypatch, way)
+            out = np.full((m, n), np.nan, dtype)
+            with parallel.blas_scope():
+                blas_blocks.matmul_into(a, b, out)
+            assert out.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+        site, = blas_blocks._sites.values()
+        ran = {w for w, c in site.calls.items() if c}  # checked and run, not dropped
+        assert ({WIDE, ONE} if threads == 2 else {ONE}) <= ran, [choice.NAMES[w] for w in ran]
+
+
+def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
+    """On one thread (a rank per core) a split product chooses between its fixed blocks
+    in turn and one call, both on the caller: no pool is made for it."""
+    m, k, n = 1100, 400, 160
+    a = np.ones((m, k), np.float32)
+    b = np.ones((k, n), np.float32)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    monkeypatch.setattr(parallel, "_pool", None)
+    parallel.set_threads(1)
+    blas_blocks._sites.clear()
+    for _ in range(4 * WARM):
+        out = np.empty((m, n), np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert (out == k).all()
+    site, = blas_blocks._sites.values()
+    assert site.ways == [ALONE, ONE] and all(site.calls.values())
+    assert parallel._pool is None
 
 
 def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_threads):
@@ -545,7 +738,7 @@ def test_a_product_whose_openblas_never_calls_back_stops_offering_the_pool_split
     a = rng.standard_normal((512, 256)).astype(np.float32)
     b = rng.standard_normal((256, 384)).astype(np.float32)
     got = np.array(exe(a, b)[0])
-    site = blas_blocks._sites[("gemm", "f", 512, 384, 256, "N", "N", 2)]
+    site = blas_blocks._sites[("gemm", "f", 512, 384, 256, "N", "N", 2, True)]
     assert SHARED not in site.ways and WHOLE in site.ways
     parallel.set_threads(1)
     assert got.tobytes() == np.array(exe(a, b)[0]).tobytes()

@@ -133,9 +133,10 @@ def gemm_split(m: int, n: int, k: int):
 
 # ---- the measured way of each product (choice.py) ------------------------------------
 # Keyed by everything the way's speed and bits depend on: the shapes, the operands'
-# orders, the thread count. At most MAX_SITES, the least recently used dropped first: a
-# program with ever new shapes (dynamic ones, a serving loop over request sizes) must not
-# grow them without bound; a dropped shape that comes back measures its ways again.
+# orders, the thread count, and for a 2-D product whether it may take a checked way. At
+# most MAX_SITES, the least recently used dropped first: a program with ever new shapes
+# (dynamic ones, a serving loop over request sizes) must not grow them without bound; a
+# dropped shape that comes back measures its ways again.
 MAX_SITES = 4096
 _sites: dict[tuple, choice.Site] = {}
 _agree: dict[tuple, bool] = {}
@@ -174,7 +175,7 @@ def _order(x: np.ndarray) -> str | None:
     return None
 
 
-def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
+def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool | None:
     """Whether one call of this product on `threads` OpenBLAS threads gives the bits of
     its blocks (matmul_into's ALONE and POOL ways), checked once per shape, orders and
     thread count on random operands of the same shapes and orders. OpenBLAS's threads
@@ -182,25 +183,35 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool:
     the sums: f32 37x2000x900 and 700x700x3000 on 2 threads differ from one thread in
     the last bits (OpenBLAS 0.3.31, Haswell kernel), while 1024^3 and 512^3 agree. The
     summation order follows from the shapes and thread count alone, and random values
-    show any difference in it in nearly every element."""
+    show any difference in it in nearly every element. None: not known yet (another
+    execution is in flight, so the threaded call cannot run)."""
     key = (a.dtype.char, a.shape, b.shape, _order(a), _order(b), threads)
     known = _agree.get(key)
     if known is not None:
         return known
-    ra, rb, want, got = _check_arrays(a, b)
+    arrays = _check_arrays(a, b)
+    if arrays is None:  # no memory for the check: the way is not offered
+        return False
+    ra, rb, want, got = arrays
+    # The threaded call first: while another execution is in flight it cannot run, and
+    # the way is asked again at its next pick -- without the blocks' product each time.
+    if not _threaded(ra, rb, got, threads):
+        return None
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
-    if not _threaded(ra, rb, got, threads):  # another execution in flight: ask later
-        return False
-    return _learned(key, want.tobytes() == got.tobytes())
+    return _learned(key, _same_bits(want, got))
 
 
 def _check_arrays(a: np.ndarray, b: np.ndarray):
     """A bits check's arrays: random operands like a and b (dtype, dims, order), and two
-    results of their product's dims."""
+    results of their product's dims; None when there is no memory for them (the check
+    is optional: the product then runs its fixed blocks, and nothing is learned)."""
     rng = np.random.default_rng(0)
-    want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-    return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+    try:
+        want = np.empty((a.shape[0], b.shape[1]), a.dtype)
+        return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+    except MemoryError:
+        return None
 
 
 def _learned(key: tuple, agree):
@@ -212,18 +223,29 @@ def _learned(key: tuple, agree):
 
 
 def _random_like(x: np.ndarray, rng) -> np.ndarray:
-    """Random values of x's dtype, dims and order (a bits check's operand)."""
+    """Random values in [-0.5, 0.5) of x's dtype, dims and order (a bits check's
+    operand), made in place: no more memory than the operand's (CHECK_MAX_BYTES)."""
     shape = x.shape[::-1] if _order(x) == "T" else x.shape
-    v = rng.random(shape) - 0.5
-    if x.dtype.kind == "c":
-        v = v + 1j * (rng.random(shape) - 0.5)
-    v = v.astype(x.dtype)
+    v = np.empty(shape, x.dtype)
+    parts = v.reshape(-1).view(x.dtype.char.lower())  # a complex one's real, imaginary
+    rng.random(out=parts, dtype=parts.dtype)
+    parts -= 0.5
     return v.T if _order(x) == "T" else v
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether a check's two results hold the same bits, compared a slice at a time: no
+    copy of them (CHECK_MAX_BYTES)."""
+    xb, yb = x.reshape(-1).view(np.uint8), y.reshape(-1).view(np.uint8)
+    step = 1 << 18
+    return all(np.array_equal(xb[i:i + step], yb[i:i + step])
+               for i in range(0, xb.size, step))
 
 
 def wide_split(split, threads: int):
     """One block per thread along the axis of the fixed blocks `split` (gemm_split),
-    the WIDE way's cut; None when there are no more threads than blocks."""
+    the WIDE way's cut; None on one thread or when there are no more blocks than
+    threads."""
     axis, blocks = split
     if not 1 < threads < len(blocks):
         return None
@@ -244,14 +266,17 @@ def _cuts_agree(a, b, split, wide) -> tuple[bool, bool]:
     known = _agree.get(key)
     if known is not None:
         return known
-    ra, rb, want, got = _check_arrays(a, b)
+    arrays = _check_arrays(a, b)
+    if arrays is None:  # no memory for the check: neither cut is offered
+        return False, False
+    ra, rb, want, got = arrays
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
         np.matmul(ra, rb, out=got)
-        one = want.tobytes() == got.tobytes()
+        one = _same_bits(want, got)
         if wide is not None:
             _gemm_blocks(ra, rb, got, wide)
-    return _learned(key, (one, wide is not None and want.tobytes() == got.tobytes()))
+    return _learned(key, (one, wide is not None and _same_bits(want, got)))
 
 
 def _threaded(a, b, out, threads: int, server: bool = False) -> bool:
@@ -286,8 +311,9 @@ def _gemm_blocks(a, b, out, split) -> None:
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
-    blocks on the pool or the caller, or as one call on OpenBLAS's threads, as its site
-    measured fastest (choice.py); every way gives the same bits."""
+    blocks on the pool or the caller, as one call on OpenBLAS's threads or their split on
+    the pool, or (2-D) cut more coarsely -- a block per thread, one call on the caller --
+    as its site measured fastest (choice.py); every way gives the same bits."""
     if a.dtype not in _BLAS_TYPES or out.size == 0 or a.ndim == 2 and \
             a.shape[0] * a.shape[1] * b.shape[1] < min(BLOCK_MACS, WHOLE_MIN_MACS):
         # (a 2-D product under BLOCK_MACS is one block: gemm_split gives None)
@@ -322,9 +348,11 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             def call() -> bool:
                 # Checked when first picked, not before: the check costs the product
                 # twice (where blas_pool is not available, it wakes OpenBLAS's threads).
-                if not _threads_agree(a, b, threads):
-                    site.drop(choice.WHOLE)
-                    site.drop(choice.SHARED)
+                agree = _threads_agree(a, b, threads)
+                if not agree:
+                    if agree is False:  # (None: not known yet)
+                        site.drop(choice.WHOLE)
+                        site.drop(choice.SHARED)
                     return False
                 before, busy = blas_pool.counts["calls"], blas_pool.counts["busy"]
                 ran = _threaded(a, b, out, threads, server=way == choice.WHOLE)
@@ -374,7 +402,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         cuts[choice.ONE] = cut(choice.ONE)
     ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
         (choice.ALONE,)
-    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads),
+    # (apart in the key: a product of overlapping operands offers fewer ways, and on a
+    # site of the others its blocks would be timed as the ways it does not run)
+    site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads, apart),
                  ways + tuple(whole) + tuple(cuts), lambda: f"dot {m}x{k}x{n} {a.dtype}")
     whole = {w: call for w, call in {**whole, **cuts}.items() if w in site.ways}
     run_blocks(block, None, split[1], site, whole, threads)
