@@ -17,7 +17,7 @@ import pytest
 
 import xladist
 from xladist.compiler import blas_blocks, blas_pool, choice, parallel
-from xladist.compiler.choice import ALONE, MAX_GAP, ONE, POOL, SHARED, WARM, WHOLE, WIDE, Site
+from xladist.compiler.choice import ALONE, MAX_GAP, POOL, SHARED, WARM, WHOLE, Site
 
 IDLE, BUSY, OWN_POOLS = choice.IDLE, choice.OTHERS, choice.OWN_POOLS
 
@@ -332,7 +332,7 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     for threads in (2, 4):
         parallel.set_threads(threads)
-        for way in (POOL, ALONE, WHOLE, SHARED, WIDE, ONE):
+        for way in (POOL, ALONE, WHOLE, SHARED):
             _force(monkeypatch, way)
             got = np.array(exe(a, b)[0])
             assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
@@ -381,52 +381,15 @@ def _gemm_site(a, b, threads, checkable=True):
     return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads, checkable)]
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_a_product_cut_coarser_runs_so_and_keeps_the_fixed_blocks_bits(threads, monkeypatch,
-                                                                       two_threads):
-    """The WIDE way (a block per thread on the pool) and the ONE way (one call on the
-    caller), where the check found they give the bits of the fixed blocks: they run --
-    each forced call is recorded as its way, not handed to the blocks -- and the result is
-    the fixed blocks' on one thread. On one thread (a rank per core) the product chooses
-    between its blocks and one call."""
-    m, k, n = 1100, 400, 160  # 5 fixed blocks of rows, the last one short
-    rng = np.random.default_rng(4)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    split = blas_blocks.gemm_split(m, n, k)
-    assert split[0] == 0 and len(split[1]) == 5
-    want = np.empty((m, n), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, split)
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    parallel.set_threads(threads)
-    blas_blocks._sites.clear()
-    for way in (WIDE, ONE) if threads > 1 else (ONE,):
-        _force(monkeypatch, way)
-        for _ in range(3):
-            out = np.full((m, n), np.nan, np.float32)
-            with parallel.blas_scope():
-                blas_blocks.matmul_into(a, b, out)
-            assert out.tobytes() == want.tobytes(), choice.NAMES[way]
-        assert _gemm_site(a, b, threads).calls[way] == 3, choice.NAMES[way]
-    if threads == 1:
-        assert _gemm_site(a, b, 1).ways == [ALONE, ONE]
-        assert blas_blocks.wide_split(split, threads) is None
-    else:
-        assert blas_blocks.wide_split(split, threads) == \
-            (0, [(m * t // threads, m * (t + 1) // threads) for t in range(threads)])
-
-
 @pytest.mark.parametrize("cap", ["CHECK_MAX_MACS", "CHECK_MAX_BYTES"])
 def test_a_product_too_large_for_a_bits_check_keeps_its_fixed_blocks(cap, monkeypatch,
                                                                      two_threads):
-    """A bits check runs the product two or three times on random operands: a product
-    beyond its bounds (multiply-adds, the check's memory) is offered no way that needs
-    one (OpenBLAS's threads, its split on the pool, the coarser cuts) and never pays it."""
+    """A bits check runs the product twice on random operands: a product beyond its
+    bounds (multiply-adds, the check's memory) is offered no way that needs one
+    (OpenBLAS's threads, its split on the pool) and never pays it."""
     m, k, n = 1100, 400, 160
     monkeypatch.setattr(blas_blocks, cap, 1000)
     checked = []
-    monkeypatch.setattr(blas_blocks, "_cuts_agree", lambda *a: checked.append(a) or (1, 1))
     monkeypatch.setattr(blas_blocks, "_threads_agree", lambda *a: checked.append(a) or 1)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     parallel.set_threads(2)
@@ -441,58 +404,13 @@ def test_a_product_too_large_for_a_bits_check_keeps_its_fixed_blocks(cap, monkey
     assert _gemm_site(a, b, 2, False).ways == [POOL, ALONE] and not checked
 
 
-def test_a_cut_that_would_change_the_sums_is_not_offered(monkeypatch, two_threads):
-    """A BLAS whose sums depend on how many rows one call covers (as OpenBLAS's
-    small-matrix kernels do below a size) -- simulated: a call over more rows than a fixed
-    block adds one ulp: the coarser cuts give other bits, the check sees it, the site
-    drops both, and every forced call still gives the fixed blocks' bits (without the
-    check, WIDE and ONE would return the changed ones)."""
-    real = np.matmul
-
-    class Library:  # blas_blocks' numpy, with the simulated BLAS
-        def __getattr__(self, name):
-            return getattr(np, name)
-
-        @staticmethod
-        def matmul(x, y, out):
-            real(x, y, out=out)
-            if out.shape[0] > most:
-                np.nextafter(out, np.inf, out=out)
-            return out
-    m, k, n = 1100, 400, 160
-    split = blas_blocks.gemm_split(m, n, k)
-    most = max(hi - lo for lo, hi in split[1])  # the rows of the largest fixed block
-    monkeypatch.setattr(blas_blocks, "np", Library())
-    rng = np.random.default_rng(5)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    want = np.empty((m, n), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, split)
-    one = blas_blocks.np.matmul(a, b, out=np.empty_like(want))
-    assert not np.array_equal(want, one), "the simulated library changes nothing"
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    parallel.set_threads(2)
-    blas_blocks._sites.clear()
-    blas_blocks._agree.clear()
-    for way in (WIDE, ONE):
-        _force(monkeypatch, way)
-        out = np.empty((m, n), np.float32)
-        with parallel.blas_scope():
-            blas_blocks.matmul_into(a, b, out)
-        assert out.tobytes() == want.tobytes(), choice.NAMES[way]
-        assert way not in _gemm_site(a, b, 2).ways
-    blas_blocks._agree.clear()  # what the simulated library taught is not kept
-
-
 def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypatch,
                                                                       two_threads):
     """a @ a.T (numpy's syrk: no way but the fixed blocks) and a @ c.T of the same shapes
     and orders are two sites: sharing one, the syrk product -- offered none of the checked
     ways -- ran its blocks on the pool whenever the site picked one of them and recorded
-    that time as the way's (found by review: 3 pool runs recorded as each of "OpenBLAS
-    threads", "pool, a block per thread" and "caller alone, one call"), so the other
-    product's choice went by times no such call made."""
+    that time as the way's (found by review: 3 pool runs recorded as "OpenBLAS
+    threads"), so the other product's choice went by times no such call made."""
     m, k = 600, 100
     rng = np.random.default_rng(11)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -506,26 +424,24 @@ def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypa
     want = np.empty((m, m), np.float32)
     with parallel.openblas_threads(1):
         blas_blocks._gemm_blocks(a, a.T, want, blas_blocks.gemm_split(m, m, k))
-    for way in (WIDE, ONE, WHOLE):
-        _force(monkeypatch, way)
-        for _ in range(3):
-            out = np.empty((m, m), np.float32)
-            with parallel.blas_scope():
-                blas_blocks.matmul_into(a, a.T, out)
-            assert out.tobytes() == want.tobytes()
+    _force(monkeypatch, WHOLE)
+    for _ in range(3):
+        out = np.empty((m, m), np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, a.T, out)
+        assert out.tobytes() == want.tobytes()
     recorded = {(s.name, choice.NAMES[w]): s.calls[w] for s in blas_blocks._sites.values()
-                for w in (WIDE, ONE, WHOLE) if s.calls.get(w)}
+                for w in (WHOLE, SHARED) if s.calls.get(w)}
     assert not recorded
 
 
-@pytest.mark.parametrize("threads,way", [(1, ONE), (2, WIDE), (2, ONE), (2, WHOLE)])
-def test_a_check_without_memory_keeps_the_fixed_blocks(threads, way, monkeypatch,
-                                                       two_threads):
+@pytest.mark.parametrize("way", [WHOLE, SHARED])
+def test_a_check_without_memory_keeps_the_fixed_blocks(way, monkeypatch, two_threads):
     """A bits check allocates random operands and two results (up to CHECK_MAX_BYTES):
     where that memory is not there the way is not offered and the product runs its fixed
     blocks -- the execution does not fail. Found by review: the MemoryError went up
-    through matmul_into, on one thread (a rank per core) from a product that ran no check
-    at all before the coarser cuts."""
+    through matmul_into."""
+    threads = 2
     m, k, n = 1100, 400, 160
     rng = np.random.default_rng(12)
     a = rng.standard_normal((m, k)).astype(np.float32)
@@ -552,9 +468,8 @@ def test_a_check_without_memory_keeps_the_fixed_blocks(threads, way, monkeypatch
     assert not blas_blocks._agree  # nothing learned: the memory may be there later
 
 
-@pytest.mark.parametrize("check", ["cuts", "threads"])
 @pytest.mark.parametrize("dtype,mkn", [("f", (2048, 4096, 16)), ("F", (1100, 400, 160))])
-def test_a_bits_check_takes_the_memory_its_bound_counts(check, dtype, mkn, two_threads):
+def test_a_bits_check_takes_the_memory_its_bound_counts(dtype, mkn, two_threads):
     """CHECK_MAX_BYTES bounds a check's operands and two results; the check takes no
     more at its peak (numpy's allocations, tracemalloc). Found by review: random operands
     made in float64 and then converted, and the results compared as bytes copies, took
@@ -563,15 +478,11 @@ def test_a_bits_check_takes_the_memory_its_bound_counts(check, dtype, mkn, two_t
     import tracemalloc
     m, k, n = mkn
     a, b = np.ones((m, k), dtype), np.ones((n, k), dtype).T
-    split = blas_blocks.gemm_split(m, n, k)
     blas_blocks._agree.clear()
+    parallel.set_threads(2)
     tracemalloc.start()
     try:
-        if check == "cuts":
-            blas_blocks._cuts_agree(a, b, split, blas_blocks.wide_split(split, 2))
-        else:
-            parallel.set_threads(2)
-            blas_blocks._threads_agree(a, b, 2)
+        blas_blocks._threads_agree(a, b, 2)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -624,8 +535,8 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
 def test_every_way_of_a_complex_product_of_transposed_operands_gives_the_blocks_bits(
         dtype, monkeypatch, two_threads):
     """The every-way test above runs f32 and f64 of row-major operands; the checked ways
-    (OpenBLAS's threads and split, the coarser cuts) also keep the fixed blocks' bits for
-    complex products of a transposed and a strided operand, on 2 and 3 threads."""
+    (OpenBLAS's threads and split) also keep the fixed blocks' bits for complex products
+    of a transposed and a strided operand, on 2 and 3 threads."""
     m, k, n = 1100, 200, 160
     rng = np.random.default_rng(14)
 
@@ -642,35 +553,12 @@ def test_every_way_of_a_complex_product_of_transposed_operands_gives_the_blocks_
     for threads in (2, 3):
         parallel.set_threads(threads)
         blas_blocks._sites.clear()
-        for way in (WIDE, ONE, WHOLE, SHARED):
+        for way in (POOL, ALONE, WHOLE, SHARED):
             _force(monkeypatch, way)
             out = np.full((m, n), np.nan, dtype)
             with parallel.blas_scope():
                 blas_blocks.matmul_into(a, b, out)
             assert out.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
-        site, = blas_blocks._sites.values()
-        ran = {w for w, c in site.calls.items() if c}  # checked and run, not dropped
-        assert ({WIDE, ONE} if threads == 2 else {ONE}) <= ran, [choice.NAMES[w] for w in ran]
-
-
-def test_a_product_on_one_thread_makes_no_pool(monkeypatch, two_threads):
-    """On one thread (a rank per core) a split product chooses between its fixed blocks
-    in turn and one call, both on the caller: no pool is made for it."""
-    m, k, n = 1100, 400, 160
-    a = np.ones((m, k), np.float32)
-    b = np.ones((k, n), np.float32)
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    monkeypatch.setattr(parallel, "_pool", None)
-    parallel.set_threads(1)
-    blas_blocks._sites.clear()
-    for _ in range(4 * WARM):
-        out = np.empty((m, n), np.float32)
-        with parallel.blas_scope():
-            blas_blocks.matmul_into(a, b, out)
-        assert (out == k).all()
-    site, = blas_blocks._sites.values()
-    assert site.ways == [ALONE, ONE] and all(site.calls.values())
-    assert parallel._pool is None
 
 
 def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_threads):
@@ -681,7 +569,7 @@ def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_
     blas_blocks._sites.clear()
     with parallel.blas_scope():
         blas_blocks.matmul_into(a, a.T, out)
-    assert all(not {WHOLE, SHARED, WIDE, ONE} & set(s.ways)
+    assert all(not {WHOLE, SHARED} & set(s.ways)
                for s in blas_blocks._sites.values())
     parallel.set_threads(1)
     one = np.empty_like(out)

@@ -24,10 +24,7 @@ partition without its workers' spin. Both are offered only where a check shows t
 the blocks' bits (_threads_agree), so the results stay those of the blocks on every
 thread count; and WHOLE, where OpenBLAS's workers spin after each call (every process but
 a rank), only while this process's other pools are awake already (WHOLE_MAX_TIMEOUT
-below). Two more cut a split product more coarsely -- a block per thread on the pool
-(WIDE), one call on the caller (ONE) -- since every block packs the whole other operand
-again; they too are offered only where a check shows they give the blocks' bits
-(_cuts_agree).
+below).
 """
 
 from __future__ import annotations
@@ -52,12 +49,11 @@ MIN_ROWS = 256
 # From this many multiply-adds a 2-D product also offers one call on OpenBLAS's own
 # threads (choice.WHOLE) when that gives the blocks' bits (_threads_agree).
 WHOLE_MIN_MACS = BLOCK_MACS
-# A way that needs a bits check (WHOLE, SHARED: _threads_agree; WIDE, ONE: _cuts_agree)
-# is offered up to this many multiply-adds and this much memory for the check (both
-# operands and two results, random): a check runs the product two or three times, mostly
-# on one thread, once per shape, in the site's first calls -- 1024^3 f32 ~70 ms and
-# 16 MiB; 8192^3 would stall a first step for ~30 s and take 1 GiB -- while the way saves
-# a few percent of a large product's call.
+# The ways that need a bits check (WHOLE, SHARED: _threads_agree) are offered up to
+# this many multiply-adds and this much memory for the check (both operands and two
+# results, random): it runs the product twice -- its blocks on one thread, the threaded
+# call -- once per shape, in the site's first calls: 1024^3 f32 ~35 ms and 16 MiB; 8192^3
+# would stall a first step for ~20 s and take 1 GiB.
 CHECK_MAX_MACS = 1 << 32
 CHECK_MAX_BYTES = 256 << 20
 
@@ -242,43 +238,6 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
                for i in range(0, xb.size, step))
 
 
-def wide_split(split, threads: int):
-    """One block per thread along the axis of the fixed blocks `split` (gemm_split),
-    the WIDE way's cut; None on one thread or when there are no more blocks than
-    threads."""
-    axis, blocks = split
-    if not 1 < threads < len(blocks):
-        return None
-    units = blocks[-1][1]
-    return axis, [(units * t // threads, units * (t + 1) // threads) for t in range(threads)]
-
-
-def _cuts_agree(a, b, split, wide) -> tuple[bool, bool]:
-    """Whether one call (the ONE way), and the blocks `wide` (WIDE; None: not asked),
-    give the bits of the product's fixed blocks `split`: checked once per shapes, orders
-    and cut, on random operands, as _threads_agree. Each block is one BLAS call whose
-    sums run over the whole of k, so for OpenBLAS's kernels the rows or columns a call
-    covers do not change them (all agree for every shape the tests try) -- but a library
-    may take another kernel for a small call (OpenBLAS's small-matrix path), so it is
-    checked, not assumed."""
-    key = ("cuts", a.dtype.char, a.shape, b.shape, _order(a), _order(b),
-           None if wide is None else len(wide[1]))
-    known = _agree.get(key)
-    if known is not None:
-        return known
-    arrays = _check_arrays(a, b)
-    if arrays is None:  # no memory for the check: neither cut is offered
-        return False, False
-    ra, rb, want, got = arrays
-    with openblas_threads(BLAS_THREADS):
-        _gemm_blocks(ra, rb, want, split)
-        np.matmul(ra, rb, out=got)
-        one = _same_bits(want, got)
-        if wide is not None:
-            _gemm_blocks(ra, rb, got, wide)
-    return _learned(key, (one, wide is not None and _same_bits(want, got)))
-
-
 def _threaded(a, b, out, threads: int, server: bool = False) -> bool:
     """out = a @ b as one OpenBLAS call cut for `threads` threads: its jobs on the pool
     (blas_pool.py) unless `server` or it is not available, else on OpenBLAS's own
@@ -311,9 +270,9 @@ def _gemm_blocks(a, b, out, split) -> None:
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
-    blocks on the pool or the caller, as one call on OpenBLAS's threads or their split on
-    the pool, or (2-D) cut more coarsely -- a block per thread, one call on the caller --
-    as its site measured fastest (choice.py); every way gives the same bits."""
+    blocks on the pool or the caller, or (2-D) as one call on OpenBLAS's threads or their
+    split on the pool, as its site measured fastest (choice.py); every way gives the same
+    bits."""
     if a.dtype not in _BLAS_TYPES or out.size == 0 or a.ndim == 2 and \
             a.shape[0] * a.shape[1] * b.shape[1] < min(BLOCK_MACS, WHOLE_MIN_MACS):
         # (a 2-D product under BLOCK_MACS is one block: gemm_split gives None)
@@ -376,37 +335,12 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         block = lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
     else:
         block = lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
-    cuts = {}
-    if len(split[1]) > 1 and apart:
-        # Coarser cuts than the fixed blocks: each block packs the whole other operand
-        # again, so fewer blocks cost less CPU where that packing is dear (1024^3 f32 on
-        # one thread, OpenBLAS 0.3.31's SkylakeX kernel: one call 21.4 ms, a block per
-        # thread of 2 21.7 ms, the four fixed blocks 22.4 ms), and more where smaller
-        # blocks fit the cache better (MIN_ROWS): measured, as the other ways.
-        wide = wide_split(split, threads)
-
-        def cut(way: int):
-            def call() -> bool:
-                one, wide_too = _cuts_agree(a, b, split, wide)
-                if not (one if way == choice.ONE else wide_too):
-                    site.drop(way)  # it would change the bits (the fixed blocks run)
-                    return False
-                if way == choice.ONE:
-                    np.matmul(a, b, out=out)
-                else:  # the pool, or the caller alone when another call holds it
-                    run_blocks(block, None, wide[1], n=threads)
-                return True
-            return call
-        if wide is not None:
-            cuts[choice.WIDE] = cut(choice.WIDE)
-        cuts[choice.ONE] = cut(choice.ONE)
-    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
-        (choice.ALONE,)
+    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 else (choice.ALONE,)
     # (apart in the key: a product of overlapping operands offers fewer ways, and on a
     # site of the others its blocks would be timed as the ways it does not run)
     site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads, apart),
-                 ways + tuple(whole) + tuple(cuts), lambda: f"dot {m}x{k}x{n} {a.dtype}")
-    whole = {w: call for w, call in {**whole, **cuts}.items() if w in site.ways}
+                 ways + tuple(whole), lambda: f"dot {m}x{k}x{n} {a.dtype}")
+    whole = {w: call for w, call in whole.items() if w in site.ways}
     run_blocks(block, None, split[1], site, whole, threads)
 
 

@@ -2,9 +2,7 @@
 
 A split kernel can run its fixed blocks on the compute pool or on the calling thread
 alone; a large matrix product can also be one OpenBLAS call on OpenBLAS's own threads
-(blas_blocks.py), or that call's jobs on the pool (blas_pool.py), or be cut more coarsely
-than its fixed blocks: one block per thread on the pool (WIDE), one call on the caller
-(ONE). The ways give the same bits -- blocks are fixed by the shape, and another cut or
+(blas_blocks.py), or that call's jobs on the pool (blas_pool.py). The ways give the same bits -- blocks are fixed by the shape, and
 OpenBLAS's threading is offered for a product only after a check that it reproduces the
 blocks' bits -- so choosing among them moves time, never results. No rule fixed in
 advance chose well everywhere (issue 31): a small kernel's call on the pool times slower
@@ -49,18 +47,15 @@ from __future__ import annotations
 
 import weakref
 
-POOL, ALONE, WHOLE, SHARED, WIDE, ONE = 0, 1, 2, 3, 4, 5
+POOL, ALONE, WHOLE, SHARED = 0, 1, 2, 3
 NAMES = {POOL: "pool", ALONE: "caller alone", WHOLE: "OpenBLAS threads",
-         SHARED: "OpenBLAS split on the pool", WIDE: "pool, a block per thread",
-         ONE: "caller alone, one call"}
-CALLER_ALONE = (ALONE, ONE)  # the ways that leave the other cores idle
+         SHARED: "OpenBLAS split on the pool"}
 # Regimes (parallel.regime): a core idle; none, and this process's other threads busy
 # (numpy's or XLA's pools still awake); none, other processes hold the cores.
 IDLE, OWN_POOLS, OTHERS = 0, 1, 2
 REGIMES = {IDLE: "idle core", OWN_POOLS: "own pools busy", OTHERS: "other processes busy"}
 
-# Where a site with the pool offers the caller alone, in either cut (not under other
-# processes' load).
+# Where a site with the pool offers the caller alone (not under other processes' load).
 SHARE_REGIMES = (IDLE, OWN_POOLS)
 
 WARM = 2
@@ -75,21 +70,20 @@ def _median(samples: list[float]) -> float:
 
 
 class Site:
-    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE, SHARED,
-    WIDE, ONE), tried in the order given while warming up."""
+    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE, SHARED),
+    tried in that order while warming up."""
 
     __slots__ = ("name", "ways", "only", "samples", "gap", "left", "turn", "exploring",
                  "calls", "__weakref__")
 
     def __init__(self, ways, name: str = "", only: dict | None = None):
-        """`only`: way -> the regimes it is offered in (others: every regime; ALONE and
-        ONE, on a site with POOL, SHARE_REGIMES)."""
+        """`only`: way -> the regimes it is offered in (others: every regime; ALONE, on a
+        site with POOL, SHARE_REGIMES)."""
         self.name = name
         self.ways = list(ways)
         self.only = dict(only or {})
         if POOL in self.ways:
-            for way in CALLER_ALONE:
-                self.only.setdefault(way, SHARE_REGIMES)
+            self.only.setdefault(ALONE, SHARE_REGIMES)
         self.samples = [{w: [] for w in self.ways} for _ in REGIMES]  # per regime
         self.gap = [MIN_GAP] * len(REGIMES)
         self.left = [MIN_GAP] * len(REGIMES)

@@ -544,22 +544,21 @@ def regime() -> int:
 def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) -> None:
     """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
     it measured fastest now: on the pool, on the calling thread alone, or one of `whole`
-    -- way -> a callable computing the same result partitioned another way (one call
-    split by OpenBLAS, on its threads or on the pool; coarser blocks, or one call on the
-    caller: blas_blocks.py), returning False when it could not; without a site, on the
-    pool whenever it has threads. Every way gives the
+    -- way -> a callable computing the same result in one call partitioned another way
+    (OpenBLAS's, on its threads or on the pool: blas_blocks.py), returning False when it
+    could not; without a site, on the pool whenever it has threads. Every way gives the
     same bits. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native
     code (_NativeTask). `n`: thread_count(), when the caller has it already."""
     if n is None:
         n = thread_count()
     whole = whole or {}
-    if not whole and (n < 2 or len(blocks) < 2):
+    if n < 2 or (len(blocks) < 2 and not whole):
         _alone(fn, argv, blocks)
         return
-    pool = _get_pool(n) if len(blocks) > 1 and n > 1 else None
+    pool = _get_pool(n) if len(blocks) > 1 else None
     if site is None or not DYNAMIC:
         if pool is None:
-            if n < 2 or not next(iter(whole.values()))():
+            if not next(iter(whole.values()))():
                 _alone(fn, argv, blocks)
         elif not _on_pool(pool, fn, argv, blocks, n):
             _alone(fn, argv, blocks)
