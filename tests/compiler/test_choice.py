@@ -376,6 +376,18 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
         pytest.skip("this OpenBLAS sums every product above the same way on 2 threads")
 
 
+def _product_and_blocks(m, k, n, seed):
+    """Random f32 operands of an m x k by k x n product, and their fixed blocks' result
+    on one thread (the bits every way must give)."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    return a, b, want
+
+
 def _gemm_site(a, b, threads, checkable=True):
     (m, k), n = a.shape, b.shape[1]
     return blas_blocks._sites[("gemm", a.dtype.char, m, n, k, "N", "N", threads, checkable)]
@@ -443,12 +455,7 @@ def test_a_check_without_memory_keeps_the_fixed_blocks(way, monkeypatch, two_thr
     through matmul_into."""
     threads = 2
     m, k, n = 1100, 400, 160
-    rng = np.random.default_rng(12)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    want = np.empty((m, n), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    a, b, want = _product_and_blocks(m, k, n, 12)
 
     def no_memory(*_):
         raise MemoryError
@@ -502,12 +509,7 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     if not parallel.blas_info():
         pytest.skip("no OpenBLAS loaded in this process")
     m, k, n = 512, 256, 384  # OpenBLAS's threads give its blocks' bits (test above)
-    rng = np.random.default_rng(13)
-    a = rng.standard_normal((m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    want = np.empty((m, n), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    a, b, want = _product_and_blocks(m, k, n, 13)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     parallel.set_threads(2)
     blas_blocks._sites.clear()
