@@ -505,7 +505,7 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     by review: the site took that answer for a failed check and dropped WHOLE and SHARED
     for good, so a product whose threads give the blocks' bits lost the way because
     another thread of the process ran an execution at its first pick. Asked again at
-    each pick meanwhile, the check does not pay its product of the blocks each time."""
+    each pick meanwhile, the check makes neither its operands nor its product of the blocks."""
     if not parallel.blas_info():
         pytest.skip("no OpenBLAS loaded in this process")
     m, k, n = 512, 256, 384  # OpenBLAS's threads give its blocks' bits (test above)
@@ -518,6 +518,9 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     checked = []
     real = blas_blocks._gemm_blocks
     monkeypatch.setattr(blas_blocks, "_gemm_blocks", lambda *x: checked.append(1) or real(*x))
+    made = []  # the check's random operands: not made while the check cannot run
+    real_like = blas_blocks._random_like
+    monkeypatch.setattr(blas_blocks, "_random_like", lambda *x: made.append(1) or real_like(*x))
     for _ in range(3):
         out = np.empty((m, n), np.float32)
         with parallel.blas_scope(), parallel.blas_scope():  # two executions in flight
@@ -525,7 +528,7 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
         assert out.tobytes() == want.tobytes()
     site = _gemm_site(a, b, 2)
     assert WHOLE in site.ways and site.calls[WHOLE] == 0
-    assert not checked  # the check's product of the blocks is not paid at each pick
+    assert not checked and not made  # nor its product of the blocks, nor its operands
     if not blas_blocks._threads_agree(a, b, 2):
         pytest.skip("this OpenBLAS sums 512x256x384 another way on 2 threads")
     with parallel.blas_scope():  # alone now: the way runs

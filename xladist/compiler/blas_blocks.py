@@ -36,7 +36,14 @@ import threading
 import numpy as np
 
 from . import blas_pool, choice, conv_kernel
-from .parallel import BLAS_THREADS, exclusive_blas, openblas_threads, run_blocks, thread_count
+from .parallel import (
+    BLAS_THREADS,
+    exclusive_blas,
+    openblas_threads,
+    others_in_flight,
+    run_blocks,
+    thread_count,
+)
 
 # Multiply-adds per block: ~0.2-0.4 ms on one core, so the pool's hand-off (~15-50 us)
 # is small, and a block a descheduled helper holds costs the caller little.
@@ -185,6 +192,8 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool | None:
     known = _agree.get(key)
     if known is not None:
         return known
+    if others_in_flight():  # the threaded call could not run: not even the operands
+        return None
     arrays = _check_arrays(a, b)
     if arrays is None:  # no memory for the check: the way is not offered
         return False

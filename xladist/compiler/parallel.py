@@ -325,6 +325,12 @@ def blas_scope() -> _BlasScope:
     return _BLAS_SCOPE
 
 
+def others_in_flight() -> bool:
+    """Whether another execution is in flight beside the caller's, so that exclusive_blas
+    would refuse now (a hint read without the gate: exclusive_blas decides)."""
+    return _blas_flight["n"] > 1
+
+
 class _ExclusiveBlas:
     """exclusive_blas's context manager (a class, as _BlasScope). It releases the gate it
     took: a fork meanwhile gives the child a new one (_after_fork_in_child)."""
