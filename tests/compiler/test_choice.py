@@ -505,7 +505,8 @@ def test_openblas_threads_first_picked_beside_another_execution_stay_offered(
     by review: the site took that answer for a failed check and dropped WHOLE and SHARED
     for good, so a product whose threads give the blocks' bits lost the way because
     another thread of the process ran an execution at its first pick. Asked again at
-    each pick meanwhile, the check makes neither its operands nor its product of the blocks."""
+    each pick meanwhile, the check makes neither its operands nor its product of the
+    blocks."""
     if not parallel.blas_info():
         pytest.skip("no OpenBLAS loaded in this process")
     m, k, n = 512, 256, 384  # OpenBLAS's threads give its blocks' bits (test above)
