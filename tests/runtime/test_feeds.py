@@ -480,6 +480,12 @@ def test_an_outfeed_that_can_be_neither_written_nor_rescued_is_an_error_not_a_ha
     assert (rank, what) == (0, "outfeed") and isinstance(error, OutputError)
     assert f"cannot write --outfeed {dest / 'o0.npz'}" in str(error)
     assert job._user_lock.acquire(timeout=1)  # not left held
+    job._user_lock.release()
+    # Said as the file's failure (xladist.run, Cluster calls): before, "the outfeed
+    # callback for rank 0 raised OutputError", for a run that had no callback.
+    from xladist.runtime.api import _callback_errors
+    assert _callback_errors(job) == f"\n(in this process: the outfeed file for rank 0 " \
+        f"raised OutputError: {error})"
 
 
 def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_are_named():
@@ -504,6 +510,9 @@ def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_ar
     (rank, what, error), = job.errors
     assert (rank, what) == (1, "outfeed")
     assert "did not take rank 1's last outfeed items within 0.5 s of the job's end" in str(error)
+    from xladist.runtime.api import outfeed_failed
+    assert outfeed_failed(job, 1, error).startswith(
+        "the outfeed callback for rank 1 raised ExecutionError: ")
     rank_end.close()  # its end of stream: the thread ends, nothing is recorded twice
     t.join(10)
     assert not t.is_alive() and len(job.errors) == 1

@@ -316,7 +316,7 @@ class Cluster:
         """One order to every rank; their outputs (when it runs: `inputs` given, or `run`),
         or the call's error. `outputs`: where they go (service/outputs.py; default:
         returned). `feeds`: the call's feeds (api.served_feeds), served while it runs."""
-        from .api import _callback_errors
+        from .api import _callback_errors, outfeed_failed
         from .service.jobs import JobHost
         from .service.outputs import Outputs
         with self._lock:
@@ -373,15 +373,15 @@ class Cluster:
                 lost = job.finish_failed()
                 texts = [failed[r][1] for r in sorted(failed)]
                 raise ExecutionError(f"{PREFIX}: {texts[0]}" + "".join(
-                    f"\n{PREFIX}: {t}" for t in texts[1:]) + _callback_errors(job.errors) +
+                    f"\n{PREFIX}: {t}" for t in texts[1:]) + _callback_errors(job) +
                     lost + "\n(the cluster is still usable: every rank finished this call)")
             result = job.finish(False) if run else None
             outfed = [x for x in job.errors if x[1] == "outfeed"]
             if outfed:  # every rank finished; this process's callback did not take it all
                 rank, _, e = outfed[0]
-                raise ExecutionError(f"{PREFIX}: the outfeed callback for rank {rank} raised "
-                                     f"{type(e).__name__}: {e}\n(the cluster is still usable:"
-                                     " every rank finished this call)", rank=rank) from e
+                raise ExecutionError(f"{PREFIX}: {outfeed_failed(job, rank, e)}\n(the cluster "
+                                     "is still usable: every rank finished this call)",
+                                     rank=rank) from e
             return result
 
     def _stop(self, handle, answers, failed, job) -> None:

@@ -142,6 +142,8 @@ class NpzSource:
 class CallbackSink:
     """`callback(rank, replica, partition, item)` in this process, called in order."""
 
+    what = "the outfeed callback"  # what failed, in an error (runtime/api.py)
+
     def __init__(self, callback):
         self.callback = callback
         self.placement = None
@@ -165,6 +167,8 @@ class NpzSink:
     guards against a killed process, so a log that cannot be opened or appended to (its
     folder removed or replaced since the run's start, a full disk) is dropped, not an error:
     the items still reach the user through close."""
+
+    what = "the outfeed file"
 
     def __init__(self, template: str):
         self.template = str(template)

@@ -59,6 +59,7 @@ class JobHost:
         self.prefetch = prefetch
         self.host = host
         self.errors: list[tuple[int, str, BaseException]] = []  # user callbacks that raised
+        self.outfeed_what = "the outfeed"  # its sinks' kind: callback or file (api.py)
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
         self._streaming: dict[int, int] = {}  # rank -> its outfeed streams being taken
         self._streams_done = threading.Condition()
@@ -148,7 +149,9 @@ class JobHost:
             produce(conn.sock, self.infeed, placement, self._fail("infeed"))
         elif meta["role"] == "feed-out" and self.outfeed is not None:
             rank = placement.rank
-            sink = _Watched(self.outfeed(), self)
+            made = self.outfeed()
+            self.outfeed_what = getattr(made, "what", self.outfeed_what)
+            sink = _Watched(made, self)
             with self._streams_done:
                 self._streaming[rank] = self._streaming.get(rank, 0) + 1
                 self._sinks[id(sink)] = (rank, sink)
