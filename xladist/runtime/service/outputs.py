@@ -170,14 +170,10 @@ class Outputs:
         def write(f) -> None:
             with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
                 for i in range(self.count):
+                    dtype, dims = self.meta[(device, i)]
                     with z.open(f"out{i}.npy", "w", force_zip64=True) as m:
-                        if (device, i) in self.memory:
-                            dtype, dims = self.meta[(device, i)]
-                            m.write(_npy_header(stored_dtype(dtype), dims))
-                            self._copy_data(device, i, m)
-                            continue
-                        with open(self._file(device, i), "rb") as src:
-                            shutil.copyfileobj(src, m, wire.CHUNK)
+                        m.write(_npy_header(stored_dtype(dtype), dims))  # its file's header
+                        self._copy_data(device, i, m)
         deliver(path, write, f"{self.what} (device {device})")
         for i in range(self.count):
             with self._lock:
