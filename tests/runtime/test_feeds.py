@@ -510,8 +510,7 @@ def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_ar
     (rank, what, error), = job.errors
     assert (rank, what) == (1, "outfeed")
     assert "did not take rank 1's last outfeed items within 0.5 s of the job's end" in str(error)
-    from xladist.runtime.api import outfeed_failed
-    assert outfeed_failed(job, 1, error).startswith(
+    assert job.outfeed_failed(1, error).startswith(
         "the outfeed callback for rank 1 raised ExecutionError: ")
     rank_end.close()  # its end of stream: the thread ends, nothing is recorded twice
     t.join(10)

@@ -360,7 +360,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     failed_out = [x for x in errors if x[1] == "outfeed"]
     if failed_out:
         rank, _, e = failed_out[0]
-        raise ExecutionError(outfeed_failed(job, rank, e), rank=rank) from e
+        raise ExecutionError(job.outfeed_failed(rank, e), rank=rank) from e
     kept = rescued()[before:]
     if kept:  # written here, by this process, elsewhere than asked (xladist/files.py)
         from xladist.errors import OutputError
@@ -414,14 +414,8 @@ def rank_options(counts, *, backend: str, timeout: float, verify: bool, source: 
             "device_assignment": [list(r) for r in da] if da is not None else None}
 
 
-def outfeed_failed(job, rank: int, e: BaseException) -> str:
-    """A failure of this process's outfeed consumer for `rank`: the user's callback raised,
-    or the npz file could not be kept (job.outfeed_what)."""
-    return f"{job.outfeed_what} for rank {rank} raised {type(e).__name__}: {e}"
-
-
 def _callback_errors(job) -> str:
     """Failures of this process's outfeed consumers (the ranks' report names the infeed
     ones)."""
-    return "".join(f"\n(in this process: {outfeed_failed(job, rank, e)})"
+    return "".join(f"\n(in this process: {job.outfeed_failed(rank, e)})"
                    for rank, what, e in list(job.errors) if what == "outfeed")

@@ -316,7 +316,7 @@ class Cluster:
         """One order to every rank; their outputs (when it runs: `inputs` given, or `run`),
         or the call's error. `outputs`: where they go (service/outputs.py; default:
         returned). `feeds`: the call's feeds (api.served_feeds), served while it runs."""
-        from .api import _callback_errors, outfeed_failed
+        from .api import _callback_errors
         from .service.jobs import JobHost
         from .service.outputs import Outputs
         with self._lock:
@@ -379,7 +379,7 @@ class Cluster:
             outfed = [x for x in job.errors if x[1] == "outfeed"]
             if outfed:  # every rank finished; this process's callback did not take it all
                 rank, _, e = outfed[0]
-                raise ExecutionError(f"{PREFIX}: {outfeed_failed(job, rank, e)}\n(the cluster "
+                raise ExecutionError(f"{PREFIX}: {job.outfeed_failed(rank, e)}\n(the cluster "
                                      "is still usable: every rank finished this call)",
                                      rank=rank) from e
             return result

@@ -142,7 +142,7 @@ class NpzSource:
 class CallbackSink:
     """`callback(rank, replica, partition, item)` in this process, called in order."""
 
-    what = "the outfeed callback"  # what failed, in an error (runtime/api.py)
+    what = "the outfeed callback"  # what failed, in an error (JobHost.outfeed_failed)
 
     def __init__(self, callback):
         self.callback = callback

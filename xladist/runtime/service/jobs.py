@@ -59,7 +59,7 @@ class JobHost:
         self.prefetch = prefetch
         self.host = host
         self.errors: list[tuple[int, str, BaseException]] = []  # user callbacks that raised
-        self.outfeed_what = "the outfeed"  # its sinks' kind: callback or file (api.py)
+        self.outfeed_what = "the outfeed"  # its sinks' kind: callback or file
         self._user_lock = threading.Lock()  # callbacks of the user run one at a time
         self._streaming: dict[int, int] = {}  # rank -> its outfeed streams being taken
         self._streams_done = threading.Condition()
@@ -222,6 +222,12 @@ class JobHost:
         is still taking is waiting for this process, not stuck (cluster._Calls.wait)."""
         with self._streams_done:
             return None if self._in_hand else self._handed_at
+
+    def outfeed_failed(self, rank: int, e: BaseException) -> str:
+        """A failure of this process's outfeed consumer for `rank`, as xladist.run and a
+        Cluster's call say it: the user's callback raised, or the npz file could not be
+        kept (the sinks' `what`)."""
+        return f"{self.outfeed_what} for rank {rank} raised {type(e).__name__}: {e}"
 
     def _fail(self, what: str):
         def record(rank: int, error: BaseException) -> None:
