@@ -20,6 +20,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A two-device module, one parameter f32[4], all-reduced across the replicas: the CLI tests'
+# smallest real job.
+PSUM_MODULE = """HloModule psum, replica_count=2
+
+sum {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=sum
+}
+"""
+
 
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment of a CLI job started by a test; `extra` variables override."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import xladist
-from tests.cli_util import xladist_cli
+from tests.cli_util import PSUM_MODULE, xladist_cli
 from xladist import files
 from xladist.errors import InputError
 
@@ -147,19 +147,6 @@ def test_python_api_refuses_a_bool_where_a_count_or_seconds_go(tmp_path):
 
 
 # ---- a timeout beyond the operating system's timers is refused ----------------------------
-PSUM = """HloModule psum, replica_count=2
-
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  x = f32[4] parameter(0)
-  ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=sum
-}
-"""
 
 
 @pytest.mark.parametrize("value", ["1e309", "inf", "1e11"])
@@ -171,7 +158,7 @@ def test_a_timeout_beyond_the_timers_range_is_refused_before_launch(tmp_path, ca
     every case to "no case passed"."""
     from xladist.cli import main
     module = tmp_path / "psum.hlo"
-    module.write_text(PSUM)
+    module.write_text(PSUM_MODULE)
     np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
     want = (f"--timeout must be at most 1000000000 seconds (31 years) (0: no deadline), "
             f"got {float(value)}")
@@ -181,7 +168,7 @@ def test_a_timeout_beyond_the_timers_range_is_refused_before_launch(tmp_path, ca
     assert main(["demo", "-n", "2", "--timeout", value]) == 2
     assert capsys.readouterr().err == f"xladist demo: error: {want}\n"
     with pytest.raises(InputError, match="timeout must be at most 1000000000 seconds"):
-        xladist.run(xladist.parse_hlo(PSUM), [np.ones((2, 4), np.float32)], n=2,
+        xladist.run(xladist.parse_hlo(PSUM_MODULE), [np.ones((2, 4), np.float32)], n=2,
                     timeout=float(value))
     with pytest.raises(InputError, match="timeout must be at most 1000000000 seconds"):
         xladist.Cluster(n=2, timeout=float(value))
@@ -258,7 +245,7 @@ def test_a_batch_line_with_its_own_batch_is_refused(tmp_path, capsys):
     --batch other.txt` ran m.hlo and ignored --batch other.txt without a word (exit 0)."""
     from xladist.cli import main
     module = tmp_path / "psum.hlo"
-    module.write_text(PSUM)
+    module.write_text(PSUM_MODULE)
     np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
     runs = tmp_path / "runs.txt"
     runs.write_text(f"{module} --inputs {tmp_path / 'in.npz'} --batch {runs}\n")

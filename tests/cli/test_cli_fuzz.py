@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cli_util import ROOT, cli_env
+from tests.cli_util import PSUM_MODULE, ROOT, cli_env
 from xladist.cli import main
 
 EXAMPLES = int(os.environ.get("XLADIST_FUZZ_EXAMPLES", "15"))
@@ -41,20 +41,6 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 
-# Two devices, one parameter f32[4]: all-reduce across the replicas.
-MODULE = """HloModule fuzz_psum, replica_count=2
-
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  x = f32[4] parameter(0)
-  ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=sum
-}
-"""
 
 
 def _make_files(d: Path) -> dict[str, Path]:
@@ -69,7 +55,7 @@ def _make_files(d: Path) -> dict[str, Path]:
          "cfg_unknown": d / "unknown.toml", "cfg_type": d / "type.toml",
          "cfg_bad_inputs": d / "bad_inputs.toml", "cfg_binary": d / "binary.toml",
          "file_as_dir": d / "plainfile"}
-    f["module"].write_text(MODULE)
+    f["module"].write_text(PSUM_MODULE)
     np.savez(f["inputs"], arg0=np.arange(8, dtype=np.float32).reshape(2, 4))
     f["dir"].mkdir(exist_ok=True)
     f["empty"].write_bytes(b"")

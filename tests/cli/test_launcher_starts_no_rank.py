@@ -12,21 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.cli_util import PSUM_MODULE
 from xladist.cli import main
-
-PSUM = """HloModule psum, replica_count=2
-
-sum {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY main {
-  x = f32[4] parameter(0)
-  ROOT r = f32[4] all-reduce(x), replica_groups={}, to_apply=sum
-}
-"""
 
 
 def _launcher(tmp_path, status: int):
@@ -39,7 +26,7 @@ def _launcher(tmp_path, status: int):
 @pytest.mark.parametrize("status", [0, 1])
 def test_run_whose_launcher_starts_no_rank_fails_naming_it(tmp_path, capsys, status):
     module = tmp_path / "psum.hlo"
-    module.write_text(PSUM)
+    module.write_text(PSUM_MODULE)
     np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
     launcher = _launcher(tmp_path, status)
     out = tmp_path / "out.npz"
