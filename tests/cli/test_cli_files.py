@@ -200,7 +200,6 @@ def test_python_api_says_where_it_rescued_results(tmp_path, monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_failed_run_whose_trace_is_lost_too_still_says_why_it_failed(tmp_path,
@@ -269,7 +268,6 @@ def test_trace_events_arriving_after_the_temp_folder_went_are_kept(tmp_path, mon
     doc = json.loads((tmp_path / "t.json").read_text())
     assert {e["pid"] for e in doc["traceEvents"]} == {0, 1}
     assert "note" not in doc["otherData"]
-
 
 
 @pytest.mark.slow
@@ -361,7 +359,6 @@ def test_per_device_outputs_that_could_be_neither_written_nor_rescued_fail_the_r
         check_outfeed(read_outfeed(good / f"o{r}.npz"), 2, 3)
 
 
-
 def test_a_run_whose_temporary_folder_cannot_be_made_says_so_before_any_rank_starts(
         tmp_path, monkeypatch, capsys):
     # Before: tempfile.mkdtemp's FileNotFoundError, as a Python traceback from the CLI.
@@ -379,7 +376,6 @@ def test_a_run_whose_temporary_folder_cannot_be_made_says_so_before_any_rank_sta
         f"the ranks run: No such file or directory (TMPDIR is not set); set TMPDIR to a "
         f"writable folder with room\n"), err
     assert not (tmp_path / "out.npz").exists()
-
 
 
 @pytest.mark.slow
@@ -507,7 +503,6 @@ def test_feed_templates_are_checked_for_every_rank(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"--infeed '{infeed}' for rank 1 (replica 1, partition 0): " \
            f"{tmp_path / 'in' / 'rank1.npz'}: not an npz file" in proc.stderr
-
 
 
 def test_a_per_rank_destination_two_ranks_would_share_is_refused(tmp_path, capsys):

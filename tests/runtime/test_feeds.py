@@ -518,7 +518,6 @@ def test_outfeed_streams_still_arriving_at_the_jobs_end_get_the_deadline_then_ar
     job.drain_outfeeds()  # nothing left: returns at once
 
 
-
 def test_a_cluster_call_gives_ranks_whose_items_are_still_being_taken_their_time():
     # cluster._Calls.wait: after a rank failed a call, the others have FAILED_GRACE_S to
     # answer before the cluster takes them to be stuck in a collective and stops. Before,
@@ -567,7 +566,6 @@ def test_a_cluster_call_gives_ranks_whose_items_are_still_being_taken_their_time
     t0 = time.monotonic()
     assert calls.wait(2, grace=0.3) == {1: ("failed", "rank 1 failed")}
     assert time.monotonic() - t0 < 2
-
 
 
 def test_a_host_about_to_be_killed_writes_the_outfeed_files_still_open(tmp_path):
@@ -626,7 +624,6 @@ def _sink_over_a_socketpair(timeout: float, answer: bool):
             wire.send(service_end, wire.END, {})
     threading.Thread(target=service, daemon=True).start()
     return sink, service_end
-
 
 
 def test_an_outfeed_whose_consumer_went_is_not_said_to_be_slow():

@@ -531,7 +531,6 @@ def test_a_device_file_that_can_be_neither_written_nor_rescued_is_named_at_the_e
         assert trace.is_file()  # the other results are written
 
 
-
 def test_outputs_without_a_temporary_folder_are_a_clear_error_or_kept_in_memory(
         tmp_path, monkeypatch, capsys):
     # Before: Outputs' tempfile.mkdtemp let its OSError out when this process's temp folder
@@ -559,7 +558,6 @@ def test_outputs_without_a_temporary_folder_are_a_clear_error_or_kept_in_memory(
         "  [1. 1. 1.]\n")
 
 
-
 def test_outfeed_failures_not_raised_by_finish_are_lines_naming_the_rank():
     # `xladist run` never looked at job.errors: an --outfeed file whose writer raised
     # (MemoryError writing the archive), or one that could be neither written nor rescued
@@ -585,7 +583,6 @@ def test_outfeed_failures_not_raised_by_finish_are_lines_naming_the_rank():
                           if failed else []) + [
             "rank 1's outfeed: the outfeed consumer in this process did not take rank 1's "
             "last outfeed items"]
-
 
 
 @pytest.mark.parametrize("mode", ["npz", "devices", "print"])
