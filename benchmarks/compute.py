@@ -647,9 +647,13 @@ def company(args, repeats: int) -> list[dict]:
         for situation in SITUATIONS:
             loaded = situation == "background load"
             with background_load() if loaded else contextlib.nullcontext():
-                for _ in range(args.warm):  # xladist's call sites learn their ways here
-                    for fn in fns.values():
-                        fn()
+                # Untimed rounds taken as the samples are (quiesced, or in company):
+                # xladist's call sites learn their ways per regime (choice.py), and a
+                # quiet call after a pause runs in another regime than one right after
+                # numpy's, so warming up without the pauses left the quiet row's
+                # site to time its ways inside the samples.
+                if args.warm:
+                    interleaved(fns, args.warm, company=situation == "after numpy+jax")
                 before = choice.calls_by_way() if choice else {}
                 load = os.getloadavg()[0]
                 got = interleaved(fns, repeats, company=situation == "after numpy+jax")
