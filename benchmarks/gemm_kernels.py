@@ -1,4 +1,4 @@
-"""f32 (or f64) GEMM on one core: the LLVM kernel (benchmarks/gemm_kernel.py) against numpy's
+"""f32 (or f64) GEMM on one core: the LLVM kernel (xladist/compiler/gemm_kernel.py) against numpy's
 OpenBLAS and jax.jit (XLA:CPU), square products and the MLP benchmark's products.
 
     python benchmarks/gemm_kernels.py [--repeats N] [--rows WORD,...] [--no-2048]
@@ -50,8 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # compute.py: the house's interleaved timing, header, and OPENBLAS_CORETYPE re-exec.
 from compute import header, interleaved_medians, jax  # noqa: E402
 
-import gemm_kernel  # noqa: E402  (benchmarks/gemm_kernel.py)
-from xladist.compiler import jit, parallel, target  # noqa: E402
+from xladist.compiler import gemm_kernel, jit, parallel, target  # noqa: E402
 
 
 def shapes(big: bool):

@@ -2,9 +2,8 @@
 in the style of BLIS/GotoBLAS: packed panels of A and B, cache blocking MC/KC/NC and a
 register-blocked micro-kernel.
 
-Measured, and not the dot path, so it lives with the benchmarks and not in the product:
-OpenBLAS (cblas through compiler/blas_blocks.py and compiler/native/blas.py) stays the dot
-path. benchmarks/gemm_kernels.py (which imports this file), one pinned core, f32,
+Measured against OpenBLAS (cblas through compiler/blas_blocks.py and compiler/native/blas.py,
+the dot path) by benchmarks/gemm_kernels.py (which imports this file), one pinned core, f32,
 interleaved medians of 15, two runs (time of OpenBLAS / time of this kernel; > 1 is
 this kernel faster), AMD EPYC znver4 with AVX2 + FMA visible (no AVX-512), numpy's
 OpenBLAS 0.3.31 with its Haswell kernel, 6x16 tile, MC 96 KC 512:
@@ -59,8 +58,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from xladist.compiler import jit
-from xladist.compiler.target import host_target, vector_width
+from . import jit
+from .target import host_target, vector_width
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,16 @@
-"""The LLVM GEMM kernel (benchmarks/gemm_kernel.py, the kernel benchmarks/gemm_kernels.py
+"""The LLVM GEMM kernel (xladist/compiler/gemm_kernel.py, the kernel benchmarks/gemm_kernels.py
 measures) against numpy in float64 and against exact integer products: odd sizes around
 the micro-tile and the cache blocks, strided and transposed operands, f32 and f64, and the
 empty edges."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from tests.paths import ROOT
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import gemm_kernel as gk  # noqa: E402
+from xladist.compiler import gemm_kernel as gk
 
 pytestmark = pytest.mark.skipif(not gk.available(), reason="no FMA vectors on this host")
 
