@@ -11,13 +11,14 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import xladist
-from xladist.compiler import blas_blocks, blas_pool, choice, parallel
-from xladist.compiler.choice import ALONE, MAX_GAP, POOL, SHARED, WARM, WHOLE, Site
+from xladist.compiler import blas_blocks, blas_pool, choice, gemm_kernel, parallel
+from xladist.compiler.choice import ALONE, KERNEL, MAX_GAP, POOL, SHARED, WARM, WHOLE, Site
 
 IDLE, BUSY, OWN_POOLS = choice.IDLE, choice.OTHERS, choice.OWN_POOLS
 
@@ -330,12 +331,68 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
     want = np.array(exe(a, b)[0])
     np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
-    for threads in (2, 4):
+    for threads in (1, 2, 4):
         parallel.set_threads(threads)
-        for way in (POOL, ALONE, WHOLE, SHARED):
+        for way in (POOL, ALONE, WHOLE, SHARED, KERNEL):
             _force(monkeypatch, way)
             got = np.array(exe(a, b)[0])
             assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+
+
+@pytest.mark.parametrize("trans", ["NN", "TN", "NT"])
+@pytest.mark.parametrize("mkn", PRODUCTS + [(300, 1000, 260)], ids=lambda s: "x".join(map(str, s)))
+def test_the_llvm_gemm_cut_as_openblas_runs_and_gives_its_bits(mkn, trans, monkeypatch,
+                                                               two_threads):
+    """Where the probe finds OpenBLAS's cut of K, the LLVM GEMM is offered for every
+    product above (plain and transposed operands, K cut in one to three blocks) and,
+    forced, runs and gives the fixed blocks' bits on 1 and 2 threads."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    if blas_blocks._openblas_cut(np.dtype(np.float32)) is None:
+        pytest.skip("no cut of K found that gives this OpenBLAS's bits")
+    m, k, n = mkn
+    a, b, _ = _product_and_blocks(m, k, n, seed=4)
+    if trans[0] == "T":
+        a = np.asfortranarray(a)
+    if trans[1] == "T":
+        b = np.asfortranarray(b)
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, KERNEL)
+    for threads in (1, 2):
+        parallel.set_threads(threads)
+        before = choice.calls_by_way().get("LLVM GEMM", 0)
+        out = np.full((m, n), np.nan, np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert choice.calls_by_way().get("LLVM GEMM", 0) == before + 1, threads
+        assert out.tobytes() == want.tobytes(), threads
+
+
+def test_the_check_refuses_the_llvm_gemm_cut_otherwise(monkeypatch, two_threads):
+    """With a cut of K that is not OpenBLAS's the kernel's sums differ, the check says
+    so, and the site drops the way: the product keeps the fixed blocks' bits."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    found = blas_blocks._openblas_cut(np.dtype(np.float32))
+    wrong = replace(gemm_kernel.DEFAULT, kc=(found.kc if found else 448) // 2 + 8,
+                    kround=8)
+    monkeypatch.setitem(blas_blocks._cuts, np.dtype(np.float32), wrong)
+    m, k, n = 520, 1000, 300
+    a, b, want = _product_and_blocks(m, k, n, seed=5)
+    blas_blocks._agree.pop(("kernel", "f", a.shape, b.shape, "N", "N"), None)
+    assert blas_blocks._kernel_agrees(a, b, blas_blocks.gemm_split(m, n, k), wrong) is False
+    parallel.set_threads(2)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, KERNEL)
+    out = np.empty((m, n), np.float32)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, b, out)
+    assert KERNEL not in _gemm_site(a, b, 2).ways
+    assert out.tobytes() == want.tobytes()
+    blas_blocks._agree.pop(("kernel", "f", a.shape, b.shape, "N", "N"), None)
 
 
 def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypatch,

@@ -141,3 +141,74 @@ def test_the_default_blocks_build_at_every_vector_width(dtype, lanes):
     nc = gk.fitted(gk.DEFAULT, lanes).nc
     assert nc % (gk.DEFAULT.nv * lanes) == 0 and 4096 - 64 <= nc <= gk.DEFAULT.nc
     assert f"add i64 %jc, {nc}" in text
+
+
+# ---- the cut of K (Params.kround) and the blocks of a product ----------------------------
+
+def test_k_blocks_cut_as_openblas_does():
+    """KC while 2 KC are left; then the rest whole, or halved up to a multiple of KROUND."""
+    p = gk.Params(kc=448, kround=16)
+    assert gk.k_blocks(300, p) == [(0, 300)]
+    assert gk.k_blocks(448, p) == [(0, 448)]
+    assert gk.k_blocks(700, p) == [(0, 352), (352, 700)]
+    assert gk.k_blocks(1024, p) == [(0, 448), (448, 736), (736, 1024)]
+    assert gk.k_blocks(5000, p)[-3:] == [(3584, 4032), (4032, 4480), (4480, 4752),
+                                         (4752, 5000)][-3:]
+    assert gk.k_blocks(0, p) == []
+    with pytest.raises(ValueError, match="multiple of KROUND"):
+        gk.Params(kc=100, kround=16)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("k,kc,kround", [(7, 5, 1), (23, 5, 1), (23, 6, 3), (61, 8, 4),
+                                         (40, 16, 8)])
+def test_each_k_block_is_summed_alone_then_added_in_order(dtype, k, kc, kround):
+    """The kernel's sums follow k_blocks: its result is, bit for bit, the products of
+    the K blocks (each one block of the kernel) added to C one after the other."""
+    rng = np.random.default_rng(k * kc)
+    a = rng.standard_normal((29, k)).astype(dtype)
+    b = rng.standard_normal((k, 37)).astype(dtype)
+    params = replace(SMALL, kc=kc, kround=kround)
+    one = replace(SMALL, kc=1 << 12)
+    want = None
+    for lo, hi in gk.k_blocks(k, params):
+        part = gk.matmul(a[:, lo:hi], b[lo:hi], None, one)
+        want = part if want is None else want + part
+    got = gk.matmul(a, b, None, params)
+    assert got.tobytes() == want.tobytes()
+    # and not just any cut: summed in other blocks, the last bits move
+    other = gk.matmul(a, b, None, replace(SMALL, kc=k + 3))
+    assert other.tobytes() != got.tobytes() or len(gk.k_blocks(k, params)) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("trans", ["NN", "TN", "NT"])
+def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monkeypatch):
+    """block_function's blocks (rows: B packed once for all of them; columns: each packs
+    its own) give the bits of one matmul of the whole product, for odd sizes around the
+    micro-tile and the cache blocks, transposed operands, and out a slice of columns; and
+    rows without the packed B (beyond PACKED_B_MAX_BYTES) alike."""
+    rng = np.random.default_rng(3)
+    m, k, n = 41, 23, 3 * gk.vector_lanes(dtype) + 5
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    if trans[0] == "T":
+        a = np.asfortranarray(a)
+    if trans[1] == "T":
+        b = np.asfortranarray(b)
+    params = replace(SMALL, kc=6, kround=3)
+    want = gk.matmul(a, b, None, params)
+    np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    wide = np.full((m, n + 9), np.nan, dtype)
+    out = wide[:, 4:4 + n]
+    units = m if axis == 0 else n
+    cuts = [(0, 7), (7, 20), (20, units)]
+    for limit in (gk.PACKED_B_MAX_BYTES, 0):
+        monkeypatch.setattr(gk, "PACKED_B_MAX_BYTES", limit)
+        out[...] = np.nan
+        fn = gk.block_function(a, b, out, axis, params)
+        for lo, hi in reversed(cuts):
+            fn(None, lo, hi)
+        assert out.tobytes() == want.tobytes(), limit
+        assert np.isnan(wide[:, :4]).all() and np.isnan(wide[:, 4 + n:]).all()

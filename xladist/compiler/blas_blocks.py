@@ -24,7 +24,9 @@ partition without its workers' spin. Both are offered only where a check shows t
 the blocks' bits (_threads_agree), so the results stay those of the blocks on every
 thread count; and WHOLE, where OpenBLAS's workers spin after each call (every process but
 a rank), only while this process's other pools are awake already (WHOLE_MAX_TIMEOUT
-below).
+below). A fifth, KERNEL, computes the blocks with xladist's LLVM GEMM (gemm_kernel.py)
+cut as OpenBLAS cuts them, so with OpenBLAS's bits where its check shows it (below), and
+on one thread too.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from dataclasses import replace
 
 import numpy as np
 
-from . import blas_pool, choice, conv_kernel
+from . import blas_pool, choice, conv_kernel, gemm_kernel
 from .parallel import (
     BLAS_THREADS,
     exclusive_blas,
@@ -277,6 +280,73 @@ def _gemm_blocks(a, b, out, split) -> None:
             np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
 
 
+# ---- the LLVM GEMM as a way (choice.KERNEL) ---------------------------------------------
+# One core of the development host (AMD EPYC znver4, AVX-512; benchmarks/gemm_kernels.py,
+# stop 43): f32 1024^3 in 19.9 ms, OpenBLAS's SkylakeX kernel 21.7 ms, XLA:CPU 20.4 ms.
+# The kernel cuts K as OpenBLAS's level-3 driver does (gemm_kernel.Params.kround); with
+# OpenBLAS's block size and unroll for the dtype (GEMM_Q, GEMM_UNROLL_M: they differ by
+# CPU kernel and version, so they are found by a probe, _openblas_cut) each element is
+# summed in OpenBLAS's order, and its blocks give the bits of OpenBLAS's. It is offered
+# for a product, as OpenBLAS's threads are, only where a check on random operands of its
+# shapes and orders shows it does (_kernel_agrees).
+_CUT_Q = (448, 384, 256, 320, 512, 640, 192, 224, 288, 352, 416, 480, 576, 768, 128, 96,
+          64, 1024)
+_CUT_U = (16, 8, 4, 32, 2, 1, 24, 12, 6)
+_CUT_K = (4099, 1000, 2999)  # probe depths: a long cut, and two where the tail halves
+_cuts: dict = {}
+_KERNEL_TYPES = {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+def _openblas_cut(dtype: np.dtype):
+    """gemm_kernel.Params whose cut of K is this process's OpenBLAS's for `dtype` (64 x K
+    by K x 64 products, K in _CUT_K, give OpenBLAS's bits on one thread), found once per
+    process; None when no candidate does (the way is not offered)."""
+    if dtype in _cuts:
+        return _cuts[dtype]
+    found = None
+    if gemm_kernel.available():
+        rng = np.random.default_rng(1)
+        probes = []
+        for k in _CUT_K:
+            a, b = rng.random((64, k), dtype) - 0.5, rng.random((k, 64), dtype) - 0.5
+            with openblas_threads(BLAS_THREADS):
+                probes.append((a, b, a @ b))
+        tried = set()
+        for q, u in ((q, u) for q in _CUT_Q for u in _CUT_U if q % u == 0):
+            params = replace(gemm_kernel.DEFAULT, kc=q, kround=u)
+            cuts = tuple(tuple(gemm_kernel.k_blocks(k, params)) for k in _CUT_K)
+            if cuts in tried:  # (another Q and unroll cutting the probes alike)
+                continue
+            tried.add(cuts)
+            if all(_same_bits(gemm_kernel.matmul(a, b, None, params), want)
+                   for a, b, want in probes):
+                found = params
+                break
+    with _sites_lock:
+        _cuts[dtype] = found
+    return found
+
+
+def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params) -> bool | None:
+    """Whether the LLVM GEMM's blocks of this product give the bits of its OpenBLAS
+    blocks, checked once per shape and orders on random operands (as _threads_agree);
+    None: not known (no memory for the check)."""
+    key = ("kernel", a.dtype.char, a.shape, b.shape, _order(a), _order(b))
+    known = _agree.get(key)
+    if known is not None:
+        return known
+    arrays = _check_arrays(a, b)
+    if arrays is None:
+        return None
+    ra, rb, want, got = arrays
+    with openblas_threads(BLAS_THREADS):
+        _gemm_blocks(ra, rb, want, split)
+    fn = gemm_kernel.block_function(ra, rb, got, split[0] if split else 0, params)
+    for lo, hi in split[1] if split else [(0, want.shape[0])]:
+        fn(None, lo, hi)
+    return _learned(key, _same_bits(want, got))
+
+
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """out = a @ b, 2-D or batched 3-D, out C-contiguous; a large product runs in fixed
     blocks on the pool or the caller, or (2-D) as one call on OpenBLAS's threads or their
@@ -334,6 +404,19 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         whole = {choice.WHOLE: threaded(choice.WHOLE)}
         if blas_pool.available():
             whole[choice.SHARED] = threaded(choice.SHARED)
+    if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b and \
+            a.dtype in _KERNEL_TYPES and (params := _openblas_cut(a.dtype)) is not None:
+        def kernel() -> bool:
+            agree = _kernel_agrees(a, b, split, params)
+            if not agree:
+                if agree is False:
+                    site.drop(choice.KERNEL)
+                return False
+            blocks = split[1] if split else [(0, m)]
+            run_blocks(gemm_kernel.block_function(a, b, out, split[0] if split else 0,
+                                                  params), None, blocks, None, None, threads)
+            return True
+        whole[choice.KERNEL] = kernel
     if split is None and not whole:
         np.matmul(a, b, out=out)
         return
@@ -344,7 +427,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         block = lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
     else:
         block = lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
-    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 else (choice.ALONE,)
+    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
+        (choice.ALONE,)
     # (apart in the key: a product of overlapping operands offers fewer ways, and on a
     # site of the others its blocks would be timed as the ways it does not run)
     site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads, apart),

@@ -2,9 +2,11 @@
 
 A split kernel can run its fixed blocks on the compute pool or on the calling thread
 alone; a large matrix product can also be one OpenBLAS call on OpenBLAS's own threads
-(blas_blocks.py), or that call's jobs on the pool (blas_pool.py). The ways give the same bits -- blocks are fixed by the shape, and
-OpenBLAS's threading is offered for a product only after a check that it reproduces the
-blocks' bits -- so choosing among them moves time, never results. No rule fixed in
+(blas_blocks.py), that call's jobs on the pool (blas_pool.py), or its blocks computed by
+xladist's LLVM GEMM (gemm_kernel.py) cut as OpenBLAS cuts them (KERNEL). The ways give
+the same bits -- blocks are fixed by the shape, and OpenBLAS's threading and the LLVM GEMM
+are offered for a product only after a check that they reproduce the blocks' bits -- so
+choosing among them moves time, never results. No rule fixed in
 advance chose well everywhere (issue 31): a small kernel's call on the pool times slower
 when every core is taken and it waits for a descheduled helper's block (yet over a step
 the pool keeps the process its share there: below), wins by 1.5x for the same kernel at
@@ -47,9 +49,9 @@ from __future__ import annotations
 
 import weakref
 
-POOL, ALONE, WHOLE, SHARED = 0, 1, 2, 3
+POOL, ALONE, WHOLE, SHARED, KERNEL = 0, 1, 2, 3, 4
 NAMES = {POOL: "pool", ALONE: "caller alone", WHOLE: "OpenBLAS threads",
-         SHARED: "OpenBLAS split on the pool"}
+         SHARED: "OpenBLAS split on the pool", KERNEL: "LLVM GEMM"}
 # Regimes (parallel.regime): a core idle; none, and this process's other threads busy
 # (numpy's or XLA's pools still awake); none, other processes hold the cores.
 IDLE, OWN_POOLS, OTHERS = 0, 1, 2
@@ -70,7 +72,7 @@ def _median(samples: list[float]) -> float:
 
 
 class Site:
-    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE, SHARED),
+    """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE, SHARED, KERNEL),
     tried in that order while warming up."""
 
     __slots__ = ("name", "ways", "only", "samples", "gap", "left", "turn", "exploring",

@@ -86,16 +86,43 @@ class Params:
     prefetch_a: int = 0
     prefetch_b: int = 0
     prefetch_c: bool = True
+    # The K blocks: KC while at least 2 KC are left, then the rest in one block if it is
+    # at most KC, else in two: half of it rounded up to a multiple of KROUND, and the
+    # remainder. This is OpenBLAS's level-3 driver's cut of K (GEMM_Q = KC, KROUND =
+    # GEMM_UNROLL_M), and the cut fixes the order of each element's sums: with OpenBLAS's
+    # Q and unroll (openblas_cut) the kernel gives OpenBLAS's bits, so the dot path can
+    # offer it as one more way to the same result (blas_blocks.py).
+    kround: int = 1
+
+    def __post_init__(self):
+        if self.kc < 1 or self.kround < 1 or self.kc % self.kround:
+            raise ValueError(f"KC {self.kc} must be a positive multiple of KROUND "
+                             f"{self.kround}")
 
 
 DEFAULT = Params()
+
+
+def k_blocks(k: int, params: Params = DEFAULT) -> list[tuple[int, int]]:
+    """The [lo, hi) blocks of K the kernel sums in order (Params.kround)."""
+    q, u, out, lo = params.kc, params.kround, [], 0
+    while lo < k:
+        left = k - lo
+        size = q if left >= 2 * q else left if left <= q else -(-(left // 2) // u) * u
+        out.append((lo, lo + size))
+        lo += size
+    return out
 
 _TYPES = {np.dtype(np.float32): ("float", "f32", 4), np.dtype(np.float64): ("double", "f64", 8)}
 _FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                        ctypes.c_void_p, ctypes.c_int64,
                        ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                       ctypes.c_void_p, ctypes.c_void_p)
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                       ctypes.c_int64)
+_PACK_B = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_int64)
 _lock = threading.Lock()
 _loaded: dict = {}
 _buffers = threading.local()
@@ -520,8 +547,10 @@ def _driver(p: Params, t: str, vw: int) -> str:
     mr, nr = p.mr, p.nv * vw
     return f"""
 define void @gemm(ptr %A, i64 %rsa, i64 %csa, ptr %B, i64 %rsb, i64 %csb, ptr %C, i64 %ldc,
-                  i64 %M, i64 %N, i64 %K, ptr %abuf, ptr %bbuf) {{
+                  i64 %M, i64 %N, i64 %K, ptr %abuf, ptr %bbuf, i64 %Q, i64 %U,
+                  i64 %pre) {{
 entry:
+  %packed = icmp ne i64 %pre, 0
   br label %jc.head
 jc.head:
   %jc = phi i64 [0, %entry], [%jc1, %jc.end]
@@ -532,17 +561,24 @@ jc.head:
 pc.head:
   %pc = phi i64 [0, %jc.head], [%pc1, %pc.end]
   %kleft = sub i64 %K, %pc
-  %klt = icmp slt i64 %kleft, {p.kc}
-  %kc = select i1 %klt, i64 %kleft, i64 {p.kc}
+  %kc = call i64 @kcut(i64 %kleft, i64 %Q, i64 %U)
   %first = icmp eq i64 %pc, 0
+  br i1 %packed, label %pc.pre, label %pc.pack
+pc.pack:
   %bq = mul i64 %pc, %rsb
   %bj = mul i64 %jc, %csb
   %bo = add i64 %bq, %bj
   %bsrc = getelementptr {t}, ptr %B, i64 %bo
   call void @pack_b(ptr %bsrc, i64 %rsb, i64 %csb, ptr %bbuf, i64 %kc, i64 %nc)
+  br label %ic.start
+pc.pre:
+  %bslab = call ptr @b_slab(ptr %bbuf, i64 %jc, i64 %pc, i64 %K, i64 %nc)
+  br label %ic.start
+ic.start:
+  %bb = phi ptr [%bbuf, %pc.pack], [%bslab, %pc.pre]
   br label %ic.head
 ic.head:
-  %ic = phi i64 [0, %pc.head], [%ic1, %ic.end]
+  %ic = phi i64 [0, %ic.start], [%ic1, %ic.end]
   %mleft = sub i64 %M, %ic
   %mlt = icmp slt i64 %mleft, {p.mc}
   %mc = select i1 %mlt, i64 %mleft, i64 {p.mc}
@@ -560,7 +596,7 @@ jr.head:
   %nrlt = icmp slt i64 %nrleft, {nr}
   %nr = select i1 %nrlt, i64 %nrleft, i64 {nr}
   %bpo = mul i64 %jr, %kc
-  %bpanel = getelementptr {t}, ptr %bbuf, i64 %bpo
+  %bpanel = getelementptr {t}, ptr %bb, i64 %bpo
   br label %ir.head
 ir.head:
   %ir = phi i64 [0, %jr.head], [%ir1, %ir.head]
@@ -587,7 +623,73 @@ ic.end:
   %icm = icmp slt i64 %ic1, %M
   br i1 %icm, label %ic.head, label %pc.end
 pc.end:
-  %pc1 = add i64 %pc, {p.kc}
+  %pc1 = add i64 %pc, %kc
+  %pcm = icmp slt i64 %pc1, %K
+  br i1 %pcm, label %pc.head, label %jc.end
+jc.end:
+  %jc1 = add i64 %jc, {p.nc}
+  %jcm = icmp slt i64 %jc1, %N
+  br i1 %jcm, label %jc.head, label %exit
+exit:
+  ret void
+}}
+
+; The size of the next K block with `kleft` left (Params.kround): one rule for the
+; driver and pack_all_b.
+define internal i64 @kcut(i64 %kleft, i64 %Q, i64 %U) alwaysinline {{
+entry:
+  %Q2 = shl i64 %Q, 1
+  %ktwo = icmp sge i64 %kleft, %Q2
+  %kover = icmp sgt i64 %kleft, %Q
+  %khalf = lshr i64 %kleft, 1
+  %U1 = sub i64 %U, 1
+  %khu = add i64 %khalf, %U1
+  %khd = udiv i64 %khu, %U
+  %khr = mul i64 %khd, %U
+  %kmid = select i1 %kover, i64 %khr, i64 %kleft
+  %kc = select i1 %ktwo, i64 %Q, i64 %kmid
+  ret i64 %kc
+}}
+
+; Where the packed slab of B's rows [pc, pc + kc) and columns [jc, jc + nc) is in a
+; buffer holding all of B packed (pack_all_b): the slabs of a column block follow each
+; other, each ceil(nc / NR) panels of kc rows.
+define internal ptr @b_slab(ptr %buf, i64 %jc, i64 %pc, i64 %K, i64 %nc) alwaysinline {{
+entry:
+  %ncr = add i64 %nc, {nr - 1}
+  %ncd = udiv i64 %ncr, {nr}
+  %ncp = mul i64 %ncd, {nr}
+  %jo = mul i64 %jc, %K
+  %po = mul i64 %pc, %ncp
+  %o = add i64 %jo, %po
+  %p = getelementptr {t}, ptr %buf, i64 %o
+  ret ptr %p
+}}
+
+; All of B packed into buf (ceil(N / NR) * NR * K elements), in the driver's blocks:
+; gemm with pre = 1 then reads it instead of packing B again -- a product cut into
+; blocks of rows (blas_blocks.py) packs B once instead of once per block.
+define void @pack_all_b(ptr %B, i64 %rsb, i64 %csb, ptr %buf, i64 %N, i64 %K, i64 %Q,
+                        i64 %U) {{
+entry:
+  br label %jc.head
+jc.head:
+  %jc = phi i64 [0, %entry], [%jc1, %jc.end]
+  %nleft = sub i64 %N, %jc
+  %nlt = icmp slt i64 %nleft, {p.nc}
+  %nc = select i1 %nlt, i64 %nleft, i64 {p.nc}
+  br label %pc.head
+pc.head:
+  %pc = phi i64 [0, %jc.head], [%pc1, %pc.head]
+  %kleft = sub i64 %K, %pc
+  %kc = call i64 @kcut(i64 %kleft, i64 %Q, i64 %U)
+  %bq = mul i64 %pc, %rsb
+  %bj = mul i64 %jc, %csb
+  %bo = add i64 %bq, %bj
+  %bsrc = getelementptr {t}, ptr %B, i64 %bo
+  %dst = call ptr @b_slab(ptr %buf, i64 %jc, i64 %pc, i64 %K, i64 %nc)
+  call void @pack_b(ptr %bsrc, i64 %rsb, i64 %csb, ptr %dst, i64 %kc, i64 %nc)
+  %pc1 = add i64 %pc, %kc
   %pcm = icmp slt i64 %pc1, %K
   br i1 %pcm, label %pc.head, label %jc.end
 jc.end:
@@ -630,6 +732,8 @@ def kernel(dtype=np.float32, params: Params = DEFAULT):
     from the kernel cache when it is there. Reading the host's features costs ~0.5 ms
     (llvmlite formats the feature string), so the lanes are kept with the code."""
     dtype = np.dtype(dtype)
+    # (KC and KROUND are arguments of the compiled function: one kernel for every cut)
+    params = replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround)
     key = (dtype, params)
     got = _loaded.get(key)
     if got is None:
@@ -640,8 +744,15 @@ def kernel(dtype=np.float32, params: Params = DEFAULT):
                 text = ir_text(dtype, params, vw)
                 code, _cached = jit.get_code("xladist gemm\n" + text, lambda: text)
                 # code keeps the engine alive
-                got = _loaded[key] = (_FN(code.address("gemm")), vw, code)
+                got = _loaded[key] = (_FN(code.address("gemm")), vw, code,
+                                      _PACK_B(code.address("pack_all_b")))
     return got[0], got[1]
+
+
+def _packer(dtype, params: Params):
+    """pack_all_b of the kernel(dtype, params) (compiled with it)."""
+    kernel(dtype, params)
+    return _loaded[(np.dtype(dtype), replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround))][3]
 
 
 def _aligned(n: int, dtype) -> np.ndarray:
@@ -653,14 +764,14 @@ def _aligned(n: int, dtype) -> np.ndarray:
 def _packing_buffers(dtype, params: Params, vw: int):
     """This thread's (abuf, bbuf, their addresses), made once: a fresh 4 MiB buffer per
     call would page-fault on every call (and .ctypes.data costs ~1 us a look)."""
-    params = fitted(params, vw)
-    nr = params.nv * vw
-    key = (np.dtype(dtype), params)
+    key = (dtype, params)
     bufs = getattr(_buffers, "d", None)
     if bufs is None:
         bufs = _buffers.d = {}
     got = bufs.get(key)
     if got is None:
+        params = fitted(params, vw)
+        nr = params.nv * vw
         a = _aligned(-(-params.mc // params.mr) * params.mr * params.kc, dtype)
         b = _aligned(-(-params.nc // nr) * nr * params.kc, dtype)
         got = bufs[key] = (a, b, a.ctypes.data, b.ctypes.data)
@@ -675,7 +786,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
            params: Params = DEFAULT) -> np.ndarray:
     """a [M, K] @ b [K, N] -> [M, N] (f32 or f64; a and b may be any strided views
     whose strides are whole elements, e.g. transposes); into `out` when given (that
-    shape and dtype, C-contiguous)."""
+    shape and dtype, its rows contiguous: a C-contiguous array or a slice of its columns)."""
     dtype = np.result_type(a, b)
     if dtype not in _TYPES or a.dtype != dtype or b.dtype != dtype:
         raise TypeError(f"gemm_kernel.matmul takes two f32 or two f64 arrays, not "
@@ -685,8 +796,10 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     (m, k), n = a.shape, b.shape[1]
     if out is None:
         out = np.empty((m, n), dtype)
-    elif out.shape != (m, n) or out.dtype != dtype or not out.flags.c_contiguous:
-        raise ValueError("out must be C-contiguous, of the product's shape and dtype")
+    elif out.shape != (m, n) or out.dtype != dtype or out.strides[1] != out.itemsize and \
+            n > 1 or out.strides[0] % out.itemsize or out.strides[0] < n * out.itemsize:
+        raise ValueError("out must be of the product's shape and dtype, with contiguous "
+                         "rows")
     if m == 0 or n == 0:
         return out
     if k == 0:
@@ -696,14 +809,70 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
         a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     fn, vw = kernel(dtype, params)
     _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
-    fn(a.ctypes.data, *_strides(a), b.ctypes.data, *_strides(b), out.ctypes.data, n,
-       m, n, k, abuf, bbuf)
+    fn(a.ctypes.data, *_strides(a), b.ctypes.data, *_strides(b), out.ctypes.data,
+       out.strides[0] // out.itemsize, m, n, k, abuf, bbuf, params.kc, params.kround, 0)
     return out
+
+
+def block_function(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
+                   params: Params = DEFAULT):
+    """fn(_, lo, hi) computing out[lo:hi] = a[lo:hi] @ b (axis 0) or out[:, lo:hi] =
+    a @ b[:, lo:hi] (axis 1) with the kernel: a product's fixed blocks (blas_blocks.py),
+    the operands' addresses and strides read once. a and b: f32 or f64 of one dtype,
+    strides whole elements; out: rows contiguous; k > 0."""
+    fn, vw = kernel(a.dtype, params)
+    it, dtype = a.itemsize, a.dtype
+    (m, k), n = a.shape, b.shape[1]
+    (rsa, csa), (rsb, csb), ldc = _strides(a), _strides(b), out.strides[0] // it
+    pa, pb, pc, q, u = a.ctypes.data, b.ctypes.data, out.ctypes.data, params.kc, params.kround
+    nr = params.nv * vw
+    size = -(-n // nr) * nr * k
+    if axis == 0 and size * it <= PACKED_B_MAX_BYTES:
+        # Every block of rows reads all of B: packed once here, on the caller, for all
+        # of them (the kernel's blocks of 1024^3 f32 took 21.7 ms of CPU packing B in
+        # each, against 19.9 ms for one call)
+        packed = _packed_b_buffer(dtype, size)
+        _packer(dtype, params)(pb, rsb, csb, packed, n, k, q, u)
+
+        def rows(_, lo, hi):
+            abuf = _packing_buffers(dtype, params, vw)[2]
+            fn(pa + lo * rsa * it, rsa, csa, pb, rsb, csb, pc + lo * ldc * it, ldc,
+               hi - lo, n, k, abuf, packed, q, u, 1)
+        return rows
+
+    def rows(_, lo, hi):
+        _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
+        fn(pa + lo * rsa * it, rsa, csa, pb, rsb, csb, pc + lo * ldc * it, ldc,
+           hi - lo, n, k, abuf, bbuf, q, u, 0)
+
+    def columns(_, lo, hi):
+        _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
+        fn(pa, rsa, csa, pb + lo * csb * it, rsb, csb, pc + lo * it, ldc,
+           m, hi - lo, k, abuf, bbuf, q, u, 0)
+    return rows if axis == 0 else columns
+
+
+# B packed whole for a product's blocks (block_function) up to this size; beyond, each
+# block packs its slabs into its thread's buffer as it goes.
+PACKED_B_MAX_BYTES = 64 << 20
+
+
+def _packed_b_buffer(dtype, elements: int) -> int:
+    """The address of this thread's buffer for B packed whole, of at least `elements`
+    (kept, and grown when a larger product comes: a fresh one per call would page-fault
+    every call)."""
+    have = getattr(_buffers, "packed", None)
+    nbytes = elements * np.dtype(dtype).itemsize
+    if have is None or have[0].nbytes < nbytes:
+        buf = _aligned(nbytes, np.uint8)
+        have = _buffers.packed = (buf, buf.ctypes.data)
+    return have[1]
 
 
 def available() -> bool:
     return vector_bytes() is not None
 
 
-__all__ = ["Params", "DEFAULT", "available", "fitted", "ir_text", "kernel", "matmul",
+__all__ = ["Params", "DEFAULT", "available", "block_function", "fitted", "ir_text", "k_blocks",
+           "kernel", "matmul",
            "vector_bytes", "vector_lanes"]

@@ -558,10 +558,11 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) ->
     if n is None:
         n = thread_count()
     whole = whole or {}
-    if n < 2 or (len(blocks) < 2 and not whole):
+    # (on one thread a site still chooses between its blocks and its other ways)
+    if n < 2 and (not whole or site is None or not DYNAMIC) or len(blocks) < 2 and not whole:
         _alone(fn, argv, blocks)
         return
-    pool = _get_pool(n) if len(blocks) > 1 else None
+    pool = _get_pool(n) if len(blocks) > 1 and n > 1 else None
     if site is None or not DYNAMIC:
         if pool is None:
             if not next(iter(whole.values()))():
