@@ -1193,3 +1193,26 @@ def test_the_products_sites_stay_bounded_and_keep_the_recent_ones(monkeypatch):
     assert len(blas_blocks._sites) == 4
     assert list(blas_blocks._sites) == [("gemm", 7), ("gemm", 8), ("gemm", 9), ("gemm", 0)]
     blas_blocks._sites.clear()
+
+
+def test_a_kernel_that_cannot_be_built_is_not_offered(monkeypatch, two_threads):
+    """The probe of OpenBLAS's cut builds the LLVM GEMM: where that fails (no LLVM target
+    for this CPU, a broken kernel cache), the product keeps its other ways and bits."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+
+    def broken(*_a, **_k):
+        raise RuntimeError("no kernel here")
+    monkeypatch.setattr(gemm_kernel, "kernel", broken)
+    monkeypatch.setattr(blas_blocks, "_cuts", {})
+    m, k, n = 300, 700, 280
+    a, b, want = _product_and_blocks(m, k, n, seed=6)
+    parallel.set_threads(2)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, KERNEL)
+    out = np.empty((m, n), np.float32)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, b, out)
+    assert blas_blocks._cuts == {np.dtype(np.float32): None}
+    assert KERNEL not in _gemm_site(a, b, 2).ways
+    assert out.tobytes() == want.tobytes()

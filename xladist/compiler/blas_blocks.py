@@ -300,38 +300,45 @@ _KERNEL_TYPES = {np.dtype(np.float32), np.dtype(np.float64)}
 def _openblas_cut(dtype: np.dtype):
     """gemm_kernel.Params whose cut of K is this process's OpenBLAS's for `dtype` (64 x K
     by K x 64 products, K in _CUT_K, give OpenBLAS's bits on one thread), found once per
-    process; None when no candidate does (the way is not offered)."""
+    process; None when no candidate does, or the kernel cannot be built here (the way is
+    then not offered)."""
     if dtype in _cuts:
         return _cuts[dtype]
-    found = None
-    if gemm_kernel.available():
-        rng = np.random.default_rng(1)
-        probes = []
-        for k in _CUT_K:
-            a, b = rng.random((64, k), dtype) - 0.5, rng.random((k, 64), dtype) - 0.5
-            with openblas_threads(BLAS_THREADS):
-                probes.append((a, b, a @ b))
-        tried = set()
-        for q, u in ((q, u) for q in _CUT_Q for u in _CUT_U if q % u == 0):
-            params = replace(gemm_kernel.DEFAULT, kc=q, kround=u)
-            cuts = tuple(tuple(gemm_kernel.k_blocks(k, params)) for k in _CUT_K)
-            if cuts in tried:  # (another Q and unroll cutting the probes alike)
-                continue
-            tried.add(cuts)
-            if all(_same_bits(gemm_kernel.matmul(a, b, None, params), want)
-                   for a, b, want in probes):
-                found = params
-                break
+    try:
+        found = _probe_cut(dtype) if gemm_kernel.available() else None
+    except Exception:  # noqa: BLE001 -- no kernel: the product keeps its other ways
+        found = None
     with _sites_lock:
         _cuts[dtype] = found
     return found
 
 
-def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params) -> bool | None:
+def _probe_cut(dtype: np.dtype):
+    rng = np.random.default_rng(1)
+    probes = []
+    for k in _CUT_K:
+        a, b = rng.random((64, k), dtype) - 0.5, rng.random((k, 64), dtype) - 0.5
+        with openblas_threads(BLAS_THREADS):
+            probes.append((a, b, a @ b))
+    tried = set()
+    for q, u in ((q, u) for q in _CUT_Q for u in _CUT_U if q % u == 0):
+        params = replace(gemm_kernel.DEFAULT, kc=q, kround=u)
+        cuts = tuple(tuple(gemm_kernel.k_blocks(k, params)) for k in _CUT_K)
+        if cuts in tried:  # (another Q and unroll cutting the probes alike)
+            continue
+        tried.add(cuts)
+        if all(_same_bits(gemm_kernel.matmul(a, b, None, params), want)
+               for a, b, want in probes):
+            return params
+    return None
+
+
+def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> bool | None:
     """Whether the LLVM GEMM's blocks of this product give the bits of its OpenBLAS
-    blocks, checked once per shape and orders on random operands (as _threads_agree);
-    None: not known (no memory for the check)."""
-    key = ("kernel", a.dtype.char, a.shape, b.shape, _order(a), _order(b))
+    blocks, checked once per shape and orders (`orders`: _order of a and b, when the
+    caller has them) on random operands (as _threads_agree); None: not known (no memory
+    for the check)."""
+    key = ("kernel", a.dtype.char, a.shape, b.shape) + (orders or (_order(a), _order(b)))
     known = _agree.get(key)
     if known is not None:
         return known
@@ -407,7 +414,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b and \
             a.dtype in _KERNEL_TYPES and (params := _openblas_cut(a.dtype)) is not None:
         def kernel() -> bool:
-            agree = _kernel_agrees(a, b, split, params)
+            agree = _kernel_agrees(a, b, split, params, (order_a, order_b))
             if not agree:
                 if agree is False:
                     site.drop(choice.KERNEL)

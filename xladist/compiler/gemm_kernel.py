@@ -125,6 +125,7 @@ _PACK_B = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
                            ctypes.c_int64)
 _lock = threading.Lock()
 _loaded: dict = {}
+_asked: dict = {}
 _buffers = threading.local()
 
 
@@ -731,28 +732,35 @@ def kernel(dtype=np.float32, params: Params = DEFAULT):
     """(gemm compiled for `dtype` on this host, its vector lanes): once per process,
     from the kernel cache when it is there. Reading the host's features costs ~0.5 ms
     (llvmlite formats the feature string), so the lanes are kept with the code."""
-    dtype = np.dtype(dtype)
-    # (KC and KROUND are arguments of the compiled function: one kernel for every cut)
-    params = replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround)
-    key = (dtype, params)
-    got = _loaded.get(key)
-    if got is None:
-        with _lock:
-            got = _loaded.get(key)
-            if got is None:
-                vw = vector_lanes(dtype)
-                text = ir_text(dtype, params, vw)
-                code, _cached = jit.get_code("xladist gemm\n" + text, lambda: text)
-                # code keeps the engine alive
-                got = _loaded[key] = (_FN(code.address("gemm")), vw, code,
-                                      _PACK_B(code.address("pack_all_b")))
+    got = _compiled(np.dtype(dtype), params)
     return got[0], got[1]
 
 
 def _packer(dtype, params: Params):
     """pack_all_b of the kernel(dtype, params) (compiled with it)."""
-    kernel(dtype, params)
-    return _loaded[(np.dtype(dtype), replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround))][3]
+    return _compiled(np.dtype(dtype), params)[3]
+
+
+def _compiled(dtype: np.dtype, params: Params) -> tuple:
+    """(gemm, vector lanes, code, pack_all_b) for `params` as asked: looked up by them
+    first, since a product's blocks ask on every call and making the normalized Params
+    (dataclasses.replace) costs ~10 us."""
+    got = _asked.get((dtype, params))
+    if got is not None:
+        return got
+    # (KC and KROUND are arguments of the compiled function: one kernel for every cut)
+    key = (dtype, replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround))
+    with _lock:
+        got = _loaded.get(key)
+        if got is None:
+            vw = vector_lanes(dtype)
+            text = ir_text(dtype, key[1], vw)
+            code, _cached = jit.get_code("xladist gemm\n" + text, lambda: text)
+            # code keeps the engine alive
+            got = _loaded[key] = (_FN(code.address("gemm")), vw, code,
+                                  _PACK_B(code.address("pack_all_b")))
+        _asked[(dtype, params)] = got
+    return got
 
 
 def _aligned(n: int, dtype) -> np.ndarray:
@@ -824,7 +832,8 @@ def block_function(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     it, dtype = a.itemsize, a.dtype
     (m, k), n = a.shape, b.shape[1]
     (rsa, csa), (rsb, csb), ldc = _strides(a), _strides(b), out.strides[0] // it
-    pa, pb, pc, q, u = a.ctypes.data, b.ctypes.data, out.ctypes.data, params.kc, params.kround
+    pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
+    q, u = params.kc, params.kround
     nr = params.nv * vw
     size = -(-n // nr) * nr * k
     if axis == 0 and size * it <= PACKED_B_MAX_BYTES:
