@@ -185,12 +185,12 @@ def test_each_k_block_is_summed_alone_then_added_in_order(dtype, k, kc, kround):
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("trans", ["NN", "TN", "NT"])
 def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monkeypatch):
-    """block_function's blocks (rows: B packed once for all of them; columns: each packs
-    its own) give the bits of one matmul of the whole product, for odd sizes around the
+    """product_blocks's blocks (rows: B packed once for all of them, in pieces; columns:
+    each packs its own) give the bits of one matmul of the whole product, for odd sizes around the
     micro-tile and the cache blocks, transposed operands, and out a slice of columns; and
     rows without the packed B (beyond PACKED_B_MAX_BYTES) alike."""
     rng = np.random.default_rng(3)
-    m, k, n = 41, 23, 3 * gk.vector_lanes(dtype) + 5
+    m, k, n = 41, 23, 9 * gk.vector_lanes(dtype) + 5  # 5 panels, 3 column blocks (NC)
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
     if trans[0] == "T":
@@ -204,11 +204,17 @@ def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monke
     out = wide[:, 4:4 + n]
     units = m if axis == 0 else n
     cuts = [(0, 7), (7, 20), (20, units)]
+    assert units > 20
     for limit in (gk.PACKED_B_MAX_BYTES, 0):
         monkeypatch.setattr(gk, "PACKED_B_MAX_BYTES", limit)
         out[...] = np.nan
-        fn = gk.block_function(a, b, out, axis, params)
+        work = gk.product_blocks(a, b, out, axis, params)
+        assert (work.pack is not None) == (axis == 0 and limit > 0)
+        if work.pack is not None:  # B's panels in pieces across column blocks, last first
+            assert work.panels == 5
+            for lo, hi in [(4, 5), (1, 4), (0, 1)]:
+                work.pack(None, lo, hi)
         for lo, hi in reversed(cuts):
-            fn(None, lo, hi)
+            work.compute(None, lo, hi)
         assert out.tobytes() == want.tobytes(), limit
         assert np.isnan(wide[:, :4]).all() and np.isnan(wide[:, 4 + n:]).all()

@@ -348,10 +348,28 @@ def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> 
     ra, rb, want, got = arrays
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
-    fn = gemm_kernel.block_function(ra, rb, got, split[0] if split else 0, params)
+    work = gemm_kernel.product_blocks(ra, rb, got, split[0] if split else 0, params)
+    if work.pack is not None:
+        work.pack(None, 0, work.panels)
     for lo, hi in split[1] if split else [(0, want.shape[0])]:
-        fn(None, lo, hi)
+        work.compute(None, lo, hi)
     return _learned(key, _same_bits(want, got))
+
+
+def _run_kernel(work, blocks, threads: int) -> None:
+    """A product's LLVM GEMM blocks (gemm_kernel.product_blocks) on the pool: B's
+    panels packed by up to PACK_PIECES pieces first, then the blocks."""
+    if work.pack is not None:
+        per = -(-work.panels // min(work.panels, PACK_PIECES))
+        run_blocks(work.pack, None, [(lo, min(lo + per, work.panels))
+                                     for lo in range(0, work.panels, per)],
+                   None, None, threads)
+    run_blocks(work.compute, None, blocks, None, None, threads)
+
+
+# B's packing (~3% of a product's CPU for 1024^3) shared out among the threads in this
+# many pieces: on one thread, under other processes' load, it held the other half back.
+PACK_PIECES = 4
 
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -419,9 +437,9 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                 if agree is False:
                     site.drop(choice.KERNEL)
                 return False
-            blocks = split[1] if split else [(0, m)]
-            run_blocks(gemm_kernel.block_function(a, b, out, split[0] if split else 0,
-                                                  params), None, blocks, None, None, threads)
+            _run_kernel(gemm_kernel.product_blocks(a, b, out, split[0] if split else 0,
+                                                   params), split[1] if split else [(0, m)],
+                        threads)
             return True
         whole[choice.KERNEL] = kernel
     if split is None and not whole:

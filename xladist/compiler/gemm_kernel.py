@@ -55,6 +55,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass, replace
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -122,7 +123,7 @@ _FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                        ctypes.c_int64)
 _PACK_B = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                            ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                           ctypes.c_int64)
+                           ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 _lock = threading.Lock()
 _loaded: dict = {}
 _asked: dict = {}
@@ -667,11 +668,13 @@ entry:
   ret ptr %p
 }}
 
-; All of B packed into buf (ceil(N / NR) * NR * K elements), in the driver's blocks:
-; gemm with pre = 1 then reads it instead of packing B again -- a product cut into
-; blocks of rows (blas_blocks.py) packs B once instead of once per block.
+; B's columns [n0, n1) packed into buf, where all of B packed (ceil(N / NR) * NR * K
+; elements) has them, in the driver's blocks: gemm with pre = 1 then reads it instead of
+; packing B again -- a product cut into blocks of rows (blas_blocks.py) packs B once
+; instead of once per block, its columns' panels shared out among the threads (n0 a
+; multiple of NR, n1 too or N).
 define void @pack_all_b(ptr %B, i64 %rsb, i64 %csb, ptr %buf, i64 %N, i64 %K, i64 %Q,
-                        i64 %U) {{
+                        i64 %U, i64 %n0, i64 %n1) {{
 entry:
   br label %jc.head
 jc.head:
@@ -679,17 +682,29 @@ jc.head:
   %nleft = sub i64 %N, %jc
   %nlt = icmp slt i64 %nleft, {p.nc}
   %nc = select i1 %nlt, i64 %nleft, i64 {p.nc}
+  %jend = add i64 %jc, %nc
+  %lo0 = icmp sgt i64 %n0, %jc
+  %lo = select i1 %lo0, i64 %n0, i64 %jc
+  %hi0 = icmp slt i64 %n1, %jend
+  %hi = select i1 %hi0, i64 %n1, i64 %jend
+  %some = icmp slt i64 %lo, %hi
+  br i1 %some, label %pc.start, label %jc.end
+pc.start:
+  %cols = sub i64 %hi, %lo
+  %skip = sub i64 %lo, %jc
   br label %pc.head
 pc.head:
-  %pc = phi i64 [0, %jc.head], [%pc1, %pc.head]
+  %pc = phi i64 [0, %pc.start], [%pc1, %pc.head]
   %kleft = sub i64 %K, %pc
   %kc = call i64 @kcut(i64 %kleft, i64 %Q, i64 %U)
   %bq = mul i64 %pc, %rsb
-  %bj = mul i64 %jc, %csb
+  %bj = mul i64 %lo, %csb
   %bo = add i64 %bq, %bj
   %bsrc = getelementptr {t}, ptr %B, i64 %bo
-  %dst = call ptr @b_slab(ptr %buf, i64 %jc, i64 %pc, i64 %K, i64 %nc)
-  call void @pack_b(ptr %bsrc, i64 %rsb, i64 %csb, ptr %dst, i64 %kc, i64 %nc)
+  %slab = call ptr @b_slab(ptr %buf, i64 %jc, i64 %pc, i64 %K, i64 %nc)
+  %po = mul i64 %skip, %kc
+  %dst = getelementptr {t}, ptr %slab, i64 %po
+  call void @pack_b(ptr %bsrc, i64 %rsb, i64 %csb, ptr %dst, i64 %kc, i64 %cols)
   %pc1 = add i64 %pc, %kc
   %pcm = icmp slt i64 %pc1, %K
   br i1 %pcm, label %pc.head, label %jc.end
@@ -822,12 +837,26 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
     return out
 
 
-def block_function(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
-                   params: Params = DEFAULT):
-    """fn(_, lo, hi) computing out[lo:hi] = a[lo:hi] @ b (axis 0) or out[:, lo:hi] =
-    a @ b[:, lo:hi] (axis 1) with the kernel: a product's fixed blocks (blas_blocks.py),
-    the operands' addresses and strides read once. a and b: f32 or f64 of one dtype,
-    strides whole elements; out: rows contiguous; k > 0."""
+class ProductBlocks(NamedTuple):
+    """A product's work for its fixed blocks (product_blocks): first `pack` over B's
+    `panels` column panels, when it is not None, then `compute` over the blocks; each is
+    fn(_, lo, hi) over any partition of its units, run in any order and on any threads."""
+
+    pack: Callable | None
+    panels: int
+    compute: Callable
+
+
+def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
+                   params: Params = DEFAULT) -> ProductBlocks:
+    """The kernel's calls for a product cut in fixed blocks (blas_blocks.py): compute(_,
+    lo, hi) gives out[lo:hi] = a[lo:hi] @ b (axis 0) or out[:, lo:hi] = a @ b[:, lo:hi]
+    (axis 1), the operands' addresses and strides read once. Blocks of rows all read
+    all of B, so it is packed once for them first (pack; the kernel's four blocks of
+    1024^3 f32 took 21.7 ms of CPU packing B in each, against 19.9 ms for one call),
+    into the calling thread's buffer, while the product is not larger than
+    PACKED_B_MAX_BYTES packed. a and b: f32 or f64 of one dtype, strides whole elements;
+    out: rows contiguous; k > 0."""
     fn, vw = kernel(a.dtype, params)
     it, dtype = a.itemsize, a.dtype
     (m, k), n = a.shape, b.shape[1]
@@ -835,19 +864,18 @@ def block_function(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     pa, pb, pc = (x.__array_interface__["data"][0] for x in (a, b, out))
     q, u = params.kc, params.kround
     nr = params.nv * vw
-    size = -(-n // nr) * nr * k
-    if axis == 0 and size * it <= PACKED_B_MAX_BYTES:
-        # Every block of rows reads all of B: packed once here, on the caller, for all
-        # of them (the kernel's blocks of 1024^3 f32 took 21.7 ms of CPU packing B in
-        # each, against 19.9 ms for one call)
-        packed = _packed_b_buffer(dtype, size)
-        _packer(dtype, params)(pb, rsb, csb, packed, n, k, q, u)
+    panels = -(-n // nr)
+    if axis == 0 and panels * nr * k * it <= PACKED_B_MAX_BYTES:
+        packed, packer = _packed_b_buffer(dtype, panels * nr * k), _packer(dtype, params)
 
-        def rows(_, lo, hi):
+        def pack(_, lo, hi):
+            packer(pb, rsb, csb, packed, n, k, q, u, lo * nr, min(hi * nr, n))
+
+        def rows_packed(_, lo, hi):
             abuf = _packing_buffers(dtype, params, vw)[2]
             fn(pa + lo * rsa * it, rsa, csa, pb, rsb, csb, pc + lo * ldc * it, ldc,
                hi - lo, n, k, abuf, packed, q, u, 1)
-        return rows
+        return ProductBlocks(pack, panels, rows_packed)
 
     def rows(_, lo, hi):
         _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
@@ -858,10 +886,10 @@ def block_function(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
         _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
         fn(pa, rsa, csa, pb + lo * csb * it, rsb, csb, pc + lo * it, ldc,
            m, hi - lo, k, abuf, bbuf, q, u, 0)
-    return rows if axis == 0 else columns
+    return ProductBlocks(None, 0, rows if axis == 0 else columns)
 
 
-# B packed whole for a product's blocks (block_function) up to this size; beyond, each
+# B packed whole for a product's blocks (product_blocks) up to this size; beyond, each
 # block packs its slabs into its thread's buffer as it goes.
 PACKED_B_MAX_BYTES = 64 << 20
 
@@ -882,6 +910,6 @@ def available() -> bool:
     return vector_bytes() is not None
 
 
-__all__ = ["Params", "DEFAULT", "available", "block_function", "fitted", "ir_text", "k_blocks",
+__all__ = ["Params", "DEFAULT", "available", "product_blocks", "ProductBlocks", "fitted", "ir_text", "k_blocks",
            "kernel", "matmul",
            "vector_bytes", "vector_lanes"]
