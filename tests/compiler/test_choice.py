@@ -371,6 +371,40 @@ def test_the_llvm_gemm_cut_as_openblas_runs_and_gives_its_bits(mkn, trans, monke
         assert out.tobytes() == want.tobytes(), threads
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_llvm_gemm_gives_openblas_zero_where_a_sum_underflows(dtype, monkeypatch,
+                                                                   two_threads):
+    """OpenBLAS sets C to +0 (beta 0) and adds each K block's sum to it, so a row whose
+    products all underflow to -0 gives +0; the LLVM GEMM stored its first block's sum as
+    it was, -0, and the way gave other bits than the fixed blocks although the check on
+    random operands (which never meet a signed zero) passed."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    if blas_blocks._openblas_cut(np.dtype(dtype)) is None:
+        pytest.skip("no cut of K found that gives this OpenBLAS's bits")
+    m, k, n = 256, 1000, 256
+    tiny = float(np.finfo(dtype).smallest_subnormal) ** 0.5 / 2  # tiny * tiny rounds to 0
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    a[0], b[:, :5] = -tiny, tiny  # row 0 and columns 0-4: sums of -0 (and one edge tile)
+    a[7, :500] = -tiny            # row 7: -0 in the first K block only
+    want = np.empty((m, n), dtype)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    assert not np.signbit(want[0, :5]).any() and not np.signbit(want[7, :5]).any()
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, KERNEL)
+    for threads in (1, 2):
+        parallel.set_threads(threads)
+        before = choice.calls_by_way().get("LLVM GEMM", 0)
+        out = np.empty((m, n), dtype)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert choice.calls_by_way().get("LLVM GEMM", 0) == before + 1, threads
+        assert out.tobytes() == want.tobytes(), (threads, np.signbit(out[0, :5]))
+
+
 def test_the_check_refuses_the_llvm_gemm_cut_otherwise(monkeypatch, two_threads):
     """With a cut of K that is not OpenBLAS's the kernel's sums differ, the check says
     so, and the site drops the way: the product keeps the fixed blocks' bits."""

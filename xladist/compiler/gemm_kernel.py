@@ -147,7 +147,10 @@ def vector_lanes(dtype=np.float32) -> int | None:
 
 
 def _micro(p: Params, t: str, vw: int) -> str:
-    """ukernel(kc, a, b, c, ldc, first, mr, nr): one MR x NR tile, accumulators as phis."""
+    """ukernel(kc, a, b, c, ldc, first, mr, nr): one MR x NR tile, accumulators as phis.
+    The first K block stores 0 + its sums, as OpenBLAS (beta 0: C = +0, then C += AB):
+    a sum whose products underflow to -0 is +0 there, and so here (an fadd of +0 is
+    not folded away: it is no identity for -0)."""
     v = f"<{vw} x {t}>"
     sfx = f"v{vw}{'f32' if t == 'float' else 'f64'}"
     mr, nv, nr = p.mr, p.nv, p.nv * vw
@@ -202,8 +205,9 @@ def _micro(p: Params, t: str, vw: int) -> str:
             s += [f"  %{mode}o{i}_{k}a = mul i64 %ldc, {i}",
                   f"  %{mode}o{i}_{k} = add i64 %{mode}o{i}_{k}a, {k * vw}",
                   f"  %{mode}p{i}_{k} = getelementptr {t}, ptr %c, i64 %{mode}o{i}_{k}"]
-            if mode == "set":
-                s.append(f"  store {v} %f{i}_{k}, ptr %setp{i}_{k}, align {esz}")
+            if mode == "set":  # (0 + sum: OpenBLAS's C = 0, then C += AB; below)
+                s += [f"  %z{i}_{k} = fadd {v} %f{i}_{k}, zeroinitializer",
+                      f"  store {v} %z{i}_{k}, ptr %setp{i}_{k}, align {esz}"]
             else:
                 s += [f"  %old{i}_{k} = load {v}, ptr %addp{i}_{k}, align {esz}",
                       f"  %new{i}_{k} = fadd {v} %old{i}_{k}, %f{i}_{k}",
@@ -224,8 +228,9 @@ def _micro(p: Params, t: str, vw: int) -> str:
           f"  %ecp = getelementptr {t}, ptr %c, i64 %ecj",
           "  br i1 %first, label %eset, label %eadd", "eadd:",
           f"  %eold = load {t}, ptr %ecp", f"  %esum = fadd {t} %eold, %ev",
-          "  br label %ecol.next", "eset:", "  br label %ecol.next", "ecol.next:",
-          f"  %eout = phi {t} [%esum, %eadd], [%ev, %eset]",
+          "  br label %ecol.next", "eset:", f"  %ezero = fadd {t} %ev, 0.0",
+          "  br label %ecol.next", "ecol.next:",
+          f"  %eout = phi {t} [%esum, %eadd], [%ezero, %eset]",
           f"  store {t} %eout, ptr %ecp",
           "  %ej1 = add i64 %ej, 1", "  %ejm = icmp slt i64 %ej1, %nr",
           "  br i1 %ejm, label %ecol, label %erow.end", "erow.end:",
