@@ -1250,3 +1250,31 @@ def test_a_kernel_that_cannot_be_built_is_not_offered(monkeypatch, two_threads):
     assert blas_blocks._cuts == {np.dtype(np.float32): None}
     assert KERNEL not in _gemm_site(a, b, 2).ways
     assert out.tobytes() == want.tobytes()
+
+
+def test_no_memory_for_the_llvm_gemm_check_drops_the_way(monkeypatch, two_threads):
+    """Where the bits check's random operands cannot be made (MemoryError), the LLVM GEMM
+    is dropped as OpenBLAS's threads are: it was left offered and unmeasured, so the
+    site picked it to warm it on every call, tried the allocation again each time, and
+    never chose among its ways."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    if blas_blocks._openblas_cut(np.dtype(np.float32)) is None:
+        pytest.skip("no cut of K found that gives this OpenBLAS's bits")
+    m, k, n = 264, 500, 256
+    a, b, want = _product_and_blocks(m, k, n, seed=8)
+    tried = []
+    monkeypatch.setattr(blas_blocks, "_check_arrays", lambda *x: tried.append(1))
+    monkeypatch.setattr(blas_blocks, "_agree", {})
+    monkeypatch.setattr(blas_blocks, "_sites", {})
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    parallel.set_threads(1)
+    for _ in range(4 * WARM + 2):
+        out = np.empty((m, n), np.float32)
+        with parallel.blas_scope():
+            blas_blocks.matmul_into(a, b, out)
+        assert out.tobytes() == want.tobytes()
+    site = _gemm_site(a, b, 1)
+    assert len(tried) == 1
+    assert KERNEL not in site.ways
+    assert any(site.best(r) is not None for r in choice.REGIMES)

@@ -333,18 +333,19 @@ def _probe_cut(dtype: np.dtype):
     return None
 
 
-def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> bool | None:
+def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> bool:
     """Whether the LLVM GEMM's blocks of this product give the bits of its OpenBLAS
     blocks, checked once per shape and orders (`orders`: _order of a and b, when the
-    caller has them) on random operands (as _threads_agree); None: not known (no memory
-    for the check)."""
+    caller has them) on random operands (as _threads_agree); False, not kept, where there
+    is no memory for the check: as for OpenBLAS's threads, the way is then dropped (left
+    offered unmeasured, the site would pick it to warm it, and try again, on every call)."""
     key = ("kernel", a.dtype.char, a.shape, b.shape) + (orders or (_order(a), _order(b)))
     known = _agree.get(key)
     if known is not None:
         return known
     arrays = _check_arrays(a, b)
     if arrays is None:
-        return None
+        return False
     ra, rb, want, got = arrays
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
@@ -432,10 +433,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b and \
             a.dtype in _KERNEL_TYPES and (params := _openblas_cut(a.dtype)) is not None:
         def kernel() -> bool:
-            agree = _kernel_agrees(a, b, split, params, (order_a, order_b))
-            if not agree:
-                if agree is False:
-                    site.drop(choice.KERNEL)
+            if not _kernel_agrees(a, b, split, params, (order_a, order_b)):
+                site.drop(choice.KERNEL)
                 return False
             _run_kernel(gemm_kernel.product_blocks(a, b, out, split[0] if split else 0,
                                                    params), split[1] if split else [(0, m)],
