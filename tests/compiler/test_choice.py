@@ -1278,3 +1278,32 @@ def test_no_memory_for_the_llvm_gemm_check_drops_the_way(monkeypatch, two_thread
     assert len(tried) == 1
     assert KERNEL not in site.ways
     assert any(site.best(r) is not None for r in choice.REGIMES)
+
+
+def test_a_probe_that_finds_no_cut_keeps_one_pair_of_packing_buffers(monkeypatch):
+    """Where no candidate cut gives numpy's bits (a BLAS other than OpenBLAS, another
+    OpenBLAS version) the probe tries them all: the packing buffers of every candidate's
+    block size were kept on the probing thread for good (122 pairs, 771 MiB of f32
+    address space, ~36 MiB of it touched); one pair, grown to the largest, is kept."""
+    if not gemm_kernel.available():
+        pytest.skip("no LLVM GEMM on this host")
+    monkeypatch.setattr(blas_blocks, "_cuts", {})
+    monkeypatch.setattr(blas_blocks, "_same_bits", lambda x, y: False)
+    held = []
+
+    def probe():
+        assert blas_blocks._openblas_cut(np.dtype(np.float32)) is None
+        arrays, todo = {}, list(getattr(gemm_kernel._buffers, "d", {}).values())
+        while todo:  # every array the thread's buffer table holds
+            x = todo.pop()
+            if isinstance(x, tuple):
+                todo += x
+            elif isinstance(x, np.ndarray):
+                arrays[id(x)] = x.nbytes
+        held.append(sum(arrays.values()))
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join()
+    most = max(blas_blocks._CUT_Q)
+    one_pair = (gemm_kernel.DEFAULT.mc + gemm_kernel.DEFAULT.nc + 64) * most * 4
+    assert held and held[0] <= one_pair, (held, one_pair)

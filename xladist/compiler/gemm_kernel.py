@@ -791,18 +791,28 @@ def _aligned(n: int, dtype) -> np.ndarray:
 
 def _packing_buffers(dtype, params: Params, vw: int):
     """This thread's (abuf, bbuf, their addresses), made once: a fresh 4 MiB buffer per
-    call would page-fault on every call (and .ctypes.data costs ~1 us a look)."""
+    call would page-fault on every call (and .ctypes.data costs ~1 us a look). Kernels
+    differing only in KC and KROUND (the cuts blas_blocks's probe tries) share one pair,
+    grown to the largest KC asked: a pair per cut kept 122 pairs (771 MiB of f32)
+    after a probe that found none."""
     key = (dtype, params)
     bufs = getattr(_buffers, "d", None)
     if bufs is None:
         bufs = _buffers.d = {}
     got = bufs.get(key)
     if got is None:
-        params = fitted(params, vw)
-        nr = params.nv * vw
-        a = _aligned(-(-params.mc // params.mr) * params.mr * params.kc, dtype)
-        b = _aligned(-(-params.nc // nr) * nr * params.kc, dtype)
-        got = bufs[key] = (a, b, a.ctypes.data, b.ctypes.data)
+        shared = ("shared", dtype, replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround))
+        have = bufs.get(shared)
+        if have is None or have[0] < params.kc:
+            if have is not None:  # (the smaller pair goes: no entry keeps it alive)
+                for old in [k for k, v in bufs.items() if v is have[1]]:
+                    del bufs[old]
+            fit = fitted(params, vw)
+            nr = fit.nv * vw
+            a = _aligned(-(-fit.mc // fit.mr) * fit.mr * fit.kc, dtype)
+            b = _aligned(-(-fit.nc // nr) * nr * fit.kc, dtype)
+            have = bufs[shared] = (params.kc, (a, b, a.ctypes.data, b.ctypes.data))
+        got = bufs[key] = have[1]
     return got
 
 
