@@ -339,8 +339,16 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
             assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
 
 
+# The products above whose every block OpenBLAS computes with its level-3 driver, as the
+# LLVM GEMM does: 520x300x300's last block of 8 rows (7.2e5 multiply-adds) goes to the
+# SkylakeX small-matrix kernel, whose signed zeros differ (_signed_zeros), so there the
+# check refuses the way; 530x300x300's last block has 18 rows.
+KERNEL_PRODUCTS = [p for p in PRODUCTS if p != (520, 300, 300)] + [(530, 300, 300),
+                                                                   (300, 1000, 260)]
+
+
 @pytest.mark.parametrize("trans", ["NN", "TN", "NT"])
-@pytest.mark.parametrize("mkn", PRODUCTS + [(300, 1000, 260)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("mkn", KERNEL_PRODUCTS, ids=lambda s: "x".join(map(str, s)))
 def test_the_llvm_gemm_cut_as_openblas_runs_and_gives_its_bits(mkn, trans, monkeypatch,
                                                                two_threads):
     """Where the probe finds OpenBLAS's cut of K, the LLVM GEMM is offered for every
@@ -405,6 +413,39 @@ def test_the_llvm_gemm_gives_openblas_zero_where_a_sum_underflows(dtype, monkeyp
         assert out.tobytes() == want.tobytes(), (threads, np.signbit(out[0, :5]))
 
 
+@pytest.mark.parametrize("way", [WHOLE, SHARED, KERNEL], ids=lambda w: choice.NAMES[w])
+def test_a_way_is_refused_where_a_small_block_keeps_a_sum_s_negative_zero(way, monkeypatch,
+                                                                          two_threads):
+    """520x300x300's last block of 8 rows is under OpenBLAS's small-matrix bound (its
+    SkylakeX kernel): there a sum whose products underflow stays -0, while one threaded
+    call and the LLVM GEMM add it to +0. The checks on random operands passed, and the
+    ways gave other bits than the blocks; the checks' operands now hold such sums at
+    every block's corners, and refuse them."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    m, k, n = 520, 300, 300
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    tiny = float(np.finfo(np.float32).smallest_subnormal) ** 0.5 / 2
+    a[515], b[:, 3] = -tiny, tiny
+    want = np.empty((m, n), np.float32)
+    with parallel.openblas_threads(1):
+        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    if not np.signbit(want[515, 3]):
+        pytest.skip("this OpenBLAS gives +0 for the last block's sum too")
+    monkeypatch.setattr(blas_blocks, "_agree", {})
+    monkeypatch.setattr(blas_blocks, "_sites", {})
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, way)
+    parallel.set_threads(2)
+    out = np.empty((m, n), np.float32)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, b, out)
+    assert out.tobytes() == want.tobytes(), (choice.NAMES[way], out[515, 3])
+    assert way not in _gemm_site(a, b, 2).ways
+
+
 def test_the_check_refuses_the_llvm_gemm_cut_otherwise(monkeypatch, two_threads):
     """With a cut of K that is not OpenBLAS's the kernel's sums differ, the check says
     so, and the site drops the way: the product keeps the fixed blocks' bits."""
@@ -442,6 +483,7 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
     for m, k, n in PRODUCTS:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
+        blas_blocks._signed_zeros(a, b)  # (sums that show signed zeros, as the check's)
         blocks = np.empty((m, n), np.float32)
         threaded = np.empty((m, n), np.float32)
         with parallel.openblas_threads(1):

@@ -211,15 +211,36 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool | None:
 
 
 def _check_arrays(a: np.ndarray, b: np.ndarray):
-    """A bits check's arrays: random operands like a and b (dtype, dims, order), and two
-    results of their product's dims; None when there is no memory for them (the check
-    is optional: the product then runs its fixed blocks, and nothing is learned)."""
+    """A bits check's arrays: random operands like a and b (dtype, dims, order), with
+    sums that underflow at the corners of every block (_signed_zeros), and two results
+    of their product's dims; None when there is no memory for them (the check is
+    optional: the product then runs its fixed blocks, and nothing is learned)."""
     rng = np.random.default_rng(0)
     try:
         want = np.empty((a.shape[0], b.shape[1]), a.dtype)
-        return _random_like(a, rng), _random_like(b, rng), want, np.empty_like(want)
+        ra, rb = _random_like(a, rng), _random_like(b, rng)
     except MemoryError:
         return None
+    _signed_zeros(ra, rb)
+    return ra, rb, want, np.empty_like(want)
+
+
+def _signed_zeros(a: np.ndarray, b: np.ndarray) -> None:
+    """Products that underflow to -0 in the check's operands, summed at the four corners
+    of each of the product's fixed blocks: random values never show a signed zero, and
+    OpenBLAS's paths give different ones for such a sum -- its level-3 driver adds the
+    sums to C zeroed first (+0, as the LLVM GEMM and OpenBLAS's threads), its small-
+    matrix kernels (SkylakeX: at most 10^6 multiply-adds, e.g. the last block of 8 rows
+    of 520x300x300) store them as they are (-0, but +0 in the last n % 16 columns). The
+    rest of the rows and columns so scaled still sum values of random signs."""
+    (m, k), n = a.shape, b.shape[1]
+    split = gemm_split(m, n, k)
+    tiny = float(np.finfo(a.dtype).smallest_subnormal) ** 0.5 / 2  # tiny * tiny -> -0
+    rows, cols = {0, m - 1}, {0, n - 1}
+    for lo, hi in split[1] if split else ():
+        (rows if split[0] == 0 else cols).update((lo, hi - 1))
+    a[sorted(rows), :] = -tiny
+    b[:, sorted(cols)] = tiny
 
 
 def _learned(key: tuple, agree):
