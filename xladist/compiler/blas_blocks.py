@@ -333,6 +333,17 @@ def _probe_cut(dtype: np.dtype):
     return None
 
 
+def llvm_gemm_info() -> dict:
+    """Per dtype (f32, f64) the cut of K the LLVM GEMM takes to give this OpenBLAS's
+    bits, {"q", "unroll"}, or None where it is not offered (xladist explain)."""
+    out = {}
+    for dtype in sorted(_KERNEL_TYPES, key=lambda d: d.itemsize):
+        params = _openblas_cut(dtype)
+        out[dtype.name] = None if params is None else \
+            {"q": params.kc, "unroll": params.kround}
+    return out
+
+
 def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> bool | None:
     """Whether the LLVM GEMM's blocks of this product give the bits of its OpenBLAS
     blocks, checked once per shape and orders (`orders`: _order of a and b, when the
