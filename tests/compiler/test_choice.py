@@ -1349,3 +1349,20 @@ def test_a_probe_that_finds_no_cut_keeps_one_pair_of_packing_buffers(monkeypatch
     most = max(blas_blocks._CUT_Q)
     one_pair = (gemm_kernel.DEFAULT.mc + gemm_kernel.DEFAULT.nc + 64) * most * 4
     assert held and held[0] <= one_pair, (held, one_pair)
+
+
+def test_explain_says_where_the_llvm_gemm_is_offered(tmp_path, capsys):
+    """`xladist explain` names the cut of K per dtype (or that the way is not offered),
+    from the same probe the products use."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    from xladist.cli import main
+    hlo = tmp_path / "mm.hlo"
+    hlo.write_text(_dot_module(300, 300, 300).to_text())
+    assert main(["explain", str(hlo), "--no-buffers"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("LLVM GEMM:"))
+    cut = blas_blocks._openblas_cut(np.dtype(np.float32))
+    if cut is None:
+        assert "not offered" in line
+    else:
+        assert f"float32 (K cut {cut.kc}, unroll {cut.kround})" in line

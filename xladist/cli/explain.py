@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from xladist.compiler import CpuProgram
+    from xladist.compiler.blas_blocks import llvm_gemm_info
     from xladist.compiler.parallel import blas_info, thread_count, worker_cpus
     from xladist.hlo.dynamic_padder import pad_dynamic
     from xladist.hlo.parser import parse_file
@@ -51,6 +52,7 @@ def run(args) -> int:
         print(json.dumps({"module": module.name, "cached": program.cached,
                           "threads": thread_count(), "worker_cpus": worker_cpus(thread_count()),
                           "blas": blas_info(),
+                          "llvm_gemm": llvm_gemm_info() if blas_info() else {},
                           "timings_s": program.timings, "computations": data}, indent=1))
         return 0
     t = program.timings
@@ -69,6 +71,14 @@ def run(args) -> int:
               f"large dots and convolutions split on the compute threads (or, a large "
               f"product where measured faster and giving the same bits, one call on "
               f"{thread_count()} OpenBLAS threads)")
+    if blas_info():
+        cuts = llvm_gemm_info()
+        offered = [f"{name} (K cut {c['q']}, unroll {c['unroll']})"
+                   for name, c in cuts.items() if c]
+        print("LLVM GEMM: " + (f"offered for large {', '.join(offered)} products, their "
+                               f"blocks summed as OpenBLAS sums them, where a check on "
+                               f"random operands shows the same bits" if offered else
+                               "not offered (no cut of K gives this BLAS's bits)"))
     print("split calls run on the pool or on the caller alone, whichever each call site "
           "measures faster in the current regime (compiler/choice.py); same results")
     for comp in data:
