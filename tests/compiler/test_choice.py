@@ -1366,3 +1366,27 @@ def test_explain_says_where_the_llvm_gemm_is_offered(tmp_path, capsys):
         assert "not offered" in line
     else:
         assert f"float32 (K cut {cut.kc}, unroll {cut.kround})" in line
+
+
+def test_a_byte_strided_operand_is_not_given_to_the_llvm_gemm(monkeypatch, two_threads):
+    """The kernel reads strides in whole elements: rows 4 * k + 2 bytes apart (a view
+    into bytes, which numpy multiplies by copying it) keep the product on OpenBLAS."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    m, k, n = 260, 300, 280
+    a, b, want = _product_and_blocks(m, k, n, seed=7)
+    raw = np.zeros(m * (4 * k + 2) + 4, np.uint8)
+    odd = np.ndarray((m, k), np.float32, raw, 2, (4 * k + 2, 4))
+    odd[...] = a
+    assert blas_blocks._order(odd) == "N" and odd.strides[0] % 4
+    with pytest.raises(ValueError, match="whole elements"):
+        gemm_kernel.product_blocks(odd, b, np.empty((m, n), np.float32), 0)
+    parallel.set_threads(2)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, KERNEL)
+    before = choice.calls_by_way().get("LLVM GEMM", 0)
+    out = np.empty((m, n), np.float32)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(odd, b, out)
+    assert choice.calls_by_way().get("LLVM GEMM", 0) == before
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)

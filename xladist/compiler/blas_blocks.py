@@ -468,8 +468,11 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         whole = {choice.WHOLE: threaded(choice.WHOLE)}
         if blas_pool.available():
             whole[choice.SHARED] = threaded(choice.SHARED)
+    # (the kernel reads strides in whole elements: a byte-strided view, which no compiled
+    # program makes, is left to numpy)
     if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b and \
-            a.dtype in _KERNEL_TYPES and (params := _openblas_cut(a.dtype)) is not None:
+            a.dtype in _KERNEL_TYPES and not (a.strides[0] | b.strides[0]) % a.itemsize and \
+            (params := _openblas_cut(a.dtype)) is not None:
         def kernel() -> bool:
             if not _kernel_agrees(a, b, split, params, (order_a, order_b)):
                 site.drop(choice.KERNEL)

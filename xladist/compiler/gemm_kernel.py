@@ -872,6 +872,8 @@ def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     into the calling thread's buffer, while the product is not larger than
     PACKED_B_MAX_BYTES packed. a and b: f32 or f64 of one dtype, strides whole elements;
     out: rows contiguous; k > 0."""
+    if any(s % a.itemsize for s in a.strides + b.strides + out.strides):
+        raise ValueError("product_blocks reads strides in whole elements")
     fn, vw = kernel(a.dtype, params)
     it, dtype = a.itemsize, a.dtype
     (m, k), n = a.shape, b.shape[1]
