@@ -310,6 +310,18 @@ def _force(monkeypatch, way):
                         else self.ways[0])
 
 
+def _forced_product(monkeypatch, way, a, b, threads=2):
+    """a @ b through matmul_into on `threads` threads, its site's choice on (DYNAMIC) and
+    `way` forced where the site offers it."""
+    parallel.set_threads(threads)
+    monkeypatch.setattr(parallel, "DYNAMIC", True)
+    _force(monkeypatch, way)
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, b, out)
+    return out
+
+
 # (m, k, n): unsplit (one block), split by rows, split by columns; 37x2000x900 and
 # 700x700x3000 are shapes whose OpenBLAS 0.3.31 threads sum in another order than one
 # thread (the check must refuse them where that holds).
@@ -459,12 +471,7 @@ def test_the_check_refuses_the_llvm_gemm_cut_otherwise(monkeypatch, two_threads)
     a, b, want = _product_and_blocks(m, k, n, seed=5)
     blas_blocks._agree.pop(("kernel", "f", a.shape, b.shape, "N", "N"), None)
     assert blas_blocks._kernel_agrees(a, b, blas_blocks.gemm_split(m, n, k), wrong) is False
-    parallel.set_threads(2)
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    _force(monkeypatch, KERNEL)
-    out = np.empty((m, n), np.float32)
-    with parallel.blas_scope():
-        blas_blocks.matmul_into(a, b, out)
+    out = _forced_product(monkeypatch, KERNEL, a, b)
     assert KERNEL not in _gemm_site(a, b, 2).ways
     assert out.tobytes() == want.tobytes()
     blas_blocks._agree.pop(("kernel", "f", a.shape, b.shape, "N", "N"), None)
@@ -1283,12 +1290,7 @@ def test_a_kernel_that_cannot_be_built_is_not_offered(monkeypatch, two_threads):
     monkeypatch.setattr(blas_blocks, "_cuts", {})
     m, k, n = 300, 700, 280
     a, b, want = _product_and_blocks(m, k, n, seed=6)
-    parallel.set_threads(2)
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    _force(monkeypatch, KERNEL)
-    out = np.empty((m, n), np.float32)
-    with parallel.blas_scope():
-        blas_blocks.matmul_into(a, b, out)
+    out = _forced_product(monkeypatch, KERNEL, a, b)
     assert blas_blocks._cuts == {np.dtype(np.float32): None}
     assert KERNEL not in _gemm_site(a, b, 2).ways
     assert out.tobytes() == want.tobytes()
@@ -1381,12 +1383,7 @@ def test_a_byte_strided_operand_is_not_given_to_the_llvm_gemm(monkeypatch, two_t
     assert blas_blocks._order(odd) == "N" and odd.strides[0] % 4
     with pytest.raises(ValueError, match="whole elements"):
         gemm_kernel.product_blocks(odd, b, np.empty((m, n), np.float32), 0)
-    parallel.set_threads(2)
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    _force(monkeypatch, KERNEL)
     before = choice.calls_by_way().get("LLVM GEMM", 0)
-    out = np.empty((m, n), np.float32)
-    with parallel.blas_scope():
-        blas_blocks.matmul_into(odd, b, out)
+    out = _forced_product(monkeypatch, KERNEL, odd, b)
     assert choice.calls_by_way().get("LLVM GEMM", 0) == before
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
