@@ -305,6 +305,13 @@ def _dot_module(m, k, n, dtype="f32"):
         f"lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
 
 
+@pytest.fixture(autouse=True)
+def _kernel_at_once(monkeypatch):
+    # The LLVM GEMM is offered from a process's KERNEL_AFTER-th product; here from the
+    # first, whatever ran before (the delay itself: its own test below).
+    monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 0)
+
+
 def _force(monkeypatch, way):
     monkeypatch.setattr(Site, "pick", lambda self, regime: way if way in self.ways
                         else self.ways[0])
@@ -1387,3 +1394,32 @@ def test_a_byte_strided_operand_is_not_given_to_the_llvm_gemm(monkeypatch, two_t
     out = _forced_product(monkeypatch, KERNEL, odd, b)
     assert choice.calls_by_way().get("LLVM GEMM", 0) == before
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_the_llvm_gemm_is_offered_from_the_kernel_after_th_product(monkeypatch, two_threads):
+    """Before a process's KERNEL_AFTER-th product nothing is built or probed for the way
+    (a process with a few products does not pay ~0.9 s to build a kernel into a cold
+    cache); from it on, a site made before takes the way on -- a dropped way stays
+    dropped."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 3)
+    monkeypatch.setattr(blas_blocks, "_kernel_asked", [0])
+    monkeypatch.setattr(blas_blocks, "_cuts", {})
+    built = []
+    real = gemm_kernel.kernel
+    monkeypatch.setattr(gemm_kernel, "kernel", lambda *x: built.append(1) or real(*x))
+    a, b, want = _product_and_blocks(300, 400, 290, seed=9)
+    for _ in range(3):
+        assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    site = _gemm_site(a, b, 2)
+    assert KERNEL not in site.ways and blas_blocks._cuts == {} and not built
+    before = choice.calls_by_way().get("LLVM GEMM", 0)
+    assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    if blas_blocks._cuts[np.dtype(np.float32)] is None:
+        pytest.skip("no cut of K found that gives this OpenBLAS's bits")
+    assert built and KERNEL in site.ways
+    assert choice.calls_by_way().get("LLVM GEMM", 0) == before + 1
+    site.drop(KERNEL)
+    _forced_product(monkeypatch, KERNEL, a, b)
+    assert KERNEL not in site.ways

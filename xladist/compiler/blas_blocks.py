@@ -317,6 +317,23 @@ _CUT_U = (16, 8, 4, 32, 2, 1, 24, 12, 6)
 _CUT_K = (4099, 1000, 2999)  # probe depths: a long cut, and two where the tail halves
 _cuts: dict = {}
 _KERNEL_TYPES = {np.dtype(np.float32), np.dtype(np.float64)}
+# The way is offered from a process's KERNEL_AFTER-th product that could take it on:
+# building the kernel costs ~0.9 s per dtype where the host's kernel cache does not hold
+# it yet (~25 ms with the probe where it does) and each shape's check two products, which
+# a process with a few large products (a test, one `xladist run` of a module) never wins
+# back, while a training loop reaches it within its first steps (and compute.py's
+# --warm 15 rounds within their first half). Sites made before then take it on
+# (choice.Site.offer).
+KERNEL_AFTER = 8
+_kernel_asked = [0]
+
+
+def _kernel_due() -> bool:
+    """Whether the LLVM GEMM may be offered now (KERNEL_AFTER); counts the asking."""
+    if _kernel_asked[0] >= KERNEL_AFTER:
+        return True
+    _kernel_asked[0] += 1
+    return False
 
 
 def _openblas_cut(dtype: np.dtype):
@@ -472,7 +489,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     # program makes, is left to numpy)
     if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b and \
             a.dtype in _KERNEL_TYPES and not (a.strides[0] | b.strides[0]) % a.itemsize and \
-            (params := _openblas_cut(a.dtype)) is not None:
+            _kernel_due() and (params := _openblas_cut(a.dtype)) is not None:
         def kernel() -> bool:
             if not _kernel_agrees(a, b, split, params, (order_a, order_b)):
                 site.drop(choice.KERNEL)
@@ -498,6 +515,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     # site of the others its blocks would be timed as the ways it does not run)
     site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads, apart),
                  ways + tuple(whole), lambda: f"dot {m}x{k}x{n} {a.dtype}")
+    if choice.KERNEL in whole and choice.KERNEL not in site.ways:
+        site.offer(choice.KERNEL)  # (made before the way was due, or dropped: then not)
     whole = {w: call for w, call in whole.items() if w in site.ways}
     run_blocks(block, None, split[1], site, whole, threads)
 

@@ -76,7 +76,7 @@ class Site:
     tried in that order while warming up."""
 
     __slots__ = ("name", "ways", "only", "samples", "gap", "left", "turn", "exploring",
-                 "calls", "__weakref__")
+                 "calls", "dropped", "__weakref__")
 
     def __init__(self, ways, name: str = "", only: dict | None = None):
         """`only`: way -> the regimes it is offered in (others: every regime; ALONE, on a
@@ -92,12 +92,24 @@ class Site:
         self.turn = [0] * len(REGIMES)
         self.exploring = [None] * len(REGIMES)
         self.calls = {w: 0 for w in self.ways}  # measured calls per way, for reports
+        self.dropped = set()
         _live.add(self)
 
     def drop(self, way: int) -> None:
         """Stop offering `way` (its precondition does not hold here)."""
         if way in self.ways and len(self.ways) > 1:
             self.ways.remove(way)
+            self.dropped.add(way)
+
+    def offer(self, way: int) -> None:
+        """Offer `way` from now on -- a way that became available after the site was
+        made -- unless it was dropped; it is timed as a new way is (WARM first)."""
+        if way in self.ways or way in self.dropped:
+            return
+        self.ways.append(way)
+        for samples in self.samples:
+            samples[way] = []
+        self.calls.setdefault(way, 0)
 
     def offered(self, regime: int) -> list[int]:
         """The ways offered in `regime` (every way, should none be: a dropped way may
