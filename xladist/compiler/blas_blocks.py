@@ -193,21 +193,31 @@ def _threads_agree(a: np.ndarray, b: np.ndarray, threads: int) -> bool | None:
     show any difference in it in nearly every element. None: not known yet (another
     execution is in flight, so the threaded call cannot run)."""
     key = (a.dtype.char, a.shape, b.shape, _order(a), _order(b), threads)
+    if key not in _agree and others_in_flight():  # the threaded call could not run
+        return None  # (not even the operands are made)
+    return _agrees(key, a, b, gemm_split(a.shape[0], b.shape[1], a.shape[1]),
+                   lambda ra, rb, got: _threaded(ra, rb, got, threads))
+
+
+def _agrees(key: tuple, a: np.ndarray, b: np.ndarray, split, other) -> bool | None:
+    """Whether other(ra, rb, got) -- another way's product of random operands like a
+    and b (_check_arrays) into got, False when it cannot run now -- gives the bits of the
+    product's fixed blocks `split` on one thread: checked once per `key`, the answer kept.
+    False, not kept, where there is no memory for the check (the way is then dropped: left
+    offered, the site would pick it to warm it, and try again, on every call); None, not
+    kept, when `other` could not run (asked again at the way's next pick). The other way
+    runs first, so that it costs no blocks' product when it cannot."""
     known = _agree.get(key)
     if known is not None:
         return known
-    if others_in_flight():  # the threaded call could not run: not even the operands
-        return None
     arrays = _check_arrays(a, b)
-    if arrays is None:  # no memory for the check: the way is not offered
+    if arrays is None:
         return False
     ra, rb, want, got = arrays
-    # The threaded call first: while another execution is in flight it cannot run, and
-    # the way is asked again at its next pick -- without the blocks' product each time.
-    if not _threaded(ra, rb, got, threads):
+    if not other(ra, rb, got):
         return None
     with openblas_threads(BLAS_THREADS):
-        _gemm_blocks(ra, rb, want, gemm_split(*want.shape, a.shape[1]))
+        _gemm_blocks(ra, rb, want, split)
     return _learned(key, _same_bits(want, got))
 
 
@@ -385,26 +395,19 @@ def llvm_gemm_info() -> dict:
 
 def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> bool:
     """Whether the LLVM GEMM's blocks of this product give the bits of its OpenBLAS
-    blocks, checked once per shape and orders (`orders`: _order of a and b, when the
-    caller has them) on random operands (as _threads_agree); False, not kept, where there
-    is no memory for the check: as for OpenBLAS's threads, the way is then dropped (left
-    offered unmeasured, the site would pick it to warm it, and try again, on every call)."""
+    blocks (_agrees), checked once per shape and orders (`orders`: _order of a and b,
+    when the caller has them); False where there is no memory for the check."""
     key = ("kernel", a.dtype.char, a.shape, b.shape) + (orders or (_order(a), _order(b)))
-    known = _agree.get(key)
-    if known is not None:
-        return known
-    arrays = _check_arrays(a, b)
-    if arrays is None:
-        return False
-    ra, rb, want, got = arrays
-    with openblas_threads(BLAS_THREADS):
-        _gemm_blocks(ra, rb, want, split)
-    work = gemm_kernel.product_blocks(ra, rb, got, split[0] if split else 0, params)
-    if work.pack is not None:
-        work.pack(None, 0, work.panels)
-    for lo, hi in split[1] if split else [(0, want.shape[0])]:
-        work.compute(None, lo, hi)
-    return _learned(key, _same_bits(want, got))
+    cut = split or (0, [(0, a.shape[0])])
+
+    def kernel(ra, rb, got) -> bool:
+        work = gemm_kernel.product_blocks(ra, rb, got, cut[0], params)
+        if work.pack is not None:
+            work.pack(None, 0, work.panels)
+        for lo, hi in cut[1]:
+            work.compute(None, lo, hi)
+        return True
+    return bool(_agrees(key, a, b, cut, kernel))
 
 
 def _run_kernel(work, blocks, threads: int) -> None:
@@ -462,7 +465,10 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     # way that calls it on the whole operands is offered then; nor any checked way where
     # the check would cost too much.
     apart = not np.may_share_memory(a, b) and _checkable(m, n, k, a.itemsize)
-    if apart and threads > 1 and m * n * k >= WHOLE_MIN_MACS and order_a and order_b:
+    # (the checked ways call BLAS, or read the operands, in place)
+    checked = apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b
+    cut = split or (0, [(0, m)])  # the fixed blocks: one where the product is not split
+    if checked and threads > 1:
         def threaded(way: int):
             def call() -> bool:
                 # Checked when first picked, not before: the check costs the product
@@ -487,15 +493,14 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             whole[choice.SHARED] = threaded(choice.SHARED)
     # (the kernel reads strides in whole elements: a byte-strided view, which no compiled
     # program makes, is left to numpy)
-    if apart and m * n * k >= WHOLE_MIN_MACS and order_a and order_b and \
-            a.dtype in _KERNEL_TYPES and not (a.strides[0] | b.strides[0]) % a.itemsize and \
+    if checked and a.dtype in _KERNEL_TYPES and \
+            not (a.strides[0] | b.strides[0]) % a.itemsize and \
             _kernel_due() and (params := _openblas_cut(a.dtype)) is not None:
         def kernel() -> bool:
-            if not _kernel_agrees(a, b, split, params, (order_a, order_b)):
+            if not _kernel_agrees(a, b, cut, params, (order_a, order_b)):
                 site.drop(choice.KERNEL)
                 return False
-            _run_kernel(gemm_kernel.product_blocks(a, b, out, split[0] if split else 0,
-                                                   params), split[1] if split else [(0, m)],
+            _run_kernel(gemm_kernel.product_blocks(a, b, out, cut[0], params), cut[1],
                         threads)
             return True
         whole[choice.KERNEL] = kernel
@@ -504,21 +509,20 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         return
     if split is None:
         block = lambda _, lo, hi: np.matmul(a, b, out=out)  # noqa: E731
-        split = (0, [(0, m)])
     elif split[0] == 0:
         block = lambda _, lo, hi: np.matmul(a[lo:hi], b, out=out[lo:hi])  # noqa: E731
     else:
         block = lambda _, lo, hi: np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])  # noqa: E731
-    ways = (choice.POOL, choice.ALONE) if len(split[1]) > 1 and threads > 1 else \
+    ways = (choice.POOL, choice.ALONE) if len(cut[1]) > 1 and threads > 1 else \
         (choice.ALONE,)
     # (apart in the key: a product of overlapping operands offers fewer ways, and on a
     # site of the others its blocks would be timed as the ways it does not run)
     site = _site(("gemm", a.dtype.char, m, n, k, order_a, order_b, threads, apart),
                  ways + tuple(whole), lambda: f"dot {m}x{k}x{n} {a.dtype}")
-    if choice.KERNEL in whole and choice.KERNEL not in site.ways:
-        site.offer(choice.KERNEL)  # (made before the way was due, or dropped: then not)
+    if choice.KERNEL in whole:
+        site.offer(choice.KERNEL)  # (made before the way was due; not where it was dropped)
     whole = {w: call for w, call in whole.items() if w in site.ways}
-    run_blocks(block, None, split[1], site, whole, threads)
+    run_blocks(block, None, cut[1], site, whole, threads)
 
 
 def by_blocks(fn, units: int, work_per_unit: int) -> None:

@@ -761,6 +761,12 @@ def _packer(dtype, params: Params):
     return _compiled(np.dtype(dtype), params)[3]
 
 
+def _uncut(params: Params) -> Params:
+    """params without its cut of K: KC and KROUND are arguments of the compiled function,
+    so kernels differing only in them are one (and share their packing buffers)."""
+    return replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround)
+
+
 def _compiled(dtype: np.dtype, params: Params) -> tuple:
     """(gemm, vector lanes, code, pack_all_b) for `params` as asked: looked up by them
     first, since a product's blocks ask on every call and making the normalized Params
@@ -768,8 +774,7 @@ def _compiled(dtype: np.dtype, params: Params) -> tuple:
     got = _asked.get((dtype, params))
     if got is not None:
         return got
-    # (KC and KROUND are arguments of the compiled function: one kernel for every cut)
-    key = (dtype, replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround))
+    key = (dtype, _uncut(params))
     with _lock:
         got = _loaded.get(key)
         if got is None:
@@ -801,7 +806,7 @@ def _packing_buffers(dtype, params: Params, vw: int):
         bufs = _buffers.d = {}
     got = bufs.get(key)
     if got is None:
-        shared = ("shared", dtype, replace(params, kc=DEFAULT.kc, kround=DEFAULT.kround))
+        shared = ("shared", dtype, _uncut(params))
         have = bufs.get(shared)
         if have is None or have[0] < params.kc:
             if have is not None:  # (the smaller pair goes: no entry keeps it alive)

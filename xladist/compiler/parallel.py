@@ -550,9 +550,10 @@ def regime() -> int:
 def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) -> None:
     """Run fn(argv, begin, end) over every block. With a `site` (choice.Site), in the way
     it measured fastest now: on the pool, on the calling thread alone, or one of `whole`
-    -- way -> a callable computing the same result in one call partitioned another way
-    (OpenBLAS's, on its threads or on the pool: blas_blocks.py), returning False when it
-    could not; without a site, on the pool whenever it has threads. Every way gives the
+    -- way -> a callable computing the same result another way (one call partitioned
+    by OpenBLAS, on its threads or on the pool; the blocks on the LLVM GEMM:
+    blas_blocks.py), returning False when it could not; without a site, on the pool
+    whenever it has threads (on one thread, a site still chooses). Every way gives the
     same bits. A compiled kernel's range function (RANGE_TYPE) takes its blocks in native
     code (_NativeTask). `n`: thread_count(), when the caller has it already."""
     if n is None:
