@@ -323,7 +323,7 @@ def _forced_product(monkeypatch, way, a, b, threads=2):
     parallel.set_threads(threads)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     _force(monkeypatch, way)
-    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    out = np.full((a.shape[0], b.shape[1]), np.nan, a.dtype)
     with parallel.blas_scope():
         blas_blocks.matmul_into(a, b, out)
     return out
@@ -383,17 +383,10 @@ def test_the_llvm_gemm_cut_as_openblas_runs_and_gives_its_bits(mkn, trans, monke
         a = np.asfortranarray(a)
     if trans[1] == "T":
         b = np.asfortranarray(b)
-    want = np.empty((m, n), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    _force(monkeypatch, KERNEL)
+    want = _blocks_of(a, b)
     for threads in (1, 2):
-        parallel.set_threads(threads)
         before = choice.calls_by_way().get("LLVM GEMM", 0)
-        out = np.full((m, n), np.nan, np.float32)
-        with parallel.blas_scope():
-            blas_blocks.matmul_into(a, b, out)
+        out = _forced_product(monkeypatch, KERNEL, a, b, threads)
         assert choice.calls_by_way().get("LLVM GEMM", 0) == before + 1, threads
         assert out.tobytes() == want.tobytes(), threads
 
@@ -416,18 +409,11 @@ def test_the_llvm_gemm_gives_openblas_zero_where_a_sum_underflows(dtype, monkeyp
     b = rng.standard_normal((k, n)).astype(dtype)
     a[0], b[:, :5] = -tiny, tiny  # row 0 and columns 0-4: sums of -0 (and one edge tile)
     a[7, :500] = -tiny            # row 7: -0 in the first K block only
-    want = np.empty((m, n), dtype)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    want = _blocks_of(a, b)
     assert not np.signbit(want[0, :5]).any() and not np.signbit(want[7, :5]).any()
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    _force(monkeypatch, KERNEL)
     for threads in (1, 2):
-        parallel.set_threads(threads)
         before = choice.calls_by_way().get("LLVM GEMM", 0)
-        out = np.empty((m, n), dtype)
-        with parallel.blas_scope():
-            blas_blocks.matmul_into(a, b, out)
+        out = _forced_product(monkeypatch, KERNEL, a, b, threads)
         assert choice.calls_by_way().get("LLVM GEMM", 0) == before + 1, threads
         assert out.tobytes() == want.tobytes(), (threads, np.signbit(out[0, :5]))
 
@@ -448,19 +434,12 @@ def test_a_way_is_refused_where_a_small_block_keeps_a_sum_s_negative_zero(way, m
     b = rng.standard_normal((k, n)).astype(np.float32)
     tiny = float(np.finfo(np.float32).smallest_subnormal) ** 0.5 / 2
     a[515], b[:, 3] = -tiny, tiny
-    want = np.empty((m, n), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
+    want = _blocks_of(a, b)
     if not np.signbit(want[515, 3]):
         pytest.skip("this OpenBLAS gives +0 for the last block's sum too")
     monkeypatch.setattr(blas_blocks, "_agree", {})
     monkeypatch.setattr(blas_blocks, "_sites", {})
-    monkeypatch.setattr(parallel, "DYNAMIC", True)
-    _force(monkeypatch, way)
-    parallel.set_threads(2)
-    out = np.empty((m, n), np.float32)
-    with parallel.blas_scope():
-        blas_blocks.matmul_into(a, b, out)
+    out = _forced_product(monkeypatch, way, a, b)
     assert out.tobytes() == want.tobytes(), (choice.NAMES[way], out[515, 3])
     assert way not in _gemm_site(a, b, 2).ways
 
@@ -498,10 +477,8 @@ def test_the_check_refuses_openblas_threads_where_they_change_the_sums(monkeypat
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         blas_blocks._signed_zeros(a, b)  # (sums that show signed zeros, as the check's)
-        blocks = np.empty((m, n), np.float32)
+        blocks = _blocks_of(a, b)
         threaded = np.empty((m, n), np.float32)
-        with parallel.openblas_threads(1):
-            blas_blocks._gemm_blocks(a, b, blocks, blas_blocks.gemm_split(m, n, k))
         with parallel.openblas_threads(2):
             np.matmul(a, b, out=threaded)
         same = blocks.tobytes() == threaded.tobytes()
@@ -529,10 +506,17 @@ def _product_and_blocks(m, k, n, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    want = np.empty((m, n), np.float32)
+    return a, b, _blocks_of(a, b)
+
+
+def _blocks_of(a, b):
+    """a @ b as the product's fixed blocks give it on one thread (the bits every way
+    must give)."""
+    (m, k), n = a.shape, b.shape[1]
+    want = np.empty((m, n), a.dtype)
     with parallel.openblas_threads(1):
         blas_blocks._gemm_blocks(a, b, want, blas_blocks.gemm_split(m, n, k))
-    return a, b, want
+    return want
 
 
 def _gemm_site(a, b, threads, checkable=True):
@@ -580,9 +564,7 @@ def test_a_matrix_times_its_own_transpose_records_no_way_it_did_not_run(monkeypa
     _force(monkeypatch, POOL)
     with parallel.blas_scope():
         blas_blocks.matmul_into(a, c.T, np.empty((m, m), np.float32))
-    want = np.empty((m, m), np.float32)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, a.T, want, blas_blocks.gemm_split(m, m, k))
+    want = _blocks_of(a, a.T)
     _force(monkeypatch, WHOLE)
     for _ in range(3):
         out = np.empty((m, m), np.float32)
@@ -699,9 +681,7 @@ def test_every_way_of_a_complex_product_of_transposed_operands_gives_the_blocks_
     b = rand((k, n + 7))[:, 3:n + 3]        # order "N", leading dimension > n
     split = blas_blocks.gemm_split(m, n, k)
     assert split is not None and blas_blocks._order(a) == "T"
-    want = np.empty((m, n), dtype)
-    with parallel.openblas_threads(1):
-        blas_blocks._gemm_blocks(a, b, want, split)
+    want = _blocks_of(a, b)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     for threads in (2, 3):
         parallel.set_threads(threads)
