@@ -40,7 +40,7 @@ import threading
 import numpy as np
 
 from . import jit
-from .target import host_target, vector_width
+from .target import kernel_vector_bytes
 
 # Output positions per block. Measured with 2 vectors of features (NR = 2 VW) on the
 # AVX2 host, one thread, interleaved: MR 4 20.5-21.3 ms, 5 22.3, 6 21.3-22.7; one
@@ -54,14 +54,10 @@ _loaded: dict = {}
 
 
 def vector_floats() -> int | None:
-    """f32 lanes of the host's vectors, None when the kernel is not for this target
-    (no FMA, or code for a named CPU whose features are not listed)."""
-    feats = set(host_target().features.split(","))
-    if "+fma" not in feats:
-        return None
-    if "+avx512f" in feats and (vector_width() or 512) >= 512:
-        return 16
-    return 8 if "+avx" in feats else None
+    """f32 lanes of the target's vectors, None when the kernel is not for this target
+    (no FMA)."""
+    vb = kernel_vector_bytes()
+    return None if vb is None else vb // 4
 
 
 def _block(mr: int, vw: int) -> str:

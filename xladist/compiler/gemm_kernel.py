@@ -60,7 +60,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from . import jit
-from .target import host_target, vector_width
+from .target import kernel_vector_bytes
 
 
 @dataclass(frozen=True)
@@ -131,14 +131,9 @@ _buffers = threading.local()
 
 
 def vector_bytes() -> int | None:
-    """Bytes of the host's vector registers the kernel uses (32 for AVX2, 64 for
+    """Bytes of the target's vector registers the kernel uses (32 for AVX2, 64 for
     AVX-512), None without FMA (the kernel is not for this target)."""
-    feats = set(host_target().features.split(","))
-    if "+fma" not in feats:
-        return None
-    if "+avx512f" in feats and (vector_width() or 512) >= 512:
-        return 64
-    return 32 if "+avx" in feats else None
+    return kernel_vector_bytes()
 
 
 def vector_lanes(dtype=np.float32) -> int | None:

@@ -181,6 +181,64 @@ def vector_width() -> int | None:
     return 512 if _host_has_avx512() else None
 
 
+def kernel_vector_bytes() -> int | None:
+    """Bytes of the vectors the hand-written kernels (gemm_kernel.py, conv_kernel.py) are
+    written for on the target: 64 with AVX-512 where the vector width allows 512 bits, 32
+    with AVX and FMA, None without FMA (they are not for it). One rule for both kernels."""
+    feats = target_features()
+    if "+fma" not in feats:
+        return None
+    if "+avx512f" in feats and (vector_width() or 512) >= 512:
+        return 64
+    return 32 if "+avx" in feats else None
+
+
+def target_features() -> frozenset[str]:
+    """The target's features ("+fma", ...): the host's or the job's list, or, for a CPU
+    named by XLADIST_TARGET_CPU (whose feature string is empty: the CPU's defaults), the
+    ones LLVM's code for that CPU shows (_cpu_features)."""
+    t = host_target()
+    if t.features:
+        return frozenset(f for f in t.features.split(",") if f.startswith("+"))
+    return _cpu_features(t.triple, t.cpu)
+
+
+# An FMA of 16 floats: LLVM emits one vfmadd on zmm registers for an AVX-512 CPU, two on
+# ymm for an AVX2 one, and a libm call or separate multiplies and adds without FMA.
+_PROBE = """define void @probe(ptr %p) {
+  %a = load <16 x float>, ptr %p
+  %r = call <16 x float> @llvm.fma.v16f32(<16 x float> %a, <16 x float> %a, <16 x float> %a)
+  store <16 x float> %r, ptr %p
+  ret void
+}
+declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)
+"""
+
+
+@lru_cache(maxsize=None)
+def _cpu_features(triple: str, cpu: str) -> frozenset[str]:
+    """The vector features the kernels ask about for a named CPU, read off the assembly
+    LLVM emits for it (llvmlite has no list of a named CPU's features): a named CPU
+    reproduces another machine in the tests, and the kernels must then be built for that
+    machine, not left out."""
+    init_llvm()
+    if triple != llvm.get_process_triple():
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+    module = llvm.parse_assembly(_PROBE)
+    module.triple = triple
+    asm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features="").emit_assembly(module)
+    found = set()
+    if "vfmadd" in asm:
+        found.add("+fma")
+    if "%ymm" in asm or "%zmm" in asm:
+        found.add("+avx")
+    if "%zmm" in asm:
+        found.add("+avx512f")
+    return frozenset(found)
+
+
 @lru_cache(maxsize=1)
 def _host_has_avx512() -> bool:
     init_llvm()
