@@ -391,6 +391,25 @@ def test_the_llvm_gemm_cut_as_openblas_runs_and_gives_its_bits(mkn, trans, monke
         assert out.tobytes() == want.tobytes(), threads
 
 
+def test_the_llvm_gemm_gives_openblas_bits_as_an_avx2_machine_builds_it(tmp_path):
+    """The LLVM GEMM built for an AVX2 machine (XLADIST_TARGET_CPU=haswell: 8-wide
+    vectors, its own packing and micro-tiles) finds OpenBLAS's cut and gives the fixed
+    blocks' bits, as on this host's own vectors: the tests above, in a process whose
+    target is that CPU."""
+    if not gemm_kernel.available() or gemm_kernel.vector_bytes() != 64:
+        pytest.skip("the host's own vectors are already the AVX2 ones (or there are none)")
+    import llvmlite.binding as llvm
+    if not all(llvm.get_host_cpu_features().get(f, False) for f in ("avx2", "fma", "f16c")):
+        pytest.skip("this host cannot run code for haswell")
+    env = dict(os.environ, XLADIST_TARGET_CPU="haswell", XLADIST_CACHE_DIR=str(tmp_path))
+    test = f"{__file__}::test_the_llvm_gemm_cut_as_openblas_runs_and_gives_its_bits"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-k", "NN", test], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and " passed" in done.stdout and "skipped" not in \
+        done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_llvm_gemm_gives_openblas_zero_where_a_sum_underflows(dtype, monkeypatch,
                                                                    two_threads):

@@ -360,6 +360,6 @@ def test_the_hand_written_kernels_are_built_for_a_named_cpu(cpu, vector_bytes, m
         return
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((70, 300)), rng.standard_normal((300, 50))
-    for dtype in (np.float32, np.float64):
-        got = gemm_kernel.matmul(a.astype(dtype), b.astype(dtype))
+    for t in (np.float32, np.float64):
+        got = gemm_kernel.matmul(a.astype(t), b.astype(t))
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
