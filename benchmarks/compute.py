@@ -594,8 +594,12 @@ def one_thread_table(args, repeats: int) -> dict:
 #   background load  the quiet rounds with one busy process per core of the affinity
 #                    mask, each pinned to its core.
 SITUATIONS = ("quiet", "after numpy+jax", "background load")
-_HOG = ("import os, sys\ntry:\n    os.sched_setaffinity(0, {int(sys.argv[1])})\n"
-        "except OSError:\n    pass\nwhile True:\n    pass\n")
+# A hog spins until its parent is gone (its parent id changes): a benchmark stopped by a
+# signal (timeout's SIGTERM, a closed pipe) runs no `finally`, and hogs that outlived it
+# kept two cores busy for every later measurement on the machine.
+_HOG = ("import os, sys\nparent = os.getppid()\ntry:\n"
+        "    os.sched_setaffinity(0, {int(sys.argv[1])})\nexcept OSError:\n    pass\n"
+        "while os.getppid() == parent:\n    for _ in range(100000):\n        pass\n")
 
 
 @contextlib.contextmanager

@@ -161,7 +161,10 @@ def test_other_processes_load_keeps_the_pool_even_when_alone_times_faster(two_th
     assert all(names == {"pool"} for names in per_call), per_call
 
 
-_SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+# Spins until its parent is gone: a test process killed by a signal (a closed pipe, a
+# crash) runs no `finally`, and its hogs kept the cores busy for everything after it.
+_SPIN = ("import os, sys\nparent = os.getppid()\nos.sched_setaffinity(0, {int(sys.argv[1])})\n"
+         "while os.getppid() == parent:\n    for _ in range(100000):\n        pass\n")
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or os.cpu_count() is None,
