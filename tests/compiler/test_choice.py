@@ -1403,27 +1403,100 @@ def test_a_byte_strided_operand_is_not_given_to_the_llvm_gemm(monkeypatch, two_t
 def test_the_llvm_gemm_is_offered_from_the_kernel_after_th_product(monkeypatch, two_threads):
     """Before a process's KERNEL_AFTER-th product nothing is built or probed for the way
     (a process with a few products does not pay ~0.9 s to build a kernel into a cold
-    cache); from it on, a site made before takes the way on -- a dropped way stays
-    dropped."""
+    cache). From it on the kernel is built on a thread of its own while the products go
+    on without the way -- none waits for the compile (it stalled the step that asked,
+    and in a job every rank at the next collective) -- and once it is built a site made
+    before takes the way on; a dropped way stays dropped."""
     if not parallel.blas_info():
         pytest.skip("no OpenBLAS loaded in this process")
     monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 3)
     monkeypatch.setattr(blas_blocks, "_kernel_asked", [0])
     monkeypatch.setattr(blas_blocks, "_cuts", {})
-    built = []
-    real = gemm_kernel.kernel
-    monkeypatch.setattr(gemm_kernel, "kernel", lambda *x: built.append(1) or real(*x))
+    monkeypatch.setattr(blas_blocks, "_sites", {})
+    for name, fresh in (("_loaded", {}), ("_asked", {}), ("_builds", {}),
+                        ("_build_threads", [])):
+        monkeypatch.setattr(gemm_kernel, name, fresh)
+    built, gate = [], threading.Event()
+    real = gemm_kernel._compiled
+
+    def compiled(*x):
+        if threading.current_thread().name.startswith("xladist gemm build"):
+            gate.wait(60)  # the build takes as long as the test wants
+            built.append(1)
+        return real(*x)
+    monkeypatch.setattr(gemm_kernel, "_compiled", compiled)
     a, b, want = _product_and_blocks(300, 400, 290, seed=9)
     for _ in range(3):
         assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
     site = _gemm_site(a, b, 2)
-    assert KERNEL not in site.ways and blas_blocks._cuts == {} and not built
+    assert KERNEL not in site.ways and blas_blocks._cuts == {} and not gemm_kernel._builds
     before = choice.calls_by_way().get("LLVM GEMM", 0)
+    # the product that asks first starts the build and goes on without it
+    assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    assert len(gemm_kernel._build_threads) == 1 and not built
+    assert KERNEL not in site.ways and choice.calls_by_way().get("LLVM GEMM", 0) == before
+    assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    assert len(gemm_kernel._build_threads) == 1 and not built  # (asked again: one build)
+    gate.set()
+    gemm_kernel._build_threads[0].join(60)
+    assert built and gemm_kernel.built(np.float32) is True
     assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
     if blas_blocks._cuts[np.dtype(np.float32)] is None:
         pytest.skip("no cut of K found that gives this OpenBLAS's bits")
-    assert built and KERNEL in site.ways
+    assert KERNEL in site.ways
     assert choice.calls_by_way().get("LLVM GEMM", 0) == before + 1
     site.drop(KERNEL)
     _forced_product(monkeypatch, KERNEL, a, b)
     assert KERNEL not in site.ways
+
+
+_ENDS_WHILE_BUILDING = """
+import numpy as np
+from xladist.compiler import blas_blocks, gemm_kernel, parallel
+parallel.set_threads(2)
+a = np.random.default_rng(0).standard_normal((600, 600)).astype(np.float32)
+out = np.empty_like(a)
+with parallel.blas_scope():
+    for _ in range(blas_blocks.KERNEL_AFTER + 1):
+        blas_blocks.matmul_into(a, a.T.copy(), out)
+print("building", gemm_kernel.built() is False, flush=True)
+"""
+
+
+def test_a_process_that_ends_while_the_llvm_gemm_is_built_exits_cleanly(tmp_path):
+    """The kernel is built on a thread of its own; a process that ends meanwhile (into a
+    cold kernel cache the build takes ~0.9 s) waits for it at exit instead of tearing
+    LLVM down under it: exit status 0, nothing on stderr."""
+    if not gemm_kernel.available() or not parallel.blas_info():
+        pytest.skip("no LLVM GEMM or OpenBLAS here")
+    env = dict(os.environ, XLADIST_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _ENDS_WHILE_BUILDING], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert done.stdout.split() == ["building", "True"]
+
+
+def test_a_failed_build_of_the_llvm_gemm_leaves_the_way_out(monkeypatch, two_threads):
+    """A build of the kernel that raises (no memory, an LLVM error) is kept: the way is
+    not offered, the build is not started again, and the products keep their bits."""
+    monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 0)
+    monkeypatch.setattr(blas_blocks, "_cuts", {})
+    monkeypatch.setattr(blas_blocks, "_sites", {})
+    for name, fresh in (("_loaded", {}), ("_asked", {}), ("_builds", {}),
+                        ("_build_threads", [])):
+        monkeypatch.setattr(gemm_kernel, name, fresh)
+
+    def compiled(*x):
+        raise MemoryError("no memory for the kernel")
+    monkeypatch.setattr(gemm_kernel, "_compiled", compiled)
+    if not gemm_kernel.available():
+        pytest.skip("no LLVM GEMM for this target")
+    a, b, want = _product_and_blocks(300, 400, 290, seed=9)
+    assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    gemm_kernel._build_threads[0].join(60)
+    assert gemm_kernel.built(np.float32) is None
+    for _ in range(2):
+        assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    assert blas_blocks._cuts == {np.dtype(np.float32): None}
+    assert len(gemm_kernel._build_threads) == 1
+    assert KERNEL not in _gemm_site(a, b, 2).ways

@@ -328,11 +328,13 @@ _CUT_K = (4099, 1000, 2999)  # probe depths: a long cut, and two where the tail 
 _cuts: dict = {}
 _KERNEL_TYPES = {np.dtype(np.float32), np.dtype(np.float64)}
 # The way is offered from a process's KERNEL_AFTER-th product that could take it on:
-# building the kernel costs ~0.9 s per dtype where the host's kernel cache does not hold
-# it yet (~25 ms with the probe where it does) and each shape's check two products, which
-# a process with a few large products (a test, one `xladist run` of a module) never wins
-# back, while a training loop reaches it within its first steps (and compute.py's
-# --warm 15 rounds within their first half). Sites made before then take it on
+# building the kernel costs ~0.9 s of CPU per dtype where the host's kernel cache does
+# not hold it yet (~25 ms with the probe where it does) and each shape's check two
+# products, which a process with a few large products (a test, one `xladist run` of a
+# module) never wins back, while a training loop reaches it within its first steps (and
+# compute.py's --warm 15 rounds within their first half). The build runs on a thread of
+# its own (gemm_kernel.built): the products go on without the way meanwhile, and no
+# step waits for the compile. Sites made before the way is ready take it on then
 # (choice.Site.offer).
 KERNEL_AFTER = 8
 _kernel_asked = [0]
@@ -346,15 +348,20 @@ def _kernel_due() -> bool:
     return False
 
 
-def _openblas_cut(dtype: np.dtype):
+def _openblas_cut(dtype: np.dtype, wait: bool = True):
     """gemm_kernel.Params whose cut of K is this process's OpenBLAS's for `dtype` (64 x K
     by K x 64 products, K in _CUT_K, give OpenBLAS's bits on one thread), found once per
     process; None when no candidate does, or the kernel cannot be built here (the way is
-    then not offered)."""
+    then not offered). Not `wait`: None also while the kernel is still being built
+    (gemm_kernel.built), and the probe (~10 ms, on the caller: it calls OpenBLAS, whose
+    thread count is the process's) runs at the first ask after."""
     if dtype in _cuts:
         return _cuts[dtype]
+    ready = gemm_kernel.available() and (wait or gemm_kernel.built(dtype))
+    if ready is False:
+        return None  # (building: asked again by a later product)
     try:
-        found = _probe_cut(dtype) if gemm_kernel.available() else None
+        found = _probe_cut(dtype) if ready else None
     except Exception:  # noqa: BLE001 -- no kernel: the product keeps its other ways
         found = None
     with _sites_lock:
@@ -495,7 +502,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     # program makes, is left to numpy)
     if checked and a.dtype in _KERNEL_TYPES and \
             not (a.strides[0] | b.strides[0]) % a.itemsize and \
-            _kernel_due() and (params := _openblas_cut(a.dtype)) is not None:
+            _kernel_due() and (params := _openblas_cut(a.dtype, wait=False)) is not None:
         def kernel() -> bool:
             if not _kernel_agrees(a, b, cut, params, (order_a, order_b)):
                 site.drop(choice.KERNEL)

@@ -52,6 +52,7 @@ keeps one pair per thread). K = 0 is handled by the caller (C = 0).
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
 from dataclasses import dataclass, replace
@@ -60,7 +61,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from . import jit
-from .target import kernel_vector_bytes
+from .target import in_callers_target, kernel_vector_bytes
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,9 @@ _PACK_B = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
                            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
 _lock = threading.Lock()
 _loaded: dict = {}
+_build_lock = threading.Lock()
+_builds: dict = {}  # (dtype, uncut Params) -> False while building, the exception if it failed
+_build_threads: list = []
 _asked: dict = {}
 _buffers = threading.local()
 
@@ -751,6 +755,45 @@ def kernel(dtype=np.float32, params: Params = DEFAULT):
     return got[0], got[1]
 
 
+def built(dtype=np.float32, params: Params = DEFAULT) -> bool | None:
+    """Whether kernel(dtype, params) is loaded: True; False while it is being built on a
+    thread of its own, which the first call that finds it missing starts; None when that
+    build failed. A product asks this instead of building the kernel itself: into a cold
+    kernel cache the build takes ~0.9 s per dtype, a stall of the step that asked (and,
+    in a job, of every rank waiting for that one at its next collective)."""
+    key = (np.dtype(dtype), _uncut(params))
+    if key in _loaded:
+        return True
+    with _build_lock:
+        state = _builds.get(key)
+        if state is None:
+            _builds[key] = False
+            build = in_callers_target(lambda: _compiled(*key))
+            thread = threading.Thread(target=_build, args=(key, build), daemon=True,
+                                      name=f"xladist gemm build {key[0]}")
+            if not _build_threads:
+                atexit.register(_join_builds)
+            _build_threads.append(thread)
+            thread.start()
+            return False
+    return None if isinstance(state, BaseException) else key in _loaded or False
+
+
+def _join_builds() -> None:
+    # At exit, a build still in LLVM would meet LLVM's own teardown (a crash at the end
+    # of a run that succeeded): it is waited for, a few seconds at most.
+    for thread in _build_threads:
+        thread.join(timeout=30)
+
+
+def _build(key, build) -> None:
+    try:
+        build()
+    except Exception as e:  # noqa: BLE001 -- kept for built(): the way is then not offered
+        with _build_lock:
+            _builds[key] = e
+
+
 def _packer(dtype, params: Params):
     """pack_all_b of the kernel(dtype, params) (compiled with it)."""
     return _compiled(np.dtype(dtype), params)[3]
@@ -927,6 +970,6 @@ def available() -> bool:
     return vector_bytes() is not None
 
 
-__all__ = ["Params", "DEFAULT", "available", "product_blocks", "ProductBlocks", "fitted", "ir_text", "k_blocks",
+__all__ = ["Params", "DEFAULT", "available", "built", "product_blocks", "ProductBlocks", "fitted", "ir_text", "k_blocks",
            "kernel", "matmul",
            "vector_bytes", "vector_lanes"]

@@ -71,6 +71,19 @@ def job_target_for(text: str | None):
         _thread.text = old
 
 
+def in_callers_target(fn):
+    """fn as a callable that runs under the calling thread's job target (job_target_for),
+    for another thread to run: a thread's own target is not inherited."""
+    text = getattr(_thread, "text", None)
+    if text is None:
+        return fn
+
+    def run():
+        with job_target_for(text or None):
+            return fn()
+    return run
+
+
 def _job_target() -> tuple[str, str, int | None] | None:
     """(cpu, features, vector width) of this thread's job target (job_target_for) or of
     XLADIST_JOB_TARGET, or None."""
