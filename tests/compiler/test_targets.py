@@ -363,3 +363,22 @@ def test_the_hand_written_kernels_are_built_for_a_named_cpu(cpu, vector_bytes, m
     for t in (np.float32, np.float64):
         got = gemm_kernel.matmul(a.astype(t), b.astype(t))
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_build_on_another_thread_compiles_for_the_callers_job_target():
+    """A thread's own job target (job_target_for: the launcher compiles for a job in a
+    background thread) is not inherited by threads it starts; in_callers_target carries
+    it to the thread that builds the LLVM GEMM in the background."""
+    import threading
+    seen = {}
+
+    def on_thread(name, fn):
+        t = threading.Thread(target=lambda: seen.__setitem__(name, fn()))
+        t.start()
+        t.join(30)
+    with target.job_target_for("x86-64-v2;+sse4.2,+popcnt;128"):
+        here = target.host_target()
+        on_thread("carried", target.in_callers_target(target.host_target))
+        on_thread("plain", target.host_target)
+    assert here.cpu == "x86-64-v2" and seen["carried"] == here
+    assert seen["plain"] == target.host_target() != here  # (the process's own target)
