@@ -221,3 +221,17 @@ def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monke
             work.compute(None, lo, hi)
         assert out.tobytes() == want.tobytes(), limit
         assert np.isnan(wide[:, :4]).all() and np.isnan(wide[:, 4 + n:]).all()
+
+
+def test_a_threads_packing_buffers_are_sized_for_each_vector_width():
+    """Kernels for two vector widths in one process (a test under another target; a
+    named CPU after the host's kernel) pack panels of other widths: B's buffer of 16-lane
+    panels (NC fitted to 4064 f32 columns) is 16 columns short for 8-lane ones (4080),
+    and handing it over let the kernel write past its end."""
+    def needed(vw):
+        fit = gk.fitted(gk.DEFAULT, vw)
+        nr = fit.nv * vw
+        return -(-fit.nc // nr) * nr * fit.kc * 4
+    for vw in (16, 8, 16):
+        a, b, _, _ = gk._packing_buffers(np.dtype(np.float32), gk.DEFAULT, vw)
+        assert b.nbytes >= needed(vw), vw

@@ -838,13 +838,13 @@ def _packing_buffers(dtype, params: Params, vw: int):
     differing only in KC and KROUND (the cuts blas_blocks's probe tries) share one pair,
     grown to the largest KC asked: a pair per cut kept 122 pairs (771 MiB of f32)
     after a probe that found none."""
-    key = (dtype, params)
+    key = (dtype, params, vw)  # (vw: the panels' sizes, and so the buffers', follow it)
     bufs = getattr(_buffers, "d", None)
     if bufs is None:
         bufs = _buffers.d = {}
     got = bufs.get(key)
     if got is None:
-        shared = ("shared", dtype, _uncut(params))
+        shared = ("shared", dtype, _uncut(params), vw)
         have = bufs.get(shared)
         if have is None or have[0] < params.kc:
             if have is not None:  # (the smaller pair goes: no entry keeps it alive)
