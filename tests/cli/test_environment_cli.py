@@ -70,6 +70,21 @@ def test_an_unknown_target_cpu_is_named():
                            "LLVM knows for ")
 
 
+# Before: a CPU LLVM knows but this host cannot run (bdver2's XOP rotates on anything but
+# AMD's Bulldozer family) compiled, and its first kernel killed each rank by SIGILL.
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 CPU names")
+def test_a_target_cpu_this_host_cannot_run_is_named(tmp_path):
+    import llvmlite.binding as llvm
+    if llvm.get_host_cpu_features().get("xop", False):
+        pytest.skip("this host runs bdver2's code")
+    proc = xladist_cli("run", CASE / "module.hlo", "-n", 4, "--inputs", CASE / "inputs.npz",
+                       "-q", XLADIST_TARGET_CPU="bdver2", XLADIST_CACHE_DIR=str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("xladist run: error: XLADIST_TARGET_CPU 'bdver2' names a CPU "
+                           "whose code this host cannot run"), line
+
+
 def test_aot_refuses_an_unknown_target_cpu(tmp_path):
     proc = xladist_cli("aot", ROOT / "benchmarks" / "mlp_train_step.hlo", "--name", "step",
                        "-o", tmp_path, "--target-cpu", "bogus9")
