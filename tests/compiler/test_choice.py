@@ -1500,3 +1500,17 @@ def test_a_failed_build_of_the_llvm_gemm_leaves_the_way_out(monkeypatch, two_thr
     assert blas_blocks._cuts == {np.dtype(np.float32): None}
     assert len(gemm_kernel._build_threads) == 1
     assert KERNEL not in _gemm_site(a, b, 2).ways
+
+
+def test_a_target_without_the_llvm_gemm_is_asked_once(monkeypatch):
+    """Where the kernel is not for the target (no FMA: XLADIST_TARGET_CPU=x86-64, an old
+    host) that answer is kept like a probe's. Before, it was taken for a build still
+    running and asked again by every product after the KERNEL_AFTER-th (~0.25 ms each on
+    the host's own target, which formats the host's feature string)."""
+    asked = []
+    monkeypatch.setattr(gemm_kernel, "available", lambda: asked.append(1) or False)
+    monkeypatch.setattr(blas_blocks, "_cuts", {})
+    for _ in range(3):
+        assert blas_blocks._openblas_cut(np.dtype(np.float32), wait=False) is None
+    assert blas_blocks._cuts == {np.dtype(np.float32): None}
+    assert len(asked) == 1
