@@ -353,6 +353,7 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
     want = np.array(exe(a, b)[0])
     np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
+    blas_blocks._openblas_cut(np.dtype(np_t))  # (the LLVM GEMM built: offered at once)
     for threads in (1, 2, 4):
         parallel.set_threads(threads)
         for way in (POOL, ALONE, WHOLE, SHARED, KERNEL):
@@ -459,6 +460,8 @@ def test_a_way_is_refused_where_a_small_block_keeps_a_sum_s_negative_zero(way, m
     want = _blocks_of(a, b)
     if not np.signbit(want[515, 3]):
         pytest.skip("this OpenBLAS gives +0 for the last block's sum too")
+    if way == KERNEL and blas_blocks._openblas_cut(np.dtype(np.float32)) is None:
+        pytest.skip("no cut of K found that gives this OpenBLAS's bits")  # (else: built)
     monkeypatch.setattr(blas_blocks, "_agree", {})
     monkeypatch.setattr(blas_blocks, "_sites", {})
     out = _forced_product(monkeypatch, way, a, b)
@@ -1301,6 +1304,9 @@ def test_a_kernel_that_cannot_be_built_is_not_offered(monkeypatch, two_threads):
     monkeypatch.setattr(blas_blocks, "_cuts", {})
     m, k, n = 300, 700, 280
     a, b, want = _product_and_blocks(m, k, n, seed=6)
+    out = _forced_product(monkeypatch, KERNEL, a, b)
+    for thread in list(gemm_kernel._build_threads):  # (the way is asked once it is built)
+        thread.join(60)
     out = _forced_product(monkeypatch, KERNEL, a, b)
     assert blas_blocks._cuts == {np.dtype(np.float32): None}
     assert KERNEL not in _gemm_site(a, b, 2).ways
