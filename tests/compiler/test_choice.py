@@ -1520,3 +1520,51 @@ def test_a_target_without_the_llvm_gemm_is_asked_once(monkeypatch):
         assert blas_blocks._openblas_cut(np.dtype(np.float32), wait=False) is None
     assert blas_blocks._cuts == {np.dtype(np.float32): None}
     assert len(asked) == 1
+
+
+def test_a_child_forked_while_the_llvm_gemm_is_built_builds_its_own(monkeypatch):
+    """The kernel is built on a thread of its own, which a forked child does not have:
+    the child kept the parent's "building" for ever (gemm_kernel.built said False at
+    every product, and the way was never offered there) and any lock the build held. The
+    child starts its own build, which ends."""
+    if not gemm_kernel.available():
+        pytest.skip("no LLVM GEMM for this target")
+    for name, fresh in (("_loaded", {}), ("_asked", {}), ("_builds", {}),
+                        ("_build_threads", [])):
+        monkeypatch.setattr(gemm_kernel, name, fresh)
+    gate, parent, real = threading.Event(), os.getpid(), gemm_kernel._compiled
+
+    def compiled(*x):
+        if os.getpid() == parent:
+            gate.wait(60)  # the parent's build is still running at the fork
+        return real(*x)
+    monkeypatch.setattr(gemm_kernel, "_compiled", compiled)
+    assert gemm_kernel.built(np.float32) is False
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 once its own build has loaded the kernel
+            code = 1
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    if gemm_kernel.built(np.float32):
+                        code = 0
+                        break
+                    time.sleep(0.05)
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child never ended")
+    finally:
+        gate.set()
+        gemm_kernel._build_threads[0].join(60)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert gemm_kernel.built(np.float32) is True

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import threading
 from dataclasses import dataclass, replace
 from typing import Callable, NamedTuple
@@ -784,6 +785,23 @@ def _join_builds() -> None:
     # of a run that succeeded): it is waited for, a few seconds at most.
     for thread in _build_threads:
         thread.join(timeout=30)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: a build the parent had running
+    never ends there -- built() said False forever, and the way was never offered in the
+    child -- and a lock the build held stays held (kernel() waited forever). The child
+    forgets the builds still running (the next product starts its own) and takes fresh
+    locks."""
+    global _lock, _build_lock
+    _lock = threading.Lock()
+    _build_lock = threading.Lock()
+    for key in [k for k, state in _builds.items() if state is False and k not in _loaded]:
+        del _builds[key]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _build(key, build) -> None:
