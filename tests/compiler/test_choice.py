@@ -1469,6 +1469,38 @@ print("building", gemm_kernel.built() is False, flush=True)
 """
 
 
+_PRODUCT_AT_EXIT = """
+import atexit
+import numpy as np
+from xladist.compiler import blas_blocks, gemm_kernel, parallel
+
+def last_step():
+    blas_blocks.KERNEL_AFTER = 0
+    parallel.set_threads(2)
+    a = np.random.default_rng(0).standard_normal((600, 600)).astype(np.float32)
+    out = np.empty_like(a)
+    with parallel.blas_scope():
+        blas_blocks.matmul_into(a, a.T.copy(), out)
+    print("product", np.allclose(out, a @ a.T, atol=1e-3), gemm_kernel.built(), flush=True)
+atexit.register(last_step)
+"""
+
+
+def test_a_product_at_exit_builds_the_llvm_gemm_on_the_caller(tmp_path):
+    """A product in an atexit handler (a last checkpoint's) that asks for the kernel first:
+    the main thread has ended, nobody joins a build thread started then, and LLVM's
+    teardown met it mid-compile -- the process aborted ("An asserting value handle still
+    pointed to this value!", exit 134) after a run that succeeded. At exit the kernel is
+    built on the caller."""
+    if not gemm_kernel.available() or not parallel.blas_info():
+        pytest.skip("no LLVM GEMM or OpenBLAS here")
+    env = dict(os.environ, XLADIST_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", _PRODUCT_AT_EXIT], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
+    assert done.stdout.split() == ["product", "True", "True"]
+
+
 def test_a_process_that_ends_while_the_llvm_gemm_is_built_exits_cleanly(tmp_path):
     """The kernel is built on a thread of its own; a process that ends meanwhile (into a
     cold kernel cache the build takes ~0.9 s) waits for it at exit instead of tearing

@@ -765,6 +765,17 @@ def built(dtype=np.float32, params: Params = DEFAULT) -> bool | None:
     key = (np.dtype(dtype), _uncut(params))
     if key in _loaded:
         return True
+    if not threading.main_thread().is_alive():
+        # At exit (an atexit handler's product: the main thread has ended): a thread
+        # started now is joined by nobody, and LLVM's teardown met it mid-compile (an
+        # abort after a run that succeeded). Built on the caller, as before the thread.
+        try:
+            _compiled(*key)
+            return True
+        except Exception as e:  # noqa: BLE001 -- as _build: the way is then not offered
+            with _build_lock:
+                _builds[key] = e
+            return None
     with _build_lock:
         state = _builds.get(key)
         if state is None:
