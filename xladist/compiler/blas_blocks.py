@@ -358,7 +358,7 @@ def _openblas_cut(dtype: np.dtype, wait: bool = True):
     if dtype in _cuts:
         return _cuts[dtype]
     ready = gemm_kernel.available() and (wait or gemm_kernel.built(dtype))
-    if ready is False:
+    if ready is False and gemm_kernel.available():
         return None  # (building: asked again by a later product)
     try:
         found = _probe_cut(dtype) if ready else None
