@@ -357,9 +357,8 @@ def _openblas_cut(dtype: np.dtype, wait: bool = True):
     thread count is the process's) runs at the first ask after."""
     if dtype in _cuts:
         return _cuts[dtype]
-    here = gemm_kernel.available()  # (no kernel for this target: an answer, kept below)
-    ready = here and (wait or gemm_kernel.built(dtype))
-    if here and ready is False:
+    ready = gemm_kernel.available() and (wait or gemm_kernel.built(dtype))
+    if ready is False and gemm_kernel.available():
         return None  # (building: asked again by a later product)
     try:
         found = _probe_cut(dtype) if ready else None

@@ -332,7 +332,22 @@ def vector_width() -> int | None:
 def kernel_vector_bytes() -> int | None:
     """Bytes of the vectors the hand-written kernels (gemm_kernel.py, conv_kernel.py) are
     written for on the target: 64 with AVX-512 where the vector width allows 512 bits, 32
-    with AVX and FMA, None without FMA (they are not for it). One rule for both kernels."""
+    with AVX and FMA, None without FMA (they are not for it). One rule for both kernels.
+    Kept per setting of the target: the kernels ask on every call, and reading the host's
+    features takes ~0.25 ms in llvmlite, behind its one lock (which a kernel compiling on
+    another thread holds for up to a second)."""
+    key = (getattr(_thread, "text", None), os.environ.get(JOB_TARGET_ENV),
+           os.environ.get("XLADIST_TARGET_CPU"), os.environ.get("XLADIST_VECTOR_WIDTH"))
+    got = _vector_bytes.get(key, -1)
+    if got == -1:
+        got = _vector_bytes[key] = _kernel_vector_bytes()
+    return got
+
+
+_vector_bytes: dict = {}
+
+
+def _kernel_vector_bytes() -> int | None:
     feats = target_features()
     if "+fma" not in feats:
         return None
