@@ -385,27 +385,3 @@ def test_a_build_on_another_thread_compiles_for_the_callers_job_target():
         on_thread("plain", target.host_target)
     assert here.cpu == "x86-64-v2" and seen["carried"] == here
     assert seen["plain"] == target.host_target() != here  # (the process's own target)
-
-
-def test_a_named_cpu_s_features_are_read_under_the_llvm_lock():
-    """_cpu_features parses and emits a module in LLVM's global context, which is not
-    shared between threads: it waits for llvm_worker.LOCK, which every other sequence of
-    llvmlite calls holds (a compile on the LLVM GEMM's build thread, a load). Before, it
-    ran beside them."""
-    import threading
-
-    import llvmlite.binding as llvm
-
-    from xladist.compiler import llvm_worker
-    done = threading.Event()
-
-    def read():
-        target._cpu_features.__wrapped__(llvm.get_process_triple(), "haswell")
-        done.set()
-    target.init_llvm()
-    with llvm_worker.LOCK:
-        thread = threading.Thread(target=read)
-        thread.start()
-        assert not done.wait(1.0)  # (held: it waits)
-    assert done.wait(60)
-    thread.join(60)

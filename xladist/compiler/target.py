@@ -383,19 +383,15 @@ def _cpu_features(triple: str, cpu: str) -> frozenset[str]:
     """The vector features the kernels ask about for a named CPU, read off the assembly
     LLVM emits for it (llvmlite has no list of a named CPU's features): a named CPU
     reproduces another machine in the tests, and the kernels must then be built for that
-    machine, not left out. Under llvm_worker.LOCK, as every sequence of llvmlite calls:
-    LLVM's global context is not shared, and the LLVM GEMM is built on a thread of its own
-    (gemm_kernel.built) while other threads ask."""
-    from .llvm_worker import LOCK
+    machine, not left out."""
     init_llvm()
     if triple != llvm.get_process_triple():
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
-    with LOCK:
-        module = llvm.parse_assembly(_PROBE)
-        module.triple = triple
-        asm = llvm.Target.from_triple(triple).create_target_machine(
-            cpu=cpu, features="").emit_assembly(module)
+    module = llvm.parse_assembly(_PROBE)
+    module.triple = triple
+    asm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features="").emit_assembly(module)
     found = set()
     if "vfmadd" in asm:
         found.add("+fma")
