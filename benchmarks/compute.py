@@ -594,10 +594,11 @@ def one_thread_table(args, repeats: int) -> dict:
 #   background load  the quiet rounds with one busy process per core of the affinity
 #                    mask, each pinned to its core.
 SITUATIONS = ("quiet", "after numpy+jax", "background load")
-# A hog spins until its parent is gone (its parent id changes): a benchmark stopped by a
-# signal (timeout's SIGTERM, a closed pipe) runs no `finally`, and hogs that outlived it
-# kept two cores busy for every later measurement on the machine.
-_HOG = ("import os, sys\nparent = os.getppid()\ntry:\n"
+# A hog spins until its parent is gone (its parent id is no longer the one it was given:
+# a parent that died before the hog started counts too): a benchmark stopped by a signal
+# (timeout's SIGTERM, a closed pipe) runs no `finally`, and hogs that outlived it kept
+# two cores busy for every later measurement on the machine.
+_HOG = ("import os, sys\nparent = int(sys.argv[2])\ntry:\n"
         "    os.sched_setaffinity(0, {int(sys.argv[1])})\nexcept OSError:\n    pass\n"
         "while os.getppid() == parent:\n    for _ in range(100000):\n        pass\n")
 
@@ -605,7 +606,7 @@ _HOG = ("import os, sys\nparent = os.getppid()\ntry:\n"
 @contextlib.contextmanager
 def background_load():
     """One busy process per core of this process's affinity mask, killed on leaving."""
-    hogs = [subprocess.Popen([sys.executable, "-c", _HOG, str(c)])
+    hogs = [subprocess.Popen([sys.executable, "-c", _HOG, str(c), str(os.getpid())])
             for c in sorted(os.sched_getaffinity(0))]
     try:
         time.sleep(0.5)  # started, and seen by the load samples (parallel._has_room)

@@ -163,7 +163,7 @@ def test_other_processes_load_keeps_the_pool_even_when_alone_times_faster(two_th
 
 # Spins until its parent is gone: a test process killed by a signal (a closed pipe, a
 # crash) runs no `finally`, and its hogs kept the cores busy for everything after it.
-_SPIN = ("import os, sys\nparent = os.getppid()\nos.sched_setaffinity(0, {int(sys.argv[1])})\n"
+_SPIN = ("import os, sys\nparent = int(sys.argv[2])\nos.sched_setaffinity(0, {int(sys.argv[1])})\n"
          "while os.getppid() == parent:\n    for _ in range(100000):\n        pass\n")
 
 
@@ -174,7 +174,8 @@ def test_busy_processes_on_every_core(two_threads, monkeypatch, tmp_path):
     split kernel's site runs on the pool there (the caller alone is not offered:
     choice.SHARE_REGIMES), and its results are still the bits of one thread."""
     cores = sorted(os.sched_getaffinity(0))
-    hogs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(c)]) for c in cores]
+    hogs = [subprocess.Popen([sys.executable, "-c", _SPIN, str(c), str(os.getpid())])
+            for c in cores]
     try:
         monkeypatch.setattr(parallel, "DYNAMIC", True)
         text = ("HloModule m\nENTRY main {\n a = f32[600,1100] parameter(0)\n"
