@@ -1164,17 +1164,22 @@ def test_a_forked_child_runs_products_on_a_pool_of_its_own(two_threads):
                 parallel._get_pool(2) is not parent_pool else 2
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 60
+    status = _wait_child(pid, "the forked child's product on the pool never ended")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def _wait_child(pid: int, hung: str, seconds: float = 60) -> int:
+    """A forked child's wait status; killed, and the test failed with `hung`, when it
+    has not ended within `seconds`."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            break
+            return status
         time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child's product on the pool never ended")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail(hung)
 
 
 def test_report_names_each_site_and_its_choice(two_threads, monkeypatch):
@@ -1595,16 +1600,7 @@ def test_a_child_forked_while_the_llvm_gemm_is_built_builds_its_own(monkeypatch)
                     time.sleep(0.05)
             finally:
                 os._exit(code)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child never ended")
+        status = _wait_child(pid, "the forked child never ended")
     finally:
         gate.set()
         gemm_kernel._build_threads[0].join(60)
