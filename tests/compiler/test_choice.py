@@ -1505,26 +1505,26 @@ def test_a_product_at_exit_builds_the_llvm_gemm_on_the_caller(tmp_path):
     teardown met it mid-compile -- the process aborted ("An asserting value handle still
     pointed to this value!", exit 134) after a run that succeeded. At exit the kernel is
     built on the caller."""
-    if not gemm_kernel.available() or not parallel.blas_info():
-        pytest.skip("no LLVM GEMM or OpenBLAS here")
-    env = dict(os.environ, XLADIST_CACHE_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", _PRODUCT_AT_EXIT], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
-    assert done.stdout.split() == ["product", "True", "True"]
+    assert _clean_run(_PRODUCT_AT_EXIT, tmp_path) == ["product", "True", "True"]
 
 
 def test_a_process_that_ends_while_the_llvm_gemm_is_built_exits_cleanly(tmp_path):
     """The kernel is built on a thread of its own; a process that ends meanwhile (into a
     cold kernel cache the build takes ~0.9 s) waits for it at exit instead of tearing
     LLVM down under it: exit status 0, nothing on stderr."""
+    assert _clean_run(_ENDS_WHILE_BUILDING, tmp_path) == ["building", "True"]
+
+
+def _clean_run(script: str, cache) -> list[str]:
+    """The words `script` printed, run in a process of its own into the empty kernel
+    cache `cache`, which must exit with status 0 and nothing on stderr."""
     if not gemm_kernel.available() or not parallel.blas_info():
         pytest.skip("no LLVM GEMM or OpenBLAS here")
-    env = dict(os.environ, XLADIST_CACHE_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-c", _ENDS_WHILE_BUILDING], env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, XLADIST_CACHE_DIR=str(cache))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
-    assert done.stdout.split() == ["building", "True"]
+    return done.stdout.split()
 
 
 def test_a_failed_build_of_the_llvm_gemm_leaves_the_way_out(monkeypatch, two_threads):
