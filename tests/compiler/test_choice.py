@@ -1527,6 +1527,31 @@ def _clean_run(script: str, cache) -> list[str]:
     return done.stdout.split()
 
 
+def test_the_llvm_gemm_is_not_timed_on_the_caller_while_another_call_holds_the_pool(
+        monkeypatch, two_threads):
+    """While another thread's call holds the pool, the LLVM GEMM's blocks would run on the
+    caller alone and be recorded as the way's time (a sample of half its speed): the
+    product runs its fixed blocks instead, unrecorded, and gives their bits."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    if blas_blocks._openblas_cut(np.dtype(np.float32)) is None:
+        pytest.skip("no cut of K found that gives this OpenBLAS's bits")
+    a, b, want = _product_and_blocks(300, 400, 290, seed=11)
+    assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    site = _gemm_site(a, b, 2)
+    assert KERNEL in site.ways
+    before = site.calls[KERNEL]
+    pool = parallel._get_pool(2)
+    assert pool.busy.acquire(timeout=10)  # (as another thread's call does)
+    try:
+        assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    finally:
+        pool.busy.release()
+    assert site.calls[KERNEL] == before
+    assert _forced_product(monkeypatch, KERNEL, a, b).tobytes() == want.tobytes()
+    assert site.calls[KERNEL] == before + 1
+
+
 def test_a_failed_build_of_the_llvm_gemm_leaves_the_way_out(monkeypatch, two_threads):
     """A build of the kernel that raises (no memory, an LLVM error) is kept: the way is
     not offered, the build is not started again, and the products keep their bits."""

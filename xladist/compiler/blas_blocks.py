@@ -44,6 +44,7 @@ from .parallel import (
     exclusive_blas,
     openblas_threads,
     others_in_flight,
+    pool_busy,
     regime,
     run_blocks,
     thread_count,
@@ -506,6 +507,10 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         def kernel() -> bool:
             if not _kernel_agrees(a, b, cut, params, (order_a, order_b)):
                 site.drop(choice.KERNEL)
+                return False
+            if threads > 1 and len(cut[1]) > 1 and pool_busy():
+                # another thread's call holds the pool: the blocks would run on the caller
+                # alone and be timed as this way; the product's blocks instead, no sample
                 return False
             _run_kernel(gemm_kernel.product_blocks(a, b, out, cut[0], params), cut[1],
                         threads)

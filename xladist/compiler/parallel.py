@@ -713,6 +713,14 @@ def _wait_out(wait) -> None:
         raise raised
 
 
+def pool_busy() -> bool:
+    """Whether another thread's call holds the pool now (a hint: it may take it or let it
+    go the next instant). A way that runs its blocks on the pool asks first, so that it
+    does not run them on the caller alone and be timed as itself (choice.Site.record)."""
+    pool = _pool
+    return pool is not None and pool.busy.locked()
+
+
 def _get_pool(n: int):
     global _pool
     if _pool is None or _pool.size != n:
