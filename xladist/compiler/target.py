@@ -18,7 +18,6 @@ from functools import lru_cache
 import llvmlite.binding as llvm
 
 from ..environment import setting, target_cpu
-from . import cpu_probe
 
 
 @lru_cache(maxsize=1)
@@ -123,6 +122,7 @@ def host_target() -> Target:
     cpu = target_cpu()
     if cpu is not None:
         check_cpu(llvm.get_process_triple(), cpu, "XLADIST_TARGET_CPU")
+        from . import cpu_probe  # (and subprocess: only where a CPU is named)
         cpu_probe.check_runs_here(cpu, "XLADIST_TARGET_CPU")
         return Target(llvm.get_process_triple(), cpu, "")
     return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(),
