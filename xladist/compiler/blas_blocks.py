@@ -358,13 +358,15 @@ def _openblas_cut(dtype: np.dtype, wait: bool = True):
     thread count is the process's) runs at the first ask after."""
     if dtype in _cuts:
         return _cuts[dtype]
-    ready = gemm_kernel.available() and (wait or gemm_kernel.built(dtype))
-    if ready is False and gemm_kernel.available():
-        return None  # (building: asked again by a later product)
-    try:
-        found = _probe_cut(dtype) if ready else None
-    except Exception:  # noqa: BLE001 -- no kernel: the product keeps its other ways
+    if not gemm_kernel.available():
         found = None
+    elif (ready := wait or gemm_kernel.built(dtype)) is False:
+        return None  # (building: asked again by a later product)
+    else:
+        try:  # (ready None: the build failed)
+            found = _probe_cut(dtype) if ready else None
+        except Exception:  # noqa: BLE001 -- no kernel: the product keeps its other ways
+            found = None
     with _sites_lock:
         _cuts[dtype] = found
     return found

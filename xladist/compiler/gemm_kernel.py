@@ -769,13 +769,8 @@ def built(dtype=np.float32, params: Params = DEFAULT) -> bool | None:
         # At exit (an atexit handler's product: the main thread has ended): a thread
         # started now is joined by nobody, and LLVM's teardown met it mid-compile (an
         # abort after a run that succeeded). Built on the caller, as before the thread.
-        try:
-            _compiled(*key)
-            return True
-        except Exception as e:  # noqa: BLE001 -- as _build: the way is then not offered
-            with _build_lock:
-                _builds[key] = e
-            return None
+        _build(key, lambda: _compiled(*key))
+        return True if key in _loaded else None
     with _build_lock:
         state = _builds.get(key)
         if state is None:
