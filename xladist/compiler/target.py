@@ -251,14 +251,10 @@ def _cpu_features(triple: str, cpu: str) -> frozenset[str]:
     LLVM emits for it (llvmlite has no list of a named CPU's features): a named CPU
     reproduces another machine in the tests, and the kernels must then be built for that
     machine, not left out."""
-    init_llvm()
-    if triple != llvm.get_process_triple():
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
+    machine = Target(triple, cpu).machine()
     module = llvm.parse_assembly(_PROBE)
     module.triple = triple
-    asm = llvm.Target.from_triple(triple).create_target_machine(
-        cpu=cpu, features="").emit_assembly(module)
+    asm = machine.emit_assembly(module)
     found = set()
     if "vfmadd" in asm:
         found.add("+fma")
