@@ -182,6 +182,9 @@ class Service:
         # Set when the service ends the job; the launcher then stops mpiexec if the ranks
         # do not go by themselves (a stopped process ignores MPI_Abort's signals).
         self.ending = threading.Event()
+        # The exit code the job was ended with (a rank's failure, a hang report): the
+        # launcher's, whatever code mpiexec reports for ranks its proxies killed then.
+        self.end_code: int | None = None
         self._failing = False            # a failure or report is under way: ends are expected
         self._stop = threading.Event()   # set by close(): the monitor's sleep ends at once
         self.on_end = None               # called once when the service ends the job
@@ -529,6 +532,7 @@ class Service:
             return
         first = not self.ending.is_set()
         if first:
+            self.end_code = code
             self._save_all(but)
         self.ending.set()
         if first and self.on_end is not None:
