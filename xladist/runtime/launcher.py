@@ -181,13 +181,19 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
             proc = _launch(cmd, env, timeout, capture, service, on_start)
     finally:
         service.close()
-    if proc.returncode != 0 and service.end_code is not None:
-        # The service ended the job: its code, as MPI_Abort(code) gave it. Under MPICH's
-        # hydra a rank ends the job by exiting (deadline.abort_job), and mpiexec then reports
-        # the signal its proxies stopped the other ranks with (9 or 15).
-        proc.returncode = service.end_code
+    proc.returncode = job_exit_code(proc.returncode, service)
     proc.service = service
     return proc
+
+
+def job_exit_code(returncode: int, service) -> int:
+    """A job's exit code: mpiexec's, or -- when the service ended the job -- the code it
+    ended it with, as MPI_Abort(code) gave it. Under MPICH's hydra a rank ends the job by
+    exiting (deadline.abort_job), and mpiexec then reports the signal its proxies stopped
+    the other ranks with (9 or 15)."""
+    if returncode != 0 and service.end_code is not None:
+        return service.end_code
+    return returncode
 
 
 @contextlib.contextmanager
