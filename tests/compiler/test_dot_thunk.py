@@ -80,6 +80,29 @@ def test_every_run_of_a_dot_gives_numpys_product(name):
     assert bool(thunk._views) == (name != "bf16 operands, f32 result")
 
 
+EMPTY = [  # (lhs, rhs, out, lhs contracting dim): a contraction of size 0 sums nothing
+    ("f32[3,0]{1,0}", "f32[0,4]{1,0}", "f32[3,4]{1,0}", 1),
+    ("s32[3,0]{1,0}", "s32[0,4]{1,0}", "s32[3,4]{1,0}", 1),
+    ("f32[0]{0}", "f32[0,4]{1,0}", "f32[4]{0}", 0),
+    ("f64[3,0]{0,1}", "f64[0]{0}", "f64[3]{0}", 1),
+    ("f32[0,5]{1,0}", "f32[5,4]{1,0}", "f32[0,4]{1,0}", 1),
+]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("lhs,rhs,out,lc", EMPTY, ids=[c[0] + "." + c[1] for c in EMPTY])
+def test_a_dot_with_an_empty_dimension(lhs, rhs, out, lc, backend):
+    """jnp.zeros((3, 0)) @ jnp.zeros((0, 4)) as JAX lowers it (found by a JAX program
+    sweep): the cpu backend's plain-product path reshaped the operands with -1 beside the
+    empty contraction and failed ('cannot reshape array of size 0')."""
+    module = _module(lhs, rhs, out, f"lhs_contracting_dims={{{lc}}}, rhs_contracting_dims={{0}}")
+    a, b = (np.zeros(p.shape.dims, p.shape.dtype) for p in module.entry.parameters)
+    for _ in range(2):
+        (got,) = xladist.compile(module, backend=backend)(a, b)
+        np.testing.assert_array_equal(got, np.matmul(a, b).astype(got.dtype))
+        assert got.shape == tuple(module.entry.root.shape.dims)
+
+
 def test_a_dot_of_an_argument_with_itself_and_of_two_arrays_alike():
     """The same array as both operands (numpy takes syrk for a matrix times its own
     transpose), then two different ones, in the same executable."""
