@@ -400,6 +400,35 @@ def test_out_specs_as_a_dict_shaped_like_the_results(tmp_path):
 
 
 @needs_jax
+def test_constants_of_more_than_10_elements_keep_their_data(tmp_path):
+    """A function closing over a mask and a table: compiled.as_text() printed their
+    constants as {...}, so module.hlo could not run (xladist.jax.run failed on its ranks:
+    "constant ... its data was elided"; found by a sweep of JAX programs). The module is
+    printed with its large constants: every constant has data."""
+    import jax
+    import xladist
+    from jax.sharding import PartitionSpec as P
+    mask = np.array([[1, 1, 0, 0, 0, 1], [0, 0, 0, 0, 0, 1],
+                     [1, 1, 1, 1, 1, 0], [0, 1, 0, 1, 0, 1]], bool)
+    table = np.array([3., 1., 4., 1., 5., 9., 2., 6., 5., 3., 5., 8.], np.float32)
+
+    def fn(x):
+        return jax.numpy.where(mask, x, 0.) * table[:6] + table[6:]
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    out = xj.export(fn, x, mesh_shape={"d": 2}, in_specs=P("d"), out_specs=P("d"),
+                    path=tmp_path / "consts")
+    text = (out / F.MODULE).read_text()
+    assert "{...}" not in text
+    module = xladist.load_hlo(out / F.MODULE)
+    constants = [i for i in module.all_instructions() if i.opcode == "constant"]
+    assert any(i.shape.size > 10 for i in constants)
+    assert not any(i.literal.elided for i in constants)
+    (got,) = xj.assemble(out, out / F.EXPECTED)
+    np.testing.assert_array_equal(got, np.where(mask, x, 0) * table[:6] + table[6:])
+
+
+@needs_jax
 def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
     """float64/int64 numpy arrays become what jax makes of them (f32/s32 without x64), so
     inputs.npz fits the module's parameters."""

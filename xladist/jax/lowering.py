@@ -221,12 +221,31 @@ def refuse_host_callbacks(module, fn) -> None:
                 f"Remove the callback (print the results xladist returns instead)")
 
 
+def module_text(compiled) -> str:
+    """XLA's compiled module as text with the data of every constant. `compiled.as_text()`
+    prints a constant of more than 10 elements as `{...}`, which cannot run (a mask or a
+    table the function closes over: the job failed on its ranks); the module's own
+    printer, told to print large constants, gives the same text with the data. Falls back
+    to as_text() where jaxlib has no such printer (a constant left elided is then refused
+    by name when the module runs)."""
+    try:
+        from jaxlib import _hlo
+        options = _hlo.HloPrintOptions()
+        options.print_large_constants = True
+        modules = compiled.runtime_executable().hlo_modules()
+        if len(modules) == 1:
+            return modules[0].to_string(options)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return compiled.as_text()
+
+
 def compile_text(prep: Prepared):
     """(module text, compiled, parsed module): XLA's per-device module, host callbacks
     refused."""
     from ..hlo.parser import parse_module
     compiled = prep.lowered.compile()
-    text = compiled.as_text()
+    text = module_text(compiled)
     module = parse_module(text)
     refuse_host_callbacks(module, prep.fn)
     if module.num_partitions != prep.n or len(module.entry.parameters) != len(prep.host_args):
