@@ -42,4 +42,4 @@ def test_an_elided_constant_is_refused_with_where_to_get_its_data(backend):
     msg = str(e.value)
     assert "constant.30" in msg
     assert "--xla_dump_large_constants" in msg and 'as_text(dialect="hlo")' in msg
-    assert "compiled.as_text()" in msg
+    assert "compiled.as_text()" in msg and "print_large_constants=True" in msg

@@ -191,9 +191,11 @@ class RawAttr:
 ELIDED_CONSTANT = (
     "its data was elided ({...}) where the text was printed, so it cannot execute: XLA's "
     "dumps elide constants of more than 10 elements unless --xla_dump_large_constants is "
-    "given, and jax's `compiled.as_text()` always does; use the dump with that flag "
-    "(XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_large_constants') or "
-    "jax's portable text (`jax.jit(f).lower(...).as_text(dialect=\"hlo\")`), which keeps them")
+    "given (XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_large_constants'), "
+    "jax's `lowered.compiler_ir(\"hlo\").as_hlo_text()` unless given "
+    "print_large_constants=True, and jax's `compiled.as_text()` always; print it with the "
+    "constants, or give jax's portable text (`jax.jit(f).lower(...).as_text(dialect=\"hlo\")`"
+    "), which keeps them")
 
 
 class Literal:
