@@ -573,6 +573,40 @@ def test_structural_errors():
             parse_module(text)
 
 
+
+# What jax.jit(f).lower(x).as_text() gives by default (StableHLO), with and without
+# debug_info=True's location aliases (jax 0.10.2), and a bare func.func.
+_STABLEHLO = """module @jit_f attributes {mhlo.num_partitions = 1 : i32} {
+  func.func public @main(%arg0: tensor<3xf32>) -> (tensor<3xf32>) {
+    %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<3xf32>
+    %1 = stablehlo.add %arg0, %0 : tensor<3xf32>
+    return %1 : tensor<3xf32>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("text,line", [
+    (_STABLEHLO, 1),
+    ('#loc1 = loc("a")\n#loc2 = loc("f.py":3:10)\n' + _STABLEHLO, 3),
+    ("module attributes {mhlo.num_partitions = 1 : i32} {\n}\n", 1),
+    ("func.func @main(%arg0: tensor<f32>) -> tensor<f32> {\n", 1),
+])
+def test_stablehlo_text_is_named_and_the_way_to_hlo_text_given(text, line):
+    """A user who passes jax's default as_text() got "expected '{' to open the body of
+    computation module, found '@'" (found by a JAX program sweep)."""
+    with pytest.raises(HloParseError) as e:
+        parse_module(text)
+    assert "MLIR (StableHLO) text, not HLO text" in str(e.value)
+    assert 'as_text(dialect="hlo")' in str(e.value)
+    assert e.value.line == line
+
+
+def test_a_computation_named_module_is_still_hlo():
+    m = parse_module("module {\n  ROOT c = f32[] constant(1)\n}\n")
+    assert m.entry.name == "module"
+
 # ---- big integer-list attributes: one INTLISTS token, same values as the spelled-out form ----
 _PERMUTE = """HloModule m, replica_count=4
 %add (a: f32[], b: f32[]) -> f32[] {

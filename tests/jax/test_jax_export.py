@@ -368,6 +368,67 @@ def test_export_folder(tmp_path):
 
 
 @needs_jax
+def test_out_specs_as_a_dict_shaped_like_the_results(tmp_path):
+    """out_specs in jax's pytree form for a function returning a dict: a dict iterated as
+    a list of specs gave its keys, refused as mesh axes ("P('loss') names mesh axis
+    'loss'", found by a JAX program sweep). Now one spec per leaf in jax's leaf order (a
+    prefix: one spec for a whole subtree); a dict of other keys is refused by name."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    def fn(x):
+        return {"w": (x * 2, jax.numpy.tanh(x)), "loss": x.sum()}
+
+    x = np.arange(48, dtype=np.float32).reshape(8, 6) / 48
+    for specs, want in [({"loss": P(), "w": (P("d"), P(None, "d"))},
+                         ["P()", "P('d')", "P(None, 'd')"]),
+                        ({"loss": P(), "w": P("d")}, ["P()", "P('d')", "P('d')"]),
+                        ({"loss": None, "w": ("d", "None,d")},
+                         ["P()", "P('d')", "P(None, 'd')"])]:
+        out = xj.export(fn, x, mesh_shape={"d": 2}, in_specs=P("d"), out_specs=specs,
+                        path=tmp_path / f"ex{len(list(tmp_path.iterdir()))}")
+        meta = F.read_meta(out)
+        assert [o["spec"] for o in meta["outputs"]] == want
+        loss, w0, w1 = xj.assemble(out, out / F.EXPECTED)  # jax's leaf order: loss, w
+        np.testing.assert_allclose(loss, x.sum(), rtol=1e-6)
+        np.testing.assert_array_equal(w0, x * 2)
+        np.testing.assert_allclose(w1, np.tanh(x), rtol=1e-6)
+    with pytest.raises(InputError, match="out_specs .* is not shaped like the function's "
+                                         "results"):
+        xj.export(fn, x, mesh_shape={"d": 2}, in_specs=P("d"),
+                  out_specs={"loss": P(), "weights": P("d")}, path=tmp_path / "bad")
+
+
+@needs_jax
+def test_constants_of_more_than_10_elements_keep_their_data(tmp_path):
+    """A function closing over a mask and a table: compiled.as_text() printed their
+    constants as {...}, so module.hlo could not run (xladist.jax.run failed on its ranks:
+    "constant ... its data was elided"; found by a sweep of JAX programs). The module is
+    printed with its large constants: every constant has data."""
+    import jax
+    import xladist
+    from jax.sharding import PartitionSpec as P
+    mask = np.array([[1, 1, 0, 0, 0, 1], [0, 0, 0, 0, 0, 1],
+                     [1, 1, 1, 1, 1, 0], [0, 1, 0, 1, 0, 1]], bool)
+    table = np.array([3., 1., 4., 1., 5., 9., 2., 6., 5., 3., 5., 8.], np.float32)
+
+    def fn(x):
+        return jax.numpy.where(mask, x, 0.) * table[:6] + table[6:]
+
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    out = xj.export(fn, x, mesh_shape={"d": 2}, in_specs=P("d"), out_specs=P("d"),
+                    path=tmp_path / "consts")
+    text = (out / F.MODULE).read_text()
+    assert "{...}" not in text
+    module = xladist.load_hlo(out / F.MODULE)
+    constants = [i for i in module.all_instructions() if i.opcode == "constant"]
+    assert any(i.shape.size > 10 for i in constants)
+    assert not any(i.literal.elided for i in constants)
+    (got,) = xj.assemble(out, out / F.EXPECTED)
+    np.testing.assert_array_equal(got, np.where(mask, x, 0) * table[:6] + table[6:])
+
+
+@needs_jax
 def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
     """float64/int64 numpy arrays become what jax makes of them (f32/s32 without x64), so
     inputs.npz fits the module's parameters."""

@@ -185,6 +185,19 @@ class RawAttr:
         return self.text
 
 
+# Why a constant without data cannot run and where to get text that has it: the one
+# message of every backend (interpreter/evaluator.py, interpreter/shaping.py,
+# compiler/codegen/elemental.py).
+ELIDED_CONSTANT = (
+    "its data was elided ({...}) where the text was printed, so it cannot execute: XLA's "
+    "dumps elide constants of more than 10 elements unless --xla_dump_large_constants is "
+    "given (XLA_FLAGS='--xla_dump_to=DIR --xla_dump_hlo_as_text --xla_dump_large_constants'), "
+    "jax's `lowered.compiler_ir(\"hlo\").as_hlo_text()` unless given "
+    "print_large_constants=True, and jax's `compiled.as_text()` always; print it with the "
+    "constants, or give jax's portable text (`jax.jit(f).lower(...).as_text(dialect=\"hlo\")`"
+    "), which keeps them")
+
+
 class Literal:
     """A constant's value.
 

@@ -12,6 +12,8 @@ offending token and the line's text; no other exception leaves `parse_module`.
 
 from __future__ import annotations
 
+import re
+
 from ..errors import HloParseError
 from .attrs import RawAttr
 from .ir import Computation, Instruction, Module
@@ -48,10 +50,25 @@ def parse_module(text: str, filename: str | None = None) -> Module:
     return parse_text(text, filename)
 
 
+# The start of an MLIR module: location aliases (`#loc1 = loc("a")`, as_text(debug_info=
+# True)), then `module @name`, `module attributes {...}` or a bare `func.func @main`.
+_MLIR = re.compile(r"\s*(?:#loc\w* = loc\(.*\)\s*)*(?P<head>)"
+                   r"(?:module\s+(?:@|attributes\b)|func\.func\s)")
+
+
 def parse_text(text: str, filename: str | None = None) -> Module:
     """`parse_module` of text a reader has decoded already (files.read_text / utf8_text:
     its leading mark dropped once there): parsed as it is, so a second mark is the error
     it is in the file."""
+    mlir = _MLIR.match(text)
+    if mlir:
+        # What jax.jit(f).lower(x).as_text() gives: found before the lexer meets MLIR's types.
+        line = text.count("\n", 0, mlir.end("head")) + 1
+        raise HloParseError(
+            "this is MLIR (StableHLO) text, not HLO text: JAX's "
+            "`jax.jit(f).lower(...).as_text()` prints StableHLO; give "
+            "`.as_text(dialect=\"hlo\")` instead (or `.compile().as_text()` for the module "
+            "XLA optimized)", line, 1, text.splitlines()[line - 1], filename)
     p = _Parser(text, filename)
     try:
         return p.parse()

@@ -30,6 +30,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError, XlaDistError, out_of_memory
+from ..hlo.attrs import ELIDED_CONSTANT
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from .device_ops import Pending
@@ -399,8 +400,7 @@ def check_supported(module) -> None:
             if instr.attrs.get("custom_call_target") not in CUSTOM_CALLS:
                 problems.append(f"{describe(instr)}: {why_unregistered(instr)}")
         elif instr.opcode == "constant" and (instr.literal is None or instr.literal.elided):
-            problems.append(f"{describe(instr)}: constant data was elided in the dump; re-dump "
-                            f"with --xla_dump_large_constants")
+            problems.append(f"{describe(instr)}: {ELIDED_CONSTANT}")
     if problems:
         more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
         raise UnsupportedError("the interpreter cannot run this module:\n  "

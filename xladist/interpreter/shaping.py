@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..hlo.attrs import ELIDED_CONSTANT
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from ..semantics import layout
@@ -40,8 +41,7 @@ def literal_value(literal, shape: Shape):
 def constant_rule(instr, args, ev):
     lit = instr.literal
     if lit is None or lit.elided:
-        raise UnsupportedError(f"{describe(instr)}: constant data was elided in the dump; "
-                               f"re-dump with --xla_dump_large_constants")
+        raise UnsupportedError(f"{describe(instr)}: {ELIDED_CONSTANT}")
     return literal_value(lit, instr.shape)
 
 

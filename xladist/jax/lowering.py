@@ -169,7 +169,7 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
     with jax.set_mesh(mesh):
         out_tree = jax.eval_shape(fn, *host)
         leaves, treedef = jax.tree_util.tree_flatten(out_tree)
-        outs = S.spec_list(out_specs, len(leaves), "out_specs")
+        outs = S.spec_list(_per_leaf(jax, out_specs, out_tree), len(leaves), "out_specs")
         for i, (leaf, spec) in enumerate(zip(leaves, outs)):
             S.check(spec, mesh_shape, leaf.shape, f"out_specs[{i}] (for result {i})")
         device_args = [jax.device_put(a, sharding(s)) for a, s in zip(host, ins)]
@@ -180,6 +180,27 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
         lowered = jitted.lower(*device_args)
     return Prepared(fn, host, mesh_shape, ins, outs, leaves, treedef, mesh, device_args,
                     lowered, jitted)
+
+
+def _per_leaf(jax, specs, tree):
+    """out_specs given as a dict (jax's pytree form: `{"loss": P(), "w": P("model")}`,
+    shaped like the results or a prefix of them; lists and tuples inside it are pytree
+    nodes): one spec per result leaf in jax's leaf order. Other forms as they are
+    (specs.spec_list reads them). Iterating a dict gave its keys, read as axis names."""
+    if not isinstance(specs, dict):
+        return specs
+
+    def is_spec(s):
+        return s is None or isinstance(s, str) or S._is_single(s)
+    try:
+        per = jax.tree_util.tree_map(
+            lambda spec, sub: [spec] * len(jax.tree_util.tree_leaves(sub)), specs, tree,
+            is_leaf=is_spec)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"out_specs {specs!r} is not shaped like the function's results "
+                         f"({jax.tree_util.tree_structure(tree)}): "
+                         f"{' '.join(str(e).split())}") from None
+    return jax.tree_util.tree_leaves(per, is_leaf=is_spec)
 
 
 def _is_host_callback(target: str) -> bool:
@@ -200,12 +221,31 @@ def refuse_host_callbacks(module, fn) -> None:
                 f"Remove the callback (print the results xladist returns instead)")
 
 
+def module_text(compiled) -> str:
+    """XLA's compiled module as text with the data of every constant. `compiled.as_text()`
+    prints a constant of more than 10 elements as `{...}`, which cannot run (a mask or a
+    table the function closes over: the job failed on its ranks); the module's own
+    printer, told to print large constants, gives the same text with the data. Falls back
+    to as_text() where jaxlib has no such printer (a constant left elided is then refused
+    by name when the module runs)."""
+    try:
+        from jaxlib import _hlo
+        options = _hlo.HloPrintOptions()
+        options.print_large_constants = True
+        modules = compiled.runtime_executable().hlo_modules()
+        if len(modules) == 1:
+            return modules[0].to_string(options)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return compiled.as_text()
+
+
 def compile_text(prep: Prepared):
     """(module text, compiled, parsed module): XLA's per-device module, host callbacks
     refused."""
     from ..hlo.parser import parse_module
     compiled = prep.lowered.compile()
-    text = compiled.as_text()
+    text = module_text(compiled)
     module = parse_module(text)
     refuse_host_callbacks(module, prep.fn)
     if module.num_partitions != prep.n or len(module.entry.parameters) != len(prep.host_args):

@@ -22,8 +22,12 @@ Registered here:
   (values [.., k], s32 indices [.., k]) with k from the result shape; the k largest in
   descending order under the total order -NaN < -inf < ... < -0 < +0 < ... < NaN,
   ties broken by the smaller index;
-- `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` when shapes are unchanged:
-  annotations, the identity on one device;
+- `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape` and Shardy's
+  `xla.sdy.FuncResultSharding`, `xla.sdy.PropagationBarrier`, `xla.sdy.GlobalToLocalShape`,
+  `xla.sdy.LocalToGlobalShape` (what jax 0.10's text before partitioning holds: a jit
+  with out_shardings writes FuncResultSharding on each result) when shapes are unchanged:
+  annotations, the identity on one device; `xla.sdy.ShardingGroup` (shard_alike): no
+  result and no effect. A shape-changing one means the module is not partitioned;
 - jax's CPU LAPACK targets `lapack_<s|d|c|z><routine>_ffi` (trsm, potrf, getrf, geqrf,
   geqp3, orgqr/ungqr, ormqr/unmqr, syevd/heevd, sytrd/hetrd, gesdd, gesvd, geev, gees,
   gehrd, gtsv): see lapack.py.
@@ -125,16 +129,26 @@ def _topk_call(instr, args):
 
 
 def _annotation(instr, args):
-    if len(args) != 1 or args[0].shape != tuple(instr.shape.dims):
-        raise UnsupportedError(f"custom-call {instr.name} ({instr.attrs.get('custom_call_target')}"
-                               f") changes the shape {instr.operands[0].shape} -> {instr.shape}; "
-                               f"only partitioned (per-device) modules can run")
+    if len(args) != 1 or instr.shape.is_tuple or args[0].shape != tuple(instr.shape.dims):
+        raise UnsupportedError(
+            f"custom-call {instr.name} ({instr.attrs.get('custom_call_target')}) changes the "
+            f"shape {instr.operands[0].shape} -> {instr.shape}: the module is not partitioned "
+            f"(jax's `lower(...).as_text()` is the program before SPMD partitioning) and only "
+            f"partitioned (per-device) modules can run; give XLA's partitioned module "
+            f"(`jax.jit(f).lower(...).compile().as_text()`) or use xladist.jax.export / run")
     return args[0]
 
 
+def _sharding_group(instr, args):
+    return ()  # shard_alike's grouping: a hint to the partitioner, no result
+
+
 register_custom_call("TopK", _topk_call)
-for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"):
+for _target in ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                "xla.sdy.FuncResultSharding", "xla.sdy.PropagationBarrier",
+                "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"):
     register_custom_call(_target, _annotation)
+register_custom_call("xla.sdy.ShardingGroup", _sharding_group)
 for _target, _fn in lapack.TARGETS.items():
     register_custom_call(_target, _fn)
 # What every process has once this module is imported: nothing of it needs forwarding.

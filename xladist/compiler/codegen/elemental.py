@@ -15,6 +15,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...errors import UnsupportedError
+from ...hlo.attrs import ELIDED_CONSTANT
 from ...hlo.ir import Computation, Instruction
 from . import ir_array
 from .ir_array import Index, c64, layout_of
@@ -188,7 +189,7 @@ def _moves_unchanged(instr) -> bool:
 def _constant(ctx, instr, index):
     lit = instr.literal
     if lit is None or lit.value is None:
-        raise UnsupportedError(f"constant `{instr.name}` has elided data and cannot execute")
+        raise UnsupportedError(f"constant `{instr.name}`: {ELIDED_CONSTANT}")
     value = np.asarray(lit.value)
     t = instr.shape.element_type
     if value.size == 1:

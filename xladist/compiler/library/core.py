@@ -155,8 +155,10 @@ def blas_operands(out, lhs, rhs, lb: tuple, lc: tuple, rb: tuple, rc: tuple,
     if plain:
         # Plain matrix product: hand BLAS the (possibly transposed) views directly;
         # numpy passes the transposition flags instead of copying.
-        lm = lt.reshape(-1, lhs.shape[lc[0]])
-        rm = rt.reshape(rhs.shape[rc[0]], -1)
+        # Sizes written out: reshape(-1, 0) cannot tell the -1 of an empty contraction.
+        k = lhs.shape[lc[0]]
+        lm = lt.reshape(lhs.shape[lf[0]] if lf else 1, k)
+        rm = rt.reshape(k, rhs.shape[rf[0]] if rf else 1)
         o2 = out.reshape(lm.shape[0], rm.shape[1])
         if o2.flags.c_contiguous:
             return lm, rm, o2, False
