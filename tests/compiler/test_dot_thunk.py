@@ -6,7 +6,6 @@ every run, with fresh arguments each time, and a case whose BLAS operands are no
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -210,68 +209,3 @@ def test_random_dots_give_einsums_product_on_every_run(dot):
     for a, b in runs:
         (got,) = exe(a, b)
         np.testing.assert_array_equal(got, np.einsum(spec, a, b).astype(dtype))
-
-
-ALGORITHMS = {  # algorithm -> how numpy rounds each f32 operand first
-    "dot_bf16_bf16_f32": lambda x: x.astype(ml_dtypes.bfloat16).astype(np.float32),
-    "dot_f16_f16_f32": lambda x: x.astype(np.float16).astype(np.float32),
-    "dot_tf32_tf32_f32": lambda x: (x.view(np.uint32) + 0xFFF + ((x.view(np.uint32) >> 13) & 1)
-                                    & ~np.uint32(0x1FFF)).view(np.float32),
-    "dot_bf16_bf16_f32_x6": lambda x: x,
-    "dot_f32_f32_f32": lambda x: x,
-}
-
-
-@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
-@pytest.mark.parametrize("loop", [False, True], ids=["dot", "dot in a loop"])
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_a_dot_algorithm_rounds_the_operands_on_both_backends(algorithm, loop, backend):
-    """lax.dot(a, b, precision=lax.DotAlgorithmPreset.BF16_BF16_F32) lowers to
-    `algorithm=dot_bf16_bf16_f32`: the operands are rounded to bf16 before the product.
-    The interpreter did so and the cpu backend computed the f32 product (found by a JAX
-    program sweep: the two backends disagreed by 1% on a 4x40 @ 40x3 product). Both now
-    take semantics/dot_algorithm.py's rule; the reference is numpy's product of the
-    rounded operands (XLA:CPU ignores the algorithm: docs/xla-compatibility.md)."""
-    dot = (f"dot(a, b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, "
-           f"algorithm={algorithm}")
-    if loop:  # the product inside a while body: the native loop's dot
-        text = f"""HloModule m
-body {{
-  p = (s32[], f32[4,40], f32[40,3], f32[4,3]) parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  a = f32[4,40] get-tuple-element(p), index=1
-  b = f32[40,3] get-tuple-element(p), index=2
-  d = f32[4,3] {dot}
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  ROOT t = (s32[], f32[4,40], f32[40,3], f32[4,3]) tuple(j, a, b, d)
-}}
-cond {{
-  p = (s32[], f32[4,40], f32[40,3], f32[4,3]) parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  two = s32[] constant(2)
-  ROOT lt = pred[] compare(i, two), direction=LT
-}}
-ENTRY e {{
-  a = f32[4,40] parameter(0)
-  b = f32[40,3] parameter(1)
-  zero = s32[] constant(0)
-  z = f32[] constant(0)
-  acc = f32[4,3] broadcast(z), dimensions={{}}
-  init = (s32[], f32[4,40], f32[40,3], f32[4,3]) tuple(zero, a, b, acc)
-  w = (s32[], f32[4,40], f32[40,3], f32[4,3]) while(init), condition=cond, body=body
-  ROOT d = f32[4,3] get-tuple-element(w), index=3
-}}"""
-    else:
-        text = f"HloModule m\nENTRY e {{\n  a = f32[4,40] parameter(0)\n" \
-               f"  b = f32[40,3] parameter(1)\n  ROOT d = f32[4,3] {dot}\n}}"
-    rng = np.random.default_rng(5)
-    # 1 + k 2^-20: exact in f32, rounded by bf16 (7 bits), f16 and tf32 (10 bits).
-    a = (1 + rng.integers(0, 2**12, (4, 40)) * 2.0**-20).astype(np.float32)
-    b = rng.integers(-4, 5, (40, 3)).astype(np.float32)
-    round_ = ALGORITHMS[algorithm]
-    want = round_(a).astype(np.float64) @ round_(b).astype(np.float64)
-    (got,) = xladist.compile(xladist.parse_hlo(text), backend=backend)(a, b)
-    np.testing.assert_allclose(got, want, rtol=2e-6)  # the f32 sum of 40 exact products
-    if algorithm.endswith("f32_f32_f32") or algorithm.endswith("x6"):
-        assert not np.allclose(a.astype(ml_dtypes.bfloat16).astype(np.float32) @ b, want)

@@ -1,11 +1,6 @@
 """Pass 1b: algebraic rewrites on the flattened computation (a small part of
 XLA's AlgebraicSimplifier + layout assignment, only what the planner needs).
 
-  dot(a, b), algorithm=dot_bf16_bf16_f32 (or f16, tf32)
-      -> dot(round(a), round(b)) without the algorithm, each round a convert through the
-    narrow type and back to f32 (tf32: a reduce-precision(8, 10) of the f32 value), as
-    semantics/dot_algorithm.py says: every dot path computes the rounded product.
-
   transpose(dot(a, b)) with one free dim per side and no batch dims
       -> dot(b, a) written directly in row-major order.
     Unoptimized JAX HLO expresses weight gradients this way with a `{0,1}`
@@ -22,8 +17,7 @@ from __future__ import annotations
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OPCODES
-from ..hlo.shape import Shape, default_layout
-from ..semantics.dot_algorithm import ROUNDINGS, operand_rounding, rounds
+from ..hlo.shape import default_layout
 from .codegen.ir_array import layout_of
 
 REWRITES = []
@@ -63,44 +57,6 @@ def _replace(comp: Computation, old: Instruction, new: Instruction, users) -> No
     new.parent = comp
     if hasattr(comp, "original_of") and old in comp.original_of:
         comp.original_of[new] = comp.original_of[old]
-
-
-@rewrite
-def _dot_algorithm_rounding(comp: Computation, users) -> None:
-    for d in list(comp.instructions):
-        if d.opcode != "dot" or len(d.operands) != 2:
-            continue
-        kind = operand_rounding(d.attrs.get("algorithm"))
-        if kind is None or not all(o.shape.is_array and rounds(o.shape.dtype)
-                                   for o in d.operands):
-            continue
-        at = comp.instructions.index(d)
-        rounded = []
-        for k, op in enumerate(d.operands):
-            f32 = Shape.array("f32", op.shape.dims, op.shape.layout, op.shape.dynamic)
-            steps = [("convert", f32, {})] if kind == "tf32" else [
-                ("convert", Shape.array(kind, op.shape.dims, op.shape.layout,
-                                        op.shape.dynamic), {}), ("convert", f32, {})]
-            if kind == "tf32":
-                e, m = ROUNDINGS[kind]
-                steps.append(("reduce-precision", f32,
-                              {"exponent_bits": e, "mantissa_bits": m}))
-            for j, (opcode, shape, attrs) in enumerate(steps):
-                new = Instruction(f"{d.name}.{kind}.{k}.{j}", opcode, shape, [op], attrs)
-                new.line = d.line
-                new.parent = comp
-                comp.instructions.insert(at, new)
-                at += 1
-                users.setdefault(op, []).append(new)
-                users[new] = []
-                if hasattr(comp, "original_of") and d in comp.original_of:
-                    comp.original_of[new] = comp.original_of[d]
-                op = new
-            users[d.operands[k]].remove(d)
-            users[op].append(d)
-            rounded.append(op)
-        d.operands = rounded
-        d.attrs = {k: v for k, v in d.attrs.items() if k != "algorithm"}
 
 
 @rewrite

@@ -22,7 +22,6 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..semantics.dequantize import dequantize
-from ..semantics.dot_algorithm import operand_rounding, rounds
 from .registry import register
 
 
@@ -94,13 +93,23 @@ def _round_via(dtype):
     return lambda x: np.asarray(x).astype(dtype).astype(np.float32)
 
 
-# How an operand is rounded for each of the algorithm rounding types
-# (semantics/dot_algorithm.py says which algorithm rounds to which).
+# Input precisions of dot algorithms: how an operand is rounded before the product.
 _ALGORITHM_INPUTS = {
     "bf16": _round_via(ml_dtypes.bfloat16),
     "f16": _round_via(np.float16),
     "tf32": round_to_tf32,
 }
+
+
+def _algorithm_rounding(algorithm: str | None):
+    """The operand rounding of `algorithm=dot_...`, or None for full precision."""
+    if not algorithm:
+        return None
+    parts = algorithm.lower().removeprefix("dot_").split("_")
+    if parts and parts[-1] in ("x3", "x6", "x9"):
+        return None  # multi-pass emulation of f32: compute in f32
+    fn = _ALGORITHM_INPUTS.get(parts[0]) if parts else None
+    return fn
 
 
 def _dims(instr, key):
@@ -129,9 +138,9 @@ def _eval_dot(instr, args, ev):
     lhs, rhs = args
     lc, rc, lb, rb = _dot_attrs(instr)
     _check_dims(instr, lhs, rhs, lc, rc, lb, rb)
-    rounding = operand_rounding(instr.attrs.get("algorithm"))
-    if rounding is not None and rounds(np.asarray(lhs).dtype) and rounds(np.asarray(rhs).dtype):
-        lhs, rhs = _ALGORITHM_INPUTS[rounding](lhs), _ALGORITHM_INPUTS[rounding](rhs)
+    rounding = _algorithm_rounding(instr.attrs.get("algorithm"))
+    if rounding is not None and np.asarray(lhs).dtype.kind == "f":
+        lhs, rhs = rounding(lhs), rounding(rhs)
         return from_accumulation(dot_general(lhs, rhs, lc, rc, lb, rb, np.float32),
                                  instr.shape.dtype)
     return dot_general(lhs, rhs, lc, rc, lb, rb, instr.shape.dtype)
