@@ -10,14 +10,15 @@ Numerics (the part XLA defines and the part it leaves to us):
   the result type once at the end; f32/f64/c64/c128 accumulate in their own type;
 - integers accumulate in 64 bits and wrap to the result width (two's complement),
   which equals XLA's wrapping accumulation in the result type; pred is OR-of-AND;
-- `algorithm=dot_<in>_<in>_<acc>` rounds float operands to the named input precision
-  first (bf16, f16, tf32); the _x3/_x6/_x9 variants emulate f32 and are computed in f32.
-  operand_precision is a speed hint and is ignored (we always compute at full precision).
+- `algorithm=dot_<in>_<in>_<acc>` and operand_precision are carried and ignored: the
+  product is computed at the operands' own precision, as XLA:CPU does (jax 0.10.2 gives
+  the f32 product for dot_bf16_bf16_f32) and as the HLO text reference allows for a CPU
+  runtime (docs/xla-compatibility.md). Both backends follow this one rule: there is no
+  rounding to apply.
 """
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from ..errors import UnsupportedError
@@ -80,38 +81,6 @@ def dot_general(lhs, rhs, lhs_contract=(), rhs_contract=(), lhs_batch=(), rhs_ba
     return from_accumulation(acc.reshape(batch + m + n), result_dtype)
 
 
-def round_to_tf32(x: np.ndarray) -> np.ndarray:
-    """Round f32 values to TF32 (10 explicit mantissa bits), nearest-even; inf/NaN kept."""
-    x = np.asarray(x, np.float32)
-    bits = x.view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0xFFF + ((bits >> 13) & 1)) & ~np.uint64(0x1FFF)
-    out = (rounded & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
-    return np.where(np.isfinite(x), out, x)
-
-
-def _round_via(dtype):
-    return lambda x: np.asarray(x).astype(dtype).astype(np.float32)
-
-
-# Input precisions of dot algorithms: how an operand is rounded before the product.
-_ALGORITHM_INPUTS = {
-    "bf16": _round_via(ml_dtypes.bfloat16),
-    "f16": _round_via(np.float16),
-    "tf32": round_to_tf32,
-}
-
-
-def _algorithm_rounding(algorithm: str | None):
-    """The operand rounding of `algorithm=dot_...`, or None for full precision."""
-    if not algorithm:
-        return None
-    parts = algorithm.lower().removeprefix("dot_").split("_")
-    if parts and parts[-1] in ("x3", "x6", "x9"):
-        return None  # multi-pass emulation of f32: compute in f32
-    fn = _ALGORITHM_INPUTS.get(parts[0]) if parts else None
-    return fn
-
-
 def _dims(instr, key):
     return tuple(instr.attrs.get(key, ()) or ())
 
@@ -138,11 +107,6 @@ def _eval_dot(instr, args, ev):
     lhs, rhs = args
     lc, rc, lb, rb = _dot_attrs(instr)
     _check_dims(instr, lhs, rhs, lc, rc, lb, rb)
-    rounding = _algorithm_rounding(instr.attrs.get("algorithm"))
-    if rounding is not None and np.asarray(lhs).dtype.kind == "f":
-        lhs, rhs = rounding(lhs), rounding(rhs)
-        return from_accumulation(dot_general(lhs, rhs, lc, rc, lb, rb, np.float32),
-                                 instr.shape.dtype)
     return dot_general(lhs, rhs, lc, rc, lb, rb, instr.shape.dtype)
 
 
