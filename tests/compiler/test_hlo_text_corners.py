@@ -62,3 +62,36 @@ def test_tuple_shaped_constants_run(backend):
     assert c1.dtype == np.float32 and c1 == np.float32(1.5)
     assert i == 3
     np.testing.assert_array_equal(x, np.array([1.5, -2], np.float32) * 8)
+
+
+# A copy of a tuple (XLA: a shallow copy, the same element values; hand-written tests and
+# copy insertion write them). The cpu backend planned it as an elementwise kernel and
+# refused the module: "element type tuple has no array representation".
+TUPLE_COPY = """HloModule m
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  y = f32[4] negate(x)
+  s = s32[] parameter(1)
+  t = (f32[4], s32[]) tuple(y, s)
+  c = (f32[4], s32[]) copy(t)
+  g = f32[4] get-tuple-element(c), index=0
+  u = f32[1] constant({100})
+  i = s32[] constant(1)
+  d = f32[4] dynamic-update-slice(g, u, i)
+  z = f32[4] add(d, y)
+  ROOT r = (f32[4], f32[4], (f32[4], s32[])) tuple(z, y, c)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copy_of_a_tuple_runs(backend):
+    x = np.array([1, 2, 3, 4], np.float32)
+    z, y, c0, c1 = run(TUPLE_COPY, x, np.int32(7), backend=backend)
+    d = -x
+    d[1] = 100
+    np.testing.assert_array_equal(z, d - x)    # the update did not reach y or the copy
+    np.testing.assert_array_equal(y, -x)
+    np.testing.assert_array_equal(c0, -x)
+    assert c1 == 7
