@@ -95,3 +95,26 @@ def test_copy_of_a_tuple_runs(backend):
     np.testing.assert_array_equal(y, -x)
     np.testing.assert_array_equal(c0, -x)
     assert c1 == 7
+
+
+# `constant({...})`: XLA's long style elides constants of more than 10 elements. The
+# interpreter refused such a module; the cpu backend ran it with zeros in place of the data
+# when the constant had a buffer of its own (here: returned), refusing it in other words only
+# when a kernel read it.
+ELIDED = """HloModule m
+
+ENTRY main {
+  x = f32[12] parameter(0)
+  big = f32[12] constant({...})
+  ROOT t = (f32[12], f32[12]) tuple(big, x)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_elided_constants_are_refused_by_every_backend(backend):
+    from xladist.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match=r"big = f32\[12\] constant\(\) in computation "
+                       r"main: constant data was elided in the dump; re-dump with "
+                       r"--xla_dump_large_constants"):
+        run(ELIDED, np.zeros(12, np.float32), backend=backend)

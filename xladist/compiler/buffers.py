@@ -26,6 +26,7 @@ import numpy as np
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shape import Shape
+from ..semantics.values import constant_literal
 from .codegen.constants import to_physical
 
 ALIGN = 64
@@ -75,12 +76,9 @@ def _slot_for_leaf(asg: Assignment, shape: Shape, kind: str, name: str) -> Slot 
 
 
 def _literal_leaf(literal, index: tuple[int, ...]):
-    """The value of the leaf at shape index `index` of a constant's literal (None when the
-    data was elided)."""
-    value = literal.value if literal is not None else None
+    """The value of the leaf at shape index `index` of a constant's literal."""
+    value = literal.value
     for i in index:
-        if value is None:
-            return None
         value = value[i].value
     return value
 
@@ -107,8 +105,8 @@ def assign_slots(comp: Computation, kinds: dict[Instruction, str]) -> Assignment
             slots = []
             for index, s in instr.shape.leaves():
                 slot = _slot_for_leaf(asg, s, "const", instr.name)
-                value = _literal_leaf(instr.literal, index)
-                if slot is not None and value is not None:
+                value = _literal_leaf(constant_literal(instr), index)
+                if slot is not None:
                     phys = to_physical(s, value)
                     slot.data = np.frombuffer(phys.tobytes(), dtype=np.uint8).copy()
                 slots.append(slot)

@@ -16,6 +16,7 @@ from llvmlite import ir
 
 from ...errors import UnsupportedError
 from ...hlo.ir import Computation, Instruction
+from ...semantics.values import constant_literal
 from . import ir_array
 from .ir_array import Index, c64, layout_of
 from .lanes import lane_reducer, raw_step, reduce_in_lanes
@@ -186,10 +187,7 @@ def _moves_unchanged(instr) -> bool:
 
 @register("constant")
 def _constant(ctx, instr, index):
-    lit = instr.literal
-    if lit is None or lit.value is None:
-        raise UnsupportedError(f"constant `{instr.name}` has elided data and cannot execute")
-    value = np.asarray(lit.value)
+    value = np.asarray(constant_literal(instr).value)
     t = instr.shape.element_type
     if value.size == 1:
         return constant(t, value.reshape(-1)[0])
