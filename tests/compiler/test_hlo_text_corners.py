@@ -118,3 +118,44 @@ def test_elided_constants_are_refused_by_every_backend(backend):
                        r"main: constant data was elided in the dump; re-dump with "
                        r"--xla_dump_large_constants"):
         run(ELIDED, np.zeros(12, np.float32), backend=backend)
+
+
+# A call or fusion whose declared layout differs from its callee's root (XLA's parser and
+# its layout-insensitive verifier take it; layout assignment makes them agree). The cpu
+# backend inlines the callee and used the root's buffer as the call's: as the entry's
+# result, read in the call's layout, the values came out transposed.
+CALL_RESULT_LAYOUT = """HloModule m
+
+f {
+  p = f32[2,3]{1,0} parameter(0)
+  ROOT n = f32[2,3]{0,1} negate(p)
+}
+
+g {
+  p = f32[2,3]{1,0} parameter(0)
+  n = f32[2,3]{0,1} negate(p)
+  ROOT t = (f32[2,3]{0,1}, (f32[2,3]{1,0}, f32[2,3]{0,1})) tuple(n, (f32[2,3]{1,0}, f32[2,3]{0,1}) tuple(p, n))
+}
+
+fused {
+  p = f32[2,3]{0,1} parameter(0)
+  ROOT a = f32[2,3]{0,1} abs(p)
+}
+
+ENTRY main {
+  x = f32[2,3]{1,0} parameter(0)
+  c = f32[2,3]{1,0} call(x), to_apply=f
+  t = (f32[2,3]{1,0}, (f32[2,3]{0,1}, f32[2,3]{1,0})) call(x), to_apply=g
+  u = f32[2,3]{1,0} fusion(x), kind=kLoop, calls=fused
+  ROOT r = (f32[2,3]{1,0}, (f32[2,3]{1,0}, (f32[2,3]{0,1}, f32[2,3]{1,0})), f32[2,3]{1,0}) tuple(c, t, u)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_and_fusion_results_take_their_declared_layout(backend):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+    outs = run(CALL_RESULT_LAYOUT, x, backend=backend)
+    for got, want in zip(outs, [-x, -x, x, -x, np.abs(x)]):
+        np.testing.assert_array_equal(got, want)
+    assert len(outs) == 5
