@@ -159,3 +159,36 @@ def test_call_and_fusion_results_take_their_declared_layout(backend):
     for got, want in zip(outs, [-x, -x, x, -x, np.abs(x)]):
         np.testing.assert_array_equal(got, want)
     assert len(outs) == 5
+
+
+# dynamic-slice / dynamic-update-slice with their start indices in one rank-1 array (the
+# old form XLA's parser still takes; the verifier and the interpreter did). The cpu
+# emitter read one scalar operand per dimension and died with a Python IndexError.
+OLD_FORM_STARTS = """HloModule m
+
+ENTRY main {
+  x = f32[5,4] parameter(0)
+  i = s32[2] parameter(1)
+  s = f32[2,2] dynamic-slice(x, i), dynamic_slice_sizes={2,2}
+  u = f32[2,2] constant({ { 100, 200 }, { 300, 400 } })
+  d = f32[5,4] dynamic-update-slice(x, u, i)
+  v = f32[5] parameter(2)
+  j = u8[1] constant({4})
+  w = f32[2] dynamic-slice(v, j), dynamic_slice_sizes={2}
+  ROOT t = (f32[2,2], f32[5,4], f32[2]) tuple(s, d, w)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("starts", [(1, 2), (-3, 9)])
+def test_start_indices_in_one_array(backend, starts):
+    x = np.arange(20, dtype=np.float32).reshape(5, 4)
+    v = np.arange(5, dtype=np.float32) * 10
+    s, d, w = run(OLD_FORM_STARTS, x, np.array(starts, np.int32), v, backend=backend)
+    r, c = min(max(starts[0], 0), 3), min(max(starts[1], 0), 2)   # clamped as XLA does
+    np.testing.assert_array_equal(s, x[r:r + 2, c:c + 2])
+    want = x.copy()
+    want[r:r + 2, c:c + 2] = [[100, 200], [300, 400]]
+    np.testing.assert_array_equal(d, want)
+    np.testing.assert_array_equal(w, v[3:5])

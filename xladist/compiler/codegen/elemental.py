@@ -338,9 +338,15 @@ def _start_index(ctx, op, index, limit):
 
 
 def _start_indices(ctx, instr, ops, index, sizes, operand_dims):
-    """Start indices given one scalar operand per dimension."""
-    return [_start_index(ctx, op, index, max(operand_dims[d] - sizes[d], 0))
-            for d, op in enumerate(ops)]
+    """Start indices given one scalar operand per dimension, or (the old form XLA's parser
+    still takes) one rank-1 integer array holding them all."""
+    limits = [max(n - k, 0) for n, k in zip(operand_dims, sizes)]
+    if len(ops) == 1 and ops[0].shape.rank == 1:
+        op = ops[0]
+        return [_clamp_start(ctx.b, ctx.gen(op, index.derive(op.shape.dims, [c64(d)])),
+                             op.shape.element_type, limit)
+                for d, limit in enumerate(limits)]
+    return [_start_index(ctx, op, index, limit) for op, limit in zip(ops, limits)]
 
 
 @register("dynamic-slice")
