@@ -239,3 +239,21 @@ XLA_PRINTED = [
 def test_constants_print_exactly_as_xla_printed_them(line):
     m = parse_module(f"ENTRY e {{\n  ROOT {line}\n}}\n")
     assert print_instruction(m.entry.root, sigils=False) == line
+
+
+@pytest.mark.parametrize("written, printed", [
+    # XLA keeps backend_config as a string and prints it raw when it scans as one brace
+    # dict (LexesAsJsonDict), else double-quoted and C-escaped; an empty one not at all
+    # (reference sections 4.6 and 9). The printer used to copy the text as written.
+    ('backend_config="{\\"x\\":1}"', ', backend_config={"x":1}'),
+    ("backend_config='single \\'q\\''", ', backend_config="single \\\'q\\\'"'),
+    ('backend_config=""', ""),
+    ('backend_config="{a}{b}"', ', backend_config="{a}{b}"'),   # two dicts: not one
+    ('backend_config={"y":"}"}', ', backend_config={"y":"}"}'),
+    ('backend_config={}', ", backend_config={}"),
+])
+def test_backend_config_in_xlas_spelling(written, printed):
+    m = parse_module(f"ENTRY e {{ ROOT x = f32[2] parameter(0), {written} }}")
+    (line,) = [t for t in m.to_text().splitlines() if "ROOT" in t]
+    assert line == "  ROOT %x = f32[2]{0} parameter(0)" + printed
+    assert parse_module(m.to_text()).to_text() == m.to_text()
