@@ -257,3 +257,13 @@ def test_backend_config_in_xlas_spelling(written, printed):
     (line,) = [t for t in m.to_text().splitlines() if "ROOT" in t]
     assert line == "  ROOT %x = f32[2]{0} parameter(0)" + printed
     assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_module_frontend_attributes_print_as_an_instructions():
+    # The header's frontend_attributes are a map in XLA, printed with sorted keys like an
+    # instruction's (reference section 2); they used to be copied as written.
+    m = parse_module('HloModule m, frontend_attributes={z="1",a={k=1},b="x\\"y"}\n'
+                     'ENTRY e { ROOT x = f32[] parameter(0) }')
+    assert m.to_text().splitlines()[0] == \
+        'HloModule m, frontend_attributes={a={k=1},b="x\\"y",z="1"}'
+    assert parse_module(m.to_text()).to_text() == m.to_text()

@@ -189,6 +189,8 @@ class Module:
         # Other header attributes in text order: name -> value text (kept verbatim),
         # e.g. input_output_alias, buffer_donor, allow_spmd_sharding_propagation_to_output.
         self.header_attrs: dict[str, str] = {}
+        # `frontend_attributes={k="v",...}` of the header, as an instruction's.
+        self.frontend_attributes: dict[str, str] = {}
         self.stack_frames: str | None = None  # raw text of the FileNames..StackFrames sections
 
     def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:

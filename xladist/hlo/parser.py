@@ -158,6 +158,8 @@ class _Parser(TokenCursor):
             module.entry_computation_layout = (params, result)
         elif key in ("input_output_alias", "buffer_donor"):
             module.header_attrs[key] = self.aliasing(key)
+        elif key == "frontend_attributes":
+            module.frontend_attributes = self.frontend_attributes(what)
         else:
             module.header_attrs[key] = self.raw_value(what)
 

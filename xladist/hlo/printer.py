@@ -92,6 +92,8 @@ class _Printer:
             head.append(f"replica_count={m.replica_count}")
         if m.num_partitions != 1:
             head.append(f"num_partitions={m.num_partitions}")
+        if m.frontend_attributes:
+            head.append("frontend_attributes=" + _frontend_attributes_text(m.frontend_attributes))
         done = set(_HEADER_BEFORE_LAYOUT) | set(_HEADER_AFTER_LAYOUT)
         for key, value in m.header_attrs.items():
             if key not in done:
@@ -194,11 +196,8 @@ class _Printer:
         if instr.sharding is not None:
             out.append(", sharding=" + instr.sharding)
         if instr.frontend_attributes:
-            items = []
-            for key in sorted(instr.frontend_attributes):
-                value = instr.frontend_attributes[key]
-                items.append(f"{key}={_dict_or_quoted(value)}")
-            out.append(", frontend_attributes={" + ",".join(items) + "}")
+            out.append(", frontend_attributes="
+                       + _frontend_attributes_text(instr.frontend_attributes))
         if instr.control_predecessors:
             out.append(", control-predecessors={" + ", ".join(
                 self.sigil + p.name for p in instr.control_predecessors) + "}")
@@ -301,6 +300,11 @@ def _dict_or_quoted(value: str) -> str:
     """A frontend attribute value or backend_config as XLA prints it: raw when it scans as
     one brace dict, else a double-quoted C-escaped string."""
     return value if _is_brace_dict(value) else quote(value)
+
+
+def _frontend_attributes_text(attrs: dict[str, str]) -> str:
+    """`{k="v",k2={...}}` of an instruction or the module header: keys sorted."""
+    return "{" + ",".join(f"{k}={_dict_or_quoted(attrs[k])}" for k in sorted(attrs)) + "}"
 
 
 def _backend_config_text(text: str | None) -> str:
