@@ -267,3 +267,18 @@ def test_module_frontend_attributes_print_as_an_instructions():
     assert m.to_text().splitlines()[0] == \
         'HloModule m, frontend_attributes={a={k=1},b="x\\"y",z="1"}'
     assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_async_done_prints_its_thread_before_calls():
+    # Every async op prints async_execution_thread before calls= (HloAsyncInstruction's
+    # attributes, then the called computation); async-update / async-done printed it last.
+    text = ('HloModule m\n\n%host (p: f32[2]) -> f32[2] {\n  %p = f32[2]{0} parameter(0)\n'
+            '  ROOT %n = f32[2]{0} negate(%p)\n}, execution_thread="host"\n\n'
+            'ENTRY %main (x: f32[2]) -> f32[2] {\n  %x = f32[2]{0} parameter(0)\n'
+            '  %s = ((f32[2]{0}), f32[2]{0}, u32[]) async-start(%x), '
+            'async_execution_thread="host", calls=%host\n'
+            '  %u = ((f32[2]{0}), f32[2]{0}, u32[]) async-update(%s), '
+            'async_execution_thread="host", calls=%host\n'
+            '  ROOT %d = f32[2]{0} async-done(%u), async_execution_thread="host", '
+            'calls=%host\n}\n\n')
+    assert parse_module(text).to_text() == text
