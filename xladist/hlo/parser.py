@@ -157,35 +157,43 @@ class _Parser(TokenCursor):
             self.expect("}", f"to close {key}")
             module.entry_computation_layout = (params, result)
         elif key in ("input_output_alias", "buffer_donor"):
-            module.header_attrs[key] = self.aliasing(key)
+            module.header_attrs[key] = self.aliasing(key, module)
         elif key == "frontend_attributes":
             module.frontend_attributes = self.frontend_attributes(what)
         else:
             module.header_attrs[key] = self.raw_value(what)
 
-    def aliasing(self, key: str) -> str:
-        """Check `input_output_alias={ {0}: (0, {}, may-alias), ... }` or
-        `buffer_donor={ (0, {}), ... }` as XLA's parser does and keep the text (XLA rejects
-        a malformed one: hlo_parser_test.cc AliasingWrongIndex, BufferDonor*)."""
+    def aliasing(self, key: str, module: Module) -> str:
+        """Read `input_output_alias={ {0}: (0, {}, may-alias), ... }` or
+        `buffer_donor={ (0, {}), ... }` as XLA's parser does (XLA rejects a malformed one:
+        hlo_parser_test.cc AliasingWrongIndex, BufferDonor*) into module.input_output_alias /
+        module.buffer_donors, and keep the text."""
         alias = key == "input_output_alias"
         start = self.i
         self.expect("{", f"to open {key}")
         if not self.at("}"):
             while True:
+                output = ()
                 if alias:
-                    self.v_ints(f"the output shape index in {key}")
+                    output = self.v_ints(f"the output shape index in {key}")
                     self.expect(":", f"after the output shape index in {key}")
                 self.expect("(", f"to open a (parameter, shape index) pair in {key}")
-                self.v_int(f"the parameter number in {key}")
+                param = self.v_int(f"the parameter number in {key}")
                 self.expect(",", f"after the parameter number in {key}")
-                self.v_ints(f"the parameter shape index in {key}")
+                index = self.v_ints(f"the parameter shape index in {key}")
+                kind = "may-alias"
                 if alias and self.at(","):
                     self.i += 1
                     if self.texts[self.i] not in ("may-alias", "must-alias"):
                         raise self.error(f"expected may-alias or must-alias in {key}, "
                                          f"found {self.found()}")
+                    kind = self.texts[self.i]
                     self.i += 1
                 self.expect(")", f"to close a (parameter, shape index) pair in {key}")
+                if alias:
+                    module.input_output_alias.append((output, param, index, kind))
+                else:
+                    module.buffer_donors.append((param, index))
                 if not self.at(","):
                     break
                 self.i += 1
