@@ -117,6 +117,18 @@ def test_buffer_shape():
     assert s.buffer and s.dims == (4,)
 
 
+def test_buffer_shape_as_an_operands_written_shape():
+    # The long style with operand shapes writes `custom-call(b(f32[4]{0}) %x)`; the operand
+    # reader took `b(` for an operand written inline with opcode b ("unknown opcode 'b'").
+    text = entry('  %x = b(f32[4]{0}) parameter(0)\n'
+                 '  ROOT %y = b(f32[4]{0}) custom-call(b(f32[4]{0}) %x), custom_call_target="P"')
+    m = parse_module(text)
+    assert m.entry.root.operands == [m.entry.parameters[0]]
+    printed = m.to_text(operand_shapes=True)
+    assert "custom-call(b(f32[4]{0}) %x)" in printed
+    assert parse_module(printed).to_text(operand_shapes=True) == printed
+
+
 # ---- attribute syntaxes ---------------------------------------------------------------
 def test_every_attribute_syntax_becomes_its_typed_value():
     text = entry("""

@@ -492,7 +492,8 @@ class _Parser(TokenCursor):
             k = kinds[i]
             declared = None
             if k == SHAPE or (k == PUNCT and texts[i] == "(") or (
-                    k == IDENT and texts[i] in PRIMITIVE_TYPES and texts[i + 1] == "["):
+                    k == IDENT and texts[i] in PRIMITIVE_TYPES and texts[i + 1] == "[") or (
+                    k == IDENT and texts[i] == "b" and texts[i + 1] == "("):  # b(f32[4]) x
                 self.i = i
                 declared = self.shape(f"for an operand of {name}")
                 i = self.i
