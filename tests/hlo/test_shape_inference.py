@@ -162,6 +162,16 @@ def test_compare_gives_pred_and_checks_direction():
         infer("compare", ["f32[]", "f32[]"])
 
 
+@pytest.mark.parametrize("result", ["f32[3]", "s32[3]", "pred[3]", "f64[3]"])
+def test_convert_from_complex_to_real_is_refused(result):
+    # XLA's InferConvertShape refuses it ("Conversion from complex to real type ... is not
+    # implemented"); the verifier took it and both backends dropped the imaginary part.
+    with pytest.raises(ShapeError, match=r"cannot convert complex c64\[3\] to the real type"):
+        infer("convert", ["c64[3]"], declared=result)
+    assert_shape(infer("convert", ["c64[3]"], declared="c128[3]"), "c128[3]")
+    assert_shape(infer("convert", ["f32[3]"], declared="c64[3]"), "c64[3]")
+
+
 @pytest.mark.parametrize("direction", ["LT", "LE", "GT", "GE"])
 def test_complex_numbers_have_no_order(direction):
     # XLA's evaluator and CPU emitter compare complex numbers with EQ and NE only; the

@@ -196,6 +196,10 @@ def convert(op, shapes, attrs, declared):
         raise ShapeError(f"result must be an array, got {fmt(d)}")
     if d.dims != x.dims:
         raise ShapeError(f"result {fmt(d)} must have the operand's dimensions {fmt(x)}")
+    if x.element_type.is_complex and not d.element_type.is_complex:
+        # As XLA's InferConvertShape: take real (or imag) first, as JAX does.
+        raise ShapeError(f"cannot convert complex {fmt(x)} to the real type {fmt(d)}; "
+                         "take its real part (real) or imaginary part (imag) instead")
     return d
 
 
