@@ -736,3 +736,18 @@ ENTRY e {
     assert [o.parameter_number for o in add.operands] == [1, 0]
     assert [i.parameter_number for i in m.computation("sum").parameters] == [0, 1]
     assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_short_style_of_names_that_lex_as_floats_parses_back():
+    # `%inf` and `%nan` are names for the lexer; the short style prints them bare (as XLA's
+    # does), where they lexed as floats: the printed text did not parse back ("expected an
+    # instruction ..., found 'inf'"). (Keywords stay refused bare: `ROOT = ...` lacks a name.)
+    text = entry("  %inf = f32[2]{0} parameter(0)\n"
+                 "  %nan = f32[2]{0} negate(%inf), control-predecessors={%inf}\n"
+                 "  ROOT %r = f32[2]{0} add(%nan, %inf), control-predecessors={%nan}")
+    m = parse_module(text)
+    short = m.to_text(sigils=False)
+    assert "  nan = f32[2]{0} negate(inf), control-predecessors={inf}\n" in short
+    again = parse_module(short)
+    assert again.to_text(sigils=False) == short and again.to_text() == m.to_text()
+    assert [p.name for p in again.entry.root.control_predecessors] == ["nan"]

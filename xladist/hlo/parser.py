@@ -15,7 +15,8 @@ from __future__ import annotations
 from ..errors import HloParseError
 from .attrs import RawAttr
 from .ir import Computation, Instruction, Module
-from .lexer import ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
+from .lexer import (ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, SPECIAL,
+                    STRING)
 from .opcodes import ASYNC_SUGAR_SUFFIXES, COMMON_ATTRS, OPCODES
 from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
@@ -26,6 +27,9 @@ __all__ = ["parse_module", "parse_text"]
 _SCHEMAS = {name: {a.name: a for a in info.attrs} for name, info in OPCODES.items()}
 _COMMON = frozenset(COMMON_ATTRS)
 _KEYWORDS = frozenset({"ROOT", "ENTRY", "HloModule"})
+# Names XLA's short style prints bare although its lexer reads them as floats (`%inf` is
+# printed `inf`): read as names where a name must stand, so the short style parses back.
+_FLOAT_WORDS = frozenset({"inf", "nan"})
 
 
 def parse_module(text: str, filename: str | None = None) -> Module:
@@ -358,7 +362,8 @@ class _Parser(TokenCursor):
             i += 1
         k = kinds[i]
         name_i = i
-        if k == NAME or (k == IDENT and texts[i] not in _KEYWORDS):
+        if k == NAME or (k == IDENT and texts[i] not in _KEYWORDS) or (
+                k == SPECIAL and texts[i] in _FLOAT_WORDS):
             name = texts[i][1:] if k == NAME else texts[i]
             i += 1
             if kinds[i] != PUNCT or texts[i] != "=":
@@ -520,7 +525,7 @@ class _Parser(TokenCursor):
                                  f"{self.found(i)}", i)
             if k == NAME:
                 op = symbols.get(texts[i][1:])
-            elif k == IDENT:
+            elif k == IDENT or (k == SPECIAL and texts[i] in _FLOAT_WORDS):
                 op = symbols.get(texts[i])
             else:
                 raise self.error(f"expected an operand name in the operands of {name}, found "
@@ -649,7 +654,8 @@ class _Parser(TokenCursor):
         if not self.at("}"):
             while True:
                 k = self.kinds[self.i]
-                if k not in (NAME, IDENT):
+                if k not in (NAME, IDENT) and not (k == SPECIAL
+                                                   and self.texts[self.i] in _FLOAT_WORDS):
                     raise self.error(f"expected a name in {what}, found {self.found()}")
                 out.append((self.i, self.texts[self.i][1:] if k == NAME else self.texts[self.i]))
                 self.i += 1
