@@ -117,6 +117,18 @@ def test_buffer_shape():
     assert s.buffer and s.dims == (4,)
 
 
+def test_buffer_shape_as_an_operands_written_shape():
+    # The long style with operand shapes writes `custom-call(b(f32[4]{0}) %x)`; the operand
+    # reader took `b(` for an operand written inline with opcode b ("unknown opcode 'b'").
+    text = entry('  %x = b(f32[4]{0}) parameter(0)\n'
+                 '  ROOT %y = b(f32[4]{0}) custom-call(b(f32[4]{0}) %x), custom_call_target="P"')
+    m = parse_module(text)
+    assert m.entry.root.operands == [m.entry.parameters[0]]
+    printed = m.to_text(operand_shapes=True)
+    assert "custom-call(b(f32[4]{0}) %x)" in printed
+    assert parse_module(printed).to_text(operand_shapes=True) == printed
+
+
 # ---- attribute syntaxes ---------------------------------------------------------------
 def test_every_attribute_syntax_becomes_its_typed_value():
     text = entry("""
@@ -372,8 +384,8 @@ def test_header_attributes():
     assert result == Shape.tuple_of([Shape.array("f32", (2, 3), (1, 0))])
     assert list(m.header_attrs.items()) == [
         ("input_output_alias", "{ {0}: (0, {}, may-alias) }"),
-        ("allow_spmd_sharding_propagation_to_output", "{true}"),
-        ("frontend_attributes", '{a="b"}')]
+        ("allow_spmd_sharding_propagation_to_output", "{true}")]
+    assert m.frontend_attributes == {"a": "b"}
 
 
 def test_stack_frame_sections_are_kept_raw():
@@ -758,3 +770,18 @@ ENTRY e {
     assert [o.parameter_number for o in add.operands] == [1, 0]
     assert [i.parameter_number for i in m.computation("sum").parameters] == [0, 1]
     assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_short_style_of_names_that_lex_as_floats_parses_back():
+    # `%inf` and `%nan` are names for the lexer; the short style prints them bare (as XLA's
+    # does), where they lexed as floats: the printed text did not parse back ("expected an
+    # instruction ..., found 'inf'"). (Keywords stay refused bare: `ROOT = ...` lacks a name.)
+    text = entry("  %inf = f32[2]{0} parameter(0)\n"
+                 "  %nan = f32[2]{0} negate(%inf), control-predecessors={%inf}\n"
+                 "  ROOT %r = f32[2]{0} add(%nan, %inf), control-predecessors={%nan}")
+    m = parse_module(text)
+    short = m.to_text(sigils=False)
+    assert "  nan = f32[2]{0} negate(inf), control-predecessors={inf}\n" in short
+    again = parse_module(short)
+    assert again.to_text(sigils=False) == short and again.to_text() == m.to_text()
+    assert [p.name for p in again.entry.root.control_predecessors] == ["nan"]

@@ -239,3 +239,46 @@ XLA_PRINTED = [
 def test_constants_print_exactly_as_xla_printed_them(line):
     m = parse_module(f"ENTRY e {{\n  ROOT {line}\n}}\n")
     assert print_instruction(m.entry.root, sigils=False) == line
+
+
+@pytest.mark.parametrize("written, printed", [
+    # XLA keeps backend_config as a string and prints it raw when it scans as one brace
+    # dict (LexesAsJsonDict), else double-quoted and C-escaped; an empty one not at all
+    # (reference sections 4.6 and 9). The printer used to copy the text as written.
+    ('backend_config="{\\"x\\":1}"', ', backend_config={"x":1}'),
+    ("backend_config='single \\'q\\''", ', backend_config="single \\\'q\\\'"'),
+    ('backend_config=""', ""),
+    ('backend_config="{a}{b}"', ', backend_config="{a}{b}"'),   # two dicts: not one
+    ('backend_config={"y":"}"}', ', backend_config={"y":"}"}'),
+    ('backend_config={}', ", backend_config={}"),
+])
+def test_backend_config_in_xlas_spelling(written, printed):
+    m = parse_module(f"ENTRY e {{ ROOT x = f32[2] parameter(0), {written} }}")
+    (line,) = [t for t in m.to_text().splitlines() if "ROOT" in t]
+    assert line == "  ROOT %x = f32[2]{0} parameter(0)" + printed
+    assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_module_frontend_attributes_print_as_an_instructions():
+    # The header's frontend_attributes are a map in XLA, printed with sorted keys like an
+    # instruction's (reference section 2); they used to be copied as written.
+    m = parse_module('HloModule m, frontend_attributes={z="1",a={k=1},b="x\\"y"}\n'
+                     'ENTRY e { ROOT x = f32[] parameter(0) }')
+    assert m.to_text().splitlines()[0] == \
+        'HloModule m, frontend_attributes={a={k=1},b="x\\"y",z="1"}'
+    assert parse_module(m.to_text()).to_text() == m.to_text()
+
+
+def test_async_done_prints_its_thread_before_calls():
+    # Every async op prints async_execution_thread before calls= (HloAsyncInstruction's
+    # attributes, then the called computation); async-update / async-done printed it last.
+    text = ('HloModule m\n\n%host (p: f32[2]) -> f32[2] {\n  %p = f32[2]{0} parameter(0)\n'
+            '  ROOT %n = f32[2]{0} negate(%p)\n}, execution_thread="host"\n\n'
+            'ENTRY %main (x: f32[2]) -> f32[2] {\n  %x = f32[2]{0} parameter(0)\n'
+            '  %s = ((f32[2]{0}), f32[2]{0}, u32[]) async-start(%x), '
+            'async_execution_thread="host", calls=%host\n'
+            '  %u = ((f32[2]{0}), f32[2]{0}, u32[]) async-update(%s), '
+            'async_execution_thread="host", calls=%host\n'
+            '  ROOT %d = f32[2]{0} async-done(%u), async_execution_thread="host", '
+            'calls=%host\n}\n\n')
+    assert parse_module(text).to_text() == text

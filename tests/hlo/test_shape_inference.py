@@ -162,6 +162,28 @@ def test_compare_gives_pred_and_checks_direction():
         infer("compare", ["f32[]", "f32[]"])
 
 
+@pytest.mark.parametrize("result", ["f32[3]", "s32[3]", "pred[3]", "f64[3]"])
+def test_convert_from_complex_to_real_is_refused(result):
+    # XLA's InferConvertShape refuses it ("Conversion from complex to real type ... is not
+    # implemented"); the verifier took it and both backends dropped the imaginary part.
+    with pytest.raises(ShapeError, match=r"cannot convert complex c64\[3\] to the real type"):
+        infer("convert", ["c64[3]"], declared=result)
+    assert_shape(infer("convert", ["c64[3]"], declared="c128[3]"), "c128[3]")
+    assert_shape(infer("convert", ["f32[3]"], declared="c64[3]"), "c64[3]")
+
+
+@pytest.mark.parametrize("direction", ["LT", "LE", "GT", "GE"])
+def test_complex_numbers_have_no_order(direction):
+    # XLA's evaluator and CPU emitter compare complex numbers with EQ and NE only; the
+    # verifier took LT and the backends disagreed (the interpreter ordered lexicographically,
+    # the cpu backend gave neither that nor a consistent answer).
+    with pytest.raises(ShapeError, match=f"complex operands can only be compared with EQ or "
+                       rf"NE, got direction={direction} for c64\[4\], c64\[4\]"):
+        infer("compare", ["c64[4]", "c64[4]"], direction=direction)
+    for ok in ("EQ", "NE"):
+        assert_shape(infer("compare", ["c128[]", "c128[]"], direction=ok), "pred[]")
+
+
 def test_select_predicate_scalar_or_same_shape():
     assert_shape(infer("select", ["pred[2,3]", "f32[2,3]", "f32[2,3]"]), "f32[2,3]")
     assert_shape(infer("select", ["pred[]", "s32[4]", "s32[4]"]), "s32[4]")

@@ -460,9 +460,13 @@ def _check_targets(module) -> None:
     starts. This process's registry is the ranks': ranks it launches are fresh processes
     that have the built-ins and are forwarded the rest (an --infeed-fn module's, imported
     here by feeds.check_args: runtime/forwarded_calls.py), and under a bare mpiexec this
-    is one of the ranks, whose script registered its targets on every rank."""
+    is one of the ranks, whose script registered its targets on every rank. Also no dynamic
+    entry parameter (refused by every backend), before the inputs are held against dims it
+    has not."""
+    from xladist.hlo.dynamic_padder import check_entry_parameters
     from xladist.semantics.custom_calls import check_registered
     check_registered(module)
+    check_entry_parameters(module)
 
 
 def _verify_once(module, args) -> None:

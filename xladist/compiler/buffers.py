@@ -26,6 +26,7 @@ import numpy as np
 
 from ..hlo.ir import Computation, Instruction
 from ..hlo.shape import Shape
+from ..semantics.values import constant_literal
 from .codegen.constants import to_physical
 
 ALIGN = 64
@@ -74,6 +75,14 @@ def _slot_for_leaf(asg: Assignment, shape: Shape, kind: str, name: str) -> Slot 
     return asg.new(kind, shape, name=name)
 
 
+def _literal_leaf(literal, index: tuple[int, ...]):
+    """The value of the leaf at shape index `index` of a constant's literal."""
+    value = literal.value
+    for i in index:
+        value = value[i].value
+    return value
+
+
 def assign_slots(comp: Computation, kinds: dict[Instruction, str]) -> Assignment:
     """Slots for every instruction's leaves (offsets come later, in `place`)."""
     asg = Assignment()
@@ -91,12 +100,17 @@ def assign_slots(comp: Computation, kinds: dict[Instruction, str]) -> Assignment
                 slots.append(slot)
             asg.leaves[instr] = slots
         elif k == "const":
-            slot = asg.new("const", instr.shape, name=instr.name)
-            value = instr.literal.value if instr.literal is not None else None
-            if value is not None:
-                phys = to_physical(instr.shape, value)
-                slot.data = np.frombuffer(phys.tobytes(), dtype=np.uint8).copy()
-            asg.leaves[instr] = [slot]
+            # One static slot per array leaf: a tuple-shaped constant (`constant(( {1, 2},
+            # 1.5 ))`) is a tuple of literals, each leaf its own buffer.
+            slots = []
+            for index, s in instr.shape.leaves():
+                slot = _slot_for_leaf(asg, s, "const", instr.name)
+                value = _literal_leaf(constant_literal(instr), index)
+                if slot is not None:
+                    phys = to_physical(s, value)
+                    slot.data = np.frombuffer(phys.tobytes(), dtype=np.uint8).copy()
+                slots.append(slot)
+            asg.leaves[instr] = slots
         elif k == "alias":
             asg.leaves[instr] = _alias_leaves(asg, instr)
         else:

@@ -57,8 +57,11 @@ DUPLICATION_LIMIT = 12
 
 
 def physical_bitcast(instr: Instruction) -> bool:
-    """reshape/copy/transpose whose result has exactly the operand's bytes."""
+    """reshape/copy/transpose whose result has exactly the operand's bytes. A copy of a
+    tuple is XLA's shallow copy: the same leaves (values never change in place)."""
     op = instr.operands[0] if instr.operands else None
+    if instr.opcode == "copy" and op is not None and instr.shape.is_tuple:
+        return True
     if op is None or not instr.shape.is_array or not op.shape.is_array:
         return False
     out, src = instr.shape, op.shape

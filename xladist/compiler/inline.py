@@ -78,7 +78,9 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
             if _inlinable(instr):
                 callee = instr.attrs["calls" if instr.opcode == "fusion" else "to_apply"]
                 inner = {p: ops[p.parameter_number] for p in callee.parameters}
-                mapping[instr] = emit(callee, f"{prefix}{instr.name}/", inner)
+                mapping[instr] = _relayout(out, prefix + instr.name,
+                                           emit(callee, f"{prefix}{instr.name}/", inner),
+                                           instr.shape)
                 continue
             c = _clone(instr, prefix + instr.name, ops)
             out.original_of[c] = instr
@@ -89,6 +91,28 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
     out.root = emit(comp, "", {})
     _drop_dead(out)
     return out
+
+
+def _layouts_differ(a: Shape, b: Shape) -> bool:
+    if a.is_tuple:
+        return any(_layouts_differ(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+    return a.is_array and a.rank > 1 and a.minor_to_major() != b.minor_to_major()
+
+
+def _relayout(out: Computation, name: str, value: Instruction, shape: Shape) -> Instruction:
+    """`value` (an inlined callee's root) in the layout of `shape` (the call's or fusion's
+    own): XLA's call result has the instruction's layout, which may differ from the
+    callee root's; every user (and the entry's result) reads the call's. Arrays are copied,
+    tuples rebuilt from their relaid elements; nothing is added where the layouts agree."""
+    if not _layouts_differ(value.shape, shape):
+        return value
+    if shape.is_tuple:
+        parts = [_relayout(out, f"{name}.{i}", out.add(Instruction(
+                     f"{name}.gte.{i}", "get-tuple-element", value.shape.tuple_shapes[i],
+                     [value], {"index": i})), s)
+                 for i, s in enumerate(shape.tuple_shapes)]
+        return out.add(Instruction(f"{name}.relayout", "tuple", shape, parts))
+    return out.add(Instruction(f"{name}.relayout", "copy", shape, [value]))
 
 
 def _complete(out: Computation, name: str, done: Instruction, group, root: Instruction,

@@ -116,6 +116,19 @@ def _refuse(instr: Instruction, why: str) -> UnsupportedError:
     return UnsupportedError(f"instruction {instr.name} ({instr.opcode}): {why}")
 
 
+def check_entry_parameters(module) -> None:
+    """UnsupportedError for a dynamic entry parameter (`f32[<=4]`, `f32[?,4]`): the padder
+    takes dynamic sizes from set-dimension-size only. A run checks this before it reads any
+    input (whose expected dims a dynamic parameter does not have)."""
+    for p in module.entry.parameters:
+        if p.shape.has_dynamic:
+            raise _refuse(p, _DYNAMIC_ENTRY_PARAMETER)
+
+
+_DYNAMIC_ENTRY_PARAMETER = ("dynamic entry parameters are not supported; pass the padded array "
+                            "and its size and use set-dimension-size")
+
+
 def _dynamic(sizes) -> bool:
     if isinstance(sizes, list):
         return any(_dynamic(s) for s in sizes)
@@ -197,8 +210,7 @@ class _Padder:
                 self.branch_parameter(instr)
                 continue
             if instr.opcode == "parameter" and instr.shape.has_dynamic:
-                raise _refuse(instr, "dynamic entry parameters are not supported; pass the "
-                              "padded array and its size and use set-dimension-size")
+                raise _refuse(instr, _DYNAMIC_ENTRY_PARAMETER)
             ops = [self.repl.get(o, o) for o in instr.operands]
             szs = [self.sizes[o] for o in instr.operands]
             if (instr.opcode in _DYNAMIC_OPCODES or instr.opcode == "get-dimension-size"

@@ -189,6 +189,13 @@ class Module:
         # Other header attributes in text order: name -> value text (kept verbatim),
         # e.g. input_output_alias, buffer_donor, allow_spmd_sharding_propagation_to_output.
         self.header_attrs: dict[str, str] = {}
+        # `frontend_attributes={k="v",...}` of the header, as an instruction's.
+        # input_output_alias entries (output index, parameter, parameter index, kind) and
+        # buffer_donor entries (parameter, parameter index), as the header lists them (the
+        # text is kept in header_attrs for printing); checked by the verifier.
+        self.input_output_alias: list[tuple[tuple[int, ...], int, tuple[int, ...], str]] = []
+        self.buffer_donors: list[tuple[int, tuple[int, ...]]] = []
+        self.frontend_attributes: dict[str, str] = {}
         self.stack_frames: str | None = None  # raw text of the FileNames..StackFrames sections
 
     def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:

@@ -170,8 +170,9 @@ _row("custom-call", None, "control",
      "called_computations:computations to_apply:computation")
 _row("async-start", None, "control",
      "async_execution_thread:string output_to_operand_aliasing:raw calls:computation!")
-_row("async-update", 1, "control", "calls:computation")
-_row("async-done", 1, "control", "calls:computation")
+# Every async op (start, update, done) prints its thread first (HloAsyncInstruction).
+_row("async-update", 1, "control", "async_execution_thread:string calls:computation")
+_row("async-done", 1, "control", "async_execution_thread:string calls:computation")
 _row("domain", 1, "control", "domain:raw!")
 _row("opt-barrier", 1, "control")
 

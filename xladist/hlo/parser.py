@@ -17,7 +17,8 @@ import re
 from ..errors import HloParseError
 from .attrs import RawAttr
 from .ir import Computation, Instruction, Module
-from .lexer import ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, STRING
+from .lexer import (ATTR, BRACED, EOF, IDENT, INT, INTLISTS, LABEL, NAME, PUNCT, SHAPE, SPECIAL,
+                    STRING)
 from .opcodes import ASYNC_SUGAR_SUFFIXES, COMMON_ATTRS, OPCODES
 from .parse_values import KIND_READERS, TokenCursor
 from .shape import PRIMITIVE_TYPES, Shape
@@ -28,6 +29,9 @@ __all__ = ["parse_module", "parse_text"]
 _SCHEMAS = {name: {a.name: a for a in info.attrs} for name, info in OPCODES.items()}
 _COMMON = frozenset(COMMON_ATTRS)
 _KEYWORDS = frozenset({"ROOT", "ENTRY", "HloModule"})
+# Names XLA's short style prints bare although its lexer reads them as floats (`%inf` is
+# printed `inf`): read as names where a name must stand, so the short style parses back.
+_FLOAT_WORDS = frozenset({"inf", "nan"})
 
 
 def parse_module(text: str, filename: str | None = None) -> Module:
@@ -174,33 +178,43 @@ class _Parser(TokenCursor):
             self.expect("}", f"to close {key}")
             module.entry_computation_layout = (params, result)
         elif key in ("input_output_alias", "buffer_donor"):
-            module.header_attrs[key] = self.aliasing(key)
+            module.header_attrs[key] = self.aliasing(key, module)
+        elif key == "frontend_attributes":
+            module.frontend_attributes = self.frontend_attributes(what)
         else:
             module.header_attrs[key] = self.raw_value(what)
 
-    def aliasing(self, key: str) -> str:
-        """Check `input_output_alias={ {0}: (0, {}, may-alias), ... }` or
-        `buffer_donor={ (0, {}), ... }` as XLA's parser does and keep the text (XLA rejects
-        a malformed one: hlo_parser_test.cc AliasingWrongIndex, BufferDonor*)."""
+    def aliasing(self, key: str, module: Module) -> str:
+        """Read `input_output_alias={ {0}: (0, {}, may-alias), ... }` or
+        `buffer_donor={ (0, {}), ... }` as XLA's parser does (XLA rejects a malformed one:
+        hlo_parser_test.cc AliasingWrongIndex, BufferDonor*) into module.input_output_alias /
+        module.buffer_donors, and keep the text."""
         alias = key == "input_output_alias"
         start = self.i
         self.expect("{", f"to open {key}")
         if not self.at("}"):
             while True:
+                output = ()
                 if alias:
-                    self.v_ints(f"the output shape index in {key}")
+                    output = self.v_ints(f"the output shape index in {key}")
                     self.expect(":", f"after the output shape index in {key}")
                 self.expect("(", f"to open a (parameter, shape index) pair in {key}")
-                self.v_int(f"the parameter number in {key}")
+                param = self.v_int(f"the parameter number in {key}")
                 self.expect(",", f"after the parameter number in {key}")
-                self.v_ints(f"the parameter shape index in {key}")
+                index = self.v_ints(f"the parameter shape index in {key}")
+                kind = "may-alias"
                 if alias and self.at(","):
                     self.i += 1
                     if self.texts[self.i] not in ("may-alias", "must-alias"):
                         raise self.error(f"expected may-alias or must-alias in {key}, "
                                          f"found {self.found()}")
+                    kind = self.texts[self.i]
                     self.i += 1
                 self.expect(")", f"to close a (parameter, shape index) pair in {key}")
+                if alias:
+                    module.input_output_alias.append((output, param, index, kind))
+                else:
+                    module.buffer_donors.append((param, index))
                 if not self.at(","):
                     break
                 self.i += 1
@@ -365,7 +379,8 @@ class _Parser(TokenCursor):
             i += 1
         k = kinds[i]
         name_i = i
-        if k == NAME or (k == IDENT and texts[i] not in _KEYWORDS):
+        if k == NAME or (k == IDENT and texts[i] not in _KEYWORDS) or (
+                k == SPECIAL and texts[i] in _FLOAT_WORDS):
             name = texts[i][1:] if k == NAME else texts[i]
             i += 1
             if kinds[i] != PUNCT or texts[i] != "=":
@@ -499,7 +514,8 @@ class _Parser(TokenCursor):
             k = kinds[i]
             declared = None
             if k == SHAPE or (k == PUNCT and texts[i] == "(") or (
-                    k == IDENT and texts[i] in PRIMITIVE_TYPES and texts[i + 1] == "["):
+                    k == IDENT and texts[i] in PRIMITIVE_TYPES and texts[i + 1] == "[") or (
+                    k == IDENT and texts[i] == "b" and texts[i + 1] == "("):  # b(f32[4]) x
                 self.i = i
                 declared = self.shape(f"for an operand of {name}")
                 i = self.i
@@ -526,7 +542,7 @@ class _Parser(TokenCursor):
                                  f"{self.found(i)}", i)
             if k == NAME:
                 op = symbols.get(texts[i][1:])
-            elif k == IDENT:
+            elif k == IDENT or (k == SPECIAL and texts[i] in _FLOAT_WORDS):
                 op = symbols.get(texts[i])
             else:
                 raise self.error(f"expected an operand name in the operands of {name}, found "
@@ -655,7 +671,8 @@ class _Parser(TokenCursor):
         if not self.at("}"):
             while True:
                 k = self.kinds[self.i]
-                if k not in (NAME, IDENT):
+                if k not in (NAME, IDENT) and not (k == SPECIAL
+                                                   and self.texts[self.i] in _FLOAT_WORDS):
                     raise self.error(f"expected a name in {what}, found {self.found()}")
                 out.append((self.i, self.texts[self.i][1:] if k == NAME else self.texts[self.i]))
                 self.i += 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .attrs import Literal
 from .ir import Computation, Instruction, Module
-from .lexer import quote
+from .lexer import quote, unquote
 from .literals import format_literal
 from .opcodes import OPCODES
 from .shape import UNBOUNDED, Shape
@@ -92,6 +92,8 @@ class _Printer:
             head.append(f"replica_count={m.replica_count}")
         if m.num_partitions != 1:
             head.append(f"num_partitions={m.num_partitions}")
+        if m.frontend_attributes:
+            head.append("frontend_attributes=" + _frontend_attributes_text(m.frontend_attributes))
         done = set(_HEADER_BEFORE_LAYOUT) | set(_HEADER_AFTER_LAYOUT)
         for key, value in m.header_attrs.items():
             if key not in done:
@@ -194,11 +196,8 @@ class _Printer:
         if instr.sharding is not None:
             out.append(", sharding=" + instr.sharding)
         if instr.frontend_attributes:
-            items = []
-            for key in sorted(instr.frontend_attributes):
-                value = instr.frontend_attributes[key]
-                items.append(f"{key}={value if _is_brace_dict(value) else quote(value)}")
-            out.append(", frontend_attributes={" + ",".join(items) + "}")
+            out.append(", frontend_attributes="
+                       + _frontend_attributes_text(instr.frontend_attributes))
         if instr.control_predecessors:
             out.append(", control-predecessors={" + ", ".join(
                 self.sigil + p.name for p in instr.control_predecessors) + "}")
@@ -210,8 +209,9 @@ class _Printer:
             out.append(", origin=" + instr.origin)
         if self.metadata and instr.metadata:
             out.append(", metadata={" + instr.metadata + "}")
-        if instr.backend_config is not None:
-            out.append(", backend_config=" + instr.backend_config)
+        config = _backend_config_text(instr.backend_config)
+        if config:
+            out.append(", backend_config=" + config)
 
     def value(self, kind: str, v) -> str:
         """An attribute value in XLA's spelling, by its opcodes.py kind."""
@@ -270,13 +270,14 @@ _VALUE_TEXT = {
 
 
 def _is_brace_dict(value: str) -> bool:
-    """Whether a frontend attribute value is printed raw (it scans as `{...}`)."""
+    """Whether a value scans as one `{...}` (XLA's LexesAsJsonDict): braces balanced outside
+    quoted strings, the first '{' closed by the last character."""
     if not (value.startswith("{") and value.endswith("}")):
         return False
     depth = 0
     quote_char = None
     escaped = False
-    for ch in value:
+    for n, ch in enumerate(value):
         if quote_char:
             if escaped:
                 escaped = False
@@ -290,9 +291,33 @@ def _is_brace_dict(value: str) -> bool:
             depth += 1
         elif ch == "}":
             depth -= 1
-            if depth < 0:
+            if depth == 0 and n != len(value) - 1:
                 return False
     return depth == 0 and quote_char is None
+
+
+def _dict_or_quoted(value: str) -> str:
+    """A frontend attribute value or backend_config as XLA prints it: raw when it scans as
+    one brace dict, else a double-quoted C-escaped string."""
+    return value if _is_brace_dict(value) else quote(value)
+
+
+def _frontend_attributes_text(attrs: dict[str, str]) -> str:
+    """`{k="v",k2={...}}` of an instruction or the module header: keys sorted."""
+    return "{" + ",".join(f"{k}={_dict_or_quoted(attrs[k])}" for k in sorted(attrs)) + "}"
+
+
+def _backend_config_text(text: str | None) -> str:
+    """backend_config (kept as written: `{...}` or a quoted string) in XLA's spelling: a
+    quoted value that scans as a brace dict prints raw, one that does not is re-quoted with
+    double quotes, an empty one is not printed."""
+    if not text or text[0] not in "\"'":
+        return text or ""
+    try:
+        value = unquote(text)
+    except ValueError:
+        return text
+    return _dict_or_quoted(value) if value else ""
 
 
 def print_module(module: Module, *, sigils: bool = True, operand_shapes: bool = False,

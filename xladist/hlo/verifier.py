@@ -14,7 +14,9 @@ from the module (fused, called and synthesized async-wrapper computations includ
   C.10-C.14): group mode, ids in range and unique, groups covering every id, equal group sizes
   except all-reduce, the group size dividing all-gather / reduce-scatter / all-to-all
   dimensions, collective-permute pairs;
-* entry_computation_layout (if present) against the entry's parameters and root.
+* entry_computation_layout (if present) against the entry's parameters and root;
+* input_output_alias and buffer_donor (if present) against the entry, as XLA's alias and
+  donor configs check them (indices name arrays, sizes agree, nothing aliased twice).
 
 The first problem raises VerifierError naming the computation, the printed instruction, and
 the expected and actual shapes. Non-fatal findings (elided constants that cannot execute,
@@ -386,6 +388,55 @@ def _check_entry_layout(module: Module) -> None:
               expected=fmt(result), actual=fmt(entry.root.shape))
 
 
+def _check_aliasing(module: Module) -> None:
+    """The header's input_output_alias and buffer_donor against the entry, as XLA's
+    HloInputOutputAliasConfig / HloBufferDonorConfig (SetUpAlias, Verify) check them: every
+    index names an array in the root or parameter shape, an aliased parameter and output
+    have the same byte size, each output index and each parameter buffer is aliased at most
+    once, and a donor is not also aliased."""
+    entry = module.entry
+    params = entry.parameters
+
+    def subshape(shape, index, what):
+        try:
+            s = shape.subshape(index)
+        except IndexError:
+            s = None
+        if s is None or not s.is_array:
+            _fail(f"{what}: shape index {{{','.join(map(str, index))}}} does not name an array "
+                  f"in {fmt(shape)}", entry)
+        return s
+
+    def param_subshape(param, index, what):
+        if not 0 <= param < len(params):
+            _fail(f"{what}: parameter {param} does not exist (ENTRY {entry.name} has "
+                  f"{len(params)} parameters)", entry)
+        return subshape(entry.parameter(param).shape, index, f"{what}, parameter {param}")
+
+    outputs, aliased = set(), set()
+    for output, param, index, _kind in module.input_output_alias:
+        what = (f"input_output_alias {{{','.join(map(str, output))}}}: ({param}, "
+                f"{{{','.join(map(str, index))}}})")
+        out = subshape(entry.root.shape, output, f"{what}, the result")
+        src = param_subshape(param, index, what)
+        if output in outputs:
+            _fail(f"{what}: output index {{{','.join(map(str, output))}}} is aliased twice",
+                  entry)
+        if (param, index) in aliased:
+            _fail(f"{what}: parameter {param} at {{{','.join(map(str, index))}}} is aliased "
+                  "with two outputs", entry)
+        outputs.add(output)
+        aliased.add((param, index))
+        if src.nbytes != out.nbytes:   # ShapeUtil::ByteSizeOf, sub-byte types unpacked
+            _fail(f"{what}: an aliased parameter and output must have the same size", entry,
+                  expected=fmt(src), actual=fmt(out))
+    for param, index in module.buffer_donors:
+        what = f"buffer_donor ({param}, {{{','.join(map(str, index))}}})"
+        param_subshape(param, index, what)
+        if (param, index) in aliased:
+            _fail(f"{what}: the parameter is also in input_output_alias", entry)
+
+
 def _devices(module: Module, num_devices: int | None,
              counts: tuple[int, int] | None) -> tuple[int, int]:
     r, p = module.replica_count, module.num_partitions
@@ -471,4 +522,5 @@ def verify_module(module: Module, *, num_devices: int | None = None,
         report.computations += 1
         report.instructions += len(comp.instructions)
     _check_entry_layout(module)
+    _check_aliasing(module)
     return report

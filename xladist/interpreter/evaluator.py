@@ -30,11 +30,10 @@ from time import perf_counter_ns
 import numpy as np
 
 from ..errors import ExecutionError, UnsupportedError, XlaDistError, out_of_memory
-from ..hlo.attrs import ELIDED_CONSTANT
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from .device_ops import Pending
-from ..semantics.values import TOKEN
+from ..semantics.values import TOKEN, constant_literal
 from .registry import EVAL_RULES, UNSUPPORTED
 
 # Opcodes whose rule is element-wise whatever the array shape: a scalar computation made
@@ -399,8 +398,11 @@ def check_supported(module) -> None:
         elif instr.opcode == "custom-call":
             if instr.attrs.get("custom_call_target") not in CUSTOM_CALLS:
                 problems.append(f"{describe(instr)}: {why_unregistered(instr)}")
-        elif instr.opcode == "constant" and (instr.literal is None or instr.literal.elided):
-            problems.append(f"{describe(instr)}: {ELIDED_CONSTANT}")
+        elif instr.opcode == "constant":
+            try:
+                constant_literal(instr)
+            except UnsupportedError as e:
+                problems.append(str(e))
     if problems:
         more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
         raise UnsupportedError("the interpreter cannot run this module:\n  "

@@ -13,12 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..hlo.attrs import ELIDED_CONSTANT
 from ..hlo.ir import describe
 from ..hlo.shape import Shape
 from ..semantics import layout
 from ..semantics.dtypes import F32, kind_of
-from ..semantics.values import TOKEN
+from ..semantics.values import TOKEN, constant_literal
 from .registry import register
 
 
@@ -39,10 +38,7 @@ def literal_value(literal, shape: Shape):
 
 @register("constant")
 def constant_rule(instr, args, ev):
-    lit = instr.literal
-    if lit is None or lit.elided:
-        raise UnsupportedError(f"{describe(instr)}: {ELIDED_CONSTANT}")
-    return literal_value(lit, instr.shape)
+    return literal_value(constant_literal(instr), instr.shape)
 
 
 @register("broadcast")

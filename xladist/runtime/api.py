@@ -104,7 +104,9 @@ def _per_device(module, inputs, n: int) -> list[list]:
     time, io.Inputs), or a list over devices of argument lists. Rows are views of the
     caller's arrays, not copies."""
     from xladist.semantics.values import TOKEN
+    from xladist.hlo.dynamic_padder import check_entry_parameters
     from xladist.io import Inputs, decode
+    check_entry_parameters(module)  # before the inputs are held against dims it has not
     params = module.entry.parameters
     shapes = [p.shape for p in params]
     if inputs is None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedError
+from ..hlo.attrs import ELIDED_CONSTANT
+from ..hlo.ir import describe
 from ..hlo.shape import Shape
 
 
@@ -29,3 +32,13 @@ def zeros_value(shape: Shape):
     if shape.is_opaque:
         return None
     return np.zeros(shape.dims, dtype=shape.dtype)
+
+
+def constant_literal(instr):
+    """The literal of constant `instr`. A constant whose data the dump elided
+    (`constant({...})`, XLA's long style for more than 10 elements) has no values: every
+    backend refuses it with this UnsupportedError, before anything runs."""
+    lit = instr.literal
+    if lit is None or lit.elided:
+        raise UnsupportedError(f"{describe(instr)}: {ELIDED_CONSTANT}")
+    return lit

@@ -15,8 +15,8 @@ import numpy as np
 from llvmlite import ir
 
 from ...errors import UnsupportedError
-from ...hlo.attrs import ELIDED_CONSTANT
 from ...hlo.ir import Computation, Instruction
+from ...semantics.values import constant_literal
 from . import ir_array
 from .ir_array import Index, c64, layout_of
 from .lanes import lane_reducer, raw_step, reduce_in_lanes
@@ -187,10 +187,7 @@ def _moves_unchanged(instr) -> bool:
 
 @register("constant")
 def _constant(ctx, instr, index):
-    lit = instr.literal
-    if lit is None or lit.value is None:
-        raise UnsupportedError(f"constant `{instr.name}`: {ELIDED_CONSTANT}")
-    value = np.asarray(lit.value)
+    value = np.asarray(constant_literal(instr).value)
     t = instr.shape.element_type
     if value.size == 1:
         return constant(t, value.reshape(-1)[0])
@@ -341,9 +338,15 @@ def _start_index(ctx, op, index, limit):
 
 
 def _start_indices(ctx, instr, ops, index, sizes, operand_dims):
-    """Start indices given one scalar operand per dimension."""
-    return [_start_index(ctx, op, index, max(operand_dims[d] - sizes[d], 0))
-            for d, op in enumerate(ops)]
+    """Start indices given one scalar operand per dimension, or (the old form XLA's parser
+    still takes) one rank-1 integer array holding them all."""
+    limits = [max(n - k, 0) for n, k in zip(operand_dims, sizes)]
+    if len(ops) == 1 and ops[0].shape.rank == 1:
+        op = ops[0]
+        return [_clamp_start(ctx.b, ctx.gen(op, index.derive(op.shape.dims, [c64(d)])),
+                             op.shape.element_type, limit)
+                for d, limit in enumerate(limits)]
+    return [_start_index(ctx, op, index, limit) for op, limit in zip(ops, limits)]
 
 
 @register("dynamic-slice")

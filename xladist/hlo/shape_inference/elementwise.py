@@ -152,6 +152,10 @@ def compare(op, shapes, attrs, declared):
     ctype = attrs.get("type")
     if ctype is not None and ctype not in _COMPARE_TYPES:
         raise ShapeError(f"type={ctype} is not one of {', '.join(_COMPARE_TYPES)}")
+    if shapes[0].element_type.is_complex and direction not in ("EQ", "NE"):
+        # XLA orders no complex numbers: its evaluator and CPU emitter have EQ and NE only.
+        raise ShapeError(f"complex operands can only be compared with EQ or NE, got "
+                         f"direction={direction} for {fmt_all(shapes)}")
     return like(shapes[0], PRED)
 
 
@@ -192,6 +196,10 @@ def convert(op, shapes, attrs, declared):
         raise ShapeError(f"result must be an array, got {fmt(d)}")
     if d.dims != x.dims:
         raise ShapeError(f"result {fmt(d)} must have the operand's dimensions {fmt(x)}")
+    if x.element_type.is_complex and not d.element_type.is_complex:
+        # As XLA's InferConvertShape: take real (or imag) first, as JAX does.
+        raise ShapeError(f"cannot convert complex {fmt(x)} to the real type {fmt(d)}; "
+                         "take its real part (real) or imaginary part (imag) instead")
     return d
 
 
