@@ -267,10 +267,25 @@ def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -
     (dict(use_global_device_ids=True, replica_groups=groups((0, 1, 2, 3))),
      "use_global_device_ids=true requires a channel_id"),
     (dict(channel_id=-1, replica_groups=groups((0,))), "channel_id=-1 must not be negative"),
+    (dict(channel_id=0, replica_groups=groups((0,))), "channel_id=0"),
 ])
 def test_all_reduce_group_errors(attrs, message):
     err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))
     assert message in str(err) and "%coll" in str(err)
+
+
+def test_channel_id_zero_only_refused_on_all_reduce():
+    """XLA's verifier refuses an all-reduce whose channel_id is 0 ("All reduce channel id
+    must be greater than 0", docs/reference/collective-semantics.md C.10); xladist ran it as
+    a channel (group mode cross-replica-and-partition). Found by a hand-written 2x2 program.
+    Other collectives and send/recv take channel 0 as XLA does."""
+    err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", channel_id=0,
+                                   replica_groups=groups((0,))))
+    assert "channel_id=0" in str(err) and "greater than 0" in str(err)
+    verify_module(_collective("all-gather", "f32[4]", "f32[16]", channel_id=0, dimensions=(0,),
+                              replica_groups=groups((0,))))
+    verify_module(_collective("collective-permute", "f32[4]", "f32[4]", channel_id=0,
+                              source_target_pairs=((0, 1),)))
 
 
 def test_all_reduce_allows_ragged_groups_others_do_not():

@@ -120,9 +120,14 @@ def _check_attrs(comp: Computation, instr: Instruction) -> None:
             _fail(f"attribute {spec.name}= should be of kind {spec.kind}, got {value!r}", comp,
                   instr)
         # XLA takes any channel id; 0 is a channel like any other (send/recv in XLA's own
-        # tests use it). A negative one names no MPI tag.
+        # tests use it) except on all-reduce, whose verifier wants one greater than 0
+        # (docs/reference/collective-semantics.md C.10). A negative one names no MPI tag.
         if spec.name == "channel_id" and value < 0:
             _fail(f"channel_id={value} must not be negative", comp, instr)
+        if spec.name == "channel_id" and value == 0 and instr.opcode == "all-reduce":
+            _fail("all-reduce channel_id=0: an all-reduce's channel id must be greater than 0 "
+                  "(XLA refuses 0; leave channel_id out for a cross-replica all-reduce)",
+                  comp, instr)
 
 
 # ---- start/done pairing -----------------------------------------------------------------------
