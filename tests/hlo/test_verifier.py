@@ -288,6 +288,23 @@ def test_channel_id_zero_only_refused_on_all_reduce():
                               source_target_pairs=((0, 1),)))
 
 
+def test_in_place_collective_permute_is_refused_by_name():
+    """The 4-operand in-place collective-permute (slice_sizes) verified, then crashed both
+    backends on every rank with an internal error; xladist does not run it, and says so
+    before anything runs."""
+    for opcode, result in (("collective-permute", "f32[4,2]"),
+                           ("collective-permute-start", "(f32[4,2], f32[4,2], u32[], u32[])")):
+        b = Comp("main")
+        x = b.param("f32[4,2]")
+        o = b.param("f32[4,2]")
+        z = b.op("constant", "s32[]", name="z", literal="0")
+        i = b.op("tuple", "(s32[], s32[])", z, z, name="i")
+        b.op(opcode, result, x, o, i, i, name="cp", source_target_pairs=((0, 1), (1, 0)),
+             slice_sizes=((2, 2),))
+        err = verify_error(module(b.done(), replica_count=2))
+        assert "in-place form" in str(err) and "%cp" in str(err), str(err)
+
+
 def test_all_reduce_allows_ragged_groups_others_do_not():
     attrs = dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0,), (1, 2, 3)))
     verify_module(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))

@@ -34,6 +34,7 @@ from .opcodes import OPCODES, collective_opcodes
 from .shape import Shape
 from .shape_inference import UNSUPPORTED, infer_shape
 from .shape_inference.base import ShapeError, fmt
+from .shape_inference.collective import in_place_permute
 
 __all__ = ["verify_module", "VerifyReport", "instruction_text"]
 
@@ -286,6 +287,12 @@ def _check_collective(comp, instr, replica_count, num_partitions):
                 size_check(comp, instr, size)
         elif op in ("collective-permute", "collective-permute-start"):
             slices = instr.attrs.get("slice_sizes")
+            if in_place_permute([o.shape for o in instr.operands], instr.attrs):
+                # Valid XLA (TPU), but no xladist runtime moves slices into an output operand.
+                _fail(f"{op}: the in-place form (input, output, input and output start "
+                      "indices, slice_sizes) is not supported by xladist; write it as a "
+                      "collective-permute of the slice (a dynamic-slice of the input) and a "
+                      "dynamic-update-slice of the output", comp, instr)
             cg.check_source_target_pairs(op, instr.attrs.get("source_target_pairs") or (),
                                          channel is not None, replica_count, num_partitions,
                                          max_uses=max(len(slices), 1) if slices else 1)
