@@ -305,6 +305,24 @@ def test_in_place_collective_permute_is_refused_by_name():
         assert "in-place form" in str(err) and "%cp" in str(err), str(err)
 
 
+@pytest.mark.parametrize("op", [
+    "all-to-all(x), channel_id=1, replica_groups={{0,1}}, dimensions={0}",
+    "collective-broadcast(x), channel_id=1, replica_groups={{0,1}}",
+    "collective-permute(x), channel_id=1, source_target_pairs={{0,1}}",
+])
+def test_use_global_device_ids_on_an_op_without_the_flag_is_refused(op):
+    """all-to-all, collective-broadcast and collective-permute have no use_global_device_ids
+    (docs/reference/collective-semantics.md A.2; XLA's parser rejects the attribute there).
+    xladist kept it as an unknown attribute and ignored it, so a writer who meant flattened
+    ids got partition ids without a word."""
+    text = ("HloModule m, replica_count=2, num_partitions=2\nENTRY e {\n"
+            "  x = f32[4] parameter(0)\n"
+            f"  ROOT coll = f32[4] {op}, use_global_device_ids=true\n}}\n")
+    err = verify_error(parser.parse_module(text))
+    assert "use_global_device_ids" in str(err) and "%coll" in str(err), str(err)
+    assert "no use_global_device_ids" in str(err)
+
+
 def test_all_reduce_allows_ragged_groups_others_do_not():
     attrs = dict(channel_id=1, use_global_device_ids=True, replica_groups=groups((0,), (1, 2, 3)))
     verify_module(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))

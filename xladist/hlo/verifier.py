@@ -275,6 +275,12 @@ _GROUPED = {
 def _check_collective(comp, instr, replica_count, num_partitions):
     op = instr.opcode
     channel = instr.attrs.get("channel_id")
+    if "use_global_device_ids" in instr.attrs and not cg.has_global_ids_flag(op):
+        # Kept by the parser as an unknown attribute, it would be ignored: the ids would be
+        # read in another mode than the writer meant (A.2). XLA's parser rejects it.
+        _fail(f"{op} has no use_global_device_ids (docs/reference/collective-semantics.md "
+              "A.2: only all-reduce, all-gather and reduce-scatter carry it); its ids are "
+              "partition ids with a channel_id and replica ids without", comp, instr)
     try:
         if op in _GROUPED:
             require_cover, size_check = _GROUPED[op]
