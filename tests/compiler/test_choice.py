@@ -316,9 +316,31 @@ def _kernel_at_once(monkeypatch):
     monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 0)
 
 
-def _force(monkeypatch, way):
-    monkeypatch.setattr(Site, "pick", lambda self, regime: way if way in self.ways
-                        else self.ways[0])
+def _force(monkeypatch, way) -> list:
+    """Every site picks `way` where it has it, else its first way; returns the sites it
+    picked for, in order (_ran_or_refused reads the last)."""
+    picked = []
+
+    def pick(self, regime):
+        picked.append(self)
+        return way if way in self.ways else self.ways[0]
+    monkeypatch.setattr(Site, "pick", pick)
+    return picked
+
+
+def _ran_or_refused(way, picked, before: dict, also=()) -> str:
+    """A forced way either ran (calls_by_way counts it, or one of `also`: the names a
+    way takes where it is another, e.g. the pool on a product of one block) or its site
+    dropped it (its check refused it): so a forced-way test cannot pass on another way
+    without saying so. Returns "ran" or "refused"."""
+    now = choice.calls_by_way()
+    for name in (choice.NAMES[way], *also):
+        if now.get(name, 0) > before.get(name, 0):
+            return "ran"
+    assert picked and way not in picked[-1].ways, (
+        f"{choice.NAMES[way]} was forced and offered, but "
+        f"{[w for w in now if now[w] != before.get(w, 0)] or 'no recorded way'} ran")
+    return "refused"
 
 
 def _forced_product(monkeypatch, way, a, b, threads=2):
@@ -355,12 +377,23 @@ def test_every_way_of_a_product_gives_the_bits_of_one_thread(mkn, dtype, monkeyp
     np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
     monkeypatch.setattr(parallel, "DYNAMIC", True)
     blas_blocks._openblas_cut(np.dtype(np_t))  # (the LLVM GEMM built: offered at once)
+    one_block = blas_blocks.gemm_split(m, n, k) is None
+    ran = {}
     for threads in (1, 2, 4):
         parallel.set_threads(threads)
         for way in (POOL, ALONE, WHOLE, SHARED, KERNEL):
-            _force(monkeypatch, way)
-            got = np.array(exe(a, b)[0])
-            assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+            picked = _force(monkeypatch, way)
+            for _ in range(2):  # (a way's first call may run its check instead)
+                before = dict(choice.calls_by_way())
+                got = np.array(exe(a, b)[0])
+                assert got.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+            ran[threads, way] = _ran_or_refused(way, picked, before, also=(
+                ("caller alone",) if way == POOL and (threads == 1 or one_block) else ()))
+    # What the loop above covered: with 2 threads or more, the pool, the caller alone and
+    # OpenBLAS split on the pool always run (their bits are the blocks' own); OpenBLAS's
+    # threads and the LLVM GEMM where their checks pass.
+    for threads in (2, 4):
+        assert all(ran[threads, w] == "ran" for w in (POOL, ALONE)), ran
 
 
 # The products above whose every block OpenBLAS computes with its level-3 driver, as the
@@ -715,11 +748,15 @@ def test_every_way_of_a_complex_product_of_transposed_operands_gives_the_blocks_
         parallel.set_threads(threads)
         blas_blocks._sites.clear()
         for way in (POOL, ALONE, WHOLE, SHARED):
-            _force(monkeypatch, way)
-            out = np.full((m, n), np.nan, dtype)
-            with parallel.blas_scope():
-                blas_blocks.matmul_into(a, b, out)
-            assert out.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+            picked = _force(monkeypatch, way)
+            for _ in range(2):  # (a way's first call may run its check instead)
+                before = dict(choice.calls_by_way())
+                out = np.full((m, n), np.nan, dtype)
+                with parallel.blas_scope():
+                    blas_blocks.matmul_into(a, b, out)
+                assert out.tobytes() == want.tobytes(), (threads, choice.NAMES[way])
+            ran = _ran_or_refused(way, picked, before)
+            assert way in (WHOLE, SHARED) or ran == "ran"
 
 
 def test_a_matrix_times_its_own_transpose_is_not_handed_to_openblas_threads(two_threads):
