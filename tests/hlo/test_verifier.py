@@ -244,6 +244,21 @@ def test_num_devices_must_fit_the_module():
         verify_module(both, num_devices=8)
 
 
+def test_count_mismatch_says_which_count_the_run_gave():
+    """A module declaring num_partitions=2 run with --replica-count 4 on 4 devices was told
+    "module m is built for replica_count=4 x num_partitions=2": the module says nothing of
+    4 replicas, the run asked for them."""
+    from xladist.hlo.collective_groups import run_device_counts
+    b = Comp("main")
+    b.param("f32[]")
+    m = module(b.done(), num_partitions=2)
+    with pytest.raises(InputError) as e:
+        run_device_counts(m, 4, replica_count=4)
+    text = str(e.value)
+    assert "declares num_partitions=2" in text and "the run asks for replica_count=4" in text
+    assert "built for" not in text and "run it with -n 8, not -n 4" in text
+
+
 # ---- collectives (docs/reference/collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
 
 def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -> Module:
