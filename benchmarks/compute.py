@@ -68,8 +68,10 @@ try:  # measured ways (issue 31); absent when this script times an older checkou
 except ImportError:
     choice = None
 
-if hostinfo.blas_coretype() and "OPENBLAS_CORETYPE" not in os.environ:
+if __name__ == "__main__" and hostinfo.blas_coretype() and \
+        "OPENBLAS_CORETYPE" not in os.environ:
     # OpenBLAS reads it when it loads (numpy is loaded by now): start again with it set.
+    # Only as a script: a program importing this module (`python -c`) has no argv to run.
     os.environ["OPENBLAS_CORETYPE"] = hostinfo.blas_coretype()
     os.execv(sys.executable, [sys.executable, *sys.argv])
 

@@ -387,6 +387,36 @@ def test_mixed_cpus_give_every_replica_the_same_bits(tmp_path, simhosts):
         assert not np.array_equal(own[0], v2[0])
 
 
+@pytest.mark.timeout(600)
+def test_a_cpu_the_launching_host_cannot_run_is_checked_on_the_ranks_hosts(tmp_path,
+                                                                           simhosts):
+    """XLADIST_TARGET_CPU names the compute nodes' CPU, which a login node need not run:
+    with a hostfile the launcher checks only the name, and each rank whether its own host
+    runs it. Emulated here by a launcher whose XLADIST_TARGET_CPU (bdver2: AMD's XOP) this
+    host cannot run, and nodes that set their own (x86-64-v2), or inherit it. Before, the
+    launch was refused on the launching host (exit 2); a rank that then refused said it
+    once per rank, after a line blaming ssh."""
+    import llvmlite.binding as llvm
+    if llvm.get_host_cpu_features().get("xop", False):
+        pytest.skip("this host runs bdver2's code")
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    out = tmp_path / "out.npz"
+    sim = simhosts(cpus={"nodeA": "x86-64-v2", "nodeB": "x86-64-v2"})
+    proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", case / "inputs.npz",
+                "--outputs", out, XLADIST_TARGET_CPU="bdver2")
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got, np.load(case / "expected.npz") as want:
+        np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-6)
+    sim = simhosts(cpus={"nodeA": "x86-64-v2"})  # nodeB's ranks inherit bdver2
+    proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", case / "inputs.npz",
+                XLADIST_TARGET_CPU="bdver2")
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("xladist: rank 2 on nodeB: XLADIST_TARGET_CPU 'bdver2' names a "
+                           "CPU whose code this host cannot run") and \
+        line.endswith("; refused on nodeB (ranks 2, 3)"), line
+
+
 # ---- the network path --------------------------------------------------------------------
 
 @pytest.mark.timeout(600)

@@ -601,12 +601,14 @@ def test_outputs_whose_temporary_folder_went_during_the_run_are_kept_in_memory(
     target = {"npz": "out.npz", "devices": "out{device}.npz", "print": None}[mode]
     out = Outputs(2, mode, str(tmp_path / target) if target else None)
     shutil.rmtree(out.tmp)
-    out.tmp.write_text("not a folder any more")
+    replaced = out.tmp
+    replaced.write_text("not a folder any more")
     try:
         _deliver(out, per_device)
         assert out.finish() is None
     finally:
-        out.tmp = None  # (discard: nothing of ours left to remove)
+        replaced.unlink()  # (the test's file, not a folder: discard leaves it)
+        out.tmp = None
     if mode == "print":
         assert capsys.readouterr().out.endswith(
             "device 1:\nout0: float32[2, 3]\n  [[1. 1. 1.]\n   [1. 1. 1.]]\nout1: bfloat16[2]\n"

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.cli_util import gone, marked
@@ -123,3 +124,52 @@ def test_a_launcher_ended_while_it_compiles_leaves_nothing(tmp_path, sig):
             proc.kill()
             proc.communicate()
     assert proc.returncode == (128 + sig if sig != signal.SIGKILL else -sig)
+
+
+# ---- MPICH's topology files -------------------------------------------------------------
+# Each host's hydra proxy writes the node's topology for its ranks' MPICH to
+# /tmp/hydra_hwloc_xmlfile_XXXXXX (hard-coded: not TMPDIR) and removes it when it ends --
+# but not after MPI_Abort: every failed run left one 5.5 KiB file per host in /tmp (2634 on
+# this machine from test runs when it was found).
+_FEED_WITHOUT_SOURCE = """HloModule starved, replica_count=2
+
+ENTRY main {
+  tok = token[] after-all()
+  feed = (f32[4], token[]) infeed(tok)
+  ROOT x = f32[4] get-tuple-element(feed), index=0
+}
+"""
+
+
+def _topology_files() -> set[str]:
+    import glob
+    return set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["a rank's error", "a hang"])
+def test_a_failed_job_leaves_no_file_of_mpich_in_tmp(tmp_path, how):
+    from tests.cli.test_channels_cli import write_inputs
+    from tests.cli_util import xladist_cli
+    from tests.paths import ROOT as root
+    if how == "a rank's error":
+        module = tmp_path / "starved.hlo"
+        module.write_text(_FEED_WITHOUT_SOURCE)
+        args = [module, "-n", 2]
+        said = "infeed needs an infeed source"
+    else:  # rank 0 ends its loop after 2 trips, rank 1 waits in its third psum
+        module = root / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        inputs = write_inputs(tmp_path / "in.npz", module, 2, {0: x, 1: np.array([2, 3], np.int32)})
+        args = [module, "-n", 2, "--inputs", inputs, "--no-check", "--timeout", 3]
+        said = "never arrived"
+    before = _topology_files()
+    proc = xladist_cli("run", *args, "-q", timeout=120, XLADIST_PROGRESS="off")
+    assert proc.returncode == 1 and said in proc.stderr, proc.stderr
+    # A file still there is this job's, or another job's on this machine that runs on
+    # (a test of another checkout): that one goes when its job ends.
+    deadline = time.monotonic() + 30
+    while (left := _topology_files() - before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, left

@@ -103,8 +103,9 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     """Print ``rank R: message`` (or just ``message``) once to stderr and abort every rank.
 
     Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
-    exits this process.  Safe to call from any thread (mpi4py initializes MPI with
-    MPI_THREAD_MULTIPLE); only the first caller prints.
+    exits this process -- also under MPICH's hydra, whose proxies stop the job on a rank's
+    non-zero exit and clean up after it (_under_hydra).  Safe to call from any thread (mpi4py
+    initializes MPI with MPI_THREAD_MULTIPLE); only the first caller prints.
     """
     global _aborting
     with _abort_lock:
@@ -129,9 +130,24 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
                 pass
             if under_mpi:
                 time.sleep(ABORT_FLUSH_S)
-    if under_mpi:
+    if under_mpi and (code == 0 or not _under_hydra()):  # (hydra stops a job on exit != 0)
         mpi.COMM_WORLD.Abort(code)
     os._exit(code)
+
+
+def _under_hydra() -> bool:
+    """Whether this rank's parent is MPICH's hydra proxy (mpiexec from the mpich wheel). There
+    a rank's non-zero exit stops the job as MPI_Abort does (the proxies kill the other ranks,
+    ~1 s), and the proxies end their own way: MPI_Abort made every host's proxy exit without
+    removing the topology file it wrote for its ranks (/tmp/hydra_hwloc_xmlfile_*), one
+    5.5 KiB file left in /tmp per host per failed run. Other launchers (Slurm's srun, Open
+    MPI's mpirun) keep MPI_Abort: srun lets the other tasks of a job run on after one
+    exits."""
+    try:
+        with open(f"/proc/{os.getppid()}/comm", "rb") as f:
+            return f.read().strip() == b"hydra_pmi_proxy"
+    except OSError:
+        return False
 
 
 _abort_hooks: list = []

@@ -121,12 +121,21 @@ def host_target() -> Target:
         return Target(llvm.get_process_triple(), job[0], job[1])
     cpu = target_cpu()
     if cpu is not None:
-        check_cpu(llvm.get_process_triple(), cpu, "XLADIST_TARGET_CPU")
-        from . import cpu_probe  # (and subprocess: only where a CPU is named)
-        cpu_probe.check_runs_here(cpu, "XLADIST_TARGET_CPU")
+        check_target_cpu(cpu)
         return Target(llvm.get_process_triple(), cpu, "")
     return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(),
                   llvm.get_host_cpu_features().flatten())
+
+
+def check_target_cpu(cpu: str, *, here: bool = True) -> None:
+    """XLADIST_TARGET_CPU `cpu`: one LLVM knows (InputError), and -- `here` -- one whose
+    code this host runs (cpu_probe). A launcher whose ranks run on other hosts checks the
+    name alone: each rank checks its own host."""
+    init_llvm()
+    check_cpu(llvm.get_process_triple(), cpu, "XLADIST_TARGET_CPU")
+    if here:
+        from . import cpu_probe  # (and subprocess: only where a CPU is named)
+        cpu_probe.check_runs_here(cpu, "XLADIST_TARGET_CPU")
 
 
 def check_cpu(triple: str, cpu: str, what: str) -> None:

@@ -110,7 +110,7 @@ def _tail(buf: bytearray, lines: int = 30) -> str:
 
 def _one_job(n, table, work, options: Options, result: Result, progress) -> list:
     """Run `work` in one job; returns the items still to run (after a dead job)."""
-    from xladist.runtime.launcher import started
+    from xladist.runtime.launcher import job_exit_code, started
     argv = ["-m", "xladist.conformance.rank_main", _spec(n, options, work)]
     lines: queue.Queue = queue.Queue()
     errbuf = bytearray()
@@ -163,7 +163,7 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
                 break
         if how is None:
             try:
-                code = proc.wait(timeout=60)
+                code = job_exit_code(proc.wait(timeout=60), proc.service)
             except Exception:  # noqa: BLE001 - a job that will not exit is stopped below
                 how = "the job did not exit after its last case"
         notes = proc.abort_notes()

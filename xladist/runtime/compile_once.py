@@ -109,7 +109,13 @@ class CodeStore:
         if not self.on:
             return
         from xladist.compiler.target import own_target
-        own, width = own_target()
+        try:
+            own, width = own_target()
+        except XlaDistError:
+            # XLADIST_TARGET_CPU names a CPU this host cannot run (a login node launching
+            # onto compute nodes): its own compile failed; the job's target is compiled.
+            self._submit(target)
+            return
         if _text(target) == _text({"cpu": own.cpu, "features": own.features, "width": width}):
             return
         self._submit(target)

@@ -61,18 +61,22 @@ def mpi_world_size() -> int | None:
     return None
 
 
-def check_environment() -> None:
+def check_environment(*, elsewhere: bool = False) -> None:
     """What the ranks inherit, checked here (InputError, exit 2): the numeric XLADIST_*
-    variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows)."""
+    variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this
+    host runs -- unless the ranks run `elsewhere`, on the hosts of a hostfile: a login node
+    need not run the code of the compute nodes' CPU, which each rank checks on its host)."""
     from xladist.environment import check, target_cpu
     check()
-    if target_cpu() is not None:  # (the compiler is imported only then: 0.3 s)
-        from xladist.compiler.target import host_target
-        host_target()
+    cpu = target_cpu()
+    if cpu is not None:  # (the compiler is imported only then: 0.3 s)
+        from xladist.compiler.target import check_target_cpu
+        check_target_cpu(cpu, here=not elsewhere)
 
 
-def rank_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    check_environment()  # every launch: a bad XLADIST_* value stops it here (exit 2)
+def rank_environment(extra: dict[str, str] | None = None, *,
+                     elsewhere: bool = False) -> dict[str, str]:
+    check_environment(elsewhere=elsewhere)  # every launch: a bad XLADIST_* value stops it here
     env = dict(os.environ)
     for k, v in RANK_ENV_DEFAULTS.items():
         env.setdefault(k, v)
@@ -170,15 +174,26 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     if own:
         service = Service(n, defer_lost=True, prints=True,
                           emit=(lambda text: None) if capture else None)
-    env = rank_environment({**(env or {}), **service.env()})
+    env = rank_environment({**(env or {}), **service.env()}, elsewhere=bool(hostfile or hosts))
     try:
         with hostfile_as_read(hostfile) as hostfile:
             cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
             proc = _launch(cmd, env, timeout, capture, service, on_start)
     finally:
         service.close()
+    proc.returncode = job_exit_code(proc.returncode, service)
     proc.service = service
     return proc
+
+
+def job_exit_code(returncode: int, service) -> int:
+    """A job's exit code: mpiexec's, or -- when the service ended the job -- the code it
+    ended it with, as MPI_Abort(code) gave it. Under MPICH's hydra a rank ends the job by
+    exiting (deadline.abort_job), and mpiexec then reports the signal its proxies stopped
+    the other ranks with (9 or 15)."""
+    if returncode != 0 and service.end_code is not None:
+        return service.end_code
+    return returncode
 
 
 @contextlib.contextmanager
@@ -191,7 +206,7 @@ def started(n: int, argv: list[str], *, hostfile: str | None = None,
     block, or a signal that stops us, stops the job's whole process group."""
     from .service import Service
     service = Service(n, defer_lost=True, prints=True, emit=lambda text: None)
-    env = rank_environment({**(env or {}), **service.env()})
+    env = rank_environment({**(env or {}), **service.env()}, elsewhere=bool(hostfile))
     try:
         with hostfile_as_read(hostfile) as hostfile, _stop_on_signals() as armed:
             cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)

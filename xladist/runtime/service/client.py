@@ -101,7 +101,7 @@ class Client:
         wire.send(self.sock, wire.HELLO, {
             "role": "rank", "token": self.token, "protocol": PROTOCOL, "version": __version__,
             "rank": self.rank,
-            "size": self.size, "host": self.host, "pid": os.getpid(), "target": target_info()})
+            "size": self.size, "host": self.host, "pid": os.getpid(), "target": _target()})
         self._reader = threading.Thread(target=self._read, name="xladist-service-reader",
                                         daemon=True)
         self._reader.start()
@@ -115,6 +115,8 @@ class Client:
             raise ServiceError(f"rank {self.rank}: the coordination service at {self.address} "
                                f"refused it: {w['refused']}")
         if w.get("error"):
+            if w.get("prints"):  # the launching process said it: go, with an input error's code
+                deadline.abort_job("", 2, with_rank=False)
             raise ServiceError(w["error"])
         self.target = w.get("target")
         self.prints = bool(w.get("prints"))
@@ -353,6 +355,16 @@ _client: Client | None = None
 
 def current() -> Client | None:
     return _client
+
+
+def _target() -> dict:
+    """This rank's target_info(), or {"refused": why} when this host cannot run the CPU
+    XLADIST_TARGET_CPU names: the service says so once, naming the rank and its host."""
+    from xladist.errors import InputError
+    try:
+        return target_info()
+    except InputError as e:
+        return {"refused": str(e)}
 
 
 def for_rank(comm) -> Client:

@@ -182,6 +182,9 @@ class Service:
         # Set when the service ends the job; the launcher then stops mpiexec if the ranks
         # do not go by themselves (a stopped process ignores MPI_Abort's signals).
         self.ending = threading.Event()
+        # The exit code the job was ended with (a rank's failure, a hang report): the
+        # launcher's, whatever code mpiexec reports for ranks its proxies killed then.
+        self.end_code: int | None = None
         self._failing = False            # a failure or report is under way: ends are expected
         self._stop = threading.Event()   # set by close(): the monitor's sleep ends at once
         self.on_end = None               # called once when the service ends the job
@@ -325,13 +328,36 @@ class Service:
         infos = {r: s.target for r, s in self.ranks.items() if s.target}
         hosts = {r: s.host for r, s in self.ranks.items()}
         error = None
-        if len(infos) == self.size:
+        # A rank whose host cannot run the CPU XLADIST_TARGET_CPU names (its own check,
+        # target.check_target_cpu: the launcher checks only the name when the ranks run on
+        # the hosts of a hostfile).
+        refused = sorted((r, i["refused"]) for r, i in infos.items() if "refused" in i)
+        if refused:
+            r, why = refused[0]
+            where: dict[str, list[int]] = {}
+            for q, _ in refused:
+                where.setdefault(hosts[q], []).append(q)
+            error = f"xladist: rank {r} on {hosts[r]}: {why}" + (
+                "; refused on " + ", ".join(
+                    f"{h} (rank{'s' if len(qs) > 1 else ''} {', '.join(map(str, qs))})"
+                    for h, qs in where.items()) if len(refused) > 1 else "")
+        elif len(infos) == self.size:
             try:
                 self.target, self.target_why = job_target(infos, hosts)
             except TargetError as e:
                 error = str(e)
         if self.code is not None and self.target is not None and error is None:
             self.code.decide(self.target)
+        if error is not None:
+            # Said once, here, and the job ends with an input error's code: every rank
+            # raising it printed it once per rank, and a launcher whose ranks never got
+            # further took them for ranks its mpiexec could not start.
+            self.end_code = 2
+            self._failing = True
+            if self.prints:
+                self.emit(error)
+            else:
+                self.messages.append(error)
         for s in self.ranks.values():
             s.conn.send("welcome", target=self.target, target_why=self.target_why,
                         prints=self.prints, job=self.job is not None, error=error)
@@ -529,6 +555,7 @@ class Service:
             return
         first = not self.ending.is_set()
         if first:
+            self.end_code = code
             self._save_all(but)
         self.ending.set()
         if first and self.on_end is not None:
