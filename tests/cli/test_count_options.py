@@ -105,3 +105,24 @@ def test_the_deadlock_checks_device_count_is_the_same_rule(n):
     with pytest.raises(InputError, match=rf"^num_devices must be a whole number >= 1, "
                                          rf"got {n!r}$".replace(".", r"\.")):
         deadlock.check_module(module, n)
+
+
+def test_a_device_total_that_does_not_fit_says_which_count_the_run_gave(tmp_path, capsys):
+    """A module declaring num_partitions=2 run with --replica-count 4 on 4 devices was told
+    `module m is built for replica_count=4 x num_partitions=2`: the 4 replicas were the
+    run's. Now each count is named by where it came from."""
+    module = tmp_path / "m.hlo"
+    module.write_text("HloModule m, num_partitions=2\nENTRY e {\n  ROOT x = f32[] constant(1)\n}\n")
+    _refused(capsys, ["run", str(module), "-n", "4", "--replica-count", "4"],
+             "module m declares num_partitions=2 and the run asks for replica_count=4: "
+             "replica_count=4 x num_partitions=2 = 8 devices; run it with -n 8, not -n 4")
+    module.write_text("HloModule m\nENTRY e {\n  ROOT x = f32[] constant(1)\n}\n")
+    _refused(capsys, ["run", str(module), "-n", "4", "--replica-count", "4",
+                      "--num-partitions", "2"],
+             "the run asks for replica_count=4 and num_partitions=2 for module m: "
+             "replica_count=4 x num_partitions=2 = 8 devices; run it with -n 8, not -n 4")
+    module.write_text("HloModule m, replica_count=2, num_partitions=2\nENTRY e {\n"
+                      "  ROOT x = f32[] constant(1)\n}\n")
+    _refused(capsys, ["run", str(module), "-n", "8"],
+             "module m is built for replica_count=2 x num_partitions=2 = 4 devices; run it "
+             "with -n 4, not -n 8")

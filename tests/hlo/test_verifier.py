@@ -244,6 +244,21 @@ def test_num_devices_must_fit_the_module():
         verify_module(both, num_devices=8)
 
 
+def test_count_mismatch_says_which_count_the_run_gave():
+    """A module declaring num_partitions=2 run with --replica-count 4 on 4 devices was told
+    "module m is built for replica_count=4 x num_partitions=2": the module says nothing of
+    4 replicas, the run asked for them."""
+    from xladist.hlo.collective_groups import run_device_counts
+    b = Comp("main")
+    b.param("f32[]")
+    m = module(b.done(), num_partitions=2)
+    with pytest.raises(InputError) as e:
+        run_device_counts(m, 4, replica_count=4)
+    text = str(e.value)
+    assert "declares num_partitions=2" in text and "the run asks for replica_count=4" in text
+    assert "built for" not in text and "run it with -n 8, not -n 4" in text
+
+
 # ---- collectives (docs/reference/collective-semantics.md A.1-A.6, B.9, C.11-C.14) ------------------------------
 
 def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -> Module:
@@ -267,10 +282,60 @@ def _collective(opcode, operand, result, *, partitions=4, replicas=1, **attrs) -
     (dict(use_global_device_ids=True, replica_groups=groups((0, 1, 2, 3))),
      "use_global_device_ids=true requires a channel_id"),
     (dict(channel_id=-1, replica_groups=groups((0,))), "channel_id=-1 must not be negative"),
+    (dict(channel_id=0, replica_groups=groups((0,))), "channel_id=0"),
 ])
 def test_all_reduce_group_errors(attrs, message):
     err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", **attrs))
     assert message in str(err) and "%coll" in str(err)
+
+
+def test_channel_id_zero_only_refused_on_all_reduce():
+    """XLA's verifier refuses an all-reduce whose channel_id is 0 ("All reduce channel id
+    must be greater than 0", docs/reference/collective-semantics.md C.10); xladist ran it as
+    a channel (group mode cross-replica-and-partition). Found by a hand-written 2x2 program.
+    Other collectives and send/recv take channel 0 as XLA does."""
+    err = verify_error(_collective("all-reduce", "f32[4]", "f32[4]", channel_id=0,
+                                   replica_groups=groups((0,))))
+    assert "channel_id=0" in str(err) and "greater than 0" in str(err)
+    verify_module(_collective("all-gather", "f32[4]", "f32[16]", channel_id=0, dimensions=(0,),
+                              replica_groups=groups((0,))))
+    verify_module(_collective("collective-permute", "f32[4]", "f32[4]", channel_id=0,
+                              source_target_pairs=((0, 1),)))
+
+
+def test_in_place_collective_permute_is_refused_by_name():
+    """The 4-operand in-place collective-permute (slice_sizes) verified, then crashed both
+    backends on every rank with an internal error; xladist does not run it, and says so
+    before anything runs."""
+    for opcode, result in (("collective-permute", "f32[4,2]"),
+                           ("collective-permute-start", "(f32[4,2], f32[4,2], u32[], u32[])")):
+        b = Comp("main")
+        x = b.param("f32[4,2]")
+        o = b.param("f32[4,2]")
+        z = b.op("constant", "s32[]", name="z", literal="0")
+        i = b.op("tuple", "(s32[], s32[])", z, z, name="i")
+        b.op(opcode, result, x, o, i, i, name="cp", source_target_pairs=((0, 1), (1, 0)),
+             slice_sizes=((2, 2),))
+        err = verify_error(module(b.done(), replica_count=2))
+        assert "in-place form" in str(err) and "%cp" in str(err), str(err)
+
+
+@pytest.mark.parametrize("op", [
+    "all-to-all(x), channel_id=1, replica_groups={{0,1}}, dimensions={0}",
+    "collective-broadcast(x), channel_id=1, replica_groups={{0,1}}",
+    "collective-permute(x), channel_id=1, source_target_pairs={{0,1}}",
+])
+def test_use_global_device_ids_on_an_op_without_the_flag_is_refused(op):
+    """all-to-all, collective-broadcast and collective-permute have no use_global_device_ids
+    (docs/reference/collective-semantics.md A.2; XLA's parser rejects the attribute there).
+    xladist kept it as an unknown attribute and ignored it, so a writer who meant flattened
+    ids got partition ids without a word."""
+    text = ("HloModule m, replica_count=2, num_partitions=2\nENTRY e {\n"
+            "  x = f32[4] parameter(0)\n"
+            f"  ROOT coll = f32[4] {op}, use_global_device_ids=true\n}}\n")
+    err = verify_error(parser.parse_module(text))
+    assert "use_global_device_ids" in str(err) and "%coll" in str(err), str(err)
+    assert "no use_global_device_ids" in str(err)
 
 
 def test_all_reduce_allows_ragged_groups_others_do_not():

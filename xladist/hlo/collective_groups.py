@@ -484,9 +484,18 @@ def run_device_counts(module, num_devices: int | None = None, *,
                              f"of {known} devices: {other} is the rest)")
         return (n // known, p) if r is None else (r, n // known)
     if r * p != n:
-        raise InputError(f"module {module.name} is built for replica_count={r} x "
-                         f"num_partitions={p} = {r * p} devices; run it with -n {r * p}, "
-                         f"not -n {n}")
+        ran = getattr(module, "counts_from_run", frozenset())
+        from_run = [f"{k}={counts[k]}" for k in COUNT_NAMES if k not in header or k in ran]
+        if from_run:  # say which count the module declares and which the run asked for
+            declared = [f"{k}={header[k]}" for k in COUNT_NAMES if k in header and k not in ran]
+            asked = " and ".join(from_run)
+            what = (f"module {module.name} declares {' and '.join(declared)} and the run asks "
+                    f"for {asked}: " if declared else
+                    f"the run asks for {asked} for module {module.name}: ")
+        else:
+            what = f"module {module.name} is built for "
+        raise InputError(f"{what}replica_count={r} x num_partitions={p} = {r * p} devices; "
+                         f"run it with -n {r * p}, not -n {n}")
     return r, p
 
 

@@ -185,6 +185,9 @@ class Module:
         # Which of the two the header wrote (even as 1): a run fills only the others
         # (collective_groups.run_device_counts).
         self.declared_counts: frozenset[str] = frozenset()
+        # Which of those a run set (--replica-count / --num-partitions, config.py), so that a
+        # count error says which count came from the module and which from the run.
+        self.counts_from_run: frozenset[str] = frozenset()
         self.entry_computation_layout: tuple[list[Shape], Shape] | None = None
         # Other header attributes in text order: name -> value text (kept verbatim),
         # e.g. input_output_alias, buffer_donor, allow_spmd_sharding_propagation_to_output.

@@ -36,6 +36,7 @@ from .opcodes import OPCODES, collective_opcodes
 from .shape import Shape
 from .shape_inference import UNSUPPORTED, infer_shape
 from .shape_inference.base import ShapeError, fmt
+from .shape_inference.collective import in_place_permute
 
 __all__ = ["verify_module", "VerifyReport", "instruction_text"]
 
@@ -122,9 +123,14 @@ def _check_attrs(comp: Computation, instr: Instruction) -> None:
             _fail(f"attribute {spec.name}= should be of kind {spec.kind}, got {value!r}", comp,
                   instr)
         # XLA takes any channel id; 0 is a channel like any other (send/recv in XLA's own
-        # tests use it). A negative one names no MPI tag.
+        # tests use it) except on all-reduce, whose verifier wants one greater than 0
+        # (docs/reference/collective-semantics.md C.10). A negative one names no MPI tag.
         if spec.name == "channel_id" and value < 0:
             _fail(f"channel_id={value} must not be negative", comp, instr)
+        if spec.name == "channel_id" and value == 0 and instr.opcode == "all-reduce":
+            _fail("all-reduce channel_id=0: an all-reduce's channel id must be greater than 0 "
+                  "(XLA refuses 0; leave channel_id out for a cross-replica all-reduce)",
+                  comp, instr)
 
 
 # ---- start/done pairing -----------------------------------------------------------------------
@@ -271,6 +277,12 @@ _GROUPED = {
 def _check_collective(comp, instr, replica_count, num_partitions):
     op = instr.opcode
     channel = instr.attrs.get("channel_id")
+    if "use_global_device_ids" in instr.attrs and not cg.has_global_ids_flag(op):
+        # Kept by the parser as an unknown attribute, it would be ignored: the ids would be
+        # read in another mode than the writer meant (A.2). XLA's parser rejects it.
+        _fail(f"{op} has no use_global_device_ids (docs/reference/collective-semantics.md "
+              "A.2: only all-reduce, all-gather and reduce-scatter carry it); its ids are "
+              "partition ids with a channel_id and replica ids without", comp, instr)
     try:
         if op in _GROUPED:
             require_cover, size_check = _GROUPED[op]
@@ -283,6 +295,12 @@ def _check_collective(comp, instr, replica_count, num_partitions):
                 size_check(comp, instr, size)
         elif op in ("collective-permute", "collective-permute-start"):
             slices = instr.attrs.get("slice_sizes")
+            if in_place_permute([o.shape for o in instr.operands], instr.attrs):
+                # Valid XLA (TPU), but no xladist runtime moves slices into an output operand.
+                _fail(f"{op}: the in-place form (input, output, input and output start "
+                      "indices, slice_sizes) is not supported by xladist; write it as a "
+                      "collective-permute of the slice (a dynamic-slice of the input) and a "
+                      "dynamic-update-slice of the output", comp, instr)
             cg.check_source_target_pairs(op, instr.attrs.get("source_target_pairs") or (),
                                          channel is not None, replica_count, num_partitions,
                                          max_uses=max(len(slices), 1) if slices else 1)

@@ -231,6 +231,7 @@ def override_device_counts(module, replica_count: int | None,
         if value is not None:
             setattr(module, key, value)
             module.declared_counts = module.declared_counts | {key}
+            module.counts_from_run = module.counts_from_run | {key}
 
 
 def describe_schema() -> str:

@@ -195,8 +195,9 @@ def collective_broadcast(op, shapes, attrs, declared):
     return tuple_or_single([like(s) for s in shapes])
 
 
-def _in_place(shapes, attrs) -> bool:
-    """The 4-operand in-place form: slice_sizes given, or tuples of start indices."""
+def in_place_permute(shapes, attrs) -> bool:
+    """A collective-permute(-start) in the 4-operand in-place form: slice_sizes given, or
+    tuples of start indices (the verifier refuses it: xladist does not run it)."""
     return attrs.get("slice_sizes") is not None or (len(shapes) == 4 and shapes[2].is_tuple)
 
 
@@ -205,7 +206,7 @@ def collective_permute(op, shapes, attrs, declared):
     offsets with slice_sizes) -> the output's shape; several plain operands -> a tuple."""
     if not shapes:
         raise ShapeError("expects at least one operand")
-    if _in_place(shapes, attrs):
+    if in_place_permute(shapes, attrs):
         expect_count(shapes, 4)
         return shapes[1]
     _arrays(shapes)
@@ -223,7 +224,7 @@ def collective_permute_start(op, shapes, attrs, declared):
     contexts = None
     if declared is not None and declared.is_tuple and len(declared.tuple_shapes) >= 2:
         contexts = list(declared.tuple_shapes[2:])
-    if _in_place(shapes, attrs):
+    if in_place_permute(shapes, attrs):
         expect_count(shapes, 4)
         return Shape.tuple_of([shapes[0], shapes[1], *([u, u] if contexts is None else contexts)])
     _arrays(shapes)
