@@ -534,8 +534,10 @@ ERRORS = [
      "stride has 2 dimension(s) but size has 1", 5, 50),
     ("ROOT r = f32[4]{0} copy(p), sharding={devices=[2]0,1)}", "unbalanced ')': expected '}'",
      5, 55),
+    # (at the end of input: just after the last text, on its line, not on the empty line
+    # after the final newline with no line to show)
     ("ROOT r = f32[4]{0} copy(p), sharding={devices=[2]0,1", "to close computation main",
-     7, 1),
+     6, 2),
     ("ROOT = f32[4]{0} copy(p)", "expected an instruction", 5, 8),
     ("ROOT r f32[4]{0} copy(p)", "expected '=' after instruction name r, found 'f32[4]{0}'",
      5, 10),

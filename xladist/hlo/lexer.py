@@ -122,6 +122,10 @@ class LineIndex:
         return line, offset - begin + 1, self.text[begin:end]
 
     def error(self, message: str, offset: int, filename: str | None = None) -> HloParseError:
+        # Past the last text (an error at the end of input, after a final newline or blank
+        # lines): just after that text, on its line, where the missing token belongs --
+        # not on an empty line past it, with no line to show.
+        offset = min(offset, len(self.text.rstrip()))
         line, col, line_text = self.locate(offset)
         return HloParseError(message, line, col, line_text, filename)
 
