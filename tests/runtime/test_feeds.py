@@ -295,6 +295,49 @@ def test_npz_source_and_sink_round_trip(tmp_path):
     assert not (tmp_path / "out" / "r0.npz.part").exists()
 
 
+ECHO_NARROW = """HloModule echo_narrow
+
+ENTRY main {
+  t = token[] after-all()
+  in = ((f8e4m3fn[3], s4[2], bf16[2]), token[]) infeed(t)
+  d = (f8e4m3fn[3], s4[2], bf16[2]) get-tuple-element(in), index=0
+  t1 = token[] get-tuple-element(in), index=1
+  a = f8e4m3fn[3] get-tuple-element(d), index=0
+  aa = f8e4m3fn[3] add(a, a)
+  s = s4[2] get-tuple-element(d), index=1
+  ns = s4[2] negate(s)
+  h = bf16[2] get-tuple-element(d), index=2
+  o = token[] outfeed((f8e4m3fn[3], s4[2], bf16[2]) tuple(aa, ns, h), t1), outfeed_shape=(f8e4m3fn[3], s4[2], bf16[2])
+  ROOT r = f32[3] convert(aa)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_npz_items_of_ml_dtypes_round_trip_as_bit_patterns(tmp_path, backend):
+    # An npz holds f8 / s4 / ... as uint8 and bf16 as uint16 bit patterns (xladist/io.py,
+    # docs/running.md), and an --outfeed file is written so. Before, an infeed took only
+    # bf16 back from its bits: the f8 and s4 items an outfeed had written were refused
+    # ("expected f8e4m3fn[3], given u8[3]"), so outfeed -> infeed did not round-trip.
+    import ml_dtypes
+    f8 = np.array([1.5, -2, 0.25], ml_dtypes.float8_e4m3fn)
+    s4 = np.array([3, -2], ml_dtypes.int4)
+    h = np.array([1.5, -3], ml_dtypes.bfloat16)
+    feeds_npz.write_items(str(tmp_path / "in0.npz"), [(f8, s4, h)])
+    with np.load(tmp_path / "in0.npz") as f:
+        assert [f[f"item0_{j}"].dtype for j in range(3)] == [np.uint8, np.uint8, np.uint16]
+    feeds = make_feeds(str(tmp_path / "in{rank}.npz"), str(tmp_path / "out{rank}.npz"),
+                       timeout=10)
+    module = xladist.parse_hlo(ECHO_NARROW)
+    with running_single(feeds, module) as device:
+        outs = xladist.compile(module, backend=backend, device=device)()
+    np.testing.assert_array_equal(outs[0], [3, -4, 0.5])
+    (got,) = feeds_npz.read_items(str(tmp_path / "out0.npz"))  # bits again: uint8, uint16
+    assert got[0].view(f8.dtype).tobytes() == np.array([3, -4, 0.5], f8.dtype).tobytes()
+    assert got[1].view(s4.dtype).astype(np.int32).tolist() == [-3, 2]
+    assert got[2].view(h.dtype).tobytes() == h.tobytes()
+
+
 def test_npz_source_refuses_gaps_and_mixed_keys(tmp_path):
     # refused before the program starts (feeds.check_paths -> npz.check_items)
     np.savez(tmp_path / "gap.npz", item0=np.zeros(3, np.float32), item2=np.zeros(3, np.float32))

@@ -6,7 +6,9 @@ An item is the data part of one infeed or outfeed (docs/reference/collective-sem
   buffer holding the leaf in the layout's memory order (XLA's host-buffer contract:
   its size must be exactly the leaf's byte size);
 - a tuple-shaped infeed takes a tuple (or list) with one leaf per element.
-bf16 leaves may also be given as uint16 bit patterns (the npz encoding, xladist/io.py).
+The ml_dtypes leaves may also be given as their npz encoding (xladist/io.py decode: bf16 as
+uint16 bit patterns, f8 / f4 / s4 / u4 ... as uint8, one element per byte), which is how an
+npz --outfeed file holds them, so items round-trip.
 No casting: the element type and dims must match the infeed's shape exactly, and the
 error says what was expected and what was given.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from xladist.hlo.shape import Shape, primitive_type_of_dtype
+from xladist.io import decode
 
 RAW = (bytes, bytearray, memoryview)
 
@@ -89,9 +92,7 @@ def _conform(item, shape: Shape, path):
     if not isinstance(item, (np.ndarray, np.generic)):
         raise _mismatch(path, f"a numpy array is expected, not {type(item).__name__}; "
                               "convert it explicitly")
-    a = np.asarray(item)
-    if shape.element_type.name == "bf16" and a.dtype == np.uint16:
-        a = a.view(shape.dtype)  # bf16 bit patterns, the npz encoding
+    a = decode(np.asarray(item), shape)  # ml_dtypes bit patterns, the npz encoding
     if a.dtype != shape.dtype or a.shape != tuple(shape.dims):
         if not path:
             raise ItemMismatch("")

@@ -3,7 +3,8 @@
 File format (the same for infeed sources and outfeed results): one file per rank;
 item k is the array `item{k}`, or, for a tuple item, its elements `item{k}_0`,
 `item{k}_1`, ... (the leaves of the tuple in order). bf16 arrays are stored as uint16
-bit patterns (xladist/io.py). Items are numbered from 0 without gaps.
+bit patterns, the other ml_dtypes types (f8, f4, s4, ...) as uint8 (xladist/io.py encode;
+an infeed takes them back, items.conform). Items are numbered from 0 without gaps.
 
 Outfeed results must survive a failure of any rank, including being killed by MPI_Abort
 when *another* rank fails. So the writer appends every outfeed item, as it is outfed,
