@@ -338,6 +338,32 @@ def test_npz_items_of_ml_dtypes_round_trip_as_bit_patterns(tmp_path, backend):
     assert got[2].view(h.dtype).tobytes() == h.tobytes()
 
 
+def test_npz_infeed_of_ml_dtypes_saved_as_themselves_says_how_to_store_them(tmp_path):
+    # np.savez writes a bf16 (or f8, ...) array with the descriptor '<V2' ('<V1'), and
+    # np.load gives back raw void bytes. Before, the item went on as such: "given |V2[3]" on
+    # one device, and through the launching process "the infeed source raised TypeError:
+    # data type 'void16' not understood" (xladist run -n 2 --infeed). Now the file's reader
+    # names the file, the item and the encoding npz files use.
+    import ml_dtypes
+    np.savez(tmp_path / "raw0.npz", item0=np.array([1.5, 2, 3], ml_dtypes.bfloat16))
+    module = xladist.parse_hlo(ECHO_BF16)
+    with pytest.raises(ExecutionError) as e:
+        run_one(module, str(tmp_path / "raw{rank}.npz"))
+    msg = str(e.value)
+    assert "raw0.npz" in msg and "item 0" in msg and "uint16 bit patterns" in msg, msg
+    assert "void16" not in msg
+
+
+ECHO_BF16 = """HloModule echo_bf16
+
+ENTRY main {
+  t = token[] after-all()
+  in = (bf16[3], token[]) infeed(t)
+  ROOT x = bf16[3] get-tuple-element(in), index=0
+}
+"""
+
+
 def test_npz_source_refuses_gaps_and_mixed_keys(tmp_path):
     # refused before the program starts (feeds.check_paths -> npz.check_items)
     np.savez(tmp_path / "gap.npz", item0=np.zeros(3, np.float32), item2=np.zeros(3, np.float32))

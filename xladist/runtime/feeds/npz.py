@@ -99,13 +99,26 @@ def read_items(path: str):
     with data:
         for k in range(len(index)):
             keys = index[k]
+            names = keys if isinstance(keys, list) else [keys]
             try:
-                item = tuple(data[key] for key in keys) if isinstance(keys, list) \
-                    else data[keys]
+                leaves = [data[key] for key in names]
             except NPZ_ERRORS as e:
                 raise InputError(f"{what} {path}: item {k} is damaged "
                                  f"({type(e).__name__}: {e})") from None
-            yield item
+            for key, leaf in zip(names, leaves):
+                _check_stored_type(path, what, k, key, leaf)
+            yield tuple(leaves) if isinstance(keys, list) else leaves[0]
+
+
+def _check_stored_type(path: str, what: str, k: int, key: str, array) -> None:
+    """An ml_dtypes array saved as itself (np.savez writes bf16 as '<V2', f8 as '<V1')
+    comes back from np.load as raw void bytes, which no infeed takes: say how npz files
+    hold those types instead."""
+    if array.dtype.kind == "V":
+        raise InputError(f"{what} {path}: item {k} ({key}) is stored as {array.dtype.str}, "
+                         f"raw bytes np.load cannot give a type back: npz files hold bf16 "
+                         f"as uint16 bit patterns and the other ml_dtypes types (f8, f4, s4, "
+                         f"...) as uint8 ones (`a.view(np.uint16)`, xladist.io.encode)")
 
 
 def _leaves(item) -> list[np.ndarray]:
