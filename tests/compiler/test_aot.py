@@ -182,6 +182,28 @@ ENTRY main {
   ROOT t = (f32[2,3,2,6], f32[2,6,9,5], f32[4,5,2]) tuple(a, g, h)
 }
 """
+# Empty contractions: the result is zeros (before: both refused, "an empty contracting
+# dimension" / "empty kernel or features not divisible into groups", the generated loops
+# running their body at least once). A dot over K = 0, a batched one, a convolution over
+# no input features and one whose input is empty but for its padding.
+MODULES["empty_contractions"] = """HloModule m
+
+ENTRY main {
+  a = f32[3,0] parameter(0)
+  b = f32[0,2] parameter(1)
+  d = f32[3,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  i = s64[2,4,0]{1,2,0} parameter(2)
+  j = s64[2,0,3] parameter(3)
+  k = s64[2,4,3]{0,1,2} dot(i, j), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  x = f64[2,5,0] parameter(4)
+  w = f64[3,0,4] parameter(5)
+  c = f64[2,3,4] convolution(x, w), window={size=3}, dim_labels=b0f_0io->b0f
+  y = s32[1,0,2] parameter(6)
+  v = s32[3,2,2] parameter(7)
+  e = s32[1,2,2] convolution(y, v), window={size=3 pad=2_2}, dim_labels=b0f_0io->b0f
+  ROOT t = (f32[3,2], s64[2,4,3]{0,1,2}, f64[2,3,4], s32[1,2,2]) tuple(d, k, c, e)
+}
+"""
 MODULES["mlp_train_step"] = (ROOT / "benchmarks" / "mlp_train_step.hlo").read_text()
 # Four layers whose kernels repeat but for the third's scale: the driver calls the first
 # layer's kernel for the second and fourth (codegen/kernels/distinct.py), its own for the third.

@@ -39,9 +39,10 @@ def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
     cg = rhs.dims[dn.kernel_input_feature]
     o_feat = out.dims[dn.output_feature]
     n_out = out.dims[dn.output_batch]
-    if o_feat % (G * B) or 0 in taps or cg == 0:
-        raise UnsupportedError(f"ahead-of-time compilation cannot compile {where}: empty "
-                               f"kernel or features not divisible into groups")
+    if o_feat % (G * B):
+        raise UnsupportedError(f"ahead-of-time compilation cannot compile {where}: "
+                               f"{o_feat} output features do not divide into "
+                               f"{G * B} groups")
     og = o_feat // (G * B)
 
     def win(i):
@@ -68,30 +69,31 @@ def emit_conv(module: ir.Module, name: str, instr, where: str) -> None:
         g = b.urem(group, c64(G))
         n_in = b.add(b.mul(b.udiv(group, c64(G)), c64(n_out)), n)
         b.store(f.zero, f.acc)
-        with ExitStack() as inner:
-            c = inner.enter_context(for_range(b, cg, name="c")).iv
-            feat = b.add(b.mul(g, c64(cg)), c)
-            loff = b.add(b.mul(n_in, c64(ls[dn.input_batch])),
-                         b.mul(feat, c64(ls[dn.input_feature])))
-            roff = b.add(b.mul(o, c64(rs[dn.kernel_output_feature])),
-                         b.mul(c, c64(rs[dn.kernel_input_feature])))
-            valid = ir.Constant(I1, 1)
-            for i in range(ns):
-                stride, pad_lo, base_dil, win_dil, reverse = win(i)
-                k = inner.enter_context(for_range(b, taps[i], name=f"k{i}")).iv
-                tap = b.sub(c64(taps[i] - 1), k) if reverse else k
-                roff = b.add(roff, b.mul(tap, c64(rs[dn.kernel_spatial[i]])))
-                p = iv[dn.output_spatial[i]]
-                q = b.sub(b.add(b.mul(p, c64(stride)), b.mul(k, c64(win_dil))), c64(pad_lo))
-                n_sp = lhs.dims[dn.input_spatial[i]]
-                ok = b.and_(b.icmp_signed(">=", q, c64(0)),
-                            b.icmp_signed("<=", q, c64((n_sp - 1) * base_dil)))
-                if base_dil > 1:
-                    ok = b.and_(ok, b.icmp_signed("==", b.srem(q, c64(base_dil)), c64(0)))
-                    q = b.sdiv(q, c64(base_dil))
-                q = b.select(ok, q, c64(0))  # an in-bounds address even for padding taps
-                valid = b.and_(valid, ok)
-                loff = b.add(loff, b.mul(q, c64(ls[dn.input_spatial[i]])))
-            f.accumulate(b.select(valid, f.load(pl, loff), f.zero), f.load(pr, roff))
+        if lhs.size and rhs.size:  # else zeros, reading neither (Contraction)
+            with ExitStack() as inner:
+                c = inner.enter_context(for_range(b, cg, name="c")).iv
+                feat = b.add(b.mul(g, c64(cg)), c)
+                loff = b.add(b.mul(n_in, c64(ls[dn.input_batch])),
+                             b.mul(feat, c64(ls[dn.input_feature])))
+                roff = b.add(b.mul(o, c64(rs[dn.kernel_output_feature])),
+                             b.mul(c, c64(rs[dn.kernel_input_feature])))
+                valid = ir.Constant(I1, 1)
+                for i in range(ns):
+                    stride, pad_lo, base_dil, win_dil, reverse = win(i)
+                    k = inner.enter_context(for_range(b, taps[i], name=f"k{i}")).iv
+                    tap = b.sub(c64(taps[i] - 1), k) if reverse else k
+                    roff = b.add(roff, b.mul(tap, c64(rs[dn.kernel_spatial[i]])))
+                    p = iv[dn.output_spatial[i]]
+                    q = b.sub(b.add(b.mul(p, c64(stride)), b.mul(k, c64(win_dil))), c64(pad_lo))
+                    n_sp = lhs.dims[dn.input_spatial[i]]
+                    ok = b.and_(b.icmp_signed(">=", q, c64(0)),
+                                b.icmp_signed("<=", q, c64((n_sp - 1) * base_dil)))
+                    if base_dil > 1:
+                        ok = b.and_(ok, b.icmp_signed("==", b.srem(q, c64(base_dil)), c64(0)))
+                        q = b.sdiv(q, c64(base_dil))
+                    q = b.select(ok, q, c64(0))  # an in-bounds address even for padding taps
+                    valid = b.and_(valid, ok)
+                    loff = b.add(loff, b.mul(q, c64(ls[dn.input_spatial[i]])))
+                f.accumulate(b.select(valid, f.load(pl, loff), f.zero), f.load(pr, roff))
         f.store_result(ooff)
     b.ret_void()
