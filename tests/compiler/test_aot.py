@@ -464,6 +464,41 @@ def test_aot_float_sums_are_the_jits_bits(tmp_path, monkeypatch):
     assert chosen == [False]
 
 
+@needs_cc
+@pytest.mark.slow
+def test_header_of_a_module_without_arguments_or_results_is_iso_c_and_cpp(tmp_path):
+    # Before, `extern const size_t m_arg_bytes[m_NUM_ARGS];` with m_NUM_ARGS 0: a zero-size
+    # array, which ISO C and C++ forbid ("ISO C forbids zero-size array 'm_arg_bytes'",
+    # an error under -pedantic-errors). A module with no parameters (all constants) and one
+    # whose root is the empty tuple.
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    main = tmp_path / "main.c"
+    main.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include "m.h"\n'
+                    'int main(void) {\n'
+                    '  void *results[m_NUM_RESULTS + 1];\n  static float out[2];\n'
+                    '  void *temp = aligned_alloc(64, (m_temp_bytes() / 64 + 1) * 64);\n'
+                    '  results[0] = out;\n  if (m_run(NULL, results, temp)) return 1;\n'
+                    '  printf("%d %d %g %g\\n", m_NUM_ARGS, m_NUM_RESULTS, out[0], out[1]);\n'
+                    '  return 0;\n}\n')
+    roots = [("f32[2] constant({1.5, -2})", "0 1 1.5 -2"), ("() tuple()", "0 0 0 0")]
+    for case, (root, expected) in enumerate(roots):
+        d = tmp_path / str(case)
+        d.mkdir()
+        prog = AotProgram(xladist.parse_hlo(f"HloModule m\nENTRY main {{\n  ROOT r = {root}\n}}\n"),
+                          "m")
+        (d / "m.o").write_bytes(prog.compile())
+        (d / "m.h").write_text(prog.header())
+        compilers = [(CC, "-std=c11")] + ([(cxx, "-std=c++17")] if cxx else [])
+        for compiler, std in compilers:
+            exe = d / f"main_{Path(compiler).name}"
+            subprocess.run([compiler, std, "-Wall", "-pedantic-errors", "-x",
+                            "c" if compiler == CC else "c++", f"-I{d}", str(main), "-x", "none",
+                            str(d / "m.o"), "-o", str(exe)], check=True, timeout=120)
+            out = subprocess.run([str(exe)], check=True, timeout=60, capture_output=True,
+                                 text=True).stdout
+            assert out.split() == expected.split(), (root, compiler, out)
+
+
 @pytest.mark.slow
 def test_object_needs_only_libc_and_libm(tmp_path):
     nm = shutil.which("nm")

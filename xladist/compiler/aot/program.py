@@ -383,8 +383,10 @@ class AotProgram:
                   f"#define {n}_NUM_ARGS {len(self.args)}       /* entry parameters */",
                   (f"#define {n}_NUM_RESULTS {len(self.results)}    "
                   f"/* leaves of the flattened result */"),
-                  f"extern const size_t {n}_arg_bytes[{n}_NUM_ARGS];",
-                  f"extern const size_t {n}_result_bytes[{n}_NUM_RESULTS];",
+                  # (no size for none: ISO C and C++ have no zero-size arrays)
+                  f"extern const size_t {n}_arg_bytes[{f'{n}_NUM_ARGS' if self.args else ''}];",
+                  (f"extern const size_t {n}_result_bytes"
+                   f"[{f'{n}_NUM_RESULTS' if self.results else ''}];"),
                   (f"size_t {n}_temp_bytes(void);  /* scratch the caller provides, 64-byte "
                   f"aligned; may be 0 */"),
                   ("/* args[i], results[j]: dense buffers in the parameter's / result's layout "
