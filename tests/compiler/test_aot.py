@@ -182,6 +182,49 @@ ENTRY main {
   ROOT t = (f32[2,3,2,6], f32[2,6,9,5], f32[4,5,2]) tuple(a, g, h)
 }
 """
+# A while loop in a while body, its counter starting at a constant 0 whose buffer has the
+# number of the outer condition's constant 3 in another computation. Before, constants were
+# cached by that per-computation number: the inner loop started at 3, and the result was
+# x + 9 instead of x + 18 (x + 10 instead of x + 12 for two outer steps).
+MODULES["nested_while_constants"] = """HloModule m
+
+c0 {
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  ROOT lt = pred[] compare(i, s32[] constant(4)), direction=LT
+}
+
+b0 {
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[3] get-tuple-element(p), index=1
+  fb = f32[3] broadcast(f32[] convert(i)), dimensions={}
+  ROOT t = (s32[], f32[3]) tuple(s32[] add(i, s32[] constant(1)), f32[3] add(v, fb))
+}
+
+c1 {
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  ROOT lt = pred[] compare(i, s32[] constant(3)), direction=LT
+}
+
+b1 {
+  p = (s32[], f32[3]) parameter(0)
+  i = s32[] get-tuple-element(p), index=0
+  v = f32[3] get-tuple-element(p), index=1
+  z = s32[] constant(0)
+  inner = (s32[], f32[3]) while((s32[], f32[3]) tuple(z, v)), condition=c0, body=b0
+  w = f32[3] get-tuple-element(inner), index=1
+  ROOT t = (s32[], f32[3]) tuple(s32[] add(i, s32[] constant(1)), w)
+}
+
+ENTRY main {
+  x = f32[3] parameter(0)
+  z = s32[] constant(0)
+  l = (s32[], f32[3]) while((s32[], f32[3]) tuple(z, x)), condition=c1, body=b1
+  ROOT r = f32[3] get-tuple-element(l), index=1
+}
+"""
 # Empty contractions: the result is zeros (before: both refused, "an empty contracting
 # dimension" / "empty kernel or features not divisible into groups", the generated loops
 # running their body at least once). A dot over K = 0, a batched one, a convolution over

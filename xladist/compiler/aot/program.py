@@ -143,6 +143,8 @@ class AotProgram:
         self.pb = ProgramBuilder(module)
         self.entry = self.pb.computation(module.entry)
         self.temp = 0       # bytes of temp laid out so far
+        # Per constant buffer: slot ids are numbered per computation, so the key is the
+        # slot itself (its id(); the slots live as long as self.pb).
         self._consts: dict[int, ir.GlobalVariable] = {}
         self._n_generated = 0
 
@@ -208,7 +210,7 @@ class AotProgram:
         return mod
 
     def _const(self, slot) -> ir.GlobalVariable:
-        g = self._consts.get(slot.id)
+        g = self._consts.get(id(slot))
         if g is None:
             data = bytes(slot.data) if slot.data is not None else bytes(slot.nbytes)
             ty = ir.ArrayType(I8, max(len(data), 1))
@@ -217,7 +219,7 @@ class AotProgram:
             g.linkage = "internal"
             g.align = ALIGN
             g.initializer = ir.Constant(ty, bytearray(data or b"\0"))
-            self._consts[slot.id] = g
+            self._consts[id(slot)] = g
         return g
 
     def _temp(self, b, nbytes: int):
