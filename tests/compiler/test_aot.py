@@ -582,6 +582,24 @@ ENTRY main {
 }
 """, "`r` (rng-bit-generator)", "u64[N] with N >= 2"),
 }
+# Dynamic shapes at the C API's edge: a dense buffer carries no size. Before, a dynamic
+# parameter compiled without a word (f32[<=4] read as 4 elements, its size nowhere), and
+# set-dimension-size was refused with advice for the Python API ("run through
+# hlo.dynamic_padder (xladist.compile applies it)").
+REFUSED["dynamic_parameter"] = ("""HloModule m
+ENTRY main {
+  x = f32[<=4] parameter(0)
+  ROOT r = f32[<=4] negate(x)
+}
+""", "instruction x (parameter)", "dynamic entry parameters are not supported")
+REFUSED["dynamic_result"] = ("""HloModule m
+ENTRY main {
+  x = f32[4] parameter(0)
+  n = s32[] parameter(1)
+  y = f32[<=4] set-dimension-size(x, n), dimensions={0}
+  ROOT r = f32[<=4] negate(y)
+}
+""", "the result r: f32[<=4]", "carry no sizes")
 # The library ops with no generated code: each refusal says what it runs as.
 for _op, _body, _why in [
         ("fft", "c64[8] parameter(0)\n  ROOT r = c64[8] fft(x), fft_type=FFT, fft_length={8}",
@@ -594,6 +612,29 @@ for _op, _body, _why in [
          "rng-bit-generator compiles")]:
     REFUSED[_op] = (f"HloModule m\nENTRY main {{\n  x = {_body}\n}}\n", f"`r` ({_op})", _why)
 
+
+
+@needs_cc
+@pytest.mark.slow
+def test_dynamic_shapes_inside_are_padded_as_xladist_compile_does(tmp_path):
+    # The sum of the first n elements: set-dimension-size inside, static result.
+    text = """HloModule m
+add {
+  p = f32[] parameter(0)
+  q = f32[] parameter(1)
+  ROOT s = f32[] add(p, q)
+}
+ENTRY main {
+  x = f32[5] parameter(0)
+  n = s32[] parameter(1)
+  y = f32[<=5] set-dimension-size(x, n), dimensions={0}
+  ROOT r = f32[] reduce(y, f32[] constant(0)), dimensions={0}, to_apply=add
+}
+"""
+    x = np.float32([1, 2, 4, 8, 16])
+    for n in (0, 2, 5):
+        (got,) = _build_and_run(xladist.parse_hlo(text), "m", tmp_path / str(n), [x, np.int32(n)])
+        assert got == np.float32(x[:n].sum()), (n, got)
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_with_the_instruction(case):

@@ -136,6 +136,7 @@ class AotProgram:
     def __init__(self, module, name: str):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise InputError(f"--name {name!r} is not a C identifier")
+        module = self._static(module)
         self.module = module
         self.name = name
         self.args = self._args(module)
@@ -149,6 +150,21 @@ class AotProgram:
         self._n_generated = 0
 
     # ---- what the C API sees ---------------------------------------------------
+    @staticmethod
+    def _static(module):
+        """`module` with its dynamic shapes padded, as xladist.compile does (the padder's
+        rule, hlo/dynamic_padder.py: it also refuses a dynamic entry parameter); a dense
+        buffer of the C API carries no size, so a dynamic result is refused."""
+        from ...hlo.dynamic_padder import pad_dynamic
+        static, dynamic_results = pad_dynamic(module)
+        if dynamic_results is not None:
+            root = module.entry.root
+            raise UnsupportedError(f"ahead-of-time compilation: the result {root.name}: "
+                                   f"{root.shape.to_text(layout=False)} has dynamic "
+                                   f"dimensions, and the C API's result buffers carry no "
+                                   f"sizes (only static results compile)")
+        return static
+
     @staticmethod
     def _args(module) -> list[Leaf]:
         out = []
