@@ -49,15 +49,15 @@ def test_load_executable_runs_without_compiling(mlp_xlx, monkeypatch):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
 
 
-def _rewrite(path, edit):
-    """The file with its JSON header edited and a valid checksum again."""
+def _rewrite(path, edit, edit_code=lambda code: code):
+    """The file with its JSON header (and object code) edited and a valid checksum again."""
     data = path.read_bytes()
     payload = data[serialized._HEAD.size:]
     (hlen,) = struct.unpack_from("<I", payload)
     header = json.loads(payload[4:4 + hlen])
     edit(header)
     h = json.dumps(header).encode()
-    payload = struct.pack("<I", len(h)) + h + payload[4 + hlen:]
+    payload = struct.pack("<I", len(h)) + h + edit_code(payload[4 + hlen:])
     path.write_bytes(serialized._HEAD.pack(serialized.MAGIC, serialized.FORMAT, len(payload),
                                            hashlib.sha256(payload).digest()) + payload)
 
@@ -103,6 +103,46 @@ def test_damaged_file_is_an_input_error(mlp_xlx, damage):
     with pytest.raises(InputError, match="not a valid xladist executable"):
         xladist.load_executable(mlp_xlx)
 
+
+
+# A file whose checksum holds but whose content no `xladist compile` writes (another
+# writer, a hand edit re-summed). Before, each was a Python traceback from deep inside the
+# load (exit 1): "TypeError: expected string or bytes-like object, got 'int'" (the parser),
+# "AttributeError: 'str' object has no attribute 'get'" (the target check), "'list' object
+# has no attribute 'items'" (the schedule), and "ValueError: truncated object code" on
+# rank 0 (jit.unpack_objects, when the ranks loaded the code).
+@pytest.mark.parametrize("what", ["text_int", "target_str", "schedule_list", "schedule_order",
+                                  "header_list", "code_truncated", "code_empty"])
+def test_well_summed_but_malformed_file_is_an_input_error(mlp_xlx, what):
+    def edit(h):
+        if what == "text_int":
+            h["module_text"] = 5
+        elif what == "target_str":
+            h["target"] = "x86_64"
+        elif what == "schedule_list":
+            h["schedule"] = [1]
+        elif what == "schedule_order":  # an order that is not a list of names
+            h["schedule"] = {name: 5 for name in h["schedule"]}
+        elif what == "header_list":
+            h.clear()
+
+    def edit_code(code):
+        return code[:len(code) // 2] if what == "code_truncated" else \
+            b"" if what == "code_empty" else code
+    if what == "header_list":  # a JSON list, not an object
+        _rewrite(mlp_xlx, edit, edit_code)
+        data = mlp_xlx.read_bytes()
+        payload = data[serialized._HEAD.size:]
+        (hlen,) = struct.unpack_from("<I", payload)
+        h = b"[1, 2]"
+        payload = struct.pack("<I", len(h)) + h + payload[4 + hlen:]
+        mlp_xlx.write_bytes(serialized._HEAD.pack(serialized.MAGIC, serialized.FORMAT,
+                                                  len(payload),
+                                                  hashlib.sha256(payload).digest()) + payload)
+    else:
+        _rewrite(mlp_xlx, edit, edit_code)
+    with pytest.raises(InputError, match="not a valid xladist executable"):
+        xladist.load_executable(mlp_xlx)
 
 @pytest.mark.slow
 def test_cli_compile_then_run_on_two_ranks(tmp_path):

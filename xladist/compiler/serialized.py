@@ -135,10 +135,36 @@ def _parse(data: bytes, path: str) -> tuple[dict, bytes]:
     try:
         (hlen,) = struct.unpack_from("<I", payload)
         header = json.loads(payload[4:4 + hlen].decode())
-        header["module_text"], header["fingerprint"]  # noqa: B018 - required fields
-    except (struct.error, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+    except (struct.error, UnicodeDecodeError, ValueError) as e:
         raise damaged(f"unreadable header: {e}") from None
-    return header, payload[4 + hlen:]
+    # A checksum that holds says nothing of who wrote the file: every field as
+    # compile_to_bytes writes it, and the object code a bundle jit can unpack.
+    problem = _header_problem(header)
+    if problem:
+        raise damaged(f"unreadable header: {problem}")
+    code = payload[4 + hlen:]
+    from .jit import unpack_objects
+    try:
+        unpack_objects(code)
+    except (ValueError, struct.error) as e:
+        raise damaged(f"unreadable object code: {e}") from None
+    return header, code
+
+
+def _header_problem(header) -> str | None:
+    """What in a header does not have the form compile_to_bytes writes, or None."""
+    if not isinstance(header, dict):
+        return f"a JSON {type(header).__name__}, not an object"
+    for key, kind in (("module_text", str), ("fingerprint", str), ("schedule", dict),
+                      ("target", dict)):
+        if key not in header and key in ("module_text", "fingerprint"):
+            return f"no {key!r}"
+        if key in header and not isinstance(header[key], kind):
+            return f"{key!r} is of type {type(header[key]).__name__}, not {kind.__name__}"
+    for comp, order in header.get("schedule", {}).items():
+        if not isinstance(order, list) or not all(isinstance(n, str) for n in order):
+            return f"the schedule of {comp} is not a list of instruction names"
+    return None
 
 
 _WHAT = {"triple": "target triple", "cpu": "CPU", "cpu_features": "CPU features",
