@@ -404,3 +404,52 @@ def test_instruction_by_opcode_name_checks_the_shape_it_is_given():
     with pytest.raises(ValueError, match="convert"):  # not derivable: the shape is required
         b.instruction("convert", [x])
     assert [i.opcode for i in b.build(x).entry.instructions].count("add") == 0
+
+
+# ---------------------------------------------------------------------------
+# Misuse is refused while building, naming the op and the values involved
+
+
+def _arity_cases():
+    yield "reduce", r"reduce in computation m: reducer: .*\(f32\[\], f32\[\]\)", \
+        lambda b, x: b.reduce(x, 0.0, lambda sb, a: a, [0])
+    yield "sort", r"sort in computation m: compare: .*\(f32\[\], f32\[\]\)", \
+        lambda b, x: b.sort(x, lambda sb, a: sb.lt(a, a))
+    yield "call", r"call in computation m: callee: .*\(f32\[2,3\]\).*missing", \
+        lambda b, x: b.call(lambda sb, a, c: a, [x])
+    yield "while", r"while in computation m: body: .*\(s32\[\], f32\[2,3\]\)", \
+        lambda b, x: b.while_loop(lambda sb, i, v: sb.lt(i, 3), lambda sb, i: [i + 1],
+                                  [b.constant_r0(0, "s32"), x])
+    yield "fori", r"fori_loop in computation m: body: .*\(s32\[\], f32\[2,3\]\)", \
+        lambda b, x: b.fori_loop(0, 3, lambda sb, a: [a], [x])
+    yield "all-reduce", r"all-reduce in computation m: reducer: .*\(f32\[\], f32\[\]\)", \
+        lambda b, x: b.all_reduce(x, lambda sb, a: a, replica_groups=[[0]])
+    yield "conditional", r"conditional in computation m: branch_1: .*\(f32\[2,3\]\)", \
+        lambda b, x: b.conditional(b.constant_r0(0, "s32"), [lambda sb, v: v, lambda sb: x],
+                                   x)
+
+
+@pytest.mark.parametrize("what, message, build", list(_arity_cases()),
+                         ids=[c[0] for c in _arity_cases()])
+def test_a_callable_of_the_wrong_arity_is_refused_naming_the_op_and_the_values(
+        what, message, build):
+    """Before: the callable was called and its own TypeError ('<lambda>() takes 2
+    positional arguments but 3 were given') came out of core.py, naming neither the op nor
+    the values it is given."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=message):
+        build(b, x)
+
+
+def test_callables_taking_varargs_or_partials_are_accepted():
+    import functools
+
+    def add_scaled(k, sb, a, c):
+        return sb.add(a, sb.mul(c, k))
+    b = XlaBuilder("ok")
+    x = b.parameter(0, "f32[2,3]")
+    b.reduce(x, 0.0, functools.partial(add_scaled, 2.0), [1])
+    b.while_loop(lambda sb, *s: sb.lt(s[0], 3), lambda sb, i, *rest: [i + 1, *rest],
+                 [b.constant_r0(0, "s32"), x])
+    check_text(b.build())

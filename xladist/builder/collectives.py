@@ -78,7 +78,8 @@ class CollectiveMixin:
         Computation/callable); a list of operands gives a variadic (tuple) all-reduce."""
         ops = _as_list(operand)
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
-        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer")
+        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer",
+                                          op=_opcode)
         return self._add(_opcode, ops, attrs,
                          declared=_one_or_tuple([o.shape for o in ops]))
 
@@ -137,7 +138,8 @@ class CollectiveMixin:
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
         size = _group_size(attrs["replica_groups"], shard_count, "reduce-scatter", attrs)
         attrs["dimensions"] = (int(dimension),)
-        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer")
+        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer",
+                                          op="reduce-scatter")
         results = self._gathered(ops, int(dimension), size, grow=False)
         return self._add("reduce-scatter", ops, attrs, declared=_one_or_tuple(results))
 
@@ -189,7 +191,7 @@ class CollectiveMixin:
         (e.g. `lambda sb, x: sb.all_to_all(x, 0)`); the start's shape is
         ((operand shapes), result). Printed in XLA's sugared form (`all-to-all-start`)."""
         operands = list(operands)
-        comp = self._computation(fn, [o.shape for o in operands], name)
+        comp = self._computation(fn, [o.shape for o in operands], name, op="async-start")
         body = [i for i in comp.instructions if i.opcode != "parameter"]
         comp.is_async_wrapper = len(body) == 1
         declared = Shape.tuple_of([Shape.tuple_of([o.shape for o in operands]),

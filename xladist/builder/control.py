@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from ..hlo.ir import Computation
@@ -52,6 +53,7 @@ class ControlMixin:
             if not callable(fn) or isinstance(fn, Computation) or not unpack:
                 return fn
 
+            @functools.wraps(fn)  # its signature is checked (BuilderCore._check_callable)
             def wrapped(sb, *values):
                 out = fn(sb, *values)
                 if isinstance(out, XlaOp) and not out.shape.is_tuple:
@@ -59,8 +61,8 @@ class ControlMixin:
                 return out
             return wrapped
 
-        cond_c = self._computation(cond, [shape], "cond", unpack=unpack)
-        body_c = self._computation(as_state(body), [shape], "body", unpack=unpack)
+        cond_c = self._computation(cond, [shape], "cond", unpack=unpack, op="while")
+        body_c = self._computation(as_state(body), [shape], "body", unpack=unpack, op="while")
         return self._add("while", [state], {"condition": cond_c, "body": body_c})
 
     def fori_loop(self, lower, upper, body, init: Sequence[XlaOp]) -> list[XlaOp]:
@@ -69,11 +71,13 @@ class ControlMixin:
         Bounds are Python ints (s32) or XlaOps of one integer type; the upper bound rides
         in the loop state so an XlaOp bound is visible inside the loop's computations.
         """
-        init = list(init)
+        init = [self._coerce(v) for v in init]
         lo = self._coerce(lower, like=upper if isinstance(upper, XlaOp) else None) \
             if isinstance(lower, XlaOp) or isinstance(upper, XlaOp) \
             else self.constant_r0(int(lower), "s32")
         hi = self._coerce(upper, like=lo)
+        self._check_callable(body, [lo.shape, *(v.shape for v in init)],
+                             f"fori_loop in computation {self.name}: body")
 
         def cond(sb, i, n, *state):
             return sb.lt(i, n)
@@ -90,7 +94,7 @@ class ControlMixin:
     def call(self, computation, operands: Sequence[XlaOp] = ()) -> XlaOp:
         """Call a Computation (or a callable `fn(sb, *params)`) on operands."""
         operands = [self._coerce(o) for o in operands]
-        comp = self._computation(computation, [o.shape for o in operands], "callee")
+        comp = self._computation(computation, [o.shape for o in operands], "callee", op="call")
         return self._add("call", operands, {"to_apply": comp})
 
     def conditional(self, index_or_pred: XlaOp, branches: Sequence, operands) -> XlaOp:
@@ -108,7 +112,7 @@ class ControlMixin:
                                    "operands; give one operand per branch")
         else:
             ops = [operands] * len(branches)
-        comps = [self._computation(fn, [o.shape for o in [op]], f"branch_{k}")
+        comps = [self._computation(fn, [op.shape], f"branch_{k}", op="conditional")
                  for k, (fn, op) in enumerate(zip(branches, ops))]
         if index_or_pred.element_type.kind == "pred":
             if len(branches) != 2:

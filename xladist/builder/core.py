@@ -9,6 +9,7 @@ for the result shape, names the instruction `<base>.<id>` with one id counter pe
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -391,22 +392,46 @@ class BuilderCore:
         return module
 
     def _computation(self, fn, param_shapes: Sequence[Shape], name: str,
-                     unpack: bool = False) -> Computation:
+                     unpack: bool = False, *, op: str | None = None) -> Computation:
         """A called computation from a Computation or a Python callable.
 
         A callable receives (sub_builder, *parameters) and returns an XlaOp or a list of
         them (made a tuple). With `unpack`, one tuple parameter is passed as its elements.
+        `op` names the instruction that calls it, for errors.
         """
         if isinstance(fn, Computation):
             return fn
+        what = f"{op} in computation {self.name}" if op else name
         if not callable(fn):
-            raise BuilderError(f"{name}: expected a Computation or a callable, got {fn!r}")
+            raise BuilderError(f"{what}: {name} must be a Computation or a callable, "
+                               f"got {fn!r}")
+        shapes = list(param_shapes)
+        if unpack and len(shapes) == 1 and shapes[0].is_tuple:
+            shapes = list(shapes[0].tuple_shapes)
+        self._check_callable(fn, shapes, f"{what}: {name}")
         sub = self.create_subbuilder(name)
         params = [sub.parameter(i, s, name="p") for i, s in enumerate(param_shapes)]
         if unpack and len(params) == 1 and params[0].shape.is_tuple:
             params = list(params[0])
         out = fn(sub, *params)
         return sub.build_computation(out)
+
+    @staticmethod
+    def _check_callable(fn, shapes: Sequence[Shape], what: str) -> None:
+        """Refuse a callable that cannot take (sub_builder, *values of `shapes`), before it
+        is called: its TypeError would name neither the op nor the values it gets."""
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # no signature to read (some builtins): just call it
+            return
+        try:
+            signature.bind(None, *shapes)
+        except TypeError as e:
+            label = getattr(fn, "__qualname__", None) or repr(fn)
+            values = ", ".join(s.to_text(layout=False) for s in shapes)
+            raise BuilderError(
+                f"{what}: the callable {label}{signature} is called with the sub-builder and "
+                f"{len(shapes)} value(s) ({values}) and cannot take them: {e}") from None
 
     def next_channel_id(self) -> int:
         """A channel id not yet handed out by this module's builders."""

@@ -127,15 +127,17 @@ class ReductionMixin:
         self._state.reducers[key] = comp
         return comp
 
-    def _reducer(self, computation, types: Sequence[PrimitiveType], name: str) -> Computation:
-        """A (acc..., x...) -> acc computation from a name, a Computation or a callable."""
+    def _reducer(self, computation, types: Sequence[PrimitiveType], name: str, *,
+                 op: str | None = None) -> Computation:
+        """A (acc..., x...) -> acc computation from a name, a Computation or a callable;
+        `op` names the instruction that calls it, for errors."""
         if isinstance(computation, str):
             if len(types) != 1:
-                raise BuilderError(f"{name}: a named reducer ({computation!r}) combines one "
+                raise BuilderError(f"{op or name}: a named reducer ({computation!r}) combines one "
                                    f"value; {len(types)} operands need a computation")
             return self.scalar_reducer(computation, types[0])
         scalars = [Shape.scalar(t) for t in types]
-        return self._computation(computation, scalars + scalars, name)
+        return self._computation(computation, scalars + scalars, name, op=op)
 
     # ---- reduce ---------------------------------------------------------------
     def reduce(self, operands, init_values, computation, dimensions: Sequence[int]) -> XlaOp:
@@ -144,7 +146,7 @@ class ReductionMixin:
         ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
         inits = list(init_values) if isinstance(init_values, (list, tuple)) else [init_values]
         inits = [self._coerce(v, like=o) for v, o in zip(inits, ops)]
-        comp = self._reducer(computation, [o.element_type for o in ops], "reducer")
+        comp = self._reducer(computation, [o.element_type for o in ops], "reducer", op="reduce")
         return self._add("reduce", [*ops, *inits],
                          {"dimensions": _ints(dimensions), "to_apply": comp})
 
@@ -182,7 +184,8 @@ class ReductionMixin:
         ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
         inits = list(init_values) if isinstance(init_values, (list, tuple)) else [init_values]
         inits = [self._coerce(v, like=o) for v, o in zip(inits, ops)]
-        comp = self._reducer(computation, [o.element_type for o in ops], "reducer")
+        comp = self._reducer(computation, [o.element_type for o in ops], "reducer",
+                             op="reduce-window")
         window = make_window(window_dimensions, window_strides, padding, base_dilations,
                              window_dilations, ops[0].dims)
         return self._add("reduce-window", [*ops, *inits],
@@ -196,8 +199,9 @@ class ReductionMixin:
         if isinstance(select, str):
             direction = select
             select = lambda sb, a, b: sb.compare(a, b, direction)
-        select_comp = self._computation(select, [Shape.scalar(t)] * 2, "select")
-        scatter_comp = self._reducer(scatter, [t], "scatter")
+        select_comp = self._computation(select, [Shape.scalar(t)] * 2, "select",
+                                        op="select-and-scatter")
+        scatter_comp = self._reducer(scatter, [t], "scatter", op="select-and-scatter")
         window = make_window(window_dimensions, window_strides, padding,
                              operand_dims=operand.dims)
         init = self._coerce(init_value, like=operand)
@@ -209,7 +213,7 @@ class ReductionMixin:
         """Apply a scalar computation element-wise over same-shape operands."""
         ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
         comp = self._computation(computation, [Shape.scalar(o.element_type) for o in ops],
-                                 "mapper")
+                                 "mapper", op="map")
         dims = _ints(dimensions) if dimensions is not None else tuple(range(ops[0].rank))
         return self._add("map", ops, {"dimensions": dims, "to_apply": comp})
 
@@ -225,7 +229,7 @@ class ReductionMixin:
         params = []
         for o in ops:
             params += [Shape.scalar(o.element_type)] * 2
-        comp = self._computation(comparator, params, "compare")
+        comp = self._computation(comparator, params, "compare", op="sort")
         return self._add("sort", ops, {"dimensions": (int(dimension),),
                                        "is_stable": True if is_stable else None,
                                        "to_apply": comp})

@@ -144,7 +144,8 @@ class ShapingMixin:
         (current..., update...) scalars: a Computation, a callable or 'add'/'max'/...."""
         ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
         ups = list(updates) if isinstance(updates, (list, tuple)) else [updates]
-        comp = self._reducer(computation, [o.element_type for o in ops], "scatter_combiner")
+        comp = self._reducer(computation, [o.element_type for o in ops], "scatter_combiner",
+                             op="scatter")
         attrs = {"update_window_dims": _ints(update_window_dims),
                  "inserted_window_dims": _ints(inserted_window_dims),
                  "scatter_dims_to_operand_dims": _ints(scatter_dims_to_operand_dims),
