@@ -453,3 +453,50 @@ def test_callables_taking_varargs_or_partials_are_accepted():
     b.while_loop(lambda sb, *s: sb.lt(s[0], 3), lambda sb, i, *rest: [i + 1, *rest],
                  [b.constant_r0(0, "s32"), x])
     check_text(b.build())
+
+
+_ARRAY = np.ones((3,), np.float32)
+_NOT_AN_OP = [
+    ("conditional", lambda b, x: b.conditional(0, [lambda sb, v: v, lambda sb, v: v], x)),
+    ("convert", lambda b, x: b.convert(_ARRAY, "s32")),
+    ("bitcast-convert", lambda b, x: b.bitcast_convert(3, "s32")),
+    ("reshape", lambda b, x: b.reshape([1, 2], [2])),
+    ("slice", lambda b, x: b.slice_in_dim(None, 0, 1)),
+    ("pad", lambda b, x: b.pad(_ARRAY, 0.0, [(1, 1)])),
+    ("dot", lambda b, x: b.dot(_ARRAY, x)),
+    ("convolution", lambda b, x: b.conv_general_dilated(_ARRAY, x, (1,), "VALID")),
+    ("reduce", lambda b, x: b.reduce(_ARRAY, 0.0, "add", [0])),
+    ("reduce", lambda b, x: b.reduce_sum(_ARRAY)),
+    ("reduce-window", lambda b, x: b.reduce_window(_ARRAY, 0.0, "add", (1,))),
+    ("select-and-scatter", lambda b, x: b.select_and_scatter(_ARRAY, "ge", (1,), (1,),
+                                                              "VALID", x, 0.0)),
+    ("map", lambda b, x: b.map([_ARRAY], lambda sb, a: a)),
+    ("sort", lambda b, x: b.sort([_ARRAY])),
+    ("scatter", lambda b, x: b.scatter(_ARRAY, x, x, "add", update_window_dims=[],
+                                       inserted_window_dims=[0],
+                                       scatter_dims_to_operand_dims=[0], index_vector_dim=1)),
+    ("get-tuple-element", lambda b, x: b.get_tuple_element((x, x), 0)),
+    ("all-reduce", lambda b, x: b.all_reduce(_ARRAY)),
+    ("all-gather", lambda b, x: b.all_gather(_ARRAY, 0, replica_groups=[[0]])),
+    ("outfeed", lambda b, x: b.outfeed(_ARRAY)),
+]
+
+
+@pytest.mark.parametrize("opcode, build", _NOT_AN_OP, ids=[f"{o}-{i}" for i, (o, _) in
+                                                              enumerate(_NOT_AN_OP)])
+def test_an_operand_that_is_not_an_xlaop_is_a_builder_error_naming_the_op(opcode, build):
+    """Before: methods read the operand's shape before checking it, so a numpy array, a
+    list or a Python number where an XlaOp belongs raised AttributeError ("'numpy.ndarray'
+    object has no attribute 'element_type'") from inside the builder."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "s32[3]")
+    with pytest.raises(BuilderError, match=rf"^{opcode} in computation m: operand .* is not "
+                                           "an XlaOp"):
+        build(b, x)
+
+
+def test_the_not_an_xlaop_message_describes_an_array_by_type_and_shape():
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"operand a numpy array of float32 \[4, 5\] is not"):
+        b.concatenate([x, np.ones((4, 5), np.float32)], 0)

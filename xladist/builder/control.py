@@ -104,6 +104,7 @@ class ControlMixin:
         `operands` is one value passed to every branch or a list with one per branch;
         branch callables receive (sb, operand).
         """
+        index_or_pred = self._operand(index_or_pred, "conditional")
         branches = list(branches)
         if isinstance(operands, (list, tuple)):
             ops = list(operands)
@@ -174,6 +175,7 @@ class ControlMixin:
 
     def outfeed(self, operand: XlaOp, token: XlaOp | None = None, config: str = "") -> XlaOp:
         """Send `operand` to this device's outfeed; returns the new token."""
+        operand = self._operand(operand, "outfeed")
         token = token if token is not None else self.after_all()
         return self._add("outfeed", [operand, token],
                          {"outfeed_shape": operand.shape.with_default_layouts(),
@@ -198,12 +200,14 @@ class ControlMixin:
              is_host_transfer: bool = False, source_target_pairs=None) -> XlaOp:
         """Start sending `operand`; returns (data, u32[], token[]) for send_done.
         `source_target_pairs` (device ids) name the peers of a device-to-device channel."""
+        operand = self._operand(operand, "send")
         declared = Shape.tuple_of([operand.shape, Shape.scalar("u32"), Shape.token()])
         op = self._add("send", [operand, token],
                        self._channel_attrs(channel_id, is_host_transfer), declared=declared)
         return self._peer_attrs(op, source_target_pairs)
 
     def send_done(self, send: XlaOp) -> XlaOp:
+        send = self._operand(send, "send-done")
         a = send.instruction.attrs
         return self._add("send-done", [send], {"channel_id": a.get("channel_id"),
                                                "is_host_transfer": a.get("is_host_transfer")},
@@ -220,6 +224,7 @@ class ControlMixin:
 
     def recv_done(self, recv: XlaOp) -> XlaOp:
         """(data, token) of a finished recv."""
+        recv = self._operand(recv, "recv-done")
         a = recv.instruction.attrs
         data = recv.shape.tuple_shapes[0]
         return self._add("recv-done", [recv], {"channel_id": a.get("channel_id"),
@@ -253,6 +258,7 @@ class ControlMixin:
         if alg not in RNG_ALGORITHMS:
             raise BuilderError(f"rng_bit_generator algorithm {algorithm!r} is not one of "
                                f"{RNG_ALGORITHMS}")
+        initial_state = self._operand(initial_state, "rng-bit-generator")
         declared = Shape.tuple_of([initial_state.shape, as_shape(shape)])
         return self._add("rng-bit-generator", [initial_state], {"algorithm": alg},
                          declared=declared)

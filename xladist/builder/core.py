@@ -235,13 +235,29 @@ class BuilderCore:
     # ---- creation ----------------------------------------------------------
     def _check_operand(self, op, opcode: str) -> Instruction:
         if not isinstance(op, XlaOp):
-            raise BuilderError(f"{opcode} in computation {self.name}: operand {op!r} is not an "
-                               "XlaOp (wrap numbers with constant()/constant_r0())")
+            if isinstance(op, np.ndarray):
+                what = f"a numpy array of {op.dtype} {list(op.shape)}"
+            else:
+                text = repr(op)
+                what = f"{type(op).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+            raise BuilderError(f"{opcode} in computation {self.name}: operand {what} is not an "
+                               "XlaOp (wrap values with constant()/constant_r0())")
         if op.builder is not self:
             raise BuilderError(
                 f"{opcode} in computation {self.name}: operand {op.name} belongs to computation "
                 f"{op.builder.name}; values cross into a sub-computation only as its parameters")
         return op.instruction
+
+    def _operand(self, value, opcode: str) -> XlaOp:
+        """`value` as an operand of `opcode`: an XlaOp of this builder, else BuilderError.
+        Methods that read an operand's shape before `_add` take it through here."""
+        self._check_operand(value, opcode)
+        return value
+
+    def _operands(self, values, opcode: str) -> list[XlaOp]:
+        """One operand or a list/tuple of them (variadic ops), each checked by `_operand`."""
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        return [self._operand(v, opcode) for v in values]
 
     def _add(self, opcode: str, operands: Sequence[XlaOp] = (), attrs: dict | None = None, *,
              declared: Shape | None = None, name: str | None = None, **fields) -> XlaOp:

@@ -75,6 +75,7 @@ class LinalgMixin:
             preferred_element_type=None) -> XlaOp:
         """XLA Dot: vector.vector, matrix.vector, matrix.matrix (contracting lhs's last
         dimension with rhs's first)."""
+        lhs = self._operand(lhs, "dot")
         return self.dot_general(lhs, rhs, (((lhs.rank - 1,), (0,)), ((), ())),
                                 precision=precision,
                                 preferred_element_type=preferred_element_type)
@@ -98,6 +99,7 @@ class LinalgMixin:
                              preferred_element_type=None) -> XlaOp:
         """XLA ConvGeneralDilated (jax.lax.conv_general_dilated's arguments); padding is
         "SAME", "VALID" or (low, high) per spatial dimension."""
+        lhs, rhs = self._operand(lhs, "convolution"), self._operand(rhs, "convolution")
         dnums = conv_dimension_numbers(dimension_numbers, lhs.rank)
         in_spatial = [lhs.dims[d] for d in dnums.input_spatial]
         k_spatial = [rhs.dims[d] for d in dnums.kernel_spatial]

@@ -143,7 +143,7 @@ class ReductionMixin:
     def reduce(self, operands, init_values, computation, dimensions: Sequence[int]) -> XlaOp:
         """XLA Reduce over `dimensions`; variadic when operands/init_values are lists (the
         computation then takes N accumulators then N inputs and returns a tuple)."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "reduce")
         inits = list(init_values) if isinstance(init_values, (list, tuple)) else [init_values]
         inits = [self._coerce(v, like=o) for v, o in zip(inits, ops)]
         comp = self._reducer(computation, [o.element_type for o in ops], "reducer", op="reduce")
@@ -151,6 +151,7 @@ class ReductionMixin:
                          {"dimensions": _ints(dimensions), "to_apply": comp})
 
     def _reduce_kind(self, kind: str, operand: XlaOp, dimensions) -> XlaOp:
+        operand = self._operand(operand, "reduce")
         if dimensions is None:
             dimensions = range(operand.rank)
         t = operand.element_type
@@ -181,7 +182,7 @@ class ReductionMixin:
                       window_strides=None, padding=None, base_dilations=None,
                       window_dilations=None) -> XlaOp:
         """XLA ReduceWindow; padding is "SAME", "VALID" or (low, high) pairs."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "reduce-window")
         inits = list(init_values) if isinstance(init_values, (list, tuple)) else [init_values]
         inits = [self._coerce(v, like=o) for v, o in zip(inits, ops)]
         comp = self._reducer(computation, [o.element_type for o in ops], "reducer",
@@ -195,6 +196,7 @@ class ReductionMixin:
                            padding, source: XlaOp, init_value, scatter="add") -> XlaOp:
         """XLA SelectAndScatter: `select` (a, b) -> pred picks one element per window
         (e.g. "ge" for max-pool gradients), `scatter` adds source values there."""
+        operand = self._operand(operand, "select-and-scatter")
         t = operand.element_type
         if isinstance(select, str):
             direction = select
@@ -211,7 +213,7 @@ class ReductionMixin:
     # ---- map / sort / top-k --------------------------------------------------------
     def map(self, operands, computation, dimensions: Sequence[int] | None = None) -> XlaOp:
         """Apply a scalar computation element-wise over same-shape operands."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "map")
         comp = self._computation(computation, [Shape.scalar(o.element_type) for o in ops],
                                  "mapper", op="map")
         dims = _ints(dimensions) if dimensions is not None else tuple(range(ops[0].rank))
@@ -221,7 +223,7 @@ class ReductionMixin:
              is_stable: bool = False) -> XlaOp:
         """XLA Sort along `dimension`. The comparator takes 2N scalars (lhs_0, rhs_0,
         lhs_1, rhs_1, ...) and returns pred; default: ascending by the first operand."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "sort")
         if dimension < 0:
             dimension += ops[0].rank
         if comparator is None:

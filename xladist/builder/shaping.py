@@ -36,6 +36,7 @@ class ShapingMixin:
                 dimensions: Sequence[int] | None = None) -> XlaOp:
         """Row-major reshape; `dimensions` first transposes (XLA Reshape's optional order).
         One size may be -1 and is then computed from the element count."""
+        operand = self._operand(operand, "reshape")
         if dimensions is not None and _ints(dimensions) != tuple(range(operand.rank)):
             operand = self.transpose(operand, dimensions)
         sizes = list(_ints(new_sizes))
@@ -71,6 +72,7 @@ class ShapingMixin:
     def slice_in_dim(self, operand: XlaOp, start: int, limit: int, stride: int = 1,
                      dimno: int = 0) -> XlaOp:
         """Slice one dimension, keeping the others whole."""
+        operand = self._operand(operand, "slice")
         starts = [0] * operand.rank
         limits = list(operand.dims)
         strides = [1] * operand.rank
@@ -101,6 +103,7 @@ class ShapingMixin:
     def pad(self, operand: XlaOp, padding_value, padding_config) -> XlaOp:
         """Pad with `padding_value`; padding_config is (low, high[, interior]) per dimension
         (negative low/high crop) or a PaddingConfig."""
+        operand = self._operand(operand, "pad")
         value = self._coerce(padding_value, like=operand)
         if not isinstance(padding_config, PaddingConfig):
             rows = []
@@ -142,8 +145,8 @@ class ShapingMixin:
                 indices_are_sorted: bool = False, unique_indices: bool = False) -> XlaOp:
         """XLA Scatter. `operands`/`updates` may be lists (variadic); `computation` combines
         (current..., update...) scalars: a Computation, a callable or 'add'/'max'/...."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
-        ups = list(updates) if isinstance(updates, (list, tuple)) else [updates]
+        ops = self._operands(operands, "scatter")
+        ups = self._operands(updates, "scatter")
         comp = self._reducer(computation, [o.element_type for o in ops], "scatter_combiner",
                              op="scatter")
         attrs = {"update_window_dims": _ints(update_window_dims),
@@ -165,6 +168,7 @@ class ShapingMixin:
         return self._add("tuple", [self._coerce(e) for e in elements])
 
     def get_tuple_element(self, tuple_op: XlaOp, index: int) -> XlaOp:
+        tuple_op = self._operand(tuple_op, "get-tuple-element")
         n = len(tuple_op.shape.tuple_shapes) if tuple_op.shape.is_tuple else 0
         if isinstance(index, (int, np.integer)) and -n <= index < 0:
             index += n
