@@ -500,3 +500,13 @@ def test_the_not_an_xlaop_message_describes_an_array_by_type_and_shape():
     x = b.parameter(0, "f32[2,3]")
     with pytest.raises(BuilderError, match=r"operand a numpy array of float32 \[4, 5\] is not"):
         b.concatenate([x, np.ones((4, 5), np.float32)], 0)
+
+
+def test_slice_in_dim_out_of_range_dimno_names_the_op_and_shape():
+    """Before: IndexError 'list assignment index out of range' from shaping.py."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"slice_in_dim in computation m: dimno=5 is out of "
+                                           r"range for f32\[2,3\] \(rank 2\)"):
+        b.slice_in_dim(x, 0, 1, dimno=5)
+

@@ -73,6 +73,10 @@ class ShapingMixin:
                      dimno: int = 0) -> XlaOp:
         """Slice one dimension, keeping the others whole."""
         operand = self._operand(operand, "slice")
+        if not 0 <= dimno < operand.rank:
+            raise BuilderError(f"slice_in_dim in computation {self.name}: dimno={dimno} is out "
+                               f"of range for {operand.shape.to_text(layout=False)} (rank "
+                               f"{operand.rank})")
         starts = [0] * operand.rank
         limits = list(operand.dims)
         strides = [1] * operand.rank
