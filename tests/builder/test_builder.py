@@ -510,3 +510,16 @@ def test_slice_in_dim_out_of_range_dimno_names_the_op_and_shape():
                                            r"range for f32\[2,3\] \(rank 2\)"):
         b.slice_in_dim(x, 0, 1, dimno=5)
 
+
+@pytest.mark.parametrize("dnums", [((1,), (0,)), (((1,), (0,)),), (((1,), (0,)), 7),
+                                   ((1, 0), ((), ()))])
+def test_dot_general_dimension_numbers_of_the_wrong_structure_say_the_expected_form(dnums):
+    """Before: 'not enough values to unpack (expected 2, got 1)' or 'cannot unpack
+    non-iterable int object' from linalg.py."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    y = b.parameter(1, "f32[3,2]")
+    with pytest.raises(BuilderError, match=r"dot_general in computation m: dimension_numbers="
+                                           r".* must be \(\(lhs_contracting, rhs_contracting\), "
+                                           r"\(lhs_batch, rhs_batch\)\)"):
+        b.dot_general(x, y, dnums)

@@ -84,7 +84,16 @@ class LinalgMixin:
                     preferred_element_type=None) -> XlaOp:
         """XLA DotGeneral; dimension_numbers = ((lhs_contracting, rhs_contracting),
         (lhs_batch, rhs_batch)) as in jax.lax.dot_general."""
-        (lc, rc), (lb, rb) = dimension_numbers
+        lhs, rhs = self._operand(lhs, "dot"), self._operand(rhs, "dot")
+        try:
+            (lc, rc), (lb, rb) = dimension_numbers
+            lc, rc, lb, rb = _ints(lc), _ints(rc), _ints(lb), _ints(rb)
+        except (TypeError, ValueError):
+            raise BuilderError(
+                f"dot_general in computation {self.name}: dimension_numbers="
+                f"{dimension_numbers!r} must be ((lhs_contracting, rhs_contracting), "
+                "(lhs_batch, rhs_batch)), each a sequence of dimension numbers, e.g. "
+                "(((1,), (0,)), ((), ()))") from None
         attrs = {"lhs_batch_dims": _ints(lb) or None,
                  "lhs_contracting_dims": _ints(lc),
                  "rhs_batch_dims": _ints(rb) or None,
