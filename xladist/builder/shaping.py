@@ -84,10 +84,12 @@ class ShapingMixin:
         return self.slice(operand, starts, limits, strides)
 
     def _index_scalars(self, indices) -> list[XlaOp]:
-        ops = []
-        for i in indices:
-            ops.append(i if isinstance(i, XlaOp) else self.constant_r0(int(i), "s32"))
-        return ops
+        """Start indices as XlaOps: Python ints take the element type of the XlaOp indices
+        given with them (XLA wants one integer type for all), s32 when there are none."""
+        indices = list(indices)
+        like = next((i for i in indices if isinstance(i, XlaOp)), None)
+        t = like.element_type if like is not None else "s32"
+        return [i if isinstance(i, XlaOp) else self.constant_r0(int(i), t) for i in indices]
 
     def dynamic_slice(self, operand: XlaOp, start_indices, slice_sizes: Sequence[int]) -> XlaOp:
         """Slice at run-time start indices (one scalar per dimension; ints allowed)."""
