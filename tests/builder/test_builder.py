@@ -523,3 +523,23 @@ def test_dot_general_dimension_numbers_of_the_wrong_structure_say_the_expected_f
                                            r".* must be \(\(lhs_contracting, rhs_contracting\), "
                                            r"\(lhs_batch, rhs_batch\)\)"):
         b.dot_general(x, y, dnums)
+
+
+@pytest.mark.parametrize("dnums, reason", [
+    (("NCHW", "OIHW"), r"expected None, XLA dim_labels text .* or three strings"),
+    (("NCHH", "OIHW", "NCHW"), r"'NCHH' must name each dimension once"),
+    (("NCH", "OIHW", "NCHW"), r"'NCH' has 3 letters but the operands have rank 4"),
+    (("NCHW", "OIHW", "NCXW"), r"'X' of 'NCXW' is not a spatial dimension of the kernel"),
+    ("hello", r"malformed dim_labels 'hello'"),
+    ("bf01_oi01->bfxx", r"spatial dimension counts differ"),
+])
+def test_invalid_conv_dimension_numbers_name_the_op_and_the_spec_given(dnums, reason):
+    """Before: ('NCHW', 'OIHW') raised 'not enough values to unpack (expected 3, got 2)';
+    a repeated letter ('NCHH') said 'dim_labels 'bf00_oi01->bf01': input spatial digits
+    must be 0..n-1', digits the user never wrote; text labels raised a bare ValueError
+    from hlo/attrs.py naming no op."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[1,2,5,5]")
+    k = b.parameter(1, "f32[3,2,2,2]")
+    with pytest.raises(BuilderError, match=r"^convolution dimension_numbers=" + r".*: " + reason):
+        b.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=dnums)

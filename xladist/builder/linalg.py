@@ -32,7 +32,16 @@ def _precision(precision):
 
 def conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
     """ConvDimensionNumbers from None (NCHW-like `bf01_oi01->bf01`), XLA's dim_labels text,
-    or jax-style ("NCHW", "OIHW", "NCHW") strings (spatial letters matched by name)."""
+    or jax-style ("NCHW", "OIHW", "NCHW") strings (spatial letters matched by name).
+
+    Raises BuilderError 'convolution dimension_numbers=<spec>: <reason>'."""
+    try:
+        return _conv_dimension_numbers(spec, rank)
+    except ValueError as e:
+        raise BuilderError(f"convolution dimension_numbers={spec!r}: {e}") from None
+
+
+def _conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
     if isinstance(spec, ConvDimensionNumbers):
         return spec
     if spec is None:
@@ -40,7 +49,18 @@ def conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
         return ConvDimensionNumbers.from_text(f"bf{digits}_oi{digits}->bf{digits}")
     if isinstance(spec, str):
         return ConvDimensionNumbers.from_text(spec)
+    if not (isinstance(spec, (tuple, list)) and len(spec) == 3
+            and all(isinstance(s, str) for s in spec)):
+        raise ValueError("expected None, XLA dim_labels text like 'bf01_oi01->bf01', a "
+                         "ConvDimensionNumbers, or three strings (lhs, rhs, out) like "
+                         "('NCHW', 'OIHW', 'NCHW')")
     lhs, rhs, out = spec
+    for s, letters in ((lhs, "NC"), (rhs, "OI"), (out, "NC")):
+        if len(s) != rank:
+            raise ValueError(f"{s!r} has {len(s)} letters but the operands have rank {rank}")
+        if len(set(s)) != len(s) or not all(c in s for c in letters):
+            raise ValueError(f"{s!r} must name each dimension once, with {letters[0]!r} and "
+                             f"{letters[1]!r} among them")
     spatial = [c for c in rhs if c not in "OI"]
 
     def label(s, a, b, la, lb):
@@ -53,8 +73,8 @@ def conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
             elif c in spatial:
                 chars.append(str(spatial.index(c)))
             else:
-                raise BuilderError(f"dimension numbers {spec}: {c!r} of {s!r} is not a "
-                                   f"spatial dimension of the kernel spec {rhs!r}")
+                raise ValueError(f"{c!r} of {s!r} is not a spatial dimension of the kernel "
+                                 f"spec {rhs!r}")
         return "".join(chars)
 
     text = (label(lhs, "N", "C", "b", "f") + "_" + label(rhs, "I", "O", "i", "o") + "->"
