@@ -543,3 +543,21 @@ def test_invalid_conv_dimension_numbers_name_the_op_and_the_spec_given(dnums, re
     k = b.parameter(1, "f32[3,2,2,2]")
     with pytest.raises(BuilderError, match=r"^convolution dimension_numbers=" + r".*: " + reason):
         b.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=dnums)
+
+
+@pytest.mark.parametrize("build", [
+    lambda b, x: b.iota("s32", [2, -1]),
+    lambda b, x: b.broadcast(x, [-2]),
+    lambda b, x: b.reshape(x, [-2, -3]),
+    lambda b, x: b.parameter(1, ("f32", [2, -1])),
+    lambda b, x: b.infeed([("f32", [-1])]),
+], ids=["iota", "broadcast", "reshape", "parameter", "infeed"])
+def test_negative_dimension_sizes_are_refused_not_made_unbounded(build):
+    """Before: a negative size was kept and printed as an unbounded dynamic dimension
+    ('s32[2,?]'), a module that verified and parsed back; reshape to [-2, -3] of 6
+    elements passed its element count check."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[6]")
+    with pytest.raises(BuilderError, match=r"in computation m: dimension sizes \[.*-\d.*\] of "
+                                           r"the \w+ result must not be negative"):
+        build(b, x)

@@ -266,6 +266,8 @@ class BuilderCore:
             raise BuilderError(f"computation {self.name} was already built; start a new builder")
         instrs = [self._check_operand(o, opcode) for o in operands]
         attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        if declared is not None:
+            self._check_dims(declared, opcode)
         if opcode in ("parameter", "constant"):
             shape = declared
         else:
@@ -276,6 +278,17 @@ class BuilderCore:
         instr.frontend_attributes.update(self._frontend_attributes)
         self._instructions.append(instr)
         return XlaOp(self, instr)
+
+    def _check_dims(self, shape: Shape, opcode: str) -> None:
+        """A shape asked for by the caller has sizes >= 0: a negative size would be taken
+        as an unbounded dynamic dimension ('?' in HLO text), which the builder never makes."""
+        if shape.is_tuple:
+            for s in shape.tuple_shapes:
+                self._check_dims(s, opcode)
+        elif shape.is_array and any(d < 0 for d in shape.dims):
+            raise BuilderError(f"{opcode} in computation {self.name}: dimension sizes "
+                               f"{list(shape.dims)} of the {shape.element_type.name} result "
+                               "must not be negative")
 
     def instruction(self, opcode: str, operands: Sequence[XlaOp] = (), shape=None,
                     **attrs) -> XlaOp:
