@@ -561,3 +561,20 @@ def test_negative_dimension_sizes_are_refused_not_made_unbounded(build):
     with pytest.raises(BuilderError, match=r"in computation m: dimension sizes \[.*-\d.*\] of "
                                            r"the \w+ result must not be negative"):
         build(b, x)
+
+
+def test_a_callable_that_returns_none_is_refused():
+    """Before: a sub-computation callable without `return` gave a computation whose root
+    was the last op it happened to add (here the parameter: an identity 'reducer'),
+    silently another program."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+
+    def forgot_return(sb, a, c):
+        sb.add(a, c)
+        sb.mul(a, c)
+    with pytest.raises(BuilderError, match=r"reduce in computation m: reducer: the callable "
+                                           r".*forgot_return returned None"):
+        b.reduce(x, 0.0, forgot_return, [1])
+    with pytest.raises(BuilderError, match=r"call in computation m: callee: .* returned None"):
+        b.call(lambda sb, a: None, [x])

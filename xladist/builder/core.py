@@ -443,6 +443,13 @@ class BuilderCore:
         if unpack and len(params) == 1 and params[0].shape.is_tuple:
             params = list(params[0])
         out = fn(sub, *params)
+        if out is None:
+            # build_computation would take the last op added as the root: a missing
+            # `return` would silently compute something else.
+            label = getattr(fn, "__qualname__", None) or repr(fn)
+            raise BuilderError(f"{what}: {name}: the callable {label} returned None; it "
+                               "must return the computation's result (an XlaOp, or a list "
+                               "of them for a tuple)")
         return sub.build_computation(out)
 
     @staticmethod
