@@ -578,3 +578,15 @@ def test_a_callable_that_returns_none_is_refused():
         b.reduce(x, 0.0, forgot_return, [1])
     with pytest.raises(BuilderError, match=r"call in computation m: callee: .* returned None"):
         b.call(lambda sb, a: None, [x])
+
+
+@pytest.mark.parametrize("row", [(1,), (1, 1, 0, 2)])
+def test_a_padding_config_entry_of_the_wrong_length_is_refused(row):
+    """Before: (1,) raised IndexError 'tuple index out of range' from shaping.py, and a
+    fourth number was dropped without a word."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"pad in computation m: padding_config entry \[.*\] "
+                                           r"of dimension 0 must be \(low, high\) or "
+                                           r"\(low, high, interior\)"):
+        b.pad(x, 0.0, [row, (0, 0)])

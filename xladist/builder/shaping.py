@@ -113,8 +113,12 @@ class ShapingMixin:
         value = self._coerce(padding_value, like=operand)
         if not isinstance(padding_config, PaddingConfig):
             rows = []
-            for p in padding_config:
+            for i, p in enumerate(padding_config):
                 p = _ints(p)
+                if len(p) not in (2, 3):
+                    raise BuilderError(f"pad in computation {self.name}: padding_config entry "
+                                       f"{list(p)} of dimension {i} must be (low, high) or "
+                                       "(low, high, interior)")
                 rows.append((p[0], p[1], p[2] if len(p) > 2 else 0))
             padding_config = PaddingConfig(tuple(rows))
         return self._add("pad", [operand, value], {"padding": padding_config})
