@@ -590,3 +590,20 @@ def test_a_padding_config_entry_of_the_wrong_length_is_refused(row):
                                            r"of dimension 0 must be \(low, high\) or "
                                            r"\(low, high, interior\)"):
         b.pad(x, 0.0, [row, (0, 0)])
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda b, x: b.convert(x, "float32x"), r"unknown element type 'float32x': give an HLO "
+                                            r"type name"),
+    (lambda b, x: b.iota("complex256", [2]), r"unknown element type 'complex256'"),
+    (lambda b, x: b.parameter(1, "float[2]"), r"cannot read shape 'float\[2\]': 'float' is "
+                                              r"not an HLO element type"),
+    (lambda b, x: b.constant_r0(1, object), r"unknown element type <class 'object'>"),
+])
+def test_an_unknown_element_type_is_a_builder_error(build, message):
+    """Before: numpy's TypeError "data type 'float32x' not understood", or a ValueError
+    from hlo/shape.py, none of them a BuilderError."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2]")
+    with pytest.raises(BuilderError, match=message):
+        build(b, x)

@@ -51,7 +51,12 @@ def as_shape(spec: ShapeLike) -> Shape:
         dims = [int(p.removeprefix("<=")) for p in parts]
         if name == "token":
             return Shape.token()
-        return Shape.array(name, dims, dynamic=[p.startswith("<=") for p in parts])
+        try:
+            t = primitive_type(name)
+        except ValueError:
+            raise BuilderError(f"cannot read shape {spec!r}: {name!r} is not an HLO element "
+                               f"type ({_TYPE_NAMES})") from None
+        return Shape.array(t, dims, dynamic=[p.startswith("<=") for p in parts])
     if (isinstance(spec, tuple) and len(spec) == 2
             and isinstance(spec[0], (str, PrimitiveType, np.dtype, type))):
         return Shape.array(as_type(spec[0]), spec[1])
@@ -69,7 +74,14 @@ def as_type(t) -> PrimitiveType:
             return primitive_type(t)
         except ValueError:
             pass
-    return primitive_type_of_dtype(t)
+    try:
+        return primitive_type_of_dtype(t)
+    except (TypeError, ValueError):
+        raise BuilderError(f"unknown element type {t!r}: give an HLO type name "
+                           f"({_TYPE_NAMES}) or a numpy dtype that has one") from None
+
+
+_TYPE_NAMES = "f32, f16, bf16, f64, s8..s64, u8..u64, pred, c64, ..."
 
 
 def _sanitize(name: str) -> str:
