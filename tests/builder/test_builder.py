@@ -607,3 +607,36 @@ def test_an_unknown_element_type_is_a_builder_error(build, message):
     x = b.parameter(0, "f32[2]")
     with pytest.raises(BuilderError, match=message):
         build(b, x)
+
+
+@pytest.mark.parametrize("build, number, type_", [
+    (lambda b, n, u, p, f: n.lt(2.5), "2.5", "s32"),
+    (lambda b, n, u, p, f: b.select(p, n, 1.5), "1.5", "s32"),
+    (lambda b, n, u, p, f: b.max(u, -1), "-1", "u8"),
+    (lambda b, n, u, p, f: u + 300, "300", "u8"),
+    (lambda b, n, u, p, f: b.eq(p, 2), "2", "pred"),
+    (lambda b, n, u, p, f: b.reduce(n, float("-inf"), "max", [0]), "-inf", "s32"),
+    (lambda b, n, u, p, f: f + 1j, "1j", "f32"),
+])
+def test_a_python_number_the_other_operands_type_cannot_hold_is_refused(build, number, type_):
+    """Before: the number was cast silently: n < 2.5 became n < 2 (false for n == 2),
+    max(u8, -1) became max(u8, 255), u8 + 300 became u8 + 44."""
+    b = XlaBuilder("m")
+    n = b.parameter(0, "s32[3]")
+    u = b.parameter(1, "u8[3]")
+    p = b.parameter(2, "pred[3]")
+    f = b.parameter(3, "f32[3]")
+    with pytest.raises(BuilderError, match=rf"computation m: the Python number {number} used "
+                                           rf"with .* takes its element type {type_}, which "
+                                           "cannot hold it exactly"):
+        build(b, n, u, p, f)
+
+
+def test_python_numbers_that_fit_keep_working():
+    b = XlaBuilder("m")
+    n = b.parameter(0, "s32[3]")
+    u = b.parameter(1, "u8[3]")
+    f = b.parameter(2, "f32[3]")
+    p = b.parameter(3, "pred[3]")
+    b.build([n.lt(2.0), n + True, u + 255, u.ge(0), f * 0.1, f + 10**20, b.eq(p, 1),
+             b.select(p, f, float("inf")), b.reduce(n, -2**31, "max", [0])])

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
 from ..hlo.attrs import Literal
@@ -82,6 +83,27 @@ def as_type(t) -> PrimitiveType:
 
 
 _TYPE_NAMES = "f32, f16, bf16, f64, s8..s64, u8..u64, pred, c64, ..."
+
+
+def _fits(value, t: PrimitiveType) -> bool:
+    """Whether a Python number keeps its value as a `t` (floats may round: 0.1 is fine
+    in f32; an integer type takes integral values in its range; pred takes 0/1)."""
+    if t.is_complex or not t.is_array_type:
+        return True
+    if isinstance(value, complex):
+        if value.imag != 0:
+            return False
+        value = value.real
+    if t.is_float:
+        return True
+    if t.kind == "pred":
+        return value in (0, 1)
+    if t.is_integer:
+        if isinstance(value, float) and not value.is_integer():
+            return False
+        info = ml_dtypes.iinfo(t.dtype)
+        return int(info.min) <= value <= int(info.max)
+    return True
 
 
 def _sanitize(name: str) -> str:
@@ -347,7 +369,14 @@ class BuilderCore:
         if isinstance(value, XlaOp):
             return value
         if isinstance(value, (bool, int, float, complex)) and like is not None:
-            return self.constant_r0(value, like.element_type)
+            t = like.element_type
+            if not _fits(value, t):
+                raise BuilderError(
+                    f"computation {self.name}: the Python number {value!r} used with "
+                    f"{like.name} ({like.shape.to_text(layout=False)}) takes its element type "
+                    f"{t.name}, which cannot hold it exactly; convert the operand or pass "
+                    f"constant_r0({value!r}, <type>)")
+            return self.constant_r0(value, t)
         return self.constant(value)
 
     # ---- leaves ------------------------------------------------------------
