@@ -640,3 +640,22 @@ def test_python_numbers_that_fit_keep_working():
     p = b.parameter(3, "pred[3]")
     b.build([n.lt(2.0), n + True, u + 255, u.ge(0), f * 0.1, f + 10**20, b.eq(p, 1),
              b.select(p, f, float("inf")), b.reduce(n, -2**31, "max", [0])])
+
+
+@pytest.mark.parametrize("build", [
+    lambda b, x: b.iota("s32", [2.5]),
+    lambda b, x: b.slice(x, [0.5, 0], [1, 3]),
+    lambda b, x: b.dynamic_slice(x, [0.7, 0], [1, 1]),
+    lambda b, x: b.reduce_sum(x, [1.0]),
+    lambda b, x: b.pad(x, 0.0, [(0.5, 0), (0, 0)]),
+    lambda b, x: b.conv_general_dilated(b.reshape(x, [1, 1, 2, 3]),
+                                        b.reshape(x, [1, 1, 2, 3]), (1.5, 1), "VALID"),
+], ids=["iota", "slice", "dynamic_slice", "reduce", "pad", "conv"])
+def test_a_non_integer_size_or_index_is_refused_not_truncated(build):
+    """Before: int() truncated it: iota('s32', [2.5]) made s32[2], a start index 0.7
+    became 0."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"expected integers \(sizes, dimension numbers, "
+                                           r"indices\), got \d\.\d in \["):
+        build(b, x)

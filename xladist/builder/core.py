@@ -10,6 +10,7 @@ for the result shape, names the instruction `<base>.<id>` with one id counter pe
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -83,6 +84,20 @@ def as_type(t) -> PrimitiveType:
 
 
 _TYPE_NAMES = "f32, f16, bf16, f64, s8..s64, u8..u64, pred, c64, ..."
+
+
+def _ints(values) -> tuple[int, ...]:
+    """Sizes, dimension numbers, indices as ints; anything but an integer (a float 2.5,
+    which int() would truncate to 2) is refused."""
+    values = list(values)
+    out = []
+    for v in values:
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise BuilderError(f"expected integers (sizes, dimension numbers, indices), got "
+                               f"{v!r} in {values!r}") from None
+    return tuple(out)
 
 
 def _fits(value, t: PrimitiveType) -> bool:

@@ -6,16 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..hlo.attrs import ConvDimensionNumbers
-from .core import BuilderError, XlaOp, as_type
+from .core import BuilderError, XlaOp, _ints, as_type
 from .reductions import make_window
 
 PRECISIONS = ("default", "high", "highest")
 FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
 TRANSPOSE_KINDS = ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
 
 
 def _precision(precision):

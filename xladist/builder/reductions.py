@@ -12,7 +12,7 @@ import numpy as np
 from ..hlo.attrs import Window, WindowDim
 from ..hlo.ir import Computation
 from ..hlo.shape import PrimitiveType, Shape
-from .core import BuilderError, XlaOp, as_type
+from .core import BuilderError, XlaOp, _ints, as_type
 
 # Reducer kind -> (builder method combining two scalars, identity element picker).
 # The identity lets reduce_<kind> helpers pick their init value per element type.
@@ -54,10 +54,6 @@ def _extreme(t: PrimitiveType, highest: bool):
         return info.max if highest else info.min
     info = ml_dtypes.iinfo(t.dtype)
     return info.max if highest else info.min
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
 
 
 def padding_for(padding, in_dims: Sequence[int], window: Sequence[int],

@@ -9,11 +9,7 @@ import numpy as np
 
 from ..hlo.attrs import PaddingConfig, SliceSpec
 from ..hlo.shape import Shape
-from .core import BuilderError, XlaOp, as_type
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+from .core import BuilderError, XlaOp, _ints, as_type
 
 
 class ShapingMixin:
@@ -89,7 +85,8 @@ class ShapingMixin:
         indices = list(indices)
         like = next((i for i in indices if isinstance(i, XlaOp)), None)
         t = like.element_type if like is not None else "s32"
-        return [i if isinstance(i, XlaOp) else self.constant_r0(int(i), t) for i in indices]
+        return [i if isinstance(i, XlaOp) else self.constant_r0(_ints([i])[0], t)
+                for i in indices]
 
     def dynamic_slice(self, operand: XlaOp, start_indices, slice_sizes: Sequence[int]) -> XlaOp:
         """Slice at run-time start indices (one scalar per dimension; ints allowed)."""
