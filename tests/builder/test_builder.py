@@ -659,3 +659,17 @@ def test_a_non_integer_size_or_index_is_refused_not_truncated(build):
     with pytest.raises(BuilderError, match=r"expected integers \(sizes, dimension numbers, "
                                            r"indices\), got \d\.\d in \["):
         build(b, x)
+
+
+def test_gathered_dimension_errors_name_the_collective():
+    """Before: all-gather's said only 'dimension 3 is out of range for f32[2,3]'."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"^all-gather in computation m: dimension 3 is out "
+                                           r"of range for f32\[2,3\]"):
+        b.all_gather(x, 3, replica_groups=[[0, 1]])
+    with pytest.raises(BuilderError, match=r"^all-gather-start in computation m: dimension -1"):
+        b.all_gather_start(x, -1, replica_groups=[[0, 1]])
+    with pytest.raises(BuilderError, match=r"^reduce-scatter in computation m: dimension 1 of "
+                                           r"f32\[2,3\] does not split into 2 equal parts"):
+        b.reduce_scatter(x, "add", 1, replica_groups=[[0, 1]])

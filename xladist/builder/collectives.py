@@ -90,15 +90,17 @@ class CollectiveMixin:
                                use_global_device_ids, _opcode="all-reduce-start")
 
     # ---- all-gather / reduce-scatter -------------------------------------------
-    def _gathered(self, ops, dimension, size, grow: bool):
+    def _gathered(self, ops, dimension, size, grow: bool, opcode: str):
         out = []
         for o in ops:
             dims = list(o.dims)
             if not 0 <= dimension < len(dims):
-                raise BuilderError(f"dimension {dimension} is out of range for "
+                raise BuilderError(f"{opcode} in computation {self.name}: dimension "
+                                   f"{dimension} is out of range for "
                                    f"{o.shape.to_text(layout=False)}")
             if not grow and dims[dimension] % size:
-                raise BuilderError(f"reduce-scatter: dimension {dimension} of "
+                raise BuilderError(f"{opcode} in computation {self.name}: dimension "
+                                   f"{dimension} of "
                                    f"{o.shape.to_text(layout=False)} does not split into "
                                    f"{size} equal parts")
             dims[dimension] = dims[dimension] * size if grow else dims[dimension] // size
@@ -113,7 +115,7 @@ class CollectiveMixin:
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
         size = _group_size(attrs["replica_groups"], shard_count, _opcode, attrs)
         attrs["dimensions"] = (int(dimension),)
-        results = self._gathered(ops, int(dimension), size, grow=True)
+        results = self._gathered(ops, int(dimension), size, grow=True, opcode=_opcode)
         if _opcode == "all-gather-start":
             declared = Shape.tuple_of([_one_or_tuple([o.shape for o in ops]),
                                        _one_or_tuple(results)])
@@ -140,7 +142,8 @@ class CollectiveMixin:
         attrs["dimensions"] = (int(dimension),)
         attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer",
                                           op="reduce-scatter")
-        results = self._gathered(ops, int(dimension), size, grow=False)
+        results = self._gathered(ops, int(dimension), size, grow=False,
+                                 opcode="reduce-scatter")
         return self._add("reduce-scatter", ops, attrs, declared=_one_or_tuple(results))
 
     # ---- all-to-all / permute / broadcast ----------------------------------------
