@@ -368,6 +368,36 @@ def test_export_folder(tmp_path):
 
 
 @needs_jax
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_typed_prng_keys_go_in_and_come_back_as_keys(tmp_path):
+    """jax.random.key's typed keys, jax's recommended keys, have no numpy form: a step
+    taking one was refused ("argument 0 (PRNGKeyArray) is not an array"). Now a key
+    argument travels as its key data and is wrapped again inside the function, and a key
+    the function returns comes back as a key; the draws are jax's, the new key bit for
+    bit. In the exported folder a key is its data (uint32[..., 2] for threefry)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    def step(key, x):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.normal(k1, x.shape), k2
+
+    key = jax.random.key(7)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    y, new_key = xj.run(step, key, x, mesh_shape={"d": 2}, in_specs=[P(), P("d")],
+                        out_specs=[P("d"), P()], timeout=RUN_TIMEOUT)
+    want_y, want_key = jax.jit(step)(key, x)
+    assert jax.dtypes.issubdtype(new_key.dtype, jax.dtypes.prng_key)
+    np.testing.assert_array_equal(jax.random.key_data(new_key), jax.random.key_data(want_key))
+    np.testing.assert_allclose(y, np.asarray(want_y), rtol=1e-5, atol=1e-5)
+    out = xj.export(step, key, x, mesh_shape={"d": 2}, in_specs=[P(), P("d")],
+                    out_specs=[P("d"), P()], path=tmp_path / "ex")
+    with np.load(out / F.INPUTS) as z:
+        np.testing.assert_array_equal(z["arg0"][0], np.asarray(jax.random.key_data(key)))
+
+
+@needs_jax
 def test_out_specs_as_a_dict_shaped_like_the_results(tmp_path):
     """out_specs in jax's pytree form for a function returning a dict: a dict iterated as
     a list of specs gave its keys, refused as mesh axes ("P('loss') names mesh axis

@@ -85,6 +85,7 @@ class Prepared:
     device_args: list
     lowered: object
     jitted: object  # jax.jit(fn, shardings): output_rows calls it for sub-byte arguments
+    key_results: dict  # result leaf -> PRNG implementation: a typed key, as key data here
 
     @property
     def n(self) -> int:
@@ -147,9 +148,10 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
     `fn` runs under `jax.set_mesh(mesh)`, so a function that calls jax.shard_map itself
     leaves out `mesh=`."""
     mesh_shape = S.check_mesh(mesh_shape)
+    _check_arity(fn, len(args))
+    fn, args, key_results = _without_typed_keys(fn, args)
     host = [_host_array(a, i) for i, a in enumerate(args)]
     ins = S.spec_list(in_specs, len(host), "in_specs")
-    _check_arity(fn, len(host))
     for i, (a, spec) in enumerate(zip(host, ins)):
         S.check(spec, mesh_shape, a.shape, f"in_specs[{i}]")
     n = S.mesh_size(mesh_shape)
@@ -179,7 +181,45 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
                          keep_unused=True)  # argument i stays entry parameter i
         lowered = jitted.lower(*device_args)
     return Prepared(fn, host, mesh_shape, ins, outs, leaves, treedef, mesh, device_args,
-                    lowered, jitted)
+                    lowered, jitted, key_results)
+
+
+def _is_typed_key(a) -> bool:
+    dtype = getattr(a, "dtype", None)
+    if dtype is None or not str(dtype).startswith("key<"):
+        return False
+    jax = import_jax()
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _without_typed_keys(fn, args):
+    """(fn, args, key_results) with jax's typed PRNG keys (`jax.random.key`) as their key
+    data: a key array has no numpy form, and its data (uint32[..., 2] for threefry) is
+    what the module computes with. The function gets its keys back (wrap_key_data with
+    each argument's own implementation) and hands out the data of the keys it returns;
+    `key_results` maps such a result leaf to its implementation, for `run` to wrap again.
+    Without typed keys, everything is returned as it is."""
+    impls = {i: None for i, a in enumerate(args) if _is_typed_key(a)}
+    if not impls:
+        return fn, args, {}
+    jax = import_jax()
+    impls = {i: jax.random.key_impl(args[i]) for i in impls}
+    args = [jax.random.key_data(a) if i in impls else a for i, a in enumerate(args)]
+    key_results: dict[int, object] = {}
+
+    def with_keys(*xs):
+        xs = [jax.random.wrap_key_data(x, impl=impls[i]) if i in impls else x
+              for i, x in enumerate(xs)]
+        leaves, tree = jax.tree_util.tree_flatten(fn(*xs))
+        for k, leaf in enumerate(leaves):
+            if _is_typed_key(leaf):
+                key_results[k] = jax.random.key_impl(leaf)
+                leaves[k] = jax.random.key_data(leaf)
+        return jax.tree_util.tree_unflatten(tree, leaves)
+    for name in ("__name__", "__qualname__", "__module__"):
+        if hasattr(fn, name):
+            setattr(with_keys, name, getattr(fn, name))
+    return with_keys, args, key_results
 
 
 def _per_leaf(jax, specs, tree):
@@ -368,6 +408,8 @@ def run(fn, *args, mesh_shape, in_specs, out_specs, n=None, backend="cpu", **run
         per_device = xladist_run(module, folder / F.INPUTS, n=size, backend=backend,
                                  **run_options)
         flat = assemble_outputs(F.read_meta(folder), per_device)
+    flat = [jax.random.wrap_key_data(leaf, impl=prep.key_results[k])
+            if k in prep.key_results else leaf for k, leaf in enumerate(flat)]
     return jax.tree_util.tree_unflatten(prep.treedef, flat)
 
 
