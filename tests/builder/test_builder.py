@@ -404,3 +404,272 @@ def test_instruction_by_opcode_name_checks_the_shape_it_is_given():
     with pytest.raises(ValueError, match="convert"):  # not derivable: the shape is required
         b.instruction("convert", [x])
     assert [i.opcode for i in b.build(x).entry.instructions].count("add") == 0
+
+
+# ---------------------------------------------------------------------------
+# Misuse is refused while building, naming the op and the values involved
+
+
+def _arity_cases():
+    yield "reduce", r"reduce in computation m: reducer: .*\(f32\[\], f32\[\]\)", \
+        lambda b, x: b.reduce(x, 0.0, lambda sb, a: a, [0])
+    yield "sort", r"sort in computation m: compare: .*\(f32\[\], f32\[\]\)", \
+        lambda b, x: b.sort(x, lambda sb, a: sb.lt(a, a))
+    yield "call", r"call in computation m: callee: .*\(f32\[2,3\]\).*missing", \
+        lambda b, x: b.call(lambda sb, a, c: a, [x])
+    yield "while", r"while in computation m: body: .*\(s32\[\], f32\[2,3\]\)", \
+        lambda b, x: b.while_loop(lambda sb, i, v: sb.lt(i, 3), lambda sb, i: [i + 1],
+                                  [b.constant_r0(0, "s32"), x])
+    yield "fori", r"fori_loop in computation m: body: .*\(s32\[\], f32\[2,3\]\)", \
+        lambda b, x: b.fori_loop(0, 3, lambda sb, a: [a], [x])
+    yield "all-reduce", r"all-reduce in computation m: reducer: .*\(f32\[\], f32\[\]\)", \
+        lambda b, x: b.all_reduce(x, lambda sb, a: a, replica_groups=[[0]])
+    yield "conditional", r"conditional in computation m: branch_1: .*\(f32\[2,3\]\)", \
+        lambda b, x: b.conditional(b.constant_r0(0, "s32"), [lambda sb, v: v, lambda sb: x],
+                                   x)
+
+
+@pytest.mark.parametrize("what, message, build", list(_arity_cases()),
+                         ids=[c[0] for c in _arity_cases()])
+def test_a_callable_of_the_wrong_arity_is_refused_naming_the_op_and_the_values(
+        what, message, build):
+    """Before: the callable was called and its own TypeError ('<lambda>() takes 2
+    positional arguments but 3 were given') came out of core.py, naming neither the op nor
+    the values it is given."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=message):
+        build(b, x)
+
+
+def test_callables_taking_varargs_or_partials_are_accepted():
+    import functools
+
+    def add_scaled(k, sb, a, c):
+        return sb.add(a, sb.mul(c, k))
+    b = XlaBuilder("ok")
+    x = b.parameter(0, "f32[2,3]")
+    b.reduce(x, 0.0, functools.partial(add_scaled, 2.0), [1])
+    b.while_loop(lambda sb, *s: sb.lt(s[0], 3), lambda sb, i, *rest: [i + 1, *rest],
+                 [b.constant_r0(0, "s32"), x])
+    check_text(b.build())
+
+
+_ARRAY = np.ones((3,), np.float32)
+_NOT_AN_OP = [
+    ("conditional", lambda b, x: b.conditional(0, [lambda sb, v: v, lambda sb, v: v], x)),
+    ("convert", lambda b, x: b.convert(_ARRAY, "s32")),
+    ("bitcast-convert", lambda b, x: b.bitcast_convert(3, "s32")),
+    ("reshape", lambda b, x: b.reshape([1, 2], [2])),
+    ("slice", lambda b, x: b.slice_in_dim(None, 0, 1)),
+    ("pad", lambda b, x: b.pad(_ARRAY, 0.0, [(1, 1)])),
+    ("dot", lambda b, x: b.dot(_ARRAY, x)),
+    ("convolution", lambda b, x: b.conv_general_dilated(_ARRAY, x, (1,), "VALID")),
+    ("reduce", lambda b, x: b.reduce(_ARRAY, 0.0, "add", [0])),
+    ("reduce", lambda b, x: b.reduce_sum(_ARRAY)),
+    ("reduce-window", lambda b, x: b.reduce_window(_ARRAY, 0.0, "add", (1,))),
+    ("select-and-scatter", lambda b, x: b.select_and_scatter(_ARRAY, "ge", (1,), (1,),
+                                                              "VALID", x, 0.0)),
+    ("map", lambda b, x: b.map([_ARRAY], lambda sb, a: a)),
+    ("sort", lambda b, x: b.sort([_ARRAY])),
+    ("scatter", lambda b, x: b.scatter(_ARRAY, x, x, "add", update_window_dims=[],
+                                       inserted_window_dims=[0],
+                                       scatter_dims_to_operand_dims=[0], index_vector_dim=1)),
+    ("get-tuple-element", lambda b, x: b.get_tuple_element((x, x), 0)),
+    ("all-reduce", lambda b, x: b.all_reduce(_ARRAY)),
+    ("all-gather", lambda b, x: b.all_gather(_ARRAY, 0, replica_groups=[[0]])),
+    ("outfeed", lambda b, x: b.outfeed(_ARRAY)),
+]
+
+
+@pytest.mark.parametrize("opcode, build", _NOT_AN_OP, ids=[f"{o}-{i}" for i, (o, _) in
+                                                              enumerate(_NOT_AN_OP)])
+def test_an_operand_that_is_not_an_xlaop_is_a_builder_error_naming_the_op(opcode, build):
+    """Before: methods read the operand's shape before checking it, so a numpy array, a
+    list or a Python number where an XlaOp belongs raised AttributeError ("'numpy.ndarray'
+    object has no attribute 'element_type'") from inside the builder."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "s32[3]")
+    with pytest.raises(BuilderError, match=rf"^{opcode} in computation m: operand .* is not "
+                                           "an XlaOp"):
+        build(b, x)
+
+
+def test_the_not_an_xlaop_message_describes_an_array_by_type_and_shape():
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"operand a numpy array of float32 \[4, 5\] is not"):
+        b.concatenate([x, np.ones((4, 5), np.float32)], 0)
+
+
+def test_slice_in_dim_out_of_range_dimno_names_the_op_and_shape():
+    """Before: IndexError 'list assignment index out of range' from shaping.py."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"slice_in_dim in computation m: dimno=5 is out of "
+                                           r"range for f32\[2,3\] \(rank 2\)"):
+        b.slice_in_dim(x, 0, 1, dimno=5)
+
+
+@pytest.mark.parametrize("dnums", [((1,), (0,)), (((1,), (0,)),), (((1,), (0,)), 7),
+                                   ((1, 0), ((), ()))])
+def test_dot_general_dimension_numbers_of_the_wrong_structure_say_the_expected_form(dnums):
+    """Before: 'not enough values to unpack (expected 2, got 1)' or 'cannot unpack
+    non-iterable int object' from linalg.py."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    y = b.parameter(1, "f32[3,2]")
+    with pytest.raises(BuilderError, match=r"dot_general in computation m: dimension_numbers="
+                                           r".* must be \(\(lhs_contracting, rhs_contracting\), "
+                                           r"\(lhs_batch, rhs_batch\)\)"):
+        b.dot_general(x, y, dnums)
+
+
+@pytest.mark.parametrize("dnums, reason", [
+    (("NCHW", "OIHW"), r"expected None, XLA dim_labels text .* or three strings"),
+    (("NCHH", "OIHW", "NCHW"), r"'NCHH' must name each dimension once"),
+    (("NCH", "OIHW", "NCHW"), r"'NCH' has 3 letters but the operands have rank 4"),
+    (("NCHW", "OIHW", "NCXW"), r"'X' of 'NCXW' is not a spatial dimension of the kernel"),
+    ("hello", r"malformed dim_labels 'hello'"),
+    ("bf01_oi01->bfxx", r"spatial dimension counts differ"),
+])
+def test_invalid_conv_dimension_numbers_name_the_op_and_the_spec_given(dnums, reason):
+    """Before: ('NCHW', 'OIHW') raised 'not enough values to unpack (expected 3, got 2)';
+    a repeated letter ('NCHH') said 'dim_labels 'bf00_oi01->bf01': input spatial digits
+    must be 0..n-1', digits the user never wrote; text labels raised a bare ValueError
+    from hlo/attrs.py naming no op."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[1,2,5,5]")
+    k = b.parameter(1, "f32[3,2,2,2]")
+    with pytest.raises(BuilderError, match=r"^convolution dimension_numbers=" + r".*: " + reason):
+        b.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=dnums)
+
+
+@pytest.mark.parametrize("build", [
+    lambda b, x: b.iota("s32", [2, -1]),
+    lambda b, x: b.broadcast(x, [-2]),
+    lambda b, x: b.reshape(x, [-2, -3]),
+    lambda b, x: b.parameter(1, ("f32", [2, -1])),
+    lambda b, x: b.infeed([("f32", [-1])]),
+], ids=["iota", "broadcast", "reshape", "parameter", "infeed"])
+def test_negative_dimension_sizes_are_refused_not_made_unbounded(build):
+    """Before: a negative size was kept and printed as an unbounded dynamic dimension
+    ('s32[2,?]'), a module that verified and parsed back; reshape to [-2, -3] of 6
+    elements passed its element count check."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[6]")
+    with pytest.raises(BuilderError, match=r"in computation m: dimension sizes \[.*-\d.*\] of "
+                                           r"the \w+ result must not be negative"):
+        build(b, x)
+
+
+def test_a_callable_that_returns_none_is_refused():
+    """Before: a sub-computation callable without `return` gave a computation whose root
+    was the last op it happened to add (here the parameter: an identity 'reducer'),
+    silently another program."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+
+    def forgot_return(sb, a, c):
+        sb.add(a, c)
+        sb.mul(a, c)
+    with pytest.raises(BuilderError, match=r"reduce in computation m: reducer: the callable "
+                                           r".*forgot_return returned None"):
+        b.reduce(x, 0.0, forgot_return, [1])
+    with pytest.raises(BuilderError, match=r"call in computation m: callee: .* returned None"):
+        b.call(lambda sb, a: None, [x])
+
+
+@pytest.mark.parametrize("row", [(1,), (1, 1, 0, 2)])
+def test_a_padding_config_entry_of_the_wrong_length_is_refused(row):
+    """Before: (1,) raised IndexError 'tuple index out of range' from shaping.py, and a
+    fourth number was dropped without a word."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"pad in computation m: padding_config entry \[.*\] "
+                                           r"of dimension 0 must be \(low, high\) or "
+                                           r"\(low, high, interior\)"):
+        b.pad(x, 0.0, [row, (0, 0)])
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda b, x: b.convert(x, "float32x"), r"unknown element type 'float32x': give an HLO "
+                                            r"type name"),
+    (lambda b, x: b.iota("complex256", [2]), r"unknown element type 'complex256'"),
+    (lambda b, x: b.parameter(1, "float[2]"), r"cannot read shape 'float\[2\]': 'float' is "
+                                              r"not an HLO element type"),
+    (lambda b, x: b.constant_r0(1, object), r"unknown element type <class 'object'>"),
+])
+def test_an_unknown_element_type_is_a_builder_error(build, message):
+    """Before: numpy's TypeError "data type 'float32x' not understood", or a ValueError
+    from hlo/shape.py, none of them a BuilderError."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2]")
+    with pytest.raises(BuilderError, match=message):
+        build(b, x)
+
+
+@pytest.mark.parametrize("build, number, type_", [
+    (lambda b, n, u, p, f: n.lt(2.5), "2.5", "s32"),
+    (lambda b, n, u, p, f: b.select(p, n, 1.5), "1.5", "s32"),
+    (lambda b, n, u, p, f: b.max(u, -1), "-1", "u8"),
+    (lambda b, n, u, p, f: u + 300, "300", "u8"),
+    (lambda b, n, u, p, f: b.eq(p, 2), "2", "pred"),
+    (lambda b, n, u, p, f: b.reduce(n, float("-inf"), "max", [0]), "-inf", "s32"),
+    (lambda b, n, u, p, f: f + 1j, "1j", "f32"),
+])
+def test_a_python_number_the_other_operands_type_cannot_hold_is_refused(build, number, type_):
+    """Before: the number was cast silently: n < 2.5 became n < 2 (false for n == 2),
+    max(u8, -1) became max(u8, 255), u8 + 300 became u8 + 44."""
+    b = XlaBuilder("m")
+    n = b.parameter(0, "s32[3]")
+    u = b.parameter(1, "u8[3]")
+    p = b.parameter(2, "pred[3]")
+    f = b.parameter(3, "f32[3]")
+    with pytest.raises(BuilderError, match=rf"computation m: the Python number {number} used "
+                                           rf"with .* takes its element type {type_}, which "
+                                           "cannot hold it exactly"):
+        build(b, n, u, p, f)
+
+
+def test_python_numbers_that_fit_keep_working():
+    b = XlaBuilder("m")
+    n = b.parameter(0, "s32[3]")
+    u = b.parameter(1, "u8[3]")
+    f = b.parameter(2, "f32[3]")
+    p = b.parameter(3, "pred[3]")
+    b.build([n.lt(2.0), n + True, u + 255, u.ge(0), f * 0.1, f + 10**20, b.eq(p, 1),
+             b.select(p, f, float("inf")), b.reduce(n, -2**31, "max", [0])])
+
+
+@pytest.mark.parametrize("build", [
+    lambda b, x: b.iota("s32", [2.5]),
+    lambda b, x: b.slice(x, [0.5, 0], [1, 3]),
+    lambda b, x: b.dynamic_slice(x, [0.7, 0], [1, 1]),
+    lambda b, x: b.reduce_sum(x, [1.0]),
+    lambda b, x: b.pad(x, 0.0, [(0.5, 0), (0, 0)]),
+    lambda b, x: b.conv_general_dilated(b.reshape(x, [1, 1, 2, 3]),
+                                        b.reshape(x, [1, 1, 2, 3]), (1.5, 1), "VALID"),
+], ids=["iota", "slice", "dynamic_slice", "reduce", "pad", "conv"])
+def test_a_non_integer_size_or_index_is_refused_not_truncated(build):
+    """Before: int() truncated it: iota('s32', [2.5]) made s32[2], a start index 0.7
+    became 0."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"expected integers \(sizes, dimension numbers, "
+                                           r"indices\), got \d\.\d in \["):
+        build(b, x)
+
+
+def test_gathered_dimension_errors_name_the_collective():
+    """Before: all-gather's said only 'dimension 3 is out of range for f32[2,3]'."""
+    b = XlaBuilder("m")
+    x = b.parameter(0, "f32[2,3]")
+    with pytest.raises(BuilderError, match=r"^all-gather in computation m: dimension 3 is out "
+                                           r"of range for f32\[2,3\]"):
+        b.all_gather(x, 3, replica_groups=[[0, 1]])
+    with pytest.raises(BuilderError, match=r"^all-gather-start in computation m: dimension -1"):
+        b.all_gather_start(x, -1, replica_groups=[[0, 1]])
+    with pytest.raises(BuilderError, match=r"^reduce-scatter in computation m: dimension 1 of "
+                                           r"f32\[2,3\] does not split into 2 equal parts"):
+        b.reduce_scatter(x, "add", 1, replica_groups=[[0, 1]])

@@ -249,3 +249,23 @@ def test_reduce_max_min_identity_for_every_type(kind, t):
     got = run(b.build(), x)[0]
     want = x.max(axis=1) if kind == "max" else x.min(axis=1)
     np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_python_int_start_indices_take_the_type_of_the_xlaop_indices(backend):
+    """Before: a Python int start index was always s32, so [1, j] with j a u32[] (or s64)
+    XlaOp failed shape inference ('start indices must be integer scalars of one type, got
+    s32[], u32[]') over an s32 the user never wrote."""
+    b = XlaBuilder("dyn")
+    x = b.parameter(0, "f32[4,5]")
+    j = b.parameter(1, "u32[]")
+    k = b.parameter(2, "s64[]")
+    u = b.parameter(3, "f32[2,2]")
+    m = b.build([b.dynamic_slice(x, [1, j], [2, 2]), b.dynamic_update_slice(x, u, [k, 3])])
+    xs = np.arange(20, dtype=np.float32).reshape(4, 5)
+    us = -np.ones((2, 2), np.float32)
+    got = xladist.compile(check_text(m), backend=backend)(xs, np.uint32(2), np.int64(9), us)
+    want = xs.copy()
+    want[2:4, 3:5] = us  # start 9 clamps to 4 - 2
+    np.testing.assert_array_equal(got[0], xs[1:3, 2:4])
+    np.testing.assert_array_equal(got[1], want)

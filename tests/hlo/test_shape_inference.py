@@ -742,3 +742,16 @@ def test_layouts_default_on_constructed_shapes():
 def test_malformed_attribute_is_a_shape_error():
     with pytest.raises(ShapeError, match="transpose: "):
         infer("transpose", ["f32[2,3]"], dimensions=None)
+
+
+@pytest.mark.parametrize("opcode, shapes", [
+    ("dynamic-slice", [("f32", [2, 3]), ("s32", [])]),
+    ("dynamic-update-slice", [("f32", [2, 3]), ("f32", [1, 1]), ("s32", []), ("u32", [])]),
+])
+def test_start_index_errors_name_the_opcode_once(opcode, shapes):
+    """Before: 'dynamic-slice: dynamic-slice: needs 2 scalar start indices ...' (the rule
+    and infer_shape both put the opcode in front)."""
+    attrs = {"dynamic_slice_sizes": (1, 1)} if opcode == "dynamic-slice" else {}
+    with pytest.raises(ShapeError) as e:
+        infer_shape(opcode, [Shape.array(t, d) for t, d in shapes], attrs)
+    assert str(e.value).startswith(f"{opcode}: ") and str(e.value).count(opcode) == 1, e.value

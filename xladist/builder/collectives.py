@@ -76,9 +76,10 @@ class CollectiveMixin:
                    _opcode: str = "all-reduce") -> XlaOp:
         """Reduce across the group with `computation` ('add', 'max', ... or a scalar binary
         Computation/callable); a list of operands gives a variadic (tuple) all-reduce."""
-        ops = _as_list(operand)
+        ops = self._operands(operand, _opcode)
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
-        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer")
+        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer",
+                                          op=_opcode)
         return self._add(_opcode, ops, attrs,
                          declared=_one_or_tuple([o.shape for o in ops]))
 
@@ -89,15 +90,17 @@ class CollectiveMixin:
                                use_global_device_ids, _opcode="all-reduce-start")
 
     # ---- all-gather / reduce-scatter -------------------------------------------
-    def _gathered(self, ops, dimension, size, grow: bool):
+    def _gathered(self, ops, dimension, size, grow: bool, opcode: str):
         out = []
         for o in ops:
             dims = list(o.dims)
             if not 0 <= dimension < len(dims):
-                raise BuilderError(f"dimension {dimension} is out of range for "
+                raise BuilderError(f"{opcode} in computation {self.name}: dimension "
+                                   f"{dimension} is out of range for "
                                    f"{o.shape.to_text(layout=False)}")
             if not grow and dims[dimension] % size:
-                raise BuilderError(f"reduce-scatter: dimension {dimension} of "
+                raise BuilderError(f"{opcode} in computation {self.name}: dimension "
+                                   f"{dimension} of "
                                    f"{o.shape.to_text(layout=False)} does not split into "
                                    f"{size} equal parts")
             dims[dimension] = dims[dimension] * size if grow else dims[dimension] // size
@@ -108,11 +111,11 @@ class CollectiveMixin:
                    replica_groups=None, channel_id: int | None = None,
                    use_global_device_ids: bool = False, _opcode: str = "all-gather") -> XlaOp:
         """Concatenate every group member's operand along `dimension`, in group order."""
-        ops = _as_list(operand)
+        ops = self._operands(operand, _opcode)
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
         size = _group_size(attrs["replica_groups"], shard_count, _opcode, attrs)
         attrs["dimensions"] = (int(dimension),)
-        results = self._gathered(ops, int(dimension), size, grow=True)
+        results = self._gathered(ops, int(dimension), size, grow=True, opcode=_opcode)
         if _opcode == "all-gather-start":
             declared = Shape.tuple_of([_one_or_tuple([o.shape for o in ops]),
                                        _one_or_tuple(results)])
@@ -133,12 +136,14 @@ class CollectiveMixin:
                        channel_id: int | None = None,
                        use_global_device_ids: bool = False) -> XlaOp:
         """All-reduce, then member i keeps part i of the result split along `dimension`."""
-        ops = _as_list(operand)
+        ops = self._operands(operand, "reduce-scatter")
         attrs = self._common(replica_groups, channel_id, use_global_device_ids)
         size = _group_size(attrs["replica_groups"], shard_count, "reduce-scatter", attrs)
         attrs["dimensions"] = (int(dimension),)
-        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer")
-        results = self._gathered(ops, int(dimension), size, grow=False)
+        attrs["to_apply"] = self._reducer(computation, [ops[0].element_type], "reducer",
+                                          op="reduce-scatter")
+        results = self._gathered(ops, int(dimension), size, grow=False,
+                                 opcode="reduce-scatter")
         return self._add("reduce-scatter", ops, attrs, declared=_one_or_tuple(results))
 
     # ---- all-to-all / permute / broadcast ----------------------------------------
@@ -146,7 +151,7 @@ class CollectiveMixin:
                    channel_id: int | None = None) -> XlaOp:
         """Array form (one operand, `dimension` split and concatenated) or tuple form
         (a list of N operands, one per group member, dimension None)."""
-        ops = _as_list(operand)
+        ops = self._operands(operand, "all-to-all")
         attrs = self._common(replica_groups, channel_id)
         if dimension is not None:
             if len(ops) != 1:
@@ -161,6 +166,7 @@ class CollectiveMixin:
                            channel_id: int | None = None,
                            _opcode: str = "collective-permute") -> XlaOp:
         """Device t receives the operand of device s for every (s, t); others get zeros."""
+        operand = self._operand(operand, _opcode)
         pairs = tuple((int(s), int(t)) for s, t in source_target_pairs)
         attrs = {"channel_id": int(channel_id) if channel_id is not None else None,
                  "source_target_pairs": pairs}
@@ -180,6 +186,7 @@ class CollectiveMixin:
     def collective_broadcast(self, operand: XlaOp, replica_groups=None,
                              channel_id: int | None = None) -> XlaOp:
         """Every group member receives the operand of the group's first member."""
+        operand = self._operand(operand, "collective-broadcast")
         return self._add("collective-broadcast", [operand],
                          self._common(replica_groups, channel_id), declared=operand.shape)
 
@@ -188,8 +195,8 @@ class CollectiveMixin:
         """Wrap one op in an async pair: `fn(sb, *params)` builds it in a sub-computation
         (e.g. `lambda sb, x: sb.all_to_all(x, 0)`); the start's shape is
         ((operand shapes), result). Printed in XLA's sugared form (`all-to-all-start`)."""
-        operands = list(operands)
-        comp = self._computation(fn, [o.shape for o in operands], name)
+        operands = self._operands(list(operands), "async-start")
+        comp = self._computation(fn, [o.shape for o in operands], name, op="async-start")
         body = [i for i in comp.instructions if i.opcode != "parameter"]
         comp.is_async_wrapper = len(body) == 1
         declared = Shape.tuple_of([Shape.tuple_of([o.shape for o in operands]),
@@ -219,6 +226,7 @@ class CollectiveMixin:
 
     def async_done(self, start: XlaOp) -> XlaOp:
         """The `-done` of any async start (all-reduce/all-gather/collective-permute/async)."""
+        start = self._operand(start, "async-done")
         opcode = self._DONE.get(start.instruction.opcode)
         if opcode is None:
             raise BuilderError(f"async_done: {start.name} ({start.instruction.opcode}) is not "

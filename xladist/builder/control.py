@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from ..hlo.ir import Computation
@@ -52,6 +53,7 @@ class ControlMixin:
             if not callable(fn) or isinstance(fn, Computation) or not unpack:
                 return fn
 
+            @functools.wraps(fn)  # its signature is checked (BuilderCore._check_callable)
             def wrapped(sb, *values):
                 out = fn(sb, *values)
                 if isinstance(out, XlaOp) and not out.shape.is_tuple:
@@ -59,8 +61,8 @@ class ControlMixin:
                 return out
             return wrapped
 
-        cond_c = self._computation(cond, [shape], "cond", unpack=unpack)
-        body_c = self._computation(as_state(body), [shape], "body", unpack=unpack)
+        cond_c = self._computation(cond, [shape], "cond", unpack=unpack, op="while")
+        body_c = self._computation(as_state(body), [shape], "body", unpack=unpack, op="while")
         return self._add("while", [state], {"condition": cond_c, "body": body_c})
 
     def fori_loop(self, lower, upper, body, init: Sequence[XlaOp]) -> list[XlaOp]:
@@ -69,11 +71,13 @@ class ControlMixin:
         Bounds are Python ints (s32) or XlaOps of one integer type; the upper bound rides
         in the loop state so an XlaOp bound is visible inside the loop's computations.
         """
-        init = list(init)
+        init = [self._coerce(v) for v in init]
         lo = self._coerce(lower, like=upper if isinstance(upper, XlaOp) else None) \
             if isinstance(lower, XlaOp) or isinstance(upper, XlaOp) \
             else self.constant_r0(int(lower), "s32")
         hi = self._coerce(upper, like=lo)
+        self._check_callable(body, [lo.shape, *(v.shape for v in init)],
+                             f"fori_loop in computation {self.name}: body")
 
         def cond(sb, i, n, *state):
             return sb.lt(i, n)
@@ -90,7 +94,7 @@ class ControlMixin:
     def call(self, computation, operands: Sequence[XlaOp] = ()) -> XlaOp:
         """Call a Computation (or a callable `fn(sb, *params)`) on operands."""
         operands = [self._coerce(o) for o in operands]
-        comp = self._computation(computation, [o.shape for o in operands], "callee")
+        comp = self._computation(computation, [o.shape for o in operands], "callee", op="call")
         return self._add("call", operands, {"to_apply": comp})
 
     def conditional(self, index_or_pred: XlaOp, branches: Sequence, operands) -> XlaOp:
@@ -100,6 +104,7 @@ class ControlMixin:
         `operands` is one value passed to every branch or a list with one per branch;
         branch callables receive (sb, operand).
         """
+        index_or_pred = self._operand(index_or_pred, "conditional")
         branches = list(branches)
         if isinstance(operands, (list, tuple)):
             ops = list(operands)
@@ -108,7 +113,7 @@ class ControlMixin:
                                    "operands; give one operand per branch")
         else:
             ops = [operands] * len(branches)
-        comps = [self._computation(fn, [o.shape for o in [op]], f"branch_{k}")
+        comps = [self._computation(fn, [op.shape], f"branch_{k}", op="conditional")
                  for k, (fn, op) in enumerate(zip(branches, ops))]
         if index_or_pred.element_type.kind == "pred":
             if len(branches) != 2:
@@ -170,6 +175,7 @@ class ControlMixin:
 
     def outfeed(self, operand: XlaOp, token: XlaOp | None = None, config: str = "") -> XlaOp:
         """Send `operand` to this device's outfeed; returns the new token."""
+        operand = self._operand(operand, "outfeed")
         token = token if token is not None else self.after_all()
         return self._add("outfeed", [operand, token],
                          {"outfeed_shape": operand.shape.with_default_layouts(),
@@ -194,12 +200,14 @@ class ControlMixin:
              is_host_transfer: bool = False, source_target_pairs=None) -> XlaOp:
         """Start sending `operand`; returns (data, u32[], token[]) for send_done.
         `source_target_pairs` (device ids) name the peers of a device-to-device channel."""
+        operand = self._operand(operand, "send")
         declared = Shape.tuple_of([operand.shape, Shape.scalar("u32"), Shape.token()])
         op = self._add("send", [operand, token],
                        self._channel_attrs(channel_id, is_host_transfer), declared=declared)
         return self._peer_attrs(op, source_target_pairs)
 
     def send_done(self, send: XlaOp) -> XlaOp:
+        send = self._operand(send, "send-done")
         a = send.instruction.attrs
         return self._add("send-done", [send], {"channel_id": a.get("channel_id"),
                                                "is_host_transfer": a.get("is_host_transfer")},
@@ -216,6 +224,7 @@ class ControlMixin:
 
     def recv_done(self, recv: XlaOp) -> XlaOp:
         """(data, token) of a finished recv."""
+        recv = self._operand(recv, "recv-done")
         a = recv.instruction.attrs
         data = recv.shape.tuple_shapes[0]
         return self._add("recv-done", [recv], {"channel_id": a.get("channel_id"),
@@ -249,6 +258,7 @@ class ControlMixin:
         if alg not in RNG_ALGORITHMS:
             raise BuilderError(f"rng_bit_generator algorithm {algorithm!r} is not one of "
                                f"{RNG_ALGORITHMS}")
+        initial_state = self._operand(initial_state, "rng-bit-generator")
         declared = Shape.tuple_of([initial_state.shape, as_shape(shape)])
         return self._add("rng-bit-generator", [initial_state], {"algorithm": alg},
                          declared=declared)

@@ -9,11 +9,14 @@ for the result shape, names the instruction `<base>.<id>` with one id counter pe
 
 from __future__ import annotations
 
+import inspect
+import operator
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
 from ..hlo.attrs import Literal
@@ -50,7 +53,12 @@ def as_shape(spec: ShapeLike) -> Shape:
         dims = [int(p.removeprefix("<=")) for p in parts]
         if name == "token":
             return Shape.token()
-        return Shape.array(name, dims, dynamic=[p.startswith("<=") for p in parts])
+        try:
+            t = primitive_type(name)
+        except ValueError:
+            raise BuilderError(f"cannot read shape {spec!r}: {name!r} is not an HLO element "
+                               f"type ({_TYPE_NAMES})") from None
+        return Shape.array(t, dims, dynamic=[p.startswith("<=") for p in parts])
     if (isinstance(spec, tuple) and len(spec) == 2
             and isinstance(spec[0], (str, PrimitiveType, np.dtype, type))):
         return Shape.array(as_type(spec[0]), spec[1])
@@ -68,7 +76,49 @@ def as_type(t) -> PrimitiveType:
             return primitive_type(t)
         except ValueError:
             pass
-    return primitive_type_of_dtype(t)
+    try:
+        return primitive_type_of_dtype(t)
+    except (TypeError, ValueError):
+        raise BuilderError(f"unknown element type {t!r}: give an HLO type name "
+                           f"({_TYPE_NAMES}) or a numpy dtype that has one") from None
+
+
+_TYPE_NAMES = "f32, f16, bf16, f64, s8..s64, u8..u64, pred, c64, ..."
+
+
+def _ints(values) -> tuple[int, ...]:
+    """Sizes, dimension numbers, indices as ints; anything but an integer (a float 2.5,
+    which int() would truncate to 2) is refused."""
+    values = list(values)
+    out = []
+    for v in values:
+        try:
+            out.append(operator.index(v))
+        except TypeError:
+            raise BuilderError(f"expected integers (sizes, dimension numbers, indices), got "
+                               f"{v!r} in {values!r}") from None
+    return tuple(out)
+
+
+def _fits(value, t: PrimitiveType) -> bool:
+    """Whether a Python number keeps its value as a `t` (floats may round: 0.1 is fine
+    in f32; an integer type takes integral values in its range; pred takes 0/1)."""
+    if t.is_complex or not t.is_array_type:
+        return True
+    if isinstance(value, complex):
+        if value.imag != 0:
+            return False
+        value = value.real
+    if t.is_float:
+        return True
+    if t.kind == "pred":
+        return value in (0, 1)
+    if t.is_integer:
+        if isinstance(value, float) and not value.is_integer():
+            return False
+        info = ml_dtypes.iinfo(t.dtype)
+        return int(info.min) <= value <= int(info.max)
+    return True
 
 
 def _sanitize(name: str) -> str:
@@ -234,13 +284,29 @@ class BuilderCore:
     # ---- creation ----------------------------------------------------------
     def _check_operand(self, op, opcode: str) -> Instruction:
         if not isinstance(op, XlaOp):
-            raise BuilderError(f"{opcode} in computation {self.name}: operand {op!r} is not an "
-                               "XlaOp (wrap numbers with constant()/constant_r0())")
+            if isinstance(op, np.ndarray):
+                what = f"a numpy array of {op.dtype} {list(op.shape)}"
+            else:
+                text = repr(op)
+                what = f"{type(op).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+            raise BuilderError(f"{opcode} in computation {self.name}: operand {what} is not an "
+                               "XlaOp (wrap values with constant()/constant_r0())")
         if op.builder is not self:
             raise BuilderError(
                 f"{opcode} in computation {self.name}: operand {op.name} belongs to computation "
                 f"{op.builder.name}; values cross into a sub-computation only as its parameters")
         return op.instruction
+
+    def _operand(self, value, opcode: str) -> XlaOp:
+        """`value` as an operand of `opcode`: an XlaOp of this builder, else BuilderError.
+        Methods that read an operand's shape before `_add` take it through here."""
+        self._check_operand(value, opcode)
+        return value
+
+    def _operands(self, values, opcode: str) -> list[XlaOp]:
+        """One operand or a list/tuple of them (variadic ops), each checked by `_operand`."""
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        return [self._operand(v, opcode) for v in values]
 
     def _add(self, opcode: str, operands: Sequence[XlaOp] = (), attrs: dict | None = None, *,
              declared: Shape | None = None, name: str | None = None, **fields) -> XlaOp:
@@ -249,6 +315,8 @@ class BuilderCore:
             raise BuilderError(f"computation {self.name} was already built; start a new builder")
         instrs = [self._check_operand(o, opcode) for o in operands]
         attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        if declared is not None:
+            self._check_dims(declared, opcode)
         if opcode in ("parameter", "constant"):
             shape = declared
         else:
@@ -259,6 +327,17 @@ class BuilderCore:
         instr.frontend_attributes.update(self._frontend_attributes)
         self._instructions.append(instr)
         return XlaOp(self, instr)
+
+    def _check_dims(self, shape: Shape, opcode: str) -> None:
+        """A shape asked for by the caller has sizes >= 0: a negative size would be taken
+        as an unbounded dynamic dimension ('?' in HLO text), which the builder never makes."""
+        if shape.is_tuple:
+            for s in shape.tuple_shapes:
+                self._check_dims(s, opcode)
+        elif shape.is_array and any(d < 0 for d in shape.dims):
+            raise BuilderError(f"{opcode} in computation {self.name}: dimension sizes "
+                               f"{list(shape.dims)} of the {shape.element_type.name} result "
+                               "must not be negative")
 
     def instruction(self, opcode: str, operands: Sequence[XlaOp] = (), shape=None,
                     **attrs) -> XlaOp:
@@ -305,7 +384,14 @@ class BuilderCore:
         if isinstance(value, XlaOp):
             return value
         if isinstance(value, (bool, int, float, complex)) and like is not None:
-            return self.constant_r0(value, like.element_type)
+            t = like.element_type
+            if not _fits(value, t):
+                raise BuilderError(
+                    f"computation {self.name}: the Python number {value!r} used with "
+                    f"{like.name} ({like.shape.to_text(layout=False)}) takes its element type "
+                    f"{t.name}, which cannot hold it exactly; convert the operand or pass "
+                    f"constant_r0({value!r}, <type>)")
+            return self.constant_r0(value, t)
         return self.constant(value)
 
     # ---- leaves ------------------------------------------------------------
@@ -391,22 +477,53 @@ class BuilderCore:
         return module
 
     def _computation(self, fn, param_shapes: Sequence[Shape], name: str,
-                     unpack: bool = False) -> Computation:
+                     unpack: bool = False, *, op: str | None = None) -> Computation:
         """A called computation from a Computation or a Python callable.
 
         A callable receives (sub_builder, *parameters) and returns an XlaOp or a list of
         them (made a tuple). With `unpack`, one tuple parameter is passed as its elements.
+        `op` names the instruction that calls it, for errors.
         """
         if isinstance(fn, Computation):
             return fn
+        what = f"{op} in computation {self.name}" if op else name
         if not callable(fn):
-            raise BuilderError(f"{name}: expected a Computation or a callable, got {fn!r}")
+            raise BuilderError(f"{what}: {name} must be a Computation or a callable, "
+                               f"got {fn!r}")
+        shapes = list(param_shapes)
+        if unpack and len(shapes) == 1 and shapes[0].is_tuple:
+            shapes = list(shapes[0].tuple_shapes)
+        self._check_callable(fn, shapes, f"{what}: {name}")
         sub = self.create_subbuilder(name)
         params = [sub.parameter(i, s, name="p") for i, s in enumerate(param_shapes)]
         if unpack and len(params) == 1 and params[0].shape.is_tuple:
             params = list(params[0])
         out = fn(sub, *params)
+        if out is None:
+            # build_computation would take the last op added as the root: a missing
+            # `return` would silently compute something else.
+            label = getattr(fn, "__qualname__", None) or repr(fn)
+            raise BuilderError(f"{what}: {name}: the callable {label} returned None; it "
+                               "must return the computation's result (an XlaOp, or a list "
+                               "of them for a tuple)")
         return sub.build_computation(out)
+
+    @staticmethod
+    def _check_callable(fn, shapes: Sequence[Shape], what: str) -> None:
+        """Refuse a callable that cannot take (sub_builder, *values of `shapes`), before it
+        is called: its TypeError would name neither the op nor the values it gets."""
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # no signature to read (some builtins): just call it
+            return
+        try:
+            signature.bind(None, *shapes)
+        except TypeError as e:
+            label = getattr(fn, "__qualname__", None) or repr(fn)
+            values = ", ".join(s.to_text(layout=False) for s in shapes)
+            raise BuilderError(
+                f"{what}: the callable {label}{signature} is called with the sub-builder and "
+                f"{len(shapes)} value(s) ({values}) and cannot take them: {e}") from None
 
     def next_channel_id(self) -> int:
         """A channel id not yet handed out by this module's builders."""

@@ -154,12 +154,14 @@ class ElementwiseMixin:
     def convert(self, operand: XlaOp, new_element_type) -> XlaOp:
         """Element-type conversion (XLA ConvertElementType)."""
         t = as_type(new_element_type)
+        operand = self._operand(operand, "convert")
         return self._add("convert", [operand], declared=operand.shape.with_element_type(t))
 
     def bitcast_convert(self, operand: XlaOp, new_element_type) -> XlaOp:
         """Reinterpret bits. To a narrower type a minor dimension of size ratio is added;
         to a wider type the minor dimension (of that size) is consumed (BitcastConvertType)."""
         t = as_type(new_element_type)
+        operand = self._operand(operand, "bitcast-convert")
         src = operand.element_type
         dims = operand.dims
         if t.bits < src.bits:
@@ -169,6 +171,7 @@ class ElementwiseMixin:
         return self._add("bitcast-convert", [operand], declared=Shape.array(t, dims))
 
     def reduce_precision(self, operand: XlaOp, exponent_bits: int, mantissa_bits: int) -> XlaOp:
+        operand = self._operand(operand, "reduce-precision")
         return self._add("reduce-precision", [operand],
                          {"exponent_bits": int(exponent_bits),
                           "mantissa_bits": int(mantissa_bits)},
@@ -176,6 +179,7 @@ class ElementwiseMixin:
 
     def stochastic_convert(self, operand: XlaOp, random: XlaOp, new_element_type) -> XlaOp:
         t = as_type(new_element_type)
+        operand = self._operand(operand, "stochastic-convert")
         return self._add("stochastic-convert", [operand, random],
                          declared=operand.shape.with_element_type(t))
 

@@ -6,16 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..hlo.attrs import ConvDimensionNumbers
-from .core import BuilderError, XlaOp, as_type
+from .core import BuilderError, XlaOp, _ints, as_type
 from .reductions import make_window
 
 PRECISIONS = ("default", "high", "highest")
 FFT_TYPES = ("FFT", "IFFT", "RFFT", "IRFFT")
 TRANSPOSE_KINDS = ("NO_TRANSPOSE", "TRANSPOSE", "ADJOINT")
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
 
 
 def _precision(precision):
@@ -32,7 +28,16 @@ def _precision(precision):
 
 def conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
     """ConvDimensionNumbers from None (NCHW-like `bf01_oi01->bf01`), XLA's dim_labels text,
-    or jax-style ("NCHW", "OIHW", "NCHW") strings (spatial letters matched by name)."""
+    or jax-style ("NCHW", "OIHW", "NCHW") strings (spatial letters matched by name).
+
+    Raises BuilderError 'convolution dimension_numbers=<spec>: <reason>'."""
+    try:
+        return _conv_dimension_numbers(spec, rank)
+    except ValueError as e:
+        raise BuilderError(f"convolution dimension_numbers={spec!r}: {e}") from None
+
+
+def _conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
     if isinstance(spec, ConvDimensionNumbers):
         return spec
     if spec is None:
@@ -40,7 +45,18 @@ def conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
         return ConvDimensionNumbers.from_text(f"bf{digits}_oi{digits}->bf{digits}")
     if isinstance(spec, str):
         return ConvDimensionNumbers.from_text(spec)
+    if not (isinstance(spec, (tuple, list)) and len(spec) == 3
+            and all(isinstance(s, str) for s in spec)):
+        raise ValueError("expected None, XLA dim_labels text like 'bf01_oi01->bf01', a "
+                         "ConvDimensionNumbers, or three strings (lhs, rhs, out) like "
+                         "('NCHW', 'OIHW', 'NCHW')")
     lhs, rhs, out = spec
+    for s, letters in ((lhs, "NC"), (rhs, "OI"), (out, "NC")):
+        if len(s) != rank:
+            raise ValueError(f"{s!r} has {len(s)} letters but the operands have rank {rank}")
+        if len(set(s)) != len(s) or not all(c in s for c in letters):
+            raise ValueError(f"{s!r} must name each dimension once, with {letters[0]!r} and "
+                             f"{letters[1]!r} among them")
     spatial = [c for c in rhs if c not in "OI"]
 
     def label(s, a, b, la, lb):
@@ -53,8 +69,8 @@ def conv_dimension_numbers(spec, rank: int) -> ConvDimensionNumbers:
             elif c in spatial:
                 chars.append(str(spatial.index(c)))
             else:
-                raise BuilderError(f"dimension numbers {spec}: {c!r} of {s!r} is not a "
-                                   f"spatial dimension of the kernel spec {rhs!r}")
+                raise ValueError(f"{c!r} of {s!r} is not a spatial dimension of the kernel "
+                                 f"spec {rhs!r}")
         return "".join(chars)
 
     text = (label(lhs, "N", "C", "b", "f") + "_" + label(rhs, "I", "O", "i", "o") + "->"
@@ -75,6 +91,7 @@ class LinalgMixin:
             preferred_element_type=None) -> XlaOp:
         """XLA Dot: vector.vector, matrix.vector, matrix.matrix (contracting lhs's last
         dimension with rhs's first)."""
+        lhs = self._operand(lhs, "dot")
         return self.dot_general(lhs, rhs, (((lhs.rank - 1,), (0,)), ((), ())),
                                 precision=precision,
                                 preferred_element_type=preferred_element_type)
@@ -83,7 +100,16 @@ class LinalgMixin:
                     preferred_element_type=None) -> XlaOp:
         """XLA DotGeneral; dimension_numbers = ((lhs_contracting, rhs_contracting),
         (lhs_batch, rhs_batch)) as in jax.lax.dot_general."""
-        (lc, rc), (lb, rb) = dimension_numbers
+        lhs, rhs = self._operand(lhs, "dot"), self._operand(rhs, "dot")
+        try:
+            (lc, rc), (lb, rb) = dimension_numbers
+            lc, rc, lb, rb = _ints(lc), _ints(rc), _ints(lb), _ints(rb)
+        except (TypeError, ValueError):
+            raise BuilderError(
+                f"dot_general in computation {self.name}: dimension_numbers="
+                f"{dimension_numbers!r} must be ((lhs_contracting, rhs_contracting), "
+                "(lhs_batch, rhs_batch)), each a sequence of dimension numbers, e.g. "
+                "(((1,), (0,)), ((), ()))") from None
         attrs = {"lhs_batch_dims": _ints(lb) or None,
                  "lhs_contracting_dims": _ints(lc),
                  "rhs_batch_dims": _ints(rb) or None,
@@ -98,6 +124,7 @@ class LinalgMixin:
                              preferred_element_type=None) -> XlaOp:
         """XLA ConvGeneralDilated (jax.lax.conv_general_dilated's arguments); padding is
         "SAME", "VALID" or (low, high) per spatial dimension."""
+        lhs, rhs = self._operand(lhs, "convolution"), self._operand(rhs, "convolution")
         dnums = conv_dimension_numbers(dimension_numbers, lhs.rank)
         in_spatial = [lhs.dims[d] for d in dnums.input_spatial]
         k_spatial = [rhs.dims[d] for d in dnums.kernel_spatial]

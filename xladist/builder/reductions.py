@@ -12,7 +12,7 @@ import numpy as np
 from ..hlo.attrs import Window, WindowDim
 from ..hlo.ir import Computation
 from ..hlo.shape import PrimitiveType, Shape
-from .core import BuilderError, XlaOp, as_type
+from .core import BuilderError, XlaOp, _ints, as_type
 
 # Reducer kind -> (builder method combining two scalars, identity element picker).
 # The identity lets reduce_<kind> helpers pick their init value per element type.
@@ -54,10 +54,6 @@ def _extreme(t: PrimitiveType, highest: bool):
         return info.max if highest else info.min
     info = ml_dtypes.iinfo(t.dtype)
     return info.max if highest else info.min
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
 
 
 def padding_for(padding, in_dims: Sequence[int], window: Sequence[int],
@@ -127,28 +123,31 @@ class ReductionMixin:
         self._state.reducers[key] = comp
         return comp
 
-    def _reducer(self, computation, types: Sequence[PrimitiveType], name: str) -> Computation:
-        """A (acc..., x...) -> acc computation from a name, a Computation or a callable."""
+    def _reducer(self, computation, types: Sequence[PrimitiveType], name: str, *,
+                 op: str | None = None) -> Computation:
+        """A (acc..., x...) -> acc computation from a name, a Computation or a callable;
+        `op` names the instruction that calls it, for errors."""
         if isinstance(computation, str):
             if len(types) != 1:
-                raise BuilderError(f"{name}: a named reducer ({computation!r}) combines one "
+                raise BuilderError(f"{op or name}: a named reducer ({computation!r}) combines one "
                                    f"value; {len(types)} operands need a computation")
             return self.scalar_reducer(computation, types[0])
         scalars = [Shape.scalar(t) for t in types]
-        return self._computation(computation, scalars + scalars, name)
+        return self._computation(computation, scalars + scalars, name, op=op)
 
     # ---- reduce ---------------------------------------------------------------
     def reduce(self, operands, init_values, computation, dimensions: Sequence[int]) -> XlaOp:
         """XLA Reduce over `dimensions`; variadic when operands/init_values are lists (the
         computation then takes N accumulators then N inputs and returns a tuple)."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "reduce")
         inits = list(init_values) if isinstance(init_values, (list, tuple)) else [init_values]
         inits = [self._coerce(v, like=o) for v, o in zip(inits, ops)]
-        comp = self._reducer(computation, [o.element_type for o in ops], "reducer")
+        comp = self._reducer(computation, [o.element_type for o in ops], "reducer", op="reduce")
         return self._add("reduce", [*ops, *inits],
                          {"dimensions": _ints(dimensions), "to_apply": comp})
 
     def _reduce_kind(self, kind: str, operand: XlaOp, dimensions) -> XlaOp:
+        operand = self._operand(operand, "reduce")
         if dimensions is None:
             dimensions = range(operand.rank)
         t = operand.element_type
@@ -179,10 +178,11 @@ class ReductionMixin:
                       window_strides=None, padding=None, base_dilations=None,
                       window_dilations=None) -> XlaOp:
         """XLA ReduceWindow; padding is "SAME", "VALID" or (low, high) pairs."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "reduce-window")
         inits = list(init_values) if isinstance(init_values, (list, tuple)) else [init_values]
         inits = [self._coerce(v, like=o) for v, o in zip(inits, ops)]
-        comp = self._reducer(computation, [o.element_type for o in ops], "reducer")
+        comp = self._reducer(computation, [o.element_type for o in ops], "reducer",
+                             op="reduce-window")
         window = make_window(window_dimensions, window_strides, padding, base_dilations,
                              window_dilations, ops[0].dims)
         return self._add("reduce-window", [*ops, *inits],
@@ -192,12 +192,14 @@ class ReductionMixin:
                            padding, source: XlaOp, init_value, scatter="add") -> XlaOp:
         """XLA SelectAndScatter: `select` (a, b) -> pred picks one element per window
         (e.g. "ge" for max-pool gradients), `scatter` adds source values there."""
+        operand = self._operand(operand, "select-and-scatter")
         t = operand.element_type
         if isinstance(select, str):
             direction = select
             select = lambda sb, a, b: sb.compare(a, b, direction)
-        select_comp = self._computation(select, [Shape.scalar(t)] * 2, "select")
-        scatter_comp = self._reducer(scatter, [t], "scatter")
+        select_comp = self._computation(select, [Shape.scalar(t)] * 2, "select",
+                                        op="select-and-scatter")
+        scatter_comp = self._reducer(scatter, [t], "scatter", op="select-and-scatter")
         window = make_window(window_dimensions, window_strides, padding,
                              operand_dims=operand.dims)
         init = self._coerce(init_value, like=operand)
@@ -207,9 +209,9 @@ class ReductionMixin:
     # ---- map / sort / top-k --------------------------------------------------------
     def map(self, operands, computation, dimensions: Sequence[int] | None = None) -> XlaOp:
         """Apply a scalar computation element-wise over same-shape operands."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "map")
         comp = self._computation(computation, [Shape.scalar(o.element_type) for o in ops],
-                                 "mapper")
+                                 "mapper", op="map")
         dims = _ints(dimensions) if dimensions is not None else tuple(range(ops[0].rank))
         return self._add("map", ops, {"dimensions": dims, "to_apply": comp})
 
@@ -217,7 +219,7 @@ class ReductionMixin:
              is_stable: bool = False) -> XlaOp:
         """XLA Sort along `dimension`. The comparator takes 2N scalars (lhs_0, rhs_0,
         lhs_1, rhs_1, ...) and returns pred; default: ascending by the first operand."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
+        ops = self._operands(operands, "sort")
         if dimension < 0:
             dimension += ops[0].rank
         if comparator is None:
@@ -225,7 +227,7 @@ class ReductionMixin:
         params = []
         for o in ops:
             params += [Shape.scalar(o.element_type)] * 2
-        comp = self._computation(comparator, params, "compare")
+        comp = self._computation(comparator, params, "compare", op="sort")
         return self._add("sort", ops, {"dimensions": (int(dimension),),
                                        "is_stable": True if is_stable else None,
                                        "to_apply": comp})

@@ -9,11 +9,7 @@ import numpy as np
 
 from ..hlo.attrs import PaddingConfig, SliceSpec
 from ..hlo.shape import Shape
-from .core import BuilderError, XlaOp, as_type
-
-
-def _ints(values) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+from .core import BuilderError, XlaOp, _ints, as_type
 
 
 class ShapingMixin:
@@ -36,6 +32,7 @@ class ShapingMixin:
                 dimensions: Sequence[int] | None = None) -> XlaOp:
         """Row-major reshape; `dimensions` first transposes (XLA Reshape's optional order).
         One size may be -1 and is then computed from the element count."""
+        operand = self._operand(operand, "reshape")
         if dimensions is not None and _ints(dimensions) != tuple(range(operand.rank)):
             operand = self.transpose(operand, dimensions)
         sizes = list(_ints(new_sizes))
@@ -71,6 +68,11 @@ class ShapingMixin:
     def slice_in_dim(self, operand: XlaOp, start: int, limit: int, stride: int = 1,
                      dimno: int = 0) -> XlaOp:
         """Slice one dimension, keeping the others whole."""
+        operand = self._operand(operand, "slice")
+        if not 0 <= dimno < operand.rank:
+            raise BuilderError(f"slice_in_dim in computation {self.name}: dimno={dimno} is out "
+                               f"of range for {operand.shape.to_text(layout=False)} (rank "
+                               f"{operand.rank})")
         starts = [0] * operand.rank
         limits = list(operand.dims)
         strides = [1] * operand.rank
@@ -78,10 +80,13 @@ class ShapingMixin:
         return self.slice(operand, starts, limits, strides)
 
     def _index_scalars(self, indices) -> list[XlaOp]:
-        ops = []
-        for i in indices:
-            ops.append(i if isinstance(i, XlaOp) else self.constant_r0(int(i), "s32"))
-        return ops
+        """Start indices as XlaOps: Python ints take the element type of the XlaOp indices
+        given with them (XLA wants one integer type for all), s32 when there are none."""
+        indices = list(indices)
+        like = next((i for i in indices if isinstance(i, XlaOp)), None)
+        t = like.element_type if like is not None else "s32"
+        return [i if isinstance(i, XlaOp) else self.constant_r0(_ints([i])[0], t)
+                for i in indices]
 
     def dynamic_slice(self, operand: XlaOp, start_indices, slice_sizes: Sequence[int]) -> XlaOp:
         """Slice at run-time start indices (one scalar per dimension; ints allowed)."""
@@ -101,11 +106,16 @@ class ShapingMixin:
     def pad(self, operand: XlaOp, padding_value, padding_config) -> XlaOp:
         """Pad with `padding_value`; padding_config is (low, high[, interior]) per dimension
         (negative low/high crop) or a PaddingConfig."""
+        operand = self._operand(operand, "pad")
         value = self._coerce(padding_value, like=operand)
         if not isinstance(padding_config, PaddingConfig):
             rows = []
-            for p in padding_config:
+            for i, p in enumerate(padding_config):
                 p = _ints(p)
+                if len(p) not in (2, 3):
+                    raise BuilderError(f"pad in computation {self.name}: padding_config entry "
+                                       f"{list(p)} of dimension {i} must be (low, high) or "
+                                       "(low, high, interior)")
                 rows.append((p[0], p[1], p[2] if len(p) > 2 else 0))
             padding_config = PaddingConfig(tuple(rows))
         return self._add("pad", [operand, value], {"padding": padding_config})
@@ -142,9 +152,10 @@ class ShapingMixin:
                 indices_are_sorted: bool = False, unique_indices: bool = False) -> XlaOp:
         """XLA Scatter. `operands`/`updates` may be lists (variadic); `computation` combines
         (current..., update...) scalars: a Computation, a callable or 'add'/'max'/...."""
-        ops = list(operands) if isinstance(operands, (list, tuple)) else [operands]
-        ups = list(updates) if isinstance(updates, (list, tuple)) else [updates]
-        comp = self._reducer(computation, [o.element_type for o in ops], "scatter_combiner")
+        ops = self._operands(operands, "scatter")
+        ups = self._operands(updates, "scatter")
+        comp = self._reducer(computation, [o.element_type for o in ops], "scatter_combiner",
+                             op="scatter")
         attrs = {"update_window_dims": _ints(update_window_dims),
                  "inserted_window_dims": _ints(inserted_window_dims),
                  "scatter_dims_to_operand_dims": _ints(scatter_dims_to_operand_dims),
@@ -164,6 +175,7 @@ class ShapingMixin:
         return self._add("tuple", [self._coerce(e) for e in elements])
 
     def get_tuple_element(self, tuple_op: XlaOp, index: int) -> XlaOp:
+        tuple_op = self._operand(tuple_op, "get-tuple-element")
         n = len(tuple_op.shape.tuple_shapes) if tuple_op.shape.is_tuple else 0
         if isinstance(index, (int, np.integer)) and -n <= index < 0:
             index += n

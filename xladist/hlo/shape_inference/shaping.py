@@ -128,21 +128,22 @@ def slice_(op, shapes, attrs, declared):
     return make(x.element_type, out, [x.dynamic[i] and out[i] != 1 for i in range(x.rank)])
 
 
-def _start_indices(x: Shape, indices: list[Shape], role: str) -> None:
-    """One integer scalar per operand dimension, or (old form) one rank-1 integer array."""
+def _start_indices(x: Shape, indices: list[Shape]) -> None:
+    """One integer scalar per operand dimension, or (old form) one rank-1 integer array.
+    Messages start after the opcode, which infer_shape puts in front."""
     if len(indices) == 1 and indices[0].is_array and indices[0].rank == 1:
         idx = indices[0]
         if not idx.element_type.is_integer or idx.dims[0] != x.rank:
-            raise ShapeError(f"{role}: the start-index array {fmt(idx)} must be an integer "
+            raise ShapeError(f"the start-index array {fmt(idx)} must be an integer "
                              f"vector of length {x.rank} (operand {fmt(x)})")
         return
     if len(indices) != x.rank:
-        raise ShapeError(f"{role}: needs {x.rank} scalar start indices for {fmt(x)}, got "
+        raise ShapeError(f"needs {x.rank} scalar start indices for {fmt(x)}, got "
                          f"{len(indices)} ({fmt_all(indices)})")
     for s in indices:
         if not (s.is_array and s.rank == 0 and s.element_type.is_integer
                 and s.element_type == indices[0].element_type):
-            raise ShapeError(f"{role}: start indices must be integer scalars of one type, got "
+            raise ShapeError(f"start indices must be integer scalars of one type, got "
                              f"{fmt_all(indices)}")
 
 
@@ -151,7 +152,7 @@ def dynamic_slice(op, shapes, attrs, declared):
         raise ShapeError("expects an operand and start indices")
     x, indices = shapes[0], shapes[1:]
     expect_array(x, "operand")
-    _start_indices(x, indices, "dynamic-slice")
+    _start_indices(x, indices)
     sizes = tuple(attr(attrs, "dynamic_slice_sizes"))
     if len(sizes) != x.rank:
         raise ShapeError(f"dynamic_slice_sizes={fmt_dims(sizes)} needs one size per dimension "
@@ -169,7 +170,7 @@ def dynamic_update_slice(op, shapes, attrs, declared):
     x, upd, indices = shapes[0], shapes[1], shapes[2:]
     expect_array(x, "operand")
     expect_array(upd, "update")
-    _start_indices(x, indices, "dynamic-update-slice")
+    _start_indices(x, indices)
     if upd.element_type != x.element_type or upd.rank != x.rank:
         raise ShapeError(f"update {fmt(upd)} must have the operand's element type and rank "
                          f"({fmt(x)})")
