@@ -116,7 +116,8 @@ class Client:
                                f"refused it: {w['refused']}")
         if w.get("error"):
             if w.get("prints"):  # the launching process said it: go, with an input error's code
-                deadline.abort_job("", 2, with_rank=False)
+                from xladist.errors import InputError
+                deadline.abort_job("", InputError.exit_code, with_rank=False)
             raise ServiceError(w["error"])
         self.target = w.get("target")
         self.prints = bool(w.get("prints"))

@@ -38,6 +38,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+from ...errors import InputError
 from ...version import __version__
 from .. import wire
 from ..watchdog import format_report, record
@@ -352,12 +353,9 @@ class Service:
             # Said once, here, and the job ends with an input error's code: every rank
             # raising it printed it once per rank, and a launcher whose ranks never got
             # further took them for ranks its mpiexec could not start.
-            self.end_code = 2
+            self.end_code = InputError.exit_code
             self._failing = True
-            if self.prints:
-                self.emit(error)
-            else:
-                self.messages.append(error)
+            self._say(error)
         for s in self.ranks.values():
             s.conn.send("welcome", target=self.target, target_why=self.target_why,
                         prints=self.prints, job=self.job is not None, error=error)
@@ -442,10 +440,8 @@ class Service:
             first = not self._failing
             self._failing = True
             self._registered.notify_all()
-        if text and self.prints:
-            self.emit(text)
-        elif text:
-            self.messages.append(text)
+        if text:
+            self._say(text)
         # Before the ack, whichever failure this is (the first, or one during a hang
         # report or another's failure): the failing rank aborts right after it.
         self._save_all(but=st.rank)
@@ -584,6 +580,14 @@ class Service:
                     SAVE_WAIT_S)
         finally:
             self._save_over.set()
+
+    def _say(self, text: str) -> None:
+        """A failure's words: printed here when the service prints them (it is the
+        launching process), else kept in `messages` for whoever reports the job."""
+        if self.prints:
+            self.emit(text)
+        else:
+            self.messages.append(text)
 
     def emit(self, text: str) -> None:
         self.messages.append(text)
