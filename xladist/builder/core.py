@@ -16,12 +16,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import ml_dtypes
 import numpy as np
 
 from ..hlo.attrs import Literal
 from ..hlo.ir import Computation, Instruction, Module
 from ..hlo.shape import PrimitiveType, Shape, primitive_type, primitive_type_of_dtype
+from ..semantics.dtypes import int_limits
 
 if TYPE_CHECKING:
     from . import XlaBuilder
@@ -116,8 +116,8 @@ def _fits(value, t: PrimitiveType) -> bool:
     if t.is_integer:
         if isinstance(value, float) and not value.is_integer():
             return False
-        info = ml_dtypes.iinfo(t.dtype)
-        return int(info.min) <= value <= int(info.max)
+        lo, hi = int_limits(t.dtype)
+        return lo <= value <= hi
     return True
 
 

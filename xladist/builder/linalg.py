@@ -110,10 +110,10 @@ class LinalgMixin:
                 f"{dimension_numbers!r} must be ((lhs_contracting, rhs_contracting), "
                 "(lhs_batch, rhs_batch)), each a sequence of dimension numbers, e.g. "
                 "(((1,), (0,)), ((), ()))") from None
-        attrs = {"lhs_batch_dims": _ints(lb) or None,
-                 "lhs_contracting_dims": _ints(lc),
-                 "rhs_batch_dims": _ints(rb) or None,
-                 "rhs_contracting_dims": _ints(rc),
+        attrs = {"lhs_batch_dims": lb or None,
+                 "lhs_contracting_dims": lc,
+                 "rhs_batch_dims": rb or None,
+                 "rhs_contracting_dims": rc,
                  "operand_precision": _precision(precision)}
         return self._with_preferred("dot", [lhs, rhs], attrs, preferred_element_type)
 
