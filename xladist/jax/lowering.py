@@ -16,7 +16,7 @@ import inspect
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from pathlib import Path
 
 import numpy as np
@@ -199,14 +199,15 @@ def _without_typed_keys(fn, args):
     each argument's own implementation) and hands out the data of the keys it returns;
     `key_results` maps such a result leaf to its implementation, for `run` to wrap again.
     Without typed keys, everything is returned as it is."""
-    impls = {i: None for i, a in enumerate(args) if _is_typed_key(a)}
-    if not impls:
+    keyed = [i for i, a in enumerate(args) if _is_typed_key(a)]
+    if not keyed:
         return fn, args, {}
     jax = import_jax()
-    impls = {i: jax.random.key_impl(args[i]) for i in impls}
+    impls = {i: jax.random.key_impl(args[i]) for i in keyed}
     args = [jax.random.key_data(a) if i in impls else a for i, a in enumerate(args)]
     key_results: dict[int, object] = {}
 
+    @wraps(fn)  # (its name and module: meta.json, the host-callback refusal)
     def with_keys(*xs):
         xs = [jax.random.wrap_key_data(x, impl=impls[i]) if i in impls else x
               for i, x in enumerate(xs)]
@@ -216,9 +217,6 @@ def _without_typed_keys(fn, args):
                 key_results[k] = jax.random.key_impl(leaf)
                 leaves[k] = jax.random.key_data(leaf)
         return jax.tree_util.tree_unflatten(tree, leaves)
-    for name in ("__name__", "__qualname__", "__module__"):
-        if hasattr(fn, name):
-            setattr(with_keys, name, getattr(fn, name))
     return with_keys, args, key_results
 
 
