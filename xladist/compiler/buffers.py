@@ -103,9 +103,10 @@ def assign_slots(comp: Computation, kinds: dict[Instruction, str]) -> Assignment
             # One static slot per array leaf: a tuple-shaped constant (`constant(( {1, 2},
             # 1.5 ))`) is a tuple of literals, each leaf its own buffer.
             slots = []
+            literal = constant_literal(instr)  # (refuses an elided one)
             for index, s in instr.shape.leaves():
                 slot = _slot_for_leaf(asg, s, "const", instr.name)
-                value = _literal_leaf(constant_literal(instr), index)
+                value = _literal_leaf(literal, index)
                 if slot is not None:
                     phys = to_physical(s, value)
                     slot.data = np.frombuffer(phys.tobytes(), dtype=np.uint8).copy()

@@ -186,8 +186,7 @@ class RawAttr:
 
 
 # Why a constant without data cannot run and where to get text that has it: the one
-# message of every backend (interpreter/evaluator.py, interpreter/shaping.py,
-# compiler/codegen/elemental.py).
+# message of every backend (semantics/values.constant_literal, which they all call).
 ELIDED_CONSTANT = (
     "its data was elided ({...}) where the text was printed, so it cannot execute: XLA's "
     "dumps elide constants of more than 10 elements unless --xla_dump_large_constants is "

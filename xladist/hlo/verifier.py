@@ -35,7 +35,7 @@ from .ir import Computation, Instruction, Module
 from .opcodes import OPCODES, collective_opcodes
 from .shape import Shape
 from .shape_inference import UNSUPPORTED, infer_shape
-from .shape_inference.base import ShapeError, fmt
+from .shape_inference.base import ShapeError, fmt, fmt_dims
 from .shape_inference.collective import in_place_permute
 
 __all__ = ["verify_module", "VerifyReport", "instruction_text"]
@@ -421,8 +421,8 @@ def _check_aliasing(module: Module) -> None:
         except IndexError:
             s = None
         if s is None or not s.is_array:
-            _fail(f"{what}: shape index {{{','.join(map(str, index))}}} does not name an array "
-                  f"in {fmt(shape)}", entry)
+            _fail(f"{what}: shape index {fmt_dims(index)} does not name an array in "
+                  f"{fmt(shape)}", entry)
         return s
 
     def param_subshape(param, index, what):
@@ -433,15 +433,13 @@ def _check_aliasing(module: Module) -> None:
 
     outputs, aliased = set(), set()
     for output, param, index, _kind in module.input_output_alias:
-        what = (f"input_output_alias {{{','.join(map(str, output))}}}: ({param}, "
-                f"{{{','.join(map(str, index))}}})")
+        what = f"input_output_alias {fmt_dims(output)}: ({param}, {fmt_dims(index)})"
         out = subshape(entry.root.shape, output, f"{what}, the result")
         src = param_subshape(param, index, what)
         if output in outputs:
-            _fail(f"{what}: output index {{{','.join(map(str, output))}}} is aliased twice",
-                  entry)
+            _fail(f"{what}: output index {fmt_dims(output)} is aliased twice", entry)
         if (param, index) in aliased:
-            _fail(f"{what}: parameter {param} at {{{','.join(map(str, index))}}} is aliased "
+            _fail(f"{what}: parameter {param} at {fmt_dims(index)} is aliased "
                   "with two outputs", entry)
         outputs.add(output)
         aliased.add((param, index))
@@ -449,7 +447,7 @@ def _check_aliasing(module: Module) -> None:
             _fail(f"{what}: an aliased parameter and output must have the same size", entry,
                   expected=fmt(src), actual=fmt(out))
     for param, index in module.buffer_donors:
-        what = f"buffer_donor ({param}, {{{','.join(map(str, index))}}})"
+        what = f"buffer_donor ({param}, {fmt_dims(index)})"
         param_subshape(param, index, what)
         if (param, index) in aliased:
             _fail(f"{what}: the parameter is also in input_output_alias", entry)
