@@ -814,3 +814,42 @@ ENTRY main {{
     got = run(text, a)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+# The same rule at every depth of a nested tuple (found by a sweep of random layouts over
+# tuple-shaped parameters: the cpu backend returned the element transposed, the
+# interpreter right). Expected values from numpy: a (5x3) and its transpose.
+_NESTED_LAYOUT_MISMATCHES = {
+    "tuple element of a root tuple": ("""  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  i = (f32[3,5]{0,1}) tuple(t)
+  ROOT r = ((f32[3,5]{1,0}), f32[5,3]) tuple(i, a)""", lambda a: [a.T, a]),
+    "tuple-valued get-tuple-element": ("""  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  i = (f32[3,5]{0,1}) tuple(t)
+  o = ((f32[3,5]{0,1}), f32[5,3]) tuple(i, a)
+  g = (f32[3,5]{1,0}) get-tuple-element(o), index=0
+  e = f32[3,5]{1,0} get-tuple-element(g), index=0
+  ROOT n = f32[3,5] negate(e)""", lambda a: [-a.T]),
+    "nested tuple parameter": ("""  p = (f32[5,3]{1,0}, (f32[5,3]{0,1})) parameter(1)
+  q = (f32[5,3]{1,0}) get-tuple-element(p), index=1
+  e = f32[5,3]{1,0} get-tuple-element(q), index=0
+  ROOT s = ((f32[5,3]{1,0}), f32[5,3]) tuple(q, f32[5,3] add(e, a))""", lambda a: [a, a + a]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NESTED_LAYOUT_MISMATCHES))
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_nested_tuples_take_the_layouts_they_declare(case, backend):
+    body, expected = _NESTED_LAYOUT_MISMATCHES[case]
+    text = f"""HloModule m
+ENTRY main {{
+  a = f32[5,3] parameter(0)
+{body}
+}}
+"""
+    a = np.arange(15, dtype=np.float32).reshape(5, 3)
+    args = [a, (a, (a,))] if "parameter(1)" in body else [a]
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(*args)
+    want = expected(a)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
