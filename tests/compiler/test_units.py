@@ -853,3 +853,47 @@ ENTRY main {{
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+# An instruction that hands on an operand's bytes (opt-barrier, add-dependency, domain,
+# copy-done, async-done) or a called computation's (async-start) may declare another layout
+# before layout assignment, which then adds a copy. The cpu backend read the bytes under
+# the declared layout: x came back transposed (found by a sweep of random layouts).
+_HANDED_ON = {
+    "opt-barrier": """  o = s32[2,3]{0,1} opt-barrier(x)""",
+    "opt-barrier of a tuple": """  t = (s32[2,3]{1,0}, s32[]) tuple(x, s32[] constant(1))
+  b = (s32[2,3]{0,1}, s32[]) opt-barrier(t)
+  o = s32[2,3]{0,1} get-tuple-element(b), index=0""",
+    "add-dependency": """  tk = token[] after-all()
+  o = s32[2,3]{0,1} add-dependency(x, tk)""",
+    "domain": """  o = s32[2,3]{0,1} domain(x), domain={kind="sharding", entry={maximal device=0}, exit={maximal device=0}}""",
+    "copy-done": """  cs = (s32[2,3]{1,0}, s32[2,3]{1,0}, u32[]) copy-start(x)
+  o = s32[2,3]{0,1} copy-done(cs)""",
+    "async-done of a callee root in another layout": """  s = ((s32[2,3]{1,0}), s32[2,3]{0,1}, s32[]) async-start(x), calls=f
+  o = s32[2,3]{0,1} async-done(s)""",
+    "async-start into a callee parameter in another layout": """  s = ((s32[2,3]{1,0}), s32[2,3]{1,0}, s32[]) async-start(x), calls=g
+  o = s32[2,3]{1,0} async-done(s)""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HANDED_ON))
+def test_values_handed_on_take_the_layouts_they_declare(case):
+    text = f"""HloModule m
+f {{
+  p = s32[2,3]{{1,0}} parameter(0)
+  ROOT c = s32[2,3]{{1,0}} copy(p)
+}}
+g {{
+  p = s32[2,3]{{0,1}} parameter(0)
+  ROOT c = s32[2,3]{{1,0}} copy(p)
+}}
+ENTRY e {{
+  x = s32[2,3]{{1,0}} parameter(0)
+{_HANDED_ON[case]}
+  ROOT n = s32[2,3]{{1,0}} negate(o)
+}}
+"""
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for backend in ("cpu", "interpreter"):
+        got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)
+        np.testing.assert_array_equal(got[0], -x, err_msg=backend)

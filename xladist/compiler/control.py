@@ -254,12 +254,18 @@ class AsyncStartThunk(Thunk):
         self.n_result = len(comp.root_slots)
         self.reads = [s for s in self.operand_slots if s is not None]
         self.writes = [s for s in out_slots if s is not None]
+        # ((operands), result, context) in the layouts the start declares, as the callee
+        # takes and gives them (XLA's layout assignment makes them agree).
+        operands = [s for o in instr.operands for s in leaf_shapes(o.shape)]
+        self.into = Relayout(operands, comp.param_shapes)
+        self.passed = Relayout(operands, leaf_shapes(instr.shape.tuple_shapes[0]))
+        self.out_of = Relayout(comp.root_shapes, leaf_shapes(instr.shape.tuple_shapes[1]))
 
     def run(self, frame) -> None:
         args = leaf_values(frame, self.operand_slots)
-        result = self.comp.run(args, frame.rs)
+        result = self.out_of(self.comp.run(self.into(args), frame.rs))
         n = len(self.operand_slots)
-        values = list(args) + list(result)
+        values = list(self.passed(args)) + list(result)
         for i, s in enumerate(self.out_slots):
             if s is None:
                 continue

@@ -134,16 +134,36 @@ def _relayout(comp: Computation, op: Instruction, shape, name: str, at: int,
     return new[-1] if new else op
 
 
+def passed_on(t: Instruction):
+    """The shape of the bytes an instruction hands on as its value when that value is an
+    operand's, or an element of it, unchanged (buffers.py gives it the operand's slots):
+    a get-tuple-element's element, an opt-barrier's, domain's, add-dependency's or
+    async-update's operand, an async-done's result part of its start, a copy-done's
+    destination. None for every other instruction."""
+    op = t.opcode
+    src = t.operands[0].shape if t.operands else None
+    if op == "get-tuple-element":
+        return src.tuple_shapes[int(t.attrs["index"])] if src.is_tuple else None
+    if op in ("opt-barrier", "domain", "add-dependency", "async-update"):
+        return src
+    if op in ("async-done", "copy-done") and src.is_tuple:
+        return src.tuple_shapes[1 if op == "async-done" else 0]
+    return None
+
+
 @rewrite
 def _tuple_layouts(comp: Computation, users) -> None:
     """Tuples pass bytes on under the layouts their own shape declares. HLO before layout
     assignment may give a tuple element another layout than its operand's (XLA's
     algebraic simplifier leaves `(f32[2,2]{1,0}) tuple(transpose{0,1})`; its layout
     assignment then inserts a copy): the same copy here, and likewise a get-tuple-element
-    whose layout differs from the element it reads; at every depth of a nested tuple.
+    (or any instruction that hands on an operand's bytes, `passed_on`: an opt-barrier, an
+    async-done, ...) whose layout differs from the value it reads; at every depth of a
+    nested tuple.
     Without it the bytes were read under the wrong layout (a Shardy transpose came back
     transposed; an array inside a tuple element or a tuple-valued get-tuple-element came
-    back transposed until the rule reached nested tuples)."""
+    back transposed until the rule reached nested tuples, and an opt-barrier's,
+    add-dependency's or domain's value until it reached them)."""
     for t in list(comp.instructions):
         if t.opcode == "tuple":
             ops = list(t.operands)
@@ -154,9 +174,9 @@ def _tuple_layouts(comp: Computation, users) -> None:
                     users[ops[i]].append(t)
                     users[op].remove(t)  # t now reads the copy (once per use)
             t.operands = ops
-        elif t.opcode == "get-tuple-element" and t.operands[0].shape.is_tuple:
-            have = t.operands[0].shape.tuple_shapes[int(t.attrs["index"])]
-            if layouts_differ(have, t.shape):
+        else:
+            have = passed_on(t)
+            if have is not None and layouts_differ(have, t.shape):
                 wanted = t.shape
                 t.shape = have  # what the bytes are
                 readers = list(users.get(t, []))
