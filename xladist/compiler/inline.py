@@ -78,7 +78,10 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
                 continue
             if _inlinable(instr):
                 callee = instr.attrs["calls" if instr.opcode == "fusion" else "to_apply"]
-                inner = {p: ops[p.parameter_number] for p in callee.parameters}
+                # Each parameter in its own declared layout (a bitcast inside reads it).
+                inner = {p: _relayout(out, f"{prefix}{instr.name}/{p.name}",
+                                      ops[p.parameter_number], p.shape)
+                         for p in callee.parameters}
                 mapping[instr] = _relayout(out, prefix + instr.name,
                                            emit(callee, f"{prefix}{instr.name}/", inner),
                                            instr.shape)
@@ -95,10 +98,12 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
 
 
 def _relayout(out: Computation, name: str, value: Instruction, shape: Shape) -> Instruction:
-    """`value` (an inlined callee's root) in the layout of `shape` (the call's or fusion's
-    own): XLA's call result has the instruction's layout, which may differ from the
-    callee root's; every user (and the entry's result) reads the call's (simplify.relaid:
-    arrays copied, tuples rebuilt; nothing added where the layouts agree)."""
+    """`value` (an inlined callee's root, or an operand bound to a callee parameter) in the
+    layout of `shape` (the call's or fusion's own, or the parameter's): XLA's call result
+    has the instruction's layout, which may differ from the callee root's, and a callee
+    parameter its own; every user (and the entry's result) reads the declared one
+    (simplify.relaid: arrays copied, tuples rebuilt; nothing added where the layouts
+    agree)."""
     new = relaid(value, shape, name)
     for i in new:
         out.add(i)
