@@ -897,3 +897,23 @@ ENTRY e {{
     for backend in ("cpu", "interpreter"):
         got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)
         np.testing.assert_array_equal(got[0], -x, err_msg=backend)
+
+
+# A pad (or a concatenate) of an empty array emits a branch into its operand that never
+# runs; the concatenate of empty operands under it raised a Python IndexError from
+# codegen (found by a random-program sweep of shapes with size-0 dimensions).
+@pytest.mark.parametrize("dt", ["s32", "pred", "bf16", "c64", "f8e4m3fn", "s4"])
+def test_pad_of_a_concatenate_of_empty_arrays(dt):
+    text = f"""HloModule m
+ENTRY e {{
+  p = {dt}[2,0] parameter(0)
+  c = {dt}[2,0] concatenate(p, p), dimensions={{1}}
+  v = {dt}[] parameter(1)
+  ROOT r = {dt}[6,1] pad(c, v), padding=2_0_2x1_0_0
+}}
+"""
+    m = xladist.parse_hlo(text)
+    p = m.entry.parameters[0].shape.dtype
+    v = np.ones((), p)
+    got = xladist.compile(m, backend="cpu")(np.zeros((2, 0), p), v)[0]
+    np.testing.assert_array_equal(got, np.ones((6, 1), p))
