@@ -27,6 +27,7 @@ import numpy as np
 
 from .codegen.constants import logical_view, to_physical
 from .inplace import FRESH
+from .simplify import layouts_differ
 from .thunks import Thunk, leaf_values
 
 
@@ -41,8 +42,7 @@ class Relayout:
 
     def __init__(self, src, dst):
         self.pairs = [(i, a, b) for i, (a, b) in enumerate(zip(src, dst))
-                      if a.is_array and b.is_array and a.rank > 1
-                      and tuple(a.minor_to_major()) != tuple(b.minor_to_major())]
+                      if layouts_differ(a, b)]
 
     def __call__(self, leaves):
         if not self.pairs:
