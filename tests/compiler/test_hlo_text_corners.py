@@ -161,6 +161,41 @@ def test_call_and_fusion_results_take_their_declared_layout(backend):
     assert len(outs) == 5
 
 
+# A callee parameter declared in another layout than the caller's operand holds its bytes
+# in the parameter's layout, which a bitcast inside reads (XLA's layout assignment copies
+# the operand). The cpu backend bound the operand itself when it inlined the call or
+# fusion, so the bitcast read x's row-major bytes: x.reshape(3, 2) instead of x.T. Found
+# by the random-layout sweep.
+CALL_PARAMETER_LAYOUT = """HloModule m
+
+f {
+  p = s32[2,3]{0,1} parameter(0)
+  ROOT b = s32[3,2]{1,0} bitcast(p)
+}
+
+fused {
+  p = s32[2,3]{0,1} parameter(0)
+  b = s32[3,2]{1,0} bitcast(p)
+  ROOT n = s32[3,2]{1,0} negate(b)
+}
+
+ENTRY main {
+  x = s32[2,3]{1,0} parameter(0)
+  c = s32[3,2]{1,0} call(x), to_apply=f
+  u = s32[3,2]{1,0} fusion(x), kind=kLoop, calls=fused
+  ROOT r = (s32[3,2]{1,0}, s32[3,2]{1,0}) tuple(c, u)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_and_fusion_parameters_take_their_declared_layout(backend):
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    c, u = run(CALL_PARAMETER_LAYOUT, x, backend=backend)
+    np.testing.assert_array_equal(c, x.T)     # column-major bytes 0 3 1 4 2 5, row-major 3x2
+    np.testing.assert_array_equal(u, -x.T)
+
+
 # dynamic-slice / dynamic-update-slice with their start indices in one rank-1 array (the
 # old form XLA's parser still takes; the verifier and the interpreter did). The cpu
 # emitter read one scalar operand per dimension and died with a Python IndexError.

@@ -814,3 +814,106 @@ ENTRY main {{
     got = run(text, a)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+# The same rule at every depth of a nested tuple (found by a sweep of random layouts over
+# tuple-shaped parameters: the cpu backend returned the element transposed, the
+# interpreter right). Expected values from numpy: a (5x3) and its transpose.
+_NESTED_LAYOUT_MISMATCHES = {
+    "tuple element of a root tuple": ("""  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  i = (f32[3,5]{0,1}) tuple(t)
+  ROOT r = ((f32[3,5]{1,0}), f32[5,3]) tuple(i, a)""", lambda a: [a.T, a]),
+    "tuple-valued get-tuple-element": ("""  t = f32[3,5]{0,1} transpose(a), dimensions={1,0}
+  i = (f32[3,5]{0,1}) tuple(t)
+  o = ((f32[3,5]{0,1}), f32[5,3]) tuple(i, a)
+  g = (f32[3,5]{1,0}) get-tuple-element(o), index=0
+  e = f32[3,5]{1,0} get-tuple-element(g), index=0
+  ROOT n = f32[3,5] negate(e)""", lambda a: [-a.T]),
+    "nested tuple parameter": ("""  p = (f32[5,3]{1,0}, (f32[5,3]{0,1})) parameter(1)
+  q = (f32[5,3]{1,0}) get-tuple-element(p), index=1
+  e = f32[5,3]{1,0} get-tuple-element(q), index=0
+  ROOT s = ((f32[5,3]{1,0}), f32[5,3]) tuple(q, f32[5,3] add(e, a))""", lambda a: [a, a + a]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NESTED_LAYOUT_MISMATCHES))
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_nested_tuples_take_the_layouts_they_declare(case, backend):
+    body, expected = _NESTED_LAYOUT_MISMATCHES[case]
+    text = f"""HloModule m
+ENTRY main {{
+  a = f32[5,3] parameter(0)
+{body}
+}}
+"""
+    a = np.arange(15, dtype=np.float32).reshape(5, 3)
+    args = [a, (a, (a,))] if "parameter(1)" in body else [a]
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(*args)
+    want = expected(a)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+# An instruction that hands on an operand's bytes (opt-barrier, add-dependency, domain,
+# copy-done, async-done) or a called computation's (async-start) may declare another layout
+# before layout assignment, which then adds a copy. The cpu backend read the bytes under
+# the declared layout: x came back transposed (found by a sweep of random layouts).
+_HANDED_ON = {
+    "opt-barrier": """  o = s32[2,3]{0,1} opt-barrier(x)""",
+    "opt-barrier of a tuple": """  t = (s32[2,3]{1,0}, s32[]) tuple(x, s32[] constant(1))
+  b = (s32[2,3]{0,1}, s32[]) opt-barrier(t)
+  o = s32[2,3]{0,1} get-tuple-element(b), index=0""",
+    "add-dependency": """  tk = token[] after-all()
+  o = s32[2,3]{0,1} add-dependency(x, tk)""",
+    "domain": """  o = s32[2,3]{0,1} domain(x), domain={kind="sharding", entry={maximal device=0}, exit={maximal device=0}}""",
+    "copy-done": """  cs = (s32[2,3]{1,0}, s32[2,3]{1,0}, u32[]) copy-start(x)
+  o = s32[2,3]{0,1} copy-done(cs)""",
+    "async-done of a callee root in another layout": """  s = ((s32[2,3]{1,0}), s32[2,3]{0,1}, s32[]) async-start(x), calls=f
+  o = s32[2,3]{0,1} async-done(s)""",
+    "async-start into a callee parameter in another layout": """  s = ((s32[2,3]{1,0}), s32[2,3]{1,0}, s32[]) async-start(x), calls=g
+  o = s32[2,3]{1,0} async-done(s)""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HANDED_ON))
+def test_values_handed_on_take_the_layouts_they_declare(case):
+    text = f"""HloModule m
+f {{
+  p = s32[2,3]{{1,0}} parameter(0)
+  ROOT c = s32[2,3]{{1,0}} copy(p)
+}}
+g {{
+  p = s32[2,3]{{0,1}} parameter(0)
+  ROOT c = s32[2,3]{{1,0}} copy(p)
+}}
+ENTRY e {{
+  x = s32[2,3]{{1,0}} parameter(0)
+{_HANDED_ON[case]}
+  ROOT n = s32[2,3]{{1,0}} negate(o)
+}}
+"""
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    for backend in ("cpu", "interpreter"):
+        got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)
+        np.testing.assert_array_equal(got[0], -x, err_msg=backend)
+
+
+# A pad (or a concatenate) of an empty array emits a branch into its operand that never
+# runs; the concatenate of empty operands under it raised a Python IndexError from
+# codegen (found by a random-program sweep of shapes with size-0 dimensions).
+@pytest.mark.parametrize("dt", ["s32", "pred", "bf16", "c64", "f8e4m3fn", "s4"])
+def test_pad_of_a_concatenate_of_empty_arrays(dt):
+    text = f"""HloModule m
+ENTRY e {{
+  p = {dt}[2,0] parameter(0)
+  c = {dt}[2,0] concatenate(p, p), dimensions={{1}}
+  v = {dt}[] parameter(1)
+  ROOT r = {dt}[6,1] pad(c, v), padding=2_0_2x1_0_0
+}}
+"""
+    m = xladist.parse_hlo(text)
+    p = m.entry.parameters[0].shape.dtype
+    v = np.ones((), p)
+    got = xladist.compile(m, backend="cpu")(np.zeros((2, 0), p), v)[0]
+    np.testing.assert_array_equal(got, np.ones((6, 1), p))

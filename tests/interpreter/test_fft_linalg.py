@@ -197,3 +197,22 @@ def test_both_backends_give_the_same_bits(op):
     (got,) = xladist.compile(module, backend="interpreter")(*args)
     (want,) = xladist.compile(module, backend="cpu")(*args)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("left_side", [True, False])
+def test_triangular_solve_with_an_empty_right_hand_side(backend, left_side):
+    """b with no columns (or rows): the empty solution. Both backends raised "cannot reshape
+    array of size 0 into shape (3,0)" from semantics/linalg.py (found by a sweep of
+    size-0 dimensions); cholesky of a batch of empty matrices shares the same reshape."""
+    import xladist
+    b_shape = "f32[3,0]" if left_side else "f32[0,3]"
+    text = ("HloModule t\nENTRY e {\n a = f32[3,3] parameter(0)\n b = " + b_shape +
+            " parameter(1)\n ROOT r = " + b_shape + " triangular-solve(a, b), left_side=" +
+            ("true" if left_side else "false") + ", lower=true, transpose_a=NO_TRANSPOSE\n}\n")
+    a = np.tril(np.ones((3, 3), np.float32)) + np.eye(3, dtype=np.float32)
+    b = np.zeros((3, 0) if left_side else (0, 3), np.float32)
+    (x,) = xladist.compile(xladist.parse_hlo(text), backend=backend)(a, b)
+    assert x.shape == b.shape and x.dtype == np.float32
+    c = cholesky(np.zeros((2, 0, 0), np.float32))
+    assert c.shape == (2, 0, 0)

@@ -148,3 +148,15 @@ def test_comparator_with_unused_parameters_in_any_order():
     iota = np.array([[0, 1, 2, 3]], np.int32)
     _, idx = run(_sort([keys, iota], 1, comp), keys, iota)
     np.testing.assert_array_equal(idx, [[1, 3, 0, 2]])
+
+
+@pytest.mark.parametrize("shape,dim", [((0, 25), 0), ((3, 0), 1), ((0,), 0), ((2, 0, 3), 1)])
+def test_sort_along_an_empty_dimension_is_empty(shape, dim):
+    # Found by a random-program sweep: an empty sorted dimension raised "cannot reshape
+    # array of size 0 into shape (0)" (an internal interpreter error); XLA returns the
+    # empty operands.
+    keys = np.zeros(shape, np.int32)
+    vals = np.ones(shape, np.float32)
+    k, v = run(_sort([keys, vals], dim, comparator("LT", ["s32", "f32"], key=0)), keys, vals)
+    assert k.shape == shape and k.dtype == np.int32
+    assert v.shape == shape and v.dtype == np.float32

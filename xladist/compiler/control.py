@@ -27,6 +27,7 @@ import numpy as np
 
 from .codegen.constants import logical_view, to_physical
 from .inplace import FRESH
+from .simplify import layouts_differ
 from .thunks import Thunk, leaf_values
 
 
@@ -41,8 +42,7 @@ class Relayout:
 
     def __init__(self, src, dst):
         self.pairs = [(i, a, b) for i, (a, b) in enumerate(zip(src, dst))
-                      if a.is_array and b.is_array and a.rank > 1
-                      and tuple(a.minor_to_major()) != tuple(b.minor_to_major())]
+                      if layouts_differ(a, b)]
 
     def __call__(self, leaves):
         if not self.pairs:
@@ -254,12 +254,18 @@ class AsyncStartThunk(Thunk):
         self.n_result = len(comp.root_slots)
         self.reads = [s for s in self.operand_slots if s is not None]
         self.writes = [s for s in out_slots if s is not None]
+        # ((operands), result, context) in the layouts the start declares, as the callee
+        # takes and gives them (XLA's layout assignment makes them agree).
+        operands = [s for o in instr.operands for s in leaf_shapes(o.shape)]
+        self.into = Relayout(operands, comp.param_shapes)
+        self.passed = Relayout(operands, leaf_shapes(instr.shape.tuple_shapes[0]))
+        self.out_of = Relayout(comp.root_shapes, leaf_shapes(instr.shape.tuple_shapes[1]))
 
     def run(self, frame) -> None:
         args = leaf_values(frame, self.operand_slots)
-        result = self.comp.run(args, frame.rs)
+        result = self.out_of(self.comp.run(self.into(args), frame.rs))
         n = len(self.operand_slots)
-        values = list(args) + list(result)
+        values = list(self.passed(args)) + list(result)
         for i, s in enumerate(self.out_slots):
             if s is None:
                 continue

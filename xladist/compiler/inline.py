@@ -18,6 +18,7 @@ from ..hlo.async_groups import group_start, transfer_group
 from ..hlo.ir import Computation, Instruction
 from ..hlo.attrs import Literal
 from ..hlo.shape import Shape
+from .simplify import relaid
 
 # Opcodes whose called computation is inlined into the caller.
 INLINED = {"fusion", "call"}
@@ -77,7 +78,10 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
                 continue
             if _inlinable(instr):
                 callee = instr.attrs["calls" if instr.opcode == "fusion" else "to_apply"]
-                inner = {p: ops[p.parameter_number] for p in callee.parameters}
+                # Each parameter in its own declared layout (a bitcast inside reads it).
+                inner = {p: _relayout(out, f"{prefix}{instr.name}/{p.name}",
+                                      ops[p.parameter_number], p.shape)
+                         for p in callee.parameters}
                 mapping[instr] = _relayout(out, prefix + instr.name,
                                            emit(callee, f"{prefix}{instr.name}/", inner),
                                            instr.shape)
@@ -93,26 +97,17 @@ def flatten(comp: Computation, schedule: dict | None = None) -> Computation:
     return out
 
 
-def _layouts_differ(a: Shape, b: Shape) -> bool:
-    if a.is_tuple:
-        return any(_layouts_differ(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes))
-    return a.is_array and a.rank > 1 and a.minor_to_major() != b.minor_to_major()
-
-
 def _relayout(out: Computation, name: str, value: Instruction, shape: Shape) -> Instruction:
-    """`value` (an inlined callee's root) in the layout of `shape` (the call's or fusion's
-    own): XLA's call result has the instruction's layout, which may differ from the
-    callee root's; every user (and the entry's result) reads the call's. Arrays are copied,
-    tuples rebuilt from their relaid elements; nothing is added where the layouts agree."""
-    if not _layouts_differ(value.shape, shape):
-        return value
-    if shape.is_tuple:
-        parts = [_relayout(out, f"{name}.{i}", out.add(Instruction(
-                     f"{name}.gte.{i}", "get-tuple-element", value.shape.tuple_shapes[i],
-                     [value], {"index": i})), s)
-                 for i, s in enumerate(shape.tuple_shapes)]
-        return out.add(Instruction(f"{name}.relayout", "tuple", shape, parts))
-    return out.add(Instruction(f"{name}.relayout", "copy", shape, [value]))
+    """`value` (an inlined callee's root, or an operand bound to a callee parameter) in the
+    layout of `shape` (the call's or fusion's own, or the parameter's): XLA's call result
+    has the instruction's layout, which may differ from the callee root's, and a callee
+    parameter its own; every user (and the entry's result) reads the declared one
+    (simplify.relaid: arrays copied, tuples rebuilt; nothing added where the layouts
+    agree)."""
+    new = relaid(value, shape, name)
+    for i in new:
+        out.add(i)
+    return new[-1] if new else value
 
 
 def _complete(out: Computation, name: str, done: Instruction, group, root: Instruction,

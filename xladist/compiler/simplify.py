@@ -18,7 +18,6 @@ from __future__ import annotations
 from ..hlo.ir import Computation, Instruction
 from ..hlo.opcodes import OPCODES
 from ..hlo.shape import default_layout
-from .codegen.ir_array import layout_of
 
 REWRITES = []
 
@@ -89,23 +88,67 @@ def _transpose_of_dot(comp: Computation, users) -> None:
         users[new] = users.pop(t, [])
 
 
+def layouts_differ(a, b) -> bool:
+    """Whether values of shapes `a` and `b` (the same dims) lie differently in memory: an
+    array of rank 2 or more with another minor_to_major, or any such leaf of a tuple."""
+    if a.is_tuple:
+        return b.is_tuple and any(layouts_differ(x, y)
+                                  for x, y in zip(a.tuple_shapes, b.tuple_shapes))
+    return a.is_array and b.is_array and a.rank > 1 \
+        and a.minor_to_major() != b.minor_to_major()
+
+
+def relaid(value: Instruction, shape, name: str) -> list[Instruction]:
+    """The instructions, in order, that give `value` in the layouts of `shape` (its last
+    is that value): an array copied, a tuple rebuilt from its elements relaid, at every
+    depth; none where the layouts agree. XLA's layout assignment adds the same copies."""
+    if not layouts_differ(value.shape, shape):
+        return []
+    if not shape.is_tuple:
+        return [Instruction(f"{name}.relayout", "copy", shape, [value], {})]
+    new, parts = [], []
+    for i, s in enumerate(shape.tuple_shapes):
+        g = Instruction(f"{name}.gte.{i}", "get-tuple-element", value.shape.tuple_shapes[i],
+                        [value], {"index": i})
+        sub = relaid(g, s, f"{name}.{i}")
+        new += [g] + sub
+        parts.append(sub[-1] if sub else g)
+    new.append(Instruction(f"{name}.relayout", "tuple", shape, parts, {}))
+    return new
+
+
 def _relayout(comp: Computation, op: Instruction, shape, name: str, at: int,
               origin: Instruction, users) -> Instruction:
-    """A copy of `op` into `shape`'s layout, placed at index `at` of the instructions
-    (errors name `origin`, the instruction that asked for it)."""
-    c = Instruction(name, "copy", shape, [op], {})
-    c.line = origin.line
-    c.parent = comp
-    comp.instructions.insert(at, c)
-    users.setdefault(op, []).append(c)
-    users[c] = []
-    if hasattr(comp, "original_of") and origin in comp.original_of:
-        comp.original_of[c] = comp.original_of[origin]
-    return c
+    """`op` in `shape`'s layouts (`relaid`), its instructions placed from index `at` of
+    the computation's (errors name `origin`, the instruction that asked for them)."""
+    new = relaid(op, shape, name)
+    for k, c in enumerate(new):
+        c.line = origin.line
+        c.parent = comp
+        comp.instructions.insert(at + k, c)
+        users[c] = []
+        for o in c.operands:
+            users.setdefault(o, []).append(c)
+        if hasattr(comp, "original_of") and origin in comp.original_of:
+            comp.original_of[c] = comp.original_of[origin]
+    return new[-1] if new else op
 
 
-def _other_layout(a, b) -> bool:
-    return a.is_array and b.is_array and a.rank >= 2 and layout_of(a) != layout_of(b)
+def passed_on(t: Instruction):
+    """The shape of the bytes an instruction hands on as its value when that value is an
+    operand's, or an element of it, unchanged (buffers.py gives it the operand's slots):
+    a get-tuple-element's element, an opt-barrier's, domain's, add-dependency's or
+    async-update's operand, an async-done's result part of its start, a copy-done's
+    destination. None for every other instruction."""
+    op = t.opcode
+    src = t.operands[0].shape if t.operands else None
+    if op == "get-tuple-element":
+        return src.tuple_shapes[int(t.attrs["index"])] if src.is_tuple else None
+    if op in ("opt-barrier", "domain", "add-dependency", "async-update"):
+        return src
+    if op in ("async-done", "copy-done") and src.is_tuple:
+        return src.tuple_shapes[1 if op == "async-done" else 0]
+    return None
 
 
 @rewrite
@@ -114,29 +157,34 @@ def _tuple_layouts(comp: Computation, users) -> None:
     assignment may give a tuple element another layout than its operand's (XLA's
     algebraic simplifier leaves `(f32[2,2]{1,0}) tuple(transpose{0,1})`; its layout
     assignment then inserts a copy): the same copy here, and likewise a get-tuple-element
-    whose layout differs from the element it reads. Without it the bytes were read under
-    the wrong layout (a Shardy transpose came back transposed)."""
+    (or any instruction that hands on an operand's bytes, `passed_on`: an opt-barrier, an
+    async-done, ...) whose layout differs from the value it reads; at every depth of a
+    nested tuple.
+    Without it the bytes were read under the wrong layout (a Shardy transpose came back
+    transposed; an array inside a tuple element or a tuple-valued get-tuple-element came
+    back transposed until the rule reached nested tuples, and an opt-barrier's,
+    add-dependency's or domain's value until it reached them)."""
     for t in list(comp.instructions):
         if t.opcode == "tuple":
             ops = list(t.operands)
             for i, (op, want) in enumerate(zip(ops, t.shape.tuple_shapes)):
-                if _other_layout(op.shape, want):
+                if layouts_differ(op.shape, want):
                     ops[i] = _relayout(comp, op, want, f"{op.name}.relayout.{t.name}.{i}",
                                        comp.instructions.index(t), t, users)
                     users[ops[i]].append(t)
                     users[op].remove(t)  # t now reads the copy (once per use)
             t.operands = ops
-        elif t.opcode == "get-tuple-element" and t.operands[0].shape.is_tuple:
-            have = t.operands[0].shape.tuple_shapes[int(t.attrs["index"])]
-            if _other_layout(have, t.shape):
+        else:
+            have = passed_on(t)
+            if have is not None and layouts_differ(have, t.shape):
                 wanted = t.shape
                 t.shape = have  # what the bytes are
+                readers = list(users.get(t, []))
                 c = _relayout(comp, t, wanted, f"{t.name}.relayout",
                               comp.instructions.index(t) + 1, t, users)
-                for u in list(users.get(t, [])):
-                    if u is not c:
-                        u.operands = [c if o is t else o for o in u.operands]
-                        users[c].append(u)
-                users[t] = [c]
+                for u in readers:
+                    u.operands = [c if o is t else o for o in u.operands]
+                    users[c].append(u)
+                users[t] = [u for u in users[t] if u not in readers]
                 if comp.root is t:
                     comp.root = c

@@ -111,9 +111,9 @@ def sort_along(operands, dim, less) -> list[np.ndarray]:
     moved = [np.moveaxis(o, dim, -1) for o in operands]
     shape = moved[0].shape
     n = shape[-1] if shape else 1
-    rows = [m.reshape(-1, n) for m in moved]
-    if rows[0].shape[0] == 0 or n <= 1:
+    if moved[0].size == 0 or n <= 1:  # (an empty sorted dim cannot be reshaped to rows)
         return operands
+    rows = [m.reshape(-1, n) for m in moved]
     perm = sort_permutation(rows, less)
     r = np.arange(rows[0].shape[0])[:, None]
     return [np.moveaxis(x[r, perm].reshape(shape), -1, dim) for x in rows]

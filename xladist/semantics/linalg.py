@@ -36,7 +36,10 @@ def _routine(module, dtype: np.dtype, name: str):
 
 
 def _matrices(x: np.ndarray) -> np.ndarray:
-    return x.reshape((-1,) + x.shape[-2:])
+    # The batch counted, not inferred: numpy cannot infer -1 beside an empty matrix (a
+    # right-hand side b[3,0] raised "cannot reshape array of size 0 into shape (3,0)").
+    batch = int(np.prod(x.shape[:-2], dtype=np.int64))
+    return x.reshape((batch,) + x.shape[-2:])
 
 
 def cholesky(a, lower: bool = True) -> np.ndarray:

@@ -79,6 +79,11 @@ class ElementalContext:
                 v = what
             else:
                 v = ir_array.read(self.b, what, instr.shape, index)
+        elif instr.shape.is_array and instr.shape.size == 0:
+            # An element of an empty array: only code that never runs asks for one (a
+            # pad's or concatenate's branch into an empty operand); its rule may not know
+            # how to index nothing (a concatenate of empty operands only).
+            v = constant(instr.shape.element_type, 0)
         else:
             rule = self.overrides.get(instr) or EMIT_RULES.get(instr.opcode)
             if rule is None:
