@@ -23,7 +23,7 @@ import pytest
 
 from tests.cli.test_channels_cli import DATA, HOST_LOOP, write_inputs
 from tests.cli.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
-from tests.cli_util import cli_env, marked, xladist_cli
+from tests.cli_util import cli_env, gone, marked, xladist_cli
 from tests.feeds_fns import item
 from tests.paths import ROOT
 
@@ -290,6 +290,27 @@ def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, simhosts):
     assert re.search(rf"rank 3 \(device 3, replica 0, partition 3\) on nodeB, pid {pids[3]}, "
                      r"stopped sending heartbeats \d+ s ago", err), err
     assert _left_after_the_job(marker) == {}
+
+
+@pytest.mark.timeout(600)
+def test_a_host_whose_ranks_never_start_ends_the_job_saying_so(tmp_path, simhosts):
+    """nodeB cannot be reached: its ranks never start, so nodeA's ranks wait in MPI's
+    start-up for them and no rank ever connects to the coordination service. Before, the
+    service's deadline for ranks to connect counted only once some rank had connected: the
+    launch waited, silent, until killed. Now it ends after XLADIST_REGISTER_TIMEOUT with a
+    message, and nothing of the job is left on either node."""
+    sim = simhosts(down=["nodeB"])
+    module, inputs = _loop(tmp_path, [2, 2, 2, 2])
+    proc, marker = _start(sim, tmp_path, module, inputs, timeout=60,
+                          XLADIST_REGISTER_TIMEOUT="4")
+    t0 = time.monotonic()
+    _out, err = _finish(proc, 90)
+    ended = time.monotonic() - t0
+    assert proc.returncode == 1, err
+    assert ended < 4 + 30, f"the job took {ended:.1f} s to end:\n{err}"
+    assert "xladist: none of the 4 ranks connected to the coordination service at " in err, err
+    assert "within 4 s (XLADIST_REGISTER_TIMEOUT)" in err, err
+    assert gone(marker, 10) == [], "processes of the job left running"
 
 
 # ---- xladist.run across hosts --------------------------------------------------------------
