@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xladist.errors import InputError
 from xladist.runtime import launcher
-from tests.cli_util import gone, marked, xladist_cli
+from tests.cli_util import PSUM_MODULE, gone, marked, xladist_cli
 from tests.paths import ROOT
 
 CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
@@ -73,6 +74,50 @@ def test_missing_hostfile_is_input_error(tmp_path):
                     str(tmp_path / "absent"), "--inputs", str(CASE / "inputs.npz"))
     assert proc.returncode == 2
     assert "hostfile" in proc.stderr and "does not exist" in proc.stderr
+
+
+# A Slurm allocation of one node (this host), as an `salloc` shell or a batch script sets it.
+SLURM = {"SLURM_JOB_ID": "77", "SLURM_NODELIST": "localhost", "SLURM_NNODES": "1",
+         "SLURM_TASKS_PER_NODE": "2"}
+
+
+def test_a_slurm_allocation_without_srun_is_refused_before_mpiexec_waits_forever(tmp_path):
+    """Inside a Slurm allocation MPICH's mpiexec starts its proxies with srun (with a
+    hostfile too, for one node too). Without srun on PATH (a container in the job, a shell
+    without Slurm's bin folder) it printed its execvp error among held-back debug lines
+    and waited forever: `xladist run -n 2` said nothing until killed. Now: exit 2 at once,
+    saying why and what to do, no traceback."""
+    import shutil
+    if shutil.which("srun"):
+        pytest.skip("srun is installed here")
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM_MODULE)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    proc = xladist_cli("run", module, "-n", 2, "--inputs", tmp_path / "in.npz", cwd=tmp_path,
+                       timeout=60, XLADIST_PROGRESS="off", **SLURM)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "xladist run: error: this is a Slurm allocation (SLURM_NODELIST, SLURM_NNODES, "
+        "SLURM_TASKS_PER_NODE are set), where mpiexec starts the ranks with srun, but srun is "
+        "not on PATH"), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_slurm_allocation_with_srun_or_an_explicit_mpiexec_is_not_refused(tmp_path,
+                                                                             monkeypatch):
+    for k, v in SLURM.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(InputError, match="srun is not on PATH"):
+        launcher.mpiexec_command(2, ["-c", "pass"])
+    launcher.mpiexec_command(2, ["-c", "pass"], mpiexec=sys.executable)  # the user's choice
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    launcher.mpiexec_command(2, ["-c", "pass"])
+    srun.unlink()
+    monkeypatch.delenv("SLURM_TASKS_PER_NODE")  # not an allocation Hydra takes
+    launcher.mpiexec_command(2, ["-c", "pass"])
 
 
 def test_mpiexec_command_passes_hostfile():

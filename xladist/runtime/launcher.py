@@ -94,6 +94,8 @@ def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
                     mpiexec: str | None = None) -> list[str]:
     """`mpiexec -n N [-f HOSTFILE | -hosts a:2,b:2] python ARGV` (hosts: `name` or
     `name:slots`, ranks filling them in order, as a hostfile's lines)."""
+    if mpiexec is None:
+        check_slurm_launcher()
     cmd = [find_mpiexec(mpiexec), "-n", str(n)]
     if hostfile:
         cmd += ["-f", hostfile]
@@ -101,6 +103,30 @@ def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
         cmd += ["-hosts", ",".join(hosts)]
     cmd += list(mpiexec_args or [])
     return cmd + [sys.executable, *argv]
+
+
+# What makes MPICH's mpiexec (Hydra) take a Slurm allocation's nodes and start its proxies
+# with srun (its slurm resource manager's query_native_int): one of each group set.
+SLURM_ALLOCATION = (("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+                    ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), ("SLURM_TASKS_PER_NODE",))
+
+
+def check_slurm_launcher() -> None:
+    """InputError when the mpich wheel's mpiexec would start the ranks with an srun that is
+    not there: inside a Slurm allocation (SLURM_ALLOCATION) Hydra runs srun -- also with a
+    hostfile, also for one node -- and when srun is missing (a container inside the job, a
+    login shell without Slurm's bin folder) it says so among its debug lines and then waits
+    forever."""
+    import shutil
+    named = [next((k for k in group if os.environ.get(k)), None) for group in SLURM_ALLOCATION]
+    if None in named or shutil.which("srun") is not None:
+        return
+    from xladist.errors import InputError
+    raise InputError(
+        f"this is a Slurm allocation ({', '.join(named)} are set), where mpiexec starts the "
+        f"ranks with srun, but srun is not on PATH (mpiexec would wait forever): put Slurm's "
+        f"bin folder on PATH, or unset SLURM_TASKS_PER_NODE (`env -u SLURM_TASKS_PER_NODE "
+        f"...`) to start the ranks on this host, or on the hosts of a hostfile over ssh")
 
 
 @contextlib.contextmanager

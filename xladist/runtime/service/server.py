@@ -239,8 +239,12 @@ class Service:
 
     def _accept(self) -> None:
         sel = selectors.DefaultSelector()
-        sel.register(self.listener, selectors.EVENT_READ)
-        sel.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            sel.register(self.listener, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+        except (ValueError, OSError):  # closed before this thread began (a launch refused
+            sel.close()                # at once): a traceback on stderr, before
+            return
         while not self.closed:
             for key, _ in sel.select():
                 if key.fileobj is self._wake_r:
