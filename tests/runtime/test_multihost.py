@@ -428,6 +428,24 @@ def test_a_cpu_the_launching_host_cannot_run_is_checked_on_the_ranks_hosts(tmp_p
     assert proc.returncode == 0, proc.stderr
     with np.load(out) as got, np.load(case / "expected.npz") as want:
         np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-6)
+    # The same from Python, hosts= instead of a hostfile: before, xladist.run and every
+    # call of a Cluster checked the CPU on the launching host (only a hostfile counted).
+    import xladist
+    with np.load(case / "inputs.npz") as z:
+        x = z["arg0"]
+    os.environ["XLADIST_TARGET_CPU"] = "bdver2"
+    try:
+        hosts = ["nodeA:2", "nodeB:2"]
+        outs = xladist.run(str(case / "module.hlo"), [x], n=4, hosts=hosts,
+                           mpiexec=str(sim.mpiexec), timeout=60)
+        with xladist.Cluster(n=4, hosts=hosts, mpiexec=str(sim.mpiexec), timeout=60) as c:
+            kept = c.run(str(case / "module.hlo"), [x])
+    finally:
+        del os.environ["XLADIST_TARGET_CPU"]
+    with np.load(case / "expected.npz") as want:
+        for d in range(4):
+            np.testing.assert_allclose(outs[d][0], want["out0"][d], rtol=1e-6)
+            np.testing.assert_allclose(kept[d][0], want["out0"][d], rtol=1e-6)
     sim = simhosts(cpus={"nodeA": "x86-64-v2"})  # nodeB's ranks inherit bdver2
     proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", case / "inputs.npz",
                 XLADIST_TARGET_CPU="bdver2")
@@ -436,6 +454,51 @@ def test_a_cpu_the_launching_host_cannot_run_is_checked_on_the_ranks_hosts(tmp_p
     assert line.startswith("xladist: rank 2 on nodeB: XLADIST_TARGET_CPU 'bdver2' names a "
                            "CPU whose code this host cannot run") and \
         line.endswith("; refused on nodeB (ranks 2, 3)"), line
+
+
+@pytest.mark.timeout(600)
+def test_a_xlx_made_for_the_compute_nodes_runs_from_a_launcher_that_cannot_run_it(tmp_path,
+                                                                               simhosts):
+    """`xladist compile` on a compute node (x86-64-v2, emulated on both nodes), then `xladist
+    run step.xlx --hostfile` from a login node with another CPU (this host's own). Before,
+    the launching process refused the file for its own CPU -- as it once refused
+    XLADIST_TARGET_CPU -- though no rank runs there; `xladist.run` and `Cluster.run` with
+    hosts= did the same. Now the launcher checks the file and its versions, and each rank
+    its own host's CPU: a file for the login node's CPU is refused by the ranks, naming the
+    file as given and their host."""
+    import xladist
+    from xladist.runtime.hostinfo import target_info
+    if target_info()["cpu"] == "x86-64-v2":
+        pytest.skip("this host's own CPU is x86-64-v2: nothing differs")
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    with np.load(case / "expected.npz") as z:
+        want = z["out0"]
+    with np.load(case / "inputs.npz") as z:
+        x = z["arg0"]
+    v2, own = tmp_path / "v2.xlx", tmp_path / "own.xlx"
+    for path, env in ((v2, {"XLADIST_TARGET_CPU": "x86-64-v2"}), (own, {})):
+        made = xladist_cli("compile", case / "module.hlo", "-o", path, **env)
+        assert made.returncode == 0, made.stderr
+    sim = simhosts(cpus={"nodeA": "x86-64-v2", "nodeB": "x86-64-v2"})
+    out = tmp_path / "out.npz"
+    proc = _run(sim, v2, "-n", 4, "--inputs", case / "inputs.npz", "--outputs", out)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got:
+        np.testing.assert_allclose(got["out0"], want, rtol=1e-6)
+    hosts = ["nodeA:2", "nodeB:2"]
+    outs = xladist.run(str(v2), [x], n=4, hosts=hosts, mpiexec=str(sim.mpiexec), timeout=60)
+    with xladist.Cluster(n=4, hosts=hosts, mpiexec=str(sim.mpiexec), timeout=60) as c:
+        kept = c.run(str(v2), [x])
+    for d in range(4):
+        np.testing.assert_allclose(outs[d][0], want[d], rtol=1e-6)
+        np.testing.assert_allclose(kept[d][0], want[d], rtol=1e-6)
+    proc = _run(sim, own, "-n", 4, "--inputs", case / "inputs.npz")
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(rf"rank \d: {re.escape(str(own))} was compiled for another machine or "
+                     r"xladist and is not run \(recompile it on node[AB] with `xladist "
+                     r"compile`\): CPU: file '[^']+', on node[AB] 'x86-64-v2'", proc.stderr), \
+        proc.stderr
+    assert "/tmp/tmp" not in proc.stderr, proc.stderr  # the rank's copy is not named
 
 
 # ---- the network path --------------------------------------------------------------------

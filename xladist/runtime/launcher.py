@@ -61,6 +61,13 @@ def mpi_world_size() -> int | None:
     return None
 
 
+def ranks_elsewhere(hostfile=None, hosts=None) -> bool:
+    """Whether the ranks run on the hosts of a hostfile or host list, which need not be
+    this one (a login node): this process then checks what the ranks will run -- the CPU of
+    XLADIST_TARGET_CPU, a `.xlx` file's CPU -- by name only, and each rank on its own host."""
+    return bool(hostfile or hosts)
+
+
 def check_environment(*, elsewhere: bool = False) -> None:
     """What the ranks inherit, checked here (InputError, exit 2): the numeric XLADIST_*
     variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this
@@ -200,7 +207,8 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     if own:
         service = Service(n, defer_lost=True, prints=True,
                           emit=(lambda text: None) if capture else None)
-    env = rank_environment({**(env or {}), **service.env()}, elsewhere=bool(hostfile or hosts))
+    env = rank_environment({**(env or {}), **service.env()},
+                           elsewhere=ranks_elsewhere(hostfile, hosts))
     try:
         with hostfile_as_read(hostfile) as hostfile:
             cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
@@ -232,7 +240,7 @@ def started(n: int, argv: list[str], *, hostfile: str | None = None,
     block, or a signal that stops us, stops the job's whole process group."""
     from .service import Service
     service = Service(n, defer_lost=True, prints=True, emit=lambda text: None)
-    env = rank_environment({**(env or {}), **service.env()}, elsewhere=bool(hostfile))
+    env = rank_environment({**(env or {}), **service.env()}, elsewhere=ranks_elsewhere(hostfile))
     try:
         with hostfile_as_read(hostfile) as hostfile, _stop_on_signals() as armed:
             cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)

@@ -127,9 +127,10 @@ def check(args, module, *, options: bool = True) -> list:
 
     from .feeds import placements_of
     check_numbers(args, options=options)
-    from .launcher import check_environment
+    from .launcher import check_environment, ranks_elsewhere
     # XLADIST_THREADS=abc and the like, which the ranks inherit
-    check_environment(elsewhere=bool(getattr(args, "hostfile", None)))
+    check_environment(elsewhere=ranks_elsewhere(getattr(args, "hostfile", None),
+                                                getattr(args, "hosts", None)))
     check_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
     placements = placements_of(module, args.num_devices,
                                getattr(args, "device_assignment", None))
