@@ -8,6 +8,7 @@ mpiexec. Results are checked against the corpus's expected outputs (computed by 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,6 +163,46 @@ def test_a_hostfile_starting_with_a_byte_order_mark_gives_mpiexec_its_host_names
                            capture=True, timeout=30)
     assert proc.stdout.splitlines() == [f"given: {plain}", "nodeA:2", "nodeB:2"]
 
+
+
+@pytest.mark.parametrize("text, given", [
+    ("# our nodes\nnodeA:2   # the first\n\n  nodeB\t\nnodeC:1:ib0\n",
+     "nodeA:2\nnodeB\nnodeC:1:ib0\n"),
+    ("nodeA:2\r\nnodeB:2", "nodeA:2\nnodeB:2\n"),
+])
+def test_a_hostfile_reaches_mpiexec_as_lines_it_takes(tmp_path, text, given):
+    """MPICH's mpiexec takes whole-line comments but not one after a host (`token # not
+    supported at this time`); xladist gives it the host lines alone."""
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(text.encode())
+    assert launcher.hostfile_text(hosts) == given
+    with launcher.hostfile_as_read(str(hosts)) as path:
+        assert Path(path).read_text() == given
+
+
+@pytest.mark.parametrize("text, says", [
+    ("nodeA slots=2\nnodeB slots=2\n", "line 1: 'nodeA slots=2' is not a host line"),
+    ("nodeA:2\nnodeB:0\n", "line 2: 'nodeB:0' is not a host line"),
+    ("nodeA:two\n", "line 1: 'nodeA:two' is not a host line"),
+    ("# nobody yet\n\n", "names no host (MPICH's mpiexec would run every rank on this host)"),
+])
+def test_a_hostfile_mpiexec_would_misread_is_refused_naming_the_line(tmp_path, text, says):
+    """Before, `xladist run --hostfile` gave mpiexec such a file: OpenMPI's `slots=2` (and a
+    comment after a host) stopped MPICH's parser and xladist then said every host needs
+    passwordless ssh; `node:0` and `node:two` killed mpiexec with SIGFPE, without a word
+    (exit 136); a file of comments ran all ranks on this host. Now: exit 2, naming the file
+    and line, before anything starts."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(text)
+    with pytest.raises(InputError, match=re.escape(says)):
+        launcher.hostfile_text(hosts)
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM_MODULE)
+    proc = xladist_cli("run", module, "-n", 2, "--hostfile", hosts, cwd=tmp_path, timeout=60,
+                       XLADIST_PROGRESS="off")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"xladist run: error: --hostfile {hosts}"), proc.stderr
+    assert says in proc.stderr and "ssh" not in proc.stderr, proc.stderr
 
 
 def test_a_marked_hostfile_without_a_temporary_folder_is_a_clear_error(tmp_path,

@@ -136,19 +136,51 @@ def check_slurm_launcher() -> None:
         f"...`) to start the ranks on this host, or on the hosts of a hostfile over ssh")
 
 
+# A hostfile line as MPICH's mpiexec takes it: one host, its slots, its interface.
+_HOST_LINE = re.compile(r"(?P<host>[^\s:]+)(:(?P<slots>[^\s:]*)(:\S*)?)?")
+
+
+def hostfile_text(path, what: str = "hostfile") -> str:
+    """The text of a hostfile as mpiexec gets it (InputError naming the line otherwise):
+    read as xladist reads text (UTF-8, a leading byte-order mark dropped), a `#` comment
+    dropped -- also one after a host, which MPICH refuses -- and every other line one
+    `host`, `host:slots` or `host:slots:interface`, slots a whole number >= 1. MPICH's
+    mpiexec stopped at `node slots=2` (OpenMPI's form) with a line about the token that
+    xladist then blamed on ssh, died of SIGFPE without a word at `node:0` or `node:x`, and
+    ran everything on this host, silently, when no line named a host."""
+    from xladist.errors import InputError
+    from xladist.files import read_text
+    text = read_text(path, what, kind="hostfile text")
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        m = _HOST_LINE.fullmatch(entry)
+        slots = m and m.group("slots")
+        if m is None or (slots is not None and not (slots.isdigit() and int(slots) >= 1)):
+            raise InputError(f"{what} {path}, line {number}: {entry!r} is not a host line of "
+                             f"MPICH's mpiexec: one `host`, `host:slots` (slots a whole number "
+                             f">= 1) or `host:slots:interface` per line, `#` for comments")
+        lines.append(entry + "\n")
+    if not lines:
+        raise InputError(f"{what} {path} names no host (MPICH's mpiexec would run every rank "
+                         f"on this host)")
+    return "".join(lines)
+
+
 @contextlib.contextmanager
 def hostfile_as_read(hostfile: str | None):
-    """The hostfile to give mpiexec: the user's own file, or -- when its text as xladist reads
-    it (files.read_text: UTF-8, a leading byte-order mark dropped) is not the file's bytes --
-    a copy of that text, kept for the job's life. MPICH reads a hostfile's bytes as they
-    are: the mark a Windows editor writes first became part of the first host's name
-    (`ssh: Could not resolve hostname \\357\\273\\277node01`)."""
+    """The hostfile to give mpiexec: the user's own file, or -- when its text as mpiexec must
+    get it (hostfile_text) is not the file's bytes -- a copy of that text, kept for the
+    job's life. MPICH reads a hostfile's bytes as they are: the mark a Windows editor writes
+    first became part of the first host's name (`ssh: Could not resolve hostname
+    \\357\\273\\277node01`), and a comment after a host stopped it."""
     if not hostfile:
         yield hostfile
         return
-    from xladist.files import read_text
     path = os.fspath(hostfile)
-    text = read_text(path, "hostfile", kind="hostfile text")
+    text = hostfile_text(path)
     if text.encode("utf-8") == Path(path).read_bytes():
         yield path
         return

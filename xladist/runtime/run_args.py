@@ -16,7 +16,7 @@ from __future__ import annotations
 from xladist.collectives.mpiexec import find_mpiexec
 from xladist.environment import check_count, check_seconds
 from xladist.errors import InputError
-from xladist.files import check_destination, check_npz, read_text
+from xladist.files import check_destination, check_npz
 
 from .config import SCHEMA
 
@@ -112,8 +112,9 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
                 check_items(path, what)  # also its keys: item0, item1, ... (names only)
             elif spec.file == "npz":
                 check_npz(path, what)
-            elif spec.file == "text":
-                read_text(path, what, kind="hostfile text")
+            elif spec.file == "text":  # the hostfile
+                from .launcher import hostfile_text
+                hostfile_text(path, what)
             elif spec.file == "program":
                 find_mpiexec(path, what)
             else:
