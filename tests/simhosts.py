@@ -8,6 +8,8 @@ How (launch/README.md "Trying it without a cluster"):
 * every rank starts under `unshare --mount --uts`: its host name becomes the node's, and on
   a node other than the launching one a per-node folder is bind-mounted over /tmp, like
   another machine's local disk (the home folder and /work stay shared, as on a cluster);
+  a rank whose working folder (mpiexec's, unless `-wdir`) that node lacks fails to start,
+  as MPICH's proxy fails on a real host;
 * `XLADIST_TARGET_CPU` on chosen nodes emulates an older CPU there;
 * a node that is `down` never starts its ranks (its wrapper sleeps instead, as a launch
   whose ssh never gets through).
@@ -41,8 +43,12 @@ launch="$1"; root="$2"; cpus="$3"; down="$4"; shift 4
 case ",$down," in *",$PMI_HOSTNAME,"*) exec sleep 3600 ;; esac
 hostname "$PMI_HOSTNAME" || exit 97
 if [ "$PMI_HOSTNAME" != "$launch" ]; then
+  here="$(pwd)"
   mkdir -p "$root/$PMI_HOSTNAME" && mount --bind "$root/$PMI_HOSTNAME" /tmp || exit 98
-  cd "$PWD" 2>/dev/null || cd /
+  # MPICH's proxy on a real host changes to mpiexec's folder and stops where there is none
+  cd "$here" 2>/dev/null || {
+    echo "[proxy@$PMI_HOSTNAME] unable to change wdir to $here (No such file or directory)" >&2
+    exit 97; }
 fi
 for pair in $(echo "$cpus" | tr ',' ' '); do
   if [ "${pair%%=*}" = "$PMI_HOSTNAME" ]; then export XLADIST_TARGET_CPU="${pair#*=}"; fi

@@ -48,6 +48,28 @@ def _run(sim, *args, timeout=SLACK, cwd=None, **env):
                        timeout=timeout, cwd=cwd or sim.where, XLADIST_PROGRESS="off", **env)
 
 
+# ---- where the ranks start -----------------------------------------------------------------
+
+@pytest.mark.timeout(600)
+def test_ranks_start_in_the_launching_folder_where_their_host_has_it(tmp_path, simhosts,
+                                                                      monkeypatch):
+    """A launch from a folder only the launching host has (the test's, in its /tmp: a
+    login node's local disk). mpiexec's proxies change to mpiexec's folder, and MPICH's
+    stops on a host that lacks it (`unable to change wdir to ...`, as simhosts emulates);
+    before, nodeB's ranks never started and nodeA's waited in MPI's start-up: `xladist run
+    --hostfile` from there waited, silent (until XLADIST_REGISTER_TIMEOUT). Now the ranks
+    start in / and enter the launching folder where their host has it."""
+    from xladist.runtime import launcher
+    sim = simhosts()
+    monkeypatch.chdir(tmp_path)
+    proc = launcher.launch(4, ["-c", "import os; print(os.environ['PMI_RANK'], os.getcwd())"],
+                           hostfile=str(sim.hostfile), mpiexec=str(sim.mpiexec), capture=True,
+                           timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split("\n"))[1:] == [f"0 {tmp_path}", f"1 {tmp_path}", "2 /",
+                                                   "3 /"], proc.stdout
+
+
 # ---- one true report per job -----------------------------------------------------------------
 
 @pytest.mark.timeout(600)
@@ -532,11 +554,12 @@ def test_a_bare_mpiexec_launch_is_served_by_rank_0(tmp_path, simhosts):
     for name in ("module.hlo", "inputs.npz"):
         shutil.copy(case / name, tmp_path / name)
     out = tmp_path / "out.npz"
+    # (from a folder every host has: a bare mpiexec starts every rank in its own folder)
     proc = subprocess.run(
         [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
          "run", str(tmp_path / "module.hlo"), "--inputs", str(tmp_path / "inputs.npz"),
          "--outputs", str(out), "-q"],
-        cwd=tmp_path, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
         timeout=SLACK)
     assert proc.returncode == 0, proc.stderr
     with np.load(out) as got, np.load(case / "expected.npz") as want:

@@ -96,11 +96,24 @@ def rank_environment(extra: dict[str, str] | None = None, *,
     return env
 
 
+# Ranks on other hosts start in "/", which every host has: mpiexec's proxies change to
+# mpiexec's own folder by default, and stop on a host that lacks it (MPICH: `unable to
+# change wdir to ...`) -- a folder on the launching host's local disk or /tmp. This Python
+# then moves the rank to that folder where its host has it (a shared file system: the
+# user's modules and relative paths as before) and runs the rank's program there.
+START_DIR = "/"
+_ENTER = ("import os, sys\n"
+          "try:\n    os.chdir(sys.argv[1])\nexcept OSError:\n    pass\n"
+          "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n")
+
+
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
                     hosts: list[str] | None = None, mpiexec_args: list[str] | None = None,
                     mpiexec: str | None = None) -> list[str]:
     """`mpiexec -n N [-f HOSTFILE | -hosts a:2,b:2] python ARGV` (hosts: `name` or
-    `name:slots`, ranks filling them in order, as a hostfile's lines)."""
+    `name:slots`, ranks filling them in order, as a hostfile's lines). Ranks on other hosts
+    -- a hostfile's, a host list's, a Slurm allocation's -- start in START_DIR and enter
+    this process's folder where their host has it (_ENTER)."""
     if mpiexec is None:
         check_slurm_launcher()
     cmd = [find_mpiexec(mpiexec), "-n", str(n)]
@@ -109,6 +122,9 @@ def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
     if hosts:
         cmd += ["-hosts", ",".join(hosts)]
     cmd += list(mpiexec_args or [])
+    if ranks_elsewhere(hostfile, hosts) or slurm_allocation():
+        return cmd + ["-wdir", START_DIR, sys.executable, "-S", "-c", _ENTER, os.getcwd(),
+                      *argv]
     return cmd + [sys.executable, *argv]
 
 
@@ -118,6 +134,13 @@ SLURM_ALLOCATION = (("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
                     ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), ("SLURM_TASKS_PER_NODE",))
 
 
+def slurm_allocation() -> list[str] | None:
+    """The variables that make this a Slurm allocation to MPICH's mpiexec (one of each of
+    SLURM_ALLOCATION's groups), or None."""
+    named = [next((k for k in group if os.environ.get(k)), None) for group in SLURM_ALLOCATION]
+    return None if None in named else named
+
+
 def check_slurm_launcher() -> None:
     """InputError when the mpich wheel's mpiexec would start the ranks with an srun that is
     not there: inside a Slurm allocation (SLURM_ALLOCATION) Hydra runs srun -- also with a
@@ -125,8 +148,8 @@ def check_slurm_launcher() -> None:
     login shell without Slurm's bin folder) it says so among its debug lines and then waits
     forever."""
     import shutil
-    named = [next((k for k in group if os.environ.get(k)), None) for group in SLURM_ALLOCATION]
-    if None in named or shutil.which("srun") is not None:
+    named = slurm_allocation()
+    if named is None or shutil.which("srun") is not None:
         return
     from xladist.errors import InputError
     raise InputError(
