@@ -70,6 +70,37 @@ def test_ranks_start_in_the_launching_folder_where_their_host_has_it(tmp_path, s
                                                    "3 /"], proc.stdout
 
 
+@pytest.mark.timeout(600)
+def test_a_demo_trace_named_relative_to_the_launching_folder(tmp_path, simhosts):
+    """`xladist demo --hostfile H --trace t.json`: the ranks re-run the demo, and rank 0
+    writes the trace. Ranks on other hosts start in / (mpiexec's folder may not exist
+    there): before, rank 0 wrote `t.json` into / of its host and printed `timeline:
+    t.json`. Now the name is the launching folder's: written there when rank 0's host has
+    it; else rescued on rank 0's host, saying so (exit 1), with no `timeline:` line for a
+    file that is not there."""
+    out = lambda proc: proc.stdout + proc.stderr  # noqa: E731
+    sim = simhosts(launch="nodeC", tag=f"{os.getpid()}-{tmp_path.name}-c")  # on no node
+    proc = xladist_cli("demo", "-n", 4, "--steps", 2, "-q", "--hostfile", sim.hostfile,
+                       "--mpiexec", sim.mpiexec, "--trace", "t.json", cwd=tmp_path,
+                       timeout=SLACK)
+    assert proc.returncode == 1, out(proc)  # (as for any result not written where asked)
+    assert re.search(rf"cannot write --trace {re.escape(str(tmp_path / 't.json'))}: No such "
+                     r"file or directory; saved it as /tmp/xladist-rescued-\w+/t.json \(on "
+                     r"nodeA\) instead", proc.stderr), out(proc)
+    assert "timeline:" not in proc.stdout, out(proc)
+    stray = Path("/t.json")  # where rank 0 wrote it before (removed when the test fails)
+    assert not stray.exists(), stray.unlink()
+    assert list(sim.private_tmp("nodeA").glob("xladist-rescued-*/t.json"))
+    sim = simhosts()  # rank 0 on nodeA, the launching host
+    proc = xladist_cli("demo", "-n", 4, "--steps", 2, "-q", "--hostfile", sim.hostfile,
+                       "--mpiexec", sim.mpiexec, "--trace", "t.json", cwd=tmp_path,
+                       timeout=SLACK)
+    assert proc.returncode == 0, out(proc)
+    assert f"timeline: {tmp_path / 't.json'} " in proc.stdout, out(proc)
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert not Path("/t.json").exists()
+
+
 # ---- one true report per job -----------------------------------------------------------------
 
 @pytest.mark.timeout(600)

@@ -91,6 +91,7 @@ def rank_environment(extra: dict[str, str] | None = None, *,
     root = str(Path(__file__).resolve().parents[2])  # the folder holding xladist/
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
+    env[LAUNCH_DIR_ENV] = os.getcwd()  # where relative paths given to the ranks point
     if extra:
         env.update(extra)
     return env
@@ -102,9 +103,11 @@ def rank_environment(extra: dict[str, str] | None = None, *,
 # then moves the rank to that folder where its host has it (a shared file system: the
 # user's modules and relative paths as before) and runs the rank's program there.
 START_DIR = "/"
+LAUNCH_DIR_ENV = "XLADIST_LAUNCH_DIR"  # the launching process's folder (rank_environment)
 _ENTER = ("import os, sys\n"
-          "try:\n    os.chdir(sys.argv[1])\nexcept OSError:\n    pass\n"
-          "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n")
+          f"try:\n    os.chdir(os.environ['{LAUNCH_DIR_ENV}'])\n"
+          "except (OSError, KeyError):\n    pass\n"
+          "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
 
 
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
@@ -123,8 +126,7 @@ def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
         cmd += ["-hosts", ",".join(hosts)]
     cmd += list(mpiexec_args or [])
     if ranks_elsewhere(hostfile, hosts) or slurm_allocation():
-        return cmd + ["-wdir", START_DIR, sys.executable, "-S", "-c", _ENTER, os.getcwd(),
-                      *argv]
+        return cmd + ["-wdir", START_DIR, sys.executable, "-S", "-c", _ENTER, *argv]
     return cmd + [sys.executable, *argv]
 
 
