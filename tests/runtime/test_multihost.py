@@ -366,6 +366,26 @@ def test_a_host_whose_ranks_never_start_ends_the_job_saying_so(tmp_path, simhost
     assert gone(marker, 10) == [], "processes of the job left running"
 
 
+@pytest.mark.timeout(600)
+def test_a_service_name_the_ranks_hosts_cannot_resolve_is_said_by_each_rank_at_once(
+        tmp_path, simhosts):
+    """The launching host's name as the ranks must reach it does not resolve on their hosts
+    (here: XLADIST_COORD_HOST naming no host). Before, every rank retried the lookup for
+    60 s, then printed `internal error: ServiceError` and a Python traceback. Now each rank
+    says, at once, what it cannot reach from which host."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    t0 = time.monotonic()
+    proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", case / "inputs.npz",
+                XLADIST_COORD_HOST="nosuchhost.invalid")
+    assert proc.returncode == 1, proc.stderr
+    assert time.monotonic() - t0 < 40, proc.stderr
+    for r, node in ((0, "nodeA"), (2, "nodeB")):
+        assert re.search(rf"xladist run: error: rank {r}: cannot reach the coordination service "
+                         rf"at nosuchhost\.invalid:\d+ from {node} \(", proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+
+
 # ---- xladist.run across hosts --------------------------------------------------------------
 
 @pytest.mark.timeout(600)
