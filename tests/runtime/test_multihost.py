@@ -62,9 +62,9 @@ def test_ranks_start_in_the_launching_folder_where_their_host_has_it(tmp_path, s
     from xladist.runtime import launcher
     sim = simhosts()
     monkeypatch.chdir(tmp_path)
-    proc = launcher.launch(4, ["-c", "import os; print(os.environ['PMI_RANK'], os.getcwd())"],
-                           hostfile=str(sim.hostfile), mpiexec=str(sim.mpiexec), capture=True,
-                           timeout=60)
+    say = "import os; os.write(1, f\"{os.environ['PMI_RANK']} {os.getcwd()}\\n\".encode())"
+    proc = launcher.launch(4, ["-c", say], hostfile=str(sim.hostfile), mpiexec=str(sim.mpiexec),
+                           capture=True, timeout=60)  # (one write a line: ranks share the pipe)
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.split("\n"))[1:] == [f"0 {tmp_path}", f"1 {tmp_path}", "2 /",
                                                    "3 /"], proc.stdout
