@@ -8,7 +8,11 @@ How (launch/README.md "Trying it without a cluster"):
 * every rank starts under `unshare --mount --uts`: its host name becomes the node's, and on
   a node other than the launching one a per-node folder is bind-mounted over /tmp, like
   another machine's local disk (the home folder and /work stay shared, as on a cluster);
-* `XLADIST_TARGET_CPU` on chosen nodes emulates an older CPU there.
+  a rank whose working folder (mpiexec's, unless `-wdir`) that node lacks fails to start,
+  as MPICH's proxy fails on a real host;
+* `XLADIST_TARGET_CPU` on chosen nodes emulates an older CPU there;
+* a node that is `down` never starts its ranks (its wrapper sleeps instead, as a launch
+  whose ssh never gets through).
 
 `SimHosts.mpiexec` is a launcher script for `--mpiexec` / `xladist.run(mpiexec=...)`: it runs
 the real mpiexec with `-launcher fork` and puts the node wrapper in front of the program.
@@ -32,13 +36,19 @@ from xladist.collectives.mpiexec import find_mpiexec
 SIM_ROOT = Path(os.environ.get("XLADIST_SIM_ROOT", "/var/tmp/xladist-sim"))
 
 # The rank-start wrapper, run by each rank's proxy: $1 = the launching node's name, $2 = the
-# folder holding one sub-folder per node, $3 = "node=cpu,..." emulated CPUs; then the program.
+# folder holding one sub-folder per node, $3 = "node=cpu,..." emulated CPUs, $4 = the nodes
+# that are down ("node,..."); then the program.
 _NODE_WRAPPER = r"""
-launch="$1"; root="$2"; cpus="$3"; shift 3
+launch="$1"; root="$2"; cpus="$3"; down="$4"; shift 4
+case ",$down," in *",$PMI_HOSTNAME,"*) exec sleep 3600 ;; esac
 hostname "$PMI_HOSTNAME" || exit 97
 if [ "$PMI_HOSTNAME" != "$launch" ]; then
+  here="$(pwd)"
   mkdir -p "$root/$PMI_HOSTNAME" && mount --bind "$root/$PMI_HOSTNAME" /tmp || exit 98
-  cd "$PWD" 2>/dev/null || cd /
+  # MPICH's proxy on a real host changes to mpiexec's folder and stops where there is none
+  cd "$here" 2>/dev/null || {
+    echo "[proxy@$PMI_HOSTNAME] unable to change wdir to $here (No such file or directory)" >&2
+    exit 97; }
 fi
 for pair in $(echo "$cpus" | tr ',' ' '); do
   if [ "${pair%%=*}" = "$PMI_HOSTNAME" ]; then export XLADIST_TARGET_CPU="${pair#*=}"; fi
@@ -50,13 +60,13 @@ _MPIEXEC = """#!{python}
 # mpiexec for simulated hosts (tests/simhosts.py): the fork launcher, every rank started by
 # the node wrapper.
 import os, sys
-real, launch, root, cpus, wrapper, marker = {args!r}
+real, launch, root, cpus, down, wrapper, marker = {args!r}
 argv = sys.argv[1:]
 # The program starts at the first argument that is this Python (the launcher's rank command).
 at = next(i for i, a in enumerate(argv) if os.path.realpath(a) == os.path.realpath(sys.executable)
           or a == sys.executable)
 argv = argv[:at] + ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c",
-                    wrapper, "sh", launch, root, cpus] + argv[at:]
+                    wrapper, "sh", launch, root, cpus, down] + argv[at:]
 if marker:
     open(marker, "a").write(" ".join(sys.argv[1:]) + "\\n")
 os.execv(real, [real, "-launcher", "fork", *argv])
@@ -79,10 +89,11 @@ def require_root() -> None:
 class SimHosts:
     """Made-up nodes for one test: `nodes` = [(name, slots), ...] in hostfile order (rank 0
     on the first), `launch` = the node the launching process is on (it shares the real /tmp;
-    default the first), `cpus` = {node: XLADIST_TARGET_CPU}."""
+    default the first), `cpus` = {node: XLADIST_TARGET_CPU}, `down` = nodes whose ranks never
+    start."""
 
     def __init__(self, where: Path, nodes=(("nodeA", 2), ("nodeB", 2)), *, launch=None,
-                 cpus=None, tag: str | None = None):
+                 cpus=None, down=(), tag: str | None = None):
         require_root()
         self.where = Path(where)
         self.nodes = list(nodes)
@@ -96,7 +107,7 @@ class SimHosts:
         cpu_text = ",".join(f"{k}={v}" for k, v in (cpus or {}).items())
         self.mpiexec = self.where / "sim-mpiexec"
         self.mpiexec.write_text(_MPIEXEC.format(python=sys.executable, args=(
-            find_mpiexec(), self.launch, str(self.root), cpu_text, _NODE_WRAPPER,
+            find_mpiexec(), self.launch, str(self.root), cpu_text, ",".join(down), _NODE_WRAPPER,
             str(self.marker))))
         self.mpiexec.chmod(self.mpiexec.stat().st_mode | stat.S_IXUSR)
 

@@ -8,6 +8,7 @@ mpiexec. Results are checked against the corpus's expected outputs (computed by 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xladist.errors import InputError
 from xladist.runtime import launcher
-from tests.cli_util import gone, marked, xladist_cli
+from tests.cli_util import PSUM_MODULE, gone, marked, xladist_cli
 from tests.paths import ROOT
 
 CASE = ROOT / "tests" / "data" / "corpus" / "jax" / "elementwise_reduce_mesh2"
@@ -75,6 +77,50 @@ def test_missing_hostfile_is_input_error(tmp_path):
     assert "hostfile" in proc.stderr and "does not exist" in proc.stderr
 
 
+# A Slurm allocation of one node (this host), as an `salloc` shell or a batch script sets it.
+SLURM = {"SLURM_JOB_ID": "77", "SLURM_NODELIST": "localhost", "SLURM_NNODES": "1",
+         "SLURM_TASKS_PER_NODE": "2"}
+
+
+def test_a_slurm_allocation_without_srun_is_refused_before_mpiexec_waits_forever(tmp_path):
+    """Inside a Slurm allocation MPICH's mpiexec starts its proxies with srun (with a
+    hostfile too, for one node too). Without srun on PATH (a container in the job, a shell
+    without Slurm's bin folder) it printed its execvp error among held-back debug lines
+    and waited forever: `xladist run -n 2` said nothing until killed. Now: exit 2 at once,
+    saying why and what to do, no traceback."""
+    import shutil
+    if shutil.which("srun"):
+        pytest.skip("srun is installed here")
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM_MODULE)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    proc = xladist_cli("run", module, "-n", 2, "--inputs", tmp_path / "in.npz", cwd=tmp_path,
+                       timeout=60, XLADIST_PROGRESS="off", **SLURM)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "xladist run: error: this is a Slurm allocation (SLURM_NODELIST, SLURM_NNODES, "
+        "SLURM_TASKS_PER_NODE are set), where mpiexec starts the ranks with srun, but srun is "
+        "not on PATH"), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_slurm_allocation_with_srun_or_an_explicit_mpiexec_is_not_refused(tmp_path,
+                                                                             monkeypatch):
+    for k, v in SLURM.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(InputError, match="srun is not on PATH"):
+        launcher.mpiexec_command(2, ["-c", "pass"])
+    launcher.mpiexec_command(2, ["-c", "pass"], mpiexec=sys.executable)  # the user's choice
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    launcher.mpiexec_command(2, ["-c", "pass"])
+    srun.unlink()
+    monkeypatch.delenv("SLURM_TASKS_PER_NODE")  # not an allocation Hydra takes
+    launcher.mpiexec_command(2, ["-c", "pass"])
+
+
 def test_mpiexec_command_passes_hostfile():
     cmd = launcher.mpiexec_command(2, ["-m", "xladist"], hostfile="hosts")
     i = cmd.index("-f")
@@ -117,6 +163,46 @@ def test_a_hostfile_starting_with_a_byte_order_mark_gives_mpiexec_its_host_names
                            capture=True, timeout=30)
     assert proc.stdout.splitlines() == [f"given: {plain}", "nodeA:2", "nodeB:2"]
 
+
+
+@pytest.mark.parametrize("text, given", [
+    ("# our nodes\nnodeA:2   # the first\n\n  nodeB\t\nnodeC:1:ib0\n",
+     "nodeA:2\nnodeB\nnodeC:1:ib0\n"),
+    ("nodeA:2\r\nnodeB:2", "nodeA:2\nnodeB:2\n"),
+])
+def test_a_hostfile_reaches_mpiexec_as_lines_it_takes(tmp_path, text, given):
+    """MPICH's mpiexec takes whole-line comments but not one after a host (`token # not
+    supported at this time`); xladist gives it the host lines alone."""
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(text.encode())
+    assert launcher.hostfile_text(hosts) == given
+    with launcher.hostfile_as_read(str(hosts)) as path:
+        assert Path(path).read_text() == given
+
+
+@pytest.mark.parametrize("text, says", [
+    ("nodeA slots=2\nnodeB slots=2\n", "line 1: 'nodeA slots=2' is not a host line"),
+    ("nodeA:2\nnodeB:0\n", "line 2: 'nodeB:0' is not a host line"),
+    ("nodeA:two\n", "line 1: 'nodeA:two' is not a host line"),
+    ("# nobody yet\n\n", "names no host (MPICH's mpiexec would run every rank on this host)"),
+])
+def test_a_hostfile_mpiexec_would_misread_is_refused_naming_the_line(tmp_path, text, says):
+    """Before, `xladist run --hostfile` gave mpiexec such a file: OpenMPI's `slots=2` (and a
+    comment after a host) stopped MPICH's parser and xladist then said every host needs
+    passwordless ssh; `node:0` and `node:two` killed mpiexec with SIGFPE, without a word
+    (exit 136); a file of comments ran all ranks on this host. Now: exit 2, naming the file
+    and line, before anything starts."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(text)
+    with pytest.raises(InputError, match=re.escape(says)):
+        launcher.hostfile_text(hosts)
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM_MODULE)
+    proc = xladist_cli("run", module, "-n", 2, "--hostfile", hosts, cwd=tmp_path, timeout=60,
+                       XLADIST_PROGRESS="off")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"xladist run: error: --hostfile {hosts}"), proc.stderr
+    assert says in proc.stderr and "ssh" not in proc.stderr, proc.stderr
 
 
 def test_a_marked_hostfile_without_a_temporary_folder_is_a_clear_error(tmp_path,

@@ -23,7 +23,7 @@ import pytest
 
 from tests.cli.test_channels_cli import DATA, HOST_LOOP, write_inputs
 from tests.cli.test_feeds_cli import check_outfeed, expected_accs, loop_text, read_outfeed
-from tests.cli_util import cli_env, marked, xladist_cli
+from tests.cli_util import cli_env, gone, marked, xladist_cli
 from tests.feeds_fns import item
 from tests.paths import ROOT
 
@@ -46,6 +46,59 @@ def _loop(tmp_path, steps) -> tuple[Path, Path]:
 def _run(sim, *args, timeout=SLACK, cwd=None, **env):
     return xladist_cli("run", *args, "--hostfile", sim.hostfile, "--mpiexec", sim.mpiexec,
                        timeout=timeout, cwd=cwd or sim.where, XLADIST_PROGRESS="off", **env)
+
+
+# ---- where the ranks start -----------------------------------------------------------------
+
+@pytest.mark.timeout(600)
+def test_ranks_start_in_the_launching_folder_where_their_host_has_it(tmp_path, simhosts,
+                                                                      monkeypatch):
+    """A launch from a folder only the launching host has (the test's, in its /tmp: a
+    login node's local disk). mpiexec's proxies change to mpiexec's folder, and MPICH's
+    stops on a host that lacks it (`unable to change wdir to ...`, as simhosts emulates);
+    before, nodeB's ranks never started and nodeA's waited in MPI's start-up: `xladist run
+    --hostfile` from there waited, silent (until XLADIST_REGISTER_TIMEOUT). Now the ranks
+    start in / and enter the launching folder where their host has it."""
+    from xladist.runtime import launcher
+    sim = simhosts()
+    monkeypatch.chdir(tmp_path)
+    say = "import os; os.write(1, f\"{os.environ['PMI_RANK']} {os.getcwd()}\\n\".encode())"
+    proc = launcher.launch(4, ["-c", say], hostfile=str(sim.hostfile), mpiexec=str(sim.mpiexec),
+                           capture=True, timeout=60)  # (one write a line: ranks share the pipe)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split("\n"))[1:] == [f"0 {tmp_path}", f"1 {tmp_path}", "2 /",
+                                                   "3 /"], proc.stdout
+
+
+@pytest.mark.timeout(600)
+def test_a_demo_trace_named_relative_to_the_launching_folder(tmp_path, simhosts):
+    """`xladist demo --hostfile H --trace t.json`: the ranks re-run the demo, and rank 0
+    writes the trace. Ranks on other hosts start in / (mpiexec's folder may not exist
+    there): before, rank 0 wrote `t.json` into / of its host and printed `timeline:
+    t.json`. Now the name is the launching folder's: written there when rank 0's host has
+    it; else rescued on rank 0's host, saying so (exit 1), with no `timeline:` line for a
+    file that is not there."""
+    out = lambda proc: proc.stdout + proc.stderr  # noqa: E731
+    sim = simhosts(launch="nodeC", tag=f"{os.getpid()}-{tmp_path.name}-c")  # on no node
+    proc = xladist_cli("demo", "-n", 4, "--steps", 2, "-q", "--hostfile", sim.hostfile,
+                       "--mpiexec", sim.mpiexec, "--trace", "t.json", cwd=tmp_path,
+                       timeout=SLACK)
+    assert proc.returncode == 1, out(proc)  # (as for any result not written where asked)
+    assert re.search(rf"cannot write --trace {re.escape(str(tmp_path / 't.json'))}: No such "
+                     r"file or directory; saved it as /tmp/xladist-rescued-\w+/t.json \(on "
+                     r"nodeA\) instead", proc.stderr), out(proc)
+    assert "timeline:" not in proc.stdout, out(proc)
+    stray = Path("/t.json")  # where rank 0 wrote it before (removed when the test fails)
+    assert not stray.exists(), stray.unlink()
+    assert list(sim.private_tmp("nodeA").glob("xladist-rescued-*/t.json"))
+    sim = simhosts()  # rank 0 on nodeA, the launching host
+    proc = xladist_cli("demo", "-n", 4, "--steps", 2, "-q", "--hostfile", sim.hostfile,
+                       "--mpiexec", sim.mpiexec, "--trace", "t.json", cwd=tmp_path,
+                       timeout=SLACK)
+    assert proc.returncode == 0, out(proc)
+    assert f"timeline: {tmp_path / 't.json'} " in proc.stdout, out(proc)
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert not Path("/t.json").exists()
 
 
 # ---- one true report per job -----------------------------------------------------------------
@@ -292,6 +345,47 @@ def test_a_stopped_rank_is_named_and_the_job_ends(tmp_path, simhosts):
     assert _left_after_the_job(marker) == {}
 
 
+@pytest.mark.timeout(600)
+def test_a_host_whose_ranks_never_start_ends_the_job_saying_so(tmp_path, simhosts):
+    """nodeB cannot be reached: its ranks never start, so nodeA's ranks wait in MPI's
+    start-up for them and no rank ever connects to the coordination service. Before, the
+    service's deadline for ranks to connect counted only once some rank had connected: the
+    launch waited, silent, until killed. Now it ends after XLADIST_REGISTER_TIMEOUT with a
+    message, and nothing of the job is left on either node."""
+    sim = simhosts(down=["nodeB"])
+    module, inputs = _loop(tmp_path, [2, 2, 2, 2])
+    proc, marker = _start(sim, tmp_path, module, inputs, timeout=60,
+                          XLADIST_REGISTER_TIMEOUT="4")
+    t0 = time.monotonic()
+    _out, err = _finish(proc, 90)
+    ended = time.monotonic() - t0
+    assert proc.returncode == 1, err
+    assert ended < 4 + 30, f"the job took {ended:.1f} s to end:\n{err}"
+    assert "xladist: none of the 4 ranks connected to the coordination service at " in err, err
+    assert "within 4 s (XLADIST_REGISTER_TIMEOUT)" in err, err
+    assert gone(marker, 10) == [], "processes of the job left running"
+
+
+@pytest.mark.timeout(600)
+def test_a_service_name_the_ranks_hosts_cannot_resolve_is_said_by_each_rank_at_once(
+        tmp_path, simhosts):
+    """The launching host's name as the ranks must reach it does not resolve on their hosts
+    (here: XLADIST_COORD_HOST naming no host). Before, every rank retried the lookup for
+    60 s, then printed `internal error: ServiceError` and a Python traceback. Now each rank
+    says, at once, what it cannot reach from which host."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    t0 = time.monotonic()
+    proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", case / "inputs.npz",
+                XLADIST_COORD_HOST="nosuchhost.invalid")
+    assert proc.returncode == 1, proc.stderr
+    assert time.monotonic() - t0 < 40, proc.stderr
+    for r, node in ((0, "nodeA"), (2, "nodeB")):
+        assert re.search(rf"xladist run: error: rank {r}: cannot reach the coordination service "
+                         rf"at nosuchhost\.invalid:\d+ from {node} \(", proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+
+
 # ---- xladist.run across hosts --------------------------------------------------------------
 
 @pytest.mark.timeout(600)
@@ -407,6 +501,24 @@ def test_a_cpu_the_launching_host_cannot_run_is_checked_on_the_ranks_hosts(tmp_p
     assert proc.returncode == 0, proc.stderr
     with np.load(out) as got, np.load(case / "expected.npz") as want:
         np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-6)
+    # The same from Python, hosts= instead of a hostfile: before, xladist.run and every
+    # call of a Cluster checked the CPU on the launching host (only a hostfile counted).
+    import xladist
+    with np.load(case / "inputs.npz") as z:
+        x = z["arg0"]
+    os.environ["XLADIST_TARGET_CPU"] = "bdver2"
+    try:
+        hosts = ["nodeA:2", "nodeB:2"]
+        outs = xladist.run(str(case / "module.hlo"), [x], n=4, hosts=hosts,
+                           mpiexec=str(sim.mpiexec), timeout=60)
+        with xladist.Cluster(n=4, hosts=hosts, mpiexec=str(sim.mpiexec), timeout=60) as c:
+            kept = c.run(str(case / "module.hlo"), [x])
+    finally:
+        del os.environ["XLADIST_TARGET_CPU"]
+    with np.load(case / "expected.npz") as want:
+        for d in range(4):
+            np.testing.assert_allclose(outs[d][0], want["out0"][d], rtol=1e-6)
+            np.testing.assert_allclose(kept[d][0], want["out0"][d], rtol=1e-6)
     sim = simhosts(cpus={"nodeA": "x86-64-v2"})  # nodeB's ranks inherit bdver2
     proc = _run(sim, case / "module.hlo", "-n", 4, "--inputs", case / "inputs.npz",
                 XLADIST_TARGET_CPU="bdver2")
@@ -415,6 +527,51 @@ def test_a_cpu_the_launching_host_cannot_run_is_checked_on_the_ranks_hosts(tmp_p
     assert line.startswith("xladist: rank 2 on nodeB: XLADIST_TARGET_CPU 'bdver2' names a "
                            "CPU whose code this host cannot run") and \
         line.endswith("; refused on nodeB (ranks 2, 3)"), line
+
+
+@pytest.mark.timeout(600)
+def test_a_xlx_made_for_the_compute_nodes_runs_from_a_launcher_that_cannot_run_it(tmp_path,
+                                                                               simhosts):
+    """`xladist compile` on a compute node (x86-64-v2, emulated on both nodes), then `xladist
+    run step.xlx --hostfile` from a login node with another CPU (this host's own). Before,
+    the launching process refused the file for its own CPU -- as it once refused
+    XLADIST_TARGET_CPU -- though no rank runs there; `xladist.run` and `Cluster.run` with
+    hosts= did the same. Now the launcher checks the file and its versions, and each rank
+    its own host's CPU: a file for the login node's CPU is refused by the ranks, naming the
+    file as given and their host."""
+    import xladist
+    from xladist.runtime.hostinfo import target_info
+    if target_info()["cpu"] == "x86-64-v2":
+        pytest.skip("this host's own CPU is x86-64-v2: nothing differs")
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    with np.load(case / "expected.npz") as z:
+        want = z["out0"]
+    with np.load(case / "inputs.npz") as z:
+        x = z["arg0"]
+    v2, own = tmp_path / "v2.xlx", tmp_path / "own.xlx"
+    for path, env in ((v2, {"XLADIST_TARGET_CPU": "x86-64-v2"}), (own, {})):
+        made = xladist_cli("compile", case / "module.hlo", "-o", path, **env)
+        assert made.returncode == 0, made.stderr
+    sim = simhosts(cpus={"nodeA": "x86-64-v2", "nodeB": "x86-64-v2"})
+    out = tmp_path / "out.npz"
+    proc = _run(sim, v2, "-n", 4, "--inputs", case / "inputs.npz", "--outputs", out)
+    assert proc.returncode == 0, proc.stderr
+    with np.load(out) as got:
+        np.testing.assert_allclose(got["out0"], want, rtol=1e-6)
+    hosts = ["nodeA:2", "nodeB:2"]
+    outs = xladist.run(str(v2), [x], n=4, hosts=hosts, mpiexec=str(sim.mpiexec), timeout=60)
+    with xladist.Cluster(n=4, hosts=hosts, mpiexec=str(sim.mpiexec), timeout=60) as c:
+        kept = c.run(str(v2), [x])
+    for d in range(4):
+        np.testing.assert_allclose(outs[d][0], want[d], rtol=1e-6)
+        np.testing.assert_allclose(kept[d][0], want[d], rtol=1e-6)
+    proc = _run(sim, own, "-n", 4, "--inputs", case / "inputs.npz")
+    assert proc.returncode == 2, proc.stderr
+    assert re.search(rf"rank \d: {re.escape(str(own))} was compiled for another machine or "
+                     r"xladist and is not run \(recompile it on node[AB] with `xladist "
+                     r"compile`\): CPU: file '[^']+', on node[AB] 'x86-64-v2'", proc.stderr), \
+        proc.stderr
+    assert "/tmp/tmp" not in proc.stderr, proc.stderr  # the rank's copy is not named
 
 
 # ---- the network path --------------------------------------------------------------------
@@ -448,11 +605,12 @@ def test_a_bare_mpiexec_launch_is_served_by_rank_0(tmp_path, simhosts):
     for name in ("module.hlo", "inputs.npz"):
         shutil.copy(case / name, tmp_path / name)
     out = tmp_path / "out.npz"
+    # (from a folder every host has: a bare mpiexec starts every rank in its own folder)
     proc = subprocess.run(
         [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
          "run", str(tmp_path / "module.hlo"), "--inputs", str(tmp_path / "inputs.npz"),
          "--outputs", str(out), "-q"],
-        cwd=tmp_path, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
         timeout=SLACK)
     assert proc.returncode == 0, proc.stderr
     with np.load(out) as got, np.load(case / "expected.npz") as want:

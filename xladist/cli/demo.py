@@ -68,11 +68,11 @@ def run(args) -> int:
         check_count(args.steps, "--steps")
     check_seconds(args.timeout, "--timeout", " (0: no deadline)")
     if not launcher.under_mpi():  # the files, checked once before any rank starts
-        from ..files import check_destination, read_text
+        from ..files import check_destination
         if args.trace:
             check_destination(args.trace, "--trace")
         if args.hostfile:
-            read_text(args.hostfile, "--hostfile", kind="hostfile text")
+            launcher.hostfile_text(args.hostfile, "--hostfile")
         if args.mpiexec:
             from xladist.collectives.mpiexec import find_mpiexec
             find_mpiexec(args.mpiexec)
@@ -107,6 +107,9 @@ def _run_as_rank(args) -> int:
     from ..examples import train_mlp
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
+    if args.trace:  # the launching folder's (a rank on another host starts elsewhere)
+        from xladist.runtime.launcher import LAUNCH_DIR_ENV
+        args.trace = os.path.join(os.environ.get(LAUNCH_DIR_ENV, ""), args.trace)
     try:
         cfg = _config(args, size)
         module = train_mlp.build_module(cfg)
@@ -188,7 +191,7 @@ def _print_summary(cfg, params, batches, report, result, args) -> None:
           f"ranks within {worst:.1e} (tolerance {RTOL:g}), final parameters "
           f"{'match' if params_ok else 'DIFFER'}, identical on every rank: "
           f"{'yes' if same else 'NO'} -> {'OK' if ok else 'MISMATCH'}")
-    if args.trace:
+    if args.trace and os.path.exists(args.trace):  # (else rescued, and said so: files.py)
         print(f"timeline: {args.trace} (open it at https://ui.perfetto.dev)")
     sys.stdout.flush()
     if not ok:

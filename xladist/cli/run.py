@@ -160,18 +160,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " e.g. \"0,2;1,3\"; default: partition x replicas + replica")
 
 
-def load_module(path: str):
+def load_module(path: str, *, here: bool = True):
+    """MODULE: HLO text, or a `.xlx` file (`here`: its code must run on this host)."""
     if path.endswith(".xlx"):
-        return serialized(path).module
+        return serialized(path, here).module
     from ..hlo.parser import parse_file
     return parse_file(path, "MODULE")
 
 
 @functools.lru_cache(maxsize=4)
-def serialized(path: str):
-    """A `.xlx` file of `xladist compile` (validated once per process)."""
+def serialized(path: str, here: bool = True):
+    """A `.xlx` file of `xladist compile` (validated once per process; `here`: for this
+    host's CPU too -- not when the ranks run on the hosts of a --hostfile, where each rank
+    checks its own)."""
     from ..compiler.serialized import SerializedExecutable
-    return SerializedExecutable(path)
+    return SerializedExecutable(path, here=here)
+
+
+def _here(args) -> bool:
+    """Whether this process's host runs the module's code (launcher.ranks_elsewhere)."""
+    from xladist.runtime import launcher
+    return launcher.under_mpi() or not launcher.ranks_elsewhere(getattr(args, "hostfile", None))
 
 
 def precompiled_options(args) -> dict:
@@ -180,7 +189,7 @@ def precompiled_options(args) -> dict:
         return {}
     if args.backend != "cpu":
         raise InputError(f"{args.module} holds cpu code; it runs with --backend cpu only")
-    return serialized(args.module).options()
+    return serialized(args.module, _here(args)).options()
 
 
 def run_single(module, inputs: list, backend: str = "cpu", *, verify: bool = True,
@@ -216,7 +225,7 @@ def _apply_config(args) -> None:
 def load_run_module(args):
     """The module with the run's replica/partition counts applied."""
     from xladist.runtime.config import override_device_counts
-    module = load_module(args.module)
+    module = load_module(args.module, here=_here(args))
     override_device_counts(module, getattr(args, "replica_count", None),
                            getattr(args, "num_partitions", None))
     return module
@@ -321,16 +330,17 @@ def _job(args, module, inputs):
     options = {"backend": args.backend, "timeout": args.timeout,
                "verify": not args.no_verify and not getattr(args, "verified", False),
                "device_assignment": [list(r) for r in da] if da is not None else None,
-               "threads": args.threads, "quiet": args.quiet}
+               "threads": args.threads, "quiet": args.quiet,
+               "source": args.module}  # what reports name (lines of text; a refused .xlx)
     from xladist.runtime.launcher import under_mpi
     if not under_mpi():  # ranks it starts: fresh processes (under mpiexec: the script's own)
         from xladist.runtime.forwarded_calls import references
         options["custom_calls"] = references(module, args.backend)
-    if xlx is None:  # the file's own text: reports name its lines
+    if xlx is None:  # the file's own text
         from ..files import read_text
         from xladist.runtime.device import device_counts
         r, p = device_counts(module, n)  # resolved here: the ranks apply them as given
-        options.update(source=args.module, replica_count=r, num_partitions=p)
+        options.update(replica_count=r, num_partitions=p)
         text = read_text(args.module, "MODULE", kind="HLO text")
     from xladist.hlo.packed import pack
     return JobHost(

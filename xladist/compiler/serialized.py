@@ -85,9 +85,15 @@ def write_executable(path, module_text: str, schedule_of=None,
 
 
 class SerializedExecutable:
-    """A validated `.xlx` file: its module, schedule and object code."""
+    """A validated `.xlx` file: its module, schedule and object code.
 
-    def __init__(self, path):
+    `here`: whether this process will run the code, so that the file's CPU must be this
+    host's (a launcher whose ranks run on the hosts of a hostfile checks the file and its
+    versions only; each rank checks its own CPU). `name`: the file as messages name it (a
+    rank loads a copy of the launcher's), `host`: this host's name for them."""
+
+    def __init__(self, path, *, here: bool = True, name: str | None = None,
+                 host: str | None = None):
         from ..files import is_path
         if not is_path(path):
             raise InputError(f"executable must be a path, got {type(path).__name__}")
@@ -98,7 +104,7 @@ class SerializedExecutable:
         except OSError as e:
             raise InputError(f"cannot read {path}: {e.strerror or e}") from None
         self.header, self.object = _parse(data, self.path)
-        _check_target(self.header.get("target", {}), self.path)
+        _check_target(self.header.get("target", {}), name or self.path, here=here, host=host)
         from ..hlo.parser import parse_module
         self.module_text = self.header["module_text"]
         self.module = parse_module(self.module_text, filename=self.path)
@@ -172,21 +178,30 @@ _WHAT = {"triple": "target triple", "cpu": "CPU", "cpu_features": "CPU features"
          "compiler": "compiler version"}
 
 
-def _check_target(stored: dict, path: str) -> None:
-    here = _target()
+# What the code runs on: checked where it runs (the other keys: by every process of the job,
+# which runs one install of xladist and LLVM).
+_MACHINE = ("triple", "cpu", "cpu_features", "vector_width")
+
+
+def _check_target(stored: dict, path: str, *, here: bool = True,
+                  host: str | None = None) -> None:
+    own = _target()
+    where = f"on {host}" if host else "here"
     diffs = []
     for key, what in _WHAT.items():
-        if stored.get(key) != here[key]:
-            a, b = stored.get(key), here[key]
+        if not here and key in _MACHINE:
+            continue
+        if stored.get(key) != own[key]:
+            a, b = stored.get(key), own[key]
             if key == "cpu_features" and a and b:
                 fa, fb = set(a.split(",")), set(b.split(","))
                 a, b = ",".join(sorted(fa - fb)) or "-", ",".join(sorted(fb - fa)) or "-"
-                diffs.append(f"{what}: the file has {a} where this host has {b}")
+                diffs.append(f"{what}: the file has {a} where {host or 'this host'} has {b}")
             else:
-                diffs.append(f"{what}: file {a!r}, here {b!r}")
+                diffs.append(f"{what}: file {a!r}, {where} {b!r}")
     if diffs:
         raise UnsupportedError(f"{path} was compiled for another machine or xladist and is not "
-                               f"run (recompile it here with `xladist compile`): "
+                               f"run (recompile it {where} with `xladist compile`): "
                                + "; ".join(diffs))
 
 

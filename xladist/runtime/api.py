@@ -60,18 +60,19 @@ def is_xlx(given) -> bool:
         str(given).endswith(".xlx")
 
 
-def resolve(given, backend: str = "cpu"):
+def resolve(given, backend: str = "cpu", *, here: bool = True):
     """(module, SerializedExecutable or None, the `.xlx` file's bytes or None) of what run
-    and Cluster take. A `.xlx` file is validated here (another CPU or xladist version is
-    refused; it runs with backend cpu only) and its bytes are what the ranks load without
-    compiling; anything else is _as_module's."""
+    and Cluster take. A `.xlx` file is validated here (another xladist version is refused,
+    and -- `here`: the ranks run on this host -- another CPU; it runs with backend cpu only)
+    and its bytes are what the ranks load without compiling (each checks its own host's
+    CPU); anything else is _as_module's."""
     if not is_xlx(given):
         return _as_module(given), None, None
     from xladist.compiler.serialized import SerializedExecutable
     if backend != "cpu":
         raise InputError(f"{os.fspath(given)} holds cpu code; it runs with backend='cpu' only, "
                          f"not {backend!r}")
-    serial = SerializedExecutable(given)
+    serial = SerializedExecutable(given, here=here)
     with open(given, "rb") as f:
         return serial.module, serial, f.read()
 
@@ -200,7 +201,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     `mpiexec`: the launcher to start them with (default: the mpich wheel's).
     """
     given = module
-    module, serial, xlx = resolve(given, backend)  # a .xlx: the ranks load its code
+    here = launcher.under_mpi() or not launcher.ranks_elsewhere(hostfile, hosts)
+    module, serial, xlx = resolve(given, backend, here=here)  # a .xlx: the ranks load its code
     n = check_count(n, "n")
     quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
@@ -211,7 +213,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
         module, n, device_assignment=device_assignment, check=check, strict=strict,
         prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
         prefetch=prefetch, timeout=timeout, backend=backend,
-        **({} if launcher.under_mpi() else dict(hostfile=hostfile, mpiexec=mpiexec)))
+        **({} if launcher.under_mpi() else dict(hostfile=hostfile, hosts=hosts,
+                                                 mpiexec=mpiexec)))
     transfers = (host_send, host_recv) if host_send or host_recv else None
     feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
                         prefetch=prefetch, timeout=timeout)
@@ -240,7 +243,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
                         job_timeout=job_timeout, trace=trace, transfers=transfers,
                         feed_options=feed_options, hosts=host_list(hosts),
                         hostfile=hostfile, mpiexec=mpiexec, checked=checked,
-                        module_source=None if xlx else _source(given, module), xlx=xlx)
+                        module_source=(None, os.fspath(given)) if xlx else
+                        _source(given, module), xlx=xlx)
 
 
 def check_call(module, n: int, *, device_assignment, check: bool, strict: bool,

@@ -298,13 +298,15 @@ class Cluster:
                              f"{sorted(self.defaults)} and device_assignment)")
         self._usable_or_raise()
         settings = {**self.defaults, **options}
-        module, _, xlx = resolve(given, settings["backend"])  # a .xlx: the ranks load its code
+        here = not launcher.ranks_elsewhere(self._where["hostfile"], self._where["hosts"])
+        module, _, xlx = resolve(given, settings["backend"], here=here)  # a .xlx: ranks load it
         counts = device_counts(module, self.n)  # n against the module's counts
         if settings["verify"] and xlx is None:
             verify_once(module, counts)  # here, once: the ranks skip it
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
-                             timeout=settings["timeout"], backend=settings["backend"])
+                             timeout=settings["timeout"], backend=settings["backend"],
+                             hostfile=self._where["hostfile"], hosts=self._where["hosts"])
         text, filename = (None, os.fspath(given)) if xlx else _source(given, module)
         return Compiled(self, next(self._ids), module, text, checked, rank_options(
             counts, backend=settings["backend"], timeout=settings["timeout"],

@@ -61,6 +61,13 @@ def mpi_world_size() -> int | None:
     return None
 
 
+def ranks_elsewhere(hostfile=None, hosts=None) -> bool:
+    """Whether the ranks run on the hosts of a hostfile or host list, which need not be
+    this one (a login node): this process then checks what the ranks will run -- the CPU of
+    XLADIST_TARGET_CPU, a `.xlx` file's CPU -- by name only, and each rank on its own host."""
+    return bool(hostfile or hosts)
+
+
 def check_environment(*, elsewhere: bool = False) -> None:
     """What the ranks inherit, checked here (InputError, exit 2): the numeric XLADIST_*
     variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this
@@ -84,38 +91,121 @@ def rank_environment(extra: dict[str, str] | None = None, *,
     root = str(Path(__file__).resolve().parents[2])  # the folder holding xladist/
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
+    env[LAUNCH_DIR_ENV] = os.getcwd()  # where relative paths given to the ranks point
     if extra:
         env.update(extra)
     return env
+
+
+# Ranks on other hosts start in "/", which every host has: mpiexec's proxies change to
+# mpiexec's own folder by default, and stop on a host that lacks it (MPICH: `unable to
+# change wdir to ...`) -- a folder on the launching host's local disk or /tmp. This Python
+# then moves the rank to that folder where its host has it (a shared file system: the
+# user's modules and relative paths as before) and runs the rank's program there.
+START_DIR = "/"
+LAUNCH_DIR_ENV = "XLADIST_LAUNCH_DIR"  # the launching process's folder (rank_environment)
+_ENTER = ("import os, sys\n"
+          f"try:\n    os.chdir(os.environ['{LAUNCH_DIR_ENV}'])\n"
+          "except (OSError, KeyError):\n    pass\n"
+          "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
 
 
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
                     hosts: list[str] | None = None, mpiexec_args: list[str] | None = None,
                     mpiexec: str | None = None) -> list[str]:
     """`mpiexec -n N [-f HOSTFILE | -hosts a:2,b:2] python ARGV` (hosts: `name` or
-    `name:slots`, ranks filling them in order, as a hostfile's lines)."""
+    `name:slots`, ranks filling them in order, as a hostfile's lines). Ranks on other hosts
+    -- a hostfile's, a host list's, a Slurm allocation's -- start in START_DIR and enter
+    this process's folder where their host has it (_ENTER)."""
+    if mpiexec is None:
+        check_slurm_launcher()
     cmd = [find_mpiexec(mpiexec), "-n", str(n)]
     if hostfile:
         cmd += ["-f", hostfile]
     if hosts:
         cmd += ["-hosts", ",".join(hosts)]
     cmd += list(mpiexec_args or [])
+    if ranks_elsewhere(hostfile, hosts) or slurm_allocation():
+        return cmd + ["-wdir", START_DIR, sys.executable, "-S", "-c", _ENTER, *argv]
     return cmd + [sys.executable, *argv]
+
+
+# What makes MPICH's mpiexec (Hydra) take a Slurm allocation's nodes and start its proxies
+# with srun (its slurm resource manager's query_native_int): one of each group set.
+SLURM_ALLOCATION = (("SLURM_JOB_NODELIST", "SLURM_NODELIST"),
+                    ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"), ("SLURM_TASKS_PER_NODE",))
+
+
+def slurm_allocation() -> list[str] | None:
+    """The variables that make this a Slurm allocation to MPICH's mpiexec (one of each of
+    SLURM_ALLOCATION's groups), or None."""
+    named = [next((k for k in group if os.environ.get(k)), None) for group in SLURM_ALLOCATION]
+    return None if None in named else named
+
+
+def check_slurm_launcher() -> None:
+    """InputError when the mpich wheel's mpiexec would start the ranks with an srun that is
+    not there: inside a Slurm allocation (SLURM_ALLOCATION) Hydra runs srun -- also with a
+    hostfile, also for one node -- and when srun is missing (a container inside the job, a
+    login shell without Slurm's bin folder) it says so among its debug lines and then waits
+    forever."""
+    import shutil
+    named = slurm_allocation()
+    if named is None or shutil.which("srun") is not None:
+        return
+    from xladist.errors import InputError
+    raise InputError(
+        f"this is a Slurm allocation ({', '.join(named)} are set), where mpiexec starts the "
+        f"ranks with srun, but srun is not on PATH (mpiexec would wait forever): put Slurm's "
+        f"bin folder on PATH, or unset SLURM_TASKS_PER_NODE (`env -u SLURM_TASKS_PER_NODE "
+        f"...`) to start the ranks on this host, or on the hosts of a hostfile over ssh")
+
+
+# A hostfile line as MPICH's mpiexec takes it: one host, its slots, its interface.
+_HOST_LINE = re.compile(r"(?P<host>[^\s:]+)(:(?P<slots>[^\s:]*)(:\S*)?)?")
+
+
+def hostfile_text(path, what: str = "hostfile") -> str:
+    """The text of a hostfile as mpiexec gets it (InputError naming the line otherwise):
+    read as xladist reads text (UTF-8, a leading byte-order mark dropped), a `#` comment
+    dropped -- also one after a host, which MPICH refuses -- and every other line one
+    `host`, `host:slots` or `host:slots:interface`, slots a whole number >= 1. MPICH's
+    mpiexec stopped at `node slots=2` (OpenMPI's form) with a line about the token that
+    xladist then blamed on ssh, died of SIGFPE without a word at `node:0` or `node:x`, and
+    ran everything on this host, silently, when no line named a host."""
+    from xladist.errors import InputError
+    from xladist.files import read_text
+    text = read_text(path, what, kind="hostfile text")
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        m = _HOST_LINE.fullmatch(entry)
+        slots = m and m.group("slots")
+        if m is None or (slots is not None and not (slots.isdigit() and int(slots) >= 1)):
+            raise InputError(f"{what} {path}, line {number}: {entry!r} is not a host line of "
+                             f"MPICH's mpiexec: one `host`, `host:slots` (slots a whole number "
+                             f">= 1) or `host:slots:interface` per line, `#` for comments")
+        lines.append(entry + "\n")
+    if not lines:
+        raise InputError(f"{what} {path} names no host (MPICH's mpiexec would run every rank "
+                         f"on this host)")
+    return "".join(lines)
 
 
 @contextlib.contextmanager
 def hostfile_as_read(hostfile: str | None):
-    """The hostfile to give mpiexec: the user's own file, or -- when its text as xladist reads
-    it (files.read_text: UTF-8, a leading byte-order mark dropped) is not the file's bytes --
-    a copy of that text, kept for the job's life. MPICH reads a hostfile's bytes as they
-    are: the mark a Windows editor writes first became part of the first host's name
-    (`ssh: Could not resolve hostname \\357\\273\\277node01`)."""
+    """The hostfile to give mpiexec: the user's own file, or -- when its text as mpiexec must
+    get it (hostfile_text) is not the file's bytes -- a copy of that text, kept for the
+    job's life. MPICH reads a hostfile's bytes as they are: the mark a Windows editor writes
+    first became part of the first host's name (`ssh: Could not resolve hostname
+    \\357\\273\\277node01`), and a comment after a host stopped it."""
     if not hostfile:
         yield hostfile
         return
-    from xladist.files import read_text
     path = os.fspath(hostfile)
-    text = read_text(path, "hostfile", kind="hostfile text")
+    text = hostfile_text(path)
     if text.encode("utf-8") == Path(path).read_bytes():
         yield path
         return
@@ -174,7 +264,8 @@ def launch(n: int, argv: list[str], *, hostfile: str | None = None,
     if own:
         service = Service(n, defer_lost=True, prints=True,
                           emit=(lambda text: None) if capture else None)
-    env = rank_environment({**(env or {}), **service.env()}, elsewhere=bool(hostfile or hosts))
+    env = rank_environment({**(env or {}), **service.env()},
+                           elsewhere=ranks_elsewhere(hostfile, hosts))
     try:
         with hostfile_as_read(hostfile) as hostfile:
             cmd = mpiexec_command(n, argv, hostfile=hostfile, hosts=hosts, mpiexec=mpiexec)
@@ -206,7 +297,7 @@ def started(n: int, argv: list[str], *, hostfile: str | None = None,
     block, or a signal that stops us, stops the job's whole process group."""
     from .service import Service
     service = Service(n, defer_lost=True, prints=True, emit=lambda text: None)
-    env = rank_environment({**(env or {}), **service.env()}, elsewhere=bool(hostfile))
+    env = rank_environment({**(env or {}), **service.env()}, elsewhere=ranks_elsewhere(hostfile))
     try:
         with hostfile_as_read(hostfile) as hostfile, _stop_on_signals() as armed:
             cmd = mpiexec_command(n, argv, hostfile=hostfile, mpiexec=mpiexec)

@@ -87,10 +87,13 @@ def _module(spec: dict, blob: bytes):
         import tempfile
 
         from xladist.compiler.serialized import SerializedExecutable
+
+        from .hostinfo import host_name
         with tempfile.NamedTemporaryFile(suffix=".xlx") as f:
             f.write(blob)
             f.flush()
-            exe = SerializedExecutable(f.name)
+            # this host's CPU checked here (the launcher's need not run the code)
+            exe = SerializedExecutable(f.name, name=spec.get("source"), host=host_name())
         return exe.module, exe.options()
     from .config import override_device_counts
     if spec.get("packed"):  # parsed by the launcher (hlo/packed.py)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from xladist.collectives.mpiexec import find_mpiexec
 from xladist.environment import check_count, check_seconds
 from xladist.errors import InputError
-from xladist.files import check_destination, check_npz, read_text
+from xladist.files import check_destination, check_npz
 
 from .config import SCHEMA
 
@@ -112,8 +112,9 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
                 check_items(path, what)  # also its keys: item0, item1, ... (names only)
             elif spec.file == "npz":
                 check_npz(path, what)
-            elif spec.file == "text":
-                read_text(path, what, kind="hostfile text")
+            elif spec.file == "text":  # the hostfile
+                from .launcher import hostfile_text
+                hostfile_text(path, what)
             elif spec.file == "program":
                 find_mpiexec(path, what)
             else:
@@ -127,9 +128,10 @@ def check(args, module, *, options: bool = True) -> list:
 
     from .feeds import placements_of
     check_numbers(args, options=options)
-    from .launcher import check_environment
+    from .launcher import check_environment, ranks_elsewhere
     # XLADIST_THREADS=abc and the like, which the ranks inherit
-    check_environment(elsewhere=bool(getattr(args, "hostfile", None)))
+    check_environment(elsewhere=ranks_elsewhere(getattr(args, "hostfile", None),
+                                                getattr(args, "hosts", None)))
     check_backend(getattr(args, "backend", None) or "cpu")  # UnsupportedError, exit 2
     placements = placements_of(module, args.num_devices,
                                getattr(args, "device_assignment", None))

@@ -241,5 +241,7 @@ def connect(address: str, timeout: float, refused_is_final: bool = False):
             if time.monotonic() + delay >= end or refused_is_final and isinstance(
                     e, (ConnectionRefusedError, FileNotFoundError)):
                 raise
+            if isinstance(e, socket.gaierror) and e.errno == socket.EAI_NONAME:
+                raise  # a name this host does not know: waiting does not teach it
             time.sleep(delay)  # refused: the listener is not up yet; try again shortly
             delay = min(delay * 2, 1.0)

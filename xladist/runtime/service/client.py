@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from xladist.collectives import deadline
+from xladist.errors import XlaDistError
 from xladist.version import __version__
 
 from .. import wire
@@ -49,8 +50,9 @@ ACK_WAIT_S = 5.0
 BYE_DRAIN_S = 30.0
 
 
-class ServiceError(RuntimeError):
-    """The service refused this rank or a request failed; the text says why."""
+class ServiceError(XlaDistError):
+    """The service refused this rank or a request failed; the text says why (a rank's
+    failure names the rank: runtime/rank.failure_text)."""
 
     plain = True
 
@@ -93,8 +95,8 @@ class Client:
             self.sock = wire.connect(self.address, CONNECT_TIMEOUT_S, refused_is_final=True)
         except OSError as e:
             raise ServiceError(
-                f"rank {self.rank} on {self.host} cannot reach the coordination service at "
-                f"{self.address} ({e.strerror or e}): the launching host must accept TCP "
+                f"cannot reach the coordination service at {self.address} from "
+                f"{self.host} ({e.strerror or e}): the launching host must accept TCP "
                 f"connections from every host on that port (set XLADIST_COORD_HOST / "
                 f"XLADIST_COORD_PORT, launch/README.md)") from None
         self.sock.settimeout(None)
@@ -107,13 +109,13 @@ class Client:
         self._reader.start()
         with self._cond:
             if not self._cond.wait_for(lambda: self.welcome is not None, WELCOME_TIMEOUT_S):
-                raise ServiceError(f"rank {self.rank}: the coordination service at "
+                raise ServiceError(f"the coordination service at "
                                    f"{self.address} did not hear from all {self.size} ranks "
                                    f"within {WELCOME_TIMEOUT_S:g} s")
         w = self.welcome
         if w.get("refused"):
-            raise ServiceError(f"rank {self.rank}: the coordination service at {self.address} "
-                               f"refused it: {w['refused']}")
+            raise ServiceError(f"the coordination service at {self.address} refused this "
+                               f"rank: {w['refused']}")
         if w.get("error"):
             if w.get("prints"):  # the launching process said it: go, with an input error's code
                 from xladist.errors import InputError
@@ -154,8 +156,8 @@ class Client:
             self._replies[ident] = []
         if not self.send("req", arrays, blob, timeout=timeout or 60.0, id=ident, what=what,
                          **fields):
-            raise ServiceError(f"rank {self.rank}: lost the coordination service at "
-                               f"{self.address} while asking for {what}")
+            raise ServiceError(f"lost the coordination service at {self.address} while "
+                               f"asking for {what}")
         with self._cond:
             ok = self._cond.wait_for(lambda: self._replies.get(ident), timeout)
             got = self._replies.pop(ident, None)
@@ -164,8 +166,8 @@ class Client:
                                f"{timeout:g} s")
         meta, payload = got[0]
         if meta.get("lost"):
-            raise ServiceError(f"rank {self.rank}: lost the coordination service at "
-                               f"{self.address} while asking for {what}")
+            raise ServiceError(f"lost the coordination service at {self.address} while "
+                               f"asking for {what}")
         if not meta.get("ok"):
             raise ServiceError(meta.get("error", f"the service could not serve {what}"))
         return meta, payload

@@ -239,8 +239,12 @@ class Service:
 
     def _accept(self) -> None:
         sel = selectors.DefaultSelector()
-        sel.register(self.listener, selectors.EVENT_READ)
-        sel.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            sel.register(self.listener, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+        except (ValueError, OSError):  # closed before this thread began (a launch refused
+            sel.close()                # at once): a traceback on stderr, before
+            return
         while not self.closed:
             for key, _ in sel.select():
                 if key.fileobj is self._wake_r:
@@ -490,8 +494,10 @@ class Service:
     def _monitor(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             now = time.monotonic()
-            if (self.ranks and len(self.ranks) < self.size and not self._failing
-                    and now - self._started > self.register_timeout):
+            # Also when no rank connected: MPI's start-up holds every rank until all have
+            # started, so one host whose ranks never start keeps all of them away.
+            if (len(self.ranks) < self.size and not self._failing
+                    and 0 < self.register_timeout < now - self._started):
                 self._never_connected()
             for st in list(self.ranks.values()):
                 if st.ended is not None:
@@ -511,11 +517,20 @@ class Service:
             self._failing = True
             missing = [r for r in range(self.size) if r not in self.ranks]
             hosts = sorted({s.host for s in self.ranks.values()})
-        self.emit(f"xladist: {texts.ranks_text(missing)} never connected to the coordination "
-                  f"service at {self.address} within {self.register_timeout:g} s, while "
-                  f"{len(self.ranks)} did (from {', '.join(hosts)}): were they started, "
-                  f"and can their hosts reach this one on TCP port {self.port}? The job was "
-                  "ended.")
+        within = (f"the coordination service at {self.address} within "
+                  f"{self.register_timeout:g} s ({REGISTER_TIMEOUT_ENV})")
+        if not self.ranks:
+            self.emit(f"xladist: none of the {self.size} ranks connected to {within}. A rank "
+                      "connects once MPI has started every rank of the job: a host whose "
+                      "ranks never started (unreachable, ssh waiting for a password, no "
+                      "srun in a Slurm allocation) keeps them all waiting; or the ranks' "
+                      f"hosts cannot reach this one on TCP port {self.port}. The job was "
+                      "ended.")
+        else:
+            self.emit(f"xladist: {texts.ranks_text(missing)} never connected to {within}, "
+                      f"while {len(self.ranks)} did (from {', '.join(hosts)}): were they "
+                      f"started, and can their hosts reach this one on TCP port {self.port}? "
+                      "The job was ended.")
         self._end_job(1)
 
     # ---- the hang report ---------------------------------------------------------------------
