@@ -237,6 +237,31 @@ def test_a_dead_rank_ends_the_cluster_with_the_usual_report(marker):
     assert _gone(marker) == []
 
 
+def _mpich_segments(pid: int) -> set[str]:
+    """The /dev/shm/mpich_shm_* files process `pid` maps, unlinked or not."""
+    with open(f"/proc/{pid}/maps") as f:
+        paths = {line.split(maxsplit=5)[5] for line in f.read().splitlines()
+                 if len(line.split(maxsplit=5)) == 6}
+    return {p.removesuffix(" (deleted)") for p in paths if p.startswith("/dev/shm/mpich_shm_")}
+
+
+def test_a_killed_rank_leaves_no_shared_memory_file_behind(marker):
+    """MPICH's node segment (2 MB of /dev/shm, which is RAM, per job) was removed only by
+    MPI_Finalize: every job ended by a failure, a hang, a kill or Ctrl-C left it for good."""
+    x, w = _inputs(4)
+    with xladist.Cluster(n=2) as c:
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        segments = set().union(*(_mpich_segments(pid) for _, pid in c.pids.values()))
+        if not segments:
+            pytest.skip("the MPI library maps no /dev/shm/mpich_shm_* segment")
+        os.kill(c.pids[1][1], signal.SIGKILL)
+        with pytest.raises(ClusterEnded, match="signal 9"):
+            c._thread.join(60)
+            c.run(ALL_REDUCE, [x, w])
+    assert _gone(marker) == []
+    assert [p for p in segments if os.path.exists(p)] == []
+
+
 def test_a_rank_killed_during_a_call_ends_it(marker):
     import threading
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
