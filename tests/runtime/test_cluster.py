@@ -262,6 +262,30 @@ def test_a_killed_rank_leaves_no_shared_memory_file_behind(marker):
     assert [p for p in segments if os.path.exists(p)] == []
 
 
+def test_clusters_that_ended_and_were_not_closed_keep_no_descriptors(marker):
+    """A cluster that ended (a dead rank, a hang, Ctrl-C) stays referenced until close()
+    or the interpreter's exit (atexit): it kept mpiexec's two output pipes open, two more
+    descriptors for every such cluster of a long session."""
+    x, w = _inputs(5)
+
+    def ended():
+        c = xladist.Cluster(n=2).start()
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        os.kill(c.pids[1][1], signal.SIGKILL)
+        with pytest.raises(ClusterEnded, match="signal 9"):
+            c._thread.join(60)
+            c.run(ALL_REDUCE, [x, w])
+        return c
+
+    kept = [ended()]  # the first one opens what the process keeps for good
+    fds = len(os.listdir("/proc/self/fd"))
+    kept += [ended() for _ in range(2)]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    for c in kept:
+        c.close()
+    assert _gone(marker) == []
+
+
 def test_a_rank_killed_during_a_call_ends_it(marker):
     import threading
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
