@@ -366,6 +366,36 @@ ENTRY %main (x: f32[4], c: pred[]) -> f32[4] {
 """
 
 
+LOADED_MODULES = """HloModule probe, replica_count=2
+
+ENTRY %main () -> f32[] {
+  ROOT %n = f32[] custom-call(), custom_call_target="test.loaded_modules"
+}
+"""
+
+
+def test_handles_nobody_holds_are_released_before_the_next_load():
+    """`step = c.compile(...)` in a loop without free(): every module stayed loaded on the
+    ranks with its communicators, and after ~500 (four groups each) MPI had none left
+    ("Too many communicators")."""
+    from tests import custom_call_fns
+    from xladist.semantics.custom_calls import CUSTOM_CALLS, register_custom_call
+    register_custom_call("test.loaded_modules", custom_call_fns.loaded_modules)
+    try:
+        with xladist.Cluster(n=2) as c:
+            for seed in range(12):
+                step = c.compile(ALL_REDUCE)
+                x, w = _inputs(seed)
+                _assert_outputs(step.run([x, w]), _expected(x, w))
+            kept = c.compile(ALL_REDUCE)  # held, as `step` is: both stay
+            loaded = c.run(LOADED_MODULES)  # (kept too, keep=8: it counts itself)
+            assert [float(d[0]) for d in loaded] == [3.0, 3.0]
+            _assert_outputs(kept.run([x, w]), _expected(x, w))
+            _assert_outputs(step.run([x, w]), _expected(x, w))
+    finally:
+        CUSTOM_CALLS.pop("test.loaded_modules", None)
+
+
 def test_a_rank_failing_alone_in_a_handles_call_is_named_and_the_cluster_stays_usable():
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     with xladist.Cluster(n=2) as c:
