@@ -77,6 +77,8 @@ def _text(row) -> str:
 def disagreement(plan, instr, args, device: int) -> str | None:
     """The members' exchange for this call of `instr` (collective over `plan.comm`): None
     when every member issues the same signature, else the error text naming both devices."""
+    if plan.comm is None:  # a device in no group (collective-broadcast): no one to meet
+        return None
     sig = signature(instr, args)
     if instr.opcode.removesuffix("-start") == "collective-permute":
         return _with_peers(plan, instr, sig, device)
