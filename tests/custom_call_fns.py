@@ -24,3 +24,12 @@ class Targets:
 def scalar_add(instr, args):
     """a + b in the operands' element type: a reducer's combiner as a target."""
     return (args[0] + args[1]).astype(args[0].dtype)
+
+
+def loaded_modules(instr, args):
+    """How many modules the cluster rank running it holds loaded (cluster_rank._Loaded), as
+    f32[]: tests/runtime/test_cluster.py's count of handles dropped by their user."""
+    import gc
+    # (the rank runs cluster_rank as __main__: its class is not the module's import)
+    return np.array(sum(type(o).__name__ == "_Loaded" and type(o).__module__ in (
+        "__main__", "xladist.runtime.cluster_rank") for o in gc.get_objects()), np.float32)

@@ -237,6 +237,55 @@ def test_a_dead_rank_ends_the_cluster_with_the_usual_report(marker):
     assert _gone(marker) == []
 
 
+def _mpich_segments(pid: int) -> set[str]:
+    """The /dev/shm/mpich_shm_* files process `pid` maps, unlinked or not."""
+    with open(f"/proc/{pid}/maps") as f:
+        paths = {line.split(maxsplit=5)[5] for line in f.read().splitlines()
+                 if len(line.split(maxsplit=5)) == 6}
+    return {p.removesuffix(" (deleted)") for p in paths if p.startswith("/dev/shm/mpich_shm_")}
+
+
+def test_a_killed_rank_leaves_no_shared_memory_file_behind(marker):
+    """MPICH's node segment (2 MB of /dev/shm, which is RAM, per job) was removed only by
+    MPI_Finalize: every job ended by a failure, a hang, a kill or Ctrl-C left it for good."""
+    x, w = _inputs(4)
+    with xladist.Cluster(n=2) as c:
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        segments = set().union(*(_mpich_segments(pid) for _, pid in c.pids.values()))
+        if not segments:
+            pytest.skip("the MPI library maps no /dev/shm/mpich_shm_* segment")
+        os.kill(c.pids[1][1], signal.SIGKILL)
+        with pytest.raises(ClusterEnded, match="signal 9"):
+            c._thread.join(60)
+            c.run(ALL_REDUCE, [x, w])
+    assert _gone(marker) == []
+    assert [p for p in segments if os.path.exists(p)] == []
+
+
+def test_clusters_that_ended_and_were_not_closed_keep_no_descriptors(marker):
+    """A cluster that ended (a dead rank, a hang, Ctrl-C) stays referenced until close()
+    or the interpreter's exit (atexit): it kept mpiexec's two output pipes open, two more
+    descriptors for every such cluster of a long session."""
+    x, w = _inputs(5)
+
+    def ended():
+        c = xladist.Cluster(n=2).start()
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        os.kill(c.pids[1][1], signal.SIGKILL)
+        with pytest.raises(ClusterEnded, match="signal 9"):
+            c._thread.join(60)
+            c.run(ALL_REDUCE, [x, w])
+        return c
+
+    kept = [ended()]  # the first one opens what the process keeps for good
+    fds = len(os.listdir("/proc/self/fd"))
+    kept += [ended() for _ in range(2)]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    for c in kept:
+        c.close()
+    assert _gone(marker) == []
+
+
 def test_a_rank_killed_during_a_call_ends_it(marker):
     import threading
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -315,6 +364,36 @@ ENTRY %main (x: f32[4], c: pred[]) -> f32[4] {
   ROOT %r = f32[4]{0} conditional(%c, %x, %x), true_computation=%feed, false_computation=%skip
 }
 """
+
+
+LOADED_MODULES = """HloModule probe, replica_count=2
+
+ENTRY %main () -> f32[] {
+  ROOT %n = f32[] custom-call(), custom_call_target="test.loaded_modules"
+}
+"""
+
+
+def test_handles_nobody_holds_are_released_before_the_next_load():
+    """`step = c.compile(...)` in a loop without free(): every module stayed loaded on the
+    ranks with its communicators, and after ~500 (four groups each) MPI had none left
+    ("Too many communicators")."""
+    from tests import custom_call_fns
+    from xladist.semantics.custom_calls import CUSTOM_CALLS, register_custom_call
+    register_custom_call("test.loaded_modules", custom_call_fns.loaded_modules)
+    try:
+        with xladist.Cluster(n=2) as c:
+            for seed in range(12):
+                step = c.compile(ALL_REDUCE)
+                x, w = _inputs(seed)
+                _assert_outputs(step.run([x, w]), _expected(x, w))
+            kept = c.compile(ALL_REDUCE)  # held, as `step` is: both stay
+            loaded = c.run(LOADED_MODULES)  # (kept too, keep=8: it counts itself)
+            assert [float(d[0]) for d in loaded] == [3.0, 3.0]
+            _assert_outputs(kept.run([x, w]), _expected(x, w))
+            _assert_outputs(step.run([x, w]), _expected(x, w))
+    finally:
+        CUSTOM_CALLS.pop("test.loaded_modules", None)
 
 
 def test_a_rank_failing_alone_in_a_handles_call_is_named_and_the_cluster_stays_usable():

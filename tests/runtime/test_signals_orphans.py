@@ -206,3 +206,38 @@ def test_a_failed_job_leaves_no_file_of_mpich_in_tmp(tmp_path, how):
         pytest.skip(f"other MPI jobs ran on this machine meanwhile (proxies "
                     f"{sorted(seen - ours)}): {sorted(left)} may be theirs")
     assert not left, left
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_an_interrupted_run_leaves_no_temporary_folder(tmp_path):
+    # `xladist run --outputs --trace` keeps the ranks' outputs and trace events in folders
+    # of TMPDIR until it writes them; Ctrl-C during the run left both there (an empty
+    # xladist-outputs-* and xladist-trace-* per interrupted run of a shell loop).
+    from tests.cli.test_channels_cli import write_inputs
+    module = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inputs = write_inputs(tmp_path / "in.npz", module, 2, {0: x, 1: np.array([2, 3], np.int32)})
+    (tmp_path / "tmp").mkdir()
+    marker = f"interrupted-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xladist", "run", str(module), "-n", "2", "--no-check",
+         "--timeout", "60", "--inputs", str(inputs), "--outputs", str(tmp_path / "out.npz"),
+         "--trace", str(tmp_path / "trace.json")],
+        cwd=tmp_path, env=_env(marker, TMPDIR=str(tmp_path / "tmp")),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60  # the ranks hang in their third psum until interrupted
+        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[1]
+        assert sorted(os.listdir(tmp_path / "tmp")), "the run keeps no temporary folder"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "interrupted" in err, err
+    assert sorted(os.listdir(tmp_path / "tmp")) == []
+    _kill(gone(marker, 10))

@@ -174,14 +174,15 @@ def test_service_keeps_events_whose_temporary_file_cannot_be_written(tmp_path):
     from xladist.runtime.service.outputs import Traces
     traces = Traces(2, str(tmp_path / "t.json"))
     traces.receive(0, json.dumps([{"name": "a", "pid": 0}]).encode(), False)
-    shutil.rmtree(traces.tmp)
-    traces.tmp.write_text("not a folder any more")  # (as a full disk, for the next file)
+    tmp = traces.tmp
+    shutil.rmtree(tmp)
+    tmp.write_text("not a folder any more")  # (as a full disk, for the next file)
     try:
         traces.receive(1, json.dumps([{"name": "b", "pid": 1}]).encode(), False)
         traces.receive(0, json.dumps([{"name": "c", "pid": 0}]).encode(), True)
         assert traces.finish(failed=False) is None
     finally:
-        traces.tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
     doc = json.loads((tmp_path / "t.json").read_text())
     assert doc["traceEvents"] == [{"name": "c", "pid": 0}, {"name": "b", "pid": 1}]
 

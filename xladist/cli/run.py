@@ -372,6 +372,7 @@ def _launch(args, module, inputs, checked) -> int:
                                service=service)
     except BaseException:
         code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
+        job.abandon()
         raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python

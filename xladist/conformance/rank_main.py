@@ -90,11 +90,11 @@ def run_item(table, item, spec, comm, say) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from mpi4py import MPI
+    from xladist.runtime.rank import world
 
     from .suite import Plan, units
     spec = protocol.read_spec(argv[0])
-    comm = MPI.COMM_WORLD
+    comm = world()
     say = protocol.writer(sys.stdout.buffer) if comm.Get_rank() == 0 else (lambda record: None)
     if comm.Get_size() != spec["n"]:
         say({"event": "fatal", "text": f"the job has {comm.Get_size()} ranks, the suite "

@@ -347,6 +347,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
                                mpiexec=mpiexec, service=service)
     except BaseException:
         code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
+        job.abandon()
         raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python

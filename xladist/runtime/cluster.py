@@ -36,6 +36,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 
 from xladist.errors import ExecutionError, InputError
 
@@ -89,7 +90,9 @@ class Cluster:
                     options=False)
         self._where = dict(hosts=host_list(hosts), hostfile=hostfile, mpiexec=mpiexec)
         self._ids = itertools.count(1)
-        self._handles: dict[int, Compiled] = {}
+        # Handles the user let go of (no reference left), still loaded on the ranks: freed
+        # before the next load (_free_dropped).
+        self._dropped: list[_Dropped] = []
         self.keep = keep
         self._kept: dict[tuple, Compiled] = {}   # run(text): loaded modules, least recent first
         self._lock = threading.Lock()      # one call at a time
@@ -224,6 +227,7 @@ class Cluster:
     def _load(self, handle: Compiled, inputs=None, feeds: dict | None = None):
         """Load `handle` on every rank (and run it on `inputs`, if given, with `feeds`); a
         load that failed on some rank is released on the others."""
+        self._free_dropped()
         try:
             outputs = self._call(handle, load=True, inputs=inputs, feeds=feeds)
         except ClusterEnded:
@@ -232,8 +236,17 @@ class Cluster:
             if self.usable:
                 self._call(handle, free=True)
             raise
-        self._handles[handle.id] = handle
+        handle._dropped = weakref.finalize(handle, self._dropped.append,
+                                           _Dropped(handle.id, handle.module, handle.options))
+        handle._dropped.atexit = False
         return outputs
+
+    def _free_dropped(self) -> None:
+        """Release on the ranks every loaded module whose handle nobody holds any more: a
+        loop of `step = c.compile(...)` without free() kept them all, each with its
+        communicators, until MPI had none left (2048: ~500 modules of four groups)."""
+        while self._dropped and self.usable:
+            self._call(self._dropped.pop(), free=True)
 
     def run(self, module, inputs=None, *, device_assignment=None, infeed=None, outfeed=None,
             infeed_fn: str | None = None, prefetch: int = 8, **options):
@@ -414,6 +427,7 @@ class Compiled:
         self.packed = pack(module) if xlx is None else None
         self.checked, self.options = checked, options
         self.freed = False
+        self._dropped = None  # weakref.finalize: tells the cluster when nobody holds this
 
     def inputs(self, inputs):
         """`inputs` as the ranks get them, checked here (dims, element types) first."""
@@ -446,9 +460,19 @@ class Compiled:
         if self.freed:
             return
         self.freed = True
-        self.cluster._handles.pop(self.id, None)
+        if self._dropped is not None:
+            self._dropped.detach()
         if self.cluster.usable:
             self.cluster._call(self, free=True)
+
+
+class _Dropped:
+    """What a free order needs of a handle that was dropped (Cluster._free_dropped)."""
+
+    text = xlx = packed = checked = None
+
+    def __init__(self, ident: int, module, options):
+        self.id, self.module, self.options = ident, module, options
 
 
 class _Codes:

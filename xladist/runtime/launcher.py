@@ -451,8 +451,14 @@ def _pump(stream, out, held: list[str], seen: bytearray, capture: bool) -> None:
 
     Raw bytes, not text lines: a progress line redrawn with `\r` (xladist/runtime/progress.py)
     has no newline and must pass at once; text mode would also turn each `\r` into a newline.
+    The pipe is closed at its end: the Popen outlives the job where its caller keeps it
+    (a Cluster, until it is closed), and each ended job would keep two descriptors.
     """
-    fd = stream.fileno()
+    with stream:
+        _copy(stream.fileno(), out, held, seen, capture)
+
+
+def _copy(fd: int, out, held: list[str], seen: bytearray, capture: bool) -> None:
     pending = b""
     while chunk := os.read(fd, 65536):
         pending += chunk

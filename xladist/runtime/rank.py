@@ -34,7 +34,11 @@ class RankResult:
 
 
 def world():
+    """MPI_COMM_WORLD; collective on a process's first call (node_shm)."""
     from mpi4py import MPI
+
+    from .node_shm import unlink_when_mapped
+    unlink_when_mapped(MPI.COMM_WORLD)
     return MPI.COMM_WORLD
 
 

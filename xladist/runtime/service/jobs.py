@@ -288,6 +288,16 @@ class JobHost:
             raise OutputError("; ".join(lost))
         return result
 
+    def abandon(self) -> None:
+        """The launch itself raised (Ctrl-C, a signal, no mpiexec): no result is written and
+        the temporary folders of the outputs and the trace go (each interrupted `xladist run
+        --outputs` or traced xladist.run left one in TMPDIR)."""
+        self._finished = True
+        if self.outputs is not None:
+            self.outputs.discard()
+        if self.traces is not None:
+            self.traces.discard()
+
     def finish_failed(self) -> str:
         """`finish(failed=True)` for a caller that raises the run's own error (xladist.run,
         a Cluster's call): what could not be kept is added to that error, never raised in

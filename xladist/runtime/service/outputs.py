@@ -300,9 +300,13 @@ class Traces:
                                           else self.tmp / f"rank{r}.json"
                                           for r in sorted(self.saved)],
                               ranks=self.n, note=note)
+        self.discard()
+        return note if self.saved else None
+
+    def discard(self) -> None:
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
-        return note if self.saved else None
+            self.tmp = None
 
 
 def _ranks(ranks) -> str:
