@@ -160,11 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " e.g. \"0,2;1,3\"; default: partition x replicas + replica")
 
 
-def load_module(path: str):
+def load_module(path: str, name: str = "MODULE"):
     if path.endswith(".xlx"):
         return serialized(path).module
     from ..hlo.parser import parse_file
-    return parse_file(path, "MODULE")
+    return parse_file(path, name)
 
 
 @functools.lru_cache(maxsize=4)
@@ -216,7 +216,8 @@ def _apply_config(args) -> None:
 def load_run_module(args):
     """The module with the run's replica/partition counts applied."""
     from xladist.runtime.config import override_device_counts
-    module = load_module(args.module)
+    from xladist.runtime.run_args import setting_name
+    module = load_module(args.module, setting_name("module", args=args))
     override_device_counts(module, getattr(args, "replica_count", None),
                            getattr(args, "num_partitions", None))
     return module
