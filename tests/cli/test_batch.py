@@ -76,3 +76,23 @@ def test_a_hang_ends_the_batch_naming_the_lines_not_run(tmp_path):
     assert (tmp_path / "out1.npz").exists() and not (tmp_path / "out3.npz").exists()
     assert "rank 1 waits there; rank 0 never arrived" in proc.stderr, proc.stderr
     assert "not run (the cluster ended): line 3" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_lines_config_with_other_ranks_is_refused_naming_it(tmp_path):
+    """`ranks = 4` in a line's --config, in a batch of -n 2: the same refusal as `-n 4` on
+    the line (exit 2, naming the file and key), not a run the cluster's ranks reject."""
+    _setup(tmp_path)
+    (tmp_path / "r4.toml").write_text(f"module = '{LOOP}'\ninputs = 'in.npz'\nranks = 4\n")
+    (tmp_path / "trace.toml").write_text(f"module = '{LOOP}'\ninputs = 'in.npz'\n"
+                                         "trace = 't.json'\n")
+    (tmp_path / "runs.txt").write_text("--config r4.toml\n--config trace.toml\n"
+                                       f"{LOOP} --inputs in.npz --outputs out.npz\n")
+    proc = xladist_cli("run", "--batch", "runs.txt", "-n", "2", timeout=240, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "runs.txt:1: error: r4.toml: key 'ranks' 4 differs from the batch's -n 2" \
+        in proc.stderr, proc.stderr
+    assert "runs.txt:2: error: trace.toml: --trace is not offered" in proc.stderr
+    assert (tmp_path / "out.npz").exists() and not (tmp_path / "t.json").exists()
+    assert "Traceback" not in proc.stderr

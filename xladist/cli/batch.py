@@ -67,10 +67,20 @@ def _parse(args, path: str, number: int, argv: list[str]):
     if line.batch is not None:
         raise InputError(f"{path}:{number}: --batch on a line of a batch list: a line is one "
                          f"run (list the other list's lines here instead)")
-    if line.num_devices != args.num_devices:
-        raise InputError(f"{path}:{number}: -n {line.num_devices} differs from the batch's "
-                         f"-n {args.num_devices} (one batch, one set of ranks)")
+    try:
+        _same_ranks(line, args)
+    except InputError as e:
+        raise InputError(f"{path}:{number}: {e}") from None
     return line
+
+
+def _same_ranks(line, base) -> None:
+    """A line runs on the batch's ranks: its -n (or its config's `ranks`) must be -n's."""
+    if line.num_devices != base.num_devices:
+        from xladist.runtime.run_args import setting_name
+        raise InputError(f"{setting_name('ranks', args=line)} {line.num_devices} differs "
+                         f"from the batch's -n {base.num_devices} (one batch, one set of "
+                         f"ranks)")
 
 
 def _refuse_unoffered(args, where: str, base=None) -> None:
@@ -131,7 +141,9 @@ def _run_line(cluster, line, where: str, base) -> None:
     from .run import (_apply_config, _check_targets, _deadlock_check, _open_inputs,
                       load_run_module)
     _apply_config(line)
-    _refuse_unoffered(line, where, base=base)  # also what its --config set
+    if line.config:  # what its --config set (the line's own flags: checked by _parse)
+        _refuse_unoffered(line, line.config, base=base)
+        _same_ranks(line, base)
     if line.module.endswith(".xlx"):
         raise InputError(f"{line.module}: a .xlx module is not offered in a batch yet")
     n = line.num_devices
