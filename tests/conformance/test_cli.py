@@ -165,3 +165,13 @@ def test_a_backend_from_an_installed_package_runs_the_suite():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "backend toy" in proc.stdout
     assert re.search(r"^all-reduce add( +ok){9}$", proc.stdout, re.M)  # no pred column
+
+
+@pytest.mark.slow
+def test_a_backend_printing_on_stdout_without_a_newline_still_passes():
+    """Rank 0 answers on stdout; a backend's print(..., end="") there used to swallow every
+    record after it (each case an ERROR 'the job exited with 0 while running it')."""
+    proc = conformance("-n", "2", "--backend", "broken-chatty", "--select",
+                       "*/1x2/default/all-gather/*s8*", plugins=[BROKEN])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^\d+ cases: (\d+) passed \(1 MPI job", proc.stdout, re.M), proc.stdout
