@@ -45,3 +45,20 @@ def test_demo_whose_launcher_starts_no_rank_fails_naming_it(tmp_path, capsys):
     assert main(["demo", "-n", "2", "--mpiexec", str(launcher), "-q"]) == 1
     assert capsys.readouterr().err.startswith(
         f"xladist demo: {launcher} exited with status 0, but ranks 0, 1 of 2 never started")
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_conformance_whose_launcher_starts_no_rank_fails_once_naming_it(tmp_path, capsys,
+                                                                       status):
+    """Before: every selected case was an ERROR 'the job exited with 0 before this case
+    ran:' with nothing after it, one per case of the run."""
+    launcher = _launcher(tmp_path, status)
+    code = main(["conformance", "-n", "2", "--mpiexec", str(launcher), "--select",
+                 "*/all-gather/*s8*scalar*"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    assert captured.err.endswith(
+        f"xladist conformance: error: {launcher} exited with status {status}, but ranks 0, 1 "
+        f"of 2 never started, so the job did not run. Is it an MPI launcher that takes "
+        f"`-n N PROGRAM` (--mpiexec)?\n"), captured.err
+    assert "ERROR" not in captured.out

@@ -110,7 +110,7 @@ def _tail(buf: bytearray, lines: int = 30) -> str:
 
 def _one_job(n, table, work, options: Options, result: Result, progress) -> list:
     """Run `work` in one job; returns the items still to run (after a dead job)."""
-    from xladist.runtime.launcher import job_exit_code, started
+    from xladist.runtime.launcher import job_exit_code, never_started, started
     argv = ["-m", "xladist.conformance.rank_main", _spec(n, options, work)]
     lines: queue.Queue = queue.Queue()
     errbuf = bytearray()
@@ -174,6 +174,11 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
             except Exception:  # noqa: BLE001 - a job that will not exit is stopped below
                 how = "the job did not exit after its last case"
         notes = proc.abort_notes()
+        if how is None and not done and current is None:
+            how = never_started(proc, proc.service, n)  # not an MPI launcher (--mpiexec)
+            if how is not None and not result.verdicts:  # nothing can run: say it once
+                from xladist.errors import ExecutionError
+                raise ExecutionError(how)
     if how is None and code == 0 and current is None and all(e in done for e in expected):
         return []
     why = how or f"the job exited with {code}"
