@@ -112,6 +112,31 @@ def test_fresh_jobs_option_starts_a_job_per_run_for_fixtures_and_direct_calls(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
 
+@pytest.mark.slow
+def test_the_documented_example_runs_on_kept_ranks_without_with_mpi(tmp_path):
+    """docs/conformance.md's example is marked `mpi(min_size=2)`; run by plain pytest (no
+    --with-mpi) pytest-mpi skipped it ('need --with-mpi option to run'), so a user's suite
+    passed having checked nothing. It runs on kept ranks now, min_size of them; an
+    `mpi`-marked test without xladist fixtures is still pytest-mpi's to skip."""
+    example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()
+    (tmp_path / "test_example.py").write_text(
+        example + "\n\n@pytest.mark.mpi(min_size=4)\n"
+                  "def test_four(xladist_devices, xladist_run):\n"
+                  "    x = np.ones((xladist_devices, 8), np.float32)\n"
+                  "    assert xladist_devices == 4 and xladist_run(MODULE, [x])[3][0][0] == 4\n"
+                  "\n\n@pytest.mark.mpi(min_size=2)\n"
+                  "def test_plain_mpi():\n"
+                  "    from mpi4py import MPI\n"
+                  "    assert MPI.COMM_WORLD.Get_size() == 2\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           "-p", "xladist.testing.plugin", "--xladist-backend", "interpreter",
+                           str(tmp_path / "test_example.py")], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed, 1 skipped" in proc.stdout, proc.stdout
+    assert proc.stdout.count("need --with-mpi option to run") == 1  # test_plain_mpi
+
+
 def test_the_documented_example_is_the_one_that_runs():
     doc = (ROOT / "docs" / "conformance.md").read_text()
     example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()
