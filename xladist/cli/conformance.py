@@ -31,6 +31,9 @@ examples:
   xladist conformance -n 4 --list           the case names, without running anything
   xladist conformance -n 4 --hostfile hosts --mpiexec /opt/mpich/bin/mpiexec
                                             ranks on other hosts, with another MPI
+  xladist conformance -n 2 --no-xla --timeout 20
+                                            without XLA's own tests; a wait for another
+                                            rank over 20 s ends the case's job
 
 Cells: ok (all passed), F<k> (k failed), ns (the backend does not support it), ok~ (passed,
 some not supported), gap (a known xladist gap). Every failure names the case, the device and
