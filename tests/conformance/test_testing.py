@@ -31,6 +31,21 @@ def test_reference_gives_every_device_its_result():
         assert want[d][0].view(np.uint32).tolist() == np.concatenate(x).view(np.uint32).tolist()
 
 
+def test_a_module_file_is_taken_as_xladist_run_takes_it(tmp_path):
+    """A path not ending in .hlo (a pathlib.Path even) was parsed as HLO text: 'expected
+    '{' to open the body of computation module.txt'. run_devices, reference and
+    assert_conforms read a module as xladist.run does."""
+    path = tmp_path / "gather.txt"
+    path.write_text(GATHER)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for given in (path, str(path)):
+        want = reference(given, [x], n=2)
+        assert [w[0].tolist() for w in want] == [x.reshape(-1).tolist()] * 2
+    from xladist.errors import InputError
+    with pytest.raises(InputError, match="does not exist"):
+        reference(tmp_path / "absent.txt", [x], n=2)
+
+
 @pytest.mark.parametrize("tolerance,dtype,expected", [
     (None, np.float32, None), (True, np.float32, (1e-5, 1e-6)), (True, np.int32, None),
     ({"f16": (0.1, 0)}, np.float16, (0.1, 0)), ({"f16": (0.1, 0)}, np.float32, None),
