@@ -197,15 +197,21 @@ def _check_device_count(module, n: int) -> None:
     device_counts(module, n)  # the one rule: the header's counts, the rest from n
 
 
-def _apply_config(args) -> None:
-    """--config FILE fills what the command line did not set; MODULE is then required.
-    Every number of the run (-n, --replica-count, --prefetch, --timeout, ...) is then
-    checked and named as its option, before the module is read (run_args.check_numbers)."""
-    if getattr(args, "config", None):
+def read_config(args) -> None:
+    """--config FILE fills what the command line did not set (once: config.apply records
+    what it set in args._config_keys)."""
+    if getattr(args, "config", None) and not hasattr(args, "_config_keys"):
         from xladist.runtime import config
         argv = list(args._argv)
         argv = argv[argv.index("run") + 1:] if "run" in argv else argv
         config.apply(args, add_arguments, argv)
+
+
+def _apply_config(args) -> None:
+    """--config FILE fills what the command line did not set; MODULE is then required.
+    Every number of the run (-n, --replica-count, --prefetch, --timeout, ...) is then
+    checked and named as its option, before the module is read (run_args.check_numbers)."""
+    read_config(args)
     if args.module is None:
         raise InputError("no module to run: give MODULE or --config FILE with "
                          "module = \"path/to/module.hlo\"")
