@@ -62,3 +62,15 @@ def test_conformance_whose_launcher_starts_no_rank_fails_once_naming_it(tmp_path
         f"of 2 never started, so the job did not run. Is it an MPI launcher that takes "
         f"`-n N PROGRAM` (--mpiexec)?\n"), captured.err
     assert "ERROR" not in captured.out
+
+
+@pytest.mark.parametrize("mode", [[], ["--in-loop"]])
+def test_bench_whose_launcher_starts_no_rank_fails_naming_it(tmp_path, capsys, mode):
+    """Before: `xladist bench collectives --mpiexec X` with an X that ran nothing printed
+    nothing and exited 0 (the table's ranks never reached the job's service)."""
+    launcher = _launcher(tmp_path, 0)
+    code = main(["bench", "collectives", *mode, "-n", "2", "--sizes", "8", "--iters", "2",
+                 "--repeats", "1", "--mpiexec", str(launcher)])
+    assert code == 1
+    assert capsys.readouterr().err.startswith(
+        f"xladist bench: {launcher} exited with status 0, but ranks 0, 1 of 2 never started")
