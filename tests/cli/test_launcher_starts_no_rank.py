@@ -74,3 +74,23 @@ def test_bench_whose_launcher_starts_no_rank_fails_naming_it(tmp_path, capsys, m
     assert code == 1
     assert capsys.readouterr().err.startswith(
         f"xladist bench: {launcher} exited with status 0, but ranks 0, 1 of 2 never started")
+
+
+def test_the_python_api_whose_launcher_starts_no_rank_says_so(tmp_path):
+    """Before: xladist.run said 'the 2-rank job failed (exit 0)' and xladist.Cluster 'its
+    2-rank job ended while starting (exit 0)', nothing more."""
+    import xladist
+    from xladist.errors import ExecutionError
+    from xladist.runtime.cluster import ClusterEnded
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM_MODULE)
+    launcher = _launcher(tmp_path, 0)
+    said = (f"{launcher} exited with status 0, but ranks 0, 1 of 2 never started, so the "
+            f"job did not run. Is it an MPI launcher that takes `-n N PROGRAM` (mpiexec=)?")
+    with pytest.raises(ExecutionError) as e:
+        xladist.run(module, [np.ones((2, 4), np.float32)], n=2, mpiexec=str(launcher))
+    assert said in str(e.value)
+    with pytest.raises(ClusterEnded) as e:
+        with xladist.Cluster(2, mpiexec=str(launcher)) as cluster:
+            cluster.run(module, [np.ones((2, 4), np.float32)])
+    assert said in str(e.value)
