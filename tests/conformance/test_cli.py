@@ -58,6 +58,11 @@ def test_an_unknown_backend_is_an_error_before_any_job():
 def test_no_matching_case_fails():
     proc = conformance("-n", "2", "--select", "nothing-like-this")
     assert proc.returncode == 1 and "no case matched" in proc.stderr
+    # a name without its path matches nothing: the message names the pattern and the way
+    proc = conformance("-n", "2", "--select", "all-gather")
+    assert proc.returncode == 1
+    assert "no case matched --select 'all-gather' (a pattern matches the whole name, as " \
+           "'*/all-gather/*' would; --list shows the names)" in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow

@@ -115,7 +115,12 @@ def run(args) -> int:
         report.write_json(args.json, results, options, seconds)
     totals = report.totals(results)
     if not any(totals.values()):
-        print("xladist conformance: no case matched", file=sys.stderr)
+        hint = ""
+        if args.select:
+            hint = (f" --select {' '.join(repr(p) for p in args.select)} (a pattern matches "
+                    f"the whole name, as '*/{args.select[0].strip('*')}/*' would; --list "
+                    f"shows the names)")
+        print(f"xladist conformance: no case matched{hint}", file=sys.stderr)
         return 1
     failed = sum(totals[s] for s in ("fail", "error", "gap-closed"))
     if not totals["pass"]:
