@@ -180,3 +180,14 @@ def test_a_backend_printing_on_stdout_without_a_newline_still_passes():
                        "*/1x2/default/all-gather/*s8*", plugins=[BROKEN])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^\d+ cases: (\d+) passed \(1 MPI job", proc.stdout, re.M), proc.stdout
+
+
+def test_the_case_names_the_docs_show_exist():
+    """docs/conformance.md and docs/BACKENDS.md show case names and the commands that rerun
+    them; three named no case of the suite (one only in --full, two in none)."""
+    docs = "".join((ROOT / "docs" / f).read_text() for f in ("conformance.md", "BACKENDS.md"))
+    shown = set(re.findall(r"\b(n(\d)/\dx\d/\w+/[\w-]+/\w+)", docs))
+    assert len(shown) >= 3
+    for name, n in shown:
+        proc = conformance("-n", n, "--list", "--select", name)
+        assert proc.returncode == 0 and proc.stdout.split() == [name], (name, proc.stdout)
