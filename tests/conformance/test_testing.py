@@ -152,6 +152,30 @@ def test_the_documented_example_runs_on_kept_ranks_without_with_mpi(tmp_path):
     assert proc.stdout.count("need --with-mpi option to run") == 1  # test_plain_mpi
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_hang_inside_an_mpi_job_is_reported_not_swallowed_by_pytest(tmp_path):
+    """`mpiexec -n 2 python -m pytest --with-mpi`: a hang aborts the job in the middle of a
+    test, and pytest, capturing the test's output, never showed the hang report: the run
+    ended with exit 1 and not a word about why. The plugin now stops capturing first."""
+    from xladist.collectives.mpiexec import find_mpiexec
+    loop = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    (tmp_path / "test_hang.py").write_text(
+        "import numpy as np\n"
+        "def test_hangs(xladist_run):\n"
+        "    x = np.arange(8, dtype=np.float32).reshape(2, 4)\n"
+        f"    xladist_run({str(loop)!r}, [x, np.array([1, 2], np.int32)])\n")
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "pytest", "-q",
+                           "-p", "no:cacheprovider", "-p", "xladist.testing.plugin",
+                           "--with-mpi", "--xladist-backend", "interpreter",
+                           "--xladist-timeout", "3", str(tmp_path / "test_hang.py")],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode != 0
+    assert "rank 1 waits there; rank 0 never arrived" in proc.stdout + proc.stderr, \
+        proc.stdout + proc.stderr
+
+
 def test_the_documented_example_is_the_one_that_runs():
     doc = (ROOT / "docs" / "conformance.md").read_text()
     example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()

@@ -52,6 +52,37 @@ def pytest_configure(config):
     # The mark the fixtures read (xladist_devices), also when pytest-mpi is not installed.
     config.addinivalue_line("markers", "mpi(min_size=N): a test on N MPI ranks (pytest-mpi's "
                                        "mark; xladist_devices is N outside a job)")
+    from xladist.runtime.launcher import under_mpi
+    if under_mpi():
+        from xladist.collectives import deadline
+        deadline.on_abort(lambda: _uncapture(config))
+
+
+def _uncapture(config) -> None:
+    """Inside an MPI job a hang or a failed rank aborts the job -- this pytest process too --
+    in the middle of a test, whose captured output (the hang report, the rank's error) pytest
+    would never show: the job ended with no word. Before the abort, stop capturing and
+    write what was captured where the user sees it."""
+    from xladist.collectives import deadline
+    if not deadline._aborting:
+        # The hooks also run on an error this process may survive (a test's pytest.raises)
+        # and when the job's service asks for a save before it aborts: keep waiting for the
+        # abort itself (abort_job runs the hooks again), capture untouched.
+        deadline.on_abort(lambda: _uncapture(config))
+        return
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        return
+    import sys
+    try:
+        capman.suspend_global_capture(in_=True)
+        out, err = capman.read_global_capture()
+    except Exception:  # noqa: BLE001 - an abort goes on whatever pytest's state
+        return
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    sys.stderr.write(err)
+    sys.stderr.flush()
 
 
 @pytest.hookimpl(trylast=True)
