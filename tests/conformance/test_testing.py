@@ -176,6 +176,19 @@ def test_a_hang_inside_an_mpi_job_is_reported_not_swallowed_by_pytest(tmp_path):
         proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("value", ["-1", "nan", "1e12"])
+def test_a_bad_xladist_timeout_is_a_usage_error_naming_the_option(tmp_path, value):
+    """Before: every test that ran something failed with 'timeout must be a number of
+    seconds >= 0 ...', naming a keyword the user never wrote, and the others passed."""
+    (tmp_path / "test_t.py").write_text("def test_t(xladist_run):\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "xladist.testing.plugin", f"--xladist-timeout={value}",
+                           str(tmp_path / "test_t.py")], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+    assert "ERROR: --xladist-timeout must be" in proc.stderr, proc.stderr
+
+
 def test_the_documented_example_is_the_one_that_runs():
     doc = (ROOT / "docs" / "conformance.md").read_text()
     example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()

@@ -47,7 +47,14 @@ _NEEDS_WITH_MPI = "need --with-mpi option to run"  # pytest-mpi's skip outside a
 
 
 def pytest_configure(config):
+    from xladist.environment import check_seconds
+    from xladist.errors import InputError
     from xladist.testing import clusters
+    try:  # the rule every run's timeout meets, said once, naming the option
+        check_seconds(config.getoption("--xladist-timeout"), "--xladist-timeout",
+                      " (0: no deadline)")
+    except InputError as e:
+        raise pytest.UsageError(str(e)) from None
     clusters.KEEP = not config.getoption("--xladist-fresh-jobs")
     # The mark the fixtures read (xladist_devices), also when pytest-mpi is not installed.
     config.addinivalue_line("markers", "mpi(min_size=N): a test on N MPI ranks (pytest-mpi's "
