@@ -97,6 +97,10 @@ ENTRY e {{
 
 def main() -> int:
     comm = MPI.COMM_WORLD.Dup()
+    # The loop's trip count is an argument, so the deadlock check cannot prove the program
+    # and each collective would first exchange its signature (docs/collectives.md); a
+    # loop with a constant trip count is proven and pays nothing, which these rows measure.
+    os.environ["XLADIST_SIGNATURES"] = "off"
     n, rank = comm.Get_size(), comm.Get_rank()
     k_small = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 

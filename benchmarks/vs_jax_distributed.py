@@ -190,6 +190,10 @@ def xladist_worker(spec_file: str, rounds: int) -> None:
 
     import xladist
     comm = MPI.COMM_WORLD
+    # The loop's trip count is an argument, so the deadlock check cannot prove the program
+    # and each collective would first exchange its signature (docs/collectives.md); a
+    # loop with a constant trip count is proven and pays nothing, which these rows measure.
+    os.environ["XLADIST_SIGNATURES"] = "off"
     with open(spec_file, "rb") as f:
         table = pickle.load(f)
     results = {}

@@ -94,6 +94,21 @@ def target_cpu() -> str | None:
     return cpu if cpu and cpu != "host" else None
 
 
+SIGNATURES = ("unproven", "always", "off")
+
+
+def signatures() -> str:
+    """When the members of each collective compare its signature before its call
+    (runtime/signatures.py), from XLADIST_SIGNATURES: `unproven` (unset: in runs the
+    deadlock check did not prove), `always`, or `off` (never: the program is trusted, as
+    XLA trusts it). InputError for another value."""
+    raw = os.environ.get("XLADIST_SIGNATURES", "").strip().lower()
+    if raw and raw not in SIGNATURES:
+        raise InputError(f"environment variable XLADIST_SIGNATURES={raw!r}: expected one of "
+                         f"{', '.join(SIGNATURES)}")
+    return raw or "unproven"
+
+
 CACHE_OFF = ("", "off", "none", "0")
 
 
@@ -128,10 +143,12 @@ def check_cache_dir() -> None:
 
 
 def check() -> None:
-    """Every numeric XLADIST_* variable set here takes its value, and XLADIST_CACHE_DIR
+    """Every numeric XLADIST_* variable set here takes its value, XLADIST_SIGNATURES is
+    one of its words, and XLADIST_CACHE_DIR
     names a directory (InputError otherwise). Before ranks start,
     runtime/launcher.check_environment calls it with the check of XLADIST_TARGET_CPU
     (compiler/target.py: a CPU name only LLVM can judge)."""
     for name in _NUMBERS:
         setting(name)
+    signatures()
     check_cache_dir()

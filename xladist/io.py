@@ -202,9 +202,11 @@ class Inputs:
         extra = sorted(set(arrays) - expected, key=_key_order)
         what = self.what
         if extra:
+            n = len(self.shapes)
+            takes = ("no parameters" if n == 0 else "1 parameter: arg0" if n == 1
+                     else f"{n} parameters: arg0..arg{n - 1}")
             raise InputError(f"{what} {source}: arrays the module does not take: "
-                             f"{', '.join(extra)} (the module has {len(self.shapes)} "
-                             f"parameters: arg0..arg{len(self.shapes) - 1})")
+                             f"{', '.join(extra)} (the module has {takes})")
         out = []
         for i, shape in enumerate(self.shapes):
             label = _param_label(i, self.names[i], shape)

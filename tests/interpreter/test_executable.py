@@ -139,7 +139,8 @@ def test_read_inputs_with_and_without_device_axis(tmp_path):
 @pytest.mark.parametrize("arrays,match", [
     ({"arg0": np.zeros((2, 3), np.float32)}, r"no array 'arg1' for parameter 1 \(y: bf16\[3\]\)"),
     ({"arg0": np.zeros((2, 3), np.float32), "arg1": np.zeros(3, np.uint16),
-      "arg2": np.zeros(1)}, r"arrays the module does not take: arg2"),
+      "arg2": np.zeros(1)}, r"arrays the module does not take: arg2 \(the module has 2 "
+                            r"parameters: arg0..arg1\)"),
     ({"arg0": np.zeros((2, 3), np.float64), "arg1": np.zeros(3, np.uint16)},
      r"arg0 for parameter 0 \(x: f32\[2,3\]\): expected element type float32, got float64"),
     ({"arg0": np.zeros((2, 2), np.float32), "arg1": np.zeros(3, np.uint16)},
@@ -152,6 +153,19 @@ def test_read_inputs_errors_name_the_parameter(tmp_path, arrays, match):
     np.savez(f, **arrays)
     with pytest.raises(InputError, match=match):
         read_inputs(f, shapes, num_devices=1, device_axis=None, names=["x", "y"])
+
+
+def test_an_extra_array_names_what_a_module_of_one_or_no_parameters_takes(tmp_path):
+    """Not "1 parameters: arg0..arg0" nor "0 parameters: arg0..arg-1"."""
+    f = tmp_path / "in.npz"
+    np.savez(f, arg0=np.zeros(3, np.float32), x=np.zeros(1))
+    shape = two_param_module().entry.parameters[1].shape
+    with pytest.raises(InputError, match=r"does not take: x \(the module has 1 parameter: "
+                                         r"arg0\)$"):
+        read_inputs(f, [shape], num_devices=1, device_axis=None, names=["y"])
+    with pytest.raises(InputError, match=r"does not take: arg0, x \(the module has no "
+                                         r"parameters\)$"):
+        read_inputs(f, [], num_devices=1, device_axis=None, names=[])
 
 
 def test_write_outputs_encodes_bf16_and_stacks_devices(tmp_path):

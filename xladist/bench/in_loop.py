@@ -134,6 +134,10 @@ def _run(args) -> int:
     from xladist.runtime.api import run
 
     comm = MPI.COMM_WORLD.Dup()
+    # The loop's trip count is an argument, so the deadlock check cannot prove the program
+    # and each collective would first exchange its signature (docs/collectives.md); a
+    # loop with a constant trip count is proven and pays nothing, which these rows measure.
+    os.environ["XLADIST_SIGNATURES"] = "off"
     n, rank = comm.Get_size(), comm.Get_rank()
     out = sys.stdout if rank == 0 else None
 

@@ -111,6 +111,11 @@ def _run_as_rank(args) -> int:
         cfg = _config(args, size)
         module = train_mlp.build_module(cfg)
         params, batches = train_mlp.make_data(cfg)
+        # Every rank checks the module it built (the same on all): a proven run's
+        # collectives take their native paths (xladist/runtime/signatures.py).
+        from xladist.runtime.precheck import precheck, proven
+        sure = proven(precheck(module, size, prefix="xladist demo",
+                               warn=None if rank == 0 else (lambda text: None)))
         tracer = Tracer(rank, record=bool(args.trace))
         how = progress.mode(args.quiet) if rank == 0 else "off"
         # The loss lines are themselves the log; only a terminal gets the live line too.
@@ -131,7 +136,7 @@ def _run_as_rank(args) -> int:
         with shown:
             result = execute_on_this_rank(module, list(params), backend=args.backend,
                                           timeout=args.timeout, feeds=feeds, tracer=tracer,
-                                          trace=args.trace, gather_to=0)
+                                          trace=args.trace, gather_to=0, proven=sure)
         report = _gather_report(comm, tracer, losses)
         if rank == 0:
             _print_summary(cfg, params, batches, report, result, args)

@@ -54,6 +54,7 @@ __all__ = [
     "check_replica_groups",
     "check_source_target_pairs",
     "collective_permute_pairs",
+    "collective_terms",
     "config_counts",
     "device_group_size",
     "device_groups",
@@ -699,6 +700,32 @@ def instruction_device_groups(opcode: str, attrs: Mapping, device_assignment: De
     mode = group_mode(op, attrs.get("channel_id"), attrs.get("use_global_device_ids"))
     return device_groups(attrs.get("replica_groups"), mode, R, P, da, op=op,
                          require_cover=op != "collective-broadcast")
+
+
+def collective_terms(op) -> tuple[str, str | None, tuple | None]:
+    """What the members of one collective must agree on besides its groups and its operands'
+    types and dimensions (docs/reference/collective-semantics.md 21b): its form, its reducer
+    and its dimensions. The deadlock check compares them before a run
+    (analysis/deadlock/facts.py), a run it did not prove at each call
+    (runtime/signatures.py): one rule for both.
+
+    The form keeps a -start suffix: MPI never matches a nonblocking collective with a
+    blocking one, so a member starting what another runs synchronously is a mismatch. A
+    reducer is named by its root op when that combines the two parameters (two computations
+    that each add agree whatever their names), else by its computation's name."""
+    kind = op.opcode.removesuffix("-start")
+    form = op.opcode if op.opcode.endswith("-start") else kind
+    comp = op.attrs.get("to_apply")
+    reducer = None
+    if comp is not None:
+        root = comp.root
+        if root is not None and len(root.operands) == 2 and all(
+                o.opcode == "parameter" for o in root.operands):
+            reducer = f"{root.opcode} ({root.shape.to_text(layout=False)})"
+        else:
+            reducer = f"computation {comp.name}"
+    dims = tuple(op.attrs["dimensions"]) if "dimensions" in op.attrs else None
+    return form, reducer, dims
 
 
 # Device-to-device send/recv peers (docs/reference/collective-semantics.md D.18-21b): the runtime's channels,

@@ -228,7 +228,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
             options_here["compile_options"] = serial.options()
         outputs = _run_here(module, per_device, backend=backend, timeout=timeout,
                             device_assignment=device_assignment, verify=verify, trace=trace,
-                            **options_here,
+                            **options_here, proven=bool(checked and checked.get("proven")),
                             host=CallbackHost(*transfers) if transfers else None)
         if len(rescued()) > before:  # a trace or outfeed written elsewhere (said on stderr)
             from xladist.errors import OutputError

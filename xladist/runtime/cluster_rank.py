@@ -80,7 +80,8 @@ def _load(client, comm) -> _Loaded:
     spec = meta["spec"]
     module, compile_options = _module(spec, blob)
     deadline.configure(spec.get("timeout", 300.0))
-    ctx = device_context(module, comm, spec.get("device_assignment"))
+    ctx = device_context(module, comm, spec.get("device_assignment"),
+                         proven=spec.get("proven", False))
     try:
         exe = compile_for(module, ctx, backend=spec.get("backend", "cpu"),
                           verify=spec.get("verify", True), schedule=spec.get("schedule", True),

@@ -31,10 +31,12 @@ from xladist.collectives.permute import (
 from xladist.collectives.ragged_all_to_all import ragged_all_to_all
 from xladist.collectives.reduce_scatter import reduce_scatter, reduce_scatter_start
 from xladist.collectives.reduction import AND, MAX, MIN, OR, PROD, SUM, XOR, Reducer
+from xladist.environment import signatures
 from xladist.errors import ExecutionError, VerifierError
 from xladist.semantics.device import DeviceContext
 
 from .device import Placement
+from .signatures import disagreement, native_agreement
 
 # Opcodes (after stripping -start) that this context plans at load.
 _COLLECTIVES = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
@@ -98,7 +100,7 @@ class MpiDeviceContext(DeviceContext):
     """One device of a multi-device run; see the module docstring."""
 
     def __init__(self, module, placement: Placement, cache: CommunicatorCache, *,
-                 feeds=None, channels=None):
+                 feeds=None, channels=None, proven: bool = False):
         self.module = module
         self.placement = placement
         self.replica_id = placement.replica
@@ -110,6 +112,10 @@ class MpiDeviceContext(DeviceContext):
         self.feeds = feeds
         self.channels = channels
         self.plans: dict[object, _Plan] = {}
+        # A run the deadlock check did not prove exchanges each collective's signature first
+        # (xladist/runtime/signatures.py; native loops natively: native_agreement).
+        when = signatures()
+        self.agree = when == "always" or (when == "unproven" and not proven)
 
     # ---- loading ---------------------------------------------------------------------
     def prepare(self) -> None:
@@ -195,7 +201,7 @@ class MpiDeviceContext(DeviceContext):
         binds this on a collective's first run (compiler/devices.py), so a loop pays one
         MPI call and a result allocation per iteration instead of the generic dispatch."""
         plan = self._single_array_all_reduce(instr)
-        if plan is None:
+        if plan is None or self.agree:  # an exchange first: the generic path (_start)
             return None
         dst = instr.shape
         red = self._reducer(plan, reducer)
@@ -221,10 +227,25 @@ class MpiDeviceContext(DeviceContext):
         if not (src.is_array and dst.is_array) or any(dst.dynamic) or any(src.dynamic) or \
                 src.to_text() != dst.to_text() or src.size == 0:
             return None
+        return self._native_plan(instr, "all-reduce")
+
+    def _native_plan(self, instr, opcode: str) -> _Plan | None:
+        """The plan a bound or native-loop call of `instr` runs with, or None (another
+        opcode, nothing planned)."""
         plan = self.plans.get(instr)
-        if plan is None or plan.comm is None:
+        if instr.opcode != opcode or plan is None or plan.comm is None:
             return None
         return plan
+
+    def native_agreement(self, instr):
+        """What a native loop exchanges before `instr` in a run whose collectives' members
+        compare signatures (signatures.NativeAgreement): None when nothing is exchanged,
+        False when native code cannot make the exchange (the loop keeps the Python path)."""
+        plan = self.plans.get(instr)
+        if not self.agree or plan is None or plan.comm is None:
+            return None
+        return native_agreement(plan, instr, self.placement.device,
+                                lambda text: self._error(instr, text))
 
     def native_all_reduce(self, instr, reducer=None):
         """The all-reduce as a native while loop calls it (compiler/native/collectives.py):
@@ -241,8 +262,8 @@ class MpiDeviceContext(DeviceContext):
     def native_collective_permute(self, instr, reducer=None):
         """A collective-permute of one array as a native while loop calls it (one
         MPI_Sendrecv with this device's peers, resolved at load: _plan), or None."""
-        plan = self.plans.get(instr)
-        if instr.opcode != "collective-permute" or plan is None or plan.comm is None:
+        plan = self._native_plan(instr, "collective-permute")
+        if plan is None:
             return None
         return collective_permute_native(plan.comm, plan.send_to, plan.recv_from,
                                          instr.shape.nbytes, plan.label)
@@ -251,8 +272,8 @@ class MpiDeviceContext(DeviceContext):
         """An all-gather whose result is the members' operands one after another (the
         compiler checked dimension and layout: native/collectives.py AllGatherStep) as a
         native while loop calls it: one MPI_Allgather, or None."""
-        plan = self.plans.get(instr)
-        if instr.opcode != "all-gather" or plan is None or plan.comm is None:
+        plan = self._native_plan(instr, "all-gather")
+        if plan is None:
             return None
         return all_gather_native(plan.comm, instr.operands[0].shape.nbytes, plan.label)
 
@@ -260,8 +281,8 @@ class MpiDeviceContext(DeviceContext):
         """A reduce-scatter of one array (the compiler checked dimension and layout:
         compiler/native/exchange.py) as a native while loop calls it: one
         MPI_Reduce_scatter_block with a builtin op, or None."""
-        plan = self.plans.get(instr)
-        if instr.opcode != "reduce-scatter" or plan is None or plan.comm is None:
+        plan = self._native_plan(instr, "reduce-scatter")
+        if plan is None:
             return None
         from xladist.collectives.native_exchange import reduce_scatter_native
         return reduce_scatter_native(plan.comm, self._reducer(plan, reducer),
@@ -270,8 +291,8 @@ class MpiDeviceContext(DeviceContext):
     def native_all_to_all(self, instr, reducer=None):
         """An all-to-all of one array (array form; compiler/native/exchange.py checked
         dimension and layout) as a native while loop calls it: one MPI_Alltoall, or None."""
-        plan = self.plans.get(instr)
-        if instr.opcode != "all-to-all" or plan is None or plan.comm is None:
+        plan = self._native_plan(instr, "all-to-all")
+        if plan is None:
             return None
         from xladist.collectives.native_exchange import all_to_all_native
         return all_to_all_native(plan.comm, instr.shape.nbytes, plan.label)
@@ -298,6 +319,10 @@ class MpiDeviceContext(DeviceContext):
         if plan is None:
             raise self._error(instr, f"{instr.opcode} was not planned when the program was "
                                      "loaded (internal error: prepare() missed it)")
+        if self.agree:
+            problem = disagreement(plan, instr, args, self.placement.device)
+            if problem is not None:
+                raise self._error(instr, problem)
         try:
             result = plan.run(self, plan, instr, list(args), reducer, start)
         except (ValueError, GroupError) as e:

@@ -60,7 +60,8 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
                          timeout: float = DEFAULT_TIMEOUT_S, device_assignment=None,
                          feeds=None, verify: bool = True, gather_to: int | None = 0,
                          compile_options: dict | None = None, trace: str | None = None,
-                         tracer=None, host=None, schedule: bool = True) -> RankResult:
+                         tracer=None, host=None, schedule: bool = True,
+                         proven: bool = False) -> RankResult:
     """Run this rank's device of `module`.
 
     `inputs` is this rank's device's argument list (a rank holds its own device's inputs
@@ -71,14 +72,17 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     (for progress and timing summaries) instead of a new one. `host`: the host end of
     host-transfer channels (xladist/runtime/channels_host.py). `schedule`: run every computation in
     the order of xladist.analysis.schedule.schedule_module (the order the deadlock check proves), on
-    backends that accept one. While this runs, a wait that passes `timeout` ends the job with
+    backends that accept one. `proven`: the deadlock check proved this program for this job
+    (else every collective's members compare signatures first: xladist/runtime/signatures.py).
+    While this runs, a wait that passes `timeout` ends the job with
     the coordination service's report of where every rank is (xladist/runtime/watchdog.py).
     """
     comm = world()
     n = comm.Get_size()
     rank = comm.Get_rank()
     deadline.configure(timeout)
-    ctx = device_context(module, comm, device_assignment, feeds=feeds, host=host)
+    ctx = device_context(module, comm, device_assignment, feeds=feeds, host=host,
+                         proven=proven)
     placement, monitor = ctx.placement, ctx.monitor
     device, spans = ctx, _untraced
     if trace and tracer is None:
@@ -139,9 +143,11 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     return result
 
 
-def device_context(module, comm, device_assignment=None, *, feeds=None, host=None):
+def device_context(module, comm, device_assignment=None, *, feeds=None, host=None,
+                   proven: bool = False):
     """This rank's device of `module`, placed, its communicators and channels made and every
-    collective planned (collective over all ranks: each calls it for the same module). The
+    collective planned (collective over all ranks: each calls it for the same module);
+    `proven` as execute_on_this_rank's. The
     context carries `placement`, `monitor` (the rank's coordination-service client, whose
     watchdog now watches this module), `cache` and `channels`; `release` frees them."""
     from xladist.collectives import CommunicatorCache, MpiCommunicator
@@ -159,7 +165,8 @@ def device_context(module, comm, device_assignment=None, *, feeds=None, host=Non
         from xladist.collectives.p2p import Channels
         with deadline.waiting("creating the channels' communicator"):
             channels = Channels(comm.Dup(), placement, host=host)
-    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels)
+    ctx = MpiDeviceContext(module, placement, cache, feeds=feeds, channels=channels,
+                           proven=proven)
     ctx.monitor = monitor
     if feeds is not None:
         feeds.start(placement, module)  # checks the infeed order, starts the producer

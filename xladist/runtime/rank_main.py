@@ -68,7 +68,8 @@ def serve(client, comm) -> None:
             timeout=spec.get("timeout", 300.0), verify=spec.get("verify", True),
             device_assignment=spec.get("device_assignment"), feeds=feeds, host=host,
             trace=True if spec.get("trace") else None, tracer=tracer, gather_to=None,
-            compile_options=compile_options, schedule=spec.get("schedule", True))
+            compile_options=compile_options, schedule=spec.get("schedule", True),
+            proven=spec.get("proven", False))
     if spec.get("outputs"):
         _send_outputs(client, result.outputs, spec.get("timeout") or None)
     if spec.get("stats"):

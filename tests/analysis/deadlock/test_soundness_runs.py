@@ -4,7 +4,9 @@ A sample of generated programs (tests/analysis/deadlock/programs.py) runs for re
 `xladist run -n N --no-check --timeout S`:
 
 * a program the check proves completes, on the cpu backend and on the interpreter, with the
-  same results;
+  same results -- and, run without the check, its ranks compare every collective's
+  signature first (xladist/runtime/signatures.py): a program proven although its devices
+  disagree on a collective fails here naming both, instead of finishing with garbage;
 * a program the check refuses hangs (the watchdog ends it with its report) or fails --
   unless every problem the check reports names the MPI behaviour a run could get through by
   (`Problem.relies_on`: a collective member leaving early, undefined results of a mismatched

@@ -11,26 +11,16 @@ from xladist.hlo.collective_groups import (
     PAIRS_ATTR,
     SendRecvStreams,
     collective_permute_pairs,
+    collective_terms,
     instruction_device_groups,
     required_send_recv_pairs,
 )
 from xladist.errors import InputError
-from xladist.hlo.ir import Computation, Instruction, Module
+from xladist.hlo.ir import Instruction, Module
 
 from .events import Signature, where
 
 __all__ = ["ModuleFacts", "known_trip_count"]
-
-
-def _reducer(comp: Computation | None) -> str | None:
-    """A comparable name for a reducer: the root op when it combines the two parameters."""
-    if comp is None:
-        return None
-    root = comp.root
-    if root is not None and len(root.operands) == 2 and all(
-            o.opcode == "parameter" for o in root.operands):
-        return f"{root.opcode} ({root.shape.to_text(layout=False)})"
-    return f"computation {comp.name}"
 
 
 def _leaf_shapes(instrs) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -106,12 +96,8 @@ class ModuleFacts:
         groups_t, member, pairs = shared
         operands = op.operands
         types, shapes = _leaf_shapes(operands)
-        # A -start's kind keeps its suffix: MPI never matches a nonblocking collective with a
-        # blocking one, so a member starting what another runs synchronously is a mismatch.
-        form = op.opcode if op.opcode.endswith("-start") else kind
-        sig = Signature(form, groups_t, types, shapes, _reducer(op.attrs.get("to_apply")),
-                        tuple(op.attrs["dimensions"]) if "dimensions" in op.attrs else None,
-                        pairs)
+        form, reducer, dimensions = collective_terms(op)
+        sig = Signature(form, groups_t, types, shapes, reducer, dimensions, pairs)
         self._groups[instr] = (member, sig)
         return member, sig
 

@@ -341,6 +341,58 @@ class AllGatherStep(_BytesStep):
                    lambda: b.call(fn, [send, n, dt, recv, n, dt, comm]))
 
 
+# A run the deadlock check did not prove has each collective step's members compare what
+# they issue before the call (runtime/signatures.py NativeAgreement; the Python path's
+# exchange, byte for byte): its table entries, after the step's own (and its callback's),
+# are fn (0: no exchange), mine, theirs, rows, count, datatype, comm, dest, source, status.
+AGREE_ENTRIES = 10
+# What the driver returns when they differ: never an MPI error code (those are > 0).
+DISAGREE = -21
+
+
+def emit_agreement(b: ir.IRBuilder, entry, cells, progress, index: int, fail,
+                   pairwise: bool) -> None:
+    """The exchange before step `index` when its fn entry is non-zero: MPI_Allgather of
+    each member's `count` bytes (a group), or MPI_Sendrecv with a collective-permute's
+    peers (`pairwise`; a missing source leaves `theirs` as the runtime filled it: mine);
+    then each of the `rows` rows of `theirs` must start with mine's 16-byte digest, else
+    the driver returns DISAGREE after CELL_FAILED = index."""
+    fn = entry(0, I64)
+    go = b.function.append_basic_block(f"agree{index}")
+    after = b.function.append_basic_block(f"agree{index}.done")
+    b.cbranch(b.icmp_unsigned("!=", fn, c64(0)), go, after)
+    b.position_at_end(go)
+    mine, theirs = entry(1, PTR), entry(2, PTR)
+    rows, count = entry(3, I64), entry(4, I64)
+    dt, comm = entry(5, I64), entry(6, I64)
+    n = b.trunc(count, I32)
+    if pairwise:
+        call = b.inttoptr(fn, MPI_SENDRECV.as_pointer())
+        dest, source, status = entry(7, I64), entry(8, I64), entry(9, PTR)
+        tag = ir.Constant(I32, 0)
+        _bracketed(b, cells, progress, index, fail, lambda: b.call(
+            call, [mine, n, dt, b.trunc(dest, I32), tag, theirs, n, dt,
+                   b.trunc(source, I32), tag, comm, status]))
+    else:
+        call = b.inttoptr(fn, MPI_ALLGATHER.as_pointer())
+        _bracketed(b, cells, progress, index, fail,
+                   lambda: b.call(call, [mine, n, dt, theirs, n, dt, comm]))
+    m0 = b.load(mine, typ=I64)
+    m1 = b.load(b.gep(mine, [c64(1)], source_etype=I64), typ=I64)
+    with for_range(b, rows, name=f"agree{index}.row", carried=[ir.Constant(I1, 0)]) as loop:
+        row = b.gep(theirs, [b.mul(loop.iv, count)], source_etype=I8)
+        r0 = b.load(row, typ=I64)
+        r1 = b.load(b.gep(row, [c64(1)], source_etype=I64), typ=I64)
+        loop.update([b.or_(loop.phis[0], b.or_(b.icmp_unsigned("!=", r0, m0),
+                                                 b.icmp_unsigned("!=", r1, m1)))])
+    bad = b.function.append_basic_block(f"agree{index}.apart")
+    b.cbranch(loop.results[0], bad, after)
+    b.position_at_end(bad)
+    b.store(c64(index), b.gep(cells, [c64(CELL_FAILED)], inbounds=True, source_etype=I64))
+    fail(b, c64(DISAGREE))
+    b.position_at_end(after)
+
+
 # The collectives a native loop runs, by opcode (native/loop.py picks the step).
 STEPS = {s.kind: s for s in (CollectiveStep, PermuteStep, AllGatherStep)}
 

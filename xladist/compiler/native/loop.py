@@ -59,15 +59,18 @@ from .callback import BOUND, CALLBACK, CallbackStep, emit_call, falls_back
 from .callback import describe as describe_callbacks
 from .channels import pair_up, paired
 from .collectives import (
+    AGREE_ENTRIES,
     CELL_BODIES,
     CELL_CLOCK,
     CELL_FAILED,
     CELL_ITERATION,
     CELL_WAIT,
     CELL_WAIT_NS,
+    DISAGREE,
     N_CELLS,
     STEPS,
     WAIT_STEPS,
+    emit_agreement,
     store_monotonic,
 )
 from .collectives import eligible as collective_eligible
@@ -107,6 +110,11 @@ def _step(thunk):
     return CallbackStep(thunk)
 
 
+def _agrees(step) -> bool:
+    """A collective step, which an unproven run's members agree on first (AGREE_ENTRIES)."""
+    return step.kind in STEPS
+
+
 def _resolve(step, device):
     """What a non-kernel step calls, resolved once per loop run: a collective by the
     device's method `step.bind` (e.g. native_all_reduce), a dot by itself (native/blas.py);
@@ -142,11 +150,15 @@ class NativeLoop:
         n = 1
         for s in self.steps:
             self.offsets.append(n)
-            n += s.N_ENTRIES + (2 if falls_back(s) else 0)
+            n += s.N_ENTRIES + (2 if falls_back(s) else 0) + \
+                (AGREE_ENTRIES if _agrees(s) else 0)
         self.half = n + 1
         self.fn = None
         self._fixed: dict = {}  # (computation id, slot id) -> a buffer the loop keeps
         self._bound = (None, None)  # (device, [native all-reduce per collective] or None)
+        # Per collective step: the device's exchange before it (runtime/signatures.py) or
+        # None, for the device in _bound.
+        self._agreements: list = []
         # Callbacks (native/callback.py): the C function, and per run the Frames of each
         # table half and the exception a callback caught.
         # Step index -> the CallbackStep run for it (its own, or a collective's fallback).
@@ -217,6 +229,10 @@ class NativeLoop:
                 def entry(k, typ, at=at):
                     return b.load(b.gep(base, [c64(at + k)], inbounds=True,
                                         source_etype=PTR), typ=typ)
+                if _agrees(step):
+                    skip = step.N_ENTRIES + (2 if falls_back(step) else 0)
+                    emit_agreement(b, lambda k, typ, entry=entry, skip=skip: entry(skip + k, typ),
+                                   cells, progress, j, fail, step.kind == "collective-permute")
                 if not falls_back(step):
                     step.emit(b, entry, cells, progress, j, fail)
                     continue
@@ -269,16 +285,22 @@ class NativeLoop:
         if not COLLECTIVES:
             return None
         if self._bound[0] is not device:
-            bound = []
+            bound, agreements = [], []
+            agree = getattr(device, "native_agreement", None)
             for s in self.collectives:
                 d = _resolve(s, device)
                 if d is None and CALLBACKS and falls_back(s):
                     d = BOUND  # called back in Python (native/callback.py)
-                if d is None:
+                # A step called back exchanges in Python, as every collective call does.
+                a = agree(s.instr) if agree is not None and _agrees(s) and d is not BOUND \
+                    else None
+                if d is None or a is False:  # False: an exchange native code cannot make
                     bound = None
                     break
                 bound.append(d)
+                agreements.append(a)
             self._bound = (device, bound)
+            self._agreements = agreements
         return self._bound[1]
 
     def _fixed_outs(self, cc) -> dict:
@@ -305,6 +327,7 @@ class NativeLoop:
                                    for cc in (self.cond, self.body)]
         table = [ctypes.addressof(cells)]
         collective = iter(bound or ())
+        agreement = iter(self._agreements)
         for j, step in enumerate(self.steps):
             a = addrs[id(self.cond if j < self.n_cond else self.body)]
             if step.kind == "kernel":
@@ -313,12 +336,14 @@ class NativeLoop:
                 argvs.append(argv)
                 table.append(ctypes.addressof(argv))
             else:
-                d = next(collective)
+                d, agree = next(collective), next(agreement)
                 if d is BOUND:
                     table += [0] * (step.N_ENTRIES if step.kind != "callback" else 0) + \
                         [ctypes.cast(self._callback, ctypes.c_void_p).value, which]
                 else:
                     table += step.entries(a, d) + ([0, which] if falls_back(step) else [])
+                if _agrees(step):
+                    table += agree.entries() if agree is not None else [0] * AGREE_ENTRIES
         table.append(addrs[id(self.cond)][self.pred_slot.id])
         return table
 
@@ -378,6 +403,9 @@ class NativeLoop:
             if not isinstance(e, Exception):
                 raise e
             raise thunk_error(e, thunk, getattr(rs, "device", None)) from None
+        if code == DISAGREE:
+            agree = self._agreements[self.collective_steps.index(cells[CELL_FAILED])]
+            raise agree.refused(f"iteration {cells[CELL_ITERATION]} of {self.while_name}")
         if code:
             d = bound[self.collective_steps.index(cells[CELL_FAILED])]
             raise ExecutionError(f"{d.call} failed in iteration "

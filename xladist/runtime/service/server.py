@@ -419,6 +419,8 @@ class Service:
                     reply = ({"found": blob is not None}, (), blob)
                 elif self.job is not None:
                     reply = self.job.request(st, what, meta, payload)
+                    if what == "job":  # the ranks skip what the check proved (signatures.py)
+                        reply[0]["spec"]["proven"] = bool((self.checked or {}).get("proven"))
                 else:
                     raise LookupError(f"this service serves no {what!r}")
                 fields, arrays, blob = reply
