@@ -76,3 +76,27 @@ def test_a_hang_ends_the_batch_naming_the_lines_not_run(tmp_path):
     assert (tmp_path / "out1.npz").exists() and not (tmp_path / "out3.npz").exists()
     assert "rank 1 waits there; rank 0 never arrived" in proc.stderr, proc.stderr
     assert "not run (the cluster ended): line 3" in proc.stderr
+
+
+@pytest.mark.parametrize("setting,said", [
+    ("ranks = 4", "key 'ranks' 4 differs from the batch's -n 2"),
+    ("trace = 't.json'", "--trace is not offered in a batch yet"),
+    ("module = 'm.xlx'", "a .xlx module is not offered in a batch yet"),
+])
+def test_what_a_lines_config_sets_is_refused_before_anything_runs(tmp_path, setting, said):
+    """`ranks = 4` in a line's --config, in a batch of -n 2, was checked only when the line
+    ran: as a 4-device run ('arg0 ... expected dims [4, 4]'), exit 1, while the other lines
+    ran. docs/cluster.md: another -n or a setting a batch does not offer exits 2 and nothing
+    runs; a line's config is part of the line (and so is a .xlx module, from a config or
+    not)."""
+    _setup(tmp_path)
+    module = "" if setting.startswith("module") else f"module = '{LOOP}'\n"
+    (tmp_path / "run.toml").write_text(f"{module}inputs = 'in.npz'\n{setting}\n")
+    (tmp_path / "runs.txt").write_text(f"{LOOP} --inputs in.npz --outputs out.npz\n"
+                                       "--config run.toml\n")
+    proc = xladist_cli("run", "--batch", "runs.txt", "-n", "2", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("xladist run: error: runs.txt:2: ") and said in proc.stderr, \
+        proc.stderr
+    assert not (tmp_path / "out.npz").exists() and not (tmp_path / "t.json").exists()
+    assert "Traceback" not in proc.stderr

@@ -58,6 +58,11 @@ def test_an_unknown_backend_is_an_error_before_any_job():
 def test_no_matching_case_fails():
     proc = conformance("-n", "2", "--select", "nothing-like-this")
     assert proc.returncode == 1 and "no case matched" in proc.stderr
+    # a name without its path matches nothing: the message names the pattern and the way
+    proc = conformance("-n", "2", "--select", "all-gather")
+    assert proc.returncode == 1
+    assert "no case matched --select 'all-gather' (a pattern matches the whole name, as " \
+           "'*/all-gather/*' would; --list shows the names)" in proc.stderr, proc.stderr
 
 
 @pytest.mark.slow
@@ -165,3 +170,24 @@ def test_a_backend_from_an_installed_package_runs_the_suite():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "backend toy" in proc.stdout
     assert re.search(r"^all-reduce add( +ok){9}$", proc.stdout, re.M)  # no pred column
+
+
+@pytest.mark.slow
+def test_a_backend_printing_on_stdout_without_a_newline_still_passes():
+    """Rank 0 answers on stdout; a backend's print(..., end="") there used to swallow every
+    record after it (each case an ERROR 'the job exited with 0 while running it')."""
+    proc = conformance("-n", "2", "--backend", "broken-chatty", "--select",
+                       "*/1x2/default/all-gather/*s8*", plugins=[BROKEN])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^\d+ cases: (\d+) passed \(1 MPI job", proc.stdout, re.M), proc.stdout
+
+
+def test_the_case_names_the_docs_show_exist():
+    """docs/conformance.md and docs/BACKENDS.md show case names and the commands that rerun
+    them; three named no case of the suite (one only in --full, two in none)."""
+    docs = "".join((ROOT / "docs" / f).read_text() for f in ("conformance.md", "BACKENDS.md"))
+    shown = set(re.findall(r"\b(n(\d)/\dx\d/\w+/[\w-]+/\w+)", docs))
+    assert len(shown) >= 3
+    for name, n in shown:
+        proc = conformance("-n", n, "--list", "--select", name)
+        assert proc.returncode == 0 and proc.stdout.split() == [name], (name, proc.stdout)

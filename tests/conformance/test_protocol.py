@@ -29,3 +29,15 @@ def test_records_carry_arrays_of_every_type():
     assert got[0].dtype == outputs[0][0].dtype and got[0].tobytes() == outputs[0][0].tobytes()
     assert got[1].shape == (0, 3)
     assert protocol.read_line(b"a backend printing something\n") is None
+
+
+def test_a_record_after_a_backends_print_without_a_newline_is_read():
+    """A backend's print(..., end="") on rank 0 puts its text before the next record on the
+    same line: the record is still read, and the text kept apart for the job's log."""
+    buf = io.BytesIO()
+    buf.write(b"chatty backend: running")
+    protocol.writer(buf)({"event": "end"})
+    text, record = protocol.split_line(buf.getvalue())
+    assert record == {"event": "end"} and text == b"chatty backend: running"
+    assert protocol.read_line(buf.getvalue()) == {"event": "end"}
+    assert protocol.split_line(b"only a print\n") == (b"only a print\n", None)

@@ -31,6 +31,21 @@ def test_reference_gives_every_device_its_result():
         assert want[d][0].view(np.uint32).tolist() == np.concatenate(x).view(np.uint32).tolist()
 
 
+def test_a_module_file_is_taken_as_xladist_run_takes_it(tmp_path):
+    """A path not ending in .hlo (a pathlib.Path even) was parsed as HLO text: 'expected
+    '{' to open the body of computation module.txt'. run_devices, reference and
+    assert_conforms read a module as xladist.run does."""
+    path = tmp_path / "gather.txt"
+    path.write_text(GATHER)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for given in (path, str(path)):
+        want = reference(given, [x], n=2)
+        assert [w[0].tolist() for w in want] == [x.reshape(-1).tolist()] * 2
+    from xladist.errors import InputError
+    with pytest.raises(InputError, match="does not exist"):
+        reference(tmp_path / "absent.txt", [x], n=2)
+
+
 @pytest.mark.parametrize("tolerance,dtype,expected", [
     (None, np.float32, None), (True, np.float32, (1e-5, 1e-6)), (True, np.int32, None),
     ({"f16": (0.1, 0)}, np.float16, (0.1, 0)), ({"f16": (0.1, 0)}, np.float32, None),
@@ -111,6 +126,68 @@ def test_fresh_jobs_option_starts_a_job_per_run_for_fixtures_and_direct_calls(tm
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
+
+@pytest.mark.slow
+def test_the_documented_example_runs_on_kept_ranks_without_with_mpi(tmp_path):
+    """docs/conformance.md's example is marked `mpi(min_size=2)`; run by plain pytest (no
+    --with-mpi) pytest-mpi skipped it ('need --with-mpi option to run'), so a user's suite
+    passed having checked nothing. It runs on kept ranks now, min_size of them; an
+    `mpi`-marked test without xladist fixtures is still pytest-mpi's to skip."""
+    example = (ROOT / "tests" / "mpi" / "test_plugin_example.py").read_text()
+    (tmp_path / "test_example.py").write_text(
+        example + "\n\n@pytest.mark.mpi(min_size=4)\n"
+                  "def test_four(xladist_devices, xladist_run):\n"
+                  "    x = np.ones((xladist_devices, 8), np.float32)\n"
+                  "    assert xladist_devices == 4 and xladist_run(MODULE, [x])[3][0][0] == 4\n"
+                  "\n\n@pytest.mark.mpi(min_size=2)\n"
+                  "def test_plain_mpi():\n"
+                  "    from mpi4py import MPI\n"
+                  "    assert MPI.COMM_WORLD.Get_size() == 2\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           "-p", "xladist.testing.plugin", "--xladist-backend", "interpreter",
+                           str(tmp_path / "test_example.py")], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed, 1 skipped" in proc.stdout, proc.stdout
+    assert proc.stdout.count("need --with-mpi option to run") == 1  # test_plain_mpi
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_hang_inside_an_mpi_job_is_reported_not_swallowed_by_pytest(tmp_path):
+    """`mpiexec -n 2 python -m pytest --with-mpi`: a hang aborts the job in the middle of a
+    test, and pytest, capturing the test's output, never showed the hang report: the run
+    ended with exit 1 and not a word about why. The plugin now stops capturing first."""
+    from xladist.collectives.mpiexec import find_mpiexec
+    loop = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    (tmp_path / "test_hang.py").write_text(
+        "import numpy as np\n"
+        "def test_hangs(xladist_run):\n"
+        "    x = np.arange(8, dtype=np.float32).reshape(2, 4)\n"
+        f"    xladist_run({str(loop)!r}, [x, np.array([1, 2], np.int32)])\n")
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, "-m", "pytest", "-q",
+                           "-p", "no:cacheprovider", "-p", "xladist.testing.plugin",
+                           "--with-mpi", "--xladist-backend", "interpreter",
+                           "--xladist-timeout", "3", str(tmp_path / "test_hang.py")],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode != 0
+    assert "rank 1 waits there; rank 0 never arrived" in proc.stdout + proc.stderr, \
+        proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "1e12"])
+def test_a_bad_xladist_timeout_is_a_usage_error_naming_the_option(tmp_path, value):
+    """Before: every test that ran something failed with 'timeout must be a number of
+    seconds >= 0 ...', naming a keyword the user never wrote, and the others passed."""
+    (tmp_path / "test_t.py").write_text("def test_t(xladist_run):\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "xladist.testing.plugin", f"--xladist-timeout={value}",
+                           str(tmp_path / "test_t.py")], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
+    assert "ERROR: --xladist-timeout must be" in proc.stderr, proc.stderr
+
 
 def test_the_documented_example_is_the_one_that_runs():
     doc = (ROOT / "docs" / "conformance.md").read_text()

@@ -105,6 +105,28 @@ def test_bad_config_cli_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("line,what", [
+    ("timeout = -1", "key 'timeout' must be a number of seconds >= 0"),
+    ("check_budget = inf", "key 'check_budget' must be at most"),
+    ("outputs = 'no/such/folder/out.npz'", "key 'outputs' "),
+    ("inputs = 'absent.npz'", "key 'inputs' "),
+])
+def test_a_value_out_of_range_names_the_key_and_the_file_not_an_option(tmp_path, line, what):
+    """Values of the right type that a run refuses (checked with the command line's, in
+    run_args) were named as options the user never gave: `--timeout must be ...`."""
+    _write(tmp_path, "HloModule one\nENTRY e { ROOT c = f32[] constant(1) }\n", "m.hlo")
+    path = _write(tmp_path, f'module = "m.hlo"\n{line}\n')
+    proc = _xladist("run", "--config", str(path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}: {what}" in proc.stderr, proc.stderr
+    assert "--" not in proc.stderr.split("error:", 1)[1] and "Traceback" not in proc.stderr
+    # the same value given as the option is named as the option
+    option = config.SCHEMA[line.split()[0]].option
+    value = line.split("=", 1)[1].strip().strip("'")
+    proc = _xladist("run", "--config", str(path), option, value, cwd=tmp_path)
+    assert proc.returncode == 2 and f"error: {option} " in proc.stderr, proc.stderr
+
+
 def test_invalid_toml_and_missing_file(tmp_path):
     path = _write(tmp_path, "module = \n")
     with pytest.raises(config.ConfigError, match=f"{path}: not valid TOML"):
@@ -235,7 +257,8 @@ def test_mpiexec_from_config_is_checked_before_launch(tmp_path):
         path = _write(tmp_path, head + f'mpiexec = "{value}"\n')
         proc = _xladist("run", "--config", str(path))
         assert proc.returncode == 2, proc.stderr
-        assert f"--mpiexec {shown}: not an executable program" in proc.stderr, proc.stderr
+        assert f"{path}: key 'mpiexec' {shown}: not an executable program" in proc.stderr, \
+            proc.stderr
         assert "Traceback" not in proc.stderr
 
 

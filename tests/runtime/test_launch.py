@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xladist.cli import SUBCOMMANDS
 from xladist.errors import InputError
 from xladist.runtime import launcher
 from tests.cli_util import PSUM_MODULE, gone, marked, xladist_cli
@@ -334,19 +335,21 @@ def test_a_started_job_keeps_what_its_service_heard(tmp_path):
     assert ["rank 1: the last words of rank 1" in note for note in notes].count(True) == 1, notes
 
 
-SUBS = ["fmt", "check", "run", "ops", "explain", "bench", "demo", "export-jax"]
+# Every registered command (aot, compile and conformance were once left out of a list here),
+# and the benchmarks' own parsers, which `xladist bench collectives [--in-loop] --help` shows.
+SUBS = [*SUBCOMMANDS, "bench collectives", "bench collectives --in-loop"]
 
 
 def _subparser(sub):
     import argparse
 
-    from xladist.cli import SUBCOMMANDS, _load
-    if sub not in SUBCOMMANDS:
-        pytest.skip(f"{sub} is not registered")
-    try:
-        mod = _load(sub)
-    except ModuleNotFoundError:
-        pytest.skip(f"xladist {sub} is not built yet")
+    from xladist.cli import _load
+    if sub.startswith("bench "):  # a benchmark's parser (xladist/cli/bench.py hands it on)
+        import importlib
+        mod = importlib.import_module("xladist.bench." + ("in_loop" if "--in-loop" in sub
+                                                          else "collectives"))
+        return mod, mod._parser()
+    mod = _load(sub)
     p = argparse.ArgumentParser(prog=f"xladist {sub}")
     mod.add_arguments(p)
     return mod, p
@@ -369,7 +372,7 @@ def test_every_option_of_every_subcommand_has_an_example(sub):
 @pytest.mark.parametrize("sub", SUBS)
 def test_subcommand_help_runs(sub):
     _subparser(sub)
-    proc = _xladist(sub, "--help", timeout=60)
+    proc = _xladist(*sub.split(), "--help", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "examples:" in proc.stdout
 

@@ -311,7 +311,7 @@ def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path,
     module = "HloModule proven_but_hangs\n"
     svc = service(1, checked={"proven": True, "module_text": module,
                               "how": "xladist check m.hlo -n 1"})
-    r = FakeRank(svc, 0)
+    r = FakeRank(svc, 0, answer=False)  # its deadline's record stands: waiting, a deadlock
     r.wait_for("welcome")
     r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)
     r.wait_for("abort")
@@ -323,13 +323,36 @@ def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path,
     assert saved.parent == tmp_path and saved.read_text() == module
 
 
+@pytest.mark.parametrize("verdict", [{"proven": True, "module_text": "HloModule m\n"},
+                                     {"verdict": "assuming", "proven": False,
+                                      "assumptions": ["loop.3 (line 9)"]}])
+def test_a_wait_that_outlasts_a_computing_rank_blames_no_deadlock_check(service, tmp_path,
+                                                                        monkeypatch, verdict):
+    """Rank 1 still computing (a slow rank, a backend stuck in its own code) when rank 0's
+    deadline passed: not a deadlock, so no 'defect of the checker' line and no module saved
+    to report (found with a backend plugin that hangs in its compute on one rank)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    svc = service(2, checked=dict(verdict, how="xladist check m.hlo -n 2"))
+    ranks = [FakeRank(svc, 0, answer=False), FakeRank(svc, 1)]  # waiting; computing
+    for r in ranks:
+        r.wait_for("welcome")
+    ranks[0].send("deadline", rec=_waiting(ranks[0], 3.0), deadline_s=3.0)
+    ranks[0].wait_for("abort")
+    assert "rank 0 (replica 0, partition 0): all-reduce.3 (line 7)" in svc.hang_report
+    assert "rank 1 (replica 0, partition 1): computing" in svc.hang_report, svc.hang_report
+    assert "deadlock check" not in svc.hang_report
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_hang_after_an_assuming_verdict_names_the_assumption(service):
     # Issue 25: a verdict resting on known_trip_count is not "proven"; a hang then most
     # likely means the trip count was false, and the report says which one was assumed.
     assumed = "loop.3 (line 9): known_trip_count 2 assumed"
     svc = service(1, checked={"verdict": "assuming", "proven": False,
                               "assumptions": [assumed], "module_text": None})
-    r = FakeRank(svc, 0)
+    r = FakeRank(svc, 0, answer=False)  # its deadline's record stands: waiting, a deadlock
     r.wait_for("welcome")
     r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)
     r.wait_for("abort")

@@ -40,9 +40,23 @@ DEFAULT_SIZES = ("8,32,128,512,2K,8K,32K,128K,512K,1M,4M,16M,64M")
 OPS = ("all-reduce", "all-gather", "all-to-all", "reduce-scatter", "collective-permute")
 
 
+EPILOG = """\
+examples:
+  xladist bench collectives -n 2                       every op, 8 B to 64 MiB
+  xladist bench collectives --ranks 4 --sizes 8,64K,4M  4 ranks, three sizes
+  xladist bench collectives -n 2 --ops all-reduce,all-gather --iters 50 --repeats 3
+                                                       two ops, 50 calls a round, 3 rounds
+  xladist bench collectives -n 2 --reducer max --ops all-reduce
+                                                       a non-builtin reducer (an MPI user op)
+  xladist bench collectives -n 2 --aa --sizes 1M       + raw2/raw: raw MPI on other buffers
+  xladist bench collectives -n 2 --mpiexec /opt/mpich/bin/mpiexec
+                                                       start the ranks with this mpiexec
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xladist bench collectives", description=__doc__.split(
-        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+        "\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated message sizes in bytes (default {DEFAULT_SIZES})")

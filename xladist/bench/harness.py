@@ -89,7 +89,12 @@ def bench_main(argv, launch, parser, check, run, module: str) -> int:
         return 2
     if not under_mpi():
         return (launch or relaunch)(args, argv, module=module)
-    from xladist.collectives import deadline
+    from mpi4py import MPI
 
+    from xladist.collectives import deadline
+    from xladist.runtime.service import client
+    # Every rank reaches its job's coordination service, as the ranks of every other job do:
+    # `xladist bench` then knows whether its launcher started them (cli/bench.py).
+    client.for_rank(MPI.COMM_WORLD)
     with deadline.abort_on_exception(traceback=True):
         return run(args)

@@ -68,9 +68,22 @@ ENTRY e {{
 """
 
 
+EPILOG = """\
+examples:
+  xladist bench collectives --in-loop -n 2              sum and max, 8 B to 4 MiB
+  xladist bench collectives --in-loop --ranks 4 --sizes 8,64K --reducer sum
+                                                       4 ranks, two sizes, sum only
+  xladist bench collectives --in-loop -n 2 --iters 100 --repeats 2
+                                                       K = 100 iterations, 2 rounds
+  xladist bench collectives --in-loop -n 2 --mpiexec /opt/mpich/bin/mpiexec
+                                                       start the ranks with this mpiexec
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xladist bench collectives --in-loop",
-                                description=__doc__.split("\n")[0])
+                                description=__doc__.split("\n")[0], epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--in-loop", action="store_true", help="this mode (required)")
     p.add_argument("-n", "--ranks", type=int, default=2, help="MPI ranks (default 2)")
     p.add_argument("--sizes", default=DEFAULT_SIZES,

@@ -78,19 +78,14 @@ def read_module_text(path: str) -> tuple[str, str]:
 
 def ranks_never_started(proc, service, n: int, command: str) -> int:
     """After a launch (runtime/launcher.launch): 0 when all n ranks reached the job's
-    coordination service, or the service already said why some did not. Else a launcher
-    that started none or only some (not an MPI launcher, one that failed silently, or one
-    that exited 0 without running anything) is said, naming it, and the exit code is
+    coordination service, or the service already said why some did not. Else the launcher
+    that did not start them is said (launcher.never_started) and the exit code is
     returned: its own, or 1 when it claimed success -- the run did not happen."""
-    missing = [r for r in range(n) if r not in service.ranks]
-    if not missing or service.messages:
+    from ..runtime.launcher import never_started
+    text = never_started(proc, service, n)
+    if text is None:
         return 0
-    from ..runtime.service.report import ranks_text
-    launcher = proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args
-    print(f"xladist {command}: {launcher} exited with status {proc.returncode}, but "
-          f"{ranks_text(missing)} of {n} never started, so the job did not run. Is it an "
-          f"MPI launcher that takes `-n N PROGRAM` (--mpiexec)?",
-          file=sys.stderr)
+    print(f"xladist {command}: {text}", file=sys.stderr)
     return proc.returncode or 1
 
 

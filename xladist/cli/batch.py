@@ -4,9 +4,9 @@ Each line of LIST that is not empty or a `#` comment holds the arguments of one
 `xladist run` (MODULE and its flags, shell-quoted: `psum.hlo --inputs in.npz --outputs
 out.npz`, or `--config run.toml`); flags given on the command line with --batch are every
 line's defaults. Relative paths are relative to the current folder, as on the command
-line. All lines are parsed before the ranks start (a malformed line exits 2 and nothing
-runs); each line is then checked as `xladist run` checks it (module, counts, files, inputs,
-the deadlock check) and run on the same N ranks. A line that fails is reported with its
+line. All lines are parsed, with their configs, before the ranks start (a malformed line
+exits 2 and nothing runs); each line is then checked as `xladist run` checks it (module,
+counts, files, inputs, the deadlock check) and run on the same N ranks. A line that fails is reported with its
 line number and the rest still run, as long as the cluster stays usable; when it does not
 (a hang, a dead rank) the lines not run are named. Exit: 0 when every line succeeded, else
 the highest exit code of the failed lines.
@@ -67,10 +67,24 @@ def _parse(args, path: str, number: int, argv: list[str]):
     if line.batch is not None:
         raise InputError(f"{path}:{number}: --batch on a line of a batch list: a line is one "
                          f"run (list the other list's lines here instead)")
-    if line.num_devices != args.num_devices:
-        raise InputError(f"{path}:{number}: -n {line.num_devices} differs from the batch's "
-                         f"-n {args.num_devices} (one batch, one set of ranks)")
+    from .run import read_config
+    try:
+        read_config(line)  # what its --config sets is part of the line
+        _same_ranks(line, args)
+        if line.module and line.module.endswith(".xlx"):
+            raise InputError(f"{line.module}: a .xlx module is not offered in a batch yet")
+    except InputError as e:
+        raise InputError(f"{path}:{number}: {e}") from None
     return line
+
+
+def _same_ranks(line, base) -> None:
+    """A line runs on the batch's ranks: its -n (or its config's `ranks`) must be -n's."""
+    if line.num_devices != base.num_devices:
+        from xladist.runtime.run_args import setting_name
+        raise InputError(f"{setting_name('ranks', args=line)} {line.num_devices} differs "
+                         f"from the batch's -n {base.num_devices} (one batch, one set of "
+                         f"ranks)")
 
 
 def _refuse_unoffered(args, where: str, base=None) -> None:
@@ -105,7 +119,7 @@ def run_batch(args) -> int:
         for i, (number, line) in enumerate(runs):
             where = f"{args.batch}:{number}"
             try:
-                _run_line(cluster, line, where, args)
+                _run_line(cluster, line, where)
             except ClusterEnded as e:
                 print(f"{PREFIX}: {where}: {e}", file=sys.stderr)
                 rest = [str(k) for k, _ in runs[i + 1:]]
@@ -119,7 +133,7 @@ def run_batch(args) -> int:
     return worst
 
 
-def _run_line(cluster, line, where: str, base) -> None:
+def _run_line(cluster, line, where: str) -> None:
     """One line, checked as `xladist run` checks a run, then run on the cluster."""
     from xladist.io import DEVICE_FIELD
     from xladist.runtime import run_args
@@ -130,10 +144,7 @@ def _run_line(cluster, line, where: str, base) -> None:
     from ..files import read_text
     from .run import (_apply_config, _check_targets, _deadlock_check, _open_inputs,
                       load_run_module)
-    _apply_config(line)
-    _refuse_unoffered(line, where, base=base)  # also what its --config set
-    if line.module.endswith(".xlx"):
-        raise InputError(f"{line.module}: a .xlx module is not offered in a batch yet")
+    _apply_config(line)  # (its config is read already) a module, and the run's numbers
     n = line.num_devices
     module = load_run_module(line)
     counts = device_counts(module, n)

@@ -47,4 +47,6 @@ def _launch(bench_args, argv: list[str], module: str) -> int:
     from ..runtime import launcher
     proc = launcher.launch(bench_args.ranks, ["-m", module, *argv],
                            env=rank_env(), mpiexec=bench_args.mpiexec)
-    return proc.returncode
+    from . import ranks_never_started
+    return ranks_never_started(proc, proc.service, bench_args.ranks, "bench") or \
+        proc.returncode

@@ -18,6 +18,9 @@ EPILOG = """\
 examples:
   xladist compile step.hlo -o step.xlx          compile for this host
   xladist run step.xlx -n 4 --inputs in.npz     run it: no rank compiles
+  xladist compile step.hlo --output step.xlx --backend cpu
+                                                the default, and the only backend that
+                                                writes files
 """
 
 

@@ -31,6 +31,9 @@ examples:
   xladist conformance -n 4 --list           the case names, without running anything
   xladist conformance -n 4 --hostfile hosts --mpiexec /opt/mpich/bin/mpiexec
                                             ranks on other hosts, with another MPI
+  xladist conformance -n 2 --no-xla --timeout 20
+                                            without XLA's own tests; a wait for another
+                                            rank over 20 s ends the case's job
 
 Cells: ok (all passed), F<k> (k failed), ns (the backend does not support it), ok~ (passed,
 some not supported), gap (a known xladist gap). Every failure names the case, the device and
@@ -112,7 +115,12 @@ def run(args) -> int:
         report.write_json(args.json, results, options, seconds)
     totals = report.totals(results)
     if not any(totals.values()):
-        print("xladist conformance: no case matched", file=sys.stderr)
+        hint = ""
+        if args.select:
+            hint = (f" --select {' '.join(repr(p) for p in args.select)} (a pattern matches "
+                    f"the whole name, as '*/{args.select[0].strip('*')}/*' would; --list "
+                    f"shows the names)")
+        print(f"xladist conformance: no case matched{hint}", file=sys.stderr)
         return 1
     failed = sum(totals[s] for s in ("fail", "error", "gap-closed"))
     if not totals["pass"]:

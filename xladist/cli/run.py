@@ -160,12 +160,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              " e.g. \"0,2;1,3\"; default: partition x replicas + replica")
 
 
-def load_module(path: str, *, here: bool = True):
-    """MODULE: HLO text, or a `.xlx` file (`here`: its code must run on this host)."""
+def load_module(path: str, name: str = "MODULE", *, here: bool = True):
+    """MODULE (`name`: how errors call it): HLO text, or a `.xlx` file (`here`: its code
+    must run on this host)."""
     if path.endswith(".xlx"):
         return serialized(path, here).module
     from ..hlo.parser import parse_file
-    return parse_file(path, "MODULE")
+    return parse_file(path, name)
 
 
 @functools.lru_cache(maxsize=4)
@@ -206,15 +207,21 @@ def _check_device_count(module, n: int) -> None:
     device_counts(module, n)  # the one rule: the header's counts, the rest from n
 
 
-def _apply_config(args) -> None:
-    """--config FILE fills what the command line did not set; MODULE is then required.
-    Every number of the run (-n, --replica-count, --prefetch, --timeout, ...) is then
-    checked and named as its option, before the module is read (run_args.check_numbers)."""
-    if getattr(args, "config", None):
+def read_config(args) -> None:
+    """--config FILE fills what the command line did not set (once: config.apply records
+    what it set in args._config_keys)."""
+    if getattr(args, "config", None) and not hasattr(args, "_config_keys"):
         from xladist.runtime import config
         argv = list(args._argv)
         argv = argv[argv.index("run") + 1:] if "run" in argv else argv
         config.apply(args, add_arguments, argv)
+
+
+def _apply_config(args) -> None:
+    """--config FILE fills what the command line did not set; MODULE is then required.
+    Every number of the run (-n, --replica-count, --prefetch, --timeout, ...) is then
+    checked and named as its option, before the module is read (run_args.check_numbers)."""
+    read_config(args)
     if args.module is None:
         raise InputError("no module to run: give MODULE or --config FILE with "
                          "module = \"path/to/module.hlo\"")
@@ -225,7 +232,8 @@ def _apply_config(args) -> None:
 def load_run_module(args):
     """The module with the run's replica/partition counts applied."""
     from xladist.runtime.config import override_device_counts
-    module = load_module(args.module, here=_here(args))
+    from xladist.runtime.run_args import setting_name
+    module = load_module(args.module, setting_name("module", args=args), here=_here(args))
     override_device_counts(module, getattr(args, "replica_count", None),
                            getattr(args, "num_partitions", None))
     return module

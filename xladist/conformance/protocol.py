@@ -2,8 +2,9 @@
 
 The spec goes to every rank on the command line (JSON); rank 0 answers on its stdout, one
 line per event: MARK, a space, then the record pickled, zlib-compressed and base64-encoded
-(outputs are numpy arrays of every element type, ml_dtypes' included). Other lines on
-stdout (a backend's own prints) are kept as the job's log.
+(outputs are numpy arrays of every element type, ml_dtypes' included). Anything else on
+stdout (a backend's own prints, even one without a newline that the record then follows on
+the same line) is kept as the job's log, shown with its stderr when the job fails.
 
 Work items: [u] is unit u of the table every rank builds, [u, c] its case c alone. A work
 list is written compactly: "0-41,42.3,42.4,43-50".
@@ -27,11 +28,20 @@ def writer(stream):
     return say
 
 
+def split_line(line: bytes) -> tuple[bytes, dict | None]:
+    """A line of the job's stdout as (the text that is not a record, the record or None).
+    A record starts wherever MARK is: a backend that printed without a newline has its
+    text before it, on the same line."""
+    at = line.find(MARK + b" ")
+    if at < 0:
+        return line, None
+    blob = line[at + len(MARK) + 1:].strip()
+    return line[:at], pickle.loads(zlib.decompress(base64.b64decode(blob)))
+
+
 def read_line(line: bytes) -> dict | None:
     """The record on a line of rank 0's stdout, None for any other line."""
-    if not line.startswith(MARK + b" "):
-        return None
-    return pickle.loads(zlib.decompress(base64.b64decode(line[len(MARK) + 1:].strip())))
+    return split_line(line)[1]
 
 
 def write_spec(spec: dict) -> str:

@@ -110,7 +110,7 @@ def _tail(buf: bytearray, lines: int = 30) -> str:
 
 def _one_job(n, table, work, options: Options, result: Result, progress) -> list:
     """Run `work` in one job; returns the items still to run (after a dead job)."""
-    from xladist.runtime.launcher import job_exit_code, started
+    from xladist.runtime.launcher import job_exit_code, never_started, started
     argv = ["-m", "xladist.conformance.rank_main", _spec(n, options, work)]
     lines: queue.Queue = queue.Queue()
     errbuf = bytearray()
@@ -119,13 +119,18 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
     current = None
     how = code = None
     env = {"XLADIST_PROGRESS": "off"}
+    held = threading.Lock()
+
+    def keep(text: bytes) -> None:  # the job's log: its stderr and what else it printed
+        with held:
+            errbuf.extend(text)
+            del errbuf[:-_STDERR_KEEP]
     with started(n, argv, hostfile=options.hostfile, mpiexec=options.mpiexec, env=env) as proc:
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
 
         def keep_stderr():
             for chunk in iter(lambda: proc.stderr.read1(65536), b""):
-                errbuf.extend(chunk)
-                del errbuf[:-_STDERR_KEEP]
+                keep(chunk)
         threading.Thread(target=keep_stderr, daemon=True).start()
         limit = JOB_START_S + options.unit_limit()
         while True:
@@ -136,7 +141,9 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
                 break
             if line is None:
                 break
-            record = protocol.read_line(line)
+            text, record = protocol.split_line(line)
+            if text:
+                keep(text if record is None else text + b"\n")
             if record is None:
                 continue
             limit = options.unit_limit()
@@ -167,13 +174,18 @@ def _one_job(n, table, work, options: Options, result: Result, progress) -> list
             except Exception:  # noqa: BLE001 - a job that will not exit is stopped below
                 how = "the job did not exit after its last case"
         notes = proc.abort_notes()
+        if how is None and not done and current is None:
+            how = never_started(proc, proc.service, n)  # not an MPI launcher (--mpiexec)
+            if how is not None and not result.verdicts:  # nothing can run: say it once
+                from xladist.errors import ExecutionError
+                raise ExecutionError(how)
     if how is None and code == 0 and current is None and all(e in done for e in expected):
         return []
     why = how or f"the job exited with {code}"
     detail = _tail(errbuf)
     for note in notes:
         if note.strip() and note.strip() not in detail:
-            detail += "\n" + note.strip()
+            detail = f"{detail}\n{note.strip()}" if detail else note.strip()
     pending = [list(e) for e in expected if e not in done and e != current]
     if current is None:  # it died outside any case: what is left cannot be trusted to run
         for item in pending:

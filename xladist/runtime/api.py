@@ -356,7 +356,8 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     outputs = None if failed else job.finish(False)
     errors = list(job.errors)
     if failed or outputs is None:
-        detail = launcher.clean_stderr(proc.stderr).strip()
+        detail = launcher.clean_stderr(proc.stderr).strip() or \
+            launcher.never_started(proc, service, n, "mpiexec=") or ""  # not an MPI launcher
         note = getattr(job, "trace_note", None)
         trace_note = f"\n(the trace {options['trace']} is partial: {note})" \
             if options.get("trace") and note else ""

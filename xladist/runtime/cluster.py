@@ -199,7 +199,8 @@ class Cluster:
                 detail = f"{type(result).__name__}: {result}"
             elif result is not None:
                 detail = launcher.clean_stderr(result.stderr).strip() or \
-                    "\n".join(self._service.messages)
+                    "\n".join(self._service.messages) or \
+                    launcher.never_started(result, self._service, self.n, "mpiexec=") or ""
                 detail = f"(exit {result.returncode})" + (f":\n{detail}" if detail else "")
             else:
                 detail = "\n".join(self._service.messages)

@@ -194,6 +194,7 @@ def apply(args, add_arguments, argv: list[str]) -> dict:
     """
     settings = load(args.config)
     given = explicit_options(add_arguments, argv)
+    args._config_keys = set()  # what the file set: messages name it there (run_args.setting_name)
     for key, value in settings.items():
         spec = SCHEMA[key]
         if not hasattr(args, spec.dest):
@@ -202,6 +203,7 @@ def apply(args, add_arguments, argv: list[str]) -> dict:
         if spec.dest in given:
             continue
         setattr(args, spec.dest, (not value) if spec.invert else value)
+        args._config_keys.add(key)
     return settings
 
 

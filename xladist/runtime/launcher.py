@@ -287,6 +287,21 @@ def job_exit_code(returncode: int, service) -> int:
     return returncode
 
 
+def never_started(proc, service, n: int, option: str = "--mpiexec") -> str | None:
+    """After a job: None when all n ranks reached its coordination service, or the service
+    already said why some did not. Else the words for a launcher that started none or only
+    some of them (not an MPI launcher, one that failed silently, or one that exited 0
+    without running anything): the job did not run. `option`: how the caller named it."""
+    missing = [r for r in range(n) if r not in service.ranks]
+    if not missing or service.messages:
+        return None
+    from .service.report import ranks_text
+    launcher = proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args
+    return (f"{launcher} exited with status {proc.returncode}, but {ranks_text(missing)} of "
+            f"{n} never started, so the job did not run. Is it an MPI launcher that takes "
+            f"`-n N PROGRAM` ({option})?")
+
+
 @contextlib.contextmanager
 def started(n: int, argv: list[str], *, hostfile: str | None = None,
             env: dict[str, str] | None = None, mpiexec: str | None = None):

@@ -21,9 +21,12 @@ from xladist.files import check_destination, check_npz
 from .config import SCHEMA
 
 
-def _name(key: str, options: bool) -> str:
-    """How messages name a setting: its command-line option, or (for the Python API,
+def setting_name(key: str, options: bool = True, args=None) -> str:
+    """How messages name a setting: the config file and key when `args`' value came from
+    `--config` (config.apply), else its command-line option, or (for the Python API,
     `options=False`) its keyword."""
+    if key in getattr(args, "_config_keys", ()):
+        return f"{args.config}: key {key!r}"
     return SCHEMA[key].option if options else key
 
 
@@ -35,9 +38,9 @@ def check_numbers(args, *, options: bool = True) -> None:
         if value is None or spec.type not in ("int", "float"):
             continue
         if spec.type == "int":
-            check_count(value, _name(key, options))
+            check_count(value, setting_name(key, options, args))
         else:
-            check_seconds(value, _name(key, options),
+            check_seconds(value, setting_name(key, options, args),
                           " (0: no deadline)" if key == "timeout" else "")
 
 
@@ -103,7 +106,7 @@ def check_files(args, module, placements, *, options: bool = True) -> None:
         value = getattr(args, spec.dest, None)
         if not spec.file or value is None or spec.file == "hlo":  # the module: parsed already
             continue
-        name = _name(key, options)
+        name = setting_name(key, options, args)
         if not isinstance(value, str):
             raise InputError(f"{name} must be a path, got {type(value).__name__}")
         for path, what in _paths(key, value, module, placements, name).items():

@@ -41,14 +41,10 @@ class Outputs(list):
 
 
 def _module(module):
-    from xladist.hlo.ir import Module
-    from xladist.hlo.parser import parse_file, parse_module
-    if isinstance(module, Module):
-        return module
-    text = str(module)
-    if "\n" not in text and text.endswith(".hlo"):
-        return parse_file(text)
-    return parse_module(text)
+    """A Module, HLO text, a path to either (str or PathLike, any suffix), an Executable:
+    what xladist.run takes, read by its one rule (runtime/api.py)."""
+    from xladist.runtime.api import _as_module
+    return _as_module(module)
 
 
 def _under_mpi() -> bool:

@@ -68,12 +68,18 @@ def lost_rank(info: dict, *, sig: int | None = None, exit_code: int | None = Non
     return f"xladist: {who} {what}. Its last position: {where}. The job was ended."
 
 
-def proven_line(checked: dict) -> str | None:
+def proven_line(checked: dict, positions: dict[int, dict] | None = None) -> str | None:
     """The report's last line when the deadlock check had spoken for the program that hung.
     Proven: the check was wrong, and the module is saved so the case can be reported.
     Proven only assuming loop trip counts (precheck.verdict's "assuming"): the runtime follows
     each loop's condition, not its known_trip_count, so the likely cause is a false
-    assumption -- named, so the user looks there before suspecting the checker."""
+    assumption -- named, so the user looks there before suspecting the checker.
+    Only for a deadlock: when a rank of `positions` (every rank's last record) is still
+    computing or starting, the wait outlasted its compute (a slow rank, a backend stuck in
+    its own code), which no deadlock check speaks for: no line."""
+    if positions and any(rec.get("state") not in ("waiting", "finished")
+                         for rec in positions.values()):
+        return None
     if checked and checked.get("verdict") == "assuming":
         assumed = "; ".join(checked.get("assumptions") or []) or "a known_trip_count"
         return ("xladist: the deadlock check proved this program deadlock-free only assuming "

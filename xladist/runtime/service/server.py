@@ -554,7 +554,7 @@ class Service:
                 rec.setdefault("rank", r)
                 records[r] = rec
         text = format_report(records, first, timeout, self.size)
-        line = texts.proven_line(self.checked)
+        line = texts.proven_line(self.checked, records)
         if line:
             text += "\n" + line
         self.hang_report = text

@@ -6,7 +6,8 @@ collective code would sit between the program and MPI:
 - broken-ftz: all-reduce results flush subnormals to zero (a backend reducing with FTZ/DAZ);
 - broken-nan: all-gather results have every NaN replaced by the canonical quiet NaN;
 - broken-no-a2a: refuses (UnsupportedError) modules with an all-to-all;
-- broken-crash: the process dies in a collective-permute of f64 on device 1.
+- broken-crash: the process dies in a collective-permute of f64 on device 1;
+- broken-chatty: correct, but prints on stdout without a newline as it runs.
 """
 
 from __future__ import annotations
@@ -93,3 +94,9 @@ class CrashOnPermute(_Broken):
                 device.partition_id == 1 and instr.shape.element_type.name == "f64":
             os._exit(17)
         return value
+
+
+class Chatty(_Broken):
+    def execute(self, args):
+        print("chatty backend: running", end="", flush=True)
+        return super().execute(args)
