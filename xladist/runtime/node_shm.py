@@ -42,11 +42,15 @@ def unlink_when_mapped(comm) -> None:
         return
     _done.add(comm.py2f())
     from mpi4py import MPI
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+
+    from xladist.collectives import deadline
+    with deadline.waiting("finding the ranks that share this node"):
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         if node.Get_size() == 1:
             return
-        everyone = node.allgather(mapped_segments())  # after every rank of the node mapped
+        with deadline.waiting("listing the node's MPICH shared memory with its other ranks"):
+            everyone = node.allgather(mapped_segments())  # after every rank of the node mapped
         if node.Get_rank() == 0:
             for path in set.intersection(*everyone):
                 try:
