@@ -4,11 +4,11 @@ environment where xladist is installed): fixtures for conformance tests of your 
 pytest-mpi's conventions: run the tests inside an MPI job with
 `mpiexec -n N python -m pytest --with-mpi`, mark them `@pytest.mark.mpi(min_size=N)`.
 Inside the job every fixture runs on the job's N ranks; without --with-mpi, runs go to ranks
-kept for the session (an `mpi`-marked test that takes an xladist fixture runs there, where
-pytest-mpi alone would skip it for want of --with-mpi) (xladist/testing/clusters.py: one cluster per rank count, every run
-loading and releasing its own module, its feeds served for that run; every run of a
-session with --xladist-fresh-jobs -- the fixtures' and xladist.testing's own -- starts a
-job of its own). The same test works both ways.
+kept for the session -- an `mpi`-marked test that takes an xladist fixture runs there, where
+pytest-mpi alone would skip it for want of --with-mpi (xladist/testing/clusters.py: one
+cluster per rank count, every run loading and releasing its own module, its feeds served
+for that run; every run of a session with --xladist-fresh-jobs -- the fixtures' and
+xladist.testing's own -- starts a job of its own). The same test works both ways.
 
 Options: --xladist-backend NAME (default cpu, or $XLADIST_BACKEND), --xladist-timeout S,
 --xladist-fresh-jobs.
