@@ -50,9 +50,11 @@ def test_device_counts_given_in_one_or_several_options_run_once_each():
 
 
 def test_an_unknown_backend_is_an_error_before_any_job():
-    proc = conformance("-n", "2", "--backend", "nope")
-    assert proc.returncode == 2
-    assert "backend 'nope' is not available" in proc.stderr and "Traceback" not in proc.stderr
+    for listing in ((), ("--list",)):  # --list too (it listed the cases and exited 0)
+        proc = conformance("-n", "2", "--backend", "nope", *listing)
+        assert proc.returncode == 2, (listing, proc.stdout[-200:])
+        assert "backend 'nope' is not available" in proc.stderr and \
+            "Traceback" not in proc.stderr
 
 
 def test_no_matching_case_fails():

@@ -79,13 +79,15 @@ def run(args) -> int:
     counts = [check_count(n, "-n") for n in dict.fromkeys(args.counts or
                                                           runner.default_counts())]
     plan = Plan(full=args.full, select=tuple(args.select), xla=args.xla)
+    # An unknown backend is an error before any job starts -- and before a --list, whose
+    # names would otherwise stand for a run that cannot happen.
+    check_backend(args.backend)
     if args.list:
         for n in counts:
             for unit in units(n, plan):
                 for case in unit.cases:
                     print(case.name)
         return 0
-    check_backend(args.backend)  # an unknown backend is an error before any job starts
     if args.mpiexec:
         find_mpiexec(args.mpiexec)
     if args.hostfile:
