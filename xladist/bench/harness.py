@@ -89,12 +89,12 @@ def bench_main(argv, launch, parser, check, run, module: str) -> int:
         return 2
     if not under_mpi():
         return (launch or relaunch)(args, argv, module=module)
-    from mpi4py import MPI
-
     from xladist.collectives import deadline
+    from xladist.runtime.rank import world
     from xladist.runtime.service import client
     # Every rank reaches its job's coordination service, as the ranks of every other job do:
-    # `xladist bench` then knows whether its launcher started them (cli/bench.py).
-    client.for_rank(MPI.COMM_WORLD)
+    # `xladist bench` then knows whether its launcher started them (cli/bench.py); world()
+    # also unlinks MPICH's node segment once mapped, as every rank does (runtime/node_shm.py).
+    client.for_rank(world())
     with deadline.abort_on_exception(traceback=True):
         return run(args)
