@@ -90,6 +90,9 @@ class _Plan:
     recv_from: int | None = None
     group: tuple[int, ...] = ()
     reducer: tuple[Reducer, _Proxy] | None = field(default=None)
+    # (signature, digest) of a collective without dynamic dimensions, once computed
+    # (runtime/signatures.py: a run that exchanges them).
+    signed: tuple | None = None
 
 
 def _base(opcode: str) -> str:

@@ -64,6 +64,18 @@ def _digest(sig: str) -> np.ndarray:
     return np.frombuffer(hashlib.blake2b(sig.encode(), digest_size=_DIGEST).digest(), np.uint8)
 
 
+def _signed(plan, instr, args=None) -> tuple[str, np.ndarray]:
+    """(signature, digest) of this call of `instr`; one without a dynamic dimension has the
+    same for every call, kept on its plan (formatting and hashing cost ~4 us a call)."""
+    if plan.signed is not None:
+        return plan.signed
+    sig = signature(instr, args)
+    signed = (sig, _digest(sig))
+    if not any(any(leaf.dynamic) for op in instr.operands for _, leaf in op.shape.leaves()):
+        plan.signed = signed
+    return signed
+
+
 def _said(instr, sig: str) -> np.ndarray:
     """`sig` and where it is, for the error (cut to a fixed size: MPI's exchange needs one)."""
     text = f"{sig} ({instr.name}, line {instr.line})".encode()[:_SAID]
@@ -74,26 +86,31 @@ def _text(row) -> str:
     return bytes(row).rstrip(b"\0").decode(errors="replace")
 
 
+def _pairwise(instr) -> bool:
+    """A collective-permute, whose members meet only their pair (_with_peers)."""
+    return instr.opcode.removesuffix("-start") == "collective-permute"
+
+
 def disagreement(plan, instr, args, device: int) -> str | None:
     """The members' exchange for this call of `instr` (collective over `plan.comm`): None
     when every member issues the same signature, else the error text naming both devices."""
     if plan.comm is None:  # a device in no group (collective-broadcast): no one to meet
         return None
-    sig = signature(instr, args)
-    if instr.opcode.removesuffix("-start") == "collective-permute":
-        return _with_peers(plan, instr, sig, device)
-    comm, mine = plan.comm, _digest(sig)
+    sig, mine = _signed(plan, instr, args)
+    if _pairwise(instr):
+        return _with_peers(plan, instr, sig, mine, device)
+    comm = plan.comm
     every = np.empty((comm.size, _DIGEST), np.uint8)
     comm.allgather(mine, every, plan.label)
     if (every == mine).all():
         return None
-    return _told(plan, instr, sig, every, device)
+    return _told(plan, instr, sig, mine, every, device)
 
 
-def _told(plan, instr, sig: str, every, device: int) -> str:
+def _told(plan, instr, sig: str, mine, every, device: int) -> str:
     """After members' digests differed (`every`, which every member holds alike, so every
     member makes this second exchange too): their descriptions, and the error text."""
-    comm, mine = plan.comm, _digest(sig)
+    comm = plan.comm
     said = np.empty((comm.size, _SAID), np.uint8)
     comm.allgather(_said(instr, sig), said, plan.label)
     other = next(i for i in range(comm.size) if not (every[i] == mine).all())
@@ -107,19 +124,30 @@ def _pair(plan) -> tuple[int | None, int | None]:
             None if plan.recv_from == me else plan.recv_from)
 
 
-def _with_peers(plan, instr, sig: str, device: int) -> str | None:
+def _pair_row(instr, sig: str, digest) -> np.ndarray:
+    """What a collective-permute's source sends its target: digest, then description."""
+    return np.concatenate([digest, _said(instr, sig)])
+
+
+def _pair_refusal(plan, mine, theirs, device: int) -> str | None:
+    """The error when the row received from this device's source differs from its own."""
+    recv_from = _pair(plan)[1]
+    if recv_from is None or (theirs[:_DIGEST] == mine[:_DIGEST]).all():
+        return None
+    return _message(device, _text(mine[_DIGEST:]), plan.group[recv_from],
+                    _text(theirs[_DIGEST:]))
+
+
+def _with_peers(plan, instr, sig: str, digest, device: int) -> str | None:
     """A collective-permute meets only its pair: the source tells its target what it sends
     (the target, which would read those bytes as its own shape, is the one that refuses)."""
     send_to, recv_from = _pair(plan)
     if send_to is None and recv_from is None:
         return None
-    mine = np.concatenate([_digest(sig), _said(instr, sig)])
+    mine = _pair_row(instr, sig, digest)
     theirs = np.zeros_like(mine)
     plan.comm.permute(mine, theirs, send_to, recv_from, plan.label)
-    if recv_from is None or (theirs[:_DIGEST] == mine[:_DIGEST]).all():
-        return None
-    return _message(device, _text(mine[_DIGEST:]), plan.group[recv_from],
-                    _text(theirs[_DIGEST:]))
+    return _pair_refusal(plan, mine, theirs, device)
 
 
 def _message(me: int, mine: str, other: int, theirs: str) -> str:
@@ -138,9 +166,9 @@ class NativeAgreement:
     def __init__(self, plan, instr, device: int, error, call, mine, rows: int):
         self.plan, self.instr, self.device, self.error = plan, instr, device, error
         self.call, self.mine, self.rows = call, mine, rows
-        # A missing source leaves `theirs` as it is: mine, so it compares equal.
+        # A missing source leaves `theirs` as it is: mine, so it compares equal. (`call`
+        # keeps the status buffer its address points to.)
         self.theirs = np.tile(mine, rows)
-        self.status = getattr(call, "status_buffer", None)
 
     def entries(self) -> list[int]:
         c = self.call
@@ -149,13 +177,12 @@ class NativeAgreement:
                 getattr(c, "status", 0)]
 
     def refused(self, where: str):
-        sig = signature(self.instr)
-        if self.rows == 1 and self.mine.size > _DIGEST:  # a permute: theirs says it
-            text = _message(self.device, _text(self.mine[_DIGEST:]),
-                            self.plan.group[_pair(self.plan)[1]], _text(self.theirs[_DIGEST:]))
+        if _pairwise(self.instr):  # what the source sent says it
+            text = _pair_refusal(self.plan, self.mine, self.theirs, self.device)
         else:
-            every = self.theirs.reshape(self.rows, _DIGEST)
-            text = _told(self.plan, self.instr, sig, every, self.device)
+            sig, digest = _signed(self.plan, self.instr)
+            text = _told(self.plan, self.instr, sig, digest,
+                         self.theirs.reshape(self.rows, _DIGEST), self.device)
         return self.error(f"{text} (in {where})")
 
 
@@ -163,16 +190,16 @@ def native_agreement(plan, instr, device: int, error):
     """The NativeAgreement of `instr` (a planned collective), None when there is nothing to
     exchange (a permute without another peer), False when its communicator has no native
     form (the loop then keeps the Python path, which exchanges)."""
-    sig = signature(instr)
-    if instr.opcode.removesuffix("-start") == "collective-permute":
+    sig, digest = _signed(plan, instr)
+    if _pairwise(instr):
         send_to, recv_from = _pair(plan)
         if send_to is None and recv_from is None:
             return None
-        mine = np.concatenate([_digest(sig), _said(instr, sig)])
+        mine = _pair_row(instr, sig, digest)
         call = collective_permute_native(plan.comm, send_to, recv_from, mine.size, plan.label)
         rows = 1
     else:
-        mine = _digest(sig).copy()
+        mine = digest
         call = all_gather_native(plan.comm, _DIGEST, plan.label)
         rows = plan.comm.size
     if call is None:
