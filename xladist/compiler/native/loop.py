@@ -115,6 +115,11 @@ def _agrees(step) -> bool:
     return step.kind in STEPS
 
 
+def _own_entries(step) -> int:
+    """A step's table entries before its agreement's: its own, then its callback's two."""
+    return step.N_ENTRIES + (2 if falls_back(step) else 0)
+
+
 def _resolve(step, device):
     """What a non-kernel step calls, resolved once per loop run: a collective by the
     device's method `step.bind` (e.g. native_all_reduce), a dot by itself (native/blas.py);
@@ -150,8 +155,7 @@ class NativeLoop:
         n = 1
         for s in self.steps:
             self.offsets.append(n)
-            n += s.N_ENTRIES + (2 if falls_back(s) else 0) + \
-                (AGREE_ENTRIES if _agrees(s) else 0)
+            n += _own_entries(s) + (AGREE_ENTRIES if _agrees(s) else 0)
         self.half = n + 1
         self.fn = None
         self._fixed: dict = {}  # (computation id, slot id) -> a buffer the loop keeps
@@ -230,7 +234,7 @@ class NativeLoop:
                     return b.load(b.gep(base, [c64(at + k)], inbounds=True,
                                         source_etype=PTR), typ=typ)
                 if _agrees(step):
-                    skip = step.N_ENTRIES + (2 if falls_back(step) else 0)
+                    skip = _own_entries(step)
                     emit_agreement(b, lambda k, typ, entry=entry, skip=skip: entry(skip + k, typ),
                                    cells, progress, j, fail, step.kind == "collective-permute")
                 if not falls_back(step):
