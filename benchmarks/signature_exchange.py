@@ -21,41 +21,8 @@ import numpy as np
 from mpi4py import MPI
 
 import xladist
+from xladist.bench.in_loop import loop_module
 from xladist.compiler.native import loop as native_loop
-
-
-def module(count: int) -> str:
-    return f"""HloModule bench_signatures
-add {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}}
-cond {{
-  p = (s32[], s32[], f32[{count}]) parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  k = s32[] get-tuple-element(p), index=1
-  ROOT lt = pred[] compare(i, k), direction=LT
-}}
-body {{
-  p = (s32[], s32[], f32[{count}]) parameter(0)
-  i = s32[] get-tuple-element(p), index=0
-  k = s32[] get-tuple-element(p), index=1
-  x = f32[{count}] get-tuple-element(p), index=2
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  r = f32[{count}] all-reduce(x), replica_groups={{}}, to_apply=add
-  ROOT t = (s32[], s32[], f32[{count}]) tuple(j, k, r)
-}}
-ENTRY main {{
-  x = f32[{count}] parameter(0)
-  k = s32[] parameter(1)
-  zero = s32[] constant(0)
-  init = (s32[], s32[], f32[{count}]) tuple(zero, k, x)
-  w = (s32[], s32[], f32[{count}]) while(init), condition=cond, body=body
-  ROOT y = f32[{count}] get-tuple-element(w), index=2
-}}
-"""
 
 
 def main() -> int:
@@ -71,7 +38,7 @@ def main() -> int:
         "exchange / off |")
     say("|---|---|---|---|---|---|---|")
     for count in sizes:
-        mod = xladist.parse_hlo(module(count))
+        mod = xladist.parse_hlo(loop_module(count, "sum"))  # `xladist bench --in-loop`'s
         x = np.zeros((n, count), np.float32)
 
         def xla(trips, mode, native):

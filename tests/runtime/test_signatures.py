@@ -15,20 +15,22 @@ from xladist.runtime.signatures import signature
 
 # Device 0 takes the branch with an f32 all-reduce, device 1 the one with an s32 all-reduce
 # of the same bytes (a conditional on replica-id: the data decides nothing here).
-BRANCHES = """HloModule branches, replica_count=2
-
-add_f {
+# The two reducers every module here takes (the loop tests name lines counted after them:
+# keep them as they are).
+REDUCERS = """add_f {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT s = f32[] add(a, b)
 }
-
 add_i {
   a = s32[] parameter(0)
   b = s32[] parameter(1)
   ROOT s = s32[] add(a, b)
 }
+"""
 
+BRANCHES = """HloModule branches, replica_count=2
+""" + REDUCERS + """
 on_f {
   p = (f32[4]) parameter(0)
   x = f32[4] get-tuple-element(p), index=0
@@ -132,17 +134,7 @@ def test_xladist_signatures_takes_its_words_and_refuses_others(monkeypatch):
 # device 1's f32 collective of iteration K0 + 1, inside the loop -- which the cpu backend
 # runs natively (compiler/native/loop.py), exchanging natively (emit_agreement).
 LOOP = """HloModule loop, replica_count=2
-add_f {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-add_i {
-  a = s32[] parameter(0)
-  b = s32[] parameter(1)
-  ROOT s = s32[] add(a, b)
-}
-cond {
+""" + REDUCERS + """cond {
   p = (s32[], s32[], f32[4]) parameter(0)
   i = s32[] get-tuple-element(p), index=0
   k = s32[] get-tuple-element(p), index=1
