@@ -54,6 +54,12 @@ DEVICE = {"replica-id", "partition-id", "rng-get-and-update-state"}
 INLINE_CONSTANT_LIMIT = 4096
 # A fused subgraph this large is not duplicated into several consumers.
 DUPLICATION_LIMIT = 12
+# The longest chain of fused producers a kernel takes: the next one is materialized.
+# Codegen and _kernel_spec walk a kernel's producers recursively (a few Python frames per
+# fused op: a chain of ~300 single-use ops ran out of recursion), and one kernel's LLVM
+# time grows faster than its size (a 3,000-op chain: 24 s); chunks of this many ops
+# compile once and are repeated as one distinct kernel.
+FUSION_DEPTH_LIMIT = 100
 
 
 def physical_bitcast(instr: Instruction) -> bool:
@@ -172,6 +178,12 @@ def plan_fusion(comp: Computation, name_prefix: str,
         return False
 
     cost: dict[Instruction, int] = {}
+    depth: dict[Instruction, int] = {}  # longest chain of fused producers, itself included
+
+    def fused_depth(instr: Instruction) -> int:
+        return 1 + max((depth.get(o, 0) for o in instr.operands
+                        if plan.kind.get(o) == "fused"), default=0)
+
     for instr in comp.instructions:
         k = base_kind(instr)
         if k == "elemental" or instr.opcode in ("reshape", "copy", "transpose", "bitcast"):
@@ -198,13 +210,18 @@ def plan_fusion(comp: Computation, name_prefix: str,
                     and (len(eff) > 2 or any(reuses(u, instr) for u in users[instr])))
                 or (len(eff) > 1 and c > DUPLICATION_LIMIT)
                 or not instr.shape.is_array
+                or fused_depth(instr) >= FUSION_DEPTH_LIMIT
             )
             plan.kind[instr] = "kernel" if materialize else "fused"
             cost[instr] = 0 if materialize else c
+            if not materialize:
+                depth[instr] = fused_depth(instr)
         elif k == "root":
             fusible_reduce = (instr.opcode == "reduce" and instr not in materialize_reduces
                               and _row_broadcast_users(instr, users[instr], root))
             plan.kind[instr] = "fused" if fusible_reduce else "kernel"
+            if fusible_reduce:
+                depth[instr] = fused_depth(instr)
         else:
             plan.kind[instr] = k
     # Kernel specs: each kernel fuses the closure of its unmaterialized producers.
