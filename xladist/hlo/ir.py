@@ -157,12 +157,14 @@ class Computation:
         return out
 
     def called_computations(self) -> list["Computation"]:
-        seen: list[Computation] = []
+        """Every computation an instruction of this one calls, once each, in first-call
+        order (a dict, not a list scan: an entry calling 5,000 computations made the
+        verifier quadratic)."""
+        seen: dict[int, Computation] = {}
         for i in self.instructions:
             for c in i.called_computations():
-                if c not in seen:
-                    seen.append(c)
-        return seen
+                seen.setdefault(id(c), c)
+        return list(seen.values())
 
     def program_shape(self) -> tuple[list[Shape], Shape]:
         return [p.shape for p in self.parameters], self.root.shape
