@@ -30,3 +30,39 @@ def test_a_long_chain_of_fusible_ops_compiles_and_computes_numpys_result():
     got = xladist.compile(xladist.parse_hlo(_linear_chain(n)))(x)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
+
+
+def _with_constant(values: np.ndarray) -> str:
+    n = values.size
+    text = ", ".join(repr(float(v)) for v in values)
+    return (f"HloModule c\n\nENTRY %main (x: f32[{n}]) -> f32[{n}] {{\n"
+            f"  %x = f32[{n}] parameter(0)\n  %c = f32[{n}] constant({{{text}}})\n"
+            f"  ROOT %a = f32[{n}] add(%x, %c)\n}}\n")
+
+
+def test_compiling_a_large_constant_formats_none_of_its_elements(monkeypatch):
+    # Before: the kernel cache's key was the module's printed text, so every compile, warm
+    # or cold, in the launcher and on every rank, formatted every element of every constant
+    # in Python (a 10^6-element literal: 2.8 s of a warm compile). Now a large constant
+    # enters the key as a digest of its bytes; two constants differing in one element
+    # still get their own code.
+    from xladist.hlo import literals
+    n = 20_000
+    values = np.linspace(-1, 1, n, dtype=np.float32)
+    other = values.copy()
+    other[n // 2] = 7.0
+    modules = [xladist.parse_hlo(_with_constant(v)) for v in (values, other)]
+    formatted = [0]
+    real = literals.element_strings
+
+    def counting(*args, **kwargs):
+        out = real(*args, **kwargs)
+        formatted[0] += len(out)
+        return out
+
+    monkeypatch.setattr(literals, "element_strings", counting)
+    x = np.full(n, 0.5, dtype=np.float32)
+    for module, v in zip(modules, (values, other)):
+        for _ in range(2):  # cold, then from the kernel cache
+            np.testing.assert_array_equal(xladist.compile(module)(x)[0], x + v)
+    assert formatted[0] == 0, f"{formatted[0]:,} elements printed to compile two modules"

@@ -5,7 +5,7 @@ A program's kernels are compiled as units (units.py: one LLVM module per distinc
 per group of native loops, and one for the reducers), in parallel (compile_pool.py), each
 into its own object; the objects travel together as one code blob (`pack_objects`), which
 MCJIT loads into one engine. The blob is cached under `$XLADIST_CACHE_DIR` (default
-`~/.cache/xladist`) keyed by a hash of the module's canonical text (fingerprint.py), the
+`~/.cache/xladist`) keyed by a hash of the module's canonical text (program.kernel_fingerprint), the
 target description and the compiler's own version (xladist version + a hash of
 xladist/compiler sources, so a change to the pipelines of llvm_worker.py is a new key), so
 the second compilation of a module runs no codegen and no LLVM at all.

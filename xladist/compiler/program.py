@@ -26,6 +26,22 @@ from .inplace import FRESH
 from .thunks import RunState, physical_leaf
 
 
+def kernel_fingerprint(module, kernel_names: list[str]) -> str:
+    """What the object code is built from, the kernel cache's key: the module's text
+    without metadata, each large constant (printer.large_constant) printed `{...}` and its
+    data's digest listed after the text, and the kernel names. Printing a constant's
+    elements was most of a warm compile of a module with a large literal (10^6 elements:
+    2.8 s of it, in the launcher and again on every rank, on every launch)."""
+    from ..hlo.attrs import Literal
+    from ..hlo.printer import large_constant
+    digests = [f"%{i.name}={i.literal.digest() if isinstance(i.literal, Literal) else '-'}"
+               for i in module.all_instructions()
+               if i.opcode == "constant" and large_constant(i.shape)]
+    return (module.to_text(metadata=False, large_constants=False)
+            + "\n// constants: " + " ".join(digests)
+            + "\n// kernels: " + " ".join(kernel_names))
+
+
 class CpuProgram:
     def __init__(self, module, schedule: dict | None = None, code: bytes | None = None,
                  fingerprint: str | None = None, *, compile_code: bool = True):
@@ -43,7 +59,7 @@ class CpuProgram:
         names = [k.name for k in self.builder.kernels] + \
             [r.kernel_name for r in self.builder.reducers.values()] + \
             [lp.name for lp in self.builder.loops]
-        self.fingerprint = module.to_text(metadata=False) + "\n// kernels: " + " ".join(names)
+        self.fingerprint = kernel_fingerprint(module, names)
         self.phases: dict[str, float] = {"plan": t1 - t0}
         # What compiling took, when it ran (compile_pool.compile_jobs): units, exact ones,
         # units the helper processes compiled, processes.

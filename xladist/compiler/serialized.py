@@ -12,7 +12,8 @@ File layout (all integers little-endian):
     objects of the program's compile units)
 The JSON header holds the module text (as written by the user), the schedule (computation
 name -> instruction names), the thunk plan (CpuProgram.explain(), for people and tools),
-the kernel fingerprint (module text + kernel names: what the object was built from), the
+the kernel fingerprint (program.kernel_fingerprint: module text, large constants' digests,
+kernel names: what the object was built from), the
 target it was compiled for (triple, CPU, CPU features, LLVM version, vector width, as
 target.target_description) and the xladist and compiler versions.
 

@@ -215,5 +215,28 @@ class Literal:
     def elided(self) -> bool:
         return self.value is None
 
+    def digest(self) -> str:
+        """A hash of the value's type, shape and bytes (every bit: -0.0, NaN payloads), in
+        time linear in its bytes, where printing it formats every element in Python."""
+        import hashlib
+        h = hashlib.sha256()
+        _digest_into(h, self)
+        return h.hexdigest()
+
     def __repr__(self) -> str:
         return f"Literal({self.shape}, {'elided' if self.elided else self.value!r})"
+
+
+def _digest_into(h, literal: "Literal") -> None:
+    h.update(f"{literal.shape};".encode())
+    v = literal.value
+    if v is None:
+        h.update(b"elided;")
+    elif isinstance(v, tuple):
+        for leaf in v:
+            _digest_into(h, leaf)
+    else:
+        import numpy as np
+        a = np.ascontiguousarray(v)
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        h.update(a.tobytes())

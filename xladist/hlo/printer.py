@@ -175,9 +175,9 @@ class _Printer:
         lit = instr.literal
         if not isinstance(lit, Literal):
             return "{...}"
-        shape = instr.shape
-        if not self.large_constants and (shape.is_tuple or shape.size > 10):
+        if not self.large_constants and large_constant(instr.shape):
             return "{...}"
+        shape = instr.shape
         return format_literal(lit, shape)
 
     def attrs(self, out: list, specs, attrs: dict) -> None:
@@ -318,6 +318,11 @@ def _backend_config_text(text: str | None) -> str:
     except ValueError:
         return text
     return _dict_or_quoted(value) if value else ""
+
+
+def large_constant(shape) -> bool:
+    """A constant that `large_constants=False` prints as `{...}` (as XLA's printer does)."""
+    return shape.is_tuple or shape.size > 10
 
 
 def print_module(module: Module, *, sigils: bool = True, operand_shapes: bool = False,
