@@ -62,7 +62,26 @@ def test_proven():
     module = _loop("%three")
     assert verdict(precheck(module, 2), module, "xladist check m.hlo -n 2") == {
         "verdict": "proven", "assumptions": [], "reasons": [], "proven": True,
-        "module_text": module.to_text(), "how": "xladist check m.hlo -n 2"}
+        "module": module, "how": "xladist check m.hlo -n 2"}
+
+
+def test_a_proven_verdict_prints_the_module_only_for_a_hang_report(monkeypatch, tmp_path):
+    # Before: verdict printed the whole module at every proven launch, for a report only a
+    # hang after a proof makes (a module with a 10^6-element literal: seconds to print).
+    from xladist.hlo import printer
+    from xladist.runtime.service.report import proven_line
+    module = _loop("%three")
+    want = module.to_text()
+    printed = []
+    real = printer.print_module
+    monkeypatch.setattr(printer, "print_module",
+                        lambda *a, **k: printed.append(1) or real(*a, **k))
+    v = verdict(precheck(module, 2), module, "xladist check m.hlo -n 2")
+    assert printed == []
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    line = proven_line(v)
+    saved = line.split("the module is saved as ")[1].split(";")[0]
+    assert open(saved).read() == want
 
 
 def test_a_false_known_trip_count_is_not_trusted():
@@ -79,7 +98,7 @@ def test_a_known_trip_count_the_condition_cannot_confirm_is_an_assumption():
     v = verdict(report, _loop("%m"))
     # Not proven: a hang here is not the checker's defect, and no module is kept for one.
     assert v["verdict"] == "assuming" and v["reasons"] == [] and not v["proven"]
-    assert v["module_text"] is None
+    assert v["module"] is None
     (text,) = v["assumptions"]
     assert text.startswith("assuming w (line") and "runs 2 times on devices 0, 1" in text
     assert "known_trip_count" in text and "the runtime follows the condition" in text

@@ -79,16 +79,17 @@ def verdict(report, module=None, how: str = "") -> dict:
       "reasons"      what kept it from "proven" otherwise;
       "proven"       verdict == "proven"; the run-time watchdog's report then ends with "the
                      check proved it: a checker defect" if the program hangs;
-      "module_text"  the module, when proven (saved with such a report); "how": the check's
-                     command, for that line.
+      "module"       the module, when proven (its text is saved with such a report: printed
+                     then, not at every launch -- a 10^6-element literal takes seconds to
+                     print); "how": the check's command, for that line. (A verdict made by
+                     hand may give "module_text" instead.)
 
     `report` is what `precheck` returned or the DeadlockError it raised carried (Report.summary()
     gives the first three keys for a report)."""
     out = (report.summary() if report is not None
            else {"verdict": "nothing to check", "assumptions": [], "reasons": []})
     sure = proven(report)
-    out.update(proven=sure, how=how,
-               module_text=module.to_text() if sure and module is not None else None)
+    out.update(proven=sure, how=how, module=module if sure else None)
     return out
 
 

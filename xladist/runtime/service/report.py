@@ -88,6 +88,8 @@ def proven_line(checked: dict, positions: dict[int, dict] | None = None) -> str 
     if not checked or not checked.get("proven"):
         return None
     text = checked.get("module_text")
+    if text is None and checked.get("module") is not None:
+        text = checked["module"].to_text()  # only now: a hang after a proof is rare
     saved = None
     if text:
         try:

@@ -155,7 +155,7 @@ class Service:
     whose stderr is the user's); else they print their own. `defer_lost`: a dead or stuck
     rank is recorded, not printed: the launcher prints it once mpiexec has said which
     signal ended it. `emit(text)`: where reports go (default stderr). `checked`: the deadlock
-    check's verdict ({"proven": bool, "module_text": str}) for the hang report's last line.
+    check's verdict ({"proven": bool, "module": Module}: precheck.verdict) for the hang report's last line.
     """
 
     def __init__(self, size: int, *, job=None, code=None, prints: bool = True,
