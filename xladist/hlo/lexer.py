@@ -13,7 +13,11 @@ they make up most of a real module's text:
            `source_target_pairs=` or `replica_groups=`: over thousands of devices these
            are millions of tokens otherwise (the parser's v_intss splits the text);
   BRACED   a whole `{...}` value right after `metadata=` or `backend_config=`, kept as text
-           by the parser: metadata is a quarter to a third of a JAX module's bytes.
+           by the parser: metadata is a quarter to a third of a JAX module's bytes;
+  NUMBERS  a whole array literal of plain decimal numbers right after `constant(`,
+           `{1, 2.5e-3}` or `{ {1, 2}, {3, 4} }` (no inf, nan or complex parts): a
+           10^6-element literal was 2 x 10^6 tokens otherwise, 6.7 s to parse (the parser's
+           literal() checks its braces against the shape and reads it with numpy).
 Anything that does not fit them (spaces inside, layout extras such as
 `{1,0:T(8,128)}`) is lexed piece by piece and handled by the parser's general path.
 """
@@ -45,13 +49,14 @@ INTLISTS = 14   # {{0,1},{1,2}} right after source_target_pairs= or replica_grou
 PUNCT = 15      # { } ( ) [ ] , = : -> <= ...
 OTHER = 16      # any other single character (# * + ~ < > @ ...), legal only in raw text
 BRACED = 17     # {op_name="a" source_line=3} right after metadata= or backend_config=
+NUMBERS = 18    # {1, 2.5, -3e-05} or {{1, 2}, {3, 4}} right after constant(
 
 KIND_NAMES = {EOF: "end of input", SHAPE: "shape", NAME: "name", ATTR: "attribute name",
               LABEL: "parameter name", DIMLABELS: "dim labels", SPECIAL: "float value",
               IDENT: "identifier", FLOAT: "float", DXD: "window sizes", PAD: "padding",
               INTLIST: "integer list", INT: "integer", STRING: "string",
               INTLISTS: "list of integer lists", PUNCT: "punctuation",
-              OTHER: "character", BRACED: "braced value"}
+              OTHER: "character", BRACED: "braced value", NUMBERS: "array literal"}
 
 # An identifier: letters, digits, '_', '.', and '-' when not the start of '->'. Written
 # "unrolled" with possessive runs: sre steps a per-character alternation one character at a
@@ -96,13 +101,14 @@ _MASTER = re.compile(
     r"(\{\{-?\d+(?:,-?\d+)*\}(?:,\{-?\d+(?:,-?\d+)*\})*\})"                     # 15 INTLISTS
     r"|(?:(?<=metadata=)|(?<=backend_config=))"
     rf"(\{{{_PLAIN}(?:\{{{_PLAIN}\}}{_PLAIN})*+\}})"                            # 16 BRACED
-    r"|(\{)"                                                                 # 17 PUNCT
-    r"|(\S)"                                                                 # 18 OTHER
+    r"|(?<=constant\()(\{[-+.,\deE\s{}]*?\d[-+.,\deE\s{}]*\})"                # 17 NUMBERS
+    r"|(\{)"                                                                 # 18 PUNCT
+    r"|(\S)"                                                                 # 19 OTHER
     r"|(\Z))",       # end of text: only whitespace/comments left; stops the scan
     re.S)
-_END_GROUP = 19
+_END_GROUP = 20
 _GROUP_KINDS = (None, PUNCT, NAME, SHAPE, ATTR, LABEL, DIMLABELS, SPECIAL, IDENT, FLOAT, DXD,
-                PAD, INTLIST, INT, STRING, INTLISTS, BRACED, PUNCT, OTHER)
+                PAD, INTLIST, INT, STRING, INTLISTS, BRACED, NUMBERS, PUNCT, OTHER)
 
 
 class LineIndex:

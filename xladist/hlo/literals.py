@@ -113,6 +113,16 @@ def build_array(ptype: PrimitiveType, dims: tuple[int, ...], items: list) -> np.
 
 
 def _float_array(ptype: PrimitiveType, dtype, items: list) -> np.ndarray:
+    try:  # plain decimals, read by numpy in C (correctly rounded, as float() reads them)
+        wide = np.array(items, dtype=np.float64)
+    except (ValueError, TypeError):
+        wide = None
+    if wide is None or not np.isfinite(wide).all():
+        return _float_array_by_item(ptype, dtype, items)  # nan, inf, errors: item by item
+    return _narrowed(ptype, dtype, wide, items)
+
+
+def _float_array_by_item(ptype: PrimitiveType, dtype, items: list) -> np.ndarray:
     values = []
     nans = []  # (position, negative, payload or None)
     for j, t in enumerate(items):
@@ -132,7 +142,14 @@ def _float_array(ptype: PrimitiveType, dtype, items: list) -> np.ndarray:
             # narrower types below (hlo_parser_test.cc ConstantF64Overflow).
             raise LiteralValueError(f"value {t} is out of range for {ptype.name}", j)
         values.append(v)
-    wide = np.array(values, dtype=np.float64)
+    out = _narrowed(ptype, dtype, np.array(values, dtype=np.float64), items)
+    if nans:
+        _set_nan_bits(ptype, out, nans)
+    return out
+
+
+def _narrowed(ptype: PrimitiveType, dtype, wide: np.ndarray, items: list) -> np.ndarray:
+    """`wide` (f64) as `dtype`; a finite value the type cannot hold is an error."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = wide.astype(dtype)
         back = out.astype(np.float64)
@@ -140,8 +157,6 @@ def _float_array(ptype: PrimitiveType, dtype, items: list) -> np.ndarray:
     if bad.any():
         j = int(np.argmax(bad))
         raise LiteralValueError(f"value {items[j]} is out of range for {ptype.name}", j)
-    if nans:
-        _set_nan_bits(ptype, out, nans)
     return out
 
 

@@ -16,7 +16,7 @@ from .attrs import (ConvDimensionNumbers, Literal, PaddingConfig, RawAttr, Repli
                     SliceSpec, Window, WindowDim)
 from .collective_groups import iota_replica_groups, mesh_axes_replica_groups
 from .ir import Computation
-from .lexer import (ATTR, DIMLABELS, DXD, EOF, FLOAT, IDENT, INT, INTLIST, INTLISTS, LABEL, NAME,
+from .lexer import (ATTR, DIMLABELS, DXD, EOF, FLOAT, IDENT, INT, INTLIST, INTLISTS, LABEL, NAME, NUMBERS,
                     OTHER, PAD, PUNCT, SHAPE, SPECIAL, STRING)
 from .literals import LiteralValueError, build_array
 from .shape import PRIMITIVE_TYPES, UNBOUNDED, Layout, Shape
@@ -41,6 +41,20 @@ def _split_intlists(text: str) -> tuple[tuple[int, ...], ...]:
         flat = map(int, text[2:-2].replace("},{", ",").split(","))
         return tuple(zip(flat, flat))
     return tuple(tuple(map(int, g.split(","))) for g in text[2:-2].split("},{"))
+
+
+# A NUMBERS token without its numbers and spaces: its braces and commas, to compare with
+# `_braces(dims)`; and what separates its numbers.
+_NOT_BRACES = str.maketrans("", "", "0123456789.eE+- \t\n\r\f\v")
+_BETWEEN_NUMBERS = re.compile(r"[\s{},]+")
+
+
+def _braces(dims: tuple[int, ...]) -> str:
+    """The braces and commas of an array literal of `dims` written out: (2, 3) -> {{,,},{,,}}."""
+    text = "{" + "," * (dims[-1] - 1) + "}" if dims[-1] else "{}"
+    for d in reversed(dims[:-1]):
+        text = "{" + ",".join([text] * d) + "}"
+    return text
 
 
 class TokenCursor:
@@ -335,6 +349,12 @@ class TokenCursor:
             return Literal(shape, None)
         if depth > MAX_DEPTH:
             raise self.error(f"constant {name} is nested more than {MAX_DEPTH} levels deep")
+        if kinds[i] == NUMBERS:
+            value = self.numbers_literal(shape)
+            if value is not None:
+                self.i = i + 1
+                return Literal(shape, value)
+            self.split_token(i)  # the general path below reads it and names what is wrong
         if shape.is_tuple:
             self.expect("(", f"to open the tuple value of constant {name}")
             elems = []
@@ -363,6 +383,31 @@ class TokenCursor:
         except LiteralValueError as e:
             raise self.error(f"constant {name}: {e}", where[e.index] if where else i) from None
         return Literal(shape, value)
+
+    def numbers_literal(self, shape: Shape):
+        """The array of a NUMBERS token whose braces nest as `shape`'s dims and whose
+        numbers all read as its element type, in time linear in its text; None otherwise."""
+        if not shape.is_array or shape.rank == 0 or shape.is_dynamic or \
+                shape.element_type.is_complex:
+            return None
+        text = self.texts[self.i]
+        if text.translate(_NOT_BRACES) != _braces(shape.dims):
+            return None
+        items = _BETWEEN_NUMBERS.split(text)[1:-1]
+        if len(items) != shape.size or any(t[0] == "+" for t in items):
+            return None  # XLA's numbers have no leading '+'
+        try:
+            return build_array(shape.element_type, shape.dims, items)
+        except LiteralValueError:
+            return None
+
+    def split_token(self, i: int) -> None:
+        """Replace composite token i by the tokens of its text, lexed alone."""
+        kinds, texts, starts = lx.tokenize(self.texts[i], None, self.filename)
+        base = self.starts[i]
+        self.kinds[i:i + 1] = kinds[:-1]  # without its EOF
+        self.texts[i:i + 1] = texts[:-1]
+        self.starts[i:i + 1] = [base + s for s in starts[:-1]]
 
     def scalar_item(self, items, where, is_complex, name) -> None:
         kinds, texts = self.kinds, self.texts
