@@ -123,15 +123,6 @@ class FusionPlan:
         return self.kind[instr] not in ("fused",)
 
 
-def _users(comp: Computation) -> dict[Instruction, list[Instruction]]:
-    users: dict[Instruction, list[Instruction]] = {i: [] for i in comp.instructions}
-    for i in comp.instructions:
-        for op in i.operands:
-            if i not in users[op]:
-                users[op].append(i)
-    return users
-
-
 def plan_fusion(comp: Computation, name_prefix: str,
                 materialize_reduces: frozenset = frozenset()) -> FusionPlan:
     """Kinds for every instruction and one KernelSpec per kernel root.
@@ -140,7 +131,7 @@ def plan_fusion(comp: Computation, name_prefix: str,
     control, device.
     """
     plan = FusionPlan(comp)
-    users = _users(comp)
+    users = comp.users()
     root = comp.root
 
     def can_fuse_into(u: Instruction) -> bool:
