@@ -101,7 +101,9 @@ _MASTER = re.compile(
     r"(\{\{-?\d+(?:,-?\d+)*\}(?:,\{-?\d+(?:,-?\d+)*\})*\})"                     # 15 INTLISTS
     r"|(?:(?<=metadata=)|(?<=backend_config=))"
     rf"(\{{{_PLAIN}(?:\{{{_PLAIN}\}}{_PLAIN})*+\}})"                            # 16 BRACED
-    r"|(?<=constant\()(\{[-+.,\deE\s{}]*?\d[-+.,\deE\s{}]*\})"                # 17 NUMBERS
+    # (possessive, then checked: a lazy-then-greedy run backtracked quadratically over a
+    # literal it could not take, e.g. one whose last number is nan)
+    r"|(?<=constant\()(?=[^)]*?\d)(\{[-+.,\deE\s{}]*+)(?<=\})(?=\))"            # 17 NUMBERS
     r"|(\{)"                                                                 # 18 PUNCT
     r"|(\S)"                                                                 # 19 OTHER
     r"|(\Z))",       # end of text: only whitespace/comments left; stops the scan
