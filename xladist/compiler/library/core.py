@@ -600,4 +600,6 @@ UNSUPPORTED = {
     "set-dimension-size": "run through hlo.dynamic_padder (xladist.compile applies it)",
     "shuffle": "shuffle has no defined semantics in XLA's operation semantics",
     "scan": "scan is lowered to while loops by XLA before it reaches a backend",
+    "collective-reduce": "collective-reduce has no published semantics in XLA's operation "
+                         "semantics",
 }
