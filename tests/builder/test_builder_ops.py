@@ -31,6 +31,7 @@ NOT_BUILT = {
     "async-update": "XLA passes insert updates; clients start and finish",
     "scan": "XLA 2025 op; not modelled by shape inference",
     "shuffle": "XLA 2025 op; not modelled by shape inference",
+    "collective-reduce": "XLA 2025 op; not modelled by shape inference",
 }
 
 

@@ -329,3 +329,34 @@ nested_computation {
                                             r".* is not defined; computations must be defined "
                                             r"before they are used"):
         parse_module(used_first)
+
+
+# collective-reduce, as XLA's hlo_to_mhlo import test (import.hlo) writes it: before, the
+# whole file failed to parse ("unknown opcode 'collective-reduce'"); the reference's rule
+# for opcodes newer than xladist is to parse them and refuse them at execution.
+_COLLECTIVE_REDUCE = """HloModule m, replica_count=2
+add {
+  lhs = f32[] parameter(0)
+  rhs = f32[] parameter(1)
+  ROOT add = f32[] add(lhs, rhs)
+}
+ENTRY e {
+  input = f32[8] parameter(0)
+  root = s32[1] parameter(1)
+  r1 = f32[8] collective-reduce(input), channel_id=1, replica_groups={{0,1}}, to_apply=add
+  r2 = f32[8] collective-reduce(input, root), replica_groups={{0,1}}, has_dynamic_root=true, to_apply=add
+  ROOT t = (f32[8], f32[8]) tuple(r1, r2)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_collective_reduce_parses_and_is_refused_by_name(backend):
+    module = parse_module(_COLLECTIVE_REDUCE)
+    text = print_module(module)
+    assert "has_dynamic_root=true" in text and print_module(parse_module(text)) == text
+    verify_module(module)
+    with pytest.raises(xladist.UnsupportedError, match=r"r1.*collective-reduce.*no published "
+                       r"semantics"):
+        xladist.compile(module, backend=backend)(np.ones(8, np.float32),
+                                                 np.zeros(1, np.int32))

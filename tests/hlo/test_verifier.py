@@ -702,3 +702,35 @@ def test_verifying_many_called_computations_compares_them_a_linear_number_of_tim
     monkeypatch.setattr(Computation, "__eq__", counting_eq)
     verify_module(module)
     assert compared[0] <= 4 * n, f"{compared[0]:,} comparisons of computations for {n} calls"
+
+
+# A variadic scatter whose updates differ in their window size. Found by mutating XLA's
+# emitter test scatter/variadic_scatter_argmax.hlo: the verifier accepted it, then the
+# interpreter failed with an internal IndexError and the cpu backend read the smaller
+# update past its end.
+_SCATTER_UNEQUAL_UPDATES = """HloModule m
+combine {
+  s0 = f32[] parameter(0)
+  a0 = s32[] parameter(1)
+  s1 = f32[] parameter(2)
+  a1 = s32[] parameter(3)
+  ROOT t = (f32[], s32[]) tuple(s1, a1)
+}
+ENTRY e {
+  o1 = f32[8,5] parameter(0)
+  o2 = s32[8,5] parameter(1)
+  i = s32[4,1] parameter(2)
+  u1 = f32[4,2,3] parameter(3)
+  u2 = s32[4,1,3] parameter(4)
+  ROOT s = (f32[8,5], s32[8,5]) scatter(o1, o2, i, u1, u2), update_window_dims={1,2},
+      inserted_window_dims={}, scatter_dims_to_operand_dims={0}, index_vector_dim=1,
+      to_apply=combine
+}
+"""
+
+
+def test_scatter_updates_of_different_shapes_are_refused():
+    module = parser.parse_module(_SCATTER_UNEQUAL_UPDATES)
+    with pytest.raises(VerifierError, match=r"(?s)`%s = .*all updates must have the same "
+                       r"dimensions, got f32\[4,2,3\].*s32\[4,1,3\]"):
+        verify_module(module)

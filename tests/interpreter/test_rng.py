@@ -166,3 +166,29 @@ def test_a_threefry_state_without_a_counter_is_refused_by_both_backends(backend)
             " ROOT r = (u64[1], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry\n}\n")
     with pytest.raises(UnsupportedError, match=r"ThreeFry needs a u64\[2\] state"):
         xladist.compile(xladist.parse_hlo(text), backend=backend)(np.array([1], np.uint64))
+
+
+def _rng_module(t: str, n: int, dist: str) -> str:
+    return (f"HloModule r\nENTRY e {{\n a = {t}[] parameter(0)\n b = {t}[] parameter(1)\n"
+            f" ROOT r = {t}[{n}] rng(a, b), distribution={dist}\n}}\n")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_rng_distributions_hold_on_both_backends(backend):
+    """One rule for rng's distributions (semantics/rng.rng_values) on both backends. Found
+    running XLA's hlo_to_mhlo import test (test_rng_normal) with a random sigma: the cpu
+    backend's own copy of the rule failed `scale < 0` on a negative sigma (XLA computes
+    mu + sigma * z, valid for any sign) and `low >= high` on an empty integer range, and
+    both backends let an f16 uniform reach b, outside XLA's [a, b)."""
+    import xladist
+
+    def run_on(t, n, dist, a, b):
+        m = xladist.parse_hlo(_rng_module(t, n, dist))
+        return np.asarray(xladist.compile(m, backend=backend)(a, b)[0])
+
+    z = run_on("f64", 20000, "rng_normal", np.float64(1.0), np.float64(-2.0))
+    assert abs(z.mean() - 1.0) < 0.1 and abs(z.std() - 2.0) < 0.1
+    same = run_on("s32", 50, "rng_uniform", np.int32(5), np.int32(5))
+    np.testing.assert_array_equal(same, np.full(50, 5, np.int32))  # b <= a: a, as XLA:CPU
+    h = run_on("f16", 200000, "rng_uniform", np.float16(0), np.float16(1))
+    assert h.dtype == np.float16 and h.min() >= 0 and h.max() < 1  # [a, b) in f16 too

@@ -158,9 +158,7 @@ def _library(pb, instr, plan, asg, inplace):
                             f"custom-call target: run by the interpreter's rule)",
                             [asg.leaves[o] for o in instr.operands], asg.leaves[instr])
     if fn is None:
-        reason = UNSUPPORTED.get(instr.opcode, "no library thunk")
-        raise UnsupportedError(f"instruction `{instr.name}` ({instr.opcode}) in computation "
-                               f"{instr.parent.name if instr.parent else '?'}: {reason}")
+        _refuse(instr, UNSUPPORTED.get(instr.opcode, "no library thunk"))
     if instr.opcode == "custom-call":
         original = getattr(instr.parent, "original_of", {}).get(instr, instr)
         return CustomCallThunk(instr, original, [asg.leaves[o] for o in instr.operands],
@@ -207,8 +205,15 @@ def _control(pb, instr, plan, asg, inplace):
 CONTROL_UNSUPPORTED: dict[str, str] = {}
 
 
+def _refuse(instr, reason: str):
+    raise UnsupportedError(f"instruction `{instr.name}` ({instr.opcode}) in computation "
+                           f"{instr.parent.name if instr.parent else '?'}: {reason}")
+
+
 @_builder("device")
 def _device(pb, instr, plan, asg, inplace):
+    if instr.opcode in UNSUPPORTED:  # a device op no runner implements: collective-reduce
+        _refuse(instr, UNSUPPORTED[instr.opcode])
     comp = reducer_for(instr)  # to_apply, in the operands' element type
     reducer = python_reducer(comp)  # it calls a custom-call target: interpreted.py
     if reducer is None and comp is not None:

@@ -207,6 +207,10 @@ _row("ragged-all-to-all", 6, "collective", "channel_id:int replica_groups:replic
 _row("collective-broadcast", None, "collective",
      "channel_id:int replica_groups:replica_groups", side_effect=True)
 _row("collective-permute", None, "collective", _CP, side_effect=True)
+# XLA 2025 (hlo_to_mhlo's import test): a reduction to a root, its semantics not published.
+_row("collective-reduce", None, "collective",
+     "channel_id:int replica_groups:replica_groups use_global_device_ids:bool "
+     "has_dynamic_root:bool to_apply:computation!", side_effect=True)
 _row("all-reduce-start", None, "collective_async", _AR, side_effect=True)
 _row("all-reduce-done", 1, "collective_async", side_effect=True)
 _row("all-gather-start", None, "collective_async", _AG, side_effect=True)

@@ -41,6 +41,8 @@ _NOT_IMPLEMENTED = {
     "set-dimension-size": "run through hlo.dynamic_padder (xladist.compile applies it)",
     "shuffle": "shuffle is not implemented by the interpreter",
     "scan": "scan is not implemented by the interpreter (XLA lowers it to while loops)",
+    "collective-reduce": "collective-reduce has no published semantics in XLA's operation "
+                         "semantics",
     "rng-get-and-update-state": "only appears before XLA expands rng; rng-bit-generator "
                                 "modules run",
 }

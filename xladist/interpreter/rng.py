@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
-from ..semantics.rng import rng_bit_generator, state_problem
+from ..semantics.rng import rng_bit_generator, rng_values, state_problem
 from .registry import register
 
 
@@ -50,45 +50,15 @@ def _generator(instr, ev) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(seed & 0xFFFFFFFF))
 
 
-def _uniform(gen, a, b, dims, dtype):
-    dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        lo, hi = int(a), int(b)
-        if hi <= lo:
-            return np.full(dims, lo, dtype)
-        return gen.integers(lo, hi, size=dims, dtype=np.int64).astype(dtype)
-    if dtype == np.bool_:
-        return gen.integers(0, 2, size=dims).astype(bool)
-    wide = np.float64
-    u = gen.random(size=dims, dtype=wide)
-    val = (np.asarray(a, wide) + u * (np.asarray(b, wide) - np.asarray(a, wide))).astype(dtype)
-    # Rounding to a narrow type can reach b; keep the half-open interval [a, b).
-    b_t = np.asarray(b).astype(dtype)
-    below = np.nextafter(b_t.astype(np.float64), -np.inf).astype(dtype)
-    return np.where(val >= b_t, np.minimum(below, val), val).astype(dtype) \
-        if np.asarray(a) < np.asarray(b) else val
-
-
-def _normal(gen, mu, sigma, dims, dtype):
-    z = gen.standard_normal(size=dims)
-    return (np.asarray(mu, np.float64) + np.asarray(sigma, np.float64) * z).astype(dtype)
-
-
-_DISTRIBUTIONS = {"rng_uniform": _uniform, "rng_normal": _normal}
-
-
 @register("rng")
 def _eval_rng(instr, args, ev):
-    dist = instr.attrs.get("distribution")
-    fn = _DISTRIBUTIONS.get(dist)
-    if fn is None:
-        raise UnsupportedError(f"{instr.name}: rng distribution {dist!r} is not one of "
-                               f"{sorted(_DISTRIBUTIONS)}")
     if len(args) != 2:
-        raise UnsupportedError(f"{instr.name}: rng {dist} takes 2 scalar operands, "
-                               f"got {len(args)}")
-    a, b = (np.asarray(x).reshape(()) for x in args)
-    return fn(_generator(instr, ev), a, b, instr.shape.dims, instr.shape.dtype)
+        raise UnsupportedError(f"{instr.name}: rng takes 2 scalar operands, got {len(args)}")
+    try:
+        return rng_values(instr.attrs.get("distribution"), _generator(instr, ev), args[0],
+                          args[1], instr.shape.dims, instr.shape.dtype)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"{instr.name}: {e}") from None
 
 
 @register("rng-get-and-update-state")

@@ -19,6 +19,9 @@ lax.rng_bit_generator) depend on the precise bits:
 - Narrower outputs (8/16 bits) take the low bits of the 32-bit stream.
 - rng_default is Philox on XLA:CPU (the corpus case rng_bit_generator_algorithms
   shows it: its rng_default output equals the Philox output).
+
+`rng`'s values are implementation-defined (each backend brings its own generator), but its
+distributions are not: `rng_values` is the one rule both backends apply to their generator.
 """
 
 from __future__ import annotations
@@ -189,3 +192,48 @@ def rng_bit_generator(state: np.ndarray, algorithm: str, dtype, dims) -> tuple:
     if bits < 32:
         out = out.astype(np.dtype(f"uint{bits}"))  # keep the low bits
     return new_state, out.view(dtype) if out.dtype != dtype else out
+
+
+# ---- rng: the distributions (the values come from the caller's generator) ----------
+
+def _uniform(gen: np.random.Generator, a, b, dims, dtype) -> np.ndarray:
+    """Uniform over [a, b) (XLA's RngUniform). b <= a is implementation-defined in XLA:
+    integers give a, floats a + u * (b - a)."""
+    if dtype.kind in "iu":
+        lo, hi = int(a), int(b)
+        if hi <= lo:
+            return np.full(dims, lo, dtype)
+        draw = np.uint64 if dtype == np.uint64 else np.int64  # u64 bounds past 2**63
+        return gen.integers(lo, hi, size=dims, dtype=draw).astype(dtype)
+    if dtype == np.bool_:
+        return gen.integers(0, 2, size=dims).astype(bool)
+    wide = np.float64
+    u = gen.random(size=dims, dtype=wide)
+    val = (np.asarray(a, wide) + u * (np.asarray(b, wide) - np.asarray(a, wide))).astype(dtype)
+    a_t, b_t = np.asarray(a).astype(dtype), np.asarray(b).astype(dtype)
+    if not a_t < b_t:
+        return val
+    # Rounding to a narrow type can reach b: those become the largest value below b, found
+    # in the type itself (a step taken in f64 rounds back to b in f16 or bf16), towards a
+    # (float8 types have no -inf to step towards).
+    below = np.nextafter(b_t, a_t)
+    return np.where(val >= b_t, below, val).astype(dtype)
+
+
+def _normal(gen: np.random.Generator, mu, sigma, dims, dtype) -> np.ndarray:
+    """mu + sigma * N(0, 1), as XLA's expansion computes it: a negative sigma is valid."""
+    z = gen.standard_normal(size=dims)
+    return (np.asarray(mu, np.float64) + np.asarray(sigma, np.float64) * z).astype(dtype)
+
+
+_DISTRIBUTIONS = {"rng_uniform": _uniform, "rng_normal": _normal}
+
+
+def rng_values(distribution: str, gen: np.random.Generator, a, b, dims, dtype) -> np.ndarray:
+    """`rng(a, b), distribution=...`'s result of shape dims and type dtype, drawn from gen."""
+    fn = _DISTRIBUTIONS.get(distribution)
+    if fn is None:
+        raise UnsupportedError(f"rng distribution {distribution!r} is not one of "
+                               f"{sorted(_DISTRIBUTIONS)}")
+    a, b = (np.asarray(x).reshape(()) for x in (a, b))
+    return fn(gen, a, b, tuple(dims), np.dtype(dtype))

@@ -12,6 +12,8 @@ import itertools
 import numpy as np
 import pytest
 
+import xladist
+
 from xladist.hlo.collective_groups import DeviceAssignment
 from xladist.analysis.deadlock import check_module
 from xladist.hlo.attrs import Literal, ReplicaGroups
@@ -279,3 +281,18 @@ def test_channel_without_valid_peers_is_refused_naming_the_instruction(pairs, me
         check_module(module(e, num_partitions=2))
     text = str(info.value)
     assert message in text and ops["r"].name in text, text
+
+
+def test_a_collective_the_check_does_not_model_is_named_as_such():
+    """collective-reduce (XLA 2025, no published semantics) has no trace rule. The report
+    once said 'collective-reduce runs add, which communicates', blaming its scalar
+    reducer; found running XLA's hlo_to_mhlo import test through `xladist check -n 2`."""
+    text = ("HloModule m, replica_count=2\nadd {\n  a = f32[] parameter(0)\n"
+            "  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\nENTRY e {\n"
+            "  x = f32[8] parameter(0)\n  ROOT r = f32[8] collective-reduce(x), "
+            "replica_groups={{0,1}}, to_apply=add\n}\n")
+    report = check_module(xladist.parse_hlo(text), symmetry=False)
+    (p,) = report.problems
+    assert p.kind == "unproven", report.to_text()
+    assert "collective-reduce is a collective the check does not model" in p.message, p.message
+    assert "which communicates" not in p.message

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...errors import UnsupportedError, XlaDistError
+from ...errors import XlaDistError
 from .. import conv_kernel
 from ..blas_blocks import by_blocks, matmul_into
 from ..codegen.constants import logical_view
@@ -43,6 +43,7 @@ from ...semantics.dtypes import bitcast_convert
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
+from ...semantics.rng import rng_values
 
 LIBRARY_THUNKS: dict[str, Callable] = {}
 
@@ -486,19 +487,8 @@ def _rng(instr, args, outs):
     global _RNG
     if _RNG is None:
         _RNG = np.random.default_rng()
-    dist = str(instr.attrs["distribution"]).lower()
-    a, b = args[0], args[1]
-    shape = outs[0].shape
-    if "uniform" in dist:
-        if outs[0].dtype.kind in "iu":
-            v = _RNG.integers(a, b, size=shape, endpoint=False)
-        else:
-            v = _RNG.uniform(a.astype(np.float64), b.astype(np.float64), size=shape)
-    elif "normal" in dist:
-        v = _RNG.normal(a.astype(np.float64), b.astype(np.float64), size=shape)
-    else:
-        raise UnsupportedError(f"rng `{instr.name}`: unknown distribution {dist}")
-    _store(outs[0], v)
+    _store(outs[0], rng_values(str(instr.attrs["distribution"]).lower(), _RNG, args[0],
+                               args[1], outs[0].shape, outs[0].dtype))
 
 
 @library("bitcast-convert")
@@ -610,4 +600,6 @@ UNSUPPORTED = {
     "set-dimension-size": "run through hlo.dynamic_padder (xladist.compile applies it)",
     "shuffle": "shuffle has no defined semantics in XLA's operation semantics",
     "scan": "scan is lowered to while loops by XLA before it reaches a backend",
+    "collective-reduce": "collective-reduce has no published semantics in XLA's operation "
+                         "semantics",
 }

@@ -336,6 +336,11 @@ def scatter(op, shapes, attrs, declared):
         if x.dims != x0.dims:
             raise ShapeError(f"all operands must have the same dimensions, got "
                              f"{fmt_all(operands)}")
+        if u.dims != updates[0].dims:
+            # Every update is read at the same update index (StableHLO's scatter, C4): a
+            # smaller one would be read past its end.
+            raise ShapeError(f"all updates must have the same dimensions, got "
+                             f"{fmt_all(updates)}")
         where = (f"operand {fmt(x)}, indices {fmt(indices)}, updates {fmt(u)}, "
                  f"update_window_dims={fmt_dims(uwd)}, inserted_window_dims={fmt_dims(inserted)},"
                  f" scatter_dims_to_operand_dims={fmt_dims(to_operand)}, index_vector_dim={ivd}")
