@@ -282,3 +282,14 @@ def test_async_done_prints_its_thread_before_calls():
             '  ROOT %d = f32[2]{0} async-done(%u), async_execution_thread="host", '
             'calls=%host\n}\n\n')
     assert parse_module(text).to_text() == text
+
+
+def test_str_of_a_module_is_its_hlo_text():
+    # Before: str(module) was its repr ("<HloModule m: 1 computations>"), which a user
+    # printing a module to look at its program does not expect (XLA's ToString prints it).
+    from xladist import parse_hlo
+    text = "HloModule m\n\nENTRY %e (p: f32[2]) -> f32[2] {\n  %p = f32[2] parameter(0)\n" \
+           "  ROOT %n = f32[2] negate(f32[2] %p)\n}\n\n"
+    m = parse_hlo(text)
+    assert str(m) == m.to_text() and parse_hlo(str(m)).to_text() == m.to_text()
+    assert repr(m).startswith("<HloModule m")

@@ -238,6 +238,8 @@ class Module:
     def __repr__(self) -> str:
         return f"<HloModule {self.name}: {len(self.computations)} computations>"
 
+    __str__ = to_text  # print(module) shows its HLO text, as XLA's ToString; repr stays short
+
 
 def expect_module(value, call: str) -> "Module":
     """`value` if it is a parsed Module; else InputError saying what `call` takes (the
