@@ -752,8 +752,10 @@ def test_complex_special_values_match_the_interpreter_and_xla(op, t, backend):
     -inf, NaN), and all pairs of them for binary ops: both backends give what XLA:CPU
     gave (jax 0.10.2, tests/data/complex_special_xla.npz) -- NaN parts, infinities and
     signed zeros exactly, finite parts to rounding. The backends used to give numpy's C99
-    values (exp(inf + 0i), |1 + nan i| = NaN, sin(0 + 1e30 i) = 0 + inf i, ...) where
-    XLA's formulas give others (|1 + nan i| = sqrt 2, sin(0 + 1e30 i) = nan + inf i)."""
+    values (exp(inf + 0i), sin(0 + 1e30 i) = 0 + inf i, ...) where XLA's formulas give
+    others (sin(0 + 1e30 i) = nan + inf i). The table once came from XLA compiled with fast
+    math (tools/xla_cpu.py without jax's compile options), and both backends copied its
+    |1 + nan i| = sqrt 2; XLA as jax runs it gives NaN."""
     text, args, want = _xla_case(op, t)
     got = xladist.compile(xladist.parse_hlo(text), backend=backend)(*args)[0]
     ok = _matches_xla(got, want, 1e-5 if t == "c64" else 1e-12) | _fma_dependent(op, args)

@@ -181,10 +181,10 @@ class LlvmOps:
         return self.b.select(cond, x, y)
 
     def max(self, x, y):
-        return self.b.select(self.lt(x, y), y, x)
+        return _float_max_min(self.b, True, x, y)
 
     def min(self, x, y):
-        return self.b.select(self.gt(x, y), y, x)
+        return _float_max_min(self.b, False, x, y)
 
 
 def _xla_unary(b, op, z):
