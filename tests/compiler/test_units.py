@@ -136,6 +136,46 @@ ENTRY main {
     np.testing.assert_array_equal(r, [1, -1, 5, 0, 1])              # sign of dividend, x%0 = x
 
 
+_POW_TYPES = {"s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
+              "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}
+
+
+def _xla_integer_power(x: int, e: int, bits: int) -> int:
+    """XLA's EmitIntegerPow on bit patterns (Python ints in [0, 2^bits)): squaring over the
+    exponent's low 6 bits; an exponent negative as signed gives 1 for base 1, +-1 for base
+    -1 (all bits set) by parity, else 0 -- for unsigned types too."""
+    mask = (1 << bits) - 1
+    if e >> (bits - 1):
+        if x == 1:
+            return 1
+        return (mask if e & 1 else 1) if x == mask else 0
+    return pow(x, e & 63, 1 << bits)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("ty", _POW_TYPES)
+def test_integer_power_reads_six_exponent_bits_and_a_signed_exponent(ty, backend):
+    """The cpu backend squared over every exponent bit and read unsigned exponents as
+    non-negative: 3^65 was 3^65 mod 2^n (XLA: 3), u8 3^255 was 171 (XLA: 0)."""
+    dt = _POW_TYPES[ty]
+    bits = np.iinfo(dt).bits
+    edge = [0, 1, 2, 3, 5, 7, 31, 63, 64, 65, 127, 1 << (bits - 1), (1 << (bits - 1)) + 1,
+            (1 << bits) - 1, (1 << bits) - 2, (1 << bits) - 64, (1 << bits) - 7]
+    edge = sorted({v & ((1 << bits) - 1) for v in edge})
+    x, e = (np.array(v, np.uint64).astype(f"u{bits // 8}").view(dt)
+            for v in zip(*[(a, b) for a in edge for b in edge]))
+    n = x.size
+    text = (f"HloModule m\nENTRY main {{\n  x = {ty}[{n}] parameter(0)\n"
+            f"  e = {ty}[{n}] parameter(1)\n  ROOT p = {ty}[{n}] power(x, e)\n}}\n")
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x, e)[0]
+    u = f"u{bits // 8}"
+    want = [_xla_integer_power(int(a), int(b), bits)
+            for a, b in zip(x.view(u).tolist(), e.view(u).tolist())]
+    bad = [(a, b, g, w) for a, b, g, w in zip(x.tolist(), e.tolist(),
+                                               np.asarray(got).view(u).tolist(), want) if g != w]
+    assert not bad, bad[:8]
+
+
 def test_shifts_by_the_bit_width_or_more():
     text = """HloModule m
 ENTRY main {

@@ -19,7 +19,7 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
-from ...semantics import complex_xla as cx
+from ...semantics import complex_xla as cx, integer_power
 from . import lowbits, mathlib
 from .types import (
     C64,
@@ -187,6 +187,38 @@ class LlvmOps:
         return _float_max_min(self.b, False, x, y)
 
 
+class LlvmIntOps:
+    """semantics/integer_power's interface on LLVM registers of one integer type, whose
+    HLO width may be less than the register's (sub-byte types sit in i8 registers, bits
+    above their width undefined): only the low `width` bits are read."""
+
+    def __init__(self, b, t, width):
+        self.b, self.t, self.width = b, t, width
+
+    def c(self, v):
+        return _c(self.t, v)
+
+    def mul(self, x, y):
+        return self.b.mul(x, y)
+
+    def select(self, cond, x, y):
+        return self.b.select(cond, x, y)
+
+    def eq(self, x, y):
+        diff = self.b.xor(x, y)
+        if self.width < self.t.width:
+            diff = self.b.and_(diff, _c(self.t, (1 << self.width) - 1))
+        return self.b.icmp_unsigned("==", diff, _c(self.t, 0))
+
+    def bit(self, y, i):
+        if i >= self.width:
+            return _c(I1, 0)
+        return self.b.trunc(self.b.lshr(y, _c(self.t, i)), I1) if i else self.b.trunc(y, I1)
+
+    def is_negative(self, y):
+        return self.bit(y, self.width - 1)
+
+
 def _xla_unary(b, op, z):
     re, im = _re(b, z), _im(b, z)
     return _cplx(b, *cx.UNARY[op](LlvmOps(b, re.type), re, im))
@@ -292,24 +324,7 @@ def _power(b, instr, v):
         return _finish(b, instr, mathlib.pow(b, x, y))
     if t.is_complex:
         return _xla_binary(b, "power", x, y)
-    # Integer power by squaring over every exponent bit (branch-free); negative
-    # exponents give 0 except for bases 1 and -1, as in XLA.
-    it = x.type
-    acc, base, e = _c(it, 1), x, y
-    for _ in range(it.width):
-        odd = b.trunc(e, I1)
-        acc = b.select(odd, b.mul(acc, base), acc)
-        base = b.mul(base, base)
-        e = b.lshr(e, _c(it, 1))
-    if t.kind == "sint":
-        neg = b.icmp_signed("<", y, _c(it, 0))
-        is_one = b.icmp_signed("==", x, _c(it, 1))
-        is_m1 = b.icmp_signed("==", x, _c(it, -1))
-        odd_y = b.trunc(y, I1)
-        neg_val = b.select(is_one, _c(it, 1),
-                           b.select(is_m1, b.select(odd_y, _c(it, -1), _c(it, 1)), _c(it, 0)))
-        acc = b.select(neg, neg_val, acc)
-    return acc
+    return integer_power.power(LlvmIntOps(b, x.type, _int_bits(instr)), x, y)
 
 
 @_register("atan2")
