@@ -20,6 +20,7 @@ from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
 from ...semantics import complex_xla as cx, integer_power
+from ...semantics.dtypes import reduces_in_f16
 from . import lowbits, mathlib
 from .types import (
     C64,
@@ -707,8 +708,9 @@ def _reduce_precision(b, instr, v):
     ebits = instr.attrs["exponent_bits"]
     # f16 works on its own bits, as XLA does: in the f32 register its subnormals are
     # normal numbers below 2^-14, which a 5-bit exponent clamp would flush to zero.
-    # (bf16 shares f32's exponent: its f32 bits give the same answer.)
-    half = t.name == "f16"
+    # (bf16 shares f32's exponent: its f32 bits give the same answer.) The f8 types XLA
+    # computes in f16 do too (dtypes.reduces_in_f16; f16 holds their values exactly).
+    half = t.name == "f16" or reduces_in_f16(t.dtype)
     if half:
         it, src_mant, src_exp = ir.IntType(16), 10, 5
         bits = b.bitcast(b.fptrunc(x, HALF), it)
