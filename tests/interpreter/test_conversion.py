@@ -324,3 +324,26 @@ ENTRY main {
     a, b = xladist.compile(xladist.parse_hlo(text), backend=backend)(s, h)
     assert a.view(np.uint16).tolist() == [0xFF9C, 0x7F81, 0x7F80, 0x7FC0, 0xFFFF, 0x3F80]
     assert b.view(np.uint16).tolist() == [0x7F81, 0xFF81, 0x7FFF]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_bitcast_convert_out_of_bf16_keeps_signalling_nans(backend):
+    """bitcast-convert bf16 -> s16/u16/f16 is a bit reinterpretation (XLA:CPU returns the
+    input's bits): the bf16 signalling NaNs 0x7f81, 0xffbf and 0x7f80|1 keep their pattern.
+    The cpu backend read the bf16 register through its rounding store, which quiets a
+    NaN: 0x7f81 came out as 0x7fc1 (edge sweep: 126 of the 65536 bf16 patterns)."""
+    import xladist
+    pats = [0x7F81, 0xFFBF, 0x7FBF, 0xFF81, 0x7FC0, 0x7F80, 0x3F80, 0x8001]
+    x = np.array(pats, np.uint16).view(ml_dtypes.bfloat16)
+    text = """HloModule m
+ENTRY main {
+  x = bf16[8] parameter(0)
+  a = s16[8] bitcast-convert(x)
+  b = u16[8] bitcast-convert(x)
+  c = f16[8] bitcast-convert(x)
+  ROOT r = (s16[8], u16[8], f16[8]) tuple(a, b, c)
+}
+"""
+    a, b, c = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)
+    for got in (a, b, c):
+        assert [hex(v) for v in got.view(np.uint16).tolist()] == [hex(p) for p in pats]

@@ -646,7 +646,7 @@ def _convert(b, instr, v):
 
 def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     """Same-width bit reinterpretation between compute-type registers."""
-    from .types import I16, I32, I64, bf16_to_f32, f32_to_bf16
+    from .types import I16, I32, I64, bf16_bits_of, bf16_to_f32
     if src.bits != dst.bits:
         raise UnsupportedError(f"bitcast-convert {src}->{dst} changes the element width")
 
@@ -658,7 +658,7 @@ def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
         if t.name in lowbits.SUB_BYTE_INTS:
             return lowbits.int_storage(b, t.name, v)
         if t.name == "bf16":
-            return f32_to_bf16(b, v)
+            return bf16_bits_of(b, v)
         if t.name == "f16":
             return b.bitcast(b.fptrunc(v, ir.HalfType()), I16)
         if t.is_float:
