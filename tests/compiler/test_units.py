@@ -227,6 +227,37 @@ ENTRY main {{
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
 
 
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("t", ["bf16", "f16", "f8e4m3fn"])
+def test_long_narrow_float_sums_keep_growing(t, backend):
+    """A reduce over 1000 (f8: 300) terms in [0.5, 1.5) with the type's own add, every step
+    rounded to the type: the cpu backend summed them in one chain, which stops growing
+    once the sum's ulp outgrows the terms (bf16: 512 for an exact 1016.9; XLA:CPU, which
+    splits the reduction into blocks of 32, gives 1024). Within a few ulps of the exact sum.
+    (Column sums, a reduction over no minor dimension, are still one chain per output
+    element: codegen/lanes.py.)"""
+    dt = np.dtype({"bf16": ml_dtypes.bfloat16, "f16": np.float16,
+                   "f8e4m3fn": ml_dtypes.float8_e4m3fn}[t])
+    n = 300 if t.startswith("f8") else 1000
+    x = (np.random.default_rng(3).random((2, n)) + 0.5).astype(dt)
+    text = f"""HloModule m
+add {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT s = {t}[] add(a, b)
+}}
+ENTRY main {{
+  x = {t}[2,{n}] parameter(0)
+  z = {t}[] constant(0)
+  ROOT r = {t}[2] reduce(x, z), dimensions={{1}}, to_apply=add
+}}
+"""
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)[0].astype(np.float64)
+    exact = x.astype(np.float64).sum(axis=1)
+    ulp = 2.0 ** (np.floor(np.log2(exact)) - ml_dtypes.finfo(dt).nmant)
+    assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
+
+
 def test_non_default_layouts_transpose_and_copy():
     text = """HloModule m
 ENTRY main {
