@@ -136,6 +136,46 @@ ENTRY main {
     np.testing.assert_array_equal(r, [1, -1, 5, 0, 1])              # sign of dividend, x%0 = x
 
 
+_POW_TYPES = {"s8": np.int8, "s16": np.int16, "s32": np.int32, "s64": np.int64,
+              "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64}
+
+
+def _xla_integer_power(x: int, e: int, bits: int) -> int:
+    """XLA's EmitIntegerPow on bit patterns (Python ints in [0, 2^bits)): squaring over the
+    exponent's low 6 bits; an exponent negative as signed gives 1 for base 1, +-1 for base
+    -1 (all bits set) by parity, else 0 -- for unsigned types too."""
+    mask = (1 << bits) - 1
+    if e >> (bits - 1):
+        if x == 1:
+            return 1
+        return (mask if e & 1 else 1) if x == mask else 0
+    return pow(x, e & 63, 1 << bits)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("ty", _POW_TYPES)
+def test_integer_power_reads_six_exponent_bits_and_a_signed_exponent(ty, backend):
+    """The cpu backend squared over every exponent bit and read unsigned exponents as
+    non-negative: 3^65 was 3^65 mod 2^n (XLA: 3), u8 3^255 was 171 (XLA: 0)."""
+    dt = _POW_TYPES[ty]
+    bits = np.iinfo(dt).bits
+    edge = [0, 1, 2, 3, 5, 7, 31, 63, 64, 65, 127, 1 << (bits - 1), (1 << (bits - 1)) + 1,
+            (1 << bits) - 1, (1 << bits) - 2, (1 << bits) - 64, (1 << bits) - 7]
+    edge = sorted({v & ((1 << bits) - 1) for v in edge})
+    x, e = (np.array(v, np.uint64).astype(f"u{bits // 8}").view(dt)
+            for v in zip(*[(a, b) for a in edge for b in edge]))
+    n = x.size
+    text = (f"HloModule m\nENTRY main {{\n  x = {ty}[{n}] parameter(0)\n"
+            f"  e = {ty}[{n}] parameter(1)\n  ROOT p = {ty}[{n}] power(x, e)\n}}\n")
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x, e)[0]
+    u = f"u{bits // 8}"
+    want = [_xla_integer_power(int(a), int(b), bits)
+            for a, b in zip(x.view(u).tolist(), e.view(u).tolist())]
+    bad = [(a, b, g, w) for a, b, g, w in zip(x.tolist(), e.tolist(),
+                                               np.asarray(got).view(u).tolist(), want) if g != w]
+    assert not bad, bad[:8]
+
+
 def test_shifts_by_the_bit_width_or_more():
     text = """HloModule m
 ENTRY main {
@@ -185,6 +225,37 @@ ENTRY main {{
     want = ((x * y) + x) / y  # ml_dtypes/numpy round each op to the narrow type
     got = run(text, x, y)[0]
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("t", ["bf16", "f16", "f8e4m3fn"])
+def test_long_narrow_float_sums_keep_growing(t, backend):
+    """A reduce over 1000 (f8: 300) terms in [0.5, 1.5) with the type's own add, every step
+    rounded to the type: the cpu backend summed them in one chain, which stops growing
+    once the sum's ulp outgrows the terms (bf16: 512 for an exact 1016.9; XLA:CPU, which
+    splits the reduction into blocks of 32, gives 1024). Within a few ulps of the exact sum.
+    (Column sums, a reduction over no minor dimension, are still one chain per output
+    element: codegen/lanes.py.)"""
+    dt = np.dtype({"bf16": ml_dtypes.bfloat16, "f16": np.float16,
+                   "f8e4m3fn": ml_dtypes.float8_e4m3fn}[t])
+    n = 300 if t.startswith("f8") else 1000
+    x = (np.random.default_rng(3).random((2, n)) + 0.5).astype(dt)
+    text = f"""HloModule m
+add {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT s = {t}[] add(a, b)
+}}
+ENTRY main {{
+  x = {t}[2,{n}] parameter(0)
+  z = {t}[] constant(0)
+  ROOT r = {t}[2] reduce(x, z), dimensions={{1}}, to_apply=add
+}}
+"""
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)[0].astype(np.float64)
+    exact = x.astype(np.float64).sum(axis=1)
+    ulp = 2.0 ** (np.floor(np.log2(exact)) - ml_dtypes.finfo(dt).nmant)
+    assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
 
 
 def test_non_default_layouts_transpose_and_copy():
@@ -752,8 +823,10 @@ def test_complex_special_values_match_the_interpreter_and_xla(op, t, backend):
     -inf, NaN), and all pairs of them for binary ops: both backends give what XLA:CPU
     gave (jax 0.10.2, tests/data/complex_special_xla.npz) -- NaN parts, infinities and
     signed zeros exactly, finite parts to rounding. The backends used to give numpy's C99
-    values (exp(inf + 0i), |1 + nan i| = NaN, sin(0 + 1e30 i) = 0 + inf i, ...) where
-    XLA's formulas give others (|1 + nan i| = sqrt 2, sin(0 + 1e30 i) = nan + inf i)."""
+    values (exp(inf + 0i), sin(0 + 1e30 i) = 0 + inf i, ...) where XLA's formulas give
+    others (sin(0 + 1e30 i) = nan + inf i). The table once came from XLA compiled with fast
+    math (tools/xla_cpu.py without jax's compile options), and both backends copied its
+    |1 + nan i| = sqrt 2; XLA as jax runs it gives NaN."""
     text, args, want = _xla_case(op, t)
     got = xladist.compile(xladist.parse_hlo(text), backend=backend)(*args)[0]
     ok = _matches_xla(got, want, 1e-5 if t == "c64" else 1e-12) | _fma_dependent(op, args)

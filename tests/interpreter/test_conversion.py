@@ -210,6 +210,33 @@ ENTRY main {
         ["0x0", "0x100", "0x8000", "0x400", "0x400", "0x100", "0x100", "0x7c00"]
 
 
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_reduce_precision_of_f8_e5_types_keeps_their_subnormals_recorded_from_xla_cpu(backend):
+    """XLA:CPU computes f8 ops in f16, so a reduce-precision of f8e5m2 to 5 exponent bits
+    keeps f16's range: e5m2 is the identity on every finite f8e5m2 value, subnormals
+    (0x01 = 2^-16 ...) included; f8e5m2fnuz's subnormals are f16 subnormals, rounded on
+    f16's bits: 0x03 (3 * 2^-17) -> 0x04, 0x01 (2^-17) -> 0. Both backends reduced through f32, where the 5-bit clamp
+    flushed the subnormals to zero (numerics sweep)."""
+    import xladist
+    e5m2 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e5m2)
+    finite = e5m2[np.isfinite(e5m2.astype(np.float32))]
+    fnuz = np.array([0x01, 0x02, 0x03, 0x04, 0x83, 0x07], np.uint8).view(
+        ml_dtypes.float8_e5m2fnuz)
+    text = f"""HloModule m
+ENTRY main {{
+  x = f8e5m2[{finite.size}] parameter(0)
+  y = f8e5m2fnuz[6] parameter(1)
+  a = f8e5m2[{finite.size}] reduce-precision(x), exponent_bits=5, mantissa_bits=2
+  b = f8e5m2fnuz[6] reduce-precision(y), exponent_bits=5, mantissa_bits=2
+  ROOT r = (f8e5m2[{finite.size}], f8e5m2fnuz[6]) tuple(a, b)
+}}
+"""
+    a, b = xladist.compile(xladist.parse_hlo(text), backend=backend)(finite, fnuz)
+    assert a.view(np.uint8).tolist() == finite.view(np.uint8).tolist()
+    assert [hex(v) for v in b.view(np.uint8).tolist()] == \
+        ["0x0", "0x2", "0x4", "0x4", "0x84", "0x8"]
+
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
 def test_f4e2m1fn_stores_every_nan_as_minus_zero_recorded_from_xla_cpu(backend):
     """f4e2m1fn has neither NaN nor inf: XLA:CPU stores a NaN of either sign, converted or
@@ -297,3 +324,26 @@ ENTRY main {
     a, b = xladist.compile(xladist.parse_hlo(text), backend=backend)(s, h)
     assert a.view(np.uint16).tolist() == [0xFF9C, 0x7F81, 0x7F80, 0x7FC0, 0xFFFF, 0x3F80]
     assert b.view(np.uint16).tolist() == [0x7F81, 0xFF81, 0x7FFF]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_bitcast_convert_out_of_bf16_keeps_signalling_nans(backend):
+    """bitcast-convert bf16 -> s16/u16/f16 is a bit reinterpretation (XLA:CPU returns the
+    input's bits): the bf16 signalling NaNs 0x7f81, 0xffbf and 0x7f80|1 keep their pattern.
+    The cpu backend read the bf16 register through its rounding store, which quiets a
+    NaN: 0x7f81 came out as 0x7fc1 (edge sweep: 126 of the 65536 bf16 patterns)."""
+    import xladist
+    pats = [0x7F81, 0xFFBF, 0x7FBF, 0xFF81, 0x7FC0, 0x7F80, 0x3F80, 0x8001]
+    x = np.array(pats, np.uint16).view(ml_dtypes.bfloat16)
+    text = """HloModule m
+ENTRY main {
+  x = bf16[8] parameter(0)
+  a = s16[8] bitcast-convert(x)
+  b = u16[8] bitcast-convert(x)
+  c = f16[8] bitcast-convert(x)
+  ROOT r = (s16[8], u16[8], f16[8]) tuple(a, b, c)
+}
+"""
+    a, b, c = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)
+    for got in (a, b, c):
+        assert [hex(v) for v in got.view(np.uint16).tolist()] == [hex(p) for p in pats]

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
 from ..semantics.dtypes import (F32, bits_of, bitcast_convert, int_limits, kind_of,
-                               store_as, unsigned_of, upcast)
+                               reduces_in_f16, store_as, unsigned_of, upcast)
 from ..semantics.stochastic_convert import (stochastic_convert_array,
                                            stochastic_convert_unsupported)
 from .registry import register
@@ -121,12 +121,14 @@ def reduce_precision_array(x: np.ndarray, exponent_bits: int, mantissa_bits: int
 
     Rounds the mantissa to nearest even, then forces values whose exponent does not fit
     to signed infinity / signed zero (denormals of the narrow format flush to zero).
-    NaNs come back unchanged, as XLA:CPU returns them. Other float types (f8) are
-    reduced through f32.
+    NaNs come back unchanged, as XLA:CPU returns them. Other float types (f8, f4) are
+    reduced through f16 where XLA:CPU computes them in f16 (dtypes.reduces_in_f16), else
+    through f32.
     """
     x = np.asarray(x)
     if x.dtype not in (np.float16, np.float32, np.float64) and x.dtype.name != "bfloat16":
-        return reduce_precision_array(x.astype(F32), exponent_bits,
+        carrier = np.float16 if reduces_in_f16(x.dtype) else F32
+        return reduce_precision_array(x.astype(carrier), exponent_bits,
                                       mantissa_bits).astype(x.dtype)
     nbits = bits_of(x.dtype)
     sm = _mantissa_bits(x.dtype)

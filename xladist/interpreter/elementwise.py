@@ -17,7 +17,7 @@ Numerics:
 - maximum/minimum propagate NaN (as a canonical quiet NaN) and order -0 < +0;
 - integer power: exponentiation by squaring over the low 6 bits of the exponent
   (x^64 == 1), and for a negative exponent 1 if x == 1, +-1 if x == -1 (by parity), else
-  0 -- checked against XLA:CPU;
+  0 -- semantics/integer_power.py, which the cpu backend emits too;
 - sign keeps -0 and NaN; round-nearest-afz rounds halves away from zero;
 - complex exp, log, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sign, abs, multiply,
   divide and power follow XLA:CPU's formulas step by step (semantics/complex_xla.py, the cpu
@@ -42,7 +42,7 @@ from ..semantics.dtypes import (
     store_as,
     upcast,
 )
-from ..semantics import complex_xla
+from ..semantics import complex_xla, integer_power
 from ..semantics.order import float_max, float_min
 from .registry import register
 
@@ -221,25 +221,6 @@ def _int_remainder(a, b):
     return np.where(zero, a, r)
 
 
-def _int_power(a, b):
-    dt = a.dtype
-    a, b = np.broadcast_arrays(a, b)
-    e = as_unsigned(np.asarray(b))
-    acc = np.ones(a.shape, dt)
-    base = a.copy()
-    for i in range(6):  # XLA unrolls 6 squarings: the exponent's bits above 2^5 are ignored
-        bit = ((e >> np.array(i, e.dtype)) & np.array(1, e.dtype)) == 1
-        acc = np.where(bit, acc * base, acc)
-        base = base * base
-    negative = as_signed(np.asarray(b)) < 0
-    minus_one = np.array(-1, np.int64).astype(dt)  # wraps; canonical for int4/int2
-    odd = (e & np.array(1, e.dtype)) == 1
-    neg_result = np.where(a == 1, np.ones_like(a),
-                          np.where(a == minus_one, np.where(odd, minus_one, np.ones_like(a)),
-                                   np.zeros_like(a)))
-    return np.where(negative, neg_result, acc)
-
-
 def _shift_amount(a, b):
     n = bits_of(a.dtype)
     ub = as_unsigned(np.asarray(b))
@@ -317,7 +298,8 @@ BINARY: dict[str, dict[str, callable]] = {
                  _U: np.multiply, _P: np.logical_and},
     "divide": {_F: np.divide, _C: complex_xla.binary("divide"), _S: _int_divide, _U: _int_divide},
     "remainder": {_F: np.fmod, _S: _int_remainder, _U: _int_remainder},
-    "power": {_F: np.power, _C: complex_xla.binary("power"), _S: _int_power, _U: _int_power},
+    "power": {_F: np.power, _C: complex_xla.binary("power"), _S: integer_power.power_array,
+              _U: integer_power.power_array},
     "maximum": {_F: float_max, _S: _int_max, _U: _int_max, _P: np.logical_or},
     "minimum": {_F: float_min, _S: _int_min, _U: _int_min, _P: np.logical_and},
     "and": {_P: np.logical_and, _S: np.bitwise_and, _U: np.bitwise_and},

@@ -19,9 +19,10 @@ tools/gen_complex_special.py and recorded in tests/data/complex_special_xla.npz:
   rsqrt in polar form, division by Smith's algorithm with C99's recovery of NaN results,
   power through |z|^c e^(-d arg z); where XLA's optimized module does not show the
   steps (rsqrt's, tanh's and power's special cases), they are the rules the table shows.
-XLA:CPU's maximum and minimum inside these expansions select without propagating NaN
-(max(x, y) = x unless x < y; min(x, y) = x unless x > y), so |1 + nan i| = sqrt(2) and
-log(1 + nan i) = log(2)/2 + nan i; `ops.max`/`ops.min` are those selects.
+The maximum and minimum inside these expansions are HLO's, which propagate NaN, so
+|1 + nan i| = NaN and log(1 + nan i) = NaN + NaN i; `ops.max`/`ops.min` are those.
+(The table recorded before tools/xla_cpu.py compiled with jax's options came from XLA
+with fast math on, whose max/min drop a NaN: |1 + nan i| = sqrt(2) there.)
 
 Known difference, not special values: XLA:CPU lets LLVM fuse a multiply and an add into
 one FMA (for real ops too); neither backend does, so a finite part that cancels (a*c - b*d
@@ -33,6 +34,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from .order import float_max, float_min
 
 # Dekker's split constant 2^ceil(p/2) + 1 and sqrt(max)/100 (log1p's "large" cut).
 _SPLIT = {32: 4097.0, 64: 134217729.0}
@@ -85,11 +88,11 @@ class NumpyOps:
     def select(self, cond, x, y):
         return np.where(cond, x, y).astype(self.dt, copy=False)
 
-    def max(self, x, y):  # XLA:CPU: x unless x < y (a NaN y loses, a NaN x wins)
-        return self.select(self.lt(x, y), y, x)
+    def max(self, x, y):  # HLO maximum: a NaN operand gives NaN
+        return float_max(x, y)
 
     def min(self, x, y):
-        return self.select(self.gt(x, y), y, x)
+        return float_min(x, y)
 
 
 # ---- helpers --------------------------------------------------------------------------
@@ -216,8 +219,7 @@ def sqrt(o, x, y):
 
 def abs_(o, x, y):
     ax, ay = o.abs(x), o.abs(y)
-    mx = o.select(o.lt(ax, ay), ay, ax)
-    mn = o.select(o.gt(ax, ay), ay, ax)
+    mx, mn = o.max(ax, ay), o.min(ax, ay)
     r = o.div(mn, mx)
     h = o.mul(o.sqrt(o.add(o.mul(r, r), o.c(1.0))), mx)
     return o.select(o.isnan(h), mn, h)
@@ -344,7 +346,7 @@ def divide(o, a, b, c, d):
 
 def power(o, a, b, c, d):
     """z^w = |z|^c e^(-d arg z) (cos q + i sin q), q = c arg z + d log|z|, with XLA's |z|
-    (abs_: |x + nan i| is finite); 0^w = 1 for w = 0 and 0 for real w > 0; z^0 = 1^w = 1;
+    (abs_); 0^w = 1 for w = 0 and 0 for real w > 0; z^0 = 1^w = 1;
     a positive real base with a real exponent is the real power (+0 imaginary part)."""
     zero, one = o.c(0.0), o.c(1.0)
     r = abs_(o, a, b)

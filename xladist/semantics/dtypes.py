@@ -45,6 +45,19 @@ def compute_dtype(dtype) -> np.dtype:
 
 
 @cache
+def reduces_in_f16(dtype) -> bool:
+    """Whether XLA:CPU runs a reduce-precision of this sub-16-bit float type in f16: its
+    float normalization upcasts the f8 (and f4) types f16 holds exactly -- at most 5
+    exponent bits -- to f16, and an f16 reduce-precision to 5 exponent bits keeps f16's
+    range (e5m2 subnormals survive; through f32 a 5-bit clamp flushes them). f8e8m0fnu,
+    beyond f16's range, goes through f32."""
+    import ml_dtypes
+    dtype = np.dtype(dtype)
+    return (kind_of(dtype) == "float" and dtype.itemsize == 1
+            and ml_dtypes.finfo(dtype).nexp <= 5)
+
+
+@cache
 def _has_no_nan(dtype) -> bool:
     return primitive_type_of_dtype(np.dtype(dtype)).name == "f4e2m1fn"
 

@@ -30,8 +30,14 @@ maximum and minimum give the same bits in any order (semantics/order.py: any NaN
 canonical NaN); lanes let the vectorizer widen them, and inside the lanes they take
 LLVM's own op, the rule applied once at the end (raw_step).
 
+Sums and products of f16, bf16 and the f8 types take the same order (L = LANE_BITS / the
+type's bits: 64 lanes of bf16), each step rounded to the type by the reducer's rule, the
+lanes combined one scalar pair at a time. One chain in element order stalled: a bf16 sum
+of 1000 terms near 1 gave 512 (XLA:CPU, which splits it into blocks of 32, 1024; the
+interpreter's pairwise tree 1016).
+
 This is the only place that decides a float reduction's order in compiled code. Every
-other reducer (f16/bf16 sums, f16/bf16 max and min, variadic reductions, computations of several
+other reducer (f16/bf16 max and min, variadic reductions, computations of several
 ops) stays one sequential chain in element order, and a reduction with no reduced minor
 dimension (a column sum) one chain per output element: without fast-math flags no LLVM
 pass reorders them either. The last bits of row sums changed once when this order
@@ -53,16 +59,32 @@ LANE_BITS = 1024
 _IDENTITY = {"add": -0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf")}
 _TYPES = {"f32": F32, "f64": F64}
 _BITS = {"f32": 32, "f64": 64}
+# Sums and products of the floats narrower than f32 (held in f32 registers, every step
+# rounded to the type by the reducer's own rule): in lanes too, so that no one chain runs
+# long -- a single bf16 chain stops growing once the sum's ulp passes the terms (1000
+# terms near 1 summed to 512; XLA:CPU splits such a reduction into blocks of 32: 1024).
+_NARROW = frozenset({"f16", "bf16", "f8e5m2", "f8e4m3", "f8e4m3fn", "f8e3m4", "f8e4m3fnuz",
+                     "f8e5m2fnuz", "f8e4m3b11fnuz"})
+_NARROW_OPS = frozenset({"add", "multiply"})
+
+
+def _lane_type(element_type):
+    """(register type, bits per lane) of a lane of this element type."""
+    name = element_type.name
+    return (F32, element_type.bits) if name in _NARROW else (_TYPES[name], _BITS[name])
 
 
 def lane_reducer(reducer) -> bool:
     """Whether a reduction with this to_apply computation is accumulated in lanes: one
-    float add or multiply (f32, f64) of its two parameters."""
+    float add, multiply, maximum or minimum (f32, f64) of its two parameters, or one add
+    or multiply of a narrower float."""
     root = reducer.root
-    return (root.opcode in _IDENTITY and root.shape.is_array
-            and root.shape.element_type.name in _TYPES
+    if not (root.opcode in _IDENTITY and root.shape.is_array
             and len(reducer.parameters) == 2
-            and set(root.operands) == set(reducer.parameters))  # not add(x, x)
+            and set(root.operands) == set(reducer.parameters)):  # not add(x, x)
+        return False
+    name = root.shape.element_type.name
+    return name in _TYPES or (name in _NARROW and root.opcode in _NARROW_OPS)
 
 
 def raw_step(reducer):
@@ -83,7 +105,7 @@ _RAW = {"maximum": intr.maximum, "minimum": intr.minimum}
 
 def lane_count(element_type, n: int) -> int:
     """L for an innermost loop of n elements (the module docstring)."""
-    most = LANE_BITS // _BITS[element_type.name]
+    most = LANE_BITS // _lane_type(element_type)[1]
     lanes = 1
     while lanes * 2 <= min(n, most):
         lanes *= 2
@@ -131,7 +153,10 @@ class Lanes:
         self.ctx, self.reducer = ctx, reducer
         etype = reducer.root.shape.element_type
         self.count = lane_count(etype, n)
-        self.elem = _TYPES[etype.name]
+        self.elem = _lane_type(etype)[0]
+        # The rule of a narrow float rounds scalars (scalar_ops._finish): combined lane by
+        # lane, not on vectors.
+        self.scalar_total = etype.name in _NARROW
         self.ptr = ctx.alloca(ir.VectorType(self.elem, self.count), name="lanes")
         with ctx.b.goto_entry_block():
             self.lane_ptr = ctx.b.bitcast(self.ptr, self.elem.as_pointer())
@@ -169,6 +194,13 @@ class Lanes:
         b = self.ctx.b
         v = b.load(self.ptr, typ=ir.VectorType(self.elem, self.count))
         width = self.count
+        if self.scalar_total:
+            vals = [b.extract_element(v, c64(k)) for k in range(width)]
+            while width > 1:
+                half = width // 2
+                vals = [self._apply(vals[k], vals[k + half]) for k in range(half)]
+                width = half
+            return self._apply(start, vals[0])
         while width > 1:
             half = width // 2
             lo = b.shuffle_vector(v, v, _mask(range(half)))

@@ -19,7 +19,8 @@ from llvmlite import ir
 from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
-from ...semantics import complex_xla as cx
+from ...semantics import complex_xla as cx, integer_power
+from ...semantics.dtypes import reduces_in_f16
 from . import lowbits, mathlib
 from .types import (
     C64,
@@ -181,10 +182,42 @@ class LlvmOps:
         return self.b.select(cond, x, y)
 
     def max(self, x, y):
-        return self.b.select(self.lt(x, y), y, x)
+        return _float_max_min(self.b, True, x, y)
 
     def min(self, x, y):
-        return self.b.select(self.gt(x, y), y, x)
+        return _float_max_min(self.b, False, x, y)
+
+
+class LlvmIntOps:
+    """semantics/integer_power's interface on LLVM registers of one integer type, whose
+    HLO width may be less than the register's (sub-byte types sit in i8 registers, bits
+    above their width undefined): only the low `width` bits are read."""
+
+    def __init__(self, b, t, width):
+        self.b, self.t, self.width = b, t, width
+
+    def c(self, v):
+        return _c(self.t, v)
+
+    def mul(self, x, y):
+        return self.b.mul(x, y)
+
+    def select(self, cond, x, y):
+        return self.b.select(cond, x, y)
+
+    def eq(self, x, y):
+        diff = self.b.xor(x, y)
+        if self.width < self.t.width:
+            diff = self.b.and_(diff, _c(self.t, (1 << self.width) - 1))
+        return self.b.icmp_unsigned("==", diff, _c(self.t, 0))
+
+    def bit(self, y, i):
+        if i >= self.width:
+            return _c(I1, 0)
+        return self.b.trunc(self.b.lshr(y, _c(self.t, i)), I1) if i else self.b.trunc(y, I1)
+
+    def is_negative(self, y):
+        return self.bit(y, self.width - 1)
 
 
 def _xla_unary(b, op, z):
@@ -292,24 +325,7 @@ def _power(b, instr, v):
         return _finish(b, instr, mathlib.pow(b, x, y))
     if t.is_complex:
         return _xla_binary(b, "power", x, y)
-    # Integer power by squaring over every exponent bit (branch-free); negative
-    # exponents give 0 except for bases 1 and -1, as in XLA.
-    it = x.type
-    acc, base, e = _c(it, 1), x, y
-    for _ in range(it.width):
-        odd = b.trunc(e, I1)
-        acc = b.select(odd, b.mul(acc, base), acc)
-        base = b.mul(base, base)
-        e = b.lshr(e, _c(it, 1))
-    if t.kind == "sint":
-        neg = b.icmp_signed("<", y, _c(it, 0))
-        is_one = b.icmp_signed("==", x, _c(it, 1))
-        is_m1 = b.icmp_signed("==", x, _c(it, -1))
-        odd_y = b.trunc(y, I1)
-        neg_val = b.select(is_one, _c(it, 1),
-                           b.select(is_m1, b.select(odd_y, _c(it, -1), _c(it, 1)), _c(it, 0)))
-        acc = b.select(neg, neg_val, acc)
-    return acc
+    return integer_power.power(LlvmIntOps(b, x.type, _int_bits(instr)), x, y)
 
 
 @_register("atan2")
@@ -630,7 +646,7 @@ def _convert(b, instr, v):
 
 def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     """Same-width bit reinterpretation between compute-type registers."""
-    from .types import I16, I32, I64, bf16_to_f32, f32_to_bf16
+    from .types import I16, I32, I64, bf16_bits_of, bf16_to_f32
     if src.bits != dst.bits:
         raise UnsupportedError(f"bitcast-convert {src}->{dst} changes the element width")
 
@@ -642,7 +658,7 @@ def bitcast_value(b, src: PrimitiveType, dst: PrimitiveType, x):
         if t.name in lowbits.SUB_BYTE_INTS:
             return lowbits.int_storage(b, t.name, v)
         if t.name == "bf16":
-            return f32_to_bf16(b, v)
+            return bf16_bits_of(b, v)
         if t.name == "f16":
             return b.bitcast(b.fptrunc(v, ir.HalfType()), I16)
         if t.is_float:
@@ -692,8 +708,9 @@ def _reduce_precision(b, instr, v):
     ebits = instr.attrs["exponent_bits"]
     # f16 works on its own bits, as XLA does: in the f32 register its subnormals are
     # normal numbers below 2^-14, which a 5-bit exponent clamp would flush to zero.
-    # (bf16 shares f32's exponent: its f32 bits give the same answer.)
-    half = t.name == "f16"
+    # (bf16 shares f32's exponent: its f32 bits give the same answer.) The f8 types XLA
+    # computes in f16 do too (dtypes.reduces_in_f16; f16 holds their values exactly).
+    half = t.name == "f16" or reduces_in_f16(t.dtype)
     if half:
         it, src_mant, src_exp = ir.IntType(16), 10, 5
         bits = b.bitcast(b.fptrunc(x, HALF), it)

@@ -115,7 +115,8 @@ def bf16_to_f32(b: ir.IRBuilder, bits16: ir.Value) -> ir.Value:
 
 def f32_to_bf16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Round to nearest even, as ml_dtypes does; NaNs stay quiet NaNs. (A bf16 signalling
-    NaN moved by bitcast-convert is quieted here, where XLA:CPU keeps its bits. Keeping
+    NaN stored after a bitcast-convert into bf16 is quieted here, where XLA:CPU keeps its
+    bits; a bitcast out of bf16 reads them with bf16_bits_of. Keeping
     them -- a select on the payload -- changed how LLVM compiled every bf16 kernel and with
     it which operand's NaN a bf16 add returns, so the ordered all-reduce's fold no longer
     matched the reference bit for bit (tests/mpi/test_ordered_reduce.py at n=4).)"""
@@ -126,6 +127,19 @@ def f32_to_bf16(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     quiet = b.or_(bits, ir.Constant(I32, 0x00400000))
     chosen = b.select(is_nan, quiet, rounded)
     return b.trunc(b.lshr(chosen, ir.Constant(I32, 16)), I16)
+
+
+def bf16_bits_of(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The i16 pattern of an f32 register that holds a bf16 value exactly (a load, or a
+    result round_to_storage rounded): its upper half, so a signalling NaN read by
+    bitcast-convert keeps its bits as XLA:CPU's do (f32_to_bf16 would quiet it, and stays
+    the store's rule: its docstring says why). A NaN whose payload sits only in the low
+    half would read as inf there, so it gets f32_to_bf16's quiet NaN instead."""
+    bits = b.bitcast(x, I32)
+    high = b.trunc(b.lshr(bits, ir.Constant(I32, 16)), I16)
+    payload_low_only = b.and_(b.fcmp_unordered("uno", x, x), b.icmp_unsigned(
+        "==", b.and_(high, ir.Constant(I16, 0x7F)), ir.Constant(I16, 0)))
+    return b.select(payload_low_only, f32_to_bf16(b, x), high)
 
 
 def round_to_storage(b: ir.IRBuilder, t: PrimitiveType, x: ir.Value) -> ir.Value:
