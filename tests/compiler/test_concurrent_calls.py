@@ -140,6 +140,7 @@ def test_a_child_forked_during_a_call_calls_the_executable():
         x = np.arange(64, dtype=np.float32)
         pid = os.fork()
         if pid == 0:  # the child: answer within 5 s or be counted stuck
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # (a test timeout plugin's handler)
             signal.alarm(5)
             try:
                 os._exit(0 if np.array_equal(exe(x)[0], _want(x)) else 1)
@@ -152,3 +153,50 @@ def test_a_child_forked_during_a_call_calls_the_executable():
     finally:
         release.set()
         CUSTOM_CALLS.pop(PARK, None)
+
+
+def _tanh_module(name: str):
+    b = XlaBuilder(name)
+    x = b.parameter(0, "f32[16]", name="x")
+    return b.build(b.tanh(x) * 2.0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_compiles_compiles_too(monkeypatch, tmp_path):
+    """A fork while another thread is inside LLVM (a thread compiling; xladist's own
+    background GEMM build): llvmlite's lock, held by that thread, stayed held in the child
+    for ever, and the child's first compile hung (8 of 10 forks beside a compiling
+    thread). The fork now waits for LLVM's current call to end. Here the compiling thread
+    is parked inside an llvmlite call (held there by the test) when the fork is asked for."""
+    from xladist.compiler import llvm_worker
+    monkeypatch.setenv("XLADIST_CACHE_DIR", str(tmp_path))
+    inside, release = threading.Event(), threading.Event()
+    real = llvm_worker.optimize
+
+    def parked_optimize(*args, **kwargs):  # the parent's compiling thread, in LLVM's lock
+        import llvmlite.binding.ffi as ffi
+        with ffi.lib._lock:
+            inside.set()
+            release.wait(10)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(llvm_worker, "optimize", parked_optimize)
+    monkeypatch.setenv("XLADIST_COMPILE_JOBS", "1")
+    t = threading.Thread(target=xladist.compile, args=(_tanh_module("parent_side"),))
+    t.start()
+    assert inside.wait(30)
+    threading.Timer(0.3, release.set).start()  # the fork waits for it
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # (a test timeout plugin's handler)
+        signal.alarm(20)
+        try:
+            monkeypatch.setattr(llvm_worker, "optimize", real)
+            x = np.linspace(-1, 1, 16, dtype=np.float32)
+            got = xladist.compile(_tanh_module("child_side"))(x)[0]
+            os._exit(0 if np.allclose(got, np.tanh(x) * 2, rtol=1e-6) else 1)
+        finally:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    t.join(30)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
