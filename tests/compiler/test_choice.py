@@ -1057,7 +1057,8 @@ def test_another_threads_openblas_call_inside_the_window_runs_on_threads_of_its_
     assert got["v"].tobytes() == want.tobytes()
 
 
-def test_ctrl_c_inside_a_product_on_the_pool_is_raised_after_its_jobs_end(two_threads):
+def test_ctrl_c_inside_a_product_on_the_pool_is_raised_after_its_jobs_end(two_threads,
+                                                                         monkeypatch):
     """SIGINT while OpenBLAS's jobs run on the pool: the jobs' data lives on OpenBLAS's
     caller's stack, so the KeyboardInterrupt reaches the caller once the product has
     ended whole -- never swallowed, never a crash from jobs still running after their
@@ -1065,6 +1066,8 @@ def test_ctrl_c_inside_a_product_on_the_pool_is_raised_after_its_jobs_end(two_th
     slot's call count moved while the window is open)."""
     _needs_pool_callback()
     import signal
+    # The watcher thread only reads the slot: it never calls OpenBLAS.
+    monkeypatch.setattr(blas_pool, "_others_may_call_blas", lambda: False)
     slot = blas_pool._compiled().slot
     rng = np.random.default_rng(7)
     a = rng.standard_normal((1024, 1024)).astype(np.float32)
@@ -1668,3 +1671,34 @@ def test_a_child_forked_while_the_llvm_gemm_is_built_builds_its_own(monkeypatch)
         gemm_kernel._build_threads[0].join(60)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert gemm_kernel.built(np.float32) is True
+
+
+def test_no_pool_window_while_another_thread_may_be_inside_openblas(two_threads):
+    """OpenBLAS's threads callback installed or removed while another thread's threaded
+    call runs loses that call's jobs: it waits for ever (the concurrency probe: three
+    threads each calling its own executable and numpy's f64 matmul hung within seconds;
+    one thread's matmul beside another toggling the callback, without xladist, too). While
+    a thread that may call OpenBLAS is alive (here one parked on an event), the SHARED way
+    runs on OpenBLAS's own threads -- the same bits -- and opens no window; once it is
+    gone, the window opens again."""
+    _needs_pool_callback()
+    parallel.set_threads(2)
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((512, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 512)).astype(np.float32)
+    server, pooled = np.empty((512, 512), np.float32), np.empty((512, 512), np.float32)
+    assert blas_blocks._threaded(a, b, server, 2, server=True)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, args=(30,), name="user-numpy")
+    other.start()
+    try:
+        before = blas_pool.counts["pool"]
+        assert blas_blocks._threaded(a, b, pooled, 2)
+        assert blas_pool.counts["pool"] == before  # no window: OpenBLAS's own threads
+        assert pooled.tobytes() == server.tobytes()
+    finally:
+        release.set()
+        other.join(10)
+    assert blas_blocks._threaded(a, b, pooled, 2)
+    assert blas_pool.counts["pool"] == before + 1
+    np.testing.assert_allclose(pooled, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)

@@ -695,3 +695,37 @@ def test_epochs_of_the_training_example_on_one_cluster():
             params = out[0]
             means.append(np.mean([losses[r] for r in losses]))
     assert means[-1] < means[0] / 2, means
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_is_told_the_cluster_is_its_parents():
+    """A child forked from the process that started a cluster (multiprocessing's fork start
+    method, os.fork in a test) has no connection to the ranks. Before, its call said the
+    job had ended ('its 2-rank job ended before this call') while the ranks ran on for the
+    parent. It is told whose ranks they are; the parent's cluster is untouched, also by
+    the child's close()."""
+    x, w = _inputs(3)
+    with Cluster(n=2) as c:
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its error's text back to the parent, then a normal exit
+            signal.alarm(30)
+            os.close(read)
+            try:
+                c.run(ALL_REDUCE, [x, w])
+                text = "no error"
+            except BaseException as e:  # noqa: BLE001 -- the parent checks it
+                text = f"{type(e).__name__}: {e}"
+            os.write(write, text.encode())
+            os.close(write)
+            c.close()  # as the child's `with` block or atexit would
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            text = f.read()
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert f"started by process {os.getpid()}" in text and "fork" in text, text
+        assert c.usable
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))

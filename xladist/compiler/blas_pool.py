@@ -23,9 +23,12 @@ Python runs between OpenBLAS's call and its return -- so no signal handler can e
 (Ctrl-C, a test suite's SIGALRM timeout): what one raises comes after the product, whole
 -- and the call costs no Python callback, no queue hand-off and no GIL hand-over (a
 quiesced matmul 1024 spent ~0.15 ms of cold Python there, stop 40). A call made
-meanwhile by another thread of the process (a user's own numpy) also arrives in the
-callback: it goes on to a Python callback (_run) whose jobs run on threads started for
-them, all at once, as OpenBLAS needs.
+meanwhile by another thread of the process also arrives in the callback: it goes on to a
+Python callback (_run) whose jobs run on threads started for them, all at once, as
+OpenBLAS needs. But a window is opened only when no other thread that may call OpenBLAS
+is alive (_others_may_call_blas): a threaded call already running when the callback is
+installed or removed can lose its jobs and wait for ever; then the product runs on
+OpenBLAS's own threads (the same bits).
 
 Bits: the partition depends on the shapes and the thread count alone, not on which
 threads run it, so this way gives the bits of OpenBLAS's own threads -- offered, like
@@ -305,9 +308,32 @@ _CLOSE = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 _SLOT = ctypes.CFUNCTYPE(ctypes.c_void_p)
 _owner = {"tid": None}
 # Callback calls; of them, those whose jobs ran on the pool / on threads of their own;
-# windows not opened because the pool was busy; the owner's calls the pool could not give
-# workers (sent to threads of their own).
+# windows not opened because the pool was busy or another thread may be inside OpenBLAS
+# (_others_may_call_blas); the owner's calls the pool could not give workers (sent to
+# threads of their own).
 counts = {"calls": 0, "pool": 0, "threads": 0, "busy": 0, "fell back": 0}
+
+# xladist's own threads that never call OpenBLAS beside an execution of this process. The
+# pool's workers run only the window's jobs (its execution holds OpenBLAS alone:
+# parallel.exclusive_blas). The coordination service's run a user's feed sources and host
+# callbacks only while a thread of the user's waits in xladist.run or a Cluster's call --
+# another thread than the caller, which keeps the window shut. A rank's infeed producer
+# (xladist-infeed-*) runs an infeed_fn's code beside the rank's executions: not here.
+_QUIET_THREADS = ("xladist-compute", "xladist-service-", "xladist-deadline",
+                  "xladist-progress", "xladist-compile", "xladist-helper-requests",
+                  "xladist gemm build", "xladist-cluster-launch")
+
+
+def _others_may_call_blas() -> bool:
+    """Whether a thread of this process other than the caller and _QUIET_THREADS is alive:
+    it may be inside a threaded OpenBLAS call of its own (a user's numpy in a thread pool,
+    a feed's source), and OpenBLAS's callback installed or removed while such a call runs
+    loses that call's jobs -- it waits for ever -- or corrupts a product (OpenBLAS 0.3.31:
+    one thread's f64 matmul loop beside another's f32 products with the callback set for
+    each, hung within seconds, results with overflows; set for good, it did not hang)."""
+    me = threading.current_thread()
+    return any(t is not me and not t.name.startswith(_QUIET_THREADS)
+               for t in threading.enumerate())
 
 
 class NoThreads(RuntimeError):
@@ -456,6 +482,12 @@ def _window() -> int:
     return next(_windows) % ((1 << 29) - 1) + 1
 
 
+def _own_threads() -> bool:
+    """complete() of a block that opened no window: its calls ran on OpenBLAS's own threads,
+    whole (not the last window's outcome, which _owner still holds)."""
+    return True
+
+
 class on_pool:
     """`with on_pool(n) as complete:` OpenBLAS's threaded calls made by this thread inside
     the block run their jobs on the pool (of `n` threads; OpenBLAS's thread count is the
@@ -475,14 +507,17 @@ class on_pool:
     def __enter__(self):
         native = _compiled() if available() else None
         if native is None:
-            return self.complete
+            return _own_threads
+        if _others_may_call_blas():
+            counts["busy"] += 1  # on OpenBLAS's own threads, as below
+            return _own_threads
         pool = parallel._get_pool(self.n)
         if not pool.busy.acquire(blocking=False):
             # Another thread's split call holds it (an execution without a BLAS call is
             # not kept out by exclusive_blas): the product runs on OpenBLAS's own threads
             # -- the same bits -- and its site keeps the way (blas_blocks.py).
             counts["busy"] += 1
-            return self.complete
+            return _own_threads
         self.pool = pool
         self.native, self.window = native, _window()
         try:

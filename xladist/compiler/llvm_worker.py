@@ -44,6 +44,36 @@ LOCK = threading.Lock()  # held around each compile: llvmlite objects are not sh
 _INIT = []
 
 
+def _llvmlite_lock():
+    """llvmlite's own lock, held around each of its calls into LLVM (ffi.lib._lock, not
+    public: None where a llvmlite has none)."""
+    return getattr(getattr(llvm.ffi, "lib", None), "_lock", None)
+
+
+def _before_fork() -> None:
+    """A fork waits until no thread of this process is inside a compile or an LLVM call.
+    A child forked meanwhile (multiprocessing's fork start method beside a compiling
+    thread, xladist's background GEMM build) inherited those locks held by a thread it
+    does not have: its first compile waited for ever (in llvmlite's lock, 8 of 10 such
+    forks), and LLVM's own state might be half-changed."""
+    LOCK.acquire()
+    held = _llvmlite_lock()
+    if held is not None:
+        held.__enter__()
+
+
+def _after_fork() -> None:
+    held = _llvmlite_lock()
+    if held is not None:
+        held.__exit__(None, None, None)
+    LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
+
+
 def _init() -> None:
     if not _INIT:
         llvm.initialize_native_target()

@@ -12,11 +12,14 @@ passes (pure Python, milliseconds) and loading the object file.
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import time
+import weakref
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from ..errors import ExecutionError, UnsupportedError
 from ..executable import Executable
 from ..hlo.shape import Shape
 from . import blas_blocks, jit, parallel
@@ -210,8 +213,31 @@ class CpuExecutable(Executable):
         # own physical leaf, viewed as bytes without to_physical's steps.
         self._row_major = [s.is_array and (s.rank < 2 or s.has_default_layout())
                            for s in self._param_shapes]
+        # One call at a time: a call runs in the program's own buffers (each computation's
+        # arena, each kernel's argument vector), so two threads' calls in flight together
+        # wrote over each other's temporaries. The thread in a call, to name a call from
+        # inside it (a custom-call target calling this executable) instead of waiting for
+        # itself forever.
+        self._calls = threading.Lock()
+        self._caller = None
+        _EXECUTABLES.add(self)
 
     def execute(self, args):
+        if not self._calls.acquire(blocking=False):
+            if self._caller == threading.get_ident():
+                raise ExecutionError(
+                    f"{self.module.name} was called again from inside its own call (a "
+                    "custom-call target calling the executable that runs it); compile "
+                    "the module a second time for the inner call")
+            self._calls.acquire()
+        self._caller = threading.get_ident()
+        try:
+            return self._execute(args)
+        finally:
+            self._caller = None
+            self._calls.release()
+
+    def _execute(self, args):
         leaves = []
         for v, s, plain in zip(args, self._param_shapes, self._row_major):
             if plain and v.flags.c_contiguous:
@@ -223,6 +249,20 @@ class CpuExecutable(Executable):
         with parallel.blas_scope() if self.program.uses_blas else contextlib.nullcontext():
             out = self.program.entry.run(leaves, RunState(self.device), copy_arena=False)
         return from_leaves(out, self.result_shape, self._copy_mask)
+
+
+# Every cpu executable of the process: a child forked while another thread was inside a
+# call has no such thread, and the call's lock, held for ever there, is made anew.
+_EXECUTABLES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for exe in list(_EXECUTABLES):
+        exe._calls, exe._caller = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def compile_module(module, **options) -> CpuExecutable:

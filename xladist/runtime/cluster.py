@@ -105,6 +105,7 @@ class Cluster:
         self._ended: str | None = None     # why the cluster is no longer usable
         self._busy = False
         self.started = False
+        self._pid = os.getpid()            # the process whose threads talk to the ranks
 
     # ---- start and end ---------------------------------------------------------------------
     def __enter__(self) -> Cluster:
@@ -123,6 +124,7 @@ class Cluster:
                              "calls xladist.run itself)")
         from .service import Service
         self.started = True
+        self._pid = os.getpid()
         self._calls = _Calls(self.n)
         self._service = Service(self.n, job=self._calls, code=self._calls.codes,
                                 defer_lost=True, prints=True, emit=lambda text: None)
@@ -213,6 +215,12 @@ class Cluster:
         if not self.started:
             raise ClusterEnded(f"{PREFIX}: the cluster is not started: use it in a `with` "
                                "block, or call start()")
+        if os.getpid() != self._pid:
+            # A forked child has none of the threads that serve the ranks: the job runs on
+            # for the parent, so "the job ended" would be wrong.
+            raise ClusterEnded(f"{PREFIX}: this cluster was started by process {self._pid}; "
+                               f"this process ({os.getpid()}) is a fork of it and cannot use "
+                               "its ranks: start a Cluster of its own here")
         if self._ended is not None or not self._thread.is_alive():
             self._gone_error("before this call")
 
