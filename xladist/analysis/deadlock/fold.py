@@ -255,7 +255,12 @@ def _tuple(instr, args, folder, frame):
 def _gte(instr, args, folder, frame):
     t = args[0]
     if isinstance(t, Unknown):
-        return t
+        # An element of a keyed tuple (a variadic all-reduce's results) is uniform too, but
+        # each element is a value of its own: the same key for all would make the check
+        # try only the branch combinations where they all agree.
+        if t.key is None:
+            return t
+        return Unknown(t.origin, t.reason, (t.key, "element", instr.attrs["index"]))
     return t[instr.attrs["index"]]
 
 
