@@ -37,7 +37,7 @@ from ..schedule import communicates, computation_communicates
 from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, key_part
 
 __all__ = ["INDUCTION_ITERATIONS", "body_period", "closed_form_trip_count", "control_slice",
-           "slice_key"]
+           "kept", "slice_key"]
 
 # Iterations of an iteration-independent loop the check traces: entry, transition, the rest.
 INDUCTION_ITERATIONS = 3
@@ -323,7 +323,8 @@ def needs_values_of(instr: Instruction, needs_values) -> bool:
     return instr.opcode == "while" or any(needs_values(c) for c in instr.called_computations())
 
 
-def _invariant(body: Computation, j: int) -> bool:
+def kept(body: Computation, j: int) -> bool:
+    """Whether the body hands element j of its state on unchanged."""
     keep = body.root.operands[j] if j < len(body.root.operands) else None
     return (keep is not None and keep.opcode == "get-tuple-element"
             and keep.operands[0] is body.parameters[0] and keep.attrs["index"] == j)
@@ -344,7 +345,7 @@ def _decision_period(index: Instruction, body, param, state) -> int | None:
         if i.opcode in ("replica-id", "partition-id", "constant"):
             continue
         if i.opcode == "get-tuple-element" and i.operands[0] is param:
-            if not _invariant(body, i.attrs["index"]):
+            if not kept(body, i.attrs["index"]):
                 return None  # the counter outside a remainder, or state the body changes
             continue
         if i.opcode == "remainder":
