@@ -497,3 +497,29 @@ def test_elements_of_a_variadic_all_reduce_decide_apart():
     assert any("the data decides" in " ".join(p.detail) for p in report.problems), \
         report.to_text()
     assert not check_module(m, 2, strict=True).ok
+
+
+# One all-reduce in a called computation, called twice: two runs, two values. The
+# branches on both results are decided after both calls.
+TWO_RUNS = TWO_RESULTS.replace("""  %ar = (s32[], s32[]) all-reduce(%a, %b), replica_groups={}, to_apply=%add
+  %sa = s32[] get-tuple-element(%ar), index=0
+  %sb = s32[] get-tuple-element(%ar), index=1""", """  %sa = s32[] call(%a), to_apply=%psum
+  %sb = s32[] call(%b), to_apply=%psum""").replace("""%send (p""", """%psum (v: s32[]) -> s32[] {
+  %v = s32[] parameter(0)
+  ROOT %ar = s32[] all-reduce(%v), replica_groups={}, to_apply=%add
+}
+
+%send (p""")
+
+
+def test_two_runs_of_one_all_reduce_decide_apart():
+    """psum(a) = 1 and psum(b) = 0: device 0's send is unanswered (a real hang under
+    mpiexec). Before, both results were keyed by how often the all-reduce had run when
+    the branch was folded (twice for both), so only equal branches were tried."""
+    m = xladist.parse_hlo(TWO_RUNS)
+    xladist.verify(m)
+    report = check_module(m, 2)
+    assert report.verdict != "proven", report.to_text()
+    assert any("the data decides" in " ".join(p.detail) for p in report.problems), \
+        report.to_text()
+    assert not check_module(m, 2, strict=True).ok

@@ -89,13 +89,16 @@ def id_value(instr: Instruction, vals: np.ndarray):
 class Frame:
     """One activation of a computation: lazily bound parameters and memoized values."""
 
-    __slots__ = ("comp", "memo", "params")
+    __slots__ = ("comp", "memo", "params", "walked")
 
     def __init__(self, comp: Computation, params: list):
         self.comp = comp
         # Each parameter is a value or a zero-argument callable producing it (lazy binding).
         self.params = params
         self.memo: dict[Instruction, object] = {}
+        # call/fusion/conditional -> the frame the tracer walked it in (trace.py): its values
+        # are folded there, where each all-reduce holds the key of the run it was.
+        self.walked: dict[Instruction, Frame] = {}
 
     def param(self, n: int):
         if n >= len(self.params):
@@ -398,6 +401,9 @@ def _transpose(instr, args, folder, frame):
 @_rule("call", "fusion", lazy=True)
 def _call(instr, args, folder, frame):
     comp = instr.attrs.get("to_apply") or instr.attrs.get("calls")
+    inner = frame.walked.get(instr)
+    if inner is not None:
+        return folder.eval(comp.root, inner)
     return folder.call(comp, args)
 
 
@@ -407,6 +413,9 @@ def _conditional(instr, args, folder, frame):
     if isinstance(index, Unknown):
         return _unkeyed(index)  # the result depends on the operands too
     comp, k = pick_branch(instr, index)
+    inner = frame.walked.get(instr)
+    if inner is not None and inner.comp is comp:
+        return folder.eval(comp.root, inner)
     return folder.call(comp, [args[1 + k]])
 
 

@@ -184,6 +184,11 @@ def _sync(t: _Tracer, instr, frame, ctx, op=None):
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
     ev = t.emit("sync", instr, ctx)
     ev.sig, ev.group = sig, group
+    if instr.opcode == "all-reduce" and t.folder.uniform_key is not None:
+        # Its value is keyed by this run, now: folded later (a branch on the result of a
+        # call that ran it, after a second call ran it again) it is still this run's.
+        frame.memo[instr] = Unknown(instr, "all-reduce is computed from data at run time",
+                                    t.uniform_key(instr))
 
 
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
@@ -286,7 +291,8 @@ def _finish(t: _Tracer, instr, h: Handle, kind: str, ctx):
 @_rule("call", "fusion")
 def _call(t: _Tracer, instr, frame, ctx):
     comp = instr.attrs.get("to_apply") or instr.attrs.get("calls")
-    t.walk(comp, Frame(comp, t.lazy_operands(instr, frame)), ctx)
+    inner = frame.walked[instr] = Frame(comp, t.lazy_operands(instr, frame))
+    t.walk(comp, inner, ctx)
 
 
 @_rule("conditional")
@@ -311,7 +317,8 @@ def _conditional(t: _Tracer, instr, frame, ctx):
     else:
         comp, k = pick_branch(instr, index)
     args = t.lazy_operands(instr, frame, [instr.operands[1 + k]])
-    t.walk(comp, Frame(comp, args), ctx + (f"branch {k} of {instr.name}",))
+    inner = frame.walked[instr] = Frame(comp, args)
+    t.walk(comp, inner, ctx + (f"branch {k} of {instr.name}",))
 
 
 def _plan_by_induction(t: _Tracer, instr, frame, ctx):
