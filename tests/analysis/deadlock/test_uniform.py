@@ -441,3 +441,85 @@ def test_every_evaluation_of_the_condition_is_traced():
         assert [g[1] for g in got[:-1]] == labels and got[-1][0] == "all", got
         assert [g[0] for g in got[:-1]] == [w[0] for w in want[:-1]], got
         assert tr.shortened and tr.shortened[0][2][0] == "uniform"
+
+
+# A variadic all-reduce: its two results are each uniform over the group, but they are two
+# values. Device 0 sends when the first is 1, device 1 receives when the second is 1.
+TWO_RESULTS = """HloModule two_results, replica_count=2
+
+%add (a: s32[], b: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] add(%a, %b)
+}
+
+%send (p: f32[2]) -> f32[2] {
+  %p = f32[2] parameter(0)
+  %tok = token[] after-all()
+  %snd = (f32[2], u32[], token[]) send(%p, %tok), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1}}"}
+  %sd = token[] send-done(%snd), channel_id=1
+  ROOT %cp = f32[2] copy(%p)
+}
+
+%recv (p: f32[2]) -> f32[2] {
+  %p = f32[2] parameter(0)
+  %tok = token[] after-all()
+  %rcv = (f32[2], u32[], token[]) recv(%tok), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1}}"}
+  %rd = (f32[2], token[]) recv-done(%rcv), channel_id=1
+  ROOT %v = f32[2] get-tuple-element(%rd), index=0
+}
+
+%no (q: f32[2]) -> f32[2] {
+  %q = f32[2] parameter(0)
+  ROOT %cp = f32[2] copy(%q)
+}
+
+ENTRY %main (x: f32[2], a: s32[], b: s32[]) -> f32[2] {
+  %x = f32[2] parameter(0)
+  %a = s32[] parameter(1)
+  %b = s32[] parameter(2)
+  %ar = (s32[], s32[]) all-reduce(%a, %b), replica_groups={}, to_apply=%add
+  %sa = s32[] get-tuple-element(%ar), index=0
+  %sb = s32[] get-tuple-element(%ar), index=1
+  %s1 = f32[2] conditional(%sa, %x, %x), branch_computations={%no, %send}
+  ROOT %s2 = f32[2] conditional(%sb, %s1, %s1), branch_computations={%no, %recv}
+}
+"""
+
+
+def test_elements_of_a_variadic_all_reduce_decide_apart():
+    """psum(a) = 1 and psum(b) = 0 leaves device 0's send unanswered (a real hang under
+    mpiexec); each element of the tuple is a value of its own, not one shared choice."""
+    m = xladist.parse_hlo(TWO_RESULTS)
+    xladist.verify(m)
+    report = check_module(m, 2)
+    assert report.verdict != "proven", report.to_text()
+    assert any("the data decides" in " ".join(p.detail) for p in report.problems), \
+        report.to_text()
+    assert not check_module(m, 2, strict=True).ok
+
+
+# One all-reduce in a called computation, called twice: two runs, two values. The
+# branches on both results are decided after both calls.
+TWO_RUNS = TWO_RESULTS.replace("""  %ar = (s32[], s32[]) all-reduce(%a, %b), replica_groups={}, to_apply=%add
+  %sa = s32[] get-tuple-element(%ar), index=0
+  %sb = s32[] get-tuple-element(%ar), index=1""", """  %sa = s32[] call(%a), to_apply=%psum
+  %sb = s32[] call(%b), to_apply=%psum""").replace("""%send (p""", """%psum (v: s32[]) -> s32[] {
+  %v = s32[] parameter(0)
+  ROOT %ar = s32[] all-reduce(%v), replica_groups={}, to_apply=%add
+}
+
+%send (p""")
+
+
+def test_two_runs_of_one_all_reduce_decide_apart():
+    """psum(a) = 1 and psum(b) = 0: device 0's send is unanswered (a real hang under
+    mpiexec). Before, both results were keyed by how often the all-reduce had run when
+    the branch was folded (twice for both), so only equal branches were tried."""
+    m = xladist.parse_hlo(TWO_RUNS)
+    xladist.verify(m)
+    report = check_module(m, 2)
+    assert report.verdict != "proven", report.to_text()
+    assert any("the data decides" in " ".join(p.detail) for p in report.problems), \
+        report.to_text()
+    assert not check_module(m, 2, strict=True).ok

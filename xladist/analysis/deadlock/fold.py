@@ -18,7 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from xladist.errors import UnsupportedError
 from xladist.hlo.ir import Computation, Instruction
+from xladist.semantics.compare import clamp_rule, compare_rule, select_rule
+from xladist.semantics.conversion import convert_rule
+from xladist.semantics.elementwise import binary_rule, unary_rule
 from xladist.semantics.values import TOKEN
 
 __all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "IdValue", "Unknown",
@@ -26,6 +30,8 @@ __all__ = ["FOLD_RULES", "MAX_FOLD_ELEMENTS", "TOKEN", "Folder", "Frame", "IdVal
 
 # Control values are scalars or tiny vectors; anything bigger is data, not control.
 MAX_FOLD_ELEMENTS = 4096
+# What a rule raises for values it cannot compute: the value is then Unknown.
+_CANNOT_FOLD = (ValueError, TypeError, IndexError, ZeroDivisionError, UnsupportedError)
 # A loop folded only for its value (it has no collectives) stops being folded after this.
 MAX_FOLD_ITERATIONS = 100_000
 
@@ -72,8 +78,10 @@ class IdValue(Unknown):
 def id_value(instr: Instruction, vals: np.ndarray):
     """The value of `instr` on each member of a class: a plain scalar, as the per-device
     folder computes it, when every member has the same one; else an IdValue."""
-    vals = np.asarray(vals).astype(_dtype(instr), copy=False)
-    if len(vals) and bool(np.all(vals == vals[0])):
+    vals = np.ascontiguousarray(np.asarray(vals).astype(_dtype(instr), copy=False))
+    # The same bits, not equal values: -0.0 == +0.0, yet TOTALORDER tells them apart.
+    raw = vals.view(np.uint8).reshape(len(vals), vals.dtype.itemsize)
+    if len(vals) and bool(np.all(raw == raw[0])):
         return vals[:1].reshape(())
     return IdValue(instr, vals)
 
@@ -81,13 +89,16 @@ def id_value(instr: Instruction, vals: np.ndarray):
 class Frame:
     """One activation of a computation: lazily bound parameters and memoized values."""
 
-    __slots__ = ("comp", "memo", "params")
+    __slots__ = ("comp", "memo", "params", "walked")
 
     def __init__(self, comp: Computation, params: list):
         self.comp = comp
         # Each parameter is a value or a zero-argument callable producing it (lazy binding).
         self.params = params
         self.memo: dict[Instruction, object] = {}
+        # call/fusion/conditional -> the frame the tracer walked it in (trace.py): its values
+        # are folded there, where each all-reduce holds the key of the run it was.
+        self.walked: dict[Instruction, Frame] = {}
 
     def param(self, n: int):
         if n >= len(self.params):
@@ -160,7 +171,7 @@ class Folder:
             with np.errstate(all="ignore"):
                 try:
                     value = rule(instr, args, self, frame)
-                except (ValueError, TypeError, IndexError, ZeroDivisionError) as e:
+                except _CANNOT_FOLD as e:
                     value = Unknown(instr, f"cannot fold: {e}")
         memo[instr] = value
         return value
@@ -255,7 +266,12 @@ def _tuple(instr, args, folder, frame):
 def _gte(instr, args, folder, frame):
     t = args[0]
     if isinstance(t, Unknown):
-        return t
+        # An element of a keyed tuple (a variadic all-reduce's results) is uniform too, but
+        # each element is a value of its own: the same key for all would make the check
+        # try only the branch combinations where they all agree.
+        if t.key is None:
+            return t
+        return Unknown(t.origin, t.reason, (t.key, "element", instr.attrs["index"]))
     return t[instr.attrs["index"]]
 
 
@@ -272,75 +288,29 @@ def _identity(instr, args, folder, frame):
     return v
 
 
-# numpy functions of the element-wise ops control code uses (counters, ids, comparisons).
-_UNARY = {"negate": np.negative, "abs": np.abs, "sign": np.sign,
-          "not": lambda a: np.logical_not(a) if a.dtype == bool else np.invert(a)}
+# The element-wise ops control code uses (counters, ids, comparisons), computed by the
+# interpreter's own rules (xladist/semantics): a branch or trip count folded here must be the
+# one the run takes, corner cases included (a saturating convert, TOTALORDER, x / 0).
+_SHARED = {op: unary_rule for op in ("negate", "abs", "sign", "not")}
+_SHARED.update({op: binary_rule for op in (
+    "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power",
+    "and", "or", "xor", "shift-left", "shift-right-arithmetic", "shift-right-logical")})
+_SHARED.update({"compare": compare_rule, "convert": convert_rule, "clamp": clamp_rule})
 
 
-def _int_divide(a, b):
-    if a.dtype.kind in "iu":
-        q = np.abs(a) // np.abs(b)  # XLA integer division truncates toward zero
-        return np.where((a < 0) != (b < 0), -q, q)
-    return a / b
-
-
-def _shift_right_logical(a, b):
-    """Zeros shifted in (the bits as unsigned); XLA gives 0 for shifts of the width or more."""
-    bits = a.dtype.itemsize * 8
-    u = a.view(a.dtype.str.replace("i", "u")) if a.dtype.kind == "i" else a
-    wide = np.asarray(b).astype(np.int64)
-    out = np.where((wide < 0) | (wide >= bits), 0, u >> np.clip(wide, 0, bits - 1).astype(u.dtype))
-    return out.astype(u.dtype).view(a.dtype)
-
-
-_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
-           "divide": _int_divide, "remainder": np.fmod,  # sign of the dividend, as XLA
-           "maximum": np.maximum,
-           "minimum": np.minimum, "power": np.power,
-           "and": lambda a, b: np.logical_and(a, b) if a.dtype == bool else a & b,
-           "or": lambda a, b: np.logical_or(a, b) if a.dtype == bool else a | b,
-           "xor": lambda a, b: np.logical_xor(a, b) if a.dtype == bool else a ^ b,
-           "shift-left": np.left_shift, "shift-right-arithmetic": np.right_shift,
-           "shift-right-logical": _shift_right_logical}
-
-
-def _register_unary(name, fn):
+def _register_shared(name, fn):
     @_rule(name)
-    def _unary(instr, args, folder, frame):
-        return _arr(instr, fn(args[0]))
+    def _shared(instr, args, folder, frame):
+        return _arr(instr, fn(instr, args, None))
 
 
-def _register_binary(name, fn):
-    @_rule(name)
-    def _binary(instr, args, folder, frame):
-        a, b = args
-        if instr.opcode in ("divide", "remainder") and a.dtype.kind in "iu" and np.any(b == 0):
-            return Unknown(instr, "integer division by zero")
-        return _arr(instr, fn(a, b))
-
-
-for _name, _fn in _UNARY.items():
-    _register_unary(_name, _fn)
-for _name, _fn in _BINARY.items():
-    _register_binary(_name, _fn)
-
-_COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
-            "GT": np.greater, "GE": np.greater_equal}
-
-
-@_rule("compare")
-def _compare(instr, args, folder, frame):
-    return _arr(instr, _COMPARE[instr.attrs["direction"]](args[0], args[1]))
-
-
-@_rule("convert")
-def _convert(instr, args, folder, frame):
-    return _arr(instr, args[0])
+for _name, _fn in _SHARED.items():
+    _register_shared(_name, _fn)
 
 
 def _vector(instr: Instruction, args: list):
     """A scalar element-wise op on per-member values (IdValue) and scalars, computed for all
-    members of the class at once with the same numpy functions as the rules above."""
+    members of the class at once with the same rules as above."""
     if not (instr.shape.is_array and instr.shape.dims == ()):
         return Unknown(instr, "a device-dependent value that is not a scalar")
     vals = []
@@ -351,25 +321,15 @@ def _vector(instr: Instruction, args: list):
             vals.append(a)
         else:
             return Unknown(instr, "computed from a device-dependent value and data")
-    op = instr.opcode
-    with np.errstate(all="ignore"):
-        if op in _UNARY:
-            out = _UNARY[op](vals[0])
-        elif op in _BINARY:
-            a, b = vals
-            if op in ("divide", "remainder") and a.dtype.kind in "iu" and np.any(b == 0):
-                return Unknown(instr, "integer division by zero")
-            out = _BINARY[op](a, b)
-        elif op == "compare":
-            out = _COMPARE[instr.attrs["direction"]](vals[0], vals[1])
-        elif op == "convert":
-            out = vals[0]
-        elif op == "select":
-            out = np.where(vals[0], vals[1], vals[2])
-        else:  # clamp
-            out = np.minimum(np.maximum(vals[1], vals[0]), vals[2])
     n = max(np.size(v) for v in vals)
-    return id_value(instr, np.broadcast_to(out, (n,)))
+    vals = [np.broadcast_to(v, (n,)) for v in vals]
+    with np.errstate(all="ignore"):
+        try:
+            out = (select_rule if instr.opcode == "select" else _SHARED[instr.opcode])(
+                instr, vals, None)
+        except _CANNOT_FOLD as e:
+            return Unknown(instr, f"cannot fold: {e}")
+    return id_value(instr, out)
 
 
 @_rule("select", lazy=True)
@@ -386,13 +346,7 @@ def _select(instr, args, folder, frame):
 
 
 # Ops `_vector` computes for a class of devices at once.
-_VECTOR = frozenset(_UNARY) | frozenset(_BINARY) | {"compare", "convert", "select", "clamp"}
-
-
-@_rule("clamp")
-def _clamp(instr, args, folder, frame):
-    lo, x, hi = args
-    return _arr(instr, np.minimum(np.maximum(x, lo), hi))
+_VECTOR = frozenset(_SHARED) | {"select"}
 
 
 @_rule("broadcast")
@@ -447,6 +401,9 @@ def _transpose(instr, args, folder, frame):
 @_rule("call", "fusion", lazy=True)
 def _call(instr, args, folder, frame):
     comp = instr.attrs.get("to_apply") or instr.attrs.get("calls")
+    inner = frame.walked.get(instr)
+    if inner is not None:
+        return folder.eval(comp.root, inner)
     return folder.call(comp, args)
 
 
@@ -456,6 +413,9 @@ def _conditional(instr, args, folder, frame):
     if isinstance(index, Unknown):
         return _unkeyed(index)  # the result depends on the operands too
     comp, k = pick_branch(instr, index)
+    inner = frame.walked.get(instr)
+    if inner is not None and inner.comp is comp:
+        return folder.eval(comp.root, inner)
     return folder.call(comp, [args[1 + k]])
 
 

@@ -12,7 +12,9 @@ check.py only accepts such a shortened trace when every device shortened the sam
 with the same trip counts (else it unrolls in full): then all devices repeat the same
 per-iteration sequences the same number of times, and the matching and the joint
 simulation from one iteration boundary to the next are the same for every later
-iteration (docs/ARCHITECTURE.md argues it in full).
+iteration (docs/ARCHITECTURE.md argues it in full).  A communicating while inside the body
+(a scan inside a fori_loop) is such a decision too when its own body decides nothing: its
+events follow from its trip count, which its control slice's initial values decide.
 
 The trip count itself must then be known without unrolling.  `control_slice` finds the
 loop-state elements the condition reads, closed under what the body computes them from;
@@ -31,11 +33,11 @@ import numpy as np
 
 from xladist.hlo.ir import Computation, Instruction
 
-from ..schedule import communicates
+from ..schedule import communicates, computation_communicates
 from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, key_part
 
 __all__ = ["INDUCTION_ITERATIONS", "body_period", "closed_form_trip_count", "control_slice",
-           "slice_key"]
+           "kept", "slice_key"]
 
 # Iterations of an iteration-independent loop the check traces: entry, transition, the rest.
 INDUCTION_ITERATIONS = 3
@@ -254,7 +256,8 @@ def body_period(body: Computation, state, needs_values) -> int | None:
     1 when the body's events cannot depend on the iteration; None when neither is shown.
 
     `needs_values(comp)` says whether tracing `comp` folds values (trace.py): the decisions
-    must sit at the top level of the body, each conditional's branches free of decisions.
+    must sit at the top level of the body, each conditional's branches free of decisions;
+    an inner while counts as a decision on its trip count (`_inner_loop_period`).
     """
     if not needs_values(body):
         return 1
@@ -265,9 +268,17 @@ def body_period(body: Computation, state, needs_values) -> int | None:
     for i in body.instructions:
         if not communicates(i):
             continue
+        if i.opcode == "while":
+            p = _inner_loop_period(i, body, param, state, needs_values)
+            if p is None:
+                return None  # an inner loop whose events may change: unroll
+            period = period * p // math.gcd(period, p)
+            if period > MAX_PERIOD:
+                return None
+            continue
         if i.opcode != "conditional":
             if needs_values_of(i, needs_values):
-                return None  # a communicating loop or nested decision: unroll
+                return None  # a communicating nested decision: unroll
             continue
         if any(needs_values(c) for c in i.called_computations()):
             return None
@@ -280,11 +291,40 @@ def body_period(body: Computation, state, needs_values) -> int | None:
     return period
 
 
+def _inner_loop_period(loop: Instruction, body: Computation, param, state,
+                       needs_values) -> int | None:
+    """The period in outer iterations of the events of `loop`, a communicating while at the
+    top level of the body (a scan inside a fori_loop): its own body decides nothing (the
+    same events every inner iteration) and its condition does not communicate, so its
+    events follow from its trip count, which its control slice decides alone
+    (`control_slice`: the slice reads nothing but itself and constants); the slice's
+    initial values, built like a conditional's index from constants, device ids,
+    loop-invariant state and `counter % m`, repeat with the period _decision_period finds.
+    None otherwise."""
+    cond, inner = loop.attrs["condition"], loop.attrs["body"]
+    if computation_communicates(cond) or needs_values(inner):
+        return None
+    indices = control_slice(cond, inner)
+    init = loop.operands[0] if loop.operands else None
+    if indices is None or init is None or init.opcode != "tuple":
+        return None
+    period = 1
+    for j in indices:
+        if j >= len(init.operands):
+            return None
+        p = _decision_period(init.operands[j], body, param, state)
+        if p is None:
+            return None
+        period = period * p // math.gcd(period, p)
+    return period
+
+
 def needs_values_of(instr: Instruction, needs_values) -> bool:
     return instr.opcode == "while" or any(needs_values(c) for c in instr.called_computations())
 
 
-def _invariant(body: Computation, j: int) -> bool:
+def kept(body: Computation, j: int) -> bool:
+    """Whether the body hands element j of its state on unchanged."""
     keep = body.root.operands[j] if j < len(body.root.operands) else None
     return (keep is not None and keep.opcode == "get-tuple-element"
             and keep.operands[0] is body.parameters[0] and keep.attrs["index"] == j)
@@ -305,7 +345,7 @@ def _decision_period(index: Instruction, body, param, state) -> int | None:
         if i.opcode in ("replica-id", "partition-id", "constant"):
             continue
         if i.opcode == "get-tuple-element" and i.operands[0] is param:
-            if not _invariant(body, i.attrs["index"]):
+            if not kept(body, i.attrs["index"]):
                 return None  # the counter outside a remainder, or state the body changes
             continue
         if i.opcode == "remainder":

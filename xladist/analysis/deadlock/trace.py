@@ -33,6 +33,7 @@ from .induction import (
     body_period,
     closed_form_trip_count,
     control_slice,
+    kept,
     slice_key,
 )
 
@@ -191,6 +192,11 @@ def _sync(t: _Tracer, instr, frame, ctx, op=None):
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
     ev = t.emit("sync", instr, ctx)
     ev.sig, ev.group = sig, group
+    if instr.opcode == "all-reduce" and t.folder.uniform_key is not None:
+        # Its value is keyed by this run, now: folded later (a branch on the result of a
+        # call that ran it, after a second call ran it again) it is still this run's.
+        frame.memo[instr] = Unknown(instr, "all-reduce is computed from data at run time",
+                                    t.uniform_key(instr))
 
 
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
@@ -293,7 +299,8 @@ def _finish(t: _Tracer, instr, h: Handle, kind: str, ctx):
 @_rule("call", "fusion")
 def _call(t: _Tracer, instr, frame, ctx):
     comp = instr.attrs.get("to_apply") or instr.attrs.get("calls")
-    t.walk(comp, Frame(comp, t.lazy_operands(instr, frame)), ctx)
+    inner = frame.walked[instr] = Frame(comp, t.lazy_operands(instr, frame))
+    t.walk(comp, inner, ctx)
 
 
 @_rule("conditional")
@@ -318,7 +325,8 @@ def _conditional(t: _Tracer, instr, frame, ctx):
     else:
         comp, k = pick_branch(instr, index)
     args = t.lazy_operands(instr, frame, [instr.operands[1 + k]])
-    t.walk(comp, Frame(comp, args), ctx + (f"branch {k} of {instr.name}",))
+    inner = frame.walked[instr] = Frame(comp, args)
+    t.walk(comp, inner, ctx + (f"branch {k} of {instr.name}",))
 
 
 def _plan_by_induction(t: _Tracer, instr, frame, ctx):
@@ -417,12 +425,13 @@ def _while(t: _Tracer, instr, frame, ctx):
         finally:
             if record is not None:
                 t.looping -= 1
-        _keep_handles(frame, instr, state, exact=record is None)
+        _loop_value(frame, instr, state, t.lazy_operands(instr, frame)[0](),
+                    exact=record is None)
         return
     # Unrolled: the condition decides, as in the runtime.  known_trip_count is taken only
     # where the condition cannot be folded, and then the verdict says it assumed it.
     known = known_trip_count(instr)
-    state = t.lazy_operands(instr, frame)[0]()
+    state = init = t.lazy_operands(instr, frame)[0]()
     assumed = False
     k = 0
     while True:
@@ -452,22 +461,28 @@ def _while(t: _Tracer, instr, frame, ctx):
         t.walk(body, bframe, ctx + (f"iteration {k + 1} of {instr.name}",))
         state = folder.eval(body.root, bframe)
         k += 1
-    _keep_handles(frame, instr, state, exact=not assumed)
+    _loop_value(frame, instr, state, init, exact=not assumed)
 
 
-def _keep_handles(frame: Frame, instr, state, exact: bool) -> None:
-    """After a loop that carries handles (pipelined transfers: a send or recv completed
-    after the loop), the loop's value is its traced final state, so the dones after it find
-    their last send or recv.  `exact`: every iteration was traced with the runtime's
-    values; otherwise (a loop traced by induction or on an assumed count) only the handles
-    are kept and the other elements are unknown, never a shortened loop's values."""
+def _loop_value(frame: Frame, instr, state, init, exact: bool) -> None:
+    """The loop's value for what follows it, so that nothing folds the loop again (up to
+    fold.MAX_FOLD_ITERATIONS iterations of its body: seconds after a long loop).  `exact`:
+    every iteration was traced with the runtime's values, and the value is the traced
+    final state (the dones after a loop that carries handles find their last send or recv).
+    Otherwise (a loop traced by induction or on an assumed count) never a shortened loop's
+    values: its handles, the elements its body keeps (their initial values in `init`), and
+    Unknown for the rest."""
     value = state() if callable(state) else state
-    if not isinstance(value, tuple) or not any(isinstance(v, Handle) for v in value):
-        return
     if not exact:
-        value = tuple(v if isinstance(v, Handle) else
-                      Unknown(instr, "the state after a loop the check did not run in full")
-                      for v in value)
+        lost = Unknown(instr, "the state after a loop the check did not run in full")
+        if not isinstance(value, tuple):
+            value = lost
+        else:
+            body = instr.attrs["body"]
+            value = tuple(
+                v if isinstance(v, Handle) else
+                init[j] if isinstance(init, tuple) and j < len(init) and kept(body, j) else lost
+                for j, v in enumerate(value))
     frame.memo[instr] = value
 
 
