@@ -296,3 +296,6 @@ def test_a_collective_the_check_does_not_model_is_named_as_such():
     assert p.kind == "unproven", report.to_text()
     assert "collective-reduce is a collective the check does not model" in p.message, p.message
     assert "which communicates" not in p.message
+    # and the report's first line says so, not "control depends on data"
+    head = report.to_text().splitlines()[0]
+    assert head.endswith("(a collective the check does not model)"), head

@@ -33,7 +33,7 @@ from .cycles import report_cycles
 from .events import where
 from .facts import ModuleFacts
 from .matching import match_channels, match_collectives
-from .report import Problem, Report, device_list, event_ref
+from .report import BRANCH_RUNS, Problem, Report, device_list, event_ref
 from .simulate import simulate
 from .symmetry import LazyTraces, event_counts, symmetric_trace
 from .trace import DEFAULT_MAX_UNROLL, trace_device
@@ -163,7 +163,8 @@ def check_module(module: Module, num_devices: int | None = None, *, device_assig
             runs.append(([Problem(
                 "unproven", f"more than {MAX_BRANCH_RUNS} combinations of branches chosen by "
                 "all-reduce results; the others are not checked", [], [],
-                severity="error" if strict else "warning")], None))
+                severity="error" if strict else "warning",
+                cause=BRANCH_RUNS)], None))
             break
     return Report(module.name, da, _merge_runs(runs, strict), first,
                   time.perf_counter() - t0, strict=strict)
@@ -256,12 +257,12 @@ def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction
     problems: list[Problem] = []
     for tr in traces:
         if tr.unproven is not None:
-            instr, reason, ctx = tr.unproven
+            instr, reason, ctx, cause = tr.unproven
             problems.append(Problem(
                 "unproven", f"cannot prove device {tr.device} past "
                 f"{instr.opcode} {where(instr, ctx)}: {reason}",
                 [tr.device], [event_ref(None, instr, ctx)],
-                severity="error" if strict else "warning"))
+                severity="error" if strict else "warning", cause=cause))
         for instr, ctx, count, why in tr.assumptions:
             problems.append(Problem(
                 "unproven", f"assuming {where(instr, ctx)} runs {count} "

@@ -132,7 +132,7 @@ class DeviceTrace:
         self.partition = partition
         self.events: list[Event] = []
         # (instruction, reason, ctx) where the trace stopped because control depends on data.
-        self.unproven: tuple[Instruction, str, tuple[str, ...]] | None = None
+        self.unproven: tuple[Instruction, str, tuple[str, ...], str] | None = None
         # Loops traced by induction (induction.py): (while, ctx, trip count or trip key).
         self.shortened: list[tuple] = []
         # Loops whose trip count was taken from known_trip_count because the condition could

@@ -83,6 +83,14 @@ def event_ref(ev, instr=None, ctx=()) -> dict:
     return ref
 
 
+# What a report's first line says stopped an unproven trace (Problem.cause).
+DATA = "control depends on data"
+UNMODELLED = "a collective the check does not model"
+LONG_LOOP = "a loop longer than the check unrolls"
+UNPAIRED_DONE = "an async done the check cannot pair with its start"
+BRANCH_RUNS = "too many combinations of branches"
+
+
 class Problem:
     """One reason the module may hang or desynchronize."""
 
@@ -90,7 +98,8 @@ class Problem:
 
     def __init__(self, kind: str, message: str, devices, instructions, *, detail=None,
                  severity: str = "error", field: str | None = None, budget: bool = False,
-                 assumption: bool = False, relies_on: str | None = None):
+                 assumption: bool = False, relies_on: str | None = None,
+                 cause: str | None = None):
         assert kind in self.KINDS, kind
         self.kind = kind
         self.message = message
@@ -104,6 +113,8 @@ class Problem:
         # What a run under MPI might get through by although the op semantics do not
         # promise it (a collective member leaving early): a fair alarm, named.
         self.relies_on = relies_on
+        # unproven: what the report's first line says stopped it (trace.py's DATA, ...)
+        self.cause = cause
 
     def to_text(self) -> str:
         label = self.kind if self.severity == "error" else f"{self.kind} (warning)"
@@ -237,7 +248,7 @@ class Report:
         elif self.ok:
             why = sorted({"the check's time budget ran out" if p.budget
                           else "a known_trip_count was assumed" if p.assumption
-                          else "control depends on data" for p in self.warnings})
+                          else p.cause or DATA for p in self.warnings})
             head += (f"no deadlock found, but {len(self.warnings)} part(s) could not be proven "
                      f"({'; '.join(why)})")
         else:

@@ -26,6 +26,7 @@ from xladist.hlo.ir import Computation, Instruction
 from ..schedule import communicates, computation_communicates
 from .budget import OverBudget
 from .events import DeviceTrace, Event, Handle, where
+from .report import DATA, LONG_LOOP, UNMODELLED, UNPAIRED_DONE
 from .facts import ModuleFacts, known_trip_count
 from .fold import Folder, Frame, Unknown, pick_branch
 from .induction import (
@@ -50,9 +51,13 @@ UNROLL_BELOW = 16
 
 
 class _Unproven(Exception):
-    def __init__(self, instr: Instruction, reason: str, ctx: tuple[str, ...]):
+    """A trace stops: `reason` for its line of the report, `cause` (report.DATA, ...) for
+    the report's first line."""
+
+    def __init__(self, instr: Instruction, reason: str, ctx: tuple[str, ...],
+                 cause: str = DATA):
         super().__init__(reason)
-        self.instr, self.reason, self.ctx = instr, reason, ctx
+        self.instr, self.reason, self.ctx, self.cause = instr, reason, ctx, cause
 
 
 TraceRule = Callable[["_Tracer", Instruction, Frame, tuple], None]
@@ -84,11 +89,15 @@ def _needs_values(comp: Computation, seen=None) -> bool:
 
 
 
+def _is_collective(instr: Instruction) -> bool:
+    return instr.family in ("collective", "collective_async", "p2p")
+
+
 def _unmodelled(instr: Instruction) -> str:
     """Why the check stops at a communicating instruction it has no rule for: a collective
     of its own (collective-reduce, whose semantics XLA has not published) or an op whose
     called computations communicate."""
-    if instr.family in ("collective", "collective_async", "p2p"):
+    if _is_collective(instr):
         return f"{instr.opcode} is a collective the check does not model"
     names = ", ".join(c.name for c in instr.called_computations())
     return f"{instr.opcode} runs {names}, which communicates, and the check cannot tell how often"
@@ -154,7 +163,7 @@ class _Tracer:
         h = self.folder.eval(instr.operands[0], frame) if instr.operands else None
         if not isinstance(h, Handle) or h.op != op:
             raise _Unproven(instr, f"the check cannot tell which {op} it completes (its "
-                            "operand is not the value of one)", ctx)
+                            "operand is not the value of one)", ctx, UNPAIRED_DONE)
         return h
 
     def emit(self, kind: str, instr: Instruction, ctx) -> Event:
@@ -171,7 +180,8 @@ class _Tracer:
                 continue
             rule = TRACE_RULES.get(instr.opcode)
             if rule is None:
-                raise _Unproven(instr, _unmodelled(instr), ctx)
+                raise _Unproven(instr, _unmodelled(instr), ctx,
+                                UNMODELLED if _is_collective(instr) else DATA)
             rule(self, instr, frame, ctx)
 
     def lazy_operands(self, instr: Instruction, frame: Frame, operands=None) -> list:
@@ -456,7 +466,7 @@ def _while(t: _Tracer, instr, frame, ctx):
         t.tick(instr, ctx + (f"iteration {k + 1} of {instr.name}",))
         if k >= t.max_unroll:
             raise _Unproven(instr, f"runs more than {t.max_unroll} iterations, the most the check "
-                            "unrolls", ctx)
+                            "unrolls", ctx, LONG_LOOP)
         bframe = Frame(body, [state])
         t.walk(body, bframe, ctx + (f"iteration {k + 1} of {instr.name}",))
         state = folder.eval(body.root, bframe)
@@ -509,5 +519,5 @@ def trace_device(facts: ModuleFacts, schedule, device: int, *,
     try:
         tracer.walk(entry, Frame(entry, params), ())
     except _Unproven as u:
-        trace.unproven = (u.instr, u.reason, u.ctx)
+        trace.unproven = (u.instr, u.reason, u.ctx, u.cause)
     return trace
