@@ -316,6 +316,17 @@ def _kernel_at_once(monkeypatch):
     monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 0)
 
 
+@pytest.fixture(autouse=True)
+def _threads_of_this_test_only(monkeypatch):
+    # The OpenBLAS split on the pool opens no window while another thread that may call
+    # OpenBLAS is alive (blas_pool._others_may_call_blas); threads an earlier test of the
+    # session left (a pump of a finished job, an idle executor's worker) are not this
+    # test's: they made the window tests fail in the whole suite and pass alone.
+    before = set(threading.enumerate())
+    real = threading.enumerate
+    monkeypatch.setattr(blas_pool, "_alive", lambda: [t for t in real() if t not in before])
+
+
 def _force(monkeypatch, way) -> list:
     """Every site picks `way` where it has it, else its first way; returns the sites it
     picked for, in order (_ran_or_refused reads the last)."""

@@ -332,8 +332,10 @@ def _others_may_call_blas() -> bool:
     one thread's f64 matmul loop beside another's f32 products with the callback set for
     each, hung within seconds, results with overflows; set for good, it did not hang)."""
     me = threading.current_thread()
-    return any(t is not me and not t.name.startswith(_QUIET_THREADS)
-               for t in threading.enumerate())
+    return any(t is not me and not t.name.startswith(_QUIET_THREADS) for t in _alive())
+
+
+_alive = threading.enumerate  # (tests narrow it to their own threads)
 
 
 class NoThreads(RuntimeError):
