@@ -15,12 +15,13 @@ import time
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import xladist
 from xladist.analysis.deadlock import check_module
 from xladist.analysis.deadlock import trace as trace_mod
+from xladist.analysis.deadlock.induction import INDUCTION_ITERATIONS
 
 PAIRS = "_xla_send_recv_source_target_pairs"
 
@@ -209,17 +210,23 @@ def _both(text: str):
                      min_size=1, max_size=3),
        trip=st.sampled_from(["const", "const", "uniform", "cond_uniform", "data", "device"]),
        n=st.integers(0, 13))
+@example(replicas=4, prologue=[], body=[("cond_parity", 1), ("cond_replica_skip", 1)],
+         trip="uniform", n=0)  # a cycle only from 7 iterations on (found by CI)
 def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body, trip, n):
     text = _Gen(replicas).module(prologue, body, trip, n)
     fast, slow = _both(text)
     if trip not in ("uniform", "cond_uniform"):
         assert _verdict(fast) == _verdict(slow), (text, fast.to_text(), slow.to_text())
         return
-    # The reference cannot prove a trip count from data; run it at each count 0..5 instead:
-    # a problem at some counts is a warning ("the data decides"), one at every count an error.
+    # The reference cannot prove a trip count from data; run it at each count instead: a
+    # problem at some counts is a warning ("the data decides"), one at every count an error.
+    # Induction tells counts apart up to (INDUCTION_ITERATIONS + 1) x the body's period (2
+    # at most here: cond_parity) -- "runs 7 or more iterations" -- so the reference runs
+    # every count to there: with 0..5 only, a cycle that needs 7 iterations (replicas=4,
+    # body [cond_parity, cond_replica_skip]) was the fast engine's "extra" problem.
     per_count = [_verdict(check_module(xladist.parse_hlo(
         _Gen(replicas).module(prologue, body, f"{trip}_as", k)), engine="unroll"))[1]
-        for k in range(6)]
+        for k in range((INDUCTION_ITERATIONS + 1) * 2 + 1)]
     # By kind: a problem with the same text in several runs is reported once, naming the
     # devices of the first run it showed in (those blocked behind a cycle vary by count).
     union = {kind for found in per_count for kind, _, _ in found}
