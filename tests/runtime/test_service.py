@@ -17,12 +17,16 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import xladist
 from xladist.errors import InputError
 from xladist.io import Inputs, read_inputs
 from xladist.runtime import hostinfo, wire
 from xladist.runtime.service import Service
 from xladist.runtime.service.outputs import Outputs
 from xladist.runtime.service.server import PROTOCOL
+
+# A proven verdict's module, saved with a hang report made after the proof.
+_ONE_OP = "HloModule proven_but_hangs\nENTRY e {\n  ROOT c = f32[] constant(1)\n}\n"
 
 
 # ---- the wire ---------------------------------------------------------------------------------
@@ -308,8 +312,8 @@ def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path,
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
     monkeypatch.setattr(tempfile, "tempdir", None)
-    module = "HloModule proven_but_hangs\n"
-    svc = service(1, checked={"proven": True, "module_text": module,
+    module = xladist.parse_hlo(_ONE_OP)
+    svc = service(1, checked={"proven": True, "module": module,
                               "how": "xladist check m.hlo -n 1"})
     r = FakeRank(svc, 0, answer=False)  # its deadline's record stands: waiting, a deadlock
     r.wait_for("welcome")
@@ -320,10 +324,11 @@ def test_a_hang_after_a_proof_is_reported_as_a_checker_defect(service, tmp_path,
                            "deadlock-free, so this hang is a defect of the checker: the "
                            "module is saved as ")
     saved = Path(last.split("saved as ")[1].split(";")[0])
-    assert saved.parent == tmp_path and saved.read_text() == module
+    assert saved.parent == tmp_path and saved.read_text() == module.to_text()
 
 
-@pytest.mark.parametrize("verdict", [{"proven": True, "module_text": "HloModule m\n"},
+@pytest.mark.parametrize("verdict", [{"proven": True,
+                                      "module": xladist.parse_hlo(_ONE_OP)},
                                      {"verdict": "assuming", "proven": False,
                                       "assumptions": ["loop.3 (line 9)"]}])
 def test_a_wait_that_outlasts_a_computing_rank_blames_no_deadlock_check(service, tmp_path,
@@ -351,7 +356,7 @@ def test_a_hang_after_an_assuming_verdict_names_the_assumption(service):
     # likely means the trip count was false, and the report says which one was assumed.
     assumed = "loop.3 (line 9): known_trip_count 2 assumed"
     svc = service(1, checked={"verdict": "assuming", "proven": False,
-                              "assumptions": [assumed], "module_text": None})
+                              "assumptions": [assumed], "module": None})
     r = FakeRank(svc, 0, answer=False)  # its deadline's record stands: waiting, a deadlock
     r.wait_for("welcome")
     r.send("deadline", rec=_waiting(r, 3.0), deadline_s=3.0)

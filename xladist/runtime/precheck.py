@@ -81,8 +81,7 @@ def verdict(report, module=None, how: str = "") -> dict:
                      check proved it: a checker defect" if the program hangs;
       "module"       the module, when proven (its text is saved with such a report: printed
                      then, not at every launch -- a 10^6-element literal takes seconds to
-                     print); "how": the check's command, for that line. (A verdict made by
-                     hand may give "module_text" instead.)
+                     print); "how": the check's command, for that line.
 
     `report` is what `precheck` returned or the DeadlockError it raised carried (Report.summary()
     gives the first three keys for a report)."""

@@ -87,9 +87,8 @@ def proven_line(checked: dict, positions: dict[int, dict] | None = None) -> str 
                 "condition, so this hang may mean an assumption is false: " + assumed)
     if not checked or not checked.get("proven"):
         return None
-    text = checked.get("module_text")
-    if text is None and checked.get("module") is not None:
-        text = checked["module"].to_text()  # only now: a hang after a proof is rare
+    module = checked.get("module")
+    text = module.to_text() if module is not None else None  # only now: such hangs are rare
     saved = None
     if text:
         try:
