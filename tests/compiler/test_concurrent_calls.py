@@ -117,6 +117,20 @@ def test_a_call_from_inside_its_own_call_is_named_not_a_hang():
         CUSTOM_CALLS.pop(PARK, None)
 
 
+def _in_child(check, seconds: int) -> int:
+    """os.fork(); the child exits 0 when check() is true, 1 when false, 2 when it raised,
+    and dies by SIGALRM after `seconds` (counted stuck); the parent gets its wait status."""
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # (a test timeout plugin's handler)
+        signal.alarm(seconds)
+        try:
+            os._exit(0 if check() else 1)
+        finally:
+            os._exit(2)
+    return os.waitpid(pid, 0)[1]
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_child_forked_during_a_call_calls_the_executable():
     """A fork while another thread is inside a call (multiprocessing's fork start method
@@ -138,15 +152,7 @@ def test_a_child_forked_during_a_call_calls_the_executable():
         while not parked:
             threading.Event().wait(0.001)
         x = np.arange(64, dtype=np.float32)
-        pid = os.fork()
-        if pid == 0:  # the child: answer within 5 s or be counted stuck
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # (a test timeout plugin's handler)
-            signal.alarm(5)
-            try:
-                os._exit(0 if np.array_equal(exe(x)[0], _want(x)) else 1)
-            finally:
-                os._exit(2)
-        _, status = os.waitpid(pid, 0)
+        status = _in_child(lambda: np.array_equal(exe(x)[0], _want(x)), seconds=5)
         release.set()
         t.join(10)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
@@ -185,18 +191,13 @@ def test_a_child_forked_while_another_thread_compiles_compiles_too(monkeypatch, 
     t.start()
     assert inside.wait(30)
     threading.Timer(0.3, release.set).start()  # the fork waits for it
-    pid = os.fork()
-    if pid == 0:
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # (a test timeout plugin's handler)
-        signal.alarm(20)
-        try:
-            monkeypatch.setattr(llvm_worker, "optimize", real)
-            x = np.linspace(-1, 1, 16, dtype=np.float32)
-            got = xladist.compile(_tanh_module("child_side"))(x)[0]
-            os._exit(0 if np.allclose(got, np.tanh(x) * 2, rtol=1e-6) else 1)
-        finally:
-            os._exit(2)
-    _, status = os.waitpid(pid, 0)
+
+    def child() -> bool:
+        monkeypatch.setattr(llvm_worker, "optimize", real)
+        x = np.linspace(-1, 1, 16, dtype=np.float32)
+        got = xladist.compile(_tanh_module("child_side"))(x)[0]
+        return np.allclose(got, np.tanh(x) * 2, rtol=1e-6)
+    status = _in_child(child, seconds=20)
     release.set()
     t.join(30)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
