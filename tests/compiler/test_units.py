@@ -258,6 +258,49 @@ ENTRY main {{
     assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+@pytest.mark.parametrize("t", ["bf16", "f16", "f8e4m3fn"])
+@pytest.mark.parametrize("case", ["column", "column and row", "column by layout", "split",
+                                  "fused"])
+def test_narrow_float_column_sums_keep_growing(case, t, backend):
+    """Column sums of narrow floats (a reduced dimension outside a kept one) within a few
+    ulps of the exact sum: the cpu backend chained each output element over the rows,
+    every step rounded to the type, and stalled (bf16[1000,2] over dimension 0 gave
+    [512, 512]; XLA:CPU [992, 996], exact [993.5, 995.6]). "split": enough columns for
+    the kernel to run in blocks on the pool; "fused": the reduce inside another kernel
+    (a convert of it), with an innermost reduced dimension of 5."""
+    dt = np.dtype({"bf16": ml_dtypes.bfloat16, "f16": np.float16,
+                   "f8e4m3fn": ml_dtypes.float8_e4m3fn}[t])
+    n = 300 if t.startswith("f8") else 1000  # (f8e4m3fn: sums under its 448)
+    dims, layout, red, axes = {
+        "column": ([n, 3], "", "0", (0,)),
+        "column and row": ([n // 5, 2, 5], "", "0,2", (0, 2)),
+        "column by layout": ([3, n], "{0,1}", "1", (1,)),
+        "split": ([n, 700], "", "0", (0,)),
+        "fused": ([n // 5, 2, 5], "", "0,2", (0, 2)),
+    }[case]
+    kept = [d for i, d in enumerate(dims) if i not in axes]
+    x = (np.random.default_rng(5).random(dims) + 0.5).astype(dt)
+    text = f"""HloModule m
+add {{
+  a = {t}[] parameter(0)
+  b = {t}[] parameter(1)
+  ROOT s = {t}[] add(a, b)
+}}
+ENTRY main {{
+  x = {t}[{",".join(map(str, dims))}]{layout} parameter(0)
+  z = {t}[] constant(0)
+  r = {t}[{",".join(map(str, kept))}] reduce(x, z), dimensions={{{red}}}, to_apply=add
+  {"ROOT " if case != "fused" else ""}c = {t}[{",".join(map(str, kept))}] copy(r)
+  {"ROOT f = f32[2] convert(r)" if case == "fused" else ""}
+}}
+"""
+    got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)[0].astype(np.float64)
+    exact = x.astype(np.float64).sum(axis=axes)
+    ulp = 2.0 ** (np.floor(np.log2(exact)) - ml_dtypes.finfo(dt).nmant)
+    assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
+
+
 def test_non_default_layouts_transpose_and_copy():
     text = """HloModule m
 ENTRY main {

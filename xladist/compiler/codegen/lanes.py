@@ -30,22 +30,32 @@ maximum and minimum give the same bits in any order (semantics/order.py: any NaN
 canonical NaN); lanes let the vectorizer widen them, and inside the lanes they take
 LLVM's own op, the rule applied once at the end (raw_step).
 
-Sums and products of f16, bf16 and the f8 types take the same order (L = LANE_BITS / the
-type's bits: 64 lanes of bf16), each step rounded to the type by the reducer's rule, the
-lanes combined one scalar pair at a time. One chain in element order stalled: a bf16 sum
+Sums and products of f16, bf16 and the f8 types take the same order with two changes:
+L is the largest power of two <= min(N, LANE_BITS / the type's bits), N the count of all
+the reduced elements (64 lanes of bf16), and the elements take the lanes in turn over the
+whole loop nest -- element p (row-major over the reduction's loops) into lane p mod L --
+so that short innermost loops still fill every lane (for one loop, or passes a multiple of
+L long, this is the order above); each step is rounded to the type by the reducer's rule,
+and the lanes are combined one scalar pair at a time. One chain in element order stalled: a bf16 sum
 of 1000 terms near 1 gave 512 (XLA:CPU, which splits it into blocks of 32, 1024; the
 interpreter's pairwise tree 1016).
 
+Their reduce kernels take every reduced dimension into the loop nest of the lanes, a
+column sum (no reduced minor dimension) too, each output element on its own
+(lanes_over_every_dim): a bf16 column sum of 1000 terms near 1 was one chain per output
+element, 512 (XLA:CPU 992, exact 993.5).
+
 This is the only place that decides a float reduction's order in compiled code. Every
 other reducer (f16/bf16 max and min, variadic reductions, computations of several
-ops) stays one sequential chain in element order, and a reduction with no reduced minor
-dimension (a column sum) one chain per output element: without fast-math flags no LLVM
-pass reorders them either. The last bits of row sums changed once when this order
+ops) stays one sequential chain in element order, and an f32/f64 reduction with no
+reduced minor dimension (a column sum) one chain per output element: without fast-math
+flags no LLVM pass reorders them either. The last bits of row sums changed once when this order
 replaced LLVM's (docs/compile.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from llvmlite import ir
@@ -53,7 +63,7 @@ from llvmlite import ir
 from . import intrinsics as intr
 from .ir_array import c64
 from .loops import for_range
-from .types import F32, F64
+from .types import F32, F64, I64
 
 LANE_BITS = 1024
 _IDENTITY = {"add": -0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf")}
@@ -85,6 +95,15 @@ def lane_reducer(reducer) -> bool:
         return False
     name = root.shape.element_type.name
     return name in _TYPES or (name in _NARROW and root.opcode in _NARROW_OPS)
+
+
+def lanes_over_every_dim(reducer) -> bool:
+    """Whether a reduce kernel takes every reduced dimension into its lanes, the outer
+    ones included (split.reduce_plan), rather than chaining each output element over its
+    outer reduced dimensions: sums and products of the floats narrower than f32, where
+    one chain stops growing (a bf16 column sum of 1000 terms near 1 gave 512; XLA:CPU
+    992, exact 993.5)."""
+    return lane_reducer(reducer) and reducer.root.shape.element_type.name in _NARROW
 
 
 def raw_step(reducer):
@@ -119,7 +138,10 @@ def reduce_in_lanes(ctx, reducer, dims, loops, base: list, element: Callable, st
     set; element(multi) emits the input's value there. Each loop body is a memo scope of
     ctx (ElementalContext)."""
     b = ctx.b
-    lanes = Lanes(ctx, reducer, dims[loops[-1]])
+    narrow = reducer.root.shape.element_type.name in _NARROW
+    # (a narrow float: as many lanes as all the loops' elements allow, filled in turn)
+    lanes = Lanes(ctx, reducer, dims[loops[-1]],
+                  math.prod(dims[d] for d in loops) if narrow else None)
     lanes.reset()
 
     def walk(level):
@@ -149,10 +171,18 @@ class Lanes:
     elements (LLVM keeps it in registers once the lane loop is vectorized). Emitted as
     reset(), accumulate() for each pass of the innermost loop, total()."""
 
-    def __init__(self, ctx, reducer, n: int):
+    def __init__(self, ctx, reducer, n: int, total: int | None = None):
+        """n: the innermost loop's trip count. total: all the elements, where they take
+        the lanes in turn (element p of the loop nest into lane p mod L, L by `total`),
+        else None (each pass of the innermost loop starts again at lane 0)."""
         self.ctx, self.reducer = ctx, reducer
         etype = reducer.root.shape.element_type
-        self.count = lane_count(etype, n)
+        self.count = lane_count(etype, n if total is None else total)
+        # Where every pass starts at a multiple of L the two orders are one: no position
+        # needs carrying from pass to pass.
+        self.pos = None
+        if total is not None and total > n and n % self.count:
+            self.pos = ctx.alloca(I64, name="lane_pos")
         self.elem = _lane_type(etype)[0]
         # The rule of a narrow float rounds scalars (scalar_ops._finish): combined lane by
         # lane, not on vectors.
@@ -166,13 +196,24 @@ class Lanes:
     def reset(self) -> None:
         vec = ir.Constant(ir.VectorType(self.elem, self.count), [self.identity] * self.count)
         self.ctx.b.store(vec, self.ptr)
+        if self.pos is not None:
+            self.ctx.b.store(c64(0), self.pos)
 
     def accumulate(self, n: int, gen: Callable) -> None:
         """Combine elements 0..n-1 of the innermost loop into the lanes; gen(j) emits the
         value of element j (an i64 register) at the builder's position. Whole rounds of
         L elements run in a loop of L lanes (LLVM's vectorizer widens it: no lane depends
-        on another); the n mod L left over go to lanes 0.. in a loop of their own."""
+        on another); the n mod L left over go to lanes 0.. in a loop of their own. With
+        a carried position (total given, passes not a multiple of L), element j goes to
+        lane (position + j) mod L."""
         b = self.ctx.b
+        if self.pos is not None:
+            at = b.load(self.pos, typ=I64)
+            with for_range(b, n, name="elt") as elt:
+                lane = b.and_(b.add(at, elt.iv), c64(self.count - 1))
+                self._combine(lane, gen(elt.iv))
+            b.store(b.and_(b.add(at, c64(n)), c64(self.count - 1)), self.pos)
+            return
         rounds, left = divmod(n, self.count)
         if rounds:
             with for_range(b, rounds, name="round") as rnd:

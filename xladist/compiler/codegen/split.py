@@ -11,7 +11,8 @@ dimension were measured slower than the whole kernel (4096x4096 f32, load ~8.7,
 interleaved: one thread 11.6-12.0 ms whole, 19.0 ms in 1024-column blocks, 24.4 ms in
 256-column blocks; two threads 20.2 ms; 2048x8192 in two 4096-column blocks on two
 threads 12.8 ms vs 13.7 ms whole): short runs per row defeat the prefetcher, and two
-cores share one memory bus. The split is decided from the KernelSpec alone, so a
+cores share one memory bus. (A narrow float sum reduces each output element on its own,
+every reduced dim in lanes -- reduce_plan -- so its outermost loop is a kept dim.) The split is decided from the KernelSpec alone, so a
 kernel loaded from the cache splits exactly as when it was generated.
 
 Blocks hold BLOCK_WORK elements of work (more when that makes over MAX_BLOCKS) and
@@ -33,6 +34,7 @@ from typing import NamedTuple
 
 from . import mathlib
 from .ir_array import layout_of
+from .lanes import lanes_over_every_dim
 
 # Operations costing many times a load/store per element: kernels with one are
 # compute-bound and split at a smaller size (also fusion's duplication rule).
@@ -99,15 +101,20 @@ def split_of(spec) -> Split | None:
 
 def reduce_plan(root):
     """(trailing, outer, init_pass) of a reduce kernel, None when it reduces nothing
-    (an empty input): trailing reduced dims accumulate in registers; outer are the
-    other dims, major to minor; init_pass: some outer dim is reduced, so the output
-    is initialized first and accumulated into."""
+    (an empty input): trailing reduced dims accumulate in registers (in lanes.py's
+    lanes where the reducer takes them; for a narrow float sum, lanes_over_every_dim,
+    every reduced dim); outer are the other dims, major to minor; init_pass: some outer
+    dim is reduced, so the output is initialized first and accumulated into."""
     in_shape = root.operands[0].shape
     in_dims = in_shape.dims
     red = set(root.attrs["dimensions"])
     if any(in_dims[d] == 0 for d in red) or in_shape.size == 0:
         return None
     phys = list(reversed(layout_of(in_shape)))  # major to minor
+    if len(root.operands) == 2 and lanes_over_every_dim(root.attrs["to_apply"]):
+        # (a narrow float sum: every reduced dim in the lanes, none chained outside)
+        trailing = [d for d in phys if d in red and in_dims[d] > 1]
+        return trailing, [d for d in phys if d not in trailing], False
     trailing = []
     for d in reversed(phys):
         if d in red:
