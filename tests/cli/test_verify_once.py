@@ -4,12 +4,16 @@ valid one runs with the ranks skipping their own look (runtime/api.verify_once).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import xladist
 from xladist.errors import VerifierError
-from tests.cli_util import probe_mpiexec, xladist_cli
+from xladist.runtime.launcher import find_mpiexec
+from tests.cli_util import ROOT, cli_env, probe_mpiexec, xladist_cli
 
 BAD = """HloModule bad, replica_count=2
 
@@ -52,3 +56,30 @@ def test_a_verified_module_runs_on_ranks_that_skip_their_own_look():
                       timeout=60)
     for d in range(2):
         assert np.array_equal(out[d][0], x[d] * 3)
+
+
+BAD_PAIRS = """HloModule bad_pairs, replica_count=2
+
+ENTRY main {
+  x = f32[4] parameter(0)
+  ROOT r = f32[4] collective-permute(x), source_target_pairs={{0,1},{0,0}}
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_bare_mpiexec_job_refuses_an_invalid_module_as_the_verifier_does(tmp_path):
+    """`mpiexec -n 2 xladist run` (rank 0 hosts the job): the verifier's message, naming the
+    instruction as written, not the deadlock check's look at the same groups (which named
+    only `r`, as an InputError)."""
+    (tmp_path / "bad.hlo").write_text(BAD_PAIRS)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    cmd = [find_mpiexec(), "-n", "2", sys.executable, "-m", "xladist", "run",
+           str(tmp_path / "bad.hlo"), "--inputs", str(tmp_path / "in.npz"), "-q"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=cli_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0, proc.stderr
+    assert ("xladist run: error: rank 0: computation main, instruction `%r = f32[4]{0} "
+            "collective-permute(%x), source_target_pairs={{0,1},{0,0}}` (line 5): "
+            "collective-permute source_target_pairs={{0,1},{0,0}} (2 replica ids: no "
+            "channel_id): source 0 appears more than once") in proc.stderr, proc.stderr

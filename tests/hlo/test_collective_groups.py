@@ -160,6 +160,7 @@ def test_broadcast_groups_need_not_cover():
         ([], FID, 2, 2, "all-reduce", "must be explicit"),
         ([[0, 1], []], CR, 2, 1, "all-reduce", "group 1 is empty"),
         ([[0, 1], [1]], CR, 2, 1, "all-reduce", "replica id 1 appears twice"),
+        ([[0, 0, 1]], CR, 2, 1, "all-reduce", r"replica id 0 appears twice in group 0$"),
         ([[0, 1]], CR, 4, 1, "all-reduce", r"missing \[2, 3\]"),
         ([[0, 4]], CR, 4, 1, "all-reduce", r"out of range \[0, 4\)"),
         ([[0, 1], [2]], CR, 3, 1, "all-gather", "same size"),

@@ -276,6 +276,26 @@ def test_report_channel_wait_and_finished_rank():
     assert "rank 2" not in text and "rank 3" not in text  # only the ranks of the job
 
 
+
+def test_report_names_the_error_of_a_rank_whose_run_raised():
+    """A rank whose run raised to a caller that went on (a script under mpiexec): its
+    record says so, with the instruction and message, not "computing"."""
+    from types import SimpleNamespace
+    now = time.time()
+    error = ExecutionError("infeed exhausted on rank 1 at i (item 0)", rank=1, replica=0,
+                           partition=1, instruction="i (line 11)")
+    failed = watchdog.record(SimpleNamespace(rank=1, device=1, replica=0, partition=1),
+                             {"state": "failed", "error": watchdog.failure(error)})
+    positions = {0: _rec(0, "waiting", what="r (line 13)", where="group [0, 1]",
+                         members=[0, 1], p2p=False, since=now - 3.0, world_size=2),
+                 1: failed}
+    text = watchdog.format_report(positions, 0, 3.0)
+    assert ("rank 1 (replica 0, partition 1): failed: i (line 11): infeed exhausted on rank 1 "
+            "at i (item 0); its caller went on") in text, text
+    assert "r (line 13) over group [0, 1]: rank 0 waits there; rank 1 never arrived" in text
+    assert "computing" not in text
+
+
 # ---- the daemon publishes long waits and their end, off the hot path --------------------------
 
 class _Monitor:
@@ -458,3 +478,56 @@ def test_the_progress_line_reads_a_native_loops_wait(monkeypatch):
         assert progress._long_wait().startswith("waiting 0 s in psum (line 7)")
     finally:
         wd.end_native(token)
+
+
+# Every rank of a script under mpiexec calls xladist.run; rank 1's infeed runs dry before the
+# all-reduce, and the script goes on after the error (as `pytest.raises` would), so rank 0
+# waits there until the deadline.
+FAILS_ON_RANK_1 = '''
+import numpy as np
+import xladist
+from mpi4py import MPI
+
+T = """HloModule dry, replica_count=2
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+
+ENTRY e {
+  t0 = token[] after-all()
+  i = (f32[2], token[]) infeed(t0)
+  d = f32[2] get-tuple-element(i), index=0
+  ROOT r = f32[2] all-reduce(d), replica_groups={}, to_apply=add
+}
+"""
+items = lambda rank, replica, partition: [] if rank == 1 else [np.ones(2, np.float32)]
+try:
+    xladist.run(T, n=2, infeed=items, timeout=%r, backend="interpreter")
+except xladist.ExecutionError as e:
+    print("caught on rank", MPI.COMM_WORLD.rank, flush=True)
+'''
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_a_rank_that_raised_to_its_script_is_reported_failed_not_computing(tmp_path):
+    """Under `mpiexec -n 2 python script.py`, a rank whose run raised (its caller went on)
+    is named in the hang report with its error, not as "computing" (what its last news said)."""
+    import subprocess
+    import sys
+
+    from xladist.runtime.launcher import find_mpiexec
+    from tests.cli_util import ROOT, cli_env
+    script = tmp_path / "script.py"
+    script.write_text(FAILS_ON_RANK_1 % TIMEOUT)
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, str(script)], cwd=ROOT,
+                          env=cli_env(), capture_output=True, text=True, timeout=SLACK * 2)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    report = proc.stderr[proc.stderr.index("Where every rank is:"):]
+    assert "rank 0 (replica 0, partition 0): r (line 13) over devices [0, 1]" in report, report
+    assert ("rank 1 (replica 1, partition 0): failed: i (line 11): infeed exhausted on "
+            "rank 1 at i (item 0)") in report, report
+    assert "computing" not in report, report

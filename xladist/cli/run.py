@@ -457,6 +457,7 @@ def _host_job(args, size: int):
     feeds.check_args(args, module)
     _check_targets(module)
     inputs = _open_inputs(module, args)
+    _verify_once(module, args)  # as a launcher does: once, before the check (in its words)
     checked = None
     if not os.environ.get("XLADIST_CHECKED"):
         checked = _deadlock_check(module, args)  # started by hand under mpiexec: check here

@@ -341,7 +341,8 @@ def check_groups(opcode: str, replica_groups, mode: GroupMode, replica_count: in
             if not 0 <= i < n:
                 raise GroupError(f"{where}: {what} {i} is out of range [0, {n})")
             if i in seen:
-                raise GroupError(f"{where}: {what} {i} appears twice (groups {seen[i]} and {gi})")
+                twice = f"in group {gi}" if seen[i] == gi else f"(groups {seen[i]} and {gi})"
+                raise GroupError(f"{where}: {what} {i} appears twice {twice}")
             seen[i] = gi
     if require_cover and n != 1 and len(seen) != n:
         missing = sorted(set(range(n)) - set(seen))

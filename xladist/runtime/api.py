@@ -207,8 +207,11 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
-    if verify and xlx is None and not launcher.under_mpi():
-        verify_once(module, counts)  # spawned ranks skip it (under mpiexec: _run_here does it)
+    if verify and xlx is None:
+        # Before the deadlock check, whose look at the same groups would refuse a bad module
+        # in other words (an InputError); the ranks then skip their own look.
+        verify_once(module, counts)
+        verify = False
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,
         prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,

@@ -115,7 +115,8 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
         with spans.execute():
             outputs = exe(*inputs)
         monitor.mark("finished")
-    except BaseException:
+    except BaseException as error:
+        _mark_failed(monitor, error)
         deadline.run_abort_hooks()
         if feeds is not None:  # deliver every item outfed so far before the job aborts
             feeds.abort()
@@ -145,6 +146,15 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     deadline.watchdog.set_monitor(None)
     deadline.watchdog.loops.clear()
     return result
+
+
+def _mark_failed(monitor, error: BaseException) -> None:
+    """Tell the service this rank's run raised, so that a hang report of the ranks still
+    waiting for it (its caller may go on: a script under mpiexec) names its error."""
+    try:
+        monitor.mark("failed", error=watchdog.failure(error))
+    except Exception:  # noqa: BLE001, S110 -- a report aid must not hide the error itself
+        pass
 
 
 def device_context(module, comm, device_assignment=None, *, feeds=None, host=None,

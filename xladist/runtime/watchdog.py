@@ -37,7 +37,8 @@ import numpy as np
 
 from xladist.collectives import deadline
 
-__all__ = ["Members", "describe_position", "format_report", "loop_tracking_rules", "record"]
+__all__ = ["Members", "describe_position", "failure", "format_report", "loop_tracking_rules",
+           "record"]
 
 # A rank whose record is older than this (while it claims to wait or compute) may be stuck.
 STALE_S = 3.0
@@ -67,8 +68,10 @@ def record(placement, pos: dict, *, finished: bool = False, host: str | None = N
         rec.update(rank=p.rank, device=p.device, replica=p.replica, partition=p.partition)
     if host is not None:
         rec["host"] = host
-    if pos["state"] != "waiting" and finished:
+    if pos["state"] not in ("waiting", "failed") and finished:
         rec["state"] = "finished"
+    if pos["state"] == "failed":
+        rec["error"] = pos.get("error")
     if pos["state"] == "waiting":
         where = pos.get("where")
         rec.update(what=pos["what"], where=None if where is None else str(where),
@@ -76,6 +79,15 @@ def record(placement, pos: dict, *, finished: bool = False, host: str | None = N
                    p2p=bool(getattr(where, "p2p", False)),
                    since=now - pos["elapsed"])
     return rec
+
+
+def failure(error: BaseException) -> str:
+    """A run's error as a failed rank's record says it: the instruction and the message (the
+    report names the rank itself), else the error's type and text."""
+    from xladist.errors import ExecutionError
+    if isinstance(error, ExecutionError) and error.instruction:
+        return f"{error.instruction}: {error.message}"
+    return f"{type(error).__name__}: {error}"
 
 
 def _who(rec: dict, hosts: bool = False) -> str:
@@ -119,6 +131,9 @@ def describe_position(rec: dict | None, rank: int, now: float, hosts: bool = Fal
         return f"{who}: finished its program"
     if state == "starting":
         return f"{who}: starting (its program has not begun){stale}"
+    if state == "failed":  # its run raised to a caller that went on (a script under mpiexec)
+        return (f"{who}: failed: {rec.get('error')}; its caller went on, so it joins no "
+                "later wait")
     ctx = _ctx(rec)
     return f"{who}: computing, not waiting for another rank{f' ({ctx})' if ctx else ''}{stale}"
 

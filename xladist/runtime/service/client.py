@@ -67,6 +67,7 @@ class Client:
         self.placement = None
         self._placed = None             # the placement the service was last told
         self.finished = False
+        self.failure: str | None = None  # the error of a run that raised (mark "failed")
         self.closing = False
         self.service_closed = False
         self.welcome: dict | None = None
@@ -222,6 +223,9 @@ class Client:
                 self._cond.notify_all()
 
     def _where(self) -> dict:
+        if self.failure is not None:  # the main thread has left the run: not its position
+            return record(self.placement, {"state": "failed", "error": self.failure},
+                          finished=self.finished)
         wd = deadline.watchdog
         cur = wd._resolved(wd.current)  # noqa: SLF001 -- the daemon's own reading of the cell
         return record(self.placement, wd.position(cur), finished=self.finished)
@@ -259,6 +263,7 @@ class Client:
         told so already: a cluster's rank runs one module many times)."""
         self.placement = placement
         self.finished = False
+        self.failure = None
         where = dict(device=placement.device, replica=placement.replica,
                      partition=placement.partition)
         if where != self._placed:
@@ -268,14 +273,18 @@ class Client:
     def publish(self, pos: dict) -> None:
         self.send("pos", timeout=2.0, rec=record(self.placement, pos, finished=self.finished))
 
-    def mark(self, state: str, tell: bool = True) -> None:
-        """The main thread's own news: 'computing' when the program starts, 'finished'.
-        `tell=False`: for this rank's own answers (`where`) only -- a cluster's service
-        knows it from its order and the call's answer (server.RankState.mark)."""
+    def mark(self, state: str, tell: bool = True, error: str | None = None) -> None:
+        """The main thread's own news: 'computing' when the program starts, 'finished', or
+        'failed' with its `error` (watchdog.failure) when the run raised: a caller that goes
+        on (a script under mpiexec) leaves the others waiting, and the hang report must not
+        call it 'computing'. `tell=False`: for this rank's own answers (`where`) only -- a
+        cluster's service knows it from its order and the call's answer
+        (server.RankState.mark)."""
         if state == "finished":
             self.finished = True
+        self.failure = error if state == "failed" else None
         if tell:
-            self.publish({"state": state, "loops": []})
+            self.publish({"state": state, "loops": [], "error": error})
 
     def fire(self, pos: dict, timeout: float) -> str | None:
         """This rank's deadline passed: the service writes the report and ends the job (this
