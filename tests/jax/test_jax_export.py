@@ -398,6 +398,30 @@ def test_typed_prng_keys_go_in_and_come_back_as_keys(tmp_path):
 
 
 @needs_jax
+def test_keys_made_inside_the_function_are_results_too(tmp_path):
+    """A function that takes no typed key but returns one (made from a seed, or from key
+    data it wraps itself) failed in export with jax's "JAX array with PRNGKey dtype cannot
+    be converted to a NumPy array" (found by a JAX program sweep). Now such a result is its
+    key data as well, equal to jax's own."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    def fn(seed, data):
+        k1, k2 = jax.random.split(jax.random.wrap_key_data(data))
+        return jax.random.key(seed), k2, jax.random.uniform(k1, (4,))
+
+    seed, data = np.int32(5), np.asarray(jax.random.key_data(jax.random.key(11)))
+    out = xj.export(fn, seed, data, mesh_shape={"d": 2}, in_specs=P(), out_specs=P(),
+                    path=tmp_path / "ex")
+    want = jax.jit(fn)(seed, data)
+    got = xj.assemble(out, out / F.EXPECTED)
+    np.testing.assert_array_equal(got[0], np.asarray(jax.random.key_data(want[0])))
+    np.testing.assert_array_equal(got[1], np.asarray(jax.random.key_data(want[1])))
+    np.testing.assert_array_equal(got[2], np.asarray(want[2]))
+    assert [o["dtype"] for o in F.read_meta(out)["outputs"]] == ["uint32", "uint32", "float32"]
+
+
+@needs_jax
 def test_out_specs_as_a_dict_shaped_like_the_results(tmp_path):
     """out_specs in jax's pytree form for a function returning a dict: a dict iterated as
     a list of specs gave its keys, refused as mesh axes ("P('loss') names mesh axis

@@ -198,17 +198,17 @@ def _without_typed_keys(fn, args):
     what the module computes with. The function gets its keys back (wrap_key_data with
     each argument's own implementation) and hands out the data of the keys it returns;
     `key_results` maps such a result leaf to its implementation, for `run` to wrap again.
-    Without typed keys, everything is returned as it is."""
-    keyed = [i for i, a in enumerate(args) if _is_typed_key(a)]
-    if not keyed:
-        return fn, args, {}
-    jax = import_jax()
-    impls = {i: jax.random.key_impl(args[i]) for i in keyed}
-    args = [jax.random.key_data(a) if i in impls else a for i, a in enumerate(args)]
+    A function without key arguments is wrapped too: it may make keys and return them
+    (`jax.random.key(seed)`, a split of wrapped key data). jax is imported only for a key
+    argument or when the function runs: the checks before it work without jax."""
+    impls = {i: import_jax().random.key_impl(a) for i, a in enumerate(args)
+             if _is_typed_key(a)}
+    args = [import_jax().random.key_data(a) if i in impls else a for i, a in enumerate(args)]
     key_results: dict[int, object] = {}
 
     @wraps(fn)  # (its name and module: meta.json, the host-callback refusal)
     def with_keys(*xs):
+        jax = import_jax()
         xs = [jax.random.wrap_key_data(x, impl=impls[i]) if i in impls else x
               for i, x in enumerate(xs)]
         leaves, tree = jax.tree_util.tree_flatten(fn(*xs))
