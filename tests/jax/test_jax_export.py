@@ -422,6 +422,30 @@ def test_keys_made_inside_the_function_are_results_too(tmp_path):
 
 
 @needs_jax
+@pytest.mark.parametrize("fn,value,jax_says", [
+    (lambda x, n: x.sum() + np.zeros(3)[:n], 2, "__index__"),
+    (lambda x, flag: x * 2 if flag else x, True, "TracerBoolConversionError"),
+    (lambda x, act: x, "relu", "abstract array"),
+])
+def test_python_value_the_function_needs_static_says_bind_it(tmp_path, fn, value, jax_says):
+    """Every argument is traced as an array, so a Python value used as one (a slice bound,
+    an `if`, a string option) failed with jax's own error (TracerIntegerConversionError, TypeError,
+    TracerBoolConversionError) about tracers and static_argnums, which cannot be used
+    here (found by a JAX program sweep). Now an InputError names the argument and says to
+    bind it with functools.partial, keeping jax's message."""
+    import functools
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(InputError, match=rf"(?s){jax_says}.*argument 1 \({value!r}, a Python "
+                                         rf"{type(value).__name__}\).*functools.partial"):
+        xj.export(fn, x, value, mesh_shape={"d": 2}, in_specs=None, out_specs=None,
+                  path=tmp_path / "ex")
+    out = xj.export(functools.partial(fn, **{fn.__code__.co_varnames[1]: value}), x,
+                    mesh_shape={"d": 2}, in_specs=None, out_specs=None, path=tmp_path / "ok")
+    want = np.asarray(fn(x, value))
+    np.testing.assert_array_equal(xj.assemble(out, out / F.EXPECTED)[0], want)
+
+
+@needs_jax
 def test_out_specs_as_a_dict_shaped_like_the_results(tmp_path):
     """out_specs in jax's pytree form for a function returning a dict: a dict iterated as
     a list of specs gave its keys, refused as mesh axes ("P('loss') names mesh axis

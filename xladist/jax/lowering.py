@@ -149,6 +149,7 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
     leaves out `mesh=`."""
     mesh_shape = S.check_mesh(mesh_shape)
     _check_arity(fn, len(args))
+    python_values = [(i, a) for i, a in enumerate(args) if _is_python_value(a)]
     fn, args, key_results = _without_typed_keys(fn, args)
     host = [_host_array(a, i) for i, a in enumerate(args)]
     ins = S.spec_list(in_specs, len(host), "in_specs")
@@ -169,7 +170,7 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
         return NamedSharding(mesh, P(*[e if e is None or len(e) > 1 else e[0] for e in spec]))
 
     with jax.set_mesh(mesh):
-        out_tree = jax.eval_shape(fn, *host)
+        out_tree = _trace(jax, fn, host, python_values)
         leaves, treedef = jax.tree_util.tree_flatten(out_tree)
         outs = S.spec_list(_per_leaf(jax, out_specs, out_tree), len(leaves), "out_specs")
         for i, (leaf, spec) in enumerate(zip(leaves, outs)):
@@ -182,6 +183,32 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
         lowered = jitted.lower(*device_args)
     return Prepared(fn, host, mesh_shape, ins, outs, leaves, treedef, mesh, device_args,
                     lowered, jitted, key_results)
+
+
+def _is_python_value(a) -> bool:
+    return isinstance(a, (bool, int, float, complex, str)) and not isinstance(a, np.generic)
+
+
+def _trace(jax, fn, host, python_values):
+    """jax.eval_shape of fn. Every argument is traced as an array (there are no static
+    arguments), so a Python value the function uses as one (a shape, a slice bound, an
+    `if`, a jit static_argnums argument) fails inside jax with a message about tracers
+    and static_argnums that the caller cannot act on here: say what to do instead."""
+    try:
+        return jax.eval_shape(fn, *host)
+    except Exception as e:  # noqa: BLE001 -- re-raised with the hint, or as it is
+        if not python_values:
+            raise
+        name = getattr(fn, "__qualname__", repr(fn))
+        which = ", ".join(f"argument {i} ({a!r}, a Python {type(a).__name__})"
+                          for i, a in python_values)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise InputError(
+            f"jax failed to trace {name} ({type(e).__name__}: {first}); {which} is traced "
+            f"as an array like every argument (xladist.jax has no static arguments): if the "
+            f"function needs it as a Python value (a shape, a slice bound, an `if`, a "
+            f"static_argnums argument), bind it beforehand: "
+            f"xladist.jax.run(functools.partial(fn, name=value), *arrays, ...)") from e
 
 
 def _is_typed_key(a) -> bool:
