@@ -77,6 +77,16 @@ def test_spec_list_single_and_per_array():
         S.spec_list([None], 2, "out_specs")
 
 
+def test_in_specs_as_a_dict_is_refused_as_a_dict():
+    """in_specs={"x": P("d")} (jax's pytree form, taken by out_specs only) was iterated as a
+    list of specs: its key became the spec, refused as "in_specs[0] P('x') names mesh axis
+    'x'", an axis nobody wrote (found by a JAX program sweep). Now the dict itself is
+    refused, saying to give a list or a single spec."""
+    with pytest.raises(InputError, match=r"in_specs is a dict \(\{'x': 'd'\}\); give one "
+                                         r"spec per argument as a list, or a single spec"):
+        S.spec_list({"x": "d"}, 1, "in_specs")
+
+
 @pytest.mark.parametrize("spec,shape,needle", [
     ((("data",), None), (7, 4), r"splits dimension 0 \(size 7\).*into 2 shards \(data=2\)"),
     ((None, ("data", "model")), (4, 6), r"dimension 1 \(size 6\).*4 shards"),

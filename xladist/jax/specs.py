@@ -124,17 +124,22 @@ def parse_specs(text: str, where: str = "specs") -> list[Spec]:
 def spec_list(specs, count: int, what: str) -> list[Spec]:
     """in_specs/out_specs as one Spec per array. A single PartitionSpec (or None, or a text
     with no ';') applies to all `count`; a list/tuple or a ';'-separated text has one per
-    array."""
+    array. A dict is refused: iterated, its keys would be read as specs (out_specs' dict
+    form is turned into a list before this)."""
+    noun = "argument" if what.startswith(("in", "--in")) else "result"
     if isinstance(specs, str):
         items = parse_specs(specs, what)
         if len(items) == 1:
             return items * count
     elif specs is None or _is_single(specs):
         return [normalize(specs, what)] * count
+    elif isinstance(specs, dict):
+        raise InputError(f"{what} is a dict ({specs!r}); give one spec per {noun} as a list, "
+                         f"or a single spec for all (only out_specs takes a dict, shaped "
+                         f"like the function's results)")
     else:
         items = [normalize(s, f"{what}[{i}]") for i, s in enumerate(specs)]
     if len(items) != count:
-        noun = "argument" if what.startswith(("in", "--in")) else "result"
         raise InputError(f"{what} has {len(items)} specs for {count} {noun}s; give one per "
                          f"{noun} or a single spec for all")
     return items
