@@ -531,6 +531,21 @@ def test_python_and_64_bit_arguments_take_jax_types(tmp_path):
 
 
 @needs_jax
+def test_python_int_too_big_for_its_type_is_refused(tmp_path):
+    """A Python int argument is int32 without jax_enable_x64; 2**40 wrapped silently to 0
+    in inputs.npz (wrong results, where jax's own call raises OverflowError; found by a
+    JAX program sweep). Now an InputError names the argument, the value and the type."""
+    with pytest.raises(InputError, match=r"argument 1 is the Python int 1099511627776, which "
+                                         r"does not fit int32.*would wrap to 0"):
+        xj.export(lambda x, k: x + k, np.float32(1), 2**40, mesh_shape={"d": 1},
+                  in_specs=None, out_specs=None, path=tmp_path / "ex")
+    out = xj.export(lambda x, k: x + k, np.float32(1), -2**31, mesh_shape={"d": 1},
+                    in_specs=None, out_specs=None, path=tmp_path / "ok")  # fits: taken
+    with np.load(out / F.INPUTS) as z:
+        assert z["arg1"].tolist() == [-2**31]
+
+
+@needs_jax
 def test_export_with_int4_arguments(tmp_path):
     """jax's ahead-of-time call refuses int4 arguments (packed layout compiled, one byte per
     element given); export took jax's expected results from that call and raised

@@ -161,6 +161,7 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
     # What jax makes of them (float64 -> float32, int64 -> int32 without jax_enable_x64):
     # inputs.npz must hold the module's parameter types.
     host = [a.astype(jax.dtypes.canonicalize_dtype(a.dtype), copy=False) for a in host]
+    _check_python_ints(python_values, host)
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     mesh = Mesh(np.array(jax.devices("cpu")[:n]).reshape(tuple(mesh_shape.values())),
                 tuple(mesh_shape))
@@ -187,6 +188,16 @@ def prepare(fn, *args, mesh_shape, in_specs, out_specs) -> Prepared:
 
 def _is_python_value(a) -> bool:
     return isinstance(a, (bool, int, float, complex, str)) and not isinstance(a, np.generic)
+
+
+def _check_python_ints(python_values, host) -> None:
+    """A Python int that its array type cannot hold (2**40 as int32 without
+    jax_enable_x64) would wrap silently; jax's own call refuses it (OverflowError)."""
+    for i, a in python_values:
+        if isinstance(a, int) and not isinstance(a, bool) and int(host[i]) != a:
+            raise InputError(f"argument {i} is the Python int {a}, which does not fit "
+                             f"{host[i].dtype.name} (64-bit types need jax_enable_x64): it "
+                             f"would wrap to {int(host[i])}; jax refuses it too")
 
 
 def _trace(jax, fn, host, python_values):
