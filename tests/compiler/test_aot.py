@@ -106,6 +106,40 @@ ENTRY main {
   ROOT v = f32[6,3] get-tuple-element(loop), index=1
 }
 """,
+    # lax.scan's usual form: the carry the body updates in place starts as a computed
+    # array, which the loop takes without a copy (inplace.py marks its buffer "out").
+    # Before, `xladist aot` died with a KeyError (a traceback): that buffer had no address.
+    "scan_computed_init": """HloModule m
+
+cond {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  acc = f32[6,3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  f = f32[] convert(i)
+  row = f32[1,3] broadcast(f), dimensions={}
+  z = s32[] constant(0)
+  u = f32[6,3] dynamic-update-slice(acc, row, i, z)
+  ROOT t = (s32[], f32[6,3]) tuple(i1, u)
+}
+
+ENTRY main {
+  x = f32[6,3] parameter(0)
+  e = f32[6,3] exponential(x)
+  z = s32[] constant(0)
+  init = (s32[], f32[6,3]) tuple(z, e)
+  loop = (s32[], f32[6,3]) while(init), condition=cond, body=body
+  ROOT v = f32[6,3] get-tuple-element(loop), index=1
+}
+""",
     "conditional_index": """HloModule m
 
 b0 {

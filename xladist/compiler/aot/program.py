@@ -259,7 +259,10 @@ class AotProgram:
                 first_out[s.id] = j
                 addr[s.id] = outs[j]
         for s in cc.asg.slots:
-            if s.kind == "temp":
+            # An "out" slot that is no result leaf is a buffer a while loop takes as its
+            # initial carry (inplace.py: fresh per run in the jit, outside the arena):
+            # here it gets a region of temp of its own, as an unplaced temp does.
+            if s.kind == "temp" or (s.kind == "out" and s.id not in addr):
                 off = base + s.offset if s.offset >= 0 else self._alloc(s.nbytes)
                 addr[s.id] = b.gep(self.temp_base, [c64(off)], inbounds=True, source_etype=I8)
             elif s.kind == "const":
