@@ -678,6 +678,17 @@ def test_refused_with_the_instruction(case):
     assert named in str(e.value) and why in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("triple", ["i686-unknown-linux-gnu", "armv7-unknown-linux-gnueabihf",
+                                    "x86_64-unknown-linux-gnux32"])
+def test_32_bit_targets_are_refused(triple):
+    # The header declares `extern const size_t m_arg_bytes[]` and `size_t m_temp_bytes()`;
+    # on these targets size_t is 4 bytes. Before, the object defined them as 8-byte
+    # integers (m_arg_bytes[1] read as the high half of m_arg_bytes[0], 0), silently.
+    with pytest.raises(UnsupportedError, match="32-bit target"):
+        AotProgram(xladist.parse_hlo(MODULES["elementwise_reduce_tuple"]), "m").compile(
+            triple=triple)
+
+
 @needs_cc
 @pytest.mark.slow
 def test_example_makefile_builds_and_runs(tmp_path):

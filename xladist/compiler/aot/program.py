@@ -447,5 +447,21 @@ def target_machine(cpu: str | None, triple: str | None):
     else:
         cpu, features = cpu or "generic", ""
         check_cpu(triple, cpu, "--target-cpu")
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                        codemodel="default"), Target(triple, cpu, features)
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                      codemodel="default")
+    bits = _pointer_bits(str(tm.target_data))
+    if bits != 64:
+        raise UnsupportedError(f"--triple {triple}: a {bits}-bit target; ahead-of-time "
+                               f"compilation makes objects for 64-bit targets only (the "
+                               f"header's size_t sizes and the driver's addresses are "
+                               f"64-bit)")
+    return tm, Target(triple, cpu, features)
+
+
+def _pointer_bits(data_layout: str) -> int:
+    """Pointer width of address space 0 in an LLVM data layout ("p:32:32"; 64 when the
+    layout leaves it at LLVM's default)."""
+    for part in data_layout.split("-"):
+        if part.startswith("p:"):
+            return int(part.split(":")[1])
+    return 64
