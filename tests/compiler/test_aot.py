@@ -576,6 +576,52 @@ def test_header_of_a_module_without_arguments_or_results_is_iso_c_and_cpp(tmp_pa
             assert out.split() == expected.split(), (root, compiler, out)
 
 
+TWO_APIS_C = r"""#include <stdio.h>
+#include "step.h"
+#include "STEP.h"
+int main(void) {
+  static float x[3] = {1.5f, -2.0f, 0.25f}, neg[3];
+  static int k[3] = {1, -7, 40}, twice[3];
+  static char temp1[4096] __attribute__((aligned(64))), temp2[4096] __attribute__((aligned(64)));
+  const void *a1[] = {x};
+  void *r1[] = {neg};
+  const void *a2[] = {k};
+  void *r2[] = {twice};
+  if (step_temp_bytes() > sizeof temp1 || STEP_temp_bytes() > sizeof temp2) return 2;
+  if (step_run(a1, r1, temp1) || STEP_run(a2, r2, temp2)) return 1;
+  printf("%d %d %g %g %g %d %d %d\n", step_NUM_ARGS, STEP_NUM_RESULTS, neg[0], neg[1], neg[2],
+         twice[0], twice[1], twice[2]);
+  return 0;
+}
+"""
+
+
+@needs_cc
+@pytest.mark.slow
+def test_two_objects_whose_names_differ_in_case_link_into_one_program(tmp_path):
+    # Before, both headers had the guard STEP_H: the second #include was empty and
+    # STEP_run undeclared. Both objects carry the same internal builtins (no clash).
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    for name, root in (("step", "f32[3] negate(p)"), ("STEP", "s32[3] add(p, p)")):
+        ty = root.split()[0]
+        prog = AotProgram(xladist.parse_hlo(f"HloModule m\nENTRY main {{\n  p = {ty} "
+                                            f"parameter(0)\n  ROOT r = {root}\n}}\n"), name)
+        (tmp_path / f"{name}.o").write_bytes(prog.compile())
+        (tmp_path / f"{name}.h").write_text(prog.header())
+    (tmp_path / "main.c").write_text(TWO_APIS_C)
+    expected = [1, 1, *-np.float32([1.5, -2.0, 0.25]), *2 * np.int32([1, -7, 40])]
+    for compiler, lang, std in [(CC, "c", "-std=c99")] + ([(cxx, "c++", "-std=c++11")] if cxx
+                                                          else []):
+        exe = tmp_path / f"main_{lang}"
+        subprocess.run([compiler, std, "-Wall", "-Wextra", "-Werror", "-x", lang,
+                        f"-I{tmp_path}", str(tmp_path / "main.c"), "-x", "none",
+                        str(tmp_path / "step.o"), str(tmp_path / "STEP.o"), "-o", str(exe)],
+                       check=True, timeout=120)
+        out = subprocess.run([str(exe)], check=True, timeout=60, capture_output=True,
+                             text=True).stdout
+        assert [float(v) for v in out.split()] == [float(v) for v in expected], (lang, out)
+
+
 @pytest.mark.slow
 def test_object_needs_only_libc_and_libm(tmp_path):
     nm = shutil.which("nm")
