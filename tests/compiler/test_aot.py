@@ -17,7 +17,7 @@ import xladist
 from tests.compiler.test_distinct import layers_hlo
 from xladist.compiler.aot import AotProgram
 from xladist.compiler.codegen.constants import logical_view, to_physical
-from xladist.errors import UnsupportedError
+from xladist.errors import InputError, UnsupportedError
 from tests.paths import ROOT
 
 MAIN_C = ROOT / "examples" / "aot" / "main.c"
@@ -722,6 +722,17 @@ def test_refused_with_the_instruction(case):
     with pytest.raises(UnsupportedError) as e:
         AotProgram(xladist.parse_hlo(text), "m").compile()
     assert named in str(e.value) and why in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("export", ["run", "temp_bytes"])
+def test_name_whose_export_is_a_kernels_name_is_refused(export):
+    # The cpu backend names a kernel c<computation>_<id>_<instruction>: here c0_2_<export>.
+    # Before, `--name c0_2` died with llvmlite's DuplicatedNameError (a traceback).
+    text = (f"HloModule m\nENTRY e {{\n  a = f32[3] parameter(0)\n  b = f32[3] parameter(1)\n"
+            f"  ROOT {export} = f32[3] add(a, b)\n}}\n")
+    with pytest.raises(InputError, match=f"c0_2_{export} would have the name of a function "
+                                         f"in the object \\(the kernel of `{export}`\\)"):
+        AotProgram(xladist.parse_hlo(text), "c0_2").compile()
 
 
 @pytest.mark.parametrize("triple", ["i686-unknown-linux-gnu", "armv7-unknown-linux-gnueabihf",

@@ -198,6 +198,7 @@ class AotProgram:
         mod = ir.Module(name=self.name)
         # Repeated kernels once: the driver below calls the first of each kind.
         self.same_as = emit_distinct_kernels(mod, self.pb.kernels)
+        self._check_exports_free(mod)
         for fn in mod.functions:
             if fn.blocks:
                 fn.linkage = "internal"
@@ -224,6 +225,18 @@ class AotProgram:
             g.global_constant = True
             g.initializer = ir.Constant(ty, [c64(x.nbytes) for x in leaves])
         return mod
+
+    def _check_exports_free(self, mod) -> None:
+        """Kernel functions are named after their HLO instructions (`c0_2_run` for an
+        instruction `run`); an exported name must not be one of them."""
+        for what in EXPORTS:
+            symbol = f"{self.name}_{what}"
+            if symbol in mod.globals:
+                kernel = next((k for k in self.pb.kernels if k.name == symbol), None)
+                of = f" (the kernel of `{kernel.root.name}`)" if kernel is not None else ""
+                raise InputError(f"--name {self.name}: the exported {symbol} would have the "
+                                 f"name of a function in the object{of}; choose another "
+                                 f"--name")
 
     def _const(self, slot) -> ir.GlobalVariable:
         g = self._consts.get(id(slot))
