@@ -17,7 +17,7 @@ import xladist
 from tests.compiler.test_distinct import layers_hlo
 from xladist.compiler.aot import AotProgram
 from xladist.compiler.codegen.constants import logical_view, to_physical
-from xladist.errors import UnsupportedError
+from xladist.errors import InputError, UnsupportedError
 from tests.paths import ROOT
 
 MAIN_C = ROOT / "examples" / "aot" / "main.c"
@@ -102,6 +102,40 @@ ENTRY main {
   x = f32[6,3] parameter(0)
   z = s32[] constant(0)
   init = (s32[], f32[6,3]) tuple(z, x)
+  loop = (s32[], f32[6,3]) while(init), condition=cond, body=body
+  ROOT v = f32[6,3] get-tuple-element(loop), index=1
+}
+""",
+    # lax.scan's usual form: the carry the body updates in place starts as a computed
+    # array, which the loop takes without a copy (inplace.py marks its buffer "out").
+    # Before, `xladist aot` died with a KeyError (a traceback): that buffer had no address.
+    "scan_computed_init": """HloModule m
+
+cond {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  acc = f32[6,3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  f = f32[] convert(i)
+  row = f32[1,3] broadcast(f), dimensions={}
+  z = s32[] constant(0)
+  u = f32[6,3] dynamic-update-slice(acc, row, i, z)
+  ROOT t = (s32[], f32[6,3]) tuple(i1, u)
+}
+
+ENTRY main {
+  x = f32[6,3] parameter(0)
+  e = f32[6,3] exponential(x)
+  z = s32[] constant(0)
+  init = (s32[], f32[6,3]) tuple(z, e)
   loop = (s32[], f32[6,3]) while(init), condition=cond, body=body
   ROOT v = f32[6,3] get-tuple-element(loop), index=1
 }
@@ -542,6 +576,52 @@ def test_header_of_a_module_without_arguments_or_results_is_iso_c_and_cpp(tmp_pa
             assert out.split() == expected.split(), (root, compiler, out)
 
 
+TWO_APIS_C = r"""#include <stdio.h>
+#include "step.h"
+#include "STEP.h"
+int main(void) {
+  static float x[3] = {1.5f, -2.0f, 0.25f}, neg[3];
+  static int k[3] = {1, -7, 40}, twice[3];
+  static char temp1[4096] __attribute__((aligned(64))), temp2[4096] __attribute__((aligned(64)));
+  const void *a1[] = {x};
+  void *r1[] = {neg};
+  const void *a2[] = {k};
+  void *r2[] = {twice};
+  if (step_temp_bytes() > sizeof temp1 || STEP_temp_bytes() > sizeof temp2) return 2;
+  if (step_run(a1, r1, temp1) || STEP_run(a2, r2, temp2)) return 1;
+  printf("%d %d %g %g %g %d %d %d\n", step_NUM_ARGS, STEP_NUM_RESULTS, neg[0], neg[1], neg[2],
+         twice[0], twice[1], twice[2]);
+  return 0;
+}
+"""
+
+
+@needs_cc
+@pytest.mark.slow
+def test_two_objects_whose_names_differ_in_case_link_into_one_program(tmp_path):
+    # Before, both headers had the guard STEP_H: the second #include was empty and
+    # STEP_run undeclared. Both objects carry the same internal builtins (no clash).
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    for name, root in (("step", "f32[3] negate(p)"), ("STEP", "s32[3] add(p, p)")):
+        ty = root.split()[0]
+        prog = AotProgram(xladist.parse_hlo(f"HloModule m\nENTRY main {{\n  p = {ty} "
+                                            f"parameter(0)\n  ROOT r = {root}\n}}\n"), name)
+        (tmp_path / f"{name}.o").write_bytes(prog.compile())
+        (tmp_path / f"{name}.h").write_text(prog.header())
+    (tmp_path / "main.c").write_text(TWO_APIS_C)
+    expected = [1, 1, *-np.float32([1.5, -2.0, 0.25]), *2 * np.int32([1, -7, 40])]
+    for compiler, lang, std in [(CC, "c", "-std=c99")] + ([(cxx, "c++", "-std=c++11")] if cxx
+                                                          else []):
+        exe = tmp_path / f"main_{lang}"
+        subprocess.run([compiler, std, "-Wall", "-Wextra", "-Werror", "-x", lang,
+                        f"-I{tmp_path}", str(tmp_path / "main.c"), "-x", "none",
+                        str(tmp_path / "step.o"), str(tmp_path / "STEP.o"), "-o", str(exe)],
+                       check=True, timeout=120)
+        out = subprocess.run([str(exe)], check=True, timeout=60, capture_output=True,
+                             text=True).stdout
+        assert [float(v) for v in out.split()] == [float(v) for v in expected], (lang, out)
+
+
 @pytest.mark.slow
 def test_object_needs_only_libc_and_libm(tmp_path):
     nm = shutil.which("nm")
@@ -642,6 +722,28 @@ def test_refused_with_the_instruction(case):
     with pytest.raises(UnsupportedError) as e:
         AotProgram(xladist.parse_hlo(text), "m").compile()
     assert named in str(e.value) and why in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("export", ["run", "temp_bytes"])
+def test_name_whose_export_is_a_kernels_name_is_refused(export):
+    # The cpu backend names a kernel c<computation>_<id>_<instruction>: here c0_2_<export>.
+    # Before, `--name c0_2` died with llvmlite's DuplicatedNameError (a traceback).
+    text = (f"HloModule m\nENTRY e {{\n  a = f32[3] parameter(0)\n  b = f32[3] parameter(1)\n"
+            f"  ROOT {export} = f32[3] add(a, b)\n}}\n")
+    with pytest.raises(InputError, match=f"c0_2_{export} would have the name of a function "
+                                         f"in the object \\(the kernel of `{export}`\\)"):
+        AotProgram(xladist.parse_hlo(text), "c0_2").compile()
+
+
+@pytest.mark.parametrize("triple", ["i686-unknown-linux-gnu", "armv7-unknown-linux-gnueabihf",
+                                    "x86_64-unknown-linux-gnux32"])
+def test_32_bit_targets_are_refused(triple):
+    # The header declares `extern const size_t m_arg_bytes[]` and `size_t m_temp_bytes()`;
+    # on these targets size_t is 4 bytes. Before, the object defined them as 8-byte
+    # integers (m_arg_bytes[1] read as the high half of m_arg_bytes[0], 0), silently.
+    with pytest.raises(UnsupportedError, match="32-bit target"):
+        AotProgram(xladist.parse_hlo(MODULES["elementwise_reduce_tuple"]), "m").compile(
+            triple=triple)
 
 
 @needs_cc
