@@ -118,10 +118,11 @@ def _pipeline(triple: str, cpu: str, features: str, exact: bool):
     return got
 
 
-def optimize(llvm_ir: str, tm, triple: str, exact: bool = True, pb=None):
+def optimize(llvm_ir: str, tm, triple: str, exact: bool = True, pb=None, context=None):
     """Parse, verify and optimize `llvm_ir` for target machine `tm`; the ModuleRef. `pb`:
-    the pass_builder(tm, exact) to use (default: a new one)."""
-    mod = llvm.parse_assembly(llvm_ir)
+    the pass_builder(tm, exact) to use (default: a new one); `context`: the LLVM context
+    to parse into (default: llvmlite's global one)."""
+    mod = llvm.parse_assembly(llvm_ir, context)
     mod.verify()
     mod.triple = triple
     mod.data_layout = str(tm.target_data)
@@ -148,10 +149,23 @@ def dispose_pass_manager(mpm) -> None:
 
 def compile_unit(llvm_ir: str, triple: str, cpu: str, features: str,
                  exact: bool = True) -> bytes:
-    """Optimized object code of one LLVM module for the target (triple, cpu, features)."""
+    """Optimized object code of one LLVM module for the target (triple, cpu, features).
+
+    The module lives in an LLVM context of its own, freed with it: LLVM keeps every type and
+    constant a context ever made until the context goes, so in llvmlite's global context
+    each unit of new shapes left ~1.3-2 KB for good (1,000 distinct small units: 1.3-2.1
+    KB each; 0 in their own contexts)."""
     with LOCK:
         tm, pb = _pipeline(triple, cpu, features, exact)
-        return tm.emit_object(optimize(llvm_ir, tm, triple, exact, pb))
+        context = llvm.create_context()
+        try:
+            mod = optimize(llvm_ir, tm, triple, exact, pb, context)
+            try:
+                return tm.emit_object(mod)
+            finally:
+                mod.close()
+        finally:
+            context.close()
 
 
 def _read_exact(f, n: int) -> bytes | None:
