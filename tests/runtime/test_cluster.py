@@ -491,24 +491,25 @@ def test_clusters_nobody_holds_end_their_ranks(marker):
     cluster kept mpiexec, its ranks, 7 threads and 8 descriptors until the interpreter's
     exit (four dropped clusters: 12 processes and 28 more threads)."""
     import gc
-    import threading
     import weakref
     x, w = _inputs(3)
+
+    threads = []
 
     def used_and_dropped():
         c = Cluster(2).start()
         _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))  # kept: a cycle
+        threads.append(c._thread)
         return weakref.ref(c)
 
     refs = [used_and_dropped() for _ in range(3)]
     gc.collect()
-    assert [r() for r in refs] == [None, None, None]
+    assert [r() for r in refs] == [None, None, None], gc.get_referrers(*filter(None, (
+        r() for r in refs)))
     assert _gone(marker, within=60) == []
-    end = time.monotonic() + 60
-    while any(t.name == "xladist-cluster-launch" for t in threading.enumerate()) and \
-            time.monotonic() < end:
-        time.sleep(0.2)  # the launch threads end with their jobs
-    assert not [t for t in threading.enumerate() if t.name == "xladist-cluster-launch"]
+    for t in threads:  # their launch threads end with their jobs
+        t.join(60)
+    assert not [t for t in threads if t.is_alive()]
 
 
 def test_a_cluster_refuses_a_bad_n():
