@@ -26,7 +26,10 @@ What a call's failure leaves behind:
 * a hang: the watchdog's report (service: every rank's position), the job ends, and the
   cluster says it is no longer usable; so does a rank that died (named with its signal).
 `close()` (the `with` block's end, or interpreter exit) ends the ranks and waits for mpiexec;
-ranks that do not go within CLOSE_WAIT_S are stopped with their process group.
+ranks that do not go within CLOSE_WAIT_S are stopped with their process group. A cluster
+nobody refers to any more (a test's or a function's cluster never closed) ends its ranks the
+same way when Python collects it: nothing the ranks are served by (the launch thread, the
+atexit hook) refers to the Cluster itself (_Launch holds what they share).
 """
 
 from __future__ import annotations
@@ -99,9 +102,7 @@ class Cluster:
         self._calls = None
         self._service = None
         self._thread = None
-        self._popen = None
-        self._popen_lock = threading.Lock()
-        self._result = None                # the launcher's CompletedProcess, once it ended
+        self._mpiexec = _Launch()          # mpiexec's process and result (the launch thread's)
         self._ended: str | None = None     # why the cluster is no longer usable
         self._busy = False
         self.started = False
@@ -128,10 +129,18 @@ class Cluster:
         self._calls = _Calls(self.n)
         self._service = Service(self.n, job=self._calls, code=self._calls.codes,
                                 defer_lost=True, prints=True, emit=lambda text: None)
-        self._thread = threading.Thread(target=self._launch, name="xladist-cluster-launch",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=_launch, name="xladist-cluster-launch", daemon=True,
+            args=(self._mpiexec, self.n, self._service, self._calls, self._where))
         self._thread.start()
-        atexit.register(self.close)
+        # At exit: close() (a weak reference: the hook must not keep the cluster alive).
+        # Collected before then: its ranks are sent away without waiting here (a
+        # collection runs on whatever thread allocates).
+        self._close_at_exit = _closer(weakref.ref(self))
+        atexit.register(self._close_at_exit)
+        self._collected = weakref.finalize(self, _end_collected, self._mpiexec, self._service,
+                                           self._calls, self._thread, self._pid)
+        self._collected.atexit = False
         try:
             ready = self._calls.wait_ready()
         except BaseException:  # Ctrl-C while the ranks start: no `with` block to end them
@@ -143,29 +152,9 @@ class Cluster:
 
     def _stop_now(self, why: str) -> None:
         """Stop the ranks' process group now (also if mpiexec is only about to start)."""
-        with self._popen_lock:
-            self._ended = self._ended or why
-            popen = self._popen
-        if popen is not None:
-            launcher.stop_group(popen)
+        self._ended = self._ended or why
+        self._mpiexec.stop()
         self._thread.join(CLOSE_WAIT_S)
-
-    def _launch(self) -> None:
-        def started(popen) -> None:
-            with self._popen_lock:
-                self._popen = popen
-                stop = self._ended is not None
-            if stop:
-                launcher.stop_group(popen)
-        try:
-            self._result = launcher.launch(
-                self.n, ["-m", "xladist.runtime.cluster_rank"], capture=True,
-                service=self._service, on_start=started,
-                env={"XLADIST_RANK_PREFIX": PREFIX}, **self._where)
-        except BaseException as e:  # noqa: BLE001 -- said by the next call
-            self._result = e
-        finally:
-            self._calls.job_ended()
 
     @property
     def usable(self) -> bool:
@@ -179,9 +168,10 @@ class Cluster:
 
     def close(self) -> None:
         """End the ranks (their process group is stopped if they do not go); idempotent."""
-        atexit.unregister(self.close)
         if not self.started or self._thread is None:
             return
+        atexit.unregister(self._close_at_exit)
+        self._collected.detach()
         if self._thread.is_alive():
             if not self._busy and self._ended is None:
                 for st in list(self._service.ranks.values()):
@@ -196,7 +186,7 @@ class Cluster:
         """The job ended: the reason, once, as a ClusterEnded (raised); `lost`: what of
         the call's results could not be kept (JobHost.finish_failed)."""
         if self._ended is None:
-            result = self._result
+            result = self._mpiexec.result
             if isinstance(result, BaseException):
                 detail = f"{type(result).__name__}: {result}"
             elif result is not None:
@@ -473,6 +463,78 @@ class Compiled:
             self._dropped.detach()
         if self.cluster.usable:
             self.cluster._call(self, free=True)
+
+
+class _Launch:
+    """What the launch thread shares with its cluster: mpiexec's process once started, the
+    launcher's result once it ended (a CompletedProcess or the exception), and whether the
+    ranks are to be stopped. Not the Cluster: the thread would keep it alive."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.popen = None
+        self.result = None
+        self.stopping = False
+
+    def started(self, popen) -> None:
+        with self.lock:
+            self.popen = popen
+            stop = self.stopping
+        if stop:
+            launcher.stop_group(popen)
+
+    def stop(self) -> None:
+        """Stop the ranks' process group now, or as soon as mpiexec has started."""
+        with self.lock:
+            self.stopping = True
+            popen = self.popen
+        if popen is not None:
+            launcher.stop_group(popen)
+
+
+def _launch(state: _Launch, n: int, service, calls, where: dict) -> None:
+    """The launch thread: the ranks' whole job."""
+    try:
+        state.result = launcher.launch(
+            n, ["-m", "xladist.runtime.cluster_rank"], capture=True, service=service,
+            on_start=state.started, env={"XLADIST_RANK_PREFIX": PREFIX}, **where)
+    except BaseException as e:  # noqa: BLE001 -- said by the next call
+        state.result = e
+    finally:
+        calls.job_ended()
+
+
+def _closer(ref):
+    def close_at_exit() -> None:
+        cluster = ref()
+        if cluster is not None:
+            cluster.close()
+    return close_at_exit
+
+
+def _end_collected(state: _Launch, service, calls, thread, pid: int) -> None:
+    """A cluster collected without close(): the end order to every rank, and a thread that
+    waits for the job as close() does (stopping the process group after CLOSE_WAIT_S).
+    Before, nothing referred to such a cluster but its own launch thread and atexit hook,
+    which kept it, mpiexec, its ranks, 7 threads and 8 descriptors until the interpreter's
+    exit: a test suite whose fixtures forgot close() had a job per test running. A forked
+    child's copy is the parent's cluster: its collection there ends nothing."""
+    if os.getpid() != pid:
+        return
+    if thread.is_alive():
+        for st in list(service.ranks.values()):
+            try:
+                st.conn.send("order", end=True, timeout=2.0)
+            except Exception:  # noqa: BLE001 -- a rank already gone: the wait below ends it
+                pass
+
+    def wait() -> None:
+        thread.join(CLOSE_WAIT_S)
+        if thread.is_alive():
+            state.stop()
+            thread.join(CLOSE_WAIT_S)
+        calls.codes.close()
+    threading.Thread(target=wait, name="xladist-cluster-collected", daemon=True).start()
 
 
 class _Dropped:
