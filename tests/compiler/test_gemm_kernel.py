@@ -223,6 +223,24 @@ def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monke
         assert np.isnan(wide[:, :4]).all() and np.isnan(wide[:, 4 + n:]).all()
 
 
+@pytest.mark.parametrize("m, n, threads", [(1024, 1024, 2), (1024, 1024, 1), (520, 300, 2),
+                                           (300, 260, 4), (5, 7, 2), (64, 65536, 3),
+                                           (100001, 64, 2)])
+def test_thread_blocks_give_each_thread_one_block_of_whole_tiles(m, n, threads):
+    """The kernel's own blocks on `threads` threads (what the product's way runs): at
+    most BLOCKS_PER_THREAD per thread (one block on one thread), covering the result's
+    wider side exactly once, each of whole NR-column panels (columns) or MR-row tiles
+    (rows) but the last."""
+    axis, blocks = gk.thread_blocks(m, n, threads, np.float32)
+    units, unit = (n, gk.DEFAULT.nv * gk.vector_lanes(np.float32)) if n >= m else \
+        (m, gk.DEFAULT.mr)
+    most = threads * gk.BLOCKS_PER_THREAD if threads > 1 else 1
+    assert axis == (1 if n >= m else 0) and len(blocks) <= most
+    assert blocks[0][0] == 0 and blocks[-1][1] == units
+    assert all(hi == lo2 for (_, hi), (lo2, _) in zip(blocks, blocks[1:]))
+    assert all((hi - lo) % unit == 0 for lo, hi in blocks[:-1])
+
+
 def test_a_threads_packing_buffers_are_sized_for_each_vector_width():
     """Kernels for two vector widths in one process (a test under another target; a
     named CPU after the host's kernel) pack panels of other widths: B's buffer of 16-lane

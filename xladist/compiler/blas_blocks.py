@@ -403,18 +403,22 @@ def llvm_gemm_info() -> dict:
     return out
 
 
-def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None) -> bool:
-    """Whether the LLVM GEMM's blocks of this product give the bits of its OpenBLAS
-    blocks (_agrees), checked once per shape and orders (`orders`: _order of a and b,
-    when the caller has them); False where there is no memory for the check."""
-    key = ("kernel", a.dtype.char, a.shape, b.shape) + (orders or (_order(a), _order(b)))
+def _kernel_agrees(a: np.ndarray, b: np.ndarray, split, params, orders=None,
+                   blocks=None) -> bool:
+    """Whether the LLVM GEMM's `blocks` of this product (gemm_kernel.thread_blocks; by
+    default its OpenBLAS blocks `split`) give the bits of its OpenBLAS blocks (_agrees),
+    checked once per shape, orders and blocks (`orders`: _order of a and b, when the
+    caller has them); False where there is no memory for the check."""
     cut = split or (0, [(0, a.shape[0])])
+    mine = blocks or cut
+    key = ("kernel", a.dtype.char, a.shape, b.shape) + \
+        (orders or (_order(a), _order(b))) + (mine[0], tuple(mine[1]))
 
     def kernel(ra, rb, got) -> bool:
-        work = gemm_kernel.product_blocks(ra, rb, got, cut[0], params)
+        work = gemm_kernel.product_blocks(ra, rb, got, mine[0], params)
         if work.pack is not None:
             work.pack(None, 0, work.panels)
-        for lo, hi in cut[1]:
+        for lo, hi in mine[1]:
             work.compute(None, lo, hi)
         return True
     return bool(_agrees(key, a, b, cut, kernel))
@@ -432,6 +436,7 @@ def _run_kernel(work, blocks, threads: int) -> None:
     run_blocks(work.compute, None, blocks, None, None, threads)
 
 
+# (The LLVM GEMM's blocks are its own: gemm_kernel.thread_blocks. Where they are rows,)
 # B's packing (~3% of a product's CPU for 1024^3) is shared out among the threads in this
 # many pieces -- except under other processes' load, where it stays on the caller: the
 # hand-off wakes a helper that must win a core from a busy neighbour for a short phase.
@@ -506,15 +511,17 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if checked and a.dtype in _KERNEL_TYPES and \
             not (a.strides[0] | b.strides[0]) % a.itemsize and \
             _kernel_due() and (params := _openblas_cut(a.dtype, wait=False)) is not None:
+        mine = gemm_kernel.thread_blocks(m, n, threads, a.dtype, params)
+
         def kernel() -> bool:
-            if not _kernel_agrees(a, b, cut, params, (order_a, order_b)):
+            if not _kernel_agrees(a, b, cut, params, (order_a, order_b), mine):
                 site.drop(choice.KERNEL)
                 return False
-            if threads > 1 and len(cut[1]) > 1 and pool_busy():
+            if threads > 1 and len(mine[1]) > 1 and pool_busy():
                 # another thread's call holds the pool: the blocks would run on the caller
                 # alone and be timed as this way; the product's blocks instead, no sample
                 return False
-            _run_kernel(gemm_kernel.product_blocks(a, b, out, cut[0], params), cut[1],
+            _run_kernel(gemm_kernel.product_blocks(a, b, out, mine[0], params), mine[1],
                         threads)
             return True
         whole[choice.KERNEL] = kernel

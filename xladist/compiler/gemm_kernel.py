@@ -938,7 +938,8 @@ def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     1024^3 f32 took 21.7 ms of CPU packing B in each, against 19.9 ms for one call),
     into the calling thread's buffer, while the product is not larger than
     PACKED_B_MAX_BYTES packed. a and b: f32 or f64 of one dtype, strides whole elements;
-    out: rows contiguous; k > 0."""
+    out: rows contiguous; k > 0. The calls hold the arrays' addresses, not the arrays: a, b
+    and out must outlive them."""
     if any(s % a.itemsize for s in a.strides + b.strides + out.strides):
         raise ValueError("product_blocks reads strides in whole elements")
     fn, vw = kernel(a.dtype, params)
@@ -973,6 +974,32 @@ def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     return ProductBlocks(None, 0, rows if axis == 0 else columns)
 
 
+# Blocks of the kernel's own cut per thread (thread_blocks). Two, not one: beside one busy
+# process per core the call waited for a descheduled partner's one block (matmul 1024 f32,
+# 2 threads, forced, interleaved medians of 15, two runs on a quiet host: 2 column blocks
+# 29.9-31.5 ms, 4 column blocks 24.0-24.2, OpenBLAS's 4 row blocks 30.8-31.5, numpy
+# 27.9-31.7); quiet, 4 column blocks 11.7-12.1 ms, 2 11.6-11.7, the 4 row blocks
+# 12.1-12.3, numpy 12.8-13.2. A third run in a noisier hour (order shuffled per round,
+# every side ~25% slower): quiet 15.3-15.7 / 15.1-15.2 / 15.8-15.9 / 16.4-17.2 ms, loaded
+# 28.6 / 30.8 / 29.2 / 34.0: never slower than the row blocks, often faster.
+BLOCKS_PER_THREAD = 2
+
+
+def thread_blocks(m: int, n: int, threads: int, dtype, params: Params = DEFAULT):
+    """The kernel's own (axis, blocks) of an m x n result on `threads` threads, for
+    product_blocks: BLOCKS_PER_THREAD per thread, of whole NR-column panels where the
+    result is at least as wide as tall -- each block then packs its own columns of B as
+    it goes, and the call is one hand-off to the pool -- else of whole MR-row tiles, B
+    packed once for them first. Every element is computed as in one call of the whole
+    product (the cut of K is params'), so the blocks change no bit; the bits check runs
+    these blocks all the same (blas_blocks._kernel_agrees)."""
+    axis, units = (1, n) if n >= m else (0, m)
+    unit = params.nv * vector_lanes(dtype) if axis else params.mr
+    pieces = max(1, threads) * (BLOCKS_PER_THREAD if threads > 1 else 1)
+    per = -(-max(1, -(-units // pieces)) // unit) * unit
+    return axis, [(lo, min(lo + per, units)) for lo in range(0, units, per)]
+
+
 # B packed whole for a product's blocks (product_blocks) up to this size; beyond, each
 # block packs its slabs into its thread's buffer as it goes.
 PACKED_B_MAX_BYTES = 64 << 20
@@ -995,5 +1022,5 @@ def available() -> bool:
 
 
 __all__ = ["Params", "DEFAULT", "available", "built", "product_blocks", "ProductBlocks", "fitted", "ir_text", "k_blocks",
-           "kernel", "matmul",
+           "kernel", "matmul", "thread_blocks",
            "vector_bytes", "vector_lanes"]
