@@ -6,6 +6,7 @@ refused with an UnsupportedError naming the instruction."""
 from __future__ import annotations
 
 import shutil
+import sys
 import subprocess
 from pathlib import Path
 
@@ -744,6 +745,29 @@ def test_32_bit_targets_are_refused(triple):
     with pytest.raises(UnsupportedError, match="32-bit target"):
         AotProgram(xladist.parse_hlo(MODULES["elementwise_reduce_tuple"]), "m").compile(
             triple=triple)
+
+
+@pytest.mark.parametrize("triple", ["powerpc64le-unknown-linux-gnu", "s390x-unknown-linux-gnu"])
+def test_other_architectures_are_refused_not_aborted(triple, tmp_path):
+    """Before, LLVM ended `xladist aot` with SIGABRT (exit 134, "Cannot select:
+    fp_to_bf16" in the object's bf16 helpers) for these triples, whatever the module: now
+    an error naming the architectures it makes objects for, exit 2."""
+    hlo = tmp_path / "m.hlo"
+    hlo.write_text(MODULES["elementwise_reduce_tuple"])
+    done = subprocess.run([sys.executable, "-m", "xladist", "aot", str(hlo), "--name", "m",
+                           "-o", str(tmp_path / "out"), "--triple", triple],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr[-500:])
+    assert "x86_64, aarch64, arm64, riscv64 only" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("triple", ["aarch64-unknown-linux-gnu", "riscv64-unknown-linux-gnu",
+                                    "arm64-apple-macosx14.0.0", "x86_64-pc-windows-msvc"])
+def test_objects_for_the_other_architectures_are_made(triple):
+    obj = AotProgram(xladist.parse_hlo(MODULES["elementwise_reduce_tuple"]), "m").compile(
+        triple=triple)
+    assert len(obj) > 0
 
 
 @needs_cc
