@@ -127,7 +127,12 @@ def check_npz(path, what: str) -> None:
                     # (format 3.0, UTF-8 field names: np.load's allow_pickle=False still
                     # refuses object arrays when the data is read)
                     if read_header:
-                        shape, _, dtype = read_header(f)
+                        start = f.tell()
+
+                        def parse(f=f, start=start, read_header=read_header):
+                            f.seek(start)
+                            return read_header(f)
+                        shape, _, dtype = past_ast_race(parse)
                         header = f.tell()
                     else:
                         dtype = np.dtype(np.uint8)
@@ -152,6 +157,33 @@ def check_npz(path, what: str) -> None:
         raise InputError(f"{what} {p}: a damaged npz file ({type(e).__name__}: {e})") from None
 
 
+# CPython 3.11's AST constructor keeps its recursion count in state every thread shares
+# (python/cpython gh-106905): numpy parses each npz member's header with ast.literal_eval,
+# and while another thread builds an AST at the same moment (3.11's traceback carets, a
+# literal_eval of its own) the parse can fail with "SystemError: AST constructor recursion
+# depth mismatch (before=45, after=42)". A rank's infeed producer reads members beside its
+# main thread: CI saw it once (the train_mlp example, rank 3's first item), and the run
+# failed. The next parse starts from a fresh count, so the member is read again.
+_AST_RACE = "AST constructor recursion depth mismatch"
+NPZ_READ_TRIES = 3
+
+
+def past_ast_race(read):
+    """read() -- which parses an npy header --, again when CPython's AST race (above) hit
+    the parse."""
+    for attempt in range(NPZ_READ_TRIES):
+        try:
+            return read()
+        except SystemError as e:
+            if _AST_RACE not in str(e) or attempt == NPZ_READ_TRIES - 1:
+                raise
+
+
+def npz_member(data, key: str):
+    """data[key] of an open npz file (past_ast_race)."""
+    return past_ast_race(lambda: data[key])
+
+
 def load_npz(source, what: str) -> dict:
     """Every array of an npz file (a path or an open binary file): {name: array}."""
     import numpy as np
@@ -161,7 +193,7 @@ def load_npz(source, what: str) -> dict:
         with np.load(source, allow_pickle=False) as data:
             if not hasattr(data, "files"):
                 raise InputError(f"{what} {source}: a single .npy array, not an npz file")
-            return {k: data[k] for k in data.files}
+            return {k: npz_member(data, k) for k in data.files}
     except InputError:
         raise
     except NPZ_ERRORS as e:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from xladist.errors import InputError, OutputError
-from xladist.files import NPZ_ERRORS, check_npz, deliver
+from xladist.files import NPZ_ERRORS, check_npz, deliver, npz_member
 from xladist.io import encode
 
 _KEY = re.compile(r"^item(\d+)(?:_(\d+))?$")
@@ -101,7 +101,7 @@ def read_items(path: str):
             keys = index[k]
             names = keys if isinstance(keys, list) else [keys]
             try:
-                leaves = [data[key] for key in names]
+                leaves = [npz_member(data, key) for key in names]
             except NPZ_ERRORS as e:
                 raise InputError(f"{what} {path}: item {k} is damaged "
                                  f"({type(e).__name__}: {e})") from None
