@@ -36,9 +36,9 @@ the reduced elements (64 lanes of bf16), and the elements take the lanes in turn
 whole loop nest -- element p (row-major over the reduction's loops) into lane p mod L --
 so that short innermost loops still fill every lane (for one loop, or passes a multiple of
 L long, this is the order above); each step is rounded to the type by the reducer's rule,
-and the lanes are combined one scalar pair at a time. One chain in element order stalled: a bf16 sum
-of 1000 terms near 1 gave 512 (XLA:CPU, which splits it into blocks of 32, 1024; the
-interpreter's pairwise tree 1016).
+and the lanes are combined one scalar pair at a time. One chain in element order stalled:
+a bf16 sum of 1000 terms near 1 gave 512 (XLA:CPU, which splits it into blocks of 32,
+1024; the interpreter's pairwise tree 1016).
 
 Their reduce kernels take every reduced dimension into the loop nest of the lanes, a
 column sum (no reduced minor dimension) too, each output element on its own
@@ -49,8 +49,8 @@ This is the only place that decides a float reduction's order in compiled code. 
 other reducer (f16/bf16 max and min, variadic reductions, computations of several
 ops) stays one sequential chain in element order, and an f32/f64 reduction with no
 reduced minor dimension (a column sum) one chain per output element: without fast-math
-flags no LLVM pass reorders them either. The last bits of row sums changed once when this order
-replaced LLVM's (docs/compile.md).
+flags no LLVM pass reorders them either. The last bits of row sums changed once when this
+order replaced LLVM's (docs/compile.md).
 """
 
 from __future__ import annotations
@@ -138,10 +138,9 @@ def reduce_in_lanes(ctx, reducer, dims, loops, base: list, element: Callable, st
     set; element(multi) emits the input's value there. Each loop body is a memo scope of
     ctx (ElementalContext)."""
     b = ctx.b
-    narrow = reducer.root.shape.element_type.name in _NARROW
     # (a narrow float: as many lanes as all the loops' elements allow, filled in turn)
-    lanes = Lanes(ctx, reducer, dims[loops[-1]],
-                  math.prod(dims[d] for d in loops) if narrow else None)
+    lanes = Lanes(ctx, reducer, dims[loops[-1]], math.prod(dims[d] for d in loops)
+                  if lanes_over_every_dim(reducer) else None)
     lanes.reset()
 
     def walk(level):

@@ -12,8 +12,9 @@ interleaved: one thread 11.6-12.0 ms whole, 19.0 ms in 1024-column blocks, 24.4 
 256-column blocks; two threads 20.2 ms; 2048x8192 in two 4096-column blocks on two
 threads 12.8 ms vs 13.7 ms whole): short runs per row defeat the prefetcher, and two
 cores share one memory bus. (A narrow float sum reduces each output element on its own,
-every reduced dim in lanes -- reduce_plan -- so its outermost loop is a kept dim.) The split is decided from the KernelSpec alone, so a
-kernel loaded from the cache splits exactly as when it was generated.
+every reduced dim in lanes -- reduce_plan -- so its outermost loop is a kept dim.) The
+split is decided from the KernelSpec alone, so a kernel loaded from the cache splits
+exactly as when it was generated.
 
 Blocks hold BLOCK_WORK elements of work (more when that makes over MAX_BLOCKS) and
 kernels below their minimum work run whole: constants of the program, never of the machine or the thread count, so the
