@@ -511,9 +511,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if checked and a.dtype in _KERNEL_TYPES and \
             not (a.strides[0] | b.strides[0]) % a.itemsize and \
             _kernel_due() and (params := _openblas_cut(a.dtype, wait=False)) is not None:
-        mine = gemm_kernel.thread_blocks(m, n, threads, a.dtype, params)
-
         def kernel() -> bool:
+            mine = gemm_kernel.thread_blocks(m, n, threads, a.dtype, params)
             if not _kernel_agrees(a, b, cut, params, (order_a, order_b), mine):
                 site.drop(choice.KERNEL)
                 return False

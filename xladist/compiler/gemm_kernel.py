@@ -995,8 +995,9 @@ def thread_blocks(m: int, n: int, threads: int, dtype, params: Params = DEFAULT)
     these blocks all the same (blas_blocks._kernel_agrees)."""
     axis, units = (1, n) if n >= m else (0, m)
     unit = params.nv * vector_lanes(dtype) if axis else params.mr
-    pieces = max(1, threads) * (BLOCKS_PER_THREAD if threads > 1 else 1)
-    per = -(-max(1, -(-units // pieces)) // unit) * unit
+    pieces = threads * BLOCKS_PER_THREAD if threads > 1 else 1
+    share = -(-units // pieces)
+    per = max(unit, -(-share // unit) * unit)  # the share in whole panels or tiles
     return axis, [(lo, min(lo + per, units)) for lo in range(0, units, per)]
 
 
