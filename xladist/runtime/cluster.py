@@ -522,11 +522,8 @@ def _end_collected(state: _Launch, service, calls, thread, pid: int) -> None:
     if os.getpid() != pid:
         return
     if thread.is_alive():
-        for st in list(service.ranks.values()):
-            try:
-                st.conn.send("order", end=True, timeout=2.0)
-            except Exception:  # noqa: BLE001 -- a rank already gone: the wait below ends it
-                pass
+        for st in list(service.ranks.values()):  # (a rank gone: False, the wait ends it)
+            st.conn.send("order", end=True, timeout=2.0)
 
     def wait() -> None:
         thread.join(CLOSE_WAIT_S)
