@@ -32,6 +32,28 @@ add {
 }
 """
 
+# The loop of the two scan modules below: row i of the carry set to i, six times.
+_SCAN_LOOP = """cond {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  n = s32[] constant(6)
+  ROOT lt = pred[] compare(i, n), direction=LT
+}
+
+body {
+  s = (s32[], f32[6,3]) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  acc = f32[6,3] get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  i1 = s32[] add(i, one)
+  f = f32[] convert(i)
+  row = f32[1,3] broadcast(f), dimensions={}
+  z = s32[] constant(0)
+  u = f32[6,3] dynamic-update-slice(acc, row, i, z)
+  ROOT t = (s32[], f32[6,3]) tuple(i1, u)
+}
+"""
+
 MODULES = {
     "elementwise_reduce_tuple": "HloModule m\n" + ADD + """
 ENTRY main {
@@ -79,26 +101,7 @@ ENTRY main {
 """,
     "scan_in_place": """HloModule m
 
-cond {
-  s = (s32[], f32[6,3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  n = s32[] constant(6)
-  ROOT lt = pred[] compare(i, n), direction=LT
-}
-
-body {
-  s = (s32[], f32[6,3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  acc = f32[6,3] get-tuple-element(s), index=1
-  one = s32[] constant(1)
-  i1 = s32[] add(i, one)
-  f = f32[] convert(i)
-  row = f32[1,3] broadcast(f), dimensions={}
-  z = s32[] constant(0)
-  u = f32[6,3] dynamic-update-slice(acc, row, i, z)
-  ROOT t = (s32[], f32[6,3]) tuple(i1, u)
-}
-
+""" + _SCAN_LOOP + """
 ENTRY main {
   x = f32[6,3] parameter(0)
   z = s32[] constant(0)
@@ -112,26 +115,7 @@ ENTRY main {
     # Before, `xladist aot` died with a KeyError (a traceback): that buffer had no address.
     "scan_computed_init": """HloModule m
 
-cond {
-  s = (s32[], f32[6,3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  n = s32[] constant(6)
-  ROOT lt = pred[] compare(i, n), direction=LT
-}
-
-body {
-  s = (s32[], f32[6,3]) parameter(0)
-  i = s32[] get-tuple-element(s), index=0
-  acc = f32[6,3] get-tuple-element(s), index=1
-  one = s32[] constant(1)
-  i1 = s32[] add(i, one)
-  f = f32[] convert(i)
-  row = f32[1,3] broadcast(f), dimensions={}
-  z = s32[] constant(0)
-  u = f32[6,3] dynamic-update-slice(acc, row, i, z)
-  ROOT t = (s32[], f32[6,3]) tuple(i1, u)
-}
-
+""" + _SCAN_LOOP + """
 ENTRY main {
   x = f32[6,3] parameter(0)
   e = f32[6,3] exponential(x)
