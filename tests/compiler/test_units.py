@@ -227,6 +227,21 @@ ENTRY main {{
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
 
 
+_NARROW_FLOATS = {"bf16": ml_dtypes.bfloat16, "f16": np.float16,
+                  "f8e4m3fn": ml_dtypes.float8_e4m3fn}
+
+
+def _add_of(t: str) -> str:
+    """The HLO computation `add` of two t scalars."""
+    return f"add {{\n  a = {t}[] parameter(0)\n  b = {t}[] parameter(1)\n" \
+        f"  ROOT s = {t}[] add(a, b)\n}}"
+
+
+def _assert_within_3_ulps(got, exact, dt) -> None:
+    ulp = 2.0 ** (np.floor(np.log2(exact)) - ml_dtypes.finfo(dt).nmant)
+    assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
+
+
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
 @pytest.mark.parametrize("t", ["bf16", "f16", "f8e4m3fn"])
 def test_long_narrow_float_sums_keep_growing(t, backend):
@@ -234,18 +249,12 @@ def test_long_narrow_float_sums_keep_growing(t, backend):
     rounded to the type: the cpu backend summed them in one chain, which stops growing
     once the sum's ulp outgrows the terms (bf16: 512 for an exact 1016.9; XLA:CPU, which
     splits the reduction into blocks of 32, gives 1024). Within a few ulps of the exact sum.
-    (Column sums, a reduction over no minor dimension, are still one chain per output
-    element: codegen/lanes.py.)"""
-    dt = np.dtype({"bf16": ml_dtypes.bfloat16, "f16": np.float16,
-                   "f8e4m3fn": ml_dtypes.float8_e4m3fn}[t])
+    (Column sums: the test below.)"""
+    dt = np.dtype(_NARROW_FLOATS[t])
     n = 300 if t.startswith("f8") else 1000
     x = (np.random.default_rng(3).random((2, n)) + 0.5).astype(dt)
     text = f"""HloModule m
-add {{
-  a = {t}[] parameter(0)
-  b = {t}[] parameter(1)
-  ROOT s = {t}[] add(a, b)
-}}
+{_add_of(t)}
 ENTRY main {{
   x = {t}[2,{n}] parameter(0)
   z = {t}[] constant(0)
@@ -254,8 +263,7 @@ ENTRY main {{
 """
     got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)[0].astype(np.float64)
     exact = x.astype(np.float64).sum(axis=1)
-    ulp = 2.0 ** (np.floor(np.log2(exact)) - ml_dtypes.finfo(dt).nmant)
-    assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
+    _assert_within_3_ulps(got, exact, dt)
 
 
 @pytest.mark.parametrize("backend", ["cpu", "interpreter"])
@@ -269,8 +277,7 @@ def test_narrow_float_column_sums_keep_growing(case, t, backend):
     [512, 512]; XLA:CPU [992, 996], exact [993.5, 995.6]). "split": enough columns for
     the kernel to run in blocks on the pool; "fused": the reduce inside another kernel
     (a convert of it), with an innermost reduced dimension of 5."""
-    dt = np.dtype({"bf16": ml_dtypes.bfloat16, "f16": np.float16,
-                   "f8e4m3fn": ml_dtypes.float8_e4m3fn}[t])
+    dt = np.dtype(_NARROW_FLOATS[t])
     n = 300 if t.startswith("f8") else 1000  # (f8e4m3fn: sums under its 448)
     dims, layout, red, axes = {
         "column": ([n, 3], "", "0", (0,)),
@@ -282,11 +289,7 @@ def test_narrow_float_column_sums_keep_growing(case, t, backend):
     kept = [d for i, d in enumerate(dims) if i not in axes]
     x = (np.random.default_rng(5).random(dims) + 0.5).astype(dt)
     text = f"""HloModule m
-add {{
-  a = {t}[] parameter(0)
-  b = {t}[] parameter(1)
-  ROOT s = {t}[] add(a, b)
-}}
+{_add_of(t)}
 ENTRY main {{
   x = {t}[{",".join(map(str, dims))}]{layout} parameter(0)
   z = {t}[] constant(0)
@@ -297,8 +300,7 @@ ENTRY main {{
 """
     got = xladist.compile(xladist.parse_hlo(text), backend=backend)(x)[0].astype(np.float64)
     exact = x.astype(np.float64).sum(axis=axes)
-    ulp = 2.0 ** (np.floor(np.log2(exact)) - ml_dtypes.finfo(dt).nmant)
-    assert (np.abs(got - exact) <= 3 * ulp).all(), (got, exact, ulp)
+    _assert_within_3_ulps(got, exact, dt)
 
 
 def test_non_default_layouts_transpose_and_copy():
