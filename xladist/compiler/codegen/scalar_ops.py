@@ -20,6 +20,7 @@ from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
 from ...semantics import complex_xla as cx, integer_power
+from ...semantics.conversion import E8M0_F64_LOWEST
 from ...semantics.dtypes import reduces_in_f16
 from . import lowbits, mathlib
 from .types import (
@@ -613,8 +614,14 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
         elif dst.name == "f16":
             # One rounding f64 -> f16, as numpy does (not through f32).
             return b.fpext(b.fptrunc(x, ir.HalfType()), dt)
+        elif st == F64 and dst.name in lowbits.SMALL_FLOATS:
+            # f64 -> f8/f4: rounded once, as XLA does (semantics/conversion.py)
+            v = f64_to_f32_odd(b, x)
+            if dst.name == "f8e8m0fnu":
+                below = b.fcmp_ordered("<", x, _c(F64, E8M0_F64_LOWEST))
+                v = b.select(below, _c(F32, math.nan), v)
         else:
-            # f64 -> bf16/f8/f4 go through f32, as ml_dtypes' casts do.
+            # f64 -> bf16 goes through f32, as XLA's and ml_dtypes' do.
             v = b.fptrunc(x, dt)
         return round_to_storage(b, dst, v) if is_narrow_float(dst) else v
     if src.is_float:
@@ -632,6 +639,22 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
     if st.width > dt.width:
         return b.trunc(x, dt)
     return b.sext(x, dt) if src.kind == "sint" else b.zext(x, dt)
+
+
+def f64_to_f32_odd(b, x):
+    """An f64 register rounded to f32 by round-to-odd (semantics/conversion.f64_to_f32_odd,
+    where the why is): toward zero, the last bit set when any bit was lost."""
+    from .types import I32
+    y = b.fptrunc(x, F32)
+    back = b.fpext(y, F64)
+    inexact = b.fcmp_ordered("!=", back, x)  # (false for NaN; infinities are exact)
+    # rounded up in magnitude: above x where x > 0, below it where x < 0
+    away = b.and_(inexact, b.xor(b.fcmp_ordered(">", back, x),
+                                 b.fcmp_ordered("<", x, _c(F64, 0.0))))
+    bits = b.bitcast(y, I32)
+    bits = b.select(away, b.sub(bits, _c(I32, 1)), bits)
+    bits = b.or_(bits, b.zext(inexact, I32))
+    return b.bitcast(bits, F32)
 
 
 from ...hlo.shape import PRIMITIVE_TYPES as _PT
