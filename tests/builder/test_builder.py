@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import xladist
 from xladist.builder import BroadcastError, BuilderError, XlaBuilder
 from xladist.builder.broadcasting import binary_plan
 from xladist.hlo.ir import Module
@@ -111,6 +112,32 @@ def test_module_structure_names_and_entry_layout():
     for i in m.all_instructions():
         if i.shape.is_array and i.shape.rank:
             assert i.shape.layout is not None and i.shape.layout.is_default()
+
+
+# Words XLA's parser (jax 0.10.2) refuses as a module or computation name, "expects name":
+# its keywords and element types. `tuple` is neither and stays a name.
+XLA_RESERVED_WORDS = ["f32", "token", "s2", "pred", "opaque", "true", "nan", "inf", "ROOT",
+                      "ENTRY", "HloModule", "maximal", "replicated", "unknown"]
+
+
+@pytest.mark.parametrize("word", XLA_RESERVED_WORDS)
+def test_names_that_are_hlo_keywords_get_an_underscore_like_xla(word):
+    """A builder, sub-builder or parameter named `f32`/`nan`/`ROOT` printed `HloModule f32`
+    and `f32 (p: ...)`, which XLA's parser refuses ("expects name"), and `HloModule nan`,
+    which our own parser refused too. XLA's NameUniquer appends '_' to such names."""
+    b = XlaBuilder(word)
+    x = b.parameter(0, "f32[2]", name=word)
+    sub = b.create_subbuilder(word)
+    sub.add(sub.parameter(0, "f32[]"), sub.parameter(1, "f32[]"))
+    m = check_text(b.build(b.reduce(x, b.constant_r0(0.0, "f32"), sub.build_computation(), [0])))
+    assert m.name == word + "_"
+    assert sorted(c.name for c in m.computations) == sorted([word + "_", word + "_.1"])
+    assert xladist.parse_hlo(m.to_text(sigils=False)).to_text() == m.to_text()
+
+
+def test_tuple_is_not_a_reserved_name():
+    b = XlaBuilder("tuple")
+    assert check_text(b.build(b.constant_r0(1, "s32"))).name == "tuple"
 
 
 def test_subcomputations_come_before_their_callers_and_reducers_are_shared():

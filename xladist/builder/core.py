@@ -20,6 +20,7 @@ import numpy as np
 
 from ..hlo.attrs import Literal
 from ..hlo.ir import Computation, Instruction, Module
+from ..hlo.lexer import is_reserved_word
 from ..hlo.shape import PrimitiveType, Shape, primitive_type, primitive_type_of_dtype
 from ..semantics.dtypes import int_limits
 
@@ -122,10 +123,13 @@ def _fits(value, t: PrimitiveType) -> bool:
 
 
 def _sanitize(name: str) -> str:
+    """`name` as an HLO name XLA's parser reads back: other characters become '_', and a
+    keyword or element type (`f32`, `token`, `nan`, `ROOT`) gets a '_' after it, as XLA's
+    NameUniquer does."""
     name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
     if not name or not (name[0].isalpha() or name[0] == "_"):
         name = "_" + name
-    return name
+    return name + "_" if is_reserved_word(name) else name
 
 
 class _ModuleState:

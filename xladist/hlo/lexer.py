@@ -30,6 +30,20 @@ import re
 from ..errors import HloParseError
 from .shape import PRIMITIVE_TYPES
 
+# Words XLA's lexer reads as keywords or element types, never as a name: a module or
+# computation named by one is refused by XLA's parser ("expects name"), and so is an
+# instruction named by a type ("illegal instruction name"). Names xladist makes up avoid
+# them (builder/core.py `_sanitize`, as XLA's NameUniquer appends '_').
+KEYWORDS = frozenset({"true", "false", "inf", "nan", "HloModule", "ENTRY", "ROOT", "maximal",
+                      "replicated", "manual", "unreduced", "unknown", "last_tile_dim_replicate",
+                      "shard_as", "shard_like"})
+
+
+def is_reserved_word(name: str) -> bool:
+    """Whether XLA's HLO lexer reads `name` as a keyword or an element type, not a name."""
+    return name in KEYWORDS or name in PRIMITIVE_TYPES
+
+
 # Token kinds (small ints: the parser compares them in its hot loops).
 EOF = 0
 SHAPE = 1       # f32[4,2]{1,0}   (text kept whole)
