@@ -360,3 +360,42 @@ def test_collective_reduce_parses_and_is_refused_by_name(backend):
                        r"semantics"):
         xladist.compile(module, backend=backend)(np.ones(8, np.float32),
                                                  np.zeros(1, np.int32))
+
+
+# What XLA's verifier (jax 0.10.2) says of `compare(p, q), type=T` by element type: True
+# where it accepts, else the types it names ("Expected comparison type SIGNED.").
+_COMPARE_TYPE_VERDICTS = [
+    ("f32", "FLOAT", True), ("f32", "TOTALORDER", True), ("f32", "SIGNED", False),
+    ("bf16", "UNSIGNED", False), ("c64", "FLOAT", True), ("c64", "TOTALORDER", False),
+    ("c64", "SIGNED", False), ("s32", "SIGNED", True), ("s8", "UNSIGNED", False),
+    ("s32", "TOTALORDER", False), ("u32", "UNSIGNED", True), ("u32", "SIGNED", False),
+    ("pred", "UNSIGNED", True), ("pred", "SIGNED", False), ("pred", "FLOAT", False),
+]
+
+
+@pytest.mark.parametrize("element, ctype, accepted", _COMPARE_TYPE_VERDICTS)
+def test_compare_type_must_suit_the_element_type_like_xla(element, ctype, accepted):
+    """A comparison type that does not read the operands' elements as they are (f32 with
+    type=SIGNED, u32 with SIGNED, c64 with TOTALORDER) is refused by XLA's verifier; we
+    verified it, and the builder built it (`b.compare(x, y, "LT", compare_type="SIGNED")`)."""
+    text = ("HloModule m\n\nENTRY %e {\n"
+            f"  %p = {element}[2]{{0}} parameter(0)\n  %q = {element}[2]{{0}} parameter(1)\n"
+            f"  ROOT %r = pred[2]{{0}} compare(%p, %q), direction=LT, type={ctype}\n}}\n")
+    if element == "c64":
+        text = text.replace("direction=LT", "direction=EQ")
+    if accepted:
+        verify_module(parse_module(text))
+    else:
+        with pytest.raises(VerifierError, match=f"compare: type={ctype} does not compare "
+                                                f"{element}.*{element} takes type="):
+            verify_module(parse_module(text))
+
+
+def test_builder_refuses_a_compare_type_naming_the_op_and_shapes():
+    from xladist.builder import XlaBuilder
+    from xladist.hlo.shape_inference.base import ShapeError
+    b = XlaBuilder("cmp")
+    x, y = b.parameter(0, "f32[2]"), b.parameter(1, "f32[2]")
+    with pytest.raises(ShapeError, match=r"compare: type=SIGNED does not compare f32\[2\], "
+                                         r"f32\[2\]: f32 takes type=FLOAT or TOTALORDER"):
+        b.compare(x, y, "LT", compare_type="SIGNED")

@@ -139,6 +139,10 @@ def complex_(op, shapes, attrs, declared):
 
 _DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 _COMPARE_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
+# The comparison types each element kind takes, its default first (XLA's verifier,
+# CheckCompareType; semantics/compare.py reads the default from here).
+COMPARE_TYPES_OF_KIND = {"float": ("FLOAT", "TOTALORDER"), "complex": ("FLOAT",), "sint": ("SIGNED",),
+                         "uint": ("UNSIGNED",), "pred": ("UNSIGNED",)}
 
 
 def compare(op, shapes, attrs, declared):
@@ -152,6 +156,12 @@ def compare(op, shapes, attrs, declared):
     ctype = attrs.get("type")
     if ctype is not None and ctype not in _COMPARE_TYPES:
         raise ShapeError(f"type={ctype} is not one of {', '.join(_COMPARE_TYPES)}")
+    allowed = COMPARE_TYPES_OF_KIND[shapes[0].element_type.kind]
+    if ctype is not None and ctype not in allowed:
+        # XLA's verifier refuses the rest ("Expected comparison type SIGNED"): a type
+        # names how the operands' bits are read, and only these read them as they are.
+        raise ShapeError(f"type={ctype} does not compare {fmt_all(shapes)}: "
+                         f"{shapes[0].element_type.name} takes type={' or '.join(allowed)}")
     if shapes[0].element_type.is_complex and direction not in ("EQ", "NE"):
         # XLA orders no complex numbers: its evaluator and CPU emitter have EQ and NE only.
         raise ShapeError(f"complex operands can only be compared with EQ or NE, got "
