@@ -399,3 +399,19 @@ def test_builder_refuses_a_compare_type_naming_the_op_and_shapes():
     with pytest.raises(ShapeError, match=r"compare: type=SIGNED does not compare f32\[2\], "
                                          r"f32\[2\]: f32 takes type=FLOAT or TOTALORDER"):
         b.compare(x, y, "LT", compare_type="SIGNED")
+
+
+@pytest.mark.parametrize("element, accepted", [("f32", True), ("bf16", True), ("c64", False),
+                                               ("c128", False)])
+def test_cbrt_takes_floats_only_like_xla(element, accepted):
+    """XLA's shape inference refuses a complex cbrt ("Expected element type in shape to be
+    floating for cbrt operation; got C64."); we verified it and the interpreter took the
+    principal cube root, a program XLA cannot run."""
+    text = (f"HloModule m\n\nENTRY %e {{\n  %p = {element}[2]{{0}} parameter(0)\n"
+            f"  ROOT %r = {element}[2]{{0}} cbrt(%p)\n}}\n")
+    if accepted:
+        verify_module(parse_module(text))
+    else:
+        with pytest.raises(VerifierError, match=f"cbrt: operand must have floating-point "
+                                                f"elements, got {element}"):
+            verify_module(parse_module(text))

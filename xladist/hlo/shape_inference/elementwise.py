@@ -49,12 +49,13 @@ def _unary_rows(names, kinds, wanted, result=_same):
 
 # Rounding is defined on floats only.
 _unary_rows(("floor", "ceil", "round-nearest-afz", "round-nearest-even"), FLOAT, "floating-point")
-# Transcendentals take floats or complex numbers; erf has no complex form in XLA.
-_unary_rows(("sqrt", "rsqrt", "cbrt", "exponential", "exponential-minus-one", "log",
+# Transcendentals take floats or complex numbers; erf and cbrt have no complex form in XLA
+# ("Expected element type in shape to be floating for cbrt operation; got C64").
+_unary_rows(("sqrt", "rsqrt", "exponential", "exponential-minus-one", "log",
              "log-plus-one", "logistic", "sine", "cosine", "tan", "tanh", "acos", "acosh", "asin",
              "asinh", "atan", "atanh", "cosh", "sinh"), FLOAT | COMPLEX,
             "floating-point or complex")
-_unary_rows(("erf",), FLOAT, "floating-point")
+_unary_rows(("erf", "cbrt"), FLOAT, "floating-point")
 # real/imag/abs of a complex number are its float component type.
 _unary_rows(("real", "imag"), FLOAT | COMPLEX, "floating-point or complex", _component_if_complex)
 _unary_rows(("abs",), SIGNED | COMPLEX, "signed, floating-point or complex",
