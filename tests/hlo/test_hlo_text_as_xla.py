@@ -415,3 +415,31 @@ def test_cbrt_takes_floats_only_like_xla(element, accepted):
         with pytest.raises(VerifierError, match=f"cbrt: operand must have floating-point "
                                                 f"elements, got {element}"):
             verify_module(parse_module(text))
+
+
+# The states XLA:CPU (jax 0.10.2) runs rng-bit-generator with: True where it does, False
+# where it fails ("limit index (2) must be less than or equal to dimension size (1)").
+_RNG_STATE_VERDICTS = [
+    ("rng_three_fry", "u64[2]", True), ("rng_three_fry", "u64[1]", False),
+    ("rng_three_fry", "u64[3]", False), ("rng_philox", "u64[2]", True),
+    ("rng_philox", "u64[3]", True), ("rng_philox", "u64[1]", False),
+    ("rng_philox", "u64[4]", False), ("rng_default", "u64[1]", False),
+    ("rng_philox", "u32[4]", False), ("rng_three_fry", "u32[4]", False),
+]
+
+
+@pytest.mark.parametrize("algorithm, state, runs", _RNG_STATE_VERDICTS)
+def test_rng_bit_generator_state_is_one_xla_runs(algorithm, state, runs):
+    """A Philox state u64[1] verified and the builder built it, then both backends failed
+    inside ("internal interpreter error: IndexError: index 1 is out of bounds"); a u64[3]
+    ThreeFry ran here though XLA refuses it. The verifier now refuses what XLA cannot run,
+    naming the algorithm and the states it takes."""
+    text = (f"HloModule m\n\nENTRY %e {{\n  %p = {state}{{0}} parameter(0)\n"
+            f"  ROOT %r = ({state}{{0}}, u32[4]{{0}}) rng-bit-generator(%p), "
+            f"algorithm={algorithm}\n}}\n")
+    if runs:
+        verify_module(parse_module(text))
+    else:
+        with pytest.raises(VerifierError, match=rf"{algorithm} needs a u64\[2\].* state "
+                                                rf"\(key, counter\), got {state[:3]}"):
+            verify_module(parse_module(text))
