@@ -443,3 +443,31 @@ def test_rng_bit_generator_state_is_one_xla_runs(algorithm, state, runs):
         with pytest.raises(VerifierError, match=rf"{algorithm} needs a u64\[2\].* state "
                                                 rf"\(key, counter\), got {state[:3]}"):
             verify_module(parse_module(text))
+
+
+# How XLA's parser (jax 0.10.2) reads a zero with a minus sign, by the bits of
+# `bitcast-convert(f32[] constant(TEXT))`: "-0" is the integer 0, a positive zero, though
+# XLA's own printer writes a negative zero that way.
+_XLA_READS_ZERO = {"-0": 0x00000000, "-0.0": 0x80000000, "-0e0": 0x80000000, "0": 0}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float8_e4m3fn",
+                                   "complex64"])
+def test_a_negative_zero_prints_as_text_xla_reads_as_negative_zero(dtype):
+    """A negative zero constant printed "-0", as XLA prints it, and XLA's parser read that
+    text as +0: a builder program `x * constant(-0.0)` meant another program to XLA. It
+    prints "-0.0" now, which XLA reads as -0; our parser keeps "-0" negative too."""
+    from xladist.builder import XlaBuilder
+    b = XlaBuilder("z")
+    value = np.array([-0.0, 0.0], dtype=dtype) if dtype != "complex64" else \
+        np.array([complex(-0.0, -0.0), 0], np.complex64)
+    text = b.build(b.constant(value)).to_text()
+    elements = text.split("constant({")[1].split("})")[0]
+    zero_texts = [t.strip("() ") for t in elements.replace("(", "").split(",")]
+    negative = [t for t in zero_texts if t.startswith("-")]
+    assert negative and all(_XLA_READS_ZERO[t] == 0x80000000 for t in negative), text
+    back = parse_module(text).entry.root.literal.value
+    assert np.signbit(np.asarray(back).real.astype(np.float64))[0]
+    assert print_module(parse_module(text)) == text
+    assert np.signbit(parse_module(text.replace("-0.0", "-0")).entry.root.literal
+                      .value.real.astype(np.float64))[0]

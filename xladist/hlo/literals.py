@@ -7,7 +7,8 @@ checks, `-0` kept as -0.0, NaN sign and payload bits, bf16/f8/s4 via ml_dtypes).
 Printing side: `format_literal` reproduces XLA's one-line literal printer
 (`LiteralBase::PrintWithoutShapeOneline`): `%g` with the digit counts of
 `RoundTripFpToString`, `-nan` / `nan(0x..)` suffixes, pred arrays as 0/1, and the
-brace/space layout of nested arrays including `/*i0=..*/` for rank > 3.
+brace/space layout of nested arrays including `/*i0=..*/` for rank > 3. One exception: a
+negative zero prints as `-0.0`, not XLA's `-0`, which XLA's parser reads as +0.
 """
 
 from __future__ import annotations
@@ -240,7 +241,13 @@ def float_formatter(ptype: PrimitiveType):
             if v != v:
                 return nan_text(v, raw)
             return spec % v
-    return fmt
+
+    def fmt_keeping_negative_zero(v, raw):
+        # XLA prints a negative zero "-0", which its own parser reads as the integer 0, a
+        # positive zero (jax 0.10.2: `f32[] constant(-0)` bitcasts to 0); both read "-0.0"
+        # as -0.0. Parsing still keeps the sign of "-0", as the program XLA printed had it.
+        return "-0.0" if v == 0 and math.copysign(1.0, v) < 0 else fmt(v, raw)
+    return fmt_keeping_negative_zero
 
 
 def element_strings(ptype: PrimitiveType, arr: np.ndarray, scalar: bool) -> list[str]:
