@@ -700,3 +700,23 @@ def test_gathered_dimension_errors_name_the_collective():
     with pytest.raises(BuilderError, match=r"^reduce-scatter in computation m: dimension 1 of "
                                            r"f32\[2,3\] does not split into 2 equal parts"):
         b.reduce_scatter(x, "add", 1, replica_groups=[[0, 1]])
+
+
+# custom-call backend_config strings and how XLA's parser and printer (jax 0.10.2) give them
+# back: raw only for one brace dict, else double-quoted.
+_XLA_BACKEND_CONFIG = [
+    ("{", 'backend_config="{"'), ("{a", 'backend_config="{a"'),
+    ('{"}', 'backend_config="{\\"}"'), ("{}}", 'backend_config="{}}"'),
+    ('{"a": {"b": 1}}', 'backend_config={"a": {"b": 1}}'), ("plain", 'backend_config="plain"'),
+]
+
+
+@pytest.mark.parametrize("config, xla_text", _XLA_BACKEND_CONFIG)
+def test_custom_call_backend_config_prints_as_xla_reads_it(config, xla_text):
+    """The builder wrote any backend_config starting with '{' raw: `backend_config={a`,
+    text that neither XLA's parser nor ours could read ("expected '}' to close
+    computation"). It is kept as a string now and printed as XLA prints it."""
+    b = XlaBuilder("cc")
+    x = b.parameter(0, "f32[2]")
+    m = check_text(b.build(b.custom_call("foo", [x], "f32[2]", backend_config=config)))
+    assert m.to_text().splitlines()[4].endswith(f'custom_call_target="foo", {xla_text}')
