@@ -720,3 +720,23 @@ def test_custom_call_backend_config_prints_as_xla_reads_it(config, xla_text):
     x = b.parameter(0, "f32[2]")
     m = check_text(b.build(b.custom_call("foo", [x], "f32[2]", backend_config=config)))
     assert m.to_text().splitlines()[4].endswith(f'custom_call_target="foo", {xla_text}')
+
+
+@pytest.mark.parametrize("key, ok", [("a b", False), ("a=b", False), ("", False), ("1x", False),
+                                     ('a"b', False), ("a:b", False), ("é", False),
+                                     ("x-y.z", True), ("_xla_x", True), ("ROOT", True)])
+def test_frontend_attribute_keys_are_hlo_attribute_names(key, ok):
+    """A key is written bare in HLO text; XLA's parser refuses `{a b="v"}`, `{1x="v"}`,
+    `{é="v"}` ("expects attribute name") and takes `{x-y.z="v"}`, `{ROOT="v"}`. The builder
+    used to print any key, text that neither parser reads; it refuses those now."""
+    b = XlaBuilder("fa")
+    x = b.parameter(0, "f32[2]")
+    if not ok:
+        with pytest.raises(BuilderError, match="frontend attribute key .* is not an HLO "
+                                               "attribute name"):
+            with b.frontend_attributes({key: "v"}):
+                pass
+        return
+    with b.frontend_attributes({key: "v"}):
+        y = b.neg(x)
+    assert f'frontend_attributes={{{key}="v"}}' in check_text(b.build(y)).to_text()

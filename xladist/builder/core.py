@@ -20,7 +20,7 @@ import numpy as np
 
 from ..hlo.attrs import Literal
 from ..hlo.ir import Computation, Instruction, Module
-from ..hlo.lexer import is_reserved_word
+from ..hlo.lexer import is_identifier, is_reserved_word
 from ..hlo.shape import PrimitiveType, Shape, primitive_type, primitive_type_of_dtype
 from ..semantics.dtypes import int_limits
 
@@ -278,6 +278,13 @@ class BuilderCore:
     def frontend_attributes(self, attributes: dict[str, str]) -> Iterator[None]:
         """Attach frontend attributes to every op created inside the block (XLA's
         FrontendAttributesScope), e.g. `_xla_send_recv_pipeline`; blocks nest."""
+        for key in attributes:
+            if not is_identifier(str(key)):
+                # HLO text writes a key bare (`frontend_attributes={key="value"}`): any other
+                # key would print text that neither XLA's parser nor ours reads back.
+                raise BuilderError(f"computation {self.name}: frontend attribute key "
+                                   f"{str(key)!r} is not an HLO attribute name (a letter or "
+                                   "'_', then letters, digits, '_', '.', '-')")
         saved = self._frontend_attributes
         self._frontend_attributes = {**saved, **{str(k): str(v) for k, v in attributes.items()}}
         try:
