@@ -471,3 +471,22 @@ def test_a_negative_zero_prints_as_text_xla_reads_as_negative_zero(dtype):
     assert print_module(parse_module(text)) == text
     assert np.signbit(parse_module(text.replace("-0.0", "-0")).entry.root.literal
                       .value.real.astype(np.float64))[0]
+
+
+def test_a_complex_part_at_the_largest_float_prints_as_text_xla_reads():
+    """XLA's parser checks a complex part, read as a double, against the largest f32
+    before rounding: `c64[] constant((3.40282347e+38, 0))` (XLA's own spelling of FLT_MAX)
+    is "real part 3.40282e+38 is out of range for literal's primitive type C64" (jax
+    0.10.2), and a c64 constant holding +-FLT_MAX printed that way. It prints the exact
+    double now; an f32 array keeps XLA's spelling, which XLA reads."""
+    from xladist.builder import XlaBuilder
+    top = np.finfo(np.float32).max
+    b = XlaBuilder("c")
+    value = np.array([complex(top, -top), complex(np.nan, 1), complex(np.inf, 0.5)], np.complex64)
+    text = b.build([b.constant(value), b.constant(np.array([top], np.float32))]).to_text()
+    assert ("constant({(3.4028234663852886e+38, -3.4028234663852886e+38), (nan, 1), "
+            "(inf, 0.5)})") in text
+    assert "f32[1]{0} constant({3.40282347e+38})" in text
+    back = parse_module(text).entry.root.operands[0].literal.value
+    assert back.view(np.uint32).tolist() == value.view(np.uint32).tolist()
+    assert print_module(parse_module(text)) == text

@@ -266,8 +266,8 @@ def element_strings(ptype: PrimitiveType, arr: np.ndarray, scalar: bool) -> list
         return _float_strings(ptype, flat)
     if kind == "complex":
         part = PRIMITIVE_PART[ptype.name]
-        re = _float_strings(part, np.ascontiguousarray(flat.real))
-        im = _float_strings(part, np.ascontiguousarray(flat.imag))
+        re = _complex_part_strings(part, np.ascontiguousarray(flat.real))
+        im = _complex_part_strings(part, np.ascontiguousarray(flat.imag))
         return [f"({a}, {b})" for a, b in zip(re, im)]
     raise ValueError(f"cannot print constants of type {ptype.name}")
 
@@ -284,6 +284,21 @@ def _float_strings(ptype: PrimitiveType, flat: np.ndarray) -> list[str]:
     strs = [fmt(v, r) for v, r in zip(values, raws)]
     if ptype.name not in ("f32", "f64") and uint is not None:
         _widen_non_round_trips(flat, strs, uint)
+    return strs
+
+
+def _complex_part_strings(part: PrimitiveType, flat: np.ndarray) -> list[str]:
+    """The parts of complex elements as XLA prints them, except a finite part whose text
+    reads (as a double) beyond the part type's largest value: XLA's parser checks complex
+    parts against that bound before rounding ("real part 3.40282e+38 is out of range for
+    literal's primitive type C64", jax 0.10.2), so +-FLT_MAX prints with 17 digits,
+    3.4028234663852886e+38, the same f32."""
+    strs = _float_strings(part, flat)
+    top = float(np.finfo(flat.dtype).max)
+    for j, text in enumerate(strs):
+        value = float(flat[j])
+        if math.isfinite(value) and abs(float(text.partition("(")[0])) > top:
+            strs[j] = "%.17g" % value
     return strs
 
 
