@@ -740,3 +740,17 @@ def test_frontend_attribute_keys_are_hlo_attribute_names(key, ok):
     with b.frontend_attributes({key: "v"}):
         y = b.neg(x)
     assert f'frontend_attributes={{{key}="v"}}' in check_text(b.build(y)).to_text()
+
+
+@pytest.mark.parametrize("attrs, unknown", [(dict(is_stabel=True), "is_stabel"),
+                                            (dict(foo=3), "foo")])
+def test_instruction_refuses_an_attribute_its_opcode_does_not_have(attrs, unknown):
+    """`b.instruction("sort", [x], dimensions=(0,), is_stabel=True)` built a sort that was
+    not stable and printed `is_stabel=true`, which XLA's parser refuses ('unexpected
+    attribute "is_stabel". Allowed attributes: ...'); now the builder says so first."""
+    b = XlaBuilder("g")
+    x = b.parameter(0, "f32[6]")
+    with pytest.raises(BuilderError, match=rf"sort in computation g: no attribute {unknown} "
+                                           r"\(its attributes: dimensions, is_stable, "
+                                           r"to_apply\)"):
+        b.instruction("sort", [x], dimensions=(0,), **attrs)

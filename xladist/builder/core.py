@@ -364,6 +364,14 @@ class BuilderCore:
         from ..hlo.opcodes import OPCODES
         if opcode not in OPCODES:
             raise BuilderError(f"computation {self.name}: unknown opcode {opcode!r}")
+        info = OPCODES[opcode]
+        unknown = [k for k in attrs if info.attr(k) is None]
+        if unknown:
+            # Printed as written, an unknown attribute is text XLA's parser refuses
+            # ('unexpected attribute "foo"'), and a misspelt optional one was ignored.
+            known = ", ".join(a.name for a in info.attrs) or "none"
+            raise BuilderError(f"{opcode} in computation {self.name}: no attribute "
+                               f"{', '.join(unknown)} (its attributes: {known})")
         if shape is None:
             return self._add(opcode, operands, attrs)
         declared = as_shape(shape)
