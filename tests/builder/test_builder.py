@@ -754,3 +754,15 @@ def test_instruction_refuses_an_attribute_its_opcode_does_not_have(attrs, unknow
                                            r"\(its attributes: dimensions, is_stable, "
                                            r"to_apply\)"):
         b.instruction("sort", [x], dimensions=(0,), **attrs)
+
+
+@pytest.mark.parametrize("opcode, method", [("parameter", r"parameter\(number, shape\)"),
+                                            ("constant", r"constant\(value\)")])
+def test_instruction_sends_parameters_and_constants_to_their_methods(opcode, method):
+    """`b.instruction("parameter", [], "f32[]")` failed later in build() with "TypeError:
+    '<' not supported between instances of 'NoneType' and 'int'", and
+    `b.instruction("constant", [], "f32[]")` printed `constant({...})`, a constant with no
+    data that no backend runs (XLA's parser needs a literal there)."""
+    b = XlaBuilder("g")
+    with pytest.raises(BuilderError, match=rf"a {opcode} is made by builder\.{method}"):
+        b.instruction(opcode, [], "f32[]")

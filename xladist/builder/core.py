@@ -364,6 +364,12 @@ class BuilderCore:
         from ..hlo.opcodes import OPCODES
         if opcode not in OPCODES:
             raise BuilderError(f"computation {self.name}: unknown opcode {opcode!r}")
+        if opcode in ("parameter", "constant"):
+            # Their number or value is no attribute: a parameter without one failed in
+            # build() with a bare TypeError, a constant printed as elided data, `{...}`.
+            method = "parameter(number, shape)" if opcode == "parameter" else "constant(value)"
+            raise BuilderError(f"computation {self.name}: a {opcode} is made by "
+                               f"builder.{method}, not instruction()")
         info = OPCODES[opcode]
         unknown = [k for k in attrs if info.attr(k) is None]
         if unknown:
