@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import xladist
 from xladist.builder import BroadcastError, BuilderError, XlaBuilder
 from xladist.builder.broadcasting import binary_plan
 from xladist.hlo.ir import Module
@@ -111,6 +112,32 @@ def test_module_structure_names_and_entry_layout():
     for i in m.all_instructions():
         if i.shape.is_array and i.shape.rank:
             assert i.shape.layout is not None and i.shape.layout.is_default()
+
+
+# Words XLA's parser (jax 0.10.2) refuses as a module or computation name, "expects name":
+# its keywords and element types. `tuple` is neither and stays a name.
+XLA_RESERVED_WORDS = ["f32", "token", "s2", "pred", "opaque", "true", "nan", "inf", "ROOT",
+                      "ENTRY", "HloModule", "maximal", "replicated", "unknown"]
+
+
+@pytest.mark.parametrize("word", XLA_RESERVED_WORDS)
+def test_names_that_are_hlo_keywords_get_an_underscore_like_xla(word):
+    """A builder, sub-builder or parameter named `f32`/`nan`/`ROOT` printed `HloModule f32`
+    and `f32 (p: ...)`, which XLA's parser refuses ("expects name"), and `HloModule nan`,
+    which our own parser refused too. XLA's NameUniquer appends '_' to such names."""
+    b = XlaBuilder(word)
+    x = b.parameter(0, "f32[2]", name=word)
+    sub = b.create_subbuilder(word)
+    sub.add(sub.parameter(0, "f32[]"), sub.parameter(1, "f32[]"))
+    m = check_text(b.build(b.reduce(x, b.constant_r0(0.0, "f32"), sub.build_computation(), [0])))
+    assert m.name == word + "_"
+    assert sorted(c.name for c in m.computations) == sorted([word + "_", word + "_.1"])
+    assert xladist.parse_hlo(m.to_text(sigils=False)).to_text() == m.to_text()
+
+
+def test_tuple_is_not_a_reserved_name():
+    b = XlaBuilder("tuple")
+    assert check_text(b.build(b.constant_r0(1, "s32"))).name == "tuple"
 
 
 def test_subcomputations_come_before_their_callers_and_reducers_are_shared():
@@ -673,3 +700,69 @@ def test_gathered_dimension_errors_name_the_collective():
     with pytest.raises(BuilderError, match=r"^reduce-scatter in computation m: dimension 1 of "
                                            r"f32\[2,3\] does not split into 2 equal parts"):
         b.reduce_scatter(x, "add", 1, replica_groups=[[0, 1]])
+
+
+# custom-call backend_config strings and how XLA's parser and printer (jax 0.10.2) give them
+# back: raw only for one brace dict, else double-quoted.
+_XLA_BACKEND_CONFIG = [
+    ("{", 'backend_config="{"'), ("{a", 'backend_config="{a"'),
+    ('{"}', 'backend_config="{\\"}"'), ("{}}", 'backend_config="{}}"'),
+    ('{"a": {"b": 1}}', 'backend_config={"a": {"b": 1}}'), ("plain", 'backend_config="plain"'),
+]
+
+
+@pytest.mark.parametrize("config, xla_text", _XLA_BACKEND_CONFIG)
+def test_custom_call_backend_config_prints_as_xla_reads_it(config, xla_text):
+    """The builder wrote any backend_config starting with '{' raw: `backend_config={a`,
+    text that neither XLA's parser nor ours could read ("expected '}' to close
+    computation"). It is kept as a string now and printed as XLA prints it."""
+    b = XlaBuilder("cc")
+    x = b.parameter(0, "f32[2]")
+    m = check_text(b.build(b.custom_call("foo", [x], "f32[2]", backend_config=config)))
+    assert m.to_text().splitlines()[4].endswith(f'custom_call_target="foo", {xla_text}')
+
+
+@pytest.mark.parametrize("key, ok", [("a b", False), ("a=b", False), ("", False), ("1x", False),
+                                     ('a"b', False), ("a:b", False), ("é", False),
+                                     ("x-y.z", True), ("_xla_x", True), ("ROOT", True)])
+def test_frontend_attribute_keys_are_hlo_attribute_names(key, ok):
+    """A key is written bare in HLO text; XLA's parser refuses `{a b="v"}`, `{1x="v"}`,
+    `{é="v"}` ("expects attribute name") and takes `{x-y.z="v"}`, `{ROOT="v"}`. The builder
+    used to print any key, text that neither parser reads; it refuses those now."""
+    b = XlaBuilder("fa")
+    x = b.parameter(0, "f32[2]")
+    if not ok:
+        with pytest.raises(BuilderError, match="frontend attribute key .* is not an HLO "
+                                               "attribute name"):
+            with b.frontend_attributes({key: "v"}):
+                pass
+        return
+    with b.frontend_attributes({key: "v"}):
+        y = b.neg(x)
+    assert f'frontend_attributes={{{key}="v"}}' in check_text(b.build(y)).to_text()
+
+
+@pytest.mark.parametrize("attrs, unknown", [(dict(is_stabel=True), "is_stabel"),
+                                            (dict(foo=3), "foo")])
+def test_instruction_refuses_an_attribute_its_opcode_does_not_have(attrs, unknown):
+    """`b.instruction("sort", [x], dimensions=(0,), is_stabel=True)` built a sort that was
+    not stable and printed `is_stabel=true`, which XLA's parser refuses ('unexpected
+    attribute "is_stabel". Allowed attributes: ...'); now the builder says so first."""
+    b = XlaBuilder("g")
+    x = b.parameter(0, "f32[6]")
+    with pytest.raises(BuilderError, match=rf"sort in computation g: no attribute {unknown} "
+                                           r"\(its attributes: dimensions, is_stable, "
+                                           r"to_apply\)"):
+        b.instruction("sort", [x], dimensions=(0,), **attrs)
+
+
+@pytest.mark.parametrize("opcode, method", [("parameter", r"parameter\(number, shape\)"),
+                                            ("constant", r"constant\(value\)")])
+def test_instruction_sends_parameters_and_constants_to_their_methods(opcode, method):
+    """`b.instruction("parameter", [], "f32[]")` failed later in build() with "TypeError:
+    '<' not supported between instances of 'NoneType' and 'int'", and
+    `b.instruction("constant", [], "f32[]")` printed `constant({...})`, a constant with no
+    data that no backend runs (XLA's parser needs a literal there)."""
+    b = XlaBuilder("g")
+    with pytest.raises(BuilderError, match=rf"a {opcode} is made by builder\.{method}"):
+        b.instruction(opcode, [], "f32[]")

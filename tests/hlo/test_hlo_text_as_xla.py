@@ -360,3 +360,133 @@ def test_collective_reduce_parses_and_is_refused_by_name(backend):
                        r"semantics"):
         xladist.compile(module, backend=backend)(np.ones(8, np.float32),
                                                  np.zeros(1, np.int32))
+
+
+# What XLA's verifier (jax 0.10.2) says of `compare(p, q), type=T` by element type: True
+# where it accepts, else the types it names ("Expected comparison type SIGNED.").
+_COMPARE_TYPE_VERDICTS = [
+    ("f32", "FLOAT", True), ("f32", "TOTALORDER", True), ("f32", "SIGNED", False),
+    ("bf16", "UNSIGNED", False), ("c64", "FLOAT", True), ("c64", "TOTALORDER", False),
+    ("c64", "SIGNED", False), ("s32", "SIGNED", True), ("s8", "UNSIGNED", False),
+    ("s32", "TOTALORDER", False), ("u32", "UNSIGNED", True), ("u32", "SIGNED", False),
+    ("pred", "UNSIGNED", True), ("pred", "SIGNED", False), ("pred", "FLOAT", False),
+]
+
+
+@pytest.mark.parametrize("element, ctype, accepted", _COMPARE_TYPE_VERDICTS)
+def test_compare_type_must_suit_the_element_type_like_xla(element, ctype, accepted):
+    """A comparison type that does not read the operands' elements as they are (f32 with
+    type=SIGNED, u32 with SIGNED, c64 with TOTALORDER) is refused by XLA's verifier; we
+    verified it, and the builder built it (`b.compare(x, y, "LT", compare_type="SIGNED")`)."""
+    text = ("HloModule m\n\nENTRY %e {\n"
+            f"  %p = {element}[2]{{0}} parameter(0)\n  %q = {element}[2]{{0}} parameter(1)\n"
+            f"  ROOT %r = pred[2]{{0}} compare(%p, %q), direction=LT, type={ctype}\n}}\n")
+    if element == "c64":
+        text = text.replace("direction=LT", "direction=EQ")
+    if accepted:
+        verify_module(parse_module(text))
+    else:
+        with pytest.raises(VerifierError, match=f"compare: type={ctype} does not compare "
+                                                f"{element}.*{element} takes type="):
+            verify_module(parse_module(text))
+
+
+def test_builder_refuses_a_compare_type_naming_the_op_and_shapes():
+    from xladist.builder import XlaBuilder
+    from xladist.hlo.shape_inference.base import ShapeError
+    b = XlaBuilder("cmp")
+    x, y = b.parameter(0, "f32[2]"), b.parameter(1, "f32[2]")
+    with pytest.raises(ShapeError, match=r"compare: type=SIGNED does not compare f32\[2\], "
+                                         r"f32\[2\]: f32 takes type=FLOAT or TOTALORDER"):
+        b.compare(x, y, "LT", compare_type="SIGNED")
+
+
+@pytest.mark.parametrize("element, accepted", [("f32", True), ("bf16", True), ("c64", False),
+                                               ("c128", False)])
+def test_cbrt_takes_floats_only_like_xla(element, accepted):
+    """XLA's shape inference refuses a complex cbrt ("Expected element type in shape to be
+    floating for cbrt operation; got C64."); we verified it and the interpreter took the
+    principal cube root, a program XLA cannot run."""
+    text = (f"HloModule m\n\nENTRY %e {{\n  %p = {element}[2]{{0}} parameter(0)\n"
+            f"  ROOT %r = {element}[2]{{0}} cbrt(%p)\n}}\n")
+    if accepted:
+        verify_module(parse_module(text))
+    else:
+        with pytest.raises(VerifierError, match=f"cbrt: operand must have floating-point "
+                                                f"elements, got {element}"):
+            verify_module(parse_module(text))
+
+
+# The states XLA:CPU (jax 0.10.2) runs rng-bit-generator with: True where it does, False
+# where it fails ("limit index (2) must be less than or equal to dimension size (1)").
+_RNG_STATE_VERDICTS = [
+    ("rng_three_fry", "u64[2]", True), ("rng_three_fry", "u64[1]", False),
+    ("rng_three_fry", "u64[3]", False), ("rng_philox", "u64[2]", True),
+    ("rng_philox", "u64[3]", True), ("rng_philox", "u64[1]", False),
+    ("rng_philox", "u64[4]", False), ("rng_default", "u64[1]", False),
+    ("rng_philox", "u32[4]", False), ("rng_three_fry", "u32[4]", False),
+]
+
+
+@pytest.mark.parametrize("algorithm, state, runs", _RNG_STATE_VERDICTS)
+def test_rng_bit_generator_state_is_one_xla_runs(algorithm, state, runs):
+    """A Philox state u64[1] verified and the builder built it, then both backends failed
+    inside ("internal interpreter error: IndexError: index 1 is out of bounds"); a u64[3]
+    ThreeFry ran here though XLA refuses it. The verifier now refuses what XLA cannot run,
+    naming the algorithm and the states it takes."""
+    text = (f"HloModule m\n\nENTRY %e {{\n  %p = {state}{{0}} parameter(0)\n"
+            f"  ROOT %r = ({state}{{0}}, u32[4]{{0}}) rng-bit-generator(%p), "
+            f"algorithm={algorithm}\n}}\n")
+    if runs:
+        verify_module(parse_module(text))
+    else:
+        with pytest.raises(VerifierError, match=rf"{algorithm} needs a u64\[2\].* state "
+                                                rf"\(key, counter\), got {state[:3]}"):
+            verify_module(parse_module(text))
+
+
+# How XLA's parser (jax 0.10.2) reads a zero with a minus sign, by the bits of
+# `bitcast-convert(f32[] constant(TEXT))`: "-0" is the integer 0, a positive zero, though
+# XLA's own printer writes a negative zero that way.
+_XLA_READS_ZERO = {"-0": 0x00000000, "-0.0": 0x80000000, "-0e0": 0x80000000, "0": 0}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float8_e4m3fn",
+                                   "complex64"])
+def test_a_negative_zero_prints_as_text_xla_reads_as_negative_zero(dtype):
+    """A negative zero constant printed "-0", as XLA prints it, and XLA's parser read that
+    text as +0: a builder program `x * constant(-0.0)` meant another program to XLA. It
+    prints "-0.0" now, which XLA reads as -0; our parser keeps "-0" negative too."""
+    from xladist.builder import XlaBuilder
+    b = XlaBuilder("z")
+    value = np.array([-0.0, 0.0], dtype=dtype) if dtype != "complex64" else \
+        np.array([complex(-0.0, -0.0), 0], np.complex64)
+    text = b.build(b.constant(value)).to_text()
+    elements = text.split("constant({")[1].split("})")[0]
+    zero_texts = [t.strip("() ") for t in elements.replace("(", "").split(",")]
+    negative = [t for t in zero_texts if t.startswith("-")]
+    assert negative and all(_XLA_READS_ZERO[t] == 0x80000000 for t in negative), text
+    back = parse_module(text).entry.root.literal.value
+    assert np.signbit(np.asarray(back).real.astype(np.float64))[0]
+    assert print_module(parse_module(text)) == text
+    assert np.signbit(parse_module(text.replace("-0.0", "-0")).entry.root.literal
+                      .value.real.astype(np.float64))[0]
+
+
+def test_a_complex_part_at_the_largest_float_prints_as_text_xla_reads():
+    """XLA's parser checks a complex part, read as a double, against the largest f32
+    before rounding: `c64[] constant((3.40282347e+38, 0))` (XLA's own spelling of FLT_MAX)
+    is "real part 3.40282e+38 is out of range for literal's primitive type C64" (jax
+    0.10.2), and a c64 constant holding +-FLT_MAX printed that way. It prints the exact
+    double now; an f32 array keeps XLA's spelling, which XLA reads."""
+    from xladist.builder import XlaBuilder
+    top = np.finfo(np.float32).max
+    b = XlaBuilder("c")
+    value = np.array([complex(top, -top), complex(np.nan, 1), complex(np.inf, 0.5)], np.complex64)
+    text = b.build([b.constant(value), b.constant(np.array([top], np.float32))]).to_text()
+    assert ("constant({(3.4028234663852886e+38, -3.4028234663852886e+38), (nan, 1), "
+            "(inf, 0.5)})") in text
+    assert "f32[1]{0} constant({3.40282347e+38})" in text
+    back = parse_module(text).entry.root.operands[0].literal.value
+    assert back.view(np.uint32).tolist() == value.view(np.uint32).tolist()
+    assert print_module(parse_module(text)) == text

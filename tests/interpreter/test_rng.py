@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.interpreter.support import S, StandInEvaluator, instr, run
+from xladist.errors import VerifierError
 from xladist.hlo.shape import Shape
 from xladist.semantics.rng import philox4x32, rng_bit_generator, threefry2x32
 from tests.optional import need_jax
@@ -157,14 +158,16 @@ def test_rng_normal_moments():
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
-def test_a_threefry_state_without_a_counter_is_refused_by_both_backends(backend):
-    """One state check (semantics/rng.state_problem) for both backends: the cpu backend's
-    own ThreeFry once indexed state[1] of a u64[1] state (an internal IndexError)."""
+@pytest.mark.parametrize("algorithm", ["rng_three_fry", "rng_philox"])
+def test_a_state_without_a_counter_is_refused_by_both_backends(backend, algorithm):
+    """One state check (hlo/shape_inference/control.rng_state_problem, semantics/rng's
+    state_problem) for the verifier and both backends: the cpu backend's own ThreeFry once
+    indexed state[1] of a u64[1] state (an internal IndexError), and so did both backends'
+    Philox until the verifier refused it, as XLA cannot run it either."""
     import xladist
-    from xladist.errors import UnsupportedError
     text = ("HloModule r\nENTRY e {\n s = u64[1] parameter(0)\n"
-            " ROOT r = (u64[1], u32[4]) rng-bit-generator(s), algorithm=rng_three_fry\n}\n")
-    with pytest.raises(UnsupportedError, match=r"ThreeFry needs a u64\[2\] state"):
+            f" ROOT r = (u64[1], u32[4]) rng-bit-generator(s), algorithm={algorithm}\n}}\n")
+    with pytest.raises(VerifierError, match=rf"{algorithm} needs a u64\[2\].* state"):
         xladist.compile(xladist.parse_hlo(text), backend=backend)(np.array([1], np.uint64))
 
 

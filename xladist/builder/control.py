@@ -6,29 +6,13 @@ import functools
 from collections.abc import Sequence
 
 from ..hlo.ir import Computation
+from ..hlo.lexer import quote
 from ..hlo.shape import Shape
 from .core import BuilderError, XlaOp, as_shape
 
 RNG_ALGORITHMS = ("rng_default", "rng_three_fry", "rng_philox")
 API_VERSIONS = ("API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING",
                 "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI")
-
-
-def _quote(text: str) -> str:
-    """A C-escaped double-quoted string, as XLA prints string attributes."""
-    out = []
-    for ch in text:
-        if ch in "\"'\\":
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 32:
-            out.append(f"\\{ord(ch):03o}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
 
 
 def _pairs_text(pairs) -> str:
@@ -145,9 +129,9 @@ class ControlMixin:
             attrs["api_version"] = None if v == "API_VERSION_ORIGINAL" else v
         op = self._add("custom-call", list(operands), attrs, declared=as_shape(shape))
         if backend_config is not None:
-            text = backend_config.strip()
-            op.instruction.backend_config = (text if text.startswith("{")
-                                             else _quote(backend_config))
+            # Kept as the string it is: the printer writes it raw only where XLA would (one
+            # brace dict, printer._is_brace_dict), so '{' alone or '{a' stays quoted.
+            op.instruction.backend_config = quote(backend_config)
         return op
 
     def optimization_barrier(self, operand: XlaOp) -> XlaOp:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..hlo.attrs import Literal
 from ..hlo.ir import Computation, Instruction, Module
+from ..hlo.lexer import is_identifier, is_reserved_word
 from ..hlo.shape import PrimitiveType, Shape, primitive_type, primitive_type_of_dtype
 from ..semantics.dtypes import int_limits
 
@@ -122,10 +123,13 @@ def _fits(value, t: PrimitiveType) -> bool:
 
 
 def _sanitize(name: str) -> str:
+    """`name` as an HLO name XLA's parser reads back: other characters become '_', and a
+    keyword or element type (`f32`, `token`, `nan`, `ROOT`) gets a '_' after it, as XLA's
+    NameUniquer does."""
     name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
     if not name or not (name[0].isalpha() or name[0] == "_"):
         name = "_" + name
-    return name
+    return name + "_" if is_reserved_word(name) else name
 
 
 class _ModuleState:
@@ -274,6 +278,13 @@ class BuilderCore:
     def frontend_attributes(self, attributes: dict[str, str]) -> Iterator[None]:
         """Attach frontend attributes to every op created inside the block (XLA's
         FrontendAttributesScope), e.g. `_xla_send_recv_pipeline`; blocks nest."""
+        for key in attributes:
+            if not is_identifier(str(key)):
+                # HLO text writes a key bare (`frontend_attributes={key="value"}`): any other
+                # key would print text that neither XLA's parser nor ours reads back.
+                raise BuilderError(f"computation {self.name}: frontend attribute key "
+                                   f"{str(key)!r} is not an HLO attribute name (a letter or "
+                                   "'_', then letters, digits, '_', '.', '-')")
         saved = self._frontend_attributes
         self._frontend_attributes = {**saved, **{str(k): str(v) for k, v in attributes.items()}}
         try:
@@ -353,6 +364,20 @@ class BuilderCore:
         from ..hlo.opcodes import OPCODES
         if opcode not in OPCODES:
             raise BuilderError(f"computation {self.name}: unknown opcode {opcode!r}")
+        if opcode in ("parameter", "constant"):
+            # Their number or value is no attribute: a parameter without one failed in
+            # build() with a bare TypeError, a constant printed as elided data, `{...}`.
+            method = "parameter(number, shape)" if opcode == "parameter" else "constant(value)"
+            raise BuilderError(f"computation {self.name}: a {opcode} is made by "
+                               f"builder.{method}, not instruction()")
+        info = OPCODES[opcode]
+        unknown = [k for k in attrs if info.attr(k) is None]
+        if unknown:
+            # Printed as written, an unknown attribute is text XLA's parser refuses
+            # ('unexpected attribute "foo"'), and a misspelt optional one was ignored.
+            known = ", ".join(a.name for a in info.attrs) or "none"
+            raise BuilderError(f"{opcode} in computation {self.name}: no attribute "
+                               f"{', '.join(unknown)} (its attributes: {known})")
         if shape is None:
             return self._add(opcode, operands, attrs)
         declared = as_shape(shape)

@@ -30,6 +30,26 @@ import re
 from ..errors import HloParseError
 from .shape import PRIMITIVE_TYPES
 
+# Words XLA's lexer reads as keywords or element types, never as a name: a module or
+# computation named by one is refused by XLA's parser ("expects name"), and so is an
+# instruction named by a type ("illegal instruction name"). Names xladist makes up avoid
+# them (builder/core.py `_sanitize`, as XLA's NameUniquer appends '_').
+KEYWORDS = frozenset({"true", "false", "inf", "nan", "HloModule", "ENTRY", "ROOT", "maximal",
+                      "replicated", "manual", "unreduced", "unknown", "last_tile_dim_replicate",
+                      "shard_as", "shard_like"})
+
+
+def is_reserved_word(name: str) -> bool:
+    """Whether XLA's HLO lexer reads `name` as a keyword or an element type, not a name."""
+    return name in KEYWORDS or name in PRIMITIVE_TYPES
+
+
+def is_identifier(text: str) -> bool:
+    """Whether `text` lexes as one identifier (an attribute name, a frontend attribute's
+    key): a letter or '_', then letters, digits, '_', '.' and '-'."""
+    return _IDENTIFIER.fullmatch(text) is not None
+
+
 # Token kinds (small ints: the parser compares them in its hot loops).
 EOF = 0
 SHAPE = 1       # f32[4,2]{1,0}   (text kept whole)
@@ -62,6 +82,7 @@ KIND_NAMES = {EOF: "end of input", SHAPE: "shape", NAME: "name", ATTR: "attribut
 # "unrolled" with possessive runs: sre steps a per-character alternation one character at a
 # time, which made identifiers (a third of a module's tokens) the lexer's slowest part.
 _ID = r"[A-Za-z_][A-Za-z0-9_.]*+(?:-(?!>)[A-Za-z0-9_.]*+)*+"
+_IDENTIFIER = re.compile(_ID)
 _TYPES = "|".join(sorted(PRIMITIVE_TYPES, key=len, reverse=True))
 # Possessive: a comment is never given back to the token alternatives (else text
 # ending in `// done` would backtrack into a token 'e').

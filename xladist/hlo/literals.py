@@ -7,7 +7,8 @@ checks, `-0` kept as -0.0, NaN sign and payload bits, bf16/f8/s4 via ml_dtypes).
 Printing side: `format_literal` reproduces XLA's one-line literal printer
 (`LiteralBase::PrintWithoutShapeOneline`): `%g` with the digit counts of
 `RoundTripFpToString`, `-nan` / `nan(0x..)` suffixes, pred arrays as 0/1, and the
-brace/space layout of nested arrays including `/*i0=..*/` for rank > 3.
+brace/space layout of nested arrays including `/*i0=..*/` for rank > 3. One exception: a
+negative zero prints as `-0.0`, not XLA's `-0`, which XLA's parser reads as +0.
 """
 
 from __future__ import annotations
@@ -240,7 +241,13 @@ def float_formatter(ptype: PrimitiveType):
             if v != v:
                 return nan_text(v, raw)
             return spec % v
-    return fmt
+
+    def fmt_keeping_negative_zero(v, raw):
+        # XLA prints a negative zero "-0", which its own parser reads as the integer 0, a
+        # positive zero (jax 0.10.2: `f32[] constant(-0)` bitcasts to 0); both read "-0.0"
+        # as -0.0. Parsing still keeps the sign of "-0", as the program XLA printed had it.
+        return "-0.0" if v == 0 and math.copysign(1.0, v) < 0 else fmt(v, raw)
+    return fmt_keeping_negative_zero
 
 
 def element_strings(ptype: PrimitiveType, arr: np.ndarray, scalar: bool) -> list[str]:
@@ -259,8 +266,8 @@ def element_strings(ptype: PrimitiveType, arr: np.ndarray, scalar: bool) -> list
         return _float_strings(ptype, flat)
     if kind == "complex":
         part = PRIMITIVE_PART[ptype.name]
-        re = _float_strings(part, np.ascontiguousarray(flat.real))
-        im = _float_strings(part, np.ascontiguousarray(flat.imag))
+        re = _complex_part_strings(part, np.ascontiguousarray(flat.real))
+        im = _complex_part_strings(part, np.ascontiguousarray(flat.imag))
         return [f"({a}, {b})" for a, b in zip(re, im)]
     raise ValueError(f"cannot print constants of type {ptype.name}")
 
@@ -277,6 +284,21 @@ def _float_strings(ptype: PrimitiveType, flat: np.ndarray) -> list[str]:
     strs = [fmt(v, r) for v, r in zip(values, raws)]
     if ptype.name not in ("f32", "f64") and uint is not None:
         _widen_non_round_trips(flat, strs, uint)
+    return strs
+
+
+def _complex_part_strings(part: PrimitiveType, flat: np.ndarray) -> list[str]:
+    """The parts of complex elements as XLA prints them, except a finite part whose text
+    reads (as a double) beyond the part type's largest value: XLA's parser checks complex
+    parts against that bound before rounding ("real part 3.40282e+38 is out of range for
+    literal's primitive type C64", jax 0.10.2), so +-FLT_MAX prints with 17 digits,
+    3.4028234663852886e+38, the same f32."""
+    strs = _float_strings(part, flat)
+    top = float(np.finfo(flat.dtype).max)
+    for j, text in enumerate(strs):
+        value = float(flat[j])
+        if math.isfinite(value) and abs(float(text.partition("(")[0])) > top:
+            strs[j] = "%.17g" % value
     return strs
 
 

@@ -8,9 +8,11 @@ compare reads `direction` (EQ NE LT LE GT GE) and `type`:
 - FLOAT: IEEE comparisons (NaN compares false except NE);
 - TOTALORDER: floats ordered by bit pattern, -NaN < -inf < ... < -0 < +0 < ... < inf < NaN
   (so -0 != +0 and a NaN equals itself);
-- SIGNED / UNSIGNED: the integer bits read with that signedness.
+- SIGNED / UNSIGNED: integers, each with its own signedness.
 The default type follows the operand: FLOAT for floats and complex, SIGNED for signed
-integers, UNSIGNED for unsigned integers and pred.
+integers, UNSIGNED for unsigned integers and pred; shape inference refuses any other type
+than these and TOTALORDER for floats, as XLA's verifier
+(hlo/shape_inference/elementwise.py COMPARE_TYPES_OF_KIND).
 clamp(lo, x, hi) = min(hi, max(lo, x)) with maximum/minimum's NaN rules; lo and hi may
 be scalars.
 """
@@ -21,14 +23,14 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..hlo.ir import describe
+from ..hlo.shape_inference.elementwise import COMPARE_TYPES_OF_KIND
 from .dtypes import as_signed, as_unsigned, kind_of, upcast
 from .order import float_max, float_min, total_order_key
 
 DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
               "GT": np.greater, "GE": np.greater_equal}
 
-_DEFAULT_TYPE = {"float": "FLOAT", "complex": "FLOAT", "sint": "SIGNED", "uint": "UNSIGNED",
-                 "pred": "UNSIGNED"}
+_DEFAULT_TYPE = {kind: types[0] for kind, types in COMPARE_TYPES_OF_KIND.items()}
 
 
 def _float_keys(a, b):

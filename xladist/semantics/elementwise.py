@@ -83,10 +83,6 @@ def _complex_logistic(z):
     return 1 / (1 + np.exp(-z))
 
 
-def _complex_cbrt(z):
-    return np.power(z, 1 / 3)
-
-
 # ---- integer helpers ----------------------------------------------------------------
 def _popcnt(x):
     return np.bitwise_count(as_unsigned(x))
@@ -152,7 +148,7 @@ UNARY: dict[str, dict[str, callable]] = {
     "imag": {_F: _imag_of_real, _C: np.imag},
     "sqrt": _fc(np.sqrt, _xla("sqrt")),
     "rsqrt": _fc(_rsqrt, _xla("rsqrt")),
-    "cbrt": _fc(np.cbrt, _complex_cbrt),
+    "cbrt": _fc(np.cbrt),
     "exponential": _fc(np.exp, _xla("exponential")),
     "exponential-minus-one": _fc(np.expm1, _xla("exponential-minus-one")),
     "log": _fc(np.log, _xla("log")),

@@ -29,6 +29,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+# Which states each algorithm takes: shape inference's rule, checked again where a backend
+# runs the op (a module run without verification).
+from ..hlo.shape_inference.control import rng_state_problem as state_problem
 
 _U32 = np.uint32
 _U64 = np.uint64
@@ -146,15 +149,6 @@ def _philox_u64(key, ctr_lo, ctr_hi, dims):
     w, new = _philox_words(key, ctr_lo, ctr_hi, n_vec)
     flat = np.stack([_join64(w[0], w[1]), _join64(w[2], w[3])], axis=1).reshape(-1)[:n]
     return flat.reshape(dims), new
-
-
-def state_problem(algorithm: str, element_type: str, dims) -> str | None:
-    """Why a state of this element type and dims cannot drive `algorithm`, or None."""
-    if len(dims) != 1 or element_type != "u64":
-        return f"the state must be u64[N], got {element_type}{list(dims)}"
-    if algorithm == "rng_three_fry" and dims[0] < 2:
-        return f"ThreeFry needs a u64[2] state (key, counter), got u64{list(dims)}"
-    return None
 
 
 def rng_bit_generator(state: np.ndarray, algorithm: str, dtype, dims) -> tuple:

@@ -166,6 +166,23 @@ def constant(op, shapes, attrs, declared):
 
 _DISTRIBUTIONS = ("rng_uniform", "rng_normal")
 _BIT_ALGORITHMS = ("rng_default", "rng_three_fry", "rng_philox")
+# The states XLA:CPU's rng-bit-generator takes: ThreeFry a u64[2] (key, counter), Philox
+# (and rng_default, Philox on CPU) a u64[2] or u64[3]. Any other state passes XLA's verifier
+# but fails when XLA expands the op ("limit index (2) must be less than or equal to
+# dimension size (1)"; a u64[3] ThreeFry: "Expected instruction to have shape equal to
+# (u64[2], ...)").
+_RNG_STATE_SIZES = {"rng_three_fry": (2,), "rng_philox": (2, 3), "rng_default": (2, 3)}
+
+
+def rng_state_problem(algorithm: str, element_type: str, dims) -> str | None:
+    """Why a state of this element type and dims cannot drive `algorithm`, or None: the
+    one rule, for shape inference and both backends (semantics/rng.py)."""
+    sizes = _RNG_STATE_SIZES[algorithm]
+    if element_type != "u64" or len(dims) != 1 or dims[0] not in sizes:
+        wanted = " or ".join(f"u64[{n}]" for n in sizes)
+        return (f"{algorithm} needs a {wanted} state (key, counter), got "
+                f"{element_type}{list(dims)}")
+    return None
 
 
 def rng(op, shapes, attrs, declared):
@@ -195,8 +212,9 @@ def rng_bit_generator(op, shapes, attrs, declared):
     alg = attr(attrs, "algorithm")
     if alg not in _BIT_ALGORITHMS:
         raise ShapeError(f"algorithm={alg} is not one of {', '.join(_BIT_ALGORITHMS)}")
-    if state.element_type.kind != "uint" or state.rank != 1:
-        raise ShapeError(f"state must be an unsigned integer vector, got {fmt(state)}")
+    problem = rng_state_problem(alg, state.element_type.name, state.dims)
+    if problem:
+        raise ShapeError(problem)
     d = need_declared(declared, "the shape of the random bits is only in the result shape")
     if not d.is_tuple or len(d.tuple_shapes) != 2:
         raise ShapeError(f"result must be (state, bits), got {fmt(d)}")

@@ -49,12 +49,13 @@ def _unary_rows(names, kinds, wanted, result=_same):
 
 # Rounding is defined on floats only.
 _unary_rows(("floor", "ceil", "round-nearest-afz", "round-nearest-even"), FLOAT, "floating-point")
-# Transcendentals take floats or complex numbers; erf has no complex form in XLA.
-_unary_rows(("sqrt", "rsqrt", "cbrt", "exponential", "exponential-minus-one", "log",
+# Transcendentals take floats or complex numbers; erf and cbrt have no complex form in XLA
+# ("Expected element type in shape to be floating for cbrt operation; got C64").
+_unary_rows(("sqrt", "rsqrt", "exponential", "exponential-minus-one", "log",
              "log-plus-one", "logistic", "sine", "cosine", "tan", "tanh", "acos", "acosh", "asin",
              "asinh", "atan", "atanh", "cosh", "sinh"), FLOAT | COMPLEX,
             "floating-point or complex")
-_unary_rows(("erf",), FLOAT, "floating-point")
+_unary_rows(("erf", "cbrt"), FLOAT, "floating-point")
 # real/imag/abs of a complex number are its float component type.
 _unary_rows(("real", "imag"), FLOAT | COMPLEX, "floating-point or complex", _component_if_complex)
 _unary_rows(("abs",), SIGNED | COMPLEX, "signed, floating-point or complex",
@@ -139,6 +140,10 @@ def complex_(op, shapes, attrs, declared):
 
 _DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 _COMPARE_TYPES = ("FLOAT", "TOTALORDER", "SIGNED", "UNSIGNED")
+# The comparison types each element kind takes, its default first (XLA's verifier,
+# CheckCompareType; semantics/compare.py reads the default from here).
+COMPARE_TYPES_OF_KIND = {"float": ("FLOAT", "TOTALORDER"), "complex": ("FLOAT",), "sint": ("SIGNED",),
+                         "uint": ("UNSIGNED",), "pred": ("UNSIGNED",)}
 
 
 def compare(op, shapes, attrs, declared):
@@ -152,6 +157,12 @@ def compare(op, shapes, attrs, declared):
     ctype = attrs.get("type")
     if ctype is not None and ctype not in _COMPARE_TYPES:
         raise ShapeError(f"type={ctype} is not one of {', '.join(_COMPARE_TYPES)}")
+    allowed = COMPARE_TYPES_OF_KIND[shapes[0].element_type.kind]
+    if ctype is not None and ctype not in allowed:
+        # XLA's verifier refuses the rest ("Expected comparison type SIGNED"): a type
+        # names how the operands' bits are read, and only these read them as they are.
+        raise ShapeError(f"type={ctype} does not compare {fmt_all(shapes)}: "
+                         f"{shapes[0].element_type.name} takes type={' or '.join(allowed)}")
     if shapes[0].element_type.is_complex and direction not in ("EQ", "NE"):
         # XLA orders no complex numbers: its evaluator and CPU emitter have EQ and NE only.
         raise ShapeError(f"complex operands can only be compared with EQ or NE, got "
