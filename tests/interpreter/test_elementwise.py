@@ -394,3 +394,37 @@ def test_f8_arithmetic_rounds_once_to_the_f8_type():
     got = op1("multiply", "f8e5m2[2]", np.array([3.0, 40000.0], e5), np.array([5.0, 4.0], e5))
     assert got.astype(np.float32).tolist() == [16.0, np.inf]  # 15 -> 16 (2 mantissa bits)
     assert op1("sqrt", "f8e5m2[1]", np.array([16.0], e5)).astype(np.float32).tolist() == [4.0]
+
+
+# (lhs, rhs, maximum, minimum) as XLA:CPU computes them (jax 0.10.2, tools/xla_cpu.py):
+# the operand whose real part wins (>= for maximum, <= for minimum) is taken whole; a
+# tie keeps the left, a NaN real part on either side gives the right operand.
+_COMPLEX_MAX_MIN = [
+    (1 + 2j, 1 + 3j, 1 + 2j, 1 + 2j),
+    (1 + 2j, 2 + 0j, 2 + 0j, 1 + 2j),
+    (1 + 2j, complex(nan, 0), complex(nan, 0), complex(nan, 0)),
+    (complex(nan, 0), 1 + 2j, 1 + 2j, 1 + 2j),
+    (complex(0, nan), complex(-0.0, 1), complex(0, nan), complex(0, nan)),
+    (1 + 2j, complex(0, nan), 1 + 2j, complex(0, nan)),
+    (complex(-0.0, 1), 1j, complex(-0.0, 1), complex(-0.0, 1)),
+    (complex(inf, 0), 1 + 2j, complex(inf, 0), 1 + 2j),
+    (complex(0, nan), complex(nan, 0), complex(nan, 0), complex(nan, 0)),
+]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("ct,dt", [("c64", np.complex64), ("c128", np.complex128)])
+def test_complex_maximum_and_minimum_recorded_from_xla_cpu(backend, ct, dt):
+    """Both backends refused complex maximum/minimum, which XLA:CPU runs (found by the
+    builder sweep: b.max of two c64 values)."""
+    import xladist
+    a = np.array([r[0] for r in _COMPLEX_MAX_MIN], dt)
+    b = np.array([r[1] for r in _COMPLEX_MAX_MIN], dt)
+    n = len(a)
+    text = (f"HloModule m\nENTRY e {{\n a = {ct}[{n}] parameter(0)\n b = {ct}[{n}] parameter(1)"
+            f"\n x = {ct}[{n}] maximum(a, b)\n y = {ct}[{n}] minimum(a, b)\n"
+            f" ROOT t = ({ct}[{n}], {ct}[{n}]) tuple(x, y)\n}}\n")
+    got_max, got_min = xladist.compile(xladist.parse_hlo(text), backend=backend)(a, b)
+    for got, col in ((got_max, 2), (got_min, 3)):
+        want = np.array([r[col] for r in _COMPLEX_MAX_MIN], dt)
+        assert got.view(np.uint8).tobytes() == want.view(np.uint8).tobytes(), (got, want)

@@ -366,7 +366,23 @@ def power(o, a, b, c, d):
     return o.select(unit, one, re), o.select(unit, zero, im)
 
 
-BINARY = {"multiply": multiply, "divide": divide, "power": power}
+def maximum(o, a, b, c, d):
+    """XLA:CPU's maximum of complex numbers (jax 0.10.2, tools/xla_cpu.py): the left operand
+    where its real part is >= the right one's, else the right -- a tie (-0 and +0 too)
+    keeps the left, a NaN real part on either side gives the right operand whole; the
+    imaginary parts are not compared."""
+    keep = o.ge(a, c)
+    return o.select(keep, a, c), o.select(keep, b, d)
+
+
+def minimum(o, a, b, c, d):
+    """maximum's rule with <=."""
+    keep = o.le(a, c)
+    return o.select(keep, a, c), o.select(keep, b, d)
+
+
+BINARY = {"multiply": multiply, "divide": divide, "power": power, "maximum": maximum,
+          "minimum": minimum}
 
 
 # ---- numpy entry points -----------------------------------------------------------------

@@ -311,7 +311,7 @@ def _max_min(b, instr, v):
     if t.is_float:
         return _float_max_min(b, is_max, x, y)
     if t.is_complex:
-        _unsupported(instr, "complex maximum/minimum")
+        return _xla_binary(b, instr.opcode, x, y)
     signed = t.kind == "sint"
     op = (">" if is_max else "<")
     cmp = b.icmp_signed(op, x, y) if signed else b.icmp_unsigned(op, x, y)
