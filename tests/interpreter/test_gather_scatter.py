@@ -300,3 +300,23 @@ ENTRY main {
     assert dus.tolist() == [0, 1, 2, 3, 4, 5, 6, -1, -2, -3]
     assert g.tolist() == [[7, 8, 9], [7, 8, 9]]
     assert sc.tolist() == [0, 201, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_gather_of_a_scalar_repeats_it_per_batch_position(backend):
+    """A gather from a rank-0 operand (no index components, s32[3,0] indices) gives the
+    scalar at each of the 3 batch positions: XLA:CPU (jax 0.10.2) returns f32[3]
+    {2.5, 2.5, 2.5}. The interpreter returned the scalar itself and refused its own
+    result ("gather computes shape () but the instruction declares f32[3]"). Found by the
+    structural-op sweep against XLA:CPU."""
+    import xladist
+    text = """HloModule m
+ENTRY main {
+  x = f32[] parameter(0)
+  i = s32[3,0] parameter(1)
+  ROOT g = f32[3] gather(x, i), offset_dims={}, collapsed_slice_dims={}, start_index_map={}, index_vector_dim=1, slice_sizes={}
+}
+"""
+    exe = xladist.compile(xladist.parse_hlo(text), backend=backend)
+    (g,) = exe(np.float32(2.5), np.zeros((3, 0), np.int32))
+    assert g.dtype == np.float32 and g.tolist() == [2.5, 2.5, 2.5]

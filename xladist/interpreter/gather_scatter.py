@@ -75,9 +75,6 @@ def gather(operand, start_indices, *, offset_dims, collapsed_slice_dims, start_i
             oshape[axis] = slice_sizes[d]
             term = term + np.arange(slice_sizes[d]).reshape(oshape)
         full_idx.append(term)
-    if not full_idx:
-        return operand.copy()
-    out_shape = np.broadcast_shapes(*[t.shape for t in full_idx])
     # Output dims of size 0 (empty batch or empty slice) broadcast oddly; shape by hand.
     shape = [1] * out_rank
     for a, n in zip(batch_axes, batch_shape):
@@ -86,6 +83,10 @@ def gather(operand, start_indices, *, offset_dims, collapsed_slice_dims, start_i
         shape[offset_dims[j]] = slice_sizes[d]
     if 0 in shape:
         return np.zeros(shape, operand.dtype)
+    if not full_idx:
+        # A rank-0 operand: every batch position gathers the one element.
+        return np.broadcast_to(operand, shape).copy()
+    out_shape = np.broadcast_shapes(*[t.shape for t in full_idx])
     return operand[tuple(np.broadcast_to(t, out_shape) for t in full_idx)].reshape(shape)
 
 
