@@ -184,3 +184,62 @@ def test_a_dot_algorithm_is_carried_and_not_applied_as_on_xla_cpu():
             f"rhs_contracting_dims={{0}}, algorithm={alg}\n}}\n")
         got = xladist.compile(module, backend="cpu")(lhs, rhs)[0]
         assert float(got[0, 0]) == 1.0 + 2.0**-12, alg
+
+
+# (operand type, result type, lhs values, want): lhs . [1, 1, 1] as XLA:CPU (jax 0.10.2)
+# computes it. A result less precise than the operands is computed at the operands'
+# precision and rounded once; f16 -> bf16 rounds the operands to bf16 first (bf16 has the
+# range, so XLA's OperandUpcaster converts to it: 1 + 2^-9 becomes 1).
+_NARROWER_RESULTS = [
+    ("f64", "f32", np.array([1 + 2**-30, -1, 0]), 2.0**-30),
+    ("f64", "bf16", np.array([1 + 2**-30, -1, 0]), 2.0**-30),
+    ("f32", "bf16", np.array([1 + 2**-20, -1, 0], np.float32), 2.0**-20),
+    ("f32", "f16", np.array([1 + 2**-20, -1, 0], np.float32), 2.0**-20),
+    ("c128", "c64", np.array([1 + 2**-30, -1, 0], np.complex128), 2.0**-30),
+    ("f16", "bf16", np.array([1 + 2**-9, -1, 0], np.float16), 0.0),
+]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("op", ["dot", "convolution"])
+@pytest.mark.parametrize("operand,result,lhs,want", _NARROWER_RESULTS,
+                         ids=[f"{a}-{b}" for a, b, *_ in _NARROWER_RESULTS])
+def test_a_result_narrower_than_the_operands_rounds_once(backend, op, operand, result, lhs,
+                                                         want):
+    """f32 x f32 -> bf16 (a dot whose HLO result type is narrower than its operands): the
+    interpreter rounded the operands to bf16 before multiplying (0 here, where XLA:CPU
+    gives 2^-20), and both backends rounded f64 operands of an f32 or bf16 result to f32
+    (0 where XLA gives 2^-30); the cpu backend also multiplied f16 operands of a bf16
+    result unrounded (2^-9 where XLA gives 0). Found by the structural-op sweep."""
+    import xladist
+    if op == "dot":
+        body = (f"x = {operand}[1,3] parameter(0)\n  y = {operand}[3,1] parameter(1)\n"
+                f"  ROOT d = {result}[1,1] dot(x, y), lhs_contracting_dims={{1}}, "
+                f"rhs_contracting_dims={{0}}")
+        shapes = (1, 3), (3, 1)
+    else:
+        body = (f"x = {operand}[1,3,1] parameter(0)\n  w = {operand}[3,1,1] parameter(1)\n"
+                f"  ROOT c = {result}[1,1,1] convolution(x, w), window={{size=3}}, "
+                f"dim_labels=b0f_0io->b0f")
+        shapes = (1, 3, 1), (3, 1, 1)
+    exe = xladist.compile(xladist.parse_hlo(f"HloModule m\nENTRY main {{\n  {body}\n}}\n"),
+                          backend=backend)
+    (got,) = exe(lhs.reshape(shapes[0]), np.ones(shapes[1], lhs.dtype))
+    assert complex(got.reshape(())) == want
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_pred_operands_of_an_integer_result_are_counted(backend):
+    """pred x pred -> u8 converts the operands to u8 (pred is 1 bit, less precise than
+    any integer), so the product counts the true pairs: XLA:CPU gives 3 for three."""
+    import xladist
+    text = """HloModule m
+ENTRY main {
+  x = pred[1,3] parameter(0)
+  y = pred[3,1] parameter(1)
+  ROOT d = u8[1,1] dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    exe = xladist.compile(xladist.parse_hlo(text), backend=backend)
+    (got,) = exe(np.ones((1, 3), bool), np.ones((3, 1), bool))
+    assert got.dtype == np.uint8 and got.tolist() == [[3]]

@@ -40,6 +40,7 @@ import threading
 import numpy as np
 
 from . import jit
+from ..semantics.dtypes import compute_dtype, product_operand_dtype
 from .target import kernel_vector_bytes
 
 # Output positions per block. Measured with 2 vectors of features (NR = 2 VW) on the
@@ -207,10 +208,10 @@ def lines_of(instr) -> tuple[int, int] | None:
     kernel (what `xladist explain` shows), else None."""
     a = instr.attrs
     dn, out, rhs = a["dim_labels"], instr.shape, instr.operands[1].shape
-    dtype = out.element_type.dtype
-    if dtype.kind == "f" and dtype.itemsize < 4 or dtype.name == "bfloat16" or \
-            dtype.name.startswith(("float8", "float4")):
-        dtype = np.dtype(np.float32)  # narrow floats compute in f32 (library/core.py)
+    # The type the library thunk computes in (library/core.py's _product_dtypes).
+    dtype = compute_dtype(product_operand_dtype(instr.operands[0].shape.element_type.dtype,
+                                                rhs.element_type.dtype,
+                                                out.element_type.dtype))
     window = a.get("window")
     strides = [d.stride for d in window.dims] if window is not None else []
     osp = [out.dims[d] for d in dn.output_spatial]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..semantics.dtypes import product_operand_dtype
 from .dot import from_accumulation, to_accumulation
 from .registry import register
 
@@ -73,8 +74,9 @@ def conv_general(lhs, rhs, dnums, window, feature_group_count=1, batch_group_cou
     x = lhs.transpose((dnums.input_batch, dnums.input_feature) + tuple(dnums.input_spatial))
     k = rhs.transpose((dnums.kernel_output_feature, dnums.kernel_input_feature)
                       + tuple(dnums.kernel_spatial))
-    x = to_accumulation(x, result_dtype)
-    k = to_accumulation(k, result_dtype)
+    operand_dtype = product_operand_dtype(lhs.dtype, rhs.dtype, result_dtype)
+    x = to_accumulation(x, operand_dtype)
+    k = to_accumulation(k, operand_dtype)
     wd = _window_dims(window, ns)
     ksz = k.shape[2:]
     for i, (size, *_rest) in enumerate(wd):

@@ -5,7 +5,10 @@ dims, each group in operand dimension order.
 
 Numerics (the part XLA defines and the part it leaves to us):
 - operands are first converted to the result element type (preferred_element_type:
-  s8 x s8 -> s32, bf16 x bf16 -> f32 ...), as XLA's evaluator does;
+  s8 x s8 -> s32, bf16 x bf16 -> f32 ...) when it is at least as precise as both, as
+  XLA's OperandUpcaster does; a float result less precise than an operand (f32 x f32 ->
+  bf16, f64 -> f32) is computed at the operand's precision and rounded once
+  (semantics.dtypes.product_operand_dtype, the rule both backends use);
 - floats narrower than f32 (f16, bf16, f8*) accumulate in f32 and are rounded to
   the result type once at the end; f32/f64/c64/c128 accumulate in their own type;
 - integers accumulate in 64 bits and wrap to the result width (two's complement),
@@ -23,6 +26,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..semantics.dequantize import dequantize
+from ..semantics.dtypes import product_operand_dtype
 from .registry import register
 
 
@@ -42,13 +46,14 @@ def accumulation_dtype(result: np.dtype) -> np.dtype:
     return np.dtype(np.float32)  # f16, bf16, f8*, f4: accumulate in f32
 
 
-def to_accumulation(x: np.ndarray, result: np.dtype) -> np.ndarray:
-    """Convert an operand to the result type (XLA's semantics), then widen for accumulation."""
-    result = np.dtype(result)
+def to_accumulation(x: np.ndarray, operand: np.dtype) -> np.ndarray:
+    """Convert an operand to the type the product's operands take (product_operand_dtype
+    of both operands and the result), then widen for accumulation."""
+    operand = np.dtype(operand)
     x = np.asarray(x)
-    if x.dtype != result and not (result == np.bool_ and x.dtype.kind in "iub"):
-        x = x.astype(result)
-    return x.astype(accumulation_dtype(result))
+    if x.dtype != operand and not (operand == np.bool_ and x.dtype.kind in "iub"):
+        x = x.astype(operand)
+    return x.astype(accumulation_dtype(operand))
 
 
 def from_accumulation(acc: np.ndarray, result: np.dtype) -> np.ndarray:
@@ -63,11 +68,12 @@ def dot_general(lhs, rhs, lhs_contract=(), rhs_contract=(), lhs_batch=(), rhs_ba
     """DotGeneral on numpy arrays; the result in `result_dtype` (default: lhs dtype)."""
     lhs, rhs = np.asarray(lhs), np.asarray(rhs)
     result_dtype = np.dtype(result_dtype or lhs.dtype)
+    operand_dtype = product_operand_dtype(lhs.dtype, rhs.dtype, result_dtype)
     lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contract and d not in lhs_batch]
     rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
-    a = to_accumulation(lhs, result_dtype).transpose(list(lhs_batch) + lhs_free
+    a = to_accumulation(lhs, operand_dtype).transpose(list(lhs_batch) + lhs_free
                                                      + list(lhs_contract))
-    b = to_accumulation(rhs, result_dtype).transpose(list(rhs_batch) + list(rhs_contract)
+    b = to_accumulation(rhs, operand_dtype).transpose(list(rhs_batch) + list(rhs_contract)
                                                      + rhs_free)
     batch = [lhs.shape[d] for d in lhs_batch]
     m = [lhs.shape[d] for d in lhs_free]

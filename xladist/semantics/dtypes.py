@@ -45,6 +45,38 @@ def compute_dtype(dtype) -> np.dtype:
 
 
 @cache
+def _precision_key(dtype) -> tuple:
+    """XLA's primitive_util::HigherPrecisionType order, most important first: complex
+    over real, then a float's range (overflow exponent) and precision (significand
+    width) over any integer's, then bit width, then signed over unsigned."""
+    import ml_dtypes
+    dtype = np.dtype(dtype)
+    kind = kind_of(dtype)
+    fi = ml_dtypes.finfo(dtype) if kind == "float" else None
+    return (kind == "complex", fi.maxexp if fi else -1, fi.nmant + 1 if fi else -1,
+            1 if kind == "pred" else bits_of(dtype), kind == "sint")  # pred: 1 bit
+
+
+def higher_precision(a, b) -> np.dtype:
+    """The more precise of two element types (XLA's HigherPrecisionType; a on a tie)."""
+    a, b = np.dtype(a), np.dtype(b)
+    return b if _precision_key(b) > _precision_key(a) else a
+
+
+@cache
+def product_operand_dtype(lhs, rhs, result) -> np.dtype:
+    """The type a dot's or convolution's operands are converted to before the product,
+    as XLA's OperandUpcaster decides: the result type when it is at least as precise as
+    both operands (s8 x s8 -> s32, bf16 x bf16 -> f32, and f16 x f16 -> bf16, which
+    rounds the operands to bf16), else the more precise operand's own type: f32 x f32 ->
+    bf16 and f64 x f64 -> f32 multiply and accumulate at the operands' precision and
+    round once at the end (XLA:CPU, jax 0.10.2)."""
+    wide = higher_precision(lhs, rhs)
+    result = np.dtype(result)
+    return result if higher_precision(wide, result) == result else wide
+
+
+@cache
 def reduces_in_f16(dtype) -> bool:
     """Whether XLA:CPU runs a reduce-precision of this sub-16-bit float type in f16: its
     float normalization upcasts the f8 (and f4) types f16 holds exactly -- at most 5

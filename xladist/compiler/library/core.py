@@ -39,7 +39,7 @@ from ..codegen.constants import logical_view
 from ..thunks import LibraryThunk, address
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 from ...semantics.custom_calls import lookup, target_raised, target_returned
-from ...semantics.dtypes import bitcast_convert
+from ...semantics.dtypes import bitcast_convert, product_operand_dtype
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
@@ -77,6 +77,21 @@ def _compute_dtype_of(dtype: np.dtype) -> np.dtype:
     if dtype == np.bool_:
         return np.dtype(np.int32)
     return dtype
+
+
+def _product_dtypes(lhs, rhs, out) -> tuple[np.dtype, np.dtype]:
+    """(operand type, compute type) of a dot or convolution: its operands are converted
+    to the first (XLA's OperandUpcaster: semantics.dtypes.product_operand_dtype, the
+    interpreter's rule too) and multiplied in the second."""
+    op = product_operand_dtype(lhs, rhs, out)
+    return op, _compute_dtype(op)
+
+
+def _as_operand(x: np.ndarray, op: np.dtype, ct: np.dtype) -> np.ndarray:
+    """x rounded to the product's operand type where the compute type is another (f16
+    operands of a bf16 product are bf16 values computed in f32); callers then convert
+    to the compute type."""
+    return x.astype(op) if x.dtype != op and op != ct else x
 
 
 def _store(out: np.ndarray, value) -> None:
@@ -127,7 +142,8 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
         matmul_into(*ops[:3])
         return
     lf, rf, _plain, lperm, rperm = _dot_dims(lhs.ndim, rhs.ndim, lb, lc, rb, rc)
-    ct = _compute_dtype(out.dtype)
+    op, ct = _product_dtypes(lhs.dtype, rhs.dtype, out.dtype)
+    lhs, rhs = _as_operand(lhs, op, ct), _as_operand(rhs, op, ct)
     lt = (lhs if lperm is None else lhs.transpose(lperm)).astype(ct, copy=False)
     rt = (rhs if rperm is None else rhs.transpose(rperm)).astype(ct, copy=False)
     bsz, m, k, n = _sizes(lhs, rhs, lb, lf, lc, rf)
@@ -144,9 +160,10 @@ def blas_operands(out, lhs, rhs, lb: tuple, lc: tuple, rb: tuple, rc: tuple,
     whether a comes from rhs and b from lhs (a transposed result); else None (dot_into
     computes into a temporary and stores)."""
     lf, rf, plain, lperm, rperm = _dot_dims(lhs.ndim, rhs.ndim, lb, lc, rb, rc)
-    ct = _compute_dtype(out.dtype)
+    op, ct = _product_dtypes(lhs.dtype, rhs.dtype, out.dtype)
     if out.dtype != ct or not convert and (lhs.dtype != ct or rhs.dtype != ct):
         return None
+    lhs, rhs = _as_operand(lhs, op, ct), _as_operand(rhs, op, ct)
     lt = lhs if lperm is None else lhs.transpose(lperm)
     rt = rhs if rperm is None else rhs.transpose(rperm)
     if lt.dtype != ct:
@@ -374,7 +391,8 @@ def _convolution(instr, args, outs):
     window = a.get("window")
     groups = int(a.get("feature_group_count", 1) or 1)
     bgroups = int(a.get("batch_group_count", 1) or 1)
-    ct = _compute_dtype(out.dtype)
+    op, ct = _product_dtypes(lhs.dtype, rhs.dtype, out.dtype)
+    lhs, rhs = _as_operand(lhs, op, ct), _as_operand(rhs, op, ct)
     w = rhs.transpose([dn.kernel_output_feature, dn.kernel_input_feature,
                        *dn.kernel_spatial]).astype(ct)
     strides = []
