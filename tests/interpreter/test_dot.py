@@ -243,3 +243,29 @@ ENTRY main {
     exe = xladist.compile(xladist.parse_hlo(text), backend=backend)
     (got,) = exe(np.ones((1, 3), bool), np.ones((3, 1), bool))
     assert got.dtype == np.uint8 and got.tolist() == [[3]]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("op", ["dot", "convolution"])
+def test_a_product_in_a_more_precise_operand_type_rounds_to_it_first(backend, op):
+    """f8e5m2 x f8e5m2 -> f8e4m3fn: XLA computes the product as an f8e5m2 value and then
+    converts it, so a sum of -1.875 (exact in e4m3fn) becomes e5m2's -2 (1.875 is halfway
+    between e5m2's 1.75 and 2; ties to even) and stays -2: XLA:CPU (jax 0.10.2) gives -2,
+    both backends gave -1.875. Found by the structural-op sweep."""
+    import xladist
+    if op == "dot":
+        body = ("x = f8e5m2[1,2] parameter(0)\n  y = f8e5m2[2,1] parameter(1)\n"
+                "  ROOT d = f8e4m3fn[1,1] dot(x, y), lhs_contracting_dims={1}, "
+                "rhs_contracting_dims={0}")
+        shapes = (1, 2), (2, 1)
+    else:
+        body = ("x = f8e5m2[1,2,1] parameter(0)\n  w = f8e5m2[2,1,1] parameter(1)\n"
+                "  ROOT c = f8e4m3fn[1,1,1] convolution(x, w), window={size=2}, "
+                "dim_labels=b0f_0io->b0f")
+        shapes = (1, 2, 1), (2, 1, 1)
+    exe = xladist.compile(xladist.parse_hlo(f"HloModule m\nENTRY main {{\n  {body}\n}}\n"),
+                          backend=backend)
+    e5m2 = ml_dtypes.float8_e5m2
+    (got,) = exe(np.array([-1.5, -0.375], e5m2).reshape(shapes[0]),
+                 np.ones(shapes[1], e5m2))
+    assert got.dtype == ml_dtypes.float8_e4m3fn and float(got.reshape(())) == -2.0

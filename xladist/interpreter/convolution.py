@@ -143,7 +143,7 @@ def conv_general(lhs, rhs, dnums, window, feature_group_count=1, batch_group_cou
     perm[dnums.output_feature] = 1
     for i, d in enumerate(dnums.output_spatial):
         perm[d] = 2 + i
-    return from_accumulation(out.transpose(perm), result_dtype)
+    return from_accumulation(out.transpose(perm), result_dtype, operand_dtype)
 
 
 @register("convolution")

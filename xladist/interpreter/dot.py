@@ -7,8 +7,9 @@ Numerics (the part XLA defines and the part it leaves to us):
 - operands are first converted to the result element type (preferred_element_type:
   s8 x s8 -> s32, bf16 x bf16 -> f32 ...) when it is at least as precise as both, as
   XLA's OperandUpcaster does; a float result less precise than an operand (f32 x f32 ->
-  bf16, f64 -> f32) is computed at the operand's precision and rounded once
-  (semantics.dtypes.product_operand_dtype, the rule both backends use);
+  bf16, f64 -> f32) is computed at the operand's precision, rounded to the operand's
+  type and then to the result's (semantics.dtypes.product_operand_dtype and
+  product_value, the rules both backends use);
 - floats narrower than f32 (f16, bf16, f8*) accumulate in f32 and are rounded to
   the result type once at the end; f32/f64/c64/c128 accumulate in their own type;
 - integers accumulate in 64 bits and wrap to the result width (two's complement),
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..semantics.dequantize import dequantize
-from ..semantics.dtypes import product_operand_dtype
+from ..semantics.dtypes import product_operand_dtype, product_value
 from .registry import register
 
 
@@ -56,11 +57,15 @@ def to_accumulation(x: np.ndarray, operand: np.dtype) -> np.ndarray:
     return x.astype(accumulation_dtype(operand))
 
 
-def from_accumulation(acc: np.ndarray, result: np.dtype) -> np.ndarray:
+def from_accumulation(acc: np.ndarray, result: np.dtype, operand=None) -> np.ndarray:
+    """The accumulated values as the result type; `operand` is the product's operand type
+    (product_operand_dtype), which rounds first where it is not the result's."""
     result = np.dtype(result)
     if result == np.bool_:
         return acc != 0
-    return acc.astype(result)  # integer: wraps; float: one rounding
+    if operand is not None:
+        acc = product_value(acc, operand, result)
+    return acc.astype(result)  # integer: wraps; float: one rounding (two: product_value)
 
 
 def dot_general(lhs, rhs, lhs_contract=(), rhs_contract=(), lhs_batch=(), rhs_batch=(),
@@ -84,7 +89,7 @@ def dot_general(lhs, rhs, lhs_contract=(), rhs_contract=(), lhs_batch=(), rhs_ba
     b = b.reshape(nb, k, int(np.prod(n, dtype=np.int64)))
     with np.errstate(over="ignore", invalid="ignore"):
         acc = np.matmul(a, b)
-    return from_accumulation(acc.reshape(batch + m + n), result_dtype)
+    return from_accumulation(acc.reshape(batch + m + n), result_dtype, operand_dtype)
 
 
 def _dims(instr, key):

@@ -76,6 +76,18 @@ def product_operand_dtype(lhs, rhs, result) -> np.dtype:
     return result if higher_precision(wide, result) == result else wide
 
 
+def product_value(acc: np.ndarray, operand, result) -> np.ndarray:
+    """A dot's or convolution's accumulated values as XLA gives them before the final
+    convert to `result`: a product whose operands stay in a type more precise than the
+    result (product_operand_dtype) is a value of that type first, so the result is
+    rounded twice (f8e5m2 x f8e5m2 -> f8e4m3fn: a sum of -1.875 is e5m2's -2, then
+    e4m3fn's -2, not -1.875)."""
+    operand = np.dtype(operand)
+    if operand != np.dtype(result) and acc.dtype != operand:
+        return store_as(acc, operand)
+    return acc
+
+
 @cache
 def reduces_in_f16(dtype) -> bool:
     """Whether XLA:CPU runs a reduce-precision of this sub-16-bit float type in f16: its

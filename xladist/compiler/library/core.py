@@ -39,7 +39,7 @@ from ..codegen.constants import logical_view
 from ..thunks import LibraryThunk, address
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 from ...semantics.custom_calls import lookup, target_raised, target_returned
-from ...semantics.dtypes import bitcast_convert, product_operand_dtype
+from ...semantics.dtypes import bitcast_convert, product_operand_dtype, product_value
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
@@ -149,7 +149,7 @@ def dot_into(out, lhs, rhs, lb, lc, rb, rc) -> None:
     bsz, m, k, n = _sizes(lhs, rhs, lb, lf, lc, rf)
     tmp = np.empty((bsz, m, n), ct)
     matmul_into(lt.reshape(bsz, m, k), rt.reshape(bsz, k, n), tmp)
-    _store(out, tmp.reshape(out.shape))
+    _store(out, product_value(tmp.reshape(out.shape), op, out.dtype))
 
 
 def blas_operands(out, lhs, rhs, lb: tuple, lc: tuple, rb: tuple, rc: tuple,
@@ -461,7 +461,7 @@ def _convolution(instr, args, outs):
     perm[dn.output_feature] = 1
     for i, d in enumerate(dn.output_spatial):
         perm[d] = 2 + i
-    _store(out, result.transpose(perm))
+    _store(out, product_value(result.transpose(perm), op, out.dtype))
 
 
 @library("fft")
