@@ -269,3 +269,20 @@ def test_a_product_in_a_more_precise_operand_type_rounds_to_it_first(backend, op
     (got,) = exe(np.array([-1.5, -0.375], e5m2).reshape(shapes[0]),
                  np.ones(shapes[1], e5m2))
     assert got.dtype == ml_dtypes.float8_e4m3fn and float(got.reshape(())) == -2.0
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_an_f64_product_with_an_f8_result_rounds_once_recorded_from_xla_cpu(backend):
+    """An f64 dot into an f8 result is its f64 sum converted once (XLA:CPU, jax 0.10.2).
+    Both backends stored the sum with ml_dtypes' cast, which goes through f32: a sum just
+    off an f8 midpoint became the midpoint (f8e8m0fnu 1.4999999999991 gave 2, XLA 1)."""
+    import xladist
+    sums = [1.5 - 2**-40, 1.75 - 2**-40, 432 - 2**-30]
+    xla = {"f8e4m3fn": [60, 62, 125], "f8e8m0fnu": [127, 128, 136], "f8e5m2": [62, 63, 95]}
+    x = np.array([[s, 1.0, -1.0] for s in sums])
+    for t, want in xla.items():
+        text = (f"HloModule m\nENTRY main {{\n  x = f64[3,3] parameter(0)\n  y = f64[3,1] "
+                f"parameter(1)\n  ROOT d = {t}[3,1] dot(x, y), lhs_contracting_dims={{1}}, "
+                f"rhs_contracting_dims={{0}}\n}}\n")
+        (got,) = xladist.compile(xladist.parse_hlo(text), backend=backend)(x, np.ones((3, 1)))
+        assert got.reshape(-1).view(np.uint8).tolist() == want, t

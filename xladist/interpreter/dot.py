@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..semantics.dequantize import dequantize
-from ..semantics.dtypes import product_operand_dtype, product_value
+from ..semantics.dtypes import product_operand_dtype, product_value, store_as
 from .registry import register
 
 
@@ -65,7 +65,7 @@ def from_accumulation(acc: np.ndarray, result: np.dtype, operand=None) -> np.nda
         return acc != 0
     if operand is not None:
         acc = product_value(acc, operand, result)
-    return acc.astype(result)  # integer: wraps; float: one rounding (two: product_value)
+    return store_as(acc, result)  # integer: wraps; float: one rounding (two: product_value)
 
 
 def dot_general(lhs, rhs, lhs_contract=(), rhs_contract=(), lhs_batch=(), rhs_batch=(),

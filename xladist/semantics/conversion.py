@@ -12,7 +12,7 @@ convert follows XLA:CPU (elemental_ir_emitter.cc, checked against XLA:CPU):
   XLA's int -> f32 -> bf16 path);
 - float -> float rounds to nearest even with ml_dtypes (its f8 overflow/NaN rules and
   its f64 -> bf16 path through f32 match XLA), once: f64 -> f8/f4 rounds to f32 by
-  round-to-odd first (f64_to_f32_odd), as XLA rounds them straight from f64;
+  round-to-odd first (dtypes.store_as), as XLA rounds them straight from f64;
 - anything -> pred is `x != 0` (NaN -> true); pred -> anything is 0/1;
 - complex -> real takes the real part; real -> complex has imaginary part 0;
 - integer -> integer wraps.
@@ -69,33 +69,7 @@ def _real_part(x, dtype):
     return convert_array(np.real(x), dtype)
 
 
-def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
-    """f64 values rounded to f32 by round-to-odd: toward zero, the last bit set when any
-    bit was lost. A second rounding of that to a type of at most 22 significant bits
-    (every f8 and f4 type) then gives what one rounding of the f64 value gives; through
-    f32's own nearest-even rounding, values just below a midpoint of the narrow type
-    become the midpoint and round up (f8e4m3fn 431.9999999996 -> 448, not 416; XLA:CPU
-    rounds them once). (The cpu backend's is codegen/scalar_ops.f64_to_f32_odd.)"""
-    y = x.astype(F32)
-    back = y.astype(np.float64)
-    inexact = (back != x) & np.isfinite(x)
-    away = inexact & (np.abs(back) > np.abs(x))  # rounded up in magnitude: step back
-    bits = y.view(np.uint32)
-    bits = np.where(away, bits - np.uint32(1), bits) | inexact.astype(np.uint32)
-    return np.asarray(bits, np.uint32).view(F32)
-
-
-# XLA:CPU converts an f64 below f8e8m0fnu's smallest value to NaN, as it does 0 (from f32
-# it rounds 2^-128 < x < 2^-127 up to 2^-127): jax 0.10.2, 0.75 * 2^-127 and 1e-300 -> 0xff.
-E8M0_F64_LOWEST = 2.0 ** -127
-
-
 def _float_to_float(x, dtype):
-    if x.dtype == np.float64 and np.dtype(dtype).itemsize == 1:
-        out = store_as(f64_to_f32_odd(x), dtype)
-        if np.dtype(dtype).name == "float8_e8m0fnu":
-            out = np.where(x < E8M0_F64_LOWEST, np.array(np.nan, dtype), out)
-        return out
     if x.dtype.itemsize < 4 and np.dtype(dtype).itemsize < 4 and x.dtype != dtype:
         # Between narrow floats: exact through f32, then one rounding (ml_dtypes has no
         # direct cast for some pairs, e.g. float4_e2m1fn -> float8_e8m0fnu).

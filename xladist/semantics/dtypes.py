@@ -106,13 +106,43 @@ def _has_no_nan(dtype) -> bool:
     return primitive_type_of_dtype(np.dtype(dtype)).name == "f4e2m1fn"
 
 
+def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
+    """f64 values rounded to f32 by round-to-odd: toward zero, the last bit set when any
+    bit was lost. A second rounding of that to a type of at most 22 significant bits
+    (every f8 and f4 type) then gives what one rounding of the f64 value gives; through
+    f32's own nearest-even rounding, values just below a midpoint of the narrow type
+    become the midpoint and round up (f8e4m3fn 431.9999999996 -> 448, not 416; XLA:CPU
+    rounds them once). (The cpu backend's is codegen/scalar_ops.f64_to_f32_odd.)"""
+    y = x.astype(F32)
+    back = y.astype(np.float64)
+    inexact = (back != x) & np.isfinite(x)
+    away = inexact & (np.abs(back) > np.abs(x))  # rounded up in magnitude: step back
+    bits = y.view(np.uint32)
+    bits = np.where(away, bits - np.uint32(1), bits) | inexact.astype(np.uint32)
+    return np.asarray(bits, np.uint32).view(F32)
+
+
+# XLA:CPU converts an f64 below f8e8m0fnu's smallest value to NaN, as it does 0 (from f32
+# it rounds 2^-128 < x < 2^-127 up to 2^-127): jax 0.10.2, 0.75 * 2^-127 and 1e-300 -> 0xff.
+E8M0_F64_LOWEST = 2.0 ** -127
+
+
 def store_as(x: np.ndarray, dtype) -> np.ndarray:
     """x (a result computed in a wider type, or a convert's operand) rounded to dtype as
-    XLA:CPU stores it: numpy's / ml_dtypes' cast, except that f4e2m1fn, which has neither
-    NaN nor inf, stores every NaN as -0 (0x8) -- ml_dtypes gives a zero whose sign is
-    the NaN's inverted. (The cpu backend's encode in compiler/codegen/lowbits.py is the
-    same rule in LLVM IR.)"""
+    XLA:CPU stores it: numpy's / ml_dtypes' cast, except that
+    - f64 rounds to the f8 and f4 types once (f64_to_f32_odd; ml_dtypes goes through
+      f32), and below 2^-127 to f8e8m0fnu as NaN (E8M0_F64_LOWEST);
+    - f4e2m1fn, which has neither NaN nor inf, stores every NaN as -0 (0x8) -- ml_dtypes
+      gives a zero whose sign is the NaN's inverted.
+    (The cpu backend's convert and encode in compiler/codegen/scalar_ops.py and lowbits.py
+    are the same rules in LLVM IR.)"""
     x = np.asarray(x)
+    dtype = np.dtype(dtype)
+    if x.dtype == np.float64 and dtype.itemsize == 1 and kind_of(dtype) == "float":
+        out = store_as(f64_to_f32_odd(x), dtype)
+        if dtype.name == "float8_e8m0fnu":
+            out = np.where(x < E8M0_F64_LOWEST, np.array(np.nan, dtype), out)
+        return out
     out = x.astype(dtype, copy=False)
     if _has_no_nan(out.dtype) and x.dtype != out.dtype and kind_of(x.dtype) == "float":
         nan = np.isnan(x)

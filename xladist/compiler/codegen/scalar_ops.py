@@ -20,8 +20,7 @@ from ...errors import UnsupportedError
 from ...hlo.shape import PrimitiveType
 from . import intrinsics as intr
 from ...semantics import complex_xla as cx, integer_power
-from ...semantics.conversion import E8M0_F64_LOWEST
-from ...semantics.dtypes import reduces_in_f16
+from ...semantics.dtypes import E8M0_F64_LOWEST, reduces_in_f16
 from . import lowbits, mathlib
 from .types import (
     C64,
@@ -615,7 +614,7 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
             # One rounding f64 -> f16, as numpy does (not through f32).
             return b.fpext(b.fptrunc(x, ir.HalfType()), dt)
         elif st == F64 and dst.name in lowbits.SMALL_FLOATS:
-            # f64 -> f8/f4: rounded once, as XLA does (semantics/conversion.py)
+            # f64 -> f8/f4: rounded once, as XLA does (semantics/dtypes.store_as)
             v = f64_to_f32_odd(b, x)
             if dst.name == "f8e8m0fnu":
                 below = b.fcmp_ordered("<", x, _c(F64, E8M0_F64_LOWEST))
@@ -642,7 +641,7 @@ def convert_value(b, src: PrimitiveType, dst: PrimitiveType, x):
 
 
 def f64_to_f32_odd(b, x):
-    """An f64 register rounded to f32 by round-to-odd (semantics/conversion.f64_to_f32_odd,
+    """An f64 register rounded to f32 by round-to-odd (semantics/dtypes.f64_to_f32_odd,
     where the why is): toward zero, the last bit set when any bit was lost."""
     from .types import I32
     y = b.fptrunc(x, F32)

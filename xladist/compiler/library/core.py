@@ -39,7 +39,8 @@ from ..codegen.constants import logical_view
 from ..thunks import LibraryThunk, address
 from ...semantics.batchnorm import batch_norm_grad, batch_norm_inference, batch_norm_training
 from ...semantics.custom_calls import lookup, target_raised, target_returned
-from ...semantics.dtypes import bitcast_convert, product_operand_dtype, product_value
+from ...semantics.dtypes import (bitcast_convert, product_operand_dtype, product_value,
+                                 store_as)
 from ...semantics.fft import fft
 from ...semantics.linalg import cholesky, triangular_solve
 from ...semantics.order import top_k_total_order
@@ -95,7 +96,8 @@ def _as_operand(x: np.ndarray, op: np.dtype, ct: np.dtype) -> np.ndarray:
 
 
 def _store(out: np.ndarray, value) -> None:
-    np.copyto(out, np.asarray(value).astype(out.dtype, copy=False), casting="unsafe")
+    """value rounded to out's type as a convert rounds (store_as), written into it."""
+    np.copyto(out, store_as(value, out.dtype), casting="unsafe")
 
 
 @library("dot")
