@@ -615,3 +615,26 @@ def test_a_bare_mpiexec_launch_is_served_by_rank_0(tmp_path, simhosts):
     assert proc.returncode == 0, proc.stderr
     with np.load(out) as got, np.load(case / "expected.npz") as want:
         np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-5)
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_mpiexec_launch_whose_rank_0_fails_at_start_ends_on_every_host(tmp_path,
+                                                                              simhosts):
+    """`mpiexec -f hosts -n 4 xladist run missing.hlo`: rank 0 fails before the service is up
+    (a mistyped path). Before, it exited non-zero, which MPICH's proxy on its own host takes
+    as the end of the job there only: nodeB's ranks waited in MPI for rank 0 for ever, and
+    mpiexec with them. Now the job ends on both hosts within seconds, saying why (exit 2)."""
+    sim = simhosts()
+    marker = f"{tmp_path.name}-{os.getpid()}-bare"
+    proc = subprocess.Popen(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
+         "run", str(tmp_path / "missing.hlo"), "-q"],
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = f"XLADIST_TEST_MARKER={marker}"
+    t0 = time.monotonic()
+    out, err = _finish(proc, SLACK)
+    assert proc.returncode == 2, err
+    assert f"rank 0: MODULE {tmp_path / 'missing.hlo'}: does not exist" in err, err
+    assert time.monotonic() - t0 < SLACK
+    assert gone(proc.marker, 10) == [], "processes of the job left running"

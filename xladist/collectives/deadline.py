@@ -103,8 +103,9 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     """Print ``rank R: message`` (or just ``message``) once to stderr and abort every rank.
 
     Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
-    exits this process -- also under MPICH's hydra, whose proxies stop the job on a rank's
-    non-zero exit and clean up after it (_under_hydra).  Safe to call from any thread (mpi4py
+    exits this process -- also under MPICH's hydra with every rank on this host, whose proxy
+    stops the job on a rank's non-zero exit and cleans up after it (_under_hydra).  Safe to
+    call from any thread (mpi4py
     initializes MPI with MPI_THREAD_MULTIPLE); only the first caller prints.
     """
     global _aborting
@@ -136,13 +137,18 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
 
 
 def _under_hydra() -> bool:
-    """Whether this rank's parent is MPICH's hydra proxy (mpiexec from the mpich wheel). There
-    a rank's non-zero exit stops the job as MPI_Abort does (the proxies kill the other ranks,
-    ~1 s), and the proxies end their own way: MPI_Abort made every host's proxy exit without
-    removing the topology file it wrote for its ranks (/tmp/hydra_hwloc_xmlfile_*), one
-    5.5 KiB file left in /tmp per host per failed run. Other launchers (Slurm's srun, Open
-    MPI's mpirun) keep MPI_Abort: srun lets the other tasks of a job run on after one
-    exits."""
+    """Whether this rank's parent is MPICH's hydra proxy (mpiexec from the mpich wheel) and
+    that proxy runs every rank of the job (Hydra's MPI_LOCALNRANKS: the ranks on this proxy).
+    There a rank's non-zero exit stops the job as MPI_Abort does (the proxy kills the other
+    ranks, ~1 s), and the proxy ends its own way: MPI_Abort made it exit without removing the
+    topology file it wrote for its ranks (/tmp/hydra_hwloc_xmlfile_*), one 5.5 KiB file left
+    in /tmp per failed run. With ranks on several hosts (one proxy each) the exit stops only
+    this host's ranks: the others waited in MPI for ever (a bare `mpiexec -f hosts xladist
+    run` whose rank 0 failed before the job's service was up), so MPI_Abort it is there,
+    file and all. Other launchers (Slurm's srun, Open MPI's mpirun) keep MPI_Abort: srun
+    lets the other tasks of a job run on after one exits."""
+    if os.environ.get("MPI_LOCALNRANKS") != os.environ.get("PMI_SIZE"):
+        return False
     try:
         with open(f"/proc/{os.getppid()}/comm", "rb") as f:
             return f.read().strip() == b"hydra_pmi_proxy"
