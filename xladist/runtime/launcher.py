@@ -68,11 +68,33 @@ def ranks_elsewhere(hostfile=None, hosts=None) -> bool:
     return bool(hostfile or hosts)
 
 
+def check_not_an_srun_task() -> None:
+    """InputError when this process is one of several tasks that `srun` started without an
+    MPI plugin (`--mpi=none`, a cluster's MpiDefault): srun sets SLURM_STEP_NUM_TASKS, and
+    --mpi=pmi2 / pmix would set PMI_RANK / PMIX_RANK (under_mpi). Each task then took itself
+    for the launching process: `srun -n 4 xladist run m.hlo -n 4` started four whole jobs of
+    four ranks (each writing the same --outputs; inside the allocation each mpiexec's own
+    srun waits for CPUs the step holds), and without -n each task ran the module alone. A
+    batch script or `salloc` shell is no srun step (no SLURM_STEP_NUM_TASKS)."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if under_mpi() or not tasks.isdigit() or int(tasks) <= 1:
+        return
+    from xladist.errors import InputError
+    raise InputError(
+        f"this process is task {os.environ.get('SLURM_PROCID', '?')} of the {tasks} tasks "
+        f"srun started (SLURM_STEP_NUM_TASKS={tasks}), without an MPI plugin (no PMI_RANK or "
+        f"PMIX_RANK): every task would run the whole job by itself. Start the tasks as MPI "
+        f"ranks (`srun --mpi=pmi2 ...`), or run `xladist run -n {tasks} ...` once, from the "
+        f"batch script or `srun -n 1`")
+
+
 def check_environment(*, elsewhere: bool = False) -> None:
-    """What the ranks inherit, checked here (InputError, exit 2): the numeric XLADIST_*
-    variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this
-    host runs -- unless the ranks run `elsewhere`, on the hosts of a hostfile: a login node
-    need not run the code of the compute nodes' CPU, which each rank checks on its host)."""
+    """What the ranks inherit, checked here (InputError, exit 2): not a task of an srun
+    without MPI (check_not_an_srun_task), the numeric XLADIST_* variables
+    (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this host
+    runs -- unless the ranks run `elsewhere`, on the hosts of a hostfile: a login node need
+    not run the code of the compute nodes' CPU, which each rank checks on its host)."""
+    check_not_an_srun_task()
     from xladist.environment import check, target_cpu
     check()
     cpu = target_cpu()
