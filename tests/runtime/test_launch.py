@@ -164,6 +164,21 @@ def test_srun_tasks_that_are_mpi_ranks_or_one_task_are_not_refused(monkeypatch):
     launcher.check_not_an_srun_task()
 
 
+def test_a_relative_kernel_cache_folder_is_the_launching_folders_on_every_host(
+        tmp_path, monkeypatch):
+    """XLADIST_CACHE_DIR=relcache: ranks on other hosts start in / and stay there where
+    their host lacks the launching folder (tests/simhosts.py showed nodeB's ranks creating
+    /relcache). Now every rank gets the launching folder's path; `off` stays off."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "relcache")
+    assert launcher.rank_environment()["XLADIST_CACHE_DIR"] == str(tmp_path / "relcache")
+    for word in ("off", "0"):
+        monkeypatch.setenv("XLADIST_CACHE_DIR", word)
+        assert launcher.rank_environment()["XLADIST_CACHE_DIR"] == word
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "/abs/cache")
+    assert launcher.rank_environment()["XLADIST_CACHE_DIR"] == "/abs/cache"
+
+
 def test_mpiexec_command_passes_hostfile():
     cmd = launcher.mpiexec_command(2, ["-m", "xladist"], hostfile="hosts")
     i = cmd.index("-f")

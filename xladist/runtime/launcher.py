@@ -114,6 +114,12 @@ def rank_environment(extra: dict[str, str] | None = None, *,
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env[LAUNCH_DIR_ENV] = os.getcwd()  # where relative paths given to the ranks point
+    # A relative kernel cache folder is the launching folder's, for every rank: ranks on
+    # other hosts start in START_DIR and stay there where their host lacks this folder, and
+    # put the cache in / (or failed to write it there, silently slower).
+    from xladist.environment import cache_dir
+    if env.get("XLADIST_CACHE_DIR") and (cache := cache_dir()) is not None:
+        env["XLADIST_CACHE_DIR"] = str(cache.absolute())
     if extra:
         env.update(extra)
     return env
