@@ -641,3 +641,28 @@ def test_a_bare_mpiexec_launch_whose_rank_0_fails_at_start_ends_on_every_host(tm
     assert f"rank 0: MODULE {tmp_path / 'missing.hlo'}: does not exist" in err, err
     assert time.monotonic() - t0 < SLACK
     assert gone(proc.marker, 10) == [], "processes of the job left running"
+
+
+@pytest.mark.timeout(600)
+def test_xladist_run_in_an_mpi_job_whose_module_only_some_hosts_have(tmp_path, simhosts):
+    """`mpiexec -f hosts -n 4 python -c '... xladist.run(PATH, ...)'` where PATH is on
+    nodeA's /tmp only: nodeB's ranks raise at once (the file does not exist there). Before,
+    they did so before MPI started, and nodeA's ranks waited in MPI_Init, which has no
+    deadline, for ever. Now MPI starts first and nodeA's ranks give up after `timeout`."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    module = tmp_path / "module.hlo"
+    module.write_text((case / "module.hlo").read_text())
+    script = (f"import numpy as np, xladist\nx = np.load({str(case / 'inputs.npz')!r})['arg0']\n"
+              f"xladist.run({str(module)!r}, [x], n=4, timeout=10)\n")
+    marker = f"{tmp_path.name}-{os.getpid()}-api"
+    proc = subprocess.Popen(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-c", script],
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = f"XLADIST_TEST_MARKER={marker}"
+    out, err = _finish(proc, 10 + SLACK)
+    assert proc.returncode != 0, err
+    assert f"module file {module}: does not exist" in err, err
+    assert re.search(r"rank [01]: timed out after 10\.0 s", err), err
+    assert gone(proc.marker, 10) == [], "processes of the job left running"
