@@ -666,3 +666,24 @@ def test_xladist_run_in_an_mpi_job_whose_module_only_some_hosts_have(tmp_path, s
     assert f"module file {module}: does not exist" in err, err
     assert re.search(r"rank [01]: timed out after 10\.0 s", err), err
     assert gone(proc.marker, 10) == [], "processes of the job left running"
+
+
+@pytest.mark.timeout(600)
+def test_an_infeed_fn_module_only_the_launching_folder_holds_is_named_with_the_host(
+        tmp_path, simhosts):
+    """`--infeed-fn feedmod:feed` from a folder only the launching host has: the launcher
+    imports it from there, nodeB's ranks cannot. Before, nodeB's rank said only `cannot
+    import feedmod: No module named 'feedmod'` of a module the user sees next to them. Now
+    it names its host, the folder it lacks and what to do."""
+    sim = simhosts()
+    name = f"feedmod_{os.getpid()}"
+    (tmp_path / f"{name}.py").write_text(
+        "from tests.feeds_fns import steps as feed\n")  # (tests/ is on the shared disk)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(4, 3))
+    proc = _run(sim, module, "-n", 4, "--infeed-fn", f"{name}:feed", "--timeout", 30,
+                cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert re.search(rf"rank [23] .*cannot import {name} on nodeB, which has no "
+                     rf"{re.escape(str(tmp_path))} \(the launching folder", proc.stderr), \
+        proc.stderr

@@ -138,6 +138,23 @@ _ENTER = ("import os, sys\n"
           "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
 
 
+def outside_launch_dir() -> str:
+    """For a rank's error about a module it cannot import: ` on HOST, which has no DIR (the
+    launching folder)` when this rank runs under a launcher but not in its folder (_ENTER
+    found none on this host), else "". The launcher imported the module from its folder,
+    so a bare `No module named 'mod'` on a rank read as a contradiction."""
+    want = os.environ.get(LAUNCH_DIR_ENV)
+    try:
+        if not under_mpi() or not want or os.getcwd() == want:
+            return ""
+    except OSError:
+        return ""
+    from .hostinfo import host_name
+    return (f" on {host_name()}, which has no {want} (the launching folder: a module the "
+            f"launching process finds there must be installed on every host or sit in a "
+            f"folder all hosts share)")
+
+
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,
                     hosts: list[str] | None = None, mpiexec_args: list[str] | None = None,
                     mpiexec: str | None = None) -> list[str]:
