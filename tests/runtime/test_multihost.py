@@ -687,3 +687,30 @@ def test_an_infeed_fn_module_only_the_launching_folder_holds_is_named_with_the_h
     assert re.search(rf"rank [23] .*cannot import {name} on nodeB, which has no "
                      rf"{re.escape(str(tmp_path))} \(the launching folder", proc.stderr), \
         proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_mpiexec_launch_refused_by_a_ranks_host_says_so_once(tmp_path, simhosts):
+    """`mpiexec -f hosts -n 4 xladist run ...` where nodeB's XLADIST_TARGET_CPU (bdver2) is
+    one its CPU cannot run: rank 0's service refuses the job for all. Before, every rank
+    printed it, under its own name: four lines `xladist run: error: rank 3: xladist: rank 2
+    on nodeB: ...` (exit 1). Now the service says it once, exit 2, as `xladist run
+    --hostfile` does."""
+    import llvmlite.binding as llvm
+    if llvm.get_host_cpu_features().get("xop", False):
+        pytest.skip("this host runs bdver2's code")
+    sim = simhosts(cpus={"nodeB": "bdver2"})
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    marker = f"{tmp_path.name}-{os.getpid()}-refused"
+    proc = subprocess.Popen(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
+         "run", str(case / "module.hlo"), "--inputs", str(case / "inputs.npz"), "-q"],
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = f"XLADIST_TEST_MARKER={marker}"
+    out, err = _finish(proc, SLACK)
+    assert proc.returncode == 2, err
+    said = [line for line in err.splitlines() if "XLADIST_TARGET_CPU 'bdver2'" in line]
+    assert len(said) == 1 and said[0].startswith("xladist: rank 2 on nodeB: ") and \
+        said[0].endswith("; refused on nodeB (ranks 2, 3)"), err
+    assert gone(proc.marker, 10) == [], "processes of the job left running"

@@ -118,7 +118,7 @@ class Client:
             raise ServiceError(f"the coordination service at {self.address} refused this "
                                f"rank: {w['refused']}")
         if w.get("error"):
-            if w.get("prints"):  # the launching process said it: go, with an input error's code
+            if w.get("prints"):  # the service said it, once: go, with an input error's code
                 from xladist.errors import InputError
                 deadline.abort_job("", InputError.exit_code, with_rank=False)
             raise ServiceError(w["error"])

@@ -356,13 +356,19 @@ class Service:
         if error is not None:
             # Said once, here, and the job ends with an input error's code: every rank
             # raising it printed it once per rank, and a launcher whose ranks never got
-            # further took them for ranks its mpiexec could not start.
+            # further took them for ranks its mpiexec could not start. Also where this
+            # service is rank 0 of a bare `mpiexec xladist run` (which says nothing else
+            # itself): there every rank printed `rank R: xladist: rank 2 on nodeB: ...`.
             self.end_code = InputError.exit_code
             self._failing = True
-            self._say(error)
+            self.emit(error)
+            if not self.prints:  # the ranks abort at once: let mpiexec carry the line first
+                from xladist.collectives.deadline import ABORT_FLUSH_S
+                time.sleep(ABORT_FLUSH_S)
         for s in self.ranks.values():
             s.conn.send("welcome", target=self.target, target_why=self.target_why,
-                        prints=self.prints, job=self.job is not None, error=error)
+                        prints=self.prints or error is not None, job=self.job is not None,
+                        error=error)
         self._registered.notify_all()
 
     # ---- messages from a rank -----------------------------------------------------------------
