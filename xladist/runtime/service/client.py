@@ -120,7 +120,7 @@ class Client:
         if w.get("error"):
             if w.get("prints"):  # the service said it, once: go, with an input error's code
                 from xladist.errors import InputError
-                deadline.abort_job("", InputError.exit_code, with_rank=False)
+                deadline.abort_job("", InputError.exit_code, with_rank=False, everyone=True)
             raise ServiceError(w["error"])
         self.target = w.get("target")
         self.prints = bool(w.get("prints"))
@@ -211,7 +211,7 @@ class Client:
             self.send("saved", timeout=2.0)
         elif op == "abort":
             # The service ended the job (and said why): save what the abort hooks save, go.
-            deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
+            deadline.abort_job("", int(meta.get("code", 1)), with_rank=False, everyone=True)
         elif op == "closing":
             self.service_closed = True  # its end is the end of the job, not a failure
             self.orders.put(None)
