@@ -241,6 +241,10 @@ class Client:
         if self.closing or self.service_closed or \
                 self.hosted is not None and self.hosted.closed:
             return
+        if self.welcome.get("error") and self.welcome.get("prints"):
+            # The service refused the job, said so and let every rank go: under a bare
+            # mpiexec its host, rank 0, may end before this rank does (start() aborts).
+            return
         deadline.abort_job(
             f"lost the coordination service at {self.address} ({why}): the process hosting "
             "it -- the launching process, or rank 0 under a bare mpiexec -- has ended or its "

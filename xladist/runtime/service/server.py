@@ -365,7 +365,9 @@ class Service:
             if not self.prints:  # the ranks abort at once: let mpiexec carry the line first
                 from xladist.collectives.deadline import ABORT_FLUSH_S
                 time.sleep(ABORT_FLUSH_S)
-        for s in self.ranks.values():
+        # Rank 0 last where it hosts this service (a bare launch): told of an error, it
+        # ends this process, and with it the welcomes still to send.
+        for s in sorted(self.ranks.values(), key=lambda s: (not self.prints and s.rank == 0)):
             s.conn.send("welcome", target=self.target, target_why=self.target_why,
                         prints=self.prints or error is not None, job=self.job is not None,
                         error=error)
