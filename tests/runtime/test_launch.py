@@ -122,6 +122,63 @@ def test_a_slurm_allocation_with_srun_or_an_explicit_mpiexec_is_not_refused(tmp_
     launcher.mpiexec_command(2, ["-c", "pass"])
 
 
+# What srun sets in each of its tasks (here task 1 of 2 on one node) -- with --mpi=none, so
+# no PMI_RANK / PMIX_RANK.
+SRUN_TASK = {**SLURM, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2",
+             "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NODEID": "0"}
+
+
+@pytest.mark.parametrize("n", [2, 1])
+def test_a_task_of_srun_without_mpi_is_refused_before_it_starts_a_job_of_its_own(tmp_path, n):
+    """`srun -n 2 xladist run m.hlo -n 2` where srun starts no MPI (`--mpi=none`, a
+    cluster's MpiDefault): before, each task took itself for the launching process and ran
+    a whole 2-rank job of its own -- two jobs writing the same --outputs (inside the
+    allocation, each mpiexec's srun waits for the CPUs the step holds) -- and without -n each
+    ran the module alone. Now each task stops at once (exit 2), saying how to start it."""
+    from tests.cli_util import probe_mpiexec
+    mpiexec, calls = probe_mpiexec(tmp_path)
+    module = tmp_path / "psum.hlo"
+    module.write_text(PSUM_MODULE)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    proc = xladist_cli("run", module, "-n", n, "--inputs", tmp_path / "in.npz", "--outputs",
+                       tmp_path / "out.npz", "--mpiexec", mpiexec, cwd=tmp_path, timeout=60,
+                       XLADIST_PROGRESS="off", **SRUN_TASK)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "xladist run: error: this process is task 1 of the 2 tasks srun started "
+        "(SLURM_STEP_NUM_TASKS=2), without an MPI plugin (no PMI_RANK or PMIX_RANK)"), \
+        proc.stderr
+    assert "srun --mpi=pmi2" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not calls.exists() and not (tmp_path / "out.npz").exists()
+
+
+def test_srun_tasks_that_are_mpi_ranks_or_one_task_are_not_refused(monkeypatch):
+    for k, v in SRUN_TASK.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(InputError, match="without an MPI plugin"):
+        launcher.check_environment()  # every launch: xladist.run, Cluster, demo
+    monkeypatch.setenv("PMI_RANK", "1")  # srun --mpi=pmi2: a rank
+    launcher.check_not_an_srun_task()
+    monkeypatch.delenv("PMI_RANK")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")  # `srun -n 1 xladist run -n 4`
+    launcher.check_not_an_srun_task()
+
+
+def test_a_relative_kernel_cache_folder_is_the_launching_folders_on_every_host(
+        tmp_path, monkeypatch):
+    """XLADIST_CACHE_DIR=relcache: ranks on other hosts start in / and stay there where
+    their host lacks the launching folder (tests/simhosts.py showed nodeB's ranks creating
+    /relcache). Now every rank gets the launching folder's path; `off` stays off."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "relcache")
+    assert launcher.rank_environment()["XLADIST_CACHE_DIR"] == str(tmp_path / "relcache")
+    for word in ("off", "0"):
+        monkeypatch.setenv("XLADIST_CACHE_DIR", word)
+        assert launcher.rank_environment()["XLADIST_CACHE_DIR"] == word
+    monkeypatch.setenv("XLADIST_CACHE_DIR", "/abs/cache")
+    assert launcher.rank_environment()["XLADIST_CACHE_DIR"] == "/abs/cache"
+
+
 def test_mpiexec_command_passes_hostfile():
     cmd = launcher.mpiexec_command(2, ["-m", "xladist"], hostfile="hosts")
     i = cmd.index("-f")

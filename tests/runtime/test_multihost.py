@@ -97,6 +97,9 @@ def test_a_demo_trace_named_relative_to_the_launching_folder(tmp_path, simhosts)
                        timeout=SLACK)
     assert proc.returncode == 0, out(proc)
     assert f"timeline: {tmp_path / 't.json'} " in proc.stdout, out(proc)
+    # Each host runs 2 of the 4 ranks: before, the summary said "(4 ranks share N cores"
+    # of the launching host's cores.
+    assert "4 ranks share" not in proc.stdout, out(proc)
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert not Path("/t.json").exists()
 
@@ -615,3 +618,99 @@ def test_a_bare_mpiexec_launch_is_served_by_rank_0(tmp_path, simhosts):
     assert proc.returncode == 0, proc.stderr
     with np.load(out) as got, np.load(case / "expected.npz") as want:
         np.testing.assert_allclose(got["out0"], want["out0"], rtol=1e-5)
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_mpiexec_launch_whose_rank_0_fails_at_start_ends_on_every_host(tmp_path,
+                                                                              simhosts):
+    """`mpiexec -f hosts -n 4 xladist run missing.hlo`: rank 0 fails before the service is up
+    (a mistyped path). Before, it exited non-zero, which MPICH's proxy on its own host takes
+    as the end of the job there only: nodeB's ranks waited in MPI for rank 0 for ever, and
+    mpiexec with them. Now the job ends on both hosts within seconds, saying why (exit 2)."""
+    sim = simhosts()
+    marker = f"{tmp_path.name}-{os.getpid()}-bare"
+    proc = subprocess.Popen(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
+         "run", str(tmp_path / "missing.hlo"), "-q"],
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = f"XLADIST_TEST_MARKER={marker}"
+    t0 = time.monotonic()
+    out, err = _finish(proc, SLACK)
+    assert proc.returncode == 2, err
+    assert f"rank 0: MODULE {tmp_path / 'missing.hlo'}: does not exist" in err, err
+    assert time.monotonic() - t0 < SLACK
+    assert gone(proc.marker, 10) == [], "processes of the job left running"
+
+
+@pytest.mark.timeout(600)
+def test_xladist_run_in_an_mpi_job_whose_module_only_some_hosts_have(tmp_path, simhosts):
+    """`mpiexec -f hosts -n 4 python -c '... xladist.run(PATH, ...)'` where PATH is on
+    nodeA's /tmp only: nodeB's ranks raise at once (the file does not exist there). Before,
+    they did so before MPI started, and nodeA's ranks waited in MPI_Init, which has no
+    deadline, for ever. Now MPI starts first and nodeA's ranks give up after `timeout`."""
+    sim = simhosts()
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    module = tmp_path / "module.hlo"
+    module.write_text((case / "module.hlo").read_text())
+    script = (f"import numpy as np, xladist\nx = np.load({str(case / 'inputs.npz')!r})['arg0']\n"
+              f"xladist.run({str(module)!r}, [x], n=4, timeout=10)\n")
+    marker = f"{tmp_path.name}-{os.getpid()}-api"
+    proc = subprocess.Popen(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-c", script],
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = f"XLADIST_TEST_MARKER={marker}"
+    out, err = _finish(proc, 10 + SLACK)
+    assert proc.returncode != 0, err
+    assert f"module file {module}: does not exist" in err, err
+    assert re.search(r"rank [01]: timed out after 10\.0 s", err), err
+    assert gone(proc.marker, 10) == [], "processes of the job left running"
+
+
+@pytest.mark.timeout(600)
+def test_an_infeed_fn_module_only_the_launching_folder_holds_is_named_with_the_host(
+        tmp_path, simhosts):
+    """`--infeed-fn feedmod:feed` from a folder only the launching host has: the launcher
+    imports it from there, nodeB's ranks cannot. Before, nodeB's rank said only `cannot
+    import feedmod: No module named 'feedmod'` of a module the user sees next to them. Now
+    it names its host, the folder it lacks and what to do."""
+    sim = simhosts()
+    name = f"feedmod_{os.getpid()}"
+    (tmp_path / f"{name}.py").write_text(
+        "from tests.feeds_fns import steps as feed\n")  # (tests/ is on the shared disk)
+    module = tmp_path / "loop.hlo"
+    module.write_text(loop_text(4, 3))
+    proc = _run(sim, module, "-n", 4, "--infeed-fn", f"{name}:feed", "--timeout", 30,
+                cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert re.search(rf"rank [23] .*cannot import {name} on nodeB, which has no "
+                     rf"{re.escape(str(tmp_path))} \(the launching folder", proc.stderr), \
+        proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_bare_mpiexec_launch_refused_by_a_ranks_host_says_so_once(tmp_path, simhosts):
+    """`mpiexec -f hosts -n 4 xladist run ...` where nodeB's XLADIST_TARGET_CPU (bdver2) is
+    one its CPU cannot run: rank 0's service refuses the job for all. Before, every rank
+    printed it, under its own name: four lines `xladist run: error: rank 3: xladist: rank 2
+    on nodeB: ...` (exit 1). Now the service says it once, exit 2, as `xladist run
+    --hostfile` does."""
+    import llvmlite.binding as llvm
+    if llvm.get_host_cpu_features().get("xop", False):
+        pytest.skip("this host runs bdver2's code")
+    sim = simhosts(cpus={"nodeB": "bdver2"})
+    case = ROOT / "tests" / "data" / "corpus" / "jax" / "psum_basic_mesh4"
+    marker = f"{tmp_path.name}-{os.getpid()}-refused"
+    proc = subprocess.Popen(
+        [str(sim.mpiexec), "-f", str(sim.hostfile), "-n", "4", sys.executable, "-m", "xladist",
+         "run", str(case / "module.hlo"), "--inputs", str(case / "inputs.npz"), "-q"],
+        cwd=ROOT, env=cli_env(XLADIST_PROGRESS="off", XLADIST_TEST_MARKER=marker),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc.marker = f"XLADIST_TEST_MARKER={marker}"
+    out, err = _finish(proc, SLACK)
+    assert proc.returncode == 2, err
+    said = [line for line in err.splitlines() if "XLADIST_TARGET_CPU 'bdver2'" in line]
+    assert len(said) == 1 and said[0].startswith("xladist: rank 2 on nodeB: ") and \
+        said[0].endswith("; refused on nodeB (ranks 2, 3)"), err
+    assert gone(proc.marker, 10) == [], "processes of the job left running"

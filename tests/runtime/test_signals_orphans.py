@@ -158,6 +158,26 @@ def _proxies() -> set[int]:
     return found
 
 
+def test_across_hosts_a_failing_rank_exits_only_when_the_service_ends_every_rank(monkeypatch):
+    """Under hydra a failing rank exits (its proxy then ends this host's ranks and removes
+    its topology file). With ranks on other hosts (another proxy), that ends them only when
+    the job's service carries the failure and ends every rank; a failure it never heard of
+    (a bare `mpiexec -f hosts` whose rank 0 fails before the service is up) left them
+    waiting in MPI for ever, so there MPI_Abort. Before, a rank exited in every case (the
+    hang), or -- after that fix alone -- aborted across hosts even when the service ended
+    the job, leaving a topology file on every host per failed run."""
+    from xladist.collectives import deadline
+    monkeypatch.setattr(deadline, "_under_hydra", lambda: True)
+    monkeypatch.setenv("PMI_SIZE", "4")
+    monkeypatch.setenv("MPI_LOCALNRANKS", "2")  # 2 of the 4 ranks on this host
+    assert not deadline._exit_ends_job(False)
+    assert deadline._exit_ends_job(True)
+    monkeypatch.setenv("MPI_LOCALNRANKS", "4")  # every rank here
+    assert deadline._exit_ends_job(False)
+    monkeypatch.setattr(deadline, "_under_hydra", lambda: False)  # srun, Open MPI
+    assert not deadline._exit_ends_job(True)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["a rank's error", "a hang"])

@@ -172,9 +172,13 @@ def _print_summary(cfg, params, batches, report, result, args) -> None:
     all_losses = [lo for _, lo in report]
     print()
     print(format_summary(summaries, steps=cfg.steps))
-    cores = os.cpu_count() or 1
-    if len(summaries) > cores:
-        print(f"({len(summaries)} ranks share {cores} cores: a rank's waits include the time "
+    # Rank 0's host: its ranks and its cores. All ranks against this host's cores said
+    # "4 ranks share 2 cores" of 2 hosts with 2 ranks on 2 cores each.
+    from xladist.compiler.parallel import available_cores, local_ranks
+    here, cores = local_ranks(), available_cores()
+    if here > cores:
+        where = " on rank 0's host" if here < len(summaries) else ""
+        print(f"({here} ranks share {cores} cores{where}: a rank's waits include the time "
               f"its peers spend computing)")
     ref_losses, ref_params = reference(params, batches, cfg.lr)
     got = np.array(all_losses, dtype=np.float64)

@@ -250,6 +250,7 @@ def run(args) -> int:
         parallel.set_threads(args.threads)  # checked here, before any rank starts
     if launcher.under_mpi():
         return _run_as_rank(args)
+    launcher.check_not_an_srun_task()  # (also without -n, where no launch checks it)
     from ..io import read_inputs
     module = load_run_module(args)
     _check_device_count(module, args.num_devices)

@@ -99,12 +99,14 @@ def set_messenger(messenger) -> None:
     _messenger = messenger
 
 
-def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
+def abort_job(message: str, code: int = 1, *, with_rank: bool = True,
+              everyone: bool = False) -> None:
     """Print ``rank R: message`` (or just ``message``) once to stderr and abort every rank.
 
     Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
-    exits this process -- also under MPICH's hydra, whose proxies stop the job on a rank's
-    non-zero exit and clean up after it (_under_hydra).  Safe to call from any thread (mpi4py
+    exits this process -- also under MPICH's hydra where the exit ends the job
+    (_exit_ends_job: the message reached the job's coordination service, or `everyone`: the
+    service told every rank to go).  Safe to call from any thread (mpi4py
     initializes MPI with MPI_THREAD_MULTIPLE); only the first caller prints.
     """
     global _aborting
@@ -114,9 +116,9 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     run_abort_hooks()
     mpi = sys.modules.get("mpi4py.MPI")
     under_mpi = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
+    delivered = False
     if first and message:
         prefix = f"rank {_world_rank()}: " if with_rank else ""
-        delivered = False
         if _messenger is not None:
             try:
                 delivered = _messenger(f"{prefix}{message}", code)
@@ -130,19 +132,29 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
                 pass
             if under_mpi:
                 time.sleep(ABORT_FLUSH_S)
-    if under_mpi and (code == 0 or not _under_hydra()):  # (hydra stops a job on exit != 0)
+    if under_mpi and (code == 0 or not _exit_ends_job(delivered or everyone)):
         mpi.COMM_WORLD.Abort(code)
     os._exit(code)
 
 
+def _exit_ends_job(service_ends_it: bool) -> bool:
+    """Whether this rank's non-zero exit ends the whole job, as MPI_Abort would, under MPICH's
+    hydra (mpiexec from the mpich wheel): its proxy kills the other ranks on this host (~1 s)
+    and ends its own way -- MPI_Abort made every host's proxy exit without removing the
+    topology file it wrote for its ranks (/tmp/hydra_hwloc_xmlfile_*), one 5.5 KiB file left
+    in /tmp per host per failed run. Ranks on other hosts (another proxy: Hydra's
+    MPI_LOCALNRANKS counts this one's) go only when the job's coordination service ends
+    them (`service_ends_it`): else they waited in MPI for ever (a bare `mpiexec -f hosts
+    xladist run` whose rank 0 failed before the service was up), and MPI_Abort it is. Other
+    launchers (Slurm's srun, Open MPI's mpirun) keep MPI_Abort: srun lets the other tasks of
+    a job run on after one exits."""
+    if not _under_hydra():
+        return False
+    return service_ends_it or os.environ.get("MPI_LOCALNRANKS") == os.environ.get("PMI_SIZE")
+
+
 def _under_hydra() -> bool:
-    """Whether this rank's parent is MPICH's hydra proxy (mpiexec from the mpich wheel). There
-    a rank's non-zero exit stops the job as MPI_Abort does (the proxies kill the other ranks,
-    ~1 s), and the proxies end their own way: MPI_Abort made every host's proxy exit without
-    removing the topology file it wrote for its ranks (/tmp/hydra_hwloc_xmlfile_*), one
-    5.5 KiB file left in /tmp per host per failed run. Other launchers (Slurm's srun, Open
-    MPI's mpirun) keep MPI_Abort: srun lets the other tasks of a job run on after one
-    exits."""
+    """Whether this rank's parent is MPICH's hydra proxy."""
     try:
         with open(f"/proc/{os.getppid()}/comm", "rb") as f:
             return f.read().strip() == b"hydra_pmi_proxy"

@@ -160,6 +160,11 @@ def set_threads(n: int | None) -> None:
     _explicit = None if n is None else _parse(n, "--threads (the config key `threads`)")
 
 
+def local_ranks() -> int:
+    """How many ranks share this node's cores (set_local_ranks; 1 outside MPI)."""
+    return _local_ranks
+
+
 def set_local_ranks(n: int, index: int = 0) -> None:
     """How many ranks share this node's cores (MPI_COMM_TYPE_SHARED size), and which of
     them this one is (its rank there: where its pinned workers go, worker_cpus)."""

@@ -201,6 +201,11 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     `mpiexec`: the launcher to start them with (default: the mpich wheel's).
     """
     given = module
+    if launcher.under_mpi():
+        # MPI up before anything is read: a rank that fails here (a module path its host
+        # lacks) left the ranks of other hosts in MPI_Init, which has no deadline, for ever;
+        # now they wait in their first collective, which has one.
+        _world_rank()
     here = launcher.under_mpi() or not launcher.ranks_elsewhere(hostfile, hosts)
     module, serial, xlx = resolve(given, backend, here=here)  # a .xlx: the ranks load its code
     n = check_count(n, "n")

@@ -68,11 +68,33 @@ def ranks_elsewhere(hostfile=None, hosts=None) -> bool:
     return bool(hostfile or hosts)
 
 
+def check_not_an_srun_task() -> None:
+    """InputError when this process is one of several tasks that `srun` started without an
+    MPI plugin (`--mpi=none`, a cluster's MpiDefault): srun sets SLURM_STEP_NUM_TASKS, and
+    --mpi=pmi2 / pmix would set PMI_RANK / PMIX_RANK (under_mpi). Each task then took itself
+    for the launching process: `srun -n 4 xladist run m.hlo -n 4` started four whole jobs of
+    four ranks (each writing the same --outputs; inside the allocation each mpiexec's own
+    srun waits for CPUs the step holds), and without -n each task ran the module alone. A
+    batch script or `salloc` shell is no srun step (no SLURM_STEP_NUM_TASKS)."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    if under_mpi() or not tasks.isdigit() or int(tasks) <= 1:
+        return
+    from xladist.errors import InputError
+    raise InputError(
+        f"this process is task {os.environ.get('SLURM_PROCID', '?')} of the {tasks} tasks "
+        f"srun started (SLURM_STEP_NUM_TASKS={tasks}), without an MPI plugin (no PMI_RANK or "
+        f"PMIX_RANK): every task would run the whole job by itself. Start the tasks as MPI "
+        f"ranks (`srun --mpi=pmi2 ...`), or run `xladist run -n {tasks} ...` once, from the "
+        f"batch script or `srun -n 1`")
+
+
 def check_environment(*, elsewhere: bool = False) -> None:
-    """What the ranks inherit, checked here (InputError, exit 2): the numeric XLADIST_*
-    variables (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this
-    host runs -- unless the ranks run `elsewhere`, on the hosts of a hostfile: a login node
-    need not run the code of the compute nodes' CPU, which each rank checks on its host)."""
+    """What the ranks inherit, checked here (InputError, exit 2): not a task of an srun
+    without MPI (check_not_an_srun_task), the numeric XLADIST_* variables
+    (xladist/environment.py) and XLADIST_TARGET_CPU (a CPU LLVM knows, and one this host
+    runs -- unless the ranks run `elsewhere`, on the hosts of a hostfile: a login node need
+    not run the code of the compute nodes' CPU, which each rank checks on its host)."""
+    check_not_an_srun_task()
     from xladist.environment import check, target_cpu
     check()
     cpu = target_cpu()
@@ -92,6 +114,12 @@ def rank_environment(extra: dict[str, str] | None = None, *,
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env[LAUNCH_DIR_ENV] = os.getcwd()  # where relative paths given to the ranks point
+    # A relative kernel cache folder is the launching folder's, for every rank: ranks on
+    # other hosts start in START_DIR and stay there where their host lacks this folder, and
+    # put the cache in / (or failed to write it there, silently slower).
+    from xladist.environment import cache_dir
+    if env.get("XLADIST_CACHE_DIR") and (cache := cache_dir()) is not None:
+        env["XLADIST_CACHE_DIR"] = str(cache.absolute())
     if extra:
         env.update(extra)
     return env
@@ -108,6 +136,23 @@ _ENTER = ("import os, sys\n"
           f"try:\n    os.chdir(os.environ['{LAUNCH_DIR_ENV}'])\n"
           "except (OSError, KeyError):\n    pass\n"
           "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n")
+
+
+def outside_launch_dir() -> str:
+    """For a rank's error about a module it cannot import: ` on HOST, which has no DIR (the
+    launching folder)` when this rank runs under a launcher but not in its folder (_ENTER
+    found none on this host), else "". The launcher imported the module from its folder,
+    so a bare `No module named 'mod'` on a rank read as a contradiction."""
+    want = os.environ.get(LAUNCH_DIR_ENV)
+    try:
+        if not under_mpi() or not want or os.getcwd() == want:
+            return ""
+    except OSError:
+        return ""
+    from .hostinfo import host_name
+    return (f" on {host_name()}, which has no {want} (the launching folder: a module the "
+            f"launching process finds there must be installed on every host or sit in a "
+            f"folder all hosts share)")
 
 
 def mpiexec_command(n: int, argv: list[str], *, hostfile: str | None = None,

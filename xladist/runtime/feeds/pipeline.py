@@ -95,7 +95,9 @@ def load_function(spec: str, option: str = "--infeed-fn"):
     try:
         obj = importlib.import_module(mod_name)
     except ImportError as e:
-        raise InputError(f"{option} {spec!r}: cannot import {mod_name}: {e}") from None
+        from xladist.runtime.launcher import outside_launch_dir
+        raise InputError(f"{option} {spec!r}: cannot import {mod_name}{outside_launch_dir()}: "
+                         f"{e}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise InputError(f"{option} {spec!r}: {mod_name} has no attribute {attr}")

@@ -118,9 +118,9 @@ class Client:
             raise ServiceError(f"the coordination service at {self.address} refused this "
                                f"rank: {w['refused']}")
         if w.get("error"):
-            if w.get("prints"):  # the launching process said it: go, with an input error's code
+            if w.get("prints"):  # the service said it, once: go, with an input error's code
                 from xladist.errors import InputError
-                deadline.abort_job("", InputError.exit_code, with_rank=False)
+                deadline.abort_job("", InputError.exit_code, with_rank=False, everyone=True)
             raise ServiceError(w["error"])
         self.target = w.get("target")
         self.prints = bool(w.get("prints"))
@@ -211,7 +211,7 @@ class Client:
             self.send("saved", timeout=2.0)
         elif op == "abort":
             # The service ended the job (and said why): save what the abort hooks save, go.
-            deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
+            deadline.abort_job("", int(meta.get("code", 1)), with_rank=False, everyone=True)
         elif op == "closing":
             self.service_closed = True  # its end is the end of the job, not a failure
             self.orders.put(None)
@@ -240,6 +240,10 @@ class Client:
         self.orders.put(None)
         if self.closing or self.service_closed or \
                 self.hosted is not None and self.hosted.closed:
+            return
+        if self.welcome.get("error") and self.welcome.get("prints"):
+            # The service refused the job, said so and let every rank go: under a bare
+            # mpiexec its host, rank 0, may end before this rank does (start() aborts).
             return
         deadline.abort_job(
             f"lost the coordination service at {self.address} ({why}): the process hosting "

@@ -356,13 +356,21 @@ class Service:
         if error is not None:
             # Said once, here, and the job ends with an input error's code: every rank
             # raising it printed it once per rank, and a launcher whose ranks never got
-            # further took them for ranks its mpiexec could not start.
+            # further took them for ranks its mpiexec could not start. Also where this
+            # service is rank 0 of a bare `mpiexec xladist run` (which says nothing else
+            # itself): there every rank printed `rank R: xladist: rank 2 on nodeB: ...`.
             self.end_code = InputError.exit_code
             self._failing = True
-            self._say(error)
-        for s in self.ranks.values():
+            self.emit(error)
+            if not self.prints:  # the ranks abort at once: let mpiexec carry the line first
+                from xladist.collectives.deadline import ABORT_FLUSH_S
+                time.sleep(ABORT_FLUSH_S)
+        # Rank 0 last where it hosts this service (a bare launch): told of an error, it
+        # ends this process, and with it the welcomes still to send.
+        for s in sorted(self.ranks.values(), key=lambda s: (not self.prints and s.rank == 0)):
             s.conn.send("welcome", target=self.target, target_why=self.target_why,
-                        prints=self.prints, job=self.job is not None, error=error)
+                        prints=self.prints or error is not None, job=self.job is not None,
+                        error=error)
         self._registered.notify_all()
 
     # ---- messages from a rank -----------------------------------------------------------------
