@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
+from ..errors import InputError, XlaDistError
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `xladist --help` does not load it
     import numpy as np
@@ -424,12 +424,18 @@ def _run_as_rank(args) -> int:
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
     service = job = None
-    try:
-        if args.num_devices not in (1, size):
-            raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
-        args.num_devices = size
-        if rank == 0:
+    refused = None
+    if rank == 0:
+        try:
             service, job = _host_job(args, size)
+        except Exception as e:  # noqa: BLE001 -- said once below, after every rank knows
+            refused = e
+        except BaseException as e:  # noqa: BLE001 -- Ctrl-C, a signal: the job goes now
+            report_and_abort(e, rank, prefix="xladist run")
+    code = _agree_on_setup(comm, refused)
+    if code:
+        return _refused(refused, code)
+    try:
         client = service_client.host_service(service, comm)
         serve(client, comm)
         if rank == 0:
@@ -447,10 +453,39 @@ def _run_as_rank(args) -> int:
     return 0
 
 
+def _agree_on_setup(comm, refused: BaseException | None) -> int:
+    """Every rank of a bare launch learns whether rank 0 could set up the job (collective):
+    0, else the exit code of rank 0's error. A job refused before any program runs then
+    ends the normal way on every rank, with that code, and says why once (rank 0). A rank
+    that exits alone while the others wait in MPI is, under MPICH's hydra, taken as a
+    crash: its proxy kills the others (SIGKILL) and mpiexec exits 9 with its BAD
+    TERMINATION banner -- or with the error's code, whichever came first."""
+    from xladist.collectives import deadline
+    from xladist.runtime.rank import failure_text
+    code = 0 if refused is None else failure_text(refused, 0)[1]
+    with deadline.waiting("learning from rank 0 whether the job could be set up"):
+        return comm.bcast(code, root=0)
+
+
+def _refused(error: BaseException | None, code: int) -> int:
+    """The exit code of a bare launch that rank 0 refused; rank 0 says why (as a launching
+    process does: `main` prints an XlaDistError), the other ranks say nothing."""
+    if error is None:
+        return code
+    if isinstance(error, (XlaDistError, MemoryError)):
+        raise error
+    from xladist.runtime.rank import failure_text
+    print(f"xladist run: error: {failure_text(error, 0)[0]}", file=sys.stderr)
+    return code
+
+
 def _host_job(args, size: int):
     """Rank 0 of a bare launch: the checks the launcher would make, then the service."""
     from xladist.runtime import compile_once, feeds, run_args
     from xladist.runtime.service import Service
+    if args.num_devices not in (1, size):
+        raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
+    args.num_devices = size
     module = load_run_module(args)
     _check_device_count(module, size)
     run_args.check(args, module)

@@ -1,0 +1,65 @@
+"""How a job started by a bare `mpiexec -n N xladist run ...` ends when it fails: the exit
+code docs/errors.md gives (every run the same, never MPICH's 9 for the ranks its proxies
+killed), the reason said once, no BAD TERMINATION banner, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.cli_util import ROOT, cli_env
+
+CB_BAD = """HloModule cb_bad, replica_count=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  p = f32[4] parameter(0)
+  ROOT r = f32[4] all-reduce(p), replica_groups={}, to_apply=add
+}
+"""
+
+
+def bare(tmp_path, n: int, *args) -> subprocess.CompletedProcess:
+    from xladist.collectives.mpiexec import find_mpiexec
+    cmd = [find_mpiexec(), "-n", str(n), sys.executable, "-m", "xladist", "run", *map(str, args)]
+    return subprocess.run(cmd, cwd=tmp_path, env=cli_env(XLADIST_PROGRESS="off"),
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_said_once(proc, code: int, text: str) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == code, out
+    assert out.count(text) == 1, out
+    assert "BAD TERMINATION" not in out and "Traceback" not in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_bare_launch_refused_before_it_runs_exits_2_saying_so_once(tmp_path):
+    """Rank 0 refuses the job (its --inputs file is missing) while ranks 1-3 wait for it:
+    before, rank 0 exited alone, hydra's proxy killed the waiting ranks and mpiexec exited
+    9 with its banner (3 runs of 3), now every rank ends with the error's code, 2."""
+    (tmp_path / "cb_bad.hlo").write_text(CB_BAD)
+    for _ in range(2):
+        proc = bare(tmp_path, 4, "cb_bad.hlo", "--inputs", "nonexist.npz")
+        assert_said_once(proc, 2, "--inputs nonexist.npz: does not exist")
+    np.savez(tmp_path / "in.npz", arg0=np.zeros((4, 3), np.float32))  # f32[4] expected
+    proc = bare(tmp_path, 4, "cb_bad.hlo", "--inputs", "in.npz")
+    assert_said_once(proc, 2, "error:")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_bare_launch_with_the_wrong_n_says_so_once(tmp_path):
+    """-n that does not match the MPI job: one line (before: one per rank)."""
+    (tmp_path / "cb_bad.hlo").write_text(CB_BAD)
+    proc = bare(tmp_path, 2, "cb_bad.hlo", "-n", "3")
+    assert_said_once(proc, 2, "-n 3 does not match the MPI job's 2 ranks")
