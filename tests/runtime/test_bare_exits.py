@@ -63,3 +63,43 @@ def test_a_bare_launch_with_the_wrong_n_says_so_once(tmp_path):
     (tmp_path / "cb_bad.hlo").write_text(CB_BAD)
     proc = bare(tmp_path, 2, "cb_bad.hlo", "-n", "3")
     assert_said_once(proc, 2, "-n 3 does not match the MPI job's 2 ranks")
+
+
+FEED_TWICE = """HloModule feed_twice, replica_count=4
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY main {
+  tok = token[] after-all()
+  f1 = (f32[4], token[]) infeed(tok)
+  x1 = f32[4] get-tuple-element(f1), index=0
+  t1 = token[] get-tuple-element(f1), index=1
+  r1 = f32[4] all-reduce(x1), replica_groups={}, to_apply=add
+  f2 = (f32[4], token[]) infeed(t1)
+  x2 = f32[4] get-tuple-element(f2), index=0
+  s = f32[4] add(r1, x2)
+  ROOT r2 = f32[4] all-reduce(s), replica_groups={}, to_apply=add
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_rank_failing_mid_run_of_a_bare_launch_exits_1_every_time(tmp_path):
+    """Rank 2's infeed runs dry at its second item while ranks 0, 1, 3 wait in the second
+    all-reduce: the job ends with 1 (docs/errors.md, runtime) and the error once. Before, the
+    failing rank exited as soon as the service had its words and the others when told: 2 runs
+    in 5 ended with mpiexec's 9 and its banner (hydra killed the ranks not gone yet)."""
+    (tmp_path / "m.hlo").write_text(FEED_TWICE)
+    for r in range(4):
+        items = 1 if r == 2 else 2
+        np.savez(tmp_path / f"feed{r}.npz",
+                 **{f"item{k}": np.ones(4, np.float32) for k in range(items)})
+    for _ in range(6):
+        proc = bare(tmp_path, 4, "m.hlo", "--infeed", "feed{rank}.npz", "-q")
+        assert_said_once(proc, 1, "infeed exhausted on rank 2 at f2 (item 1)")
+        assert "lost the coordination service" not in proc.stderr, proc.stderr

@@ -210,7 +210,11 @@ class Client:
             deadline.run_abort_hooks()
             self.send("saved", timeout=2.0)
         elif op == "abort":
-            # The service ended the job (and said why): save what the abort hooks save, go.
+            # The service ended the job (and said why): save what the abort hooks save, go
+            # -- when every rank goes (server.EXIT_TOGETHER_S).
+            at = time.monotonic() + float(meta.get("after", 0.0))
+            deadline.run_abort_hooks()
+            time.sleep(max(0.0, at - time.monotonic()))
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
         elif op == "closing":
             self.service_closed = True  # its end is the end of the job, not a failure
@@ -322,6 +326,8 @@ class Client:
         with self._cond:
             self._cond.wait_for(lambda: self._replies.get(ident), ACK_WAIT_S)
             got = self._replies.pop(ident, None)
+        if got:  # the others are told to go too: all go together (server.EXIT_TOGETHER_S)
+            time.sleep(float(got[0][0].get("after", 0.0)))
         return not self.prints or (bool(got) and not got[0][0].get("lost"))
 
     # ---- the end -----------------------------------------------------------------------------

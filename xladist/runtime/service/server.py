@@ -59,6 +59,12 @@ WHERE_WAIT_S = 1.5
 # another rank finished saving first. Below client.ACK_WAIT_S: a failing rank's
 # acknowledgement waits for this phase.
 SAVE_WAIT_S = 4.0
+# Ending a job: every rank still connected (the failing one too) exits this long after the
+# service told the first one, all at the same moment -- the time for the last `abort` to
+# arrive. Under MPICH's hydra the first rank to exit gets every rank still running killed
+# (SIGKILL), and mpiexec then exits 9 after its BAD TERMINATION banner instead of with the
+# code the ranks exit with (1 run in 2-3 of `mpiexec -n 4`, when each went as it was told).
+EXIT_TOGETHER_S = 0.5
 HOST_ENV, PORT_ENV, BIND_ENV = "XLADIST_COORD_HOST", "XLADIST_COORD_PORT", "XLADIST_COORD_BIND"
 
 
@@ -186,6 +192,7 @@ class Service:
         # The exit code the job was ended with (a rank's failure, a hang report): the
         # launcher's, whatever code mpiexec reports for ranks its proxies killed then.
         self.end_code: int | None = None
+        self._exit_at = 0.0                # when the ranks it ended exit (_end_job)
         self._failing = False            # a failure or report is under way: ends are expected
         self._stop = threading.Event()   # set by close(): the monitor's sleep ends at once
         self.on_end = None               # called once when the service ends the job
@@ -397,7 +404,7 @@ class Service:
             # Recorded, then acknowledged (the rank aborts right after: its end is no death),
             # then the others are ended.
             self._on_failed(st, meta.get("text", ""), int(meta.get("code", 1)),
-                            ack=lambda: st.conn.send("ack", id=meta.get("id")))
+                            ack=lambda **how: st.conn.send("ack", id=meta.get("id"), **how))
         elif op == "req":
             self._spawn(self._request, "xladist-service-req", st, meta, payload)
         elif op == "bye":
@@ -451,10 +458,11 @@ class Service:
         # Before the ack, whichever failure this is (the first, or one during a hang
         # report or another's failure): the failing rank aborts right after it.
         self._save_all(but=st.rank)
+        # The others are told to go before the failing rank: all exit together
+        # (EXIT_TOGETHER_S).
+        at = self._end_job(code, but=st.rank) if first else self._exit_at
         if ack is not None:
-            ack()
-        if first:
-            self._end_job(code, but=st.rank)
+            ack(after=max(0.0, at - time.monotonic()))
 
     def _on_end(self, st: RankState) -> None:
         """A rank's connection ended: normal after its goodbye or a failure, else it died."""
@@ -562,20 +570,26 @@ class Service:
         self._end_job(1)
 
     # ---- ending ---------------------------------------------------------------------------------
-    def _end_job(self, code: int, but: int | None = None) -> None:
-        """Every rank still connected aborts the job (its abort hooks save what they can)."""
+    def _end_job(self, code: int, but: int | None = None) -> float:
+        """Every rank still connected aborts the job (its abort hooks save what they can), at
+        the moment returned (time.monotonic: EXIT_TOGETHER_S)."""
         if self.closed:
-            return
+            return self._exit_at
         first = not self.ending.is_set()
         if first:
             self.end_code = code
             self._save_all(but)
+            self._exit_at = time.monotonic() + EXIT_TOGETHER_S
         self.ending.set()
         if first and self.on_end is not None:
             self.on_end()
-        for s in list(self.ranks.values()):
+        # Rank 0 last: under a bare mpiexec its process hosts this service, which ends with
+        # it; a rank not yet told would take that for the service lost, and say so.
+        for s in sorted(self.ranks.values(), key=lambda s: -s.rank):
             if s.rank != but and s.ended is None:
-                s.conn.send("abort", code=code, timeout=2.0)
+                s.conn.send("abort", code=code, timeout=2.0,
+                            after=max(0.0, self._exit_at - time.monotonic()))
+        return self._exit_at
 
     def _save_all(self, but: int | None) -> None:
         """Every rank still connected (but `but`, which saved before it failed) runs its
