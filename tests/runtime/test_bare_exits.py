@@ -103,3 +103,35 @@ def test_a_rank_failing_mid_run_of_a_bare_launch_exits_1_every_time(tmp_path):
         proc = bare(tmp_path, 4, "m.hlo", "--infeed", "feed{rank}.npz", "-q")
         assert_said_once(proc, 1, "infeed exhausted on rank 2 at f2 (item 1)")
         assert "lost the coordination service" not in proc.stderr, proc.stderr
+
+
+HANGS_ON_RANK_1 = '''
+import numpy as np
+import xladist
+m = xladist.load_hlo(%r)
+steps = np.array([2, 3], np.int32)  # rank 1 waits in a third psum rank 0 never makes
+xladist.run(m, [np.ones((2, 4), np.float32), steps], n=2, timeout=3, check=False,
+            backend="interpreter")
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_hang_in_a_script_under_mpiexec_is_one_report(tmp_path):
+    """`mpiexec -n 2 python script.py` whose rank 1 waits in a psum rank 0 (its program
+    finished) never makes: the job's one report, naming both. Before, rank 0's wait for the
+    outputs had no monitor and printed its own `timed out ... exchanging outputs` line too."""
+    from xladist.collectives.mpiexec import find_mpiexec
+    module = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    script = tmp_path / "script.py"
+    script.write_text(HANGS_ON_RANK_1 % str(module))
+    proc = subprocess.run([find_mpiexec(), "-n", "2", sys.executable, str(script)],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                          timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert out.count("Where every rank is:") == 1 and "timed out" not in out, out
+    assert ("rank 1 (replica 0, partition 1): psum (line 17) over devices [0, 1] "
+            "(iteration 3 of data_loop)") in out, out
+    assert "exchanging outputs over all ranks: rank 0 waits there; rank 1 never arrived" \
+        in out, out
