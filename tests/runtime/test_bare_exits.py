@@ -135,3 +135,27 @@ def test_a_hang_in_a_script_under_mpiexec_is_one_report(tmp_path):
             "(iteration 3 of data_loop)") in out, out
     assert "exchanging outputs over all ranks: rank 0 waits there; rank 1 never arrived" \
         in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_to_a_bare_launch_exits_130_without_a_traceback(tmp_path):
+    """SIGINT to mpiexec (Ctrl-C) while rank 1 waits in a psum: mpiexec forwards it, and the
+    job ends with 130 as `xladist run` does. Before, rank 0 said `internal error:
+    KeyboardInterrupt` with a traceback, and the job exited 1."""
+    import signal
+    import time
+
+    from xladist.collectives.mpiexec import find_mpiexec
+    module = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32),
+             arg1=np.array([2, 3], np.int32))
+    proc = subprocess.Popen(
+        [find_mpiexec(), "-n", "2", sys.executable, "-m", "xladist", "run", str(module),
+         "--inputs", "in.npz", "--no-check", "--timeout", "60", "-q"], cwd=tmp_path,
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the ranks wait in the psum by then (or still start: the same ending)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err and "Traceback" not in err, err
