@@ -65,6 +65,7 @@ class Client:
         self.hosted = hosted            # the Service, when this process hosts it (rank 0)
         self.host = host_name()
         self.placement = None
+        self.run = 0                    # this process's runs so far (placed): in its records
         self._placed = None             # the placement the service was last told
         self.finished = False
         self.failure: str | None = None  # the error of a run that raised (mark "failed")
@@ -228,11 +229,16 @@ class Client:
 
     def _where(self) -> dict:
         if self.failure is not None:  # the main thread has left the run: not its position
-            return record(self.placement, {"state": "failed", "error": self.failure},
-                          finished=self.finished)
+            return self._record({"state": "failed", "error": self.failure})
         wd = deadline.watchdog
         cur = wd._resolved(wd.current)  # noqa: SLF001 -- the daemon's own reading of the cell
-        return record(self.placement, wd.position(cur), finished=self.finished)
+        return self._record(wd.position(cur))
+
+    def _record(self, pos: dict) -> dict:
+        """`pos` as the record the service keeps: with this rank's placement, its run and
+        its deadline (for the report of a wait for a rank that finished, server.py)."""
+        return dict(record(self.placement, pos, finished=self.finished, run=self.run),
+                    timeout=deadline.watchdog.timeout_s)
 
     def _gone(self, why: str) -> None:
         with self._cond:
@@ -266,6 +272,7 @@ class Client:
         """A program placed on this rank starts (the service is told where, unless it was
         told so already: a cluster's rank runs one module many times)."""
         self.placement = placement
+        self.run += 1
         self.finished = False
         self.failure = None
         where = dict(device=placement.device, replica=placement.replica,
@@ -275,7 +282,7 @@ class Client:
             self.send("placed", **where)
 
     def publish(self, pos: dict) -> None:
-        self.send("pos", timeout=2.0, rec=record(self.placement, pos, finished=self.finished))
+        self.send("pos", timeout=2.0, rec=self._record(pos))
 
     def mark(self, state: str, tell: bool = True, error: str | None = None) -> None:
         """The main thread's own news: 'computing' when the program starts, 'finished', or
