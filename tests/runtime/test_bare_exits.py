@@ -168,3 +168,35 @@ def test_a_wait_for_a_finished_rank_is_reported_long_before_the_deadline(tmp_pat
             "for rank 0, whose program has finished: the wait cannot end" in proc.stderr and
             "rank 0 (replica 0, partition 0): finished its program" in proc.stderr), proc.stderr
     assert elapsed < 40, (elapsed, proc.stderr)
+
+
+ENDS_STAGGERED = '''
+import threading, time
+from mpi4py import MPI
+from xladist.collectives import deadline
+rank = MPI.COMM_WORLD.Get_rank()
+
+def end():  # rank 1 first, the others 150 ms later: as a job ending on a loaded host
+    time.sleep(1.0 if rank == 1 else 1.15)
+    deadline.abort_job("rank 1 ends the job" if rank == 1 else "", 2, with_rank=False)
+threading.Thread(target=end, daemon=True).start()
+if rank == 1:
+    time.sleep(10)
+MPI.COMM_WORLD.Barrier()  # the others wait in MPI
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ranks_ending_a_job_a_moment_apart_exit_with_its_code(tmp_path):
+    """deadline.abort_job on every rank, rank 1 150 ms before the others: mpiexec exits with
+    their code (2). Before, hydra's proxy took rank 1's exit for a crash and killed the
+    others, and mpiexec exited 9 with its banner (2 runs in 4)."""
+    from xladist.collectives.mpiexec import find_mpiexec
+    script = tmp_path / "end.py"
+    script.write_text(ENDS_STAGGERED)
+    for _ in range(4):
+        proc = subprocess.run([find_mpiexec(), "-n", "4", sys.executable, str(script)],
+                              cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
+                              timeout=120)
+        assert_said_once(proc, 2, "rank 1 ends the job")

@@ -132,7 +132,34 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
                 time.sleep(ABORT_FLUSH_S)
     if under_mpi and (code == 0 or not _under_hydra()):  # (hydra stops a job on exit != 0)
         mpi.COMM_WORLD.Abort(code)
+    if under_mpi:
+        _hold_pmi_connection()
     os._exit(code)
+
+
+# How long a rank that ends the job by exiting keeps its connection to hydra's proxy open.
+PMI_HOLD_S = 0.5
+
+
+def _hold_pmi_connection() -> None:
+    """Keep this rank's PMI connection (PMI_FD) open for PMI_HOLD_S after it exits, in a
+    `sleep` that holds the descriptor. Hydra's proxy takes a rank's PMI connection closing
+    without MPI_Finalize for a crash and kills (SIGKILL) the job's ranks still running on
+    its host; mpiexec then exits 9 after its BAD TERMINATION banner, whatever code the
+    ranks exit with. The ranks of a job being ended all exit at about the same moment
+    (service/server.EXIT_TOGETHER_S), but one woken a few milliseconds late on a loaded
+    host was still killed: measured, a rank exiting 150 ms before the others made mpiexec
+    exit 9 in 2 runs of 4, 0 of 4 with the connection held."""
+    fd = os.environ.get("PMI_FD", "")
+    if not fd.isdigit() or not _under_hydra():
+        return
+    try:
+        import subprocess
+        subprocess.Popen(["sleep", str(PMI_HOLD_S)], pass_fds=(int(fd),),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except (OSError, ValueError):  # no `sleep`, no descriptor: exit as before
+        pass
 
 
 def _under_hydra() -> bool:
