@@ -200,3 +200,22 @@ def test_ranks_ending_a_job_a_moment_apart_exit_with_its_code(tmp_path):
                               cwd=tmp_path, env=cli_env(), capture_output=True, text=True,
                               timeout=120)
         assert_said_once(proc, 2, "rank 1 ends the job")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_hang_after_rank_0_finished_a_bare_launch_is_one_report(tmp_path):
+    """`mpiexec -n 2 xladist run ... --timeout 3`: rank 0's loop ends after 2 trips, rank 1
+    waits in a third psum. One report, exit 1. Before, rank 0 (its goodbye said, waiting
+    for the outputs without the service as monitor) printed `rank 0: timed out ... waiting
+    for every rank's outputs` and exited, and rank 1 said it lost the coordination
+    service."""
+    module = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32),
+             arg1=np.array([2, 3], np.int32))
+    proc = bare(tmp_path, 2, module, "--inputs", "in.npz", "--no-check", "--timeout", 3, "-q")
+    assert_said_once(proc, 1, "Where every rank is:")
+    assert "timed out" not in proc.stderr and "lost the coordination" not in proc.stderr, \
+        proc.stderr
+    assert ("rank 1 (replica 0, partition 1): psum (line 17) over devices [0, 1] "
+            "(iteration 3 of data_loop)") in proc.stderr, proc.stderr

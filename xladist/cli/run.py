@@ -437,13 +437,9 @@ def _run_as_rank(args) -> int:
         return _refused(refused, code)
     try:
         client = service_client.host_service(service, comm)
-        serve(client, comm)
+        serve(client, comm, bye=rank != 0)
         if rank == 0:
-            from xladist.collectives import deadline
-            from xladist.runtime.watchdog import Members
-            with deadline.waiting("waiting for every rank's outputs", Members(
-                    range(size), "all ranks")):
-                service.wait_all_ended()
+            _wait_for_the_ranks(client, service, size)
             service.close()  # (after the outfeed streams still arriving: drain_outfeeds)
             if _finish(job, service.failed):
                 return 1
@@ -451,6 +447,23 @@ def _run_as_rank(args) -> int:
         report_and_abort(e, rank, prefix="xladist run")
         return 1
     return 0
+
+
+def _wait_for_the_ranks(client, service, size: int) -> None:
+    """Rank 0 of a bare launch, its own program done, waits until every other rank has
+    ended, still connected to the service it hosts: a hang past this wait's deadline, a
+    failure or Ctrl-C here is then the service's one report, and rank 0 exits with the
+    others (server.EXIT_TOGETHER_S) -- said goodbye before, it printed a line of its own,
+    exited first and left the others saying they lost the service."""
+    from xladist.collectives import deadline
+    from xladist.runtime.watchdog import Members
+    deadline.watchdog.set_monitor(client)
+    try:
+        with deadline.waiting("receiving the outputs", Members(range(size), "all ranks")):
+            service.wait_all_ended(but=0)
+    finally:
+        deadline.watchdog.set_monitor(None)
+    client.bye()
 
 
 def _agree_on_setup(comm, refused: BaseException | None) -> int:

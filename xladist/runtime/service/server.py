@@ -688,13 +688,14 @@ class Service:
         except (OSError, ValueError):
             pass
 
-    def wait_all_ended(self, timeout: float | None = None) -> bool:
-        """Until every rank has said goodbye, failed or gone (rank 0 of a bare launch waits
-        so before it writes the results)."""
+    def wait_all_ended(self, timeout: float | None = None, but: int | None = None) -> bool:
+        """Until every rank (but `but`) has said goodbye, failed or gone (rank 0 of a bare
+        launch waits so before it writes the results)."""
         with self._lock:
             return self._registered.wait_for(
                 lambda: len(self.ranks) == self.size and
-                all(s.ended is not None for s in self.ranks.values()), timeout)
+                all(s.ended is not None for s in self.ranks.values() if s.rank != but),
+                timeout)
 
     @property
     def failed(self) -> bool:
