@@ -219,3 +219,28 @@ def test_a_hang_after_rank_0_finished_a_bare_launch_is_one_report(tmp_path):
         proc.stderr
     assert ("rank 1 (replica 0, partition 1): psum (line 17) over devices [0, 1] "
             "(iteration 3 of data_loop)") in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_ends_a_bare_launch_whose_ranks_wait_in_mpi(tmp_path):
+    """SIGINT to mpiexec (Ctrl-C) while both ranks wait in recv-done for each other: the
+    job ends within seconds with 130 and one `interrupted`. Before, Python's handler never
+    ran in ranks blocked in MPI: nothing happened until the 60 s deadline's report, exit 1."""
+    import signal
+    import time
+
+    from xladist.collectives.mpiexec import find_mpiexec
+    module = ROOT / "tests" / "data" / "deadlock" / "recv_done_first.hlo"
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    proc = subprocess.Popen(
+        [find_mpiexec(), "-n", "2", sys.executable, "-m", "xladist", "run", str(module),
+         "--inputs", "in.npz", "--no-check", "--timeout", "60", "-q"], cwd=tmp_path,
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the ranks wait by then
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert err.count("interrupted") == 1 and "Traceback" not in err, err
+    assert "Where every rank is" not in err and time.monotonic() - t0 < 20, err

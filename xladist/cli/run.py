@@ -423,6 +423,7 @@ def _run_as_rank(args) -> int:
     from xladist.runtime.service import client as service_client
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
+    _interrupt_ends_the_job(rank)
     service = job = None
     refused = None
     if rank == 0:
@@ -447,6 +448,32 @@ def _run_as_rank(args) -> int:
         report_and_abort(e, rank, prefix="xladist run")
         return 1
     return 0
+
+
+def _interrupt_ends_the_job(rank: int) -> None:
+    """Ctrl-C to mpiexec reaches every rank as SIGINT, but Python raises KeyboardInterrupt
+    only once the main thread runs Python again: in a rank blocked in MPI, not before its
+    wait's deadline (minutes). So rank 0 alone takes it, in a thread woken by the signal
+    itself (signal.set_wakeup_fd), and ends the job as a KeyboardInterrupt would (`rank 0:
+    interrupted`, exit 130: the service ends the others with it); the other ranks ignore it,
+    so it is said once."""
+    import signal
+    if rank != 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return
+    import socket
+    import threading
+    woken, wake = socket.socketpair()
+    wake.setblocking(False)
+    signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+
+    def watch() -> None:
+        from xladist.runtime.rank import report_and_abort
+        while (got := woken.recv(64)):
+            if signal.SIGINT in got:
+                report_and_abort(KeyboardInterrupt(), rank, prefix="xladist run")
+    threading.Thread(target=watch, name="xladist-interrupt", daemon=True).start()
+    _interrupt_ends_the_job.keep = (woken, wake)  # the socket pair lives as long as the rank
 
 
 def _wait_for_the_ranks(client, service, size: int) -> None:

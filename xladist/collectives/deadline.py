@@ -89,6 +89,12 @@ def _world_rank() -> int:
 
 _abort_lock = threading.Lock()
 _aborting = False
+# A second caller of abort_job (Ctrl-C's thread and the main thread's KeyboardInterrupt, a
+# deadline and a failure at once) leaves the ending to the first, whose messenger may wait
+# for the other ranks to go together (exiting first got them killed: mpiexec's 9); never
+# set, so the wait is this bound, for a first caller that is stuck.
+_ended = threading.Event()
+ABORT_SECOND_WAIT_S = 30.0
 # messenger(text, code) -> True when it delivered `text` to a process that prints it.
 _messenger = None
 
@@ -111,6 +117,8 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     with _abort_lock:
         first = not _aborting
         _aborting = True
+    if not first:  # the first caller ends this process, when the job's ranks go (its messenger)
+        _ended.wait(ABORT_SECOND_WAIT_S)
     run_abort_hooks()
     mpi = sys.modules.get("mpi4py.MPI")
     under_mpi = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()

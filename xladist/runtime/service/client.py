@@ -77,6 +77,7 @@ class Client:
         self.has_job = False
         self._ids = itertools.count(1)
         self._replies: dict[int, list] = {}
+        self._failing_ids: set[int] = set()  # `failed` messages waiting for their `ack`
         self._cond = threading.Condition()
         self._last_heard = time.monotonic()
         self._timeout = heartbeat_timeout()
@@ -214,6 +215,11 @@ class Client:
             # The service ended the job (and said why): save what the abort hooks save, go
             # -- when every rank goes (server.EXIT_TOGETHER_S).
             at = time.monotonic() + float(meta.get("after", 0.0))
+            with self._cond:  # this rank's own failure, said meanwhile: its answer is this
+                for ident in self._failing_ids:
+                    self._replies.get(ident, []).append(({"after": at - time.monotonic()},
+                                                         None))
+                self._cond.notify_all()
             deadline.run_abort_hooks()
             time.sleep(max(0.0, at - time.monotonic()))
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
@@ -328,13 +334,14 @@ class Client:
         ident = next(self._ids)
         with self._cond:
             self._replies[ident] = []
+            self._failing_ids.add(ident)
         if not self.send("failed", timeout=ACK_WAIT_S, id=ident, text=text, code=code):
             return not self.prints
         with self._cond:
             self._cond.wait_for(lambda: self._replies.get(ident), ACK_WAIT_S)
             got = self._replies.pop(ident, None)
         if got:  # the others are told to go too: all go together (server.EXIT_TOGETHER_S)
-            time.sleep(float(got[0][0].get("after", 0.0)))
+            time.sleep(max(0.0, float(got[0][0].get("after", 0.0))))
         return not self.prints or (bool(got) and not got[0][0].get("lost"))
 
     # ---- the end -----------------------------------------------------------------------------
