@@ -244,3 +244,27 @@ def test_ctrl_c_ends_a_bare_launch_whose_ranks_wait_in_mpi(tmp_path):
     assert proc.returncode == 130, out + err
     assert err.count("interrupted") == 1 and "Traceback" not in err, err
     assert "Where every rank is" not in err and time.monotonic() - t0 < 20, err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_ends_a_bare_launch_with_143_and_one_line(tmp_path):
+    """SIGTERM to mpiexec (a batch system's time limit, `timeout`) while both ranks wait in
+    recv-done: 143 (128 + 15, as `xladist run`), `rank 0: terminated (SIGTERM)` once, no
+    banner. Before, the forwarded SIGTERM killed the ranks: MPICH's BAD TERMINATION banner,
+    exit 15."""
+    import signal
+    import time
+
+    from xladist.collectives.mpiexec import find_mpiexec
+    module = ROOT / "tests" / "data" / "deadlock" / "recv_done_first.hlo"
+    np.savez(tmp_path / "in.npz", arg0=np.ones((2, 4), np.float32))
+    proc = subprocess.Popen(
+        [find_mpiexec(), "-n", "2", sys.executable, "-m", "xladist", "run", str(module),
+         "--inputs", "in.npz", "--no-check", "--timeout", "60", "-q"], cwd=tmp_path,
+        env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the ranks wait by then
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert_said_once(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 143,
+                     "rank 0: terminated (SIGTERM)")

@@ -451,27 +451,34 @@ def _run_as_rank(args) -> int:
 
 
 def _interrupt_ends_the_job(rank: int) -> None:
-    """Ctrl-C to mpiexec reaches every rank as SIGINT, but Python raises KeyboardInterrupt
-    only once the main thread runs Python again: in a rank blocked in MPI, not before its
-    wait's deadline (minutes). So rank 0 alone takes it, in a thread woken by the signal
-    itself (signal.set_wakeup_fd), and ends the job as a KeyboardInterrupt would (`rank 0:
-    interrupted`, exit 130: the service ends the others with it); the other ranks ignore it,
-    so it is said once."""
+    """Ctrl-C (SIGINT) or SIGTERM (a batch system's time limit, `timeout`) to mpiexec reaches
+    every rank, but Python runs its handlers only once the main thread runs Python again: in
+    a rank blocked in MPI, not before its wait's deadline (minutes), and SIGTERM's default
+    action killed the ranks (mpiexec's banner, exit 15). So rank 0 alone takes them, in a
+    thread woken by the signal itself (signal.set_wakeup_fd), and ends the job as `xladist
+    run` ends for them (`rank 0: interrupted`, exit 130; `terminated`, 143: the service
+    ends the others with it); the other ranks ignore them, so it is said once."""
     import signal
     if rank != 0:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         return
     import socket
     import threading
     woken, wake = socket.socketpair()
     wake.setblocking(False)
     signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # so that it wakes the thread
 
     def watch() -> None:
+        from xladist.collectives import deadline
         from xladist.runtime.rank import report_and_abort
         while (got := woken.recv(64)):
             if signal.SIGINT in got:
                 report_and_abort(KeyboardInterrupt(), rank, prefix="xladist run")
+            if signal.SIGTERM in got:
+                deadline.abort_job(f"xladist run: error: rank {rank}: terminated (SIGTERM)",
+                                   128 + signal.SIGTERM, with_rank=False)
     threading.Thread(target=watch, name="xladist-interrupt", daemon=True).start()
     _interrupt_ends_the_job.keep = (woken, wake)  # the socket pair lives as long as the rank
 
