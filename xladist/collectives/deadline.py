@@ -140,9 +140,22 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
                 time.sleep(ABORT_FLUSH_S)
     if under_mpi and (code == 0 or not _under_hydra()):  # (hydra stops a job on exit != 0)
         mpi.COMM_WORLD.Abort(code)
-    if under_mpi:
+    if under_mpi and _everyone_goes:
         _hold_pmi_connection()
     os._exit(code)
+
+
+_everyone_goes = False
+
+
+def everyone_goes() -> None:
+    """This rank's job is being ended on every rank at once (the coordination service told
+    them all: service/client.py), so its exit may keep hydra's PMI connection open a moment
+    (_hold_pmi_connection). Not for a rank that ends alone: there the proxy's taking its
+    exit for a crash is what stops the others (held, the proxy reaped it first and stopped
+    nobody: 60 s of tests/mpi/deadline_script.py raise)."""
+    global _everyone_goes
+    _everyone_goes = True
 
 
 # How long a rank that ends the job by exiting keeps its connection to hydra's proxy open.

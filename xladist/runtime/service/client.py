@@ -221,6 +221,7 @@ class Client:
                                                          None))
                 self._cond.notify_all()
             deadline.run_abort_hooks()
+            deadline.everyone_goes()
             time.sleep(max(0.0, at - time.monotonic()))
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
         elif op == "closing":
@@ -340,7 +341,8 @@ class Client:
         with self._cond:
             self._cond.wait_for(lambda: self._replies.get(ident), ACK_WAIT_S)
             got = self._replies.pop(ident, None)
-        if got:  # the others are told to go too: all go together (server.EXIT_TOGETHER_S)
+        if got and not got[0][0].get("lost"):  # the others go too, at this moment
+            deadline.everyone_goes()              # (server.EXIT_TOGETHER_S)
             time.sleep(max(0.0, float(got[0][0].get("after", 0.0))))
         return not self.prints or (bool(got) and not got[0][0].get("lost"))
 
