@@ -21,7 +21,7 @@ import xladist
 from xladist.errors import InputError
 from xladist.io import Inputs, read_inputs
 from xladist.runtime import hostinfo, wire
-from xladist.runtime.service import Service
+from xladist.runtime.service import Service, server
 from xladist.runtime.service.outputs import Outputs
 from xladist.runtime.service.server import PROTOCOL
 
@@ -116,6 +116,7 @@ class FakeRank:
         """`save_s`: how long its abort hooks take when the job ends (None: it never says
         it saved)."""
         self.rank, self.answer, self.save_s = rank, answer, save_s
+        self.position = None  # its answer to `where` (None: computing)
         self.sock = wire.connect(service.address, 10)
         self.got: list[dict] = []
         self.event = threading.Condition()
@@ -131,7 +132,7 @@ class FakeRank:
             while (msg := wire.recv(self.sock)) is not None:
                 meta = msg[1]
                 if meta.get("op") == "where" and self.answer:
-                    self.send("here", id=meta["id"], rec=self.rec("computing"))
+                    self.send("here", id=meta["id"], rec=self.position or self.rec("computing"))
                 if meta.get("op") == "save" and self.save_s is not None:
                     time.sleep(self.save_s)
                     meta = dict(meta, saved_at=time.monotonic())
@@ -825,3 +826,47 @@ def test_job_finish_writes_every_result_before_saying_which_could_not_be(tmp_pat
     failed = JobHost(1, trace=str(tmp_path / "t2.json"))
     failed._fail("outfeed")(0, OutputError("cannot write --outfeed o0.npz: no room"))
     assert failed.finish(failed=True) is None  # the run's own error says it
+
+
+def _finished_and_waiting(service, waiter_run: int, fresh_waiting: bool = True):
+    """Rank 0's program (run 1) finished; rank 1 publishes a wait in its run `waiter_run`
+    for device 0 (deadline 60 s), and answers `where` still waiting there (or, with
+    `fresh_waiting` False, computing: its wait ended just after it published it)."""
+    svc = service(2)
+    ranks = [FakeRank(svc, 0), FakeRank(svc, 1)]
+    for r in ranks:
+        r.wait_for("welcome")
+    done = ranks[0].rec("finished", finished=True, run=1)
+    ranks[0].position = done
+    ranks[0].send("pos", rec=done)
+    waiting = dict(_waiting(ranks[1], 1.0), run=waiter_run, timeout=60.0)
+    ranks[1].position = waiting if fresh_waiting else None
+    ranks[1].send("pos", rec=waiting)
+    return svc, ranks
+
+
+def test_a_wait_for_a_rank_whose_program_finished_is_reported_before_the_deadline(service):
+    """Rank 0 finished its program, rank 1 waits for it in that run's all-reduce: rank 0
+    never comes, so the service reports the hang once both still say so a moment later,
+    not at the 60 s deadline."""
+    svc, ranks = _finished_and_waiting(service, waiter_run=1)
+    for r in ranks:
+        assert r.wait_for("abort", seconds=15)["code"] == 1
+    (text,) = svc.messages
+    assert text.startswith("xladist: rank 1 (replica 0, partition 1) has waited ") and \
+        ("in all-reduce.3 (line 7) over group [0, 1] for rank 0, whose program has finished: "
+         "the wait cannot end (said before the deadline, --timeout 60)") in text, text
+    assert "rank 0 (replica 0, partition 0): finished its program" in text, text
+
+
+@pytest.mark.parametrize("case", ["the next run", "its wait ended"])
+def test_no_early_report_when_the_finished_rank_may_still_come(service, case):
+    """No report when rank 1 waits in its next run (rank 0, done with the previous one,
+    starts it later: a loop of runs), nor when rank 1's fresh answer says its wait has
+    ended (its published news lagged)."""
+    if case == "the next run":
+        svc, ranks = _finished_and_waiting(service, waiter_run=2)
+    else:
+        svc, ranks = _finished_and_waiting(service, waiter_run=1, fresh_waiting=False)
+    time.sleep(server.FINISHED_GRACE_S + server.WHERE_WAIT_S + 1.0)
+    assert not svc.messages and not any(m.get("op") == "abort" for m in ranks[1].got)

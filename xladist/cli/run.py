@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
+from ..errors import InputError, XlaDistError
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `xladist --help` does not load it
     import numpy as np
@@ -424,21 +424,24 @@ def _run_as_rank(args) -> int:
     from xladist.runtime.service import client as service_client
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
+    _interrupt_ends_the_job(rank)
     service = job = None
-    try:
-        if args.num_devices not in (1, size):
-            raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
-        args.num_devices = size
-        if rank == 0:
+    refused = None
+    if rank == 0:
+        try:
             service, job = _host_job(args, size)
+        except Exception as e:  # noqa: BLE001 -- said once below, after every rank knows
+            refused = e
+        except BaseException as e:  # noqa: BLE001 -- Ctrl-C, a signal: the job goes now
+            report_and_abort(e, rank, prefix="xladist run")
+    code = _agree_on_setup(comm, refused)
+    if code:
+        return _refused(refused, code)
+    try:
         client = service_client.host_service(service, comm)
-        serve(client, comm)
+        serve(client, comm, bye=rank != 0)
         if rank == 0:
-            from xladist.collectives import deadline
-            from xladist.runtime.watchdog import Members
-            with deadline.waiting("waiting for every rank's outputs", Members(
-                    range(size), "all ranks")):
-                service.wait_all_ended()
+            _wait_for_the_ranks(client, service, size)
             service.close()  # (after the outfeed streams still arriving: drain_outfeeds)
             if _finish(job, service.failed):
                 return 1
@@ -448,10 +451,89 @@ def _run_as_rank(args) -> int:
     return 0
 
 
+def _interrupt_ends_the_job(rank: int) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM (a batch system's time limit, `timeout`) to mpiexec reaches
+    every rank, but Python runs its handlers only once the main thread runs Python again: in
+    a rank blocked in MPI, not before its wait's deadline (minutes), and SIGTERM's default
+    action killed the ranks (mpiexec's banner, exit 15). So rank 0 alone takes them, in a
+    thread woken by the signal itself (signal.set_wakeup_fd), and ends the job as `xladist
+    run` ends for them (`rank 0: interrupted`, exit 130; `terminated`, 143: the service
+    ends the others with it); the other ranks ignore them, so it is said once."""
+    import signal
+    if rank != 0:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        return
+    import socket
+    import threading
+    woken, wake = socket.socketpair()
+    wake.setblocking(False)
+    signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # so that it wakes the thread
+
+    def watch() -> None:
+        from xladist.collectives import deadline
+        from xladist.runtime.rank import report_and_abort
+        while (got := woken.recv(64)):
+            if signal.SIGINT in got:
+                report_and_abort(KeyboardInterrupt(), rank, prefix="xladist run")
+            if signal.SIGTERM in got:
+                deadline.abort_job(f"xladist run: error: rank {rank}: terminated (SIGTERM)",
+                                   128 + signal.SIGTERM, with_rank=False)
+    threading.Thread(target=watch, name="xladist-interrupt", daemon=True).start()
+    _interrupt_ends_the_job.keep = (woken, wake)  # the socket pair lives as long as the rank
+
+
+def _wait_for_the_ranks(client, service, size: int) -> None:
+    """Rank 0 of a bare launch, its own program done, waits until every other rank has
+    ended, still connected to the service it hosts: a hang past this wait's deadline, a
+    failure or Ctrl-C here is then the service's one report, and rank 0 exits with the
+    others (server.EXIT_TOGETHER_S) -- said goodbye before, it printed a line of its own,
+    exited first and left the others saying they lost the service."""
+    from xladist.collectives import deadline
+    from xladist.runtime.watchdog import Members
+    deadline.watchdog.set_monitor(client)
+    try:
+        with deadline.waiting("receiving the outputs", Members(range(size), "all ranks")):
+            service.wait_all_ended(but=0)
+    finally:
+        deadline.watchdog.set_monitor(None)
+    client.bye()
+
+
+def _agree_on_setup(comm, refused: BaseException | None) -> int:
+    """Every rank of a bare launch learns whether rank 0 could set up the job (collective):
+    0, else the exit code of rank 0's error. A job refused before any program runs then
+    ends the normal way on every rank, with that code, and says why once (rank 0). A rank
+    that exits alone while the others wait in MPI is, under MPICH's hydra, taken as a
+    crash: its proxy kills the others (SIGKILL) and mpiexec exits 9 with its BAD
+    TERMINATION banner -- or with the error's code, whichever came first."""
+    from xladist.collectives import deadline
+    from xladist.runtime.rank import failure_text
+    code = 0 if refused is None else failure_text(refused, 0)[1]
+    with deadline.waiting("learning from rank 0 whether the job could be set up"):
+        return comm.bcast(code, root=0)
+
+
+def _refused(error: BaseException | None, code: int) -> int:
+    """The exit code of a bare launch that rank 0 refused; rank 0 says why (as a launching
+    process does: `main` prints an XlaDistError), the other ranks say nothing."""
+    if error is None:
+        return code
+    if isinstance(error, (XlaDistError, MemoryError)):
+        raise error
+    from xladist.runtime.rank import failure_text
+    print(f"xladist run: error: {failure_text(error, 0)[0]}", file=sys.stderr)
+    return code
+
+
 def _host_job(args, size: int):
     """Rank 0 of a bare launch: the checks the launcher would make, then the service."""
     from xladist.runtime import compile_once, feeds, run_args
     from xladist.runtime.service import Service
+    if args.num_devices not in (1, size):
+        raise InputError(f"-n {args.num_devices} does not match the MPI job's {size} ranks")
+    args.num_devices = size
     module = load_run_module(args)
     _check_device_count(module, size)
     run_args.check(args, module)

@@ -89,6 +89,12 @@ def _world_rank() -> int:
 
 _abort_lock = threading.Lock()
 _aborting = False
+# A second caller of abort_job (Ctrl-C's thread and the main thread's KeyboardInterrupt, a
+# deadline and a failure at once) leaves the ending to the first, whose messenger may wait
+# for the other ranks to go together (exiting first got them killed: mpiexec's 9); never
+# set, so the wait is this bound, for a first caller that is stuck.
+_ended = threading.Event()
+ABORT_SECOND_WAIT_S = 30.0
 # messenger(text, code) -> True when it delivered `text` to a process that prints it.
 _messenger = None
 
@@ -105,14 +111,17 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True,
 
     Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
     exits this process -- also under MPICH's hydra where the exit ends the job
-    (_exit_ends_job: the message reached the job's coordination service, or `everyone`: the
-    service told every rank to go).  Safe to call from any thread (mpi4py
+    (_exit_ends_job: the message reached the job's coordination service, or `everyone` /
+    everyone_goes(): the service told every rank to go, and the exit then holds hydra's
+    PMI connection a moment, _hold_pmi_connection).  Safe to call from any thread (mpi4py
     initializes MPI with MPI_THREAD_MULTIPLE); only the first caller prints.
     """
     global _aborting
     with _abort_lock:
         first = not _aborting
         _aborting = True
+    if not first:  # the first caller ends this process, when the job's ranks go (its messenger)
+        _ended.wait(ABORT_SECOND_WAIT_S)
     run_abort_hooks()
     mpi = sys.modules.get("mpi4py.MPI")
     under_mpi = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
@@ -132,8 +141,12 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True,
                 pass
             if under_mpi:
                 time.sleep(ABORT_FLUSH_S)
-    if under_mpi and (code == 0 or not _exit_ends_job(delivered or everyone)):
+    if everyone:
+        everyone_goes()
+    if under_mpi and (code == 0 or not _exit_ends_job(delivered or _everyone_goes)):
         mpi.COMM_WORLD.Abort(code)
+    if under_mpi and _everyone_goes:
+        _hold_pmi_connection()
     os._exit(code)
 
 
@@ -151,6 +164,44 @@ def _exit_ends_job(service_ends_it: bool) -> bool:
     if not _under_hydra():
         return False
     return service_ends_it or os.environ.get("MPI_LOCALNRANKS") == os.environ.get("PMI_SIZE")
+
+
+_everyone_goes = False
+
+
+def everyone_goes() -> None:
+    """This rank's job is being ended on every rank at once (the coordination service told
+    them all: service/client.py), so its exit may keep hydra's PMI connection open a moment
+    (_hold_pmi_connection). Not for a rank that ends alone: there the proxy's taking its
+    exit for a crash is what stops the others (held, the proxy reaped it first and stopped
+    nobody: 60 s of tests/mpi/deadline_script.py raise)."""
+    global _everyone_goes
+    _everyone_goes = True
+
+
+# How long a rank that ends the job by exiting keeps its connection to hydra's proxy open.
+PMI_HOLD_S = 0.5
+
+
+def _hold_pmi_connection() -> None:
+    """Keep this rank's PMI connection (PMI_FD) open for PMI_HOLD_S after it exits, in a
+    `sleep` that holds the descriptor. Hydra's proxy takes a rank's PMI connection closing
+    without MPI_Finalize for a crash and kills (SIGKILL) the job's ranks still running on
+    its host; mpiexec then exits 9 after its BAD TERMINATION banner, whatever code the
+    ranks exit with. The ranks of a job being ended all exit at about the same moment
+    (service/server.EXIT_TOGETHER_S), but one woken a few milliseconds late on a loaded
+    host was still killed: measured, a rank exiting 150 ms before the others made mpiexec
+    exit 9 in 2 runs of 4, 0 of 4 with the connection held."""
+    fd = os.environ.get("PMI_FD", "")
+    if not fd.isdigit() or not _under_hydra():
+        return
+    try:
+        import subprocess
+        subprocess.Popen(["sleep", str(PMI_HOLD_S)], pass_fds=(int(fd),),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    except (OSError, ValueError):  # no `sleep`, no descriptor: exit as before
+        pass
 
 
 def _under_hydra() -> bool:

@@ -315,11 +315,20 @@ def _run_here(module, per_device, **options):
     from xladist.collectives import deadline
 
     from .rank import execute_on_this_rank, world
+    from .service import client as service_client
+    from .watchdog import Members
     comm = world()
     result = execute_on_this_rank(module, per_device[comm.Get_rank()], gather_to=None,
                                   **options)
-    with deadline.waiting("exchanging outputs between all ranks"):
-        return comm.allgather(result.outputs)
+    # A wait of this run too: when a rank is still in its program past the deadline, the
+    # job's one report (the coordination service's) says so, not a line of each rank here.
+    deadline.watchdog.set_monitor(service_client.current())
+    try:
+        with deadline.waiting("exchanging outputs", Members(range(comm.Get_size()),
+                                                            "all ranks")):
+            return comm.allgather(result.outputs)
+    finally:
+        deadline.watchdog.set_monitor(None)
 
 
 def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=None,

@@ -278,6 +278,8 @@ def failure_text(error: BaseException, rank: int) -> tuple[str, int]:
         code = error.exit_code
     elif isinstance(error, MemoryError):  # not a bug: no traceback
         text, code = f"rank {rank}: {out_of_memory(error)}", 1
+    elif isinstance(error, KeyboardInterrupt):  # Ctrl-C, forwarded by mpiexec: as cli.main
+        text, code = f"rank {rank}: interrupted", 130
     else:
         import traceback
         text = f"rank {rank}: internal error: {type(error).__name__}: {error}\n" + "".join(

@@ -39,8 +39,9 @@ def main(argv: list[str], serve_fn=None) -> int:
     return 0
 
 
-def serve(client, comm) -> None:
-    """Run this rank's part of the job the service describes (collective)."""
+def serve(client, comm, bye: bool = True) -> None:
+    """Run this rank's part of the job the service describes (collective); `bye`: then say
+    goodbye to the service (rank 0 of a bare launch, which hosts it, does later)."""
     from xladist.collectives import deadline
 
     from .channels_host import ServiceHost
@@ -74,7 +75,8 @@ def serve(client, comm) -> None:
         _send_outputs(client, result.outputs, spec.get("timeout") or None)
     if spec.get("stats"):
         client.send("stats", summary=result.tracer.summary())
-    client.bye()
+    if bye:
+        client.bye()
 
 
 def _module(spec: dict, blob: bytes):

@@ -38,7 +38,7 @@ import numpy as np
 from xladist.collectives import deadline
 
 __all__ = ["Members", "describe_position", "failure", "format_report", "loop_tracking_rules",
-           "record"]
+           "record", "waits_for_finished"]
 
 # A rank whose record is older than this (while it claims to wait or compute) may be stuck.
 STALE_S = 3.0
@@ -58,12 +58,16 @@ class Members:
         return self.text
 
 
-def record(placement, pos: dict, *, finished: bool = False, host: str | None = None) -> dict:
-    """A rank's position (deadline.Watchdog.position) as the JSON record the service keeps."""
+def record(placement, pos: dict, *, finished: bool = False, host: str | None = None,
+           run: int | None = None) -> dict:
+    """A rank's position (deadline.Watchdog.position) as the JSON record the service keeps;
+    `run`: which of the process's runs it is in (service/client.py counts them)."""
     p = placement
     now = time.time()
     rec = {"state": pos["state"], "finished": finished, "loops": pos.get("loops", []),
            "updated": now}
+    if run is not None:
+        rec["run"] = run
     if p is not None:
         rec.update(rank=p.rank, device=p.device, replica=p.replica, partition=p.partition)
     if host is not None:
@@ -138,20 +142,54 @@ def describe_position(rec: dict | None, rank: int, now: float, hosts: bool = Fal
     return f"{who}: computing, not waiting for another rank{f' ({ctx})' if ctx else ''}{stale}"
 
 
+def waits_for_finished(positions: dict[int, dict]) -> tuple[int, list[int]] | None:
+    """(rank b, ranks a) when rank b waits inside its program (a collective, a channel) for
+    ranks a whose programs -- of the same run -- have finished: they will not come to that
+    wait any more, so it cannot end. None otherwise. A record without a run (a cluster's
+    marks, kept by the service) never counts: its run is unknown. Only a pointer: the
+    records are the ranks' last news, and a wait a finished rank did serve ends a moment
+    after its end was published (the service confirms with fresh positions)."""
+    rank_of = {rec["device"]: r for r, rec in positions.items() if "device" in rec}
+    for b, rec in sorted(positions.items()):
+        if (rec.get("state") != "waiting" or rec.get("finished") or not rec.get("members")
+                or rec.get("run") is None):
+            continue
+        peers = rec["members"][1:2] if rec.get("p2p") else rec["members"]
+        done = []
+        for device in peers:
+            a = rank_of.get(device)
+            other = positions.get(a) if a is not None else None
+            if (a != b and other is not None and other.get("run") == rec["run"]
+                    and other.get("finished")):
+                done.append(a)
+        if done:
+            return b, sorted(done)
+    return None
+
+
 def spans_hosts(positions: dict[int, dict]) -> bool:
     return len({rec.get("host") for rec in positions.values() if rec.get("host")}) > 1
 
 
 def format_report(positions: dict[int, dict], me: int, timeout: float,
-                  world_size: int | None = None) -> str:
-    """The text printed when rank `me`'s deadline passes, from every rank's record."""
+                  world_size: int | None = None, finished: list[int] | None = None) -> str:
+    """The text printed when rank `me`'s deadline passes, from every rank's record; or,
+    with `finished` (waits_for_finished), when `me` waits for those ranks, which have
+    finished their programs, before its deadline."""
     now = time.time()
     hosts = spans_hosts(positions)
     mine = positions.get(me, {})
-    head = (f"xladist: {_who(mine, hosts) if mine else f'rank {me}'} waited "
-            f"{now - mine.get('since', now):.1f} s (the deadline, --timeout {timeout:g}) in "
-            f"{_op(mine) if mine.get('state') == 'waiting' else 'a wait'}. "
-            "Where every rank is:")
+    who = _who(mine, hosts) if mine else f"rank {me}"
+    where = _op(mine) if mine.get("state") == "waiting" else "a wait"
+    waited = now - mine.get("since", now)
+    if finished:
+        whose = "whose program has" if len(finished) == 1 else "whose programs have"
+        head = (f"xladist: {who} has waited {waited:.1f} s in {where} for {_ranks(finished)}, "
+                f"{whose} finished: the wait cannot end (said before the deadline, "
+                f"--timeout {timeout:g}). Where every rank is:")
+    else:
+        head = (f"xladist: {who} waited {waited:.1f} s (the deadline, --timeout "
+                f"{timeout:g}) in {where}. Where every rank is:")
     lines = [head]
     n = max([me, *positions]) + 1
     n = max(n, world_size or 0, _world(positions))

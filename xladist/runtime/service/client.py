@@ -65,6 +65,7 @@ class Client:
         self.hosted = hosted            # the Service, when this process hosts it (rank 0)
         self.host = host_name()
         self.placement = None
+        self.run = 0                    # this process's runs so far (placed): in its records
         self._placed = None             # the placement the service was last told
         self.finished = False
         self.failure: str | None = None  # the error of a run that raised (mark "failed")
@@ -76,6 +77,7 @@ class Client:
         self.has_job = False
         self._ids = itertools.count(1)
         self._replies: dict[int, list] = {}
+        self._failing_ids: set[int] = set()  # `failed` messages waiting for their `ack`
         self._cond = threading.Condition()
         self._last_heard = time.monotonic()
         self._timeout = heartbeat_timeout()
@@ -210,7 +212,17 @@ class Client:
             deadline.run_abort_hooks()
             self.send("saved", timeout=2.0)
         elif op == "abort":
-            # The service ended the job (and said why): save what the abort hooks save, go.
+            # The service ended the job (and said why): save what the abort hooks save, go
+            # -- when every rank goes (server.EXIT_TOGETHER_S).
+            at = time.monotonic() + float(meta.get("after", 0.0))
+            with self._cond:  # this rank's own failure, said meanwhile: its answer is this
+                for ident in self._failing_ids:
+                    self._replies.get(ident, []).append(({"after": at - time.monotonic()},
+                                                         None))
+                self._cond.notify_all()
+            deadline.run_abort_hooks()
+            deadline.everyone_goes()
+            time.sleep(max(0.0, at - time.monotonic()))
             deadline.abort_job("", int(meta.get("code", 1)), with_rank=False, everyone=True)
         elif op == "closing":
             self.service_closed = True  # its end is the end of the job, not a failure
@@ -224,11 +236,16 @@ class Client:
 
     def _where(self) -> dict:
         if self.failure is not None:  # the main thread has left the run: not its position
-            return record(self.placement, {"state": "failed", "error": self.failure},
-                          finished=self.finished)
+            return self._record({"state": "failed", "error": self.failure})
         wd = deadline.watchdog
         cur = wd._resolved(wd.current)  # noqa: SLF001 -- the daemon's own reading of the cell
-        return record(self.placement, wd.position(cur), finished=self.finished)
+        return self._record(wd.position(cur))
+
+    def _record(self, pos: dict) -> dict:
+        """`pos` as the record the service keeps: with this rank's placement, its run and
+        its deadline (for the report of a wait for a rank that finished, server.py)."""
+        return dict(record(self.placement, pos, finished=self.finished, run=self.run),
+                    timeout=deadline.watchdog.timeout_s)
 
     def _gone(self, why: str) -> None:
         with self._cond:
@@ -266,6 +283,7 @@ class Client:
         """A program placed on this rank starts (the service is told where, unless it was
         told so already: a cluster's rank runs one module many times)."""
         self.placement = placement
+        self.run += 1
         self.finished = False
         self.failure = None
         where = dict(device=placement.device, replica=placement.replica,
@@ -275,7 +293,7 @@ class Client:
             self.send("placed", **where)
 
     def publish(self, pos: dict) -> None:
-        self.send("pos", timeout=2.0, rec=record(self.placement, pos, finished=self.finished))
+        self.send("pos", timeout=2.0, rec=self._record(pos))
 
     def mark(self, state: str, tell: bool = True, error: str | None = None) -> None:
         """The main thread's own news: 'computing' when the program starts, 'finished', or
@@ -321,11 +339,15 @@ class Client:
         ident = next(self._ids)
         with self._cond:
             self._replies[ident] = []
+            self._failing_ids.add(ident)
         if not self.send("failed", timeout=ACK_WAIT_S, id=ident, text=text, code=code):
             return not self.prints
         with self._cond:
             self._cond.wait_for(lambda: self._replies.get(ident), ACK_WAIT_S)
             got = self._replies.pop(ident, None)
+        if got and not got[0][0].get("lost"):  # the others go too, at this moment
+            deadline.everyone_goes()              # (server.EXIT_TOGETHER_S)
+            time.sleep(max(0.0, float(got[0][0].get("after", 0.0))))
         return not self.prints or (bool(got) and not got[0][0].get("lost"))
 
     # ---- the end -----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from types import SimpleNamespace
 from ...errors import InputError
 from ...version import __version__
 from .. import wire
-from ..watchdog import format_report, record
+from ..watchdog import format_report, record, waits_for_finished
 from . import report as texts
 from .protocol import ADDRESS_ENV, HEARTBEAT_S, PROTOCOL, TOKEN_ENV, heartbeat_timeout
 
@@ -59,6 +59,15 @@ WHERE_WAIT_S = 1.5
 # another rank finished saving first. Below client.ACK_WAIT_S: a failing rank's
 # acknowledgement waits for this phase.
 SAVE_WAIT_S = 4.0
+# Ending a job: every rank still connected (the failing one too) exits this long after the
+# service told the first one, all at the same moment -- the time for the last `abort` to
+# arrive. Under MPICH's hydra the first rank to exit gets every rank still running killed
+# (SIGKILL), and mpiexec then exits 9 after its BAD TERMINATION banner instead of with the
+# code the ranks exit with (1 run in 2-3 of `mpiexec -n 4`, when each went as it was told).
+EXIT_TOGETHER_S = 0.5
+# A rank waits for one whose program has finished (_check_finished_peers): how long after
+# its news the service asks every rank again before it reports the hang.
+FINISHED_GRACE_S = 2.0
 HOST_ENV, PORT_ENV, BIND_ENV = "XLADIST_COORD_HOST", "XLADIST_COORD_PORT", "XLADIST_COORD_BIND"
 
 
@@ -186,6 +195,8 @@ class Service:
         # The exit code the job was ended with (a rank's failure, a hang report): the
         # launcher's, whatever code mpiexec reports for ranks its proxies killed then.
         self.end_code: int | None = None
+        self._exit_at = 0.0                # when the ranks it ended exit (_end_job)
+        self._probing = False              # _confirm_finished_peers under way
         self._failing = False            # a failure or report is under way: ends are expected
         self._stop = threading.Event()   # set by close(): the monitor's sleep ends at once
         self.on_end = None               # called once when the service ends the job
@@ -387,6 +398,7 @@ class Service:
             return
         if op == "pos":
             st.record = dict(meta["rec"], host=st.host, pid=st.pid)
+            self._check_finished_peers()
         elif op == "placed":
             st.place = {k: meta[k] for k in ("device", "replica", "partition")}
         elif op == "here":
@@ -405,7 +417,7 @@ class Service:
             # Recorded, then acknowledged (the rank aborts right after: its end is no death),
             # then the others are ended.
             self._on_failed(st, meta.get("text", ""), int(meta.get("code", 1)),
-                            ack=lambda: st.conn.send("ack", id=meta.get("id")))
+                            ack=lambda **how: st.conn.send("ack", id=meta.get("id"), **how))
         elif op == "req":
             self._spawn(self._request, "xladist-service-req", st, meta, payload)
         elif op == "bye":
@@ -459,10 +471,11 @@ class Service:
         # Before the ack, whichever failure this is (the first, or one during a hang
         # report or another's failure): the failing rank aborts right after it.
         self._save_all(but=st.rank)
+        # The others are told to go before the failing rank: all exit together
+        # (EXIT_TOGETHER_S).
+        at = self._end_job(code, but=st.rank) if first else self._exit_at
         if ack is not None:
-            ack()
-        if first:
-            self._end_job(code, but=st.rank)
+            ack(after=max(0.0, at - time.monotonic()))
 
     def _on_end(self, st: RankState) -> None:
         """A rank's connection ended: normal after its goodbye or a failure, else it died."""
@@ -547,6 +560,14 @@ class Service:
             if self._failing or self.ending.is_set():
                 return
             self._failing = True
+        records, _ = self._positions_now()
+        self._say_hang(format_report(records, first, timeout, self.size), records)
+
+    def _positions_now(self) -> tuple[dict[int, dict], bool]:
+        """Every rank's position, asked now (the last one it published, or the service's
+        own record, for a rank that does not answer within WHERE_WAIT_S); and whether
+        every rank still connected answered."""
+        with self._lock:
             self._where.clear()
             ask = next(self._where_id)
             live = [s for s in self.ranks.values() if s.ended is None]
@@ -556,12 +577,15 @@ class Service:
         with self._lock:
             while len(self._where) < len(live) and time.monotonic() < end:
                 self._where_cond.wait(end - time.monotonic())
+            answered = all(s.rank in self._where for s in live)
             records = {}
             for r, s in self.ranks.items():
                 rec = self._where.get(r) or dict(s.record, host=s.host, pid=s.pid, **s.place)
                 rec.setdefault("rank", r)
                 records[r] = rec
-        text = format_report(records, first, timeout, self.size)
+        return records, answered
+
+    def _say_hang(self, text: str, records: dict[int, dict]) -> None:
         line = texts.proven_line(self.checked, records)
         if line:
             text += "\n" + line
@@ -569,21 +593,68 @@ class Service:
         self.emit(text)
         self._end_job(1)
 
+    def _check_finished_peers(self) -> None:
+        """A rank waits in its program for a rank whose program (of the same run) has
+        finished (watchdog.waits_for_finished): that wait cannot end, so the job is reported
+        now rather than at the deadline -- once fresh positions, asked FINISHED_GRACE_S
+        later, still say so (the ranks' published news lags: a wait a rank served before it
+        finished ends a moment after its end was published)."""
+        with self._lock:
+            if self._probing or self._failing or self.ending.is_set():
+                return
+            records = {r: dict(s.record, **s.place) for r, s in self.ranks.items()}
+            found = waits_for_finished(records) if len(records) == self.size else None
+            if found is None or self._deadline_first(records[found[0]]):
+                return
+            self._probing = True
+        self._spawn(self._confirm_finished_peers, "xladist-service-probe")
+
+    @staticmethod
+    def _deadline_first(rec: dict) -> bool:
+        """Whether the waiting rank's own deadline passes before the service could confirm
+        (the deadline's report then comes as it always did)."""
+        timeout = float(rec.get("timeout", 0.0))
+        left = rec.get("since", time.time()) + timeout - time.time()
+        return timeout > 0 and left < FINISHED_GRACE_S + WHERE_WAIT_S + 1.0
+
+    def _confirm_finished_peers(self) -> None:
+        try:
+            if self._stop.wait(FINISHED_GRACE_S):
+                return
+            records, answered = self._positions_now()
+            found = waits_for_finished(records) if answered else None
+            with self._lock:
+                if found is None or self._failing or self.ending.is_set():
+                    return
+                self._failing = True
+            b, done = found
+            timeout = float(records[b].get("timeout", 0.0))
+            self._say_hang(format_report(records, b, timeout, self.size, finished=done),
+                           records)
+        finally:
+            self._probing = False
+
     # ---- ending ---------------------------------------------------------------------------------
-    def _end_job(self, code: int, but: int | None = None) -> None:
-        """Every rank still connected aborts the job (its abort hooks save what they can)."""
+    def _end_job(self, code: int, but: int | None = None) -> float:
+        """Every rank still connected aborts the job (its abort hooks save what they can), at
+        the moment returned (time.monotonic: EXIT_TOGETHER_S)."""
         if self.closed:
-            return
+            return self._exit_at
         first = not self.ending.is_set()
         if first:
             self.end_code = code
             self._save_all(but)
+            self._exit_at = time.monotonic() + EXIT_TOGETHER_S
         self.ending.set()
         if first and self.on_end is not None:
             self.on_end()
-        for s in list(self.ranks.values()):
+        # Rank 0 last: under a bare mpiexec its process hosts this service, which ends with
+        # it; a rank not yet told would take that for the service lost, and say so.
+        for s in sorted(self.ranks.values(), key=lambda s: -s.rank):
             if s.rank != but and s.ended is None:
-                s.conn.send("abort", code=code, timeout=2.0)
+                s.conn.send("abort", code=code, timeout=2.0,
+                            after=max(0.0, self._exit_at - time.monotonic()))
+        return self._exit_at
 
     def _save_all(self, but: int | None) -> None:
         """Every rank still connected (but `but`, which saved before it failed) runs its
@@ -625,13 +696,14 @@ class Service:
         except (OSError, ValueError):
             pass
 
-    def wait_all_ended(self, timeout: float | None = None) -> bool:
-        """Until every rank has said goodbye, failed or gone (rank 0 of a bare launch waits
-        so before it writes the results)."""
+    def wait_all_ended(self, timeout: float | None = None, but: int | None = None) -> bool:
+        """Until every rank (but `but`) has said goodbye, failed or gone (rank 0 of a bare
+        launch waits so before it writes the results)."""
         with self._lock:
             return self._registered.wait_for(
                 lambda: len(self.ranks) == self.size and
-                all(s.ended is not None for s in self.ranks.values()), timeout)
+                all(s.ended is not None for s in self.ranks.values() if s.rank != but),
+                timeout)
 
     @property
     def failed(self) -> bool:
