@@ -302,12 +302,17 @@ def _finish(proc, seconds):
 def test_a_killed_rank_is_named_with_its_signal_host_and_position(tmp_path, simhosts):
     """SIGKILL (what the out-of-memory killer sends) to rank 2 on nodeB while it waits in
     the all-reduce: the job ends within seconds, naming the device, host, pid, signal and
-    where the rank was -- not MPICH's banner."""
+    where the rank was -- not MPICH's banner. (Ranks 0 and 3 are stopped, not finished, to
+    hold the others in the all-reduce: a wait for ranks whose programs finished is a hang
+    the service reports within seconds, before any kill.)"""
     sim = simhosts()
-    module, inputs = _loop(tmp_path, [2, 3, 3, 2])
+    module, inputs = _loop(tmp_path, [10 ** 8] * 4)  # all-reduces for minutes
     proc, marker = _start(sim, tmp_path, module, inputs, timeout=120)
     pids = _wait_for_ranks(marker, 4, proc)
-    time.sleep(12.0)  # rank 2 is in its third all-reduce, waiting (and has said so)
+    time.sleep(8.0)  # every rank is in the loop
+    for r in (0, 3):
+        os.kill(pids[r], signal.SIGSTOP)
+    time.sleep(4.0)  # rank 2 waits in an all-reduce for them (and has said so)
     if proc.poll() is not None or _rank_pids(marker).get(2) != pids[2]:
         pytest.fail(f"the job ended before the kill:\n{_finish(proc, 10)[1]}")
     os.kill(pids[2], signal.SIGKILL)
@@ -318,8 +323,8 @@ def test_a_killed_rank_is_named_with_its_signal_host_and_position(tmp_path, simh
     assert ended < 15, f"the job took {ended:.1f} s to end after the kill:\n{err}"
     assert (f"rank 2 (device 2, replica 0, partition 2) on nodeB, pid {pids[2]}, was killed "
             "by signal 9 (SIGKILL: often the out-of-memory killer") in err, err
-    assert "Its last position: psum (line 17) over devices [0, 1, 2, 3] (iteration 3 of " \
-           "data_loop)" in err, err
+    assert re.search(r"Its last position: psum \(line 17\) over devices \[0, 1, 2, 3\] "
+                     r"\(iteration \d+ of data_loop\)", err), err
     assert "BAD TERMINATION" not in err and "[proxy" not in err, err
     assert _left_after_the_job(marker) == {}
 
@@ -638,7 +643,9 @@ def test_a_bare_mpiexec_launch_whose_rank_0_fails_at_start_ends_on_every_host(tm
     t0 = time.monotonic()
     out, err = _finish(proc, SLACK)
     assert proc.returncode == 2, err
-    assert f"rank 0: MODULE {tmp_path / 'missing.hlo'}: does not exist" in err, err
+    # (said once, in the launching process's words: every rank learns of the refusal)
+    assert err.count(f"MODULE {tmp_path / 'missing.hlo'}: does not exist") == 1, err
+    assert "BAD TERMINATION" not in err, err
     assert time.monotonic() - t0 < SLACK
     assert gone(proc.marker, 10) == [], "processes of the job left running"
 
