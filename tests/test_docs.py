@@ -116,3 +116,26 @@ def test_code_cites_the_references_in_docs():
             if bare.search(line):
                 bad.append(f"{py.relative_to(ROOT)}:{n}")
     assert not bad, f"cite docs/reference/<name>.md, not the bare name: {bad}"
+
+
+# An environment variable's name in the code; `XLADIST_AOT_{n}_H` (a C header guard the
+# aot command writes) is no variable.
+ENV_NAME = re.compile(r"\b(XLADIST_[A-Z0-9_]*[A-Z0-9])(?![\w{])")
+
+
+def _env_names(paths) -> set[str]:
+    return {n for p in paths for n in ENV_NAME.findall(p.read_text())}
+
+
+def test_every_environment_variable_is_documented():
+    """Every XLADIST_* name the package reads or sets has a row in docs/environment.md, and
+    every row names a variable some code (the package or the tests) still reads."""
+    doc = (ROOT / "docs" / "environment.md").read_text()
+    rows = {n for line in doc.splitlines() if line.startswith("| `")
+            for n in ENV_NAME.findall(line.split(" | ")[0])}
+    read = _env_names((ROOT / "xladist").rglob("*.py"))
+    missing = sorted(read - rows)
+    assert not missing, f"docs/environment.md has no row for {missing}"
+    everywhere = read | _env_names((ROOT / "tests").rglob("*.py"))
+    stale = sorted(rows - everywhere)
+    assert not stale, f"docs/environment.md documents variables nothing reads: {stale}"
