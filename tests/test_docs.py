@@ -139,3 +139,34 @@ def test_every_environment_variable_is_documented():
     everywhere = read | _env_names((ROOT / "tests").rglob("*.py"))
     stale = sorted(rows - everywhere)
     assert not stale, f"docs/environment.md documents variables nothing reads: {stale}"
+
+
+@functools.cache
+def _cli_options() -> dict[str, set[str]]:
+    """Each subcommand's option names, as its parser takes them (bench: its harnesses')."""
+    import argparse
+
+    from xladist.bench import collectives, in_loop
+    from xladist.cli import build_parser
+    sub = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    out = {name: {o for a in p._actions for o in a.option_strings}
+           for name, p in sub.choices.items()}
+    out["bench"] |= {o for h in (collectives, in_loop) for a in h._parser()._actions
+                     for o in a.option_strings}
+    return out
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=IDS)
+def test_documented_command_options_exist(doc: Path):
+    """`xladist SUB ... --option` in a doc names an option SUB's parser takes."""
+    opts = _cli_options()
+    cmd = re.compile(r"xladist (%s)\b([^`\n]*)" % "|".join(sorted(opts, key=len, reverse=True)))
+    bad = []
+    for n, line in enumerate(doc.read_text().splitlines(), 1):
+        for m in cmd.finditer(line):
+            rest = m.group(2).split("#")[0]  # a comment after the command is prose
+            bad += [f"{n}: xladist {m.group(1)} {o}"
+                    for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest)
+                    if o not in opts[m.group(1)]]
+    assert not bad, f"{doc.relative_to(ROOT)} names options the command lacks: {bad}"
