@@ -14,6 +14,11 @@ import pytest
 from tests.paths import ROOT
 
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+# Also the READMEs of examples/, launch/ and tests/, which the docs send readers to: their
+# links and commands are checked too (the paths they name are often the ones they make).
+PAGES = sorted([*DOCS, *(p for top in ("examples", "launch", "tests")
+                         for p in (ROOT / top).rglob("*.md"))])
+PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
 IDS = [str(p.relative_to(ROOT)) for p in DOCS]
 
 # The repository's top-level folders: a path starting with one of them must exist as
@@ -48,7 +53,7 @@ def _anchors(md: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=IDS)
+@pytest.mark.parametrize("doc", PAGES, ids=PAGE_IDS)
 def test_relative_links_lead_somewhere(doc: Path):
     bad = []
     for target in LINK.findall(doc.read_text()):
@@ -172,7 +177,7 @@ def _cli_options() -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=IDS)
+@pytest.mark.parametrize("doc", PAGES, ids=PAGE_IDS)
 def test_documented_command_options_exist(doc: Path):
     """`xladist SUB ... --option` in a doc names an option SUB's parser takes."""
     opts = _cli_options()
