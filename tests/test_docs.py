@@ -190,3 +190,15 @@ def test_documented_command_options_exist(doc: Path):
                     for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest)
                     if o not in opts[m.group(1)]]
     assert not bad, f"{doc.relative_to(ROOT)} names options the command lacks: {bad}"
+
+
+def test_environment_page_lists_every_checked_number():
+    """The page's opening says which variables are checked before any rank starts: every
+    numeric one xladist/environment.py checks (the timeouts as `*_TIMEOUT`s)."""
+    from xladist.environment import _NUMBERS
+    doc = (ROOT / "docs" / "environment.md").read_text()
+    intro = doc.split("\n|", 1)[0]
+    named = [n for n in _NUMBERS if f"`{n}`" in intro
+             or (n.endswith("_TIMEOUT") and "`*_TIMEOUT`s" in intro)]
+    missing = sorted(set(_NUMBERS) - set(named))
+    assert not missing, f"docs/environment.md's opening does not name {missing}"
