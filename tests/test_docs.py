@@ -202,3 +202,36 @@ def test_environment_page_lists_every_checked_number():
              or (n.endswith("_TIMEOUT") and "`*_TIMEOUT`s" in intro)]
     missing = sorted(set(_NUMBERS) - set(named))
     assert not missing, f"docs/environment.md's opening does not name {missing}"
+
+
+def _resolves(dotted: str) -> bool:
+    """`xladist.a.b.c` names a module, or attributes of the longest module prefix."""
+    import importlib
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", PAGES, ids=PAGE_IDS)
+def test_python_names_and_blocks_are_real(doc: Path):
+    """Every `xladist.NAME...` a page writes is a module or attribute that exists, and every
+    ```python block is valid Python (a signature or shell text is marked as text)."""
+    text = doc.read_text()
+    names = set(re.findall(r"(?<![\w./-])(xladist(?:\.[A-Za-z_]\w*)+)", text))
+    bad = sorted(n for n in names if not n.endswith((".py", ".md", ".toml"))
+                 and not _resolves(n))
+    for block in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M):
+        try:
+            compile(block, str(doc), "exec")
+        except SyntaxError as e:
+            bad.append(f"a python block: {e}")
+    assert not bad, f"{doc.relative_to(ROOT)}: {bad}"
