@@ -73,3 +73,21 @@ def test_a_target_this_process_registered_passes_the_check(tmp_path):
     finally:
         del CUSTOM_CALLS["NoSuchTarget"]
     assert result["verified"] is True and result["warnings"] == []
+
+
+def test_the_refusal_names_the_documented_function_and_a_short_list(tmp_path):
+    """The message tells the reader to call the registration function the docs name
+    (docs/running.md: xladist.interpreter.register_custom_call, which exists), and lists the
+    known targets readably: jax's 60 LAPACK targets as one pattern, not each by name."""
+    import xladist.interpreter
+    from tests.paths import ROOT
+    (tmp_path / "cc.hlo").write_text(MODULE)
+    msg = _run_error(tmp_path)
+    documented = "xladist.interpreter.register_custom_call"
+    assert documented in (ROOT / "docs" / "running.md").read_text()
+    assert callable(xladist.interpreter.register_custom_call)
+    assert f"register one with {documented}:" in msg, msg
+    known = msg.split("(known: ", 1)[1].split(")", 1)[0]
+    assert "lapack_spotrf_ffi" not in known and "lapack_<s|d|c|z><routine>_ffi" in known, known
+    assert "TopK" in known and "Sharding" in known
+    assert len(msg) < 1000, msg

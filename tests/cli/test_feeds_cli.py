@@ -350,3 +350,29 @@ def test_train_mlp_example_loss_goes_down_at_4_ranks(tmp_path):
             got = f[f"out{i}"]
             for r in range(4):
                 np.testing.assert_allclose(got[r], w, rtol=2e-3, atol=1e-4)
+
+
+def test_infeed_function_in_the_current_folder_with_the_console_script(tmp_path):
+    """docs/feeds.md's `xladist run m.hlo --infeed-fn mypkg.data:shard`, with mypkg in the
+    folder it is run from. The ranks import it (they run `python -m` there); so must the
+    launcher's check, also when it is pip's `xladist` script, whose sys.path[0] is its
+    bin/ folder -- before, it said `cannot import mypkg.data: No module named 'mypkg'`
+    where `python -m xladist run` worked."""
+    import subprocess
+    from tests.cli_util import cli_env
+    steps = 3
+    module = write_module(tmp_path, 1, steps)
+    pkg = tmp_path / "mypkg_docwalk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data.py").write_text((ROOT / "tests" / "feeds_fns.py").read_text())
+    script = tmp_path / "bin" / "xladist"  # what pip writes for the console script
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom xladist.cli import entry\nsys.exit(entry())\n")
+    proc = subprocess.run(
+        [sys.executable, str(script), "run", module.name, "--infeed-fn",
+         "mypkg_docwalk.data:steps", "--outfeed", "out.npz", "-q"],
+        cwd=tmp_path, env=cli_env(XLADIST_PROGRESS="off"), capture_output=True, text=True,
+        timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    check_outfeed(read_outfeed(tmp_path / "out.npz"), 1, steps)

@@ -505,3 +505,18 @@ def test_a_cgroup_cpu_quota_caps_the_threads(monkeypatch, files, cgroup, want):
     assert parallel.cgroup_cpu_limit() == want
     assert parallel.available_cores() == (64 if want is None else math.ceil(want))
     assert parallel.thread_count() == parallel.available_cores()
+
+
+@pytest.mark.parametrize("blas_threads, said", [("1", "1 thread;"), ("2", "2 threads;")])
+def test_explain_says_openblas_threads_in_words(tmp_path, blas_threads, said):
+    """`xladist explain`'s BLAS line counts OpenBLAS's threads in English ("2 thread;"
+    before)."""
+    from tests.cli_util import xladist_cli
+    (tmp_path / "m.hlo").write_text(
+        "HloModule m\nENTRY e {\n  x = f32[4] parameter(0)\n  ROOT y = f32[4] add(x, x)\n}\n")
+    ex = xladist_cli("explain", tmp_path / "m.hlo", OPENBLAS_NUM_THREADS=blas_threads)
+    assert ex.returncode == 0, ex.stderr
+    blas = [ln for ln in ex.stdout.splitlines() if ln.startswith("BLAS: ")]
+    if not blas:
+        pytest.skip("no OpenBLAS loaded")
+    assert "(OPENBLAS_CORETYPE=" in blas[0] and said in blas[0], blas[0]

@@ -426,6 +426,38 @@ def test_every_option_of_every_subcommand_has_an_example(sub):
             f"xladist {sub}: no example uses {'/'.join(action.option_strings)}"
 
 
+# An example line of an epilog: the command, then two or more spaces and what it does.
+HELP_EXAMPLE = re.compile(r"^  (xladist \S.*?)(?:\s{2,}\S.*)?$")
+
+
+@pytest.mark.parametrize("sub", ["", *SUBS])
+def test_help_examples_are_commands_the_parser_takes(sub, capsys):
+    """Each example in --help, copied up to the gap before its description, parses: an
+    option misspelt there, or a description run into the command, fails."""
+    import shlex
+
+    from xladist.cli import EPILOG, build_parser
+    text = EPILOG
+    if sub:
+        mod, parser = _subparser(sub)
+        text = getattr(mod, "EPILOG", None) or parser.epilog or ""
+    examples = [m.group(1) for ln in text.splitlines() if (m := HELP_EXAMPLE.match(ln))]
+    assert examples
+    bad = []
+    for cmd in examples:
+        argv = shlex.split(cmd)[1:]
+        try:
+            if argv[:2] == ["bench", "collectives"]:  # the benchmark's own parser
+                harness = "bench collectives" + (" --in-loop" if "--in-loop" in argv else "")
+                _subparser(harness)[1].parse_args(argv[2:])
+            else:
+                build_parser().parse_args(argv)
+        except SystemExit as e:
+            if e.code:
+                bad.append(f"{cmd!r}: {capsys.readouterr().err.strip().splitlines()[-1]}")
+    assert not bad, f"xladist {sub} --help shows examples it refuses: {bad}"
+
+
 @pytest.mark.parametrize("sub", SUBS)
 def test_subcommand_help_runs(sub):
     _subparser(sub)

@@ -41,8 +41,8 @@ examples:
   xladist check module.hlo -n 4                 verify and prove it cannot deadlock
   xladist fmt module.hlo                        print it in canonical HLO text
   xladist explain module.hlo                    the cpu backend's kernels and buffers
-  xladist compile module.hlo -o m.xlx          compile once; `xladist run m.xlx` loads it
-  xladist aot module.hlo --name f -o build/    f.o + f.h: the module as a C function
+  xladist compile module.hlo -o m.xlx           compile once; `xladist run m.xlx` loads it
+  xladist aot module.hlo --name f -o build/     f.o + f.h: the module as a C function
   xladist ops --missing                         which opcodes a phase does not support
   xladist conformance -n 4 --backend mine       check a backend and MPI against XLA's
                                                 collective semantics

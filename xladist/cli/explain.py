@@ -66,8 +66,9 @@ def run(args) -> int:
     print(f"compute threads: {thread_count()} (XLADIST_THREADS, or the cores of this "
           f"process's CPU affinity mask){pinned}")
     for b in blas_info():
+        plural = "" if b["threads"] == 1 else "s"
         print(f"BLAS: {b['library']}, OpenBLAS kernel {b['core']} (OPENBLAS_CORETYPE="
-              f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {b['threads']} thread; "
+              f"{os.environ.get('OPENBLAS_CORETYPE', 'unset')}), {b['threads']} thread{plural}; "
               f"large dots and convolutions split on the compute threads (or, a large "
               f"product where measured faster and giving the same bits, one call on "
               f"{thread_count()} OpenBLAS threads)")

@@ -20,10 +20,10 @@ HELP = "print which opcodes each phase supports (parse, verify, interpreter, cpu
 
 EPILOG = """\
 examples:
-  xladist ops                     the whole matrix
-  xladist ops --family collective only one opcode family
-  xladist ops --missing           only rows where some phase says no
-  xladist ops --json              {opcode: {phase: "yes" | reason}}
+  xladist ops                       the whole matrix
+  xladist ops --family collective   only one opcode family
+  xladist ops --missing             only rows where some phase says no
+  xladist ops --json                {opcode: {phase: "yes" | reason}}
 """
 
 PHASES = ("parse", "verify", "interpreter", "cpu", "runtime")

@@ -59,7 +59,7 @@ examples:
                                         write what each rank sends to the host
   xladist run m.hlo -n 8 --inputs 'in.{device}.npz' --outputs 'out.{device}.npz'
                                         one input and one output file per device
-  xladist run --batch runs.txt -n 2    every line of runs.txt (MODULE and flags) on the
+  xladist run --batch runs.txt -n 2     every line of runs.txt (MODULE and flags) on the
                                         same 2 ranks, started once
 
 npz format: inputs arg0, arg1, ... (one per entry parameter), outputs out0, out1, ...

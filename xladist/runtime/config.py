@@ -40,7 +40,7 @@ class Key:
     dest: str          # the attribute of `xladist run`'s parsed arguments it sets
     option: str        # the command-line option that overrides it
     invert: bool = False  # a bool stored inverted in `dest` (verify -> no_verify)
-    # What a path names, for the checks before a run (xladist/runtime/run_files.py): "hlo", "npz",
+    # What a path names, for the checks before a run (xladist/runtime/run_args.py): "hlo", "npz",
     # "text" (sources), "out" (a destination), "out_dirs" (a per-rank destination whose
     # folders are created), "program" (an executable: a path, or a name looked up on PATH); "template" when {rank}-style placeholders are filled in.
     file: str | None = None

@@ -60,8 +60,8 @@ def register_custom_call(target: str, fn: Callable, *, replace: bool = False) ->
 def why_unregistered(instr) -> str:
     """Why custom-call `instr` cannot run: its target is not registered (and what is)."""
     target = instr.attrs.get("custom_call_target")
-    known = ", ".join(sorted(CUSTOM_CALLS))
-    how = "xladist.semantics.custom_calls.register_custom_call"
+    known = _known_targets()
+    how = "xladist.interpreter.register_custom_call"  # the name the docs give it
     if FORWARDED is None:
         return (f"custom-call target {target!r} is not registered (known: {known}); register "
                 f"one with {how}: in the process that calls xladist.run or xladist.Cluster "
@@ -73,6 +73,16 @@ def why_unregistered(instr) -> str:
             f"built-in targets, those its backend registers, and those the launching "
             f"process had registered when it sent the module, forwarded by reference "
             f"(forwarded: {sent}); register it there with {how} before the call")
+
+
+def _known_targets() -> str:
+    """The registered targets for an error message: jax's LAPACK targets (60 of them, all
+    built in) as their one pattern while they are registered as built, the others by name."""
+    builtin_lapack = [t for t, fn in lapack.TARGETS.items() if CUSTOM_CALLS.get(t) is fn]
+    names = sorted(set(CUSTOM_CALLS) - set(builtin_lapack))
+    if builtin_lapack:
+        names.append("lapack_<s|d|c|z><routine>_ffi (jax's LAPACK targets)")
+    return ", ".join(names)
 
 
 def unregistered(instr, original=None) -> str:

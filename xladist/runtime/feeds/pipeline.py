@@ -50,7 +50,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import queue
+import sys
 import threading
 import traceback
 
@@ -86,6 +88,25 @@ class IterableSource:
         return "the infeed iterable"
 
 
+def _import_as_ranks_do(mod_name: str):
+    """Import `mod_name` with the current folder on sys.path, as the ranks have it (they run
+    `python -m ...` in the launching folder). The launcher's check must find what they
+    find, also when it runs as pip's `xladist` script, whose sys.path[0] is its bin/ folder
+    instead; the folder is taken off again, so a Python caller's sys.path stays its own."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the folder was removed: nothing to add
+        return importlib.import_module(mod_name)
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(mod_name)
+    finally:
+        if added:
+            sys.path.remove(here)
+
+
 def load_function(spec: str, option: str = "--infeed-fn"):
     """The callable named by `package.module:function` (dots after ':' walk attributes);
     errors name `option`, the flag that gave it."""
@@ -93,7 +114,7 @@ def load_function(spec: str, option: str = "--infeed-fn"):
     if not sep or not mod_name or not attr:
         raise InputError(f"{option} {spec!r}: expected package.module:function")
     try:
-        obj = importlib.import_module(mod_name)
+        obj = _import_as_ranks_do(mod_name)
     except ImportError as e:
         from xladist.runtime.launcher import outside_launch_dir
         raise InputError(f"{option} {spec!r}: cannot import {mod_name}{outside_launch_dir()}: "
