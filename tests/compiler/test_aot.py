@@ -335,6 +335,79 @@ def test_aot_matches_interpreter(case, tmp_path):
             np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
 
 
+# JAX's text for `lax.cond(i % 2 == 0, lambda: w - 0.05 * g, lambda: w - 0.02 * jnp.sign(g))`
+# after `jax.grad`: the gradient reaches the branches in the transpose's layout {0,1}, the
+# branches take {1,0} (found by the real-model sweep: early-stopping training loop).
+COND_OF_TRANSPOSED = """
+HloModule m
+b0 {
+  p = (f32[3,2]{1,0}, f32[3,2]{1,0}) parameter(0)
+  g = f32[3,2]{1,0} get-tuple-element(p), index=0
+  w = f32[3,2]{1,0} get-tuple-element(p), index=1
+  ROOT d = f32[3,2]{1,0} subtract(w, g)
+}
+b1 {
+  p = (f32[3,2]{1,0}, f32[3,2]{1,0}) parameter(0)
+  g = f32[3,2]{1,0} get-tuple-element(p), index=0
+  w = f32[3,2]{1,0} get-tuple-element(p), index=1
+  ROOT s = f32[3,2]{1,0} add(w, g)
+}
+ENTRY e {
+  i = s32[] parameter(0)
+  gt = f32[2,3]{1,0} parameter(1)
+  w = f32[3,2]{1,0} parameter(2)
+  g = f32[3,2]{0,1} transpose(gt), dimensions={1,0}
+  t0 = (f32[3,2]{0,1}, f32[3,2]{1,0}) tuple(g, w)
+  t1 = (f32[3,2]{0,1}, f32[3,2]{1,0}) tuple(g, w)
+  ROOT c = f32[3,2]{1,0} conditional(i, t0, t1), branch_computations={b0, b1}
+}
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("index", [0, 1])
+def test_conditional_operand_in_another_layout_compiles(index, tmp_path):
+    """Was refused ("a branch takes or returns another layout"); the operand is now
+    copied into the branch's layout before the call, as XLA's layout assignment does."""
+    gt = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = np.float32([[10, 20], [30, 40], [50, 60]])
+    got = _build_and_run(xladist.parse_hlo(COND_OF_TRANSPOSED), "m", tmp_path,
+                         [np.int32(index), gt, w])
+    np.testing.assert_array_equal(got[0], w - gt.T if index == 0 else w + gt.T)
+
+
+# `lax.cond(p, lambda: x.T @ y, lambda: (y.T @ x).T)` in JAX's text: one branch's root is a
+# transpose in layout {0,1}, the other's a {1,0} value (found by the real-model sweep).
+COND_RESULT_IN_ANOTHER_LAYOUT = """
+HloModule m
+b0 {
+  p = f32[2,3]{1,0} parameter(0)
+  ROOT t = f32[3,2]{0,1} transpose(p), dimensions={1,0}
+}
+b1 {
+  p = f32[2,3]{1,0} parameter(0)
+  t = f32[3,2]{1,0} transpose(p), dimensions={1,0}
+  ROOT n = f32[3,2]{1,0} negate(t)
+}
+ENTRY e {
+  i = s32[] parameter(0)
+  x = f32[2,3]{1,0} parameter(1)
+  ROOT c = f32[3,2]{1,0} conditional(i, x, x), branch_computations={b0, b1}
+}
+"""
+
+
+@needs_cc
+@pytest.mark.parametrize("index", [0, 1])
+def test_conditional_result_in_another_layout_compiles(index, tmp_path):
+    """Was refused ("a branch takes or returns another layout"); the branch's result is
+    now relaid into the conditional's layout by the driver."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = _build_and_run(xladist.parse_hlo(COND_RESULT_IN_ANOTHER_LAYOUT), "m", tmp_path,
+                         [np.int32(index), x])
+    np.testing.assert_array_equal(got[0], x.T if index == 0 else -x.T)
+
+
 # rng-bit-generator: every algorithm, on shapes that exercise each branch of the layout
 # (odd and even split dimensions, scalars, 8/16/32/64-bit elements, a column-major
 # result), 2- and 3-word states, and a counter that carries into the high word.

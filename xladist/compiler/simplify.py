@@ -151,6 +151,35 @@ def passed_on(t: Instruction):
     return None
 
 
+def _branches(t: Instruction) -> list:
+    a = t.attrs
+    if "branch_computations" in a:
+        return list(a["branch_computations"])
+    return [a["true_computation"], a["false_computation"]]
+
+
+@rewrite
+def _branch_operand_layouts(comp: Computation, users) -> None:
+    """A conditional's operand in its branch's parameter layouts. JAX's text passes a
+    branch a gradient in the layout a transpose left it (`(f32[8,2]{0,1}, ...)` into a
+    branch whose parameter is `(f32[8,2]{1,0}, ...)`: `lax.cond` after `jax.grad`); XLA's
+    layout assignment copies it there, and so does this (`relaid`). Before, the cpu
+    backend relaid the bytes in Python at each run and `xladist aot` refused the module
+    ("a branch takes or returns another layout")."""
+    for t in list(comp.instructions):
+        if t.opcode != "conditional":
+            continue
+        ops = list(t.operands)
+        for k, branch in enumerate(_branches(t)):
+            op, want = ops[k + 1], branch.parameters[0].shape if branch.parameters else None
+            if want is not None and layouts_differ(op.shape, want):
+                ops[k + 1] = _relayout(comp, op, want, f"{op.name}.relayout.{t.name}.{k}",
+                                       comp.instructions.index(t), t, users)
+                users[ops[k + 1]].append(t)
+                users[op].remove(t)
+        t.operands = ops
+
+
 @rewrite
 def _tuple_layouts(comp: Computation, users) -> None:
     """Tuples pass bytes on under the layouts their own shape declares. HLO before layout

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -43,7 +44,8 @@ from .. import llvm_worker
 from ..compile_pool import pipeline_exact
 from ..buffers import ALIGN, _round
 from ..codegen import builtins
-from ..codegen.ir_array import c64
+from ..codegen.ir_array import c64, layout_of, physical_strides
+from ..codegen.loops import for_range
 from ..codegen.kernels.distinct import emit_distinct_kernels
 from ..codegen.types import I1, I8, I32, I64, PTR
 from ..control import ConditionalThunk, WhileThunk
@@ -356,10 +358,33 @@ class AotProgram:
                 addr[s.id] = c
         return b
 
+    def _relayout(self, b, dst, src, have, want, where: str) -> None:
+        """Copy an array lying in layout `have` to `want` (the same dims), element by
+        element: the driver's form of control.Relayout."""
+        if have.layout is not None and have.layout.has_extras \
+                or want.layout is not None and want.layout.has_extras:
+            raise UnsupportedError(f"ahead-of-time compilation cannot compile {where}: a "
+                                   f"branch result changes layout ({have.to_text()} -> "
+                                   f"{want.to_text()}) with layout extras")
+        if not have.size:
+            return
+        esize = have.nbytes // have.size
+        s_have = physical_strides(have.dims, layout_of(have))
+        s_want = physical_strides(have.dims, layout_of(want))
+        with ExitStack() as loops:
+            src_off, dst_off = c64(0), c64(0)
+            for k, n in enumerate(have.dims):
+                iv = loops.enter_context(for_range(b, n, name=f"relayout{k}")).iv
+                src_off = b.add(src_off, b.mul(iv, c64(s_have[k] * esize)))
+                dst_off = b.add(dst_off, b.mul(iv, c64(s_want[k] * esize)))
+            self._copy(b, b.gep(dst, [dst_off], inbounds=True, source_etype=I8),
+                       b.gep(src, [src_off], inbounds=True, source_etype=I8), esize)
+
     def _conditional(self, b, t: ConditionalThunk, addr) -> ir.IRBuilder:
-        if any(r.pairs for r in list(t.into) + list(t.out_of)):
+        if any(r.pairs for r in t.into):
+            # simplify copies every operand into its branch's layout (XLA's layout assignment).
             raise UnsupportedError(f"ahead-of-time compilation cannot compile {_where(t.instr)}: "
-                                   f"a branch takes or returns another layout")
+                                   f"a branch takes another layout")
         outs = [self._temp(b, s.nbytes) if s is not None else None for s in t.out_slots]
         raw = addr[t.index_slot.id]
         n = len(t.branches)
@@ -376,9 +401,17 @@ class AotProgram:
         sw = b.switch(k, blocks[-1])
         for j, blk in enumerate(blocks):
             sw.add_case(ir.Constant(I32, j), blk)
-        for blk, branch, ops in zip(blocks, t.branches, t.operand_slots):
-            bb = self._computation(ir.IRBuilder(blk), branch,
-                                   [addr[s.id] if s is not None else None for s in ops], outs)
+        for blk, branch, ops, back in zip(blocks, t.branches, t.operand_slots, t.out_of):
+            # A branch whose result lies in another layout than the conditional's (JAX's
+            # text: `lax.cond(p, lambda: x.T @ y, ...)`) writes it aside, then it is relaid.
+            bb = ir.IRBuilder(blk)
+            mine = list(outs)
+            for i, have, _ in back.pairs:
+                mine[i] = self._temp(bb, have.nbytes)
+            bb = self._computation(bb, branch,
+                                   [addr[s.id] if s is not None else None for s in ops], mine)
+            for i, have, want in back.pairs:
+                self._relayout(bb, outs[i], mine[i], have, want, _where(t.instr))
             bb.branch(merge)
         for s, o in zip(t.out_slots, outs):
             if s is not None:
