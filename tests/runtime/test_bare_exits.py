@@ -178,6 +178,7 @@ rank = MPI.COMM_WORLD.Get_rank()
 
 def end():  # rank 1 first, the others 150 ms later: as a job ending on a loaded host
     time.sleep(1.0 if rank == 1 else 1.15)
+    deadline.ranks_exit_together()  # as `xladist run` under a bare mpiexec
     deadline.everyone_goes()  # as every rank's client does when the service ends the job
     deadline.abort_job("rank 1 ends the job" if rank == 1 else "", 2, with_rank=False)
 threading.Thread(target=end, daemon=True).start()

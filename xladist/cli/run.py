@@ -425,6 +425,8 @@ def _run_as_rank(args) -> int:
     comm = world()
     rank, size = comm.Get_rank(), comm.Get_size()
     _interrupt_ends_the_job(rank)
+    from xladist.collectives import deadline
+    deadline.ranks_exit_together()  # (every rank of this job exits when it ends)
     service = job = None
     refused = None
     if rank == 0:

@@ -145,7 +145,7 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True,
         everyone_goes()
     if under_mpi and (code == 0 or not _exit_ends_job(delivered or _everyone_goes)):
         mpi.COMM_WORLD.Abort(code)
-    if under_mpi and _everyone_goes:
+    if under_mpi and _everyone_goes and _ranks_exit_together:
         _hold_pmi_connection()
     os._exit(code)
 
@@ -167,6 +167,21 @@ def _exit_ends_job(service_ends_it: bool) -> bool:
 
 
 _everyone_goes = False
+# Set by `xladist run` on a rank of a bare mpiexec launch (ranks_exit_together): only there
+# does every rank of the job exit when the service ends it. A rank of a user's script under
+# mpiexec may have gone on (its run raised to the script, which ended and waits in
+# MPI_Finalize): with this rank's PMI connection held, hydra took its exit for a normal
+# one and never ended that rank -- the job hung (2 runs in 5 of tests/runtime/
+# test_watchdog.py's script whose rank 1 raised).
+_ranks_exit_together = False
+
+
+def ranks_exit_together() -> None:
+    """This process is a rank of `xladist run` under a bare mpiexec: when the service ends
+    the job, every rank exits, so an exit may hold hydra's PMI connection a moment
+    (_hold_pmi_connection)."""
+    global _ranks_exit_together
+    _ranks_exit_together = True
 
 
 def everyone_goes() -> None:
