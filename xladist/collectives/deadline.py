@@ -105,16 +105,16 @@ def set_messenger(messenger) -> None:
     _messenger = messenger
 
 
-def abort_job(message: str, code: int = 1, *, with_rank: bool = True,
-              everyone: bool = False) -> None:
+def abort_job(message: str, code: int = 1, *, with_rank: bool = True) -> None:
     """Print ``rank R: message`` (or just ``message``) once to stderr and abort every rank.
 
     Uses ``MPI_Abort`` on COMM_WORLD when MPI is up (mpiexec then kills the other ranks), else
     exits this process -- also under MPICH's hydra where the exit ends the job
-    (_exit_ends_job: the message reached the job's coordination service, or `everyone` /
-    everyone_goes(): the service told every rank to go, and the exit then holds hydra's
-    PMI connection a moment, _hold_pmi_connection).  Safe to call from any thread (mpi4py
-    initializes MPI with MPI_THREAD_MULTIPLE); only the first caller prints.
+    (_exit_ends_job: the message reached the job's coordination service, or
+    everyone_goes() was called: the service told every rank to go, and the exit then
+    holds hydra's PMI connection a moment, _hold_pmi_connection).  Safe to call from any
+    thread (mpi4py initializes MPI with MPI_THREAD_MULTIPLE); only the first caller
+    prints.
     """
     global _aborting
     with _abort_lock:
@@ -141,8 +141,6 @@ def abort_job(message: str, code: int = 1, *, with_rank: bool = True,
                 pass
             if under_mpi:
                 time.sleep(ABORT_FLUSH_S)
-    if everyone:
-        everyone_goes()
     if under_mpi and (code == 0 or not _exit_ends_job(delivered or _everyone_goes)):
         mpi.COMM_WORLD.Abort(code)
     if under_mpi and _everyone_goes and _ranks_exit_together:

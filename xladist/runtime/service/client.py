@@ -122,7 +122,8 @@ class Client:
         if w.get("error"):
             if w.get("prints"):  # the service said it, once: go, with an input error's code
                 from xladist.errors import InputError
-                deadline.abort_job("", InputError.exit_code, with_rank=False, everyone=True)
+                deadline.everyone_goes()
+                deadline.abort_job("", InputError.exit_code, with_rank=False)
             raise ServiceError(w["error"])
         self.target = w.get("target")
         self.prints = bool(w.get("prints"))
@@ -223,7 +224,7 @@ class Client:
             deadline.run_abort_hooks()
             deadline.everyone_goes()
             time.sleep(max(0.0, at - time.monotonic()))
-            deadline.abort_job("", int(meta.get("code", 1)), with_rank=False, everyone=True)
+            deadline.abort_job("", int(meta.get("code", 1)), with_rank=False)
         elif op == "closing":
             self.service_closed = True  # its end is the end of the job, not a failure
             self.orders.put(None)
