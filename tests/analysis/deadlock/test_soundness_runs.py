@@ -34,6 +34,7 @@ from xladist.analysis.deadlock import check_module
 from tests.cli_util import xladist_cli
 
 from .programs import programs
+from .test_induction import out_of_step
 
 RUNS = int(os.environ.get("XLADIST_SOUNDNESS_RUNS", "0")) or max(
     24, int(os.environ.get("XLADIST_SOUNDNESS_EXAMPLES", "0")) // 10)
@@ -175,3 +176,24 @@ def test_a_fair_alarm_names_its_rule_and_the_run_completes(tmp_path):
     proc, out = _run(tmp_path, FAIR, 3, 1, [0, 0, 0], "interpreter")
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_array_equal(out, [[0, 0], [0, 1], [4, 5]])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_devices_out_of_step_in_a_loop_really_hang(tmp_path):
+    """The loop test_induction.py's induction once proved (3 traced iterations in step):
+    the check now refuses it with a cycle, and a run without the check hangs until the
+    watchdog ends it."""
+    text = out_of_step(40)
+    report = check_module(xladist.parse_hlo(text))
+    assert [p.kind for p in report.errors] == ["deadlock"], report.to_text()
+    path = tmp_path / "module.hlo"
+    path.write_text(text)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((4, 4), np.float32))   # a row per device
+    proc = xladist_cli("run", path, "-n", 4, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    # The cycle the check names, at the iterations it names.
+    assert "v1 (line 32) over devices [0, 1] (iteration 3 of wa): rank 0 waits there; rank 1 " \
+        "never arrived" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "v1 (line 32, iteration 3 of wa)" in report.to_text(), report.to_text()

@@ -26,6 +26,9 @@ Then, without a trace per device (`prove`):
 - channels: all ends on one channel name the same source-target pairs; for every (class of
   a source, class of its target) the first issues as many sends as the second recvs, with
   the same shapes: the k-th send pairs with the k-th recv;
+- in a loop traced by induction, classes that meet in a group (or a source's and its
+  target's class) issue as many events there per iteration (steady.py), else the traced
+  iterations do not stand for the later ones;
 - the joint simulation runs classes instead of devices: a class moves on only when every
   member could (all classes it meets in a group arrived at the collective, all target
   classes issued the recv, ...).  Such moves are moves of the per-device simulation, and
@@ -46,6 +49,7 @@ from .budget import OverBudget
 from .events import DeviceTrace
 from .facts import ModuleFacts
 from .simulate import run
+from .steady import rates
 from .trace import trace_device
 
 __all__ = ["MAX_CLASSES", "Split", "by_classes"]
@@ -295,11 +299,22 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
     meets = _partition_meetings(parts.values, class_of, devs)
     if meets is None:
         return False
+    # Loops traced by induction: classes that meet must stay in step (steady.py).
+    per_loop = [rates(tr, lambda ev: ("p", parts.index(ev.sig.groups))
+                      if ev.kind in ("sync", "start") else (ev.kind, ev.stream)
+                      if ev.kind in ("send", "recv") else None) for _, tr in classes]
+    loops = set().union(*per_loop)
+
+    def in_step(a: int, b: int, key_a, key_b) -> bool:
+        return all(per_loop[a].get(loop, (None, {}))[1].get(key_a, 0) ==
+                   per_loop[b].get(loop, (None, {}))[1].get(key_b, 0) for loop in loops)
     for p, masks in enumerate(meets):
         for mask in masks:
             cs = _bits(mask)
             ref = on_part[cs[0]].get(p, [])
             if not all(_same(ref, on_part[c].get(p, [])) for c in cs[1:]):
+                return False
+            if not all(in_step(cs[0], c, ("p", p), ("p", p)) for c in cs[1:]):
                 return False
     targets, sources = {}, {}
     for channel, to_target in maps.items():
@@ -309,7 +324,8 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
         edges = np.unique(class_of[src] * n + class_of[dst])
         for e in edges.tolist():
             a, b = divmod(e, n)
-            if not _same(sends[a].get(channel, []), recvs[b].get(channel, [])):
+            if not _same(sends[a].get(channel, []), recvs[b].get(channel, [])) or \
+                    not in_step(a, b, ("send", channel), ("recv", channel)):
                 return False
             targets.setdefault((channel, a), []).append(b)
             sources.setdefault((channel, b), []).append(a)

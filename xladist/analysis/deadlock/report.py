@@ -89,6 +89,7 @@ UNMODELLED = "a collective the check does not model"
 LONG_LOOP = "a loop longer than the check unrolls"
 UNPAIRED_DONE = "an async done the check cannot pair with its start"
 BRANCH_RUNS = "too many combinations of branches"
+DRIFT = "devices fall out of step in a loop"
 
 
 class Problem:

@@ -416,6 +416,9 @@ def _while(t: _Tracer, instr, frame, ctx):
             t.trace.shortened.append((id(instr), ctx, record))
             t.looping += 1
         state = t.lazy_operands(instr, frame)[0]
+        # Where iteration k's events begin (its condition evaluation first) is marks[k - 1]:
+        # the last p iterations traced stand for every later one (steady.py checks them).
+        marks = [len(t.trace.events)]
         try:
             # A communicating condition runs before every iteration and once more after
             # the last (its false evaluation): evaluation k + 1 follows iteration k.
@@ -426,6 +429,7 @@ def _while(t: _Tracer, instr, frame, ctx):
                 t.tick(instr, ctx + (label,))
                 bframe = Frame(body, [state])
                 t.walk(body, bframe, ctx + (label,))
+                marks.append(len(t.trace.events))
 
                 def state(bf=bframe):  # forced only if the body asks for the loop state
                     return folder.eval(body.root, bf)
@@ -435,6 +439,10 @@ def _while(t: _Tracer, instr, frame, ctx):
         finally:
             if record is not None:
                 t.looping -= 1
+        if record is not None and (record[0] != "uniform" or trips >= INDUCTION_ITERATIONS * p):
+            # How many more times the window runs than traced (None: the data decides).
+            extra = None if record[0] == "uniform" else (record[0] - trips) // p
+            t.trace.windows.append((instr, ctx, marks[trips - p], marks[trips], p, extra))
         _loop_value(frame, instr, state, t.lazy_operands(instr, frame)[0](),
                     exact=record is None)
         return
