@@ -369,6 +369,69 @@ def test_a_long_loop_out_of_step_with_unequal_totals_is_refused_at_once():
         in p.message, p.message
 
 
+# Replica 0 sends twice per iteration on channel 1, replica 1 receives once.
+_CHANNEL_OUT_OF_STEP = """HloModule chandrift, replica_count=2
+
+%send2 (a: f32[2]) -> f32[2] {{
+  %a = f32[2]{{0}} parameter(0)
+  %tok = token[] after-all()
+  %s1 = (f32[2]{{0}}, u32[], token[]) send(%a, %tok), channel_id=1, frontend_attributes={{_xla_send_recv_source_target_pairs="{{{{0,1}}}}"}}
+  %d1 = token[] send-done(%s1), channel_id=1
+  %s2 = (f32[2]{{0}}, u32[], token[]) send(%a, %d1), channel_id=1, frontend_attributes={{_xla_send_recv_source_target_pairs="{{{{0,1}}}}"}}
+  %d2 = token[] send-done(%s2), channel_id=1
+  ROOT %c = f32[2]{{0}} copy(%a)
+}}
+
+%recv1 (a: f32[2]) -> f32[2] {{
+  %a = f32[2]{{0}} parameter(0)
+  %tok = token[] after-all()
+  %r = (f32[2]{{0}}, u32[], token[]) recv(%tok), channel_id=1, frontend_attributes={{_xla_send_recv_source_target_pairs="{{{{0,1}}}}"}}
+  %rd = (f32[2]{{0}}, token[]) recv-done(%r), channel_id=1
+  ROOT %v = f32[2]{{0}} get-tuple-element(%rd), index=0
+}}
+
+%cond (p: (s32[], f32[2])) -> pred[] {{
+  %p = (s32[], f32[2]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant({n})
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}}
+
+%body (p: (s32[], f32[2])) -> (s32[], f32[2]) {{
+  %p = (s32[], f32[2]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %y = f32[2]{{0}} get-tuple-element(%p), index=1
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %rid = u32[] replica-id()
+  %zero = u32[] constant(0)
+  %first = pred[] compare(%rid, %zero), direction=EQ
+  %v = f32[2]{{0}} conditional(%first, %y, %y), true_computation=%send2, false_computation=%recv1
+  ROOT %t = (s32[], f32[2]{{0}}) tuple(%i2, %v)
+}}
+
+ENTRY %main (x: f32[2]) -> f32[2] {{
+  %x = f32[2]{{0}} parameter(0)
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[2]{{0}}) tuple(%z, %x)
+  %w = (s32[], f32[2]{{0}}) while(%t0), condition=%cond, body=%body
+  ROOT %out = f32[2]{{0}} get-tuple-element(%w), index=1
+}}
+"""
+
+
+@pytest.mark.parametrize("n", [7, 1_000_000])
+def test_a_channel_out_of_step_is_refused(n):
+    module = xladist.parse_hlo(_CHANNEL_OUT_OF_STEP.format(n=n))
+    (p,) = check_module(module).problems
+    assert p.kind == "unmatched" and p.severity == "error", p.to_text()
+    if n < 100:   # unrolled: the reference's words
+        assert _verdict(check_module(module, engine="unroll")) == _verdict(check_module(module))
+    else:
+        assert "device 0 issues 2000000 send(s) to device 1 and device 1 1000000 recv(s)" \
+            in p.message, p.message
+
+
 def _loop(n: int, trip: str = "const") -> xladist.hlo.ir.Module:
     return xladist.parse_hlo(_Gen(2).module([], [("ar", 0)], trip, n))
 

@@ -58,45 +58,16 @@ def out_of_step(traces: list[DeviceTrace]) -> list[tuple[object, tuple, str]]:
     """[(while, ctx, why)] for each loop instance in which the devices fall out of step;
     `why` names two devices and what each issues per iteration."""
     per_dev = {tr.device: rates(tr, _issues) for tr in traces if tr.windows}
-    found = {}
-    for dev, loops in per_dev.items():
-        for loop, (instr, count) in loops.items():
-            if loop in found:
-                continue
-            for key, mine in count.items():
-                why = _compare(per_dev, dev, loop, key, mine)
-                if why is not None:
-                    found[loop] = (instr, loop[1], why)
-                    break
-    return list(found.values())
-
-
-def _compare(per_dev, dev: int, loop, key, mine: Fraction) -> str | None:
-    """Why device `dev`'s rate `mine` on link `key` differs from its partners', or None."""
-    def rate(d, k):
-        entry = per_dev.get(d, {}).get(loop)
-        return entry[1].get(k, 0) if entry is not None else 0
-
-    if key[0] == "collective":
-        for d in key[1]:
-            theirs = rate(d, key)
-            if theirs != mine:
-                return (f"per iteration device {dev} issues {_n(mine)} collective(s) on group "
-                        f"{{{','.join(map(str, key[1]))}}} and device {d} {_n(theirs)}")
-        return None
-    _, stream, src, dst = key
-    other = ("recv" if key[0] == "send" else "send", stream, src, dst)
-    peer = dst if key[0] == "send" else src
-    theirs = rate(peer, other)
-    if theirs == mine:
-        return None
-    sends, recvs = (mine, theirs) if key[0] == "send" else (theirs, mine)
-    return (f"per iteration device {src} issues {_n(sends)} send(s) to device {dst} and "
-            f"device {dst} {_n(recvs)} recv(s) from it")
-
-
-def _n(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else f"{float(x):g}"
+    loops = {}
+    for dev, mine in per_dev.items():
+        for loop, (instr, count) in mine.items():
+            loops.setdefault(loop, (instr, {}))[1][dev] = count
+    found = []
+    for (_, ctx), (instr, counts) in loops.items():
+        differ = _first_difference(counts)
+        if differ is not None:
+            found.append((instr, ctx, "per iteration " + _say(*differ)))
+    return found
 
 
 def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] | None:
@@ -124,25 +95,43 @@ def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] |
                 if key is not None:
                     count[key] += extra
         totals[tr.device] = count
-    for dev, count in totals.items():
+    differ = _first_difference(totals)
+    if differ is None:
+        return None
+    dev, key, other, _, _ = differ
+    then = ("the device that issues more waits forever for its last ones"
+            if key[0] == "collective" else "the unanswered ones wait forever")
+    return [dev, other], f"over the run {_say(*differ)}; {then}", first[key]
+
+
+def _first_difference(counts: dict[int, Counter]):
+    """(device, key, partner, its count, the partner's) for the first link on which a
+    device and a partner that must match it count differently, or None."""
+    for dev, count in counts.items():
         for key, mine in count.items():
             if key[0] == "collective":
-                for d in key[1]:
-                    theirs = totals.get(d, Counter())[key]
-                    if theirs != mine:
-                        return [dev, d], (
-                            f"over the run device {dev} issues {mine} collective(s) on group "
-                            f"{{{','.join(map(str, key[1]))}}} and device {d} {theirs}; the "
-                            "device that issues more waits forever for its last ones"), first[key]
-                continue
-            _, stream, src, dst = key
-            peer = dst if key[0] == "send" else src
-            theirs = totals.get(peer, Counter())[("recv" if key[0] == "send" else "send",
-                                                  stream, src, dst)]
-            if theirs != mine:
-                sends, recvs = (mine, theirs) if key[0] == "send" else (theirs, mine)
-                return [src, dst], (
-                    f"over the run device {src} issues {sends} send(s) to device {dst} and "
-                    f"device {dst} {recvs} recv(s) from it; the unanswered ones wait forever"), \
-                    first[key]
+                partners = [(d, key) for d in key[1]]
+            else:   # a send's recv on its target, a recv's send on its source
+                kind, stream, src, dst = key
+                partners = [(dst, ("recv", stream, src, dst)) if kind == "send"
+                            else (src, ("send", stream, src, dst))]
+            for other, theirs_key in partners:
+                theirs = counts.get(other, {}).get(theirs_key, 0)
+                if theirs != mine:
+                    return dev, key, other, mine, theirs
     return None
+
+
+def _say(dev: int, key, other: int, mine, theirs) -> str:
+    if key[0] == "collective":
+        return (f"device {dev} issues {_n(mine)} collective(s) on group "
+                f"{{{','.join(map(str, key[1]))}}} and device {other} {_n(theirs)}")
+    kind, _, src, dst = key
+    sends, recvs = (mine, theirs) if kind == "send" else (theirs, mine)
+    return (f"device {src} issues {_n(sends)} send(s) to device {dst} and device {dst} "
+            f"{_n(recvs)} recv(s) from it")
+
+
+def _n(x) -> str:
+    x = Fraction(x)
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):g}"
