@@ -187,9 +187,9 @@ def test_each_k_block_is_summed_alone_then_added_in_order(dtype, k, kc, kround):
 @pytest.mark.parametrize("trans", ["NN", "TN", "NT"])
 def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monkeypatch):
     """product_blocks's blocks (rows: B packed once for all of them, in pieces; columns:
-    each packs its own) give the bits of one matmul of the whole product, for odd sizes around the
+    A the same) give the bits of one matmul of the whole product, for odd sizes around the
     micro-tile and the cache blocks, transposed operands, and out a slice of columns; and
-    rows without the packed B (beyond PACKED_B_MAX_BYTES) alike."""
+    blocks that pack their own (beyond PACKED_MAX_BYTES) alike."""
     rng = np.random.default_rng(3)
     m, k, n = 41, 23, 9 * gk.vector_lanes(dtype) + 5  # 5 panels, 3 column blocks (NC)
     a = rng.standard_normal((m, k)).astype(dtype)
@@ -206,14 +206,16 @@ def test_blocks_of_a_product_give_the_bits_of_one_call(dtype, axis, trans, monke
     units = m if axis == 0 else n
     cuts = [(0, 7), (7, 20), (20, units)]
     assert units > 20
-    for limit in (gk.PACKED_B_MAX_BYTES, 0):
-        monkeypatch.setattr(gk, "PACKED_B_MAX_BYTES", limit)
+    for limit in (gk.PACKED_MAX_BYTES, 0):
+        monkeypatch.setattr(gk, "PACKED_MAX_BYTES", limit)
         out[...] = np.nan
         work = gk.product_blocks(a, b, out, axis, params)
-        assert (work.pack is not None) == (axis == 0 and limit > 0)
-        if work.pack is not None:  # B's panels in pieces across column blocks, last first
-            # (5 panels of NR = 2 VW columns; 6 for f64 on AVX2, whose NR is 8)
-            panels = -(-n // (params.nv * gk.vector_lanes(dtype)))
+        assert (work.pack is not None) == (limit > 0)
+        if work.pack is not None:  # B's (A's) panels in pieces, last first
+            # (5 panels of NR = 2 VW columns; 6 for f64 on AVX2, whose NR is 8; A: 41
+            # rows in MR-row panels, across two MC row blocks)
+            panels = -(-n // (params.nv * gk.vector_lanes(dtype))) if axis == 0 else \
+                -(-m // params.mr)
             assert work.panels == panels >= 5
             for lo, hi in [(4, panels), (1, 4), (0, 1)]:
                 work.pack(None, lo, hi)

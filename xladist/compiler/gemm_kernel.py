@@ -557,7 +557,13 @@ define void @gemm(ptr %A, i64 %rsa, i64 %csa, ptr %B, i64 %rsb, i64 %csb, ptr %C
                   i64 %M, i64 %N, i64 %K, ptr %abuf, ptr %bbuf, i64 %Q, i64 %U,
                   i64 %pre) {{
 entry:
-  %packed = icmp ne i64 %pre, 0
+  %preb = and i64 %pre, 1
+  %packed = icmp ne i64 %preb, 0
+  %prea = and i64 %pre, 2
+  %apacked = icmp ne i64 %prea, 0
+  %mrr = add i64 %M, {mr - 1}
+  %mrd = udiv i64 %mrr, {mr}
+  %mp = mul i64 %mrd, {mr}
   br label %jc.head
 jc.head:
   %jc = phi i64 [0, %entry], [%jc1, %jc.end]
@@ -589,16 +595,24 @@ ic.head:
   %mleft = sub i64 %M, %ic
   %mlt = icmp slt i64 %mleft, {p.mc}
   %mc = select i1 %mlt, i64 %mleft, i64 {p.mc}
+  br i1 %apacked, label %ic.pre, label %ic.pack
+ic.pack:
   %ai = mul i64 %ic, %rsa
   %aq = mul i64 %pc, %csa
   %ao = add i64 %ai, %aq
   %asrc = getelementptr {t}, ptr %A, i64 %ao
   call void @pack_a(ptr %asrc, i64 %rsa, i64 %csa, ptr %abuf, i64 %mc, i64 %kc)
+  br label %ic.go
+ic.pre:
+  %aslab = call ptr @a_slab(ptr %abuf, i64 %ic, i64 %pc, i64 %mp, i64 %kc)
+  br label %ic.go
+ic.go:
+  %ab = phi ptr [%abuf, %ic.pack], [%aslab, %ic.pre]
   %crow = mul i64 %ic, %ldc
   %cblk = add i64 %crow, %jc
   br label %jr.head
 jr.head:
-  %jr = phi i64 [0, %ic.head], [%jr1, %jr.end]
+  %jr = phi i64 [0, %ic.go], [%jr1, %jr.end]
   %nrleft = sub i64 %nc, %jr
   %nrlt = icmp slt i64 %nrleft, {nr}
   %nr = select i1 %nrlt, i64 %nrleft, i64 {nr}
@@ -611,7 +625,7 @@ ir.head:
   %mrlt = icmp slt i64 %mrleft, {mr}
   %mr = select i1 %mrlt, i64 %mrleft, i64 {mr}
   %apo = mul i64 %ir, %kc
-  %apanel = getelementptr {t}, ptr %abuf, i64 %apo
+  %apanel = getelementptr {t}, ptr %ab, i64 %apo
   %cr = mul i64 %ir, %ldc
   %cc = add i64 %cr, %jr
   %ct = add i64 %cblk, %cc
@@ -719,6 +733,71 @@ jc.end:
   br i1 %jcm, label %jc.head, label %exit
 exit:
   ret void
+}}
+
+; Where the packed slab of A's rows [ic, ic + mc) and columns [pc, pc + kc) is in a
+; buffer holding all of A packed (pack_all_a): the K blocks follow each other, each
+; `mp` (M rounded up to MR) rows of kc, its row blocks kc-long MR-row panels in order.
+define internal ptr @a_slab(ptr %buf, i64 %ic, i64 %pc, i64 %mp, i64 %kc) alwaysinline {{
+entry:
+  %ko = mul i64 %pc, %mp
+  %io = mul i64 %ic, %kc
+  %o = add i64 %ko, %io
+  %p = getelementptr {t}, ptr %buf, i64 %o
+  ret ptr %p
+}}
+
+; A's rows [m0, m1) packed into buf, where all of A packed (ceil(M / MR) * MR * K
+; elements) has them, in the driver's blocks: gemm with pre = 2 then reads it instead of
+; packing A again -- a product cut into blocks of columns packs A once instead of once
+; per block, its rows' panels shared out among the threads (m0 a multiple of MR, m1 too
+; or M).
+define void @pack_all_a(ptr %A, i64 %rsa, i64 %csa, ptr %buf, i64 %M, i64 %K, i64 %Q,
+                        i64 %U, i64 %m0, i64 %m1) {{
+entry:
+  %mrr = add i64 %M, {p.mr - 1}
+  %mrd = udiv i64 %mrr, {p.mr}
+  %mp = mul i64 %mrd, {p.mr}
+  br label %pc.head
+pc.head:
+  %pc = phi i64 [0, %entry], [%pc1, %pc.end]
+  %kleft = sub i64 %K, %pc
+  %kc = call i64 @kcut(i64 %kleft, i64 %Q, i64 %U)
+  br label %ic.head
+ic.head:
+  %ic = phi i64 [0, %pc.head], [%ic1, %ic.end]
+  %mleft = sub i64 %M, %ic
+  %mlt = icmp slt i64 %mleft, {p.mc}
+  %mc = select i1 %mlt, i64 %mleft, i64 {p.mc}
+  %iend = add i64 %ic, %mc
+  %lo0 = icmp sgt i64 %m0, %ic
+  %lo = select i1 %lo0, i64 %m0, i64 %ic
+  %hi0 = icmp slt i64 %m1, %iend
+  %hi = select i1 %hi0, i64 %m1, i64 %iend
+  %some = icmp slt i64 %lo, %hi
+  br i1 %some, label %ic.pack, label %ic.end
+ic.pack:
+  %rows = sub i64 %hi, %lo
+  %skip = sub i64 %lo, %ic
+  %ai = mul i64 %lo, %rsa
+  %aq = mul i64 %pc, %csa
+  %ao = add i64 %ai, %aq
+  %asrc = getelementptr {t}, ptr %A, i64 %ao
+  %slab = call ptr @a_slab(ptr %buf, i64 %ic, i64 %pc, i64 %mp, i64 %kc)
+  %po = mul i64 %skip, %kc
+  %dst = getelementptr {t}, ptr %slab, i64 %po
+  call void @pack_a(ptr %asrc, i64 %rsa, i64 %csa, ptr %dst, i64 %rows, i64 %kc)
+  br label %ic.end
+ic.end:
+  %ic1 = add i64 %ic, {p.mc}
+  %icm = icmp slt i64 %ic1, %M
+  br i1 %icm, label %ic.head, label %pc.end
+pc.end:
+  %pc1 = add i64 %pc, %kc
+  %pcm = icmp slt i64 %pc1, %K
+  br i1 %pcm, label %pc.head, label %exit
+exit:
+  ret void
 }}"""
 
 
@@ -818,9 +897,9 @@ def _build(key, build) -> None:
             _builds[key] = e
 
 
-def _packer(dtype, params: Params):
-    """pack_all_b of the kernel(dtype, params) (compiled with it)."""
-    return _compiled(np.dtype(dtype), params)[3]
+def _packer(dtype, params: Params, operand: str = "b"):
+    """pack_all_b (pack_all_a) of the kernel(dtype, params) (compiled with it)."""
+    return _compiled(np.dtype(dtype), params)[3 if operand == "b" else 4]
 
 
 def _uncut(params: Params) -> Params:
@@ -830,7 +909,7 @@ def _uncut(params: Params) -> Params:
 
 
 def _compiled(dtype: np.dtype, params: Params) -> tuple:
-    """(gemm, vector lanes, code, pack_all_b) for `params` as asked: looked up by them
+    """(gemm, vector lanes, code, pack_all_b, pack_all_a) for `params` as asked: looked up by them
     first, since a product's blocks ask on every call and making the normalized Params
     (dataclasses.replace) costs ~10 us."""
     got = _asked.get((dtype, params))
@@ -845,7 +924,8 @@ def _compiled(dtype: np.dtype, params: Params) -> tuple:
             code, _cached = jit.get_code("xladist gemm\n" + text, lambda: text)
             # code keeps the engine alive
             got = _loaded[key] = (_FN(code.address("gemm")), vw, code,
-                                  _PACK_B(code.address("pack_all_b")))
+                                  _PACK_B(code.address("pack_all_b")),
+                                  _PACK_B(code.address("pack_all_a")))
         _asked[(dtype, params)] = got
     return got
 
@@ -921,7 +1001,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
 
 class ProductBlocks(NamedTuple):
     """A product's work for its fixed blocks (product_blocks): first `pack` over B's
-    `panels` column panels, when it is not None, then `compute` over the blocks; each is
+    `panels` column panels (A's row panels for blocks of columns), when it is not None,
+    then `compute` over the blocks; each is
     fn(_, lo, hi) over any partition of its units, run in any order and on any threads."""
 
     pack: Callable | None
@@ -936,8 +1017,8 @@ def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     (axis 1), the operands' addresses and strides read once. Blocks of rows all read
     all of B, so it is packed once for them first (pack; the kernel's four blocks of
     1024^3 f32 took 21.7 ms of CPU packing B in each, against 19.9 ms for one call),
-    into the calling thread's buffer, while the product is not larger than
-    PACKED_B_MAX_BYTES packed. a and b: f32 or f64 of one dtype, strides whole elements;
+    into the calling thread's buffer, while it is not larger than PACKED_MAX_BYTES
+    packed; blocks of columns all read all of A, packed once for them the same way. a and b: f32 or f64 of one dtype, strides whole elements;
     out: rows contiguous; k > 0. The calls hold the arrays' addresses, not the arrays: a, b
     and out must outlive them."""
     if any(s % a.itemsize for s in a.strides + b.strides + out.strides):
@@ -950,8 +1031,8 @@ def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
     q, u = params.kc, params.kround
     nr = params.nv * vw
     panels = -(-n // nr)
-    if axis == 0 and panels * nr * k * it <= PACKED_B_MAX_BYTES:
-        packed, packer = _packed_b_buffer(dtype, panels * nr * k), _packer(dtype, params)
+    if axis == 0 and panels * nr * k * it <= PACKED_MAX_BYTES:
+        packed, packer = _packed_buffer(dtype, panels * nr * k, "b"), _packer(dtype, params)
 
         def pack(_, lo, hi):
             packer(pb, rsb, csb, packed, n, k, q, u, lo * nr, min(hi * nr, n))
@@ -961,6 +1042,21 @@ def product_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int,
             fn(pa + lo * rsa * it, rsa, csa, pb, rsb, csb, pc + lo * ldc * it, ldc,
                hi - lo, n, k, abuf, packed, q, u, 1)
         return ProductBlocks(pack, panels, rows_packed)
+    mr = params.mr
+    tiles = -(-m // mr)
+    if axis == 1 and tiles * mr * k * it <= PACKED_MAX_BYTES:
+        # The mirror for blocks of columns, which all read all of A.
+        packed_a = _packed_buffer(dtype, tiles * mr * k, "a")
+        packer_a = _packer(dtype, params, "a")
+
+        def pack_a(_, lo, hi):
+            packer_a(pa, rsa, csa, packed_a, m, k, q, u, lo * mr, min(hi * mr, m))
+
+        def columns_packed(_, lo, hi):
+            bbuf = _packing_buffers(dtype, params, vw)[3]
+            fn(pa, rsa, csa, pb + lo * csb * it, rsb, csb, pc + lo * it, ldc,
+               m, hi - lo, k, packed_a, bbuf, q, u, 2)
+        return ProductBlocks(pack_a, tiles, columns_packed)
 
     def rows(_, lo, hi):
         _, _, abuf, bbuf = _packing_buffers(dtype, params, vw)
@@ -1001,20 +1097,21 @@ def thread_blocks(m: int, n: int, threads: int, dtype, params: Params = DEFAULT)
     return axis, [(lo, min(lo + per, units)) for lo in range(0, units, per)]
 
 
-# B packed whole for a product's blocks (product_blocks) up to this size; beyond, each
-# block packs its slabs into its thread's buffer as it goes.
-PACKED_B_MAX_BYTES = 64 << 20
+# B (A) packed whole for a product's blocks of rows (columns) up to this size (product_blocks);
+# beyond, each block packs its slabs into its thread's buffer as it goes.
+PACKED_MAX_BYTES = 64 << 20
 
 
-def _packed_b_buffer(dtype, elements: int) -> int:
-    """The address of this thread's buffer for B packed whole, of at least `elements`
-    (kept, and grown when a larger product comes: a fresh one per call would page-fault
-    every call)."""
-    have = getattr(_buffers, "packed", None)
+def _packed_buffer(dtype, elements: int, operand: str) -> int:
+    """The address of this thread's buffer for B (operand "b") or A ("a") packed whole,
+    of at least `elements` (kept, and grown when a larger product comes: a fresh one per
+    call would page-fault every call)."""
+    have = getattr(_buffers, "packed_" + operand, None)
     nbytes = elements * np.dtype(dtype).itemsize
     if have is None or have[0].nbytes < nbytes:
         buf = _aligned(nbytes, np.uint8)
-        have = _buffers.packed = (buf, buf.ctypes.data)
+        have = (buf, buf.ctypes.data)
+        setattr(_buffers, "packed_" + operand, have)
     return have[1]
 
 
