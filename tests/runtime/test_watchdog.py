@@ -531,3 +531,39 @@ def test_a_rank_that_raised_to_its_script_is_reported_failed_not_computing(tmp_p
     assert ("rank 1 (replica 1, partition 0): failed: i (line 11): infeed exhausted on "
             "rank 1 at i (item 0)") in report, report
     assert "computing" not in report, report
+
+
+_ALL_REDUCE = """HloModule ar, replica_count=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main () -> f32[4] {
+  %c = f32[4]{0} constant({1, 2, 3, 4})
+  ROOT %r = f32[4]{0} all-reduce(%c), replica_groups={}, to_apply=%add
+}
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_a_deadline_passed_while_the_ranks_start_is_one_report(tmp_path):
+    """--timeout far below the ranks' start: the deadline passes in a wait of the start-up
+    (the job and inputs from the service, the split of the node's ranks) on several ranks
+    at once. Before: a line from each of them, `rank 2: timed out ... set
+    XLADIST_COLLECTIVE_TIMEOUT to change it` (naming a variable where the user gave
+    --timeout); now the job's one report of where every rank is."""
+    path = tmp_path / "ar.hlo"
+    path.write_text(_ALL_REDUCE)
+    for _ in range(3):   # (1 ms is short enough to pass in the start-up every time seen)
+        proc = xladist_cli("run", path, "-n", 4, "--timeout", "0.001", timeout=120)
+        if proc.returncode != 0:
+            break
+    assert proc.returncode == 1, proc.stdout
+    assert not re.search(r"^rank \d+: timed out", proc.stderr, re.M), proc.stderr
+    assert proc.stderr.startswith("xladist: rank ") and proc.stderr.count("Where every rank is:") \
+        == 1 and "--timeout 0.001" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -416,7 +416,8 @@ class Watchdog:
         if ctx:
             desc += f" ({ctx})"
         return (f"timed out after {elapsed:.1f} s waiting in {desc} "
-                f"(deadline {self.timeout_s:g} s; set XLADIST_COLLECTIVE_TIMEOUT to change it)")
+                f"(deadline {self.timeout_s:g} s: `--timeout`, `timeout=` or "
+                "XLADIST_COLLECTIVE_TIMEOUT sets it)")
 
     # -- loop context (main thread only) ---------------------------------------------------------
     def enter_loop(self, name: str) -> list:

@@ -47,6 +47,9 @@ def serve(client, comm, bye: bool = True) -> None:
     from .channels_host import ServiceHost
     from .rank import execute_on_this_rank
     rank = comm.Get_rank()
+    # The service hears of every wait that passes its deadline from here on, so that a
+    # deadline passed on several ranks at once is one report of where every rank is.
+    deadline.watchdog.set_monitor(client)
     with deadline.waiting("receiving the job from the coordination service"):
         meta, blob = client.request("job", SETUP_TIMEOUT_S)
     spec = meta["spec"]
@@ -71,6 +74,7 @@ def serve(client, comm, bye: bool = True) -> None:
             trace=True if spec.get("trace") else None, tracer=tracer, gather_to=None,
             compile_options=compile_options, schedule=spec.get("schedule", True),
             proven=spec.get("proven", False))
+    deadline.watchdog.set_monitor(client)   # (the run's end took it off)
     if spec.get("outputs"):
         _send_outputs(client, result.outputs, spec.get("timeout") or None)
     if spec.get("stats"):
