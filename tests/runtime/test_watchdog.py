@@ -566,4 +566,6 @@ def test_a_deadline_passed_while_the_ranks_start_is_one_report(tmp_path):
     assert not re.search(r"^rank \d+: timed out", proc.stderr, re.M), proc.stderr
     assert proc.stderr.startswith("xladist: rank ") and proc.stderr.count("Where every rank is:") \
         == 1 and "--timeout 0.001" in proc.stderr, proc.stderr
+    # (the wait the deadline passed in, even when it ended before the service asked)
+    assert " in a wait. " not in proc.stderr.splitlines()[0], proc.stderr
     assert "Traceback" not in proc.stderr

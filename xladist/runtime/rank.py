@@ -167,14 +167,12 @@ def device_context(module, comm, device_assignment=None, *, feeds=None, host=Non
     from xladist.collectives import CommunicatorCache, MpiCommunicator
 
     from .mpi_context import MpiDeviceContext
+    _share_cores(comm)
     assignment = make_assignment(module, comm.Get_size(), device_assignment)
     placement = placement_for(comm.Get_rank(), assignment)
     from .service import client as service_client
     monitor = service_client.for_rank(comm)
     watch(monitor, placement)
-    # (after watch: a rank's start that runs past the deadline is then the job's one
-    # report of where every rank is, not a line from each rank that waited)
-    _share_cores(comm)
     cache = CommunicatorCache(MpiCommunicator(comm.Dup()))
     channels = None
     if any(i.family == "p2p" for i in module.all_instructions()):
