@@ -32,6 +32,7 @@ from .classes import by_classes
 from .cycles import report_cycles
 from .events import where
 from .facts import ModuleFacts
+from .induction import INDUCTION_ITERATIONS
 from .matching import match_channels, match_collectives
 from .report import (
     BRANCH_RUNS,
@@ -46,7 +47,6 @@ from .report import (
 from .simulate import simulate
 from .steady import out_of_step, unequal_totals
 from .symmetry import LazyTraces, event_counts, symmetric_trace
-from .induction import INDUCTION_ITERATIONS
 from .trace import DEFAULT_MAX_UNROLL, trace_device
 
 __all__ = ["DEFAULT_BUDGET", "Problem", "Report", "check_module", "resolve_devices"]
@@ -265,37 +265,11 @@ def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction
                                    induction=induction, deadline=deadline, assume=assume))
     if induction and len({tuple(tr.shortened) for tr in traces}) > 1 and not _apart(traces):
         return None, None
-    problems: list[Problem] = []
     drift = out_of_step(traces) if induction else []
     if drift:
-        # The traced iterations do not stand for later ones (steady.py): a loop of known
-        # trip count is unrolled, or judged by its totals when that is long; one whose count
-        # the data decides (this run: that count or more) cannot be followed.
-        uniform = {(loop, ctx) for tr in traces for loop, ctx, record in tr.shortened
-                   if record[0] == "uniform"}
-        known = [d for d in drift if (id(d[0]), d[1]) not in uniform]
-        if known:
-            apart = None if _short(traces) else unequal_totals(traces)
-            if apart is None:
-                return None, None
-            devices, why, ev = apart
-            instr, ctx, how = known[0]
-            problems.append(may_pass(Problem(
-                "unmatched", f"the devices fall out of step in {where(instr, ctx)} ({how}), "
-                f"and {why}", devices, [event_ref(ev)]), leaves_early(ev.sig)))
-            return traces, problems
-        for instr, ctx, why in drift:
-            windows = [(tr.device, w[4]) for tr in traces for w in tr.windows
-                       if w[0] is instr and w[1] == ctx]
-            problems.append(Problem(
-                "unproven", f"cannot prove {where(instr, ctx)} when it runs "
-                f"{windows[0][1] * INDUCTION_ITERATIONS} or more iterations: the devices fall "
-                f"out of step in it ({why}), so later iterations pair collectives or "
-                "transfers of different iterations, which the check does not follow when "
-                "the data decides the trip count", sorted({d for d, _ in windows}),
-                [event_ref(None, instr, ctx)], severity="error" if strict else "warning",
-                cause=DRIFT))
-        return traces, problems
+        problems = _out_of_step(traces, drift, strict)
+        return (None, None) if problems is None else (traces, problems)
+    problems: list[Problem] = []
     for tr in traces:
         if tr.unproven is not None:
             instr, reason, ctx, cause = tr.unproven
@@ -318,6 +292,38 @@ def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction
     stuck = simulate(traces, deadline)
     report_cycles(stuck, traces, problems)
     return traces, problems
+
+
+def _out_of_step(traces, drift, strict: bool) -> list[Problem] | None:
+    """The problems of a run whose devices fall out of step in loops traced by induction
+    (steady.py), where the traced iterations do not stand for the later ones; None: unroll.
+    A loop of known trip count is unrolled, or judged by its totals when that is long; one
+    whose count the data decides (this run: that count or more) cannot be followed."""
+    uniform = {(loop, ctx) for tr in traces for loop, ctx, record in tr.shortened
+               if record[0] == "uniform"}
+    known = [d for d in drift if (id(d[0]), d[1]) not in uniform]
+    if known:
+        apart = None if _short(traces) else unequal_totals(traces)
+        if apart is None:
+            return None
+        devices, why, ev = apart
+        instr, ctx, how = known[0]
+        return [may_pass(Problem(
+            "unmatched", f"the devices fall out of step in {where(instr, ctx)} ({how}), "
+            f"and {why}", devices, [event_ref(ev)]), leaves_early(ev.sig))]
+    problems = []
+    for instr, ctx, why in drift:
+        windows = [(tr.device, w[4]) for tr in traces for w in tr.windows
+                   if w[0] is instr and w[1] == ctx]
+        problems.append(Problem(
+            "unproven", f"cannot prove {where(instr, ctx)} when it runs "
+            f"{windows[0][1] * INDUCTION_ITERATIONS} or more iterations: the devices fall "
+            f"out of step in it ({why}), so later iterations pair collectives or "
+            "transfers of different iterations, which the check does not follow when "
+            "the data decides the trip count", sorted({d for d, _ in windows}),
+            [event_ref(None, instr, ctx)], severity="error" if strict else "warning",
+            cause=DRIFT))
+    return problems
 
 
 # A loop whose devices fall out of step is unrolled when it has at most this many more
