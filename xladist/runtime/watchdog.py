@@ -172,13 +172,18 @@ def spans_hosts(positions: dict[int, dict]) -> bool:
 
 
 def format_report(positions: dict[int, dict], me: int, timeout: float,
-                  world_size: int | None = None, finished: list[int] | None = None) -> str:
-    """The text printed when rank `me`'s deadline passes, from every rank's record; or,
-    with `finished` (waits_for_finished), when `me` waits for those ranks, which have
+                  world_size: int | None = None, finished: list[int] | None = None,
+                  fired: dict | None = None) -> str:
+    """The text printed when rank `me`'s deadline passes, from every rank's record (`fired`:
+    `me`'s record as the deadline passed, for the headline when its wait has ended since);
+    or, with `finished` (waits_for_finished), when `me` waits for those ranks, which have
     finished their programs, before its deadline."""
     now = time.time()
     hosts = spans_hosts(positions)
     mine = positions.get(me, {})
+    if mine.get("state") != "waiting" and fired and fired.get("state") == "waiting":
+        mine = dict(mine, **{k: v for k, v in fired.items() if k not in mine or k in (
+            "state", "what", "where", "members", "p2p", "since", "loops")})
     who = _who(mine, hosts) if mine else f"rank {me}"
     where = _op(mine) if mine.get("state") == "waiting" else "a wait"
     waited = now - mine.get("since", now)

@@ -561,13 +561,11 @@ class Service:
                 return
             self._failing = True
         records, _ = self._positions_now()
+        # The headline names the wait the deadline passed in, even when it ended between
+        # the deadline and the question (a partner just late): the rank's own record.
         fired = self.ranks[first].record if first in self.ranks else None
-        if fired and fired.get("state") == "waiting" and \
-                records.get(first, {}).get("state") != "waiting":
-            # Its wait ended between the deadline and the question (a partner came just
-            # late): the report is of where the deadline passed, not "a wait".
-            records[first] = dict(fired, rank=first)
-        self._say_hang(format_report(records, first, timeout, self.size), records)
+        self._say_hang(format_report(records, first, timeout, self.size, fired=fired),
+                       records)
 
     def _positions_now(self) -> tuple[dict[int, dict], bool]:
         """Every rank's position, asked now (the last one it published, or the service's
