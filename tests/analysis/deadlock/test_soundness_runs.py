@@ -197,3 +197,21 @@ def test_devices_out_of_step_in_a_loop_really_hang(tmp_path):
     assert "v1 (line 32) over devices [0, 1] (iteration 3 of wa): rank 0 waits there; rank 1 " \
         "never arrived" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "v1 (line 32, iteration 3 of wa)" in report.to_text(), report.to_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_all_reduce_reached_as_different_collectives_really_decides_apart(tmp_path):
+    """test_uniform.py's APART: replica 0 pairs %F's all-reduce with replica 1's all-reduce
+    of z, so the two replicas branch apart on it and replica 0 waits alone."""
+    from .test_uniform import APART
+    path = tmp_path / "module.hlo"
+    path.write_text(APART)
+    np.savez(tmp_path / "in.npz", arg0=np.array([1, 0], np.float32),
+             arg1=np.array([-5, 0], np.float32))
+    proc = xladist_cli("run", path, "-n", 2, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "rank 1 never arrived" in proc.stderr and "Traceback" not in proc.stderr, \
+        proc.stderr
+    assert check_module(xladist.parse_hlo(APART)).verdict != "proven"
