@@ -355,6 +355,91 @@ def test_devices_out_of_step_get_the_verdict_of_full_unrolling(n):
     assert fast.ok == (n < 5), fast.to_text()
 
 
+# The same skew in two runs of one loop, at one ctx: %F is called three times, its loop
+# %w giving replica 0 the extra all-reduces in the first run (mode 0), replica 1 in the
+# second (mode 1) and nobody in the third (mode 7, no communication at all). steady.py
+# kept one window per while and ctx, the last run's, in step: "proven" (by classes and by
+# every device) for every count from 9 on, while a run hangs at iteration 3 of the first.
+_OUT_OF_STEP_RUNS = """HloModule drift_runs, replica_count=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%extra (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %r = f32[4]{0} all-reduce(%a), replica_groups={{0,1},{2,3}}, to_apply=%add
+}
+
+%none (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %r = f32[4]{0} copy(%a)
+}
+
+%pair (y: f32[4]) -> f32[4] {
+  %y = f32[4]{0} parameter(0)
+  %v1 = f32[4]{0} all-reduce(%y), replica_groups={{0,1},{2,3}}, to_apply=%add
+  ROOT %v2 = f32[4]{0} all-reduce(%v1), replica_groups={{0,2},{1,3}}, to_apply=%add
+}
+
+%cond (p: (s32[], f32[4], u32[])) -> pred[] {
+  %p = (s32[], f32[4]{0}, u32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(N)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], f32[4], u32[])) -> (s32[], f32[4], u32[]) {
+  %p = (s32[], f32[4]{0}, u32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %y = f32[4]{0} get-tuple-element(%p), index=1
+  %mode = u32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %seven = u32[] constant(0)
+  %on = pred[] compare(%mode, %seven), direction=EQ
+  %v2 = f32[4]{0} conditional(%on, %y, %y), true_computation=%pair, false_computation=%none
+  %rid = u32[] replica-id()
+  %mine = pred[] compare(%rid, %mode), direction=EQ
+  %v3 = f32[4]{0} conditional(%mine, %v2, %v2), true_computation=%extra, false_computation=%none
+  ROOT %t = (s32[], f32[4]{0}, u32[]) tuple(%i2, %v3, %mode)
+}
+
+%F (x: f32[4], mode: u32[]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %mode = u32[] parameter(1)
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[4]{0}, u32[]) tuple(%z, %x, %mode)
+  %w = (s32[], f32[4]{0}, u32[]) while(%t0), condition=%cond, body=%body
+  ROOT %a = f32[4]{0} get-tuple-element(%w), index=1
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %m0 = u32[] constant(0)
+  %m1 = u32[] constant(1)
+  %m7 = u32[] constant(7)
+  %a = f32[4]{0} call(%x, %m0), to_apply=%F
+  %b = f32[4]{0} call(%a, %m1), to_apply=%F
+  ROOT %c = f32[4]{0} call(%b, %m7), to_apply=%F
+}
+"""
+
+
+def out_of_step_runs(n: int) -> str:
+    return _OUT_OF_STEP_RUNS.replace("constant(N)", f"constant({n})")
+
+
+@pytest.mark.parametrize("n", [3, 5, 9, 40])
+def test_devices_out_of_step_in_one_run_of_a_loop_get_the_verdict_of_full_unrolling(n):
+    fast, slow = _both(out_of_step_runs(n))
+    assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+    assert fast.ok == (n < 5), fast.to_text()
+    assert check_module(xladist.parse_hlo(out_of_step_runs(n))).ok == (n < 5)
+
+
 def test_a_long_loop_out_of_step_is_unrolled_when_its_totals_agree():
     report = check_module(xladist.parse_hlo(out_of_step(5000)))
     assert [p.kind for p in report.problems] == ["deadlock"], report.to_text()

@@ -215,3 +215,21 @@ def test_one_all_reduce_reached_as_different_collectives_really_decides_apart(tm
     assert "rank 1 never arrived" in proc.stderr and "Traceback" not in proc.stderr, \
         proc.stderr
     assert check_module(xladist.parse_hlo(APART)).verdict != "proven"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_devices_out_of_step_in_one_run_of_a_called_loop_really_hang(tmp_path):
+    """test_induction.py's out_of_step_runs: the first of three runs of one loop skews, the
+    second rebalances; the check refuses it and a run without the check hangs."""
+    from .test_induction import out_of_step_runs
+    text = out_of_step_runs(40)
+    assert check_module(xladist.parse_hlo(text)).errors
+    path = tmp_path / "module.hlo"
+    path.write_text(text)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((4, 4), np.float32))
+    proc = xladist_cli("run", path, "-n", 4, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "rank 0 waits there; rank 1 never arrived" in proc.stderr \
+        and "Traceback" not in proc.stderr, proc.stderr

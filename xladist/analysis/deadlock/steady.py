@@ -14,8 +14,8 @@ it cannot follow the loop (a trip count from data); classes.py leaves the module
 per-device path.
 
 The counts are per iteration (over the window's p iterations), per loop instance (the
-while and its context), on one device's events; `out_of_step` compares them across
-devices, `rates` gives them to classes.py for classes of devices.
+while, its context and which run of it there), on one device's events; `out_of_step`
+compares them across devices, `rates` gives them to classes.py for classes of devices.
 """
 
 from __future__ import annotations
@@ -29,16 +29,21 @@ __all__ = ["out_of_step", "rates", "unequal_totals"]
 
 
 def rates(trace: DeviceTrace, key_of) -> dict[tuple, tuple[object, Counter]]:
-    """(while's id, ctx) -> (the while, Counter of key_of(event) over its window, per
-    iteration as Fractions); key_of(event) is None for events that issue nothing."""
-    out = {}
+    """(while's id, ctx, run) -> (the while, Counter of key_of(event) over its window, per
+    iteration as Fractions); key_of(event) is None for events that issue nothing.  `run`
+    counts the earlier windows of the same while at the same ctx: a computation called
+    twice runs its loop twice at one ctx, and each run must stay in step on its own (one
+    run's skew may be another's rebalancing)."""
+    out, runs = {}, Counter()
     for instr, ctx, start, end, p, _ in trace.windows:
         count = Counter()
         for ev in trace.events[start:end]:
             key = key_of(ev)
             if key is not None:
                 count[key] += Fraction(1, p)
-        out[(id(instr), ctx)] = (instr, count)
+        run = runs[(id(instr), ctx)]
+        runs[(id(instr), ctx)] += 1
+        out[(id(instr), ctx, run)] = (instr, count)
     return out
 
 
@@ -62,12 +67,14 @@ def out_of_step(traces: list[DeviceTrace]) -> list[tuple[object, tuple, str]]:
     for dev, mine in per_dev.items():
         for loop, (instr, count) in mine.items():
             loops.setdefault(loop, (instr, {}))[1][dev] = count
-    found = []
-    for (_, ctx), (instr, counts) in loops.items():
+    found = {}
+    for (loop, ctx, _), (instr, counts) in loops.items():
+        if (loop, ctx) in found:
+            continue   # one report per while and ctx, whichever run fell out of step
         differ = _first_difference(counts)
         if differ is not None:
-            found.append((instr, ctx, "per iteration " + _say(*differ)))
-    return found
+            found[(loop, ctx)] = (instr, ctx, "per iteration " + _say(*differ))
+    return list(found.values())
 
 
 def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] | None:
