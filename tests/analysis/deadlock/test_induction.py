@@ -440,6 +440,139 @@ def test_devices_out_of_step_in_one_run_of_a_loop_get_the_verdict_of_full_unroll
     assert check_module(xladist.parse_hlo(out_of_step_runs(n))).ok == (n < 5)
 
 
+# A decision on `j % 3` with j counting up from 2^31 - 20: each replica all-reduces once
+# every 3 iterations while j >= 0 (replica 0 in branch 0, replica 1 in branch 3), but from
+# iteration 21 on j has wrapped around to negative values, whose remainders are -2, -1, 0:
+# replica 0 then takes branch 6 (an index out of range) twice as often. Induction took the
+# period 3 from the first iterations and proved it for every trip count; a run of 39
+# iterations (or, WRAP_UNIFORM, a count from data) hangs at iteration 27.
+WRAP = """HloModule wrap_closed, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%ar (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%none (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] copy(%a)
+}
+
+%cond (p: (s32[], s32[], f32[])) -> pred[] {
+  %p = (s32[], s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(N)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], s32[], f32[])) -> (s32[], s32[], f32[]) {
+  %p = (s32[], s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %j = s32[] get-tuple-element(%p), index=1
+  %y = f32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %j2 = s32[] add(%j, %c1)
+  %three = s32[] constant(3)
+  %jm = s32[] remainder(%j, %three)
+  %rid = u32[] replica-id()
+  %ridi = s32[] convert(%rid)
+  %rid3 = s32[] multiply(%ridi, %three)
+  %idx = s32[] add(%jm, %rid3)
+  %v = f32[] conditional(%idx, %y, %y, %y, %y, %y, %y, %y), branch_computations={%ar, %none, %none, %ar, %none, %none, %ar}
+  ROOT %t = (s32[], s32[], f32[]) tuple(%i2, %j2, %v)
+}
+
+ENTRY %main (x: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %z = s32[] constant(0)
+  %j0 = s32[] constant(2147483628)
+  %t0 = (s32[], s32[], f32[]) tuple(%z, %j0, %x)
+  %w = (s32[], s32[], f32[]) while(%t0), condition=%cond, body=%body
+  ROOT %out = f32[] get-tuple-element(%w), index=2
+}
+"""
+WRAP_UNIFORM = """HloModule wrap_uniform, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%ar (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%none (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] copy(%a)
+}
+
+%cond (p: (s32[], s32[], f32[], s32[])) -> pred[] {
+  %p = (s32[], s32[], f32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] get-tuple-element(%p), index=3
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], s32[], f32[], s32[])) -> (s32[], s32[], f32[], s32[]) {
+  %p = (s32[], s32[], f32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %j = s32[] get-tuple-element(%p), index=1
+  %y = f32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %j2 = s32[] add(%j, %c1)
+  %three = s32[] constant(3)
+  %jm = s32[] remainder(%j, %three)
+  %rid = u32[] replica-id()
+  %ridi = s32[] convert(%rid)
+  %rid3 = s32[] multiply(%ridi, %three)
+  %idx = s32[] add(%jm, %rid3)
+  %v = f32[] conditional(%idx, %y, %y, %y, %y, %y, %y, %y), branch_computations={%ar, %none, %none, %ar, %none, %none, %ar}
+  %l = s32[] get-tuple-element(%p), index=3
+  ROOT %t = (s32[], s32[], f32[], s32[]) tuple(%i2, %j2, %v, %l)
+}
+
+%max (a: s32[], b: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] maximum(%a, %b)
+}
+
+ENTRY %main (x: f32[], m: s32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %m = s32[] parameter(1)
+  %lim = s32[] all-reduce(%m), replica_groups={{0,1}}, to_apply=%max
+  %z = s32[] constant(0)
+  %j0 = s32[] constant(2147483628)
+  %t0 = (s32[], s32[], f32[], s32[]) tuple(%z, %j0, %x, %lim)
+  %w = (s32[], s32[], f32[], s32[]) while(%t0), condition=%cond, body=%body
+  ROOT %out = f32[] get-tuple-element(%w), index=2
+}
+"""
+
+
+@pytest.mark.parametrize("n", [12, 20, 21, 39])
+def test_a_counter_wrapping_around_in_the_loop_breaks_its_period(n):
+    fast, slow = _both(WRAP.replace("constant(N)", f"constant({n})"))
+    assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+    assert fast.ok == (n <= 20), fast.to_text()
+
+
+def test_a_counter_that_may_wrap_around_under_a_trip_count_from_data_is_not_proven():
+    report = check_module(xladist.parse_hlo(WRAP_UNIFORM))
+    assert report.verdict == "not proven", report.to_text()
+
+
 def test_a_long_loop_out_of_step_is_unrolled_when_its_totals_agree():
     report = check_module(xladist.parse_hlo(out_of_step(5000)))
     assert [p.kind for p in report.problems] == ["deadlock"], report.to_text()

@@ -233,3 +233,21 @@ def test_devices_out_of_step_in_one_run_of_a_called_loop_really_hang(tmp_path):
     assert proc.returncode != 0, proc.stdout
     assert "rank 0 waits there; rank 1 never arrived" in proc.stderr \
         and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_counter_wrapping_around_in_a_loop_really_hangs(tmp_path):
+    """test_induction.py's WRAP_UNIFORM run 39 times (the max of m): the remainders of the
+    wrapped counter send replica 0 to an all-reduce replica 1 never reaches."""
+    from .test_induction import WRAP_UNIFORM
+    assert check_module(xladist.parse_hlo(WRAP_UNIFORM)).verdict != "proven"
+    path = tmp_path / "module.hlo"
+    path.write_text(WRAP_UNIFORM)
+    np.savez(tmp_path / "in.npz", arg0=np.array([1, 2], np.float32),
+             arg1=np.array([39, 0], np.int32))
+    proc = xladist_cli("run", path, "-n", 2, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "(iteration 27 of w): rank 0 waits there; rank 1 never arrived" in proc.stderr \
+        and "Traceback" not in proc.stderr, proc.stderr

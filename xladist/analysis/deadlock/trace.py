@@ -35,6 +35,7 @@ from .induction import (
     closed_form_trip_count,
     control_slice,
     kept,
+    most_trips,
     slice_key,
 )
 
@@ -359,9 +360,6 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     condition gives no count, the loop is unrolled and its condition folded per iteration."""
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     state = t.lazy_operands(instr, frame)[0]()
-    p = body_period(body, state, _needs_values)
-    if p is None:
-        return None
     # A condition that communicates (`while psum(x) < 6`) issues its events once per
     # iteration and once more at the end: they must not depend on the iteration either.
     reduced = [] if computation_communicates(cond) else None
@@ -373,6 +371,12 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     if t.ids is not None and isinstance(state, tuple):
         t.ids.settle(*(state[j] for j in indices if j < len(state)))
     n = closed_form_trip_count(cond, body, state)
+    # The period must hold over every iteration the loop may run (its counters must not
+    # wrap around on the way): n, or as many as the condition allows when the data decides.
+    p = body_period(body, state, _needs_values,
+                    n if n is not None else most_trips(cond, body, state))
+    if p is None:
+        return None
     if n is None:
         key = slice_key(state, indices)
         if reduced:
