@@ -219,6 +219,8 @@ def _both(text: str):
          trip="const", n=5)   # the same with a known trip count: unrolled
 @example(replicas=2, prologue=[("cond_replica_skip", 0)], body=[("ar", 0)], trip="uniform",
          n=0)   # the trip count's all-reduce pairs with replica 0's extra one
+@example(replicas=2, prologue=[("cond_replica_shape", 0)], body=[("cond_replica_skip", 0)],
+         trip="uniform", n=0)   # a mismatch at every count before a loop out of step
 def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body, trip, n):
     text = _Gen(replicas).module(prologue, body, trip, n)
     fast, slow = _both(text)
@@ -255,6 +257,8 @@ def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body,
         # not find, and the drift must be real: later counts fail too.
         early = {kind for found in per_count[:INDUCTION_ITERATIONS] for kind, _, _ in found}
         assert early <= got - {"unproven"} <= union, (text, fast.to_text(), per_count)
+        # Each count it follows is checked in full: a problem at every count is an error.
+        assert everywhere <= errors, (text, fast.to_text(), per_count)
         assert all(p.severity == "warning" and p.kind == "unproven" for p in drift)
         assert all(per_count[INDUCTION_ITERATIONS:]), (text, per_count)
         return

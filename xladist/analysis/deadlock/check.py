@@ -295,7 +295,9 @@ def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction
                 "the data decides the trip count", sorted({d for d, _ in windows}),
                 [event_ref(None, instr, ctx)], severity="error" if strict else "warning",
                 cause=DRIFT))
-        return traces, problems
+        # The later counts stay unproven; this count (the traced iterations are the run's
+        # when it has as many) is checked as any other: a problem before the loop or in
+        # it is the run's.
     for tr in traces:
         if tr.unproven is not None:
             instr, reason, ctx, cause = tr.unproven
