@@ -577,6 +577,98 @@ def test_a_counter_that_may_wrap_around_under_a_trip_count_from_data_is_not_prov
     assert report.verdict == "not proven", report.to_text()
 
 
+_RING = ["{{0,1},{2,3}}", "{{0,2},{1,3}}"]
+
+
+def entered_apart(pro: list[list[int]], first: int, n, cond: str = "") -> str:
+    """Replica d all-reduces pro[d][g] times on _RING[g] before a loop of n iterations
+    (v1 on _RING[first], v2 on the other; every replica alike, in step) and as many after
+    it as its groups' members need to end even: the replicas enter the loop apart."""
+    part = [{0: 0, 1: 0, 2: 1, 3: 1}, {0: 0, 2: 0, 1: 1, 3: 1}]
+    epi = [[max(pro[e][g] for e in range(4) if part[g][e] == part[g][d]) - pro[d][g]
+            for g in (0, 1)] for d in range(4)]
+    comps = []
+    for name, counts in (("pro", pro), ("epi", epi)):
+        for d in range(4):
+            lines, y = ["%a = f32[4]{0} parameter(0)"], "%a"
+            for k, g in enumerate(g for g in (0, 1) for _ in range(counts[d][g])):
+                lines.append(f"%r{k} = f32[4]{{0}} all-reduce({y}), replica_groups={_RING[g]}, "
+                             "to_apply=%add")
+                y = f"%r{k}"
+            lines.append(f"ROOT %o = f32[4]{{0}} copy({y})")
+            comps.append(f"%{name}{d} (a: f32[4]) -> f32[4] {{\n  " + "\n  ".join(lines) + "\n}\n")
+    bound = cond or f"%n = s32[] constant({n})"
+    return f"""HloModule apart, replica_count=4
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%addi (a: s32[], b: s32[]) -> s32[] {{
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] add(%a, %b)
+}}
+
+{"".join(comps)}
+%cond (p: (s32[], f32[4])) -> pred[] {{
+  %p = (s32[], f32[4]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  {bound}
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}}
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  %p = (s32[], f32[4]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %y = f32[4]{{0}} get-tuple-element(%p), index=1
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %v1 = f32[4]{{0}} all-reduce(%y), replica_groups={_RING[first]}, to_apply=%add
+  %v2 = f32[4]{{0}} all-reduce(%v1), replica_groups={_RING[1 - first]}, to_apply=%add
+  ROOT %t = (s32[], f32[4]{{0}}) tuple(%i2, %v2)
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4]{{0}} parameter(0)
+  %rid = u32[] replica-id()
+  %ri = s32[] convert(%rid)
+  %a = f32[4]{{0}} conditional(%ri, %x, %x, %x, %x), branch_computations={{%pro0, %pro1, %pro2, %pro3}}
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[4]{{0}}) tuple(%z, %a)
+  %w = (s32[], f32[4]{{0}}) while(%t0), condition=%cond, body=%body
+  %b = f32[4]{{0}} get-tuple-element(%w), index=1
+  ROOT %o = f32[4]{{0}} conditional(%ri, %b, %b, %b, %b), branch_computations={{%epi0, %epi1, %epi2, %epi3}}
+}}
+"""
+
+
+# Found by a search over such prologues (sound50): both were proven, by classes and by
+# every device, and refused by unrolling; a run of the first under mpiexec -n 4 hangs in
+# the cycle the unrolled check names (test_soundness_runs.py).
+ENTERING = [([[0, 0], [2, 6], [1, 0], [5, 2]], 1), ([[4, 3], [2, 0], [5, 5], [5, 2]], 1)]
+
+
+@pytest.mark.parametrize("pro, first", ENTERING)
+@pytest.mark.parametrize("n", [9, 40])
+def test_devices_entering_a_loop_apart_get_the_verdict_of_full_unrolling(pro, first, n):
+    fast, slow = _both(entered_apart(pro, first, n))
+    assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+    assert not slow.ok
+    assert check_module(xladist.parse_hlo(entered_apart(pro, first, n))).errors
+
+
+def test_devices_entering_a_loop_apart_under_a_trip_count_from_data_are_not_proven():
+    psum = ("%c = s32[] constant(10)\n  %n = s32[] all-reduce(%c), replica_groups={}, "
+            "to_apply=%addi")
+    report = check_module(xladist.parse_hlo(entered_apart(*ENTERING[0], None, psum)))
+    assert report.verdict != "proven", report.to_text()
+    assert any("they enter the loop apart" in p.message for p in report.problems), \
+        report.to_text()
+
+
 def test_a_long_loop_out_of_step_is_unrolled_when_its_totals_agree():
     report = check_module(xladist.parse_hlo(out_of_step(5000)))
     assert [p.kind for p in report.problems] == ["deadlock"], report.to_text()

@@ -251,3 +251,20 @@ def test_a_counter_wrapping_around_in_a_loop_really_hangs(tmp_path):
     assert proc.returncode != 0, proc.stdout
     assert "(iteration 27 of w): rank 0 waits there; rank 1 never arrived" in proc.stderr \
         and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_devices_entering_a_loop_apart_really_hang(tmp_path):
+    """test_induction.py's entered_apart: in step in the loop, but the replicas enter it
+    several all-reduces apart; the check refuses it and a run without the check hangs."""
+    from .test_induction import ENTERING, entered_apart
+    text = entered_apart(*ENTERING[0], 40)
+    assert check_module(xladist.parse_hlo(text)).errors
+    path = tmp_path / "module.hlo"
+    path.write_text(text)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((4, 4), np.float32))
+    proc = xladist_cli("run", path, "-n", 4, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "never arrived" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

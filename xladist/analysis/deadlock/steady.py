@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 
-from .events import DeviceTrace
+from .events import DeviceTrace, where
 
-__all__ = ["out_of_step", "rates", "unequal_totals"]
+__all__ = ["entered_apart", "loop_runs", "out_of_step", "rates", "unequal_totals"]
 
 
 def rates(trace: DeviceTrace, key_of) -> dict[tuple, tuple[object, Counter]]:
@@ -34,16 +34,14 @@ def rates(trace: DeviceTrace, key_of) -> dict[tuple, tuple[object, Counter]]:
     counts the earlier windows of the same while at the same ctx: a computation called
     twice runs its loop twice at one ctx, and each run must stay in step on its own (one
     run's skew may be another's rebalancing)."""
-    out, runs = {}, Counter()
-    for instr, ctx, start, end, p, _ in trace.windows:
+    out = {}
+    for run, (instr, ctx, start, end, p, *_) in loop_runs(trace):
         count = Counter()
         for ev in trace.events[start:end]:
             key = key_of(ev)
             if key is not None:
                 count[key] += Fraction(1, p)
-        run = runs[(id(instr), ctx)]
-        runs[(id(instr), ctx)] += 1
-        out[(id(instr), ctx, run)] = (instr, count)
+        out[run] = (instr, count)
     return out
 
 
@@ -77,6 +75,51 @@ def out_of_step(traces: list[DeviceTrace]) -> list[tuple[object, tuple, str]]:
     return list(found.values())
 
 
+def entered_apart(traces: list[DeviceTrace]) -> list[tuple[object, tuple, str]]:
+    """[(while, ctx, why)] for each loop run whose traced last iterations pair a collective
+    or transfer with a partner's event outside the partner's traced last iterations of
+    that run (after matching.py linked them): the members entered the loop apart -- replica
+    0 issued an all-reduce on {0,1} more before it and replica 1 one more after -- so in the
+    run iteration j of one pairs with iteration j + 1 of the other in every iteration,
+    while in the trace the last traced ones pair with the code after the loop instead, and
+    a cycle those pairs close from some iteration on is missed (classes.py asks the same:
+    as many events on each link before the loop)."""
+    window, members = {}, {}
+    for tr in traces:
+        for run, w in loop_runs(tr):
+            window[(tr.device, run)] = (w[2], w[3])
+        for ev in tr.events:
+            if ev.kind in ("sync", "start") and ev.inst is not None:
+                members.setdefault(id(ev.inst), []).append(ev)
+    found = {}
+    for tr in traces:
+        for run, (instr, ctx, start, end, *_) in loop_runs(tr):
+            if run[:2] in found:
+                continue
+            for ev in tr.events[start:end]:
+                partners = (members.get(id(ev.inst), ()) if ev.kind in ("sync", "start")
+                            else (ev.partner,) if ev.kind in ("send", "recv") else ())
+                apart = next((pe for pe in partners if pe is not None and not (
+                    window.get((pe.device, run), (0, 0))[0] <= pe.index
+                    < window.get((pe.device, run), (0, 0))[1])), None)
+                if apart is not None:
+                    found[run[:2]] = (instr, ctx, (
+                        f"device {tr.device}'s {ev.instr.name} in its last traced iterations "
+                        f"pairs with device {apart.device}'s {where(apart.instr, apart.ctx)}: "
+                        "they enter the loop apart"))
+                    break
+    return list(found.values())
+
+
+def loop_runs(trace: DeviceTrace):
+    """((while's id, ctx, run), window) for each window, `run` counted as `rates` does."""
+    seen = Counter()
+    for w in trace.windows:
+        loop = (id(w[0]), w[1])
+        yield loop + (seen[loop],), w
+        seen[loop] += 1
+
+
 def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] | None:
     """(devices, why, an event on it) for the first link whose members issue different
     numbers of events over the whole run, counting each window as often as it runs; None
@@ -96,7 +139,7 @@ def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] |
             if key is not None:
                 count[key] += 1
                 first.setdefault(key, ev)
-        for _, _, start, end, _, extra in tr.windows:
+        for _, _, start, end, _, extra, _ in tr.windows:
             for ev in tr.events[start:end]:
                 key = _issues(ev)
                 if key is not None:

@@ -457,7 +457,8 @@ def _while(t: _Tracer, instr, frame, ctx):
         if record is not None and (record[0] != "uniform" or trips >= INDUCTION_ITERATIONS * p):
             # How many more times the window runs than traced (None: the data decides).
             extra = None if record[0] == "uniform" else (record[0] - trips) // p
-            t.trace.windows.append((instr, ctx, marks[trips - p], marks[trips], p, extra))
+            t.trace.windows.append((instr, ctx, marks[trips - p], marks[trips], p, extra,
+                                    marks[0]))
         _loop_value(frame, instr, state, t.lazy_operands(instr, frame)[0](),
                     exact=record is None)
         return
