@@ -26,6 +26,7 @@ CASES = [
     ("s32", "divide(%a, %b)", "s32", "7", "0", -1),                   # x / 0 is -1
     ("u32", "shift-right-arithmetic(%a, %b)", "u32", "4294967295", "1", 4294967295),
     ("s32", "shift-left(%a, %b)", "s32", "1", "-1", 0),               # amount >= width
+    ("s32", "bitcast(%a)", "f32", "1", None, 0x3F800000),              # the bits, not 1
 ]
 
 
@@ -83,6 +84,15 @@ PREDS = {
   %z = f32[] constant(0)
   %m = f32[] multiply(%rm, %z)
   %pred = pred[] compare(%z, %m), direction=GT, type=TOTALORDER""",
+    # a bitcast reads the buffer in its layout: {{0,0},{1,1}} in {1,0} is {{0,1},{0,1}} in
+    # {0,1}, so row 0 holds each device's id (a reshape would give 0 on both)
+    "bitcast across layouts": """  %t = s32[2,2]{1,0} constant({{0,0},{1,1}})
+  %b = s32[2,2]{0,1} bitcast(%t)
+  %zu = u32[] constant(0)
+  %e = s32[1,1]{1,0} dynamic-slice(%b, %zu, %r), dynamic_slice_sizes={1,1}
+  %i = s32[] reshape(%e)
+  %zero = s32[] constant(0)
+  %pred = pred[] compare(%i, %zero), direction=GT""",
 }
 
 

@@ -217,6 +217,10 @@ def _both(text: str):
          trip="uniform", n=0)  # out of step: a cycle from 5 iterations on (found by CI)
 @example(replicas=4, prologue=[], body=[("ar", 1), ("ar", 2), ("cond_replica_skip", 1)],
          trip="const", n=5)   # the same with a known trip count: unrolled
+@example(replicas=2, prologue=[("cond_replica_skip", 0)], body=[("ar", 0)], trip="uniform",
+         n=0)   # the trip count's all-reduce pairs with replica 0's extra one
+@example(replicas=2, prologue=[("cond_replica_shape", 0)], body=[("cond_replica_skip", 0)],
+         trip="uniform", n=0)   # a mismatch at every count before a loop out of step
 def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body, trip, n):
     text = _Gen(replicas).module(prologue, body, trip, n)
     fast, slow = _both(text)
@@ -239,6 +243,13 @@ def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body,
     got = {p.kind for p in fast.problems}
     errors = {p.kind for p in fast.problems if p.severity == "error"}
     drift = [p for p in fast.problems if p.cause == DRIFT]
+    if "mismatch" in everywhere:
+        # Members disagree on a collective before the loop at every count, so the trip
+        # count's all-reduce may pair with another collective: its value (n on every device
+        # here) is not the run's, and the fast engine, which keys it by its position on
+        # the group, may not follow the loop. It must refuse the module for the mismatch.
+        assert "mismatch" in errors, (text, fast.to_text(), per_count)
+        return
     if drift:
         # Devices out of step in the loop (steady.py): the fast engine follows the exact
         # counts below 3 (times the period) and says it cannot follow the later ones. It
@@ -246,6 +257,8 @@ def test_induction_gives_the_verdict_of_full_unrolling(replicas, prologue, body,
         # not find, and the drift must be real: later counts fail too.
         early = {kind for found in per_count[:INDUCTION_ITERATIONS] for kind, _, _ in found}
         assert early <= got - {"unproven"} <= union, (text, fast.to_text(), per_count)
+        # Each count it follows is checked in full: a problem at every count is an error.
+        assert everywhere <= errors, (text, fast.to_text(), per_count)
         assert all(p.severity == "warning" and p.kind == "unproven" for p in drift)
         assert all(per_count[INDUCTION_ITERATIONS:]), (text, per_count)
         return
@@ -344,6 +357,316 @@ def test_devices_out_of_step_get_the_verdict_of_full_unrolling(n):
     fast, slow = _both(out_of_step(n))
     assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
     assert fast.ok == (n < 5), fast.to_text()
+
+
+# The same skew in two runs of one loop, at one ctx: %F is called three times, its loop
+# %w giving replica 0 the extra all-reduces in the first run (mode 0), replica 1 in the
+# second (mode 1) and nobody in the third (mode 7, no communication at all). steady.py
+# kept one window per while and ctx, the last run's, in step: "proven" (by classes and by
+# every device) for every count from 9 on, while a run hangs at iteration 3 of the first.
+_OUT_OF_STEP_RUNS = """HloModule drift_runs, replica_count=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%extra (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %r = f32[4]{0} all-reduce(%a), replica_groups={{0,1},{2,3}}, to_apply=%add
+}
+
+%none (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %r = f32[4]{0} copy(%a)
+}
+
+%pair (y: f32[4]) -> f32[4] {
+  %y = f32[4]{0} parameter(0)
+  %v1 = f32[4]{0} all-reduce(%y), replica_groups={{0,1},{2,3}}, to_apply=%add
+  ROOT %v2 = f32[4]{0} all-reduce(%v1), replica_groups={{0,2},{1,3}}, to_apply=%add
+}
+
+%cond (p: (s32[], f32[4], u32[])) -> pred[] {
+  %p = (s32[], f32[4]{0}, u32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(N)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], f32[4], u32[])) -> (s32[], f32[4], u32[]) {
+  %p = (s32[], f32[4]{0}, u32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %y = f32[4]{0} get-tuple-element(%p), index=1
+  %mode = u32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %seven = u32[] constant(0)
+  %on = pred[] compare(%mode, %seven), direction=EQ
+  %v2 = f32[4]{0} conditional(%on, %y, %y), true_computation=%pair, false_computation=%none
+  %rid = u32[] replica-id()
+  %mine = pred[] compare(%rid, %mode), direction=EQ
+  %v3 = f32[4]{0} conditional(%mine, %v2, %v2), true_computation=%extra, false_computation=%none
+  ROOT %t = (s32[], f32[4]{0}, u32[]) tuple(%i2, %v3, %mode)
+}
+
+%F (x: f32[4], mode: u32[]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %mode = u32[] parameter(1)
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[4]{0}, u32[]) tuple(%z, %x, %mode)
+  %w = (s32[], f32[4]{0}, u32[]) while(%t0), condition=%cond, body=%body
+  ROOT %a = f32[4]{0} get-tuple-element(%w), index=1
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %m0 = u32[] constant(0)
+  %m1 = u32[] constant(1)
+  %m7 = u32[] constant(7)
+  %a = f32[4]{0} call(%x, %m0), to_apply=%F
+  %b = f32[4]{0} call(%a, %m1), to_apply=%F
+  ROOT %c = f32[4]{0} call(%b, %m7), to_apply=%F
+}
+"""
+
+
+def out_of_step_runs(n: int) -> str:
+    return _OUT_OF_STEP_RUNS.replace("constant(N)", f"constant({n})")
+
+
+@pytest.mark.parametrize("n", [3, 5, 9, 40])
+def test_devices_out_of_step_in_one_run_of_a_loop_get_the_verdict_of_full_unrolling(n):
+    fast, slow = _both(out_of_step_runs(n))
+    assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+    assert fast.ok == (n < 5), fast.to_text()
+    assert check_module(xladist.parse_hlo(out_of_step_runs(n))).ok == (n < 5)
+
+
+# A decision on `j % 3` with j counting up from 2^31 - 20: each replica all-reduces once
+# every 3 iterations while j >= 0 (replica 0 in branch 0, replica 1 in branch 3), but from
+# iteration 21 on j has wrapped around to negative values, whose remainders are -2, -1, 0:
+# replica 0 then takes branch 6 (an index out of range) twice as often. Induction took the
+# period 3 from the first iterations and proved it for every trip count; a run of 39
+# iterations (or, WRAP_UNIFORM, a count from data) hangs at iteration 27.
+WRAP = """HloModule wrap_closed, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%ar (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%none (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] copy(%a)
+}
+
+%cond (p: (s32[], s32[], f32[])) -> pred[] {
+  %p = (s32[], s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] constant(N)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], s32[], f32[])) -> (s32[], s32[], f32[]) {
+  %p = (s32[], s32[], f32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %j = s32[] get-tuple-element(%p), index=1
+  %y = f32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %j2 = s32[] add(%j, %c1)
+  %three = s32[] constant(3)
+  %jm = s32[] remainder(%j, %three)
+  %rid = u32[] replica-id()
+  %ridi = s32[] convert(%rid)
+  %rid3 = s32[] multiply(%ridi, %three)
+  %idx = s32[] add(%jm, %rid3)
+  %v = f32[] conditional(%idx, %y, %y, %y, %y, %y, %y, %y), branch_computations={%ar, %none, %none, %ar, %none, %none, %ar}
+  ROOT %t = (s32[], s32[], f32[]) tuple(%i2, %j2, %v)
+}
+
+ENTRY %main (x: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %z = s32[] constant(0)
+  %j0 = s32[] constant(2147483628)
+  %t0 = (s32[], s32[], f32[]) tuple(%z, %j0, %x)
+  %w = (s32[], s32[], f32[]) while(%t0), condition=%cond, body=%body
+  ROOT %out = f32[] get-tuple-element(%w), index=2
+}
+"""
+WRAP_UNIFORM = """HloModule wrap_uniform, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%ar (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%none (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] copy(%a)
+}
+
+%cond (p: (s32[], s32[], f32[], s32[])) -> pred[] {
+  %p = (s32[], s32[], f32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %n = s32[] get-tuple-element(%p), index=3
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (p: (s32[], s32[], f32[], s32[])) -> (s32[], s32[], f32[], s32[]) {
+  %p = (s32[], s32[], f32[], s32[]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %j = s32[] get-tuple-element(%p), index=1
+  %y = f32[] get-tuple-element(%p), index=2
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %j2 = s32[] add(%j, %c1)
+  %three = s32[] constant(3)
+  %jm = s32[] remainder(%j, %three)
+  %rid = u32[] replica-id()
+  %ridi = s32[] convert(%rid)
+  %rid3 = s32[] multiply(%ridi, %three)
+  %idx = s32[] add(%jm, %rid3)
+  %v = f32[] conditional(%idx, %y, %y, %y, %y, %y, %y, %y), branch_computations={%ar, %none, %none, %ar, %none, %none, %ar}
+  %l = s32[] get-tuple-element(%p), index=3
+  ROOT %t = (s32[], s32[], f32[], s32[]) tuple(%i2, %j2, %v, %l)
+}
+
+%max (a: s32[], b: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] maximum(%a, %b)
+}
+
+ENTRY %main (x: f32[], m: s32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %m = s32[] parameter(1)
+  %lim = s32[] all-reduce(%m), replica_groups={{0,1}}, to_apply=%max
+  %z = s32[] constant(0)
+  %j0 = s32[] constant(2147483628)
+  %t0 = (s32[], s32[], f32[], s32[]) tuple(%z, %j0, %x, %lim)
+  %w = (s32[], s32[], f32[], s32[]) while(%t0), condition=%cond, body=%body
+  ROOT %out = f32[] get-tuple-element(%w), index=2
+}
+"""
+
+
+@pytest.mark.parametrize("n", [12, 20, 21, 39])
+def test_a_counter_wrapping_around_in_the_loop_breaks_its_period(n):
+    fast, slow = _both(WRAP.replace("constant(N)", f"constant({n})"))
+    assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+    assert fast.ok == (n <= 20), fast.to_text()
+
+
+def test_a_counter_that_may_wrap_around_under_a_trip_count_from_data_is_not_proven():
+    report = check_module(xladist.parse_hlo(WRAP_UNIFORM))
+    assert report.verdict == "not proven", report.to_text()
+
+
+_RING = ["{{0,1},{2,3}}", "{{0,2},{1,3}}"]
+
+
+def entered_apart(pro: list[list[int]], first: int, n, cond: str = "") -> str:
+    """Replica d all-reduces pro[d][g] times on _RING[g] before a loop of n iterations
+    (v1 on _RING[first], v2 on the other; every replica alike, in step) and as many after
+    it as its groups' members need to end even: the replicas enter the loop apart."""
+    part = [{0: 0, 1: 0, 2: 1, 3: 1}, {0: 0, 2: 0, 1: 1, 3: 1}]
+    epi = [[max(pro[e][g] for e in range(4) if part[g][e] == part[g][d]) - pro[d][g]
+            for g in (0, 1)] for d in range(4)]
+    comps = []
+    for name, counts in (("pro", pro), ("epi", epi)):
+        for d in range(4):
+            lines, y = ["%a = f32[4]{0} parameter(0)"], "%a"
+            for k, g in enumerate(g for g in (0, 1) for _ in range(counts[d][g])):
+                lines.append(f"%r{k} = f32[4]{{0}} all-reduce({y}), replica_groups={_RING[g]}, "
+                             "to_apply=%add")
+                y = f"%r{k}"
+            lines.append(f"ROOT %o = f32[4]{{0}} copy({y})")
+            comps.append(f"%{name}{d} (a: f32[4]) -> f32[4] {{\n  " + "\n  ".join(lines) + "\n}\n")
+    bound = cond or f"%n = s32[] constant({n})"
+    return f"""HloModule apart, replica_count=4
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+%addi (a: s32[], b: s32[]) -> s32[] {{
+  %a = s32[] parameter(0)
+  %b = s32[] parameter(1)
+  ROOT %s = s32[] add(%a, %b)
+}}
+
+{"".join(comps)}
+%cond (p: (s32[], f32[4])) -> pred[] {{
+  %p = (s32[], f32[4]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  {bound}
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}}
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  %p = (s32[], f32[4]{{0}}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %y = f32[4]{{0}} get-tuple-element(%p), index=1
+  %c1 = s32[] constant(1)
+  %i2 = s32[] add(%i, %c1)
+  %v1 = f32[4]{{0}} all-reduce(%y), replica_groups={_RING[first]}, to_apply=%add
+  %v2 = f32[4]{{0}} all-reduce(%v1), replica_groups={_RING[1 - first]}, to_apply=%add
+  ROOT %t = (s32[], f32[4]{{0}}) tuple(%i2, %v2)
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4]{{0}} parameter(0)
+  %rid = u32[] replica-id()
+  %ri = s32[] convert(%rid)
+  %a = f32[4]{{0}} conditional(%ri, %x, %x, %x, %x), branch_computations={{%pro0, %pro1, %pro2, %pro3}}
+  %z = s32[] constant(0)
+  %t0 = (s32[], f32[4]{{0}}) tuple(%z, %a)
+  %w = (s32[], f32[4]{{0}}) while(%t0), condition=%cond, body=%body
+  %b = f32[4]{{0}} get-tuple-element(%w), index=1
+  ROOT %o = f32[4]{{0}} conditional(%ri, %b, %b, %b, %b), branch_computations={{%epi0, %epi1, %epi2, %epi3}}
+}}
+"""
+
+
+# Found by a search over such prologues (sound50): both were proven, by classes and by
+# every device, and refused by unrolling; a run of the first under mpiexec -n 4 hangs in
+# the cycle the unrolled check names (test_soundness_runs.py).
+ENTERING = [([[0, 0], [2, 6], [1, 0], [5, 2]], 1), ([[4, 3], [2, 0], [5, 5], [5, 2]], 1)]
+
+
+@pytest.mark.parametrize("pro, first", ENTERING)
+@pytest.mark.parametrize("n", [9, 40])
+def test_devices_entering_a_loop_apart_get_the_verdict_of_full_unrolling(pro, first, n):
+    fast, slow = _both(entered_apart(pro, first, n))
+    assert _verdict(fast) == _verdict(slow), (fast.to_text(), slow.to_text())
+    assert not slow.ok
+    assert check_module(xladist.parse_hlo(entered_apart(pro, first, n))).errors
+
+
+def test_devices_entering_a_loop_apart_under_a_trip_count_from_data_are_not_proven():
+    psum = ("%c = s32[] constant(10)\n  %n = s32[] all-reduce(%c), replica_groups={}, "
+            "to_apply=%addi")
+    report = check_module(xladist.parse_hlo(entered_apart(*ENTERING[0], None, psum)))
+    assert report.verdict != "proven", report.to_text()
+    assert any("they enter the loop apart" in p.message for p in report.problems), \
+        report.to_text()
 
 
 def test_a_long_loop_out_of_step_is_unrolled_when_its_totals_agree():

@@ -197,3 +197,74 @@ def test_devices_out_of_step_in_a_loop_really_hang(tmp_path):
     assert "v1 (line 32) over devices [0, 1] (iteration 3 of wa): rank 0 waits there; rank 1 " \
         "never arrived" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "v1 (line 32, iteration 3 of wa)" in report.to_text(), report.to_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_all_reduce_reached_as_different_collectives_really_decides_apart(tmp_path):
+    """test_uniform.py's APART: replica 0 pairs %F's all-reduce with replica 1's all-reduce
+    of z, so the two replicas branch apart on it and replica 0 waits alone."""
+    from .test_uniform import APART
+    path = tmp_path / "module.hlo"
+    path.write_text(APART)
+    np.savez(tmp_path / "in.npz", arg0=np.array([1, 0], np.float32),
+             arg1=np.array([-5, 0], np.float32))
+    proc = xladist_cli("run", path, "-n", 2, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "rank 1 never arrived" in proc.stderr and "Traceback" not in proc.stderr, \
+        proc.stderr
+    assert check_module(xladist.parse_hlo(APART)).verdict != "proven"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_devices_out_of_step_in_one_run_of_a_called_loop_really_hang(tmp_path):
+    """test_induction.py's out_of_step_runs: the first of three runs of one loop skews, the
+    second rebalances; the check refuses it and a run without the check hangs."""
+    from .test_induction import out_of_step_runs
+    text = out_of_step_runs(40)
+    assert check_module(xladist.parse_hlo(text)).errors
+    path = tmp_path / "module.hlo"
+    path.write_text(text)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((4, 4), np.float32))
+    proc = xladist_cli("run", path, "-n", 4, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "rank 0 waits there; rank 1 never arrived" in proc.stderr \
+        and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_counter_wrapping_around_in_a_loop_really_hangs(tmp_path):
+    """test_induction.py's WRAP_UNIFORM run 39 times (the max of m): the remainders of the
+    wrapped counter send replica 0 to an all-reduce replica 1 never reaches."""
+    from .test_induction import WRAP_UNIFORM
+    assert check_module(xladist.parse_hlo(WRAP_UNIFORM)).verdict != "proven"
+    path = tmp_path / "module.hlo"
+    path.write_text(WRAP_UNIFORM)
+    np.savez(tmp_path / "in.npz", arg0=np.array([1, 2], np.float32),
+             arg1=np.array([39, 0], np.int32))
+    proc = xladist_cli("run", path, "-n", 2, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "(iteration 27 of w): rank 0 waits there; rank 1 never arrived" in proc.stderr \
+        and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_devices_entering_a_loop_apart_really_hang(tmp_path):
+    """test_induction.py's entered_apart: in step in the loop, but the replicas enter it
+    several all-reduces apart; the check refuses it and a run without the check hangs."""
+    from .test_induction import ENTERING, entered_apart
+    text = entered_apart(*ENTERING[0], 40)
+    assert check_module(xladist.parse_hlo(text)).errors
+    path = tmp_path / "module.hlo"
+    path.write_text(text)
+    np.savez(tmp_path / "in.npz", arg0=np.ones((4, 4), np.float32))
+    proc = xladist_cli("run", path, "-n", 4, "--no-check", "--timeout", TIMEOUT, "-q",
+                       "--inputs", tmp_path / "in.npz", timeout=240)
+    assert proc.returncode != 0, proc.stdout
+    assert "never arrived" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

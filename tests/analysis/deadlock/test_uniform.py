@@ -523,3 +523,83 @@ def test_two_runs_of_one_all_reduce_decide_apart():
     assert any("the data decides" in " ".join(p.detail) for p in report.problems), \
         report.to_text()
     assert not check_module(m, 2, strict=True).ok
+
+
+# Replica 0 all-reduces z before calling %F, replica 1 after: %F's all-reduce is the 2nd
+# collective on {0,1} of replica 0 and the 1st of replica 1, so it pairs with z's, and
+# replica 0 gets x0 + z1, replica 1 z0 + x1. The branch on it may go apart.
+APART = """HloModule apart, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%F (x: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  ROOT %r = f32[] all-reduce(%x), replica_groups={{0,1}}, to_apply=%add
+}
+
+%z_first (p: (f32[], f32[])) -> (f32[], f32[]) {
+  %p = (f32[], f32[]) parameter(0)
+  %x = f32[] get-tuple-element(%p), index=0
+  %z = f32[] get-tuple-element(%p), index=1
+  %o = f32[] all-reduce(%z), replica_groups={{0,1}}, to_apply=%add
+  %zero = f32[] constant(0)
+  %o0 = f32[] multiply(%o, %zero)
+  %x2 = f32[] add(%x, %o0)
+  %f = f32[] call(%x2), to_apply=%F
+  ROOT %t = (f32[], f32[]) tuple(%f, %o)
+}
+
+%z_last (p: (f32[], f32[])) -> (f32[], f32[]) {
+  %p = (f32[], f32[]) parameter(0)
+  %x = f32[] get-tuple-element(%p), index=0
+  %z = f32[] get-tuple-element(%p), index=1
+  %f = f32[] call(%x), to_apply=%F
+  %zero = f32[] constant(0)
+  %f0 = f32[] multiply(%f, %zero)
+  %z2 = f32[] add(%z, %f0)
+  %o = f32[] all-reduce(%z2), replica_groups={{0,1}}, to_apply=%add
+  ROOT %t = (f32[], f32[]) tuple(%f, %o)
+}
+
+%yes (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] all-reduce(%a), replica_groups={{0,1}}, to_apply=%add
+}
+
+%no (a: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  ROOT %r = f32[] copy(%a)
+}
+
+ENTRY %main (x: f32[], z: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %z = f32[] parameter(1)
+  %t = (f32[], f32[]) tuple(%x, %z)
+  %rid = u32[] replica-id()
+  %zero = u32[] constant(0)
+  %is0 = pred[] compare(%rid, %zero), direction=EQ
+  %c = (f32[], f32[]) conditional(%is0, %t, %t), true_computation=%z_first, false_computation=%z_last
+  %f = f32[] get-tuple-element(%c), index=0
+  %fz = f32[] constant(0)
+  %pos = pred[] compare(%f, %fz), direction=GT
+  ROOT %out = f32[] conditional(%pos, %f, %f), true_computation=%yes, false_computation=%no
+}
+"""
+
+
+def test_one_all_reduce_reached_as_different_collectives_of_its_group_decides_apart():
+    """x = (1, 0), z = (-5, 0): replica 0 gets 1 and all-reduces again, replica 1 gets -5
+    and never comes (a real hang: test_soundness_runs.py). Before, the result was keyed by
+    the instruction and its run count, equal on both, so only equal branches were tried
+    and the module was proven (by classes, by every device and by unrolling alike)."""
+    m = xladist.parse_hlo(APART)
+    xladist.verify(m)
+    for report in (check_module(m, 2), check_module(m, 2, engine="unroll", budget=None)):
+        assert report.verdict != "proven", report.to_text()
+        assert any("the data decides" in " ".join(p.detail) for p in report.problems), \
+            report.to_text()
+    assert not check_module(m, 2, strict=True).ok

@@ -45,7 +45,7 @@ from .report import (
     may_pass,
 )
 from .simulate import simulate
-from .steady import out_of_step, unequal_totals
+from .steady import entered_apart, out_of_step, unequal_totals
 from .symmetry import LazyTraces, event_counts, symmetric_trace
 from .trace import DEFAULT_MAX_UNROLL, trace_device
 
@@ -265,11 +265,20 @@ def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction
                                    induction=induction, deadline=deadline, assume=assume))
     if induction and len({tuple(tr.shortened) for tr in traces}) > 1 and not _apart(traces):
         return None, None
+    problems: list[Problem] = []
     drift = out_of_step(traces) if induction else []
     if drift:
-        problems = _out_of_step(traces, drift, strict)
-        return (None, None) if problems is None else (traces, problems)
-    problems: list[Problem] = []
+        # The traced iterations do not stand for later ones (steady.py): a loop of known
+        # trip count is unrolled, or judged by its totals when that is long; one whose count
+        # the data decides (this run: that count or more) cannot be followed.
+        known = [d for d in drift if (id(d[0]), d[1]) not in _uniform(traces)]
+        if known:
+            refused = _by_totals(traces, known)
+            return (None, None) if refused is None else (traces, refused)
+        problems += _unfollowed(traces, drift, strict)
+        # The later counts stay unproven; this count (the traced iterations are the run's
+        # when it has as many) is checked as any other: a problem before the loop or in
+        # it is the run's.
     for tr in traces:
         if tr.unproven is not None:
             instr, reason, ctx, cause = tr.unproven
@@ -289,30 +298,48 @@ def _trace_and_match(facts, schedule, da, strict, max_unroll, choices, induction
     _merge_unproven(problems)
     match_collectives(traces, problems, deadline)
     match_channels(traces, problems, deadline)
+    late = entered_apart(traces) if induction and not drift else []
+    if late:
+        # In step, but entered too many iterations apart (steady.py): as above, a known
+        # trip count is unrolled, a count from data cannot be followed from 3p on.
+        if any((id(instr), ctx) not in _uniform(traces) for instr, ctx, _ in late):
+            return None, None
+        problems += _unfollowed(traces, late, strict)
     stuck = simulate(traces, deadline)
     report_cycles(stuck, traces, problems)
     return traces, problems
 
 
-def _out_of_step(traces, drift, strict: bool) -> list[Problem] | None:
-    """The problems of a run whose devices fall out of step in loops traced by induction
-    (steady.py), where the traced iterations do not stand for the later ones; None: unroll.
-    A loop of known trip count is unrolled, or judged by its totals when that is long; one
-    whose count the data decides (this run: that count or more) cannot be followed."""
-    uniform = {(loop, ctx) for tr in traces for loop, ctx, record in tr.shortened
-               if record[0] == "uniform"}
-    known = [d for d in drift if (id(d[0]), d[1]) not in uniform]
-    if known:
-        apart = None if _short(traces) else unequal_totals(traces)
-        if apart is None:
-            return None
-        devices, why, ev = apart
-        instr, ctx, how = known[0]
-        return [may_pass(Problem(
-            "unmatched", f"the devices fall out of step in {where(instr, ctx)} ({how}), "
-            f"and {why}", devices, [event_ref(ev)]), leaves_early(ev.sig))]
+def _by_totals(traces, known) -> list[Problem] | None:
+    """The refusal of a run whose devices fall out of step in a loop of known trip count
+    (`known`: out_of_step's) when it is long and a member issues more on a link over the
+    run than its partner (steady.unequal_totals); None: unroll."""
+    apart = None if _short(traces) else unequal_totals(traces)
+    if apart is None:
+        return None
+    devices, why, ev = apart
+    instr, ctx, how = known[0]
+    return [may_pass(Problem(
+        "unmatched", f"the devices fall out of step in {where(instr, ctx)} ({how}), "
+        f"and {why}", devices, [event_ref(ev)]), leaves_early(ev.sig))]
+
+
+# A loop whose devices fall out of step is unrolled when it has at most this many more
+# iterations to run; a longer one is judged by its totals (steady.unequal_totals).
+DRIFT_UNROLL = 1000
+
+
+def _uniform(traces) -> set[tuple]:
+    """(while's id, ctx) of the loops whose trip count the data decides (a uniform key)."""
+    return {(loop, ctx) for tr in traces for loop, ctx, record in tr.shortened
+            if record[0] == "uniform"}
+
+
+def _unfollowed(traces, loops, strict: bool) -> list[Problem]:
+    """'cannot prove' for each (while, ctx, why) whose trip count the data decides and
+    whose traced iterations do not stand for the later ones (steady.py)."""
     problems = []
-    for instr, ctx, why in drift:
+    for instr, ctx, why in loops:
         windows = [(tr.device, w[4]) for tr in traces for w in tr.windows
                    if w[0] is instr and w[1] == ctx]
         problems.append(Problem(
@@ -324,11 +351,6 @@ def _out_of_step(traces, drift, strict: bool) -> list[Problem] | None:
             [event_ref(None, instr, ctx)], severity="error" if strict else "warning",
             cause=DRIFT))
     return problems
-
-
-# A loop whose devices fall out of step is unrolled when it has at most this many more
-# iterations to run; a longer one is judged by its totals (steady.unequal_totals).
-DRIFT_UNROLL = 1000
 
 
 def _short(traces) -> bool:

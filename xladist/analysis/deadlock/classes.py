@@ -27,8 +27,8 @@ Then, without a trace per device (`prove`):
   a source, class of its target) the first issues as many sends as the second recvs, with
   the same shapes: the k-th send pairs with the k-th recv;
 - in a loop traced by induction, classes that meet in a group (or a source's and its
-  target's class) issue as many events there per iteration (steady.py), else the traced
-  iterations do not stand for the later ones;
+  target's class) issue as many events there per iteration (steady.py) and as many before
+  the loop, else the traced iterations do not stand for the later ones;
 - the joint simulation runs classes instead of devices: a class moves on only when every
   member could (all classes it meets in a group arrived at the collective, all target
   classes issued the recv, ...).  Such moves are moves of the per-device simulation, and
@@ -42,6 +42,8 @@ every device as before: problems are always reported by the per-device path, in 
 from __future__ import annotations
 
 import time
+from collections import Counter
+
 import numpy as np
 
 from .fold import IdValue
@@ -49,7 +51,7 @@ from .budget import OverBudget
 from .events import DeviceTrace
 from .facts import ModuleFacts
 from .simulate import run
-from .steady import rates
+from .steady import loop_runs, rates
 from .trace import trace_device
 
 __all__ = ["MAX_CLASSES", "Split", "by_classes"]
@@ -304,10 +306,15 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
                       if ev.kind in ("sync", "start") else (ev.kind, ev.stream)
                       if ev.kind in ("send", "recv") else None) for _, tr in classes]
     loops = set().union(*per_loop)
+    # ... and enter it alike: as many events on each link before it (per-device matching
+    # allows a few iterations apart, steady.entered_apart; classes allow none).
+    entry = [_entry_counts(out, tr) for out, (_, tr) in zip(steps, classes)]
 
     def in_step(a: int, b: int, key_a, key_b) -> bool:
         return all(per_loop[a].get(loop, (None, {}))[1].get(key_a, 0) ==
-                   per_loop[b].get(loop, (None, {}))[1].get(key_b, 0) for loop in loops)
+                   per_loop[b].get(loop, (None, {}))[1].get(key_b, 0) and
+                   entry[a].get(loop, {}).get(key_a, 0) == entry[b].get(loop, {}).get(key_b, 0)
+                   for loop in loops)
     for p, masks in enumerate(meets):
         for mask in masks:
             cs = _bits(mask)
@@ -337,6 +344,21 @@ def prove(facts: ModuleFacts, devs: _Devices, classes, deadline: float | None) -
                 nbrs[(p, c)] = nbrs.get((p, c), 0) | mask
     nbrs = {key: _bits(mask) for key, mask in nbrs.items()}
     return _simulate(steps, nbrs, targets, sources, deadline)
+
+
+def _entry_counts(steps: list[tuple], trace) -> dict:
+    """Loop run (steady.loop_runs) -> Counter of what the class issued before the run's
+    first event: ("p", partition) per sync or start, (kind, stream) per send or recv."""
+    out = {}
+    for loop, w in loop_runs(trace):
+        count = Counter()
+        for kind, key, _ in steps[:w[6]]:
+            if kind in ("sync", "start"):
+                count[("p", key)] += 1
+            elif kind in ("send", "recv"):
+                count[(kind, key)] += 1
+        out[loop] = count
+    return out
 
 
 def _partition_meetings(partitions, class_of, devs: _Devices):

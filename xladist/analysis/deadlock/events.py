@@ -136,8 +136,8 @@ class DeviceTrace:
         # Loops traced by induction (induction.py): (while, ctx, trip count or trip key).
         self.shortened: list[tuple] = []
         # The steady iterations of each loop instance traced for more: (while, ctx, first
-        # event index, end index, period p, how many more times they run or None) spanning
-        # its last p traced iterations (steady.py).
+        # event index, end index, period p, how many more times they run or None, index of
+        # the loop's first event) spanning its last p traced iterations (steady.py).
         self.windows: list[tuple] = []
         # Loops whose trip count was taken from known_trip_count because the condition could
         # not be folded: (while, ctx, count, why); the verdict then says "assuming".

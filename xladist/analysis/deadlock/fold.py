@@ -20,6 +20,7 @@ import numpy as np
 
 from xladist.errors import UnsupportedError
 from xladist.hlo.ir import Computation, Instruction
+from xladist.semantics import layout
 from xladist.semantics.compare import clamp_rule, compare_rule, select_rule
 from xladist.semantics.conversion import convert_rule
 from xladist.semantics.elementwise import binary_rule, unary_rule
@@ -280,12 +281,19 @@ def _after_all(instr, args, folder, frame):
     return TOKEN
 
 
-@_rule("add-dependency", "opt-barrier", "copy", "bitcast", "reshape", lazy=True)
+@_rule("add-dependency", "opt-barrier", "copy", "reshape", lazy=True)
 def _identity(instr, args, folder, frame):
     v = args[0]
     if isinstance(v, np.ndarray) and instr.shape.is_array:
         return v.reshape(instr.shape.dims)
     return v
+
+
+@_rule("bitcast")
+def _bitcast(instr, args, folder, frame):
+    # Not a reshape: XLA's bitcast reads the operand's buffer in its layout as the result's
+    # shape, element type included (s32[2,2]{1,0} -> {0,1} transposes the logical value).
+    return layout.bitcast(np.asarray(args[0]), instr.operands[0].shape, instr.shape)
 
 
 # The element-wise ops control code uses (counters, ids, comparisons), computed by the

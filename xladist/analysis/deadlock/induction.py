@@ -37,7 +37,7 @@ from ..schedule import communicates, computation_communicates
 from .fold import FOLD_RULES, MAX_FOLD_ELEMENTS, key_part
 
 __all__ = ["INDUCTION_ITERATIONS", "body_period", "closed_form_trip_count", "control_slice",
-           "kept", "slice_key"]
+           "kept", "most_trips", "slice_key"]
 
 # Iterations of an iteration-independent loop the check traces: entry, transition, the rest.
 INDUCTION_ITERATIONS = 3
@@ -223,6 +223,32 @@ def closed_form_trip_count(cond: Computation, body: Computation, state) -> int |
     return None
 
 
+def most_trips(cond: Computation, body: Computation, state) -> int | None:
+    """At most how many iterations the loop runs whatever the bound it compares with (an
+    all-reduce result, say): `i < bound` with i stepping by 1 (`i > bound` by -1) stops
+    before i leaves its type, so after at most max - i0 iterations; None when the condition
+    bounds nothing so (another form, another step: `i <= bound` wraps at bound = max)."""
+    root = _view(cond.root) if cond.root is not None else None
+    if root is None or root.opcode != "compare" or not isinstance(state, tuple):
+        return None
+    p = cond.parameters[0]
+    direction = root.attrs.get("direction")
+    for counter, d in zip(root.operands, (direction, _FLIP.get(direction))):
+        j = (counter.attrs["index"] if counter.opcode == "get-tuple-element"
+             and counter.operands[0] is p else None)
+        if j is None or d not in ("LT", "GT") or j >= len(state):
+            continue
+        i0 = state[j]
+        if not (isinstance(i0, np.ndarray) and i0.ndim == 0 and i0.dtype.kind in "iu"):
+            continue
+        info = np.iinfo(i0.dtype)
+        if d == "LT" and _step(body, j) == 1:
+            return max(info.max - int(i0), 0)
+        if d == "GT" and _step(body, j) == -1:
+            return max(int(i0) - info.min, 0)
+    return None
+
+
 def _count(i0: int, bound: int, step: int, direction: str, dtype) -> int | None:
     info = np.iinfo(dtype)
     if direction == "LT":
@@ -249,10 +275,11 @@ def _count(i0: int, bound: int, step: int, direction: str, dtype) -> int | None:
 MAX_PERIOD = 16
 
 
-def body_period(body: Computation, state, needs_values) -> int | None:
+def body_period(body: Computation, state, needs_values, trips: int | None) -> int | None:
     """The period p of a body whose communicating decisions depend on the iteration only
     through `counter % m` (m constant; the counter steps by a constant and stays >= 0 from
-    its folded initial value in `state`): iterations k and k + p issue the same events.
+    its folded initial value in `state`, and does not wrap around in the loop's `trips`
+    iterations, None: any number): iterations k and k + p issue the same events.
     1 when the body's events cannot depend on the iteration; None when neither is shown.
 
     `needs_values(comp)` says whether tracing `comp` folds values (trace.py): the decisions
@@ -269,7 +296,7 @@ def body_period(body: Computation, state, needs_values) -> int | None:
         if not communicates(i):
             continue
         if i.opcode == "while":
-            p = _inner_loop_period(i, body, param, state, needs_values)
+            p = _inner_loop_period(i, body, param, state, needs_values, trips)
             if p is None:
                 return None  # an inner loop whose events may change: unroll
             period = period * p // math.gcd(period, p)
@@ -282,7 +309,7 @@ def body_period(body: Computation, state, needs_values) -> int | None:
             continue
         if any(needs_values(c) for c in i.called_computations()):
             return None
-        p = _decision_period(i.operands[0], body, param, state)
+        p = _decision_period(i.operands[0], body, param, state, trips)
         if p is None:
             return None
         period = period * p // math.gcd(period, p)
@@ -292,7 +319,7 @@ def body_period(body: Computation, state, needs_values) -> int | None:
 
 
 def _inner_loop_period(loop: Instruction, body: Computation, param, state,
-                       needs_values) -> int | None:
+                       needs_values, trips: int | None) -> int | None:
     """The period in outer iterations of the events of `loop`, a communicating while at the
     top level of the body (a scan inside a fori_loop): its own body decides nothing (the
     same events every inner iteration) and its condition does not communicate, so its
@@ -312,11 +339,23 @@ def _inner_loop_period(loop: Instruction, body: Computation, param, state,
     for j in indices:
         if j >= len(init.operands):
             return None
-        p = _decision_period(init.operands[j], body, param, state)
+        p = _decision_period(init.operands[j], body, param, state, trips)
         if p is None:
             return None
         period = period * p // math.gcd(period, p)
     return period
+
+
+def _keeps_period(i0: np.ndarray, step: int, modulus: int, trips: int | None) -> bool:
+    """Whether `counter % modulus` repeats with its period in every iteration that reads it:
+    the counter does not wrap around on the way (it reads i0 + (trips - 1) * step last), or
+    it wraps where the period goes on, an unsigned counter whose modulus divides 2^bits. A
+    signed counter wrapping to negative values gives negative remainders, another pattern
+    (the check traced the iterations before the wrap only)."""
+    info = np.iinfo(i0.dtype)
+    if i0.dtype.kind == "u" and (1 << info.bits) % modulus == 0:
+        return True
+    return trips is not None and int(i0) + (max(trips, 1) - 1) * step <= info.max
 
 
 def needs_values_of(instr: Instruction, needs_values) -> bool:
@@ -330,9 +369,10 @@ def kept(body: Computation, j: int) -> bool:
             and keep.operands[0] is body.parameters[0] and keep.attrs["index"] == j)
 
 
-def _decision_period(index: Instruction, body, param, state) -> int | None:
+def _decision_period(index: Instruction, body, param, state, trips: int | None) -> int | None:
     """The period in iterations of `index`, built by pure ops from constants, device ids,
-    loop-invariant state and `counter % m` only; None otherwise."""
+    loop-invariant state and `counter % m` only, over `trips` iterations (None: any
+    number); None otherwise."""
     period = 1
     seen: set[Instruction] = set()
     stack = [index]
@@ -359,6 +399,8 @@ def _decision_period(index: Instruction, body, param, state) -> int | None:
                 if (step is None or step <= 0 or modulus == 0 or not isinstance(i0, np.ndarray)
                         or i0.ndim != 0 or i0.dtype.kind not in "iu" or int(i0) < 0):
                     return None  # a counter that may cross zero flips remainder's sign
+                if not _keeps_period(i0, step, modulus, trips):
+                    return None
                 p = modulus // math.gcd(step, modulus)
                 period = period * p // math.gcd(period, p)
                 continue

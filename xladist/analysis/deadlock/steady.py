@@ -14,8 +14,8 @@ it cannot follow the loop (a trip count from data); classes.py leaves the module
 per-device path.
 
 The counts are per iteration (over the window's p iterations), per loop instance (the
-while and its context), on one device's events; `out_of_step` compares them across
-devices, `rates` gives them to classes.py for classes of devices.
+while, its context and which run of it there), on one device's events; `out_of_step`
+compares them across devices, `rates` gives them to classes.py for classes of devices.
 """
 
 from __future__ import annotations
@@ -23,22 +23,25 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 
-from .events import DeviceTrace
+from .events import DeviceTrace, where
 
-__all__ = ["out_of_step", "rates", "unequal_totals"]
+__all__ = ["entered_apart", "loop_runs", "out_of_step", "rates", "unequal_totals"]
 
 
 def rates(trace: DeviceTrace, key_of) -> dict[tuple, tuple[object, Counter]]:
-    """(while's id, ctx) -> (the while, Counter of key_of(event) over its window, per
-    iteration as Fractions); key_of(event) is None for events that issue nothing."""
+    """(while's id, ctx, run) -> (the while, Counter of key_of(event) over its window, per
+    iteration as Fractions); key_of(event) is None for events that issue nothing.  `run`
+    counts the earlier windows of the same while at the same ctx: a computation called
+    twice runs its loop twice at one ctx, and each run must stay in step on its own (one
+    run's skew may be another's rebalancing)."""
     out = {}
-    for instr, ctx, start, end, p, _ in trace.windows:
+    for run, (instr, ctx, start, end, p, *_) in loop_runs(trace):
         count = Counter()
         for ev in trace.events[start:end]:
             key = key_of(ev)
             if key is not None:
                 count[key] += Fraction(1, p)
-        out[(id(instr), ctx)] = (instr, count)
+        out[run] = (instr, count)
     return out
 
 
@@ -62,12 +65,59 @@ def out_of_step(traces: list[DeviceTrace]) -> list[tuple[object, tuple, str]]:
     for dev, mine in per_dev.items():
         for loop, (instr, count) in mine.items():
             loops.setdefault(loop, (instr, {}))[1][dev] = count
-    found = []
-    for (_, ctx), (instr, counts) in loops.items():
+    found = {}
+    for (loop, ctx, _), (instr, counts) in loops.items():
+        if (loop, ctx) in found:
+            continue   # one report per while and ctx, whichever run fell out of step
         differ = _first_difference(counts)
         if differ is not None:
-            found.append((instr, ctx, "per iteration " + _say(*differ)))
-    return found
+            found[(loop, ctx)] = (instr, ctx, "per iteration " + _say(*differ))
+    return list(found.values())
+
+
+def entered_apart(traces: list[DeviceTrace]) -> list[tuple[object, tuple, str]]:
+    """[(while, ctx, why)] for each loop run whose traced last iterations pair a collective
+    or transfer with a partner's event outside the partner's traced last iterations of
+    that run (after matching.py linked them): the members entered the loop apart -- replica
+    0 issued an all-reduce on {0,1} more before it and replica 1 one more after -- so in the
+    run iteration j of one pairs with iteration j + 1 of the other in every iteration,
+    while in the trace the last traced ones pair with the code after the loop instead, and
+    a cycle those pairs close from some iteration on is missed (classes.py asks the same:
+    as many events on each link before the loop)."""
+    window, members = {}, {}
+    for tr in traces:
+        for run, w in loop_runs(tr):
+            window[(tr.device, run)] = (w[2], w[3])
+        for ev in tr.events:
+            if ev.kind in ("sync", "start") and ev.inst is not None:
+                members.setdefault(id(ev.inst), []).append(ev)
+    found = {}
+    for tr in traces:
+        for run, (instr, ctx, start, end, *_) in loop_runs(tr):
+            if run[:2] in found:
+                continue
+            for ev in tr.events[start:end]:
+                partners = (members.get(id(ev.inst), ()) if ev.kind in ("sync", "start")
+                            else (ev.partner,) if ev.kind in ("send", "recv") else ())
+                apart = next((pe for pe in partners if pe is not None and not (
+                    window.get((pe.device, run), (0, 0))[0] <= pe.index
+                    < window.get((pe.device, run), (0, 0))[1])), None)
+                if apart is not None:
+                    found[run[:2]] = (instr, ctx, (
+                        f"device {tr.device}'s {ev.instr.name} in its last traced iterations "
+                        f"pairs with device {apart.device}'s {where(apart.instr, apart.ctx)}: "
+                        "they enter the loop apart"))
+                    break
+    return list(found.values())
+
+
+def loop_runs(trace: DeviceTrace):
+    """((while's id, ctx, run), window) for each window, `run` counted as `rates` does."""
+    seen = Counter()
+    for w in trace.windows:
+        loop = (id(w[0]), w[1])
+        yield loop + (seen[loop],), w
+        seen[loop] += 1
 
 
 def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] | None:
@@ -89,7 +139,7 @@ def unequal_totals(traces: list[DeviceTrace]) -> tuple[list[int], str, object] |
             if key is not None:
                 count[key] += 1
                 first.setdefault(key, ev)
-        for _, _, start, end, _, extra in tr.windows:
+        for _, _, start, end, _, extra, _ in tr.windows:
             for ev in tr.events[start:end]:
                 key = _issues(ev)
                 if key is not None:

@@ -35,6 +35,7 @@ from .induction import (
     closed_form_trip_count,
     control_slice,
     kept,
+    most_trips,
     slice_key,
 )
 
@@ -124,7 +125,9 @@ class _Tracer:
         # (trace.steps), whether or not the traced device takes part in it.
         self.steps = [] if symbolic and ids is None else None
         trace.steps = self.steps
-        self.runs: dict[Instruction, int] = {}  # events per instruction, for uniform_key
+        # Collectives (sync and start events) issued per device group so far: the position
+        # matching.py pairs each by, which names an all-reduce's run in uniform_key.
+        self.issued: dict[tuple[int, ...], int] = {}
         self.looping = 0  # depth of loops traced by induction around the current event
         self.induction = induction
         self.deadline = deadline
@@ -138,17 +141,22 @@ class _Tracer:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise OverBudget(self.device, where(instr, ctx))
 
-    def uniform_key(self, instr: Instruction):
+    def uniform_key(self, instr: Instruction, issued: bool = False):
         """All members of a synchronous all-reduce's group get the same result: its key is
-        the op, this device's group and how many times this device has run the op."""
+        this device's group and the all-reduce's position among the collectives the device
+        issues on it (`issued`: it was just issued; else it is still ahead).  matching.py
+        pairs the k-th collective of every member of a group (or reports a mismatch), so
+        equal keys hold one value -- the instruction and its run count would not: members
+        reaching one all-reduce as different collectives of the group (a branch issued
+        another one before it on some) pair it with different partners."""
         member, _ = self.facts.collective(instr)
         group = member.get(self.device)
         if group is None:
             return None
         if self.ids is not None and not self.ids.same_group(member):
             return None  # each group may see another value: control on it is unproven here
-        runs = self.runs.get(instr, 0)
-        return ("all-reduce", id(instr), group, runs)
+        return ("all-reduce" if issued else "all-reduce ahead", group,
+                self.issued.get(group, 0))
 
     def step(self, kind: str, instr: Instruction, link: int | None = None) -> int | None:
         """Record a reached instruction in a symbolic trace; its index there."""
@@ -171,7 +179,13 @@ class _Tracer:
         ev.index = len(self.trace.events)
         ev.looped = self.looping > 0
         self.trace.events.append(ev)
-        self.runs[instr] = self.runs.get(instr, 0) + 1
+        return ev
+
+    def emit_collective(self, kind: str, instr: Instruction, ctx, group, sig) -> Event:
+        """A sync or start event on `group`: matching.py's k-th collective of the group."""
+        ev = self.emit(kind, instr, ctx)
+        ev.sig, ev.group = sig, group
+        self.issued[group] = self.issued.get(group, 0) + 1
         return ev
 
     def walk(self, comp: Computation, frame: Frame, ctx: tuple) -> None:
@@ -200,13 +214,12 @@ def _sync(t: _Tracer, instr, frame, ctx, op=None):
     group = member.get(t.device)
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
-    ev = t.emit("sync", instr, ctx)
-    ev.sig, ev.group = sig, group
+    t.emit_collective("sync", instr, ctx, group, sig)
     if instr.opcode == "all-reduce" and t.folder.uniform_key is not None:
         # Its value is keyed by this run, now: folded later (a branch on the result of a
         # call that ran it, after a second call ran it again) it is still this run's.
         frame.memo[instr] = Unknown(instr, "all-reduce is computed from data at run time",
-                                    t.uniform_key(instr))
+                                    t.uniform_key(instr, issued=True))
 
 
 @_rule("all-reduce-start", "all-gather-start", "collective-permute-start")
@@ -218,8 +231,7 @@ def _start(t: _Tracer, instr, frame, ctx):
     group = member.get(t.device)
     ev = None
     if group is not None:
-        ev = t.emit("start", instr, ctx)
-        ev.sig, ev.group = sig, group
+        ev = t.emit_collective("start", instr, ctx, group, sig)
     frame.memo[instr] = Handle("start", ev, step)
 
 
@@ -348,9 +360,6 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     condition gives no count, the loop is unrolled and its condition folded per iteration."""
     cond, body = instr.attrs["condition"], instr.attrs["body"]
     state = t.lazy_operands(instr, frame)[0]()
-    p = body_period(body, state, _needs_values)
-    if p is None:
-        return None
     # A condition that communicates (`while psum(x) < 6`) issues its events once per
     # iteration and once more at the end: they must not depend on the iteration either.
     reduced = [] if computation_communicates(cond) else None
@@ -362,6 +371,12 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     if t.ids is not None and isinstance(state, tuple):
         t.ids.settle(*(state[j] for j in indices if j < len(state)))
     n = closed_form_trip_count(cond, body, state)
+    # The period must hold over every iteration the loop may run (its counters must not
+    # wrap around on the way): n, or as many as the condition allows when the data decides.
+    p = body_period(body, state, _needs_values,
+                    n if n is not None else most_trips(cond, body, state))
+    if p is None:
+        return None
     if n is None:
         key = slice_key(state, indices)
         if reduced:
@@ -442,7 +457,8 @@ def _while(t: _Tracer, instr, frame, ctx):
         if record is not None and (record[0] != "uniform" or trips >= INDUCTION_ITERATIONS * p):
             # How many more times the window runs than traced (None: the data decides).
             extra = None if record[0] == "uniform" else (record[0] - trips) // p
-            t.trace.windows.append((instr, ctx, marks[trips - p], marks[trips], p, extra))
+            t.trace.windows.append((instr, ctx, marks[trips - p], marks[trips], p, extra,
+                                    marks[0]))
         _loop_value(frame, instr, state, t.lazy_operands(instr, frame)[0](),
                     exact=record is None)
         return
