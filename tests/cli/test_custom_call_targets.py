@@ -91,3 +91,53 @@ def test_the_refusal_names_the_documented_function_and_a_short_list(tmp_path):
     assert "lapack_spotrf_ffi" not in known and "lapack_<s|d|c|z><routine>_ffi" in known, known
     assert "TopK" in known and "Sharding" in known
     assert len(msg) < 1000, msg
+
+
+# jax's text of jax.shard_map(lambda a: lax.ppermute(a, "d", [(0, 1), (1, 0)]),
+# in_specs=P("d"), out_specs=P("d")) on 2 devices, before partitioning: the boundary changes
+# the shape, and the permute names partition 1.
+UNPARTITIONED = """HloModule jit_f, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+body.1 {
+  a.1 = f32[4]{0} parameter(0)
+  ROOT ppermute.1 = f32[4]{0} collective-permute(a.1), channel_id=1, source_target_pairs={{0,1},{1,0}}
+}
+
+ENTRY main.3 {
+  x.1 = f32[8]{0} parameter(0)
+  shard_map.5 = f32[4]{0} custom-call(x.1), custom_call_target="xla.sdy.GlobalToLocalShape", custom_call_has_side_effect=true
+  shard_map.6 = f32[4]{0} call(shard_map.5), to_apply=body.1
+  ROOT shard_map.7 = f32[8]{0} custom-call(shard_map.6), custom_call_target="xla.sdy.LocalToGlobalShape", custom_call_has_side_effect=true
+}
+"""
+
+
+def _says_unpartitioned(message: str) -> None:
+    assert "custom-call shard_map.5 (xla.sdy.GlobalToLocalShape)" in message, message
+    assert "changes the shape f32[8]{0} -> f32[4]{0}" in message, message
+    assert "not partitioned" in message and ".compile().as_text()" in message, message
+    assert "--num-partitions" not in message, message
+
+
+def test_run_refuses_a_module_before_partitioning_before_any_rank_starts(tmp_path):
+    """A shard_map over several devices in jax's text before partitioning was first refused
+    by the verifier asking for --num-partitions (its permute names partition 1); given it,
+    every rank started and failed at the boundary. Now `xladist run` and `xladist.run`
+    refuse it once, before the verifier and any launch, saying what to run instead."""
+    import pytest
+
+    import xladist
+    from xladist.errors import UnsupportedError
+    probe, calls = probe_mpiexec(tmp_path)
+    (tmp_path / "sm.hlo").write_text(UNPARTITIONED)
+    x = np.arange(8, dtype=np.float32)
+    np.savez(tmp_path / "in.npz", arg0=np.stack([x, x]))
+    for extra in ([], ["--num-partitions", "2"]):
+        proc = xladist_cli("run", tmp_path / "sm.hlo", "-n", "2", "--inputs", tmp_path / "in.npz",
+                           "--mpiexec", probe, *extra)
+        assert proc.returncode == 2, proc.stderr
+        _says_unpartitioned(proc.stderr)
+    with pytest.raises(UnsupportedError) as e:
+        xladist.run(xladist.parse_hlo(UNPARTITIONED), [np.stack([x, x])], n=2, mpiexec=str(probe))
+    _says_unpartitioned(str(e.value))
+    assert not calls.exists()

@@ -79,3 +79,45 @@ def test_a_shape_changing_boundary_says_the_module_is_not_partitioned(backend):
     msg = str(e.value)
     assert "shard_map.5" in msg and "xla.sdy.GlobalToLocalShape" in msg
     assert "not partitioned" in msg and ".compile().as_text()" in msg
+
+
+# jax.shard_map(lambda a: (a * 2, a + 1), in_specs=P(), out_specs=(P(), P())) on a 4-device
+# mesh, before partitioning: a replicated boundary keeps the shapes, and the boundary of
+# several results is one call, operand i as element i of its tuple.
+SEVERAL_RESULTS = r"""HloModule jit_f
+body.2 {
+  shard_map.2 = f32[8]{0} parameter(0)
+  constant.1 = f32[] constant(2)
+  broadcast.1 = f32[8]{0} broadcast(constant.1), dimensions={}
+  mul.1 = f32[8]{0} multiply(shard_map.2, broadcast.1)
+  constant.2 = f32[] constant(1)
+  broadcast.2 = f32[8]{0} broadcast(constant.2), dimensions={}
+  add.1 = f32[8]{0} add(shard_map.2, broadcast.2)
+  ROOT tuple.1 = (f32[8]{0}, f32[8]{0}) tuple(mul.1, add.1)
+}
+
+ENTRY main.3 {
+  a.1 = f32[8]{0} parameter(0)
+  shard_map.9 = f32[8]{0} custom-call(a.1), custom_call_target="xla.sdy.GlobalToLocalShape", custom_call_has_side_effect=true
+  shard_map.10 = (f32[8]{0}, f32[8]{0}) call(shard_map.9), to_apply=body.2
+  shard_map.11 = f32[8]{0} get-tuple-element(shard_map.10), index=0
+  shard_map.12 = f32[8]{0} get-tuple-element(shard_map.10), index=1
+  shard_map.13 = (f32[8]{0}, f32[8]{0}) custom-call(shard_map.11, shard_map.12), custom_call_target="xla.sdy.LocalToGlobalShape", custom_call_has_side_effect=true
+  shard_map.14 = f32[8]{0} get-tuple-element(shard_map.13), index=0
+  shard_map.15 = f32[8]{0} get-tuple-element(shard_map.13), index=1
+  ROOT tuple.3 = (f32[8]{0}, f32[8]{0}) tuple(shard_map.14, shard_map.15)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_boundary_of_several_results_passes_each_on(backend):
+    """It was refused as `changes the shape f32[8] -> (f32[8], f32[8])` (found running jax's
+    text of a replicated shard_map with two results): each operand is its result."""
+    from xladist.semantics.custom_calls import check_registered
+    module = xladist.parse_hlo(SEVERAL_RESULTS)
+    check_registered(module)  # nothing to refuse before a run either
+    x = np.arange(8, dtype=np.float32)
+    got = xladist.compile(module, backend=backend)(x)
+    np.testing.assert_array_equal(got[0], x * 2)
+    np.testing.assert_array_equal(got[1], x + 1)

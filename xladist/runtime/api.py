@@ -212,17 +212,14 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     quiet = launcher.under_mpi() and _world_rank() != 0
     counts = device_counts(module, n)  # validates n against the module first
     per_device = _per_device(module, inputs, n)
-    if verify and xlx is None:
-        # Before the deadlock check, whose look at the same groups would refuse a bad module
-        # in other words (an InputError); the ranks then skip their own look.
-        verify_once(module, counts)
-        verify = False
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,
+        verify_counts=counts if verify and xlx is None else None,
         prefix="xladist.run", quiet=quiet, trace=trace, infeed=infeed, outfeed=outfeed,
         prefetch=prefetch, timeout=timeout, backend=backend,
         **({} if launcher.under_mpi() else dict(hostfile=hostfile, hosts=hosts,
                                                  mpiexec=mpiexec)))
+    verify = verify and xlx is not None  # verified by check_call: the ranks skip their look
     transfers = (host_send, host_recv) if host_send or host_recv else None
     feed_options = dict(infeed=infeed, outfeed=outfeed, infeed_fn=infeed_fn,
                         prefetch=prefetch, timeout=timeout)
@@ -256,14 +253,23 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
 
 
 def check_call(module, n: int, *, device_assignment, check: bool, strict: bool,
-               prefix: str, quiet: bool = False, **settings):
+               prefix: str, quiet: bool = False, verify_counts=None, **settings):
     """What can be refused about a run of `module` before any rank hears of it, but its
-    inputs (`_per_device`) and n (`device_counts`): the settings (`_check_files`) and the
-    deadlock check unless `check` is False. Returns the check's verdict (for the hang
-    report), or None."""
+    inputs (`_per_device`) and n (`device_counts`), in `xladist run`'s order: the settings
+    (`_check_files`, which loads the backend and the targets its plugin registers), every
+    custom-call runnable, the verifier with the run's (replica_count, num_partitions)
+    `verify_counts` unless None, and the deadlock check unless `check` is False. Returns
+    the check's verdict (for the hang report), or None."""
     _check_files(module, n, device_assignment, **settings)
     from xladist.semantics.custom_calls import check_registered
-    check_registered(module)  # a target registered nowhere: refused here, not by every rank
+    # A target registered nowhere, or a sharding annotation that changes a shape (a module
+    # before SPMD partitioning): refused here, not by every rank, and before the verifier,
+    # whose look at an unpartitioned module's collectives would ask for other counts.
+    check_registered(module)
+    if verify_counts is not None:
+        # Before the deadlock check, whose look at the same groups would refuse a bad module
+        # in other words (an InputError); the ranks then skip their own look.
+        verify_once(module, verify_counts)
     checked = None
     if check:
         from .precheck import precheck, verdict

@@ -45,7 +45,7 @@ from xladist.errors import ExecutionError, InputError
 
 from . import launcher
 from .device import device_counts
-from .api import _source, check_call, host_list, is_xlx, rank_options, resolve, verify_once
+from .api import _source, check_call, host_list, is_xlx, rank_options, resolve
 
 # After one rank failed a call, how long the others have to finish or fail it too before
 # the cluster is taken to be stuck (a rank waiting in a collective for the failed one).
@@ -313,10 +313,10 @@ class Cluster:
         here = not launcher.ranks_elsewhere(self._where["hostfile"], self._where["hosts"])
         module, _, xlx = resolve(given, settings["backend"], here=here)  # a .xlx: ranks load it
         counts = device_counts(module, self.n)  # n against the module's counts
-        if settings["verify"] and xlx is None:
-            verify_once(module, counts)  # here, once: the ranks skip it
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
+                             verify_counts=counts if settings["verify"] and xlx is None
+                             else None,  # here, once: the ranks skip it
                              timeout=settings["timeout"], backend=settings["backend"],
                              hostfile=self._where["hostfile"], hosts=self._where["hosts"])
         text, filename = (None, os.fspath(given)) if xlx else _source(given, module)

@@ -26,8 +26,10 @@ Registered here:
   `xla.sdy.FuncResultSharding`, `xla.sdy.PropagationBarrier`, `xla.sdy.GlobalToLocalShape`,
   `xla.sdy.LocalToGlobalShape` (what jax 0.10's text before partitioning holds: a jit
   with out_shardings writes FuncResultSharding on each result) when shapes are unchanged:
-  annotations, the identity on one device; `xla.sdy.ShardingGroup` (shard_alike): no
-  result and no effect. A shape-changing one means the module is not partitioned;
+  annotations, the identity on one device (shard_map's boundary of several arrays is one
+  call: operand i is result i); `xla.sdy.ShardingGroup` (shard_alike): no result and no
+  effect. A shape-changing one means the module is not partitioned: `check_registered`
+  refuses it before any rank starts (`unpartitioned`);
 - jax's CPU LAPACK targets `lapack_<s|d|c|z><routine>_ffi` (trsm, potrf, getrf, geqrf,
   geqp3, orgqr/ungqr, ormqr/unmqr, syevd/heevd, sytrd/hetrd, gesdd, gesvd, geev, gees,
   gehrd, gtsv): see lapack.py.
@@ -116,11 +118,20 @@ def target_returned(target, got: str, expected) -> str:
 
 def check_registered(module) -> None:
     """UnsupportedError naming every custom-call of `module` whose target this process has
-    not registered. The registry is per process: call it where the module will run (or in
-    the process that starts fresh ranks, which register no more than it has)."""
-    problems = [unregistered(i) for i in module.all_instructions()
-                if i.opcode == "custom-call"
-                and i.attrs.get("custom_call_target") not in CUSTOM_CALLS]
+    not registered, and every built-in sharding annotation that changes a shape (the
+    module is not partitioned: refused before the verifier, whose look at its collectives'
+    partition ids would ask for counts that do not help). The registry is per process:
+    call it where the module will run (or in the process that starts fresh ranks, which
+    register no more than it has)."""
+    problems = []
+    for i in module.all_instructions():
+        if i.opcode != "custom-call":
+            continue
+        fn = CUSTOM_CALLS.get(i.attrs.get("custom_call_target"))
+        if fn is None:
+            problems.append(unregistered(i))
+        elif fn is _annotation and unpartitioned(i):
+            problems.append(unpartitioned(i))
     if len(problems) == 1:
         raise UnsupportedError(problems[0])
     if problems:
@@ -138,15 +149,40 @@ def _topk_call(instr, args):
     return values, indices.astype(shape.tuple_shapes[1].dtype)
 
 
-def _annotation(instr, args):
-    if len(args) != 1 or instr.shape.is_tuple or args[0].shape != tuple(instr.shape.dims):
-        raise UnsupportedError(
-            f"custom-call {instr.name} ({instr.attrs.get('custom_call_target')}) changes the "
-            f"shape {instr.operands[0].shape} -> {instr.shape}: the module is not partitioned "
+def _passes_on(instr) -> bool | None:
+    """How sharding annotation `instr` keeps its operands' shapes: True for its one
+    operand as its result, False for operand i as element i of its tuple result
+    (shard_map's boundary of several arrays), None if it changes a shape."""
+    operands = [o.shape for o in instr.operands]
+    if len(operands) == 1 and operands[0].compatible(instr.shape):
+        return True
+    results = instr.shape.tuple_shapes if instr.shape.is_tuple else ()
+    if len(results) == len(operands) and all(o.compatible(r)
+                                              for o, r in zip(operands, results)):
+        return False
+    return None
+
+
+def unpartitioned(instr) -> str | None:
+    """Why sharding annotation `instr` cannot run -- it changes a shape: the module was
+    written before SPMD partitioning (a shard_map over several devices) -- or None."""
+    if _passes_on(instr) is not None:
+        return None
+    shapes = ", ".join(str(o.shape) for o in instr.operands)
+    comp = instr.parent.name if instr.parent is not None else "?"
+    return (f"custom-call {instr.name} ({instr.attrs.get('custom_call_target')}) in "
+            f"computation {comp} changes the shape {shapes} -> {instr.shape}: the module is "
+            f"not partitioned "
             f"(jax's `lower(...).as_text()` is the program before SPMD partitioning) and only "
             f"partitioned (per-device) modules can run; give XLA's partitioned module "
             f"(`jax.jit(f).lower(...).compile().as_text()`) or use xladist.jax.export / run")
-    return args[0]
+
+
+def _annotation(instr, args):
+    one = _passes_on(instr)
+    if one is None:
+        raise UnsupportedError(unpartitioned(instr))
+    return args[0] if one else tuple(args)
 
 
 def _sharding_group(instr, args):
