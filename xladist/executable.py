@@ -83,7 +83,8 @@ def flatten_result(value, shape: Shape) -> list[np.ndarray]:
     if not shape.is_array:
         return []
     a = np.asarray(value)
-    # Own, writable, C-ordered results (rules may return broadcast or transposed views).
+    # Own, writable, C-ordered results (rules may return broadcast or transposed views, and
+    # the interpreter holds constants and the caller's arguments read-only: shaping.read_only).
     return [a if a.flags.c_contiguous and a.flags.writeable else a.copy()]
 
 
