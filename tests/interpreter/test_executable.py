@@ -121,6 +121,24 @@ ENTRY e {
     assert np.array_equal(x2, [7] * 4) and np.array_equal(xr, [[7, 7], [7, 7]])
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_value_the_root_names_twice_comes_back_as_two_arrays(backend):
+    """XLA gives every result leaf its own buffer: ROOT tuple(n, n, reshape(n)) is three
+    arrays, and changing one leaves the others. Before, both backends returned one memory
+    three times (`out[0] += 1` changed out[1] and out[2])."""
+    mod = xladist.parse_hlo("""HloModule m
+ENTRY e {
+  x = f32[6] parameter(0)
+  n = f32[6] negate(x)
+  r = f32[2,3] reshape(n)
+  ROOT t = (f32[6], f32[6], f32[2,3]) tuple(n, n, r)
+}""")
+    x = np.arange(6, dtype=np.float32)
+    a, b, r = xladist.compile(mod, backend=backend)(x)
+    a += 100
+    assert np.array_equal(b, -x) and np.array_equal(r, -x.reshape(2, 3))
+
+
 def test_backend_table():
     with pytest.raises(UnsupportedError, match=r"backend 'nope' is not available"):
         xladist.compile(two_param_module(), backend="nope", verify=False)
