@@ -387,6 +387,7 @@ class Cluster:
             except BaseException:
                 # Interrupted (Ctrl-C) while the ranks run the call: their state is unknown.
                 self._stop_now("a call was interrupted")
+                job.abandon()  # no result; its temporary folders go (`xladist run --batch`)
                 raise
             finally:
                 self._busy = False
