@@ -73,6 +73,27 @@ def conform_parameter(value, param, exact, where: str = ""):
     return conform_argument(value, param.shape, where + describe_parameter(param))
 
 
+def distinct_leaves(leaves: list) -> list:
+    """`leaves` with each array in memory of its own, as XLA gives every result leaf its own
+    buffer: a value the root names twice (`tuple(n, n)`, or `n` and a reshape of it) comes
+    back once as it is and copied after that. Before, both were one memory, and changing
+    one result changed the other."""
+    if len(leaves) < 2:
+        return leaves
+    seen = set()
+    out = []
+    for a in leaves:
+        owner = a
+        while isinstance(owner, np.ndarray) and owner.base is not None:
+            owner = owner.base
+        if id(owner) in seen:
+            a = a.copy()
+        else:
+            seen.add(id(owner))
+        out.append(a)
+    return out
+
+
 def flatten_result(value, shape: Shape) -> list[np.ndarray]:
     """Array leaves of a result in order (tuples flattened depth-first, tokens dropped)."""
     if shape.is_tuple:
@@ -83,7 +104,8 @@ def flatten_result(value, shape: Shape) -> list[np.ndarray]:
     if not shape.is_array:
         return []
     a = np.asarray(value)
-    # Own, writable, C-ordered results (rules may return broadcast or transposed views).
+    # Own, writable, C-ordered results (rules may return broadcast or transposed views, and
+    # the interpreter holds constants and the caller's arguments read-only: shaping.read_only).
     return [a if a.flags.c_contiguous and a.flags.writeable else a.copy()]
 
 
@@ -120,7 +142,7 @@ class Executable:
                                    f"({self.result_shape.to_text(layout=False)})") from None
         if self.dynamic_results is not None:
             leaves = self.dynamic_results.cut(leaves)
-        return leaves
+        return distinct_leaves(leaves)
 
     def execute(self, args):
         """Run on checked arguments; returns the root value (tuples unflattened)."""

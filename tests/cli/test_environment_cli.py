@@ -94,6 +94,19 @@ def test_aot_refuses_an_unknown_target_cpu(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("triple", ["aarch64-unknown-linux-gnu", "riscv64-unknown-linux-gnu"])
+def test_an_unknown_cpu_for_another_triple_is_offered_that_architectures_names(triple):
+    # Before: `--target-cpu x86-64 --triple aarch64-...` was refused "(for example x86-64,
+    # x86-64-v3, haswell, znver3 ...)": the very name refused, and CPUs of another ISA.
+    from xladist.compiler.aot.program import target_machine
+    from xladist.compiler.target import _known_cpu
+    with pytest.raises(InputError) as info:
+        target_machine("x86-64", triple)
+    offered = str(info.value).split("for example ")[1].split(";")[0].split(", ")
+    assert "x86-64" not in offered and all(_known_cpu(triple, cpu) for cpu in offered)
+    assert f"-mtriple={triple}" in str(info.value)
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 CPU names")
 def test_known_cpus_pass(monkeypatch):
     from xladist.compiler.target import check_cpu, host_target

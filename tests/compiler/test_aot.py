@@ -846,6 +846,34 @@ def test_example_makefile_builds_and_runs(tmp_path):
     assert "2 results match the interpreter" in proc.stdout
 
 
+def test_example_inputs_and_check_follow_the_headers_layouts(tmp_path):
+    """examples/aot/make_inputs.py writes and reads the raw bytes main.c passes, in the
+    layouts NAME.h lists: a column-major f32[2,3]{0,1} parameter is written transposed, and
+    results in that layout are read so. Before, it wrote and read row-major bytes whatever
+    the layout, so `make run` reported a correct object's result as differing."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_inputs",
+                                                  ROOT / "examples" / "aot" / "make_inputs.py")
+    make_inputs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_inputs)
+    hlo = tmp_path / "m.hlo"
+    hlo.write_text("""HloModule m
+ENTRY main {
+  a = f32[2,3]{0,1} parameter(0)
+  n = f32[2,3]{0,1} negate(a)
+  ROOT t = (f32[2,3]{0,1}, f32[2,3]{1,0}) tuple(n, a)
+}""")
+    data = tmp_path / "data"
+    assert make_inputs.main(str(hlo), str(data)) == 0
+    a = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)  # its inputs
+    assert (data / "arg0.bin").read_bytes() == a.T.tobytes()  # column-major
+    (data / "result0.bin").write_bytes((-a).T.tobytes())     # what the object writes
+    (data / "result1.bin").write_bytes(a.tobytes())
+    assert make_inputs.main(str(hlo), str(data), check=True) == 0
+    (data / "result0.bin").write_bytes((-a).tobytes())       # row-major: wrong
+    assert make_inputs.main(str(hlo), str(data), check=True) == 1
+
+
 THREADS_C = r"""
 #include <pthread.h>
 #include <stdio.h>

@@ -96,6 +96,49 @@ ENTRY e {
         exe(a[:, ::2].astype(">f4"), b.T, np.float32(0.5))
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_results_are_the_callers_own_not_a_constant_or_an_argument(backend):
+    """A result that is a constant, a parameter or a reshape of one is a new array: changing
+    it changes neither the caller's argument nor the next call's results. Before, the
+    interpreter returned the module's constant itself (`c += 100` made every later call
+    return 101, 102, ...) and the caller's argument itself (`out is x`)."""
+    mod = xladist.parse_hlo("""HloModule m
+ENTRY e {
+  x = f32[4] parameter(0)
+  c = f32[4] constant({1, 2, 3, 4})
+  cr = f32[2,2] reshape(c)
+  xr = f32[2,2] reshape(x)
+  ROOT t = (f32[4], f32[2,2], f32[4], f32[2,2]) tuple(c, cr, x, xr)
+}""")
+    exe = xladist.compile(mod, backend=backend)
+    x = np.zeros(4, np.float32)
+    for out in exe(x):
+        assert out.flags.writeable and not np.shares_memory(out, x)
+        out += 100
+    assert np.array_equal(x, np.zeros(4))
+    c, cr, x2, xr = exe(np.full(4, 7, np.float32))
+    assert np.array_equal(c, [1, 2, 3, 4]) and np.array_equal(cr, [[1, 2], [3, 4]])
+    assert np.array_equal(x2, [7] * 4) and np.array_equal(xr, [[7, 7], [7, 7]])
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_value_the_root_names_twice_comes_back_as_two_arrays(backend):
+    """XLA gives every result leaf its own buffer: ROOT tuple(n, n, reshape(n)) is three
+    arrays, and changing one leaves the others. Before, both backends returned one memory
+    three times (`out[0] += 1` changed out[1] and out[2])."""
+    mod = xladist.parse_hlo("""HloModule m
+ENTRY e {
+  x = f32[6] parameter(0)
+  n = f32[6] negate(x)
+  r = f32[2,3] reshape(n)
+  ROOT t = (f32[6], f32[6], f32[2,3]) tuple(n, n, r)
+}""")
+    x = np.arange(6, dtype=np.float32)
+    a, b, r = xladist.compile(mod, backend=backend)(x)
+    a += 100
+    assert np.array_equal(b, -x) and np.array_equal(r, -x.reshape(2, 3))
+
+
 def test_backend_table():
     with pytest.raises(UnsupportedError, match=r"backend 'nope' is not available"):
         xladist.compile(two_param_module(), backend="nope", verify=False)

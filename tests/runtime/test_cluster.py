@@ -190,6 +190,23 @@ def test_run_keeps_the_last_modules_loaded(monkeypatch):
         assert len(set(loads)) == 5  # other settings: another load
 
 
+def test_threads_running_modules_that_evict_each_other_get_their_results():
+    # keep=1 and two threads, each with its own text: every load evicts the other's
+    # module. Before, a thread found its module kept, and the other thread's load evicted
+    # (freed) it before the run: `rank 0: internal error: KeyError: 37`.
+    from concurrent.futures import ThreadPoolExecutor
+    other = ALL_REDUCE.replace("HloModule psum", "HloModule psum2")
+    x, w = _inputs(4)
+    with xladist.Cluster(n=2, keep=1) as c:
+        def calls(text):
+            for _ in range(20):
+                _assert_outputs(c.run(text, [x, w]), _expected(x, w))
+        with ThreadPoolExecutor(2) as pool:
+            for done in [pool.submit(calls, text) for text in (ALL_REDUCE, other)]:
+                done.result()
+        assert len(c._kept) == 1 and c.usable
+
+
 def test_a_ranks_exception_is_reported_and_the_cluster_stays_usable():
     x, w = _inputs(1)
     with xladist.Cluster(n=2) as c:

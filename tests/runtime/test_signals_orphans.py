@@ -228,6 +228,80 @@ def test_a_failed_job_leaves_no_file_of_mpich_in_tmp(tmp_path, how):
     assert not left, left
 
 
+# SIGTERM to `xladist run` after its job's temporary folder exists and before mpiexec starts
+# (while it sets up the compile for the ranks): no rank ever starts here.
+_SIGTERM_IN_SETUP = """
+import os, signal, sys
+from xladist.runtime import compile_once
+real = compile_once.CodeStore.__init__
+def stopped(self, *args, **kwargs):
+    real(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+compile_once.CodeStore.__init__ = stopped
+from xladist.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_before_mpiexec_starts_leaves_no_temporary_folder(tmp_path):
+    # Before: SIGTERM's default action ended `xladist run` on the spot there, and its
+    # xladist-outputs-* folder stayed in TMPDIR (`timeout 1.5 xladist run ... --outputs`).
+    from tests.cli.test_channels_cli import write_inputs
+    module = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inputs = write_inputs(tmp_path / "in.npz", module, 2, {0: x, 1: np.array([1, 1], np.int32)})
+    (tmp_path / "tmp").mkdir()
+    marker = f"sigterm-setup-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_IN_SETUP, "run", str(module), "-n", "2",
+         "--inputs", str(inputs), "--outputs", str(tmp_path / "out.npz")],
+        cwd=tmp_path, env=_env(marker, TMPDIR=str(tmp_path / "tmp")),
+        capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, proc.stderr)
+    assert sorted(os.listdir(tmp_path / "tmp")) == []
+    assert not (tmp_path / "out.npz").exists()
+    _kill(gone(marker, 10))
+
+
+# SIGTERM to `xladist run --batch` while its cluster's ranks run a line.
+_SIGTERM_IN_BATCH = """
+import os, signal, sys
+from xladist.runtime import cluster
+real = cluster._Calls.wait
+def stopped(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(self, *args, **kwargs)
+cluster._Calls.wait = stopped
+from xladist.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_sigterm_during_a_batch_stops_its_ranks_and_leaves_no_temporary_folder(tmp_path):
+    # Before: SIGTERM's default action ended `xladist run --batch` at once, leaving the
+    # running line's xladist-outputs-* folder in TMPDIR and the cluster's ranks to find
+    # their service gone (`timeout 3 xladist run --batch runs.txt -n 2`).
+    from tests.cli.test_channels_cli import write_inputs
+    module = ROOT / "tests" / "data" / "deadlock" / "data_dependent_loop.hlo"
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inputs = write_inputs(tmp_path / "in.npz", module, 2, {0: x, 1: np.array([1, 1], np.int32)})
+    (tmp_path / "runs.txt").write_text(f"{module} --inputs {inputs}\n" * 3)
+    (tmp_path / "tmp").mkdir()
+    marker = f"sigterm-batch-{tmp_path.name}-{os.getpid()}"
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_IN_BATCH, "run", "--batch", "runs.txt", "-n", "2"],
+        cwd=tmp_path, env=_env(marker, TMPDIR=str(tmp_path / "tmp")),
+        capture_output=True, text=True, timeout=80)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, proc.stderr)
+    left = gone(marker, 20)
+    _kill(left)
+    assert left == [], f"still running after the batch ended: {left}"
+    assert sorted(os.listdir(tmp_path / "tmp")) == []
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_interrupted_run_leaves_no_temporary_folder(tmp_path):

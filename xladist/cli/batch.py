@@ -115,7 +115,11 @@ def run_batch(args) -> int:
         _refuse_unoffered(line, f"{args.batch}:{number}", base=args)
         runs.append((number, line))
     worst = 0
-    with Cluster(args.num_devices, hostfile=args.hostfile, mpiexec=args.mpiexec) as cluster:
+    from xladist.runtime.launcher import signals_raise
+    # A SIGTERM (`timeout`, a batch system) ends the batch as Ctrl-C does: the cluster's
+    # ranks stopped, the running line's temporary folder removed, exit 143.
+    with signals_raise(), Cluster(args.num_devices, hostfile=args.hostfile,
+                                  mpiexec=args.mpiexec) as cluster:
         for i, (number, line) in enumerate(runs):
             where = f"{args.batch}:{number}"
             try:
@@ -152,14 +156,17 @@ def _run_line(cluster, line, where: str) -> None:
     _check_targets(module)
     inputs = _open_inputs(module, line)
     checked = _deadlock_check(module, line)
+    options = rank_options(counts, backend=line.backend, timeout=line.timeout,
+                           verify=not line.no_verify, source=line.module,
+                           device_assignment=line.device_assignment, module=module)
+    text = read_text(line.module, "MODULE", kind="HLO text")
+    # Last: its temporary folder is the call's to remove (Cluster._call), so nothing that
+    # can still refuse the line comes after it.
     if line.outputs:
         outputs = Outputs(n, "devices" if DEVICE_FIELD in line.outputs else "npz",
                           line.outputs)
     else:
         print(f"== {where}: {line.module}", flush=True)
         outputs = Outputs(n, "print")
-    options = rank_options(counts, backend=line.backend, timeout=line.timeout,
-                           verify=not line.no_verify, source=line.module,
-                           device_assignment=line.device_assignment, module=module)
-    cluster.run_checked(module, read_text(line.module, "MODULE", kind="HLO text"), options,
-                        inputs=inputs, outputs=outputs, checked=checked)
+    cluster.run_checked(module, text, options, inputs=inputs, outputs=outputs,
+                        checked=checked)

@@ -319,9 +319,6 @@ def _open_inputs(module, args):
 def _job(args, module, inputs):
     """The run as the coordination service serves it to the ranks (runtime/service/jobs.py):
     every file is read and written on this host, by this process."""
-    from xladist.runtime.channels_host import FileHost
-    from xladist.runtime.feeds import NpzSink, NpzSource
-    from xladist.runtime.service.jobs import JobHost
     from xladist.runtime.service.outputs import Outputs
 
     from ..io import DEVICE_FIELD
@@ -330,6 +327,18 @@ def _job(args, module, inputs):
         outputs = Outputs(n, "devices" if DEVICE_FIELD in args.outputs else "npz", args.outputs)
     else:
         outputs = Outputs(n, "print")
+    try:
+        return _job_host(args, module, inputs, outputs)
+    except BaseException:
+        outputs.discard()  # (its temporary folder: a SIGTERM while the module is packed)
+        raise
+
+
+def _job_host(args, module, inputs, outputs):
+    from xladist.runtime.channels_host import FileHost
+    from xladist.runtime.feeds import NpzSink, NpzSource
+    from xladist.runtime.service.jobs import JobHost
+    n = args.num_devices
     xlx = None
     if args.module.endswith(".xlx"):
         precompiled_options(args)  # checks it (cpu backend only)
@@ -368,23 +377,41 @@ def _launch(args, module, inputs, checked) -> int:
     service in this process: it hands them the module, their inputs and compiled code (the
     module is compiled here once, xladist/runtime/compile_once.py), takes their outputs,
     trace and statistics, and writes them here, where the user asked."""
+    from xladist.runtime import launcher
+    # From the job's temporary folders on, a SIGTERM ends the run through its cleanup.
+    with launcher.signals_raise():
+        job = _job(args, module, inputs)
+        try:
+            proc, service = _start(args, module, job, checked)
+            return _after(args, job, proc, service)
+        except BaseException:
+            job.abandon()  # its temporary folders go (written results stay)
+            raise
+
+
+def _start(args, module, job, checked):
+    """mpiexec's whole run for `job`: (the CompletedProcess, the service)."""
     from xladist.runtime import compile_once, launcher, progress
     from xladist.runtime.service import Service
-    job = _job(args, module, inputs)
     precompiled = args.module.endswith(".xlx")
     code = compile_once.CodeStore(module, None if precompiled else args.backend)
-    service = Service(args.num_devices, job=job, code=code, defer_lost=True, checked=checked)
-    env = {**progress.launch_env(args.quiet), "XLADIST_RANK_PREFIX": "xladist run"}
     try:
+        service = Service(args.num_devices, job=job, code=code, defer_lost=True,
+                          checked=checked)
+        env = {**progress.launch_env(args.quiet), "XLADIST_RANK_PREFIX": "xladist run"}
         proc = launcher.launch(args.num_devices, ["-m", "xladist.runtime.rank_main"],
                                hostfile=args.hostfile, env=env, mpiexec=args.mpiexec,
                                service=service)
     except BaseException:
         code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
-        job.abandon()
         raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python
+    return proc, service
+
+
+def _after(args, job, proc, service) -> int:
+    """What the ended job says: its failures, results written, the exit code."""
     failed = proc.returncode != 0 or service.failed
     if proc.returncode != 0 and len(service.ranks) < args.num_devices and args.hostfile:
         print(f"xladist run: mpiexec could not start ranks on the hosts of {args.hostfile}: "

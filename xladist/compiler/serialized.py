@@ -188,6 +188,13 @@ def _check_target(stored: dict, path: str, *, here: bool = True,
                   host: str | None = None) -> None:
     own = _target()
     where = f"on {host}" if host else "here"
+    named = _named_cpu(stored, own, here)
+    if named is not None:
+        raise UnsupportedError(
+            f"{path} was compiled for the CPU {named!r} (XLADIST_TARGET_CPU={named}), and "
+            f"this process compiles for {own['cpu']!r}{' on ' + host if host else ''}: run "
+            f"it with XLADIST_TARGET_CPU={named} set, as it was compiled (a host whose CPU "
+            f"runs {named}'s code runs it), or recompile it {where} with `xladist compile`")
     diffs = []
     for key, what in _WHAT.items():
         if not here and key in _MACHINE:
@@ -204,6 +211,19 @@ def _check_target(stored: dict, path: str, *, here: bool = True,
         raise UnsupportedError(f"{path} was compiled for another machine or xladist and is not "
                                f"run (recompile it {where} with `xladist compile`): "
                                + "; ".join(diffs))
+
+
+def _named_cpu(stored: dict, own: dict, here: bool) -> str | None:
+    """The CPU a file was compiled for with XLADIST_TARGET_CPU (its features are that
+    CPU's own: empty), when that setting is all that differs from this process's target;
+    else None. Such a file -- a portable one, for a CPU older than the hosts -- was refused
+    as 'compiled for another machine' on the very host that wrote it, with this host's
+    whole feature list (~1,800 characters) as the difference."""
+    if not here or stored.get("cpu_features") != "" or stored.get("cpu") == own["cpu"] \
+            or stored.get("vector_width") != "vector-width=None":  # (no XLADIST_VECTOR_WIDTH)
+        return None
+    same = all(stored.get(k) == own[k] for k in _WHAT if k not in _MACHINE)
+    return stored.get("cpu") if same and stored.get("triple") == own["triple"] else None
 
 
 def _schedule_from_names(module, names: dict, path: str) -> dict:

@@ -145,9 +145,18 @@ def check_cpu(triple: str, cpu: str, what: str) -> None:
     doesn't support it!"): so the warning is the test."""
     if not _known_cpu(triple, cpu):
         from ..errors import InputError
-        raise InputError(f"{what} {cpu!r} is not a CPU LLVM knows for {triple} (for "
-                         f"example x86-64, x86-64-v3, haswell, znver3; `llc -mcpu=help` "
-                         f"lists them)")
+        examples = CPU_EXAMPLES.get(triple.split("-", 1)[0])
+        raise InputError(f"{what} {cpu!r} is not a CPU LLVM knows for {triple} ("
+                         + (f"for example {examples}; " if examples else "")
+                         + f"`llc -mtriple={triple} -mcpu=help` lists them)")
+
+
+# CPU names LLVM knows, per architecture of a triple: the examples of check_cpu's refusal
+# (before, x86 names were offered for an aarch64 or riscv64 --triple too).
+CPU_EXAMPLES = {"x86_64": "x86-64, x86-64-v3, haswell, znver3",
+                "aarch64": "generic, neoverse-n1, neoverse-v1, apple-m1",
+                "arm64": "generic, apple-m1, neoverse-n1",
+                "riscv64": "generic-rv64, sifive-u74"}
 
 
 @lru_cache(maxsize=None)

@@ -29,5 +29,6 @@ class InterpreterExecutable(Executable):
 
     def execute(self, args):
         from . import Evaluator
+        from .shaping import read_only
         return Evaluator(self.module, self.device, check=self.check, schedule=self.schedule,
-                         rules=self.rules).run(args)
+                         rules=self.rules).run([read_only(a) for a in args])

@@ -33,7 +33,21 @@ def literal_value(literal, shape: Shape):
         return tuple(literal_value(lit, s) for lit, s in zip(literal.value, shape.tuple_shapes))
     if shape.is_token:
         return TOKEN
-    return np.asarray(literal.value, dtype=shape.dtype).reshape(shape.dims)
+    return read_only(np.asarray(literal.value, dtype=shape.dtype).reshape(shape.dims))
+
+
+def read_only(value):
+    """A read-only view of `value` (tuples recursively): how the interpreter holds arrays
+    that are not its own -- a constant's literal data, the caller's arguments -- so that a
+    result that is one of them (ROOT a constant, a parameter, a reshape of either) is
+    copied by flatten_result instead of handed out. Before, changing such a result changed
+    the module's constant for every later call, or the caller's input array."""
+    if isinstance(value, tuple):
+        return tuple(read_only(v) for v in value)
+    if isinstance(value, np.ndarray):
+        value = value.view()
+        value.flags.writeable = False
+    return value
 
 
 @register("constant")

@@ -98,6 +98,10 @@ class Cluster:
         self._dropped: list[_Dropped] = []
         self.keep = keep
         self._kept: dict[tuple, Compiled] = {}   # run(text): loaded modules, least recent first
+        # _kept's lookups with their run, and loads with their evictions, from any thread:
+        # without it a thread ran a kept module that another one had just evicted (and freed
+        # on the ranks: `internal error: KeyError`). Taken before _lock, never inside it.
+        self._keep_lock = threading.RLock()
         self._lock = threading.Lock()      # one call at a time
         self._calls = None
         self._service = None
@@ -244,8 +248,12 @@ class Cluster:
         """Release on the ranks every loaded module whose handle nobody holds any more: a
         loop of `step = c.compile(...)` without free() kept them all, each with its
         communicators, until MPI had none left (2048: ~500 modules of four groups)."""
-        while self._dropped and self.usable:
-            self._call(self._dropped.pop(), free=True)
+        while self.usable:
+            try:
+                dropped = self._dropped.pop()
+            except IndexError:  # none left (another thread's load may have taken the last)
+                return
+            self._call(dropped, free=True)
 
     def run(self, module, inputs=None, *, device_assignment=None, infeed=None, outfeed=None,
             infeed_fn: str | None = None, prefetch: int = 8, **options):
@@ -261,20 +269,33 @@ class Cluster:
                                  "with; pass them to Cluster.compile")
             return module.run(inputs, **feeds)
         key = self._key(module, device_assignment, options) if self.keep > 0 else None
-        handle = self._kept.pop(key, None)
-        if handle is not None:  # most recently used last
-            self._kept[key] = handle
-            return handle.run(inputs, **feeds)
+        if key is not None:
+            with self._keep_lock:
+                kept = self._kept_handle(key)
+                if kept is not None:
+                    return kept.run(inputs, **feeds)
         handle = self._prepare(module, device_assignment, options)
         per_device = handle.inputs(inputs)
         served = handle.feeds(feeds)
         if key is None:
             return self._call(handle, load=True, inputs=per_device, free=True, feeds=served)
-        outputs = self._load(handle, per_device, served)
-        self._kept[key] = handle
-        while len(self._kept) > self.keep:
-            self._kept.pop(next(iter(self._kept))).free()
-        return outputs
+        with self._keep_lock:
+            kept = self._kept_handle(key)  # loaded by another thread while this one prepared
+            if kept is not None:
+                return self._call(kept, inputs=per_device, feeds=served)
+            outputs = self._load(handle, per_device, served)
+            self._kept[key] = handle
+            while len(self._kept) > self.keep:
+                self._kept.pop(next(iter(self._kept))).free()
+            return outputs
+
+    def _kept_handle(self, key):
+        """The kept module of `key`, now the most recently used (last); None if not kept.
+        Under _keep_lock."""
+        handle = self._kept.pop(key, None)
+        if handle is not None:
+            self._kept[key] = handle
+        return handle
 
     def _key(self, given, device_assignment, options):
         """What identifies a module given as text or a path, with its settings, among the
@@ -366,6 +387,7 @@ class Cluster:
             except BaseException:
                 # Interrupted (Ctrl-C) while the ranks run the call: their state is unknown.
                 self._stop_now("a call was interrupted")
+                job.abandon()  # no result; its temporary folders go (`xladist run --batch`)
                 raise
             finally:
                 self._busy = False

@@ -494,6 +494,26 @@ def _stop_on_signals():
         _raise_for(held[0])
 
 
+@contextlib.contextmanager
+def signals_raise():
+    """Inside the block SIGTERM and SIGHUP raise SystemExit(128 + signal) (in the main
+    thread), as Ctrl-C raises KeyboardInterrupt, so that the launching process's cleanup
+    runs. Their default action ends the process on the spot: a SIGTERM (`timeout`, a batch
+    system) while `xladist run` set up its job before mpiexec's start (the compile, the
+    service) or wrote its outputs left its xladist-outputs-* / xladist-trace-* folder in
+    TMPDIR. launch() holds them while mpiexec starts (_stop_on_signals) as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, lambda signum, frame: _raise_for(signum))
+           for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
 def _raise_for(signum: int):
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
