@@ -130,8 +130,8 @@ def check_registered(module) -> None:
         fn = CUSTOM_CALLS.get(i.attrs.get("custom_call_target"))
         if fn is None:
             problems.append(unregistered(i))
-        elif fn is _annotation and unpartitioned(i):
-            problems.append(unpartitioned(i))
+        elif fn is _annotation and (why := unpartitioned(i)):
+            problems.append(why)
     if len(problems) == 1:
         raise UnsupportedError(problems[0])
     if problems:
