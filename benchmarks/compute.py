@@ -705,10 +705,20 @@ def main(argv=None) -> int:
     ap.add_argument("--company", action="store_true",
                     help="time the rows quiet, right after numpy and jax ran, and with "
                     "one busy process per core (SITUATIONS)")
+    ap.add_argument("--sites", action="store_true",
+                    help="--company: also print every call site's measured ways "
+                    "(choice.report) at the end")
     args = ap.parse_args(argv)
     repeats = args.repeats or (5 if args.quick else 11)
     if args.company:
         table = company(args, repeats)
+        if args.sites and choice:
+            print("call sites (per regime: each way's median wall time of its last samples "
+                  "(ms), their count and their median CPU (ms); the way chosen):")
+            for name, regimes in sorted(choice.report()):
+                for regime, ways in regimes.items():
+                    print(f"  {name:<28} {regime:<22} " +
+                          ", ".join(f"{w} {v}" for w, v in ways.items()))
         if args.json:
             Path(args.json).write_text(json.dumps(table, indent=1))
         return 0
