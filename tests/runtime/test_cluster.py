@@ -207,6 +207,29 @@ def test_threads_running_modules_that_evict_each_other_get_their_results():
         assert len(c._kept) == 1 and c.usable
 
 
+def test_a_run_that_loses_the_race_with_free_says_freed_and_no_rank_waits():
+    """h.run() in one thread and h.free() in another: run looked at `freed` before free
+    set it, free's order reached the ranks first, and run's order then named a module the
+    ranks had released: `rank 0: internal error: KeyError: 1` (1 in 200 races of two
+    threads). Here the free falls exactly in that window (it runs while run checks its
+    inputs): the run is refused as freed, no rank is sent it, and the cluster runs on."""
+    x, w = _inputs(6)
+    with xladist.Cluster(n=2) as c:
+        step = c.compile(ALL_REDUCE)
+        checked = step.inputs
+
+        def inputs_then_free(inputs):
+            per_device = checked(inputs)
+            step.free()  # another thread's free, after run's look at `freed`
+            return per_device
+        step.inputs = inputs_then_free
+        with pytest.raises(InputError, match="this handle of psum was freed"):
+            step.run([x, w])
+        step.free()  # again: nothing to do
+        assert c.usable
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+
+
 def test_a_ranks_exception_is_reported_and_the_cluster_stays_usable():
     x, w = _inputs(1)
     with xladist.Cluster(n=2) as c:
