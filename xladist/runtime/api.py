@@ -103,7 +103,7 @@ def _per_device(module, inputs, n: int) -> list[list]:
     """inputs: a list with one array per parameter, each with a leading device axis of N,
     or an npz path (also a `{device}` template of per-device files: read one device at a
     time, io.Inputs), or a list over devices of argument lists. Rows are views of the
-    caller's arrays, not copies."""
+    caller's arrays, not copies. Every error names the module (a Cluster runs many)."""
     from xladist.semantics.values import TOKEN
     from xladist.hlo.dynamic_padder import check_entry_parameters
     from xladist.io import Inputs, decode
@@ -114,11 +114,12 @@ def _per_device(module, inputs, n: int) -> list[list]:
         inputs = []
     if isinstance(inputs, (str, os.PathLike)):
         return Inputs(os.fspath(inputs), shapes, num_devices=n,
-                      names=[p.name for p in params])
+                      names=[p.name for p in params], what=f"inputs of {module.name}")
     try:
         inputs = list(inputs)
     except TypeError:
-        raise InputError(f"inputs are one array per parameter (device axis first), a list "
+        raise InputError(f"inputs are one array per parameter of {module.name} (device "
+                         f"axis first), a list "
                          f"over devices of argument lists, or an npz path; got "
                          f"{type(inputs).__name__}") from None
     if len(inputs) == n and n > 0 and all(isinstance(x, (list, tuple)) for x in inputs):
@@ -138,8 +139,9 @@ def _per_device(module, inputs, n: int) -> list[list]:
         a = decode(np.asarray(next(it)), shape)
         expected = (n, *shape.dims)
         if a.shape != expected:
-            raise InputError(f"argument {i} ({p.name}: {shape.to_text(layout=False)}): expected "
-                             f"dims {list(expected)} (device axis first), got {list(a.shape)}")
+            raise InputError(f"{module.name} argument {i} ({p.name}: "
+                             f"{shape.to_text(layout=False)}): expected dims {list(expected)} "
+                             f"(device axis first), got {list(a.shape)}")
         for d in range(n):
             # A row of a C-ordered array is one already (no copy); 0-d rows stay 0-d.
             row = a[d]
@@ -160,7 +162,7 @@ def _conformed(module, per_device: list[list]) -> list[list]:
             raise InputError(f"{module.name} takes {len(params)} arguments, "
                              f"device {d} got {len(args)}")
         per_device[d] = [TOKEN if p.shape.is_token else conform_parameter(
-            a, p, e, f"device {d}: ") for a, p, e in zip(args, params, exact)]
+            a, p, e, f"{module.name}, device {d}: ") for a, p, e in zip(args, params, exact)]
     return per_device
 
 
