@@ -296,6 +296,28 @@ def test_report_names_the_error_of_a_rank_whose_run_raised():
     assert "computing" not in text
 
 
+def test_a_rank_whose_program_has_not_begun_is_reported_starting_with_its_step():
+    """`xladist run -n 4 --timeout 0.001`: the ranks between two waits of their start-up
+    (reading the module, making communicators, compiling) were listed as `computing, not
+    waiting for another rank`, their program not begun. A rank's start-up step
+    (Client.starting) is now in its record -- its answer to the service's `where` and
+    anything it publishes -- until its program begins (mark)."""
+    from xladist.runtime.service.client import Client
+    client = Client("127.0.0.1:1", "", 2, 4)  # never started: no connection is made
+
+    def said(rec):  # as the service keeps it: with the rank's own fields (RankState.who)
+        return watchdog.describe_position(dict(rec, rank=2), 2, time.time())
+    assert "computing" in said(client._where())
+    client.starting("compiling the module (cpu backend)")
+    for rec in (client._where(), client._record(deadline.watchdog.position(None))):
+        assert said(rec) == \
+            "rank 2: starting: compiling the module (cpu backend) (its program has not begun)"
+    text = watchdog.format_report({2: dict(client._where(), rank=2)}, 2, 0.001, world_size=4)
+    assert "computing" not in text, text
+    client.mark("computing", tell=False)  # its program began
+    assert said(client._where()) == "rank 2: computing, not waiting for another rank"
+
+
 # ---- the daemon publishes long waits and their end, off the hot path --------------------------
 
 class _Monitor:

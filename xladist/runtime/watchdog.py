@@ -76,6 +76,8 @@ def record(placement, pos: dict, *, finished: bool = False, host: str | None = N
         rec["state"] = "finished"
     if pos["state"] == "failed":
         rec["error"] = pos.get("error")
+    if pos["state"] == "starting" and pos.get("doing"):
+        rec["doing"] = pos["doing"]
     if pos["state"] == "waiting":
         where = pos.get("where")
         rec.update(what=pos["what"], where=None if where is None else str(where),
@@ -134,7 +136,8 @@ def describe_position(rec: dict | None, rank: int, now: float, hosts: bool = Fal
     if state == "finished":
         return f"{who}: finished its program"
     if state == "starting":
-        return f"{who}: starting (its program has not begun){stale}"
+        doing = f": {rec['doing']}" if rec.get("doing") else ""
+        return f"{who}: starting{doing} (its program has not begun){stale}"
     if state == "failed":  # its run raised to a caller that went on (a script under mpiexec)
         return (f"{who}: failed: {rec.get('error')}; its caller went on, so it joins no "
                 "later wait")
