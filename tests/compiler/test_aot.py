@@ -885,6 +885,32 @@ def test_example_makefile_builds_and_runs(tmp_path):
     assert "2 results match the interpreter" in proc.stdout
 
 
+@needs_cc
+@pytest.mark.slow
+def test_example_makefile_builds_each_names_own_program(tmp_path):
+    """examples/aot/Makefile linked every NAME into one build/main: after `make run
+    NAME=other`, `make run` (softmax_scan, whose object was older than that program) did
+    not relink and ran other's program on softmax_scan's inputs. Each NAME now has its own
+    program; every run's results are checked against the interpreter (make_inputs.py)."""
+    import os
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make on PATH")
+    example = tmp_path / "aot"
+    shutil.copytree(ROOT / "examples" / "aot", example,
+                    ignore=shutil.ignore_patterns("build"))
+    (example / "other.hlo").write_text(MODULES["elementwise_reduce_tuple"])
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=str(ROOT))
+    for name, results in (("softmax_scan", 2), ("other", 3), ("softmax_scan", 2)):
+        proc = subprocess.run([make, "-C", str(example), "run", f"NAME={name}",
+                               f"PYTHON={sys.executable}", f"XLADIST={sys.executable} -m xladist",
+                               f"CC={CC}"], capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+        assert f"{results} results match the interpreter" in proc.stdout, (name, proc.stdout)
+
+
 def test_example_inputs_and_check_follow_the_headers_layouts(tmp_path):
     """examples/aot/make_inputs.py writes and reads the raw bytes main.c passes, in the
     layouts NAME.h lists: a column-major f32[2,3]{0,1} parameter is written transposed, and
