@@ -77,3 +77,16 @@ def test_every_input_error_names_the_module(no_launch, tmp_path):
             with pytest.raises(InputError) as e:
                 check(given)
             assert "psum_of_p" in str(e.value), (what, str(e.value))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_job_past_its_job_timeout_is_an_execution_error_naming_it():
+    """xladist.run(..., job_timeout=0.5) of a job that takes longer raised the launcher's
+    own subprocess.TimeoutExpired (`Command '[.../mpiexec', '-n', '2', ...]' timed out
+    after 0.5 seconds`): no XlaDistError, the CLI's and callers' `except` missed it. Now an
+    ExecutionError naming the module and job_timeout; the ranks are stopped."""
+    from xladist.errors import ExecutionError
+    with pytest.raises(ExecutionError) as e:
+        xladist.run(PSUM, [np.ones((2, 4), np.float32)], n=2, job_timeout=0.5)
+    assert "the 2-rank job of m did not end within job_timeout=0.5 s" in str(e.value)

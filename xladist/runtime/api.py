@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -196,6 +197,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     Host transfers (`is_host_transfer=true` channels): `host_send(rank, channel_id, array)`
     receives what a device sends to the host, `host_recv(rank, channel_id) -> array` supplies
     what a device receives from it; both are called in this process, one call at a time.
+    `job_timeout`: seconds the whole job may take from a plain process (default: no
+    limit); past it every rank is stopped and ExecutionError says so.
 
     Where the ranks run (from a plain process): `hosts` -- host names, or "name:slots", or a
     {name: slots} dict, ranks filling them in order -- or `hostfile` (MPICH's format, see
@@ -370,9 +373,13 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
         proc = launcher.launch(n, ["-m", "xladist.runtime.rank_main"], capture=True,
                                timeout=job_timeout, hosts=hosts, hostfile=hostfile,
                                mpiexec=mpiexec, service=service)
-    except BaseException:
+    except BaseException as e:
         code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
         job.abandon()
+        if isinstance(e, subprocess.TimeoutExpired):  # the launcher stopped every rank
+            raise ExecutionError(f"the {n}-rank job of {module.name} did not end within "
+                                 f"job_timeout={job_timeout:g} s: it was stopped, every "
+                                 f"rank with it") from None
         raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python
