@@ -230,6 +230,26 @@ def test_a_run_that_loses_the_race_with_free_says_freed_and_no_rank_waits():
         _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
 
 
+def test_a_deadline_passed_while_a_cluster_loads_is_the_jobs_one_report():
+    """Cluster(timeout=0.001): the deadline passes in the load's first wait (the split of
+    the node's ranks). Before, each rank said its own line -- `rank 0: timed out after 0.0
+    s waiting in finding the ranks that share this node (deadline 0.001 s: ... or
+    XLADIST_COLLECTIVE_TIMEOUT sets it)` -- as a one-shot job did before it set the
+    monitor first; now the job's one report of where every rank is."""
+    x, w = _inputs(2)
+    for _ in range(3):  # (1 ms passes in the load's waits every time seen)
+        with xladist.Cluster(n=2, timeout=0.001) as c:
+            try:
+                c.run(ALL_REDUCE, [x, w])
+            except ClusterEnded as e:
+                text = str(e)
+                break
+    else:
+        pytest.skip("the deadline never passed")
+    assert text.count("Where every rank is:") == 1, text
+    assert "timed out after" not in text and "XLADIST_COLLECTIVE_TIMEOUT" not in text, text
+
+
 def test_a_ranks_exception_is_reported_and_the_cluster_stays_usable():
     x, w = _inputs(1)
     with xladist.Cluster(n=2) as c:

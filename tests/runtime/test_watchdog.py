@@ -318,6 +318,36 @@ def test_a_rank_whose_program_has_not_begun_is_reported_starting_with_its_step()
     assert said(client._where()) == "rank 2: computing, not waiting for another rank"
 
 
+def test_a_cluster_rank_loading_a_module_is_reported_starting_not_computing(monkeypatch):
+    """A cluster's rank given a load order was 'computing' (the service marks it so when it
+    sends the order, and the rank's own answer said so) while it placed its device, made
+    its communicators and compiled. Now its answer names the load, until the load ends
+    (also when it fails)."""
+    from types import SimpleNamespace
+
+    from xladist.runtime import cluster_rank
+    from xladist.runtime.service.client import Client
+    client = Client("127.0.0.1:1", "", 1, 2)  # never started: sends nothing
+
+    def said():
+        return watchdog.describe_position(dict(client._where(), rank=1), 1, time.time())
+    seen = []
+
+    def load(client_, comm):
+        seen.append(said())
+        if len(seen) == 2:
+            raise RuntimeError("the load failed")
+        return object()
+    monkeypatch.setattr(cluster_rank, "_load", load)
+    comm = SimpleNamespace(Get_rank=lambda: 1)
+    for handle in (1, 2):
+        cluster_rank._obey(client, comm, {"call": handle, "handle": handle, "load": True},
+                           None, {})
+        assert said() == "rank 1: computing, not waiting for another rank"  # load over
+    assert seen == ["rank 1: starting: loading the module (placing its device, making its "
+                    "communicators, compiling) (its program has not begun)"] * 2
+
+
 # ---- the daemon publishes long waits and their end, off the hot path --------------------------
 
 class _Monitor:

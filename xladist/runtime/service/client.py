@@ -302,10 +302,11 @@ class Client:
     def publish(self, pos: dict) -> None:
         self.send("pos", timeout=2.0, rec=self._record(pos))
 
-    def starting(self, step: str) -> None:
-        """This rank's program has not begun: it is `step` ("compiling the module"). No
-        message: the service hears it only when it asks where every rank is (`where`, for
-        a hang report), which would otherwise call the rank 'computing'."""
+    def starting(self, step: str | None) -> None:
+        """This rank's program has not begun: it is `step` ("compiling the module"); None:
+        no more (a cluster's load ended). No message: the service hears it only when it
+        asks where every rank is (`where`, for a hang report), which would otherwise call
+        the rank 'computing'."""
         self.setup = step
 
     def mark(self, state: str, tell: bool = True, error: str | None = None) -> None:
