@@ -275,6 +275,7 @@ def test_a_hang_ends_the_cluster_with_the_report(marker):
         assert time.monotonic() - t0 < 60
         text = str(info.value)
         assert "rank 1 waits there; rank 0 never arrived" in text, text
+        assert "(the deadline, timeout=3) in psum" in text, text  # not `--timeout 3`
         assert not c.usable
         with pytest.raises(ClusterEnded, match="no longer usable"):
             loop.run([x, np.array([2, 2], np.int32)])

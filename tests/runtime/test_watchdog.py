@@ -182,6 +182,8 @@ def test_python_api_raises_with_the_report(tmp_path):
     assert time.monotonic() - t0 < TIMEOUT + SLACK
     text = str(info.value)
     assert "(iteration 2 of data_loop): rank 1 waits there; rank 0 never arrived" in text
+    # The setting the caller gave (before: `--timeout 3`, an option it never saw).
+    assert f"(the deadline, timeout={TIMEOUT:g}) in psum" in text, text
 
 
 @pytest.mark.timeout(300)

@@ -367,6 +367,7 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     code = CodeStore(module, None if xlx else options["backend"])  # a .xlx: nothing to compile
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,
                       emit=lambda text: None, checked=checked)
+    service.timeout_setting = "timeout="  # the hang report names the caller's own setting
     from xladist.files import rescued
     before = len(rescued())
     try:
