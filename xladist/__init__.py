@@ -37,10 +37,13 @@ def load_hlo(path, what: str = "module file"):
 
 
 def verify(module):
-    """Check every instruction's shape and attributes; raises VerifierError."""
+    """Check every instruction's shape and attributes; raises VerifierError (UnsupportedError
+    for a module written before SPMD partitioning, which no device can run)."""
     from .hlo.ir import expect_module
     from .hlo.verifier import verify_module
-    return verify_module(expect_module(module, "verify"))
+    from .semantics.custom_calls import check_partitioned
+    check_partitioned(expect_module(module, "verify"))  # UnsupportedError, as xladist.run says
+    return verify_module(module)
 
 
 def compile(module, backend: str = "cpu", **options):

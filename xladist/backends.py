@@ -105,6 +105,8 @@ def compile(module, backend: str = "cpu", *, verify: bool = True, **options):
         _check_async_groups(module)
     if verify:
         from .hlo.verifier import verify_module
+        from .semantics.custom_calls import check_partitioned
+        check_partitioned(module)  # before the verifier, whose hint would not help
         # A run's device context knows the run's counts (where the header says nothing); a
         # module compiled on its own is verified with its header's (without counts: one device).
         device = options.get("device")

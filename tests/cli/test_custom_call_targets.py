@@ -141,3 +141,31 @@ def test_run_refuses_a_module_before_partitioning_before_any_rank_starts(tmp_pat
         xladist.run(xladist.parse_hlo(UNPARTITIONED), [np.stack([x, x])], n=2, mpiexec=str(probe))
     _says_unpartitioned(str(e.value))
     assert not calls.exists()
+
+
+def test_every_entry_that_verifies_refuses_a_module_before_partitioning_as_run_does(tmp_path):
+    """`xladist check` on jax's text before partitioning verified it first, and the verifier
+    (the permute names partition 1) asked for --num-partitions; given it, check said OK
+    (proven deadlock-free) of a module `xladist run` refuses. `explain`, `aot`, `compile`,
+    xladist.verify and xladist.compile asked for the same counts, which they cannot even
+    take. Now each refuses it in `xladist run`'s words, before the verifier (exit 2)."""
+    import pytest
+
+    import xladist
+    from xladist.errors import UnsupportedError
+    (tmp_path / "sm.hlo").write_text(UNPARTITIONED)
+    for cmd in (["check"], ["check", "-n", "2", "--num-partitions", "2"], ["explain"],
+                ["aot", "-o", tmp_path / "aot", "--name", "f"],
+                ["compile", "-o", tmp_path / "sm.xlx"]):
+        proc = xladist_cli(cmd[0], tmp_path / "sm.hlo", *cmd[1:])
+        assert proc.returncode == 2, (cmd, proc.stdout, proc.stderr)
+        assert proc.stdout == "", (cmd, proc.stdout)
+        _says_unpartitioned(proc.stderr)
+    js = xladist_cli("check", tmp_path / "sm.hlo", "--json")
+    assert js.returncode == 2 and json.loads(js.stdout)["error_type"] == "UnsupportedError"
+    _says_unpartitioned(json.loads(js.stdout)["error"])
+    module = xladist.parse_hlo(UNPARTITIONED)
+    for call in (xladist.verify, xladist.compile):
+        with pytest.raises(UnsupportedError) as e:
+            call(module)
+        _says_unpartitioned(str(e.value))

@@ -74,17 +74,30 @@ def test_strict_turns_warnings_into_problems(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("FAIL: elided")
 
 
-def test_device_count_option(capsys):
+# A partitioned module whose header declares no counts: its permute names partition 1.
+PERMUTE = """HloModule permute
+
+ENTRY main {
+  x = f32[4]{0} parameter(0)
+  ROOT p = f32[4]{0} collective-permute(x), channel_id=1, source_target_pairs={{0,1},{1,0}}
+}
+"""
+
+
+def test_device_count_option(capsys, tmp_path):
     unopt = os.path.join(CORPUS, "jax", "psum_basic_mesh4", "module.unoptimized.hlo")
-    assert main(["check", unopt, "-n", "4", "--no-deadlock-check"]) == 0
-    assert main(["check", unopt, "--no-deadlock-check"]) == 2  # groups need 4 devices
+    # jax's text before partitioning: refused as `xladist run` refuses it, whatever the counts
+    # (before, check verified it with -n 4 and said OK of a module no rank can run).
+    assert main(["check", unopt, "-n", "4", "--no-deadlock-check"]) == 2
+    assert "the module is not partitioned" in capsys.readouterr().err
     assert main(["check", PSUM, "-n", "3"]) == 2
     assert "num_partitions=4, which does not divide the 3 devices" in capsys.readouterr().err
     # The run's counts where the header has none, as `xladist run` takes them.
-    permute = os.path.join(CORPUS, "jax_extra", "ppermute_partial_mesh4", "module.unoptimized.hlo")
-    assert main(["check", permute, "-n", "4", "--no-deadlock-check"]) == 2
+    permute = tmp_path / "permute.hlo"
+    permute.write_text(PERMUTE)
+    assert main(["check", str(permute), "-n", "2", "--no-deadlock-check"]) == 2
     assert "--num-partitions" in capsys.readouterr().err
-    assert main(["check", permute, "-n", "4", "--num-partitions", "4",
+    assert main(["check", str(permute), "-n", "2", "--num-partitions", "2",
                  "--no-deadlock-check"]) == 0
 
 

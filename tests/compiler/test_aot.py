@@ -656,6 +656,45 @@ int main(void) {
 
 @needs_cc
 @pytest.mark.slow
+@needs_cc
+def test_sub_byte_integers_are_one_per_byte_in_the_low_bits_as_the_header_says(tmp_path):
+    """The header did not say how s4/u4 elements are stored (C has no such type). They are
+    one per byte in the low bits (ml_dtypes' int4/uint4 in memory): the high bits of an
+    argument are ignored, a result's are 0. Checked on raw bytes against values worked out
+    by hand (s4: two's complement in 4 bits), and the header now says so."""
+    module = xladist.parse_hlo("""HloModule s4m
+ENTRY main {
+  p = s4[4] parameter(0)
+  q = u4[3] parameter(1)
+  c = s32[4] convert(p)
+  n = s4[4] negate(p)
+  d = s32[3] convert(q)
+  ROOT t = (s32[4], s4[4], s32[3]) tuple(c, n, d)
+}
+""")
+    prog = AotProgram(module, "s4m")
+    header = prog.header()
+    assert ("/* s4/u4 elements: one per byte, in its low bits (two's complement for the "
+            "signed ones)") in header, header
+    assert "the high bits are ignored in args and written as 0 in results. */" in header
+    assert "one per byte" not in AotProgram(xladist.parse_hlo(MODULES["while_loop"]),
+                                            "f").header()
+    (tmp_path / "s4m.o").write_bytes(prog.compile())
+    (tmp_path / "s4m.h").write_text(header)
+    exe, data = tmp_path / "main", tmp_path / "data"
+    subprocess.run([CC, "-O1", "-std=c11", "-DAOT_NAME=s4m", '-DAOT_HEADER="s4m.h"',
+                    f"-I{tmp_path}", str(MAIN_C), str(tmp_path / "s4m.o"), "-lm", "-o",
+                    str(exe)], check=True, timeout=120)
+    data.mkdir()
+    (data / "arg0.bin").write_bytes(bytes([0x07, 0xF9, 0x03, 0x0E]))  # 7, -7, 3, -2
+    (data / "arg1.bin").write_bytes(bytes([0x01, 0xF2, 0x0F]))        # 1, 2, 15
+    subprocess.run([str(exe), str(data)], check=True, timeout=60, capture_output=True)
+    result = [(data / f"result{j}.bin").read_bytes() for j in range(3)]
+    assert np.frombuffer(result[0], "<i4").tolist() == [7, -7, 3, -2]
+    assert result[1] == bytes([0x09, 0x07, 0x0D, 0x02])  # -7, 7, -3, 2 in the low nibble
+    assert np.frombuffer(result[2], "<i4").tolist() == [1, 2, 15]
+
+
 def test_two_objects_whose_names_differ_in_case_link_into_one_program(tmp_path):
     # Before, both headers had the guard STEP_H: the second #include was empty and
     # STEP_run undeclared. Both objects carry the same internal builtins (no clash).
@@ -844,6 +883,32 @@ def test_example_makefile_builds_and_runs(tmp_path):
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 results match the interpreter" in proc.stdout
+
+
+@needs_cc
+@pytest.mark.slow
+def test_example_makefile_builds_each_names_own_program(tmp_path):
+    """examples/aot/Makefile linked every NAME into one build/main: after `make run
+    NAME=other`, `make run` (softmax_scan, whose object was older than that program) did
+    not relink and ran other's program on softmax_scan's inputs. Each NAME now has its own
+    program; every run's results are checked against the interpreter (make_inputs.py)."""
+    import os
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make on PATH")
+    example = tmp_path / "aot"
+    shutil.copytree(ROOT / "examples" / "aot", example,
+                    ignore=shutil.ignore_patterns("build"))
+    (example / "other.hlo").write_text(MODULES["elementwise_reduce_tuple"])
+    bindir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=str(ROOT))
+    for name, results in (("softmax_scan", 2), ("other", 3), ("softmax_scan", 2)):
+        proc = subprocess.run([make, "-C", str(example), "run", f"NAME={name}",
+                               f"PYTHON={sys.executable}", f"XLADIST={sys.executable} -m xladist",
+                               f"CC={CC}"], capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, (name, proc.stdout + proc.stderr)
+        assert f"{results} results match the interpreter" in proc.stdout, (name, proc.stdout)
 
 
 def test_example_inputs_and_check_follow_the_headers_layouts(tmp_path):

@@ -207,6 +207,49 @@ def test_threads_running_modules_that_evict_each_other_get_their_results():
         assert len(c._kept) == 1 and c.usable
 
 
+def test_a_run_that_loses_the_race_with_free_says_freed_and_no_rank_waits():
+    """h.run() in one thread and h.free() in another: run looked at `freed` before free
+    set it, free's order reached the ranks first, and run's order then named a module the
+    ranks had released: `rank 0: internal error: KeyError: 1` (1 in 200 races of two
+    threads). Here the free falls exactly in that window (it runs while run checks its
+    inputs): the run is refused as freed, no rank is sent it, and the cluster runs on."""
+    x, w = _inputs(6)
+    with xladist.Cluster(n=2) as c:
+        step = c.compile(ALL_REDUCE)
+        checked = step.inputs
+
+        def inputs_then_free(inputs):
+            per_device = checked(inputs)
+            step.free()  # another thread's free, after run's look at `freed`
+            return per_device
+        step.inputs = inputs_then_free
+        with pytest.raises(InputError, match="this handle of psum was freed"):
+            step.run([x, w])
+        step.free()  # again: nothing to do
+        assert c.usable
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+
+
+def test_a_deadline_passed_while_a_cluster_loads_is_the_jobs_one_report():
+    """Cluster(timeout=0.001): the deadline passes in the load's first wait (the split of
+    the node's ranks). Before, each rank said its own line -- `rank 0: timed out after 0.0
+    s waiting in finding the ranks that share this node (deadline 0.001 s: ... or
+    XLADIST_COLLECTIVE_TIMEOUT sets it)` -- as a one-shot job did before it set the
+    monitor first; now the job's one report of where every rank is."""
+    x, w = _inputs(2)
+    for _ in range(3):  # (1 ms passes in the load's waits every time seen)
+        with xladist.Cluster(n=2, timeout=0.001) as c:
+            try:
+                c.run(ALL_REDUCE, [x, w])
+            except ClusterEnded as e:
+                text = str(e)
+                break
+    else:
+        pytest.skip("the deadline never passed")
+    assert text.count("Where every rank is:") == 1, text
+    assert "timed out after" not in text and "XLADIST_COLLECTIVE_TIMEOUT" not in text, text
+
+
 def test_a_ranks_exception_is_reported_and_the_cluster_stays_usable():
     x, w = _inputs(1)
     with xladist.Cluster(n=2) as c:
@@ -232,6 +275,7 @@ def test_a_hang_ends_the_cluster_with_the_report(marker):
         assert time.monotonic() - t0 < 60
         text = str(info.value)
         assert "rank 1 waits there; rank 0 never arrived" in text, text
+        assert "(the deadline, timeout=3) in psum" in text, text  # not `--timeout 3`
         assert not c.usable
         with pytest.raises(ClusterEnded, match="no longer usable"):
             loop.run([x, np.array([2, 2], np.int32)])

@@ -249,10 +249,19 @@ def test_empty_queue_waits_with_a_deadline():
 
 
 def test_no_source_and_no_sink_are_reported():
+    """Each names every way to give one, a Cluster call's too: before, a cluster's call
+    without outfeed= was told to pass `outfeed= to xladist.run` only."""
     feeds = Feeds(None, None, timeout=1)
     with running_single(feeds, loop_module(1)) as device, \
-            pytest.raises(ExecutionError, match="this run has no infeed source"):
+            pytest.raises(ExecutionError, match="this run has no infeed source") as e:
         xladist.compile(loop_module(1), device=device)()
+    assert "infeed= to xladist.run or to a Cluster call" in str(e.value)
+    feeds = make_feeds(lambda r, rep, part: [np.ones(3, np.float32)], None, timeout=1)
+    with running_single(feeds, loop_module(1)) as device, \
+            pytest.raises(ExecutionError, match="this run has no outfeed sink") as e:
+        xladist.compile(loop_module(1), device=device)()
+    assert "(pass --outfeed FILE, or outfeed= to xladist.run or to a Cluster call)" \
+        in str(e.value)
 
 
 def test_prefetch_bounds_how_far_the_source_is_read():

@@ -55,3 +55,38 @@ def test_a_missing_module_file_is_named(no_launch, tmp_path):
     for given in (str(missing), missing):
         with pytest.raises(InputError, match=r"module file .*nope\.hlo: does not exist"):
             xladist.run(given, [np.ones((2, 4), np.float32)], n=2)
+
+
+def test_every_input_error_names_the_module(no_launch, tmp_path):
+    """A Cluster runs many modules: its input errors said `argument 0 (p: f32[4]): expected
+    dims [2, 4] ...` or `device 0: parameter 0 ...` without saying of which module (only
+    the count's said it). Now each names it, for Cluster.run / a handle's run (the
+    handle's own check, Compiled.inputs) and xladist.run alike."""
+    from types import SimpleNamespace
+
+    from xladist.runtime.cluster import Compiled
+    module = xladist.parse_hlo(PSUM.replace("HloModule m,", "HloModule psum_of_p,"))
+    handle = Compiled(SimpleNamespace(n=2), 1, module, None, None, {})
+    wrong = {  # what the module takes: one f32[4] per device
+        "dims": [np.ones((2, 5), np.float32)], "device axis": [np.ones((3, 4), np.float32)],
+        "dtype": [np.ones((2, 4), np.int32)], "count": [np.ones((2, 4), np.float32)] * 2,
+        "per device": [[np.ones(4, np.float64)], [np.ones(4, np.float32)]],
+        "not a list": 3, "npz": str(tmp_path / "missing.npz")}
+    for what, given in wrong.items():
+        for check in (handle.inputs, lambda g: xladist.run(module, g, n=2)):
+            with pytest.raises(InputError) as e:
+                check(given)
+            assert "psum_of_p" in str(e.value), (what, str(e.value))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_job_past_its_job_timeout_is_an_execution_error_naming_it():
+    """xladist.run(..., job_timeout=0.5) of a job that takes longer raised the launcher's
+    own subprocess.TimeoutExpired (`Command '[.../mpiexec', '-n', '2', ...]' timed out
+    after 0.5 seconds`): no XlaDistError, the CLI's and callers' `except` missed it. Now an
+    ExecutionError naming the module and job_timeout; the ranks are stopped."""
+    from xladist.errors import ExecutionError
+    with pytest.raises(ExecutionError) as e:
+        xladist.run(PSUM, [np.ones((2, 4), np.float32)], n=2, job_timeout=0.5)
+    assert "the 2-rank job of m did not end within job_timeout=0.5 s" in str(e.value)

@@ -182,6 +182,8 @@ def test_python_api_raises_with_the_report(tmp_path):
     assert time.monotonic() - t0 < TIMEOUT + SLACK
     text = str(info.value)
     assert "(iteration 2 of data_loop): rank 1 waits there; rank 0 never arrived" in text
+    # The setting the caller gave (before: `--timeout 3`, an option it never saw).
+    assert f"(the deadline, timeout={TIMEOUT:g}) in psum" in text, text
 
 
 @pytest.mark.timeout(300)
@@ -294,6 +296,58 @@ def test_report_names_the_error_of_a_rank_whose_run_raised():
             "at i (item 0); its caller went on") in text, text
     assert "r (line 13) over group [0, 1]: rank 0 waits there; rank 1 never arrived" in text
     assert "computing" not in text
+
+
+def test_a_rank_whose_program_has_not_begun_is_reported_starting_with_its_step():
+    """`xladist run -n 4 --timeout 0.001`: the ranks between two waits of their start-up
+    (reading the module, making communicators, compiling) were listed as `computing, not
+    waiting for another rank`, their program not begun. A rank's start-up step
+    (Client.starting) is now in its record -- its answer to the service's `where` and
+    anything it publishes -- until its program begins (mark)."""
+    from xladist.runtime.service.client import Client
+    client = Client("127.0.0.1:1", "", 2, 4)  # never started: no connection is made
+
+    def said(rec):  # as the service keeps it: with the rank's own fields (RankState.who)
+        return watchdog.describe_position(dict(rec, rank=2), 2, time.time())
+    assert "computing" in said(client._where())
+    client.starting("compiling the module (cpu backend)")
+    for rec in (client._where(), client._record(deadline.watchdog.position(None))):
+        assert said(rec) == \
+            "rank 2: starting: compiling the module (cpu backend) (its program has not begun)"
+    text = watchdog.format_report({2: dict(client._where(), rank=2)}, 2, 0.001, world_size=4)
+    assert "computing" not in text, text
+    client.mark("computing", tell=False)  # its program began
+    assert said(client._where()) == "rank 2: computing, not waiting for another rank"
+
+
+def test_a_cluster_rank_loading_a_module_is_reported_starting_not_computing(monkeypatch):
+    """A cluster's rank given a load order was 'computing' (the service marks it so when it
+    sends the order, and the rank's own answer said so) while it placed its device, made
+    its communicators and compiled. Now its answer names the load, until the load ends
+    (also when it fails)."""
+    from types import SimpleNamespace
+
+    from xladist.runtime import cluster_rank
+    from xladist.runtime.service.client import Client
+    client = Client("127.0.0.1:1", "", 1, 2)  # never started: sends nothing
+
+    def said():
+        return watchdog.describe_position(dict(client._where(), rank=1), 1, time.time())
+    seen = []
+
+    def load(client_, comm):
+        seen.append(said())
+        if len(seen) == 2:
+            raise RuntimeError("the load failed")
+        return object()
+    monkeypatch.setattr(cluster_rank, "_load", load)
+    comm = SimpleNamespace(Get_rank=lambda: 1)
+    for handle in (1, 2):
+        cluster_rank._obey(client, comm, {"call": handle, "handle": handle, "load": True},
+                           None, {})
+        assert said() == "rank 1: computing, not waiting for another rank"  # load over
+    assert seen == ["rank 1: starting: loading the module (placing its device, making its "
+                    "communicators, compiling) (its program has not begun)"] * 2
 
 
 # ---- the daemon publishes long waits and their end, off the hot path --------------------------

@@ -38,11 +38,13 @@ def run(args) -> int:
     from xladist.files import check_destination, write_atomic
     from xladist.hlo.parser import parse_file
     from xladist.hlo.verifier import verify_module
+    from xladist.semantics.custom_calls import check_partitioned
 
     out = Path(args.output)
     # Before compiling: the folder (made if missing) must be one we can write in.
     check_destination(out / f"{args.name}.o", "-o", create_dirs=True)
     module = parse_file(args.file)
+    check_partitioned(module)  # before the verifier, whose hint would not help
     verify_module(module)
     if module.replica_count * module.num_partitions > 1:
         raise InputError(f"{module.name} runs on {module.replica_count * module.num_partitions} "

@@ -36,7 +36,8 @@ examples:
 
 exit codes: 0 ok (warnings, e.g. a custom-call target nobody registered -- which
             `xladist run` refuses -- go to stderr), 1 problem found (warnings too under
-            --strict), 2 invalid input (parse or verifier error)
+            --strict), 2 invalid input (parse or verifier error, or a module before
+            SPMD partitioning, refused in `xladist run`'s words)
 """
 
 
@@ -98,19 +99,20 @@ def check_file(path: str, num_devices: int | None = None, *, deadlock: bool = Tr
     """Parse, verify and deadlock-check one file; returns the result as a dict.
 
     `replica_count` / `num_partitions`: the run's counts, as `xladist run` takes them.
-    Raises HloParseError, VerifierError or InputError for invalid input. A custom-call
-    target this process has not registered is a warning: the module is valid HLO (an
-    unoptimized JAX dump carries the partitioner's own targets), but `xladist run` refuses
-    it.
+    Raises HloParseError, VerifierError or InputError for invalid input, and
+    UnsupportedError (`xladist run`'s message) for a module written before SPMD
+    partitioning. A custom-call target this process has not registered is a warning: the
+    module is valid HLO, but `xladist run` refuses it.
     """
     from ..hlo.parser import parse_text
     from ..hlo.verifier import verify_module
     from ..runtime.config import override_device_counts
-    from ..semantics.custom_calls import check_registered
+    from ..semantics.custom_calls import check_partitioned, check_registered
     from . import read_module_text
     text, name = read_module_text(path)
     module = parse_text(text, filename=name)
     override_device_counts(module, replica_count, num_partitions)
+    check_partitioned(module)  # before partitioning: refused as `xladist run` refuses it
     report = verify_module(module, num_devices=num_devices)
     try:
         check_registered(module)

@@ -39,8 +39,10 @@ def run(args) -> int:
     from xladist.hlo.dynamic_padder import pad_dynamic
     from xladist.hlo.parser import parse_file
     from xladist.hlo.verifier import verify_module
+    from xladist.semantics.custom_calls import check_partitioned
 
     module = parse_file(args.file, "MODULE")
+    check_partitioned(module)  # before the verifier, whose hint would not help
     verify_module(module)
     module, _ = pad_dynamic(module)  # what the cpu backend compiles: the padded module
     program = CpuProgram(module)

@@ -61,8 +61,10 @@ def compile_to_bytes(module_text: str, schedule_of=None, filename: str | None = 
     errors."""
     from ..hlo.parser import parse_module
     from ..hlo.verifier import verify_module
+    from ..semantics.custom_calls import check_partitioned
     from .program import CpuProgram
     module = parse_module(module_text, filename=filename)
+    check_partitioned(module)  # before the verifier, whose hint would not help
     verify_module(module)
     schedule = schedule_of(module) if schedule_of is not None else {}
     prog = CpuProgram(module, schedule)

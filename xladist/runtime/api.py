@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,7 @@ def _per_device(module, inputs, n: int) -> list[list]:
     """inputs: a list with one array per parameter, each with a leading device axis of N,
     or an npz path (also a `{device}` template of per-device files: read one device at a
     time, io.Inputs), or a list over devices of argument lists. Rows are views of the
-    caller's arrays, not copies."""
+    caller's arrays, not copies. Every error names the module (a Cluster runs many)."""
     from xladist.semantics.values import TOKEN
     from xladist.hlo.dynamic_padder import check_entry_parameters
     from xladist.io import Inputs, decode
@@ -114,11 +115,12 @@ def _per_device(module, inputs, n: int) -> list[list]:
         inputs = []
     if isinstance(inputs, (str, os.PathLike)):
         return Inputs(os.fspath(inputs), shapes, num_devices=n,
-                      names=[p.name for p in params])
+                      names=[p.name for p in params], what=f"inputs of {module.name}")
     try:
         inputs = list(inputs)
     except TypeError:
-        raise InputError(f"inputs are one array per parameter (device axis first), a list "
+        raise InputError(f"inputs are one array per parameter of {module.name} (device "
+                         f"axis first), a list "
                          f"over devices of argument lists, or an npz path; got "
                          f"{type(inputs).__name__}") from None
     if len(inputs) == n and n > 0 and all(isinstance(x, (list, tuple)) for x in inputs):
@@ -138,8 +140,9 @@ def _per_device(module, inputs, n: int) -> list[list]:
         a = decode(np.asarray(next(it)), shape)
         expected = (n, *shape.dims)
         if a.shape != expected:
-            raise InputError(f"argument {i} ({p.name}: {shape.to_text(layout=False)}): expected "
-                             f"dims {list(expected)} (device axis first), got {list(a.shape)}")
+            raise InputError(f"{module.name} argument {i} ({p.name}: "
+                             f"{shape.to_text(layout=False)}): expected dims {list(expected)} "
+                             f"(device axis first), got {list(a.shape)}")
         for d in range(n):
             # A row of a C-ordered array is one already (no copy); 0-d rows stay 0-d.
             row = a[d]
@@ -160,7 +163,7 @@ def _conformed(module, per_device: list[list]) -> list[list]:
             raise InputError(f"{module.name} takes {len(params)} arguments, "
                              f"device {d} got {len(args)}")
         per_device[d] = [TOKEN if p.shape.is_token else conform_parameter(
-            a, p, e, f"device {d}: ") for a, p, e in zip(args, params, exact)]
+            a, p, e, f"{module.name}, device {d}: ") for a, p, e in zip(args, params, exact)]
     return per_device
 
 
@@ -194,6 +197,8 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     Host transfers (`is_host_transfer=true` channels): `host_send(rank, channel_id, array)`
     receives what a device sends to the host, `host_recv(rank, channel_id) -> array` supplies
     what a device receives from it; both are called in this process, one call at a time.
+    `job_timeout`: seconds the whole job may take from a plain process (default: no
+    limit); past it every rank is stopped and ExecutionError says so.
 
     Where the ranks run (from a plain process): `hosts` -- host names, or "name:slots", or a
     {name: slots} dict, ranks filling them in order -- or `hostfile` (MPICH's format, see
@@ -362,15 +367,20 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
     code = CodeStore(module, None if xlx else options["backend"])  # a .xlx: nothing to compile
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,
                       emit=lambda text: None, checked=checked)
+    service.timeout_setting = "timeout="  # the hang report names the caller's own setting
     from xladist.files import rescued
     before = len(rescued())
     try:
         proc = launcher.launch(n, ["-m", "xladist.runtime.rank_main"], capture=True,
                                timeout=job_timeout, hosts=hosts, hostfile=hostfile,
                                mpiexec=mpiexec, service=service)
-    except BaseException:
+    except BaseException as e:
         code.cancel()  # a signal or Ctrl-C: stop compiling for ranks that are gone
         job.abandon()
+        if isinstance(e, subprocess.TimeoutExpired):  # the launcher stopped every rank
+            raise ExecutionError(f"the {n}-rank job of {module.name} did not end within "
+                                 f"job_timeout={job_timeout:g} s: it was stopped, every "
+                                 f"rank with it") from None
         raise
     finally:
         code.close()  # even when interrupted: LLVM in a thread must not outlive Python

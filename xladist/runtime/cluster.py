@@ -133,6 +133,7 @@ class Cluster:
         self._calls = _Calls(self.n)
         self._service = Service(self.n, job=self._calls, code=self._calls.codes,
                                 defer_lost=True, prints=True, emit=lambda text: None)
+        self._service.timeout_setting = "timeout="  # as the hang report names it
         self._thread = threading.Thread(
             target=_launch, name="xladist-cluster-launch", daemon=True,
             args=(self._mpiexec, self.n, self._service, self._calls, self._where))
@@ -356,6 +357,12 @@ class Cluster:
         from .service.outputs import Outputs
         with self._lock:
             self._usable_or_raise()
+            if getattr(handle, "freed", False):  # by another thread, after run's own look
+                if free and not (load or run or inputs is not None):
+                    return None  # freed twice: once is enough
+                raise InputError(f"{PREFIX}: this handle of {handle.module.name} was freed")
+            if free and isinstance(handle, Compiled):
+                handle.freed = True  # here, under the lock: no order for it follows
             run = inputs is not None if run is None else run
             job = JobHost(self.n, module_text=handle.text if load else None,
                           xlx=handle.xlx if load else None,
@@ -480,11 +487,14 @@ class Compiled:
         """Release the module on every rank (a closed cluster has already)."""
         if self.freed:
             return
-        self.freed = True
         if self._dropped is not None:
             self._dropped.detach()
         if self.cluster.usable:
+            # Marked freed under the cluster's lock (Cluster._call): a run another thread
+            # started after that raises "was freed" and sends no rank an order; before, it
+            # could reach the ranks after the free (`internal error: KeyError`).
             self.cluster._call(self, free=True)
+        self.freed = True
 
 
 class _Launch:

@@ -36,7 +36,13 @@ class _Loaded:
 
 def serve(client, comm) -> None:
     """Obey the cluster's orders until `end` (or the service closes)."""
+    from xladist.collectives import deadline
+
     from .rank import release
+    # From the first wait on (a load's split of the node's ranks comes before its device
+    # is placed), as rank_main.serve: a deadline passed there is the job's one report of
+    # where every rank is, not a line from each rank naming XLADIST_COLLECTIVE_TIMEOUT.
+    deadline.watchdog.set_monitor(client)
     loaded: dict[int, _Loaded] = {}
     client.send("cluster-ready")
     try:
@@ -55,7 +61,13 @@ def _obey(client, comm, order: dict, payload, loaded: dict) -> None:
     call, handle = order["call"], order["handle"]
     try:
         if order.get("load"):
-            loaded[handle] = _load(client, comm)
+            # A hang report names the step (not 'computing'), as for a one-shot rank.
+            client.starting("loading the module (placing its device, making its "
+                            "communicators, compiling)")
+            try:
+                loaded[handle] = _load(client, comm)
+            finally:
+                client.starting(None)
         if order.get("run"):  # answers call-done with the outputs
             _run(client, call, loaded[handle], order["inputs"], payload, order.get("feeds"))
         else:

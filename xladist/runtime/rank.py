@@ -108,6 +108,7 @@ def execute_on_this_rank(module, inputs, *, backend: str = "cpu",
     host_finish = getattr(host, "finish", None)
     forget_host = deadline.on_abort(host_finish) if host_finish else None
     try:
+        monitor.starting(f"compiling the module ({backend} backend)")  # until mark()
         with spans.span("compile", backend=backend):
             exe = compile_for(module, device, backend=backend, verify=verify,
                               schedule=schedule, compile_options=compile_options)

@@ -50,13 +50,19 @@ def serve(client, comm, bye: bool = True) -> None:
     # The service hears of every wait that passes its deadline from here on, so that a
     # deadline passed on several ranks at once is one report of where every rank is.
     deadline.watchdog.set_monitor(client)
+    # Each start-up step named, for a hang report of a rank between its waits (else it
+    # would say 'computing', its program not begun): the rank's record, no message.
+    client.starting("receiving the job")
     with deadline.waiting("receiving the job from the coordination service"):
         meta, blob = client.request("job", SETUP_TIMEOUT_S)
     spec = meta["spec"]
+    client.starting("reading the module")
     module, compile_options = _module(spec, blob)
     deadline.configure(spec.get("timeout", 300.0))
+    client.starting("receiving its inputs")
     with deadline.waiting("receiving this rank's inputs from the coordination service"):
         inputs = _inputs(client, rank)
+    client.starting("placing its device and making its communicators")
     if spec.get("threads") is not None:
         from xladist.compiler import parallel
         parallel.set_threads(spec["threads"])

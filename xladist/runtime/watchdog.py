@@ -76,6 +76,8 @@ def record(placement, pos: dict, *, finished: bool = False, host: str | None = N
         rec["state"] = "finished"
     if pos["state"] == "failed":
         rec["error"] = pos.get("error")
+    if pos["state"] == "starting" and pos.get("doing"):
+        rec["doing"] = pos["doing"]
     if pos["state"] == "waiting":
         where = pos.get("where")
         rec.update(what=pos["what"], where=None if where is None else str(where),
@@ -134,7 +136,8 @@ def describe_position(rec: dict | None, rank: int, now: float, hosts: bool = Fal
     if state == "finished":
         return f"{who}: finished its program"
     if state == "starting":
-        return f"{who}: starting (its program has not begun){stale}"
+        doing = f": {rec['doing']}" if rec.get("doing") else ""
+        return f"{who}: starting{doing} (its program has not begun){stale}"
     if state == "failed":  # its run raised to a caller that went on (a script under mpiexec)
         return (f"{who}: failed: {rec.get('error')}; its caller went on, so it joins no "
                 "later wait")
@@ -173,11 +176,12 @@ def spans_hosts(positions: dict[int, dict]) -> bool:
 
 def format_report(positions: dict[int, dict], me: int, timeout: float,
                   world_size: int | None = None, finished: list[int] | None = None,
-                  fired: dict | None = None) -> str:
+                  fired: dict | None = None, setting: str = "--timeout") -> str:
     """The text printed when rank `me`'s deadline passes, from every rank's record (`fired`:
     `me`'s record as the deadline passed, for the headline when its wait has ended since);
     or, with `finished` (waits_for_finished), when `me` waits for those ranks, which have
-    finished their programs, before its deadline."""
+    finished their programs, before its deadline. `setting`: how the reader set the
+    deadline (`--timeout`, or `timeout=` of xladist.run and xladist.Cluster)."""
     now = time.time()
     hosts = spans_hosts(positions)
     mine = positions.get(me, {})
@@ -187,14 +191,15 @@ def format_report(positions: dict[int, dict], me: int, timeout: float,
     who = _who(mine, hosts) if mine else f"rank {me}"
     where = _op(mine) if mine.get("state") == "waiting" else "a wait"
     waited = now - mine.get("since", now)
+    given = f"{setting}{timeout:g}" if setting.endswith("=") else f"{setting} {timeout:g}"
     if finished:
         whose = "whose program has" if len(finished) == 1 else "whose programs have"
         head = (f"xladist: {who} has waited {waited:.1f} s in {where} for {_ranks(finished)}, "
                 f"{whose} finished: the wait cannot end (said before the deadline, "
-                f"--timeout {timeout:g}). Where every rank is:")
+                f"{given}). Where every rank is:")
     else:
-        head = (f"xladist: {who} waited {waited:.1f} s (the deadline, --timeout "
-                f"{timeout:g}) in {where}. Where every rank is:")
+        head = (f"xladist: {who} waited {waited:.1f} s (the deadline, {given}) in {where}. "
+                "Where every rank is:")
     lines = [head]
     n = max([me, *positions]) + 1
     n = max(n, world_size or 0, _world(positions))

@@ -29,7 +29,8 @@ Registered here:
   annotations, the identity on one device (shard_map's boundary of several arrays is one
   call: operand i is result i); `xla.sdy.ShardingGroup` (shard_alike): no result and no
   effect. A shape-changing one means the module is not partitioned: `check_registered`
-  refuses it before any rank starts (`unpartitioned`);
+  refuses it before any rank starts (`unpartitioned`), and `check_partitioned` before
+  any verifier;
 - jax's CPU LAPACK targets `lapack_<s|d|c|z><routine>_ffi` (trsm, potrf, getrf, geqrf,
   geqp3, orgqr/ungqr, ormqr/unmqr, syevd/heevd, sytrd/hetrd, gesdd, gesvd, geev, gees,
   gehrd, gtsv): see lapack.py.
@@ -116,14 +117,15 @@ def target_returned(target, got: str, expected) -> str:
     return f"custom-call target {target!r} returned {got} where {expected} was expected"
 
 
-def check_registered(module) -> None:
+def check_registered(module, *, only_unpartitioned: bool = False) -> None:
     """UnsupportedError naming every custom-call of `module` whose target this process has
     not registered, and every built-in sharding annotation that changes a shape (the
     module is not partitioned: refused before the verifier, whose look at its collectives'
     partition ids would ask for counts that do not help). The registry is per process:
     call it where the module will run (or in the process that starts fresh ranks, which
-    register no more than it has)."""
-    problems = []
+    register no more than it has). `only_unpartitioned`: raise (the same message) only
+    for a module before partitioning (`check_partitioned`)."""
+    problems, before_partitioning = [], False
     for i in module.all_instructions():
         if i.opcode != "custom-call":
             continue
@@ -132,6 +134,21 @@ def check_registered(module) -> None:
             problems.append(unregistered(i))
         elif fn is _annotation and (why := unpartitioned(i)):
             problems.append(why)
+            before_partitioning = True
+    if before_partitioning or not only_unpartitioned:
+        _refuse(problems)
+
+
+def check_partitioned(module) -> None:
+    """UnsupportedError, in the words of `xladist run`'s refusal (`check_registered`), when
+    `module` was written before SPMD partitioning. Every entry that verifies a module
+    calls it before the verifier, whose look at the collectives' partition ids would ask
+    for --num-partitions, which does not help; a target merely unregistered passes (what
+    runs it refuses it)."""
+    check_registered(module, only_unpartitioned=True)
+
+
+def _refuse(problems: list[str]) -> None:
     if len(problems) == 1:
         raise UnsupportedError(problems[0])
     if problems:

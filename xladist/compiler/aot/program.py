@@ -464,9 +464,23 @@ class AotProgram:
                   ("   for the default layout), 64-byte aligned. Returns 0 on success. Reentrant: "
                   "calls"),
                   "   with distinct temp buffers may run concurrently. */",
+                  *self._sub_byte_note(),
                   f"int {n}_run(const void *const *args, void *const *results, void *temp);",
                   "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
         return "\n".join(lines)
+
+    def _sub_byte_note(self) -> list[str]:
+        """How the buffers hold s4/u4 (s2/u2) elements, when some argument or result has
+        them: as the code reads and writes them (lowbits.py), which C has no type to say."""
+        from ..codegen.lowbits import SUB_BYTE_INTS
+        used = sorted({x.shape.element_type.name for x in (*self.args, *self.results)} &
+                      set(SUB_BYTE_INTS))
+        if not used:
+            return []
+        return [f"/* {'/'.join(used)} elements: one per byte, in its low bits (two's "
+                "complement for the signed ones), as ml_dtypes",
+                "   stores int4/uint4: the high bits are ignored in args and written as 0 in "
+                "results. */"]
 
 
 _LOCK = threading.Lock()

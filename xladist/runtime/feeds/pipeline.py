@@ -384,7 +384,8 @@ class Feeds:
         if self._pre is None:
             raise self._error(instr, f"{instr.name} wants infeed item {k} on rank {r}, but "
                                      "this run has no infeed source (pass --infeed FILE or "
-                                     "--infeed-fn pkg.mod:fn, or infeed= to xladist.run)")
+                                     "--infeed-fn pkg.mod:fn, or infeed= to xladist.run or to a "
+                                     "Cluster call)")
         item = self._ended
         if item is None:
             try:
@@ -414,7 +415,8 @@ class Feeds:
         if self.sink is None:
             raise self._error(instr, f"{instr.name} outfeeds item {self.outfed} on rank "
                                      f"{self.placement.rank}, but this run has no outfeed "
-                                     "sink (pass --outfeed FILE, or outfeed= to xladist.run)")
+                                     "sink (pass --outfeed FILE, or outfeed= to xladist.run or "
+                                     "to a Cluster call)")
         try:
             self.sink.write(owned(data))
         except ExecutionError:

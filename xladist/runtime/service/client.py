@@ -69,6 +69,9 @@ class Client:
         self._placed = None             # the placement the service was last told
         self.finished = False
         self.failure: str | None = None  # the error of a run that raised (mark "failed")
+        # The start-up step this rank is in before its program begins (`starting`), None
+        # once it has begun (any `mark`): a hang report says "starting: STEP" of it.
+        self.setup: str | None = None
         self.closing = False
         self.service_closed = False
         self.welcome: dict | None = None
@@ -244,7 +247,10 @@ class Client:
 
     def _record(self, pos: dict) -> dict:
         """`pos` as the record the service keeps: with this rank's placement, its run and
-        its deadline (for the report of a wait for a rank that finished, server.py)."""
+        its deadline (for the report of a wait for a rank that finished, server.py). Not
+        waiting before its program has begun: 'starting' (`starting`), not 'computing'."""
+        if self.setup is not None and pos["state"] == "computing":
+            pos = {"state": "starting", "doing": self.setup, "loops": []}
         return dict(record(self.placement, pos, finished=self.finished, run=self.run),
                     timeout=deadline.watchdog.timeout_s)
 
@@ -296,6 +302,13 @@ class Client:
     def publish(self, pos: dict) -> None:
         self.send("pos", timeout=2.0, rec=self._record(pos))
 
+    def starting(self, step: str | None) -> None:
+        """This rank's program has not begun: it is `step` ("compiling the module"); None:
+        no more (a cluster's load ended). No message: the service hears it only when it
+        asks where every rank is (`where`, for a hang report), which would otherwise call
+        the rank 'computing'."""
+        self.setup = step
+
     def mark(self, state: str, tell: bool = True, error: str | None = None) -> None:
         """The main thread's own news: 'computing' when the program starts, 'finished', or
         'failed' with its `error` (watchdog.failure) when the run raised: a caller that goes
@@ -303,6 +316,7 @@ class Client:
         call it 'computing'. `tell=False`: for this rank's own answers (`where`) only -- a
         cluster's service knows it from its order and the call's answer
         (server.RankState.mark)."""
+        self.setup = None
         if state == "finished":
             self.finished = True
         self.failure = error if state == "failed" else None
@@ -418,6 +432,7 @@ def for_rank(comm) -> Client:
         if rank == 0:
             from .server import Service  # only rank 0 of a bare launch hosts the service
             hosted = Service(size, prints=False)
+            hosted.timeout_setting = "timeout="  # a script's xladist.run under mpiexec
             address, token = hosted.address, hosted.token
             atexit.register(hosted.close)  # after this rank's own goodbye (atexit: LIFO)
         with deadline.waiting("sharing the coordination service's address (rank 0 hosts it)"):

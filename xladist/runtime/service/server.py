@@ -178,6 +178,9 @@ class Service:
         self.defer_lost = defer_lost
         self._emit = emit
         self.checked = checked or {}
+        # How the job's user set the deadline, as the hang report names it (the Python
+        # API's callers set `timeout=`).
+        self.timeout_setting = "--timeout"
         self.heartbeat_timeout = heartbeat_timeout() if heartbeat is None else heartbeat
         self.register_timeout = _seconds(REGISTER_TIMEOUT_ENV, DEFAULT_REGISTER_TIMEOUT_S)
         self._started = time.monotonic()
@@ -564,7 +567,8 @@ class Service:
         # The headline names the wait the deadline passed in, even when it ended between
         # the deadline and the question (a partner just late): the rank's own record.
         fired = self.ranks[first].record if first in self.ranks else None
-        self._say_hang(format_report(records, first, timeout, self.size, fired=fired),
+        self._say_hang(format_report(records, first, timeout, self.size, fired=fired,
+                                     setting=self.timeout_setting),
                        records)
 
     def _positions_now(self) -> tuple[dict[int, dict], bool]:
@@ -633,7 +637,8 @@ class Service:
                 self._failing = True
             b, done = found
             timeout = float(records[b].get("timeout", 0.0))
-            self._say_hang(format_report(records, b, timeout, self.size, finished=done),
+            self._say_hang(format_report(records, b, timeout, self.size, finished=done,
+                                         setting=self.timeout_setting),
                            records)
         finally:
             self._probing = False
