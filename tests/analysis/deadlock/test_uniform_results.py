@@ -177,3 +177,85 @@ def test_proven_carried_pmax_loops_complete_with_the_models_and_jax_results(clus
 def test_near_misses_of_a_carried_pmax_really_hang(tmp_path, text):
     """The rows' maxima differ: one half stops while the other waits for it."""
     assert "never arrived" in _hangs(tmp_path, text, APART)
+
+
+SWITCH = """HloModule switch, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%psum (p: f32[4]) -> f32[4] {
+  %p = f32[4] parameter(0)
+  ROOT %r = f32[4] all-reduce(%p), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+}
+
+%twice (p: f32[4]) -> f32[4] {
+  %p = f32[4] parameter(0)
+  ROOT %r = f32[4] add(%p, %p)
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %zero = f32[] constant(0)
+  %s = f32[] reduce(%x, %zero), dimensions={0}, to_apply=%add
+  %si = s32[] convert(%s)
+  %v = s32[1] reshape(%si)
+  %g = s32[SIZE] all-gather(%v), channel_id=1, replica_groups=GROUPS, dimensions={0}, use_global_device_ids=true
+  %g0 = s32[1] slice(%g), slice={[0:1]}
+  %i = s32[] reshape(%g0)
+  %two = s32[] constant(2)
+  %idx = s32[] remainder(%i, %two)
+  ROOT %o = f32[4] conditional(%idx, %x, %x), branch_computations={%psum, %twice}
+}
+"""
+
+
+def switch(groups=ALL):
+    return SWITCH.replace("GROUPS", groups).replace("SIZE", "4" if groups == ALL else "2")
+
+
+def test_a_switch_on_an_all_gather_over_every_device_is_proven():
+    report = check_module(xladist.parse_hlo(switch()), budget=None)
+    assert report.verdict == "proven", report.to_text()
+    report = check_module(xladist.load_hlo(JAX / "switch.hlo"), 4, budget=None)
+    assert report.verdict == "proven", report.to_text()
+
+
+@pytest.mark.parametrize("groups", [ROWS, "{{0,2},{1,3}}"])
+def test_a_switch_on_an_all_gather_over_a_subgroup_is_not_proven(groups):
+    """Each subgroup picks its branch from its own first element: where they differ, the
+    subgroup that took the psum over every device waits for the other."""
+    report = check_module(xladist.parse_hlo(switch(groups)), budget=None)
+    assert report.verdict != "proven", report.to_text()
+    assert {p.kind for p in report.problems} == {"unmatched"}, report.to_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_switch_on_an_all_gather_completes_with_the_models_and_jax_results(cluster_run):
+    # Device 0's sum decides for all: 6 (even: the psum) and 5 (odd: twice its own x).
+    for first in (6.0, 5.0):
+        x = np.ones((4, 4), np.float32)
+        x[0] = first / 4
+        want = (np.broadcast_to(x.sum(axis=0), x.shape) if first % 2 == 0 else 2 * x)
+        for backend in ("interpreter", "cpu"):
+            outs = cluster_run(switch(), [x], n=4, backend=backend, timeout=TIMEOUT)
+            np.testing.assert_allclose(np.stack([o[0] for o in outs]), want, rtol=1e-6)
+    module = xladist.load_hlo(JAX / "switch.hlo")
+    for backend in ("interpreter", "cpu"):
+        outs = cluster_run(module.to_text(), [np.load(JAX / "switch.inputs.npz")["arg0"]],
+                           n=4, backend=backend, timeout=TIMEOUT)
+        np.testing.assert_allclose(np.stack([o[0] for o in outs]),
+                                   np.load(JAX / "switch.expected.npz")["out0"], rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_switch_on_an_all_gather_over_rows_really_hangs(tmp_path):
+    """Row {0,1} reads device 0's sum (4: the psum), row {2,3} device 2's (1: twice x)."""
+    x = np.ones((4, 4), np.float32) / 4
+    x[0] = 1
+    assert "never arrived" in _hangs(tmp_path, switch(ROWS), x)

@@ -30,7 +30,7 @@ from .budget import OverBudget
 from .events import DeviceTrace, Event, Handle, where
 from .report import DATA, LONG_LOOP, UNMODELLED, UNPAIRED_DONE
 from .facts import ModuleFacts, known_trip_count
-from .fold import Folder, Frame, Unknown, pick_branch
+from .fold import SAME_ON_EVERY_MEMBER, Folder, Frame, Unknown, pick_branch
 from .induction import (
     INDUCTION_ITERATIONS,
     body_period,
@@ -144,9 +144,9 @@ class _Tracer:
             raise OverBudget(self.device, where(instr, ctx))
 
     def uniform_key(self, instr: Instruction, issued: bool = False):
-        """All members of a synchronous all-reduce's group get the same result: its key is
-        this device's group and the all-reduce's position among the collectives the device
-        issues on it (`issued`: it was just issued; else it is still ahead).  matching.py
+        """All members of a synchronous all-reduce's (or all-gather's) group get the same
+        result: its key is this device's group and its position among the collectives the
+        device issues on it (`issued`: it was just issued; else it is still ahead).  matching.py
         pairs the k-th collective of every member of a group (or reports a mismatch), so
         equal keys hold one value -- the instruction and its run count would not: members
         reaching one all-reduce as different collectives of the group (a branch issued
@@ -217,10 +217,10 @@ def _sync(t: _Tracer, instr, frame, ctx, op=None):
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
     t.emit_collective("sync", instr, ctx, group, sig)
-    if instr.opcode == "all-reduce" and t.folder.uniform_key is not None:
+    if instr.opcode in SAME_ON_EVERY_MEMBER and t.folder.uniform_key is not None:
         # Its value is keyed by this run, now: folded later (a branch on the result of a
         # call that ran it, after a second call ran it again) it is still this run's.
-        frame.memo[instr] = Unknown(instr, "all-reduce is computed from data at run time",
+        frame.memo[instr] = Unknown(instr, f"{instr.opcode} is computed from data at run time",
                                     t.uniform_key(instr, issued=True))
 
 
