@@ -19,16 +19,23 @@ required_send_recv_pairs, SendRecvStreams). Then, on those explicit per-device e
   docs/reference/collective-semantics.md 21a says); devices left waiting on each other in a
   cycle are a `deadlock`.
 
-Values: the context returns zeros for what other devices would send, except an all-reduce of
-an entry parameter, which it computes exactly from the inputs of every member of this
-device's group (the generated programs' only data-dependent control besides their own
-parameters: a trip count or a branch decided by an all-reduce of a parameter, over every
-device or over groups of devices that may then decide apart). Control that would depend on other received data is not
-generated (tests/analysis/deadlock/programs.py).
+Values: the devices run at once (a thread each), and a collective pairs as MPI pairs it: the
+k-th collective a device issues on its group meets the k-th of every other member, whatever
+instruction each of them issues there. A device waits at a collective (at the done of a
+start) until every member has issued its k-th, and takes the result from what each member
+actually contributed: an all-reduce reduces the members' operands in group order, an
+all-gather concatenates them; other collectives and received data give zeros (control that
+depends on them is not generated, tests/analysis/deadlock/programs.py). When every running
+device waits on an instance some member never issues, those waits end with zeros: the
+event lists then hold the problem, which the analysis below names. So the reference does
+not assume that members issue the same instruction (a value keyed by instruction would
+miss two devices reducing different instructions at the same position: see
+test_reference.py).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 
 import numpy as np
@@ -51,8 +58,9 @@ class _Recorder(DeviceContext):
     """One device's run: its events, in order. An event is a dict with `kind` and what its
     matching needs; handles returned to the interpreter are event indices."""
 
-    def __init__(self, module, da, device, streams, inputs):
-        self.da, self.device, self.streams, self.inputs = da, device, streams, inputs
+    def __init__(self, module, da, device, streams, meeting):
+        self.da, self.device, self.streams, self.meeting = da, device, streams, meeting
+        self.issued: dict[tuple, int] = defaultdict(int)   # group -> collectives issued
         self.replica_id, self.partition_id = da.logical_id(device)
         self.replica_count, self.num_partitions = da.replica_count, da.num_partitions
         self.events: list[dict] = []
@@ -80,39 +88,52 @@ class _Recorder(DeviceContext):
                tuple(op.attrs.get("dimensions", ()) or ()), pairs)
         return mine, sig
 
-    def _result(self, instr, op, args, reducer):
+    def _issue(self, instr, args, reducer, kind) -> tuple | None:
+        """Record the device's next collective on its group and contribute its operands;
+        the handle to wait on, or None when the device takes no part."""
+        group, sig = self._group(instr)
+        if group is None:
+            return None
+        index = self._add(kind=kind, instr=instr, group=group, sig=sig)
+        k = self.issued[group]
+        self.issued[group] += 1
+        self.meeting.contribute((group, k), self.device, sig, args)
+        return index, (group, k), instr, reducer
+
+    def _result(self, handle, instr):
+        """The collective's value from what every member contributed (zeros when some
+        member never issues it, or members disagree on it)."""
         shape = instr.shape if not instr.opcode.endswith("-start") else (
             instr.shape if instr.opcode == "all-reduce-start" else instr.shape.tuple_shapes[1])
-        operand = op.operands[0] if op.operands else None
-        if (op.opcode.removesuffix("-start") == "all-reduce" and operand is not None
-                and operand.opcode == "parameter" and operand.parent is op.parent.module.entry
-                and reducer is not None):
-            # Every member's own input, reduced in group order (the exact result).
-            group, _ = self._group(op)
-            values = [np.asarray(self.inputs[m][operand.parameter_number]) for m in group]
+        if handle is None:
+            return zeros_value(shape)
+        _, key, _, reducer = handle
+        met = self.meeting.wait(self.device, key)
+        if met is None or len({sig for sig, _ in met}) > 1 or len(met[0][1]) != 1:
+            return zeros_value(shape)
+        values = [np.asarray(args[0]) for _, args in met]
+        base = instr.opcode.removesuffix("-start")
+        if base == "all-reduce" and reducer is not None:
             out = values[0]
             for v in values[1:]:
                 out = reducer(out, v)
             return np.asarray(out).astype(shape.dtype)
+        if base == "all-gather":
+            dim = (instr.attrs.get("dimensions") or (0,))[0]
+            return np.concatenate(values, axis=dim).astype(shape.dtype)
         return zeros_value(shape)
 
     def collective(self, instr, args, reducer=None):
-        group, sig = self._group(instr)
-        if group is not None:
-            self._add(kind="sync", instr=instr, group=group, sig=sig)
-        return self._result(instr, instr, args, reducer)
+        return self._result(self._issue(instr, args, reducer, "sync"), instr)
 
     def collective_start(self, instr, args, reducer=None):
-        group, sig = self._group(instr)
-        index = None if group is None else self._add(kind="start", instr=instr, group=group,
-                                                     sig=sig)
-        return index, self._result(instr, instr, args, reducer)
+        return self._issue(instr, args, reducer, "start"), instr
 
     def collective_done(self, instr, handle):
-        index, value = handle
-        if index is not None:
-            self._add(kind="done", instr=instr, start=index)
-        return value
+        handle, start = handle
+        if handle is not None:
+            self._add(kind="done", instr=instr, start=handle[0])
+        return self._result(handle, start)
 
     def _transfer(self, instr, kind):
         pairs = required_send_recv_pairs(instr, self.da.replica_count,
@@ -145,16 +166,78 @@ class _Recorder(DeviceContext):
         return zeros_value(self.events[handle]["instr"].shape.tuple_shapes[0])
 
 
+class _Meeting:
+    """Where the devices' collectives meet: instance (group, k) -> device -> (signature,
+    operands). A wait ends when every member has contributed, or when every device still
+    running waits and no wait can end (those instances are `broken`: zeros, at once for a
+    member arriving later)."""
+
+    def __init__(self, n: int):
+        self.n, self.running = n, n
+        self.waiting: dict = {}          # device -> the instance it waits on now
+        self.met: dict[tuple, dict] = defaultdict(dict)
+        self.broken: set = set()
+        self.cv = threading.Condition()
+
+    def contribute(self, key, device, sig, args) -> None:
+        with self.cv:
+            self.met[key][device] = (sig, list(args))
+            self.cv.notify_all()
+
+    def _complete(self, key) -> bool:
+        return len(self.met[key]) == len(key[0])
+
+    def wait(self, device, key):
+        """The members' (signature, operands) in group order, or None (broken)."""
+        with self.cv:
+            self.waiting[device] = key
+            while not self._complete(key) and key not in self.broken:
+                self._release_if_stuck()
+                if not self._complete(key) and key not in self.broken:
+                    self.cv.wait()
+            del self.waiting[device]
+            if key in self.broken and not self._complete(key):
+                return None
+            return [self.met[key][m] for m in key[0]]
+
+    def _release_if_stuck(self) -> None:
+        """Every running device waits, on an instance some member never issues: end them."""
+        keys = set(self.waiting.values())
+        if len(self.waiting) == self.running and not any(map(self._complete, keys)):
+            self.broken |= keys
+            self.cv.notify_all()
+
+    def finish(self) -> None:
+        with self.cv:
+            self.running -= 1
+            self._release_if_stuck()
+
+
 def record(module, da, inputs) -> dict[int, list[dict]]:
-    """Every device's events: device -> list (inputs: device -> its argument values)."""
+    """Every device's events: device -> list (inputs: device -> its argument values). The
+    devices run at once, each in a thread, meeting at their collectives."""
     schedule = schedule_module(module)
     streams = SendRecvStreams(module)
-    out = {}
-    for d in da.devices:
-        rec = _Recorder(module, da, d, streams, inputs)
-        Evaluator(module, rec, schedule=schedule).run(inputs[d])
-        out[d] = rec.events
-    return out
+    meeting = _Meeting(len(da.devices))
+    recs = {d: _Recorder(module, da, d, streams, meeting) for d in da.devices}
+    errors: list[BaseException] = []
+
+    def run(d):
+        try:
+            Evaluator(module, recs[d], schedule=schedule).run(inputs[d])
+        except BaseException as e:   # re-raised below, in the caller's thread
+            errors.append(e)
+        finally:
+            meeting.finish()
+
+    threads = [threading.Thread(target=run, args=(d,), daemon=True) for d in da.devices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return {d: rec.events for d, rec in recs.items()}
 
 
 def _index(events):

@@ -253,3 +253,15 @@ def test_devices_entering_a_loop_apart_really_hang(tmp_path):
     assert check_module(xladist.parse_hlo(text)).errors
     err = _hangs(tmp_path, text, 4, arg0=np.ones((4, 4), np.float32))
     assert "never arrived" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_all_reduce_paired_with_another_instruction_really_runs_the_loop_apart(tmp_path):
+    """test_reference.py's CLASH with m = (0, 1): replica 0's %t meets replica 1's constant
+    all-reduce, so the loop runs 5 times on replica 0 and 6 on replica 1, as the reference
+    (pairing by order of issue) says; an oracle valuing %t by instruction saw no problem."""
+    from .test_reference import CLASH
+    err = _hangs(tmp_path, CLASH, 2, arg0=np.zeros((2, 2), np.float32),
+                 arg1=np.array([0, 1], np.int32))
+    assert "(iteration 6 of w): rank 1 waits there; rank 0 never arrived" in err, err

@@ -37,13 +37,18 @@ _CANNOT_FOLD = (ValueError, TypeError, IndexError, ZeroDivisionError, Unsupporte
 MAX_FOLD_ITERATIONS = 100_000
 
 
+# Collectives whose result is the same on every member of the group, whatever each member
+# contributes: a reduction of all operands, or all operands concatenated in group order.
+SAME_ON_EVERY_MEMBER = frozenset({"all-reduce", "all-gather"})
+
+
 class Unknown:
     """A value the folder cannot compute; `origin` is the instruction it first came from.
 
     `key` is set when the value, though unknown, is the same on every device that computes
-    the same key: an all-reduce result (the same on its whole group) and what the same
-    instructions compute from such results and equal known values. The deadlock check may
-    then enumerate the branches such a value picks instead of giving up (trace.py).
+    the same key: an all-reduce or all-gather result (the same on its whole group) and what
+    the same instructions compute from such results and equal known values. The deadlock
+    check may then enumerate the branches such a value picks instead of giving up (trace.py).
     """
 
     __slots__ = ("key", "origin", "reason")
@@ -148,8 +153,8 @@ class Folder:
         if instr in memo:
             return memo[instr]
         rule = FOLD_RULES.get(instr.opcode)
-        if instr.opcode == "all-reduce" and self.uniform_key is not None:
-            value = Unknown(instr, "all-reduce is computed from data at run time",
+        if instr.opcode in SAME_ON_EVERY_MEMBER and self.uniform_key is not None:
+            value = Unknown(instr, f"{instr.opcode} is computed from data at run time",
                             self.uniform_key(instr))
         elif rule is None:
             value = Unknown(instr, f"{instr.opcode} is computed from data at run time")

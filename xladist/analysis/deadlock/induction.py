@@ -119,13 +119,15 @@ def _reads(root: Instruction, param: Instruction,
     return out
 
 
-def control_slice(cond: Computation, body: Computation,
-                  reduced: list | None = None) -> tuple[int, ...] | None:
+def control_slice(cond: Computation, body: Computation, reduced: list | None = None,
+                  carried: list | None = None) -> tuple[int, ...] | None:
     """The loop-state indices that decide the trip count, closed under the body; None when
     they depend on anything but themselves and constants.  With `reduced` (a list: the
     condition communicates), the condition may also read all-reduces it computes itself,
     which are appended to `reduced` (their operands are not part of the slice: every member
-    of the group gets the same result whatever each member contributes)."""
+    of the group gets the same result whatever each member contributes).  With `carried` (a
+    list), the body may compute slice elements from all-reduces at its top level, appended
+    to `carried` (`while pmax(|dx|) > tol` with the pmax computed in the body)."""
     if len(cond.parameters) != 1 or len(body.parameters) != 1:
         return None
     root = body.root
@@ -142,7 +144,7 @@ def control_slice(cond: Computation, body: Computation,
         if j >= len(root.operands):
             return None
         done.add(j)
-        more = _reads(root.operands[j], body.parameters[0])
+        more = _reads(root.operands[j], body.parameters[0], carried)
         if more is None:
             return None
         todo |= more - done

@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from xladist.hlo.async_groups import group_start, transfer_group
 from xladist.hlo.ir import Computation, Instruction
 
@@ -28,7 +30,7 @@ from .budget import OverBudget
 from .events import DeviceTrace, Event, Handle, where
 from .report import DATA, LONG_LOOP, UNMODELLED, UNPAIRED_DONE
 from .facts import ModuleFacts, known_trip_count
-from .fold import Folder, Frame, Unknown, pick_branch
+from .fold import SAME_ON_EVERY_MEMBER, Folder, Frame, Unknown, pick_branch
 from .induction import (
     INDUCTION_ITERATIONS,
     body_period,
@@ -142,9 +144,9 @@ class _Tracer:
             raise OverBudget(self.device, where(instr, ctx))
 
     def uniform_key(self, instr: Instruction, issued: bool = False):
-        """All members of a synchronous all-reduce's group get the same result: its key is
-        this device's group and the all-reduce's position among the collectives the device
-        issues on it (`issued`: it was just issued; else it is still ahead).  matching.py
+        """All members of a synchronous all-reduce's (or all-gather's) group get the same
+        result: its key is this device's group and its position among the collectives the
+        device issues on it (`issued`: it was just issued; else it is still ahead).  matching.py
         pairs the k-th collective of every member of a group (or reports a mismatch), so
         equal keys hold one value -- the instruction and its run count would not: members
         reaching one all-reduce as different collectives of the group (a branch issued
@@ -215,10 +217,10 @@ def _sync(t: _Tracer, instr, frame, ctx, op=None):
     if group is None:
         return  # collective-broadcast: a device in no group gets zeros at once (C.15)
     t.emit_collective("sync", instr, ctx, group, sig)
-    if instr.opcode == "all-reduce" and t.folder.uniform_key is not None:
+    if instr.opcode in SAME_ON_EVERY_MEMBER and t.folder.uniform_key is not None:
         # Its value is keyed by this run, now: folded later (a branch on the result of a
         # call that ran it, after a second call ran it again) it is still this run's.
-        frame.memo[instr] = Unknown(instr, "all-reduce is computed from data at run time",
+        frame.memo[instr] = Unknown(instr, f"{instr.opcode} is computed from data at run time",
                                     t.uniform_key(instr, issued=True))
 
 
@@ -365,7 +367,12 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
     reduced = [] if computation_communicates(cond) else None
     if reduced is not None and _needs_values(cond):
         return None
-    indices = control_slice(cond, body, reduced)
+    # All-reduces the body computes the slice from: only in a body that decides nothing,
+    # where every member of a group issues the same collectives on it in the same order
+    # every iteration, so each one's run is the same instance on every member (a branch
+    # before it could pair it with another member's other collective of the group).
+    carried = None if _needs_values(body) else []
+    indices = control_slice(cond, body, reduced, carried)
     if indices is None:
         return None
     if t.ids is not None and isinstance(state, tuple):
@@ -379,25 +386,35 @@ def _plan_by_induction(t: _Tracer, instr, frame, ctx):
         return None
     if n is None:
         key = slice_key(state, indices)
-        if reduced:
-            # The condition's own all-reduces: each member of a group gets the same result
-            # in every evaluation, whatever it contributes; their groups (and how often
-            # this device ran them: which loop instance) join the key, so devices in
-            # different groups choose apart (check.py then proves the loop only if nothing
-            # inside it links them).
-            keys = tuple(t.uniform_key(ar) for ar in reduced)
+        if reduced or carried:
+            # The condition's own all-reduces, and the body's the slice carries: each
+            # member of a group gets the same result in every evaluation, whatever it
+            # contributes; their groups (and how often this device ran collectives on
+            # them: which loop instance) join the key, so devices in different groups
+            # choose apart (check.py then proves the loop only if nothing inside it links
+            # them).
+            keys = tuple(t.uniform_key(ar) for ar in (reduced or []) + (carried or []))
             key = None if key is None or None in keys else key + keys
         go = t.folder.eval(cond.root, Frame(cond, [state]))
-        if key is None or t.choose is None or not isinstance(go, Unknown) or go.key is None:
+        if carried and isinstance(go, np.ndarray) and go.shape == ():
+            # The first evaluation folds (the carried value starts as a constant): no
+            # iteration if false; else at least one, the rest decided by the all-reduces.
+            if not bool(go):
+                return 0, None, p
+        elif not isinstance(go, Unknown) or go.key is None:
+            return None
+        if key is None or t.choose is None:
             return None
         # The slice holds all-reduce results and equal constants, and computes only from
         # itself and the condition's all-reduces: every device with this key runs the same
         # number of iterations, whatever it is.  Enumerated like a data-chosen branch: each
         # count below 3p exactly, and the counts from 3p on by their remainder modulo p.
-        at = f"{where(instr, ctx)} (trip count from {go.origin.name})" if go.origin else \
+        origin = go.origin if isinstance(go, Unknown) else carried[0]
+        at = f"{where(instr, ctx)} (trip count from {origin.name})" if origin else \
             where(instr, ctx)
         options = (INDUCTION_ITERATIONS + 1) * p
-        k = t.choose(("trip", id(instr), key), options, at, t.device)
+        least = 0 if isinstance(go, Unknown) else 1
+        k = least + t.choose(("trip", id(instr), key), options - least, at, t.device)
         return k, ("uniform", key, k, p), p
     reps = INDUCTION_ITERATIONS * p
     if n <= max(UNROLL_BELOW, reps):
