@@ -25,6 +25,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from ..analysis.schedule import computation_communicates
 from .codegen.constants import logical_view, to_physical
 from .inplace import FRESH
 from .simplify import layouts_differ
@@ -53,32 +54,6 @@ class Relayout:
         return leaves
 
 
-# Async forms that stay on one device (xladist.analysis.schedule's _LOCAL_ASYNC).
-_LOCAL_ASYNC = frozenset({"copy-start", "copy-done"})
-
-
-def communicates(comp, _memo: dict | None = None) -> bool:
-    """Whether running `comp` (and what it calls) may wait for another device: the rule
-    of xladist.analysis.schedule.computation_communicates, which decides the interpreter's loop
-    tracking (collectives, async collectives, cross-device send/recv)."""
-    memo = {} if _memo is None else _memo
-    key = id(comp)
-    if key in memo:
-        return memo[key]
-    memo[key] = False
-    result = False
-    for i in comp.instructions:
-        family = i.family
-        if family == "collective" or (family == "collective_async"
-                                      and i.opcode not in _LOCAL_ASYNC) \
-                or (family == "p2p" and not i.attrs.get("is_host_transfer", False)) \
-                or any(communicates(c, memo) for c in i.called_computations()):
-            result = True
-            break
-    memo[key] = result
-    return result
-
-
 def _loop_stack():
     """xladist.collectives.deadline.watchdog when the runtime has loaded it, else None."""
     mod = sys.modules.get("xladist.collectives.deadline")
@@ -94,7 +69,8 @@ class WhileThunk(Thunk):
         # The user's while (flatten clones it, prefixing names inside inlined calls).
         self.orig = original if original is not None else instr
         a = self.orig.attrs
-        self.tracked = communicates(a["condition"]) or communicates(a["body"])
+        self.tracked = computation_communicates(a["condition"]) or \
+            computation_communicates(a["body"])
         # The body's ROOT: the Tracer counts iterations by it, as with the interpreter.
         self.body_root = a["body"].root
         self.cond, self.body = cond, body

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.schedule import communicates
 from ..hlo.async_groups import group_start, transfer_group
 from ..hlo.ir import Computation, Instruction
 from ..hlo.attrs import Literal
@@ -177,13 +178,18 @@ def _topological(comp: Computation, given=None) -> list[Instruction]:
 
 
 def _drop_dead(comp: Computation) -> None:
+    """Drop what nothing uses, except what has an effect: a side effect, or waiting for
+    another device -- a conditional, call or loop whose computations communicate is a
+    rendezvous the other devices count on, as the interpreter and the deadlock check run
+    it (dropping a dead conditional that all-reduces on one replica only paired that
+    replica's next all-reduce with another of its partner's, and the run hung)."""
     live: set[int] = set()
     stack = [comp.root]
     for i in comp.instructions:
         info = i.info
         if i.opcode == "parameter" or (info is not None and info.side_effect) or \
                 i.opcode in ("custom-call", "infeed", "outfeed", "send", "recv", "send-done",
-                             "recv-done"):
+                             "recv-done") or communicates(i):
             stack.append(i)
     while stack:
         i = stack.pop()

@@ -265,3 +265,50 @@ def test_an_all_reduce_paired_with_another_instruction_really_runs_the_loop_apar
     err = _hangs(tmp_path, CLASH, 2, arg0=np.zeros((2, 2), np.float32),
                  arg1=np.array([0, 1], np.int32))
     assert "(iteration 6 of w): rank 1 waits there; rank 0 never arrived" in err, err
+
+
+DEAD_CONDITIONAL = """HloModule dead_conditional, replica_count=2
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%none (p: f32[2]) -> f32[2] {
+  ROOT %p = f32[2] parameter(0)
+}
+
+%ar (p: f32[2]) -> f32[2] {
+  %p = f32[2] parameter(0)
+  ROOT %r = f32[2] all-reduce(%p), replica_groups={{0,1}}, to_apply=%add
+}
+
+ENTRY %main (x: f32[2]) -> f32[2] {
+  %x = f32[2] parameter(0)
+  %id = u32[] replica-id()
+  %zero = u32[] constant(0)
+  %first = pred[] compare(%id, %zero), direction=EQ
+  %unused = f32[2] conditional(%first, %x, %x), true_computation=%none, false_computation=%ar
+  %t = f32[2] all-reduce(%x), replica_groups={{0,1}}, to_apply=%add
+  ROOT %after = f32[2] conditional(%first, %t, %t), true_computation=%ar, false_computation=%none
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["cpu", "interpreter"])
+def test_a_conditional_whose_result_is_unused_still_communicates(cluster_run, backend):
+    """Replica 1 all-reduces in a conditional whose result nothing uses, replica 0 does
+    not; the check proves the program with that all-reduce paired with replica 0's %t.
+    The cpu backend dropped the conditional as dead code, so replica 1's %t met replica
+    0's last all-reduce instead and the run hung (rank 1 finished, rank 0 waiting). Each
+    replica's two all-reduces pair in order of issue: x0+x1, then (x0+x1)+x1."""
+    assert check_module(xladist.parse_hlo(DEAD_CONDITIONAL), 2).ok
+    x = np.array([[1.0, 2.0], [10.0, 20.0]], np.float32)
+    outs = cluster_run(DEAD_CONDITIONAL, [x], n=2, backend=backend, check=False,
+                       timeout=TIMEOUT)
+    want = x[0] + 2 * x[1]
+    for d in range(2):
+        np.testing.assert_array_equal(outs[d][0], want)
