@@ -32,3 +32,22 @@ def test_cpu_convolution_matches_naive_reference(name, labels, ls, rs_, wd, G, B
     out = np.full(ref.shape, np.nan)
     library.LIBRARY_THUNKS["convolution"](ins, [lhs, rhs], [out])
     np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("G,B", [(2, 1), (1, 2)])
+def test_grouped_convolution_sum_of_padding_is_plus_zero(backend, G, B):
+    """A grouped output that reads only padding sums 0 * w over its taps: +0 (IEEE 754 sums
+    from +0; XLA:CPU gives +0). The cpu backend's grouped path gave -0 for a negative weight:
+    np.tensordot of a one-element contraction is the bare product (numerics sweep, random
+    convolution configurations against XLA:CPU)."""
+    import xladist
+    lhs_shape, rhs_shape = ("2,1,1" if B == 2 else "1,2,1"), "2,1,1"
+    text = (f"HloModule m\nENTRY e {{\n l = f32[{lhs_shape}] parameter(0)\n"
+            f" r = f32[{rhs_shape}] parameter(1)\n ROOT c = f32[1,2,1] convolution(l, r), "
+            f"window={{size=1 pad=1_-1}}, dim_labels=bf0_oi0->bf0, "
+            f"feature_group_count={G}, batch_group_count={B}\n}}\n")
+    lhs = np.array([1.0, 2.0], np.float32).reshape([int(d) for d in lhs_shape.split(",")])
+    rhs = np.array([-1.0, 3.0], np.float32).reshape([int(d) for d in rhs_shape.split(",")])
+    (got,) = xladist.compile(xladist.parse_hlo(text), backend=backend)(lhs, rhs)
+    assert got.ravel().tolist() == [0.0, 0.0] and not np.signbit(got).any(), got

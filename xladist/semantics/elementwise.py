@@ -270,6 +270,16 @@ def _mulhi(a, b):
     return np.asarray(hi).view(dt)
 
 
+def _float_power(x, y):
+    # numpy computes x ** 0.5 as sqrt(x) when the exponent array is a scalar or a broadcast
+    # (stride 0, as a broadcast instruction's value is): sqrt(-inf) = NaN and sqrt(-0) = -0
+    # where pow(-inf, 0.5) = +inf and pow(-0, 0.5) = +0 (IEEE 754 and XLA:CPU).
+    r = np.power(x, y)
+    half = y == 0.5
+    r = np.where(half & (x == -np.inf), np.inf, r)
+    return np.where(half & (x == 0), 0, r).astype(r.dtype, copy=False)
+
+
 def _complex(a, b):
     a, b = np.broadcast_arrays(a, b)
     out = np.empty(a.shape, np.complex64 if a.dtype == np.float32 else np.complex128)
@@ -294,7 +304,7 @@ BINARY: dict[str, dict[str, callable]] = {
                  _U: np.multiply, _P: np.logical_and},
     "divide": {_F: np.divide, _C: complex_xla.binary("divide"), _S: _int_divide, _U: _int_divide},
     "remainder": {_F: np.fmod, _S: _int_remainder, _U: _int_remainder},
-    "power": {_F: np.power, _C: complex_xla.binary("power"), _S: integer_power.power_array,
+    "power": {_F: _float_power, _C: complex_xla.binary("power"), _S: integer_power.power_array,
               _U: integer_power.power_array},
     "maximum": {_F: float_max, _C: complex_xla.binary("maximum"), _S: _int_max, _U: _int_max,
                 _P: np.logical_or},

@@ -443,20 +443,23 @@ def _convolution(instr, args, outs):
         sl = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
         patches = patches[sl]  # [N, C, out..., k...]
         sp_axes = tuple(range(2 + nsp, 2 + 2 * nsp))
+        # Each group's sum is added to the zeroed result, as the interpreter sums from +0:
+        # np.tensordot of a one-element contraction is the bare product (np.dot skips BLAS),
+        # so a padded tap's 0 * -1 gave -0 where the interpreter and XLA:CPU give +0.
         if bgroups > 1:
             nb_g, o_g = nb // bgroups, o // bgroups
             for g in range(bgroups):
                 p = patches[g * nb_g:(g + 1) * nb_g]
                 wg = w[g * o_g:(g + 1) * o_g]
                 r = np.tensordot(p, wg, axes=((1,) + sp_axes, (1,) + tuple(range(2, 2 + nsp))))
-                result[:, g * o_g:(g + 1) * o_g] = np.moveaxis(r, -1, 1)
+                result[:, g * o_g:(g + 1) * o_g] += np.moveaxis(r, -1, 1)
         else:
             cg, og = cin // groups, o // groups
             for g in range(groups):
                 p = patches[:, g * cg:(g + 1) * cg]
                 wg = w[g * og:(g + 1) * og]
                 r = np.tensordot(p, wg, axes=((1,) + sp_axes, (1,) + tuple(range(2, 2 + nsp))))
-                result[:, g * og:(g + 1) * og] = np.moveaxis(r, -1, 1)
+                result[:, g * og:(g + 1) * og] += np.moveaxis(r, -1, 1)
     # Canonical [N, O, spatial...] -> the output's dimension numbering.
     perm = [0] * (2 + nsp)
     perm[dn.output_batch] = 0
