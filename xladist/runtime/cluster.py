@@ -334,7 +334,7 @@ class Cluster:
         settings = {**self.defaults, **options}
         here = not launcher.ranks_elsewhere(self._where["hostfile"], self._where["hosts"])
         module, _, xlx = resolve(given, settings["backend"], here=here)  # a .xlx: ranks load it
-        counts = device_counts(module, self.n)  # n against the module's counts
+        counts = device_counts(module, self.n, setting="n=")  # n against the module's counts
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
                              verify_counts=counts if settings["verify"] and xlx is None
