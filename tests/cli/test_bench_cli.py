@@ -34,3 +34,20 @@ def test_every_benchmark_the_help_names_is_accepted(capsys, monkeypatch):
         assert main(["bench", name, "--sizes", "0"]) == 2
         assert main(["bench", name, "--in-loop", "--sizes", "0"]) == 2
     assert "--sizes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench"], "xladist bench: error: the following arguments are required: "
+                "{collectives}\n"),
+    (["bench", "compute"], "xladist bench: error: argument {collectives}: invalid choice: "
+                           "'compute' (choose from 'collectives')\n"),
+])
+def test_a_missing_or_unknown_benchmark_is_named_as_the_usage_names_it(capsys, argv, says):
+    """Before: `xladist bench` said "the following arguments are required: what, options"
+    (argparse's internal names, and the options are not required: `xladist bench
+    collectives` runs with its defaults); `xladist bench compute` said "argument what"."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith(says) and "usage: xladist bench [-h] {collectives} ..." in err, err
