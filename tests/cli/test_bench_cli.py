@@ -51,3 +51,12 @@ def test_a_missing_or_unknown_benchmark_is_named_as_the_usage_names_it(capsys, a
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.endswith(says) and "usage: xladist bench [-h] {collectives} ..." in err, err
+
+
+def test_the_collectives_help_names_its_in_loop_mode(capsys):
+    """Before: `xladist bench collectives --help` never mentioned --in-loop (documented in
+    docs/commands.md and `xladist bench --help`), so its reader could not find that table."""
+    text = _help(capsys, ["bench", "collectives", "--help"])
+    assert "xladist bench collectives -n 2 --in-loop" in text
+    assert "xladist bench collectives --in-loop --help" in text
+    assert "--in-loop" in _help(capsys, ["bench", "collectives", "--in-loop", "--help"])
