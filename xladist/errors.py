@@ -111,6 +111,14 @@ class ExecutionError(XlaDistError):
         return (" | ".join(where) + ": " if where else "") + self.message
 
 
+def as_given(setting: str, value) -> str:
+    """`value` as the reader gives it: `setting` is a command-line option (`-n`,
+    `--timeout`: "-n 2") or, ending in "=", a keyword of the Python API (`n=`: "n=2").
+    Messages that tell the reader what to set take `setting` from their caller, who knows
+    which of the two the reader used."""
+    return f"{setting}{value}" if setting.endswith("=") else f"{setting} {value}"
+
+
 def out_of_memory(error: MemoryError, what: str = "", **where) -> ExecutionError:
     """The one message for an allocation that failed: not a bug, so no traceback; `what`
     names the buffer, `where` locates it (rank, replica, partition, instruction)."""

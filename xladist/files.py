@@ -15,6 +15,9 @@ set of rules rather than case by case (README "Error formats"):
   per-rank templates, can be created) and is writable, and the path is not a folder;
 * writing (`write_atomic`): a temporary file in the destination's folder renamed over the
   target, so a reader never sees half a file; a failure is an OutputError;
+* templates (`fill_template`): a path with placeholders (`out.{device}.npz`, one file per
+  device, rank, channel) filled in; a placeholder the setting does not take is refused
+  naming it and the ones it takes;
 * rescue (`deliver`): when a result still cannot be written after a run (disk full, folder
   removed meanwhile), it is written to a fresh `xladist-rescued-*` folder instead, one line
   on stderr says where (and on which host, when this is a rank of a job rather than the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import string
 import sys
 import tempfile
 import zipfile
@@ -107,6 +111,32 @@ def read_text(path, what: str, kind: str = "text") -> str:
     except OSError as e:
         raise InputError(f"{what} {p}: cannot read it ({e.strerror or e})") from None
     return utf8_text(data, f"{what} {p}", kind)
+
+
+def fill_template(template, what: str, **fields) -> str:
+    """`template` with `fields` ({device}, {rank}, ...) filled in. A placeholder not among
+    `fields` ({name}, {devce}, {}), or a brace that opens or closes none, is an InputError
+    naming `what` (the option), the template, the bad placeholder and the ones it takes --
+    not str.format's KeyError, which named only the bad name, quoted."""
+    template = str(template)
+    names = [f"{{{name}}}" for name in fields]
+    takes = (f"it takes only {names[0]}" if len(names) == 1 else
+             f"it takes {', '.join(names[:-1])} and {names[-1]}")
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:  # a lone { or }
+        raise InputError(f"{what} {template!r}: a {{ or }} that opens or closes no "
+                         f"placeholder ({takes}; write {{{{ or }}}} for a brace in the "
+                         "name)") from None
+    for _, field, _, _ in parts:
+        if field is not None and field not in fields:
+            raise InputError(f"{what} {template!r}: {{{field}}} is not a placeholder it "
+                             f"takes ({takes})")
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError) as e:  # {device:{x}}, {rank:s}
+        raise InputError(f"{what} {template!r}: its placeholders cannot be filled in: {e} "
+                         f"({takes})") from None
 
 
 def check_npz(path, what: str) -> None:

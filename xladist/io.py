@@ -22,7 +22,7 @@ import zipfile
 import numpy as np
 
 from .errors import InputError
-from .files import load_npz, write_atomic
+from .files import fill_template, load_npz, write_atomic
 from .hlo.shape import Shape
 
 
@@ -189,11 +189,7 @@ class Inputs:
                                       device_axis)]
 
     def path_of(self, device: int) -> str:
-        try:
-            return self.source.format(device=device)
-        except (KeyError, IndexError, ValueError) as e:
-            raise InputError(f"{self.what} {self.source!r}: only the placeholder {{device}} "
-                             f"can be used ({e})") from None
+        return fill_template(self.source, self.what, device=device)
 
     def _check(self, arrays: dict[str, NpzArray], source, num_devices: int,
                device_axis: bool | None) -> list:

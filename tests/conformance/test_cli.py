@@ -67,6 +67,17 @@ def test_no_matching_case_fails():
            "'*/all-gather/*' would; --list shows the names)" in proc.stderr, proc.stderr
 
 
+def test_the_pattern_suggested_for_a_selection_of_nothing_matches():
+    """Before: --select 'all-gather/*' (the op's part of the name, not the whole name)
+    suggested "as '*/all-gather//*' would", a pattern that matches nothing either."""
+    proc = conformance("-n", "2", "--select", "all-gather/*")
+    assert proc.returncode == 1
+    suggested = re.search(r"as '([^']*)' would", proc.stderr)
+    assert suggested and suggested.group(1) == "*/all-gather/*", proc.stderr
+    listed = conformance("-n", "2", "--list", "--select", suggested.group(1))
+    assert listed.returncode == 0 and listed.stdout.split(), listed.stderr
+
+
 @pytest.mark.slow
 def test_interpreter_passes_and_writes_junit_and_json(tmp_path):
     junit, js = tmp_path / "r.xml", tmp_path / "r.json"

@@ -119,6 +119,21 @@ def test_many_calls_match_numpy_and_close_leaves_nothing(marker):
         c.run(ALL_REDUCE, [x, w])
 
 
+def test_a_closed_cluster_says_so_and_what_to_do():
+    """Before: a call after the `with` block said "this cluster is no longer usable (it was
+    closed, as reported then); start a new Cluster" -- nothing had been reported. Now it
+    says how it was closed, that its ranks have ended, and how to start a new one."""
+    x, w = _inputs(5)
+    with xladist.Cluster(n=2) as c:
+        _assert_outputs(c.run(ALL_REDUCE, [x, w]), _expected(x, w))
+    with pytest.raises(ClusterEnded) as info:
+        c.run(ALL_REDUCE, [x, w])
+    assert str(info.value) == (
+        "xladist.Cluster: this cluster is no longer usable: it was closed (by close(), or at "
+        "the end of its `with` block); its ranks have ended. Start a new Cluster to run more "
+        "(`with xladist.Cluster(n=2) as c:`)"), str(info.value)
+
+
 def test_same_results_as_one_shot_run():
     x, w = _inputs(3)
     once = xladist.run(ALL_REDUCE, [x, w], n=2)

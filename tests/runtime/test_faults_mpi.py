@@ -186,5 +186,5 @@ def test_python_api_refuses_bad_inputs_before_spawning():
     from xladist.errors import InputError
     with pytest.raises(InputError, match=r"argument 0 .*x: f32\[4\].*\[2, 4\].*\[2, 5\]"):
         xladist.run(MODULE, [np.ones((2, 5), np.float32), GOOD_INPUTS["arg1"]], n=2)
-    with pytest.raises(InputError, match="run it with -n 2"):
+    with pytest.raises(InputError, match="run it with n=2"):
         xladist.run(MODULE, [GOOD_INPUTS["arg0"], GOOD_INPUTS["arg1"]], n=3)

@@ -79,6 +79,28 @@ def test_every_input_error_names_the_module(no_launch, tmp_path):
             assert "psum_of_p" in str(e.value), (what, str(e.value))
 
 
+@pytest.mark.parametrize("header, n, says", [
+    ("replica_count=2", 3, "run it with n=2 (or a multiple of 2 devices"),
+    ("replica_count=2, num_partitions=2", 2, "= 4 devices; run it with n=4, not n=2"),
+])
+def test_a_wrong_device_count_is_told_in_the_callers_words(no_launch, monkeypatch, header, n,
+                                                          says):
+    """The count a module needs (its header's replica_count x num_partitions) against n.
+    Before: xladist.run(text, inputs, n=3) said "run it with -n 2", the option of `xladist
+    run`, to a Python caller, who has no -n; now xladist.run and xladist.Cluster name their
+    keyword n= (the command's `-n 2` is pinned by tests/cli/test_count_options.py)."""
+    text = PSUM.replace("replica_count=2", header).replace("replica_groups={{0,1}}",
+                                                           "replica_groups={}")
+    with pytest.raises(InputError) as e:
+        xladist.run(text, [np.ones(4, np.float32)] * n, n=n)
+    assert says in str(e.value) and "-n" not in str(e.value), str(e.value)
+    cluster = xladist.Cluster(n)  # not started: the count is refused before any rank is asked
+    monkeypatch.setattr(cluster, "_usable_or_raise", lambda: None)
+    with pytest.raises(InputError) as e:
+        cluster.compile(text)
+    assert says in str(e.value) and "-n" not in str(e.value), str(e.value)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_job_past_its_job_timeout_is_an_execution_error_naming_it():

@@ -51,6 +51,9 @@ examples:
   xladist bench collectives -n 2 --aa --sizes 1M       + raw2/raw: raw MPI on other buffers
   xladist bench collectives -n 2 --mpiexec /opt/mpich/bin/mpiexec
                                                        start the ranks with this mpiexec
+  xladist bench collectives -n 2 --in-loop             another table: an all-reduce in a
+                                                       compiled while loop (its options:
+                                                       xladist bench collectives --in-loop --help)
 """
 
 

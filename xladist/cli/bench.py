@@ -26,10 +26,13 @@ checkout's benchmarks/ folder (python benchmarks/compute.py), not subcommands.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["collectives"],
+    # Metavars: argparse's errors name an argument by it ("required: {collectives}"), and
+    # named them `what, options` before, as if the options were required too.
+    parser.add_argument("what", choices=["collectives"], metavar="{collectives}",
                         help="which benchmark: collectives (example: xladist bench collectives)")
-    parser.add_argument("options", nargs=argparse.REMAINDER,
-                        help="options of that benchmark (example: -n 2 --sizes 8,1M)")
+    options = parser.add_argument("options", nargs=argparse.REMAINDER, metavar="OPTIONS",
+                                  help="options of that benchmark (example: -n 2 --sizes 8,1M)")
+    options.required = False  # none: the benchmark's defaults
 
 
 def run(args) -> int:

@@ -119,9 +119,11 @@ def run(args) -> int:
     if not any(totals.values()):
         hint = ""
         if args.select:
+            # The pattern as a path part: 'all-gather/*' -> '*/all-gather/*' (stripping only
+            # '*' suggested '*/all-gather//*', which matches nothing either).
+            part = args.select[0].strip("*/")
             hint = (f" --select {' '.join(repr(p) for p in args.select)} (a pattern matches "
-                    f"the whole name, as '*/{args.select[0].strip('*')}/*' would; --list "
-                    f"shows the names)")
+                    f"the whole name, as '*/{part}/*' would; --list shows the names)")
         print(f"xladist conformance: no case matched{hint}", file=sys.stderr)
         return 1
     failed = sum(totals[s] for s in ("fail", "error", "gap-closed"))

@@ -43,7 +43,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from ..environment import check_count
-from ..errors import InputError
+from ..errors import InputError, as_given
 
 __all__ = [
     "DeviceAssignment",
@@ -446,7 +446,8 @@ def config_counts(module, replica_count: int, num_partitions: int) -> tuple[int,
 
 def run_device_counts(module, num_devices: int | None = None, *,
                       replica_count: int | None = None,
-                      num_partitions: int | None = None) -> tuple[int, int]:
+                      num_partitions: int | None = None,
+                      setting: str = "-n") -> tuple[int, int]:
     """(replica_count, num_partitions) for running `module` on `num_devices` devices.
 
     XLA reads both counts from the run's HloModuleConfig, and a count written in the module
@@ -457,7 +458,9 @@ def run_device_counts(module, num_devices: int | None = None, *,
     fixed, the N devices are N replicas (XLA's tests' GetModuleConfigForTest(replica_count=N)).
     Without `num_devices` (one module compiled on its own) open counts are 1.
 
-    Raises InputError naming the module, the counts and the device total.
+    Raises InputError naming the module, the counts and the device total, and telling the
+    reader which device total to give as they give it (`setting`: `-n` of the commands,
+    `n=` of xladist.run and xladist.Cluster; errors.as_given).
     """
     header = declared_counts(module)
     given = {"replica_count": replica_count, "num_partitions": num_partitions}
@@ -482,8 +485,8 @@ def run_device_counts(module, num_devices: int | None = None, *,
         if n % known:
             other = "replica_count" if r is None else "num_partitions"
             raise InputError(f"module {module.name} has {fixed}, which does not divide the "
-                             f"{n} devices of the run; run it with -n {known} (or a multiple "
-                             f"of {known} devices: {other} is the rest)")
+                             f"{n} devices of the run; run it with {as_given(setting, known)} "
+                             f"(or a multiple of {known} devices: {other} is the rest)")
         return (n // known, p) if r is None else (r, n // known)
     if r * p != n:
         ran = getattr(module, "counts_from_run", frozenset())
@@ -497,7 +500,7 @@ def run_device_counts(module, num_devices: int | None = None, *,
         else:
             what = f"module {module.name} is built for "
         raise InputError(f"{what}replica_count={r} x num_partitions={p} = {r * p} devices; "
-                         f"run it with -n {r * p}, not -n {n}")
+                         f"run it with {as_given(setting, r * p)}, not {as_given(setting, n)}")
     return r, p
 
 

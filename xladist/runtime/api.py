@@ -215,7 +215,7 @@ def run(module, inputs=None, n: int = 1, *, backend: str = "cpu",
     module, serial, xlx = resolve(given, backend, here=here)  # a .xlx: the ranks load its code
     n = check_count(n, "n")
     quiet = launcher.under_mpi() and _world_rank() != 0
-    counts = device_counts(module, n)  # validates n against the module first
+    counts = device_counts(module, n, setting="n=")  # validates n against the module first
     per_device = _per_device(module, inputs, n)
     checked = check_call(
         module, n, device_assignment=device_assignment, check=check, strict=strict,

@@ -53,6 +53,7 @@ FAILED_GRACE_S = 5.0
 # How long close() waits for the ranks to go before it stops their process group.
 CLOSE_WAIT_S = 30.0
 PREFIX = "xladist.Cluster"
+CLOSED = "it was closed"  # why a cluster its user closed is no longer usable
 # A rank that takes nothing of its order for this long is gone (wire: a deadline on progress).
 SEND_TIMEOUT_S = 60.0
 
@@ -183,8 +184,8 @@ class Cluster:
                     st.conn.send("order", end=True, timeout=2.0)
                 self._thread.join(CLOSE_WAIT_S)
             if self._thread.is_alive():
-                self._stop_now("it was closed")
-        self._ended = self._ended or "it was closed"
+                self._stop_now(CLOSED)
+        self._ended = self._ended or CLOSED
         self._calls.codes.close()
 
     def _gone_error(self, doing: str, lost: str = ""):
@@ -203,8 +204,13 @@ class Cluster:
                 detail = "\n".join(self._service.messages)
             self._ended = f"its {self.n}-rank job ended {doing}"
             raise ClusterEnded(f"{PREFIX}: {self._ended} {detail}".rstrip() + lost)
-        raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable ({self._ended}, "
-                           "as reported then); start a new Cluster" + lost)
+        # A later call: the reason was said (by ClusterEnded or KeyboardInterrupt) when the
+        # cluster ended, or the user closed it; say which, and what to do now.
+        why = (f"{CLOSED} (by close(), or at the end of its `with` block)"
+               if self._ended == CLOSED else self._ended)
+        raise ClusterEnded(f"{PREFIX}: this cluster is no longer usable: {why}; its ranks "
+                           f"have ended. Start a new Cluster to run more (`with "
+                           f"xladist.Cluster(n={self.n}) as c:`)" + lost)
 
     def _usable_or_raise(self) -> None:
         if not self.started:
@@ -334,7 +340,7 @@ class Cluster:
         settings = {**self.defaults, **options}
         here = not launcher.ranks_elsewhere(self._where["hostfile"], self._where["hosts"])
         module, _, xlx = resolve(given, settings["backend"], here=here)  # a .xlx: ranks load it
-        counts = device_counts(module, self.n)  # n against the module's counts
+        counts = device_counts(module, self.n, setting="n=")  # n against the module's counts
         checked = check_call(module, self.n, device_assignment=device_assignment,
                              check=settings["check"], strict=settings["strict"], prefix=PREFIX,
                              verify_counts=counts if settings["verify"] and xlx is None

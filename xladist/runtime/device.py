@@ -40,11 +40,12 @@ class Placement:
         return f"rank {self.rank} (replica {self.replica}, partition {self.partition})"
 
 
-def device_counts(module, n: int) -> tuple[int, int]:
+def device_counts(module, n: int, setting: str = "-n") -> tuple[int, int]:
     """(replica_count, num_partitions) for running `module` on n ranks: the header's counts,
     the rest from n (a module declaring neither runs as n replicas); the one rule is
-    xladist.hlo.collective_groups.run_device_counts."""
-    return run_device_counts(module, n)
+    xladist.hlo.collective_groups.run_device_counts. `setting`: how the reader gave n
+    (`-n`, or `n=` of xladist.run and xladist.Cluster), for its message."""
+    return run_device_counts(module, n, setting=setting)
 
 
 def make_assignment(module, n: int, table=None) -> DeviceAssignment:

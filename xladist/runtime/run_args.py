@@ -16,7 +16,7 @@ from __future__ import annotations
 from xladist.collectives.mpiexec import find_mpiexec
 from xladist.environment import check_count, check_seconds
 from xladist.errors import InputError
-from xladist.files import check_destination, check_npz
+from xladist.files import check_destination, check_npz, fill_template
 
 from .config import SCHEMA
 
@@ -44,14 +44,6 @@ def check_numbers(args, *, options: bool = True) -> None:
                           " (0: no deadline)" if key == "timeout" else "")
 
 
-def _fill(option: str, template: str, allowed: str, fields: dict) -> str:
-    try:
-        return str(template).format(**fields)
-    except (KeyError, IndexError, ValueError, AttributeError) as e:
-        raise InputError(f"{option} {template!r}: only the placeholders {allowed} can be "
-                         f"used ({type(e).__name__}: {e})") from None
-
-
 def _host_channels(module, opcode: str) -> list:
     return sorted({i.attrs.get("channel_id") for i in module.all_instructions()
                    if i.opcode == opcode and i.attrs.get("is_host_transfer", False)},
@@ -64,9 +56,9 @@ def _paths(key: str, value: str, module, placements, name: str) -> dict[str, str
     spec = SCHEMA[key]
     if key == "outputs" and "{" in value:
         # A misspelt placeholder ({devce}) is refused, not taken as part of the file name.
-        _fill(name, value, "{device}", dict(device=0))
+        fill_template(value, name, device=0)
     if key in ("inputs", "outputs") and "{device}" in value:  # one file per device
-        return {_fill(name, value, "{device}", dict(device=p.device)):
+        return {fill_template(value, name, device=p.device):
                 f"{name} {value!r} for device {p.device}:" for p in placements}
     if not spec.template:
         return {value: name}
@@ -87,13 +79,13 @@ def _paths(key: str, value: str, module, placements, name: str) -> dict[str, str
         channels = _host_channels(module, "recv" if key == "host_recv" else "send")
         for p in placements:
             for c in channels:
-                path = _fill(name, value, "{rank} and {channel}", dict(rank=p.rank, channel=c))
+                path = fill_template(value, name, rank=p.rank, channel=c)
                 one_writer(path, f"rank {p.rank} (channel {c})", "{rank} and {channel}")
                 out.setdefault(path, f"{name} {value!r} for rank {p.rank}, channel {c}:")
         return out
     for p in placements:
-        path = _fill(name, value, "{rank}, {replica} and {partition}",
-                     dict(rank=p.rank, replica=p.replica, partition=p.partition))
+        path = fill_template(value, name, rank=p.rank, replica=p.replica,
+                             partition=p.partition)
         who = f"rank {p.rank} (replica {p.replica}, partition {p.partition})"
         one_writer(path, who, "{rank}")
         out.setdefault(path, f"{name} {value!r} for {who}:")

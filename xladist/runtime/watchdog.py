@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from xladist.collectives import deadline
+from xladist.errors import as_given
 
 __all__ = ["Members", "describe_position", "failure", "format_report", "loop_tracking_rules",
            "record", "waits_for_finished"]
@@ -191,7 +192,7 @@ def format_report(positions: dict[int, dict], me: int, timeout: float,
     who = _who(mine, hosts) if mine else f"rank {me}"
     where = _op(mine) if mine.get("state") == "waiting" else "a wait"
     waited = now - mine.get("since", now)
-    given = f"{setting}{timeout:g}" if setting.endswith("=") else f"{setting} {timeout:g}"
+    given = as_given(setting, f"{timeout:g}")
     if finished:
         whose = "whose program has" if len(finished) == 1 else "whose programs have"
         head = (f"xladist: {who} has waited {waited:.1f} s in {where} for {_ranks(finished)}, "

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from xladist.errors import InputError, OutputError
-from xladist.files import NPZ_ERRORS, check_npz, deliver, npz_member
+from xladist.files import NPZ_ERRORS, check_npz, deliver, fill_template, npz_member
 from xladist.io import encode
 
 _KEY = re.compile(r"^item(\d+)(?:_(\d+))?$")
@@ -33,12 +33,8 @@ _KEY = re.compile(r"^item(\d+)(?:_(\d+))?$")
 
 def format_path(template: str, placement) -> str:
     """`template` with {rank}, {replica} and {partition} filled in for this placement."""
-    try:
-        return str(template).format(rank=placement.rank, replica=placement.replica,
-                                    partition=placement.partition)
-    except (KeyError, IndexError, ValueError) as e:
-        raise InputError(f"feed path {template!r}: only the placeholders {{rank}}, "
-                         f"{{replica}} and {{partition}} can be used ({e})") from None
+    return fill_template(template, "feed path", rank=placement.rank,
+                         replica=placement.replica, partition=placement.partition)
 
 
 def _index(files) -> dict[int, list[str] | str]:
