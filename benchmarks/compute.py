@@ -714,7 +714,7 @@ def main(argv=None) -> int:
         table = company(args, repeats)
         if args.sites and choice:
             print("call sites (per regime: each way's median wall time of its last samples "
-                  "(ms), their count and their median CPU (ms); the way chosen):")
+                  "(ms) and their count; the way chosen):")
             for name, regimes in sorted(choice.report(), key=lambda site: site[0]):
                 for regime, ways in regimes.items():
                     print(f"  {name:<28} {regime:<22} " +

@@ -58,26 +58,6 @@ def test_site_follows_a_change_of_conditions():
     assert picked[first:first + 3] == [WHOLE] * 3  # confirmed at once, not after a gap
 
 
-def test_ways_equal_in_wall_time_are_told_apart_by_their_cpu():
-    """Of ways whose median wall times are within TIE of the lowest (equal, as far as a
-    few calls on a shared machine tell), the site keeps the one that took the least CPU;
-    a way faster by more than TIE is kept whatever its CPU; without CPU samples, wall
-    time alone decides."""
-    def run(times, cpus, calls=60):
-        site = Site((POOL, KERNEL))
-        for _ in range(calls):
-            way = site.pick(IDLE)
-            site.record(IDLE, way, times[way], cpus[way] if cpus else None)
-        return site
-    tie = 1 + choice.TIE / 2
-    site = run({POOL: 1.0, KERNEL: tie}, {POOL: 2.0, KERNEL: 1.8})
-    assert site.best(IDLE) == KERNEL
-    assert site.describe()["idle core"]["LLVM GEMM"][2] == 1800.0
-    assert run({POOL: 1.0, KERNEL: 1 + 2 * choice.TIE}, {POOL: 2.0, KERNEL: 1.0}).best(IDLE) \
-        == POOL
-    assert run({POOL: 1.0, KERNEL: tie}, None).best(IDLE) == POOL
-
-
 def test_regimes_are_measured_apart():
     site = Site((POOL, ALONE))
     feed(site, IDLE, {POOL: 1.0, ALONE: 2.0}, 50)

@@ -18,15 +18,12 @@ core. So each call site (a kernel, a product's shape) times the ways where it ru
     pools are awake; no core idle under other processes' load), since the best way
     flips with it and a process moves between them within milliseconds;
   * every way WARM times first, then the way with the lowest median of its last
-    WINDOW samples (the median: a sample the scheduler stretched does not count);
-    among ways within TIE of the lowest median -- equal, as far as medians of a few
-    calls on a shared machine can tell -- the one whose calls took the least CPU (the
-    process's, over the call: the ways' own threads and any other pool spinning beside
-    them), which leaves the most to the rest of the machine. On the development host
-    the LLVM GEMM takes ~5% less CPU per product than OpenBLAS's kernels and the wall
-    time of both on two threads differs by about as much as their medians swing
-    between runs (stop 50: the quiet matmul row took the pool's OpenBLAS blocks in two
-    runs of three);
+    WINDOW samples (the median: a sample the scheduler stretched does not count).
+    Breaking near-ties (within 3%) by the CPU the calls took instead -- the LLVM GEMM
+    takes ~5% less than OpenBLAS's kernels -- did not help (stop 51, compute.py
+    --company, four runs each way alternated: matmul 1024 quiet 1.05-1.21x min(numpy,
+    jax) against 0.99-1.07x without it, the MLP step right after numpy and jax 1.14-1.25x
+    against 1.06-1.21x): medians on this host swing by more than the tie;
   * another way again after `gap` calls (MIN_GAP, doubled up to MAX_GAP while it keeps
     losing): conditions change inside a regime (OpenBLAS's threads asleep or spinning,
     neighbours' bursts). An exploration that beats the best's median is repeated at
@@ -70,7 +67,6 @@ SHARE_REGIMES = (IDLE, OWN_POOLS)
 
 WARM = 2
 WINDOW = 5
-TIE = 0.03
 MIN_GAP = 8
 MAX_GAP = 64
 
@@ -84,8 +80,8 @@ class Site:
     """The measured choice of one call site among `ways` (POOL, ALONE, WHOLE, SHARED, KERNEL),
     tried in that order while warming up."""
 
-    __slots__ = ("name", "ways", "only", "samples", "cpu", "gap", "left", "turn",
-                 "exploring", "calls", "dropped", "__weakref__")
+    __slots__ = ("name", "ways", "only", "samples", "gap", "left", "turn", "exploring",
+                 "calls", "dropped", "__weakref__")
 
     def __init__(self, ways, name: str = "", only: dict | None = None):
         """`only`: way -> the regimes it is offered in (others: every regime; ALONE, on a
@@ -96,7 +92,6 @@ class Site:
         if POOL in self.ways:
             self.only.setdefault(ALONE, SHARE_REGIMES)
         self.samples = [{w: [] for w in self.ways} for _ in REGIMES]  # per regime
-        self.cpu = [{w: [] for w in self.ways} for _ in REGIMES]  # CPU of the same calls
         self.gap = [MIN_GAP] * len(REGIMES)
         self.left = [MIN_GAP] * len(REGIMES)
         self.turn = [0] * len(REGIMES)
@@ -117,7 +112,7 @@ class Site:
         if way in self.ways or way in self.dropped:
             return
         self.ways.append(way)
-        for samples in self.samples + self.cpu:
+        for samples in self.samples:
             samples[way] = []
         self.calls.setdefault(way, 0)
 
@@ -127,19 +122,11 @@ class Site:
         return [w for w in self.ways if regime in self.only.get(w, (regime,))] or self.ways
 
     def best(self, regime: int) -> int | None:
-        """The way with the lowest median in `regime` -- of those within TIE of it, the
-        one with the lowest median CPU where every one has CPU samples --, None before
-        every way is warm."""
+        """The way with the lowest median in `regime`, None before every way is warm."""
         samples, ways = self.samples[regime], self.offered(regime)
         if any(len(samples[w]) < WARM for w in ways):
             return None
-        wall = {w: _median(samples[w]) for w in ways}
-        fastest = min(ways, key=wall.get)
-        tied = [w for w in ways if wall[w] <= wall[fastest] * (1 + TIE)]
-        cpu = self.cpu[regime]
-        if len(tied) < 2 or not all(cpu[w] for w in tied):
-            return fastest
-        return min(tied, key=lambda w: (_median(cpu[w]), wall[w]))
+        return min(ways, key=lambda w: _median(samples[w]))
 
     def pick(self, regime: int) -> int:
         samples, ways = self.samples[regime], self.offered(regime)
@@ -155,21 +142,15 @@ class Site:
         self.exploring[regime] = way
         return way
 
-    def record(self, regime: int, way: int, seconds: float, cpu: float | None = None) -> None:
-        """A call's wall `seconds` and, where measured, the process's `cpu` seconds over it."""
+    def record(self, regime: int, way: int, seconds: float) -> None:
         samples = self.samples[regime]
         if way not in samples:
             return
         self.calls[way] += 1
-        mine, used = samples[way], self.cpu[regime][way]
+        mine = samples[way]
         mine.append(seconds)
-        if cpu is None:
-            used.clear()  # (a window without CPU throughout: ties go by wall time)
-        else:
-            used.append(cpu)
-        for window in (mine, used):
-            if len(window) > WINDOW:
-                del window[0]
+        if len(mine) > WINDOW:
+            del mine[0]
         if self.exploring[regime] != way:
             return
         self.exploring[regime] = None
@@ -185,17 +166,15 @@ class Site:
             self.turn[regime] += 1
 
     def describe(self) -> dict:
-        """Per regime: every way's median wall time (ms), sample count and median CPU
-        (ms, None where not measured), and the way chosen."""
+        """Per regime: every way's median (ms) and sample count, and the way chosen."""
         out = {}
         for regime, label in REGIMES.items():
-            samples, cpu = self.samples[regime], self.cpu[regime]
+            samples = self.samples[regime]
             if not any(samples.values()):
                 continue
             best = self.best(regime)
             out[label] = {"chosen": NAMES[best] if best is not None else "warming up",
-                          **{NAMES[w]: (round(_median(s) * 1e3, 3), len(s),
-                                        round(_median(cpu[w]) * 1e3, 3) if cpu[w] else None)
+                          **{NAMES[w]: (round(_median(s) * 1e3, 3), len(s))
                              for w, s in samples.items() if s}}
         return out
 

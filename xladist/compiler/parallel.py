@@ -578,7 +578,7 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) ->
         return
     now = regime()
     way = site.pick(now)
-    c0, t0 = time.process_time(), time.perf_counter()
+    t0 = time.perf_counter()
     if way in whole:
         if not whole[way]():  # another execution in flight (exclusive_blas): the blocks, no sample
             if pool is None or not _on_pool(pool, fn, argv, blocks, n):
@@ -589,8 +589,7 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) ->
     elif not _on_pool(pool, fn, argv, blocks, n):
         _alone(fn, argv, blocks)  # another thread of the caller's holds the pool: no sample
         return
-    t1 = time.perf_counter()
-    site.record(now, way, t1 - t0, time.process_time() - c0)
+    site.record(now, way, time.perf_counter() - t0)
 
 
 def _alone(fn, argv, blocks) -> None:
