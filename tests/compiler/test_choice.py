@@ -1713,3 +1713,39 @@ def test_no_pool_window_while_another_thread_may_be_inside_openblas(two_threads)
     assert blas_blocks._threaded(a, b, pooled, 2)
     assert blas_pool.counts["pool"] == before + 1
     np.testing.assert_allclose(pooled, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("way", [WHOLE, KERNEL], ids=lambda w: choice.NAMES[w])
+def test_a_call_that_runs_its_way_s_bits_check_is_counted_but_no_sample(way, monkeypatch,
+                                                                        two_threads):
+    """The first call of OpenBLAS's threads or the LLVM GEMM for a shape also runs the
+    check that the way gives the blocks' bits (two or three products more): it is
+    counted as a call of the way, but is none of the samples the site chooses by -- one
+    of only two warm-up samples, it made the way lose at once. The next call is one."""
+    if not parallel.blas_info():
+        pytest.skip("no OpenBLAS loaded in this process")
+    if way == KERNEL:
+        monkeypatch.setattr(blas_blocks, "KERNEL_AFTER", 0)
+        if blas_blocks._openblas_cut(np.dtype(np.float32)) is None:
+            pytest.skip("no cut of K found that gives this OpenBLAS's bits")
+    monkeypatch.setattr(blas_blocks, "_agree", {})  # no check of the shape has run yet
+    rng = np.random.default_rng(11)
+    m, k, n = 512, 512, 512  # a shape whose OpenBLAS threads give the blocks' bits
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = _blocks_of(a, b)
+
+    def site_of_shape():
+        return [d for name, d in choice.report() if name == f"dot {m}x{k}x{n} float32"]
+
+    def samples():
+        return sum(ways[choice.NAMES[way]][1] for d in site_of_shape() for ways in d.values()
+                   if choice.NAMES[way] in ways)
+
+    counts = []
+    for _ in range(2):
+        calls, sampled = choice.calls_by_way().get(choice.NAMES[way], 0), samples()
+        out = _forced_product(monkeypatch, way, a, b)
+        assert out.tobytes() == want.tobytes()
+        counts += [choice.calls_by_way().get(choice.NAMES[way], 0) - calls, samples() - sampled]
+    assert counts == [1, 0, 1, 1], counts  # (calls, samples) of each of the two calls

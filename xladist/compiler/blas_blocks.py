@@ -41,6 +41,7 @@ import numpy as np
 from . import blas_pool, choice, conv_kernel, gemm_kernel
 from .parallel import (
     BLAS_THREADS,
+    UNTIMED,
     exclusive_blas,
     openblas_threads,
     others_in_flight,
@@ -214,12 +215,22 @@ def _agrees(key: tuple, a: np.ndarray, b: np.ndarray, split, other) -> bool | No
     arrays = _check_arrays(a, b)
     if arrays is None:
         return False
+    _checks_run.n = getattr(_checks_run, "n", 0) + 1  # its call is no sample (_untimed)
     ra, rb, want, got = arrays
     if not other(ra, rb, got):
         return None
     with openblas_threads(BLAS_THREADS):
         _gemm_blocks(ra, rb, want, split)
     return _learned(key, _same_bits(want, got))
+
+
+_checks_run = threading.local()  # n: the bits checks this thread has run (_agrees)
+
+
+def _untimed(checks_before: int, ran: bool):
+    """What a way's call returns to run_blocks: parallel.UNTIMED where it ran a bits check
+    of its product (this thread's count moved since `checks_before`), else `ran`."""
+    return UNTIMED if ran and getattr(_checks_run, "n", 0) != checks_before else ran
 
 
 def _check_arrays(a: np.ndarray, b: np.ndarray):
@@ -490,9 +501,10 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     cut = split or (0, [(0, m)])  # the fixed blocks: one where the product is not split
     if checked and threads > 1:
         def threaded(way: int):
-            def call() -> bool:
+            def call():
                 # Checked when first picked, not before: the check costs the product
                 # twice (where blas_pool is not available, it wakes OpenBLAS's threads).
+                checks = getattr(_checks_run, "n", 0)
                 agree = _threads_agree(a, b, threads)
                 if not agree:
                     if agree is False:  # (None: not known yet)
@@ -506,7 +518,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                     # The callback was not reached: the OpenBLAS numpy calls has none
                     # (another loaded one had), or it ran this shape on one thread.
                     site.drop(choice.SHARED)
-                return ran
+                return _untimed(checks, ran)
             return call
         whole = {choice.WHOLE: threaded(choice.WHOLE)}
         if blas_pool.available():
@@ -516,7 +528,8 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if checked and a.dtype in _KERNEL_TYPES and \
             not (a.strides[0] | b.strides[0]) % a.itemsize and \
             _kernel_due() and (params := _openblas_cut(a.dtype, wait=False)) is not None:
-        def kernel() -> bool:
+        def kernel():
+            checks = getattr(_checks_run, "n", 0)
             mine = gemm_kernel.thread_blocks(m, n, threads, a.dtype, params)
             if not _kernel_agrees(a, b, cut, params, (order_a, order_b), mine):
                 site.drop(choice.KERNEL)
@@ -527,7 +540,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
                 return False
             _run_kernel(gemm_kernel.product_blocks(a, b, out, mine[0], params), mine[1],
                         threads)
-            return True
+            return _untimed(checks, True)
         whole[choice.KERNEL] = kernel
     if split is None and not whole:
         np.matmul(a, b, out=out)

@@ -142,11 +142,15 @@ class Site:
         self.exploring[regime] = way
         return way
 
-    def record(self, regime: int, way: int, seconds: float) -> None:
+    def record(self, regime: int, way: int, seconds: float | None) -> None:
+        """A call of `way` that took `seconds`; None: a call that ran but is no sample of
+        the way (it also paid a one-time cost: parallel.UNTIMED)."""
         samples = self.samples[regime]
         if way not in samples:
             return
         self.calls[way] += 1
+        if seconds is None:
+            return
         mine = samples[way]
         mine.append(seconds)
         if len(mine) > WINDOW:

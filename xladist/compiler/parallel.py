@@ -580,9 +580,13 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) ->
     way = site.pick(now)
     t0 = time.perf_counter()
     if way in whole:
-        if not whole[way]():  # another execution in flight (exclusive_blas): the blocks, no sample
+        ran = whole[way]()
+        if not ran:  # another execution in flight (exclusive_blas): the blocks, no sample
             if pool is None or not _on_pool(pool, fn, argv, blocks, n):
                 _alone(fn, argv, blocks)
+            return
+        if ran is UNTIMED:
+            site.record(now, way, None)  # counted, not timed
             return
     elif way == choice.ALONE or pool is None:
         _alone(fn, argv, blocks)
@@ -590,6 +594,18 @@ def run_blocks(fn, argv, blocks, site=None, whole=None, n: int | None = None) ->
         _alone(fn, argv, blocks)  # another thread of the caller's holds the pool: no sample
         return
     site.record(now, way, time.perf_counter() - t0)
+
+
+# What a way of run_blocks' `whole` returns when it ran but its call also paid a one-time
+# cost that later calls do not (blas_blocks: the bits check of its product, two or three
+# products more): the call is counted and gives the site no sample. Timed, such a first
+# call was one of the two a way warms up with (choice.WARM), and where the other was slow
+# too (the pool's worker touching its packing buffers for the first time, a neighbour's
+# burst) the way lost at once and was looked at again only every 8, 16, 32... calls: the
+# LLVM GEMM's warm-up samples of matmul 1024 in compute.py --company's quiet rows were
+# 17.6-18.0 ms in two runs of eight, against 11.4-13.6 ms in the others, and the product
+# ran on the pool's OpenBLAS blocks (14 ms) throughout.
+UNTIMED = type("Untimed", (), {"__repr__": lambda self: "UNTIMED"})()
 
 
 def _alone(fn, argv, blocks) -> None:
