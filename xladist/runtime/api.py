@@ -366,8 +366,8 @@ def _run_spawned(module, per_device, n, *, job_timeout, feed_options, transfers=
                              device_assignment=da, module=module))
     code = CodeStore(module, None if xlx else options["backend"])  # a .xlx: nothing to compile
     service = Service(n, job=job, code=code, defer_lost=True, prints=True,
-                      emit=lambda text: None, checked=checked)
-    service.timeout_setting = "timeout="  # the hang report names the caller's own setting
+                      emit=lambda text: None, checked=checked,
+                      timeout_setting="timeout=")  # as the hang report names it
     from xladist.files import rescued
     before = len(rescued())
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xladist.files import deliver, load_npz
+from xladist.files import deliver, fill_template, load_npz
 
 __all__ = ["CallbackHost", "FileHost", "ServiceHost"]
 
@@ -99,11 +99,7 @@ class FileHost:
 
     @staticmethod
     def _path(pattern: str, rank: int, channel) -> Path:
-        try:
-            return Path(pattern.format(rank=rank, channel=channel))
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(f"host file pattern {pattern!r}: only {{rank}} and {{channel}} "
-                             f"may be used ({e})") from None
+        return Path(fill_template(pattern, "host file pattern", rank=rank, channel=channel))
 
     def host_recv(self, rank: int, channel):
         key = (rank, channel)

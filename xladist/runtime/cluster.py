@@ -133,8 +133,8 @@ class Cluster:
         self._pid = os.getpid()
         self._calls = _Calls(self.n)
         self._service = Service(self.n, job=self._calls, code=self._calls.codes,
-                                defer_lost=True, prints=True, emit=lambda text: None)
-        self._service.timeout_setting = "timeout="  # as the hang report names it
+                                defer_lost=True, prints=True, emit=lambda text: None,
+                                timeout_setting="timeout=")  # as the hang report names it
         self._thread = threading.Thread(
             target=_launch, name="xladist-cluster-launch", daemon=True,
             args=(self._mpiexec, self.n, self._service, self._calls, self._where))

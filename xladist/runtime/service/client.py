@@ -431,8 +431,8 @@ def for_rank(comm) -> Client:
     if not address:
         if rank == 0:
             from .server import Service  # only rank 0 of a bare launch hosts the service
-            hosted = Service(size, prints=False)
-            hosted.timeout_setting = "timeout="  # a script's xladist.run under mpiexec
+            # (the deadline of a script's xladist.run under mpiexec: its timeout=)
+            hosted = Service(size, prints=False, timeout_setting="timeout=")
             address, token = hosted.address, hosted.token
             atexit.register(hosted.close)  # after this rank's own goodbye (atexit: LIFO)
         with deadline.waiting("sharing the coordination service's address (rank 0 hosts it)"):

@@ -169,7 +169,7 @@ class Service:
 
     def __init__(self, size: int, *, job=None, code=None, prints: bool = True,
                  defer_lost: bool = False, emit=None, checked: dict | None = None,
-                 heartbeat: float | None = None):
+                 heartbeat: float | None = None, timeout_setting: str = "--timeout"):
         wire.check_byte_order()
         self.size = int(size)
         self.job = job
@@ -180,7 +180,7 @@ class Service:
         self.checked = checked or {}
         # How the job's user set the deadline, as the hang report names it (the Python
         # API's callers set `timeout=`).
-        self.timeout_setting = "--timeout"
+        self.timeout_setting = timeout_setting
         self.heartbeat_timeout = heartbeat_timeout() if heartbeat is None else heartbeat
         self.register_timeout = _seconds(REGISTER_TIMEOUT_ENV, DEFAULT_REGISTER_TIMEOUT_S)
         self._started = time.monotonic()
