@@ -215,7 +215,7 @@ def _agrees(key: tuple, a: np.ndarray, b: np.ndarray, split, other) -> bool | No
     arrays = _check_arrays(a, b)
     if arrays is None:
         return False
-    _checks_run.n = getattr(_checks_run, "n", 0) + 1  # its call is no sample (_untimed)
+    _checks_run.n += 1  # its call is no sample (_untimed)
     ra, rb, want, got = arrays
     if not other(ra, rb, got):
         return None
@@ -224,13 +224,17 @@ def _agrees(key: tuple, a: np.ndarray, b: np.ndarray, split, other) -> bool | No
     return _learned(key, _same_bits(want, got))
 
 
-_checks_run = threading.local()  # n: the bits checks this thread has run (_agrees)
+class _Checks(threading.local):
+    n = 0  # the bits checks this thread has run (_agrees)
+
+
+_checks_run = _Checks()
 
 
 def _untimed(checks_before: int, ran: bool):
     """What a way's call returns to run_blocks: parallel.UNTIMED where it ran a bits check
     of its product (this thread's count moved since `checks_before`), else `ran`."""
-    return UNTIMED if ran and getattr(_checks_run, "n", 0) != checks_before else ran
+    return UNTIMED if ran and _checks_run.n != checks_before else ran
 
 
 def _check_arrays(a: np.ndarray, b: np.ndarray):
@@ -504,7 +508,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             def call():
                 # Checked when first picked, not before: the check costs the product
                 # twice (where blas_pool is not available, it wakes OpenBLAS's threads).
-                checks = getattr(_checks_run, "n", 0)
+                checks = _checks_run.n
                 agree = _threads_agree(a, b, threads)
                 if not agree:
                     if agree is False:  # (None: not known yet)
@@ -529,7 +533,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
             not (a.strides[0] | b.strides[0]) % a.itemsize and \
             _kernel_due() and (params := _openblas_cut(a.dtype, wait=False)) is not None:
         def kernel():
-            checks = getattr(_checks_run, "n", 0)
+            checks = _checks_run.n
             mine = gemm_kernel.thread_blocks(m, n, threads, a.dtype, params)
             if not _kernel_agrees(a, b, cut, params, (order_a, order_b), mine):
                 site.drop(choice.KERNEL)
